@@ -1,0 +1,325 @@
+"""The aiojetstream exception tree.
+
+Every error the library raises derives from :class:`JetStreamError`::
+
+    JetStreamError
+    ├── APIError (code, err_code, description)          server error replies
+    │   ├── JetStreamNotEnabledError       10076, 10039 (also: no responders on the API)
+    │   ├── BadRequestError                10003
+    │   ├── StreamNotFoundError            10059
+    │   ├── StreamNameInUseError           10058
+    │   ├── StreamSubjectOverlapError      10065
+    │   ├── StreamConfigError              10052 (invalid stream config)
+    │   ├── StreamNotMatchError            10060 (expected_stream mismatch)
+    │   ├── WrongLastSequenceError         10071 (expected_last_[subject_]sequence)
+    │   ├── WrongLastMsgIdError            10070 (expected_last_msg_id)
+    │   ├── MessageNotFoundError           10037
+    │   ├── MessageSizeExceedsMaximumError 10054
+    │   ├── MessageTTLInvalidError         10165
+    │   ├── MessageTTLDisabledError        10166
+    │   ├── ConsumerNotFoundError          10014
+    │   ├── ConsumerExistsError            10148, 10013, 10105 (create over a different one)
+    │   ├── ConsumerDoesNotExistError      10149 (update of a missing one)
+    │   ├── ConsumerCreateError            10012
+    │   ├── ResourcesExceededError         10002, 10023, 10027, 10028, 10047
+    │   └── ClusterUnavailableError        10008
+    ├── InvalidOptionError  (also a ValueError)          rejected before anything is sent
+    │   ├── InvalidNameError
+    │   ├── InvalidSubjectError
+    │   ├── InvalidHeaderError
+    │   ├── InvalidTTLError
+    │   ├── InvalidKeyError
+    │   └── MaxPayloadExceededError
+    ├── JetStreamTimeoutError  (also a TimeoutError)     no reply before the deadline
+    │   └── FetchTimeoutError
+    ├── NoRespondersError                                nothing listens (e.g. no stream for a publish)
+    ├── ConnectionClosedError                            the connection is closed
+    ├── DisconnectedError                                the connection dropped while waiting
+    ├── InvalidResponseError                             the server sent something unparsable
+    ├── NoHeartbeatError
+    ├── ConsumerDeletedError
+    ├── MessageAlreadyAckedError
+    ├── NotJetStreamMessageError
+    └── KeyValueError
+        ├── KeyNotFoundError
+        ├── KeyExistsError (also a WrongLastSequenceError)
+        └── BucketNotFoundError
+
+Server error replies are turned into exceptions by :func:`api_error`, the only
+reader of ``err_code``; the mapping lives in ``_ERR_CODES`` below and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "APIError",
+    "BadRequestError",
+    "BucketNotFoundError",
+    "ClusterUnavailableError",
+    "ConnectionClosedError",
+    "ConsumerCreateError",
+    "ConsumerDeletedError",
+    "ConsumerDoesNotExistError",
+    "ConsumerExistsError",
+    "ConsumerNotFoundError",
+    "DisconnectedError",
+    "FetchTimeoutError",
+    "InvalidHeaderError",
+    "InvalidKeyError",
+    "InvalidNameError",
+    "InvalidOptionError",
+    "InvalidResponseError",
+    "InvalidSubjectError",
+    "InvalidTTLError",
+    "JetStreamError",
+    "JetStreamNotEnabledError",
+    "JetStreamTimeoutError",
+    "KeyExistsError",
+    "KeyNotFoundError",
+    "KeyValueError",
+    "MaxPayloadExceededError",
+    "MessageAlreadyAckedError",
+    "MessageNotFoundError",
+    "MessageSizeExceedsMaximumError",
+    "MessageTTLDisabledError",
+    "MessageTTLInvalidError",
+    "NoHeartbeatError",
+    "NoRespondersError",
+    "NotJetStreamMessageError",
+    "ResourcesExceededError",
+    "StreamConfigError",
+    "StreamNameInUseError",
+    "StreamNotFoundError",
+    "StreamNotMatchError",
+    "StreamSubjectOverlapError",
+    "WrongLastMsgIdError",
+    "WrongLastSequenceError",
+    "api_error",
+]
+
+
+class JetStreamError(Exception):
+    """Root of every error raised by aiojetstream."""
+
+
+# --------------------------------------------------------------------------- server
+
+
+class APIError(JetStreamError):
+    """An error reply from the JetStream API.
+
+    Attributes:
+        code: The HTTP-like status code (400, 404, 500, 503).
+        err_code: The JetStream error code (for example 10059, stream not found).
+        description: The server's description of the error.
+    """
+
+    def __init__(self, code: int = 0, err_code: int = 0, description: str = "") -> None:
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+        super().__init__(f"{description} (code={code}, err_code={err_code})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, self.err_code, self.description))
+
+
+class JetStreamNotEnabledError(APIError):
+    """JetStream is not enabled on the server or for this account."""
+
+
+class BadRequestError(APIError):
+    """The server rejected the request as malformed."""
+
+
+class StreamNotFoundError(APIError):
+    """The stream does not exist."""
+
+
+class StreamNameInUseError(APIError):
+    """A stream with that name exists with a different configuration."""
+
+
+class StreamSubjectOverlapError(APIError):
+    """The stream's subjects overlap those of an existing stream."""
+
+
+class StreamConfigError(APIError):
+    """The server refused the stream configuration (err_code 10052, sent with status 500)."""
+
+
+class StreamNotMatchError(APIError):
+    """The message went to a different stream than ``expected_stream`` named."""
+
+
+class WrongLastSequenceError(APIError):
+    """``expected_last_sequence`` / ``expected_last_subject_sequence`` did not hold."""
+
+
+class WrongLastMsgIdError(APIError):
+    """``expected_last_msg_id`` did not hold."""
+
+
+class MessageNotFoundError(APIError):
+    """No message matched the request."""
+
+
+class MessageSizeExceedsMaximumError(APIError):
+    """The message is larger than the stream's ``max_msg_size``."""
+
+
+class MessageTTLInvalidError(APIError):
+    """The server refused the message's ``Nats-TTL`` value (ADR-43, err_code 10165)."""
+
+
+class MessageTTLDisabledError(APIError):
+    """The message has a TTL but the stream does not allow them (ADR-43, err_code 10166)."""
+
+
+class ConsumerNotFoundError(APIError):
+    """The consumer does not exist."""
+
+
+class ConsumerExistsError(APIError):
+    """A consumer of that name already exists with a different configuration."""
+
+
+class ConsumerDoesNotExistError(APIError):
+    """An update named a consumer that does not exist."""
+
+
+class ConsumerCreateError(APIError):
+    """The server could not create or update the consumer."""
+
+
+class ResourcesExceededError(APIError):
+    """An account, storage or memory limit was reached."""
+
+
+class ClusterUnavailableError(APIError):
+    """The JetStream cluster is temporarily unavailable (for example during an election)."""
+
+
+# --------------------------------------------------------------------------- client
+
+
+class InvalidOptionError(JetStreamError, ValueError):
+    """An argument or option is invalid; raised before anything is sent."""
+
+
+class InvalidNameError(InvalidOptionError):
+    """A stream, consumer or bucket name is invalid."""
+
+
+class InvalidSubjectError(InvalidOptionError):
+    """A subject is empty or contains characters that are not allowed."""
+
+
+class InvalidHeaderError(InvalidOptionError):
+    """A header key or value contains CR, LF, NUL or is otherwise invalid."""
+
+
+class InvalidTTLError(InvalidOptionError):
+    """A message TTL is under 1 s, zero, negative or unparsable (ADR-43)."""
+
+
+class InvalidKeyError(InvalidOptionError):
+    """A key-value key is invalid (ADR-8)."""
+
+
+class MaxPayloadExceededError(InvalidOptionError):
+    """Headers plus payload exceed the server's ``max_payload``."""
+
+
+class JetStreamTimeoutError(JetStreamError, TimeoutError):
+    """No reply arrived before the deadline."""
+
+
+class FetchTimeoutError(JetStreamTimeoutError):
+    """``Consumer.next`` received no message before ``expires``."""
+
+
+class NoRespondersError(JetStreamError):
+    """Nothing listens on the subject (for a publish: no stream captures it)."""
+
+
+class ConnectionClosedError(JetStreamError):
+    """The connection is closed."""
+
+
+class DisconnectedError(JetStreamError):
+    """The connection dropped while the operation was waiting for its reply."""
+
+
+class InvalidResponseError(JetStreamError):
+    """The server's reply could not be understood."""
+
+
+class NoHeartbeatError(JetStreamError):
+    """No message or heartbeat arrived within twice the heartbeat interval."""
+
+
+class ConsumerDeletedError(JetStreamError):
+    """The consumer was deleted while messages were being pulled."""
+
+
+class MessageAlreadyAckedError(JetStreamError):
+    """The message was already acknowledged (ack, nak or term)."""
+
+
+class NotJetStreamMessageError(JetStreamError, ValueError):
+    """The message does not carry JetStream metadata."""
+
+
+class KeyValueError(JetStreamError):
+    """Base class of key-value errors."""
+
+
+class KeyNotFoundError(KeyValueError):
+    """The key is absent, deleted, purged or removed by a limit marker."""
+
+
+class KeyExistsError(KeyValueError, WrongLastSequenceError):
+    """``create`` found a live value for the key."""
+
+
+class BucketNotFoundError(KeyValueError):
+    """The key-value bucket does not exist."""
+
+
+# The one err_code -> class mapping.
+_ERR_CODES: dict[int, type[APIError]] = {
+    10076: JetStreamNotEnabledError,
+    10039: JetStreamNotEnabledError,
+    10003: BadRequestError,
+    10059: StreamNotFoundError,
+    10058: StreamNameInUseError,
+    10065: StreamSubjectOverlapError,
+    10052: StreamConfigError,
+    10060: StreamNotMatchError,
+    10071: WrongLastSequenceError,
+    10070: WrongLastMsgIdError,
+    10037: MessageNotFoundError,
+    10054: MessageSizeExceedsMaximumError,
+    10165: MessageTTLInvalidError,
+    10166: MessageTTLDisabledError,
+    10014: ConsumerNotFoundError,
+    10148: ConsumerExistsError,
+    10013: ConsumerExistsError,
+    10105: ConsumerExistsError,
+    10149: ConsumerDoesNotExistError,
+    10012: ConsumerCreateError,
+    10002: ResourcesExceededError,
+    10023: ResourcesExceededError,
+    10027: ResourcesExceededError,
+    10028: ResourcesExceededError,
+    10047: ResourcesExceededError,
+    10008: ClusterUnavailableError,
+}
+
+
+def api_error(code: int, err_code: int, description: str) -> APIError:
+    """Return the typed exception for a server error reply (the err_code registry)."""
+    return _ERR_CODES.get(err_code, APIError)(code, err_code, description)
