@@ -1,0 +1,166 @@
+"""JetStream API subjects and the single request path every API call takes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any, Final, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ._conn import Conn
+from ._errors import (
+    InvalidResponseError,
+    JetStreamNotEnabledError,
+    NoRespondersError,
+    api_error,
+)
+from ._models import from_wire
+
+M = TypeVar("M", bound=BaseModel)
+
+# Subject templates, relative to the API prefix ("$JS.API" or "$JS.<domain>.API").
+ACCOUNT_INFO: Final = "INFO"
+STREAM_CREATE: Final = "STREAM.CREATE.{stream}"
+STREAM_UPDATE: Final = "STREAM.UPDATE.{stream}"
+STREAM_INFO: Final = "STREAM.INFO.{stream}"
+STREAM_DELETE: Final = "STREAM.DELETE.{stream}"
+STREAM_PURGE: Final = "STREAM.PURGE.{stream}"
+STREAM_LIST: Final = "STREAM.LIST"
+STREAM_NAMES: Final = "STREAM.NAMES"
+STREAM_MSG_GET: Final = "STREAM.MSG.GET.{stream}"
+STREAM_MSG_DELETE: Final = "STREAM.MSG.DELETE.{stream}"
+DIRECT_GET: Final = "DIRECT.GET.{stream}"
+DIRECT_GET_LAST: Final = "DIRECT.GET.{stream}.{subject}"
+CONSUMER_CREATE: Final = "CONSUMER.CREATE.{stream}.{consumer}"
+CONSUMER_CREATE_FILTERED: Final = "CONSUMER.CREATE.{stream}.{consumer}.{filter}"
+CONSUMER_CREATE_EPHEMERAL: Final = "CONSUMER.CREATE.{stream}"
+CONSUMER_INFO: Final = "CONSUMER.INFO.{stream}.{consumer}"
+CONSUMER_DELETE: Final = "CONSUMER.DELETE.{stream}.{consumer}"
+CONSUMER_LIST: Final = "CONSUMER.LIST.{stream}"
+CONSUMER_NAMES: Final = "CONSUMER.NAMES.{stream}"
+CONSUMER_MSG_NEXT: Final = "CONSUMER.MSG.NEXT.{stream}.{consumer}"
+
+DEFAULT_API_PREFIX: Final = "$JS.API"
+
+
+def api_prefix(domain: str | None, prefix: str = DEFAULT_API_PREFIX) -> str:
+    """The API prefix for a JetStream domain (``$JS.<domain>.API``) or the given prefix."""
+    if domain:
+        return f"$JS.{domain}.API"
+    return prefix.rstrip(".")
+
+
+def dumps(body: dict[str, Any] | None) -> bytes:
+    """Encode a request body (None sends an empty payload)."""
+    if body is None:
+        return b""
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def check_reply(data: bytes) -> dict[str, Any]:
+    """Decode an API reply and raise the typed error it carries, if any."""
+    try:
+        reply = json.loads(data)
+    except ValueError as exc:
+        raise InvalidResponseError(f"invalid JSON from the JetStream API: {data[:200]!r}") from exc
+    if not isinstance(reply, dict):
+        raise InvalidResponseError(f"unexpected JetStream API reply: {data[:200]!r}")
+    error = reply.get("error")
+    if error is not None:
+        raise api_error(
+            int(error.get("code", 0)),
+            int(error.get("err_code", 0)),
+            str(error.get("description", "")),
+        )
+    return reply
+
+
+class ApiClient:
+    """Sends JetStream API requests: subject building, timeouts, error mapping."""
+
+    __slots__ = ("conn", "prefix", "timeout")
+
+    def __init__(self, conn: Conn, prefix: str, timeout: float) -> None:
+        self.conn = conn
+        self.prefix = prefix
+        self.timeout = timeout
+
+    def subject(self, template: str, **parts: str) -> str:
+        """The full API subject for a template."""
+        return f"{self.prefix}.{template.format(**parts)}"
+
+    async def request(
+        self,
+        subject: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Send ``body`` to the full API ``subject`` and return the decoded reply."""
+        try:
+            msg = await self.conn.request(
+                subject, dumps(body), self.timeout if timeout is None else timeout
+            )
+        except NoRespondersError as exc:
+            raise JetStreamNotEnabledError(
+                503, 10076, f"JetStream not enabled (no responders on {subject})"
+            ) from exc
+        return check_reply(msg.data)
+
+    async def call(
+        self,
+        template: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        **parts: str,
+    ) -> dict[str, Any]:
+        """Send a request to an API template and return the decoded reply."""
+        return await self.request(self.subject(template, **parts), body, timeout=timeout)
+
+    async def call_model(
+        self,
+        template: str,
+        model: type[M],
+        body: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        **parts: str,
+    ) -> M:
+        """Send a request and parse the reply into ``model`` (unknown fields kept)."""
+        reply = await self.call(template, body, timeout=timeout, **parts)
+        return parse(model, reply)
+
+
+def parse(model: type[M], data: dict[str, Any]) -> M:
+    """Parse server data into a model, mapping validation failures to a typed error."""
+    try:
+        return from_wire(model, data)
+    except ValidationError as exc:
+        raise InvalidResponseError(f"unexpected {model.__name__} from the server: {exc}") from exc
+
+
+async def paged(
+    api: ApiClient,
+    template: str,
+    key: str,
+    body: dict[str, Any],
+    timeout: float | None,
+    **parts: str,
+) -> AsyncIterator[Any]:
+    """Yield every item of a paged list or names API, page by page.
+
+    The server pages at 256 (names: 1024); requests follow ``offset`` until
+    ``total`` items were seen or a page comes back empty.
+    """
+    offset = 0
+    while True:
+        reply = await api.call(template, {**body, "offset": offset}, timeout=timeout, **parts)
+        items = reply.get(key) or []
+        for item in items:
+            yield item
+        offset += len(items)
+        total = int(reply.get("total", 0))
+        if not items or offset >= total:
+            return

@@ -1,0 +1,264 @@
+"""The boundary to nats-py: the only module of the library that imports it.
+
+Everything that crosses into nats-py goes through :class:`Conn`, and every
+nats-py exception is mapped to the aiojetstream tree in :func:`translate`.
+Connection state changes (disconnect, reconnect, close) are fanned out to
+listeners through one chained callback per nats-py client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+import weakref
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Protocol
+
+import nats
+import nats.errors as nats_errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg as NatsMsg
+from nats.aio.subscription import Subscription as NatsSubscription
+
+from ._errors import (
+    ConnectionClosedError,
+    DisconnectedError,
+    InvalidHeaderError,
+    InvalidSubjectError,
+    JetStreamError,
+    JetStreamTimeoutError,
+    MaxPayloadExceededError,
+    NoRespondersError,
+)
+
+__all__ = [
+    "Conn",
+    "ConnectionListener",
+    "NatsClient",
+    "NatsMsg",
+    "NatsSubscription",
+    "connect_nats",
+    "translate",
+]
+
+#: Our default keep-alive: a dead or hung server is noticed within
+#: ping_interval * (max_outstanding_pings + 1) = 15 s (nats-py's default is 360 s).
+DEFAULT_PING_INTERVAL = 5
+DEFAULT_MAX_OUTSTANDING_PINGS = 2
+
+
+@contextlib.contextmanager
+def translate(subject: str = "") -> Iterator[None]:
+    """Map nats-py exceptions raised inside the block to aiojetstream errors."""
+    try:
+        yield
+    except JetStreamError:
+        raise
+    except nats_errors.NoRespondersError as exc:
+        raise NoRespondersError(f"no responders on {subject!r}") from exc
+    except nats_errors.TimeoutError as exc:
+        raise JetStreamTimeoutError(f"timed out waiting for a reply on {subject!r}") from exc
+    except (nats_errors.ConnectionClosedError, nats_errors.ConnectionDrainingError) as exc:
+        raise ConnectionClosedError("the connection is closed") from exc
+    except (
+        nats_errors.OutboundBufferLimitError,
+        nats_errors.ConnectionReconnectingError,
+        nats_errors.StaleConnectionError,
+    ) as exc:
+        raise DisconnectedError(f"disconnected from the server: {exc}") from exc
+    except nats_errors.BadSubjectError as exc:
+        raise InvalidSubjectError(f"invalid subject {subject!r}") from exc
+    except nats_errors.BadHeaderError as exc:
+        raise InvalidHeaderError(str(exc)) from exc
+    except nats_errors.MaxPayloadError as exc:
+        raise MaxPayloadExceededError("message exceeds the server's max_payload") from exc
+    except nats_errors.Error as exc:
+        raise JetStreamError(f"connection error: {exc}") from exc
+
+
+async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
+    """Connect with nats-py, applying aiojetstream's safer defaults.
+
+    * ``ping_interval=5`` and ``max_outstanding_pings=2`` unless given, so a hung
+      server is detected in about 15 s instead of 6 minutes.
+    * A ``tls://`` URL without an explicit ``tls`` context gets a default
+      verifying context, so it can never fall back to plaintext.
+    """
+    options.setdefault("ping_interval", DEFAULT_PING_INTERVAL)
+    options.setdefault("max_outstanding_pings", DEFAULT_MAX_OUTSTANDING_PINGS)
+    urls = [servers] if isinstance(servers, str) else list(servers)
+    if options.get("tls") is None and any(u.strip().lower().startswith("tls://") for u in urls):
+        options["tls"] = ssl.create_default_context()
+    with translate():
+        try:
+            return await nats.connect(servers=urls, **options)
+        except (OSError, nats_errors.NoServersError) as exc:
+            raise ConnectionClosedError(f"could not connect to {urls}: {exc}") from exc
+
+
+class ConnectionListener(Protocol):
+    """Receives connection state changes (called synchronously, must not block)."""
+
+    def on_disconnected(self) -> None:
+        """The connection dropped; nats-py is reconnecting (or closing)."""
+
+    def on_reconnected(self) -> None:
+        """The connection is back."""
+
+    def on_closed(self) -> None:
+        """The connection is closed for good."""
+
+
+class _Hub:
+    """Chains itself in front of a nats-py client's state callbacks."""
+
+    def __init__(self, nc: NatsClient) -> None:
+        self.nc = nc
+        self.listeners: dict[int, ConnectionListener] = {}
+        self._orig_disconnected = nc._disconnected_cb
+        self._orig_reconnected = nc._reconnected_cb
+        self._orig_closed = nc._closed_cb
+        nc._disconnected_cb = self._disconnected
+        nc._reconnected_cb = self._reconnected
+        nc._closed_cb = self._closed
+
+    def restore(self) -> None:
+        nc = self.nc
+        nc._disconnected_cb = self._orig_disconnected
+        nc._reconnected_cb = self._orig_reconnected
+        nc._closed_cb = self._orig_closed
+
+    def _fan_out(self, name: str) -> None:
+        for listener in list(self.listeners.values()):
+            getattr(listener, name)()
+
+    async def _disconnected(self) -> None:
+        self._fan_out("on_disconnected")
+        if self._orig_disconnected is not None:
+            await self._orig_disconnected()
+
+    async def _reconnected(self) -> None:
+        self._fan_out("on_reconnected")
+        if self._orig_reconnected is not None:
+            await self._orig_reconnected()
+
+    async def _closed(self) -> None:
+        self._fan_out("on_closed")
+        if self._orig_closed is not None:
+            await self._orig_closed()
+
+
+_HUBS: weakref.WeakKeyDictionary[NatsClient, _Hub] = weakref.WeakKeyDictionary()
+
+
+class Conn:
+    """A thin, typed facade over one nats-py client."""
+
+    __slots__ = ("__weakref__", "nc")
+
+    def __init__(self, nc: NatsClient) -> None:
+        self.nc = nc
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def max_payload(self) -> int:
+        """The server's ``max_payload`` (0 when unknown)."""
+        return int(self.nc.max_payload or 0)
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the connection is closed for good."""
+        return bool(self.nc.is_closed)
+
+    @property
+    def is_connected(self) -> bool:
+        """True while connected to a server."""
+        return bool(self.nc.is_connected)
+
+    def add_listener(self, listener: ConnectionListener) -> None:
+        """Start delivering connection state changes to ``listener``."""
+        hub = _HUBS.get(self.nc)
+        if hub is None:
+            hub = _HUBS[self.nc] = _Hub(self.nc)
+        hub.listeners[id(listener)] = listener
+
+    def remove_listener(self, listener: ConnectionListener) -> None:
+        """Stop delivering to ``listener``; the last one out restores nats-py's callbacks."""
+        hub = _HUBS.get(self.nc)
+        if hub is None:
+            return
+        hub.listeners.pop(id(listener), None)
+        if not hub.listeners:
+            hub.restore()
+            del _HUBS[self.nc]
+
+    def listener_count(self) -> int:
+        """How many listeners are registered on this client (for leak checks)."""
+        hub = _HUBS.get(self.nc)
+        return 0 if hub is None else len(hub.listeners)
+
+    # ----------------------------------------------------------------- I/O
+
+    def new_inbox(self) -> str:
+        """A new unique inbox subject."""
+        return self.nc.new_inbox()
+
+    async def request(
+        self,
+        subject: str,
+        payload: bytes,
+        timeout: float,
+        headers: dict[str, str] | None = None,
+    ) -> NatsMsg:
+        """Send a request and return the reply (errors translated)."""
+        if self.nc.is_closed:
+            raise ConnectionClosedError("the connection is closed")
+        with translate(subject):
+            return await self.nc.request(subject, payload, timeout=timeout, headers=headers)
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes,
+        reply: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Publish a message (errors translated)."""
+        with translate(subject):
+            await self.nc.publish(subject, payload, reply=reply, headers=headers)
+
+    async def subscribe(
+        self,
+        subject: str,
+        cb: Callable[[NatsMsg], Awaitable[None]],
+        *,
+        pending_msgs_limit: int = 0,
+        pending_bytes_limit: int = 0,
+    ) -> NatsSubscription:
+        """Subscribe with a callback; limits of 0 mean unlimited (no client-side drops)."""
+        with translate(subject):
+            return await self.nc.subscribe(
+                subject,
+                cb=cb,
+                pending_msgs_limit=pending_msgs_limit,
+                pending_bytes_limit=pending_bytes_limit,
+            )
+
+    async def unsubscribe(self, sub: NatsSubscription) -> None:
+        """Unsubscribe; a closed connection is not an error here."""
+        if self.nc.is_closed:
+            return
+        with contextlib.suppress(nats_errors.ConnectionClosedError, nats_errors.BadSubscriptionError):
+            await sub.unsubscribe()
+
+    async def flush(self, timeout: float) -> None:
+        """Flush and wait for the server's PONG."""
+        with translate():
+            await self.nc.flush(timeout=max(1, int(timeout)))
+
+    async def close(self) -> None:
+        """Close the connection."""
+        with translate():
+            await self.nc.close()
+

@@ -1,0 +1,437 @@
+"""``JetStreamContext``: the entry point for managing streams and consumers and publishing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+from . import _api
+from . import _consumer as C
+from . import _headers as H
+from . import _publish as P
+from ._api import ApiClient
+from ._conn import Conn, NatsClient, connect_nats
+from ._errors import InvalidOptionError, StreamNotFoundError
+from ._models import (
+    AccountInfo,
+    ConsumerConfig,
+    ConsumerInfo,
+    PubAck,
+    StreamConfig,
+    StreamInfo,
+    to_wire,
+)
+from ._stream import Stream
+from ._validation import validate_filter_subject, validate_name, validate_publish_subject
+
+DEFAULT_TIMEOUT = 5.0
+DEFAULT_MAX_PENDING = 4000
+
+Payload = bytes | bytearray | memoryview
+
+
+class JetStreamContext:
+    """The JetStream API on a connected nats-py client.
+
+    Args:
+        nc: a connected ``nats.aio.client.Client``.
+        domain: the JetStream domain to address (``$JS.<domain>.API``).
+        api_prefix: the API prefix when no domain is given.
+        timeout: default seconds to wait for any reply.
+        publish_async_max_pending: how many asynchronous publishes may await
+            their acknowledgement at once (the in-flight window).
+        publish_async_timeout: default seconds an asynchronous publish waits for
+            its acknowledgement (``timeout`` when None).
+    """
+
+    def __init__(
+        self,
+        nc: NatsClient,
+        *,
+        domain: str | None = None,
+        api_prefix: str = _api.DEFAULT_API_PREFIX,
+        timeout: float = DEFAULT_TIMEOUT,
+        publish_async_max_pending: int = DEFAULT_MAX_PENDING,
+        publish_async_timeout: float | None = None,
+    ) -> None:
+        if timeout <= 0:
+            raise InvalidOptionError(f"timeout must be positive, got {timeout!r}")
+        if domain is not None:
+            validate_name(domain, "domain")
+        self._nc = nc
+        self._conn = Conn(nc)
+        self._timeout = float(timeout)
+        self._api = ApiClient(self._conn, _api.api_prefix(domain, api_prefix), self._timeout)
+        self._publisher = P.AsyncPublisher(
+            self._conn,
+            publish_async_max_pending,
+            self._timeout if publish_async_timeout is None else float(publish_async_timeout),
+        )
+        self._owns_connection = False
+        self._closed = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def nc(self) -> NatsClient:
+        """The underlying nats-py client."""
+        return self._nc
+
+    @property
+    def timeout(self) -> float:
+        """The default seconds to wait for a reply."""
+        return self._timeout
+
+    async def close(self) -> None:
+        """Fail pending asynchronous publishes, and close the connection if this context owns it.
+
+        Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        await self._publisher.aclose()
+        if self._owns_connection and not self._conn.is_closed:
+            await self._conn.close()
+
+    async def __aenter__(self) -> JetStreamContext:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------ account
+
+    async def account_info(self, *, timeout: float | None = None) -> AccountInfo:
+        """The account's JetStream usage, limits and API level (``api.level``)."""
+        return await self._api.call_model(_api.ACCOUNT_INFO, AccountInfo, timeout=timeout)
+
+    # ------------------------------------------------------------ streams
+
+    async def create_stream(self, config: StreamConfig, *, timeout: float | None = None) -> Stream:
+        """Create a stream.
+
+        Creating a stream that exists with the same configuration succeeds.
+
+        Raises:
+            StreamNameInUseError: a stream of that name exists with another configuration.
+        """
+        body = self._stream_body(config)
+        info = await self._api.call_model(
+            _api.STREAM_CREATE, StreamInfo, body, timeout=timeout, stream=config.name
+        )
+        return Stream(self._api, info)
+
+    async def update_stream(self, config: StreamConfig, *, timeout: float | None = None) -> Stream:
+        """Update an existing stream's configuration.
+
+        Raises:
+            StreamNotFoundError: the stream does not exist.
+        """
+        body = self._stream_body(config)
+        info = await self._api.call_model(
+            _api.STREAM_UPDATE, StreamInfo, body, timeout=timeout, stream=config.name
+        )
+        return Stream(self._api, info)
+
+    async def create_or_update_stream(
+        self, config: StreamConfig, *, timeout: float | None = None
+    ) -> Stream:
+        """Update the stream if it exists, otherwise create it."""
+        try:
+            return await self.update_stream(config, timeout=timeout)
+        except StreamNotFoundError:
+            return await self.create_stream(config, timeout=timeout)
+
+    def _stream_body(self, config: StreamConfig) -> dict[str, Any]:
+        if not isinstance(config, StreamConfig):
+            raise InvalidOptionError(f"config must be a StreamConfig, got {type(config).__name__}")
+        validate_name(config.name, "stream")
+        return to_wire(config)
+
+    async def stream(self, name: str, *, timeout: float | None = None) -> Stream:
+        """A handle on an existing stream.
+
+        Raises:
+            StreamNotFoundError: the stream does not exist.
+        """
+        validate_name(name, "stream")
+        info = await self._api.call_model(_api.STREAM_INFO, StreamInfo, timeout=timeout, stream=name)
+        return Stream(self._api, info)
+
+    async def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
+        """Delete a stream and everything in it.
+
+        Raises:
+            StreamNotFoundError: the stream does not exist.
+        """
+        validate_name(name, "stream")
+        await self._api.call(_api.STREAM_DELETE, timeout=timeout, stream=name)
+
+    async def stream_name_by_subject(self, subject: str, *, timeout: float | None = None) -> str:
+        """The name of the stream that captures ``subject``.
+
+        Raises:
+            StreamNotFoundError: no stream captures it.
+        """
+        validate_filter_subject(subject)
+        reply = await self._api.call(_api.STREAM_NAMES, {"subject": subject}, timeout=timeout)
+        names = reply.get("streams") or []
+        if not names:
+            raise StreamNotFoundError(404, 10059, f"no stream captures subject {subject!r}")
+        return str(names[0])
+
+    async def list_streams(
+        self, subject: str | None = None, *, timeout: float | None = None
+    ) -> AsyncIterator[StreamInfo]:
+        """Async-iterate the info of every stream (all pages), optionally by subject."""
+        body = self._subject_body(subject)
+        async for item in _api.paged(self._api, _api.STREAM_LIST, "streams", body, timeout):
+            yield _api.parse(StreamInfo, item)
+
+    async def stream_names(
+        self, subject: str | None = None, *, timeout: float | None = None
+    ) -> AsyncIterator[str]:
+        """Async-iterate the name of every stream (all pages), optionally by subject."""
+        body = self._subject_body(subject)
+        async for item in _api.paged(self._api, _api.STREAM_NAMES, "streams", body, timeout):
+            yield str(item)
+
+    @staticmethod
+    def _subject_body(subject: str | None) -> dict[str, Any]:
+        if subject is None:
+            return {}
+        return {"subject": validate_filter_subject(subject)}
+
+    # ------------------------------------------------------------ consumers
+
+    async def create_consumer(
+        self, stream: str, config: ConsumerConfig, *, timeout: float | None = None
+    ) -> C.Consumer:
+        """Create a consumer on ``stream``.
+
+        Creating one that exists with the same configuration succeeds.
+
+        Raises:
+            ConsumerExistsError: a consumer of that name exists with another configuration.
+        """
+        info = await C.upsert_consumer(self._api, stream, config, C.ACTION_CREATE, timeout)
+        return C.Consumer(self._api, info)
+
+    async def update_consumer(
+        self, stream: str, config: ConsumerConfig, *, timeout: float | None = None
+    ) -> C.Consumer:
+        """Update an existing consumer.
+
+        Raises:
+            ConsumerDoesNotExistError: there is no consumer of that name.
+        """
+        info = await C.upsert_consumer(self._api, stream, config, C.ACTION_UPDATE, timeout)
+        return C.Consumer(self._api, info)
+
+    async def create_or_update_consumer(
+        self, stream: str, config: ConsumerConfig, *, timeout: float | None = None
+    ) -> C.Consumer:
+        """Create a consumer on ``stream``, or update it if it exists."""
+        info = await C.upsert_consumer(
+            self._api, stream, config, C.ACTION_CREATE_OR_UPDATE, timeout
+        )
+        return C.Consumer(self._api, info)
+
+    async def consumer(self, stream: str, name: str, *, timeout: float | None = None) -> C.Consumer:
+        """A handle on an existing consumer.
+
+        Raises:
+            ConsumerNotFoundError: the consumer does not exist.
+        """
+        return C.Consumer(self._api, await C.consumer_info(self._api, stream, name, timeout))
+
+    async def delete_consumer(
+        self, stream: str, name: str, *, timeout: float | None = None
+    ) -> None:
+        """Delete a consumer.
+
+        Raises:
+            ConsumerNotFoundError: the consumer does not exist.
+        """
+        await C.delete_consumer(self._api, stream, name, timeout)
+
+    def list_consumers(
+        self, stream: str, *, timeout: float | None = None
+    ) -> AsyncIterator[ConsumerInfo]:
+        """Async-iterate the info of every consumer of ``stream`` (all pages)."""
+        return C.list_consumers(self._api, stream, timeout)
+
+    def consumer_names(self, stream: str, *, timeout: float | None = None) -> AsyncIterator[str]:
+        """Async-iterate the names of every consumer of ``stream`` (all pages)."""
+        return C.consumer_names(self._api, stream, timeout)
+
+    # ------------------------------------------------------------ publishing
+
+    def _prepare(
+        self,
+        subject: str,
+        payload: Payload,
+        headers: dict[str, str] | None,
+        msg_id: str | None,
+        ttl: H.TTLInput | None,
+        expected_stream: str | None,
+        expected_last_sequence: int | None,
+        expected_last_subject_sequence: int | None,
+        expected_last_msg_id: str | None,
+    ) -> tuple[bytes, dict[str, str] | None]:
+        validate_publish_subject(subject)
+        data = P.payload_bytes(payload)
+        hdrs = P.build_headers(
+            headers,
+            msg_id,
+            ttl,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
+        )
+        P.check_size(self._conn, data, hdrs)
+        return data, hdrs
+
+    async def publish(
+        self,
+        subject: str,
+        payload: Payload = b"",
+        *,
+        headers: dict[str, str] | None = None,
+        msg_id: str | None = None,
+        ttl: H.TTLInput | None = None,
+        expected_stream: str | None = None,
+        expected_last_sequence: int | None = None,
+        expected_last_subject_sequence: int | None = None,
+        expected_last_msg_id: str | None = None,
+        timeout: float | None = None,
+    ) -> PubAck:
+        """Publish a message and wait for the stream's acknowledgement.
+
+        Args:
+            subject: where to publish (no wildcards, whitespace or control characters).
+            payload: the message body.
+            headers: extra headers (keys are RFC 7230 tokens; no CR, LF or NUL).
+            msg_id: ``Nats-Msg-Id`` for de-duplication within the stream's window.
+            ttl: per-message TTL (ADR-43, nats-server >= 2.11, the stream needs
+                ``allow_msg_ttl``): seconds, a ``timedelta``, a Go duration such
+                as ``"1h30m"``, or ``"never"``; at least 1 s.
+            expected_stream: the stream that must capture the subject.
+            expected_last_sequence: the stream's last sequence must be this.
+            expected_last_subject_sequence: the subject's last sequence must be this.
+            expected_last_msg_id: the stream's last message id must be this.
+            timeout: seconds to wait for the acknowledgement.
+
+        Raises:
+            InvalidSubjectError, InvalidHeaderError, InvalidTTLError,
+            MaxPayloadExceededError: bad input, before anything is sent.
+            NoRespondersError: no stream captures the subject.
+            WrongLastSequenceError, WrongLastMsgIdError, StreamNotMatchError:
+                an expectation did not hold.
+            JetStreamTimeoutError: no acknowledgement in time.
+        """
+        data, hdrs = self._prepare(
+            subject,
+            payload,
+            headers,
+            msg_id,
+            ttl,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
+        )
+        return await P.publish(
+            self._conn, subject, data, hdrs, self._timeout if timeout is None else timeout
+        )
+
+    async def publish_async(
+        self,
+        subject: str,
+        payload: Payload = b"",
+        *,
+        headers: dict[str, str] | None = None,
+        msg_id: str | None = None,
+        ttl: H.TTLInput | None = None,
+        expected_stream: str | None = None,
+        expected_last_sequence: int | None = None,
+        expected_last_subject_sequence: int | None = None,
+        expected_last_msg_id: str | None = None,
+        timeout: float | None = None,
+    ) -> asyncio.Future[PubAck]:
+        """Publish without waiting for the acknowledgement; return its future.
+
+        Returns once the message is written, first waiting while
+        ``publish_async_max_pending`` acknowledgements are outstanding. The
+        future completes with a :class:`PubAck` or a typed error: the server's
+        error, :class:`JetStreamTimeoutError` after ``timeout`` (the per-ack
+        timeout), :class:`DisconnectedError` when the connection drops, or
+        :class:`ConnectionClosedError` when the context closes. Arguments are
+        those of :meth:`publish`.
+        """
+        data, hdrs = self._prepare(
+            subject,
+            payload,
+            headers,
+            msg_id,
+            ttl,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            expected_last_msg_id,
+        )
+        return await self._publisher.publish(subject, data, hdrs, timeout)
+
+    async def publish_async_complete(self, timeout: float | timedelta | None = None) -> None:
+        """Wait until every asynchronous publish has completed (acked or failed).
+
+        Raises:
+            JetStreamTimeoutError: some were still pending after ``timeout``.
+        """
+        seconds = P.duration_seconds(timeout, "timeout")
+        await self._publisher.complete(self._timeout if seconds is None else seconds)
+
+    @property
+    def publish_async_pending(self) -> int:
+        """How many asynchronous publishes still await their acknowledgement."""
+        return self._publisher.pending
+
+
+async def connect(
+    servers: str | list[str] = "nats://127.0.0.1:4222",
+    *,
+    domain: str | None = None,
+    api_prefix: str = _api.DEFAULT_API_PREFIX,
+    timeout: float = DEFAULT_TIMEOUT,
+    publish_async_max_pending: int = DEFAULT_MAX_PENDING,
+    publish_async_timeout: float | None = None,
+    **nats_options: Any,
+) -> JetStreamContext:
+    """Connect to NATS and return a :class:`JetStreamContext` that owns the connection.
+
+    ``nats_options`` go to ``nats.connect``. Unless given, ``ping_interval`` is
+    5 s and ``max_outstanding_pings`` 2, so a hung server is noticed in about
+    15 s; a ``tls://`` URL always uses TLS. Close with ``await js.close()`` or
+    ``async with await aiojetstream.connect(...) as js:``.
+    """
+    nc = await connect_nats(servers, **nats_options)
+    js = JetStreamContext(
+        nc,
+        domain=domain,
+        api_prefix=api_prefix,
+        timeout=timeout,
+        publish_async_max_pending=publish_async_max_pending,
+        publish_async_timeout=publish_async_timeout,
+    )
+    js._owns_connection = True
+    return js

@@ -1,0 +1,199 @@
+"""Header names, header encoding and parsing, and ADR-43 TTL parsing/formatting.
+
+Pure functions only: nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Final
+
+from ._errors import InvalidHeaderError, InvalidTTLError
+
+# --------------------------------------------------------------------------- names
+
+MSG_ID: Final = "Nats-Msg-Id"
+EXPECTED_STREAM: Final = "Nats-Expected-Stream"
+EXPECTED_LAST_SEQ: Final = "Nats-Expected-Last-Sequence"
+EXPECTED_LAST_SUBJ_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_MSG_ID: Final = "Nats-Expected-Last-Msg-Id"
+TTL: Final = "Nats-TTL"
+MARKER_REASON: Final = "Nats-Marker-Reason"
+ROLLUP: Final = "Nats-Rollup"
+STREAM: Final = "Nats-Stream"
+SEQUENCE: Final = "Nats-Sequence"
+TIME_STAMP: Final = "Nats-Time-Stamp"
+SUBJECT: Final = "Nats-Subject"
+LAST_SEQUENCE: Final = "Nats-Last-Sequence"
+NUM_PENDING: Final = "Nats-Num-Pending"
+PENDING_MESSAGES: Final = "Nats-Pending-Messages"
+PENDING_BYTES: Final = "Nats-Pending-Bytes"
+STATUS: Final = "Status"
+DESCRIPTION: Final = "Description"
+
+HEADER_LINE: Final = b"NATS/1.0\r\n"
+
+# RFC 7230 token characters: what a header key may contain.
+_KEY_RE: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE_CHARS: Final = re.compile(r"[\r\n\x00]")
+
+
+def validate_header(key: object, value: object) -> None:
+    """Raise :class:`InvalidHeaderError` unless ``key: value`` is a safe header line.
+
+    Keys must be non-empty RFC 7230 tokens (no spaces, colons, CR, LF or NUL);
+    values must be strings without CR, LF or NUL.
+    """
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+        raise InvalidHeaderError(f"invalid header key {key!r}: must be a non-empty RFC 7230 token")
+    if not isinstance(value, str):
+        raise InvalidHeaderError(f"header {key!r} has a non-str value {value!r}")
+    if _BAD_VALUE_CHARS.search(value):
+        raise InvalidHeaderError(f"header {key!r} has a value containing CR, LF or NUL")
+
+
+def encode_headers(headers: dict[str, str]) -> bytes:
+    """Validate and encode headers as a NATS/1.0 header block (CRLF-terminated)."""
+    parts = [HEADER_LINE]
+    for key, value in headers.items():
+        validate_header(key, value)
+        parts.append(f"{key}: {value}\r\n".encode())
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str | None]:
+    """Parse a NATS/1.0 header block into ``(headers, status, description)``.
+
+    Multiple values of a key are joined with ``", "``. ``headers`` is None when
+    the block holds no key/value lines. Never raises on malformed input: lines
+    without a colon are ignored.
+    """
+    text = block.decode("utf-8", "replace")
+    lines = text.split("\r\n")
+    first = lines[0]
+    status: str | None = None
+    description: str | None = None
+    if first.startswith("NATS/1.0"):
+        rest = first[8:].strip()
+        if rest:
+            status, _, desc = rest.partition(" ")
+            description = desc.strip() or None
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if not line:
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key = key.strip()
+        if not key:
+            continue
+        value = value.strip()
+        if key in headers:
+            headers[key] = f"{headers[key]}, {value}"
+        else:
+            headers[key] = value
+    return (headers or None), status, description
+
+
+# --------------------------------------------------------------------------- TTL
+
+NEVER: Final = "never"
+
+_GO_UNITS: Final = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_GO_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_INT_RE: Final = re.compile(r"\d+")
+
+
+def parse_go_duration(text: str) -> float:
+    """Parse a Go duration string (``"1h30m"``, ``"1.5s"``, ``"300ms"``) into seconds.
+
+    Raises:
+        ValueError: the text is not a Go duration.
+    """
+    s = text.strip()
+    if not s:
+        raise ValueError("empty duration")
+    sign = 1.0
+    if s[0] in "+-":
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    pos = 0
+    total = 0.0
+    while pos < len(s):
+        m = _GO_PART.match(s, pos)
+        if m is None:
+            raise ValueError(f"invalid duration {text!r}")
+        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
+        pos = m.end()
+    if pos == 0:
+        raise ValueError(f"invalid duration {text!r}")
+    return sign * total
+
+
+TTLInput = int | float | timedelta | str
+
+
+def ttl_header_value(ttl: TTLInput) -> str:
+    """Validate a message TTL and return the ``Nats-TTL`` header value to send.
+
+    Accepts seconds (int or float), a :class:`~datetime.timedelta`, a Go duration
+    string (``"1h30m"``), a string of whole seconds (``"60"``) or ``"never"``.
+    The client always sends whole seconds or ``never``; a fractional part is
+    truncated, as the server itself does (ADR-43).
+
+    Raises:
+        InvalidTTLError: the TTL is under 1 s, zero, negative, not a number or
+            unparsable.
+    """
+    seconds: float
+    if isinstance(ttl, bool):
+        raise InvalidTTLError(f"invalid TTL {ttl!r}: expected seconds, timedelta or duration")
+    if isinstance(ttl, timedelta):
+        seconds = ttl.total_seconds()
+    elif isinstance(ttl, int | float):
+        seconds = float(ttl)
+    elif isinstance(ttl, str):
+        text = ttl.strip()
+        if text.lower() == NEVER:
+            return NEVER
+        try:
+            seconds = float(text) if _INT_RE.fullmatch(text) else parse_go_duration(text)
+        except ValueError:
+            raise InvalidTTLError(
+                f"invalid TTL {ttl!r}: expected seconds, a Go duration such as '1h30m', or 'never'"
+            ) from None
+    else:
+        raise InvalidTTLError(f"invalid TTL {ttl!r}: expected seconds, timedelta or duration")
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise InvalidTTLError(f"invalid TTL {ttl!r}: not a finite duration")
+    if seconds < 1.0:
+        raise InvalidTTLError(f"invalid TTL {ttl!r}: a message TTL must be at least 1 second")
+    return str(int(seconds))
+
+
+def parse_ttl_header(value: str) -> timedelta | None:
+    """Parse a received ``Nats-TTL`` value; ``None`` means ``never``.
+
+    Raises:
+        ValueError: the value is neither whole seconds, a Go duration nor ``never``.
+    """
+    text = value.strip()
+    if text.lower() == NEVER:
+        return None
+    if _INT_RE.fullmatch(text):
+        return timedelta(seconds=int(text))
+    return timedelta(seconds=parse_go_duration(text))

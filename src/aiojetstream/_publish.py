@@ -1,0 +1,351 @@
+"""Publishing: option validation, ``publish`` and ``publish_async`` with a bounded window."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections.abc import Mapping
+from datetime import timedelta
+
+from pydantic import ValidationError
+
+from . import _headers as H
+from ._api import check_reply
+from ._conn import Conn, NatsMsg, NatsSubscription
+from ._errors import (
+    ConnectionClosedError,
+    DisconnectedError,
+    InvalidHeaderError,
+    InvalidOptionError,
+    InvalidResponseError,
+    JetStreamError,
+    JetStreamTimeoutError,
+    MaxPayloadExceededError,
+    NoRespondersError,
+)
+from ._models import PubAck
+from ._validation import validate_publish_subject
+
+#: How often ``publish`` retries when no stream answers, and how long it waits
+#: in between (as the Go client: 2 retries, 250 ms apart).
+PUBLISH_RETRY_ATTEMPTS = 2
+PUBLISH_RETRY_WAIT = 0.25
+
+_HEADER_BLOCK_OVERHEAD = len(H.HEADER_LINE) + 2  # "NATS/1.0\r\n" ... "\r\n"
+
+
+def build_headers(
+    headers: Mapping[str, str] | None,
+    msg_id: str | None,
+    ttl: H.TTLInput | None,
+    expected_stream: str | None,
+    expected_last_sequence: int | None,
+    expected_last_subject_sequence: int | None,
+    expected_last_msg_id: str | None,
+) -> dict[str, str] | None:
+    """Validate the publish options and return the headers to send (None for none)."""
+    out: dict[str, str] = {}
+    if headers is not None:
+        if not isinstance(headers, Mapping):
+            raise InvalidHeaderError(f"headers must be a mapping of str to str, got {headers!r}")
+        for key, value in headers.items():
+            H.validate_header(key, value)
+            out[key] = value
+    if msg_id is not None:
+        H.validate_header(H.MSG_ID, msg_id)
+        if not msg_id:
+            raise InvalidOptionError("msg_id must not be empty")
+        out[H.MSG_ID] = msg_id
+    if ttl is not None:
+        out[H.TTL] = H.ttl_header_value(ttl)
+    if expected_stream is not None:
+        H.validate_header(H.EXPECTED_STREAM, expected_stream)
+        out[H.EXPECTED_STREAM] = expected_stream
+    if expected_last_sequence is not None:
+        out[H.EXPECTED_LAST_SEQ] = _sequence(expected_last_sequence, "expected_last_sequence")
+    if expected_last_subject_sequence is not None:
+        out[H.EXPECTED_LAST_SUBJ_SEQ] = _sequence(
+            expected_last_subject_sequence, "expected_last_subject_sequence"
+        )
+    if expected_last_msg_id is not None:
+        H.validate_header(H.EXPECTED_LAST_MSG_ID, expected_last_msg_id)
+        out[H.EXPECTED_LAST_MSG_ID] = expected_last_msg_id
+    return out or None
+
+
+def _sequence(value: object, name: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidOptionError(f"{name} must be a non-negative int, got {value!r}")
+    return str(value)
+
+
+def headers_size(headers: dict[str, str] | None) -> int:
+    """Bytes the header block takes on the wire."""
+    if not headers:
+        return 0
+    size = _HEADER_BLOCK_OVERHEAD
+    for key, value in headers.items():
+        size += len(key.encode()) + len(value.encode()) + 4
+    return size
+
+
+def check_size(conn: Conn, payload: bytes, headers: dict[str, str] | None) -> None:
+    """Raise :class:`MaxPayloadExceededError` if headers plus payload exceed max_payload."""
+    limit = conn.max_payload
+    if not limit:
+        return
+    total = len(payload) + headers_size(headers)
+    if total > limit:
+        raise MaxPayloadExceededError(
+            f"message of {total} bytes (headers included) exceeds the server's "
+            f"max_payload of {limit} bytes"
+        )
+
+
+def parse_pub_ack(data: bytes) -> PubAck:
+    """Parse a publish acknowledgement, raising the typed error it may carry."""
+    if b'"error"' in data:
+        check_reply(data)
+    try:
+        return PubAck.model_validate_json(data)
+    except ValidationError as exc:
+        raise InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}") from exc
+
+
+def ack_from_msg(msg: NatsMsg, subject: str) -> PubAck:
+    """Turn a reply message into a PubAck or raise its typed error."""
+    hdrs = msg.headers
+    if hdrs and not msg.data:
+        status = hdrs.get(H.STATUS)
+        if status == "503":
+            raise NoRespondersError(f"no stream captures subject {subject!r}")
+        if status is not None:
+            raise InvalidResponseError(f"unexpected status {status} in reply to a publish")
+    return parse_pub_ack(msg.data)
+
+
+def payload_bytes(payload: bytes | bytearray | memoryview | str) -> bytes:
+    """Return the payload as bytes (str is refused: encode it explicitly)."""
+    if isinstance(payload, bytes):
+        return payload
+    if isinstance(payload, bytearray | memoryview):
+        return bytes(payload)
+    raise InvalidOptionError(f"payload must be bytes, got {type(payload).__name__}")
+
+
+async def publish(
+    conn: Conn,
+    subject: str,
+    payload: bytes,
+    headers: dict[str, str] | None,
+    timeout: float,
+) -> PubAck:
+    """Publish and wait for the stream's acknowledgement (retrying on no responders)."""
+    attempt = 0
+    while True:
+        try:
+            msg = await conn.request(subject, payload, timeout, headers)
+        except NoRespondersError:
+            if attempt >= PUBLISH_RETRY_ATTEMPTS:
+                raise NoRespondersError(f"no stream captures subject {subject!r}") from None
+            attempt += 1
+            await asyncio.sleep(PUBLISH_RETRY_WAIT)
+            continue
+        return ack_from_msg(msg, subject)
+
+
+def duration_seconds(value: float | timedelta | None, name: str) -> float | None:
+    """Convert a user duration argument to float seconds (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidOptionError(f"{name} must be seconds or a timedelta, got {value!r}")
+    if seconds != seconds or seconds < 0:
+        raise InvalidOptionError(f"{name} must not be negative, got {value!r}")
+    return seconds
+
+
+class AsyncPublisher:
+    """Outstanding asynchronous publishes: one reply subscription, a bounded window.
+
+    Every future completes: with a :class:`PubAck`, with the typed error of its
+    reply, with :class:`JetStreamTimeoutError` after its ack timeout, with
+    :class:`DisconnectedError` when the connection drops, or with
+    :class:`ConnectionClosedError` when the context closes.
+    """
+
+    def __init__(self, conn: Conn, max_pending: int, ack_timeout: float) -> None:
+        if max_pending < 1:
+            raise InvalidOptionError(f"max_pending must be at least 1, got {max_pending}")
+        self._conn = conn
+        self.max_pending = max_pending
+        self.ack_timeout = ack_timeout
+        self._futures: dict[str, tuple[asyncio.Future[PubAck], float, str]] = {}
+        self._deadlines: list[tuple[float, str]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._sub: NatsSubscription | None = None
+        self._prefix = ""
+        self._next = 0
+        self._space = asyncio.Event()
+        self._space.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+        self._starting: asyncio.Lock = asyncio.Lock()
+
+    @property
+    def pending(self) -> int:
+        """Publishes still waiting for their acknowledgement."""
+        return len(self._futures)
+
+    async def _ensure_sub(self) -> None:
+        async with self._starting:
+            if self._sub is not None:
+                return
+            prefix = self._conn.new_inbox() + "."
+            self._sub = await self._conn.subscribe(prefix + "*", self._on_reply)
+            self._prefix = prefix
+            self._conn.add_listener(self)
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes,
+        headers: dict[str, str] | None,
+        timeout: float | None,
+    ) -> asyncio.Future[PubAck]:
+        """Send a message and return the future of its acknowledgement."""
+        if self._closed:
+            raise ConnectionClosedError("the JetStream context is closed")
+        if self._sub is None:
+            await self._ensure_sub()
+        ack_timeout = self.ack_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        while len(self._futures) >= self.max_pending:
+            try:
+                async with asyncio.timeout(ack_timeout):
+                    await self._space.wait()
+            except TimeoutError:
+                raise JetStreamTimeoutError(
+                    f"{len(self._futures)} asynchronous publishes still await their "
+                    f"acknowledgement (max_pending={self.max_pending})"
+                ) from None
+            if self._closed:
+                raise ConnectionClosedError("the JetStream context is closed")
+        self._next += 1
+        token = str(self._next)
+        fut: asyncio.Future[PubAck] = loop.create_future()
+        deadline = loop.time() + ack_timeout
+        self._futures[token] = (fut, deadline, subject)
+        if len(self._futures) >= self.max_pending:
+            self._space.clear()
+        self._idle.clear()
+        try:
+            await self._conn.publish(subject, payload, self._prefix + token, headers)
+        except BaseException:
+            self._forget(token)
+            raise
+        heapq.heappush(self._deadlines, (deadline, token))
+        if self._timer is None or deadline < self._timer_at:
+            self._arm(deadline)
+        return fut
+
+    def _forget(self, token: str) -> tuple[asyncio.Future[PubAck], float, str] | None:
+        entry = self._futures.pop(token, None)
+        futures = self._futures
+        if len(futures) < self.max_pending:
+            self._space.set()
+        if not futures:
+            self._idle.set()
+        return entry
+
+    async def _on_reply(self, msg: NatsMsg) -> None:
+        entry = self._forget(msg.subject[len(self._prefix) :])
+        if entry is None:
+            return  # late reply after a timeout or a disconnect
+        fut, _, subject = entry
+        if fut.done():
+            return
+        try:
+            ack = ack_from_msg(msg, subject)
+        except JetStreamError as exc:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(ack)
+
+    def _arm(self, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = asyncio.get_running_loop().call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        now = asyncio.get_running_loop().time()
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _, token = heapq.heappop(heap)
+            entry = self._forget(token)
+            if entry is not None and not entry[0].done():
+                entry[0].set_exception(
+                    JetStreamTimeoutError(f"no acknowledgement for the publish to {entry[2]!r}")
+                )
+        # Drop entries of futures that completed meanwhile once they dominate.
+        if len(heap) > 2 * len(self._futures) + 1024:
+            heap[:] = [(d, t) for t, (_, d, _) in self._futures.items()]
+            heapq.heapify(heap)
+        if heap:
+            self._arm(heap[0][0])
+
+    def _fail_all(self, make_error: type[JetStreamError], text: str) -> None:
+        entries = list(self._futures.values())
+        self._futures.clear()
+        self._deadlines.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._space.set()
+        self._idle.set()
+        for fut, _, subject in entries:
+            if not fut.done():
+                fut.set_exception(make_error(f"{text} (publish to {subject!r})"))
+
+    # ConnectionListener
+    def on_disconnected(self) -> None:
+        """Fail every outstanding future: their acks may never arrive."""
+        self._fail_all(DisconnectedError, "disconnected before the acknowledgement arrived")
+
+    def on_reconnected(self) -> None:
+        """Nothing to do: new publishes use the same reply subscription."""
+
+    def on_closed(self) -> None:
+        """Fail every outstanding future with ConnectionClosedError."""
+        self._fail_all(ConnectionClosedError, "connection closed before the acknowledgement")
+
+    async def complete(self, timeout: float) -> None:
+        """Wait until every outstanding publish has completed."""
+        if not self._futures:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
+        except TimeoutError:
+            raise JetStreamTimeoutError(
+                f"{len(self._futures)} asynchronous publishes still pending after {timeout} s"
+            ) from None
+
+    async def aclose(self) -> None:
+        """Fail outstanding futures and drop the reply subscription (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fail_all(ConnectionClosedError, "the JetStream context was closed")
+        if self._sub is not None:
+            self._conn.remove_listener(self)
+            sub, self._sub = self._sub, None
+            await self._conn.unsubscribe(sub)

@@ -1,0 +1,306 @@
+"""The ``Stream`` handle: info, purge, message get/delete and the stream's consumers."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from . import _api
+from . import _consumer as C
+from . import _headers as H
+from ._api import ApiClient
+from ._conn import NatsMsg
+from ._errors import (
+    InvalidOptionError,
+    InvalidResponseError,
+    JetStreamError,
+    JetStreamNotEnabledError,
+    MessageNotFoundError,
+    NoRespondersError,
+    api_error,
+)
+from ._models import ConsumerConfig, ConsumerInfo, RawStreamMessage, StreamInfo
+from ._validation import validate_filter_subject, validate_name, validate_publish_subject
+
+# Headers a direct get adds to describe the stored message; they are moved into
+# RawStreamMessage's fields rather than repeated in its headers.
+_DIRECT_META = frozenset(
+    {
+        H.STREAM,
+        H.SUBJECT,
+        H.SEQUENCE,
+        H.TIME_STAMP,
+        H.LAST_SEQUENCE,
+        H.NUM_PENDING,
+    }
+)
+
+
+def _seq(value: object, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidOptionError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidResponseError(f"invalid timestamp {text!r}") from exc
+
+
+def stored_message(reply: dict[str, Any]) -> RawStreamMessage:
+    """Build a RawStreamMessage from a ``STREAM.MSG.GET`` reply."""
+    raw = reply.get("message")
+    if not isinstance(raw, dict):
+        raise InvalidResponseError(f"unexpected message get reply: {reply!r}")
+    try:
+        data = base64.b64decode(raw.get("data") or "")
+        hdrs = raw.get("hdrs")
+        headers = H.decode_headers(base64.b64decode(hdrs))[0] if hdrs else None
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidResponseError("invalid base64 in a message get reply") from exc
+    return RawStreamMessage(
+        subject=raw["subject"],
+        seq=int(raw["seq"]),
+        headers=headers,
+        data=data,
+        time=_parse_time(raw["time"]),
+    )
+
+
+def direct_message(msg: NatsMsg, what: str) -> RawStreamMessage:
+    """Build a RawStreamMessage from a direct get reply (or raise its status)."""
+    hdrs = msg.headers or {}
+    status = hdrs.get(H.STATUS)
+    if status is not None:
+        description = hdrs.get(H.DESCRIPTION, "")
+        if status == "404":
+            raise MessageNotFoundError(404, 10037, f"no message found for {what}")
+        raise api_error(int(status) if status.isdigit() else 0, 0, description or status)
+    try:
+        subject = hdrs[H.SUBJECT]
+        seq = int(hdrs[H.SEQUENCE])
+        time = _parse_time(hdrs[H.TIME_STAMP])
+    except (KeyError, ValueError) as exc:
+        raise InvalidResponseError(f"direct get reply without metadata: {hdrs!r}") from exc
+    user = {k: v for k, v in hdrs.items() if k not in _DIRECT_META}
+    return RawStreamMessage(
+        subject=subject, seq=seq, headers=user or None, data=msg.data, time=time
+    )
+
+
+class Stream:
+    """A handle on a stream. Get one from :meth:`JetStreamContext.stream` or a create call."""
+
+    def __init__(self, api: ApiClient, info: StreamInfo) -> None:
+        self._api = api
+        self._info = info
+        self._name = info.config.name
+
+    @property
+    def name(self) -> str:
+        """The stream's name."""
+        return self._name
+
+    @property
+    def cached_info(self) -> StreamInfo:
+        """The info from the last server round trip (no request is made)."""
+        return self._info
+
+    def __repr__(self) -> str:
+        return f"<Stream {self._name}>"
+
+    async def info(
+        self,
+        *,
+        deleted_details: bool = False,
+        subjects_filter: str | None = None,
+        timeout: float | None = None,
+    ) -> StreamInfo:
+        """Fetch the stream's current info and cache it.
+
+        Args:
+            deleted_details: include the sequences of deleted messages.
+            subjects_filter: include per-subject message counts for subjects
+                matching this filter (all pages are fetched).
+            timeout: seconds to wait for each reply.
+        """
+        body: dict[str, Any] = {}
+        if deleted_details:
+            body["deleted_details"] = True
+        if subjects_filter is not None:
+            body["subjects_filter"] = validate_filter_subject(subjects_filter)
+        subjects: dict[str, int] = {}
+        offset = 0
+        while True:
+            if subjects_filter is not None:
+                body["offset"] = offset
+            reply = await self._api.call(
+                _api.STREAM_INFO, body or None, timeout=timeout, stream=self._name
+            )
+            page = reply.get("state", {}).get("subjects") or {}
+            subjects.update(page)
+            total = int(reply.get("total", 0))
+            offset += len(page)
+            if subjects_filter is None or not page or offset >= total:
+                break
+        if subjects_filter is not None and "state" in reply:
+            reply["state"]["subjects"] = subjects
+        self._info = _api.parse(StreamInfo, reply)
+        return self._info
+
+    async def purge(
+        self,
+        *,
+        subject: str | None = None,
+        sequence: int | None = None,
+        keep: int | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """Remove messages and return how many were purged.
+
+        Args:
+            subject: only purge messages on this subject (wildcards allowed).
+            sequence: purge every message below this sequence (not including it).
+            keep: keep this many of the newest messages.
+            timeout: seconds to wait for the reply.
+
+        Raises:
+            InvalidOptionError: ``sequence`` and ``keep`` were both given.
+        """
+        if sequence is not None and keep is not None:
+            raise InvalidOptionError("purge takes either sequence or keep, not both")
+        body: dict[str, Any] = {}
+        if subject is not None:
+            body["filter"] = validate_filter_subject(subject)
+        if sequence is not None:
+            body["seq"] = _seq(sequence, "sequence")
+        if keep is not None:
+            body["keep"] = _seq(keep, "keep", minimum=0)
+        reply = await self._api.call(
+            _api.STREAM_PURGE, body or None, timeout=timeout, stream=self._name
+        )
+        return int(reply.get("purged", 0))
+
+    def _direct(self) -> bool:
+        return bool(self._info.config.allow_direct)
+
+    async def get_msg(self, sequence: int, *, timeout: float | None = None) -> RawStreamMessage:
+        """Read the message stored at ``sequence`` (a direct get when the stream allows it).
+
+        Raises:
+            MessageNotFoundError: no message has that sequence.
+        """
+        seq = _seq(sequence, "sequence")
+        if self._direct():
+            msg = await self._direct_request(
+                self._api.subject(_api.DIRECT_GET, stream=self._name), {"seq": seq}, timeout
+            )
+            return direct_message(msg, f"sequence {seq}")
+        reply = await self._api.call(
+            _api.STREAM_MSG_GET, {"seq": seq}, timeout=timeout, stream=self._name
+        )
+        return stored_message(reply)
+
+    async def get_last_msg_for_subject(
+        self, subject: str, *, timeout: float | None = None
+    ) -> RawStreamMessage:
+        """Read the last message stored on ``subject`` (direct get when the stream allows it).
+
+        Raises:
+            MessageNotFoundError: the stream holds no message on that subject.
+        """
+        validate_filter_subject(subject)
+        if self._direct():
+            validate_publish_subject(subject)
+            msg = await self._direct_request(
+                self._api.subject(_api.DIRECT_GET_LAST, stream=self._name, subject=subject),
+                None,
+                timeout,
+            )
+            return direct_message(msg, f"subject {subject!r}")
+        reply = await self._api.call(
+            _api.STREAM_MSG_GET, {"last_by_subj": subject}, timeout=timeout, stream=self._name
+        )
+        return stored_message(reply)
+
+    async def _direct_request(
+        self, subject: str, body: dict[str, Any] | None, timeout: float | None
+    ) -> NatsMsg:
+        try:
+            return await self._api.conn.request(
+                subject,
+                _api.dumps(body),
+                self._api.timeout if timeout is None else timeout,
+            )
+        except NoRespondersError as exc:
+            raise JetStreamNotEnabledError(
+                503, 10076, f"no responders for a direct get on stream {self._name!r}"
+            ) from exc
+
+    async def delete_msg(
+        self, sequence: int, *, erase: bool = False, timeout: float | None = None
+    ) -> None:
+        """Delete the message at ``sequence``; ``erase=True`` overwrites its data on disk.
+
+        Raises:
+            MessageNotFoundError: no message has that sequence.
+        """
+        body: dict[str, Any] = {"seq": _seq(sequence, "sequence")}
+        if not erase:
+            body["no_erase"] = True
+        reply = await self._api.call(
+            _api.STREAM_MSG_DELETE, body, timeout=timeout, stream=self._name
+        )
+        if not reply.get("success"):
+            raise JetStreamError(f"deleting message {sequence} from {self._name!r} failed")
+
+    # ------------------------------------------------------------ consumers
+
+    async def create_consumer(
+        self, config: ConsumerConfig, *, timeout: float | None = None
+    ) -> C.Consumer:
+        """Create a consumer; fails if one of that name exists with a different config."""
+        return C.Consumer(
+            self._api, await C.upsert_consumer(self._api, self._name, config, C.ACTION_CREATE, timeout)
+        )
+
+    async def update_consumer(
+        self, config: ConsumerConfig, *, timeout: float | None = None
+    ) -> C.Consumer:
+        """Update an existing consumer; fails if it does not exist."""
+        return C.Consumer(
+            self._api, await C.upsert_consumer(self._api, self._name, config, C.ACTION_UPDATE, timeout)
+        )
+
+    async def create_or_update_consumer(
+        self, config: ConsumerConfig, *, timeout: float | None = None
+    ) -> C.Consumer:
+        """Create a consumer, or update it if it exists."""
+        return C.Consumer(
+            self._api,
+            await C.upsert_consumer(
+                self._api, self._name, config, C.ACTION_CREATE_OR_UPDATE, timeout
+            ),
+        )
+
+    async def consumer(self, name: str, *, timeout: float | None = None) -> C.Consumer:
+        """A handle on an existing consumer (raises ConsumerNotFoundError)."""
+        return C.Consumer(self._api, await C.consumer_info(self._api, self._name, name, timeout))
+
+    async def delete_consumer(self, name: str, *, timeout: float | None = None) -> None:
+        """Delete a consumer of this stream."""
+        await C.delete_consumer(self._api, self._name, name, timeout)
+
+    def list_consumers(self, *, timeout: float | None = None) -> AsyncIterator[ConsumerInfo]:
+        """Async-iterate the info of every consumer of this stream (all pages)."""
+        return C.list_consumers(self._api, self._name, timeout)
+
+    def consumer_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
+        """Async-iterate the names of every consumer of this stream (all pages)."""
+        return C.consumer_names(self._api, self._name, timeout)
+
