@@ -1,0 +1,481 @@
+"""Shared machinery of the pydantic models: durations, timestamps, wire helpers.
+
+Two sources of data feed the models and they differ in one way that matters:
+
+* **User input** (``StreamConfig(max_age=30)``): a bare number is a duration in
+  **seconds**, negative durations are refused and configs refuse unknown fields.
+* **Server data** (``from_wire(StreamInfo, raw)``): a bare number is a duration in
+  **nanoseconds** (what Go's ``time.Duration`` marshals to), negative values are
+  accepted (``active: -1`` means "never") and unknown fields are kept, so that a
+  config read from a newer server can be updated without losing settings.
+
+The validators tell the two apart through the pydantic validation context:
+server data is always validated with ``context=WIRE`` (``from_wire`` does it).
+
+Serialisation (``model_dump(mode="json")`` and :func:`to_wire`) always writes
+durations as integer nanoseconds and timestamps in Go's RFC 3339 form
+(``2026-11-21T06:24:41.123456789Z``). Python's ``timedelta`` and ``datetime``
+stop at microseconds; server values with a sub-microsecond part come back as
+:class:`NanoTimedelta` / :class:`NanoDatetime`, subclasses that remember the
+extra nanoseconds, so parse -> dump reproduces the server's JSON exactly.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, ClassVar, Final, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    PlainSerializer,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
+
+__all__ = [
+    "WIRE",
+    "ConfigModel",
+    "Duration",
+    "NanoDatetime",
+    "NanoTimedelta",
+    "ResponseModel",
+    "Timestamp",
+    "WireModel",
+    "coerce_duration",
+    "duration_to_ns",
+    "format_timestamp",
+    "from_wire",
+    "is_wire",
+    "ns_to_duration",
+    "parse_timestamp",
+    "to_wire",
+]
+
+WIRE: Final[dict[str, Any]] = {"wire": True}
+"""Validation context marking data that comes from the server.
+
+Use it for every server reply: ``Model.model_validate(data, context=WIRE)`` or
+``Model.model_validate_json(raw, context=WIRE)`` (or simply :func:`from_wire`).
+Do not mutate it.
+"""
+
+_NS_PER_US: Final = 1_000
+_NS_PER_S: Final = 1_000_000_000
+_US_PER_DAY: Final = 86_400 * 1_000_000
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def is_wire(context: Any) -> bool:
+    """Tell whether a validation context (``info.context``) marks server data."""
+    return isinstance(context, Mapping) and context.get("wire") is True
+
+
+# --------------------------------------------------------------------------- durations
+
+
+class NanoTimedelta(timedelta):
+    """A ``timedelta`` that also remembers a sub-microsecond remainder.
+
+    Produced only when a server duration is not a whole number of microseconds
+    (e.g. ``pause_remaining``); it behaves as a ``timedelta`` truncated to
+    microseconds (comparisons, arithmetic and hashing ignore the remainder, and
+    arithmetic returns plain ``timedelta``), while :func:`duration_to_ns` and
+    serialisation give back the exact nanosecond count.
+    """
+
+    __slots__ = ("_nanoseconds",)
+    _nanoseconds: int
+
+    def __new__(cls, *args: Any, nanoseconds: int = 0, **kwargs: Any) -> NanoTimedelta:
+        if not 0 <= nanoseconds < _NS_PER_US:
+            raise ValueError("nanoseconds must be in 0..999")
+        self = super().__new__(cls, *args, **kwargs)
+        self._nanoseconds = nanoseconds
+        return self
+
+    @property
+    def nanoseconds(self) -> int:
+        """The nanoseconds below the microsecond (0..999), like pandas' ``Timedelta``."""
+        # getattr: C-level constructors (e.g. pickling fallbacks) bypass __new__.
+        return getattr(self, "_nanoseconds", 0)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _make_nano_timedelta,
+            (self.days, self.seconds, self.microseconds, self.nanoseconds),
+        )
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, nanoseconds={self.nanoseconds})"
+
+
+def _make_nano_timedelta(days: int, seconds: int, microseconds: int, ns: int) -> NanoTimedelta:
+    return NanoTimedelta(days, seconds, microseconds, nanoseconds=ns)
+
+
+def ns_to_duration(ns: int) -> timedelta:
+    """Convert integer nanoseconds (Go ``time.Duration``) to a ``timedelta``, exactly.
+
+    Returns a plain ``timedelta`` when ``ns`` is a whole number of microseconds,
+    otherwise a :class:`NanoTimedelta` carrying the remainder.
+    """
+    us, rem = divmod(ns, _NS_PER_US)
+    if rem:
+        return NanoTimedelta(microseconds=us, nanoseconds=rem)
+    return timedelta(microseconds=us)
+
+
+def duration_to_ns(value: timedelta) -> int:
+    """Convert a ``timedelta`` to integer nanoseconds (exact, also for :class:`NanoTimedelta`)."""
+    us = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    return us * _NS_PER_US + (value.nanoseconds if isinstance(value, NanoTimedelta) else 0)
+
+
+def coerce_duration(value: timedelta | float) -> timedelta:
+    """Turn a user duration (``int``/``float`` seconds, or ``timedelta``) into a ``timedelta``.
+
+    Raises:
+        ValueError: for negative, infinite or NaN values.
+        TypeError: for anything else (including ``bool``).
+
+    """
+    if isinstance(value, timedelta):
+        td = value
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"a duration must be a timedelta or a number of seconds, not {type(value).__name__}"
+        )
+    else:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"a duration must be finite, got {value!r}")
+        try:
+            td = timedelta(seconds=value)
+        except OverflowError as exc:
+            raise ValueError(f"duration out of range: {value!r}") from exc
+    if td < timedelta(0):
+        raise ValueError(f"a duration can not be negative, got {value!r}")
+    return td
+
+
+def _validate_duration(value: Any, info: ValidationInfo) -> Any:
+    # pydantic turns ValueError (not TypeError) into a ValidationError.
+    if not is_wire(info.context):
+        try:
+            return coerce_duration(value)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return ns_to_duration(value)
+        except OverflowError:
+            raise ValueError(f"duration out of range: {value} ns") from None
+    raise ValueError(
+        f"a wire duration must be an integer number of nanoseconds, not {type(value).__name__}"
+    )
+
+
+def _serialize_duration(value: Any) -> int:
+    if isinstance(value, timedelta):
+        return duration_to_ns(value)
+    # Only reachable when validation was bypassed (``model_copy(update=...)`` or
+    # ``model_construct``): treat a bare number like user input, i.e. seconds.
+    return duration_to_ns(coerce_duration(value))
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(_validate_duration),
+    PlainSerializer(_serialize_duration, return_type=int, when_used="json"),
+    WithJsonSchema({"type": "integer", "description": "duration in nanoseconds"}),
+]
+"""A duration: ``timedelta`` in Python, integer nanoseconds on the wire.
+
+User input: ``timedelta`` or a non-negative number of **seconds**. Server data
+(``context=WIRE``): integer **nanoseconds** (negative allowed).
+"""
+
+
+# --------------------------------------------------------------------------- timestamps
+
+
+class NanoDatetime(datetime):
+    """A ``datetime`` that also remembers a sub-microsecond remainder.
+
+    Produced only when a server timestamp has more than six fractional digits
+    that are not all zero. It behaves exactly like the ``datetime`` truncated to
+    microseconds (comparisons, hashing, arithmetic, ``isoformat``), while
+    :func:`format_timestamp` and serialisation give back all nine digits.
+    """
+
+    __slots__ = ("_nanosecond",)
+    _nanosecond: int
+
+    def __new__(cls, *args: Any, nanosecond: int = 0, **kwargs: Any) -> NanoDatetime:
+        if not 0 <= nanosecond < _NS_PER_US:
+            raise ValueError("nanosecond must be in 0..999")
+        self = super().__new__(cls, *args, **kwargs)
+        self._nanosecond = nanosecond
+        return self
+
+    @property
+    def nanosecond(self) -> int:
+        """The nanoseconds below the microsecond (0..999), like pandas' ``Timestamp``."""
+        # getattr: C-level constructors (``replace``, ``astimezone``) bypass __new__.
+        return getattr(self, "_nanosecond", 0)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _make_nano_datetime,
+            (
+                self.year,
+                self.month,
+                self.day,
+                self.hour,
+                self.minute,
+                self.second,
+                self.microsecond,
+                self.tzinfo,
+                self.nanosecond,
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, nanosecond={self.nanosecond})"
+
+
+def _make_nano_datetime(*args: Any) -> NanoDatetime:
+    *fields, ns = args
+    return NanoDatetime(*fields, nanosecond=ns)
+
+
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+def parse_timestamp(value: str) -> datetime:
+    """Parse an RFC 3339 timestamp with up to nine fractional digits into an aware UTC ``datetime``.
+
+    Handles Go's zero time (``0001-01-01T00:00:00Z``). Returns a
+    :class:`NanoDatetime` when the value has a non-zero sub-microsecond part.
+
+    Raises:
+        ValueError: when ``value`` is not RFC 3339.
+
+    """
+    m = _RFC3339.fullmatch(value)
+    if m is None:
+        raise ValueError(f"not an RFC 3339 timestamp: {value!r}")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    frac = int((m.group(7) or "").ljust(9, "0"))
+    us, ns = divmod(frac, _NS_PER_US)
+    zone = m.group(8)
+    offset = timedelta(0)
+    if zone not in ("Z", "z"):
+        sign = -1 if zone[0] == "-" else 1
+        offset = sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+    try:
+        moment = datetime(year, month, day, hour, minute, second, us, tzinfo=UTC) - offset
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(f"invalid timestamp {value!r}: {exc}") from None
+    if ns:
+        return NanoDatetime(
+            moment.year,
+            moment.month,
+            moment.day,
+            moment.hour,
+            moment.minute,
+            moment.second,
+            moment.microsecond,
+            UTC,
+            nanosecond=ns,
+        )
+    return moment
+
+
+def format_timestamp(value: datetime) -> str:
+    """Format an aware ``datetime`` the way Go marshals ``time.Time`` (RFC 3339, UTC, ``Z``).
+
+    The fraction has up to nine digits with trailing zeros removed (none at all
+    when zero), so server timestamps are reproduced byte for byte.
+
+    Raises:
+        ValueError: for a naive ``datetime``.
+
+    """
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("a timestamp must be timezone-aware")
+    ns = value.nanosecond if isinstance(value, NanoDatetime) else 0
+    if value.utcoffset():
+        value = value.astimezone(UTC)
+    frac = value.microsecond * _NS_PER_US + ns
+    text = (
+        f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
+        f"T{value.hour:02d}:{value.minute:02d}:{value.second:02d}"
+    )
+    if frac:
+        text += "." + f"{frac:09d}".rstrip("0")
+    return text + "Z"
+
+
+def _validate_timestamp(value: Any, info: ValidationInfo) -> Any:
+    if isinstance(value, str):
+        return parse_timestamp(value)
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(
+                "a naive datetime is ambiguous: pass a timezone-aware one "
+                "(e.g. datetime.now(datetime.UTC))"
+            )
+        return value
+    raise ValueError(
+        f"a timestamp must be a timezone-aware datetime or an RFC 3339 string, "
+        f"not {type(value).__name__}"
+    )
+
+
+def _serialize_timestamp(value: datetime) -> str:
+    return format_timestamp(value)
+
+
+Timestamp = Annotated[
+    datetime,
+    BeforeValidator(_validate_timestamp),
+    PlainSerializer(_serialize_timestamp, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+"""A timezone-aware ``datetime``; RFC 3339 with up to nanosecond precision on the wire."""
+
+
+# --------------------------------------------------------------------------- base models
+
+
+class WireModel(BaseModel):
+    """Base of every model: serialises like the server's Go structs.
+
+    A field listed in ``_omit_if_unset`` (computed per class, see
+    :meth:`_omittable`) is left out of dumps when it was not explicitly given
+    and still holds its default, the way Go's ``omitempty`` leaves zero values
+    out. That keeps a server reply byte-identical through parse -> dump and
+    keeps fields an older server does not know off the wire.
+    """
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    _omit_if_unset: ClassVar[dict[str, Any]] = {}
+    """Field name -> default, for the fields left out of dumps when unset and default."""
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        omit = {}
+        for name, field in cls.model_fields.items():
+            if field.is_required():
+                continue
+            default = field.get_default(call_default_factory=True)
+            if cls._omittable(default):
+                omit[name] = default
+        cls._omit_if_unset = omit
+
+    @classmethod
+    def _omittable(cls, default: Any) -> bool:
+        """Tell whether an unset field with this default is left out of dumps."""
+        return False
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_defaults(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> Any:
+        data = handler(self)
+        omit = self._omit_if_unset
+        if omit and isinstance(data, dict):
+            fields_set = self.model_fields_set
+            for name, default in omit.items():
+                if name not in fields_set and name in data and getattr(self, name) == default:
+                    del data[name]
+        return data
+
+
+class ResponseModel(WireModel):
+    """Base of server replies: unknown fields are always kept (``extra="allow"``).
+
+    Fields the server did not send are not written back by dumps, so
+    ``to_wire(from_wire(Model, data)) == data``.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    @classmethod
+    def _omittable(cls, default: Any) -> bool:
+        return default is not None
+
+
+class ConfigModel(WireModel):
+    """Base of user-facing configs: frozen, strict about unknown fields for user input.
+
+    Unknown fields raise a ``ValidationError`` when a user builds a config, but
+    are kept (and written back by :func:`to_wire`) when the data comes from the
+    server (``context=WIRE``), so a config read from a newer server survives a
+    get-modify-update cycle. Boolean flags default to ``False`` and are only
+    sent when explicitly set (or ``True``), so a plain config never carries a
+    flag an older server would reject as unknown.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    @classmethod
+    def _omittable(cls, default: Any) -> bool:
+        return default is False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_unknown_fields(cls, data: Any, info: ValidationInfo) -> Any:
+        if is_wire(info.context) or not isinstance(data, Mapping):
+            return data
+        unknown = [key for key in data if key not in cls.model_fields]
+        if unknown:
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(str(key), cls.model_fields, n=1)
+                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ValueError(f"unknown field(s) for {cls.__name__}: {', '.join(hints)}")
+        return data
+
+
+# --------------------------------------------------------------------------- wire helpers
+
+
+def to_wire(model: BaseModel) -> dict[str, Any]:
+    """Return the JSON-ready dict to send to the server for ``model``.
+
+    Durations become integer nanoseconds, timestamps RFC 3339 strings, ``None``
+    fields are left out, unknown fields kept from the server are included.
+    """
+    return model.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+def from_wire(cls: type[M], data: Mapping[str, Any] | bytes | bytearray | str) -> M:
+    """Validate server data (a decoded dict or raw JSON) into ``cls`` with the ``WIRE`` context.
+
+    Raises:
+        pydantic.ValidationError: when the data does not fit the model.
+
+    """
+    if isinstance(data, bytes | bytearray | str):
+        return cls.model_validate_json(data, context=WIRE)
+    return cls.model_validate(data, context=WIRE)
