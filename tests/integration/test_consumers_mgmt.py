@@ -1,0 +1,133 @@
+"""Consumer management against a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from aiojetstream import (
+    AckPolicy,
+    ConsumerConfig,
+    ConsumerDoesNotExistError,
+    ConsumerExistsError,
+    ConsumerInfo,
+    ConsumerNotFoundError,
+    InvalidNameError,
+    InvalidOptionError,
+    JetStreamContext,
+    StorageType,
+    StreamConfig,
+    StreamNotFoundError,
+)
+
+
+@pytest.fixture
+async def stream(js: JetStreamContext) -> str:
+    await js.create_stream(
+        StreamConfig(name="C", subjects=["c.>"], storage=StorageType.MEMORY)
+    )
+    return "C"
+
+
+async def test_create_update_get_delete(js: JetStreamContext, stream: str) -> None:
+    cfg = ConsumerConfig(durable_name="dur", ack_wait=timedelta(seconds=10))
+    consumer = await js.create_consumer(stream, cfg)
+    assert consumer.name == "dur"
+    assert consumer.stream_name == stream
+    assert consumer.cached_info.config.ack_policy == AckPolicy.EXPLICIT
+    assert consumer.cached_info.config.ack_wait == timedelta(seconds=10)
+
+    # Same config again: fine. Different config: refused.
+    await js.create_consumer(stream, cfg)
+    with pytest.raises(ConsumerExistsError) as exists:
+        await js.create_consumer(stream, cfg.model_copy(update={"description": "changed"}))
+    assert exists.value.err_code == 10148
+
+    updated = await js.update_consumer(stream, cfg.model_copy(update={"description": "changed"}))
+    assert updated.cached_info.config.description == "changed"
+    got = await js.consumer(stream, "dur")
+    info = await got.info()
+    assert isinstance(info, ConsumerInfo)
+    assert info.config.description == "changed"
+
+    await js.delete_consumer(stream, "dur")
+    with pytest.raises(ConsumerNotFoundError) as nf:
+        await js.consumer(stream, "dur")
+    assert nf.value.err_code == 10014
+    with pytest.raises(ConsumerNotFoundError):
+        await js.delete_consumer(stream, "dur")
+
+
+async def test_update_missing_consumer(js: JetStreamContext, stream: str) -> None:
+    with pytest.raises(ConsumerDoesNotExistError) as info:
+        await js.update_consumer(stream, ConsumerConfig(name="ghost"))
+    assert info.value.err_code == 10149
+    with pytest.raises(InvalidOptionError):
+        await js.update_consumer(stream, ConsumerConfig())
+
+
+async def test_create_or_update_consumer(js: JetStreamContext, stream: str) -> None:
+    c1 = await js.create_or_update_consumer(stream, ConsumerConfig(name="cu"))
+    assert c1.cached_info.config.max_deliver == -1
+    c2 = await js.create_or_update_consumer(stream, ConsumerConfig(name="cu", max_deliver=5))
+    assert c2.cached_info.config.max_deliver == 5
+
+
+async def test_ephemeral_and_filtered(js: JetStreamContext, stream: str) -> None:
+    eph = await js.create_consumer(stream, ConsumerConfig(inactive_threshold=30))
+    assert eph.name
+    assert eph.cached_info.config.durable_name is None
+    filtered = await js.create_consumer(
+        stream, ConsumerConfig(name="filtered", filter_subject="c.orders.*")
+    )
+    assert filtered.cached_info.config.filter_subject == "c.orders.*"
+    multi = await js.create_consumer(
+        stream, ConsumerConfig(name="multi", filter_subjects=["c.a", "c.b"])
+    )
+    assert multi.cached_info.config.filter_subjects == ["c.a", "c.b"]
+
+
+async def test_stream_handle_consumer_calls(js: JetStreamContext, stream: str) -> None:
+    s = await js.stream(stream)
+    await s.create_consumer(ConsumerConfig(name="h1"))
+    await s.create_or_update_consumer(ConsumerConfig(name="h2"))
+    await s.update_consumer(ConsumerConfig(name="h2", description="x"))
+    assert (await s.consumer("h2")).cached_info.config.description == "x"
+    assert sorted([n async for n in s.consumer_names()]) == ["h1", "h2"]
+    assert sorted([i.name async for i in s.list_consumers()]) == ["h1", "h2"]
+    await s.delete_consumer("h1")
+    assert [n async for n in js.consumer_names(stream)] == ["h2"]
+
+
+async def test_consumer_paging(js: JetStreamContext, stream: str) -> None:
+    count = 270
+    for start in range(0, count, 45):
+        await asyncio.gather(
+            *(
+                js.create_consumer(stream, ConsumerConfig(name=f"k{i:03d}"))
+                for i in range(start, min(start + 45, count))
+            )
+        )
+    names = [n async for n in js.consumer_names(stream)]
+    assert sorted(names) == [f"k{i:03d}" for i in range(count)]
+    infos = [i async for i in js.list_consumers(stream)]
+    assert len(infos) == count
+
+
+async def test_bad_consumer_input(js: JetStreamContext, stream: str) -> None:
+    before = js.nc.stats["out_msgs"]
+    for bad in ["a.b", "a*", "a>", "a b", "a/b"]:
+        with pytest.raises(InvalidNameError):
+            await js.create_consumer(stream, ConsumerConfig.model_construct(name=bad))
+        with pytest.raises(InvalidNameError):
+            await js.consumer(stream, bad)
+    with pytest.raises(InvalidOptionError):
+        await js.create_consumer(stream, ConsumerConfig(name="a", durable_name="b"))
+    assert js.nc.stats["out_msgs"] == before
+
+
+async def test_consumer_on_missing_stream(js: JetStreamContext) -> None:
+    with pytest.raises(StreamNotFoundError):
+        await js.create_consumer("MISSING", ConsumerConfig(name="x"))

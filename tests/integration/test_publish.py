@@ -1,0 +1,249 @@
+"""Publishing against a real nats-server: options, expectations, TTL, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from aiojetstream import (
+    ConnectionClosedError,
+    InvalidHeaderError,
+    InvalidOptionError,
+    InvalidSubjectError,
+    InvalidTTLError,
+    JetStreamContext,
+    JetStreamTimeoutError,
+    MaxPayloadExceededError,
+    MessageTTLDisabledError,
+    NoRespondersError,
+    PubAck,
+    StorageType,
+    StreamConfig,
+    StreamNotMatchError,
+    WrongLastMsgIdError,
+    WrongLastSequenceError,
+)
+
+
+@pytest.fixture
+async def stream(js: JetStreamContext) -> str:
+    await js.create_stream(
+        StreamConfig(
+            name="PUB",
+            subjects=["pub.>"],
+            storage=StorageType.MEMORY,
+            duplicate_window=timedelta(minutes=1),
+        )
+    )
+    return "PUB"
+
+
+async def test_publish_returns_pub_ack(js: JetStreamContext, stream: str) -> None:
+    ack = await js.publish("pub.a", b"hello", headers={"X-A": "1"})
+    assert isinstance(ack, PubAck)
+    assert (ack.stream, ack.seq, ack.duplicate) == (stream, 1, False)
+    msg = await (await js.stream(stream)).get_msg(1)
+    assert msg.headers == {"X-A": "1"}
+    ack2 = await js.publish("pub.a", bytearray(b"more"))
+    assert ack2.seq == 2
+
+
+async def test_dedupe_by_msg_id(js: JetStreamContext, stream: str) -> None:
+    first = await js.publish("pub.a", b"1", msg_id="id-1")
+    second = await js.publish("pub.a", b"1", msg_id="id-1")
+    assert not first.duplicate
+    assert second.duplicate
+    assert second.seq == first.seq
+    info = await (await js.stream(stream)).info()
+    assert info.state.messages == 1
+
+
+async def test_expected_options_hold(js: JetStreamContext, stream: str) -> None:
+    await js.publish("pub.a", b"1", msg_id="m1", expected_stream=stream)
+    await js.publish("pub.a", b"2", expected_last_sequence=1)
+    await js.publish("pub.a", b"3", expected_last_subject_sequence=2)
+    await js.publish("pub.b", b"4", expected_last_subject_sequence=0)
+    ack = await js.publish("pub.a", b"5", msg_id="m5", expected_last_msg_id="m1")
+    assert ack.seq == 5
+
+
+async def test_expected_stream_mismatch(js: JetStreamContext, stream: str) -> None:
+    with pytest.raises(StreamNotMatchError) as info:
+        await js.publish("pub.a", b"x", expected_stream="OTHER")
+    assert info.value.err_code == 10060
+
+
+async def test_expected_last_sequence_mismatch(js: JetStreamContext, stream: str) -> None:
+    await js.publish("pub.a", b"x")
+    with pytest.raises(WrongLastSequenceError) as info:
+        await js.publish("pub.a", b"x", expected_last_sequence=7)
+    assert info.value.err_code == 10071
+
+
+async def test_expected_last_subject_sequence_mismatch(js: JetStreamContext, stream: str) -> None:
+    await js.publish("pub.a", b"x")
+    await js.publish("pub.b", b"x")
+    with pytest.raises(WrongLastSequenceError) as info:
+        await js.publish("pub.a", b"x", expected_last_subject_sequence=2)
+    assert info.value.err_code == 10071
+
+
+async def test_expected_last_msg_id_mismatch(js: JetStreamContext, stream: str) -> None:
+    await js.publish("pub.a", b"x", msg_id="a")
+    with pytest.raises(WrongLastMsgIdError) as info:
+        await js.publish("pub.a", b"x", expected_last_msg_id="b")
+    assert info.value.err_code == 10070
+
+
+async def test_ttl_publish(js: JetStreamContext) -> None:
+    stream = await js.create_stream(
+        StreamConfig(name="TTL", subjects=["ttl.>"], allow_msg_ttl=True)
+    )
+    for ttl, wire in [(60, "60"), (timedelta(hours=1), "3600"), ("1h30m", "5400"), ("never", "never")]:
+        ack = await js.publish("ttl.a", b"x", ttl=ttl)
+        msg = await stream.get_msg(ack.seq)
+        assert msg.headers == {"Nats-TTL": wire}
+
+
+async def test_ttl_on_stream_without_ttl(js: JetStreamContext, stream: str) -> None:
+    with pytest.raises(MessageTTLDisabledError) as info:
+        await js.publish("pub.a", b"x", ttl=5)
+    assert info.value.err_code == 10166
+
+
+async def test_no_stream_for_subject(js: JetStreamContext) -> None:
+    with pytest.raises(NoRespondersError):
+        await js.publish("nobody.listens", b"x")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"subject": ""}, InvalidSubjectError),
+        ({"subject": "pub a"}, InvalidSubjectError),
+        ({"subject": "pub.a\r\nPUB pub.b 1"}, InvalidSubjectError),
+        ({"subject": "pub.a\n"}, InvalidSubjectError),
+        ({"subject": "pub.*"}, InvalidSubjectError),
+        ({"subject": "pub.>"}, InvalidSubjectError),
+        ({"headers": {"X\r\nInjected": "1"}}, InvalidHeaderError),
+        ({"headers": {"X": "v\r\nPUB pub.b 1"}}, InvalidHeaderError),
+        ({"headers": {"X": "v\x00"}}, InvalidHeaderError),
+        ({"headers": {"X": 1}}, InvalidHeaderError),
+        ({"msg_id": "a\r\nb"}, InvalidHeaderError),
+        ({"ttl": 0}, InvalidTTLError),
+        ({"ttl": 0.5}, InvalidTTLError),
+        ({"ttl": -1}, InvalidTTLError),
+        ({"ttl": "junk"}, InvalidTTLError),
+        ({"ttl": timedelta(milliseconds=10)}, InvalidTTLError),
+        ({"expected_last_sequence": -1}, InvalidOptionError),
+        ({"payload": "text"}, InvalidOptionError),
+    ],
+)
+async def test_bad_input_is_rejected_before_sending(
+    js: JetStreamContext, stream: str, kwargs: dict[str, object], error: type[Exception]
+) -> None:
+    args: dict[str, object] = {"subject": "pub.a", "payload": b"x", **kwargs}
+    before = js.nc.stats["out_msgs"]
+    for publish in (js.publish, js.publish_async):
+        with pytest.raises(error) as info:
+            await publish(**args)  # type: ignore[arg-type]
+        assert isinstance(info.value, ValueError)
+    assert js.nc.stats["out_msgs"] == before
+    # The connection stays usable.
+    assert (await js.publish("pub.a", b"ok")).stream == stream
+
+
+async def test_max_payload_counts_headers(js: JetStreamContext, stream: str) -> None:
+    limit = js.nc.max_payload
+    before = js.nc.stats["out_msgs"]
+    with pytest.raises(MaxPayloadExceededError):
+        await js.publish("pub.a", b"x" * (limit + 1))
+    # Payload alone fits, headers push it over the limit.
+    with pytest.raises(MaxPayloadExceededError):
+        await js.publish("pub.a", b"x" * (limit - 10), headers={"X-Big": "y" * 64})
+    with pytest.raises(MaxPayloadExceededError):
+        await js.publish_async("pub.a", b"x" * (limit - 10), msg_id="z" * 64)
+    assert js.nc.stats["out_msgs"] == before
+    assert js.nc.is_connected
+    ack = await js.publish("pub.a", b"x" * (limit - 200), headers={"X-Small": "y"})
+    assert ack.seq == 1
+
+
+async def test_publish_async_window_and_complete(js: JetStreamContext) -> None:
+    await js.create_stream(StreamConfig(name="ASYNC", subjects=["async.>"]))
+    futures = [await js.publish_async("async.a", str(i).encode()) for i in range(2000)]
+    assert js.publish_async_pending <= 4000
+    await js.publish_async_complete(timeout=30)
+    assert js.publish_async_pending == 0
+    acks = [f.result() for f in futures]
+    assert [a.seq for a in acks] == list(range(1, 2001))
+
+
+async def test_publish_async_bounded_window(nats_server: object) -> None:
+    import aiojetstream
+    from aiojetstream.testing import NatsServer
+
+    assert isinstance(nats_server, NatsServer)
+    async with await aiojetstream.connect(
+        nats_server.url, publish_async_max_pending=8
+    ) as js:
+        await js.create_stream(StreamConfig(name="WIN", subjects=["win"], storage=StorageType.MEMORY))
+        peak = 0
+        futures = []
+        for i in range(500):
+            futures.append(await js.publish_async("win", str(i).encode()))
+            peak = max(peak, js.publish_async_pending)
+        assert peak <= 8
+        await js.publish_async_complete(timeout=30)
+        assert all(f.result().stream == "WIN" for f in futures)
+        await js.delete_stream("WIN")
+
+
+async def test_publish_async_errors_are_typed(js: JetStreamContext, stream: str) -> None:
+    await js.publish("pub.a", b"x")
+    bad = await js.publish_async("pub.a", b"x", expected_last_sequence=42)
+    nobody = await js.publish_async("nobody.here", b"x")
+    await js.publish_async_complete(timeout=10)
+    with pytest.raises(WrongLastSequenceError):
+        bad.result()
+    with pytest.raises(NoRespondersError):
+        nobody.result()
+
+
+async def test_publish_async_ack_timeout(js: JetStreamContext) -> None:
+    # A core subscriber that never replies: the ack can never arrive.
+    sub = await js.nc.subscribe("silent.subject")
+    fut = await js.publish_async("silent.subject", b"x", timeout=0.5)
+    with pytest.raises(JetStreamTimeoutError):
+        await asyncio.wait_for(fut, 10)
+    assert js.publish_async_pending == 0
+    await sub.unsubscribe()
+
+
+async def test_publish_async_complete_timeout(js: JetStreamContext) -> None:
+    sub = await js.nc.subscribe("silent.two")
+    await js.publish_async("silent.two", b"x", timeout=30)
+    with pytest.raises(JetStreamTimeoutError):
+        await js.publish_async_complete(timeout=0.2)
+    await sub.unsubscribe()
+
+
+async def test_close_fails_pending_and_refuses_new(nats_server: object) -> None:
+    import aiojetstream
+    from aiojetstream.testing import NatsServer
+
+    assert isinstance(nats_server, NatsServer)
+    js = await aiojetstream.connect(nats_server.url)
+    sub = await js.nc.subscribe("silent.three")
+    fut = await js.publish_async("silent.three", b"x", timeout=60)
+    await js.close()
+    with pytest.raises(ConnectionClosedError):
+        await fut
+    with pytest.raises(ConnectionClosedError):
+        await js.publish("pub.a", b"x")
+    with pytest.raises(ConnectionClosedError):
+        await js.publish_async("pub.a", b"x")
+    await js.close()  # idempotent
+    del sub

@@ -1,0 +1,185 @@
+"""Stream management against a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from aiojetstream import (
+    AccountInfo,
+    InvalidNameError,
+    InvalidOptionError,
+    JetStreamContext,
+    MessageNotFoundError,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+    StreamNameInUseError,
+    StreamNotFoundError,
+)
+
+
+async def test_account_info(js: JetStreamContext) -> None:
+    info = await js.account_info()
+    assert isinstance(info, AccountInfo)
+    assert info.api.level >= 1
+
+
+async def test_create_get_update_delete(js: JetStreamContext) -> None:
+    cfg = StreamConfig(name="S1", subjects=["s1.>"], storage=StorageType.MEMORY)
+    stream = await js.create_stream(cfg)
+    assert stream.name == "S1"
+    assert stream.cached_info.config.subjects == ["s1.>"]
+    # Creating again with the same config is idempotent.
+    again = await js.create_stream(cfg)
+    assert again.name == "S1"
+    # A different config under the same name is refused.
+    with pytest.raises(StreamNameInUseError) as info:
+        await js.create_stream(cfg.model_copy(update={"subjects": ["other.>"]}))
+    assert info.value.err_code == 10058
+
+    updated = await js.update_stream(
+        cfg.model_copy(update={"max_age": timedelta(hours=1), "description": "d"})
+    )
+    assert updated.cached_info.config.max_age == timedelta(hours=1)
+    fetched = await js.stream("S1")
+    assert fetched.cached_info.config.description == "d"
+    info2 = await fetched.info()
+    assert isinstance(info2, StreamInfo)
+    assert info2.state.messages == 0
+
+    await js.delete_stream("S1")
+    with pytest.raises(StreamNotFoundError) as nf:
+        await js.stream("S1")
+    assert nf.value.err_code == 10059
+    with pytest.raises(StreamNotFoundError):
+        await js.delete_stream("S1")
+
+
+async def test_update_missing_stream(js: JetStreamContext) -> None:
+    with pytest.raises(StreamNotFoundError):
+        await js.update_stream(StreamConfig(name="NOPE", subjects=["nope"]))
+
+
+async def test_create_or_update(js: JetStreamContext) -> None:
+    cfg = StreamConfig(name="CU", subjects=["cu.>"], storage=StorageType.MEMORY)
+    created = await js.create_or_update_stream(cfg)
+    assert created.cached_info.config.max_msgs == -1
+    updated = await js.create_or_update_stream(cfg.model_copy(update={"max_msgs": 10}))
+    assert updated.cached_info.config.max_msgs == 10
+
+
+@pytest.mark.parametrize("name", ["a.b", "a*", "a>", "a b", "a/b", "a\\b", "", "a\tb"])
+async def test_invalid_stream_names_are_rejected_before_sending(
+    js: JetStreamContext, name: str
+) -> None:
+    before = js.nc.stats["out_msgs"]
+    with pytest.raises(InvalidNameError):
+        await js.create_stream(StreamConfig.model_construct(name=name, subjects=["x"]))
+    with pytest.raises(InvalidNameError):
+        await js.stream(name)
+    with pytest.raises(InvalidNameError):
+        await js.delete_stream(name)
+    assert js.nc.stats["out_msgs"] == before
+    await js.account_info()  # the connection is still usable
+
+
+async def test_paging_over_more_than_256_streams(js: JetStreamContext) -> None:
+    count = 300
+
+    async def make(i: int) -> None:
+        await js.create_stream(
+            StreamConfig(name=f"P{i:03d}", subjects=[f"p.{i}"], storage=StorageType.MEMORY)
+        )
+
+    for start in range(0, count, 50):
+        await asyncio.gather(*(make(i) for i in range(start, min(start + 50, count))))
+    names = [n async for n in js.stream_names()]
+    assert sorted(names) == [f"P{i:03d}" for i in range(count)]
+    infos = [i async for i in js.list_streams()]
+    assert len(infos) == count
+    assert {i.config.name for i in infos} == set(names)
+    filtered = [n async for n in js.stream_names(subject="p.7")]
+    assert filtered == ["P007"]
+    assert [i.config.name async for i in js.list_streams(subject="p.299")] == ["P299"]
+
+
+async def test_stream_name_by_subject(js: JetStreamContext) -> None:
+    await js.create_stream(StreamConfig(name="BYSUB", subjects=["bysub.*"]))
+    assert await js.stream_name_by_subject("bysub.x") == "BYSUB"
+    with pytest.raises(StreamNotFoundError):
+        await js.stream_name_by_subject("nothing.here")
+
+
+async def test_purge_forms_return_counts(js: JetStreamContext) -> None:
+    stream = await js.create_stream(
+        StreamConfig(name="PURGE", subjects=["purge.*"], storage=StorageType.MEMORY)
+    )
+    for i in range(10):
+        await js.publish(f"purge.{'a' if i % 2 else 'b'}", b"x")
+    assert await stream.purge(subject="purge.a") == 5
+    assert (await stream.info()).state.messages == 5
+    # Sequences left: 1,3,5,7,9 ('b'). Purge everything below 5.
+    assert await stream.purge(sequence=5) == 2
+    assert await stream.purge(keep=1) == 2
+    info = await stream.info()
+    assert info.state.messages == 1
+    assert info.state.last_seq == 9
+    assert await stream.purge() == 1
+    with pytest.raises(InvalidOptionError):
+        await stream.purge(sequence=3, keep=1)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+async def test_get_msg_direct_and_not(js: JetStreamContext, direct: bool) -> None:
+    name = "DIRECT" if direct else "NODIRECT"
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], allow_direct=direct)
+    )
+    assert bool(stream.cached_info.config.allow_direct) is direct
+    await js.publish(f"{name}.a", b"one", headers={"X-Kind": "first"})
+    await js.publish(f"{name}.b", b"two")
+    await js.publish(f"{name}.a", b"three", headers={"X-Kind": "last"})
+
+    msg = await stream.get_msg(2)
+    assert (msg.subject, msg.seq, msg.data, msg.headers) == (f"{name}.b", 2, b"two", None)
+    assert msg.time.tzinfo is not None
+
+    last = await stream.get_last_msg_for_subject(f"{name}.a")
+    assert (last.seq, last.data, last.headers) == (3, b"three", {"X-Kind": "last"})
+
+    first = await stream.get_msg(1)
+    assert first.headers == {"X-Kind": "first"}
+
+    with pytest.raises(MessageNotFoundError):
+        await stream.get_msg(99)
+    with pytest.raises(MessageNotFoundError):
+        await stream.get_last_msg_for_subject(f"{name}.zzz")
+
+
+@pytest.mark.parametrize("erase", [False, True])
+async def test_delete_msg(js: JetStreamContext, erase: bool) -> None:
+    stream = await js.create_stream(StreamConfig(name="DEL", subjects=["del.>"]))
+    for i in range(3):
+        await js.publish("del.x", str(i).encode())
+    await stream.delete_msg(2, erase=erase)
+    with pytest.raises(MessageNotFoundError):
+        await stream.get_msg(2)
+    assert (await stream.get_msg(3)).data == b"2"
+    info = await stream.info(deleted_details=True)
+    assert info.state.messages == 2
+    assert info.state.deleted == [2]
+    with pytest.raises(MessageNotFoundError):
+        await stream.delete_msg(2)
+
+
+async def test_info_subjects_filter(js: JetStreamContext) -> None:
+    stream = await js.create_stream(
+        StreamConfig(name="SUBJ", subjects=["subj.>"], storage=StorageType.MEMORY)
+    )
+    for i in range(5):
+        await js.publish(f"subj.{i % 3}", b"x")
+    info = await stream.info(subjects_filter="subj.>")
+    assert info.state.subjects == {"subj.0": 2, "subj.1": 2, "subj.2": 1}
