@@ -35,7 +35,6 @@ async def test_publish_async_across_restart() -> None:
             async def producer() -> None:
                 for i in range(total):
                     if i == total // 3:
-                        restart_task.set_name("restart")
                         go.set()
                     try:
                         futures.append(
