@@ -13,7 +13,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── StreamNotMatchError            10060 (expected_stream mismatch)
     │   ├── WrongLastSequenceError         10071 (expected_last_[subject_]sequence)
     │   ├── WrongLastMsgIdError            10070 (expected_last_msg_id)
-    │   ├── MessageNotFoundError           10037
+    │   ├── MessageNotFoundError           10037, 10043
     │   ├── MessageSizeExceedsMaximumError 10054
     │   ├── MessageTTLInvalidError         10165
     │   ├── MessageTTLDisabledError        10166
@@ -302,6 +302,7 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10071: WrongLastSequenceError,
     10070: WrongLastMsgIdError,
     10037: MessageNotFoundError,
+    10043: MessageNotFoundError,
     10054: MessageSizeExceedsMaximumError,
     10165: MessageTTLInvalidError,
     10166: MessageTTLDisabledError,

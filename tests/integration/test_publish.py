@@ -61,12 +61,13 @@ async def test_dedupe_by_msg_id(js: JetStreamContext, stream: str) -> None:
 
 
 async def test_expected_options_hold(js: JetStreamContext, stream: str) -> None:
-    await js.publish("pub.a", b"1", msg_id="m1", expected_stream=stream)
+    await js.publish("pub.a", b"1", expected_stream=stream)
     await js.publish("pub.a", b"2", expected_last_sequence=1)
     await js.publish("pub.a", b"3", expected_last_subject_sequence=2)
     await js.publish("pub.b", b"4", expected_last_subject_sequence=0)
-    ack = await js.publish("pub.a", b"5", msg_id="m5", expected_last_msg_id="m1")
-    assert ack.seq == 5
+    await js.publish("pub.a", b"5", msg_id="m5")
+    ack = await js.publish("pub.a", b"6", msg_id="m6", expected_last_msg_id="m5")
+    assert ack.seq == 6
 
 
 async def test_expected_stream_mismatch(js: JetStreamContext, stream: str) -> None:

@@ -126,7 +126,7 @@ async def test_purge_forms_return_counts(js: JetStreamContext) -> None:
     assert await stream.purge(keep=1) == 2
     info = await stream.info()
     assert info.state.messages == 1
-    assert info.state.last_seq == 9
+    assert info.state.first_seq == 9
     assert await stream.purge() == 1
     with pytest.raises(InvalidOptionError):
         await stream.purge(sequence=3, keep=1)
