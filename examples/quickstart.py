@@ -1,0 +1,69 @@
+"""aiojetstream quick start: create a stream, publish (one message with a TTL), read back.
+
+Run it with ``make demo`` (starts an embedded nats-server when NATS_URL is unset)
+or against your own server: ``NATS_URL=nats://127.0.0.1:4222 python examples/quickstart.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+
+import aiojetstream
+from aiojetstream import StorageType, StreamConfig
+
+STREAM = "QUICKSTART"
+
+
+async def main() -> None:
+    url = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
+    async with await aiojetstream.connect(url) as js:
+        account = await js.account_info()
+        print(f"Connected to {url} (JetStream API level {account.api.level})")
+
+        stream = await js.create_or_update_stream(
+            StreamConfig(
+                name=STREAM,
+                subjects=["orders.>"],
+                storage=StorageType.MEMORY,
+                allow_msg_ttl=True,  # per-message TTLs (ADR-43, nats-server >= 2.11)
+                duplicate_window=timedelta(minutes=1),
+            )
+        )
+        print(f"Created stream {stream.name} capturing {stream.cached_info.config.subjects}")
+
+        ack = await js.publish("orders.new", b'{"id": 1, "item": "tea"}', msg_id="order-1")
+        print(f"Published orders.new        -> stream {ack.stream}, sequence {ack.seq}")
+        again = await js.publish("orders.new", b'{"id": 1, "item": "tea"}', msg_id="order-1")
+        print(f"Published it again (same id) -> duplicate={again.duplicate}, sequence {again.seq}")
+
+        ack = await js.publish("orders.hold", b'{"id": 2, "item": "cake"}', ttl="1h")
+        print(f"Published orders.hold       -> sequence {ack.seq}, expires in 1 hour (Nats-TTL)")
+
+        futures = [
+            await js.publish_async(f"orders.batch.{i}", f'{{"id": {i}}}'.encode())
+            for i in range(3, 8)
+        ]
+        await js.publish_async_complete()
+        seqs = [f.result().seq for f in futures]
+        print(f"Published 5 more asynchronously -> sequences {seqs}")
+
+        info = await stream.info()
+        print(f"Stream holds {info.state.messages} messages, {info.state.bytes} bytes")
+
+        for seq in range(1, info.state.last_seq + 1):
+            msg = await stream.get_msg(seq)
+            ttl = (msg.headers or {}).get("Nats-TTL")
+            note = f"  (TTL {ttl} s)" if ttl else ""
+            print(f"  #{msg.seq} {msg.subject:<16} {msg.data.decode()}{note}")
+
+        last = await stream.get_last_msg_for_subject("orders.new")
+        print(f"Last message on orders.new is #{last.seq}")
+
+        await js.delete_stream(STREAM)
+        print(f"Deleted stream {STREAM}. Done.")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
