@@ -249,7 +249,9 @@ class Conn:
         """Unsubscribe; a closed connection is not an error here."""
         if self.nc.is_closed:
             return
-        with contextlib.suppress(nats_errors.ConnectionClosedError, nats_errors.BadSubscriptionError):
+        with contextlib.suppress(
+            nats_errors.ConnectionClosedError, nats_errors.BadSubscriptionError
+        ):
             await sub.unsubscribe()
 
     async def flush(self, timeout: float) -> None:
@@ -261,4 +263,3 @@ class Conn:
         """Close the connection."""
         with translate():
             await self.nc.close()
-

@@ -91,9 +91,7 @@ async def list_consumers(
 async def consumer_names(api: ApiClient, stream: str, timeout: float | None) -> AsyncIterator[str]:
     """Every consumer name of a stream, over all pages."""
     validate_name(stream, "stream")
-    async for item in _api.paged(
-        api, _api.CONSUMER_NAMES, "consumers", {}, timeout, stream=stream
-    ):
+    async for item in _api.paged(api, _api.CONSUMER_NAMES, "consumers", {}, timeout, stream=stream):
         yield str(item)
 
 

@@ -45,6 +45,7 @@ class JetStreamContext:
             their acknowledgement at once (the in-flight window).
         publish_async_timeout: default seconds an asynchronous publish waits for
             its acknowledgement (``timeout`` when None).
+
     """
 
     def __init__(
@@ -123,6 +124,7 @@ class JetStreamContext:
 
         Raises:
             StreamNameInUseError: a stream of that name exists with another configuration.
+
         """
         body = self._stream_body(config)
         info = await self._api.call_model(
@@ -135,6 +137,7 @@ class JetStreamContext:
 
         Raises:
             StreamNotFoundError: the stream does not exist.
+
         """
         body = self._stream_body(config)
         info = await self._api.call_model(
@@ -162,9 +165,12 @@ class JetStreamContext:
 
         Raises:
             StreamNotFoundError: the stream does not exist.
+
         """
         validate_name(name, "stream")
-        info = await self._api.call_model(_api.STREAM_INFO, StreamInfo, timeout=timeout, stream=name)
+        info = await self._api.call_model(
+            _api.STREAM_INFO, StreamInfo, timeout=timeout, stream=name
+        )
         return Stream(self._api, info)
 
     async def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
@@ -172,6 +178,7 @@ class JetStreamContext:
 
         Raises:
             StreamNotFoundError: the stream does not exist.
+
         """
         validate_name(name, "stream")
         await self._api.call(_api.STREAM_DELETE, timeout=timeout, stream=name)
@@ -181,6 +188,7 @@ class JetStreamContext:
 
         Raises:
             StreamNotFoundError: no stream captures it.
+
         """
         validate_filter_subject(subject)
         reply = await self._api.call(_api.STREAM_NAMES, {"subject": subject}, timeout=timeout)
@@ -222,6 +230,7 @@ class JetStreamContext:
 
         Raises:
             ConsumerExistsError: a consumer of that name exists with another configuration.
+
         """
         info = await C.upsert_consumer(self._api, stream, config, C.ACTION_CREATE, timeout)
         return C.Consumer(self._api, info)
@@ -233,6 +242,7 @@ class JetStreamContext:
 
         Raises:
             ConsumerDoesNotExistError: there is no consumer of that name.
+
         """
         info = await C.upsert_consumer(self._api, stream, config, C.ACTION_UPDATE, timeout)
         return C.Consumer(self._api, info)
@@ -251,6 +261,7 @@ class JetStreamContext:
 
         Raises:
             ConsumerNotFoundError: the consumer does not exist.
+
         """
         return C.Consumer(self._api, await C.consumer_info(self._api, stream, name, timeout))
 
@@ -261,6 +272,7 @@ class JetStreamContext:
 
         Raises:
             ConsumerNotFoundError: the consumer does not exist.
+
         """
         await C.delete_consumer(self._api, stream, name, timeout)
 
@@ -339,6 +351,7 @@ class JetStreamContext:
             WrongLastSequenceError, WrongLastMsgIdError, StreamNotMatchError:
                 an expectation did not hold.
             JetStreamTimeoutError: no acknowledgement in time.
+
         """
         data, hdrs = self._prepare(
             subject,
@@ -397,6 +410,7 @@ class JetStreamContext:
 
         Raises:
             JetStreamTimeoutError: some were still pending after ``timeout``.
+
         """
         seconds = P.duration_seconds(timeout, "timeout")
         await self._publisher.complete(self._timeout if seconds is None else seconds)

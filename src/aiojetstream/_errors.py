@@ -32,7 +32,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   └── MaxPayloadExceededError
     ├── JetStreamTimeoutError  (also a TimeoutError)     no reply before the deadline
     │   └── FetchTimeoutError
-    ├── NoRespondersError                                nothing listens (e.g. no stream for a publish)
+    ├── NoRespondersError                                nothing listens (no stream for a publish)
     ├── ConnectionClosedError                            the connection is closed
     ├── DisconnectedError                                the connection dropped while waiting
     ├── InvalidResponseError                             the server sent something unparsable
@@ -114,6 +114,7 @@ class APIError(JetStreamError):
         code: The HTTP-like status code (400, 404, 500, 503).
         err_code: The JetStream error code (for example 10059, stream not found).
         description: The server's description of the error.
+
     """
 
     def __init__(self, code: int = 0, err_code: int = 0, description: str = "") -> None:

@@ -121,6 +121,7 @@ def parse_go_duration(text: str) -> float:
 
     Raises:
         ValueError: the text is not a Go duration.
+
     """
     s = text.strip()
     if not s:
@@ -158,6 +159,7 @@ def ttl_header_value(ttl: TTLInput) -> str:
     Raises:
         InvalidTTLError: the TTL is under 1 s, zero, negative, not a number or
             unparsable.
+
     """
     seconds: float
     if isinstance(ttl, bool):
@@ -190,6 +192,7 @@ def parse_ttl_header(value: str) -> timedelta | None:
 
     Raises:
         ValueError: the value is neither whole seconds, a Go duration nor ``never``.
+
     """
     text = value.strip()
     if text.lower() == NEVER:

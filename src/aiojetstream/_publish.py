@@ -24,7 +24,6 @@ from ._errors import (
     NoRespondersError,
 )
 from ._models import PubAck
-from ._validation import validate_publish_subject
 
 #: How often ``publish`` retries when no stream answers, and how long it waits
 #: in between (as the Go client: 2 retries, 250 ms apart).

@@ -23,7 +23,7 @@ from ._errors import (
     api_error,
 )
 from ._models import ConsumerConfig, ConsumerInfo, RawStreamMessage, StreamInfo
-from ._validation import validate_filter_subject, validate_name, validate_publish_subject
+from ._validation import validate_filter_subject, validate_publish_subject
 
 # Headers a direct get adds to describe the stored message; they are moved into
 # RawStreamMessage's fields rather than repeated in its headers.
@@ -128,6 +128,7 @@ class Stream:
             subjects_filter: include per-subject message counts for subjects
                 matching this filter (all pages are fetched).
             timeout: seconds to wait for each reply.
+
         """
         body: dict[str, Any] = {}
         if deleted_details:
@@ -171,6 +172,7 @@ class Stream:
 
         Raises:
             InvalidOptionError: ``sequence`` and ``keep`` were both given.
+
         """
         if sequence is not None and keep is not None:
             raise InvalidOptionError("purge takes either sequence or keep, not both")
@@ -194,6 +196,7 @@ class Stream:
 
         Raises:
             MessageNotFoundError: no message has that sequence.
+
         """
         seq = _seq(sequence, "sequence")
         if self._direct():
@@ -213,6 +216,7 @@ class Stream:
 
         Raises:
             MessageNotFoundError: the stream holds no message on that subject.
+
         """
         validate_filter_subject(subject)
         if self._direct():
@@ -249,6 +253,7 @@ class Stream:
 
         Raises:
             MessageNotFoundError: no message has that sequence.
+
         """
         body: dict[str, Any] = {"seq": _seq(sequence, "sequence")}
         if not erase:
@@ -266,7 +271,8 @@ class Stream:
     ) -> C.Consumer:
         """Create a consumer; fails if one of that name exists with a different config."""
         return C.Consumer(
-            self._api, await C.upsert_consumer(self._api, self._name, config, C.ACTION_CREATE, timeout)
+            self._api,
+            await C.upsert_consumer(self._api, self._name, config, C.ACTION_CREATE, timeout),
         )
 
     async def update_consumer(
@@ -274,7 +280,8 @@ class Stream:
     ) -> C.Consumer:
         """Update an existing consumer; fails if it does not exist."""
         return C.Consumer(
-            self._api, await C.upsert_consumer(self._api, self._name, config, C.ACTION_UPDATE, timeout)
+            self._api,
+            await C.upsert_consumer(self._api, self._name, config, C.ACTION_UPDATE, timeout),
         )
 
     async def create_or_update_consumer(
@@ -303,4 +310,3 @@ class Stream:
     def consumer_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Async-iterate the names of every consumer of this stream (all pages)."""
         return C.consumer_names(self._api, self._name, timeout)
-

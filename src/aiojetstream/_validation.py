@@ -23,6 +23,7 @@ def validate_name(name: object, kind: str = "stream") -> str:
 
     Raises:
         InvalidNameError: the name is not valid.
+
     """
     if not isinstance(name, str) or not name:
         raise InvalidNameError(f"{kind} name must be a non-empty string, got {name!r}")
@@ -45,6 +46,7 @@ def validate_publish_subject(subject: object) -> str:
 
     Raises:
         InvalidSubjectError: the subject is not valid for publishing.
+
     """
     if not isinstance(subject, str) or not subject:
         raise InvalidSubjectError(f"subject must be a non-empty string, got {subject!r}")
@@ -67,6 +69,7 @@ def validate_filter_subject(subject: object) -> str:
 
     Raises:
         InvalidSubjectError: the filter is not valid.
+
     """
     if not isinstance(subject, str) or not subject:
         raise InvalidSubjectError(f"subject filter must be a non-empty string, got {subject!r}")

@@ -25,9 +25,7 @@ from aiojetstream import (
 
 @pytest.fixture
 async def stream(js: JetStreamContext) -> str:
-    await js.create_stream(
-        StreamConfig(name="C", subjects=["c.>"], storage=StorageType.MEMORY)
-    )
+    await js.create_stream(StreamConfig(name="C", subjects=["c.>"], storage=StorageType.MEMORY))
     return "C"
 
 

@@ -102,7 +102,13 @@ async def test_ttl_publish(js: JetStreamContext) -> None:
     stream = await js.create_stream(
         StreamConfig(name="TTL", subjects=["ttl.>"], allow_msg_ttl=True)
     )
-    for ttl, wire in [(60, "60"), (timedelta(hours=1), "3600"), ("1h30m", "5400"), ("never", "never")]:
+    cases: list[tuple[int | timedelta | str, str]] = [
+        (60, "60"),
+        (timedelta(hours=1), "3600"),
+        ("1h30m", "5400"),
+        ("never", "never"),
+    ]
+    for ttl, wire in cases:
         ack = await js.publish("ttl.a", b"x", ttl=ttl)
         msg = await stream.get_msg(ack.seq)
         assert msg.headers == {"Nats-TTL": wire}
@@ -187,10 +193,10 @@ async def test_publish_async_bounded_window(nats_server: object) -> None:
     from aiojetstream.testing import NatsServer
 
     assert isinstance(nats_server, NatsServer)
-    async with await aiojetstream.connect(
-        nats_server.url, publish_async_max_pending=8
-    ) as js:
-        await js.create_stream(StreamConfig(name="WIN", subjects=["win"], storage=StorageType.MEMORY))
+    async with await aiojetstream.connect(nats_server.url, publish_async_max_pending=8) as js:
+        await js.create_stream(
+            StreamConfig(name="WIN", subjects=["win"], storage=StorageType.MEMORY)
+        )
         peak = 0
         futures = []
         for i in range(500):
