@@ -238,7 +238,8 @@ class NanoDatetime(datetime):
         # getattr: C-level constructors (``replace``, ``astimezone``) bypass __new__.
         return getattr(self, "_nanosecond", 0)
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        # datetime defines __reduce_ex__ itself, so overriding __reduce__ is not enough.
         return (
             _make_nano_datetime,
             (
