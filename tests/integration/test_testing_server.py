@@ -400,6 +400,7 @@ def run_inner_pytest(tmp_path: Path, test_source: str) -> subprocess.CompletedPr
     )
     (tmp_path / "test_inner.py").write_text(textwrap.dedent(test_source))
     env = dict(os.environ)
+    env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # the inner run needs pytest-asyncio
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), env.get("PYTHONPATH")]))
     return subprocess.run(
         [

@@ -1,0 +1,69 @@
+# aiojetstream developer tasks. `make test` is what CI runs (.ci/run).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.install-stamp
+# Only the directories that exist (git does not keep empty ones).
+LINT_PATHS := $(wildcard src tests examples benchmarks)
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv install test lint format typecheck demo bench clean distclean
+
+help:
+	@echo "make venv       create $(VENV) (PYTHON=$(PYTHON))"
+	@echo "make install    editable install with the dev extras (re-runs when pyproject.toml changes)"
+	@echo "make test       ruff check, ruff format --check, mypy --strict, pytest"
+	@echo "make lint       ruff check and ruff format --check"
+	@echo "make format     apply ruff format and the safe ruff fixes"
+	@echo "make typecheck  mypy --strict src tests"
+	@echo "make demo       run examples/quickstart.py (embedded nats-server unless NATS_URL is set)"
+	@echo "make bench      run benchmarks/run.py"
+	@echo "make clean      remove caches and build output (distclean also removes $(VENV))"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+venv: $(PY)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(STAMP)
+
+lint: install
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+
+format: install
+	$(BIN)/ruff check --fix $(LINT_PATHS)
+	$(BIN)/ruff format $(LINT_PATHS)
+
+typecheck: install
+	$(BIN)/mypy --strict src tests
+
+test: lint typecheck
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+demo: install
+	@if [ -n "$$NATS_URL" ]; then \
+		echo "Using NATS_URL=$$NATS_URL"; \
+		$(PY) examples/quickstart.py; \
+	else \
+		$(PY) -m aiojetstream.testing run -- $(PY) examples/quickstart.py; \
+	fi
+
+bench: install
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name '*.egg-info' \) -type d -print \
+		| xargs rm -rf
+
+distclean: clean
+	rm -rf $(VENV)
