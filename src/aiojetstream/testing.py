@@ -867,12 +867,25 @@ class NatsServer:
     def freeze(self) -> None:
         """Hang the server with SIGSTOP (POSIX only); connections stay open.
 
+        Returns once the kernel reports the process stopped. Idempotent.
+
         Raises:
-            RuntimeError: The server is not running.
+            RuntimeError: The server is not running (or exited meanwhile).
 
         """
+        if self._frozen:
+            return
         self._send_signal(signal.SIGSTOP)
         self._frozen = True
+        proc = self._proc
+        assert proc is not None
+        # kill() returns before the stop takes effect; wait until the kernel reports
+        # the child stopped, so nothing is answered after freeze() returns.
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):  # it exited instead, and waitpid reaped it
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            self._frozen = False
+            raise RuntimeError(f"nats-server exited while being frozen: {self.log_tail()}")
 
     def thaw(self) -> None:
         """Resume a server hung by :meth:`freeze` with SIGCONT.
