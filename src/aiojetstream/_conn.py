@@ -9,12 +9,12 @@ listeners through one chained callback per nats-py client.
 from __future__ import annotations
 
 import contextlib
+import logging
 import ssl
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
-import nats
 import nats.errors as nats_errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg as NatsMsg
@@ -24,11 +24,13 @@ from ._errors import (
     ConnectionClosedError,
     DisconnectedError,
     InvalidHeaderError,
+    InvalidOptionError,
     InvalidSubjectError,
     JetStreamError,
     JetStreamTimeoutError,
     MaxPayloadExceededError,
     NoRespondersError,
+    TLSError,
 )
 
 __all__ = [
@@ -40,6 +42,8 @@ __all__ = [
     "connect_nats",
     "translate",
 ]
+
+logger = logging.getLogger("aiojetstream")
 
 #: Our default keep-alive: a dead or hung server is noticed within
 #: ping_interval * (max_outstanding_pings + 1) = 15 s (nats-py's default is 360 s).
@@ -76,24 +80,96 @@ def translate(subject: str = "") -> Iterator[None]:
         raise JetStreamError(f"connection error: {exc}") from exc
 
 
+#: The initial connection tries each server this many times, this far apart,
+#: then fails (as the Go client does by default) instead of nats-py's 60 x 2 s.
+CONNECT_ATTEMPTS = 2
+CONNECT_RETRY_WAIT = 0.25
+
+
+async def _log_connection_error(exc: Exception) -> None:
+    """Default nats-py error callback: one log line, not a traceback per attempt."""
+    logger.warning("nats connection error: %s", exc or type(exc).__name__)
+
+
+def _split_urls(servers: str | list[str]) -> list[str]:
+    items = [servers] if isinstance(servers, str) else list(servers)
+    urls = [u.strip() for item in items for u in item.split(",") if u.strip()]
+    if not urls:
+        raise InvalidOptionError("no server URL given")
+    return urls
+
+
+def _guard_tls(nc: NatsClient, reasons: list[str]) -> None:
+    """Refuse, before CONNECT is sent, a ``tls://`` server that does not require TLS.
+
+    nats-py upgrades to TLS only when the server's INFO says ``tls_required``; a
+    ``tls://`` URL pointing at a plaintext server would otherwise carry the
+    credentials in the clear.
+    """
+    original = nc._process_info
+
+    async def guarded(info: dict[str, Any], initial_connection: bool = False) -> None:
+        server = nc._current_server
+        if (
+            initial_connection
+            and server is not None
+            and server.uri.scheme == "tls"
+            and not info.get("tls_required")
+        ):
+            reason = f"{server.uri.netloc} does not offer TLS but was given as a tls:// URL"
+            reasons.append(reason)
+            raise nats_errors.SecureConnRequiredError(reason)
+        await original(info, initial_connection=initial_connection)
+
+    nc._process_info = guarded  # type: ignore[method-assign]
+
+
 async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     """Connect with nats-py, applying aiojetstream's safer defaults.
 
+    * ``servers`` may be a list or a comma-separated string of URLs.
     * ``ping_interval=5`` and ``max_outstanding_pings=2`` unless given, so a hung
       server is detected in about 15 s instead of 6 minutes.
-    * A ``tls://`` URL without an explicit ``tls`` context gets a default
-      verifying context, so it can never fall back to plaintext.
+    * The first connection fails after trying each server twice, 250 ms apart
+      (nats-py alone would retry for two minutes); reconnects afterwards follow
+      ``max_reconnect_attempts`` / ``reconnect_time_wait`` as usual.
+    * A ``tls://`` URL always means TLS: it gets a default verifying context
+      unless ``tls`` is given, and a server that does not offer TLS is refused
+      with :class:`TLSError` before anything (credentials included) is sent.
     """
+    urls = _split_urls(servers)
     options.setdefault("ping_interval", DEFAULT_PING_INTERVAL)
     options.setdefault("max_outstanding_pings", DEFAULT_MAX_OUTSTANDING_PINGS)
-    urls = [servers] if isinstance(servers, str) else list(servers)
-    if options.get("tls") is None and any(u.strip().lower().startswith("tls://") for u in urls):
+    reconnect_attempts = options.pop("max_reconnect_attempts", 60)
+    reconnect_wait = options.pop("reconnect_time_wait", 2)
+    wants_tls = any(u.lower().startswith("tls://") for u in urls)
+    if wants_tls and options.get("tls") is None:
         options["tls"] = ssl.create_default_context()
-    with translate():
-        try:
-            return await nats.connect(servers=urls, **options)
-        except (OSError, nats_errors.NoServersError) as exc:
-            raise ConnectionClosedError(f"could not connect to {urls}: {exc}") from exc
+    nc = NatsClient()
+    tls_refusals: list[str] = []
+    if wants_tls:
+        _guard_tls(nc, tls_refusals)
+    options.setdefault("error_cb", _log_connection_error)
+    try:
+        await nc.connect(
+            servers=urls,
+            max_reconnect_attempts=CONNECT_ATTEMPTS - 1,
+            reconnect_time_wait=CONNECT_RETRY_WAIT,
+            **options,
+        )
+    except (OSError, TimeoutError, nats_errors.Error) as exc:
+        last = nc.last_error
+        if tls_refusals:
+            raise TLSError(f"refusing a plaintext connection: {tls_refusals[-1]}") from exc
+        if isinstance(last, ssl.SSLError) or isinstance(exc, ssl.SSLError):
+            raise TLSError(f"TLS handshake with {urls} failed: {last or exc}") from exc
+        if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError):
+            raise ConnectionClosedError(f"could not connect to {urls}: {last or exc}") from exc
+        with translate():
+            raise
+    nc.options["max_reconnect_attempts"] = reconnect_attempts
+    nc.options["reconnect_time_wait"] = reconnect_wait
+    return nc
 
 
 class ConnectionListener(Protocol):

@@ -11,9 +11,10 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── StreamSubjectOverlapError      10065
     │   ├── StreamConfigError              10052 (invalid stream config)
     │   ├── StreamNotMatchError            10060 (expected_stream mismatch)
-    │   ├── WrongLastSequenceError         10071 (expected_last_[subject_]sequence)
+    │   ├── WrongLastSequenceError         10071, 10164 (expected_last_[subject_]sequence)
     │   ├── WrongLastMsgIdError            10070 (expected_last_msg_id)
     │   ├── MessageNotFoundError           10037, 10043
+    │   ├── MessageDeleteError             10057 (e.g. a sequence past the end)
     │   ├── MessageSizeExceedsMaximumError 10054
     │   ├── MessageTTLInvalidError         10165
     │   ├── MessageTTLDisabledError        10166
@@ -35,6 +36,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── NoRespondersError                                nothing listens (no stream for a publish)
     ├── ConnectionClosedError                            the connection is closed
     ├── DisconnectedError                                the connection dropped while waiting
+    ├── TLSError                                         TLS refused or failed (never plaintext)
     ├── InvalidResponseError                             the server sent something unparsable
     ├── NoHeartbeatError
     ├── ConsumerDeletedError
@@ -81,6 +83,7 @@ __all__ = [
     "KeyValueError",
     "MaxPayloadExceededError",
     "MessageAlreadyAckedError",
+    "MessageDeleteError",
     "MessageNotFoundError",
     "MessageSizeExceedsMaximumError",
     "MessageTTLDisabledError",
@@ -94,6 +97,7 @@ __all__ = [
     "StreamNotFoundError",
     "StreamNotMatchError",
     "StreamSubjectOverlapError",
+    "TLSError",
     "WrongLastMsgIdError",
     "WrongLastSequenceError",
     "api_error",
@@ -165,6 +169,10 @@ class WrongLastMsgIdError(APIError):
 
 class MessageNotFoundError(APIError):
     """No message matched the request."""
+
+
+class MessageDeleteError(APIError):
+    """The server could not delete the message (for a sequence past the end: "stream store EOF")."""
 
 
 class MessageSizeExceedsMaximumError(APIError):
@@ -254,6 +262,13 @@ class DisconnectedError(JetStreamError):
     """The connection dropped while the operation was waiting for its reply."""
 
 
+class TLSError(JetStreamError):
+    """A ``tls://`` server offered no TLS, or the TLS handshake failed.
+
+    aiojetstream never falls back to plaintext for a ``tls://`` URL.
+    """
+
+
 class InvalidResponseError(JetStreamError):
     """The server's reply could not be understood."""
 
@@ -301,10 +316,12 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10052: StreamConfigError,
     10060: StreamNotMatchError,
     10071: WrongLastSequenceError,
+    10164: WrongLastSequenceError,
     10070: WrongLastMsgIdError,
     10037: MessageNotFoundError,
     10043: MessageNotFoundError,
     10054: MessageSizeExceedsMaximumError,
+    10057: MessageDeleteError,
     10165: MessageTTLInvalidError,
     10166: MessageTTLDisabledError,
     10014: ConsumerNotFoundError,

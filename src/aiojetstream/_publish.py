@@ -326,8 +326,12 @@ class AsyncPublisher:
         """Fail every outstanding future with ConnectionClosedError."""
         self._fail_all(ConnectionClosedError, "connection closed before the acknowledgement")
 
-    async def complete(self, timeout: float) -> None:
-        """Wait until every outstanding publish has completed."""
+    async def complete(self, timeout: float | None) -> None:
+        """Wait until every outstanding publish has completed.
+
+        Without ``timeout`` the wait is still bounded: every outstanding future
+        fails by its own ack deadline at the latest.
+        """
         if not self._futures:
             return
         try:

@@ -23,7 +23,7 @@ from ._errors import (
     api_error,
 )
 from ._models import ConsumerConfig, ConsumerInfo, RawStreamMessage, StreamInfo
-from ._validation import validate_filter_subject, validate_publish_subject
+from ._validation import validate_filter_subject
 
 # Headers a direct get adds to describe the stored message; they are moved into
 # RawStreamMessage's fields rather than repeated in its headers.
@@ -220,10 +220,9 @@ class Stream:
         """
         validate_filter_subject(subject)
         if self._direct():
-            validate_publish_subject(subject)
             msg = await self._direct_request(
-                self._api.subject(_api.DIRECT_GET_LAST, stream=self._name, subject=subject),
-                None,
+                self._api.subject(_api.DIRECT_GET, stream=self._name),
+                {"last_by_subj": subject},
                 timeout,
             )
             return direct_message(msg, f"subject {subject!r}")

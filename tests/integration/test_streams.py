@@ -12,6 +12,7 @@ from aiojetstream import (
     InvalidNameError,
     InvalidOptionError,
     JetStreamContext,
+    MessageDeleteError,
     MessageNotFoundError,
     StorageType,
     StreamConfig,
@@ -149,6 +150,8 @@ async def test_get_msg_direct_and_not(js: JetStreamContext, direct: bool) -> Non
 
     last = await stream.get_last_msg_for_subject(f"{name}.a")
     assert (last.seq, last.data, last.headers) == (3, b"three", {"X-Kind": "last"})
+    wildcard = await stream.get_last_msg_for_subject(f"{name}.*")
+    assert wildcard.seq == 3
 
     first = await stream.get_msg(1)
     assert first.headers == {"X-Kind": "first"}
@@ -173,6 +176,8 @@ async def test_delete_msg(js: JetStreamContext, erase: bool) -> None:
     assert info.state.deleted == [2]
     with pytest.raises(MessageNotFoundError):
         await stream.delete_msg(2)
+    with pytest.raises(MessageDeleteError):
+        await stream.delete_msg(99)
 
 
 async def test_info_subjects_filter(js: JetStreamContext) -> None:

@@ -10,9 +10,11 @@ from pydantic import BaseModel, ConfigDict
 class RawStreamMessage(BaseModel):
     """A message read from a stream by sequence or by last subject.
 
-    ``headers`` holds the headers the message was published with (the
-    ``Nats-Stream``, ``Nats-Subject``, ``Nats-Sequence`` and ``Nats-Time-Stamp``
-    metadata of a direct get are not repeated there), ``None`` when it had none.
+    ``headers`` holds the headers the message was published with, ``None`` when
+    it had none. The metadata headers a direct get adds (``Nats-Stream``,
+    ``Nats-Subject``, ``Nats-Sequence``, ``Nats-Time-Stamp``,
+    ``Nats-Last-Sequence``, ``Nats-Num-Pending``) are not repeated there, so both
+    kinds of get return the same message.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -229,9 +229,8 @@ class StreamConfig(ConfigModel):
 
     The value is the TTL of the marker (minimum 1 second; err_code 10052 below
     that). Markers carry ``Nats-Marker-Reason`` (``MaxAge``, ``Remove``,
-    ``Purge``) and ``Nats-TTL``. Not allowed on a mirror. The server requires
-    ``allow_rollup_hdrs`` and forbids ``deny_purge`` with it (the client
-    context adjusts them unless in pedantic mode).
+    ``Purge``) and ``Nats-TTL``. Not allowed on a mirror. ADR-43 pairs it with
+    ``allow_rollup_hdrs`` on and ``deny_purge`` off.
     """
     allow_msg_counter: bool = False
     """Make the stream a distributed counter (``Nats-Incr``; nats-server >= 2.12)."""

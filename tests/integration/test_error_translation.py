@@ -1,0 +1,114 @@
+"""nats-py exceptions never reach the user raw: they become typed aiojetstream errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+
+import aiojetstream
+from aiojetstream import (
+    ConnectionClosedError,
+    JetStreamContext,
+    JetStreamError,
+    JetStreamNotEnabledError,
+    JetStreamTimeoutError,
+    StreamConfig,
+    TLSError,
+)
+from aiojetstream.testing import NatsServer
+
+
+async def test_no_jetstream_is_a_typed_error() -> None:
+    async with NatsServer(jetstream=False) as server:
+        async with await aiojetstream.connect(server.url) as js:
+            with pytest.raises(JetStreamNotEnabledError) as info:
+                await js.account_info()
+            assert info.value.code == 503
+            with pytest.raises(JetStreamNotEnabledError):
+                await js.create_stream(StreamConfig(name="X", subjects=["x"]))
+
+
+async def test_timeouts_are_typed_and_bounded() -> None:
+    async with NatsServer() as server:
+        async with await aiojetstream.connect(server.url, timeout=0.5) as js:
+            await js.create_stream(StreamConfig(name="T", subjects=["t"]))
+            server.freeze()
+            try:
+                with pytest.raises(JetStreamTimeoutError) as info:
+                    await js.account_info()
+                assert isinstance(info.value, TimeoutError)
+                with pytest.raises(JetStreamTimeoutError):
+                    await js.publish("t", b"x")
+                with pytest.raises(JetStreamTimeoutError):
+                    await (await js.publish_async("t", b"x"))
+            finally:
+                server.thaw()
+            # Recovered once the server runs again.
+            assert (await js.publish("t", b"x", timeout=10)).stream == "T"
+
+
+async def test_closed_connection_is_typed(nats_server: NatsServer) -> None:
+    js = await aiojetstream.connect(nats_server.url)
+    await js.close()
+    calls = [
+        js.account_info(),
+        js.create_stream(StreamConfig(name="C", subjects=["c"])),
+        js.stream("C"),
+        js.publish("c", b"x"),
+        js.publish_async("c", b"x"),
+    ]
+    for call in calls:
+        with pytest.raises(ConnectionClosedError):
+            await call
+
+
+async def test_context_on_user_connection_does_not_close_it(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = JetStreamContext(nc, timeout=2.0)
+        info = await js.account_info()
+        assert info.api.level >= 1
+        await js.publish_async("nowhere.at.all", b"x")
+        await js.close()
+        assert nc.is_connected
+        # The context no longer chains nats-py's connection callbacks.
+        assert js._conn.listener_count() == 0
+    finally:
+        await nc.close()
+
+
+async def test_unreachable_server_is_typed() -> None:
+    with pytest.raises(JetStreamError):
+        await aiojetstream.connect("nats://127.0.0.1:1", allow_reconnect=False, connect_timeout=1)
+
+
+async def test_initial_connect_fails_fast() -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(ConnectionClosedError, match="could not connect"):
+        await aiojetstream.connect("nats://127.0.0.1:1")
+    # Two attempts 250 ms apart, not nats-py's 60 x 2 s; generous for a loaded machine.
+    assert loop.time() - started < 20
+
+
+async def test_tls_url_to_plaintext_server_is_refused(nats_server: NatsServer) -> None:
+    with pytest.raises(TLSError, match="does not offer TLS"):
+        await aiojetstream.connect(nats_server.url.replace("nats://", "tls://"))
+
+
+async def test_comma_separated_urls(nats_server: NatsServer) -> None:
+    async with await aiojetstream.connect(f"{nats_server.url}, nats://127.0.0.1:1") as js:
+        assert (await js.account_info()).api.level >= 1
+        # The user's reconnect policy applies after the first connection.
+        assert js.nc.options["max_reconnect_attempts"] == 60
+
+
+async def test_reconnect_options_are_kept(nats_server: NatsServer) -> None:
+    async with await aiojetstream.connect(
+        [nats_server.url], max_reconnect_attempts=5, reconnect_time_wait=0.5
+    ) as js:
+        assert js.nc.options["max_reconnect_attempts"] == 5
+        assert js.nc.options["reconnect_time_wait"] == 0.5
+        assert js.nc.options["ping_interval"] == 5

@@ -1,0 +1,114 @@
+"""The public surface is pinned: changing it is a deliberate, reviewed act."""
+
+from __future__ import annotations
+
+import inspect
+
+import aiojetstream
+
+EXPECTED = [
+    "APIError",
+    "APIStats",
+    "AccountInfo",
+    "AccountLimits",
+    "AckPolicy",
+    "BadRequestError",
+    "BucketNotFoundError",
+    "ClusterInfo",
+    "ClusterUnavailableError",
+    "ConnectionClosedError",
+    "Consumer",
+    "ConsumerConfig",
+    "ConsumerCreateError",
+    "ConsumerDeletedError",
+    "ConsumerDoesNotExistError",
+    "ConsumerExistsError",
+    "ConsumerInfo",
+    "ConsumerNotFoundError",
+    "DeliverPolicy",
+    "DiscardPolicy",
+    "DisconnectedError",
+    "ExternalStream",
+    "FetchTimeoutError",
+    "InvalidHeaderError",
+    "InvalidKeyError",
+    "InvalidNameError",
+    "InvalidOptionError",
+    "InvalidResponseError",
+    "InvalidSubjectError",
+    "InvalidTTLError",
+    "JetStreamContext",
+    "JetStreamError",
+    "JetStreamNotEnabledError",
+    "JetStreamTimeoutError",
+    "KeyExistsError",
+    "KeyNotFoundError",
+    "KeyValueError",
+    "LostStreamData",
+    "MaxPayloadExceededError",
+    "MessageAlreadyAckedError",
+    "MessageDeleteError",
+    "MessageNotFoundError",
+    "MessageSizeExceedsMaximumError",
+    "MessageTTLDisabledError",
+    "MessageTTLInvalidError",
+    "NoHeartbeatError",
+    "NoRespondersError",
+    "NotJetStreamMessageError",
+    "OrderedConsumerConfig",
+    "PeerInfo",
+    "PersistMode",
+    "Placement",
+    "PriorityGroupState",
+    "PriorityPolicy",
+    "PubAck",
+    "RawStreamMessage",
+    "RePublish",
+    "ReplayPolicy",
+    "ResourcesExceededError",
+    "RetentionPolicy",
+    "SequenceInfo",
+    "StorageType",
+    "StoreCompression",
+    "Stream",
+    "StreamConfig",
+    "StreamConfigError",
+    "StreamConsumerLimits",
+    "StreamInfo",
+    "StreamNameInUseError",
+    "StreamNotFoundError",
+    "StreamNotMatchError",
+    "StreamSource",
+    "StreamSourceInfo",
+    "StreamState",
+    "StreamSubjectOverlapError",
+    "SubjectTransformConfig",
+    "TLSError",
+    "Tier",
+    "WrongLastMsgIdError",
+    "WrongLastSequenceError",
+    "__version__",
+    "connect",
+]
+
+
+def test_all_is_pinned_and_sorted() -> None:
+    assert aiojetstream.__all__ == EXPECTED
+    assert sorted(aiojetstream.__all__) == aiojetstream.__all__
+
+
+def test_every_public_name_exists_and_is_documented() -> None:
+    for name in aiojetstream.__all__:
+        obj = getattr(aiojetstream, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert inspect.getdoc(obj), f"{name} has no docstring"
+
+
+def test_public_methods_are_documented() -> None:
+    for name in ("JetStreamContext", "Stream", "Consumer"):
+        cls = getattr(aiojetstream, name)
+        for attr, member in vars(cls).items():
+            if attr.startswith("_"):
+                continue
+            target = member.fget if isinstance(member, property) else member
+            assert inspect.getdoc(target), f"{name}.{attr} has no docstring"
