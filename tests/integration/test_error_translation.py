@@ -21,32 +21,36 @@ from aiojetstream.testing import NatsServer
 
 
 async def test_no_jetstream_is_a_typed_error() -> None:
-    async with NatsServer(jetstream=False) as server:
-        async with await aiojetstream.connect(server.url) as js:
-            with pytest.raises(JetStreamNotEnabledError) as info:
-                await js.account_info()
-            assert info.value.code == 503
-            with pytest.raises(JetStreamNotEnabledError):
-                await js.create_stream(StreamConfig(name="X", subjects=["x"]))
+    async with (
+        NatsServer(jetstream=False) as server,
+        await aiojetstream.connect(server.url) as js,
+    ):
+        with pytest.raises(JetStreamNotEnabledError) as info:
+            await js.account_info()
+        assert info.value.code == 503
+        with pytest.raises(JetStreamNotEnabledError):
+            await js.create_stream(StreamConfig(name="X", subjects=["x"]))
 
 
 async def test_timeouts_are_typed_and_bounded() -> None:
-    async with NatsServer() as server:
-        async with await aiojetstream.connect(server.url, timeout=0.5) as js:
-            await js.create_stream(StreamConfig(name="T", subjects=["t"]))
-            server.freeze()
-            try:
-                with pytest.raises(JetStreamTimeoutError) as info:
-                    await js.account_info()
-                assert isinstance(info.value, TimeoutError)
-                with pytest.raises(JetStreamTimeoutError):
-                    await js.publish("t", b"x")
-                with pytest.raises(JetStreamTimeoutError):
-                    await (await js.publish_async("t", b"x"))
-            finally:
-                server.thaw()
-            # Recovered once the server runs again.
-            assert (await js.publish("t", b"x", timeout=10)).stream == "T"
+    async with (
+        NatsServer() as server,
+        await aiojetstream.connect(server.url, timeout=0.5) as js,
+    ):
+        await js.create_stream(StreamConfig(name="T", subjects=["t"]))
+        server.freeze()
+        try:
+            with pytest.raises(JetStreamTimeoutError) as info:
+                await js.account_info()
+            assert isinstance(info.value, TimeoutError)
+            with pytest.raises(JetStreamTimeoutError):
+                await js.publish("t", b"x")
+            with pytest.raises(JetStreamTimeoutError):
+                await (await js.publish_async("t", b"x"))
+        finally:
+            server.thaw()
+        # Recovered once the server runs again.
+        assert (await js.publish("t", b"x", timeout=10)).stream == "T"
 
 
 async def test_closed_connection_is_typed(nats_server: NatsServer) -> None:
