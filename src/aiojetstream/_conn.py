@@ -151,12 +151,10 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         _guard_tls(nc, tls_refusals)
     options.setdefault("error_cb", _log_connection_error)
     try:
-        await nc.connect(
-            servers=urls,
-            max_reconnect_attempts=CONNECT_ATTEMPTS - 1,
-            reconnect_time_wait=CONNECT_RETRY_WAIT,
-            **options,
-        )
+        # nats-py annotates reconnect_time_wait as int but sleeps on any number.
+        options["max_reconnect_attempts"] = CONNECT_ATTEMPTS - 1
+        options["reconnect_time_wait"] = CONNECT_RETRY_WAIT
+        await nc.connect(servers=urls, **options)
     except (OSError, TimeoutError, nats_errors.Error) as exc:
         last = nc.last_error
         if tls_refusals:
