@@ -8,6 +8,7 @@ listeners through one chained callback per nats-py client.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import ssl
@@ -35,6 +36,8 @@ from ._errors import (
 
 __all__ = [
     "Conn",
+    "RawHandler",
+    "RawSubscription",
     "ConnectionListener",
     "NatsClient",
     "NatsMsg",
@@ -319,6 +322,23 @@ class Conn:
                 pending_bytes_limit=pending_bytes_limit,
             )
 
+    async def subscribe_raw(self, subject: str, handler: RawHandler) -> RawSubscription:
+        """Subscribe; each message goes to ``handler(subject, reply, payload, header_block)``.
+
+        The handler runs synchronously in the connection's read loop, so it
+        must be quick and must not block.
+        """
+        return await _subscribe_raw(self, subject, handler)
+
+    def publish_nowait(self, subject: bytes, payload: bytes, reply: bytes = b"") -> None:
+        """Queue a publish without awaiting (pull requests and acks).
+
+        Raises:
+            ConnectionClosedError: the connection is closed.
+            DisconnectedError: disconnected and the reconnect buffer is full.
+        """
+        _publish_nowait(self, subject, reply, payload)
+
     async def unsubscribe(self, sub: NatsSubscription) -> None:
         """Unsubscribe; a closed connection is not an error here."""
         if self.nc.is_closed:
@@ -337,3 +357,162 @@ class Conn:
         """Close the connection."""
         with translate():
             await self.nc.close()
+
+
+# --------------------------------------------------------------------------- raw path
+#
+# Pull consumers receive every message through one inbox subscription. Instead
+# of letting nats-py build a Msg, queue it and wake a task per message, the
+# router below takes the messages of our subscriptions straight from the
+# protocol parser (raw subject, reply, payload and header block) and hands them
+# to a synchronous handler. nats-py still owns the subscription itself (SUB,
+# re-subscription after a reconnect, UNSUB). If a future nats-py changes the
+# internals this relies on, ``subscribe_raw`` falls back to an ordinary
+# callback subscription that rebuilds the raw pieces.
+
+RawHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
+
+_CRLF = b"\r\n"
+
+
+def _rebuild_header_block(headers: dict[str, str] | None) -> bytes | None:
+    """Header block as sent by the server, from nats-py's parsed dict (fallback path)."""
+    if not headers:
+        return None
+    status = headers.get("Status")
+    first = b"NATS/1.0"
+    if status:
+        first += b" " + status.encode()
+        desc = headers.get("Description")
+        if desc:
+            first += b" " + desc.encode()
+    lines = [first]
+    for key, value in headers.items():
+        if key in ("Status", "Description"):
+            continue
+        lines.append(f"{key}: {value}".encode())
+    return _CRLF.join(lines) + _CRLF + _CRLF
+
+
+class _Router:
+    """Takes the messages of routed sids from nats-py's parser (see above)."""
+
+    def __init__(self, nc: NatsClient) -> None:
+        self.nc = nc
+        self.routes: dict[int, RawHandler] = {}
+        self.original = nc._process_msg
+        nc._process_msg = self._process  # type: ignore[method-assign]
+
+    async def _process(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> None:
+        handler = self.routes.get(sid)
+        if handler is None:
+            await self.original(sid, subject, reply, data, headers)  # type: ignore[arg-type]
+            return
+        stats = self.nc.stats
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        handler(subject, reply, data, headers or None)
+
+    def restore(self) -> None:
+        self.nc._process_msg = self.original  # type: ignore[method-assign]
+
+
+def _fast_path_available(nc: NatsClient) -> bool:
+    return all(
+        hasattr(nc, name)
+        for name in ("_process_msg", "_pending", "_pending_data_size", "_flush_queue", "_subs")
+    )
+
+
+_ROUTERS: weakref.WeakKeyDictionary[NatsClient, _Router] = weakref.WeakKeyDictionary()
+_BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+class RawSubscription:
+    """A subscription whose messages go to a synchronous raw handler."""
+
+    __slots__ = ("_conn", "_sub", "sid", "subject")
+
+    def __init__(self, conn: Conn, sub: NatsSubscription, subject: str) -> None:
+        self._conn = conn
+        self._sub: NatsSubscription | None = sub
+        self.sid = sub._id
+        self.subject = subject
+
+    @property
+    def active(self) -> bool:
+        """True until unsubscribed."""
+        return self._sub is not None
+
+    def detach(self) -> None:
+        """Stop delivering to the handler at once (the UNSUB follows in ``unsubscribe``)."""
+        router = _ROUTERS.get(self._conn.nc)
+        if router is not None:
+            router.routes.pop(self.sid, None)
+            if not router.routes:
+                router.restore()
+                del _ROUTERS[self._conn.nc]
+
+    async def unsubscribe(self) -> None:
+        """Unsubscribe (idempotent; a closed connection is not an error)."""
+        sub, self._sub = self._sub, None
+        if sub is None:
+            return
+        self.detach()
+        await self._conn.unsubscribe(sub)
+
+
+async def _subscribe_raw(conn: Conn, subject: str, handler: RawHandler) -> RawSubscription:
+    nc = conn.nc
+    if _fast_path_available(nc):
+        with translate(subject):
+            sub = await nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
+        router = _ROUTERS.get(nc)
+        if router is None:
+            router = _ROUTERS[nc] = _Router(nc)
+        router.routes[sub._id] = handler
+        return RawSubscription(conn, sub, subject)
+
+    async def fallback(msg: NatsMsg) -> None:
+        handler(
+            msg.subject.encode(),
+            msg.reply.encode(),
+            msg.data,
+            _rebuild_header_block(msg.headers),
+        )
+
+    with translate(subject):
+        sub = await nc.subscribe(subject, cb=fallback, pending_msgs_limit=0, pending_bytes_limit=0)
+    return RawSubscription(conn, sub, subject)
+
+
+def _publish_nowait(conn: Conn, subject: bytes, reply: bytes, payload: bytes) -> None:
+    nc = conn.nc
+    if nc.is_closed:
+        raise ConnectionClosedError("the connection is closed")
+    if not _fast_path_available(nc):
+        # Fallback for nats-py internals we do not know: publish from a task.
+        task = asyncio.get_running_loop().create_task(
+            nc.publish(subject.decode(), payload, reply=reply.decode())
+        )
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)
+        return
+    if reply:
+        cmd = b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, len(payload), payload)
+    else:
+        cmd = b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload)
+    if not nc.is_connected:
+        limit = nc._max_pending_size
+        if limit <= 0 or nc._pending_data_size + len(cmd) > limit:
+            raise DisconnectedError("disconnected: the reconnect buffer is full")
+    nc._pending.append(cmd)
+    nc._pending_data_size += len(cmd)
+    stats = nc.stats
+    stats["out_msgs"] += 1
+    stats["out_bytes"] += len(payload)
+    queue = nc._flush_queue
+    if nc.is_connected and queue is not None and queue.empty():
+        queue.put_nowait(asyncio.get_running_loop().create_future())

@@ -40,6 +40,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── InvalidResponseError                             the server sent something unparsable
     ├── NoHeartbeatError
     ├── ConsumerDeletedError
+    ├── MessageTooLargeError                             a message can never fit the pull's max_bytes
     ├── MessageAlreadyAckedError
     ├── NotJetStreamMessageError
     └── KeyValueError
@@ -86,6 +87,7 @@ __all__ = [
     "MessageDeleteError",
     "MessageNotFoundError",
     "MessageSizeExceedsMaximumError",
+    "MessageTooLargeError",
     "MessageTTLDisabledError",
     "MessageTTLInvalidError",
     "NoHeartbeatError",
@@ -279,6 +281,14 @@ class NoHeartbeatError(JetStreamError):
 
 class ConsumerDeletedError(JetStreamError):
     """The consumer was deleted while messages were being pulled."""
+
+
+class MessageTooLargeError(JetStreamError):
+    """The next message is larger than ``max_bytes``: it can never be delivered.
+
+    Raised by ``fetch_bytes`` when nothing fit, and ends ``messages()`` /
+    ``consume()`` in byte mode instead of re-pulling in a tight loop.
+    """
 
 
 class MessageAlreadyAckedError(JetStreamError):

@@ -50,6 +50,7 @@ EXPECTED = [
     "MessageDeleteError",
     "MessageNotFoundError",
     "MessageSizeExceedsMaximumError",
+    "MessageTooLargeError",
     "MessageTTLDisabledError",
     "MessageTTLInvalidError",
     "NoHeartbeatError",

@@ -1,0 +1,673 @@
+"""The ADR-37 pending-count engine: a pure state machine.
+
+It imports neither asyncio nor nats-py and never reads a clock: every event
+that needs the time carries ``now`` (the event loop's monotonic clock, in
+seconds). The async driver (``_pull_driver``) feeds it events and carries out
+the commands it returns:
+
+events    start(now) | on_message(size) | on_consumed(size) | on_status(...)
+          | on_timer(now) | on_disconnected(now) | on_reconnected(now)
+          | on_consumer_checked(now, result, error) | stop(drain, now)
+commands  SendPull(batch, max_bytes, expires, heartbeat, no_wait) | ArmTimer(deadline)
+          | CancelTimer() | Report(error) | CheckConsumer() | Finish(error)
+
+Counting (ADR-37 "Buffering messages"): ``pending`` is what was asked for and
+not yet consumed by the user: requests still outstanding on the server plus
+messages buffered in the client. A message moves from *outstanding* to
+*buffered* when it arrives and leaves the count when the user consumes it, so
+the buffer can never exceed ``max_messages`` / ``max_bytes``. A pull asks for
+exactly the room left, and only once the pending count fell below the
+threshold. Status headers ``Nats-Pending-Messages`` / ``Nats-Pending-Bytes``
+release what a terminated request will never deliver.
+
+Invariants (checked by the hypothesis state machine in
+``tests/unit/test_pull_engine.py``):
+
+* ``pending_messages <= max_messages`` and ``pending_bytes <= max_bytes``;
+* no pull asks for zero or fewer messages (or bytes, in byte mode);
+* ``requested + unsolicited == delivered + released + outstanding``;
+* a terminal status ends the run with its error and no pull follows;
+* a missed heartbeat is reported once per ``2 x heartbeat`` of silence, and
+  never while disconnected;
+* ``stop(drain=True)`` finishes only once every buffered message was consumed.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Final
+
+from ._errors import (
+    ConsumerDeletedError,
+    DisconnectedError,
+    InvalidOptionError,
+    JetStreamError,
+    MessageTooLargeError,
+    NoHeartbeatError,
+)
+from ._status import Severity, StatusKind
+
+# --------------------------------------------------------------------------- settings
+
+DEFAULT_MAX_MESSAGES: Final = 500
+DEFAULT_EXPIRES: Final = 30.0
+MIN_EXPIRES: Final = 1.0
+MIN_HEARTBEAT: Final = 0.5
+MAX_HEARTBEAT: Final = 30.0
+FETCH_HEARTBEAT: Final = 5.0
+FETCH_HEARTBEAT_MIN_EXPIRES: Final = 10.0
+BYTES_MODE_BATCH: Final = 1_000_000
+#: How long after ``expires`` a fetch waits for the server's closing status.
+FETCH_GRACE: Final = 1.0
+#: How long a no-wait fetch waits for the server's answer.
+NO_WAIT_TIMEOUT: Final = 5.0
+#: Consumer checks while JetStream is unavailable: first retry, growth, cap.
+CHECK_BACKOFF_FIRST: Final = 0.25
+CHECK_BACKOFF_MAX: Final = 5.0
+#: Re-pulls after unproductive statuses (no message in between): growth, cap.
+REPULL_BACKOFF_FIRST: Final = 0.05
+REPULL_BACKOFF_MAX: Final = 2.0
+#: Heartbeat ticks: the timer runs every heartbeat/TICKS_PER_HEARTBEAT; a miss
+#: is 2 x heartbeat of silence, detected within 2.5 x heartbeat.
+TICKS_PER_HEARTBEAT: Final = 2
+MISSED_TICKS: Final = 2 * TICKS_PER_HEARTBEAT
+
+
+def _seconds(value: float | None, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise InvalidOptionError(f"{name} must be a number of seconds, got {value!r}")
+    return float(value)
+
+
+def _positive_int(value: int | None, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class PullSettings:
+    """Resolved options of one pull run (validated once; see the ``resolve_*`` helpers).
+
+    ``max_bytes == 0`` means message mode. ``single`` marks a fetch/next: one
+    pull, finished when it is filled or terminated.
+    """
+
+    max_messages: int
+    max_bytes: int
+    threshold_messages: int
+    threshold_bytes: int
+    expires: float
+    heartbeat: float
+    single: bool = False
+    no_wait: bool = False
+
+
+def resolve_consume(
+    *,
+    max_messages: int | None = None,
+    max_bytes: int | None = None,
+    expires: float | None = None,
+    heartbeat: float | None = None,
+    threshold_messages: int | None = None,
+    threshold_bytes: int | None = None,
+) -> PullSettings:
+    """Validate ``messages()`` / ``consume()`` options and apply the ADR-37 defaults.
+
+    500 messages, 30 s expiry (minimum 1 s), heartbeat half of expires capped at
+    30 s (an explicit one must lie within 0.5 s to 30 s and not exceed half of
+    expires), thresholds half of the maximum (rounded up); ``max_bytes`` pulls
+    batches of 1,000,000 messages limited by bytes.
+
+    Raises:
+        InvalidOptionError: an option is out of range, or both ``max_messages``
+            and ``max_bytes`` were given.
+    """
+    max_messages = _positive_int(max_messages, "max_messages")
+    max_bytes = _positive_int(max_bytes, "max_bytes")
+    threshold_messages = _positive_int(threshold_messages, "threshold_messages")
+    threshold_bytes = _positive_int(threshold_bytes, "threshold_bytes")
+    if max_messages is not None and max_bytes is not None:
+        raise InvalidOptionError("max_messages and max_bytes can not be used together")
+    exp = _seconds(expires, "expires")
+    exp = DEFAULT_EXPIRES if exp is None else exp
+    if exp < MIN_EXPIRES:
+        raise InvalidOptionError(f"expires must be at least {MIN_EXPIRES:g} s, got {exp!r}")
+    hb = _seconds(heartbeat, "heartbeat")
+    if hb is None:
+        hb = min(exp / 2, MAX_HEARTBEAT)
+    else:
+        _check_heartbeat(hb, exp)
+    if max_bytes is not None:
+        if threshold_messages is not None:
+            raise InvalidOptionError("threshold_messages needs max_messages, not max_bytes")
+        tb = threshold_bytes if threshold_bytes is not None else math.ceil(max_bytes / 2)
+        if tb > max_bytes:
+            raise InvalidOptionError("threshold_bytes can not exceed max_bytes")
+        return PullSettings(BYTES_MODE_BATCH, max_bytes, 0, tb, exp, hb)
+    if threshold_bytes is not None:
+        raise InvalidOptionError("threshold_bytes needs max_bytes")
+    mm = DEFAULT_MAX_MESSAGES if max_messages is None else max_messages
+    tm = threshold_messages if threshold_messages is not None else math.ceil(mm / 2)
+    if tm > mm:
+        raise InvalidOptionError("threshold_messages can not exceed max_messages")
+    return PullSettings(mm, 0, tm, 0, exp, hb)
+
+
+def resolve_fetch(
+    *,
+    max_messages: int | None = None,
+    max_bytes: int | None = None,
+    expires: float | None = None,
+    heartbeat: float | None = None,
+    no_wait: bool = False,
+) -> PullSettings:
+    """Validate fetch / fetch_bytes / fetch_no_wait / next options.
+
+    The heartbeat defaults to 5 s when ``expires >= 10 s`` and is off below.
+
+    Raises:
+        InvalidOptionError: an option is out of range.
+    """
+    max_messages = _positive_int(max_messages, "max_messages")
+    max_bytes = _positive_int(max_bytes, "max_bytes")
+    if max_messages is not None and max_bytes is not None:
+        raise InvalidOptionError("max_messages and max_bytes can not be used together")
+    exp = _seconds(expires, "expires")
+    exp = DEFAULT_EXPIRES if exp is None else exp
+    if not no_wait and exp < MIN_EXPIRES:
+        raise InvalidOptionError(f"expires must be at least {MIN_EXPIRES:g} s, got {exp!r}")
+    hb = _seconds(heartbeat, "heartbeat")
+    if hb is None:
+        hb = FETCH_HEARTBEAT if exp >= FETCH_HEARTBEAT_MIN_EXPIRES and not no_wait else 0.0
+    elif hb != 0:
+        _check_heartbeat(hb, exp)
+    if max_bytes is not None:
+        return PullSettings(BYTES_MODE_BATCH, max_bytes, 0, 0, exp, hb, True, no_wait)
+    return PullSettings(max_messages or 1, 0, 0, 0, exp, hb, True, no_wait)
+
+
+def _check_heartbeat(hb: float, expires: float) -> None:
+    if not MIN_HEARTBEAT <= hb <= MAX_HEARTBEAT:
+        raise InvalidOptionError(
+            f"heartbeat must be between {MIN_HEARTBEAT:g} s and {MAX_HEARTBEAT:g} s, got {hb!r}"
+        )
+    if hb > expires / 2:
+        raise InvalidOptionError(
+            f"heartbeat ({hb:g} s) can not be more than half of expires ({expires:g} s)"
+        )
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True, slots=True)
+class SendPull:
+    """Publish a pull request (``CONSUMER.MSG.NEXT``) with these fields."""
+
+    batch: int
+    max_bytes: int
+    expires: float
+    heartbeat: float
+    no_wait: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ArmTimer:
+    """(Re)arm the single timer to call ``on_timer`` at ``deadline`` (replaces any earlier one)."""
+
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    """Cancel the timer."""
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Tell the user about a non-terminal problem (``error_handler`` / warning log)."""
+
+    error: JetStreamError
+
+
+@dataclass(frozen=True, slots=True)
+class CheckConsumer:
+    """Look the consumer up and answer with ``on_consumer_checked``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The run is over: deliver what is buffered, then end with ``error`` (None: normally)."""
+
+    error: JetStreamError | None
+
+
+#: Statuses after which no earlier pull request is valid any more.
+_INVALIDATING: Final = frozenset(
+    {StatusKind.LEADERSHIP_CHANGE, StatusKind.SERVER_SHUTDOWN, StatusKind.PIN_MISMATCH}
+)
+
+Command = SendPull | ArmTimer | CancelTimer | Report | CheckConsumer | Finish
+Commands = tuple[Command, ...]
+_NONE: Final[Commands] = ()
+
+
+class CheckResult(enum.Enum):
+    """Outcome of a consumer check."""
+
+    EXISTS = "exists"
+    MISSING = "missing"
+    UNAVAILABLE = "unavailable"
+
+
+class Phase(enum.Enum):
+    """Where the run is."""
+
+    NEW = "new"
+    RUNNING = "running"
+    PAUSED = "paused"  # disconnected
+    CHECKING = "checking"  # waiting for a consumer check
+    DRAINING = "draining"
+    DONE = "done"
+
+
+# --------------------------------------------------------------------------- engine
+
+
+class PullEngine:
+    """The pending-count state machine of one consume / messages / fetch run."""
+
+    __slots__ = (
+        "_check_after",
+        "_check_delay",
+        "_check_reason",
+        "_check_wanted",
+        "_last_pull",
+        "_pull_at",
+        "_repull_delay",
+        "_silent_ticks",
+        "_timer_at",
+        "_tick_at",
+        "_wait_for_empty",
+        "_warned",
+        "buffered_bytes",
+        "buffered_messages",
+        "delivered",
+        "delivered_bytes",
+        "deadline",
+        "outstanding_bytes",
+        "outstanding_messages",
+        "phase",
+        "pulls",
+        "released",
+        "requested",
+        "settings",
+        "unsolicited",
+    )
+
+    def __init__(self, settings: PullSettings) -> None:
+        self.settings = settings
+        self.phase = Phase.NEW
+        self.outstanding_messages = 0
+        self.outstanding_bytes = 0
+        self.buffered_messages = 0
+        self.buffered_bytes = 0
+        self.requested = 0
+        self.delivered = 0
+        self.delivered_bytes = 0
+        self.released = 0
+        self.unsolicited = 0
+        self.pulls = 0
+        self.deadline: float | None = None  # single mode: when the fetch gives up
+        self._silent_ticks = 0
+        self._tick_at: float | None = None
+        self._timer_at: float | None = None
+        self._check_wanted = False
+        self._check_after: float | None = None
+        self._check_delay = CHECK_BACKOFF_FIRST
+        self._check_reason: JetStreamError | None = None
+        self._pull_at: float | None = None  # a delayed (throttled) re-pull
+        self._repull_delay = 0.0
+        self._wait_for_empty = False
+        self._warned: set[str] = set()
+        self._last_pull = (0, 0)
+
+    # ------------------------------------------------------------- derived
+
+    @property
+    def pending_messages(self) -> int:
+        """Messages asked for and not yet consumed (outstanding + buffered)."""
+        return self.outstanding_messages + self.buffered_messages
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes asked for and not yet consumed (byte mode; outstanding + buffered)."""
+        return self.outstanding_bytes + self.buffered_bytes
+
+    @property
+    def done(self) -> bool:
+        """True once the run has finished."""
+        return self.phase is Phase.DONE
+
+    # ------------------------------------------------------------- helpers
+
+    def _pull(self) -> SendPull | None:
+        """A pull for the room left, or None if no pull is due."""
+        s = self.settings
+        if self._wait_for_empty:
+            if self.buffered_messages or self.outstanding_messages:
+                return None
+            self._wait_for_empty = False
+        if s.max_bytes:
+            if self.pending_bytes >= s.threshold_bytes:
+                return None
+            room = s.max_bytes - self.pending_bytes
+            batch = s.max_messages - self.pending_messages
+            if room <= 0 or batch <= 0:
+                return None
+        else:
+            if self.pending_messages >= s.threshold_messages:
+                return None
+            batch = s.max_messages - self.pending_messages
+            room = 0
+            if batch <= 0:
+                return None
+        return self._send(batch, room)
+
+    def _send(self, batch: int, room: int) -> SendPull:
+        s = self.settings
+        self.outstanding_messages += batch
+        self.outstanding_bytes += room
+        self.requested += batch
+        self.pulls += 1
+        self._pull_at = None
+        self._last_pull = (batch, room)
+        return SendPull(batch, room, s.expires, s.heartbeat, s.no_wait)
+
+    def _release(self, messages: int, nbytes: int) -> None:
+        take = min(max(messages, 0), self.outstanding_messages)
+        self.outstanding_messages -= take
+        self.released += take
+        self.outstanding_bytes -= min(max(nbytes, 0), self.outstanding_bytes)
+
+    def _release_all(self) -> None:
+        self._release(self.outstanding_messages, self.outstanding_bytes)
+
+    def _finish(self, error: JetStreamError | None) -> Commands:
+        self.phase = Phase.DONE
+        self._timer_at = None
+        return (CancelTimer(), Finish(error))
+
+    def _next_timer(self) -> Commands:
+        """Arm the timer for the earliest pending deadline (or cancel it)."""
+        candidates = [
+            t
+            for t in (self._tick_at, self.deadline, self._check_after, self._pull_at)
+            if t is not None
+        ]
+        at = min(candidates) if candidates else None
+        if at == self._timer_at:
+            return _NONE
+        self._timer_at = at
+        return (CancelTimer(),) if at is None else (ArmTimer(at),)
+
+    def _arm_ticks(self, now: float) -> None:
+        hb = self.settings.heartbeat
+        self._silent_ticks = 0
+        self._tick_at = now + hb / TICKS_PER_HEARTBEAT if hb > 0 else None
+
+    def _request_check(self, now: float, reason: JetStreamError | None) -> Commands:
+        """Stop pulling until a consumer check answers."""
+        self._release_all()
+        self._check_reason = reason
+        self._pull_at = None
+        if self.phase is Phase.CHECKING and (self._check_wanted or self._check_after):
+            return _NONE
+        self.phase = Phase.CHECKING
+        self._check_wanted = True
+        self._check_after = None
+        return (CheckConsumer(),)
+
+    def _repull(self, now: float, productive: bool) -> Commands:
+        """Pull again after a status, throttled while pulls stay unproductive."""
+        if self.phase is not Phase.RUNNING or self.settings.single:
+            return _NONE
+        if productive:
+            self._repull_delay = 0.0
+        if self._repull_delay == 0.0:
+            self._repull_delay = REPULL_BACKOFF_FIRST
+            pull = self._pull()
+            return (pull,) if pull else _NONE
+        at = now + self._repull_delay
+        self._repull_delay = min(self._repull_delay * 2, REPULL_BACKOFF_MAX)
+        if self._pull_at is None or at < self._pull_at:
+            self._pull_at = at
+        return self._next_timer()
+
+    # ------------------------------------------------------------- events
+
+    def start(self, now: float) -> Commands:
+        """Begin: send the first pull and arm the timer."""
+        if self.phase is not Phase.NEW:
+            return _NONE
+        self.phase = Phase.RUNNING
+        s = self.settings
+        if s.single:
+            wait = NO_WAIT_TIMEOUT if s.no_wait else s.expires + max(FETCH_GRACE, s.heartbeat)
+            self.deadline = now + wait
+            pull = self._send(s.max_messages, s.max_bytes)
+        else:
+            pull_or_none = self._pull()
+            assert pull_or_none is not None
+            pull = pull_or_none
+        self._arm_ticks(now)
+        return (pull, *self._next_timer())
+
+    def on_message(self, size: int) -> Commands:
+        """A user message arrived (hot path)."""
+        self._silent_ticks = 0
+        self._repull_delay = 0.0
+        if self.phase is Phase.DONE:
+            return _NONE
+        self.delivered += 1
+        self.delivered_bytes += size
+        if self.outstanding_messages:
+            self.outstanding_messages -= 1
+            self.outstanding_bytes -= min(size, self.outstanding_bytes)
+        else:
+            self.unsolicited += 1
+        self.buffered_messages += 1
+        self.buffered_bytes += size
+        s = self.settings
+        if s.single and not s.max_bytes and self.outstanding_messages == 0:
+            return self._finish(None)
+        return _NONE
+
+    def on_consumed(self, size: int) -> Commands:
+        """The user took a buffered message (hot path): maybe pull more."""
+        if self.buffered_messages:
+            self.buffered_messages -= 1
+            self.buffered_bytes -= min(size, self.buffered_bytes)
+        phase = self.phase
+        if phase is Phase.RUNNING and not self.settings.single:
+            pull = self._pull()
+            return (pull,) if pull is not None else _NONE
+        if phase is Phase.DRAINING and self.buffered_messages == 0:
+            return self._finish(None)
+        return _NONE
+
+    def on_status(
+        self,
+        kind: StatusKind,
+        severity: Severity,
+        pending_messages: int,
+        pending_bytes: int,
+        error: JetStreamError | None,
+        now: float,
+    ) -> Commands:
+        """A status message arrived (heartbeat, request end, warning or error)."""
+        self._silent_ticks = 0
+        if self.phase is Phase.DONE:
+            return _NONE
+        if kind is StatusKind.HEARTBEAT or kind is StatusKind.FLOW_CONTROL:
+            return _NONE
+        self._release(pending_messages, pending_bytes)
+        single = self.settings.single
+        if severity is Severity.TERMINAL:
+            self._release_all()
+            return self._finish(error or ConsumerDeletedError("consumer deleted"))
+        if severity is Severity.CHECK_CONSUMER:
+            if single:
+                self.deadline = None
+            return self._request_check(now, error)
+        if kind is StatusKind.MAX_BYTES:
+            return self._on_max_bytes(pending_bytes, now)
+        if severity is Severity.WARNING:
+            key = f"{kind.name}:{error}"
+            report: Commands = _NONE
+            if key not in self._warned and error is not None:
+                self._warned.add(key)
+                report = (Report(error),)
+            if single:
+                return self._finish(error)
+            # The server refused the request it just received (the last one we
+            # sent); a refusal carries no pending headers, so release that one.
+            self._release(*self._last_pull)
+            return report + self._repull(now, productive=False)
+        # Silent request ends: 404, 408, batch completed, leadership change, shutdown.
+        if single:
+            return self._finish(None)
+        if kind in _INVALIDATING:
+            self._release_all()
+            return self._repull(now, productive=False)
+        return self._repull(now, productive=True)
+
+    def _on_max_bytes(self, pending_bytes: int, now: float) -> Commands:
+        s = self.settings
+        too_large = MessageTooLargeError(
+            "the next message is larger than max_bytes "
+            f"({s.max_bytes} bytes): it can never be delivered with these settings"
+        )
+        if s.single:
+            return self._finish(too_large if self.delivered == 0 else None)
+        if s.max_bytes and pending_bytes >= s.max_bytes:
+            # A full-size request delivered nothing: the message will never fit.
+            self._release_all()
+            return self._finish(too_large)
+        # Too large for the room left: pull again once the buffer is empty.
+        self._wait_for_empty = True
+        return self._repull(now, productive=True)
+
+    def on_timer(self, now: float) -> Commands:
+        """The timer fired: heartbeat tick, fetch deadline, check retry or delayed pull."""
+        self._timer_at = None
+        if self.phase is Phase.DONE:
+            return _NONE
+        out: Commands = _NONE
+        if self.deadline is not None and now >= self.deadline:
+            # The server never closed the fetch: make sure the consumer still exists.
+            self.deadline = None
+            out += self._request_check(now, None)
+        if self._check_after is not None and now >= self._check_after:
+            self._check_after = None
+            self._check_wanted = True
+            out += (CheckConsumer(),)
+        if self._pull_at is not None and now >= self._pull_at:
+            self._pull_at = None
+            if self.phase is Phase.RUNNING:
+                pull = self._pull()
+                if pull is not None:
+                    out += (pull,)
+        if self._tick_at is not None and now >= self._tick_at:
+            out += self._tick(now)
+        return out + self._next_timer()
+
+    def _tick(self, now: float) -> Commands:
+        hb = self.settings.heartbeat
+        self._tick_at = now + hb / TICKS_PER_HEARTBEAT
+        if self.phase is not Phase.RUNNING and self.phase is not Phase.DRAINING:
+            self._silent_ticks = 0
+            return _NONE
+        if self.outstanding_messages == 0 and not self.settings.single:
+            # Nothing asked for: the server owes us no heartbeat.
+            self._silent_ticks = 0
+            return _NONE
+        self._silent_ticks += 1
+        if self._silent_ticks < MISSED_TICKS:
+            return _NONE
+        self._silent_ticks = 0
+        missed = NoHeartbeatError(
+            f"no heartbeat or message for {2 * hb:g} s (heartbeat {hb:g} s)"
+        )
+        if self.settings.single:
+            return self._request_check(now, missed)
+        return (Report(missed), *self._request_check(now, missed))
+
+    def on_disconnected(self, now: float) -> Commands:
+        """The connection dropped: pause the heartbeat timer, write off outstanding pulls."""
+        if self.phase is Phase.DONE:
+            return _NONE
+        self._release_all()
+        if self.settings.single:
+            return self._finish(DisconnectedError("disconnected while fetching"))
+        if self.phase is Phase.DRAINING:
+            return _NONE if self.buffered_messages else self._finish(None)
+        self.phase = Phase.PAUSED
+        self._tick_at = None
+        self._pull_at = None
+        self._check_after = None
+        self._check_wanted = False
+        return self._next_timer()
+
+    def on_reconnected(self, now: float) -> Commands:
+        """The connection is back: check the consumer, then pull again."""
+        if self.phase is not Phase.PAUSED:
+            return _NONE
+        self._check_delay = CHECK_BACKOFF_FIRST
+        return self._request_check(now, None)
+
+    def on_consumer_checked(
+        self, now: float, result: CheckResult, error: JetStreamError | None
+    ) -> Commands:
+        """The answer to CheckConsumer."""
+        self._check_wanted = False
+        if self.phase is not Phase.CHECKING:
+            return _NONE
+        if result is CheckResult.MISSING:
+            return self._finish(error or ConsumerDeletedError("the consumer no longer exists"))
+        if result is CheckResult.UNAVAILABLE:
+            self._check_after = now + self._check_delay
+            self._check_delay = min(self._check_delay * 2, CHECK_BACKOFF_MAX)
+            return self._next_timer()
+        self._check_delay = CHECK_BACKOFF_FIRST
+        if self.settings.single:
+            return self._finish(self._check_reason)
+        self.phase = Phase.RUNNING
+        self._arm_ticks(now)
+        pull = self._pull()
+        return ((pull,) if pull else _NONE) + self._next_timer()
+
+    def stop(self, drain: bool, now: float) -> Commands:
+        """The user stops: at once, or after consuming what is buffered (drain)."""
+        if self.phase is Phase.DONE:
+            return _NONE
+        if not drain or self.buffered_messages == 0:
+            self._release_all()
+            return self._finish(None)
+        self.phase = Phase.DRAINING
+        self._release_all()
+        self._pull_at = None
+        self._check_after = None
+        return self._next_timer()
+
+    def discard_buffer(self) -> None:
+        """Forget buffered messages (after a stop without drain)."""
+        self.buffered_messages = 0
+        self.buffered_bytes = 0
