@@ -1,0 +1,429 @@
+"""The message delivered by consumers, its acknowledgements and its metadata.
+
+:class:`Msg` sits on the hot path: it is a plain ``__slots__`` class holding the
+raw bytes received from the server and decodes subject, headers and metadata
+only when asked. Acknowledgements follow ADR-15 (``+ACK``, ``-NAK``, ``+WPI``,
+``+TERM``): each is one publish of a constant payload to the message's reply
+subject. Metadata is parsed from that reply subject, the ``$JS.ACK`` subject in
+either of its two forms (ADR-15; nats.go ``parseMetadata``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final, Protocol
+
+from ._errors import (
+    InvalidOptionError,
+    JetStreamError,
+    JetStreamTimeoutError,
+    MessageAlreadyAckedError,
+    NotJetStreamMessageError,
+)
+from ._headers import decode_headers
+
+__all__ = [
+    "Acker",
+    "Msg",
+    "MsgMetadata",
+    "SequencePair",
+    "ack_sequences",
+    "parse_metadata",
+]
+
+# --------------------------------------------------------------------------- metadata
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_UINT64_LIMIT: Final = 1 << 64
+
+# $JS.ACK.<stream>.<consumer>.<delivered>.<stream_seq>.<consumer_seq>.<timestamp_ns>.<pending>
+_V1_TOKENS: Final = 9
+# $JS.ACK.<domain>.<account_hash>.<stream>.<consumer>.<delivered>.<stream_seq>
+#   .<consumer_seq>.<timestamp_ns>.<pending>.<random>
+_V2_TOKENS: Final = 12
+# Index of <stream> in each form; <consumer>, <delivered>, ... follow it.
+_V1_BASE: Final = 2
+_V2_BASE: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SequencePair:
+    """A message's position in its stream and in its consumer.
+
+    Attributes:
+        stream: The stream sequence.
+        consumer: The consumer sequence (the delivery count of the consumer).
+
+    """
+
+    stream: int
+    consumer: int
+
+
+@dataclass(frozen=True, slots=True)
+class MsgMetadata:
+    """JetStream metadata of a delivered message, from its ``$JS.ACK`` reply subject (ADR-15).
+
+    Attributes:
+        stream: The stream name.
+        consumer: The consumer name.
+        domain: The JetStream domain, or None (v1 subjects, or ``_`` in v2).
+        sequence: The stream and consumer sequences.
+        num_delivered: How many times the message was delivered (1 the first time).
+        num_pending: How many messages matching the consumer remain after this one.
+        timestamp: When the message was stored (UTC, microsecond precision).
+        account_hash: The account hash of a v2 subject, or None.
+
+    """
+
+    stream: str
+    consumer: str
+    domain: str | None
+    sequence: SequencePair
+    num_delivered: int
+    num_pending: int
+    timestamp: datetime
+    account_hash: str | None = None
+
+
+def _base(tokens: list[str] | list[bytes], js: str | bytes, ack: str | bytes) -> int:
+    """Index of the stream token, or -1 when ``tokens`` is not an ack subject."""
+    n = len(tokens)
+    if n == _V1_TOKENS:
+        base = _V1_BASE
+    elif n >= _V2_TOKENS:
+        base = _V2_BASE
+    else:
+        return -1
+    if tokens[0] != js or tokens[1] != ack or not tokens[base] or not tokens[base + 1]:
+        return -1
+    return base
+
+
+def _uint(token: str) -> int:
+    if token.isascii() and token.isdigit():
+        value = int(token)
+        if value < _UINT64_LIMIT:
+            return value
+    raise NotJetStreamMessageError(f"invalid number {token!r} in a $JS.ACK reply subject")
+
+
+def parse_metadata(reply: str | bytes) -> MsgMetadata:
+    """Parse the metadata out of a ``$JS.ACK`` reply subject (ADR-15).
+
+    Both forms are accepted:
+
+    * v1 (9 tokens): ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream_seq>.
+      <consumer_seq>.<timestamp_ns>.<pending>``
+    * v2 (12 or more tokens): ``$JS.ACK.<domain>.<account_hash>.<stream>.
+      <consumer>.<delivered>.<stream_seq>.<consumer_seq>.<timestamp_ns>.<pending>.
+      <random>``; a domain of ``_`` means none, and trailing tokens are ignored.
+
+    Args:
+        reply: The reply subject of a message delivered by a consumer.
+
+    Returns:
+        The parsed metadata.
+
+    Raises:
+        NotJetStreamMessageError: the subject is not a ``$JS.ACK`` subject of
+            either form: wrong prefix, 10 or 11 tokens, an empty stream or
+            consumer name, or a number that is not a decimal integer below 2**64.
+
+    """
+    text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
+    tokens = text.split(".")
+    base = _base(tokens, "$JS", "ACK")
+    if base < 0:
+        raise NotJetStreamMessageError(f"{text!r} is not a JetStream $JS.ACK reply subject")
+    timestamp_ns = _uint(tokens[base + 5])
+    domain: str | None = None
+    account_hash: str | None = None
+    if base == _V2_BASE:
+        domain = tokens[2] if tokens[2] not in ("", "_") else None
+        account_hash = tokens[3] or None
+    return MsgMetadata(
+        stream=tokens[base],
+        consumer=tokens[base + 1],
+        domain=domain,
+        sequence=SequencePair(stream=_uint(tokens[base + 3]), consumer=_uint(tokens[base + 4])),
+        num_delivered=_uint(tokens[base + 2]),
+        num_pending=_uint(tokens[base + 6]),
+        # Integer arithmetic: exact to the microsecond for any uint64 nanoseconds.
+        timestamp=_EPOCH + timedelta(microseconds=timestamp_ns // 1000),
+        account_hash=account_hash,
+    )
+
+
+def ack_sequences(reply: bytes) -> tuple[int, int, int] | None:
+    """Return ``(stream_seq, consumer_seq, num_delivered)`` from a raw ack reply subject.
+
+    The ordered consumer's fast path (ADR-17): no decoding, no datetime. It
+    accepts and rejects exactly the subjects :func:`parse_metadata` does.
+
+    Args:
+        reply: The raw reply subject of a delivered message.
+
+    Returns:
+        The three numbers, or None when the subject is not a valid ``$JS.ACK``
+        subject.
+
+    """
+    tokens = reply.split(b".")
+    base = _base(tokens, b"$JS", b"ACK")
+    if base < 0:
+        return None
+    numbers = tokens[base + 2 : base + 7]
+    for token in numbers:
+        # bytes.isdigit() is ASCII-only.
+        if not token.isdigit() or (len(token) > 19 and int(token) >= _UINT64_LIMIT):
+            return None
+    return int(numbers[1]), int(numbers[2]), int(numbers[0])
+
+
+# --------------------------------------------------------------------------- acks
+
+ACK: Final = b"+ACK"
+NAK: Final = b"-NAK"
+WPI: Final = b"+WPI"
+TERM: Final = b"+TERM"
+
+_NS_PER_SECOND: Final = 1_000_000_000
+
+# Acknowledgement state of a Msg.
+_OPEN: Final = 0
+_IN_FLIGHT: Final = 1  # a double_ack awaits its confirmation
+_DONE: Final = 2
+
+
+class Acker(Protocol):
+    """What a :class:`Msg` needs from the connection to acknowledge itself."""
+
+    @property
+    def timeout(self) -> float:
+        """The default timeout of :meth:`Msg.double_ack`, in seconds."""
+        ...
+
+    async def send(self, subject: bytes, payload: bytes) -> None:
+        """Publish ``payload`` to the raw ``subject`` without waiting (fire and forget)."""
+        ...
+
+    async def request(self, subject: bytes, payload: bytes, timeout: float) -> bytes:
+        """Publish ``payload`` to ``subject`` and return the reply's payload.
+
+        Raises the library's typed errors, :class:`JetStreamTimeoutError` on timeout.
+        """
+        ...
+
+
+def _delay_ns(delay: float | timedelta) -> int:
+    if isinstance(delay, timedelta):
+        ns = (delay.days * 86_400 + delay.seconds) * _NS_PER_SECOND + delay.microseconds * 1000
+    elif isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise InvalidOptionError(f"invalid nak delay {delay!r}: expected seconds or a timedelta")
+    elif isinstance(delay, int):
+        ns = delay * _NS_PER_SECOND
+    elif math.isfinite(delay):
+        ns = round(delay * _NS_PER_SECOND)
+    else:
+        raise InvalidOptionError(f"invalid nak delay {delay!r}: not a finite number")
+    if ns < 0:
+        raise InvalidOptionError(f"invalid nak delay {delay!r}: must not be negative")
+    return ns
+
+
+class Msg:
+    """A message delivered by a JetStream consumer.
+
+    Holds the raw bytes received from the server; the subject, headers and
+    metadata are decoded on first use.
+
+    Attributes:
+        data: The payload.
+
+    """
+
+    __slots__ = ("_acker", "_hdr", "_headers", "_meta", "_reply", "_state", "_subject", "data")
+
+    def __init__(
+        self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None, acker: Acker
+    ) -> None:
+        self._subject = subject
+        self._reply = reply
+        self.data = data
+        self._hdr = hdr
+        self._headers: dict[str, str] | None = None
+        self._acker = acker
+        self._state = _OPEN
+        self._meta: MsgMetadata | None = None
+
+    # ----------------------------------------------------------------- content
+
+    @property
+    def subject(self) -> str:
+        """The subject the message was published to."""
+        return self._subject.decode("utf-8", "replace")
+
+    @property
+    def reply(self) -> str:
+        """The reply subject (the ``$JS.ACK`` subject acks go to), or ``""``."""
+        return self._reply.decode("utf-8", "replace")
+
+    @property
+    def headers(self) -> dict[str, str] | None:
+        """The headers, or None when the message has none.
+
+        Repeated keys are joined with ``", "``. The dict is parsed once and cached.
+        """
+        headers = self._headers
+        if headers is None and self._hdr:
+            headers = self._headers = decode_headers(self._hdr)[0]
+        return headers
+
+    @property
+    def metadata(self) -> MsgMetadata:
+        """The JetStream metadata, parsed from the reply subject once and cached.
+
+        Raises:
+            NotJetStreamMessageError: the reply is not a ``$JS.ACK`` subject.
+
+        """
+        meta = self._meta
+        if meta is None:
+            meta = self._meta = parse_metadata(self._reply)
+        return meta
+
+    @property
+    def size(self) -> int:
+        """The size the server counts against a pull's ``max_bytes`` (ADR-37).
+
+        ``len(subject) + len(reply) + len(headers) + len(data)``, all in bytes.
+        """
+        hdr = self._hdr
+        return len(self._subject) + len(self._reply) + (len(hdr) if hdr else 0) + len(self.data)
+
+    @property
+    def acked(self) -> bool:
+        """True once the message was acked, nak'ed or terminated."""
+        return self._state == _DONE
+
+    def __repr__(self) -> str:
+        return f"<Msg subject={self.subject!r} data={len(self.data)}B acked={self.acked}>"
+
+    # ----------------------------------------------------------------- acks
+
+    def _claim(self) -> None:
+        if not self._reply:
+            raise NotJetStreamMessageError("the message has no reply subject to acknowledge to")
+        if self._state == _DONE:
+            raise MessageAlreadyAckedError("the message was already acknowledged")
+        if self._state == _IN_FLIGHT:
+            raise MessageAlreadyAckedError("a double_ack of the message is in progress")
+
+    async def _finish(self, payload: bytes) -> None:
+        self._claim()
+        self._state = _DONE
+        try:
+            await self._acker.send(self._reply, payload)
+        except BaseException:
+            # The ack may not have left: allow a retry (a duplicate ack is harmless).
+            self._state = _OPEN
+            raise
+
+    async def ack(self) -> None:
+        """Acknowledge the message (``+ACK``, ADR-15).
+
+        Raises:
+            MessageAlreadyAckedError: the message was already acked, nak'ed or
+                terminated.
+            NotJetStreamMessageError: the message has no reply subject.
+
+        """
+        await self._finish(ACK)
+
+    async def double_ack(self, timeout: float | None = None) -> None:
+        """Acknowledge the message and wait for the server to confirm (ADR-15).
+
+        The message counts as acked only once the confirmation arrived; after a
+        failure the call may be retried.
+
+        Args:
+            timeout: Seconds to wait for the confirmation (default: the
+                connection's timeout).
+
+        Raises:
+            JetStreamTimeoutError: no confirmation before ``timeout``.
+            MessageAlreadyAckedError: the message was already acknowledged.
+            NotJetStreamMessageError: the message has no reply subject.
+            InvalidOptionError: ``timeout`` is not a positive number.
+
+        """
+        wait = self._acker.timeout if timeout is None else timeout
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait > 0:
+            raise InvalidOptionError(f"invalid timeout {timeout!r}: must be a positive number")
+        self._claim()
+        self._state = _IN_FLIGHT
+        try:
+            await self._acker.request(self._reply, ACK, wait)
+        except BaseException as exc:
+            self._state = _OPEN
+            if isinstance(exc, TimeoutError) and not isinstance(exc, JetStreamError):
+                raise JetStreamTimeoutError(
+                    f"no ack confirmation from the server within {wait} s"
+                ) from exc
+            raise
+        self._state = _DONE
+
+    async def nak(self, delay: float | timedelta | None = None) -> None:
+        """Negatively acknowledge the message for redelivery (``-NAK``, ADR-15).
+
+        Args:
+            delay: Redeliver no sooner than this (seconds or a timedelta); sent
+                as ``-NAK {"delay": <nanoseconds>}``. None redelivers per the
+                consumer's backoff.
+
+        Raises:
+            MessageAlreadyAckedError: the message was already acknowledged.
+            NotJetStreamMessageError: the message has no reply subject.
+            InvalidOptionError: the delay is negative or not a number.
+
+        """
+        payload = NAK if delay is None else b'-NAK {"delay": %d}' % _delay_ns(delay)
+        await self._finish(payload)
+
+    async def in_progress(self) -> None:
+        """Tell the server the message is still being worked on (``+WPI``, ADR-15).
+
+        Resets the redelivery timer; may be sent any number of times and does
+        not acknowledge the message.
+
+        Raises:
+            MessageAlreadyAckedError: the message was already acknowledged.
+            NotJetStreamMessageError: the message has no reply subject.
+
+        """
+        self._claim()
+        await self._acker.send(self._reply, WPI)
+
+    async def term(self, reason: str | None = None) -> None:
+        """Stop redelivery of the message for good (``+TERM``, ADR-15).
+
+        Args:
+            reason: An optional reason, sent as ``+TERM <reason>`` and shown in
+                the server's advisory. It must not contain CR or LF.
+
+        Raises:
+            MessageAlreadyAckedError: the message was already acknowledged.
+            NotJetStreamMessageError: the message has no reply subject.
+            InvalidOptionError: the reason is not a string or contains CR or LF.
+
+        """
+        if reason is None or reason == "":
+            payload = TERM
+        elif not isinstance(reason, str) or "\r" in reason or "\n" in reason:
+            raise InvalidOptionError(f"invalid term reason {reason!r}: must not contain CR or LF")
+        else:
+            payload = TERM + b" " + reason.encode()
+        await self._finish(payload)
