@@ -32,6 +32,7 @@ from ._errors import (
     BadRequestError,
     ConsumerDeletedError,
     JetStreamError,
+    MessageTooLargeError,
     NoRespondersError,
 )
 from ._headers import PENDING_BYTES, PENDING_MESSAGES, decode_headers
@@ -230,9 +231,8 @@ class Status:
 
         * 409 Consumer Deleted: :class:`~aiojetstream.ConsumerDeletedError`.
         * 503: :class:`~aiojetstream.NoRespondersError`.
-        * 409 Message Size Exceeds MaxBytes: a plain
-          :class:`~aiojetstream.JetStreamError` (placeholder until a dedicated
-          class exists).
+        * 409 Message Size Exceeds MaxBytes:
+          :class:`~aiojetstream.MessageTooLargeError`.
         * 400: :class:`~aiojetstream.BadRequestError`.
         * anything else: :class:`~aiojetstream.APIError` with ``err_code`` 0.
 
@@ -248,7 +248,9 @@ class Status:
                 f"no responders for the pull request ({text}): the consumer or stream may be gone"
             )
         if kind is StatusKind.MAX_BYTES:
-            return JetStreamError(f"a message is larger than the pull request's max_bytes ({text})")
+            return MessageTooLargeError(
+                f"a message is larger than the pull request's max_bytes ({text})"
+            )
         description = self.description or f"status {self.code}"
         if kind is StatusKind.BAD_REQUEST:
             return BadRequestError(self.code, 0, description)

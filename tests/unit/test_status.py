@@ -11,6 +11,7 @@ from aiojetstream import (
     BadRequestError,
     ConsumerDeletedError,
     JetStreamError,
+    MessageTooLargeError,
     NoRespondersError,
 )
 from aiojetstream._headers import encode_headers
@@ -204,7 +205,7 @@ def test_severity_table() -> None:
         (b"NATS/1.0 409 Exceeded MaxRequestBatch of 10\r\n\r\n", APIError),
         (b"NATS/1.0 423 Nats-Pin-Id mismatch\r\n\r\n", APIError),
         (b"NATS/1.0 418 I'm a teapot\r\n\r\n", APIError),
-        (b"NATS/1.0 409 Message Size Exceeds MaxBytes\r\n\r\n", JetStreamError),
+        (b"NATS/1.0 409 Message Size Exceeds MaxBytes\r\n\r\n", MessageTooLargeError),
     ],
 )
 def test_error(block: bytes, error_type: type[JetStreamError]) -> None:
