@@ -336,6 +336,7 @@ class Conn:
         Raises:
             ConnectionClosedError: the connection is closed.
             DisconnectedError: disconnected and the reconnect buffer is full.
+
         """
         _publish_nowait(self, subject, reply, payload)
 

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from typing import Any, Final
 
 from . import _api
 from ._api import ApiClient
-from ._errors import InvalidOptionError
+from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError
+from ._message import Msg
 from ._models import ConsumerConfig, ConsumerInfo, to_wire
+from ._pull_driver import ErrorHandler, PullDriver
+from ._pull_engine import DEFAULT_EXPIRES, PullSettings, resolve_consume, resolve_fetch
 from ._validation import validate_filter_subject, validate_name
+
+logger = logging.getLogger("aiojetstream")
 
 ACTION_CREATE: Final = "create"
 ACTION_UPDATE: Final = "update"
@@ -95,6 +104,163 @@ async def consumer_names(api: ApiClient, stream: str, timeout: float | None) -> 
         yield str(item)
 
 
+class MessageBatch:
+    """The messages of one fetch: an async iterator of :class:`Msg`.
+
+    Iteration yields messages as they arrive and ends when the pull ends (the
+    batch is filled, the server answers 404/408, or ``expires`` passes); a
+    terminal error (consumer deleted, ...) is raised from iteration after the
+    messages that arrived before it. It is also an async context manager that
+    releases the pull early when left.
+    """
+
+    __slots__ = ("_driver",)
+
+    def __init__(self, driver: PullDriver) -> None:
+        self._driver = driver
+
+    def __aiter__(self) -> MessageBatch:
+        return self
+
+    async def __anext__(self) -> Msg:
+        msg = await self._driver.next_msg()
+        if msg is None:
+            raise StopAsyncIteration
+        return msg
+
+    @property
+    def done(self) -> bool:
+        """True once the pull ended (buffered messages may remain)."""
+        return self._driver.finished
+
+    async def aclose(self) -> None:
+        """Stop the pull and release its subscription (idempotent)."""
+        await self._driver.aclose()
+
+    async def __aenter__(self) -> MessageBatch:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class MessagesContext:
+    """Continuous pulling (ADR-37 ``Messages``): an async iterator and async context manager.
+
+    ``async with consumer.messages() as it: async for msg in it: ...``.
+    Iteration raises a terminal error (consumer deleted, ...) after the messages
+    buffered before it; warnings and missed heartbeats go to ``error_handler``
+    (or a WARNING log) and iteration continues.
+    """
+
+    def __init__(self, driver: PullDriver) -> None:
+        self._driver = driver
+        self._started = False
+
+    async def _ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            await self._driver.start()
+
+    async def __aenter__(self) -> MessagesContext:
+        await self._ensure_started()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> MessagesContext:
+        return self
+
+    async def __anext__(self) -> Msg:
+        await self._ensure_started()
+        msg = await self._driver.next_msg()
+        if msg is None:
+            raise StopAsyncIteration
+        return msg
+
+    async def next(self) -> Msg:
+        """The next message (StopAsyncIteration once stopped or drained)."""
+        return await self.__anext__()
+
+    def stop(self) -> None:
+        """Stop now; iteration ends. Buffered messages are not delivered (they are redelivered)."""
+        self._driver.stop()
+
+    async def drain(self) -> None:
+        """Stop pulling; iteration yields what is buffered, then ends."""
+        self._driver.drain()
+
+    async def aclose(self) -> None:
+        """Stop and release the subscription (idempotent)."""
+        await self._driver.aclose()
+
+
+Handler = Callable[[Msg], Any]
+
+
+class ConsumeContext:
+    """A running ``consume``: the handler is called for each message until stopped."""
+
+    def __init__(self, driver: PullDriver, handler: Handler) -> None:
+        self._driver = driver
+        self._handler = handler
+        self._task: asyncio.Task[None] | None = None
+        self.error: JetStreamError | None = None
+
+    async def _start(self) -> None:
+        await self._driver.start()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        driver, handler = self._driver, self._handler
+        is_async = inspect.iscoroutinefunction(handler)
+        try:
+            while True:
+                msg = driver.take()
+                if msg is None:
+                    msg = await driver.next_msg()
+                    if msg is None:
+                        break
+                try:
+                    if is_async:
+                        await handler(msg)
+                    else:
+                        result = handler(msg)
+                        if inspect.isawaitable(result):
+                            await result
+                except Exception:
+                    logger.exception("consume handler raised; the message was not acknowledged")
+        except JetStreamError as exc:
+            self.error = exc
+            driver.report(exc)
+        finally:
+            await driver.aclose()
+
+    def stop(self) -> None:
+        """Stop: no further handler calls once the current one returns."""
+        self._driver.stop()
+
+    async def drain(self) -> None:
+        """Stop pulling, hand every buffered message to the handler, then wait until closed."""
+        self._driver.drain()
+        await self.closed()
+
+    async def closed(self) -> JetStreamError | None:
+        """Wait until consumption has ended; return its terminal error, if any."""
+        task = self._task
+        if task is not None:
+            await asyncio.shield(task)
+        return self.error
+
+    async def __aenter__(self) -> ConsumeContext:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.stop()
+        await self.closed()
+
+
 class Consumer:
     """A handle on a pull consumer (ADR-37).
 
@@ -130,3 +296,154 @@ class Consumer:
 
     def __repr__(self) -> str:
         return f"<Consumer {self._stream}/{self._name}>"
+
+    def _check(self) -> Awaitable[ConsumerInfo]:
+        return consumer_info(self._api, self._stream, self._name, None)
+
+    def _driver(
+        self, settings: PullSettings, error_handler: ErrorHandler | None = None
+    ) -> PullDriver:
+        return PullDriver(self._api, self._stream, self._name, settings, self._check, error_handler)
+
+    async def _fetch(self, settings: PullSettings) -> MessageBatch:
+        driver = self._driver(settings)
+        await driver.start()
+        return MessageBatch(driver)
+
+    async def fetch(
+        self,
+        max_messages: int,
+        *,
+        expires: float | timedelta = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | None = None,
+    ) -> MessageBatch:
+        """Pull up to ``max_messages`` with one request (ADR-37 ``Fetch``).
+
+        Returns at once; iterate the batch to receive the messages. The pull
+        ends when it is filled or after ``expires`` (minimum 1 s). The heartbeat
+        defaults to 5 s when ``expires >= 10 s`` and is off below.
+
+        Raises:
+            InvalidOptionError: bad options (before anything is sent).
+
+        """
+        return await self._fetch(
+            resolve_fetch(
+                max_messages=max_messages,
+                expires=_secs(expires, "expires"),
+                heartbeat=_secs(heartbeat, "heartbeat"),
+            )
+        )
+
+    async def fetch_bytes(
+        self,
+        max_bytes: int,
+        *,
+        expires: float | timedelta = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | None = None,
+    ) -> MessageBatch:
+        """Pull up to ``max_bytes`` of messages with one request.
+
+        A message larger than ``max_bytes`` can never be delivered: when nothing
+        fits, iteration raises :class:`MessageTooLargeError`.
+        """
+        return await self._fetch(
+            resolve_fetch(
+                max_bytes=max_bytes,
+                expires=_secs(expires, "expires"),
+                heartbeat=_secs(heartbeat, "heartbeat"),
+            )
+        )
+
+    async def fetch_no_wait(self, max_messages: int) -> MessageBatch:
+        """Pull up to ``max_messages`` of what is available now, without waiting."""
+        return await self._fetch(resolve_fetch(max_messages=max_messages, no_wait=True))
+
+    async def next(
+        self,
+        *,
+        expires: float | timedelta = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | None = None,
+    ) -> Msg:
+        """Pull one message; the request is sent only now (ADR-37 ``Next``).
+
+        Raises:
+            FetchTimeoutError: nothing arrived before ``expires`` (a TimeoutError).
+            ConsumerNotFoundError, ConsumerDeletedError: the consumer is gone.
+
+        """
+        batch = await self.fetch(1, expires=expires, heartbeat=heartbeat)
+        async with batch:
+            async for msg in batch:
+                return msg
+        raise FetchTimeoutError(f"no message from {self._stream}/{self._name} before expiry")
+
+    def messages(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        error_handler: ErrorHandler | None = None,
+    ) -> MessagesContext:
+        """Pull continuously into a bounded buffer (ADR-37 ``Messages``).
+
+        Defaults: 500 messages (or ``max_bytes`` instead, never both), 30 s
+        expiry, heartbeat half of expires capped at 30 s, thresholds half of the
+        maximum. Use as ``async with consumer.messages() as it: async for msg in it``.
+
+        Raises:
+            InvalidOptionError: bad options (before anything is sent).
+
+        """
+        settings = resolve_consume(
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            expires=_secs(expires, "expires"),
+            heartbeat=_secs(heartbeat, "heartbeat"),
+            threshold_messages=threshold_messages,
+            threshold_bytes=threshold_bytes,
+        )
+        return MessagesContext(self._driver(settings, error_handler))
+
+    async def consume(
+        self,
+        handler: Handler,
+        *,
+        error_handler: ErrorHandler | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+    ) -> ConsumeContext:
+        """Call ``handler(msg)`` (sync or async) for every message (ADR-37 ``Consume``).
+
+        Nothing is acknowledged automatically. Options are those of
+        :meth:`messages`. Terminal errors go to ``error_handler`` and end
+        consumption; warnings and missed heartbeats go to ``error_handler`` too
+        (or a WARNING log) and consumption goes on.
+        """
+        if not callable(handler):
+            raise InvalidOptionError("handler must be callable")
+        settings = resolve_consume(
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            expires=_secs(expires, "expires"),
+            heartbeat=_secs(heartbeat, "heartbeat"),
+            threshold_messages=threshold_messages,
+            threshold_bytes=threshold_bytes,
+        )
+        ctx = ConsumeContext(self._driver(settings, error_handler), handler)
+        await ctx._start()
+        return ctx
+
+
+def _secs(value: float | timedelta | None, name: str) -> float | None:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value

@@ -40,7 +40,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── InvalidResponseError                             the server sent something unparsable
     ├── NoHeartbeatError
     ├── ConsumerDeletedError
-    ├── MessageTooLargeError                             a message can never fit the pull's max_bytes
+    ├── MessageTooLargeError                             a message never fits the pull's max_bytes
     ├── MessageAlreadyAckedError
     ├── NotJetStreamMessageError
     └── KeyValueError

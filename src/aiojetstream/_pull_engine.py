@@ -128,6 +128,7 @@ def resolve_consume(
     Raises:
         InvalidOptionError: an option is out of range, or both ``max_messages``
             and ``max_bytes`` were given.
+
     """
     max_messages = _positive_int(max_messages, "max_messages")
     max_bytes = _positive_int(max_bytes, "max_bytes")
@@ -174,6 +175,7 @@ def resolve_fetch(
 
     Raises:
         InvalidOptionError: an option is out of range.
+
     """
     max_messages = _positive_int(max_messages, "max_messages")
     max_bytes = _positive_int(max_bytes, "max_bytes")
@@ -293,15 +295,15 @@ class PullEngine:
         "_pull_at",
         "_repull_delay",
         "_silent_ticks",
-        "_timer_at",
         "_tick_at",
+        "_timer_at",
         "_wait_for_empty",
         "_warned",
         "buffered_bytes",
         "buffered_messages",
+        "deadline",
         "delivered",
         "delivered_bytes",
-        "deadline",
         "outstanding_bytes",
         "outstanding_messages",
         "phase",
@@ -603,9 +605,7 @@ class PullEngine:
         if self._silent_ticks < MISSED_TICKS:
             return _NONE
         self._silent_ticks = 0
-        missed = NoHeartbeatError(
-            f"no heartbeat or message for {2 * hb:g} s (heartbeat {hb:g} s)"
-        )
+        missed = NoHeartbeatError(f"no heartbeat or message for {2 * hb:g} s (heartbeat {hb:g} s)")
         if self.settings.single:
             return self._request_check(now, missed)
         return (Report(missed), *self._request_check(now, missed))

@@ -1,0 +1,368 @@
+"""The async shell around :class:`PullEngine`: one inbox subscription, a buffer, one timer.
+
+The driver turns subscription messages, timer expiries, connection events and
+consumer checks into engine events, and carries out the engine's commands. All
+of its callbacks are synchronous and quick; it owns at most one short-lived
+task at a time (a consumer check, or the final unsubscribe), and ``aclose``
+leaves nothing behind: no task, subscription, timer or connection listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from . import _api
+from ._api import ApiClient
+from ._conn import RawSubscription
+from ._errors import (
+    APIError,
+    ConnectionClosedError,
+    ConsumerNotFoundError,
+    DisconnectedError,
+    JetStreamError,
+    JetStreamNotEnabledError,
+    JetStreamTimeoutError,
+    NoRespondersError,
+    StreamNotFoundError,
+)
+from ._message import Msg
+from ._pull_engine import (
+    ArmTimer,
+    CancelTimer,
+    CheckConsumer,
+    CheckResult,
+    Commands,
+    Finish,
+    PullEngine,
+    PullSettings,
+    Report,
+    SendPull,
+)
+from ._status import parse_status
+
+logger = logging.getLogger("aiojetstream")
+
+ErrorHandler = Callable[[JetStreamError], Any]
+
+_NS = 1_000_000_000
+
+
+class _Acker:
+    """What a Msg needs to acknowledge itself (see ``_message.Acker``)."""
+
+    __slots__ = ("_api", "timeout")
+
+    def __init__(self, api: ApiClient) -> None:
+        self._api = api
+        self.timeout = api.timeout
+
+    async def send(self, subject: bytes, payload: bytes) -> None:
+        self._api.conn.publish_nowait(subject, payload)
+
+    async def request(self, subject: bytes, payload: bytes, timeout: float) -> bytes:
+        msg = await self._api.conn.request(subject.decode(), payload, timeout)
+        return bytes(msg.data)
+
+
+def pull_request_body(cmd: SendPull) -> bytes:
+    """The JSON of a ``CONSUMER.MSG.NEXT`` request."""
+    body: dict[str, Any] = {"batch": cmd.batch}
+    if cmd.no_wait:
+        body["no_wait"] = True
+    else:
+        body["expires"] = int(cmd.expires * _NS)
+    if cmd.max_bytes:
+        body["max_bytes"] = cmd.max_bytes
+    if cmd.heartbeat:
+        body["idle_heartbeat"] = int(cmd.heartbeat * _NS)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+class PullDriver:
+    """Runs one pull engine for a consumer; the buffer is read with :meth:`next_msg`."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        stream: str,
+        consumer: str,
+        settings: PullSettings,
+        check: Callable[[], Awaitable[object]],
+        error_handler: ErrorHandler | None = None,
+    ) -> None:
+        self._api = api
+        self._check = check
+        self._conn = api.conn
+        self._stream = stream
+        self._consumer = consumer
+        self.settings = settings
+        self.engine = PullEngine(settings)
+        self._error_handler = error_handler
+        self._acker = _Acker(api)
+        self._pull_subject = api.subject(
+            _api.CONSUMER_MSG_NEXT, stream=stream, consumer=consumer
+        ).encode()
+        self._inbox = b""
+        self._sub: RawSubscription | None = None
+        self._buffer: deque[Msg] = deque()
+        self._byte_mode = bool(settings.max_bytes)
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.finished = False
+        self.error: JetStreamError | None = None
+        self._closed = False
+        self._listening = False
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Subscribe and send the first pull."""
+        self._loop = asyncio.get_running_loop()
+        inbox = self._conn.new_inbox()
+        self._inbox = inbox.encode()
+        self._sub = await self._conn.subscribe_raw(inbox, self._on_raw)
+        self._conn.add_listener(self)
+        self._listening = True
+        self._run(self.engine.start(self._loop.time()))
+
+    def stop(self) -> None:
+        """Stop now: buffered messages are dropped (they will be redelivered)."""
+        if self.finished:
+            self._buffer.clear()
+            return
+        self._buffer.clear()
+        self.engine.discard_buffer()
+        self._run(self.engine.stop(False, self._now()))
+
+    def drain(self) -> None:
+        """Stop pulling; finish once the buffered messages were consumed."""
+        if not self.finished:
+            self._run(self.engine.stop(True, self._now()))
+
+    async def aclose(self) -> None:
+        """Stop and release everything (idempotent)."""
+        if not self.finished:
+            self.stop()
+        if self._closed:
+            await self._wait_tasks()
+            return
+        self._closed = True
+        await self._cleanup()
+        await self._wait_tasks()
+
+    async def _wait_tasks(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _cleanup(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._listening:
+            self._listening = False
+            self._conn.remove_listener(self)
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            sub.detach()
+            try:
+                await sub.unsubscribe()
+            except JetStreamError as exc:  # the connection went away meanwhile
+                logger.debug("unsubscribe after a pull failed: %s", exc)
+
+    def _now(self) -> float:
+        loop = self._loop or asyncio.get_running_loop()
+        return loop.time()
+
+    # ------------------------------------------------------------- consumption
+
+    @property
+    def buffered(self) -> int:
+        """Messages waiting in the buffer."""
+        return len(self._buffer)
+
+    def take(self) -> Msg | None:
+        """The next buffered message, or None (never waits)."""
+        if not self._buffer:
+            return None
+        msg = self._buffer.popleft()
+        cmds = self.engine.on_consumed(msg.size if self._byte_mode else 0)
+        if cmds:
+            self._run(cmds)
+        return msg
+
+    async def next_msg(self) -> Msg | None:
+        """Wait for the next message; None once the run ended normally.
+
+        Raises:
+            JetStreamError: the run ended with this (terminal) error.
+
+        """
+        while True:
+            msg = self.take()
+            if msg is not None:
+                return msg
+            if self.finished:
+                if self.error is not None:
+                    raise self.error
+                return None
+            loop = self._loop or asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ------------------------------------------------------------- inputs
+
+    def _on_raw(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
+        if hdr is not None and len(hdr) > 9 and hdr[8] == 0x20:
+            status = parse_status(hdr)
+            if status is not None:
+                self._run(
+                    self.engine.on_status(
+                        status.kind,
+                        status.severity,
+                        status.pending_messages,
+                        status.pending_bytes,
+                        status.error(),
+                        self._now(),
+                    )
+                )
+                return
+        if self.finished:
+            return
+        msg = Msg(subject, reply, data, hdr, self._acker)
+        self._buffer.append(msg)
+        cmds = self.engine.on_message(msg.size if self._byte_mode else 0)
+        if cmds:
+            self._run(cmds)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._run(self.engine.on_timer(self._now()))
+
+    # ConnectionListener
+    def on_disconnected(self) -> None:
+        """Pause: the engine writes off outstanding pulls."""
+        self._run(self.engine.on_disconnected(self._now()))
+
+    def on_reconnected(self) -> None:
+        """Resume: check the consumer, then pull."""
+        self._run(self.engine.on_reconnected(self._now()))
+
+    def on_closed(self) -> None:
+        """The connection closed for good: end with ConnectionClosedError."""
+        if not self.finished:
+            self._finish(ConnectionClosedError("the connection was closed"))
+
+    # ------------------------------------------------------------- commands
+
+    def _run(self, cmds: Commands) -> None:
+        for cmd in cmds:
+            if isinstance(cmd, SendPull):
+                self._send_pull(cmd)
+            elif isinstance(cmd, ArmTimer):
+                if self._timer is not None:
+                    self._timer.cancel()
+                loop = self._loop or asyncio.get_running_loop()
+                self._timer = loop.call_at(cmd.deadline, self._on_timer)
+            elif isinstance(cmd, CancelTimer):
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+            elif isinstance(cmd, Report):
+                self.report(cmd.error)
+            elif isinstance(cmd, CheckConsumer):
+                self._spawn(self._check_consumer())
+            elif isinstance(cmd, Finish):
+                self._finish(cmd.error)
+
+    def _send_pull(self, cmd: SendPull) -> None:
+        try:
+            self._conn.publish_nowait(self._pull_subject, pull_request_body(cmd), self._inbox)
+        except (DisconnectedError, ConnectionClosedError) as exc:
+            # The disconnect event follows and pauses the engine; nothing is lost.
+            logger.debug("pull request not sent: %s", exc)
+
+    def report(self, error: JetStreamError) -> None:
+        """Hand a non-terminal error to the error handler, or log it."""
+        handler = self._error_handler
+        if handler is None:
+            logger.warning("%s/%s: %s", self._stream, self._consumer, error)
+            return
+        try:
+            result = handler(error)
+        except Exception:
+            logger.exception("error_handler raised")
+            return
+        if inspect.isawaitable(result):
+            self._spawn(_await_handler(result))
+
+    def _finish(self, error: JetStreamError | None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.error = error
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._sub is not None:
+            self._sub.detach()  # no more deliveries, even before the UNSUB
+        self._wake()
+        if not self._closed:
+            self._closed = True
+            self._spawn(self._cleanup())
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        loop = self._loop or asyncio.get_running_loop()
+        task = loop.create_task(_as_coroutine(coro))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _check_consumer(self) -> None:
+        result = CheckResult.EXISTS
+        error: JetStreamError | None = None
+        try:
+            await self._check()
+        except (ConsumerNotFoundError, StreamNotFoundError) as exc:
+            result, error = CheckResult.MISSING, exc
+        except ConnectionClosedError as exc:
+            self._finish(exc)
+            return
+        except (
+            JetStreamNotEnabledError,
+            JetStreamTimeoutError,
+            DisconnectedError,
+            NoRespondersError,
+            APIError,
+        ) as exc:
+            result, error = CheckResult.UNAVAILABLE, exc
+        if not self.finished:
+            self._run(self.engine.on_consumer_checked(self._now(), result, error))
+
+
+async def _as_coroutine(aw: Awaitable[None]) -> None:
+    await aw
+
+
+async def _await_handler(result: Awaitable[Any]) -> None:
+    try:
+        await result
+    except Exception:
+        logger.exception("error_handler raised")
