@@ -427,3 +427,8 @@ class Msg:
         else:
             payload = TERM + b" " + reason.encode()
         await self._finish(payload)
+
+
+def msg_sequences(msg: Msg) -> tuple[int, int, int] | None:
+    """:func:`ack_sequences` of a delivered message (the ordered consumer's per-message check)."""
+    return ack_sequences(msg._reply)

@@ -25,6 +25,7 @@ from ._errors import (
     ConnectionClosedError,
     ConsumerNotFoundError,
     DisconnectedError,
+    InvalidResponseError,
     JetStreamError,
     JetStreamNotEnabledError,
     JetStreamTimeoutError,
@@ -44,7 +45,7 @@ from ._pull_engine import (
     Report,
     SendPull,
 )
-from ._status import parse_status
+from ._status import Severity, parse_status
 
 logger = logging.getLogger("aiojetstream")
 
@@ -229,19 +230,8 @@ class PullDriver:
 
     def _on_raw(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
         if hdr is not None and len(hdr) > 9 and hdr[8] == 0x20:
-            status = parse_status(hdr)
-            if status is not None:
-                self._run(
-                    self.engine.on_status(
-                        status.kind,
-                        status.severity,
-                        status.pending_messages,
-                        status.pending_bytes,
-                        status.error(),
-                        self._now(),
-                    )
-                )
-                return
+            self._on_status(hdr)
+            return
         if self.finished:
             return
         msg = Msg(subject, reply, data, hdr, self._acker)
@@ -252,6 +242,23 @@ class PullDriver:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _on_status(self, hdr: bytes) -> None:
+        status = parse_status(hdr)
+        if status is None:
+            self.report(InvalidResponseError(f"malformed status message: {hdr[:80]!r}"))
+            return
+        error = None if status.severity is Severity.SILENT else status.error()
+        self._run(
+            self.engine.on_status(
+                status.kind,
+                status.severity,
+                status.pending_messages,
+                status.pending_bytes,
+                error,
+                self._now(),
+            )
+        )
 
     def _on_timer(self) -> None:
         self._timer = None
