@@ -10,7 +10,7 @@ Quick start::
         ack = await js.publish("orders.new", b"hello", ttl="1h")
 """
 
-from ._consumer import Consumer
+from ._consumer import ConsumeContext, Consumer, MessageBatch, MessagesContext
 from ._context import JetStreamContext, connect
 from ._errors import (
     APIError,
@@ -49,6 +49,7 @@ from ._errors import (
     NoHeartbeatError,
     NoRespondersError,
     NotJetStreamMessageError,
+    OrderedConsumerResetError,
     ResourcesExceededError,
     StreamConfigError,
     StreamNameInUseError,
@@ -59,6 +60,7 @@ from ._errors import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
+from ._message import Msg, MsgMetadata, SequencePair
 from ._models import (
     AccountInfo,
     AccountLimits,
@@ -94,6 +96,7 @@ from ._models import (
     SubjectTransformConfig,
     Tier,
 )
+from ._ordered import OrderedBatch, OrderedConsumer
 from ._stream import Stream
 from ._version import __version__
 
@@ -108,6 +111,7 @@ __all__ = [
     "ClusterInfo",
     "ClusterUnavailableError",
     "ConnectionClosedError",
+    "ConsumeContext",
     "Consumer",
     "ConsumerConfig",
     "ConsumerCreateError",
@@ -138,16 +142,23 @@ __all__ = [
     "LostStreamData",
     "MaxPayloadExceededError",
     "MessageAlreadyAckedError",
+    "MessageBatch",
     "MessageDeleteError",
     "MessageNotFoundError",
     "MessageSizeExceedsMaximumError",
     "MessageTTLDisabledError",
     "MessageTTLInvalidError",
     "MessageTooLargeError",
+    "MessagesContext",
+    "Msg",
+    "MsgMetadata",
     "NoHeartbeatError",
     "NoRespondersError",
     "NotJetStreamMessageError",
+    "OrderedBatch",
+    "OrderedConsumer",
     "OrderedConsumerConfig",
+    "OrderedConsumerResetError",
     "PeerInfo",
     "PersistMode",
     "Placement",
@@ -160,6 +171,7 @@ __all__ = [
     "ResourcesExceededError",
     "RetentionPolicy",
     "SequenceInfo",
+    "SequencePair",
     "StorageType",
     "StoreCompression",
     "Stream",

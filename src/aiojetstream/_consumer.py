@@ -7,7 +7,7 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from . import _api
 from ._api import ApiClient
@@ -144,6 +144,31 @@ class MessageBatch:
         await self.aclose()
 
 
+class MessageSource(Protocol):
+    """Where ``consume`` takes messages from: a :class:`PullDriver` or an ordered source."""
+
+    async def start(self) -> None:
+        """Begin pulling."""
+
+    def take(self) -> Msg | None:
+        """A buffered message, without waiting."""
+
+    async def next_msg(self) -> Msg | None:
+        """The next message; None once ended normally (raises a terminal error)."""
+
+    def stop(self) -> None:
+        """Stop now."""
+
+    def drain(self) -> None:
+        """Stop pulling; end once the buffer is consumed."""
+
+    async def aclose(self) -> None:
+        """Release everything."""
+
+    def report(self, error: JetStreamError) -> None:
+        """Hand an error to the error handler (or log it)."""
+
+
 class MessagesContext:
     """Continuous pulling (ADR-37 ``Messages``): an async iterator and async context manager.
 
@@ -153,7 +178,7 @@ class MessagesContext:
     (or a WARNING log) and iteration continues.
     """
 
-    def __init__(self, driver: PullDriver) -> None:
+    def __init__(self, driver: MessageSource) -> None:
         self._driver = driver
         self._started = False
 
@@ -202,7 +227,7 @@ Handler = Callable[[Msg], Any]
 class ConsumeContext:
     """A running ``consume``: the handler is called for each message until stopped."""
 
-    def __init__(self, driver: PullDriver, handler: Handler) -> None:
+    def __init__(self, driver: MessageSource, handler: Handler) -> None:
         self._driver = driver
         self._handler = handler
         self._task: asyncio.Task[None] | None = None

@@ -19,11 +19,13 @@ from ._models import (
     AccountInfo,
     ConsumerConfig,
     ConsumerInfo,
+    OrderedConsumerConfig,
     PubAck,
     StreamConfig,
     StreamInfo,
     to_wire,
 )
+from ._ordered import OrderedConsumer
 from ._stream import Stream
 from ._validation import validate_filter_subject, validate_name, validate_publish_subject
 
@@ -275,6 +277,25 @@ class JetStreamContext:
 
         """
         await C.delete_consumer(self._api, stream, name, timeout)
+
+    async def ordered_consumer(
+        self,
+        stream: str,
+        config: OrderedConsumerConfig | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> OrderedConsumer:
+        """An ordered consumer on ``stream`` (ADR-17): in order, no gaps, no duplicates.
+
+        The stream must exist. The server-side consumer is created on first use
+        and recreated as needed; see :class:`OrderedConsumer`.
+
+        Raises:
+            StreamNotFoundError: the stream does not exist.
+
+        """
+        stream_obj = await self.stream(stream, timeout=timeout)
+        return await stream_obj.ordered_consumer(config)
 
     def list_consumers(
         self, stream: str, *, timeout: float | None = None

@@ -41,6 +41,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── NoHeartbeatError
     ├── ConsumerDeletedError
     ├── MessageTooLargeError                             a message never fits the pull's max_bytes
+    ├── OrderedConsumerResetError                        an ordered consumer could not be recreated
     ├── MessageAlreadyAckedError
     ├── NotJetStreamMessageError
     └── KeyValueError
@@ -93,6 +94,7 @@ __all__ = [
     "NoHeartbeatError",
     "NoRespondersError",
     "NotJetStreamMessageError",
+    "OrderedConsumerResetError",
     "ResourcesExceededError",
     "StreamConfigError",
     "StreamNameInUseError",
@@ -289,6 +291,10 @@ class MessageTooLargeError(JetStreamError):
     Raised by ``fetch_bytes`` when nothing fit, and ends ``messages()`` /
     ``consume()`` in byte mode instead of re-pulling in a tight loop.
     """
+
+
+class OrderedConsumerResetError(JetStreamError):
+    """An ordered consumer could not recreate its consumer within ``max_reset_attempts``."""
 
 
 class MessageAlreadyAckedError(JetStreamError):

@@ -22,7 +22,14 @@ from ._errors import (
     NoRespondersError,
     api_error,
 )
-from ._models import ConsumerConfig, ConsumerInfo, RawStreamMessage, StreamInfo
+from ._models import (
+    ConsumerConfig,
+    ConsumerInfo,
+    OrderedConsumerConfig,
+    RawStreamMessage,
+    StreamInfo,
+)
+from ._ordered import OrderedConsumer, make_ordered
 from ._validation import validate_filter_subject
 
 # Headers a direct get adds to describe the stored message; they are moved into
@@ -301,6 +308,12 @@ class Stream:
     async def delete_consumer(self, name: str, *, timeout: float | None = None) -> None:
         """Delete a consumer of this stream."""
         await C.delete_consumer(self._api, self._name, name, timeout)
+
+    async def ordered_consumer(
+        self, config: OrderedConsumerConfig | None = None, *, timeout: float | None = None
+    ) -> OrderedConsumer:
+        """An ordered consumer on this stream (ADR-17); see :class:`OrderedConsumer`."""
+        return make_ordered(self._api, self._name, config)
 
     def list_consumers(self, *, timeout: float | None = None) -> AsyncIterator[ConsumerInfo]:
         """Async-iterate the info of every consumer of this stream (all pages)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import types
 
 import aiojetstream
 
@@ -17,6 +18,7 @@ EXPECTED = [
     "ClusterInfo",
     "ClusterUnavailableError",
     "ConnectionClosedError",
+    "ConsumeContext",
     "Consumer",
     "ConsumerConfig",
     "ConsumerCreateError",
@@ -47,16 +49,23 @@ EXPECTED = [
     "LostStreamData",
     "MaxPayloadExceededError",
     "MessageAlreadyAckedError",
+    "MessageBatch",
     "MessageDeleteError",
     "MessageNotFoundError",
     "MessageSizeExceedsMaximumError",
     "MessageTTLDisabledError",
     "MessageTTLInvalidError",
     "MessageTooLargeError",
+    "MessagesContext",
+    "Msg",
+    "MsgMetadata",
     "NoHeartbeatError",
     "NoRespondersError",
     "NotJetStreamMessageError",
+    "OrderedBatch",
+    "OrderedConsumer",
     "OrderedConsumerConfig",
+    "OrderedConsumerResetError",
     "PeerInfo",
     "PersistMode",
     "Placement",
@@ -69,6 +78,7 @@ EXPECTED = [
     "ResourcesExceededError",
     "RetentionPolicy",
     "SequenceInfo",
+    "SequencePair",
     "StorageType",
     "StoreCompression",
     "Stream",
@@ -106,10 +116,19 @@ def test_every_public_name_exists_and_is_documented() -> None:
 
 
 def test_public_methods_are_documented() -> None:
-    for name in ("JetStreamContext", "Stream", "Consumer"):
+    for name in (
+        "JetStreamContext",
+        "Stream",
+        "Consumer",
+        "OrderedConsumer",
+        "MessagesContext",
+        "ConsumeContext",
+        "MessageBatch",
+        "Msg",
+    ):
         cls = getattr(aiojetstream, name)
         for attr, member in vars(cls).items():
-            if attr.startswith("_"):
-                continue
+            if attr.startswith("_") or isinstance(member, types.MemberDescriptorType):
+                continue  # slots are documented in the class docstring
             target = member.fget if isinstance(member, property) else member
             assert inspect.getdoc(target), f"{name}.{attr} has no docstring"

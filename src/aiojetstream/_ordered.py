@@ -1,0 +1,517 @@
+"""``OrderedConsumer``: in-order, gap-free delivery over recreated ephemeral consumers (ADR-17).
+
+The ordered consumer keeps a cursor (the stream sequence of the last message it
+handed out). Its server-side consumer is ephemeral, AckNone, memory-stored, one
+replica, named ``<prefix>_<serial>``. Whenever the delivery stops being
+trustworthy (a consumer-sequence gap, missed heartbeats, the consumer deleted or
+lost in a restart) it drops that consumer and creates the next one starting at
+``cursor + 1``, retrying with backoff (1 s doubling to 10 s) up to
+``max_reset_attempts``. A message is handed out only if its consumer sequence
+is exactly the next one, so no gap and no duplicate can reach the user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from datetime import timedelta
+from typing import Final
+
+from . import _consumer as C
+from ._api import ApiClient
+from ._errors import (
+    ConnectionClosedError,
+    ConsumerDeletedError,
+    ConsumerNotFoundError,
+    FetchTimeoutError,
+    InvalidOptionError,
+    JetStreamError,
+    NoHeartbeatError,
+    OrderedConsumerResetError,
+    StreamNotFoundError,
+)
+from ._message import Msg, msg_sequences
+from ._models import (
+    AckPolicy,
+    ConsumerConfig,
+    ConsumerInfo,
+    DeliverPolicy,
+    OrderedConsumerConfig,
+)
+from ._pull_driver import ErrorHandler, PullDriver
+from ._pull_engine import DEFAULT_EXPIRES, PullSettings, resolve_consume, resolve_fetch
+from ._validation import validate_name
+
+logger = logging.getLogger("aiojetstream")
+
+RESET_BACKOFF_FIRST: Final = 1.0
+RESET_BACKOFF_MAX: Final = 10.0
+#: Errors after which the ordered consumer recreates its consumer.
+_RESETTABLE = (ConsumerDeletedError, ConsumerNotFoundError, NoHeartbeatError)
+
+
+class OrderedConsumer:
+    """An ordered consumer on a stream (ADR-17). Get one with ``await js.ordered_consumer(...)``.
+
+    Offers the :class:`Consumer` calls (``fetch``, ``fetch_bytes``,
+    ``fetch_no_wait``, ``next``, ``messages``, ``consume``); one ordered
+    consumer is used either with the fetch calls or with messages/consume, and
+    one operation at a time.
+    """
+
+    def __init__(self, api: ApiClient, stream: str, config: OrderedConsumerConfig) -> None:
+        self._api = api
+        self._stream = stream
+        self._config = config
+        self._prefix = config.name_prefix or secrets.token_hex(8)
+        self._serial = 0
+        self._cursor = 0  # stream sequence of the last message handed out
+        self._expected = 1  # the next consumer sequence of the current consumer
+        self._name: str | None = None
+        self._info: ConsumerInfo | None = None
+        self._mode: str | None = None
+        self._active: _Busy | OrderedBatch | None = None
+        self._needs_reset = False
+
+    # ------------------------------------------------------------- properties
+
+    @property
+    def stream_name(self) -> str:
+        """The stream read."""
+        return self._stream
+
+    @property
+    def name(self) -> str | None:
+        """The name of the current server-side consumer (None before first use)."""
+        return self._name
+
+    @property
+    def cached_info(self) -> ConsumerInfo | None:
+        """The info of the current server-side consumer, as last fetched."""
+        return self._info
+
+    @property
+    def cursor(self) -> int:
+        """The stream sequence of the last message handed out (0 before any)."""
+        return self._cursor
+
+    async def info(self, *, timeout: float | None = None) -> ConsumerInfo:
+        """Fetch the current server-side consumer's info.
+
+        Raises:
+            InvalidOptionError: no consumer was created yet.
+
+        """
+        if self._name is None:
+            raise InvalidOptionError("the ordered consumer has not created its consumer yet")
+        self._info = await C.consumer_info(self._api, self._stream, self._name, timeout)
+        return self._info
+
+    # ------------------------------------------------------------- consumers
+
+    def _consumer_config(self) -> ConsumerConfig:
+        cfg = self._config
+        self._serial += 1
+        fields: dict[str, object] = {
+            "name": f"{self._prefix}_{self._serial}",
+            "ack_policy": AckPolicy.NONE,
+            "max_deliver": 1,
+            "inactive_threshold": cfg.inactive_threshold,
+            "num_replicas": 1,
+            "mem_storage": True,
+            "replay_policy": cfg.replay_policy,
+            "headers_only": cfg.headers_only or None,
+            "metadata": cfg.metadata,
+        }
+        subjects = cfg.filter_subjects or []
+        if len(subjects) == 1:
+            fields["filter_subject"] = subjects[0]
+        elif subjects:
+            fields["filter_subjects"] = subjects
+        if self._cursor:
+            fields["deliver_policy"] = DeliverPolicy.BY_START_SEQUENCE
+            fields["opt_start_seq"] = self._cursor + 1
+        else:
+            fields["deliver_policy"] = cfg.deliver_policy
+            fields["opt_start_seq"] = cfg.opt_start_seq
+            fields["opt_start_time"] = cfg.opt_start_time
+        return ConsumerConfig(**{k: v for k, v in fields.items() if v is not None})
+
+    async def _delete_current(self) -> None:
+        name, self._name = self._name, None
+        if name is None:
+            return
+        try:
+            await C.delete_consumer(self._api, self._stream, name, None)
+        except JetStreamError as exc:
+            # Ephemeral: it disappears after inactive_threshold anyway.
+            logger.debug("could not delete ordered consumer %s: %s", name, exc)
+
+    async def _reset(self) -> None:
+        """Drop the current consumer and create the next one at ``cursor + 1``."""
+        await self._delete_current()
+        limit = self._config.max_reset_attempts
+        delay = RESET_BACKOFF_FIRST
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self._info = await C.upsert_consumer(
+                    self._api, self._stream, self._consumer_config(), C.ACTION_CREATE, None
+                )
+            except (StreamNotFoundError, ConnectionClosedError, InvalidOptionError):
+                raise
+            except JetStreamError as exc:
+                if limit is not None and attempt >= limit:
+                    raise OrderedConsumerResetError(
+                        f"could not recreate the ordered consumer after {attempt} attempts: {exc}"
+                    ) from exc
+                logger.info("ordered consumer reset failed (%s); retrying in %g s", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RESET_BACKOFF_MAX)
+                continue
+            self._name = self._info.name
+            self._expected = 1
+            self._needs_reset = False
+            return
+
+    def _accept(self, msg: Msg) -> bool:
+        """True if ``msg`` is the next one in order (and advance); False on a gap."""
+        seqs = msg_sequences(msg)
+        if seqs is None or seqs[1] != self._expected:
+            self._needs_reset = True
+            return False
+        self._expected += 1
+        self._cursor = seqs[0]
+        return True
+
+    def _driver(self, settings: PullSettings, error_handler: ErrorHandler | None) -> PullDriver:
+        name = self._name
+        assert name is not None
+
+        async def check() -> ConsumerInfo:
+            return await C.consumer_info(self._api, self._stream, name, None)
+
+        return PullDriver(self._api, self._stream, name, settings, check, error_handler)
+
+    def _claim(self, mode: str) -> None:
+        if self._mode is not None and self._mode != mode:
+            used, other = (
+                ("fetch", "messages/consume")
+                if self._mode == "fetch"
+                else ("messages/consume", "fetch")
+            )
+            raise InvalidOptionError(
+                f"this ordered consumer is used with {used}; it can not also use {other} "
+                "(create another ordered consumer)"
+            )
+        active = self._active
+        if active is not None and not active.done:
+            raise InvalidOptionError("an ordered consumer runs one operation at a time")
+        self._mode = mode
+        self._active = _Busy()
+
+    def _release(self) -> None:
+        self._active = None
+
+    # ------------------------------------------------------------- fetch
+
+    async def _fetch(self, settings: PullSettings) -> OrderedBatch:
+        self._claim("fetch")
+        try:
+            if self._name is None or self._needs_reset:
+                await self._reset()
+            driver = self._driver(settings, None)
+            await driver.start()
+        except BaseException:
+            self._release()
+            raise
+        batch = OrderedBatch(self, driver)
+        self._active = batch
+        return batch
+
+    async def fetch(
+        self,
+        max_messages: int,
+        *,
+        expires: float | timedelta = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | None = None,
+    ) -> OrderedBatch:
+        """Fetch up to ``max_messages`` in order (see :meth:`Consumer.fetch`)."""
+        return await self._fetch(
+            resolve_fetch(
+                max_messages=max_messages,
+                expires=C._secs(expires, "expires"),
+                heartbeat=C._secs(heartbeat, "heartbeat"),
+            )
+        )
+
+    async def fetch_bytes(
+        self,
+        max_bytes: int,
+        *,
+        expires: float | timedelta = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | None = None,
+    ) -> OrderedBatch:
+        """Fetch up to ``max_bytes`` of messages in order (see :meth:`Consumer.fetch_bytes`)."""
+        return await self._fetch(
+            resolve_fetch(
+                max_bytes=max_bytes,
+                expires=C._secs(expires, "expires"),
+                heartbeat=C._secs(heartbeat, "heartbeat"),
+            )
+        )
+
+    async def fetch_no_wait(self, max_messages: int) -> OrderedBatch:
+        """Fetch what is available now, in order."""
+        return await self._fetch(resolve_fetch(max_messages=max_messages, no_wait=True))
+
+    async def next(
+        self,
+        *,
+        expires: float | timedelta = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | None = None,
+    ) -> Msg:
+        """The next message in order.
+
+        Raises:
+            FetchTimeoutError: nothing arrived before ``expires``.
+
+        """
+        batch = await self.fetch(1, expires=expires, heartbeat=heartbeat)
+        async with batch:
+            async for msg in batch:
+                return msg
+        raise FetchTimeoutError(f"no message from ordered consumer on {self._stream}")
+
+    # ------------------------------------------------------------- continuous
+
+    def messages(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        error_handler: ErrorHandler | None = None,
+    ) -> C.MessagesContext:
+        """Iterate every message in order, across consumer resets (as :meth:`Consumer.messages`)."""
+        settings = resolve_consume(
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            expires=C._secs(expires, "expires"),
+            heartbeat=C._secs(heartbeat, "heartbeat"),
+            threshold_messages=threshold_messages,
+            threshold_bytes=threshold_bytes,
+        )
+        self._claim("consume")
+        return C.MessagesContext(OrderedSource(self, settings, error_handler))
+
+    async def consume(
+        self,
+        handler: C.Handler,
+        *,
+        error_handler: ErrorHandler | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+    ) -> C.ConsumeContext:
+        """Call ``handler`` for every message in order (see :meth:`Consumer.consume`)."""
+        if not callable(handler):
+            raise InvalidOptionError("handler must be callable")
+        settings = resolve_consume(
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            expires=C._secs(expires, "expires"),
+            heartbeat=C._secs(heartbeat, "heartbeat"),
+            threshold_messages=threshold_messages,
+            threshold_bytes=threshold_bytes,
+        )
+        self._claim("consume")
+        ctx = C.ConsumeContext(OrderedSource(self, settings, error_handler), handler)
+        try:
+            await ctx._start()
+        except BaseException:
+            self._release()
+            raise
+        return ctx
+
+    def __repr__(self) -> str:
+        return f"<OrderedConsumer {self._stream} cursor={self._cursor}>"
+
+
+class _Busy:
+    """Marks a messages/consume run in progress."""
+
+    done = False
+
+
+class OrderedBatch(C.MessageBatch):
+    """The messages of one ordered fetch; ends early at a gap (the next fetch resets)."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: OrderedConsumer, driver: PullDriver) -> None:
+        super().__init__(driver)
+        self._owner = owner
+
+    async def __anext__(self) -> Msg:
+        try:
+            msg = await self._driver.next_msg()
+        except _RESETTABLE:
+            self._owner._needs_reset = True
+            await self.aclose()
+            raise StopAsyncIteration from None
+        except BaseException:
+            await self.aclose()
+            raise
+        if msg is None or not self._owner._accept(msg):
+            await self.aclose()
+            raise StopAsyncIteration
+        return msg
+
+    async def aclose(self) -> None:
+        """End the fetch (idempotent)."""
+        await self._driver.aclose()
+        if self._owner._active is self:
+            self._owner._release()
+
+
+class OrderedSource:
+    """A :class:`MessageSource` that survives consumer resets (for messages / consume)."""
+
+    def __init__(
+        self,
+        owner: OrderedConsumer,
+        settings: PullSettings,
+        error_handler: ErrorHandler | None,
+    ) -> None:
+        self._owner = owner
+        self._settings = settings
+        self._user_handler = error_handler
+        self._driver: PullDriver | None = None
+        self._stopped = False
+        self._draining = False
+        self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Create the first consumer and start pulling."""
+        await self._restart()
+
+    async def _restart(self) -> None:
+        if self._driver is not None:
+            await self._driver.aclose()
+            self._driver = None
+        await self._owner._reset()
+        driver = self._owner._driver(self._settings, self._on_report)
+        self._driver = driver
+        await driver.start()
+
+    def _on_report(self, error: JetStreamError) -> None:
+        if isinstance(error, NoHeartbeatError) and self._driver is not None:
+            # Missed heartbeats: do not trust this consumer any more.
+            self._owner._needs_reset = True
+            self._driver.stop()
+        self.report(error)
+
+    def report(self, error: JetStreamError) -> None:
+        """Hand an error to the user's error handler (or log it)."""
+        if self._user_handler is None:
+            logger.warning("ordered consumer on %s: %s", self._owner.stream_name, error)
+            return
+        try:
+            result = self._user_handler(error)
+        except Exception:
+            logger.exception("error_handler raised")
+            return
+        if asyncio.iscoroutine(result):
+            task: asyncio.Task[None] = asyncio.ensure_future(result)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def take(self) -> Msg | None:
+        """A buffered in-order message, without waiting (None at a gap or when empty)."""
+        driver = self._driver
+        if driver is None or self._owner._needs_reset:
+            return None
+        msg = driver.take()
+        if msg is None:
+            return None
+        if not self._owner._accept(msg):
+            driver.stop()
+            return None
+        return msg
+
+    async def next_msg(self) -> Msg | None:
+        """The next in-order message, resetting the consumer as needed."""
+        while True:
+            if self._stopped or self._closed:
+                return None
+            driver = self._driver
+            if driver is None or (self._owner._needs_reset and not self._draining):
+                await self._restart()
+                continue
+            try:
+                msg = await driver.next_msg()
+            except _RESETTABLE:
+                if self._draining:
+                    return None
+                self._owner._needs_reset = True
+                continue
+            if msg is None:
+                if self._owner._needs_reset and not self._draining:
+                    continue
+                return None
+            if self._owner._accept(msg):
+                return msg
+            driver.stop()
+
+    def stop(self) -> None:
+        """Stop now."""
+        self._stopped = True
+        if self._driver is not None:
+            self._driver.stop()
+
+    def drain(self) -> None:
+        """Stop pulling; end once what is buffered (and in order) was handed out."""
+        self._draining = True
+        if self._driver is not None:
+            self._driver.drain()
+
+    async def aclose(self) -> None:
+        """Stop, and delete the server-side consumer (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stopped = True
+        if self._driver is not None:
+            await self._driver.aclose()
+        await self._owner._delete_current()
+        self._owner._release()
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def make_ordered(
+    api: ApiClient, stream: str, config: OrderedConsumerConfig | None
+) -> OrderedConsumer:
+    """Validate the arguments and build an :class:`OrderedConsumer`."""
+    validate_name(stream, "stream")
+    if config is None:
+        config = OrderedConsumerConfig()
+    elif not isinstance(config, OrderedConsumerConfig):
+        raise InvalidOptionError(
+            f"config must be an OrderedConsumerConfig, got {type(config).__name__}"
+        )
+    if config.name_prefix is not None:
+        validate_name(config.name_prefix, "consumer name prefix")
+    if config.max_reset_attempts is not None and config.max_reset_attempts < 1:
+        raise InvalidOptionError("max_reset_attempts must be at least 1")
+    return OrderedConsumer(api, stream, config)

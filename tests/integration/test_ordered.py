@@ -1,0 +1,132 @@
+"""The ordered consumer (ADR-17) against a real nats-server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from aiojetstream import (
+    DeliverPolicy,
+    InvalidOptionError,
+    JetStreamContext,
+    Msg,
+    OrderedConsumerConfig,
+    StorageType,
+    StreamConfig,
+    StreamNotFoundError,
+)
+from helpers import wait_until
+
+
+async def fill(js: JetStreamContext, count: int, start: int = 0) -> None:
+    for i in range(start, start + count):
+        await js.publish_async(f"ord.{i % 4}", str(i).encode())
+    await js.publish_async_complete(timeout=30)
+
+
+@pytest.fixture
+async def stream(js: JetStreamContext) -> str:
+    await js.create_stream(StreamConfig(name="ORD", subjects=["ord.>"], storage=StorageType.MEMORY))
+    return "ORD"
+
+
+async def test_messages_in_order(js: JetStreamContext, stream: str) -> None:
+    await fill(js, 300)
+    oc = await js.ordered_consumer(stream)
+    seen: list[int] = []
+    async with oc.messages(max_messages=50) as it:
+        async for msg in it:
+            seen.append(msg.metadata.sequence.stream)
+            if len(seen) == 300:
+                break
+    assert seen == list(range(1, 301))
+    assert oc.cursor == 300
+    # Stopping deleted the server-side consumer.
+    assert [n async for n in js.consumer_names(stream)] == []
+
+
+async def test_resets_after_consumer_deletion(js: JetStreamContext, stream: str) -> None:
+    await fill(js, 100)
+    oc = await js.ordered_consumer(stream, OrderedConsumerConfig(name_prefix="oc"))
+    seen: list[int] = []
+    names: set[str] = set()
+    async with oc.messages(max_messages=10, expires=2) as it:
+        async for msg in it:
+            seen.append(msg.metadata.sequence.stream)
+            names.add(msg.metadata.consumer)
+            if len(seen) == 40:
+                assert oc.name is not None
+                await js.delete_consumer(stream, oc.name)
+                await fill(js, 100, start=100)
+            if len(seen) == 200:
+                break
+    assert seen == list(range(1, 201))
+    assert len(names) >= 2
+    assert all(n.startswith("oc_") for n in names)
+
+
+async def test_consume_in_order_with_filter(js: JetStreamContext, stream: str) -> None:
+    await fill(js, 80)
+    oc = await js.ordered_consumer(
+        stream, OrderedConsumerConfig(filter_subjects=["ord.1"], deliver_policy=DeliverPolicy.ALL)
+    )
+    seen: list[bytes] = []
+    done = asyncio.Event()
+
+    def handler(msg: Msg) -> None:
+        seen.append(msg.data)
+        if len(seen) == 20:
+            done.set()
+
+    async with await oc.consume(handler):
+        await asyncio.wait_for(done.wait(), 10)
+    assert seen == [str(i).encode() for i in range(1, 80, 4)]
+
+
+async def test_fetch_and_next(js: JetStreamContext, stream: str) -> None:
+    await fill(js, 10)
+    oc = await js.ordered_consumer(stream)
+    first = [m.data async for m in await oc.fetch(4, expires=2)]
+    assert first == [b"0", b"1", b"2", b"3"]
+    msg = await oc.next(expires=2)
+    assert msg.data == b"4"
+    # The consumer vanishes: the next fetch recreates it at the cursor.
+    assert oc.name is not None
+    await js.delete_consumer(stream, oc.name)
+    rest = [m.data async for m in await oc.fetch(10, expires=1)]
+    if not rest:  # the fetch noticed the deletion; the next one resumes
+        rest = [m.data async for m in await oc.fetch(10, expires=1)]
+    assert rest == [str(i).encode() for i in range(5, 10)]
+
+
+async def test_mixing_fetch_and_consume_is_refused(js: JetStreamContext, stream: str) -> None:
+    await fill(js, 2)
+    oc = await js.ordered_consumer(stream)
+    async with await oc.fetch(1, expires=1) as batch:
+        assert [m.data async for m in batch] == [b"0"]
+    with pytest.raises(InvalidOptionError, match="fetch"):
+        oc.messages()
+    other = await js.ordered_consumer(stream)
+    async with other.messages() as it:
+        await it.next()
+        with pytest.raises(InvalidOptionError):
+            await other.fetch(1)
+
+
+async def test_missing_stream(js: JetStreamContext) -> None:
+    with pytest.raises(StreamNotFoundError):
+        await js.ordered_consumer("NOPE")
+
+
+async def test_leaves_no_consumers_behind(js: JetStreamContext, stream: str) -> None:
+    await fill(js, 5)
+    for _ in range(20):
+        oc = await js.ordered_consumer(stream)
+        async with oc.messages() as it:
+            await it.next()
+    await wait_until(lambda: _no_consumers(js, stream), timeout=10)
+
+
+async def _no_consumers(js: JetStreamContext, stream: str) -> bool:
+    return [n async for n in js.consumer_names(stream)] == []
