@@ -1,5 +1,8 @@
 """aiojetstream quick start: create a stream, publish (one message with a TTL), read back.
 
+The messages are read back twice: by sequence with ``Stream.get_msg``, then
+through a pull consumer with ``Consumer.fetch`` (and acknowledged).
+
 Run it with ``make demo`` (starts an embedded nats-server when NATS_URL is unset)
 or against your own server: ``NATS_URL=nats://127.0.0.1:4222 python examples/quickstart.py``.
 """
@@ -11,7 +14,7 @@ import os
 from datetime import timedelta
 
 import aiojetstream
-from aiojetstream import StorageType, StreamConfig
+from aiojetstream import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
 STREAM = "QUICKSTART"
 
@@ -52,6 +55,8 @@ async def main() -> None:
         info = await stream.info()
         print(f"Stream holds {info.state.messages} messages, {info.state.bytes} bytes")
 
+        print("Read back by sequence (get_msg):")
+
         for seq in range(1, info.state.last_seq + 1):
             msg = await stream.get_msg(seq)
             ttl = (msg.headers or {}).get("Nats-TTL")
@@ -60,6 +65,25 @@ async def main() -> None:
 
         last = await stream.get_last_msg_for_subject("orders.new")
         print(f"Last message on orders.new is #{last.seq}")
+
+        # Read them again through a pull consumer: one fetch for every message.
+        consumer = await stream.create_consumer(
+            ConsumerConfig(durable_name="reader", ack_policy=AckPolicy.EXPLICIT)
+        )
+        print(f"Read back through consumer {consumer.name!r} (fetch {info.state.messages}):")
+        batch = await consumer.fetch(info.state.messages, expires=5)
+        async for delivered in batch:
+            meta = delivered.metadata
+            print(
+                f"  #{meta.sequence.stream} {delivered.subject:<16} {delivered.data.decode()}"
+                f"  (delivery {meta.num_delivered}, {meta.num_pending} left)"
+            )
+            await delivered.double_ack()  # ack and wait for the server's confirmation
+        state = await consumer.info()
+        print(
+            f"Consumer {consumer.name}: {state.num_pending} pending, "
+            f"{state.num_ack_pending} awaiting ack"
+        )
 
         await js.delete_stream(STREAM)
         print(f"Deleted stream {STREAM}. Done.")
