@@ -40,7 +40,7 @@ from ._models import (
     OrderedConsumerConfig,
 )
 from ._pull_driver import ErrorHandler, PullDriver
-from ._pull_engine import DEFAULT_EXPIRES, PullSettings, resolve_consume, resolve_fetch
+from ._pull_engine import DEFAULT_EXPIRES, MIN_EXPIRES, PullSettings, resolve_consume, resolve_fetch
 from ._validation import validate_name
 
 logger = logging.getLogger("aiojetstream")
@@ -195,7 +195,7 @@ class OrderedConsumer:
 
         return PullDriver(self._api, self._stream, name, settings, check, error_handler)
 
-    def _claim(self, mode: str) -> None:
+    def _check_mode(self, mode: str) -> None:
         if self._mode is not None and self._mode != mode:
             used, other = (
                 ("fetch", "messages/consume")
@@ -206,6 +206,9 @@ class OrderedConsumer:
                 f"this ordered consumer is used with {used}; it can not also use {other} "
                 "(create another ordered consumer)"
             )
+
+    def _claim(self, mode: str) -> None:
+        self._check_mode(mode)
         active = self._active
         if active is not None and not active.done:
             raise InvalidOptionError("an ordered consumer runs one operation at a time")
@@ -279,11 +282,18 @@ class OrderedConsumer:
             FetchTimeoutError: nothing arrived before ``expires``.
 
         """
-        batch = await self.fetch(1, expires=expires, heartbeat=heartbeat)
-        async with batch:
-            async for msg in batch:
-                return msg
-        raise FetchTimeoutError(f"no message from ordered consumer on {self._stream}")
+        seconds = C._secs(expires, "expires")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (DEFAULT_EXPIRES if seconds is None else seconds)
+        while True:
+            remaining = max(deadline - loop.time(), MIN_EXPIRES)
+            batch = await self.fetch(1, expires=remaining, heartbeat=heartbeat)
+            async with batch:
+                async for msg in batch:
+                    return msg
+            # A fetch cut short by a reset (gap, deletion) is retried within expires.
+            if not self._needs_reset or loop.time() >= deadline - MIN_EXPIRES:
+                raise FetchTimeoutError(f"no message from ordered consumer on {self._stream}")
 
     # ------------------------------------------------------------- continuous
 
@@ -307,7 +317,7 @@ class OrderedConsumer:
             threshold_messages=threshold_messages,
             threshold_bytes=threshold_bytes,
         )
-        self._claim("consume")
+        self._check_mode("consume")
         return C.MessagesContext(OrderedSource(self, settings, error_handler))
 
     async def consume(
@@ -333,13 +343,9 @@ class OrderedConsumer:
             threshold_messages=threshold_messages,
             threshold_bytes=threshold_bytes,
         )
-        self._claim("consume")
+        self._check_mode("consume")
         ctx = C.ConsumeContext(OrderedSource(self, settings, error_handler), handler)
-        try:
-            await ctx._start()
-        except BaseException:
-            self._release()
-            raise
+        await ctx._start()
         return ctx
 
     def __repr__(self) -> str:
@@ -360,6 +366,11 @@ class OrderedBatch(C.MessageBatch):
     def __init__(self, owner: OrderedConsumer, driver: PullDriver) -> None:
         super().__init__(driver)
         self._owner = owner
+
+    @property
+    def done(self) -> bool:
+        """True once the pull ended and every message was read."""
+        return self._driver.finished and self._driver.buffered == 0
 
     async def __anext__(self) -> Msg:
         try:
@@ -402,8 +413,13 @@ class OrderedSource:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        """Create the first consumer and start pulling."""
-        await self._restart()
+        """Claim the ordered consumer, create its first consumer and start pulling."""
+        self._owner._claim("consume")
+        try:
+            await self._restart()
+        except BaseException:
+            self._owner._release()
+            raise
 
     async def _restart(self) -> None:
         if self._driver is not None:

@@ -310,7 +310,7 @@ class Stream:
         await C.delete_consumer(self._api, self._name, name, timeout)
 
     async def ordered_consumer(
-        self, config: OrderedConsumerConfig | None = None, *, timeout: float | None = None
+        self, config: OrderedConsumerConfig | None = None
     ) -> OrderedConsumer:
         """An ordered consumer on this stream (ADR-17); see :class:`OrderedConsumer`."""
         return make_ordered(self._api, self._name, config)
