@@ -394,10 +394,12 @@ class PullEngine:
         return SendPull(batch, room, s.expires, s.heartbeat, s.no_wait)
 
     def _release(self, messages: int, nbytes: int) -> None:
+        self.outstanding_bytes -= min(max(nbytes, 0), self.outstanding_bytes)
+        if self.settings.max_bytes and self.outstanding_bytes == 0:
+            messages = self.outstanding_messages  # no request is left (see on_message)
         take = min(max(messages, 0), self.outstanding_messages)
         self.outstanding_messages -= take
         self.released += take
-        self.outstanding_bytes -= min(max(nbytes, 0), self.outstanding_bytes)
 
     def _release_all(self) -> None:
         self._release(self.outstanding_messages, self.outstanding_bytes)
@@ -480,15 +482,19 @@ class PullEngine:
             return _NONE
         self.delivered += 1
         self.delivered_bytes += size
+        s = self.settings
         if self.outstanding_messages:
             self.outstanding_messages -= 1
             self.outstanding_bytes -= min(size, self.outstanding_bytes)
+            if s.max_bytes and self.outstanding_bytes == 0:
+                # Byte mode: the server ends a request whose bytes are used up exactly
+                # without any status, so the batch it still had is never delivered.
+                self._release_all()
         else:
             self.unsolicited += 1
         self.buffered_messages += 1
         self.buffered_bytes += size
-        s = self.settings
-        if s.single and not s.max_bytes and self.outstanding_messages == 0:
+        if s.single and self.outstanding_messages == 0:
             return self._finish(None)
         return _NONE
 
