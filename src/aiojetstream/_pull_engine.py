@@ -608,7 +608,10 @@ class PullEngine:
             self._silent_ticks = 0
             return _NONE
         self._silent_ticks += 1
-        if self._silent_ticks < MISSED_TICKS:
+        # A message or status resets the count between two ticks, so the first silent
+        # tick may end a partial interval: 2 x heartbeat of silence is only certain
+        # after MISSED_TICKS full intervals, at the tick after them.
+        if self._silent_ticks <= MISSED_TICKS:
             return _NONE
         self._silent_ticks = 0
         missed = NoHeartbeatError(f"no heartbeat or message for {2 * hb:g} s (heartbeat {hb:g} s)")
