@@ -494,7 +494,7 @@ class PullEngine:
             self.unsolicited += 1
         self.buffered_messages += 1
         self.buffered_bytes += size
-        if s.single and self.outstanding_messages == 0:
+        if s.single and self.phase is Phase.RUNNING and self.outstanding_messages == 0:
             return self._finish(None)
         return _NONE
 
@@ -525,6 +525,9 @@ class PullEngine:
         if self.phase is Phase.DONE:
             return _NONE
         if kind is StatusKind.HEARTBEAT or kind is StatusKind.FLOW_CONTROL:
+            return _NONE
+        if self.phase is Phase.DRAINING and severity is not Severity.TERMINAL:
+            # stop(drain=True) wrote every request off: how one ends changes nothing.
             return _NONE
         self._release(pending_messages, pending_bytes)
         single = self.settings.single
@@ -674,6 +677,9 @@ class PullEngine:
         self._release_all()
         self._pull_at = None
         self._check_after = None
+        # Nothing is outstanding any more: no fetch deadline, no heartbeat is owed.
+        self.deadline = None
+        self._tick_at = None
         return self._next_timer()
 
     def discard_buffer(self) -> None:
