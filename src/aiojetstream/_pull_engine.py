@@ -655,6 +655,9 @@ class PullEngine:
         if result is CheckResult.MISSING:
             return self._finish(error or ConsumerDeletedError("the consumer no longer exists"))
         if result is CheckResult.UNAVAILABLE:
+            if self.settings.single:
+                # A fetch is bounded in time: it ends rather than wait for JetStream.
+                return self._finish(self._check_reason or error)
             self._check_after = now + self._check_delay
             self._check_delay = min(self._check_delay * 2, CHECK_BACKOFF_MAX)
             return self._next_timer()
