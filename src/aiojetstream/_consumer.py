@@ -14,7 +14,7 @@ from ._api import ApiClient
 from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError
 from ._message import Msg
 from ._models import ConsumerConfig, ConsumerInfo, to_wire
-from ._pull_driver import ErrorHandler, PullDriver
+from ._pull_driver import ErrorHandler, PullDriver, in_error_handler
 from ._pull_engine import DEFAULT_EXPIRES, PullSettings, resolve_consume, resolve_fetch
 from ._validation import validate_filter_subject, validate_name
 
@@ -231,6 +231,7 @@ class ConsumeContext:
         self._driver = driver
         self._handler = handler
         self._task: asyncio.Task[None] | None = None
+        self._ended = asyncio.Event()  # no more handler calls (the cleanup may still run)
         self.error: JetStreamError | None = None
 
     async def _start(self) -> None:
@@ -260,7 +261,8 @@ class ConsumeContext:
             self.error = exc
             driver.report(exc)
         finally:
-            await driver.aclose()
+            self._ended.set()
+            await driver.aclose()  # waits for the error handlers
 
     def stop(self) -> None:
         """Stop: no further handler calls once the current one returns."""
@@ -275,7 +277,11 @@ class ConsumeContext:
         """Wait until consumption has ended; return its terminal error, if any."""
         task = self._task
         if task is not None:
-            await asyncio.shield(task)
+            if in_error_handler(self._driver):
+                # Called from an async error handler, which the end waits for.
+                await self._ended.wait()
+            else:
+                await asyncio.shield(task)
         return self.error
 
     async def __aenter__(self) -> ConsumeContext:

@@ -39,7 +39,7 @@ from ._models import (
     DeliverPolicy,
     OrderedConsumerConfig,
 )
-from ._pull_driver import ErrorHandler, PullDriver
+from ._pull_driver import ErrorHandler, PullDriver, in_error_handler, spawn_error_handler
 from ._pull_engine import DEFAULT_EXPIRES, MIN_EXPIRES, PullSettings, resolve_consume, resolve_fetch
 from ._validation import validate_name
 
@@ -448,9 +448,7 @@ class OrderedSource:
             logger.exception("error_handler raised")
             return
         if asyncio.iscoroutine(result):
-            task: asyncio.Task[None] = asyncio.ensure_future(result)
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            spawn_error_handler(self, result, self._tasks)
 
     def take(self) -> Msg | None:
         """A buffered in-order message, without waiting (None at a gap or when empty)."""
@@ -503,15 +501,15 @@ class OrderedSource:
 
     async def aclose(self) -> None:
         """Stop, and delete the server-side consumer (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stopped = True
-        if self._driver is not None:
-            await self._driver.aclose()
-        await self._owner._delete_current()
-        self._owner._release()
-        if self._tasks:
+        if not self._closed:
+            self._closed = True
+            self._stopped = True
+            if self._driver is not None:
+                await self._driver.aclose()
+            await self._owner._delete_current()
+            self._owner._release()
+        # The error handlers, unless called from one (it would wait for itself).
+        while self._tasks and not in_error_handler(self):
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 

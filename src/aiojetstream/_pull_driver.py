@@ -10,6 +10,7 @@ leaves nothing behind: no task, subscription, timer or connection listener.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import json
 import logging
@@ -52,6 +53,32 @@ logger = logging.getLogger("aiojetstream")
 ErrorHandler = Callable[[JetStreamError], Any]
 
 _NS = 1_000_000_000
+
+#: Set in the task of an async error handler: the message source that started it.
+_HANDLER_OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar(
+    "aiojetstream_error_handler_owner", default=None
+)
+
+
+def in_error_handler(owner: object) -> bool:
+    """True when running (directly or not) in an async error handler ``owner`` started."""
+    return _HANDLER_OWNER.get() is owner
+
+
+def spawn_error_handler(
+    owner: object, result: Awaitable[Any], tasks: set[asyncio.Task[None]]
+) -> None:
+    """Await what an async error handler returned, in a task marked as ``owner``'s.
+
+    A handler may stop its consumption and await its end (``ctx.stop(); await
+    ctx.closed()``, ``await it.aclose()``); closing waits for the error handlers,
+    so it must not wait for the one it is called from: the mark tells it.
+    """
+    context = contextvars.copy_context()
+    context.run(_HANDLER_OWNER.set, owner)
+    task = asyncio.get_running_loop().create_task(_await_handler(result), context=context)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
 
 
 class _Acker:
@@ -116,6 +143,7 @@ class PullDriver:
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._handler_tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.finished = False
         self.error: JetStreamError | None = None
@@ -160,8 +188,10 @@ class PullDriver:
         await self._wait_tasks()
 
     async def _wait_tasks(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        # Not for the error handlers when called from one: it would wait for itself.
+        inside = in_error_handler(self)
+        while tasks := [*self._tasks, *(() if inside else self._handler_tasks)]:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _cleanup(self) -> None:
         if self._timer is not None:
@@ -319,7 +349,7 @@ class PullDriver:
             logger.exception("error_handler raised")
             return
         if inspect.isawaitable(result):
-            self._spawn(_await_handler(result))
+            spawn_error_handler(self, result, self._handler_tasks)
 
     def _finish(self, error: JetStreamError | None) -> None:
         if self.finished:
