@@ -444,7 +444,11 @@ class PullEngine:
         if self.phase is not Phase.RUNNING or self.settings.single:
             return _NONE
         if productive:
+            # The request ended normally (408, batch completed, ...): pull at once.
+            # _repull_delay > 0 thus means "unproductive since the last message".
             self._repull_delay = 0.0
+            pull = self._pull()
+            return (pull,) if pull else _NONE
         if self._repull_delay == 0.0:
             self._repull_delay = REPULL_BACKOFF_FIRST
             pull = self._pull()
@@ -505,6 +509,10 @@ class PullEngine:
             self.buffered_bytes -= min(size, self.buffered_bytes)
         phase = self.phase
         if phase is Phase.RUNNING and not self.settings.single:
+            if self._repull_delay and (self._pull_at is not None or self.outstanding_messages):
+                # Pulls are unproductive (e.g. every one gets a 503): one at a time, the
+                # throttled re-pull comes with the timer.
+                return _NONE
             pull = self._pull()
             return (pull,) if pull is not None else _NONE
         if phase is Phase.DRAINING and self.buffered_messages == 0:
@@ -666,6 +674,10 @@ class PullEngine:
             return self._finish(self._check_reason)
         self.phase = Phase.RUNNING
         self._arm_ticks(now)
+        if self._check_reason is not None:
+            # After a 503 or a missed heartbeat the re-pull is throttled: an outage in
+            # which the API answers but every pull gets a 503 is no pull/check loop.
+            return self._repull(now, productive=False) + self._next_timer()
         pull = self._pull()
         return ((pull,) if pull else _NONE) + self._next_timer()
 
