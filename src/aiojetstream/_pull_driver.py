@@ -144,6 +144,7 @@ class PullDriver:
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._handler_tasks: set[asyncio.Task[None]] = set()
+        self._check_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.finished = False
         self.error: JetStreamError | None = None
@@ -326,7 +327,7 @@ class PullDriver:
             elif isinstance(cmd, Report):
                 self.report(cmd.error)
             elif isinstance(cmd, CheckConsumer):
-                self._spawn(self._check_consumer())
+                self._check_task = self._spawn(self._check_consumer())
             elif isinstance(cmd, Finish):
                 self._finish(cmd.error)
 
@@ -362,15 +363,20 @@ class PullDriver:
         if self._sub is not None:
             self._sub.detach()  # no more deliveries, even before the UNSUB
         self._wake()
+        check = self._check_task
+        if check is not None and check is not asyncio.current_task():
+            # Its answer no longer matters: do not let closing wait for its timeout.
+            check.cancel()
         if not self._closed:
             self._closed = True
             self._spawn(self._cleanup())
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
+    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         loop = self._loop or asyncio.get_running_loop()
         task = loop.create_task(_as_coroutine(coro))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _check_consumer(self) -> None:
         result = CheckResult.EXISTS
