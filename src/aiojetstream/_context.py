@@ -75,6 +75,7 @@ class JetStreamContext:
         )
         self._owns_connection = False
         self._closed = False
+        self._api_level: int | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -115,7 +116,19 @@ class JetStreamContext:
 
     async def account_info(self, *, timeout: float | None = None) -> AccountInfo:
         """The account's JetStream usage, limits and API level (``api.level``)."""
-        return await self._api.call_model(_api.ACCOUNT_INFO, AccountInfo, timeout=timeout)
+        info = await self._api.call_model(_api.ACCOUNT_INFO, AccountInfo, timeout=timeout)
+        self._api_level = info.api.level
+        return info
+
+    async def api_level(self, *, timeout: float | None = None) -> int:
+        """The server's JetStream API level (from account info, fetched once and cached).
+
+        Level 1 is nats-server 2.11 (per-message TTL, limit markers).
+        """
+        if self._api_level is None:
+            await self.account_info(timeout=timeout)
+        assert self._api_level is not None
+        return self._api_level
 
     # ------------------------------------------------------------ streams
 
