@@ -313,6 +313,10 @@ class PullDriver:
 
     def _run(self, cmds: Commands) -> None:
         for cmd in cmds:
+            if self.finished:
+                # Ended meanwhile (an error handler called stop() on a Report): the
+                # rest is stale; a pull now would deliver to an unsubscribed inbox.
+                return
             if isinstance(cmd, SendPull):
                 self._send_pull(cmd)
             elif isinstance(cmd, ArmTimer):
