@@ -60,6 +60,7 @@ from ._errors import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
+from ._kv import KeyValue, KeyWatcher
 from ._message import Msg, MsgMetadata, SequencePair
 from ._models import (
     AccountInfo,
@@ -96,6 +97,7 @@ from ._models import (
     SubjectTransformConfig,
     Tier,
 )
+from ._models.kv import KeyValueConfig, KeyValueEntry, KeyValueOp, KeyValueStatus
 from ._ordered import OrderedBatch, OrderedConsumer
 from ._stream import Stream
 from ._version import __version__
@@ -138,7 +140,13 @@ __all__ = [
     "JetStreamTimeoutError",
     "KeyExistsError",
     "KeyNotFoundError",
+    "KeyValue",
+    "KeyValueConfig",
+    "KeyValueEntry",
     "KeyValueError",
+    "KeyValueOp",
+    "KeyValueStatus",
+    "KeyWatcher",
     "LostStreamData",
     "MaxPayloadExceededError",
     "MessageAlreadyAckedError",

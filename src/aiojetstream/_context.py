@@ -11,10 +11,12 @@ from typing import Any
 from . import _api
 from . import _consumer as C
 from . import _headers as H
+from . import _kv as KV
 from . import _publish as P
 from ._api import ApiClient
 from ._conn import Conn, NatsClient, connect_nats
 from ._errors import InvalidOptionError, StreamNotFoundError
+from ._kv import KeyValue
 from ._models import (
     AccountInfo,
     ConsumerConfig,
@@ -25,6 +27,7 @@ from ._models import (
     StreamInfo,
     to_wire,
 )
+from ._models.kv import KeyValueConfig
 from ._ordered import OrderedConsumer
 from ._stream import Stream
 from ._validation import validate_filter_subject, validate_name, validate_publish_subject
@@ -319,6 +322,66 @@ class JetStreamContext:
     def consumer_names(self, stream: str, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Async-iterate the names of every consumer of ``stream`` (all pages)."""
         return C.consumer_names(self._api, stream, timeout)
+
+    # ------------------------------------------------------------ key-value
+
+    async def create_key_value(
+        self, config: KeyValueConfig, *, timeout: float | None = None
+    ) -> KeyValue:
+        """Create a key-value bucket: the stream ``KV_<bucket>`` (ADR-8; see ``docs/kv.md``).
+
+        Creating a bucket that exists with the same configuration succeeds.
+
+        Raises:
+            StreamNameInUseError: the bucket exists with another configuration.
+            KeyValueError: ``limit_marker_ttl`` on a server below API level 1.
+
+        """
+        return await KV.create_key_value(self, config, timeout)
+
+    async def update_key_value(
+        self, config: KeyValueConfig, *, timeout: float | None = None
+    ) -> KeyValue:
+        """Update an existing bucket's configuration.
+
+        Limit markers (``limit_marker_ttl``) can be enabled, never disabled.
+
+        Raises:
+            BucketNotFoundError: the bucket does not exist.
+            KeyValueError: the config would disable limit markers, or sets them
+                on a server below API level 1.
+
+        """
+        return await KV.update_key_value(self, config, timeout)
+
+    async def create_or_update_key_value(
+        self, config: KeyValueConfig, *, timeout: float | None = None
+    ) -> KeyValue:
+        """Update the bucket if it exists (as :meth:`update_key_value`), otherwise create it."""
+        return await KV.create_or_update_key_value(self, config, timeout)
+
+    async def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
+        """A handle on an existing bucket.
+
+        Raises:
+            BucketNotFoundError: the bucket does not exist.
+            InvalidNameError: the bucket name is invalid.
+
+        """
+        return await KV.key_value(self, bucket, timeout)
+
+    async def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> None:
+        """Delete a bucket and everything in it.
+
+        Raises:
+            BucketNotFoundError: the bucket does not exist.
+
+        """
+        await KV.delete_key_value(self, bucket, timeout)
+
+    def key_value_store_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
+        """Async-iterate the names of the buckets (streams ``KV_*`` on ``$KV.*.>``)."""
+        return KV.key_value_store_names(self, timeout)
 
     # ------------------------------------------------------------ publishing
 

@@ -45,7 +45,13 @@ EXPECTED = [
     "JetStreamTimeoutError",
     "KeyExistsError",
     "KeyNotFoundError",
+    "KeyValue",
+    "KeyValueConfig",
+    "KeyValueEntry",
     "KeyValueError",
+    "KeyValueOp",
+    "KeyValueStatus",
+    "KeyWatcher",
     "LostStreamData",
     "MaxPayloadExceededError",
     "MessageAlreadyAckedError",
@@ -125,6 +131,8 @@ def test_public_methods_are_documented() -> None:
         "ConsumeContext",
         "MessageBatch",
         "Msg",
+        "KeyValue",
+        "KeyWatcher",
     ):
         cls = getattr(aiojetstream, name)
         for attr, member in vars(cls).items():

@@ -1,0 +1,925 @@
+"""Key-value buckets over JetStream (ADR-8), with per-key TTLs and limit markers (ADR-48).
+
+A bucket ``B`` is the stream ``KV_B`` listening on ``$KV.B.>``; key ``k`` is the
+subject ``$KV.B.k``. Every revision is a message: a value (``PUT``), or a marker
+written by a client (``KV-Operation: DEL`` / ``PURGE``) or by the server when a
+limit removed the key's last value (``Nats-Marker-Reason: MaxAge`` / ``Purge`` /
+``Remove``). Reads go through direct get; listings (keys, history, watch) through
+an ordered consumer filtered on the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import re
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Final
+
+from . import _headers as H
+from ._errors import (
+    BucketNotFoundError,
+    InvalidKeyError,
+    InvalidOptionError,
+    JetStreamError,
+    KeyExistsError,
+    KeyNotFoundError,
+    KeyValueError,
+    MessageNotFoundError,
+    MessageTTLDisabledError,
+    StreamNotFoundError,
+    WrongLastSequenceError,
+)
+from ._message import Msg
+from ._models import (
+    DeliverPolicy,
+    DiscardPolicy,
+    OrderedConsumerConfig,
+    RawStreamMessage,
+    StoreCompression,
+    StreamConfig,
+    StreamInfo,
+    StreamSource,
+    SubjectTransformConfig,
+    coerce_duration,
+)
+from ._models.kv import (
+    KeyValueConfig,
+    KeyValueEntry,
+    KeyValueOp,
+    KeyValueStatus,
+    validate_bucket_name,
+)
+from ._stream import Stream
+
+if TYPE_CHECKING:
+    from ._consumer import MessagesContext
+    from ._context import JetStreamContext
+    from ._ordered import OrderedConsumer
+
+__all__ = [
+    "KeyValue",
+    "KeyWatcher",
+    "entry_operation",
+    "kv_stream_config",
+    "validate_key",
+    "validate_key_filter",
+]
+
+Payload = bytes | bytearray | memoryview
+
+STREAM_PREFIX: Final = "KV_"
+KV_OPERATION: Final = "KV-Operation"
+OP_DEL: Final = "DEL"
+OP_PURGE: Final = "PURGE"
+ROLLUP_SUBJECT: Final = "sub"
+#: ``purge_deletes`` keeps (as the only revision) markers younger than this (as nats.go).
+DEFAULT_PURGE_DELETES_OLDER_THAN: Final = timedelta(minutes=30)
+#: The longest duplicate window of a bucket (ADR-8: the TTL when shorter).
+MAX_DUPLICATE_WINDOW: Final = timedelta(minutes=2)
+#: Seconds without a message after which a listing asks the server whether it is
+#: already past the initial values (they may have expired before delivery).
+IDLE_CHECK: Final = 1.0
+
+# ADR-8: ^[-/_=\.a-zA-Z0-9]+$, no leading or trailing '.', no '..'.
+_KEY_TOKEN_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _key_problem(key: object, wildcards: bool) -> str | None:
+    if not isinstance(key, str) or not key:
+        return "a key must be a non-empty string"
+    tokens = key.split(".")
+    for i, token in enumerate(tokens):
+        if not token:
+            return "a key may not start or end with '.' nor contain '..'"
+        if wildcards and (token == "*" or (token == ">" and i == len(tokens) - 1)):
+            continue
+        if not _KEY_TOKEN_RE.fullmatch(token):
+            if token in ("*", ">"):
+                return (
+                    "wildcards are only allowed in watch filters, as whole tokens ('>' only last)"
+                )
+            return "a key may only contain letters, digits and '-', '/', '_', '=', '.'"
+    return None
+
+
+def validate_key(key: object) -> str:
+    r"""Return ``key`` if it is a valid key (ADR-8), else raise.
+
+    Valid keys match ``^[-/_=\\.a-zA-Z0-9]+$``, do not start or end with ``.``
+    and contain no ``..``.
+
+    Raises:
+        InvalidKeyError: the key is not valid (a ``ValueError``).
+
+    """
+    problem = _key_problem(key, wildcards=False)
+    if problem is not None:
+        raise InvalidKeyError(f"invalid key {key!r}: {problem}")
+    assert isinstance(key, str)
+    return key
+
+
+def validate_key_filter(key: object) -> str:
+    """Return ``key`` if it is a valid watch filter: tokens may also be ``*`` or a final ``>``.
+
+    Raises:
+        InvalidKeyError: the filter is not valid (a ``ValueError``).
+
+    """
+    problem = _key_problem(key, wildcards=True)
+    if problem is not None:
+        raise InvalidKeyError(f"invalid key filter {key!r}: {problem}")
+    assert isinstance(key, str)
+    return key
+
+
+def entry_operation(headers: dict[str, str] | None) -> KeyValueOp:
+    """The operation a stored revision records, from its headers.
+
+    ``KV-Operation: DEL`` / ``PURGE`` are the client markers (ADR-8). Server limit
+    markers (ADR-48) carry ``Nats-Marker-Reason``: ``Remove`` is a ``DEL``;
+    ``MaxAge``, ``Purge`` (and any reason a newer server may add) a ``PURGE``.
+    """
+    if not headers:
+        return KeyValueOp.PUT
+    op = headers.get(KV_OPERATION)
+    if op == OP_DEL:
+        return KeyValueOp.DEL
+    if op == OP_PURGE:
+        return KeyValueOp.PURGE
+    reason = headers.get(H.MARKER_REASON)
+    if reason:
+        return KeyValueOp.DEL if reason == "Remove" else KeyValueOp.PURGE
+    return KeyValueOp.PUT
+
+
+def _revision(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidOptionError(f"{name} must be an int >= 0, got {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------- bucket <-> stream
+
+
+def _bucket_of(stream_name: str) -> str:
+    return (
+        stream_name[len(STREAM_PREFIX) :] if stream_name.startswith(STREAM_PREFIX) else stream_name
+    )
+
+
+def _stream_of(name: str) -> str:
+    return name if name.startswith(STREAM_PREFIX) else STREAM_PREFIX + name
+
+
+def _sources(config: KeyValueConfig) -> list[StreamSource] | None:
+    if not config.sources:
+        return None
+    out: list[StreamSource] = []
+    for src in config.sources:
+        if src.subject_transforms:
+            # Used as given: the source may be any stream.
+            out.append(src)
+            continue
+        origin = _bucket_of(src.name)
+        update: dict[str, object] = {"name": _stream_of(src.name)}
+        if src.external is None or origin != config.bucket:
+            update["subject_transforms"] = [
+                SubjectTransformConfig(src=f"$KV.{origin}.>", dest=f"$KV.{config.bucket}.>")
+            ]
+        out.append(src.model_copy(update=update))
+    return out
+
+
+def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
+    """The configuration of the stream backing a bucket (ADR-8, ADR-48; as nats.go).
+
+    Raises:
+        InvalidOptionError: ``limit_marker_ttl`` was set on a mirror (the server
+            does not allow markers on mirrors).
+
+    """
+    if not isinstance(config, KeyValueConfig):
+        raise InvalidOptionError(f"config must be a KeyValueConfig, got {type(config).__name__}")
+    ttl = config.ttl if config.ttl else None
+    fields: dict[str, object] = {
+        "name": STREAM_PREFIX + config.bucket,
+        "description": config.description,
+        "max_msgs_per_subject": config.history,
+        "max_msgs": -1,
+        "max_bytes": config.max_bytes,
+        "max_age": ttl or timedelta(0),
+        "max_msg_size": config.max_value_size,
+        "max_consumers": -1,
+        "storage": config.storage,
+        "num_replicas": config.replicas,
+        "discard": DiscardPolicy.NEW,
+        "duplicate_window": min(ttl, MAX_DUPLICATE_WINDOW) if ttl else MAX_DUPLICATE_WINDOW,
+        "allow_rollup_hdrs": True,
+        "deny_delete": True,
+        "deny_purge": False,
+        "allow_direct": True,
+        "compression": StoreCompression.S2 if config.compression else StoreCompression.NONE,
+        "placement": config.placement,
+        "republish": config.republish,
+        "metadata": config.metadata,
+    }
+    if config.limit_marker_ttl is not None:
+        if config.mirror is not None:
+            raise InvalidOptionError(
+                "limit_marker_ttl can not be set on a mirror bucket (the server refuses "
+                "subject delete markers on mirrors)"
+            )
+        fields["allow_msg_ttl"] = True
+        fields["subject_delete_marker_ttl"] = config.limit_marker_ttl
+    if config.mirror is not None:
+        fields["mirror"] = config.mirror.model_copy(update={"name": _stream_of(config.mirror.name)})
+        fields["mirror_direct"] = True
+    else:
+        fields["subjects"] = [f"$KV.{config.bucket}.>"]
+        fields["sources"] = _sources(config)
+    return StreamConfig(**{k: v for k, v in fields.items() if v is not None})
+
+
+async def _prepare(
+    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+) -> StreamConfig:
+    scfg = kv_stream_config(config)
+    if config.limit_marker_ttl is not None:
+        level = await js.api_level(timeout=timeout)
+        if level < 1:
+            raise KeyValueError(
+                f"limit markers (limit_marker_ttl) need nats-server 2.11 or newer "
+                f"(JetStream API level >= 1); this server reports API level {level}"
+            )
+    return scfg
+
+
+def _check_markers_kept(existing: StreamConfig, config: KeyValueConfig) -> None:
+    had = bool(existing.allow_msg_ttl) or bool(existing.subject_delete_marker_ttl)
+    if had and config.limit_marker_ttl is None:
+        raise KeyValueError(
+            f"bucket {config.bucket!r} has limit markers (limit_marker_ttl="
+            f"{existing.subject_delete_marker_ttl}); they can be enabled on an existing "
+            "bucket but never disabled (ADR-48): keep limit_marker_ttl set"
+        )
+
+
+async def _existing(js: JetStreamContext, bucket: str, timeout: float | None) -> Stream | None:
+    try:
+        return await js.stream(STREAM_PREFIX + bucket, timeout=timeout)
+    except StreamNotFoundError:
+        return None
+
+
+async def create_key_value(
+    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+) -> KeyValue:
+    """Create a bucket (see :meth:`JetStreamContext.create_key_value`)."""
+    scfg = await _prepare(js, config, timeout)
+    stream = await js.create_stream(scfg, timeout=timeout)
+    return KeyValue(js, stream)
+
+
+async def update_key_value(
+    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+) -> KeyValue:
+    """Update a bucket (see :meth:`JetStreamContext.update_key_value`)."""
+    scfg = await _prepare(js, config, timeout)
+    current = await _existing(js, config.bucket, timeout)
+    if current is None:
+        raise BucketNotFoundError(f"bucket {config.bucket!r} not found")
+    _check_markers_kept(current.cached_info.config, config)
+    try:
+        stream = await js.update_stream(scfg, timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(f"bucket {config.bucket!r} not found") from exc
+    return KeyValue(js, stream)
+
+
+async def create_or_update_key_value(
+    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+) -> KeyValue:
+    """Create a bucket or update it (see :meth:`JetStreamContext.create_or_update_key_value`)."""
+    scfg = await _prepare(js, config, timeout)
+    current = await _existing(js, config.bucket, timeout)
+    if current is None:
+        return KeyValue(js, await js.create_stream(scfg, timeout=timeout))
+    _check_markers_kept(current.cached_info.config, config)
+    return KeyValue(js, await js.update_stream(scfg, timeout=timeout))
+
+
+async def key_value(js: JetStreamContext, bucket: str, timeout: float | None) -> KeyValue:
+    """Bind to an existing bucket (see :meth:`JetStreamContext.key_value`)."""
+    validate_bucket_name(bucket)
+    stream = await _existing(js, bucket, timeout)
+    if stream is None:
+        raise BucketNotFoundError(f"bucket {bucket!r} not found")
+    return KeyValue(js, stream)
+
+
+async def delete_key_value(js: JetStreamContext, bucket: str, timeout: float | None) -> None:
+    """Delete a bucket (see :meth:`JetStreamContext.delete_key_value`)."""
+    validate_bucket_name(bucket)
+    try:
+        await js.delete_stream(STREAM_PREFIX + bucket, timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(f"bucket {bucket!r} not found") from exc
+
+
+async def key_value_store_names(js: JetStreamContext, timeout: float | None) -> AsyncIterator[str]:
+    """Async-iterate bucket names (see :meth:`JetStreamContext.key_value_store_names`)."""
+    async for name in js.stream_names("$KV.*.>", timeout=timeout):
+        if name.startswith(STREAM_PREFIX):
+            yield name[len(STREAM_PREFIX) :]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _Event(enum.Enum):
+    CAUGHT_UP = enum.auto()  # every message present when the read started was handed out
+    END = enum.auto()  # the reader was closed
+
+
+class _Reader:
+    """An ordered consumer over a bucket that knows when the initial values were read.
+
+    The end of the initial values is the first message with ``num_pending == 0``,
+    or right away when the consumer had nothing pending when created (ADR-8). As
+    a safety net for values removed between the consumer's creation and their
+    delivery, after :data:`IDLE_CHECK` seconds without a message the consumer's
+    info is checked: nothing pending and nothing undelivered is the end too.
+    """
+
+    def __init__(
+        self,
+        stream: Stream,
+        filters: list[str],
+        deliver_policy: DeliverPolicy,
+        headers_only: bool,
+    ) -> None:
+        self._stream = stream
+        self._config = OrderedConsumerConfig(
+            filter_subjects=filters, deliver_policy=deliver_policy, headers_only=headers_only
+        )
+        self._oc: OrderedConsumer | None = None
+        self._it: MessagesContext | None = None
+        self._task: asyncio.Task[Msg] | None = None
+        self._last: tuple[str, int] | None = None  # (consumer, consumer sequence) handed out
+        self._announce = False
+        self._closed = False
+        self.caught_up = False
+
+    async def start(self) -> None:
+        oc = await self._stream.ordered_consumer(self._config)
+        it = oc.messages()
+        await it.__aenter__()
+        self._oc, self._it = oc, it
+        info = oc.cached_info
+        if info is not None and info.num_pending == 0:
+            self.caught_up = True
+            self._announce = True
+
+    async def _idle_caught_up(self) -> bool:
+        oc = self._oc
+        assert oc is not None
+        try:
+            info = await oc.info()
+        except JetStreamError:
+            return False
+        if info.num_pending:
+            return False
+        delivered = info.delivered.consumer_seq
+        last = self._last
+        return delivered == 0 or (
+            last is not None and last[0] == info.name and last[1] >= delivered
+        )
+
+    async def next(self) -> Msg | _Event:
+        """The next message, ``CAUGHT_UP`` once (after the last initial message), or ``END``."""
+        if self._announce:
+            self._announce = False
+            return _Event.CAUGHT_UP
+        it = self._it
+        if it is None or self._closed:
+            return _Event.END
+        while True:
+            task = self._task
+            if task is None:
+                task = self._task = asyncio.ensure_future(it.__anext__())
+            if self.caught_up:
+                await asyncio.wait({task})
+            else:
+                await asyncio.wait({task}, timeout=IDLE_CHECK)
+                if not task.done():
+                    if await self._idle_caught_up():
+                        self.caught_up = True
+                        return _Event.CAUGHT_UP
+                    continue
+            self._task = None
+            try:
+                msg = task.result()
+            except StopAsyncIteration:
+                return _Event.END
+            meta = msg.metadata
+            self._last = (meta.consumer, meta.sequence.consumer)
+            if not self.caught_up and meta.num_pending == 0:
+                self.caught_up = True
+                self._announce = True
+            return msg
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        it, task = self._it, self._task
+        self._task = None
+        if it is not None:
+            it.stop()
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=IDLE_CHECK)
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        elif task is not None and not task.cancelled():
+            task.exception()  # retrieved: no "never retrieved" warning
+        if it is not None:
+            await it.aclose()
+
+
+# --------------------------------------------------------------------------- the handle
+
+
+class KeyValue:
+    r"""A handle on a key-value bucket. Get one from ``js.key_value(bucket)`` or a create call.
+
+    Keys follow ADR-8 (``^[-/_=\\.a-zA-Z0-9]+$``, no leading or trailing ``.``,
+    no ``..``); an invalid key raises :class:`InvalidKeyError` before anything
+    is sent. Values are bytes.
+    """
+
+    def __init__(self, js: JetStreamContext, stream: Stream) -> None:
+        cfg = stream.cached_info.config
+        if (cfg.max_msgs_per_subject or 0) < 1:
+            raise KeyValueError(
+                f"stream {stream.name!r} is not a key-value bucket (max_msgs_per_subject < 1)"
+            )
+        self._js = js
+        self._stream = stream
+        self._bucket = _bucket_of(stream.name)
+        # A mirror holds its origin's subjects; writes go to the origin.
+        origin = _bucket_of(cfg.mirror.name) if cfg.mirror is not None else self._bucket
+        self._prefix = f"$KV.{origin}."
+
+    @property
+    def bucket(self) -> str:
+        """The bucket's name."""
+        return self._bucket
+
+    @property
+    def stream(self) -> Stream:
+        """The backing stream (``KV_<bucket>``)."""
+        return self._stream
+
+    def __repr__(self) -> str:
+        return f"<KeyValue {self._bucket}>"
+
+    def _subject(self, key: str) -> str:
+        return self._prefix + validate_key(key)
+
+    # ------------------------------------------------------------- writing
+
+    async def put(self, key: str, value: Payload, *, timeout: float | None = None) -> int:
+        """Store ``value`` as the new revision of ``key``.
+
+        Returns:
+            The new revision.
+
+        Raises:
+            InvalidKeyError: the key is invalid.
+
+        """
+        ack = await self._js.publish(self._subject(key), value, timeout=timeout)
+        return ack.seq
+
+    async def create(
+        self,
+        key: str,
+        value: Payload,
+        *,
+        ttl: H.TTLInput | None = None,
+        timeout: float | None = None,
+    ) -> int:
+        """Store ``value`` only if ``key`` has no live value (absent, deleted, purged or expired).
+
+        Args:
+            key: the key.
+            value: the value.
+            ttl: remove the key after this long (ADR-48; seconds, ``timedelta``,
+                a Go duration such as ``"1h"``, at least 1 s). The bucket needs
+                limit markers (``limit_marker_ttl``); when it expires, watchers
+                see a ``PURGE`` entry.
+            timeout: seconds to wait for each reply.
+
+        Returns:
+            The new revision.
+
+        Raises:
+            KeyExistsError: the key has a live value.
+            MessageTTLDisabledError: ``ttl`` was given but the bucket has no limit markers.
+            InvalidTTLError: ``ttl`` is under 1 s or unparsable.
+
+        """
+        subject = self._subject(key)
+        if ttl is not None:
+            H.ttl_header_value(ttl)
+            await self._require_markers("create", timeout)
+        try:
+            ack = await self._js.publish(
+                subject, value, ttl=ttl, expected_last_subject_sequence=0, timeout=timeout
+            )
+            return ack.seq
+        except WrongLastSequenceError as exc:
+            first = exc
+        # The key has revisions: allowed if the last one is a delete, purge or limit marker.
+        last = await self._last_or_none(subject, timeout)
+        if last is None or entry_operation(last.headers) is KeyValueOp.PUT:
+            raise _exists(first, f"key {key!r} exists") from None
+        try:
+            ack = await self._js.publish(
+                subject, value, ttl=ttl, expected_last_subject_sequence=last.seq, timeout=timeout
+            )
+        except WrongLastSequenceError as exc:
+            raise _exists(exc, f"key {key!r} exists") from None
+        return ack.seq
+
+    async def update(
+        self, key: str, value: Payload, last_revision: int, *, timeout: float | None = None
+    ) -> int:
+        """Store ``value`` only if the key's latest revision is ``last_revision``.
+
+        Returns:
+            The new revision.
+
+        Raises:
+            KeyExistsError: the latest revision is not ``last_revision`` (a
+                :class:`WrongLastSequenceError`).
+
+        """
+        subject = self._subject(key)
+        revision = _revision(last_revision, "last_revision")
+        try:
+            ack = await self._js.publish(
+                subject, value, expected_last_subject_sequence=revision, timeout=timeout
+            )
+        except WrongLastSequenceError as exc:
+            raise _exists(exc, f"key {key!r} is not at revision {revision}") from None
+        return ack.seq
+
+    async def delete(
+        self, key: str, *, last_revision: int | None = None, timeout: float | None = None
+    ) -> None:
+        """Delete ``key``, keeping its history: writes a ``DEL`` marker (``KV-Operation: DEL``).
+
+        Args:
+            key: the key.
+            last_revision: only if the key's latest revision is this one.
+            timeout: seconds to wait for the reply.
+
+        Raises:
+            KeyExistsError: ``last_revision`` is not the latest revision (a
+                :class:`WrongLastSequenceError`).
+
+        """
+        await self._marker(key, {KV_OPERATION: OP_DEL}, None, last_revision, timeout)
+
+    async def purge(
+        self,
+        key: str,
+        *,
+        ttl: H.TTLInput | None = None,
+        last_revision: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Purge ``key``: a ``PURGE`` marker replaces every revision (``Nats-Rollup: sub``).
+
+        Args:
+            key: the key.
+            ttl: remove the marker itself after this long (ADR-48, needs limit
+                markers on the bucket), so the key leaves no trace.
+            last_revision: only if the key's latest revision is this one.
+            timeout: seconds to wait for each reply.
+
+        Raises:
+            KeyExistsError: ``last_revision`` is not the latest revision (a
+                :class:`WrongLastSequenceError`).
+            MessageTTLDisabledError: ``ttl`` was given but the bucket has no limit markers.
+
+        """
+        headers = {KV_OPERATION: OP_PURGE, H.ROLLUP: ROLLUP_SUBJECT}
+        await self._marker(key, headers, ttl, last_revision, timeout)
+
+    async def _marker(
+        self,
+        key: str,
+        headers: dict[str, str],
+        ttl: H.TTLInput | None,
+        last_revision: int | None,
+        timeout: float | None,
+    ) -> None:
+        subject = self._subject(key)
+        revision = None if last_revision is None else _revision(last_revision, "last_revision")
+        if ttl is not None:
+            H.ttl_header_value(ttl)
+            await self._require_markers("purge", timeout)
+        try:
+            await self._js.publish(
+                subject,
+                b"",
+                headers=headers,
+                ttl=ttl,
+                expected_last_subject_sequence=revision,
+                timeout=timeout,
+            )
+        except WrongLastSequenceError as exc:
+            raise _exists(exc, f"key {key!r} is not at revision {revision}") from None
+
+    async def _require_markers(self, what: str, timeout: float | None) -> None:
+        if self._stream.cached_info.config.subject_delete_marker_ttl:
+            return
+        info = await self._stream.info(timeout=timeout)  # maybe enabled since bound
+        if info.config.subject_delete_marker_ttl:
+            return
+        raise MessageTTLDisabledError(
+            400,
+            10166,
+            f"a TTL on {what} needs limit markers, and bucket {self._bucket!r} has none: "
+            "set limit_marker_ttl (update_key_value can enable it)",
+        )
+
+    # ------------------------------------------------------------- reading
+
+    async def _last_or_none(self, subject: str, timeout: float | None) -> RawStreamMessage | None:
+        try:
+            return await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
+        except MessageNotFoundError:
+            return None
+
+    async def get(
+        self, key: str, *, revision: int | None = None, timeout: float | None = None
+    ) -> KeyValueEntry:
+        """The latest value of ``key``, or the revision ``revision`` of it.
+
+        Raises:
+            KeyNotFoundError: the key has no such revision, or it is a delete,
+                a purge or a limit marker (the key expired).
+
+        """
+        subject = self._subject(key)
+        try:
+            if revision is None:
+                msg = await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
+            else:
+                msg = await self._stream.get_msg(revision, timeout=timeout)
+        except MessageNotFoundError:
+            what = "" if revision is None else f" at revision {revision}"
+            raise KeyNotFoundError(f"key {key!r} not found{what}") from None
+        if msg.subject != subject:
+            raise KeyNotFoundError(f"revision {revision} is not a revision of key {key!r}")
+        op = entry_operation(msg.headers)
+        if op is not KeyValueOp.PUT:
+            raise KeyNotFoundError(f"key {key!r} not found ({op.value} at revision {msg.seq})")
+        return KeyValueEntry(
+            bucket=self._bucket,
+            key=key,
+            value=msg.data,
+            revision=msg.seq,
+            created=msg.time,
+            delta=0,
+            operation=op,
+        )
+
+    def _entry(self, msg: Msg, op: KeyValueOp) -> KeyValueEntry:
+        meta = msg.metadata
+        return KeyValueEntry(
+            bucket=self._bucket,
+            key=msg.subject[len(self._prefix) :],
+            value=msg.data,
+            revision=meta.sequence.stream,
+            created=meta.timestamp,
+            delta=meta.num_pending,
+            operation=op,
+        )
+
+    def _reader(self, filters: Sequence[str], policy: DeliverPolicy, headers_only: bool) -> _Reader:
+        return _Reader(self._stream, [self._prefix + k for k in filters], policy, headers_only)
+
+    async def keys(self) -> AsyncIterator[str]:
+        """Async-iterate the keys that have a live value, each once.
+
+        Filtered on the server: a headers-only ordered consumer delivers the
+        latest revision of each key; keys whose latest revision is a delete,
+        purge or limit marker are skipped. An empty bucket yields nothing.
+        """
+        reader = self._reader([">"], DeliverPolicy.LAST_PER_SUBJECT, True)
+        seen: set[str] = set()
+        try:
+            await reader.start()
+            while True:
+                item = await reader.next()
+                if not isinstance(item, Msg):
+                    break
+                if entry_operation(item.headers) is KeyValueOp.PUT:
+                    key = item.subject[len(self._prefix) :]
+                    if key not in seen:
+                        seen.add(key)
+                        yield key
+        finally:
+            await reader.aclose()
+
+    async def history(self, key: str) -> list[KeyValueEntry]:
+        """Every stored revision of ``key``, oldest first, markers included.
+
+        Raises:
+            KeyNotFoundError: the key has no revisions.
+
+        """
+        validate_key(key)
+        reader = self._reader([key], DeliverPolicy.ALL, False)
+        entries: list[KeyValueEntry] = []
+        try:
+            await reader.start()
+            while True:
+                item = await reader.next()
+                if not isinstance(item, Msg):
+                    break
+                entries.append(self._entry(item, entry_operation(item.headers)))
+        finally:
+            await reader.aclose()
+        if not entries:
+            raise KeyNotFoundError(f"key {key!r} not found")
+        return entries
+
+    def watch(
+        self,
+        keys: str | Sequence[str] = ">",
+        *,
+        include_history: bool = False,
+        ignore_deletes: bool = False,
+        meta_only: bool = False,
+        updates_only: bool = False,
+    ) -> KeyWatcher:
+        """Watch keys: an async context manager and async iterator of entries.
+
+        ``async with kv.watch("orders.>") as w: async for entry in w: ...``.
+        First come the latest revision of every matching key (all revisions with
+        ``include_history``), then a single ``None`` marking the end of those
+        initial values (right away when there are none), then every change as
+        it happens. Markers (``DEL``, ``PURGE``, limit markers) are entries too.
+
+        Args:
+            keys: a key or filter (``*`` and a final ``>`` allowed), or a list of them.
+            include_history: start with every stored revision, not only the latest.
+            ignore_deletes: leave out ``DEL`` and ``PURGE`` entries.
+            meta_only: leave values out (entries have ``value == b""``).
+            updates_only: only changes made after the watch started; no ``None``.
+
+        Raises:
+            InvalidKeyError: a filter is invalid.
+
+        """
+        filters = [keys] if isinstance(keys, str) else list(keys)
+        for k in filters:
+            validate_key_filter(k)
+        if not filters:
+            filters = [">"]
+        if updates_only:
+            policy = DeliverPolicy.NEW
+        elif include_history:
+            policy = DeliverPolicy.ALL
+        else:
+            policy = DeliverPolicy.LAST_PER_SUBJECT
+        return KeyWatcher(
+            self, self._reader(filters, policy, meta_only), ignore_deletes, updates_only
+        )
+
+    async def status(self, *, timeout: float | None = None) -> KeyValueStatus:
+        """The bucket's state and settings (from the backing stream's info)."""
+        info: StreamInfo = await self._stream.info(timeout=timeout)
+        return KeyValueStatus.from_stream_info(info)
+
+    async def purge_deletes(
+        self,
+        *,
+        older_than: float | timedelta | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Remove delete, purge and limit markers (and what they left of the keys' history).
+
+        A key whose latest revision is a marker older than ``older_than`` is
+        removed entirely; a younger marker stays as the key's only revision (so
+        that watchers still see it).
+
+        Args:
+            older_than: the age threshold (default 30 minutes, as nats.go); 0
+                removes every marker.
+            timeout: seconds to wait for each purge reply.
+
+        """
+        try:
+            limit = (
+                DEFAULT_PURGE_DELETES_OLDER_THAN
+                if older_than is None
+                else coerce_duration(older_than)
+            )
+        except (TypeError, ValueError) as exc:
+            raise InvalidOptionError(f"invalid older_than {older_than!r}: {exc}") from None
+        reader = self._reader([">"], DeliverPolicy.LAST_PER_SUBJECT, True)
+        markers: list[tuple[str, datetime]] = []
+        try:
+            await reader.start()
+            while True:
+                item = await reader.next()
+                if not isinstance(item, Msg):
+                    break
+                if entry_operation(item.headers) is not KeyValueOp.PUT:
+                    markers.append((item.subject, item.metadata.timestamp))
+        finally:
+            await reader.aclose()
+        cutoff = datetime.now(UTC) - limit
+        for subject, created in markers:
+            keep = 1 if limit and created > cutoff else None
+            await self._stream.purge(subject=subject, keep=keep, timeout=timeout)
+
+
+def _exists(exc: WrongLastSequenceError, what: str) -> KeyExistsError:
+    return KeyExistsError(exc.code, exc.err_code, f"{what}: {exc.description}")
+
+
+class KeyWatcher:
+    """A running watch: ``async with kv.watch(...) as w: async for entry in w``.
+
+    Yields :class:`KeyValueEntry` objects, and exactly one ``None`` after the
+    initial values (none with ``updates_only``). Leaving ``async with`` (or
+    :meth:`aclose`) deletes the server-side consumer.
+    """
+
+    def __init__(
+        self, kv: KeyValue, reader: _Reader, ignore_deletes: bool, updates_only: bool
+    ) -> None:
+        self._kv = kv
+        self._reader = reader
+        self._ignore_deletes = ignore_deletes
+        self._updates_only = updates_only
+        self._started = False
+        self._none_sent = False
+
+    async def _ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            await self._reader.start()
+
+    async def __aenter__(self) -> KeyWatcher:
+        await self._ensure_started()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> KeyWatcher:
+        return self
+
+    async def __anext__(self) -> KeyValueEntry | None:
+        await self._ensure_started()
+        while True:
+            item = await self._reader.next()
+            if item is _Event.END:
+                raise StopAsyncIteration
+            if item is _Event.CAUGHT_UP:
+                if self._updates_only or self._none_sent:
+                    continue
+                self._none_sent = True
+                return None
+            assert isinstance(item, Msg)
+            op = entry_operation(item.headers)
+            if self._ignore_deletes and op is not KeyValueOp.PUT:
+                continue
+            return self._kv._entry(item, op)
+
+    async def aclose(self) -> None:
+        """Stop watching and delete the server-side consumer (idempotent)."""
+        await self._reader.aclose()
