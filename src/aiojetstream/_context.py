@@ -13,6 +13,7 @@ from . import _consumer as C
 from . import _headers as H
 from . import _kv as KV
 from . import _publish as P
+from . import _ttl_rules as T
 from ._api import ApiClient
 from ._conn import Conn, NatsClient, connect_nats
 from ._errors import InvalidOptionError, StreamNotFoundError
@@ -135,48 +136,126 @@ class JetStreamContext:
 
     # ------------------------------------------------------------ streams
 
-    async def create_stream(self, config: StreamConfig, *, timeout: float | None = None) -> Stream:
+    async def create_stream(
+        self, config: StreamConfig, *, pedantic: bool = False, timeout: float | None = None
+    ) -> Stream:
         """Create a stream.
 
         Creating a stream that exists with the same configuration succeeds.
 
+        ``allow_msg_ttl`` and ``subject_delete_marker_ttl`` (ADR-43) are checked
+        before anything is sent, see :meth:`update_stream`.
+
+        Args:
+            config: the stream's configuration.
+            pedantic: send the config unchanged with ``"pedantic": true``: the
+                server refuses what it would otherwise adjust (nats-server >= 2.11).
+            timeout: seconds to wait for each reply.
+
         Raises:
             StreamNameInUseError: a stream of that name exists with another configuration.
+            InvalidStreamConfigError: a marker TTL under 1 s or on a mirror.
+            FeatureNotSupportedError: TTL settings or ``pedantic`` on nats-server < 2.11.
 
         """
-        body = self._stream_body(config)
-        info = await self._api.call_model(
-            _api.STREAM_CREATE, StreamInfo, body, timeout=timeout, stream=config.name
-        )
-        return Stream(self._api, info)
+        to_send = await self._checked_stream_config(config, pedantic, timeout)
+        return await self._send_stream(_api.STREAM_CREATE, to_send, pedantic, timeout)
 
-    async def update_stream(self, config: StreamConfig, *, timeout: float | None = None) -> Stream:
+    async def update_stream(
+        self, config: StreamConfig, *, pedantic: bool = False, timeout: float | None = None
+    ) -> Stream:
         """Update an existing stream's configuration.
+
+        ADR-43 settings are checked before anything is sent:
+        ``subject_delete_marker_ttl`` must be at least 1 second (``None``
+        means off) and is refused on a mirror; either it or ``allow_msg_ttl``
+        needs nats-server >= 2.11 (API level 1, read once per context); and
+        ``allow_msg_ttl`` can be enabled but never disabled, so when the new
+        config leaves it off the current config is read first.
+
+        Unless ``pedantic``, setting either one also turns on
+        ``allow_rollup_hdrs`` and turns off ``deny_purge`` in what is sent, and a
+        marker TTL turns on ``allow_msg_ttl``; nothing is logged. With
+        ``pedantic=True`` the config is sent unchanged with ``"pedantic": true``
+        and the server refuses anything it would have adjusted.
+
+        Args:
+            config: the stream's new configuration.
+            pedantic: send the config unchanged in the server's pedantic mode.
+            timeout: seconds to wait for each reply.
 
         Raises:
             StreamNotFoundError: the stream does not exist.
+            InvalidStreamConfigError: a marker TTL under 1 s or on a mirror, or
+                ``allow_msg_ttl`` would be disabled.
+            FeatureNotSupportedError: TTL settings or ``pedantic`` on nats-server < 2.11.
 
         """
-        body = self._stream_body(config)
-        info = await self._api.call_model(
-            _api.STREAM_UPDATE, StreamInfo, body, timeout=timeout, stream=config.name
-        )
-        return Stream(self._api, info)
+        to_send = await self._checked_stream_config(config, pedantic, timeout)
+        if self._may_disable_msg_ttl(to_send):
+            await self._check_not_disabling(to_send, timeout)
+        return await self._send_stream(_api.STREAM_UPDATE, to_send, pedantic, timeout)
 
     async def create_or_update_stream(
-        self, config: StreamConfig, *, timeout: float | None = None
+        self, config: StreamConfig, *, pedantic: bool = False, timeout: float | None = None
     ) -> Stream:
-        """Update the stream if it exists, otherwise create it."""
+        """Update the stream if it exists, otherwise create it.
+
+        The checks and ``pedantic`` are those of :meth:`update_stream`. When
+        the config leaves ``allow_msg_ttl`` off, the current config is read
+        first; if the stream does not exist it is created straight away.
+        """
+        to_send = await self._checked_stream_config(config, pedantic, timeout)
+        if self._may_disable_msg_ttl(to_send):
+            try:
+                await self._check_not_disabling(to_send, timeout)
+            except StreamNotFoundError:
+                return await self._send_stream(_api.STREAM_CREATE, to_send, pedantic, timeout)
         try:
-            return await self.update_stream(config, timeout=timeout)
+            return await self._send_stream(_api.STREAM_UPDATE, to_send, pedantic, timeout)
         except StreamNotFoundError:
-            return await self.create_stream(config, timeout=timeout)
+            return await self._send_stream(_api.STREAM_CREATE, to_send, pedantic, timeout)
 
     def _stream_body(self, config: StreamConfig) -> dict[str, Any]:
         if not isinstance(config, StreamConfig):
             raise InvalidOptionError(f"config must be a StreamConfig, got {type(config).__name__}")
         validate_name(config.name, "stream")
         return to_wire(config)
+
+    async def _checked_stream_config(
+        self, config: StreamConfig, pedantic: bool, timeout: float | None
+    ) -> StreamConfig:
+        """Validate ``config`` and return what to send (ADR-43 rules and defaults)."""
+        if not isinstance(pedantic, bool):
+            raise InvalidOptionError(f"pedantic must be a bool, got {pedantic!r}")
+        self._stream_body(config)
+        T.check_stream_config(config)
+        if pedantic or T.uses_ttl_settings(config):
+            T.check_api_level(config, await self.api_level(timeout=timeout), pedantic=pedantic)
+        return T.apply_ttl_defaults(config, pedantic=pedantic)
+
+    def _may_disable_msg_ttl(self, to_send: StreamConfig) -> bool:
+        # A server below API level 1 has no per-message TTLs: nothing to disable.
+        return T.may_disable_msg_ttl(to_send) and self._api_level != 0
+
+    async def _check_not_disabling(self, to_send: StreamConfig, timeout: float | None) -> None:
+        """Read the current config and refuse turning ``allow_msg_ttl`` off.
+
+        Raises ``StreamNotFoundError`` when the stream does not exist.
+        """
+        current = await self._api.call_model(
+            _api.STREAM_INFO, StreamInfo, timeout=timeout, stream=to_send.name
+        )
+        T.check_not_disabling(current.config, to_send)
+
+    async def _send_stream(
+        self, template: str, to_send: StreamConfig, pedantic: bool, timeout: float | None
+    ) -> Stream:
+        body = T.request_body(self._stream_body(to_send), pedantic=pedantic)
+        info = await self._api.call_model(
+            template, StreamInfo, body, timeout=timeout, stream=to_send.name
+        )
+        return Stream(self._api, info)
 
     async def stream(self, name: str, *, timeout: float | None = None) -> Stream:
         """A handle on an existing stream.

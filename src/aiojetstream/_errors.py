@@ -30,6 +30,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── InvalidHeaderError
     │   ├── InvalidTTLError
     │   ├── InvalidKeyError
+    │   ├── InvalidStreamConfigError                     ADR-43 stream settings (client-side)
     │   └── MaxPayloadExceededError
     ├── JetStreamTimeoutError  (also a TimeoutError)     no reply before the deadline
     │   └── FetchTimeoutError
@@ -38,6 +39,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── DisconnectedError                                the connection dropped while waiting
     ├── TLSError                                         TLS refused or failed (never plaintext)
     ├── InvalidResponseError                             the server sent something unparsable
+    ├── FeatureNotSupportedError                         the server's API level is too low
     ├── NoHeartbeatError
     ├── ConsumerDeletedError
     ├── MessageTooLargeError                             a message never fits the pull's max_bytes
@@ -69,12 +71,14 @@ __all__ = [
     "ConsumerExistsError",
     "ConsumerNotFoundError",
     "DisconnectedError",
+    "FeatureNotSupportedError",
     "FetchTimeoutError",
     "InvalidHeaderError",
     "InvalidKeyError",
     "InvalidNameError",
     "InvalidOptionError",
     "InvalidResponseError",
+    "InvalidStreamConfigError",
     "InvalidSubjectError",
     "InvalidTTLError",
     "JetStreamError",
@@ -242,6 +246,14 @@ class InvalidKeyError(InvalidOptionError):
     """A key-value key is invalid (ADR-8)."""
 
 
+class InvalidStreamConfigError(InvalidOptionError):
+    """A stream configuration breaks a rule checked before anything is sent (ADR-43).
+
+    For example a ``subject_delete_marker_ttl`` under 1 second or on a mirror,
+    or an update that would turn ``allow_msg_ttl`` off again.
+    """
+
+
 class MaxPayloadExceededError(InvalidOptionError):
     """Headers plus payload exceed the server's ``max_payload``."""
 
@@ -275,6 +287,38 @@ class TLSError(JetStreamError):
 
 class InvalidResponseError(JetStreamError):
     """The server's reply could not be understood."""
+
+
+class FeatureNotSupportedError(JetStreamError):
+    """The server's JetStream API level is too low for a requested feature.
+
+    Raised before the request that needs the feature is sent.
+
+    Attributes:
+        feature: What was asked for (for example ``"allow_msg_ttl"``).
+        required_level: The JetStream API level the feature needs.
+        server_level: The API level the server reports.
+        server_version: The first nats-server release with ``required_level``.
+
+    """
+
+    def __init__(
+        self, feature: str, required_level: int, server_level: int, server_version: str
+    ) -> None:
+        self.feature = feature
+        self.required_level = required_level
+        self.server_level = server_level
+        self.server_version = server_version
+        super().__init__(
+            f"{feature} needs nats-server >= {server_version} (JetStream API level >= "
+            f"{required_level}); the server reports API level {server_level}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            type(self),
+            (self.feature, self.required_level, self.server_level, self.server_version),
+        )
 
 
 class NoHeartbeatError(JetStreamError):
