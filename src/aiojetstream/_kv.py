@@ -262,14 +262,19 @@ async def _prepare(
     return scfg
 
 
-def _check_markers_kept(existing: StreamConfig, config: KeyValueConfig) -> None:
-    had = bool(existing.allow_msg_ttl) or bool(existing.subject_delete_marker_ttl)
-    if had and config.limit_marker_ttl is None:
+def _for_update(existing: StreamConfig, config: KeyValueConfig, scfg: StreamConfig) -> StreamConfig:
+    """Refuse disabling limit markers; keep ``allow_msg_ttl`` on if the bucket has it."""
+    if existing.subject_delete_marker_ttl and config.limit_marker_ttl is None:
         raise KeyValueError(
             f"bucket {config.bucket!r} has limit markers (limit_marker_ttl="
             f"{existing.subject_delete_marker_ttl}); they can be enabled on an existing "
             "bucket but never disabled (ADR-48): keep limit_marker_ttl set"
         )
+    if existing.allow_msg_ttl and not scfg.allow_msg_ttl:
+        # Per-message TTLs without markers (nats-py turns them on for every bucket):
+        # the server never turns allow_msg_ttl off, so keep it rather than fail.
+        return scfg.model_copy(update={"allow_msg_ttl": True})
+    return scfg
 
 
 async def _existing(js: JetStreamContext, bucket: str, timeout: float | None) -> Stream | None:
@@ -296,7 +301,7 @@ async def update_key_value(
     current = await _existing(js, config.bucket, timeout)
     if current is None:
         raise BucketNotFoundError(f"bucket {config.bucket!r} not found")
-    _check_markers_kept(current.cached_info.config, config)
+    scfg = _for_update(current.cached_info.config, config, scfg)
     try:
         stream = await js.update_stream(scfg, timeout=timeout)
     except StreamNotFoundError as exc:
@@ -312,7 +317,7 @@ async def create_or_update_key_value(
     current = await _existing(js, config.bucket, timeout)
     if current is None:
         return KeyValue(js, await js.create_stream(scfg, timeout=timeout))
-    _check_markers_kept(current.cached_info.config, config)
+    scfg = _for_update(current.cached_info.config, config, scfg)
     return KeyValue(js, await js.update_stream(scfg, timeout=timeout))
 
 
