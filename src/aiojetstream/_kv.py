@@ -11,7 +11,6 @@ an ordered consumer filtered on the server.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import re
 from collections.abc import AsyncIterator, Sequence
@@ -25,6 +24,7 @@ from ._errors import (
     InvalidKeyError,
     InvalidOptionError,
     JetStreamError,
+    JetStreamTimeoutError,
     KeyExistsError,
     KeyNotFoundError,
     KeyValueError,
@@ -362,6 +362,10 @@ class _Reader:
     a safety net for values removed between the consumer's creation and their
     delivery, after :data:`IDLE_CHECK` seconds without a message the consumer's
     info is checked: nothing pending and nothing undelivered is the end too.
+
+    With ``stall`` (one-shot reads: keys, history), starting and every wait
+    for an initial value are bounded: :class:`JetStreamTimeoutError` after
+    ``stall`` seconds without progress. A watch (``stall=None``) waits forever.
     """
 
     def __init__(
@@ -370,8 +374,10 @@ class _Reader:
         filters: list[str],
         deliver_policy: DeliverPolicy,
         headers_only: bool,
+        stall: float | None = None,
     ) -> None:
         self._stream = stream
+        self._stall = stall
         self._config = OrderedConsumerConfig(
             filter_subjects=filters, deliver_policy=deliver_policy, headers_only=headers_only
         )
@@ -386,8 +392,16 @@ class _Reader:
     async def start(self) -> None:
         oc = await self._stream.ordered_consumer(self._config)
         it = oc.messages()
-        await it.__aenter__()
         self._oc, self._it = oc, it
+        if self._stall is None:
+            await it.__aenter__()
+        else:
+            try:
+                await asyncio.wait_for(it.__aenter__(), self._stall)
+            except TimeoutError:
+                raise JetStreamTimeoutError(
+                    f"could not start reading stream {self._stream.name!r} within {self._stall:g} s"
+                ) from None
         info = oc.cached_info
         if info is not None and info.num_pending == 0:
             self.caught_up = True
@@ -416,6 +430,8 @@ class _Reader:
         it = self._it
         if it is None or self._closed:
             return _Event.END
+        loop = asyncio.get_running_loop()
+        since = loop.time()
         while True:
             task = self._task
             if task is None:
@@ -428,6 +444,11 @@ class _Reader:
                     if await self._idle_caught_up():
                         self.caught_up = True
                         return _Event.CAUGHT_UP
+                    if self._stall is not None and loop.time() - since >= self._stall:
+                        raise JetStreamTimeoutError(
+                            f"no message from stream {self._stream.name!r} for "
+                            f"{self._stall:g} s while values were still pending"
+                        )
                     continue
             self._task = None
             try:
@@ -449,14 +470,14 @@ class _Reader:
         self._task = None
         if it is not None:
             it.stop()
-        if task is not None and not task.done():
-            await asyncio.wait({task}, timeout=IDLE_CHECK)
+        if task is not None:
             if not task.done():
-                task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        elif task is not None and not task.cancelled():
-            task.exception()  # retrieved: no "never retrieved" warning
+                await asyncio.wait({task}, timeout=IDLE_CHECK)
+                if not task.done():
+                    task.cancel()
+                    await asyncio.wait({task})
+            if not task.cancelled():
+                task.exception()  # retrieved: no "never retrieved" warning
         if it is not None:
             await it.aclose()
 
@@ -725,17 +746,34 @@ class KeyValue:
             operation=op,
         )
 
-    def _reader(self, filters: Sequence[str], policy: DeliverPolicy, headers_only: bool) -> _Reader:
-        return _Reader(self._stream, [self._prefix + k for k in filters], policy, headers_only)
+    def _reader(
+        self,
+        filters: Sequence[str],
+        policy: DeliverPolicy,
+        headers_only: bool,
+        stall: float | None = None,
+    ) -> _Reader:
+        subjects = [self._prefix + k for k in filters]
+        return _Reader(self._stream, subjects, policy, headers_only, stall)
 
-    async def keys(self) -> AsyncIterator[str]:
+    def _stall(self, timeout: float | None) -> float:
+        return self._js.timeout if timeout is None else timeout
+
+    async def keys(self, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Async-iterate the keys that have a live value, each once.
 
         Filtered on the server: a headers-only ordered consumer delivers the
         latest revision of each key; keys whose latest revision is a delete,
         purge or limit marker are skipped. An empty bucket yields nothing.
+
+        Args:
+            timeout: the longest wait without progress (starting, or for the
+                next key) before :class:`JetStreamTimeoutError`; the context's
+                default when None.
+
         """
-        reader = self._reader([">"], DeliverPolicy.LAST_PER_SUBJECT, True)
+        stall = self._stall(timeout)
+        reader = self._reader([">"], DeliverPolicy.LAST_PER_SUBJECT, True, stall)
         seen: set[str] = set()
         try:
             await reader.start()
@@ -751,15 +789,20 @@ class KeyValue:
         finally:
             await reader.aclose()
 
-    async def history(self, key: str) -> list[KeyValueEntry]:
+    async def history(self, key: str, *, timeout: float | None = None) -> list[KeyValueEntry]:
         """Every stored revision of ``key``, oldest first, markers included.
+
+        Args:
+            key: the key.
+            timeout: the longest wait without progress before
+                :class:`JetStreamTimeoutError` (the context's default when None).
 
         Raises:
             KeyNotFoundError: the key has no revisions.
 
         """
         validate_key(key)
-        reader = self._reader([key], DeliverPolicy.ALL, False)
+        reader = self._reader([key], DeliverPolicy.ALL, False, self._stall(timeout))
         entries: list[KeyValueEntry] = []
         try:
             await reader.start()
@@ -837,7 +880,8 @@ class KeyValue:
         Args:
             older_than: the age threshold (default 30 minutes, as nats.go); 0
                 removes every marker.
-            timeout: seconds to wait for each purge reply.
+            timeout: seconds to wait for each reply, and the longest wait
+                without progress while reading the markers.
 
         """
         try:
@@ -848,7 +892,8 @@ class KeyValue:
             )
         except (TypeError, ValueError) as exc:
             raise InvalidOptionError(f"invalid older_than {older_than!r}: {exc}") from None
-        reader = self._reader([">"], DeliverPolicy.LAST_PER_SUBJECT, True)
+        stall = self._stall(timeout)
+        reader = self._reader([">"], DeliverPolicy.LAST_PER_SUBJECT, True, stall)
         markers: list[tuple[str, datetime]] = []
         try:
             await reader.start()

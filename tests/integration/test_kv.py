@@ -18,6 +18,7 @@ from aiojetstream import (
     InvalidNameError,
     InvalidTTLError,
     JetStreamContext,
+    JetStreamTimeoutError,
     KeyExistsError,
     KeyNotFoundError,
     KeyValue,
@@ -465,6 +466,7 @@ class _Silent:
 
     def __init__(self) -> None:
         self.cached_info = SimpleNamespace(num_pending=3)  # pending when created
+        self.pending = 0  # ... and no longer when asked again
         self.closed = asyncio.Event()
 
     def messages(self) -> _Silent:
@@ -485,7 +487,7 @@ class _Silent:
 
     async def info(self) -> Any:
         delivered = SimpleNamespace(consumer_seq=0)
-        return SimpleNamespace(num_pending=0, delivered=delivered, name="c")
+        return SimpleNamespace(num_pending=self.pending, delivered=delivered, name="c")
 
 
 async def test_initial_values_that_vanished_still_end_with_none(
@@ -505,6 +507,25 @@ async def test_initial_values_that_vanished_still_end_with_none(
     await reader.aclose()
     assert silent.closed.is_set()
     assert await reader.next() is _kv._Event.END
+
+
+async def test_one_shot_reads_time_out_without_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_kv, "IDLE_CHECK", 0.05)
+    silent = _Silent()
+    silent.pending = 3  # values pending that never arrive
+
+    class _Stream:
+        name = "KV_b"
+
+        async def ordered_consumer(self, config: object) -> _Silent:
+            return silent
+
+    reader = _kv._Reader(_Stream(), ["$KV.b.>"], DeliverPolicy.ALL, False, stall=0.2)  # type: ignore[arg-type]
+    await reader.start()
+    with pytest.raises(JetStreamTimeoutError, match="still pending"):
+        await asyncio.wait_for(reader.next(), STEP)
+    await reader.aclose()
+    assert silent.closed.is_set()
 
 
 # --------------------------------------------------------------------------- limit markers
