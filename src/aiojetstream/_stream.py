@@ -17,7 +17,6 @@ from ._errors import (
     InvalidOptionError,
     InvalidResponseError,
     JetStreamError,
-    JetStreamNotEnabledError,
     MessageNotFoundError,
     NoRespondersError,
     api_error,
@@ -206,15 +205,7 @@ class Stream:
 
         """
         seq = _seq(sequence, "sequence")
-        if self._direct():
-            msg = await self._direct_request(
-                self._api.subject(_api.DIRECT_GET, stream=self._name), {"seq": seq}, timeout
-            )
-            return direct_message(msg, f"sequence {seq}")
-        reply = await self._api.call(
-            _api.STREAM_MSG_GET, {"seq": seq}, timeout=timeout, stream=self._name
-        )
-        return stored_message(reply)
+        return await self._get({"seq": seq}, f"sequence {seq}", timeout)
 
     async def get_last_msg_for_subject(
         self, subject: str, *, timeout: float | None = None
@@ -226,31 +217,27 @@ class Stream:
 
         """
         validate_filter_subject(subject)
-        if self._direct():
-            msg = await self._direct_request(
-                self._api.subject(_api.DIRECT_GET, stream=self._name),
-                {"last_by_subj": subject},
-                timeout,
-            )
-            return direct_message(msg, f"subject {subject!r}")
-        reply = await self._api.call(
-            _api.STREAM_MSG_GET, {"last_by_subj": subject}, timeout=timeout, stream=self._name
-        )
-        return stored_message(reply)
+        return await self._get({"last_by_subj": subject}, f"subject {subject!r}", timeout)
 
-    async def _direct_request(
-        self, subject: str, body: dict[str, Any] | None, timeout: float | None
-    ) -> NatsMsg:
-        try:
-            return await self._api.conn.request(
-                subject,
-                _api.dumps(body),
-                self._api.timeout if timeout is None else timeout,
-            )
-        except NoRespondersError as exc:
-            raise JetStreamNotEnabledError(
-                503, 10076, f"no responders for a direct get on stream {self._name!r}"
-            ) from exc
+    async def _get(
+        self, body: dict[str, Any], what: str, timeout: float | None
+    ) -> RawStreamMessage:
+        """A direct get when the stream allows it, else (or when nobody answers it) the API."""
+        if self._direct():
+            try:
+                msg = await self._api.conn.request(
+                    self._api.subject(_api.DIRECT_GET, stream=self._name),
+                    _api.dumps(body),
+                    self._api.timeout if timeout is None else timeout,
+                )
+            except NoRespondersError:
+                # The direct-get responders of a new stream (or of a replica being
+                # elected) may not be up yet: the stream leader answers instead.
+                pass
+            else:
+                return direct_message(msg, what)
+        reply = await self._api.call(_api.STREAM_MSG_GET, body, timeout=timeout, stream=self._name)
+        return stored_message(reply)
 
     async def delete_msg(
         self, sequence: int, *, erase: bool = False, timeout: float | None = None
