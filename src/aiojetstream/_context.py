@@ -413,7 +413,7 @@ class JetStreamContext:
 
         Raises:
             StreamNameInUseError: the bucket exists with another configuration.
-            KeyValueError: ``limit_marker_ttl`` on a server below API level 1.
+            FeatureNotSupportedError: ``limit_marker_ttl`` on nats-server < 2.11.
 
         """
         return await KV.create_key_value(self, config, timeout)
@@ -427,8 +427,8 @@ class JetStreamContext:
 
         Raises:
             BucketNotFoundError: the bucket does not exist.
-            KeyValueError: the config would disable limit markers, or sets them
-                on a server below API level 1.
+            KeyValueError: the config would disable limit markers.
+            FeatureNotSupportedError: ``limit_marker_ttl`` on nats-server < 2.11.
 
         """
         return await KV.update_key_value(self, config, timeout)

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Final
 from . import _headers as H
 from ._errors import (
     BucketNotFoundError,
+    FeatureNotSupportedError,
     InvalidKeyError,
     InvalidOptionError,
+    InvalidStreamConfigError,
     JetStreamError,
     JetStreamTimeoutError,
     KeyExistsError,
@@ -80,6 +82,8 @@ ROLLUP_SUBJECT: Final = "sub"
 DEFAULT_PURGE_DELETES_OLDER_THAN: Final = timedelta(minutes=30)
 #: The longest duplicate window of a bucket (ADR-8: the TTL when shorter).
 MAX_DUPLICATE_WINDOW: Final = timedelta(minutes=2)
+#: The JetStream API level limit markers need (nats-server 2.11, ADR-48).
+MARKERS_API_LEVEL: Final = 1
 #: Seconds without a message after which a listing asks the server whether it is
 #: already past the initial values (they may have expired before delivery).
 IDLE_CHECK: Final = 1.0
@@ -202,8 +206,8 @@ def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
     """The configuration of the stream backing a bucket (ADR-8, ADR-48; as nats.go).
 
     Raises:
-        InvalidOptionError: ``limit_marker_ttl`` was set on a mirror (the server
-            does not allow markers on mirrors).
+        InvalidStreamConfigError: ``limit_marker_ttl`` was set on a mirror (the
+            server does not allow markers on mirrors).
 
     """
     if not isinstance(config, KeyValueConfig):
@@ -233,7 +237,7 @@ def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
     }
     if config.limit_marker_ttl is not None:
         if config.mirror is not None:
-            raise InvalidOptionError(
+            raise InvalidStreamConfigError(
                 "limit_marker_ttl can not be set on a mirror bucket (the server refuses "
                 "subject delete markers on mirrors)"
             )
@@ -254,10 +258,9 @@ async def _prepare(
     scfg = kv_stream_config(config)
     if config.limit_marker_ttl is not None:
         level = await js.api_level(timeout=timeout)
-        if level < 1:
-            raise KeyValueError(
-                f"limit markers (limit_marker_ttl) need nats-server 2.11 or newer "
-                f"(JetStream API level >= 1); this server reports API level {level}"
+        if level < MARKERS_API_LEVEL:
+            raise FeatureNotSupportedError(
+                "limit markers (limit_marker_ttl)", MARKERS_API_LEVEL, level, "2.11"
             )
     return scfg
 

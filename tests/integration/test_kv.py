@@ -14,8 +14,10 @@ from aiojetstream import (
     BucketNotFoundError,
     DeliverPolicy,
     DiscardPolicy,
+    FeatureNotSupportedError,
     InvalidKeyError,
     InvalidNameError,
+    InvalidStreamConfigError,
     InvalidTTLError,
     JetStreamContext,
     JetStreamTimeoutError,
@@ -193,10 +195,13 @@ class _OldServer:
 async def test_limit_markers_need_api_level_1() -> None:
     old = _OldServer(0)
     cfg = KeyValueConfig(bucket="b", limit_marker_ttl=5)
-    with pytest.raises(KeyValueError, match="API level >= 1"):
+    with pytest.raises(FeatureNotSupportedError, match="API level >= 1") as info:
         await _kv.create_key_value(old, cfg, None)  # type: ignore[arg-type]
-    with pytest.raises(KeyValueError, match="API level >= 1"):
+    assert (info.value.required_level, info.value.server_level) == (1, 0)
+    with pytest.raises(FeatureNotSupportedError, match=r"nats-server >= 2\.11"):
         await _kv.create_or_update_key_value(old, cfg, None)  # type: ignore[arg-type]
+    with pytest.raises(FeatureNotSupportedError):
+        await _kv.update_key_value(old, cfg, None)  # type: ignore[arg-type]
     assert old.created == []
     # Without markers the level is not even asked for; with level 1 it goes ahead.
     with pytest.raises(RuntimeError):
@@ -665,7 +670,7 @@ async def test_mirror_bucket_reads_the_origin_keys_and_writes_to_the_origin(
     assert (await origin.get("k")).value == b"2"
     await wait_until(lambda: _value_is(mirror, "k", b"2"), STEP)
     assert await all_keys(mirror) == ["k"]
-    with pytest.raises(ValueError, match="mirror"):
+    with pytest.raises(InvalidStreamConfigError, match="mirror"):
         await js.create_key_value(
             KeyValueConfig(bucket="m2", mirror=StreamSource(name="src"), limit_marker_ttl=1)
         )

@@ -15,6 +15,7 @@ from aiojetstream import (
     DiscardPolicy,
     InvalidKeyError,
     InvalidNameError,
+    InvalidStreamConfigError,
     KeyValueConfig,
     StoreCompression,
     StreamSource,
@@ -188,7 +189,7 @@ def test_sources_and_mirrors_mapping() -> None:
     assert mirror.mirror.name == "KV_origin"
     assert mirror.mirror_direct
     assert mirror.subjects is None
-    with pytest.raises(ValueError, match="mirror"):
+    with pytest.raises(InvalidStreamConfigError, match="mirror"):
         kv_stream_config(
             KeyValueConfig(bucket="r", mirror=StreamSource(name="origin"), limit_marker_ttl=1)
         )
