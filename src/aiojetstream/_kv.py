@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
@@ -762,12 +762,13 @@ class KeyValue:
     def _stall(self, timeout: float | None) -> float:
         return self._js.timeout if timeout is None else timeout
 
-    async def keys(self, *, timeout: float | None = None) -> AsyncIterator[str]:
+    async def keys(self, *, timeout: float | None = None) -> AsyncGenerator[str, None]:
         """Async-iterate the keys that have a live value, each once.
 
         Filtered on the server: a headers-only ordered consumer delivers the
         latest revision of each key; keys whose latest revision is a delete,
         purge or limit marker are skipped. An empty bucket yields nothing.
+        Stopping early: ``await it.aclose()`` deletes the consumer at once.
 
         Args:
             timeout: the longest wait without progress (starting, or for the

@@ -311,7 +311,7 @@ async def test_keys_skip_deleted_and_purged(js: JetStreamContext, kv: KeyValue) 
     # Breaking out early also cleans up (when the generator is closed).
     gen = kv.keys()
     assert await gen.__anext__() in ("a", "b.c")
-    await gen.aclose()  # type: ignore[attr-defined]
+    await gen.aclose()
     await wait_until(lambda: _no_consumers(kv), STEP)
 
 
