@@ -227,10 +227,17 @@ class StreamConfig(ConfigModel):
     """Leave a delete marker when limits or a TTL remove a subject's last message (ADR-43;
     nats-server >= 2.11, API level 1).
 
-    The value is the TTL of the marker (minimum 1 second; err_code 10052 below
-    that). Markers carry ``Nats-Marker-Reason`` (``MaxAge``, ``Remove``,
-    ``Purge``) and ``Nats-TTL``. Not allowed on a mirror. ADR-43 pairs it with
-    ``allow_rollup_hdrs`` on and ``deny_purge`` off.
+    The value is the TTL of the marker; ``None`` means no markers. Markers
+    carry ``Nats-Marker-Reason`` (``MaxAge``, ``Remove``, ``Purge``) and
+    ``Nats-TTL``.
+
+    The stream create and update calls check it before sending anything: a
+    value under 1 second (zero included) or a value on a mirror raises
+    :class:`InvalidStreamConfigError`, and a server below API level 1 raises
+    :class:`FeatureNotSupportedError`. Unless the call passes
+    ``pedantic=True``, the config sent also has ``allow_rollup_hdrs`` on,
+    ``deny_purge`` off and ``allow_msg_ttl`` on, as ADR-43 requires (the config
+    object itself is not changed). See ``docs/ttl.md``.
     """
     allow_msg_counter: bool = False
     """Make the stream a distributed counter (``Nats-Incr``; nats-server >= 2.12)."""
