@@ -274,8 +274,15 @@ class ConsumeContext:
         await self.closed()
 
     async def closed(self) -> JetStreamError | None:
-        """Wait until consumption has ended; return its terminal error, if any."""
+        """Wait until consumption has ended; return its terminal error, if any.
+
+        Called from inside the message handler (which consumption waits for)
+        it cannot wait for the end: it returns at once, and consumption ends
+        once the handler returns (after ``stop()`` or ``drain()``).
+        """
         task = self._task
+        if task is not None and task is asyncio.current_task():
+            return self.error
         if task is not None:
             if in_error_handler(self._driver):
                 # Called from an async error handler, which the end waits for.

@@ -47,6 +47,8 @@ logger = logging.getLogger("aiojetstream")
 
 RESET_BACKOFF_FIRST: Final = 1.0
 RESET_BACKOFF_MAX: Final = 10.0
+#: How long closing waits for the ephemeral consumer's deletion.
+DELETE_TIMEOUT: Final = 2.0
 #: Errors after which the ordered consumer recreates its consumer.
 _RESETTABLE = (ConsumerDeletedError, ConsumerNotFoundError, NoHeartbeatError)
 
@@ -143,7 +145,10 @@ class OrderedConsumer:
         if name is None:
             return
         try:
-            await C.delete_consumer(self._api, self._stream, name, None)
+            # Bounded: during an outage a close must not wait for the API.
+            await C.delete_consumer(
+                self._api, self._stream, name, min(self._api.timeout, DELETE_TIMEOUT)
+            )
         except JetStreamError as exc:
             # Ephemeral: it disappears after inactive_threshold anyway.
             logger.debug("could not delete ordered consumer %s: %s", name, exc)

@@ -278,3 +278,23 @@ async def test_terminal_error_reaches_error_handler(js: JetStreamContext) -> Non
     err = await asyncio.wait_for(ctx.closed(), 10)
     assert err is not None
     assert type(err).__name__ in {"ConsumerDeletedError", "ConsumerNotFoundError"}
+
+
+async def test_closed_and_drain_from_inside_the_handler(js: JetStreamContext) -> None:
+    consumer = await make(js, 10)
+    seen: list[Msg] = []
+    ctx_box: list[object] = []
+    returned = asyncio.Event()
+
+    async def handler(msg: Msg) -> None:
+        seen.append(msg)
+        if len(seen) == 3:
+            ctx = ctx_box[0]
+            assert hasattr(ctx, "drain")
+            await ctx.drain()  # must not wait for itself
+            returned.set()
+
+    ctx = await consumer.consume(handler, max_messages=3)
+    ctx_box.append(ctx)
+    await asyncio.wait_for(returned.wait(), 10)
+    assert await asyncio.wait_for(ctx.closed(), 10) is None
