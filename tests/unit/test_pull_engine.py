@@ -1,0 +1,1492 @@
+"""The ADR-37 pull engine, driven without a server, asyncio or a clock.
+
+Two parts:
+
+* focused unit tests: option resolution (``resolve_consume`` / ``resolve_fetch``),
+  MAX_BYTES handling, re-pulls after request ends, throttling, heartbeats,
+  fetch, drain, outages;
+* a hypothesis state machine (:class:`PullEngineMachine`) that runs the engine
+  against a small model of the server: a stream of message sizes, the server's
+  outstanding pull requests, the client buffer, a model clock with the engine's
+  single timer, the connection and consumer checks. Its invariants are the
+  acceptance criteria of the pull engine.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from aiojetstream._errors import (
+    APIError,
+    BadRequestError,
+    ConsumerDeletedError,
+    ConsumerNotFoundError,
+    InvalidOptionError,
+    JetStreamError,
+    JetStreamTimeoutError,
+    MessageTooLargeError,
+    NoHeartbeatError,
+    NoRespondersError,
+)
+from aiojetstream._pull_engine import (
+    BYTES_MODE_BATCH,
+    CHECK_BACKOFF_MAX,
+    FETCH_GRACE,
+    NO_WAIT_TIMEOUT,
+    REPULL_BACKOFF_FIRST,
+    REPULL_BACKOFF_MAX,
+    ArmTimer,
+    CancelTimer,
+    CheckConsumer,
+    CheckResult,
+    Command,
+    Commands,
+    Finish,
+    Phase,
+    PullEngine,
+    PullSettings,
+    Report,
+    SendPull,
+    resolve_consume,
+    resolve_fetch,
+)
+from aiojetstream._status import Severity, StatusKind
+
+K = StatusKind
+S = Severity
+EPS = 1e-9
+#: At most this many SendPull + CheckConsumer per second of an outage.
+OUTAGE_RATE = 20
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def pulls(cmds: Iterable[Command]) -> list[SendPull]:
+    return [c for c in cmds if isinstance(c, SendPull)]
+
+
+def finishes(cmds: Iterable[Command]) -> list[Finish]:
+    return [c for c in cmds if isinstance(c, Finish)]
+
+
+def reports(cmds: Iterable[Command]) -> list[Report]:
+    return [c for c in cmds if isinstance(c, Report)]
+
+
+def checks(cmds: Iterable[Command]) -> list[CheckConsumer]:
+    return [c for c in cmds if isinstance(c, CheckConsumer)]
+
+
+def timeout_408() -> APIError:
+    return APIError(408, 0, "Request Timeout")
+
+
+def too_large_409() -> JetStreamError:
+    return JetStreamError("a message is larger than the pull request's max_bytes (409 ...)")
+
+
+def no_responders() -> NoRespondersError:
+    return NoRespondersError("no responders for the pull request (503)")
+
+
+class Sim:
+    """A clock and the engine's single timer, for the focused tests."""
+
+    def __init__(self, s: PullSettings, now: float = 0.0) -> None:
+        self.engine = PullEngine(s)
+        self.now = now
+        self.timer: float | None = None
+        self.log: list[tuple[float, Command]] = []
+
+    def feed(self, cmds: Commands) -> Commands:
+        for cmd in cmds:
+            self.log.append((self.now, cmd))
+            if isinstance(cmd, ArmTimer):
+                assert cmd.deadline > self.now
+                self.timer = cmd.deadline
+            elif isinstance(cmd, CancelTimer):
+                self.timer = None
+        return cmds
+
+    def start(self) -> Commands:
+        return self.feed(self.engine.start(self.now))
+
+    def message(self, size: int = 0) -> Commands:
+        return self.feed(self.engine.on_message(size))
+
+    def consume(self, size: int = 0) -> Commands:
+        return self.feed(self.engine.on_consumed(size))
+
+    def status(
+        self,
+        kind: StatusKind,
+        severity: Severity = Severity.SILENT,
+        pending_messages: int = 0,
+        pending_bytes: int = 0,
+        error: JetStreamError | None = None,
+    ) -> Commands:
+        return self.feed(
+            self.engine.on_status(kind, severity, pending_messages, pending_bytes, error, self.now)
+        )
+
+    def checked(self, result: CheckResult, error: JetStreamError | None = None) -> Commands:
+        return self.feed(self.engine.on_consumer_checked(self.now, result, error))
+
+    def advance(self, dt: float) -> list[Command]:
+        """Move the clock by ``dt``, firing the timer at its deadlines."""
+        target = self.now + dt
+        out: list[Command] = []
+        fired = 0
+        while self.timer is not None and self.timer <= target:
+            self.now, self.timer = self.timer, None
+            out += self.feed(self.engine.on_timer(self.now))
+            fired += 1
+            assert fired < 100_000, "the timer fires in a busy loop"
+        self.now = target
+        return out
+
+    def times(self, kind: type) -> list[float]:
+        return [t for t, c in self.log if isinstance(c, kind)]
+
+
+# --------------------------------------------------------------------------- resolve_consume
+
+
+def test_consume_defaults() -> None:
+    s = resolve_consume()
+    assert s == PullSettings(
+        max_messages=500,
+        max_bytes=0,
+        threshold_messages=250,
+        threshold_bytes=0,
+        expires=30.0,
+        heartbeat=15.0,
+    )
+    assert not s.single
+    assert not s.no_wait
+
+
+@pytest.mark.parametrize(
+    ("expires", "heartbeat"),
+    [(1, 0.5), (1.5, 0.75), (10, 5.0), (30, 15.0), (60, 30.0), (61, 30.0), (3600, 30.0)],
+)
+def test_consume_heartbeat_is_half_of_expires_capped_at_30s(
+    expires: float, heartbeat: float
+) -> None:
+    s = resolve_consume(expires=expires)
+    assert s.expires == float(expires)
+    assert s.heartbeat == heartbeat
+
+
+@pytest.mark.parametrize(
+    ("maximum", "threshold"), [(1, 1), (2, 1), (3, 2), (5, 3), (10, 5), (499, 250), (500, 250)]
+)
+def test_consume_thresholds_default_to_half_rounded_up(maximum: int, threshold: int) -> None:
+    assert resolve_consume(max_messages=maximum).threshold_messages == threshold
+    b = resolve_consume(max_bytes=maximum)
+    assert b.threshold_bytes == threshold
+    assert b.threshold_messages == 0
+
+
+def test_consume_explicit_thresholds() -> None:
+    assert resolve_consume(max_messages=10, threshold_messages=10).threshold_messages == 10
+    assert resolve_consume(max_messages=10, threshold_messages=1).threshold_messages == 1
+    assert resolve_consume(max_bytes=100, threshold_bytes=100).threshold_bytes == 100
+    with pytest.raises(InvalidOptionError, match="threshold_messages"):
+        resolve_consume(max_messages=10, threshold_messages=11)
+    with pytest.raises(InvalidOptionError, match="threshold_messages"):
+        resolve_consume(threshold_messages=501)  # against the default 500
+    with pytest.raises(InvalidOptionError, match="threshold_bytes"):
+        resolve_consume(max_bytes=100, threshold_bytes=101)
+    with pytest.raises(InvalidOptionError, match="threshold_bytes"):
+        resolve_consume(max_messages=10, threshold_bytes=5)
+    with pytest.raises(InvalidOptionError, match="threshold_messages"):
+        resolve_consume(max_bytes=100, threshold_messages=5)
+
+
+def test_consume_byte_mode_pulls_batches_of_a_million() -> None:
+    s = resolve_consume(max_bytes=4096)
+    assert s.max_messages == BYTES_MODE_BATCH == 1_000_000
+    assert s.max_bytes == 4096
+    assert s.threshold_bytes == 2048
+    sim = Sim(s)
+    (pull,) = pulls(sim.start())
+    assert pull == SendPull(1_000_000, 4096, 30.0, 15.0)
+
+
+def test_consume_max_messages_and_max_bytes_are_exclusive() -> None:
+    with pytest.raises(InvalidOptionError, match="together"):
+        resolve_consume(max_messages=10, max_bytes=100)
+    with pytest.raises(InvalidOptionError, match="together"):
+        resolve_fetch(max_messages=10, max_bytes=100)
+
+
+@pytest.mark.parametrize("heartbeat", [0.0, 0.49, 30.01, 31, -1])
+def test_consume_heartbeat_bounds(heartbeat: float) -> None:
+    with pytest.raises(InvalidOptionError, match="heartbeat"):
+        resolve_consume(expires=120, heartbeat=heartbeat)
+
+
+def test_consume_heartbeat_at_most_half_of_expires() -> None:
+    assert resolve_consume(expires=1, heartbeat=0.5).heartbeat == 0.5
+    assert resolve_consume(expires=120, heartbeat=30).heartbeat == 30.0
+    assert resolve_consume(expires=10, heartbeat=5).heartbeat == 5.0
+    with pytest.raises(InvalidOptionError, match="half of expires"):
+        resolve_consume(expires=10, heartbeat=5.01)
+    with pytest.raises(InvalidOptionError, match="half of expires"):
+        resolve_consume(heartbeat=16)  # default expires 30 s
+
+
+@pytest.mark.parametrize("expires", [0, 0.5, 0.999, -1])
+def test_consume_expires_at_least_one_second(expires: float) -> None:
+    with pytest.raises(InvalidOptionError, match="expires"):
+        resolve_consume(expires=expires)
+    assert resolve_consume(expires=1).expires == 1.0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_messages": 0},
+        {"max_messages": -1},
+        {"max_messages": True},
+        {"max_messages": 1.5},
+        {"max_bytes": 0},
+        {"max_bytes": "100"},
+        {"threshold_messages": 0},
+        {"threshold_bytes": 0},
+        {"expires": math.nan},
+        {"expires": "30"},
+        {"expires": True},
+        {"heartbeat": math.nan},
+    ],
+)
+def test_consume_rejects_invalid_values(options: dict[str, object]) -> None:
+    with pytest.raises(InvalidOptionError):
+        resolve_consume(**options)  # type: ignore[arg-type]
+
+
+def test_max_messages_1_repulls_after_each_consumed_message() -> None:
+    s = resolve_consume(max_messages=1)
+    assert s.threshold_messages == 1
+    sim = Sim(s)
+    assert pulls(sim.start()) == [SendPull(1, 0, 30.0, 15.0)]
+    for _ in range(5):
+        assert pulls(sim.message()) == []
+        assert sim.engine.pending_messages == 1
+        assert pulls(sim.consume()) == [SendPull(1, 0, 30.0, 15.0)]
+    # and after a request timeout that delivered nothing
+    assert pulls(sim.status(K.REQUEST_TIMEOUT, S.SILENT, 1, 0, timeout_408())) == [
+        SendPull(1, 0, 30.0, 15.0)
+    ]
+
+
+# --------------------------------------------------------------------------- resolve_fetch
+
+
+def test_fetch_defaults() -> None:
+    s = resolve_fetch()
+    assert s == PullSettings(1, 0, 0, 0, 30.0, 5.0, single=True)
+    assert resolve_fetch(max_messages=10).max_messages == 10
+    b = resolve_fetch(max_bytes=1000)
+    assert (b.max_messages, b.max_bytes, b.single) == (BYTES_MODE_BATCH, 1000, True)
+
+
+@pytest.mark.parametrize(
+    ("expires", "heartbeat"), [(1, 0.0), (9.99, 0.0), (10, 5.0), (30, 5.0), (600, 5.0)]
+)
+def test_fetch_heartbeat_is_5s_from_10s_expiry(expires: float, heartbeat: float) -> None:
+    assert resolve_fetch(expires=expires).heartbeat == heartbeat
+
+
+def test_fetch_heartbeat_validation() -> None:
+    assert resolve_fetch(expires=30, heartbeat=0).heartbeat == 0.0
+    assert resolve_fetch(expires=2, heartbeat=1).heartbeat == 1.0
+    with pytest.raises(InvalidOptionError, match="heartbeat"):
+        resolve_fetch(expires=30, heartbeat=0.4)
+    with pytest.raises(InvalidOptionError, match="half of expires"):
+        resolve_fetch(expires=2, heartbeat=1.5)
+    with pytest.raises(InvalidOptionError, match="expires"):
+        resolve_fetch(expires=0.5)
+
+
+def test_fetch_no_wait() -> None:
+    s = resolve_fetch(max_messages=3, no_wait=True)
+    assert (s.no_wait, s.heartbeat, s.single) == (True, 0.0, True)
+    assert resolve_fetch(no_wait=True, expires=0).no_wait  # no expiry needed
+    sim = Sim(s)
+    (pull,) = pulls(sim.start())
+    assert pull.no_wait
+    assert sim.engine.deadline == NO_WAIT_TIMEOUT
+    assert finishes(sim.status(K.NO_MESSAGES)) == [Finish(None)]
+
+
+# --------------------------------------------------------------------------- message mode
+
+
+def test_pulls_for_the_room_left_once_below_threshold() -> None:
+    sim = Sim(resolve_consume(max_messages=10, threshold_messages=5))
+    assert pulls(sim.start())[0].batch == 10
+    for _ in range(10):
+        assert sim.message() == ()
+    assert sim.engine.pending_messages == 10
+    for _ in range(5):
+        assert sim.consume() == ()  # pending 9..5: not below the threshold
+    (pull,) = pulls(sim.consume())  # pending 4 < 5
+    assert pull.batch == 6
+    assert sim.engine.pending_messages == 10
+
+
+def test_408_with_pending_headers_repulls_at_the_threshold() -> None:
+    """nats.go "avoid stall on batch completed status": the status itself must pull."""
+    sim = Sim(resolve_consume(max_messages=10, threshold_messages=5))
+    sim.start()
+    for _ in range(4):
+        sim.message()
+    # 4 buffered + 6 outstanding; nothing is consumed, so no consumption will pull.
+    (pull,) = pulls(sim.status(K.REQUEST_TIMEOUT, S.SILENT, 6, 0, timeout_408()))
+    assert pull.batch == 6
+    assert sim.engine.pending_messages == 10
+    # Everything consumed, but the outstanding request keeps pending at 6 >= 5: no
+    # consumption pulls. When that request ends, the status itself must pull.
+    for _ in range(4):
+        assert sim.consume() == ()
+    assert sim.engine.pending_messages == 6
+    (pull,) = pulls(sim.status(K.BATCH_COMPLETED, S.SILENT, 6, 0, None))
+    assert pull.batch == 10
+    assert sim.engine.pending_messages == 10
+
+
+def test_408_above_threshold_does_not_pull() -> None:
+    sim = Sim(resolve_consume(max_messages=10, threshold_messages=5))
+    sim.start()
+    for _ in range(6):
+        sim.message()
+    assert pulls(sim.status(K.REQUEST_TIMEOUT, S.SILENT, 4, 0, timeout_408())) == []
+    assert sim.engine.pending_messages == 6
+    assert pulls(sim.consume()) == []
+    (pull,) = pulls(sim.consume())
+    assert pull.batch == 6
+
+
+def test_leadership_change_repulls_at_once_then_throttles() -> None:
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    lc = (K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, APIError(409, 0, "Leadership Change"))
+    (pull,) = pulls(sim.status(*lc))
+    assert pull.batch == 10
+    assert sim.engine.outstanding_messages == 10  # the old request was written off
+
+    # Repeated without a message in between: the re-pull is delayed, growing.
+    delay = REPULL_BACKOFF_FIRST
+    for _ in range(8):
+        assert pulls(sim.status(*lc)) == []
+        assert sim.engine.outstanding_messages == 0
+        assert sim.timer is not None
+        assert sim.timer == pytest.approx(sim.now + delay)
+        out = sim.advance(delay)
+        assert len(pulls(out)) == 1
+        delay = min(delay * 2, REPULL_BACKOFF_MAX)
+    assert delay == REPULL_BACKOFF_MAX
+
+    # A message resets the backoff: the next leadership change re-pulls at once.
+    sim.message()
+    assert len(pulls(sim.status(*lc))) == 1
+
+
+def test_warning_is_reported_once_and_releases_the_refused_pull() -> None:
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    err = APIError(409, 0, "Exceeded MaxWaiting")
+    out = sim.status(K.EXCEEDED_LIMIT, S.WARNING, 0, 0, err)
+    assert reports(out) == [Report(err)]
+    assert len(pulls(out)) == 1  # the first re-pull is immediate
+    assert sim.engine.outstanding_messages == 10
+    out = sim.status(K.EXCEEDED_LIMIT, S.WARNING, 0, 0, APIError(409, 0, "Exceeded MaxWaiting"))
+    assert reports(out) == []  # same warning: reported once
+    assert pulls(out) == []  # throttled
+    assert sim.engine.outstanding_messages == 0
+
+
+def test_terminal_status_finishes_with_its_error() -> None:
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    sim.message()
+    err = ConsumerDeletedError("the consumer was deleted (409 Consumer Deleted)")
+    out = sim.status(K.CONSUMER_DELETED, S.TERMINAL, 0, 0, err)
+    assert finishes(out) == [Finish(err)]
+    assert sim.engine.done
+    assert sim.engine.outstanding_messages == 0
+    assert sim.engine.buffered_messages == 1  # delivered before the error
+    assert sim.consume() == ()
+    assert sim.status(K.REQUEST_TIMEOUT, S.SILENT, 9, 0, timeout_408()) == ()
+
+
+# --------------------------------------------------------------------------- byte mode
+
+
+def test_max_bytes_on_a_full_size_request_finishes_message_too_large() -> None:
+    sim = Sim(resolve_consume(max_bytes=100))
+    assert pulls(sim.start()) == [SendPull(BYTES_MODE_BATCH, 100, 30.0, 15.0)]
+    out = sim.status(K.MAX_BYTES, S.SILENT, BYTES_MODE_BATCH, 100, too_large_409())
+    (fin,) = finishes(out)
+    assert isinstance(fin.error, MessageTooLargeError)
+    assert "100 bytes" in str(fin.error)
+    assert pulls(out) == []
+    assert sim.engine.done
+
+
+def test_max_bytes_on_a_partial_request_waits_for_the_buffer_then_pulls_full() -> None:
+    sim = Sim(resolve_consume(max_bytes=100, threshold_bytes=100))
+    sim.start()
+    sim.message(30)
+    sim.message(30)
+    # 60 buffered, 40 left in the first request; consuming one pulls 30 more bytes.
+    (pull,) = pulls(sim.consume(30))
+    assert pull.max_bytes == 30
+    assert sim.engine.pending_bytes == 100
+    # The next message (50 bytes) fits neither request: both end with MAX_BYTES.
+    out = sim.status(K.MAX_BYTES, S.SILENT, BYTES_MODE_BATCH - 2, 40, too_large_409())
+    assert finishes(out) == []
+    assert pulls(out) == []
+    out = sim.status(K.MAX_BYTES, S.SILENT, pull.batch, 30, too_large_409())
+    assert finishes(out) == []
+    assert pulls(out) == []  # 30 bytes are still buffered: wait until they are consumed
+    assert sim.engine.pending_bytes == 30
+    (full,) = pulls(sim.consume(30))
+    assert full.max_bytes == 100  # a full-size request: the message fits it
+    sim.message(50)
+    assert sim.engine.pending_bytes == 100
+
+
+def test_byte_mode_request_used_up_exactly_ends_silently() -> None:
+    """The server ends a request whose bytes are used up exactly, without a status."""
+    sim = Sim(resolve_consume(max_bytes=100, threshold_bytes=50, heartbeat=1, expires=30))
+    sim.start()
+    sim.message(60)
+    sim.message(40)  # exactly 100 bytes: the request is over (no status follows)
+    assert sim.engine.outstanding_messages == 0
+    assert sim.engine.outstanding_bytes == 0
+    assert sim.engine.pending_messages == 2
+    # The server owes no heartbeat now: silence is not a missed heartbeat.
+    assert reports(sim.advance(10)) == []
+    (pull,) = pulls(sim.consume(60))  # 40 bytes pending < 50
+    assert pull == SendPull(BYTES_MODE_BATCH - 1, 60, 30.0, 1.0)
+    assert sim.engine.outstanding_messages == BYTES_MODE_BATCH - 1
+
+
+# --------------------------------------------------------------------------- heartbeats
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    hb=st.sampled_from([0.5, 0.75, 1.0, 2.5, 5.0, 15.0, 30.0]),
+    fraction=st.floats(0.0, 1.9),
+    start=st.floats(0.0, 1000.0),
+)
+def test_missed_heartbeat_reported_between_2_and_2_5_heartbeats(
+    hb: float, fraction: float, start: float
+) -> None:
+    sim = Sim(resolve_consume(max_messages=10, expires=60, heartbeat=hb), now=start)
+    sim.start()
+    first = sim.advance(3 * hb)
+    (t_report,) = sim.times(Report)
+    assert 2 * hb - EPS <= t_report - start <= 2.5 * hb + EPS
+    (report,) = reports(first)
+    assert isinstance(report.error, NoHeartbeatError)
+    # Missed once: the engine checks the consumer before pulling again.
+    assert len(checks(first)) == 1
+
+    # Again after a message at an arbitrary point between two ticks.
+    sim = Sim(resolve_consume(max_messages=10, expires=60, heartbeat=hb), now=start)
+    sim.start()
+    assert reports(sim.advance(fraction * hb)) == []
+    sim.message()
+    silent_from = sim.now
+    sim.advance(3 * hb)
+    (t_report,) = sim.times(Report)
+    assert 2 * hb - EPS <= t_report - silent_from <= 2.5 * hb + EPS
+
+
+def test_heartbeats_keep_the_pull_alive_and_no_report_without_requests() -> None:
+    sim = Sim(resolve_consume(max_messages=2, threshold_messages=1, heartbeat=1, expires=30))
+    sim.start()
+    for _ in range(100):  # a heartbeat every second: never missed
+        assert reports(sim.advance(1.0)) == []
+        sim.status(K.HEARTBEAT)
+    sim.message()
+    sim.message()  # the buffer is full: nothing is asked for
+    assert reports(sim.advance(60)) == []
+
+
+def test_disconnect_pauses_heartbeats_and_reconnect_checks_the_consumer() -> None:
+    sim = Sim(resolve_consume(max_messages=10, heartbeat=1, expires=30))
+    sim.start()
+    sim.message()
+    out = sim.feed(sim.engine.on_disconnected(sim.now))
+    assert pulls(out) == []
+    assert sim.engine.outstanding_messages == 0
+    assert sim.advance(100) == []  # nothing at all while disconnected
+    out = sim.feed(sim.engine.on_reconnected(sim.now))
+    assert out == (CheckConsumer(),)
+    assert sim.advance(100) == []  # waiting for the check
+    (pull,) = pulls(sim.checked(CheckResult.EXISTS))
+    assert pull.batch == 9
+
+
+# --------------------------------------------------------------------------- fetch
+
+
+def test_fetch_finishes_when_the_batch_is_filled() -> None:
+    sim = Sim(resolve_fetch(max_messages=3, expires=5))
+    assert pulls(sim.start()) == [SendPull(3, 0, 5.0, 0.0)]
+    assert sim.message() == ()
+    assert sim.message() == ()
+    assert finishes(sim.message()) == [Finish(None)]
+    assert sim.engine.buffered_messages == 3
+
+
+def test_fetch_bytes_finishes_when_the_bytes_are_used_up() -> None:
+    sim = Sim(resolve_fetch(max_bytes=100, expires=30))
+    assert pulls(sim.start()) == [SendPull(BYTES_MODE_BATCH, 100, 30.0, 5.0)]
+    assert sim.message(60) == ()
+    assert finishes(sim.message(40)) == [Finish(None)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "severity", "error"),
+    [
+        (K.REQUEST_TIMEOUT, S.SILENT, None),
+        (K.NO_MESSAGES, S.SILENT, None),
+        (K.BATCH_COMPLETED, S.SILENT, None),
+        (K.LEADERSHIP_CHANGE, S.SILENT, None),
+        (K.EXCEEDED_LIMIT, S.WARNING, APIError(409, 0, "Exceeded MaxRequestBatch of 1")),
+        (K.CONSUMER_DELETED, S.TERMINAL, ConsumerDeletedError("deleted")),
+        (K.BAD_REQUEST, S.TERMINAL, BadRequestError(400, 0, "Bad Request")),
+    ],
+)
+def test_fetch_ends_on_request_end_statuses(
+    kind: StatusKind, severity: Severity, error: JetStreamError | None
+) -> None:
+    sim = Sim(resolve_fetch(max_messages=5, expires=30))
+    sim.start()
+    sim.message()
+    out = sim.status(kind, severity, 4, 0, error)
+    assert finishes(out) == [Finish(error if severity is not S.SILENT else None)]
+    assert pulls(out) == []
+    assert sim.engine.outstanding_messages == 0
+
+
+def test_fetch_max_bytes_status() -> None:
+    sim = Sim(resolve_fetch(max_bytes=10))
+    sim.start()
+    (fin,) = finishes(sim.status(K.MAX_BYTES, S.SILENT, BYTES_MODE_BATCH, 10, too_large_409()))
+    assert isinstance(fin.error, MessageTooLargeError)
+    sim = Sim(resolve_fetch(max_bytes=10))
+    sim.start()
+    sim.message(4)
+    assert finishes(sim.status(K.MAX_BYTES, S.SILENT, BYTES_MODE_BATCH - 1, 6, None)) == [
+        Finish(None)
+    ]
+
+
+@pytest.mark.parametrize(("expires", "hb"), [(5.0, 0.0), (30.0, 5.0), (4.0, 2.0)])
+def test_fetch_deadline_checks_the_consumer(expires: float, hb: float) -> None:
+    s = resolve_fetch(max_messages=5, expires=expires, heartbeat=hb)
+    deadline = expires + max(FETCH_GRACE, hb)
+    # Heartbeats arrive, but the request is never closed by the server.
+    sim = Sim(s)
+    sim.start()
+    out: list[Command] = []
+    while sim.now < deadline + 1 and not checks(out):
+        out += sim.advance(min(0.25, hb / 2) if hb else 0.25)
+        sim.status(K.HEARTBEAT)
+    assert sim.times(CheckConsumer) == [pytest.approx(deadline)]
+    assert pulls(out) == []
+    assert finishes(sim.checked(CheckResult.EXISTS)) == [Finish(None)]
+
+    sim = Sim(s)
+    sim.start()
+    sim.advance(deadline)
+    missing = ConsumerNotFoundError(404, 10014, "consumer not found")
+    assert finishes(sim.checked(CheckResult.MISSING, missing)) == [Finish(missing)]
+
+
+def test_fetch_ends_during_an_outage() -> None:
+    """A fetch whose consumer can not be checked ends; it does not retry forever."""
+    sim = Sim(resolve_fetch(max_messages=5, expires=30))
+    sim.start()
+    err = no_responders()
+    assert checks(sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, err))
+    timeout = JetStreamTimeoutError("consumer info timed out")
+    assert finishes(sim.checked(CheckResult.UNAVAILABLE, timeout)) == [Finish(err)]
+
+    sim = Sim(resolve_fetch(max_messages=5, expires=30))
+    sim.start()
+    sim.advance(30 + 5)
+    assert len(sim.times(CheckConsumer)) == 1
+    assert finishes(sim.checked(CheckResult.UNAVAILABLE, timeout)) == [Finish(timeout)]
+
+
+def test_fetch_missed_heartbeat_checks_then_fails() -> None:
+    sim = Sim(resolve_fetch(max_messages=5, expires=30))  # heartbeat 5 s
+    sim.start()
+    out = sim.advance(12.5)
+    assert reports(out) == []
+    (t,) = sim.times(CheckConsumer)
+    assert 10 - EPS <= t <= 12.5 + EPS
+    (fin,) = finishes(sim.checked(CheckResult.EXISTS))
+    assert isinstance(fin.error, NoHeartbeatError)
+
+
+def test_fetch_disconnect_fails() -> None:
+    sim = Sim(resolve_fetch(max_messages=5))
+    sim.start()
+    (fin,) = finishes(sim.feed(sim.engine.on_disconnected(0.0)))
+    assert fin.error is not None
+    assert type(fin.error).__name__ == "DisconnectedError"
+
+
+# --------------------------------------------------------------------------- stop / drain
+
+
+def test_stop_without_drain_finishes_at_once() -> None:
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    sim.message()
+    sim.engine.discard_buffer()
+    assert finishes(sim.feed(sim.engine.stop(False, 0.0))) == [Finish(None)]
+    assert sim.engine.buffered_messages == 0
+    assert sim.feed(sim.engine.stop(False, 0.0)) == ()
+
+
+def test_drain_finishes_once_the_buffer_is_consumed() -> None:
+    sim = Sim(resolve_consume(max_messages=10, heartbeat=1, expires=30))
+    sim.start()
+    sim.message()
+    sim.message()
+    assert finishes(sim.feed(sim.engine.stop(True, 0.0))) == []
+    assert sim.engine.outstanding_messages == 0
+    # Late statuses and a late message from the written-off request change nothing.
+    assert sim.status(K.REQUEST_TIMEOUT, S.SILENT, 8, 0, timeout_408()) == ()
+    assert sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders()) == ()
+    assert sim.message() == ()
+    assert sim.engine.unsolicited == 1
+    assert sim.advance(100) == []
+    assert sim.consume() == ()
+    assert sim.consume() == ()
+    assert finishes(sim.consume()) == [Finish(None)]
+
+
+def test_drain_of_a_fetch_waits_for_the_buffer() -> None:
+    sim = Sim(resolve_fetch(max_messages=5, expires=30))
+    sim.start()
+    sim.message()
+    assert finishes(sim.feed(sim.engine.stop(True, 0.0))) == []
+    assert finishes(sim.status(K.REQUEST_TIMEOUT, S.SILENT, 4, 0, timeout_408())) == []
+    assert sim.message() == ()  # a late message is buffered, not a filled batch
+    out = sim.advance(100)  # neither the deadline nor heartbeats matter any more
+    assert checks(out) == []
+    assert finishes(out) == []
+    assert sim.consume() == ()
+    assert finishes(sim.consume()) == [Finish(None)]
+
+
+def test_drain_with_an_empty_buffer_finishes_at_once() -> None:
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    assert finishes(sim.feed(sim.engine.stop(True, 0.0))) == [Finish(None)]
+
+
+# --------------------------------------------------------------------------- outages
+
+
+def _max_per_second(times: list[float]) -> int:
+    """The largest number of events in any window of 1 s."""
+    times = sorted(times)
+    best = 0
+    j = 0
+    for i, t in enumerate(times):
+        while times[j] < t - 1.0:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+def test_outage_checks_back_off() -> None:
+    """JetStream is down: every consumer check fails; checks back off to 5 s."""
+    sim = Sim(resolve_consume(max_messages=10, heartbeat=1, expires=30))
+    sim.start()
+    for _ in range(5):
+        sim.message()
+    sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
+    seen = 0
+    for step in range(6000):  # 60 s of model time, a 10 ms step
+        new = sim.log[seen:]
+        seen = len(sim.log)
+        for _ in checks(c for _, c in new):
+            sim.checked(CheckResult.UNAVAILABLE, JetStreamTimeoutError("timeout"))
+        if step < 5:
+            sim.consume()  # consuming pulls nothing while the consumer is being checked
+        sim.advance(0.01)
+    assert sim.times(SendPull) == [0.0]
+    sent = sim.times(CheckConsumer)
+    assert _max_per_second(sent) <= 3
+    gaps = [b - a for a, b in itertools.pairwise(sent)]
+    assert gaps[:5] == pytest.approx([0.25, 0.5, 1.0, 2.0, 4.0], abs=0.011)
+    assert max(gaps) <= CHECK_BACKOFF_MAX + 0.011
+    # JetStream is back: the consumer exists, pulling resumes at once.
+    sim.checked(CheckResult.EXISTS)
+    assert pulls(c for _, c in sim.log[seen:]) == [SendPull(10, 0, 30.0, 1.0)]
+
+
+@pytest.mark.parametrize("threshold", [1, 5, 10])
+def test_outage_every_pull_answered_no_responders_is_rate_limited(threshold: int) -> None:
+    """JetStream answers the API (the consumer exists) but every pull gets a 503."""
+    sim = Sim(resolve_consume(max_messages=10, threshold_messages=threshold, heartbeat=1))
+    sim.start()
+    for _ in range(10):
+        sim.message()
+    buffered = 10
+    seen = 0
+    for _ in range(2000):  # 20 s of model time, a 10 ms step
+        new = sim.log[seen:]
+        seen = len(sim.log)
+        for _, cmd in new:
+            if isinstance(cmd, SendPull):
+                sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
+            elif isinstance(cmd, CheckConsumer):
+                sim.checked(CheckResult.EXISTS)
+        if buffered:
+            sim.consume()
+            buffered -= 1
+        sim.advance(0.01)
+    sent = sim.times(SendPull) + sim.times(CheckConsumer)
+    assert len(sim.times(SendPull)) >= 5  # it keeps trying
+    assert _max_per_second(sent) <= OUTAGE_RATE
+
+
+# --------------------------------------------------------------------------- state machine
+
+
+@dataclass
+class _Request:
+    """A pull request as the server holds it."""
+
+    batch: int
+    nbytes: int  # 0 in message mode
+    fresh: bool = True  # nothing delivered yet
+
+
+@st.composite
+def _expiry(draw: st.DrawFn, *, fetch: bool) -> tuple[float, float | None]:
+    expires = draw(
+        st.sampled_from([1.0, 2.0, 5.0, 10.0, 30.0, 60.0]) | st.floats(1.0, 60.0, allow_nan=False)
+    )
+    hb: float | None = None
+    choice = draw(st.integers(0, 2))
+    if choice == 1:
+        hb = draw(st.floats(0.5, min(30.0, expires / 2)))
+    elif choice == 2 and fetch:
+        hb = 0.0
+    return expires, hb
+
+
+@st.composite
+def pull_settings(draw: st.DrawFn) -> PullSettings:
+    # consume runs last longer and do more: draw them twice as often
+    modes = ["messages", "messages", "bytes", "bytes", "fetch", "fetch_bytes", "no_wait"]
+    mode = draw(st.sampled_from(modes))
+    if mode == "messages":
+        mm = draw(st.integers(1, 50))
+        tm = draw(st.none() | st.integers(1, mm))
+        expires, hb = draw(_expiry(fetch=False))
+        return resolve_consume(
+            max_messages=mm, threshold_messages=tm, expires=expires, heartbeat=hb
+        )
+    if mode == "bytes":
+        mb = draw(st.sampled_from([1, 2, 3, 10, 100]) | st.integers(1, 400))
+        tb = draw(st.none() | st.integers(1, mb))
+        expires, hb = draw(_expiry(fetch=False))
+        return resolve_consume(max_bytes=mb, threshold_bytes=tb, expires=expires, heartbeat=hb)
+    if mode == "no_wait":
+        return resolve_fetch(max_messages=draw(st.integers(1, 20)), no_wait=True)
+    expires, hb = draw(_expiry(fetch=True))
+    if mode == "fetch":
+        return resolve_fetch(max_messages=draw(st.integers(1, 20)), expires=expires, heartbeat=hb)
+    mb = draw(st.sampled_from([1, 2, 3, 10, 100]) | st.integers(1, 400))
+    return resolve_fetch(max_bytes=mb, expires=expires, heartbeat=hb)
+
+
+_TERMINALS: list[tuple[StatusKind, type[JetStreamError]]] = [
+    (K.CONSUMER_DELETED, ConsumerDeletedError),
+    (K.PUSH_BASED, APIError),
+    (K.BAD_REQUEST, BadRequestError),
+]
+
+
+class PullEngineMachine(RuleBasedStateMachine):
+    """The engine against a model of the server, the buffer, the clock and the connection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settings = resolve_consume()
+        self.engine = PullEngine(self.settings)
+        self.now = 0.0
+        self.timer: float | None = None  # the last ArmTimer deadline, until cancelled/fired
+        self.stream: list[int] = []  # sizes of the messages the consumer can deliver
+        self.requests: list[_Request] = []  # the server's outstanding pull requests
+        self.last_request: _Request | None = None  # from the latest SendPull
+        self.buffer: list[int] = []  # delivered, not yet consumed
+        self.connected = True
+        self.start_time = 0.0
+        self.finished = False
+        self.finish_error: JetStreamError | None = None
+        self.stopped = False
+        self.draining = False
+        self.terminal_error: JetStreamError | None = None
+        self.steps = 0
+        self.horizon = 0
+        self.pending_checks = 0  # CheckConsumer commands not answered yet
+        self.checks_sent = 0
+        self.pulls_sent = 0
+        self.expected_unsolicited = 0
+        # heartbeats
+        self.last_activity = 0.0  # last message or status handed to the engine
+        self.owed_since: float | None = None  # since when a request is outstanding
+        self.last_report: float | None = None
+        # outages: "api" (checks unavailable) or "pulls" (every pull gets a 503)
+        self.outage: str | None = None
+        self.outage_sends: list[float] = []
+        # violations, one list per invariant
+        self.bad_pulls: list[str] = []
+        self.bad_terminal: list[str] = []
+        self.bad_heartbeats: list[str] = []
+        self.bad_drain: list[str] = []
+        self.bad_single: list[str] = []
+        self.bad_timers: list[str] = []
+        self.after_finish: list[str] = []
+
+    # ------------------------------------------------------------- plumbing
+
+    @property
+    def byte_mode(self) -> bool:
+        return self.settings.max_bytes > 0
+
+    @property
+    def live(self) -> bool:
+        return not self.finished
+
+    @property
+    def mature(self) -> bool:
+        """The run may end now (see ``start``)."""
+        return self.steps >= self.horizon
+
+    @property
+    def server_up(self) -> bool:
+        return self.live and self.connected and self.outage is None
+
+    def _esize(self, size: int) -> int:
+        """What the driver hands the engine: the size in byte mode, 0 otherwise."""
+        return size if self.byte_mode else 0
+
+    def _drop(self, req: _Request) -> None:
+        self.requests.remove(req)
+        if not self.requests:
+            self.owed_since = None
+
+    def _drop_all(self) -> None:
+        self.requests.clear()
+        self.owed_since = None
+
+    def _feed(self, cmds: Commands, event: str) -> Commands:
+        """Carry out the engine's commands as the driver would, checking each one."""
+        for cmd in cmds:
+            if self.finished:
+                self.after_finish.append(f"{cmd!r} after Finish (event {event})")
+                continue
+            if isinstance(cmd, SendPull):
+                self._on_pull(cmd, event)
+            elif isinstance(cmd, ArmTimer):
+                if not cmd.deadline > self.now:
+                    self.bad_timers.append(f"{event}: timer armed at {cmd.deadline} <= {self.now}")
+                self.timer = cmd.deadline
+            elif isinstance(cmd, CancelTimer):
+                self.timer = None
+            elif isinstance(cmd, Report):
+                self._on_report(cmd.error, event)
+            elif isinstance(cmd, CheckConsumer):
+                self.pending_checks += 1
+                self.checks_sent += 1
+                if self.outage is not None:
+                    self.outage_sends.append(self.now)
+                if self.stopped:
+                    self.bad_drain.append(f"{event}: CheckConsumer after stop()")
+            elif isinstance(cmd, Finish):
+                self.finished = True
+                self.finish_error = cmd.error
+                if self.draining and cmd.error is None and self.buffer:
+                    self.bad_drain.append(
+                        f"{event}: Finish(None) while draining with {len(self.buffer)} "
+                        "message(s) still buffered"
+                    )
+                if self.terminal_error is not None and cmd.error is not self.terminal_error:
+                    self.bad_terminal.append(f"{event}: finished with {cmd.error!r}")
+            else:  # pragma: no cover
+                raise AssertionError(f"unknown command {cmd!r}")
+        return cmds
+
+    def _on_pull(self, cmd: SendPull, event: str) -> None:
+        s = self.settings
+        where = f"{event} at t={self.now:g}: {cmd!r}"
+        if cmd.batch < 1:
+            self.bad_pulls.append(f"batch < 1 ({where})")
+        if cmd.batch > s.max_messages:
+            self.bad_pulls.append(f"batch above max_messages ({where})")
+        if self.byte_mode and not 1 <= cmd.max_bytes <= s.max_bytes:
+            self.bad_pulls.append(f"max_bytes not within 1..{s.max_bytes} ({where})")
+        if not self.byte_mode and cmd.max_bytes != 0:
+            self.bad_pulls.append(f"max_bytes set in message mode ({where})")
+        if (cmd.expires, cmd.heartbeat, cmd.no_wait) != (s.expires, s.heartbeat, s.no_wait):
+            self.bad_pulls.append(f"expires/heartbeat/no_wait differ from the settings ({where})")
+        if not self.connected:
+            self.bad_pulls.append(f"SendPull while disconnected ({where})")
+        if self.stopped:
+            self.bad_pulls.append(f"SendPull after stop() ({where})")
+        if self.terminal_error is not None:
+            self.bad_terminal.append(f"SendPull after a terminal status ({where})")
+        self.pulls_sent += 1
+        if s.single and self.pulls_sent > 1:
+            self.bad_single.append(f"a fetch sent a second pull ({where})")
+        if self.outage is not None:
+            self.outage_sends.append(self.now)
+        if not self.connected:
+            return  # never reaches the server
+        req = _Request(cmd.batch, cmd.max_bytes)
+        if not self.requests:
+            self.owed_since = self.now
+        self.requests.append(req)
+        self.last_request = req
+
+    def _on_report(self, error: JetStreamError, event: str) -> None:
+        if not isinstance(error, NoHeartbeatError):
+            return
+        hb = self.settings.heartbeat
+        where = f"{event} at t={self.now:g} (heartbeat {hb:g} s)"
+        if not self.connected:
+            self.bad_heartbeats.append(f"missed heartbeat reported while disconnected ({where})")
+        if self.owed_since is None:
+            self.bad_heartbeats.append(
+                f"missed heartbeat reported while no pull request was outstanding ({where})"
+            )
+        else:
+            silent_from = max(self.last_activity, self.owed_since)
+            if self.now - silent_from < 2 * hb - EPS:
+                self.bad_heartbeats.append(
+                    f"missed heartbeat reported after {self.now - silent_from:g} s of silence "
+                    f"(< 2 x heartbeat) ({where})"
+                )
+        if self.last_report is not None and self.now - self.last_report < 2 * hb - EPS:
+            self.bad_heartbeats.append(
+                f"missed heartbeats reported {self.now - self.last_report:g} s apart ({where})"
+            )
+        self.last_report = self.now
+
+    def _status(
+        self,
+        kind: StatusKind,
+        severity: Severity,
+        pending_messages: int,
+        pending_bytes: int,
+        error: JetStreamError | None,
+    ) -> Commands:
+        self.last_activity = self.now
+        cmds = self.engine.on_status(
+            kind, severity, pending_messages, pending_bytes, error, self.now
+        )
+        return self._feed(cmds, f"on_status({kind.name})")
+
+    def _single_must_finish(self, why: str) -> None:
+        if self.settings.single and not self.stopped and not self.finished:
+            self.bad_single.append(f"the fetch did not finish on {why} (t={self.now:g})")
+
+    def _fire(self, at: float) -> None:
+        cmds = self._feed(self.engine.on_timer(at), "on_timer")
+        if checks(cmds):
+            # The engine wrote off every request (missed heartbeat or fetch deadline): the
+            # server lost them, which is why it went silent.
+            self._drop_all()
+
+    # ------------------------------------------------------------- start
+
+    @initialize(
+        s=pull_settings(), data=st.data(), backlog=st.integers(0, 8), horizon=st.integers(0, 40)
+    )
+    def start(self, s: PullSettings, data: st.DataObject, backlog: int, horizon: int) -> None:
+        """Configure, start the engine and publish a backlog (maybe none).
+
+        Rules that end the run (stop, terminal, a fetch's disconnect) wait ``horizon``
+        steps: picked as often as the others, they would keep most runs very short.
+        """
+        self.settings = s
+        self.horizon = horizon
+        self.engine = PullEngine(s)
+        self.start_time = self.now
+        self.last_activity = self.now
+        cmds = self._feed(self.engine.start(self.now), "start")
+        if len(pulls(cmds)) != 1:
+            self.bad_pulls.append(f"start sent {len(pulls(cmds))} pulls")
+        if backlog:
+            self.publish(data, backlog)
+
+    # ------------------------------------------------------------- rules: client
+
+    @precondition(lambda self: bool(self.buffer))
+    @rule(n=st.integers(1, 12))
+    def consume(self, n: int) -> None:
+        """The user takes up to ``n`` buffered messages."""
+        for _ in range(min(n, len(self.buffer))):
+            self._consume_one()
+
+    def _consume_one(self) -> None:
+        size = self.buffer.pop(0)
+        self._feed(self.engine.on_consumed(self._esize(size)), "on_consumed")
+        if self.draining and not self.buffer and not self.finished:
+            self.bad_drain.append("the drain did not finish once the buffer was consumed")
+
+    @precondition(lambda self: self.live and not self.stopped and self.mature)
+    @rule(drain=st.booleans())
+    def stop(self, drain: bool) -> None:
+        self.stopped = True
+        if drain:
+            self.draining = True
+            cmds = self._feed(self.engine.stop(True, self.now), "stop(drain=True)")
+            if not self.buffer and finishes(cmds) != [Finish(None)]:
+                self.bad_drain.append("stop(drain=True) with an empty buffer did not finish")
+        else:
+            self.buffer.clear()
+            self.engine.discard_buffer()
+            cmds = self._feed(self.engine.stop(False, self.now), "stop(drain=False)")
+            if finishes(cmds) != [Finish(None)]:
+                self.bad_drain.append(f"stop(drain=False) returned {cmds!r}")
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def advance(self, data: st.DataObject) -> None:
+        s = self.settings
+        marks = [0.01, REPULL_BACKOFF_FIRST, 0.25, 1.0, s.expires]
+        if s.heartbeat:
+            marks += [s.heartbeat / 2, s.heartbeat, 2 * s.heartbeat]
+        dt = data.draw(st.sampled_from(marks) | st.floats(0.001, 5.0), label="dt")
+        self._advance_to(self.now + dt)
+
+    def _advance_to(self, target: float) -> None:
+        """Move the model clock, firing the timer exactly at its deadlines."""
+        fired = 0
+        while self.timer is not None and self.timer <= target:
+            at, self.timer = self.timer, None
+            self.now = max(self.now, at)
+            self._fire(at)
+            fired += 1
+            if fired > 10_000:
+                self.bad_timers.append("the timer fires in a busy loop")
+                break
+        self.now = target
+
+    # ------------------------------------------------------------- rules: server
+
+    @precondition(lambda self: self.live and len(self.stream) < 60)
+    @rule(data=st.data(), n=st.integers(1, 8))
+    def publish(self, data: st.DataObject, n: int) -> None:
+        """Messages become available to the consumer."""
+        for _ in range(n):
+            self.stream.append(self._draw_size(data))
+
+    def _draw_size(self, data: st.DataObject) -> int:
+        mb = self.settings.max_bytes
+        if not mb:
+            return data.draw(st.integers(1, 100), label="size")
+        how = data.draw(st.integers(0, 9), label="how")
+        # the bytes the oldest request has left once the messages before this one fit it
+        left = self.requests[0].nbytes if self.requests else 0
+        for size in self.stream:
+            left = left - size if size <= left else 0
+        if how == 0:
+            return data.draw(st.integers(mb + 1, mb + mb // 5 + 1), label="size")
+        if how <= 3 and left > 0:
+            return left  # fills the request exactly: the server ends it silently
+        return data.draw(st.integers(1, mb), label="size")
+
+    @precondition(lambda self: self.server_up and bool(self.requests))
+    @rule(data=st.data(), n=st.integers(1, 12))
+    def server_delivers(self, data: st.DataObject, n: int) -> None:
+        """The server delivers up to ``n`` messages, oldest request and message first.
+
+        When the stream is empty, a message is published first.
+        """
+        for _ in range(n):
+            if not (self.server_up and self.requests):
+                return
+            if not self.stream:
+                self.stream.append(self._draw_size(data))
+            self._deliver_one()
+
+    def _deliver_one(self) -> None:
+        req = self.requests[0]
+        size = self.stream[0]
+        if self.byte_mode and size > req.nbytes:
+            # 409 Message Size Exceeds MaxBytes; the message stays first in the stream.
+            self._drop(req)
+            full = req.fresh and req.nbytes == self.settings.max_bytes
+            cmds = self._status(K.MAX_BYTES, S.SILENT, req.batch, req.nbytes, too_large_409())
+            fin = finishes(cmds)
+            if full and not self.settings.single and not self.stopped:
+                if len(fin) != 1 or not isinstance(fin[0].error, MessageTooLargeError):
+                    self.bad_pulls.append(
+                        f"MAX_BYTES on a full-size request did not end with "
+                        f"MessageTooLargeError: {cmds!r}"
+                    )
+            elif fin and not self.settings.single:
+                self.bad_pulls.append(f"MAX_BYTES on a partial request finished: {cmds!r}")
+            self._single_must_finish("409 Message Size Exceeds MaxBytes")
+            return
+        self.stream.pop(0)
+        req.fresh = False
+        req.batch -= 1
+        req.nbytes -= size if self.byte_mode else 0
+        completed = req.batch == 0 or (self.byte_mode and req.nbytes == 0)
+        if completed:
+            self._drop(req)  # silently, as the server does
+        if self.draining:
+            self.expected_unsolicited += 1  # stop(drain=True) wrote the request off
+        self.buffer.append(size)
+        self.last_activity = self.now
+        self._feed(self.engine.on_message(self._esize(size)), "on_message")
+        if completed:
+            self._single_must_finish("a filled batch")
+
+    @precondition(lambda self: self.server_up and bool(self.requests))
+    @rule()
+    def request_expires(self) -> None:
+        req = self.requests[0]
+        self._drop(req)
+        if self.settings.no_wait:
+            self._status(K.NO_MESSAGES, S.SILENT, req.batch, req.nbytes, None)
+            self._single_must_finish("404 No Messages")
+        else:
+            self._status(K.REQUEST_TIMEOUT, S.SILENT, req.batch, req.nbytes, timeout_408())
+            self._single_must_finish("408 Request Timeout")
+
+    @precondition(lambda self: self.server_up and bool(self.requests))
+    @rule()
+    def heartbeat(self) -> None:
+        self._status(K.HEARTBEAT, S.SILENT, 0, 0, None)
+
+    @precondition(
+        lambda self: (
+            self.server_up
+            and bool(self.requests)
+            and self.requests[-1] is self.last_request
+            and self.requests[-1].fresh
+        )
+    )
+    @rule()
+    def warning(self) -> None:
+        self._drop(self.requests[-1])  # the server refused the request it just received
+        self._status(K.EXCEEDED_LIMIT, S.WARNING, 0, 0, APIError(409, 0, "Exceeded MaxWaiting"))
+        self._single_must_finish("409 Exceeded MaxWaiting")
+
+    @precondition(lambda self: self.server_up and bool(self.requests))
+    @rule()
+    def leadership_change(self) -> None:
+        self._drop_all()
+        self._status(K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, APIError(409, 0, "Leadership Change"))
+        self._single_must_finish("409 Leadership Change")
+
+    @precondition(lambda self: self.server_up and self.mature)
+    @rule(which=st.sampled_from(_TERMINALS))
+    def terminal(self, which: tuple[StatusKind, type[JetStreamError]]) -> None:
+        kind, cls = which
+        err = cls(f"terminal {kind.name}") if cls is ConsumerDeletedError else cls(409, 0, "x")
+        self.terminal_error = err
+        self._drop_all()
+        cmds = self._status(kind, S.TERMINAL, 0, 0, err)
+        if finishes(cmds) != [Finish(err)]:
+            self.bad_terminal.append(f"terminal {kind.name} returned {cmds!r}")
+
+    @precondition(lambda self: self.live and self.connected and bool(self.requests))
+    @rule()
+    def no_responders(self) -> None:
+        self._drop_all()
+        self._status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
+
+    @precondition(
+        lambda self: (
+            self.live
+            and self.connected
+            and self.outage is None
+            and (self.mature or not self.settings.single)
+        )
+    )
+    @rule()
+    def disconnect(self) -> None:
+        self.connected = False
+        self._drop_all()  # the server forgets the requests of a gone client
+        self._feed(self.engine.on_disconnected(self.now), "on_disconnected")
+
+    @precondition(lambda self: self.live and not self.connected)
+    @rule()
+    def reconnect(self) -> None:
+        self.connected = True
+        self._feed(self.engine.on_reconnected(self.now), "on_reconnected")
+
+    @precondition(lambda self: self.pending_checks > 0)
+    @rule(data=st.data())
+    def answer_check(self, data: st.DataObject) -> None:
+        result = data.draw(st.sampled_from(self._check_answers()), label="result")
+        self._answer_check(result)
+
+    def _check_answers(self) -> list[CheckResult]:
+        if self.outage == "api":
+            return [CheckResult.UNAVAILABLE]
+        if self.outage == "pulls":
+            return [CheckResult.EXISTS, CheckResult.UNAVAILABLE]
+        return list(CheckResult)
+
+    def _answer_check(self, result: CheckResult) -> None:
+        self.pending_checks -= 1
+        error: JetStreamError | None = None
+        if result is CheckResult.MISSING:
+            error = ConsumerNotFoundError(404, 10014, "consumer not found")
+        elif result is CheckResult.UNAVAILABLE:
+            error = JetStreamTimeoutError("consumer info timed out")
+        was_checking = self.engine.phase is Phase.CHECKING
+        cmds = self._feed(
+            self.engine.on_consumer_checked(self.now, result, error), f"check {result.name}"
+        )
+        if was_checking and result is CheckResult.MISSING and finishes(cmds) != [Finish(error)]:
+            self.bad_terminal.append(f"a missing consumer did not finish the run: {cmds!r}")
+        if was_checking and self.settings.single and self.connected:
+            self._single_must_finish(f"the consumer check ({result.name})")
+
+    @precondition(
+        lambda self: self.live and self.connected and self.outage is None and not self.stopped
+    )
+    @rule(kind=st.sampled_from(["api", "pulls"]))
+    def begin_outage(self, kind: str) -> None:
+        self.outage = kind
+        self.outage_sends = []
+
+    @precondition(lambda self: self.outage is not None and self.live and self.connected)
+    @rule(
+        data=st.data(),
+        rounds=st.integers(1, 60),
+        dt=st.sampled_from([0.0, 0.001, 0.01, 0.05, 0.2]),
+    )
+    def outage_storm(self, data: st.DataObject, rounds: int, dt: float) -> None:
+        """The server answers every pull with a 503 and every check at once, for a while.
+
+        When there is nothing to answer, the round waits for the engine's timer (a
+        throttled pull or check) if it is due within a second, else ``dt``.
+        """
+        answer = data.draw(st.sampled_from(self._check_answers()), label="answer")
+        for _ in range(rounds):
+            if not self.live:
+                return
+            if self.requests:
+                self.no_responders()
+            while self.pending_checks:
+                self._answer_check(answer)
+            take: bool = data.draw(st.booleans(), label="consume")
+            if take and self.buffer:
+                self._consume_one()
+            if self.requests:
+                continue
+            if self.timer is not None and self.timer <= self.now + 1.0:
+                self._advance_to(self.timer)
+            else:
+                self._advance_to(self.now + dt)
+
+    @precondition(lambda self: self.outage is not None)
+    @rule()
+    def end_outage(self) -> None:
+        self.outage = None
+
+    @precondition(lambda self: self.finished)
+    @rule()
+    def poke_after_finish(self) -> None:
+        e = self.engine
+        self._feed(e.on_status(K.REQUEST_TIMEOUT, S.SILENT, 1, 1, None, self.now), "late 408")
+        self._feed(e.on_status(K.HEARTBEAT, S.SILENT, 0, 0, None, self.now), "late heartbeat")
+        self._feed(e.on_timer(self.now), "late on_timer")
+        self._feed(e.on_consumer_checked(self.now, CheckResult.EXISTS, None), "late check")
+        self._feed(e.on_reconnected(self.now), "late on_reconnected")
+        self._feed(e.stop(True, self.now), "late stop")
+        self._feed(e.start(self.now), "late start")
+
+    # ------------------------------------------------------------- invariants
+
+    @invariant()
+    def count_steps(self) -> None:
+        """Not a check: invariants run after every step, so this counts the steps."""
+        self.steps += 1
+
+    @invariant()
+    def inv1_pending_within_limits(self) -> None:
+        e, s = self.engine, self.settings
+        assert e.pending_messages <= s.max_messages, (
+            f"pending_messages {e.pending_messages} > max_messages {s.max_messages}"
+        )
+        if s.max_bytes:
+            assert e.pending_bytes <= s.max_bytes, (
+                f"pending_bytes {e.pending_bytes} > max_bytes {s.max_bytes}"
+            )
+        assert len(self.buffer) == e.buffered_messages, (
+            f"model buffer {len(self.buffer)} != engine.buffered_messages {e.buffered_messages}"
+        )
+        assert e.outstanding_messages >= 0
+        assert e.outstanding_bytes >= 0
+        assert e.buffered_bytes >= 0
+
+    @invariant()
+    def inv2_pull_requests_valid(self) -> None:
+        assert not self.bad_pulls, "invalid pull requests:\n" + "\n".join(self.bad_pulls)
+
+    @invariant()
+    def inv3_counts_balance(self) -> None:
+        e = self.engine
+        lhs = e.requested + e.unsolicited
+        rhs = e.delivered + e.released + e.outstanding_messages
+        assert lhs == rhs, (
+            f"requested {e.requested} + unsolicited {e.unsolicited} != delivered {e.delivered}"
+            f" + released {e.released} + outstanding {e.outstanding_messages}"
+        )
+        assert e.unsolicited == self.expected_unsolicited, (
+            f"{e.unsolicited} unsolicited messages, expected {self.expected_unsolicited} "
+            "(only messages of requests written off by stop(drain=True))"
+        )
+
+    @invariant()
+    def inv3_outstanding_matches_the_server(self) -> None:
+        e = self.engine
+        if not self.live or self.draining:
+            return  # finished, or requests written off by stop(drain=True)
+        server_msgs = sum(r.batch for r in self.requests)
+        server_bytes = sum(r.nbytes for r in self.requests)
+        assert (e.outstanding_messages, e.outstanding_bytes) == (server_msgs, server_bytes), (
+            f"engine outstanding ({e.outstanding_messages} msgs, {e.outstanding_bytes} bytes) "
+            f"!= server's requests ({server_msgs} msgs, {server_bytes} bytes) in {e.phase}"
+        )
+
+    @invariant()
+    def inv4_terminal_finishes(self) -> None:
+        assert not self.bad_terminal, "terminal handling:\n" + "\n".join(self.bad_terminal)
+        if self.terminal_error is not None:
+            assert self.finished, "a terminal status did not finish the run"
+
+    @invariant()
+    def inv5_heartbeats(self) -> None:
+        assert not self.bad_heartbeats, "missed heartbeats:\n" + "\n".join(self.bad_heartbeats)
+
+    @invariant()
+    def inv6_drain_keeps_buffered_messages(self) -> None:
+        assert not self.bad_drain, "drain:\n" + "\n".join(self.bad_drain)
+
+    @invariant()
+    def inv7_outage_rate(self) -> None:
+        n = _max_per_second(self.outage_sends)
+        assert n <= OUTAGE_RATE, (
+            f"{n} SendPull + CheckConsumer within 1 s of an outage ({self.outage}): "
+            f"{self.outage_sends}"
+        )
+
+    @invariant()
+    def inv8_fetch(self) -> None:
+        s = self.settings
+        if not s.single:
+            return
+        assert not self.bad_single, "fetch:\n" + "\n".join(self.bad_single)
+        assert self.pulls_sent == 1, f"a fetch sent {self.pulls_sent} pulls"
+        wait = NO_WAIT_TIMEOUT if s.no_wait else s.expires + max(FETCH_GRACE, s.heartbeat)
+        if self.live and not self.stopped and self.now >= self.start_time + wait - EPS:
+            assert self.checks_sent >= 1, (
+                f"the fetch deadline ({wait:g} s) passed without a consumer check"
+            )
+
+    @invariant()
+    def inv9_timers_and_finish(self) -> None:
+        assert not self.bad_timers, "timers:\n" + "\n".join(self.bad_timers)
+        assert not self.after_finish, "commands after Finish:\n" + "\n".join(self.after_finish)
+        assert self.engine.done == self.finished, (
+            f"engine.done {self.engine.done} but Finish seen: {self.finished}"
+        )
+        if self.finished:
+            assert self.timer is None, "a timer is still armed after Finish"
+
+    @invariant()
+    def inv10_no_stall(self) -> None:
+        """Running with nothing outstanding and room in the buffer: a pull must come."""
+        e, s = self.engine, self.settings
+        if not self.live or self.stopped or not self.connected or self.outage is not None:
+            return
+        if e.phase is Phase.CHECKING and self.pending_checks == 0:
+            probe = self._probe(CHECK_BACKOFF_MAX + 0.5)
+            assert checks(probe), "checking the consumer, but no check is running or due"
+            return
+        if e.phase is not Phase.RUNNING or s.single or self.requests:
+            return
+        room = not self.buffer if s.max_bytes else len(self.buffer) < s.threshold_messages
+        if room:
+            probe = self._probe(REPULL_BACKOFF_MAX + 0.5)
+            assert pulls(probe), (
+                f"stalled: running, no request outstanding, {len(self.buffer)} buffered, "
+                f"and no pull within {REPULL_BACKOFF_MAX + 0.5:g} s"
+            )
+
+    def _probe(self, horizon: float) -> list[Command]:
+        """What a copy of the engine does on its timer alone, up to now + horizon."""
+        engine = copy.deepcopy(self.engine)
+        timer = self.timer
+        out: list[Command] = []
+        for _ in range(1000):
+            if timer is None or timer > self.now + horizon:
+                break
+            cmds = engine.on_timer(timer)
+            out += cmds
+            timer = None
+            for cmd in cmds:
+                if isinstance(cmd, ArmTimer):
+                    timer = cmd.deadline
+                elif isinstance(cmd, CancelTimer):
+                    timer = None
+        return out
+
+
+_EXAMPLES = int(os.environ.get("PULL_ENGINE_EXAMPLES", "300"))
+
+PullEngineMachine.TestCase.settings = settings(
+    max_examples=_EXAMPLES,
+    stateful_step_count=80,
+    deadline=None,
+    derandomize="PULL_ENGINE_EXAMPLES" not in os.environ,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestPullEngine = PullEngineMachine.TestCase
