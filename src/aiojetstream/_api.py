@@ -98,14 +98,14 @@ class ApiClient:
     ) -> dict[str, Any]:
         """Send ``body`` to the full API ``subject`` and return the decoded reply."""
         try:
-            msg = await self.conn.request(
+            data, _ = await self.conn.request(
                 subject, dumps(body), self.timeout if timeout is None else timeout
             )
         except NoRespondersError as exc:
             raise JetStreamNotEnabledError(
                 503, 10076, f"JetStream not enabled (no responders on {subject})"
             ) from exc
-        return check_reply(msg.data)
+        return check_reply(data)
 
     async def call(
         self,

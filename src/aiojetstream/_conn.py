@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import ssl
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
@@ -20,6 +21,9 @@ import nats.errors as nats_errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription as NatsSubscription
+from nats.protocol.parser import AWAITING_CONTROL_LINE as _AWAITING_CONTROL
+from nats.protocol.parser import AWAITING_MSG_PAYLOAD as _AWAITING_PAYLOAD
+from nats.protocol.parser import Parser as _NatsParser
 
 from ._errors import (
     ConnectionClosedError,
@@ -38,6 +42,7 @@ __all__ = [
     "Conn",
     "RawHandler",
     "RawSubscription",
+    "Reply",
     "ConnectionListener",
     "NatsClient",
     "NatsMsg",
@@ -231,10 +236,12 @@ _HUBS: weakref.WeakKeyDictionary[NatsClient, _Hub] = weakref.WeakKeyDictionary()
 class Conn:
     """A thin, typed facade over one nats-py client."""
 
-    __slots__ = ("__weakref__", "nc")
+    __slots__ = ("__weakref__", "fast", "nc")
 
     def __init__(self, nc: NatsClient) -> None:
         self.nc = nc
+        #: nats-py has the internals the raw path relies on (see below).
+        self.fast = _fast_path_available(nc)
 
     # ----------------------------------------------------------------- state
 
@@ -286,13 +293,18 @@ class Conn:
         subject: str,
         payload: bytes,
         timeout: float,
-        headers: dict[str, str] | None = None,
-    ) -> NatsMsg:
-        """Send a request and return the reply (errors translated)."""
-        if self.nc.is_closed:
-            raise ConnectionClosedError("the connection is closed")
-        with translate(subject):
-            return await self.nc.request(subject, payload, timeout=timeout, headers=headers)
+        header_block: bytes | None = None,
+    ) -> Reply:
+        """Send a request and return the reply's payload and raw header block.
+
+        Raises:
+            ConnectionClosedError: the connection is closed (or draining).
+            DisconnectedError: disconnected and the reconnect buffer is full.
+            NoRespondersError: nobody listens on ``subject``.
+            JetStreamTimeoutError: no reply within ``timeout`` seconds.
+
+        """
+        return await _request(self, subject, payload, timeout, header_block)
 
     async def publish(
         self,
@@ -322,23 +334,38 @@ class Conn:
                 pending_bytes_limit=pending_bytes_limit,
             )
 
-    async def subscribe_raw(self, subject: str, handler: RawHandler) -> RawSubscription:
+    async def subscribe_raw(
+        self, subject: str, handler: RawHandler, *, internal: bool = False
+    ) -> RawSubscription:
         """Subscribe; each message goes to ``handler(subject, reply, payload, header_block)``.
 
         The handler runs synchronously in the connection's read loop, so it
-        must be quick and must not block.
+        must be quick and must not block. ``internal`` marks a long-lived
+        subscription of the library itself (reply inboxes), kept apart from the
+        consumers' routes.
         """
-        return await _subscribe_raw(self, subject, handler)
+        return await _subscribe_raw(self, subject, handler, internal)
 
-    def publish_nowait(self, subject: bytes, payload: bytes, reply: bytes = b"") -> None:
-        """Queue a publish without awaiting (pull requests and acks).
+    def publish_nowait(
+        self,
+        subject: bytes,
+        payload: bytes,
+        reply: bytes = b"",
+        header_block: bytes | None = None,
+    ) -> None:
+        """Queue a publish without awaiting (pull requests, acks, asynchronous publishes).
 
         Raises:
             ConnectionClosedError: the connection is closed.
             DisconnectedError: disconnected and the reconnect buffer is full.
 
         """
-        _publish_nowait(self, subject, reply, payload)
+        _publish_nowait(self, subject, reply, payload, header_block)
+
+    @property
+    def is_draining_pubs(self) -> bool:
+        """True while nats-py drains publishes (the last step before closing)."""
+        return bool(self.nc.is_draining_pubs)
 
     async def unsubscribe(self, sub: NatsSubscription) -> None:
         """Unsubscribe; a closed connection is not an error here."""
@@ -362,18 +389,26 @@ class Conn:
 
 # --------------------------------------------------------------------------- raw path
 #
-# Pull consumers receive every message through one inbox subscription. Instead
-# of letting nats-py build a Msg, queue it and wake a task per message, the
-# router below takes the messages of our subscriptions straight from the
-# protocol parser (raw subject, reply, payload and header block) and hands them
-# to a synchronous handler. nats-py still owns the subscription itself (SUB,
-# re-subscription after a reconnect, UNSUB). If a future nats-py changes the
-# internals this relies on, ``subscribe_raw`` falls back to an ordinary
-# callback subscription that rebuilds the raw pieces.
+# Pull consumers receive every message through one inbox subscription, and
+# requests their replies through one wildcard inbox per client. Instead of
+# letting nats-py build a Msg, queue it and wake a task per message, the router
+# below takes the messages of our subscriptions straight from the protocol
+# parser (raw subject, reply, payload and header block) and hands them to a
+# synchronous handler. Outgoing messages are written as ready-made PUB / HPUB
+# commands into nats-py's pending buffer, which its flusher task writes out.
+# nats-py still owns the subscriptions themselves (SUB, re-subscription after a
+# reconnect, UNSUB). If a future nats-py changes the internals this relies on,
+# ``subscribe_raw`` falls back to an ordinary callback subscription that
+# rebuilds the raw pieces, and requests to ``nc.request``.
 
 RawHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
+#: A reply: its payload and its raw header block (None without headers).
+Reply = tuple[bytes, "bytes | None"]
 
 _CRLF = b"\r\n"
+# What nats-py refuses in a subject it publishes to (whitespace would break the protocol).
+_BAD_SUBJECT = re.compile(r"[\s\x00-\x1f\x7f]")
+_NO_RESPONDERS = b"NATS/1.0 503"
 
 
 def _rebuild_header_block(headers: dict[str, str] | None) -> bytes | None:
@@ -396,39 +431,216 @@ def _rebuild_header_block(headers: dict[str, str] | None) -> bytes | None:
 
 
 class _Router:
-    """Takes the messages of routed sids from nats-py's parser (see above)."""
+    """Takes the messages of routed sids from nats-py's parser (see above).
+
+    Two hooks: ``nc._process_msg`` (every message nats-py's own parser hands
+    on), and, when nats-py's parser has the expected shape, its ``parse``
+    method: the MSG / HMSG lines of routed subscriptions are then parsed here,
+    straight from the read buffer and without a coroutine per message, while
+    any other protocol line (PING, PONG, INFO, -ERR, ...) and everything after
+    it in the same read goes to nats-py's parser unchanged.
+    """
 
     def __init__(self, nc: NatsClient) -> None:
-        self.nc = nc
+        # No strong reference to the client (it is the key of _ROUTERS).
+        self.stats = nc.stats
+        #: Consumers' subscriptions (come and go).
         self.routes: dict[int, RawHandler] = {}
-        self.original = nc._process_msg
+        #: Long-lived reply inboxes: requests, asynchronous publishes.
+        self.internal: dict[int, RawHandler] = {}
+        process = nc._process_msg
+        if getattr(process, "__self__", None) is nc:
+            self._original: Callable[[], Callable[..., Awaitable[None]] | None] = (
+                weakref.WeakMethod(process)
+            )
+        else:  # already replaced by someone else: keep what we found
+            self._original = lambda: process
         nc._process_msg = self._process  # type: ignore[method-assign]
+        self._ps: weakref.ReferenceType[Any] | None = None
+        if _parser_hook_available(nc):
+            self._ps = weakref.ref(nc._ps)
+            nc._ps.parse = self._parse  # type: ignore[method-assign]
+
+    @property
+    def ps(self) -> Any:
+        """nats-py's parser when its ``parse`` is hooked, else None."""
+        return None if self._ps is None else self._ps()
+
+    async def original(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> None:
+        """nats-py's own processing of a message that is not routed here."""
+        process = self._original()
+        if process is not None:
+            await process(sid, subject, reply, data, headers)
 
     async def _process(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
     ) -> None:
         handler = self.routes.get(sid)
         if handler is None:
-            await self.original(sid, subject, reply, data, headers)  # type: ignore[arg-type]
-            return
-        stats = self.nc.stats
+            handler = self.internal.get(sid)
+            if handler is None:
+                await self.original(sid, subject, reply, data, headers)
+                return
+        stats = self.stats
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(data)
         handler(subject, reply, data, headers or None)
 
-    def restore(self) -> None:
-        self.nc._process_msg = self.original  # type: ignore[method-assign]
+    async def _parse(self, data: bytes = b"") -> None:
+        """nats-py's ``Parser.parse``, with a fast path for MSG and HMSG."""
+        ps = self.ps
+        if ps is None:
+            return
+        buf: bytearray = ps.buf
+        if data:
+            buf.extend(data)
+        if ps.state == _AWAITING_PAYLOAD:
+            # nats-py's parser read the control line of this message: finish it as it would.
+            needed = ps.needed
+            if len(buf) < needed + 2:
+                return
+            hsize = ps.header_needed
+            arg = ps.msg_arg
+            if hsize > 0:
+                hdr: bytes | None = bytes(buf[:hsize])
+                payload = bytes(buf[hsize:needed])
+            else:
+                hdr = None
+                payload = bytes(buf[:needed])
+            del buf[: needed + 2]
+            ps.header_needed = 0
+            ps.state = _AWAITING_CONTROL
+            await self._process(arg["sid"], arg["subject"], arg["reply"], payload, hdr)
+            if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
+                return  # reset by a reconnect meanwhile
+        view = bytes(buf)
+        size = len(view)
+        pos = 0
+        other = False  # stopped at a line that is not MSG/HMSG
+        routes = self.routes
+        internal = self.internal
+        stats = self.stats
+        while pos < size:
+            if view.startswith(b"MSG ", pos):
+                head = 4
+            elif view.startswith(b"HMSG ", pos):
+                head = 5
+            else:
+                other = True
+                break
+            end = view.find(b"\r\n", pos)
+            if end < 0:
+                break  # an incomplete line: wait for more
+            args = view[pos + head : end].split()
+            try:
+                if head == 4:
+                    hsize = 0
+                    if len(args) == 3:
+                        subject, sid_text, size_text = args
+                        reply = b""
+                    else:
+                        subject, sid_text, reply, size_text = args
+                elif len(args) == 4:
+                    subject, sid_text, hsize_text, size_text = args
+                    reply = b""
+                    hsize = int(hsize_text)
+                else:
+                    subject, sid_text, reply, hsize_text, size_text = args
+                    hsize = int(hsize_text)
+                sid = int(sid_text)
+                needed = int(size_text)
+            except ValueError:
+                raise nats_errors.ProtocolError("nats: malformed MSG") from None
+            start = end + 2
+            stop = start + needed
+            if stop + 2 > size:
+                break  # the payload is not all here yet: wait for more
+            if hsize:
+                hdr = view[start : start + hsize]
+                payload = view[start + hsize : stop]
+            else:
+                hdr = None
+                payload = view[start:stop]
+            pos = stop + 2
+            handler = routes.get(sid)
+            if handler is None:
+                handler = internal.get(sid)
+            if handler is None:
+                # Not ours: nats-py's own processing (callbacks, futures, JetStream
+                # control messages). Consume what was parsed first: it may await.
+                del buf[:pos]
+                await self.original(sid, subject, reply, payload, hdr)
+                if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
+                    return  # reset by a reconnect meanwhile
+                view = bytes(buf)
+                size = len(view)
+                pos = 0
+                continue
+            stats["in_msgs"] += 1
+            stats["in_bytes"] += needed - hsize
+            handler(subject, reply, payload, hdr)
+        if pos:
+            del buf[:pos]
+        if other:
+            # PING, PONG, INFO, -ERR, +OK, ...: nats-py's parser takes the rest.
+            await _NatsParser.parse(ps)
+
+    def restore(self, nc: NatsClient) -> None:
+        """Give nats-py its own ``_process_msg`` and ``parse`` back."""
+        original = self._original()
+        if original is not None:
+            nc._process_msg = original  # type: ignore[method-assign,assignment]
+        ps = self.ps
+        if ps is not None and "parse" in vars(ps):
+            del ps.parse
+
+
+def _parser_hook_available(nc: NatsClient) -> bool:
+    ps = getattr(nc, "_ps", None)
+    return (
+        type(ps) is _NatsParser
+        and "parse" not in vars(ps)
+        and isinstance(getattr(ps, "buf", None), bytearray)
+        and all(hasattr(ps, name) for name in ("state", "needed", "header_needed", "msg_arg"))
+        and _AWAITING_CONTROL == 1
+        and _AWAITING_PAYLOAD == 2
+    )
 
 
 def _fast_path_available(nc: NatsClient) -> bool:
     return all(
         hasattr(nc, name)
-        for name in ("_process_msg", "_pending", "_pending_data_size", "_flush_queue", "_subs")
+        for name in (
+            "_process_msg",
+            "_pending",
+            "_pending_data_size",
+            "_max_pending_size",
+            "_max_payload",
+            "_flush_queue",
+            "_transport",
+            "_subs",
+        )
     )
 
 
 _ROUTERS: weakref.WeakKeyDictionary[NatsClient, _Router] = weakref.WeakKeyDictionary()
 _BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+def _router(nc: NatsClient) -> _Router:
+    router = _ROUTERS.get(nc)
+    if router is None:
+        router = _ROUTERS[nc] = _Router(nc)
+    return router
+
+
+def _release_router(nc: NatsClient, router: _Router) -> None:
+    """Give nats-py its parser callback back once nothing is routed any more."""
+    if not router.routes and not router.internal and _ROUTERS.get(nc) is router:
+        router.restore(nc)
+        del _ROUTERS[nc]
 
 
 class RawSubscription:
@@ -449,12 +661,12 @@ class RawSubscription:
 
     def detach(self) -> None:
         """Stop delivering to the handler at once (the UNSUB follows in ``unsubscribe``)."""
-        router = _ROUTERS.get(self._conn.nc)
+        nc = self._conn.nc
+        router = _ROUTERS.get(nc)
         if router is not None:
             router.routes.pop(self.sid, None)
-            if not router.routes:
-                router.restore()
-                del _ROUTERS[self._conn.nc]
+            router.internal.pop(self.sid, None)
+            _release_router(nc, router)
 
     async def unsubscribe(self) -> None:
         """Unsubscribe (idempotent; a closed connection is not an error)."""
@@ -465,15 +677,15 @@ class RawSubscription:
         await self._conn.unsubscribe(sub)
 
 
-async def _subscribe_raw(conn: Conn, subject: str, handler: RawHandler) -> RawSubscription:
+async def _subscribe_raw(
+    conn: Conn, subject: str, handler: RawHandler, internal: bool = False
+) -> RawSubscription:
     nc = conn.nc
-    if _fast_path_available(nc):
+    if conn.fast:
         with translate(subject):
             sub = await nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
-        router = _ROUTERS.get(nc)
-        if router is None:
-            router = _ROUTERS[nc] = _Router(nc)
-        router.routes[sub._id] = handler
+        router = _router(nc)
+        (router.internal if internal else router.routes)[sub._id] = handler
         return RawSubscription(conn, sub, subject)
 
     async def fallback(msg: NatsMsg) -> None:
@@ -489,23 +701,39 @@ async def _subscribe_raw(conn: Conn, subject: str, handler: RawHandler) -> RawSu
     return RawSubscription(conn, sub, subject)
 
 
-def _publish_nowait(conn: Conn, subject: bytes, reply: bytes, payload: bytes) -> None:
-    nc = conn.nc
-    if nc.is_closed:
-        raise ConnectionClosedError("the connection is closed")
-    if not _fast_path_available(nc):
-        # Fallback for nats-py internals we do not know: publish from a task.
-        task = asyncio.get_running_loop().create_task(
-            nc.publish(subject.decode(), payload, reply=reply.decode())
+def pub_command(subject: bytes, reply: bytes, payload: bytes, header_block: bytes | None) -> bytes:
+    """The PUB (or, with a header block, HPUB) protocol command of one message."""
+    if header_block:
+        size = len(header_block)
+        if reply:
+            return b"HPUB %b %b %d %d\r\n%b%b\r\n" % (
+                subject,
+                reply,
+                size,
+                size + len(payload),
+                header_block,
+                payload,
+            )
+        return b"HPUB %b %d %d\r\n%b%b\r\n" % (
+            subject,
+            size,
+            size + len(payload),
+            header_block,
+            payload,
         )
-        _BACKGROUND.add(task)
-        task.add_done_callback(_BACKGROUND.discard)
-        return
     if reply:
-        cmd = b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, len(payload), payload)
-    else:
-        cmd = b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload)
-    if not nc.is_connected:
+        return b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, len(payload), payload)
+    return b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload)
+
+
+def _enqueue(nc: NatsClient, cmd: bytes, payload_size: int) -> None:
+    """Append a ready-made command to nats-py's pending buffer and wake its flusher.
+
+    While disconnected the command waits in the reconnect buffer (written after
+    the re-subscriptions once reconnected), as nats-py's own publish does.
+    """
+    connected = nc.is_connected
+    if not connected:
         limit = nc._max_pending_size
         if limit <= 0 or nc._pending_data_size + len(cmd) > limit:
             raise DisconnectedError("disconnected: the reconnect buffer is full")
@@ -513,7 +741,145 @@ def _publish_nowait(conn: Conn, subject: bytes, reply: bytes, payload: bytes) ->
     nc._pending_data_size += len(cmd)
     stats = nc.stats
     stats["out_msgs"] += 1
-    stats["out_bytes"] += len(payload)
+    stats["out_bytes"] += payload_size
     queue = nc._flush_queue
-    if nc.is_connected and queue is not None and queue.empty():
+    if connected and queue is not None and queue.empty():
         queue.put_nowait(asyncio.get_running_loop().create_future())
+
+
+def _publish_nowait(
+    conn: Conn, subject: bytes, reply: bytes, payload: bytes, header_block: bytes | None = None
+) -> None:
+    nc = conn.nc
+    if nc.is_closed:
+        raise ConnectionClosedError("the connection is closed")
+    if not conn.fast:
+        # Fallback for nats-py internals we do not know: publish from a task.
+        task = asyncio.get_running_loop().create_task(
+            nc.publish(
+                subject.decode(),
+                payload,
+                reply=reply.decode(),
+                headers=decode_header_block(header_block),
+            )
+        )
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)
+        return
+    if header_block is not None:
+        cmd = pub_command(subject, reply, payload, header_block)
+    elif reply:
+        cmd = b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, len(payload), payload)
+    else:
+        cmd = b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload)
+    _enqueue(nc, cmd, len(payload))
+
+
+class _Requests:
+    """The requests of one nats-py client: one wildcard reply inbox, raw replies.
+
+    Each request gets a token (a counter) under the inbox prefix; its reply
+    completes the request's future straight from the parser, and a timer
+    handle (not a task) fails it after the timeout.
+    """
+
+    def __init__(self) -> None:
+        # No reference to the client: it is the key of _REQUESTS.
+        self.prefix = b""
+        self.prefix_len = 0
+        self.futures: dict[bytes, asyncio.Future[Reply]] = {}
+        self.counter = 0
+        self.started = False
+        self.lock = asyncio.Lock()
+
+    async def start(self, nc: NatsClient) -> None:
+        async with self.lock:
+            if self.started:
+                return
+            prefix = (nc.new_inbox() + ".").encode()
+            with translate():
+                sub = await nc.subscribe(
+                    prefix.decode() + "*", pending_msgs_limit=0, pending_bytes_limit=0
+                )
+            _router(nc).internal[sub._id] = self.on_reply
+            self.prefix = prefix
+            self.prefix_len = len(prefix)
+            self.started = True
+
+    def on_reply(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
+        fut = self.futures.pop(subject[self.prefix_len :], None)
+        if fut is not None and not fut.done():
+            fut.set_result((data, hdr))
+
+
+_REQUESTS: weakref.WeakKeyDictionary[NatsClient, _Requests] = weakref.WeakKeyDictionary()
+
+
+def _time_out(fut: asyncio.Future[Reply], subject: str) -> None:
+    if not fut.done():
+        fut.set_exception(JetStreamTimeoutError(f"timed out waiting for a reply on {subject!r}"))
+
+
+async def _request(
+    conn: Conn, subject: str, payload: bytes, timeout: float, header_block: bytes | None
+) -> Reply:
+    nc = conn.nc
+    if nc.is_closed:
+        raise ConnectionClosedError("the connection is closed")
+    if not conn.fast:
+        headers = decode_header_block(header_block)
+        with translate(subject):
+            msg = await nc.request(subject, payload, timeout=timeout, headers=headers)
+        return msg.data, _rebuild_header_block(msg.headers)
+    mux = _REQUESTS.get(nc)
+    if mux is None:
+        mux = _REQUESTS[nc] = _Requests()
+    if not mux.started:
+        await mux.start(nc)
+    if nc.is_draining_pubs:
+        raise ConnectionClosedError("the connection is draining")
+    if not subject or _BAD_SUBJECT.search(subject):
+        raise InvalidSubjectError(f"invalid subject {subject!r}")
+    subj = subject.encode()
+    if len(payload) > nc._max_payload:
+        raise MaxPayloadExceededError("message exceeds the server's max_payload")
+    mux.counter += 1
+    token = b"%x" % mux.counter
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Reply] = loop.create_future()
+    futures = mux.futures
+    futures[token] = fut
+    try:
+        cmd = pub_command(subj, mux.prefix + token, payload, header_block)
+        transport = nc._transport
+        if not nc._pending and transport is not None and nc.is_connected:
+            # Nothing is queued before it: write it now rather than wake the
+            # flusher task first (one event-loop round trip less per request).
+            transport.write(cmd)
+            stats = nc.stats
+            stats["out_msgs"] += 1
+            stats["out_bytes"] += len(payload)
+        else:
+            _enqueue(nc, cmd, len(payload))
+        timer = loop.call_later(timeout, _time_out, fut, subject)
+        try:
+            data, hdr = await fut
+        finally:
+            timer.cancel()
+    finally:
+        futures.pop(token, None)
+    if hdr is not None and hdr.startswith(_NO_RESPONDERS):
+        raise NoRespondersError(f"no responders on {subject!r}")
+    return data, hdr
+
+
+def decode_header_block(block: bytes | None) -> dict[str, str] | None:
+    """The user headers of a header block, for nats-py (fallback path only)."""
+    if not block:
+        return None
+    headers: dict[str, str] = {}
+    for line in block.decode().split("\r\n")[1:]:
+        key, sep, value = line.partition(": ")
+        if sep:
+            headers[key] = value
+    return headers or None

@@ -35,6 +35,8 @@ from ._validation import validate_filter_subject, validate_name, validate_publis
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_MAX_PENDING = 4000
+#: How many validated publish subjects a context remembers (validation is skipped for them).
+_SUBJECT_CACHE = 1024
 
 Payload = bytes | bytearray | memoryview
 
@@ -80,6 +82,7 @@ class JetStreamContext:
         self._owns_connection = False
         self._closed = False
         self._api_level: int | None = None
+        self._valid_subjects: set[str] = set()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -475,20 +478,39 @@ class JetStreamContext:
         expected_last_sequence: int | None,
         expected_last_subject_sequence: int | None,
         expected_last_msg_id: str | None,
-    ) -> tuple[bytes, dict[str, str] | None]:
-        validate_publish_subject(subject)
-        data = P.payload_bytes(payload)
-        hdrs = P.build_headers(
-            headers,
-            msg_id,
-            ttl,
-            expected_stream,
-            expected_last_sequence,
-            expected_last_subject_sequence,
-            expected_last_msg_id,
-        )
-        P.check_size(self._conn, data, hdrs)
-        return data, hdrs
+    ) -> tuple[bytes, bytes | None]:
+        """Validate a publish and return its payload and header block (None: no headers)."""
+        valid = self._valid_subjects
+        if type(subject) is not str or subject not in valid:
+            validate_publish_subject(subject)
+            if len(valid) >= _SUBJECT_CACHE:
+                valid.clear()
+            valid.add(subject)
+        data = payload if type(payload) is bytes else P.payload_bytes(payload)
+        if (
+            headers is None
+            and msg_id is None
+            and ttl is None
+            and expected_stream is None
+            and expected_last_sequence is None
+            and expected_last_subject_sequence is None
+            and expected_last_msg_id is None
+        ):
+            block = None
+        else:
+            block = P.header_block(
+                P.build_headers(
+                    headers,
+                    msg_id,
+                    ttl,
+                    expected_stream,
+                    expected_last_sequence,
+                    expected_last_subject_sequence,
+                    expected_last_msg_id,
+                )
+            )
+        P.check_size(self._conn, data, block)
+        return data, block
 
     async def publish(
         self,

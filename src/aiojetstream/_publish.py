@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from . import _headers as H
 from ._api import check_reply
-from ._conn import Conn, NatsMsg, NatsSubscription
+from ._conn import Conn, RawSubscription
 from ._errors import (
     ConnectionClosedError,
     DisconnectedError,
@@ -29,8 +29,6 @@ from ._models import PubAck
 #: in between (as the Go client: 2 retries, 250 ms apart).
 PUBLISH_RETRY_ATTEMPTS = 2
 PUBLISH_RETRY_WAIT = 0.25
-
-_HEADER_BLOCK_OVERHEAD = len(H.HEADER_LINE) + 2  # "NATS/1.0\r\n" ... "\r\n"
 
 
 def build_headers(
@@ -78,22 +76,26 @@ def _sequence(value: object, name: str) -> str:
     return str(value)
 
 
-def headers_size(headers: dict[str, str] | None) -> int:
-    """Bytes the header block takes on the wire."""
+def header_block(headers: dict[str, str] | None) -> bytes | None:
+    """The NATS/1.0 header block of validated headers (None without headers).
+
+    Values are stripped of surrounding whitespace, as nats-py sends them.
+    """
     if not headers:
-        return 0
-    size = _HEADER_BLOCK_OVERHEAD
+        return None
+    parts = [H.HEADER_LINE]
     for key, value in headers.items():
-        size += len(key.encode()) + len(value.encode()) + 4
-    return size
+        parts.append(f"{key}: {value.strip()}\r\n".encode())
+    parts.append(b"\r\n")
+    return b"".join(parts)
 
 
-def check_size(conn: Conn, payload: bytes, headers: dict[str, str] | None) -> None:
+def check_size(conn: Conn, payload: bytes, block: bytes | None) -> None:
     """Raise :class:`MaxPayloadExceededError` if headers plus payload exceed max_payload."""
     limit = conn.max_payload
     if not limit:
         return
-    total = len(payload) + headers_size(headers)
+    total = len(payload) + (len(block) if block else 0)
     if total > limit:
         raise MaxPayloadExceededError(
             f"message of {total} bytes (headers included) exceeds the server's "
@@ -106,21 +108,22 @@ def parse_pub_ack(data: bytes) -> PubAck:
     if b'"error"' in data:
         check_reply(data)
     try:
-        return PubAck.model_validate_json(data)
+        # model_validate_json without its wrapper (this runs once per publish).
+        ack: PubAck = PubAck.__pydantic_validator__.validate_json(data)
     except ValidationError as exc:
         raise InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}") from exc
+    return ack
 
 
-def ack_from_msg(msg: NatsMsg, subject: str) -> PubAck:
-    """Turn a reply message into a PubAck or raise its typed error."""
-    hdrs = msg.headers
-    if hdrs and not msg.data:
-        status = hdrs.get(H.STATUS)
+def ack_from_reply(data: bytes, hdr: bytes | None, subject: str) -> PubAck:
+    """Turn a reply (payload and raw header block) into a PubAck or raise its typed error."""
+    if hdr and not data:
+        status = H.decode_headers(hdr)[1]
         if status == "503":
             raise NoRespondersError(f"no stream captures subject {subject!r}")
         if status is not None:
             raise InvalidResponseError(f"unexpected status {status} in reply to a publish")
-    return parse_pub_ack(msg.data)
+    return parse_pub_ack(data)
 
 
 def payload_bytes(payload: bytes | bytearray | memoryview | str) -> bytes:
@@ -136,21 +139,21 @@ async def publish(
     conn: Conn,
     subject: str,
     payload: bytes,
-    headers: dict[str, str] | None,
+    block: bytes | None,
     timeout: float,
 ) -> PubAck:
     """Publish and wait for the stream's acknowledgement (retrying on no responders)."""
     attempt = 0
     while True:
         try:
-            msg = await conn.request(subject, payload, timeout, headers)
+            data, hdr = await conn.request(subject, payload, timeout, block)
         except NoRespondersError:
             if attempt >= PUBLISH_RETRY_ATTEMPTS:
                 raise NoRespondersError(f"no stream captures subject {subject!r}") from None
             attempt += 1
             await asyncio.sleep(PUBLISH_RETRY_WAIT)
             continue
-        return ack_from_msg(msg, subject)
+        return ack_from_reply(data, hdr, subject)
 
 
 def duration_seconds(value: float | timedelta | None, name: str) -> float | None:
@@ -175,6 +178,10 @@ class AsyncPublisher:
     reply, with :class:`JetStreamTimeoutError` after its ack timeout, with
     :class:`DisconnectedError` when the connection drops, or with
     :class:`ConnectionClosedError` when the context closes.
+
+    The hot path builds each PUB/HPUB command itself and queues it without
+    awaiting; replies come straight from the protocol parser (a raw
+    subscription), and one timer handle serves every ack deadline.
     """
 
     def __init__(self, conn: Conn, max_pending: int, ack_timeout: float) -> None:
@@ -183,12 +190,13 @@ class AsyncPublisher:
         self._conn = conn
         self.max_pending = max_pending
         self.ack_timeout = ack_timeout
-        self._futures: dict[str, tuple[asyncio.Future[PubAck], float, str]] = {}
-        self._deadlines: list[tuple[float, str]] = []
+        self._futures: dict[bytes, tuple[asyncio.Future[PubAck], float, str]] = {}
+        self._deadlines: list[tuple[float, bytes]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
-        self._sub: NatsSubscription | None = None
-        self._prefix = ""
+        self._sub: RawSubscription | None = None
+        self._prefix = b""
+        self._prefix_len = 0
         self._next = 0
         self._space = asyncio.Event()
         self._space.set()
@@ -207,15 +215,16 @@ class AsyncPublisher:
             if self._sub is not None:
                 return
             prefix = self._conn.new_inbox() + "."
-            self._sub = await self._conn.subscribe(prefix + "*", self._on_reply)
-            self._prefix = prefix
+            self._sub = await self._conn.subscribe_raw(prefix + "*", self._on_reply, internal=True)
+            self._prefix = prefix.encode()
+            self._prefix_len = len(self._prefix)
             self._conn.add_listener(self)
 
     async def publish(
         self,
         subject: str,
         payload: bytes,
-        headers: dict[str, str] | None,
+        block: bytes | None,
         timeout: float | None,
     ) -> asyncio.Future[PubAck]:
         """Send a message and return the future of its acknowledgement."""
@@ -224,54 +233,55 @@ class AsyncPublisher:
         if self._sub is None:
             await self._ensure_sub()
         ack_timeout = self.ack_timeout if timeout is None else timeout
-        loop = asyncio.get_running_loop()
-        while len(self._futures) >= self.max_pending:
+        futures = self._futures
+        while len(futures) >= self.max_pending:
             try:
                 async with asyncio.timeout(ack_timeout):
                     await self._space.wait()
             except TimeoutError:
                 raise JetStreamTimeoutError(
-                    f"{len(self._futures)} asynchronous publishes still await their "
+                    f"{len(futures)} asynchronous publishes still await their "
                     f"acknowledgement (max_pending={self.max_pending})"
                 ) from None
             if self._closed:
                 raise ConnectionClosedError("the JetStream context is closed")
+        conn = self._conn
+        if conn.nc.is_draining_pubs:
+            raise ConnectionClosedError("the connection is draining")
         self._next += 1
-        token = str(self._next)
+        token = b"%x" % self._next
+        # Raises (closed, reconnect buffer full) before anything is registered.
+        conn.publish_nowait(subject.encode(), payload, self._prefix + token, block)
+        loop = asyncio.get_running_loop()
         fut: asyncio.Future[PubAck] = loop.create_future()
         deadline = loop.time() + ack_timeout
-        self._futures[token] = (fut, deadline, subject)
-        if len(self._futures) >= self.max_pending:
+        futures[token] = (fut, deadline, subject)
+        if len(futures) >= self.max_pending:
             self._space.clear()
         self._idle.clear()
-        try:
-            await self._conn.publish(subject, payload, self._prefix + token, headers)
-        except BaseException:
-            self._forget(token)
-            raise
         heapq.heappush(self._deadlines, (deadline, token))
         if self._timer is None or deadline < self._timer_at:
             self._arm(deadline)
         return fut
 
-    def _forget(self, token: str) -> tuple[asyncio.Future[PubAck], float, str] | None:
-        entry = self._futures.pop(token, None)
+    def _forget(self, token: bytes) -> tuple[asyncio.Future[PubAck], float, str] | None:
         futures = self._futures
+        entry = futures.pop(token, None)
         if len(futures) < self.max_pending:
             self._space.set()
         if not futures:
             self._idle.set()
         return entry
 
-    async def _on_reply(self, msg: NatsMsg) -> None:
-        entry = self._forget(msg.subject[len(self._prefix) :])
+    def _on_reply(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
+        entry = self._forget(subject[self._prefix_len :])
         if entry is None:
             return  # late reply after a timeout or a disconnect
-        fut, _, subject = entry
+        fut, _, target = entry
         if fut.done():
             return
         try:
-            ack = ack_from_msg(msg, subject)
+            ack = ack_from_reply(data, hdr, target)
         except JetStreamError as exc:
             fut.set_exception(exc)
         else:
@@ -351,4 +361,4 @@ class AsyncPublisher:
         if self._sub is not None:
             self._conn.remove_listener(self)
             sub, self._sub = self._sub, None
-            await self._conn.unsubscribe(sub)
+            await sub.unsubscribe()

@@ -94,8 +94,8 @@ class _Acker:
         self._api.conn.publish_nowait(subject, payload)
 
     async def request(self, subject: bytes, payload: bytes, timeout: float) -> bytes:
-        msg = await self._api.conn.request(subject.decode(), payload, timeout)
-        return bytes(msg.data)
+        data, _ = await self._api.conn.request(subject.decode(), payload, timeout)
+        return data
 
 
 def pull_request_body(cmd: SendPull) -> bytes:

@@ -12,7 +12,7 @@ from . import _api
 from . import _consumer as C
 from . import _headers as H
 from ._api import ApiClient
-from ._conn import NatsMsg
+from ._conn import Reply
 from ._errors import (
     InvalidOptionError,
     InvalidResponseError,
@@ -78,25 +78,32 @@ def stored_message(reply: dict[str, Any]) -> RawStreamMessage:
     )
 
 
-def direct_message(msg: NatsMsg, what: str) -> RawStreamMessage:
-    """Build a RawStreamMessage from a direct get reply (or raise its status)."""
-    hdrs = msg.headers or {}
-    status = hdrs.get(H.STATUS)
+def direct_fields(
+    data: bytes, block: bytes | None, what: str
+) -> tuple[str, int, datetime, dict[str, str]]:
+    """Subject, sequence, time and all headers of a direct get reply (or raise its status)."""
+    parsed, status, description = H.decode_headers(block) if block else (None, None, None)
+    hdrs = parsed or {}
     if status is not None:
-        description = hdrs.get(H.DESCRIPTION, "")
         if status == "404":
             raise MessageNotFoundError(404, 10037, f"no message found for {what}")
         raise api_error(int(status) if status.isdigit() else 0, 0, description or status)
     try:
-        subject = hdrs[H.SUBJECT]
-        seq = int(hdrs[H.SEQUENCE])
-        time = _parse_time(hdrs[H.TIME_STAMP])
+        return (
+            hdrs[H.SUBJECT],
+            int(hdrs[H.SEQUENCE]),
+            _parse_time(hdrs[H.TIME_STAMP]),
+            hdrs,
+        )
     except (KeyError, ValueError) as exc:
         raise InvalidResponseError(f"direct get reply without metadata: {hdrs!r}") from exc
+
+
+def direct_message(data: bytes, block: bytes | None, what: str) -> RawStreamMessage:
+    """Build a RawStreamMessage from a direct get reply (or raise its status)."""
+    subject, seq, time, hdrs = direct_fields(data, block, what)
     user = {k: v for k, v in hdrs.items() if k not in _DIRECT_META}
-    return RawStreamMessage(
-        subject=subject, seq=seq, headers=user or None, data=msg.data, time=time
-    )
+    return RawStreamMessage(subject=subject, seq=seq, headers=user or None, data=data, time=time)
 
 
 class Stream:
@@ -106,6 +113,7 @@ class Stream:
         self._api = api
         self._info = info
         self._name = info.config.name
+        self._direct_subject = api.subject(_api.DIRECT_GET, stream=self._name)
 
     @property
     def name(self) -> str:
@@ -224,18 +232,23 @@ class Stream:
     ) -> RawStreamMessage:
         """A direct get when the stream allows it, else (or when nobody answers it) the API."""
         if self._direct():
-            try:
-                msg = await self._api.conn.request(
-                    self._api.subject(_api.DIRECT_GET, stream=self._name),
-                    _api.dumps(body),
-                    self._api.timeout if timeout is None else timeout,
-                )
-            except NoRespondersError:
-                # The direct-get responders of a new stream (or of a replica being
-                # elected) may not be up yet: the stream leader answers instead.
-                pass
-            else:
-                return direct_message(msg, what)
+            reply = await self._direct_get(_api.dumps(body), timeout)
+            if reply is not None:
+                return direct_message(reply[0], reply[1], what)
+        return await self._api_get(body, timeout)
+
+    async def _direct_get(self, body: bytes, timeout: float | None) -> Reply | None:
+        """The raw reply to a direct get; None when nobody answers it (use the API then)."""
+        try:
+            return await self._api.conn.request(
+                self._direct_subject, body, self._api.timeout if timeout is None else timeout
+            )
+        except NoRespondersError:
+            # The direct-get responders of a new stream (or of a replica being
+            # elected) may not be up yet: the stream leader answers instead.
+            return None
+
+    async def _api_get(self, body: dict[str, Any], timeout: float | None) -> RawStreamMessage:
         reply = await self._api.call(_api.STREAM_MSG_GET, body, timeout=timeout, stream=self._name)
         return stored_message(reply)
 
