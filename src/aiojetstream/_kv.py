@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -55,7 +56,7 @@ from ._models.kv import (
     KeyValueStatus,
     validate_bucket_name,
 )
-from ._stream import Stream
+from ._stream import Stream, direct_fields
 
 if TYPE_CHECKING:
     from ._consumer import MessagesContext
@@ -84,6 +85,8 @@ DEFAULT_PURGE_DELETES_OLDER_THAN: Final = timedelta(minutes=30)
 MAX_DUPLICATE_WINDOW: Final = timedelta(minutes=2)
 #: The JetStream API level limit markers need (nats-server 2.11, ADR-48).
 MARKERS_API_LEVEL: Final = 1
+#: How many validated keys a bucket handle remembers (subject and get request).
+_KEY_CACHE: Final = 4096
 #: Seconds without a message after which a listing asks the server whether it is
 #: already past the initial values (they may have expired before delivery).
 IDLE_CHECK: Final = 1.0
@@ -508,6 +511,8 @@ class KeyValue:
         # A mirror holds its origin's subjects; writes go to the origin.
         origin = _bucket_of(cfg.mirror.name) if cfg.mirror is not None else self._bucket
         self._prefix = f"$KV.{origin}."
+        # Validated keys: their subject and the body of a direct get of their last value.
+        self._keys: dict[str, tuple[str, bytes]] = {}
 
     @property
     def bucket(self) -> str:
@@ -523,7 +528,18 @@ class KeyValue:
         return f"<KeyValue {self._bucket}>"
 
     def _subject(self, key: str) -> str:
-        return self._prefix + validate_key(key)
+        return self._key(key)[0]
+
+    def _key(self, key: str) -> tuple[str, bytes]:
+        """The subject of a (validated) key and the body of a direct get of its last value."""
+        known = self._keys.get(key) if type(key) is str else None
+        if known is None:
+            subject = self._prefix + validate_key(key)
+            known = (subject, json.dumps({"last_by_subj": subject}, separators=(",", ":")).encode())
+            if len(self._keys) >= _KEY_CACHE:
+                self._keys.clear()
+            self._keys[key] = known
+        return known
 
     # ------------------------------------------------------------- writing
 
@@ -713,26 +729,53 @@ class KeyValue:
                 a purge or a limit marker (the key expired).
 
         """
-        subject = self._subject(key)
+        subject, body = self._key(key)
+        stream = self._stream
+        if revision is None and stream._direct():
+            # The hot path: a direct get of the last value, parsed without a RawStreamMessage.
+            reply = await stream._direct_get(body, timeout)
+            if reply is not None:
+                data, block = reply
+                try:
+                    found, seq, created, headers = direct_fields(data, block, subject)
+                except MessageNotFoundError:
+                    raise KeyNotFoundError(f"key {key!r} not found") from None
+                return self._found(key, subject, revision, found, seq, headers, data, created)
         try:
             if revision is None:
-                msg = await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
+                msg = await stream.get_last_msg_for_subject(subject, timeout=timeout)
             else:
-                msg = await self._stream.get_msg(revision, timeout=timeout)
+                msg = await stream.get_msg(revision, timeout=timeout)
         except MessageNotFoundError:
             what = "" if revision is None else f" at revision {revision}"
             raise KeyNotFoundError(f"key {key!r} not found{what}") from None
-        if msg.subject != subject:
+        return self._found(
+            key, subject, revision, msg.subject, msg.seq, msg.headers, msg.data, msg.time
+        )
+
+    def _found(
+        self,
+        key: str,
+        subject: str,
+        revision: int | None,
+        found: str,
+        seq: int,
+        headers: dict[str, str] | None,
+        data: bytes,
+        created: datetime,
+    ) -> KeyValueEntry:
+        """The entry of a get, or KeyNotFoundError for another key's revision or a marker."""
+        if found != subject:
             raise KeyNotFoundError(f"revision {revision} is not a revision of key {key!r}")
-        op = entry_operation(msg.headers)
+        op = entry_operation(headers)
         if op is not KeyValueOp.PUT:
-            raise KeyNotFoundError(f"key {key!r} not found ({op.value} at revision {msg.seq})")
+            raise KeyNotFoundError(f"key {key!r} not found ({op.value} at revision {seq})")
         return KeyValueEntry(
             bucket=self._bucket,
             key=key,
-            value=msg.data,
-            revision=msg.seq,
-            created=msg.time,
+            value=data,
+            revision=seq,
+            created=created,
             delta=0,
             operation=op,
         )
