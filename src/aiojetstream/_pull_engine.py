@@ -670,6 +670,7 @@ class PullEngine:
             self._check_delay = min(self._check_delay * 2, CHECK_BACKOFF_MAX)
             return self._next_timer()
         self._check_delay = CHECK_BACKOFF_FIRST
+        self._check_after = None  # a retry scheduled by an earlier, failed check
         if self.settings.single:
             return self._finish(self._check_reason)
         self.phase = Phase.RUNNING
