@@ -198,10 +198,15 @@ class MessagesContext:
         return self
 
     async def __anext__(self) -> Msg:
-        await self._ensure_started()
-        msg = await self._driver.next_msg()
+        if not self._started:
+            await self._ensure_started()
+        driver = self._driver
+        # A buffered message is handed out without a coroutine (as consume() does).
+        msg = driver.take()
         if msg is None:
-            raise StopAsyncIteration
+            msg = await driver.next_msg()
+            if msg is None:
+                raise StopAsyncIteration
         return msg
 
     async def next(self) -> Msg:

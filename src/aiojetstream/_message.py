@@ -172,15 +172,36 @@ def ack_sequences(reply: bytes) -> tuple[int, int, int] | None:
 
     """
     tokens = reply.split(b".")
-    base = _base(tokens, b"$JS", b"ACK")
-    if base < 0:
+    n = len(tokens)
+    if n == _V1_TOKENS:
+        base = _V1_BASE
+    elif n >= _V2_TOKENS:
+        base = _V2_BASE
+    else:
         return None
-    numbers = tokens[base + 2 : base + 7]
-    for token in numbers:
-        # bytes.isdigit() is ASCII-only.
-        if not token.isdigit() or (len(token) > 19 and int(token) >= _UINT64_LIMIT):
-            return None
-    return int(numbers[1]), int(numbers[2]), int(numbers[0])
+    if tokens[0] != b"$JS" or tokens[1] != b"ACK" or not tokens[base] or not tokens[base + 1]:
+        return None
+    delivered, stream_seq, consumer_seq, stamp, pending = tokens[base + 2 : base + 7]
+    # bytes.isdigit() is ASCII-only; 20 digits and more may exceed a uint64.
+    if not (
+        delivered.isdigit()
+        and stream_seq.isdigit()
+        and consumer_seq.isdigit()
+        and stamp.isdigit()
+        and pending.isdigit()
+    ):
+        return None
+    if (
+        len(delivered) > 19
+        or len(stream_seq) > 19
+        or len(consumer_seq) > 19
+        or len(stamp) > 19
+        or len(pending) > 19
+    ) and any(
+        int(t) >= _UINT64_LIMIT for t in (delivered, stream_seq, consumer_seq, stamp, pending)
+    ):
+        return None
+    return int(stream_seq), int(consumer_seq), int(delivered)
 
 
 # --------------------------------------------------------------------------- acks
