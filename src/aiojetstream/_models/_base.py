@@ -376,7 +376,7 @@ class WireModel(BaseModel):
     keeps fields an older server does not know off the wire.
     """
 
-    model_config = ConfigDict(use_attribute_docstrings=True)
+    model_config = ConfigDict(use_attribute_docstrings=True, defer_build=True)
 
     _omit_if_unset: ClassVar[dict[str, Any]] = {}
     """Field name -> default, for the fields left out of dumps when unset and default."""
