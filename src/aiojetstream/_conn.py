@@ -360,7 +360,29 @@ class Conn:
             DisconnectedError: disconnected and the reconnect buffer is full.
 
         """
-        _publish_nowait(self, subject, reply, payload, header_block)
+        nc = self.nc
+        if nc.is_closed:
+            raise ConnectionClosedError("the connection is closed")
+        if not self.fast:
+            # Fallback for nats-py internals we do not know: publish from a task.
+            task = asyncio.get_running_loop().create_task(
+                nc.publish(
+                    subject.decode(),
+                    payload,
+                    reply=reply.decode(),
+                    headers=decode_header_block(header_block),
+                )
+            )
+            _BACKGROUND.add(task)
+            task.add_done_callback(_BACKGROUND.discard)
+            return
+        if header_block is not None:
+            cmd = pub_command(subject, reply, payload, header_block)
+        elif reply:
+            cmd = b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, len(payload), payload)
+        else:
+            cmd = b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload)
+        _enqueue(nc, cmd, len(payload))
 
     @property
     def is_draining_pubs(self) -> bool:
@@ -448,6 +470,7 @@ class _Router:
         self.routes: dict[int, RawHandler] = {}
         #: Long-lived reply inboxes: requests, asynchronous publishes.
         self.internal: dict[int, RawHandler] = {}
+        self.last_subject = b""
         process = nc._process_msg
         if getattr(process, "__self__", None) is nc:
             self._original: Callable[[], Callable[..., Awaitable[None]] | None] = (
@@ -522,6 +545,7 @@ class _Router:
         routes = self.routes
         internal = self.internal
         stats = self.stats
+        last_subject = self.last_subject
         while pos < size:
             if view.startswith(b"MSG ", pos):
                 head = 4
@@ -580,7 +604,14 @@ class _Router:
                 continue
             stats["in_msgs"] += 1
             stats["in_bytes"] += needed - hsize
+            # Messages of a consumer mostly share their subject: keep one copy of it
+            # (buffered messages hold on to it).
+            if subject == last_subject:
+                subject = last_subject
+            else:
+                last_subject = subject
             handler(subject, reply, payload, hdr)
+        self.last_subject = last_subject
         if pos:
             del buf[:pos]
         if other:
@@ -745,34 +776,6 @@ def _enqueue(nc: NatsClient, cmd: bytes, payload_size: int) -> None:
     queue = nc._flush_queue
     if connected and queue is not None and queue.empty():
         queue.put_nowait(asyncio.get_running_loop().create_future())
-
-
-def _publish_nowait(
-    conn: Conn, subject: bytes, reply: bytes, payload: bytes, header_block: bytes | None = None
-) -> None:
-    nc = conn.nc
-    if nc.is_closed:
-        raise ConnectionClosedError("the connection is closed")
-    if not conn.fast:
-        # Fallback for nats-py internals we do not know: publish from a task.
-        task = asyncio.get_running_loop().create_task(
-            nc.publish(
-                subject.decode(),
-                payload,
-                reply=reply.decode(),
-                headers=decode_header_block(header_block),
-            )
-        )
-        _BACKGROUND.add(task)
-        task.add_done_callback(_BACKGROUND.discard)
-        return
-    if header_block is not None:
-        cmd = pub_command(subject, reply, payload, header_block)
-    elif reply:
-        cmd = b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, len(payload), payload)
-    else:
-        cmd = b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload)
-    _enqueue(nc, cmd, len(payload))
 
 
 class _Requests:

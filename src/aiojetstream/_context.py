@@ -601,7 +601,10 @@ class JetStreamContext:
             expected_last_subject_sequence,
             expected_last_msg_id,
         )
-        return await self._publisher.publish(subject, data, hdrs, timeout)
+        publisher = self._publisher
+        if publisher.has_room:
+            return publisher.send(subject, data, hdrs, timeout)
+        return await publisher.publish(subject, data, hdrs, timeout)
 
     async def publish_async_complete(self, timeout: float | timedelta | None = None) -> None:
         """Wait until every asynchronous publish has completed (acked or failed).

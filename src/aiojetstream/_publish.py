@@ -203,6 +203,7 @@ class AsyncPublisher:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
+        self._started = False  # the reply subscription is up (and not closed since)
         self._starting: asyncio.Lock = asyncio.Lock()
 
     @property
@@ -215,10 +216,20 @@ class AsyncPublisher:
             if self._sub is not None:
                 return
             prefix = self._conn.new_inbox() + "."
-            self._sub = await self._conn.subscribe_raw(prefix + "*", self._on_reply, internal=True)
+            sub = await self._conn.subscribe_raw(prefix + "*", self._on_reply, internal=True)
+            if self._closed:  # closed meanwhile: nothing may stay behind
+                await sub.unsubscribe()
+                return
+            self._sub = sub
             self._prefix = prefix.encode()
             self._prefix_len = len(self._prefix)
             self._conn.add_listener(self)
+            self._started = True
+
+    @property
+    def has_room(self) -> bool:
+        """True when :meth:`send` may be called right away (no wait for the window)."""
+        return self._started and len(self._futures) < self.max_pending
 
     async def publish(
         self,
@@ -227,11 +238,16 @@ class AsyncPublisher:
         block: bytes | None,
         timeout: float | None,
     ) -> asyncio.Future[PubAck]:
-        """Send a message and return the future of its acknowledgement."""
+        """Send a message and return the future of its acknowledgement.
+
+        Waits first while ``max_pending`` acknowledgements are outstanding.
+        """
         if self._closed:
             raise ConnectionClosedError("the JetStream context is closed")
-        if self._sub is None:
+        if not self._started:
             await self._ensure_sub()
+            if self._closed:
+                raise ConnectionClosedError("the JetStream context is closed")
         ack_timeout = self.ack_timeout if timeout is None else timeout
         futures = self._futures
         while len(futures) >= self.max_pending:
@@ -245,6 +261,16 @@ class AsyncPublisher:
                 ) from None
             if self._closed:
                 raise ConnectionClosedError("the JetStream context is closed")
+        return self.send(subject, payload, block, timeout)
+
+    def send(
+        self,
+        subject: str,
+        payload: bytes,
+        block: bytes | None,
+        timeout: float | None,
+    ) -> asyncio.Future[PubAck]:
+        """Send now, without waiting (:attr:`has_room` must be true)."""
         conn = self._conn
         if conn.nc.is_draining_pubs:
             raise ConnectionClosedError("the connection is draining")
@@ -254,7 +280,8 @@ class AsyncPublisher:
         conn.publish_nowait(subject.encode(), payload, self._prefix + token, block)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[PubAck] = loop.create_future()
-        deadline = loop.time() + ack_timeout
+        deadline = loop.time() + (self.ack_timeout if timeout is None else timeout)
+        futures = self._futures
         futures[token] = (fut, deadline, subject)
         if len(futures) >= self.max_pending:
             self._space.clear()
@@ -357,6 +384,7 @@ class AsyncPublisher:
         if self._closed:
             return
         self._closed = True
+        self._started = False
         self._fail_all(ConnectionClosedError, "the JetStream context was closed")
         if self._sub is not None:
             self._conn.remove_listener(self)
