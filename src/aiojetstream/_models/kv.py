@@ -7,10 +7,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from .._errors import InvalidNameError
-from ._base import ConfigModel, Duration
+from ._base import ConfigModel, DocumentedModel, Duration
 from .stream import (
     Placement,
     RePublish,
@@ -131,10 +131,10 @@ class KeyValueConfig(ConfigModel):
         return value
 
 
-class KeyValueStatus(BaseModel):
+class KeyValueStatus(DocumentedModel):
     """The state and settings of a bucket, from its backing stream's info."""
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True)
 
     bucket: str
     """The bucket name."""
@@ -210,14 +210,14 @@ def _user_metadata(metadata: dict[str, str] | None) -> dict[str, str] | None:
     return user or None
 
 
-class KeyValueEntry(BaseModel):
+class KeyValueEntry(DocumentedModel):
     """One revision of a key: a value, or a delete / purge / limit marker.
 
     ``get`` returns only ``PUT`` entries (anything else is "not found");
     ``watch`` and ``history`` return every operation.
     """
 
-    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True)
 
     bucket: str
     """The bucket the entry was read from."""
