@@ -29,6 +29,9 @@ from ._models import PubAck
 #: in between (as the Go client: 2 retries, 250 ms apart).
 PUBLISH_RETRY_ATTEMPTS = 2
 PUBLISH_RETRY_WAIT = 0.25
+#: The deadline heap of publish_async is compacted once it holds this many more
+#: entries than twice the outstanding publishes.
+_HEAP_SLACK = 4096
 
 
 def build_headers(
@@ -198,10 +201,12 @@ class AsyncPublisher:
         self._prefix = b""
         self._prefix_len = 0
         self._next = 0
-        self._space = asyncio.Event()
+        self._space = asyncio.Event()  # set while the window has room
         self._space.set()
-        self._idle = asyncio.Event()
+        self._idle = asyncio.Event()  # set while nothing is outstanding
         self._idle.set()
+        self._full = False  # mirrors "not _space.is_set()" without a call per message
+        self._busy = False  # mirrors "not _idle.is_set()"
         self._closed = False
         self._started = False  # the reply subscription is up (and not closed since)
         self._starting: asyncio.Lock = asyncio.Lock()
@@ -284,19 +289,33 @@ class AsyncPublisher:
         futures = self._futures
         futures[token] = (fut, deadline, subject)
         if len(futures) >= self.max_pending:
+            self._full = True
             self._space.clear()
-        self._idle.clear()
-        heapq.heappush(self._deadlines, (deadline, token))
+        if not self._busy:
+            self._busy = True
+            self._idle.clear()
+        heap = self._deadlines
+        heapq.heappush(heap, (deadline, token))
+        if len(heap) > 2 * len(futures) + _HEAP_SLACK:
+            self._compact()
         if self._timer is None or deadline < self._timer_at:
             self._arm(deadline)
         return fut
 
+    def _compact(self) -> None:
+        """Drop the deadlines of publishes that completed (they pile up under load)."""
+        heap = self._deadlines
+        heap[:] = [(d, t) for t, (_, d, _) in self._futures.items()]
+        heapq.heapify(heap)
+
     def _forget(self, token: bytes) -> tuple[asyncio.Future[PubAck], float, str] | None:
         futures = self._futures
         entry = futures.pop(token, None)
-        if len(futures) < self.max_pending:
+        if self._full and len(futures) < self.max_pending:
+            self._full = False
             self._space.set()
-        if not futures:
+        if self._busy and not futures:
+            self._busy = False
             self._idle.set()
         return entry
 
@@ -332,9 +351,8 @@ class AsyncPublisher:
                     JetStreamTimeoutError(f"no acknowledgement for the publish to {entry[2]!r}")
                 )
         # Drop entries of futures that completed meanwhile once they dominate.
-        if len(heap) > 2 * len(self._futures) + 1024:
-            heap[:] = [(d, t) for t, (_, d, _) in self._futures.items()]
-            heapq.heapify(heap)
+        if len(heap) > 2 * len(self._futures) + _HEAP_SLACK:
+            self._compact()
         if heap:
             self._arm(heap[0][0])
 
@@ -345,6 +363,7 @@ class AsyncPublisher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._full = self._busy = False
         self._space.set()
         self._idle.set()
         for fut, _, subject in entries:
