@@ -509,7 +509,9 @@ class JetStreamContext:
                     expected_last_msg_id,
                 )
             )
-        P.check_size(self._conn, data, block)
+        limit = self._nc.max_payload
+        if limit and len(data) + (len(block) if block else 0) > limit:
+            P.check_size(self._conn, data, block)  # raises MaxPayloadExceededError
         return data, block
 
     async def publish(

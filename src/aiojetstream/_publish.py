@@ -327,7 +327,15 @@ class AsyncPublisher:
         if fut.done():
             return
         try:
-            ack = ack_from_reply(data, hdr, target)
+            if hdr is None and b'"error"' not in data:
+                # The usual reply, a plain PubAck: parse_pub_ack without the calls.
+                ack: PubAck = PubAck.__pydantic_validator__.validate_json(data)
+            else:
+                ack = ack_from_reply(data, hdr, target)
+        except ValidationError:
+            fut.set_exception(
+                InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}")
+            )
         except JetStreamError as exc:
             fut.set_exception(exc)
         else:
