@@ -541,6 +541,7 @@ class _Router:
         view = bytes(buf)
         size = len(view)
         pos = 0
+        dropped = 0  # how much of view was already removed from buf
         other = False  # stopped at a line that is not MSG/HMSG
         routes = self.routes
         internal = self.internal
@@ -594,13 +595,11 @@ class _Router:
             if handler is None:
                 # Not ours: nats-py's own processing (callbacks, futures, JetStream
                 # control messages). Consume what was parsed first: it may await.
-                del buf[:pos]
+                del buf[: pos - dropped]
+                dropped = pos
                 await self.original(sid, subject, reply, payload, hdr)
                 if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
                     return  # reset by a reconnect meanwhile
-                view = bytes(buf)
-                size = len(view)
-                pos = 0
                 continue
             stats["in_msgs"] += 1
             stats["in_bytes"] += needed - hsize
@@ -612,8 +611,8 @@ class _Router:
                 last_subject = subject
             handler(subject, reply, payload, hdr)
         self.last_subject = last_subject
-        if pos:
-            del buf[:pos]
+        if pos > dropped:
+            del buf[: pos - dropped]
         if other:
             # PING, PONG, INFO, -ERR, +OK, ...: nats-py's parser takes the rest.
             await _NatsParser.parse(ps)
