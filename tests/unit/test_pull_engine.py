@@ -823,8 +823,8 @@ def _expiry(draw: st.DrawFn, *, fetch: bool) -> tuple[float, float | None]:
 
 @st.composite
 def pull_settings(draw: st.DrawFn) -> PullSettings:
-    # consume runs last longer and do more: draw them twice as often
-    modes = ["messages", "messages", "bytes", "bytes", "fetch", "fetch_bytes", "no_wait"]
+    # consume runs last longer and do more: draw them three times as often
+    modes = ["messages"] * 3 + ["bytes"] * 3 + ["fetch", "fetch_bytes", "no_wait"]
     mode = draw(st.sampled_from(modes))
     if mode == "messages":
         mm = draw(st.integers(1, 50))
@@ -876,6 +876,7 @@ class PullEngineMachine(RuleBasedStateMachine):
         self.terminal_error: JetStreamError | None = None
         self.steps = 0
         self.horizon = 0
+        self.trouble = 0
         self.pending_checks = 0  # CheckConsumer commands not answered yet
         self.checks_sent = 0
         self.pulls_sent = 0
@@ -911,6 +912,11 @@ class PullEngineMachine(RuleBasedStateMachine):
     def mature(self) -> bool:
         """The run may end now (see ``start``)."""
         return self.steps >= self.horizon
+
+    @property
+    def ends_a_fetch_ok(self) -> bool:
+        """An event that ends a fetch may happen (see ``start``)."""
+        return self.mature or not self.settings.single
 
     @property
     def server_up(self) -> bool:
@@ -1056,16 +1062,26 @@ class PullEngineMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------- start
 
     @initialize(
-        s=pull_settings(), data=st.data(), backlog=st.integers(0, 8), horizon=st.integers(0, 40)
+        s=pull_settings(),
+        data=st.data(),
+        backlog=st.integers(0, 8),
+        horizon=st.integers(0, 30),
+        trouble=st.integers(0, 12),
     )
-    def start(self, s: PullSettings, data: st.DataObject, backlog: int, horizon: int) -> None:
+    def start(
+        self, s: PullSettings, data: st.DataObject, backlog: int, horizon: int, trouble: int
+    ) -> None:
         """Configure, start the engine and publish a backlog (maybe none).
 
-        Rules that end the run (stop, terminal, a fetch's disconnect) wait ``horizon``
-        steps: picked as often as the others, they would keep most runs very short.
+        Rules are picked uniformly, so two budgets keep runs long and varied: events
+        that end the run (stop, terminal statuses, a missing consumer, and for a fetch
+        its request's end or a disconnect) wait ``horizon`` steps, and at most
+        ``trouble`` disruptions (disconnect, 503, leadership change, refusal, outage)
+        happen, after which the run calms down.
         """
         self.settings = s
         self.horizon = horizon
+        self.trouble = trouble
         self.engine = PullEngine(s)
         self.start_time = self.now
         self.last_activity = self.now
@@ -1078,7 +1094,7 @@ class PullEngineMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------- rules: client
 
     @precondition(lambda self: bool(self.buffer))
-    @rule(n=st.integers(1, 12))
+    @rule(n=st.integers(1, 4))
     def consume(self, n: int) -> None:
         """The user takes up to ``n`` buffered messages."""
         for _ in range(min(n, len(self.buffer))):
@@ -1107,8 +1123,16 @@ class PullEngineMachine(RuleBasedStateMachine):
                 self.bad_drain.append(f"stop(drain=False) returned {cmds!r}")
 
     @precondition(lambda self: self.live)
-    @rule(data=st.data())
-    def advance(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), react=st.booleans())
+    def advance(self, data: st.DataObject, react: bool) -> None:
+        """Time passes; with ``react``, pending consumer checks are answered and the
+        connection comes back first (so that a run does not stay stuck when hypothesis
+        happens to disable ``answer_check`` or ``reconnect``)."""
+        if react:
+            while self.pending_checks and self.live:
+                self.answer_check(data)
+            if not self.connected and self.live:
+                self.reconnect()
         s = self.settings
         marks = [0.01, REPULL_BACKOFF_FIRST, 0.25, 1.0, s.expires]
         if s.heartbeat:
@@ -1154,7 +1178,7 @@ class PullEngineMachine(RuleBasedStateMachine):
         return data.draw(st.integers(1, mb), label="size")
 
     @precondition(lambda self: self.server_up and bool(self.requests))
-    @rule(data=st.data(), n=st.integers(1, 12))
+    @rule(data=st.data(), n=st.integers(1, 20))
     def server_delivers(self, data: st.DataObject, n: int) -> None:
         """The server delivers up to ``n`` messages, oldest request and message first.
 
@@ -1206,7 +1230,7 @@ class PullEngineMachine(RuleBasedStateMachine):
         if completed:
             self._single_must_finish("a filled batch")
 
-    @precondition(lambda self: self.server_up and bool(self.requests))
+    @precondition(lambda self: self.server_up and bool(self.requests) and self.ends_a_fetch_ok)
     @rule()
     def request_expires(self) -> None:
         req = self.requests[0]
@@ -1229,17 +1253,25 @@ class PullEngineMachine(RuleBasedStateMachine):
             and bool(self.requests)
             and self.requests[-1] is self.last_request
             and self.requests[-1].fresh
+            and self.ends_a_fetch_ok
+            and self.trouble > 0
         )
     )
     @rule()
     def warning(self) -> None:
+        self.trouble -= 1
         self._drop(self.requests[-1])  # the server refused the request it just received
         self._status(K.EXCEEDED_LIMIT, S.WARNING, 0, 0, APIError(409, 0, "Exceeded MaxWaiting"))
         self._single_must_finish("409 Exceeded MaxWaiting")
 
-    @precondition(lambda self: self.server_up and bool(self.requests))
+    @precondition(
+        lambda self: (
+            self.server_up and bool(self.requests) and self.ends_a_fetch_ok and self.trouble > 0
+        )
+    )
     @rule()
     def leadership_change(self) -> None:
+        self.trouble -= 1
         self._drop_all()
         self._status(K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, APIError(409, 0, "Leadership Change"))
         self._single_must_finish("409 Leadership Change")
@@ -1256,8 +1288,11 @@ class PullEngineMachine(RuleBasedStateMachine):
             self.bad_terminal.append(f"terminal {kind.name} returned {cmds!r}")
 
     @precondition(lambda self: self.live and self.connected and bool(self.requests))
+    @precondition(lambda self: self.trouble > 0 or self.outage is not None)
     @rule()
     def no_responders(self) -> None:
+        if self.outage is None:
+            self.trouble -= 1
         self._drop_all()
         self._status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
 
@@ -1269,8 +1304,10 @@ class PullEngineMachine(RuleBasedStateMachine):
             and (self.mature or not self.settings.single)
         )
     )
+    @precondition(lambda self: self.trouble > 0)
     @rule()
     def disconnect(self) -> None:
+        self.trouble -= 1
         self.connected = False
         self._drop_all()  # the server forgets the requests of a gone client
         self._feed(self.engine.on_disconnected(self.now), "on_disconnected")
@@ -1290,7 +1327,7 @@ class PullEngineMachine(RuleBasedStateMachine):
     def _check_answers(self) -> list[CheckResult]:
         if self.outage == "api":
             return [CheckResult.UNAVAILABLE]
-        if self.outage == "pulls":
+        if self.outage == "pulls" or not self.mature:
             return [CheckResult.EXISTS, CheckResult.UNAVAILABLE]
         return list(CheckResult)
 
@@ -1313,8 +1350,10 @@ class PullEngineMachine(RuleBasedStateMachine):
     @precondition(
         lambda self: self.live and self.connected and self.outage is None and not self.stopped
     )
+    @precondition(lambda self: self.trouble > 0)
     @rule(kind=st.sampled_from(["api", "pulls"]))
     def begin_outage(self, kind: str) -> None:
+        self.trouble -= 1
         self.outage = kind
         self.outage_sends = []
 
