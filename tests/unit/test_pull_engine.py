@@ -1122,6 +1122,65 @@ class PullEngineMachine(RuleBasedStateMachine):
             if finishes(cmds) != [Finish(None)]:
                 self.bad_drain.append(f"stop(drain=False) returned {cmds!r}")
 
+    @precondition(
+        lambda self: self.server_up and bool(self.requests) and not self.stopped and self.mature
+    )
+    @rule(
+        data=st.data(),
+        k=st.integers(0, 5),
+        late=st.lists(
+            st.sampled_from(["message", "408", "503", "leadership", "heartbeat"]),
+            min_size=1,
+            max_size=4,
+        ),
+    )
+    def drain_while_busy(self, data: st.DataObject, k: int, late: list[str]) -> None:
+        """A race: the server delivers ``k`` messages, the user drains, and the server
+        goes on answering the requests that stop() wrote off."""
+        if k:
+            self.server_delivers(data, k)
+        if not self.live:
+            return
+        self.stop(True)
+        for what in late:
+            if not (self.live and self.connected and self.requests):
+                return
+            if what == "message":
+                if not self.stream:
+                    self.stream.append(self._draw_size(data))
+                self._deliver_one()
+            elif what == "408":
+                self.request_expires()
+            elif what == "503":
+                self._drop_all()
+                self._status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
+            elif what == "leadership":
+                self._drop_all()
+                self._status(K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, None)
+            else:
+                self.heartbeat()
+
+    @precondition(
+        lambda self: (
+            self.pending_checks > 0
+            and self.live
+            and self.connected
+            and self.outage is None
+            and self.trouble > 0
+            and not self.settings.single
+        )
+    )
+    @rule(data=st.data(), dt=st.sampled_from([0.0, 0.1, 0.3, 1.0]))
+    def flap_during_check(self, data: st.DataObject, dt: float) -> None:
+        """A race: the connection drops and comes back while a consumer check runs;
+        then every check answers, the one from before the drop first."""
+        self.disconnect()
+        self.reconnect()
+        while self.pending_checks and self.live:
+            self.answer_check(data)
+        if self.live:
+            self._advance_to(self.now + dt)
+
     @precondition(lambda self: self.live)
     @rule(data=st.data(), react=st.booleans())
     def advance(self, data: st.DataObject, react: bool) -> None:
