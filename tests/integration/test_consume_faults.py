@@ -360,6 +360,11 @@ async def test_restart_mid_consume_delivers_everything(mode: str) -> None:
                 if msg.data in confirmed:
                     after_confirm.append(msg.data)
                 deliveries[msg.data].append(msg.metadata.num_delivered)
+                if len(deliveries) >= total // 2 and not half.is_set():
+                    # Hold consumption here until the client is back, so the
+                    # second half is certainly unconsumed when the server restarts.
+                    half.set()
+                    await asyncio.wait_for(reconnected.wait(), 60)
                 if reconnected.is_set():
                     try:
                         await msg.double_ack(timeout=10)
