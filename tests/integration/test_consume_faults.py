@@ -1095,7 +1095,13 @@ async def test_outage_jetstream_unavailable_request_rate() -> None:
                     )
                     assert rate <= MAX_REQUESTS_PER_SECOND
                     assert len(api) <= MAX_REQUESTS_PER_SECOND * (t_restart - t_down)
-                    assert got == [b"before", b"after"]
+                    # The ack of "before" is fire-and-forget and the host is SIGKILLed
+                    # right after: the server may not have persisted it, so "before"
+                    # may come again (at-least-once); nothing is lost and "after" ends.
+                    assert got[0] == b"before"
+                    assert got[-1] == b"after"
+                    assert set(got) == {b"before", b"after"}
+                    assert got.count(b"after") == 1
                 finally:
                     await js.close()
         finally:

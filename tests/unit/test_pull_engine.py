@@ -1582,7 +1582,8 @@ class PullEngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def inv10_no_stall(self) -> None:
-        """Running with nothing outstanding and room in the buffer: a pull must come."""
+        """Liveness: nothing outstanding on the server, then a pull must come once the
+        user has consumed what is buffered (a consumption or the timer sends it)."""
         e, s = self.engine, self.settings
         if not self.live or self.stopped or not self.connected or self.outage is not None:
             return
@@ -1592,30 +1593,36 @@ class PullEngineMachine(RuleBasedStateMachine):
             return
         if e.phase is not Phase.RUNNING or s.single or self.requests:
             return
-        room = not self.buffer if s.max_bytes else len(self.buffer) < s.threshold_messages
-        if room:
-            probe = self._probe(REPULL_BACKOFF_MAX + 0.5)
-            assert pulls(probe), (
-                f"stalled: running, no request outstanding, {len(self.buffer)} buffered, "
-                f"and no pull within {REPULL_BACKOFF_MAX + 0.5:g} s"
-            )
+        probe = self._probe(REPULL_BACKOFF_MAX + 0.5, consume=self.buffer)
+        assert pulls(probe), (
+            f"stalled: running, no request outstanding, and no pull within "
+            f"{REPULL_BACKOFF_MAX + 0.5:g} s after consuming the {len(self.buffer)} "
+            "buffered message(s)"
+        )
 
-    def _probe(self, horizon: float) -> list[Command]:
-        """What a copy of the engine does on its timer alone, up to now + horizon."""
+    def _probe(self, horizon: float, consume: Iterable[int] = ()) -> list[Command]:
+        """What a copy of the engine does when the user consumes ``consume`` and then
+        its timer alone runs, up to now + horizon."""
         engine = copy.deepcopy(self.engine)
         timer = self.timer
         out: list[Command] = []
-        for _ in range(1000):
-            if timer is None or timer > self.now + horizon:
-                break
-            cmds = engine.on_timer(timer)
-            out += cmds
-            timer = None
+
+        def take(cmds: Commands) -> None:
+            nonlocal timer
+            out.extend(cmds)
             for cmd in cmds:
                 if isinstance(cmd, ArmTimer):
                     timer = cmd.deadline
                 elif isinstance(cmd, CancelTimer):
                     timer = None
+
+        for size in consume:
+            take(engine.on_consumed(self._esize(size)))
+        for _ in range(1000):
+            if timer is None or timer > self.now + horizon:
+                break
+            at, timer = timer, None
+            take(engine.on_timer(at))
         return out
 
 
