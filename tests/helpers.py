@@ -6,7 +6,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 
-__all__ = ["wait_until"]
+__all__ = ["wait_until", "wait_until_sync"]
 
 
 async def wait_until(
@@ -38,3 +38,25 @@ async def wait_until(
             what = message or getattr(predicate, "__qualname__", repr(predicate))
             raise TimeoutError(f"condition not met within {timeout:g}s: {what}")
         await asyncio.sleep(interval)
+
+
+def wait_until_sync(
+    predicate: Callable[[], bool],
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    *,
+    message: str | None = None,
+) -> None:
+    """:func:`wait_until` for synchronous tests (the Spark tests): a bounded, monotonic wait.
+
+    Raises:
+        TimeoutError: ``predicate()`` was still false after ``timeout`` seconds.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= deadline:
+            what = message or getattr(predicate, "__qualname__", repr(predicate))
+            raise TimeoutError(f"condition not met within {timeout:g}s: {what}")
+        time.sleep(interval)

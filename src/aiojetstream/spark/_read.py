@@ -1,0 +1,345 @@
+"""Reading stream-sequence ranges into Arrow record batches (no pyspark here).
+
+Planning resolves the options against ``stream info`` into a half-open range
+``[start, end)`` of stream sequences and splits it into contiguous partitions.
+A partition is read with an ephemeral ``AckNone`` pull consumer starting at its
+first sequence (memory storage, one replica, an inactivity threshold so an
+abandoned read cleans up after itself), in fetches sized to what the next Arrow
+batch needs, and the consumer is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+import pyarrow as pa
+
+from aiojetstream import (
+    AckPolicy,
+    ConsumerConfig,
+    ConsumerDeletedError,
+    ConsumerNotFoundError,
+    DeliverPolicy,
+    InvalidOptionError,
+    JetStreamContext,
+    JetStreamError,
+    Msg,
+    StreamNotFoundError,
+)
+from aiojetstream import Consumer as JSConsumer
+
+from ._options import (
+    MAX_DEFAULT_PARTITIONS,
+    SEQUENCES_PER_PARTITION,
+    JetStreamSparkWarning,
+    SourceOptions,
+)
+from ._runtime import Session
+
+__all__ = [
+    "SCHEMA",
+    "Bounds",
+    "DataLossError",
+    "check_loss",
+    "plan_range",
+    "read_range",
+    "split",
+    "stream_bounds",
+]
+
+SCHEMA: Final = pa.schema(
+    [
+        pa.field("stream", pa.string()),
+        pa.field("subject", pa.string()),
+        pa.field("seq", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("headers", pa.map_(pa.string(), pa.string())),
+        pa.field("data", pa.binary()),
+    ]
+)
+#: The Spark DDL of :data:`SCHEMA`.
+DDL: Final = (
+    "stream string, subject string, seq long, timestamp timestamp, "
+    "headers map<string,string>, data binary"
+)
+
+#: Rows in the first fetch of a partition; later fetches aim at _TARGET_BYTES.
+_FIRST_ROWS: Final = 2_000
+_MAX_ROWS: Final = 20_000
+_TARGET_BYTES: Final = 8 << 20
+_FETCH_EXPIRES: Final = 5.0
+
+
+class DataLossError(JetStreamError):
+    """Messages the read should include are gone (purged, expired or removed by limits).
+
+    Raised with ``failOnDataLoss=true`` (the default); with ``false`` the missing
+    range is skipped with a :class:`JetStreamSparkWarning`.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """A stream's sequence bounds: ``first`` is its first stored sequence, ``next`` its last + 1."""
+
+    first: int
+    next: int
+
+
+async def stream_bounds(js: JetStreamContext, opts: SourceOptions) -> Bounds:
+    """The stream's current bounds (``first == next`` when it is empty)."""
+    try:
+        stream = await js.stream(opts.stream)
+    except StreamNotFoundError as exc:
+        raise InvalidOptionError(
+            f"option 'stream': stream {opts.stream!r} does not exist at {opts.connect.describe()}"
+        ) from exc
+    state = stream.cached_info.state
+    nxt = state.last_seq + 1
+    first = nxt if state.messages == 0 else max(state.first_seq, 1)
+    return Bounds(first, nxt)
+
+
+def _consumer_config(opts: SourceOptions, **start: object) -> ConsumerConfig:
+    subjects = opts.subjects
+    return ConsumerConfig(
+        ack_policy=AckPolicy.NONE,
+        filter_subject=subjects[0] if len(subjects) == 1 else None,
+        filter_subjects=list(subjects) if len(subjects) > 1 else None,
+        mem_storage=True,
+        num_replicas=1,
+        inactive_threshold=opts.inactive_threshold,
+        **start,  # type: ignore[arg-type]
+    )
+
+
+async def sequence_at(js: JetStreamContext, opts: SourceOptions, when: datetime) -> int:
+    """The first sequence stored at or after ``when`` (the stream's next one if none)."""
+    consumer = await js.create_consumer(
+        opts.stream,
+        _consumer_config(opts, deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=when),
+    )
+    try:
+        return consumer.cached_info.delivered.stream_seq + 1
+    finally:
+        await _delete(js, consumer)
+
+
+async def plan_range(
+    js: JetStreamContext, opts: SourceOptions, *, streaming: bool
+) -> tuple[int, int, Bounds]:
+    """Resolve the options into ``[start, end)`` and the stream's bounds now.
+
+    Kafka's conventions: ``startingTimestamp`` wins over ``startingOffsets``;
+    the default start is ``earliest`` for batch reads and ``latest`` for streams.
+    """
+    bounds = await stream_bounds(js, opts)
+    if opts.starting_timestamp is not None:
+        start = await sequence_at(js, opts, opts.starting_timestamp)
+    else:
+        starting = opts.starting or ("latest" if streaming else "earliest")
+        if starting == "earliest":
+            start = bounds.first
+        elif starting == "latest":
+            start = bounds.next
+        else:
+            start = int(starting)
+    end = bounds.next if opts.ending == "latest" else int(opts.ending)
+    return start, max(start, end), bounds
+
+
+def check_loss(opts: SourceOptions, start: int, first: int, what: str) -> int:
+    """Compare a start with the stream's first sequence; return where reading may start.
+
+    Raises:
+        DataLossError: sequences ``[start, first)`` are gone and ``failOnDataLoss`` is on.
+
+    """
+    if start >= first:
+        return start
+    text = (
+        f"stream {opts.stream!r} no longer holds sequences {start}..{first - 1} "
+        f"({what}); they were purged, expired or removed by limits"
+    )
+    if opts.fail_on_data_loss:
+        raise DataLossError(
+            text + ". Set failOnDataLoss=false to skip them with a warning instead."
+        )
+    warnings.warn(text + "; skipped (failOnDataLoss=false).", JetStreamSparkWarning, stacklevel=2)
+    return first
+
+
+def split(start: int, end: int, partitions: int | None) -> list[tuple[int, int]]:
+    """Cut ``[start, end)`` into at most ``partitions`` contiguous, nearly equal ranges.
+
+    Without ``partitions``: one range per 250,000 sequences, at least 1, at most 64.
+    An empty range gives no partitions.
+    """
+    total = end - start
+    if total <= 0:
+        return []
+    if partitions is None:
+        partitions = min(MAX_DEFAULT_PARTITIONS, -(-total // SEQUENCES_PER_PARTITION))
+    n = max(1, min(partitions, total))
+    size, extra = divmod(total, n)
+    ranges: list[tuple[int, int]] = []
+    lo = start
+    for i in range(n):
+        hi = lo + size + (1 if i < extra else 0)
+        ranges.append((lo, hi))
+        lo = hi
+    return ranges
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+async def _delete(js: JetStreamContext, consumer: JSConsumer) -> None:
+    try:
+        await js.delete_consumer(consumer.stream_name, consumer.name)
+    except (ConsumerNotFoundError, StreamNotFoundError):
+        pass  # the inactivity threshold or a stream deletion removed it already
+
+
+def _reply_numbers(reply: str) -> tuple[int, int, int]:
+    """``(stream_seq, timestamp_ns, num_pending)`` from a ``$JS.ACK`` reply subject (ADR-15)."""
+    tokens = reply.split(".")
+    # v1: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+    # v2: $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<r>
+    base = 2 if len(tokens) == 9 else 4
+    return int(tokens[base + 3]), int(tokens[base + 5]), int(tokens[base + 6])
+
+
+class RangeReader:
+    """Reads ``[start, end)`` of a stream (its filtered messages) in Arrow batches."""
+
+    def __init__(self, js: JetStreamContext, opts: SourceOptions, start: int, end: int) -> None:
+        self._js = js
+        self._opts = opts
+        self._start = start
+        self._next = start
+        self._end = end
+        self._consumer: JSConsumer | None = None
+        self._done = start >= end
+        self._rows = _FIRST_ROWS
+        self._checked_loss = False
+
+    async def _open(self) -> JSConsumer:
+        consumer = await self._js.create_consumer(
+            self._opts.stream,
+            _consumer_config(
+                self._opts,
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=self._next,
+            ),
+        )
+        self._consumer = consumer
+        if consumer.cached_info.num_pending == 0:
+            self._done = True  # nothing (matching) from here on
+        return consumer
+
+    async def _check_loss(self, first_delivered: int | None) -> None:
+        """The first delivery skipped sequences: were they lost or just filtered out?"""
+        self._checked_loss = True
+        if first_delivered is not None and first_delivered == self._start:
+            return
+        bounds = await stream_bounds(self._js, self._opts)
+        self._next = max(self._next, check_loss(self._opts, self._start, bounds.first, "read"))
+
+    async def next_batch(self) -> pa.RecordBatch | None:
+        """The next Arrow batch, or None once the range is read."""
+        while not self._done:
+            consumer = self._consumer or await self._open()
+            if self._done:
+                break
+            want = min(self._rows, self._end - self._next)
+            try:
+                batch = await self._fetch(consumer, want)
+            except (ConsumerNotFoundError, ConsumerDeletedError):
+                # Idle past its inactivity threshold (Spark held the task): recreate.
+                self._consumer = None
+                continue
+            if batch is not None:
+                return batch
+            if not self._done:
+                info = await consumer.info()
+                if info.num_pending == 0:
+                    self._done = True
+        return None
+
+    async def _fetch(self, consumer: JSConsumer, want: int) -> pa.RecordBatch | None:
+        subjects: list[str] = []
+        seqs: list[int] = []
+        stamps: list[int] = []
+        headers: list[dict[str, str] | None] = []
+        data: list[bytes] = []
+        end = self._end
+        size = 0
+        pending = -1
+        msg: Msg
+        async with await consumer.fetch(want, expires=_FETCH_EXPIRES) as fetched:
+            async for msg in fetched:
+                seq, stamp, pending = _reply_numbers(msg.reply)
+                if not self._checked_loss:
+                    await self._check_loss(seq)
+                if seq >= end:
+                    self._done = True
+                    break
+                subjects.append(msg.subject)
+                seqs.append(seq)
+                stamps.append(stamp // 1000)
+                headers.append(msg.headers)
+                body = msg.data
+                data.append(body)
+                size += len(body)
+                if pending == 0:
+                    self._done = True
+                    break
+        if not self._checked_loss and not seqs:
+            await self._check_loss(None)
+        if not seqs:
+            return None
+        self._next = seqs[-1] + 1
+        if self._next >= end:
+            self._done = True
+        average = max(1, size // len(seqs))
+        self._rows = max(1, min(_MAX_ROWS, _TARGET_BYTES // average))
+        n = len(seqs)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(self._opts.stream, n).cast(pa.string()),
+                pa.array(subjects, pa.string()),
+                pa.array(seqs, pa.int64()),
+                pa.array(stamps, pa.timestamp("us", tz="UTC")),
+                pa.array(headers, pa.map_(pa.string(), pa.string())),
+                pa.array(data, pa.binary()),
+            ],
+            schema=SCHEMA,
+        )
+
+    async def aclose(self) -> None:
+        """Delete the consumer (idempotent)."""
+        consumer, self._consumer = self._consumer, None
+        self._done = True
+        if consumer is not None:
+            await _delete(self._js, consumer)
+
+
+def read_range(opts: SourceOptions, start: int, end: int) -> Iterator[pa.RecordBatch]:
+    """Yield the Arrow batches of ``[start, end)``: the body of ``read()`` on an executor."""
+    if start >= end:
+        return
+    with Session(opts.connect) as session:
+        reader = RangeReader(session.js, opts, start, end)
+        try:
+            while True:
+                batch = session.run(reader.next_batch())
+                if batch is None:
+                    return
+                yield batch
+        finally:
+            session.run(reader.aclose())

@@ -1,0 +1,207 @@
+"""The ``jetstream`` data source: batch and streaming reads, batch and streaming writes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.types import StructType
+
+from aiojetstream import InvalidOptionError, JetStreamContext
+
+from ._options import SourceOptions, parse_sink_options, parse_source_options
+from ._read import DDL, Bounds, check_loss, plan_range, read_range, split, stream_bounds
+from ._runtime import run_once
+from ._write import StreamWriter, Writer, check_sink_schema
+
+try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    ADMISSION_CONTROL: Final = True
+except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
+    ADMISSION_CONTROL = False  # type: ignore[misc]
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Stand-in on Spark < 4.2, where the engine wraps the source itself."""
+
+    ReadLimit = object  # type: ignore[misc,assignment]
+
+__all__ = ["ADMISSION_CONTROL", "JetStreamDataSource", "SequenceRange"]
+
+
+class SequenceRange(InputPartition):  # type: ignore[misc]
+    """A partition: the stream sequences ``[start, end)``."""
+
+    def __init__(self, start: int, end: int) -> None:
+        super().__init__((start, end))
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"SequenceRange({self.start}, {self.end})"
+
+
+def _partitions(opts: SourceOptions, start: int, end: int) -> list[SequenceRange]:
+    return [SequenceRange(lo, hi) for lo, hi in split(start, end, opts.num_partitions)]
+
+
+class JetStreamDataSource(DataSource):  # type: ignore[misc]
+    """``format("jetstream")``: a JetStream stream as a Spark table (see docs/spark.md)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return "jetstream"
+
+    def schema(self) -> str:
+        """The fixed read schema; also validates the read options (before any job)."""
+        return DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader."""
+        return BatchReader(parse_source_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A streaming reader (offsets ``{"stream": name, "seq": next}``)."""
+        return StreamReader(parse_source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A batch writer (``mode("append")``)."""
+        if overwrite:
+            raise InvalidOptionError(
+                "format('jetstream') supports mode('append') only: a stream cannot be overwritten"
+            )
+        opts = parse_sink_options(self.options)
+        return Writer(opts, check_sink_schema(schema, opts))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """A streaming writer (``outputMode("append")``)."""
+        opts = parse_sink_options(self.options)
+        return StreamWriter(opts, check_sink_schema(schema, opts))
+
+
+class BatchReader(DataSourceReader):  # type: ignore[misc]
+    """Plans contiguous sequence ranges and reads each with an ephemeral consumer."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Resolve the offsets against the stream now and cut the range."""
+        opts = self.opts
+
+        async def plan(js: JetStreamContext) -> list[SequenceRange]:
+            start, end, bounds = await plan_range(js, opts, streaming=False)
+            start = check_loss(opts, start, bounds.first, "startingOffsets")
+            return _partitions(opts, start, end) or [SequenceRange(start, start)]
+
+        return run_once(opts.connect, plan)
+
+    def read(self, partition: SequenceRange) -> Iterator[pa.RecordBatch]:
+        """Read one range (on an executor)."""
+        return read_range(self.opts, partition.start, partition.end)
+
+
+def _offset(opts: SourceOptions, seq: int) -> dict[str, Any]:
+    return {"stream": opts.stream, "seq": seq}
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """Micro-batches of sequence ranges; the checkpointed offsets are the whole state.
+
+    Nothing depends on ``commit()`` or ``stop()`` being called: reads are
+    ``AckNone`` and each partition deletes its own consumer.
+    """
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._available_now: int | None = None
+
+    def _seq(self, offset: dict[str, Any] | None) -> int | None:
+        if offset is None:
+            return None
+        if offset.get("stream") != self.opts.stream:
+            raise InvalidOptionError(
+                f"option 'stream' is {self.opts.stream!r} but the checkpoint holds offsets of "
+                f"stream {offset.get('stream')!r}: use a new checkpoint location"
+            )
+        return int(offset["seq"])
+
+    def _bounds(self) -> Bounds:
+        opts = self.opts
+
+        async def bounds(js: JetStreamContext) -> Bounds:
+            return await stream_bounds(js, opts)
+
+        return run_once(opts.connect, bounds)
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts (``startingOffsets``, default ``latest``)."""
+        opts = self.opts
+
+        async def initial(js: JetStreamContext) -> int:
+            start, _end, _bounds = await plan_range(js, opts, streaming=True)
+            return start
+
+        return _offset(opts, run_once(opts.connect, initial))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``maxRecordsPerTrigger`` as a read limit (Spark >= 4.2)."""
+        if self.opts.max_records_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_records_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an ``availableNow`` run: what the stream holds now."""
+        self._available_now = self._bounds().next
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """The end of the next micro-batch: the stream's last sequence + 1, capped by limits."""
+        latest = self._bounds().next
+        if self._available_now is not None:
+            latest = min(latest, self._available_now)
+        begin = self._seq(start)
+        if begin is not None:
+            if ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
+                latest = min(latest, begin + limit.maxRows)
+            latest = max(latest, begin)
+        return _offset(self.opts, latest)
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        """The stream's last sequence + 1 (for the query's progress)."""
+        return _offset(self.opts, self._bounds().next)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Ranges of ``[start, end)``; checks the start is still in the stream."""
+        begin, stop = self._seq(start), self._seq(end)
+        assert begin is not None and stop is not None
+        if stop <= begin:
+            return []
+        begin = check_loss(self.opts, begin, self._bounds().first, "checkpointed offset")
+        return _partitions(self.opts, begin, stop)
+
+    def read(self, partition: SequenceRange) -> Iterator[pa.RecordBatch]:
+        """Read one range (on an executor)."""
+        return read_range(self.opts, partition.start, partition.end)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: reads do not acknowledge, the offsets are in the checkpoint."""
+
+    def stop(self) -> None:
+        """Nothing to release (connections live only inside each call)."""

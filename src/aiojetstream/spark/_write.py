@@ -1,0 +1,307 @@
+"""Writing DataFrames into JetStream: every row is one acknowledged publish.
+
+Rows arrive as Arrow record batches (``DataSourceArrowWriter`` /
+``DataSourceStreamArrowWriter``, Spark >= 4.0 / 4.1) or, on older versions of
+the streaming writer, as ``Row`` objects; both become plain column lists and go
+out through ``publish_async`` with a bounded window. The task returns only when
+every acknowledgement has arrived; the first failed one fails the task (Spark
+then retries it). ``dedupe=auto`` gives each row a ``Nats-Msg-Id`` derived from
+the write (or streaming query and batch), the partition and the row's position,
+so a retried task or a replayed micro-batch stores nothing twice within the
+stream's ``duplicate_window``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    BinaryType,
+    ByteType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+)
+
+from aiojetstream import InvalidOptionError, JetStreamContext, PubAck
+
+from ._options import ConnectOptions, JetStreamSparkWarning, SinkOptions
+from ._runtime import Session
+
+try:
+    from pyspark.sql.datasource import DataSourceArrowWriter as _BatchBase
+except ImportError:  # pragma: no cover - very old 4.0 builds
+    _BatchBase = DataSourceWriter  # type: ignore[misc,assignment]
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
+except ImportError:  # pragma: no cover - Spark 4.0: rows
+    _StreamBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
+
+__all__ = ["SinkColumns", "StreamWriter", "WriteResult", "Writer", "check_sink_schema"]
+
+logger = logging.getLogger("aiojetstream.spark")
+
+_SINK_COLUMNS: Final = ("data", "subject", "headers", "msg_id", "ttl")
+_NUMERIC: Final = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType)
+#: Rows converted per step when the writer receives Row objects.
+_ROW_CHUNK: Final = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class SinkColumns:
+    """Which of the sink's columns the DataFrame has."""
+
+    subject: bool
+    headers: bool
+    msg_id: bool
+    ttl: bool
+
+
+def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
+    """Check the DataFrame's columns for a ``jetstream`` write (on the driver, before the job).
+
+    Raises:
+        InvalidOptionError: no ``data`` column, no subject (column or option), or
+            a column of the wrong type.
+
+    """
+    fields = {f.name: f.dataType for f in schema.fields}
+    data = fields.get("data")
+    if data is None:
+        raise InvalidOptionError(
+            "format('jetstream') writes need a 'data' column (binary or string); "
+            f"the DataFrame has {sorted(fields)}"
+        )
+    if not isinstance(data, BinaryType | StringType):
+        raise InvalidOptionError(f"column 'data' must be binary or string, not {data.simpleString()}")
+    subject = fields.get("subject")
+    if subject is None and opts.subject is None:
+        raise InvalidOptionError(
+            "format('jetstream') writes need a subject: a 'subject' column or option('subject', ...)"
+        )
+    if subject is not None and not isinstance(subject, StringType):
+        raise InvalidOptionError(f"column 'subject' must be a string, not {subject.simpleString()}")
+    headers = fields.get("headers")
+    if headers is not None and not (
+        isinstance(headers, MapType)
+        and isinstance(headers.keyType, StringType)
+        and isinstance(headers.valueType, StringType)
+    ):
+        raise InvalidOptionError(
+            f"column 'headers' must be map<string,string>, not {headers.simpleString()}"
+        )
+    msg_id = fields.get("msg_id")
+    if msg_id is not None and not isinstance(msg_id, StringType):
+        raise InvalidOptionError(f"column 'msg_id' must be a string, not {msg_id.simpleString()}")
+    ttl = fields.get("ttl")
+    if ttl is not None and not isinstance(ttl, (*_NUMERIC, StringType)):
+        raise InvalidOptionError(
+            f"column 'ttl' must be seconds (a number) or a duration string, not {ttl.simpleString()}"
+        )
+    extra = sorted(set(fields) - set(_SINK_COLUMNS))
+    if extra:
+        warnings.warn(
+            f"aiojetstream.spark: columns {extra} are not written (the sink writes "
+            f"{', '.join(_SINK_COLUMNS)})",
+            JetStreamSparkWarning,
+            stacklevel=2,
+        )
+    return SinkColumns(
+        subject=subject is not None,
+        headers=headers is not None,
+        msg_id=msg_id is not None,
+        ttl=ttl is not None,
+    )
+
+
+@dataclass
+class WriteResult(WriterCommitMessage):  # type: ignore[misc]
+    """What one task wrote: rows published and how many the stream reported as duplicates."""
+
+    rows: int = 0
+    duplicates: int = 0
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+    index = batch.schema.get_field_index(name)
+    return None if index < 0 else batch.column(index).to_pylist()
+
+
+def _batches(items: Iterable[Any]) -> Iterator[pa.RecordBatch]:
+    """Record batches from Arrow batches or ``Row`` objects (Spark 4.0 streaming writes)."""
+    rows: list[Any] = []
+    for item in items:
+        if isinstance(item, pa.RecordBatch):
+            yield item
+            continue
+        rows.append(item.asDict())
+        if len(rows) >= _ROW_CHUNK:
+            yield pa.RecordBatch.from_pylist(rows)
+            rows = []
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows)
+
+
+class _Publisher:
+    """Publishes record batches with ``publish_async`` and collects the acknowledgements."""
+
+    def __init__(self, js: JetStreamContext, opts: SinkOptions, id_prefix: str | None) -> None:
+        self._js = js
+        self._subject = opts.subject
+        self._id_prefix = id_prefix
+        self._futures: list[asyncio.Future[PubAck]] = []
+        self.result = WriteResult()
+
+    async def publish(self, batch: pa.RecordBatch) -> None:
+        js = self._js
+        n = batch.num_rows
+        data = _column(batch, "data") or []
+        subjects = _column(batch, "subject")
+        headers = _column(batch, "headers")
+        msg_ids = _column(batch, "msg_id")
+        ttls = _column(batch, "ttl")
+        default_subject = self._subject
+        first_row = self.result.rows
+        prefix = self._id_prefix
+        futures = self._futures
+        for i in range(n):
+            body = data[i]
+            if body is None:
+                body = b""
+            elif type(body) is str:
+                body = body.encode()
+            subject = subjects[i] if subjects is not None else None
+            if subject is None:
+                subject = default_subject
+                if subject is None:
+                    raise InvalidOptionError(
+                        f"row {first_row + i} has a null 'subject' and no option('subject') is set"
+                    )
+            hdrs = headers[i] if headers is not None else None
+            msg_id = msg_ids[i] if msg_ids is not None else None
+            if msg_id is None and prefix is not None:
+                msg_id = f"{prefix}-{first_row + i}"
+            ttl = ttls[i] if ttls is not None else None
+            if hdrs is None and msg_id is None and ttl is None:
+                futures.append(await js.publish_async(subject, body))
+            else:
+                futures.append(
+                    await js.publish_async(
+                        subject,
+                        body,
+                        headers=dict(hdrs) if hdrs else None,
+                        msg_id=msg_id,
+                        ttl=float(ttl) if ttl is not None and type(ttl) is not str else ttl,
+                    )
+                )
+        self.result.rows += n
+        self._collect(wait=False)
+
+    def _collect(self, *, wait: bool) -> None:
+        keep: list[asyncio.Future[PubAck]] = []
+        for fut in self._futures:
+            if not fut.done():
+                assert not wait
+                keep.append(fut)
+                continue
+            ack = fut.result()  # raises the publish's error: the task fails
+            if ack.duplicate:
+                self.result.duplicates += 1
+        self._futures = keep
+
+    async def finish(self) -> WriteResult:
+        if self._futures:
+            await asyncio.wait(self._futures)
+        self._collect(wait=True)
+        return self.result
+
+
+def _write(
+    connect: ConnectOptions,
+    opts: SinkOptions,
+    id_prefix: str | None,
+    iterator: Iterable[Any],
+) -> WriteResult:
+    with Session(connect) as session:
+        publisher = _Publisher(session.js, opts, id_prefix)
+        for batch in _batches(iterator):
+            session.run(publisher.publish(batch))
+        return session.run(publisher.finish())
+
+
+def _partition() -> TaskContext | None:
+    return TaskContext.get()
+
+
+class Writer(_BatchBase):  # type: ignore[misc,valid-type]
+    """Batch ``df.write.format("jetstream").mode("append")``."""
+
+    def __init__(self, opts: SinkOptions, columns: SinkColumns) -> None:
+        self.opts = opts
+        self.columns = columns
+        # Fixed on the driver and shipped to every task: a retried task derives
+        # the same message ids as the attempt it replaces.
+        self.write_id = uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[Any]) -> WriteResult:
+        """Publish a partition's rows; return once every ack arrived."""
+        prefix = None
+        if self.opts.dedupe == "auto":
+            ctx = _partition()
+            part = ctx.partitionId() if ctx is not None else 0
+            prefix = f"{self.write_id}-{part}"
+        return _write(self.opts.connect, self.opts, prefix, iterator)
+
+    def commit(self, messages: list[WriteResult | None]) -> None:
+        """Log what the write stored."""
+        rows = sum(m.rows for m in messages if m is not None)
+        dups = sum(m.duplicates for m in messages if m is not None)
+        logger.info("jetstream write: %d rows published, %d duplicates", rows, dups)
+
+    def abort(self, messages: list[WriteResult | None]) -> None:
+        """Published messages cannot be withdrawn; a re-run with msg ids stores no copies."""
+        logger.warning("jetstream write aborted; messages already acknowledged stay stored")
+
+
+class StreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
+    """Streaming ``writeStream.format("jetstream")``."""
+
+    def __init__(self, opts: SinkOptions, columns: SinkColumns) -> None:
+        self.opts = opts
+        self.columns = columns
+
+    def write(self, iterator: Iterator[Any]) -> WriteResult:
+        """Publish a micro-batch partition; ``dedupe=auto`` ids are query-batch-partition-row."""
+        prefix = None
+        if self.opts.dedupe == "auto":
+            ctx = _partition()
+            if ctx is None:
+                raise InvalidOptionError("dedupe=auto needs a Spark task context")
+            query = ctx.getLocalProperty("sql.streaming.queryId")
+            batch = ctx.getLocalProperty("streaming.sql.batchId")
+            prefix = f"{query}-{batch}-{ctx.partitionId()}"
+        return _write(self.opts.connect, self.opts, prefix, iterator)
+
+    def commit(self, messages: list[WriteResult | None], batchId: int) -> None:
+        """Log what the micro-batch stored."""
+        rows = sum(m.rows for m in messages if m is not None)
+        logger.info("jetstream stream write: batch %d, %d rows", batchId, rows)
+
+    def abort(self, messages: list[WriteResult | None], batchId: int) -> None:
+        """Published messages cannot be withdrawn; ``dedupe=auto`` makes the replay harmless."""
+        logger.warning("jetstream stream write: batch %d aborted", batchId)
