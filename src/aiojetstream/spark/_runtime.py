@@ -27,8 +27,9 @@ T = TypeVar("T")
 class Session:
     """A private event loop with one JetStream connection on it (sync API)."""
 
-    def __init__(self, options: ConnectOptions) -> None:
+    def __init__(self, options: ConnectOptions, *, max_pending: int | None = None) -> None:
         self._options = options
+        self._max_pending = max_pending
         self._loop = asyncio.new_event_loop()
         self._js: JetStreamContext | None = None
         try:
@@ -41,6 +42,8 @@ class Session:
         opts = self._options
         try:
             kwargs = opts.connect_kwargs()
+            if self._max_pending is not None:
+                kwargs["publish_async_max_pending"] = self._max_pending
         except (OSError, ValueError) as exc:
             raise InvalidOptionError(f"options 'tlsCaFile' / 'tlsCertFile' / 'tlsKeyFile': {exc}") from exc
         try:

@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 
 from aiojetstream import InvalidOptionError, JetStreamContext
 
-from ._options import SourceOptions, parse_sink_options, parse_source_options
+from ._options import SourceOptions, lower_keys, parse_sink_options, parse_source_options
 from ._read import DDL, Bounds, check_loss, plan_range, read_range, split, stream_bounds
 from ._runtime import run_once
 from ._write import StreamWriter, Writer, check_sink_schema
@@ -68,7 +68,14 @@ class JetStreamDataSource(DataSource):  # type: ignore[misc]
         return "jetstream"
 
     def schema(self) -> str:
-        """The fixed read schema; also validates the read options (before any job)."""
+        """The fixed read schema.
+
+        Spark asks for it at ``load()`` (and for writes too): when a ``stream``
+        option is present the read options are validated here, so a malformed
+        one fails at ``load()``; otherwise the reader checks them at planning.
+        """
+        if "stream" in lower_keys(self.options):
+            parse_source_options(self.options, streaming=False)
         return DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -179,7 +186,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
         begin = self._seq(start)
         if begin is not None:
             if ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
-                latest = min(latest, begin + limit.maxRows)
+                latest = min(latest, begin + limit.max_rows)
             latest = max(latest, begin)
         return _offset(self.opts, latest)
 

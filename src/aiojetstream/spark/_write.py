@@ -237,7 +237,7 @@ def _write(
     id_prefix: str | None,
     iterator: Iterable[Any],
 ) -> WriteResult:
-    with Session(connect) as session:
+    with Session(connect, max_pending=opts.max_pending) as session:
         publisher = _Publisher(session.js, opts, id_prefix)
         for batch in _batches(iterator):
             session.run(publisher.publish(batch))

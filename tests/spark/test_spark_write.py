@@ -1,0 +1,243 @@
+"""Writes through ``format("jetstream")`` and ``format("jetstream_kv")`` on real Spark."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, SparkSession
+from pyspark.sql.functions import col, udf
+
+from aiojetstream import JetStreamContext, KeyValueConfig, KeyNotFoundError, StreamConfig
+from helpers import wait_until_sync
+from spark_helpers import Nats, reader, rows
+
+
+def create(nats: Nats, stream: str, **config: object) -> None:
+    nats.run(
+        lambda js: js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"], **config))  # type: ignore[arg-type]
+    )
+
+
+def stored(nats: Nats, stream: str) -> int:
+    return nats.run(lambda js: js.stream(stream)).cached_info.state.messages
+
+
+def test_write_read_round_trip_with_ttl(spark: SparkSession, nats: Nats, name: str) -> None:
+    create(nats, name, allow_msg_ttl=True)
+    data = [
+        (b"keep-1", f"{name}.a", {"X-Trace": "t1", "Kind": "k"}, "id-1", None),
+        (b"gone-1", f"{name}.b", None, None, 1.0),
+        (b"keep-2", f"{name}.a", {"X-Trace": "t2"}, None, 3600.0),
+        (b"gone-2", f"{name}.c", {"X-Trace": "t3"}, "id-4", 1.5),
+    ]
+    df = spark.createDataFrame(
+        data, "data binary, subject string, headers map<string,string>, msg_id string, ttl double"
+    )
+    df.write.format("jetstream").option("servers", nats.url).mode("append").save()
+    # All four were stored (last_seq 4); the 1 s ones expire, the others stay.
+    wait_until_sync(lambda: stored(nats, name) == 2, timeout=15, message="TTL expiry")
+    assert nats.run(lambda js: js.stream(name)).cached_info.state.last_seq == 4
+    back = {r["data"]: r for r in rows(reader(spark, nats.url, name).load())}
+    assert sorted(back) == [b"keep-1", b"keep-2"]
+    assert back[b"keep-1"]["headers"] == {"X-Trace": "t1", "Kind": "k", "Nats-Msg-Id": "id-1"}
+    assert back[b"keep-2"]["headers"] == {"X-Trace": "t2", "Nats-TTL": "3600"}
+    assert back[b"keep-1"]["subject"] == f"{name}.a"
+    assert back[b"keep-2"]["subject"] == f"{name}.a"
+    # A duration string works as well as seconds.
+    spark.createDataFrame([(b"s", f"{name}.s", "1h30m")], "data binary, subject string, ttl string").write.format(
+        "jetstream"
+    ).option("servers", nats.url).mode("append").save()
+    assert nats.run(lambda js: js.stream(name)).cached_info.state.messages == 3
+    last = nats.run(nats.js.stream(name))
+    assert nats.run(last.get_msg(5)).headers == {"Nats-TTL": "5400"}
+
+
+def test_write_string_data_and_option_subject(spark: SparkSession, nats: Nats, name: str) -> None:
+    create(nats, name)
+    df = spark.createDataFrame(
+        [("hello", None), ("world", f"{name}.own"), ("numbers", None)], "data string, subject string"
+    )
+    df.write.format("jetstream").option("servers", nats.url).option(
+        "subject", f"{name}.default"
+    ).mode("append").save()
+    got = rows(reader(spark, nats.url, name).load())
+    assert sorted((r["subject"], r["data"]) for r in got) == sorted(
+        [(f"{name}.default", b"hello"), (f"{name}.own", b"world"), (f"{name}.default", b"numbers")]
+    )
+
+
+@pytest.fixture
+def small_arrow_batches(spark: SparkSession) -> Iterator[None]:
+    """Arrow batches of 100 rows: a task that fails part-way has published some rows."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    old = spark.conf.get(key)
+    spark.conf.set(key, "100")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, old)
+
+
+def fail_first_attempt(column: Column) -> Column:
+    """A UDF failing each task's first attempt part-way through its rows.
+
+    Defined inside the function so cloudpickle ships it by value (the test
+    module is not importable in Spark's workers).
+    """
+
+    def fail(i: int) -> int:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.attemptNumber() == 0 and i % 10_000 == 9_000:
+            raise RuntimeError("injected task failure")
+        return i
+
+    return udf(fail, "long")(column)
+
+
+ROWS = 20_000
+
+
+def retried_write(spark: SparkSession, url: str, stream: str, **options: str) -> None:
+    df = spark.range(0, ROWS, numPartitions=2).select(
+        fail_first_attempt(col("id")).alias("id")
+    )
+    df = df.selectExpr("cast(id as string) as data", "concat('id-', id) as msg_id")
+    if options.pop("with_msg_id", "yes") == "no":
+        df = df.drop("msg_id")
+    # A small publish window: acks arrive (and rows are stored) before the failure.
+    w = (
+        df.write.format("jetstream")
+        .option("servers", url)
+        .option("subject", f"{stream}.w")
+        .option("maxPending", "20")
+    )
+    for key, value in options.items():
+        w = w.option(key, value)
+    w.mode("append").save()
+
+
+def test_task_retries_without_ids_duplicate(
+    spark: SparkSession, nats: Nats, name: str, small_arrow_batches: None
+) -> None:
+    """The control: the injected failure really republishes rows when nothing dedupes."""
+    create(nats, name)
+    retried_write(spark, nats.url, name, with_msg_id="no")
+    assert stored(nats, name) > ROWS
+
+
+def test_task_retries_store_once_with_msg_id(
+    spark: SparkSession, nats: Nats, name: str, small_arrow_batches: None
+) -> None:
+    create(nats, name)
+    retried_write(spark, nats.url, name)
+    assert stored(nats, name) == ROWS
+
+
+def test_task_retries_store_once_with_dedupe_auto(
+    spark: SparkSession, nats: Nats, name: str, small_arrow_batches: None
+) -> None:
+    create(nats, name)
+    retried_write(spark, nats.url, name, with_msg_id="no", dedupe="auto")
+    assert stored(nats, name) == ROWS
+    got = rows(reader(spark, nats.url, name).load())
+    assert sorted(int(r["data"]) for r in got) == list(range(ROWS))
+    assert all(r["headers"]["Nats-Msg-Id"] for r in got)
+
+
+def test_failed_ack_fails_the_write(spark: SparkSession, nats: Nats, name: str) -> None:
+    create(nats, name, max_msgs=5, discard="new")
+    df = spark.range(0, 20, numPartitions=1).selectExpr("cast(id as string) as data")
+    with pytest.raises(PySparkException, match="maximum messages exceeded|StreamFull|10077"):
+        df.write.format("jetstream").option("servers", nats.url).option(
+            "subject", f"{name}.x"
+        ).mode("append").save()
+    assert stored(nats, name) == 5
+
+
+def test_streaming_write_dedupe_auto_with_retries_and_replay(
+    spark: SparkSession, nats: Nats, name: str, tmp_path: Path, small_arrow_batches: None
+) -> None:
+    source, target = name + "SRC", name + "DST"
+    create(nats, source)
+    create(nats, target)
+
+    async def fill(js: JetStreamContext) -> None:
+        for i in range(ROWS):
+            await js.publish_async(f"{source}.e", b"%d" % i)
+        await js.publish_async_complete()
+
+    nats.run(fill)
+    df = (
+        spark.readStream.format("jetstream")
+        .option("servers", nats.url)
+        .option("stream", source)
+        .option("startingOffsets", "earliest")
+        .option("numPartitions", "2")
+        .load()
+        .select(fail_first_attempt(col("seq") - 1).alias("n"), col("data"))
+        .select("data")
+    )
+
+    def run() -> None:
+        query = (
+            df.writeStream.format("jetstream")
+            .option("servers", nats.url)
+            .option("subject", f"{target}.copy")
+            .option("dedupe", "auto")
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    run()
+    assert stored(nats, target) == ROWS
+    # Replay the last micro-batch, as after a crash between the write and the commit
+    # log: the same query and batch ids, so the stream drops every copy.
+    commits = [p for p in (tmp_path / "cp" / "commits").iterdir() if p.name.isdigit()]
+    last = max(commits, key=lambda p: int(p.name))
+    last.unlink()
+    (tmp_path / "cp" / "commits" / f".{last.name}.crc").unlink(missing_ok=True)
+    run()
+    assert stored(nats, target) == ROWS
+
+
+def test_kv_write_and_read(spark: SparkSession, nats: Nats, name: str) -> None:
+    nats.run(lambda js: js.create_key_value(KeyValueConfig(bucket=name, history=5)))
+    kv = nats.run(lambda js: js.key_value(name))
+    nats.run(kv.put("old", b"will be deleted"))
+    nats.run(kv.put("kept", b"from before"))
+    df = spark.createDataFrame(
+        [("a", b"1"), ("b", b"2"), ("a", b"3"), ("old", None), ("c", b"")],
+        "key string, value binary",
+    )
+    df.coalesce(1).write.format("jetstream_kv").option("servers", nats.url).option(
+        "bucket", name
+    ).mode("append").save()
+    assert nats.run(kv.get("a")).value == b"3"
+    with pytest.raises(KeyNotFoundError):
+        nats.run(kv.get("old"))
+    got = spark.read.format("jetstream_kv").option("servers", nats.url).option(
+        "bucket", name
+    ).load()
+    table = {r["key"]: r for r in got.collect()}
+    assert {k: r["value"] for k, r in table.items()} == {
+        "a": b"3",
+        "b": b"2",
+        "c": b"",
+        "kept": b"from before",
+    }
+    assert {r["bucket"] for r in table.values()} == {name}
+    assert table["a"]["revision"] == nats.run(kv.get("a")).revision
+    assert table["a"]["created"] is not None
+    # String values are written as UTF-8.
+    spark.createDataFrame([("s", "text")], "key string, value string").write.format(
+        "jetstream_kv"
+    ).option("servers", nats.url).option("bucket", name).mode("append").save()
+    assert nats.run(kv.get("s")).value == b"text"
