@@ -17,7 +17,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from aiojetstream.testing import NatsServer
-from spark_helpers import Nats
+from spark.spark_helpers import Nats
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
@@ -55,5 +56,3 @@ def nats(nats_server: NatsServer) -> Iterator[Nats]:
 def name() -> str:
     """A fresh stream or bucket name for one test."""
     return "T" + uuid.uuid4().hex[:10].upper()
-
-

@@ -25,7 +25,7 @@ class Nats:
     def run(self, work: Callable[[JetStreamContext], Awaitable[T]] | Awaitable[T]) -> T:
         """Run ``work(js)`` (or an awaitable) to completion."""
         awaitable = work(self.js) if callable(work) else work
-        return self._loop.run_until_complete(awaitable)  # type: ignore[arg-type]
+        return self._loop.run_until_complete(awaitable)
 
     def close(self) -> None:
         self._loop.run_until_complete(self.js.close())

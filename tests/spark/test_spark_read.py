@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 import aiojetstream.spark
 from aiojetstream import JetStreamContext, StreamConfig
 from helpers import wait_until_sync
-from spark_helpers import Nats, reader, rows
+from spark.spark_helpers import Nats, reader, rows
 
 N = 300
 
@@ -67,7 +67,9 @@ def test_sequence_ranges(spark: SparkSession, nats: Nats, name: str) -> None:
     got = rows(reader(spark, nats.url, name, startingOffsets="earliest", endingOffsets=3).load())
     assert [r["seq"] for r in got] == [1, 2]
     # A checkpoint-style JSON offset works as a starting point too.
-    got = rows(reader(spark, nats.url, name, startingOffsets=f'{{"stream": "{name}", "seq": 299}}').load())
+    got = rows(
+        reader(spark, nats.url, name, startingOffsets=f'{{"stream": "{name}", "seq": 299}}').load()
+    )
     assert [r["seq"] for r in got] == [299, 300]
 
 

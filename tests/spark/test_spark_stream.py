@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from aiojetstream import JetStreamContext, StreamConfig
 from aiojetstream.spark._source import ADMISSION_CONTROL
 from helpers import wait_until_sync
-from spark_helpers import Nats
+from spark.spark_helpers import Nats
 
 
 def create(nats: Nats, stream: str) -> None:
@@ -146,9 +146,7 @@ def test_max_records_per_trigger(
     assert sink.seqs == list(range(1, 351))
 
 
-def test_data_loss_on_restart(
-    spark: SparkSession, nats: Nats, name: str, tmp_path: Path
-) -> None:
+def test_data_loss_on_restart(spark: SparkSession, nats: Nats, name: str, tmp_path: Path) -> None:
     create(nats, name)
     publish(nats, name, 0, 10)
     sink = Collector()

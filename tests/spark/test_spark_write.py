@@ -10,14 +10,14 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Column, SparkSession
 from pyspark.sql.functions import col, udf
 
-from aiojetstream import JetStreamContext, KeyValueConfig, KeyNotFoundError, StreamConfig
+from aiojetstream import JetStreamContext, KeyNotFoundError, KeyValueConfig, StreamConfig
 from helpers import wait_until_sync
-from spark_helpers import Nats, reader, rows
+from spark.spark_helpers import Nats, reader, rows
 
 
 def create(nats: Nats, stream: str, **config: object) -> None:
     nats.run(
-        lambda js: js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"], **config))  # type: ignore[arg-type]
+        lambda js: js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"], **config))
     )
 
 
@@ -47,9 +47,9 @@ def test_write_read_round_trip_with_ttl(spark: SparkSession, nats: Nats, name: s
     assert back[b"keep-1"]["subject"] == f"{name}.a"
     assert back[b"keep-2"]["subject"] == f"{name}.a"
     # A duration string works as well as seconds.
-    spark.createDataFrame([(b"s", f"{name}.s", "1h30m")], "data binary, subject string, ttl string").write.format(
-        "jetstream"
-    ).option("servers", nats.url).mode("append").save()
+    spark.createDataFrame(
+        [(b"s", f"{name}.s", "1h30m")], "data binary, subject string, ttl string"
+    ).write.format("jetstream").option("servers", nats.url).mode("append").save()
     assert nats.run(lambda js: js.stream(name)).cached_info.state.messages == 3
     last = nats.run(nats.js.stream(name))
     assert nats.run(last.get_msg(5)).headers == {"Nats-TTL": "5400"}
@@ -58,7 +58,8 @@ def test_write_read_round_trip_with_ttl(spark: SparkSession, nats: Nats, name: s
 def test_write_string_data_and_option_subject(spark: SparkSession, nats: Nats, name: str) -> None:
     create(nats, name)
     df = spark.createDataFrame(
-        [("hello", None), ("world", f"{name}.own"), ("numbers", None)], "data string, subject string"
+        [("hello", None), ("world", f"{name}.own"), ("numbers", None)],
+        "data string, subject string",
     )
     df.write.format("jetstream").option("servers", nats.url).option(
         "subject", f"{name}.default"
@@ -74,6 +75,7 @@ def small_arrow_batches(spark: SparkSession) -> Iterator[None]:
     """Arrow batches of 100 rows: a task that fails part-way has published some rows."""
     key = "spark.sql.execution.arrow.maxRecordsPerBatch"
     old = spark.conf.get(key)
+    assert old is not None
     spark.conf.set(key, "100")
     try:
         yield
@@ -103,9 +105,7 @@ ROWS = 20_000
 
 
 def retried_write(spark: SparkSession, url: str, stream: str, **options: str) -> None:
-    df = spark.range(0, ROWS, numPartitions=2).select(
-        fail_first_attempt(col("id")).alias("id")
-    )
+    df = spark.range(0, ROWS, numPartitions=2).select(fail_first_attempt(col("id")).alias("id"))
     df = df.selectExpr("cast(id as string) as data", "concat('id-', id) as msg_id")
     if options.pop("with_msg_id", "yes") == "no":
         df = df.drop("msg_id")
@@ -152,7 +152,7 @@ def test_task_retries_store_once_with_dedupe_auto(
 def test_failed_ack_fails_the_write(spark: SparkSession, nats: Nats, name: str) -> None:
     create(nats, name, max_msgs=5, discard="new")
     df = spark.range(0, 20, numPartitions=1).selectExpr("cast(id as string) as data")
-    with pytest.raises(PySparkException, match="maximum messages exceeded|StreamFull|10077"):
+    with pytest.raises(PySparkException, match=r"maximum messages exceeded|10077"):
         df.write.format("jetstream").option("servers", nats.url).option(
             "subject", f"{name}.x"
         ).mode("append").save()
@@ -223,9 +223,9 @@ def test_kv_write_and_read(spark: SparkSession, nats: Nats, name: str) -> None:
     assert nats.run(kv.get("a")).value == b"3"
     with pytest.raises(KeyNotFoundError):
         nats.run(kv.get("old"))
-    got = spark.read.format("jetstream_kv").option("servers", nats.url).option(
-        "bucket", name
-    ).load()
+    got = (
+        spark.read.format("jetstream_kv").option("servers", nats.url).option("bucket", name).load()
+    )
     table = {r["key"]: r for r in got.collect()}
     assert {k: r["value"] for k, r in table.items()} == {
         "a": b"3",

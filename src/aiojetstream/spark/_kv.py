@@ -20,7 +20,7 @@ from aiojetstream import (
 
 from ._options import KVOptions, parse_kv_options
 from ._runtime import Session, run_once
-from ._write import WriteResult, _BatchBase, _batches
+from ._write import BatchWriterBase, WriteResult, record_batches
 
 __all__ = ["JetStreamKVDataSource"]
 
@@ -59,7 +59,7 @@ def _arrow(bucket: str, entries: list[KeyValueEntry]) -> pa.RecordBatch:
     )
 
 
-class JetStreamKVDataSource(DataSource):  # type: ignore[misc]
+class JetStreamKVDataSource(DataSource):
     """``format("jetstream_kv")``: the live value of every key; writes put or delete keys."""
 
     @classmethod
@@ -90,10 +90,16 @@ class JetStreamKVDataSource(DataSource):  # type: ignore[misc]
             raise InvalidOptionError("column 'key' must be a string")
         if not isinstance(fields["value"], BinaryType | StringType):
             raise InvalidOptionError("column 'value' must be binary or string")
-        return KVWriter(parse_kv_options(self.options))
+        opts = parse_kv_options(self.options)
+
+        async def check(js: JetStreamContext) -> None:
+            await _bucket(js, opts)
+
+        run_once(opts.connect, check)  # before the job: the bucket exists
+        return KVWriter(opts)
 
 
-class KVReader(DataSourceReader):  # type: ignore[misc]
+class KVReader(DataSourceReader):
     """Reads the bucket's live keys with a watch of the latest values."""
 
     def __init__(self, opts: KVOptions) -> None:
@@ -137,7 +143,7 @@ async def _next_entries(watcher: Any) -> tuple[list[KeyValueEntry], bool]:
     return entries, True
 
 
-class KVWriter(_BatchBase):  # type: ignore[misc,valid-type]
+class KVWriter(BatchWriterBase):
     """Puts ``value`` under ``key`` for each row; a null value deletes the key."""
 
     def __init__(self, opts: KVOptions) -> None:
@@ -149,7 +155,7 @@ class KVWriter(_BatchBase):  # type: ignore[misc,valid-type]
         result = WriteResult()
         with Session(opts.connect) as session:
             kv = session.run(_bucket(session.js, opts))
-            for batch in _batches(iterator):
+            for batch in record_batches(iterator):
                 session.run(_put_batch(kv, batch, opts.max_pending))
                 result.rows += batch.num_rows
         return result
@@ -174,7 +180,9 @@ async def _put_batch(kv: KeyValue, batch: pa.RecordBatch, window: int) -> None:
         if value is None:
             fut = asyncio.ensure_future(kv.delete(key))
         else:
-            fut = asyncio.ensure_future(kv.put(key, value.encode() if type(value) is str else value))
+            fut = asyncio.ensure_future(
+                kv.put(key, value.encode() if type(value) is str else value)
+            )
         pending.add(fut)
         latest[key] = fut
     if pending:

@@ -73,7 +73,7 @@ _NAME_RE: Final = re.compile(r"^[^\s.*>/\\\x00]+$")
 
 
 class JetStreamSparkWarning(UserWarning):
-    """A questionable but usable option (an unknown key, skipped data with ``failOnDataLoss=false``)."""
+    """Questionable but usable: an unknown option, or data skipped (``failOnDataLoss=false``)."""
 
 
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
@@ -98,7 +98,8 @@ def _name(options: Mapping[str, str], key: str, display: str) -> str:
     value = value.strip()
     if not _NAME_RE.match(value):
         raise InvalidOptionError(
-            f"option {display!r}: invalid name {value!r} (no whitespace, '.', '*', '>', '/' or '\\')"
+            f"option {display!r}: invalid name {value!r} "
+            "(no whitespace, '.', '*', '>', '/' or '\\')"
         )
     return value
 
@@ -211,7 +212,9 @@ class ConnectOptions:
 def _connect(options: Mapping[str, str]) -> ConnectOptions:
     servers = options.get("servers", DEFAULT_SERVERS).strip()
     if not servers or any(not s.strip() for s in servers.split(",")):
-        raise InvalidOptionError(f"option 'servers': expected a comma list of URLs, got {servers!r}")
+        raise InvalidOptionError(
+            f"option 'servers': expected a comma list of URLs, got {servers!r}"
+        )
     if options.get("tlskeyfile") and not options.get("tlscertfile"):
         raise InvalidOptionError("option 'tlsKeyFile' needs 'tlsCertFile'")
     if options.get("password") is not None and options.get("user") is None:

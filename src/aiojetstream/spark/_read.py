@@ -10,6 +10,7 @@ batch needs, and the consumer is deleted at the end.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -113,7 +114,7 @@ def _consumer_config(opts: SourceOptions, **start: object) -> ConsumerConfig:
         mem_storage=True,
         num_replicas=1,
         inactive_threshold=opts.inactive_threshold,
-        **start,  # type: ignore[arg-type]
+        **start,
     )
 
 
@@ -199,10 +200,9 @@ def split(start: int, end: int, partitions: int | None) -> list[tuple[int, int]]
 
 
 async def _delete(js: JetStreamContext, consumer: JSConsumer) -> None:
-    try:
+    # The inactivity threshold or a stream deletion may have removed it already.
+    with contextlib.suppress(ConsumerNotFoundError, StreamNotFoundError):
         await js.delete_consumer(consumer.stream_name, consumer.name)
-    except (ConsumerNotFoundError, StreamNotFoundError):
-        pass  # the inactivity threshold or a stream deletion removed it already
 
 
 def _reply_numbers(reply: str) -> tuple[int, int, int]:
@@ -243,7 +243,7 @@ class RangeReader:
         return consumer
 
     async def _check_loss(self, first_delivered: int | None) -> None:
-        """The first delivery skipped sequences: were they lost or just filtered out?"""
+        """Check the first delivery: were skipped sequences lost, or just filtered out."""
         self._checked_loss = True
         if first_delivered is not None and first_delivered == self._start:
             return

@@ -45,12 +45,15 @@ class Session:
             if self._max_pending is not None:
                 kwargs["publish_async_max_pending"] = self._max_pending
         except (OSError, ValueError) as exc:
-            raise InvalidOptionError(f"options 'tlsCaFile' / 'tlsCertFile' / 'tlsKeyFile': {exc}") from exc
+            raise InvalidOptionError(
+                f"options 'tlsCaFile' / 'tlsCertFile' / 'tlsKeyFile': {exc}"
+            ) from exc
         try:
             return await aiojetstream.connect(opts.servers, **kwargs)
         except (ConnectionClosedError, TLSError) as exc:
             raise ConnectionClosedError(
-                f"aiojetstream.spark: cannot reach NATS at {opts.describe()} (option 'servers'): {exc}"
+                f"aiojetstream.spark: cannot reach NATS at {opts.describe()} "
+                f"(option 'servers'): {exc}"
             ) from exc
 
     @property

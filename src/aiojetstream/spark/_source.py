@@ -16,9 +16,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from aiojetstream import InvalidOptionError, JetStreamContext
+from aiojetstream import InvalidOptionError, JetStreamContext, StreamNotFoundError
 
-from ._options import SourceOptions, lower_keys, parse_sink_options, parse_source_options
+from ._options import (
+    SinkOptions,
+    SourceOptions,
+    lower_keys,
+    parse_sink_options,
+    parse_source_options,
+)
 from ._read import DDL, Bounds, check_loss, plan_range, read_range, split, stream_bounds
 from ._runtime import run_once
 from ._write import StreamWriter, Writer, check_sink_schema
@@ -43,7 +49,7 @@ except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
 __all__ = ["ADMISSION_CONTROL", "JetStreamDataSource", "SequenceRange"]
 
 
-class SequenceRange(InputPartition):  # type: ignore[misc]
+class SequenceRange(InputPartition):
     """A partition: the stream sequences ``[start, end)``."""
 
     def __init__(self, start: int, end: int) -> None:
@@ -59,7 +65,7 @@ def _partitions(opts: SourceOptions, start: int, end: int) -> list[SequenceRange
     return [SequenceRange(lo, hi) for lo, hi in split(start, end, opts.num_partitions)]
 
 
-class JetStreamDataSource(DataSource):  # type: ignore[misc]
+class JetStreamDataSource(DataSource):
     """``format("jetstream")``: a JetStream stream as a Spark table (see docs/spark.md)."""
 
     @classmethod
@@ -93,15 +99,37 @@ class JetStreamDataSource(DataSource):  # type: ignore[misc]
                 "format('jetstream') supports mode('append') only: a stream cannot be overwritten"
             )
         opts = parse_sink_options(self.options)
-        return Writer(opts, check_sink_schema(schema, opts))
+        columns = check_sink_schema(schema, opts)
+        _check_sink_subject(opts)
+        return Writer(opts, columns)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """A streaming writer (``outputMode("append")``)."""
         opts = parse_sink_options(self.options)
-        return StreamWriter(opts, check_sink_schema(schema, opts))
+        columns = check_sink_schema(schema, opts)
+        _check_sink_subject(opts)
+        return StreamWriter(opts, columns)
 
 
-class BatchReader(DataSourceReader):  # type: ignore[misc]
+def _check_sink_subject(opts: SinkOptions) -> None:
+    """Before the job: the server is reachable and a stream captures ``option('subject')``."""
+
+    async def check(js: JetStreamContext) -> None:
+        if opts.subject is None:
+            await js.account_info()
+            return
+        try:
+            await js.stream_name_by_subject(opts.subject)
+        except StreamNotFoundError as exc:
+            raise InvalidOptionError(
+                f"option 'subject': no stream at {opts.connect.describe()} captures "
+                f"{opts.subject!r}"
+            ) from exc
+
+    run_once(opts.connect, check)
+
+
+class BatchReader(DataSourceReader):
     """Plans contiguous sequence ranges and reads each with an ephemeral consumer."""
 
     def __init__(self, opts: SourceOptions) -> None:
@@ -118,8 +146,9 @@ class BatchReader(DataSourceReader):  # type: ignore[misc]
 
         return run_once(opts.connect, plan)
 
-    def read(self, partition: SequenceRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (on an executor)."""
+        assert isinstance(partition, SequenceRange)
         return read_range(self.opts, partition.start, partition.end)
 
 
@@ -127,7 +156,7 @@ def _offset(opts: SourceOptions, seq: int) -> dict[str, Any]:
     return {"stream": opts.stream, "seq": seq}
 
 
-class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of sequence ranges; the checkpointed offsets are the whole state.
 
     Nothing depends on ``commit()`` or ``stop()`` being called: reads are
@@ -197,14 +226,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Ranges of ``[start, end)``; checks the start is still in the stream."""
         begin, stop = self._seq(start), self._seq(end)
-        assert begin is not None and stop is not None
+        assert begin is not None
+        assert stop is not None
         if stop <= begin:
             return []
         begin = check_loss(self.opts, begin, self._bounds().first, "checkpointed offset")
         return _partitions(self.opts, begin, stop)
 
-    def read(self, partition: SequenceRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (on an executor)."""
+        assert isinstance(partition, SequenceRange)
         return read_range(self.opts, partition.start, partition.end)
 
     def commit(self, end: dict[str, Any]) -> None:

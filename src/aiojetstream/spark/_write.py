@@ -44,15 +44,23 @@ from ._options import ConnectOptions, JetStreamSparkWarning, SinkOptions
 from ._runtime import Session
 
 try:
-    from pyspark.sql.datasource import DataSourceArrowWriter as _BatchBase
+    from pyspark.sql.datasource import DataSourceArrowWriter as BatchWriterBase
 except ImportError:  # pragma: no cover - very old 4.0 builds
-    _BatchBase = DataSourceWriter  # type: ignore[misc,assignment]
+    BatchWriterBase = DataSourceWriter  # type: ignore[misc,assignment]
 try:
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as StreamWriterBase
 except ImportError:  # pragma: no cover - Spark 4.0: rows
-    _StreamBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
+    StreamWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
 
-__all__ = ["SinkColumns", "StreamWriter", "WriteResult", "Writer", "check_sink_schema"]
+__all__ = [
+    "BatchWriterBase",
+    "SinkColumns",
+    "StreamWriter",
+    "WriteResult",
+    "Writer",
+    "check_sink_schema",
+    "record_batches",
+]
 
 logger = logging.getLogger("aiojetstream.spark")
 
@@ -88,11 +96,14 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
             f"the DataFrame has {sorted(fields)}"
         )
     if not isinstance(data, BinaryType | StringType):
-        raise InvalidOptionError(f"column 'data' must be binary or string, not {data.simpleString()}")
+        raise InvalidOptionError(
+            f"column 'data' must be binary or string, not {data.simpleString()}"
+        )
     subject = fields.get("subject")
     if subject is None and opts.subject is None:
         raise InvalidOptionError(
-            "format('jetstream') writes need a subject: a 'subject' column or option('subject', ...)"
+            "format('jetstream') writes need a subject: "
+            "a 'subject' column or option('subject', ...)"
         )
     if subject is not None and not isinstance(subject, StringType):
         raise InvalidOptionError(f"column 'subject' must be a string, not {subject.simpleString()}")
@@ -111,7 +122,8 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
     ttl = fields.get("ttl")
     if ttl is not None and not isinstance(ttl, (*_NUMERIC, StringType)):
         raise InvalidOptionError(
-            f"column 'ttl' must be seconds (a number) or a duration string, not {ttl.simpleString()}"
+            "column 'ttl' must be seconds (a number) or a duration string, "
+            f"not {ttl.simpleString()}"
         )
     extra = sorted(set(fields) - set(_SINK_COLUMNS))
     if extra:
@@ -130,7 +142,7 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
 
 
 @dataclass
-class WriteResult(WriterCommitMessage):  # type: ignore[misc]
+class WriteResult(WriterCommitMessage):
     """What one task wrote: rows published and how many the stream reported as duplicates."""
 
     rows: int = 0
@@ -142,7 +154,7 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     return None if index < 0 else batch.column(index).to_pylist()
 
 
-def _batches(items: Iterable[Any]) -> Iterator[pa.RecordBatch]:
+def record_batches(items: Iterable[Any]) -> Iterator[pa.RecordBatch]:
     """Record batches from Arrow batches or ``Row`` objects (Spark 4.0 streaming writes)."""
     rows: list[Any] = []
     for item in items:
@@ -239,7 +251,7 @@ def _write(
 ) -> WriteResult:
     with Session(connect, max_pending=opts.max_pending) as session:
         publisher = _Publisher(session.js, opts, id_prefix)
-        for batch in _batches(iterator):
+        for batch in record_batches(iterator):
             session.run(publisher.publish(batch))
         return session.run(publisher.finish())
 
@@ -248,7 +260,7 @@ def _partition() -> TaskContext | None:
     return TaskContext.get()
 
 
-class Writer(_BatchBase):  # type: ignore[misc,valid-type]
+class Writer(BatchWriterBase):
     """Batch ``df.write.format("jetstream").mode("append")``."""
 
     def __init__(self, opts: SinkOptions, columns: SinkColumns) -> None:
@@ -267,18 +279,19 @@ class Writer(_BatchBase):  # type: ignore[misc,valid-type]
             prefix = f"{self.write_id}-{part}"
         return _write(self.opts.connect, self.opts, prefix, iterator)
 
-    def commit(self, messages: list[WriteResult | None]) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Log what the write stored."""
-        rows = sum(m.rows for m in messages if m is not None)
-        dups = sum(m.duplicates for m in messages if m is not None)
+        results = [m for m in messages if isinstance(m, WriteResult)]
+        rows = sum(m.rows for m in results)
+        dups = sum(m.duplicates for m in results)
         logger.info("jetstream write: %d rows published, %d duplicates", rows, dups)
 
-    def abort(self, messages: list[WriteResult | None]) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Published messages cannot be withdrawn; a re-run with msg ids stores no copies."""
         logger.warning("jetstream write aborted; messages already acknowledged stay stored")
 
 
-class StreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
+class StreamWriter(StreamWriterBase):
     """Streaming ``writeStream.format("jetstream")``."""
 
     def __init__(self, opts: SinkOptions, columns: SinkColumns) -> None:
@@ -297,11 +310,11 @@ class StreamWriter(_StreamBase):  # type: ignore[misc,valid-type]
             prefix = f"{query}-{batch}-{ctx.partitionId()}"
         return _write(self.opts.connect, self.opts, prefix, iterator)
 
-    def commit(self, messages: list[WriteResult | None], batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Log what the micro-batch stored."""
-        rows = sum(m.rows for m in messages if m is not None)
+        rows = sum(m.rows for m in messages if isinstance(m, WriteResult))
         logger.info("jetstream stream write: batch %d, %d rows", batchId, rows)
 
-    def abort(self, messages: list[WriteResult | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Published messages cannot be withdrawn; ``dedupe=auto`` makes the replay harmless."""
         logger.warning("jetstream stream write: batch %d aborted", batchId)

@@ -1,0 +1,1 @@
+"""Tests of aiojetstream.spark on real Spark (one SparkSession per test session)."""

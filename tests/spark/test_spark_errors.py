@@ -1,0 +1,135 @@
+"""Bad input for the Spark formats: each a clear error naming the option, before a job runs."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+
+from aiojetstream import StreamConfig
+from spark.spark_helpers import Nats, reader
+
+UNREACHABLE = "nats://127.0.0.1:1"
+
+
+def jobs(spark: SparkSession) -> int:
+    """How many Spark jobs have started so far."""
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup())
+
+
+def test_missing_stream(spark: SparkSession, nats: Nats) -> None:
+    df = spark.read.format("jetstream").option("servers", nats.url).load()
+    with pytest.raises(PySparkException, match="option 'stream' is required"):
+        df.collect()
+
+
+def test_unknown_stream_before_any_job(spark: SparkSession, nats: Nats, name: str) -> None:
+    before = jobs(spark)
+    with pytest.raises(PySparkException, match=rf"option 'stream': stream '{name}' does not exist"):
+        reader(spark, nats.url, name).load().collect()
+    assert jobs(spark) == before
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("startingOffsets", "yesterday", "option 'startingOffsets': expected earliest | latest"),
+        ("startingOffsets", "0", "option 'startingOffsets'"),
+        ("endingOffsets", "earliest", "option 'endingOffsets': expected latest"),
+        ("endingOffsets", "-3", "option 'endingOffsets'"),
+        ("startingTimestamp", "last tuesday", "option 'startingTimestamp': expected an ISO-8601"),
+        ("numPartitions", "zero", "option 'numPartitions'"),
+        ("failOnDataLoss", "maybe", "option 'failOnDataLoss'"),
+        ("subject", "a..b", "option 'subject'"),
+    ],
+)
+def test_malformed_read_options_fail_at_load(
+    spark: SparkSession, nats: Nats, name: str, option: str, value: str, message: str
+) -> None:
+    with pytest.raises(PySparkException, match=message):
+        reader(spark, nats.url, name, **{option: value}).load()
+
+
+def test_ending_before_starting(spark: SparkSession, nats: Nats, name: str) -> None:
+    with pytest.raises(PySparkException, match=r"'endingOffsets' \(5\) is before"):
+        reader(spark, nats.url, name, startingOffsets=10, endingOffsets=5).load()
+
+
+def test_ending_offsets_refused_for_streams(spark: SparkSession, nats: Nats, name: str) -> None:
+    nats.run(lambda js: js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"])))
+    df = (
+        spark.readStream.format("jetstream")
+        .option("servers", nats.url)
+        .option("stream", name)
+        .option("endingOffsets", "10")
+    )
+    with pytest.raises(PySparkException, match="'endingOffsets' applies to batch reads only"):
+        df.load().writeStream.format("console").start().awaitTermination(30)
+
+
+def test_unreachable_server(spark: SparkSession) -> None:
+    before = jobs(spark)
+    with pytest.raises(
+        PySparkException, match=r"cannot reach NATS at nats://127.0.0.1:1 \(option 'servers'\)"
+    ):
+        reader(spark, UNREACHABLE, "ORDERS").load().collect()
+    assert jobs(spark) == before
+
+
+def test_write_without_data_column(spark: SparkSession, nats: Nats) -> None:
+    df = spark.createDataFrame([("x", "a.b")], "payload string, subject string")
+    with pytest.raises(PySparkException, match="need a 'data' column"):
+        df.write.format("jetstream").option("servers", nats.url).mode("append").save()
+
+
+def test_write_without_subject(spark: SparkSession, nats: Nats) -> None:
+    df = spark.createDataFrame([("x",)], "data string")
+    with pytest.raises(PySparkException, match="need a subject"):
+        df.write.format("jetstream").option("servers", nats.url).mode("append").save()
+
+
+def test_write_subject_no_stream_captures(spark: SparkSession, nats: Nats, name: str) -> None:
+    df = spark.createDataFrame([("x",)], "data string")
+    before = jobs(spark)
+    with pytest.raises(
+        PySparkException, match=rf"option 'subject': no stream .* captures '{name}.x'"
+    ):
+        df.write.format("jetstream").option("servers", nats.url).option(
+            "subject", f"{name}.x"
+        ).mode("append").save()
+    assert jobs(spark) == before
+
+
+def test_write_wrong_column_types(spark: SparkSession, nats: Nats) -> None:
+    df = spark.createDataFrame([(1, "a.b")], "data int, subject string")
+    with pytest.raises(PySparkException, match="column 'data' must be binary or string"):
+        df.write.format("jetstream").option("servers", nats.url).mode("append").save()
+    df = spark.createDataFrame([("x", "a.b", 5)], "data string, subject string, headers int")
+    with pytest.raises(PySparkException, match="column 'headers' must be map<string,string>"):
+        df.write.format("jetstream").option("servers", nats.url).mode("append").save()
+
+
+def test_write_overwrite_refused(spark: SparkSession, nats: Nats, name: str) -> None:
+    df = spark.createDataFrame([("x",)], "data string")
+    with pytest.raises(PySparkException, match=r"mode\('append'\) only"):
+        df.write.format("jetstream").option("servers", nats.url).option(
+            "subject", f"{name}.x"
+        ).mode("overwrite").save()
+
+
+def test_kv_missing_and_unknown_bucket(spark: SparkSession, nats: Nats, name: str) -> None:
+    with pytest.raises(PySparkException, match="option 'bucket' is required"):
+        spark.read.format("jetstream_kv").option("servers", nats.url).load().collect()
+    with pytest.raises(PySparkException, match=rf"option 'bucket': bucket '{name}' does not exist"):
+        spark.read.format("jetstream_kv").option("servers", nats.url).option(
+            "bucket", name
+        ).load().collect()
+    df = spark.createDataFrame([("k", b"v")], "key string, value binary")
+    with pytest.raises(PySparkException, match=rf"bucket '{name}' does not exist"):
+        df.write.format("jetstream_kv").option("servers", nats.url).option("bucket", name).mode(
+            "append"
+        ).save()
+    with pytest.raises(PySparkException, match="need columns 'key' and 'value'"):
+        spark.createDataFrame([("k",)], "key string").write.format("jetstream_kv").option(
+            "servers", nats.url
+        ).option("bucket", name).mode("append").save()

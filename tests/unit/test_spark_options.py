@@ -1,0 +1,203 @@
+"""The Spark extension's pure parts: options, range splitting, data-loss rule, boundaries."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiojetstream import InvalidOptionError
+from aiojetstream.spark import DataLossError, JetStreamSparkWarning
+from aiojetstream.spark._options import (
+    parse_kv_options,
+    parse_sink_options,
+    parse_source_options,
+)
+from aiojetstream.spark._read import _reply_numbers, check_loss, split
+
+SPARK_DIR = Path(__file__).resolve().parents[2] / "src" / "aiojetstream" / "spark"
+
+
+def test_defaults_and_case_insensitive_keys() -> None:
+    opts = parse_source_options({"STREAM": "ORDERS"}, streaming=False)
+    assert opts.stream == "ORDERS"
+    assert opts.connect.servers == "nats://127.0.0.1:4222"
+    assert opts.starting is None
+    assert opts.ending == "latest"
+    assert opts.fail_on_data_loss is True
+    assert opts.num_partitions is None
+    opts = parse_source_options(
+        {
+            "stream": "S",
+            "StartingOffsets": "EARLIEST",
+            "endingoffsets": "42",
+            "Subject": "a.*, b.>",
+            "numPartitions": "3",
+            "failOnDataLoss": "False",
+            "maxRecordsPerTrigger": "10",
+            "servers": "nats://a:1, nats://b:2",
+            "startingTimestamp": "2026-01-31T12:00:00Z",
+        },
+        streaming=False,
+    )
+    assert opts.starting == "earliest"
+    assert opts.ending == 42
+    assert opts.subjects == ("a.*", "b.>")
+    assert opts.num_partitions == 3
+    assert opts.fail_on_data_loss is False
+    assert opts.max_records_per_trigger == 10
+    assert opts.connect.servers == "nats://a:1,nats://b:2"
+    assert opts.starting_timestamp == datetime(2026, 1, 31, 12, tzinfo=UTC)
+
+
+def test_json_offset_accepted() -> None:
+    opts = parse_source_options(
+        {"stream": "S", "startingOffsets": '{"stream": "S", "seq": 17}'}, streaming=True
+    )
+    assert opts.starting == 17
+
+
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        ({}, "'stream' is required"),
+        ({"stream": "  "}, "'stream' is required"),
+        ({"stream": "a.b"}, "option 'stream': invalid name"),
+        ({"stream": "S", "startingOffsets": "first"}, "'startingOffsets'"),
+        ({"stream": "S", "startingOffsets": "1.5"}, "'startingOffsets'"),
+        ({"stream": "S", "endingOffsets": "earliest"}, "'endingOffsets'"),
+        ({"stream": "S", "startingOffsets": "9", "endingOffsets": "3"}, "is before"),
+        ({"stream": "S", "startingTimestamp": "soon"}, "'startingTimestamp'"),
+        ({"stream": "S", "numPartitions": "-1"}, "'numPartitions'"),
+        ({"stream": "S", "maxRecordsPerTrigger": "0"}, "'maxRecordsPerTrigger'"),
+        ({"stream": "S", "failOnDataLoss": "perhaps"}, "'failOnDataLoss'"),
+        ({"stream": "S", "subject": "a.>.b"}, "'subject'"),
+        ({"stream": "S", "subject": "a b"}, "'subject'"),
+        ({"stream": "S", "subject": "a,,b"}, "'subject'"),
+        ({"stream": "S", "servers": " , "}, "'servers'"),
+        ({"stream": "S", "password": "p"}, "'password' needs 'user'"),
+        ({"stream": "S", "tlsKeyFile": "k.pem"}, "'tlsKeyFile' needs 'tlsCertFile'"),
+        ({"stream": "S", "inactiveThreshold": "0"}, "'inactiveThreshold'"),
+        ({"stream": "S", "timeout": "nan"}, "'timeout'"),
+    ],
+)
+def test_bad_source_options_name_the_option(options: dict[str, str], names: str) -> None:
+    with pytest.raises(InvalidOptionError, match=names):
+        parse_source_options(options, streaming=False)
+
+
+def test_ending_offsets_batch_only() -> None:
+    with pytest.raises(InvalidOptionError, match="batch reads only"):
+        parse_source_options({"stream": "S", "endingOffsets": "5"}, streaming=True)
+
+
+def test_unknown_option_warns_naming_it() -> None:
+    with pytest.warns(JetStreamSparkWarning, match="'startingoffset'"):
+        parse_source_options({"stream": "S", "startingOffset": "earliest"}, streaming=False)
+    with pytest.warns(JetStreamSparkWarning, match="'bucket'"):
+        parse_sink_options({"bucket": "x"})
+    # Keys Spark adds itself are not warned about.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parse_sink_options({"checkpointLocation": "/tmp/x", "path": "p", "subject": "a.b"})
+
+
+def test_sink_and_kv_options() -> None:
+    sink = parse_sink_options({"Subject": "orders.copy", "DEDUPE": "Auto", "maxPending": "64"})
+    assert (sink.subject, sink.dedupe, sink.max_pending) == ("orders.copy", "auto", 64)
+    for bad, what in (
+        ({"subject": "a.*"}, "'subject'"),
+        ({"subject": "a b"}, "'subject'"),
+        ({"dedupe": "yes"}, "'dedupe'"),
+        ({"maxPending": "0"}, "'maxPending'"),
+    ):
+        with pytest.raises(InvalidOptionError, match=what):
+            parse_sink_options(bad)
+    kv = parse_kv_options({"Bucket": "totals"})
+    assert kv.bucket == "totals"
+    with pytest.raises(InvalidOptionError, match="'bucket' is required"):
+        parse_kv_options({})
+    with pytest.raises(InvalidOptionError, match="invalid bucket name"):
+        parse_kv_options({"bucket": "to:tals"})
+
+
+def test_connect_kwargs() -> None:
+    opts = parse_source_options(
+        {"stream": "S", "user": "u", "password": "p", "domain": "hub", "apiPrefix": "$X.API"},
+        streaming=False,
+    )
+    kwargs = opts.connect.connect_kwargs()
+    assert kwargs["user"] == "u"
+    assert kwargs["password"] == "p"
+    assert kwargs["domain"] == "hub"
+    assert kwargs["api_prefix"] == "$X.API"
+    assert "tls" not in kwargs
+    assert "p" not in opts.connect.describe()
+    token = parse_source_options({"stream": "S", "token": "t", "creds": "/c"}, streaming=False)
+    kwargs = token.connect.connect_kwargs()
+    assert (kwargs["token"], kwargs["user_credentials"]) == ("t", "/c")
+
+
+@given(
+    start=st.integers(1, 10**12),
+    total=st.integers(0, 10**7),
+    parts=st.one_of(st.none(), st.integers(1, 200)),
+)
+def test_split_is_contiguous_and_balanced(start: int, total: int, parts: int | None) -> None:
+    ranges = split(start, start + total, parts)
+    if total == 0:
+        assert ranges == []
+        return
+    assert ranges[0][0] == start
+    assert ranges[-1][1] == start + total
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    sizes = [hi - lo for lo, hi in ranges]
+    assert min(sizes) >= 1
+    assert max(sizes) - min(sizes) <= 1
+    if parts is not None:
+        assert len(ranges) == min(parts, total)
+    else:
+        assert 1 <= len(ranges) <= 64
+        assert len(ranges) == min(64, -(-total // 250_000))
+
+
+def test_check_loss() -> None:
+    strict = parse_source_options({"stream": "S"}, streaming=True)
+    assert check_loss(strict, 10, 10, "x") == 10
+    assert check_loss(strict, 11, 10, "x") == 11
+    with pytest.raises(DataLossError, match=r"no longer holds sequences 3\.\.9"):
+        check_loss(strict, 3, 10, "checkpointed offset")
+    lenient = parse_source_options({"stream": "S", "failOnDataLoss": "false"}, streaming=True)
+    with pytest.warns(JetStreamSparkWarning, match=r"3\.\.9 .*skipped"):
+        assert check_loss(lenient, 3, 10, "checkpointed offset") == 10
+
+
+def test_reply_numbers_both_forms() -> None:
+    v1 = "$JS.ACK.S.C.1.42.7.1700000000123456789.5"
+    assert _reply_numbers(v1) == (42, 1700000000123456789, 5)
+    v2 = "$JS.ACK.hub.ACCHASH.S.C.1.42.7.1700000000123456789.5.xyz"
+    assert _reply_numbers(v2) == (42, 1700000000123456789, 5)
+
+
+def test_extension_uses_only_the_public_api() -> None:
+    """ARCHITECTURE.md: extensions import aiojetstream as a user would, never ``_private``."""
+    offenders = []
+    for path in sorted(SPARK_DIR.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                parts = node.module.split(".")
+                if parts[0] == "aiojetstream" and any(p.startswith("_") for p in parts[1:]):
+                    offenders.append(f"{path.name}: from {node.module}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    parts = alias.name.split(".")
+                    if parts[0] == "aiojetstream" and any(p.startswith("_") for p in parts[1:]):
+                        offenders.append(f"{path.name}: import {alias.name}")
+    assert offenders == []
