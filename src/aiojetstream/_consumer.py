@@ -123,9 +123,13 @@ class MessageBatch:
         return self
 
     async def __anext__(self) -> Msg:
-        msg = await self._driver.next_msg()
+        driver = self._driver
+        # A buffered message is handed out without a coroutine (as messages() does).
+        msg = driver.take()
         if msg is None:
-            raise StopAsyncIteration
+            msg = await driver.next_msg()
+            if msg is None:
+                raise StopAsyncIteration
         return msg
 
     @property
