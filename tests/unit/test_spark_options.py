@@ -201,3 +201,22 @@ def test_extension_uses_only_the_public_api() -> None:
                     if parts[0] == "aiojetstream" and any(p.startswith("_") for p in parts[1:]):
                         offenders.append(f"{path.name}: import {alias.name}")
     assert offenders == []
+
+
+def test_spark_public_names_are_pinned() -> None:
+    import aiojetstream.spark
+
+    assert aiojetstream.spark.__all__ == [
+        "DataLossError",
+        "JetStreamDataSource",
+        "JetStreamKVDataSource",
+        "JetStreamSparkWarning",
+        "register",
+    ]
+    assert aiojetstream.spark.JetStreamDataSource.name() == "jetstream"
+    assert aiojetstream.spark.JetStreamKVDataSource.name() == "jetstream_kv"
+    import pyspark_jetstream
+    import pyspark_jetstream_kv
+
+    assert pyspark_jetstream.DefaultSource is aiojetstream.spark.JetStreamDataSource
+    assert pyspark_jetstream_kv.DefaultSource is aiojetstream.spark.JetStreamKVDataSource
