@@ -10,7 +10,7 @@ LINT_PATHS := $(wildcard src tests examples benchmarks)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install test lint format typecheck demo bench clean distclean
+.PHONY: help venv install test lint format typecheck demo spark-demo bench clean distclean
 
 help:
 	@echo "make venv       create $(VENV) (PYTHON=$(PYTHON))"
@@ -20,6 +20,7 @@ help:
 	@echo "make format     apply ruff format and the safe ruff fixes"
 	@echo "make typecheck  mypy --strict src tests"
 	@echo "make demo       run examples/quickstart.py (embedded nats-server unless NATS_URL is set)"
+	@echo "make spark-demo run examples/spark_pipeline.py (needs Java 17; embedded nats-server unless NATS_URL is set)"
 	@echo "make bench      run benchmarks/run.py"
 	@echo "make clean      remove caches and build output (distclean also removes $(VENV))"
 
@@ -55,6 +56,14 @@ demo: install
 		$(PY) examples/quickstart.py; \
 	else \
 		$(PY) -m aiojetstream.testing run -- $(PY) examples/quickstart.py; \
+	fi
+
+spark-demo: install
+	@if [ -n "$$NATS_URL" ]; then \
+		echo "Using NATS_URL=$$NATS_URL"; \
+		$(PY) examples/spark_pipeline.py; \
+	else \
+		$(PY) -m aiojetstream.testing run -- $(PY) examples/spark_pipeline.py; \
 	fi
 
 bench: install
