@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -133,3 +135,40 @@ def test_kv_missing_and_unknown_bucket(spark: SparkSession, nats: Nats, name: st
         spark.createDataFrame([("k",)], "key string").write.format("jetstream_kv").option(
             "servers", nats.url
         ).option("bucket", name).mode("append").save()
+
+
+def test_user_schema_refused(spark: SparkSession, nats: Nats, name: str) -> None:
+    nats.run(lambda js: js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"])))
+    df = (
+        spark.read.format("jetstream")
+        .schema("data binary")
+        .option("servers", nats.url)
+        .option("stream", name)
+        .load()
+    )
+    with pytest.raises(PySparkException, match=r"has a fixed schema struct<stream:string"):
+        df.collect()
+
+
+def test_complete_output_mode_refused(
+    spark: SparkSession, nats: Nats, name: str, tmp_path: Path
+) -> None:
+    nats.run(lambda js: js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"])))
+    counts = (
+        spark.readStream.format("jetstream")
+        .option("servers", nats.url)
+        .option("stream", name)
+        .load()
+        .groupBy("subject")
+        .count()
+        .selectExpr("cast(count as string) AS data")
+    )
+    writer = (
+        counts.writeStream.format("jetstream")
+        .option("servers", nats.url)
+        .option("subject", f"{name}.counts")
+        .option("checkpointLocation", str(tmp_path))
+        .outputMode("complete")
+    )
+    with pytest.raises(PySparkException, match=r"cannot take outputMode\('complete'\)"):
+        writer.start().awaitTermination(60)

@@ -66,6 +66,10 @@ def test_sequence_ranges(spark: SparkSession, nats: Nats, name: str) -> None:
     assert got == []
     got = rows(reader(spark, nats.url, name, startingOffsets="earliest", endingOffsets=3).load())
     assert [r["seq"] for r in got] == [1, 2]
+    # An end past the stream's end is its end now (the read stays repeatable).
+    far = reader(spark, nats.url, name, startingOffsets=290, endingOffsets=10**12).load()
+    assert far.rdd.getNumPartitions() == 1
+    assert [r["seq"] for r in rows(far)] == list(range(290, 301))
     # A checkpoint-style JSON offset works as a starting point too.
     got = rows(
         reader(spark, nats.url, name, startingOffsets=f'{{"stream": "{name}", "seq": 299}}').load()

@@ -166,6 +166,23 @@ def test_data_loss_on_restart(spark: SparkSession, nats: Nats, name: str, tmp_pa
     assert sink.seqs == list(range(1, 11)) + list(range(16, 21))
 
 
+def test_recreated_stream_is_reported(
+    spark: SparkSession, nats: Nats, name: str, tmp_path: Path
+) -> None:
+    create(nats, name)
+    publish(nats, name, 0, 20)
+    sink = Collector()
+    df = stream_df(spark, nats.url, name, startingOffsets="earliest")
+    run_available_now(df, sink, tmp_path / "cp")
+    assert sink.seqs == list(range(1, 21))
+    nats.run(lambda js: js.delete_stream(name))
+    create(nats, name)
+    publish(nats, name, 0, 5)  # sequences restart at 1
+    with pytest.raises(PySparkException, match="was the stream deleted and created again"):
+        run_available_now(df, sink, tmp_path / "cp")
+    assert sink.seqs == list(range(1, 21))
+
+
 def test_checkpoint_of_another_stream_is_refused(
     spark: SparkSession, nats: Nats, name: str, tmp_path: Path
 ) -> None:

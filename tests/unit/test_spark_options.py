@@ -61,6 +61,10 @@ def test_json_offset_accepted() -> None:
         {"stream": "S", "startingOffsets": '{"stream": "S", "seq": 17}'}, streaming=True
     )
     assert opts.starting == 17
+    with pytest.raises(InvalidOptionError, match="the offset is of stream 'OTHER', not 'S'"):
+        parse_source_options(
+            {"stream": "S", "startingOffsets": '{"stream": "OTHER", "seq": 17}'}, streaming=True
+        )
 
 
 @pytest.mark.parametrize(

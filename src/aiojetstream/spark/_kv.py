@@ -20,6 +20,7 @@ from aiojetstream import (
 
 from ._options import KVOptions, parse_kv_options
 from ._runtime import Session, run_once
+from ._source import check_read_schema
 from ._write import BatchWriterBase, WriteResult, record_batches
 
 __all__ = ["JetStreamKVDataSource"]
@@ -73,6 +74,11 @@ class JetStreamKVDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader of the bucket's live keys (one partition)."""
+        check_read_schema(
+            schema,
+            "struct<bucket:string,key:string,value:binary,revision:bigint,created:timestamp>",
+            "jetstream_kv",
+        )
         return KVReader(parse_kv_options(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> KVWriter:

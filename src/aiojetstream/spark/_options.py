@@ -243,13 +243,17 @@ Start = Literal["earliest", "latest"] | int
 End = Literal["latest"] | int
 
 
-def _offset(raw: str, display: str, words: tuple[str, ...]) -> str | int:
+def _offset(raw: str, display: str, words: tuple[str, ...], stream: str | None = None) -> str | int:
     text = raw.strip()
     if text.lower() in words:
         return text.lower()
     # A JSON offset as written in a checkpoint is accepted too: {"stream": ..., "seq": N}.
-    match = re.fullmatch(r'\{\s*"stream"\s*:\s*"[^"]*"\s*,\s*"seq"\s*:\s*(\d+)\s*\}', text)
-    digits = match.group(1) if match else text
+    match = re.fullmatch(r'\{\s*"stream"\s*:\s*"([^"]*)"\s*,\s*"seq"\s*:\s*(\d+)\s*\}', text)
+    if match and stream is not None and match.group(1) != stream:
+        raise InvalidOptionError(
+            f"option {display!r}: the offset is of stream {match.group(1)!r}, not {stream!r}"
+        )
+    digits = match.group(2) if match else text
     if digits.isascii() and digits.isdigit() and int(digits) >= 1:
         return int(digits)
     allowed = " | ".join(words)
@@ -302,12 +306,14 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     stream = _name(opts, "stream", "stream")
     starting: Start | None = None
     if "startingoffsets" in opts:
-        starting = _offset(opts["startingoffsets"], "startingOffsets", ("earliest", "latest"))  # type: ignore[assignment]
+        starting = _offset(
+            opts["startingoffsets"], "startingOffsets", ("earliest", "latest"), stream
+        )  # type: ignore[assignment]
     ending: End = "latest"
     if "endingoffsets" in opts:
         if streaming:
             raise InvalidOptionError("option 'endingOffsets' applies to batch reads only")
-        ending = _offset(opts["endingoffsets"], "endingOffsets", ("latest",))  # type: ignore[assignment]
+        ending = _offset(opts["endingoffsets"], "endingOffsets", ("latest",), stream)  # type: ignore[assignment]
     if isinstance(starting, int) and isinstance(ending, int) and ending < starting:
         raise InvalidOptionError(
             f"option 'endingOffsets' ({ending}) is before 'startingOffsets' ({starting})"

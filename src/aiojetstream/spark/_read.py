@@ -149,7 +149,8 @@ async def plan_range(
             start = bounds.next
         else:
             start = int(starting)
-    end = bounds.next if opts.ending == "latest" else int(opts.ending)
+    # A sequence past the stream's end means its end now: the range stays repeatable.
+    end = bounds.next if opts.ending == "latest" else min(int(opts.ending), bounds.next)
     return start, max(start, end), bounds
 
 

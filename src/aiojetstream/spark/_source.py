@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -19,13 +20,23 @@ from pyspark.sql.types import StructType
 from aiojetstream import InvalidOptionError, JetStreamContext, StreamNotFoundError
 
 from ._options import (
+    JetStreamSparkWarning,
     SinkOptions,
     SourceOptions,
     lower_keys,
     parse_sink_options,
     parse_source_options,
 )
-from ._read import DDL, Bounds, check_loss, plan_range, read_range, split, stream_bounds
+from ._read import (
+    DDL,
+    Bounds,
+    DataLossError,
+    check_loss,
+    plan_range,
+    read_range,
+    split,
+    stream_bounds,
+)
 from ._runtime import run_once
 from ._write import StreamWriter, Writer, check_sink_schema
 
@@ -65,6 +76,22 @@ def _partitions(opts: SourceOptions, start: int, end: int) -> list[SequenceRange
     return [SequenceRange(lo, hi) for lo, hi in split(start, end, opts.num_partitions)]
 
 
+#: The read schema as Spark prints it (``StructType.simpleString()``).
+READ_SCHEMA: Final = (
+    "struct<stream:string,subject:string,seq:bigint,timestamp:timestamp,"
+    "headers:map<string,string>,data:binary>"
+)
+
+
+def check_read_schema(schema: StructType, expected: str, fmt: str) -> None:
+    """Refuse a schema given with ``.schema(...)`` that is not the format's own."""
+    if schema.simpleString() != expected:
+        raise InvalidOptionError(
+            f"format({fmt!r}) has a fixed schema {expected}; got {schema.simpleString()} "
+            "(leave out .schema(...))"
+        )
+
+
 class JetStreamDataSource(DataSource):
     """``format("jetstream")``: a JetStream stream as a Spark table (see docs/spark.md)."""
 
@@ -86,10 +113,12 @@ class JetStreamDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader."""
+        check_read_schema(schema, READ_SCHEMA, "jetstream")
         return BatchReader(parse_source_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader (offsets ``{"stream": name, "seq": next}``)."""
+        check_read_schema(schema, READ_SCHEMA, "jetstream")
         return StreamReader(parse_source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -104,7 +133,12 @@ class JetStreamDataSource(DataSource):
         return Writer(opts, columns)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """A streaming writer (``outputMode("append")``)."""
+        """A streaming writer (``outputMode("append")`` or ``"update"``)."""
+        if overwrite:
+            raise InvalidOptionError(
+                "writeStream.format('jetstream') cannot take outputMode('complete'): "
+                "use append or update"
+            )
         opts = parse_sink_options(self.options)
         columns = check_sink_schema(schema, opts)
         _check_sink_subject(opts)
@@ -209,15 +243,31 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
     ) -> dict[str, Any]:
         """The end of the next micro-batch: the stream's last sequence + 1, capped by limits."""
-        latest = self._bounds().next
+        stream_next = latest = self._bounds().next
         if self._available_now is not None:
             latest = min(latest, self._available_now)
         begin = self._seq(start)
+        if begin is not None and begin > stream_next:
+            self._behind(begin, stream_next)
         if begin is not None:
             if ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
                 latest = min(latest, begin + limit.max_rows)
             latest = max(latest, begin)
         return _offset(self.opts, latest)
+
+    def _behind(self, begin: int, stream_next: int) -> None:
+        """The stream ends before the offset: deleted and created again, as Kafka reports it."""
+        text = (
+            f"stream {self.opts.stream!r} ends at sequence {stream_next - 1} but the offset is "
+            f"{begin}: was the stream deleted and created again? Use a new checkpoint location"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(text + " (or failOnDataLoss=false to wait for the sequence).")
+        warnings.warn(
+            text + "; waiting for that sequence (failOnDataLoss=false).",
+            JetStreamSparkWarning,
+            stacklevel=2,
+        )
 
     def reportLatestOffset(self) -> dict[str, Any]:
         """The stream's last sequence + 1 (for the query's progress)."""
@@ -230,7 +280,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert stop is not None
         if stop <= begin:
             return []
-        begin = check_loss(self.opts, begin, self._bounds().first, "checkpointed offset")
+        begin = check_loss(self.opts, begin, self._bounds().first, "offset")
         return _partitions(self.opts, begin, stop)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
