@@ -8,6 +8,11 @@ table gives the ratio ours / nats-py (for latencies lower is better) and is
 also written to ``benchmarks/results/latest.json``. Memory and import-time
 figures are measured in fresh subprocesses and have no baseline.
 
+The Spark cases (group ``spark``, skipped with ``--no-spark``) run in a
+subprocess with one ``local[2]`` SparkSession: ``format("jetstream")`` reads
+and writes 1M rows against a no-op Python Data Source (``spark_noop.py``), the
+same way into the same sinks, ``--spark-rounds`` alternating rounds (at least 3).
+
 Run with ``make bench`` (``python benchmarks/run.py --help`` for the options).
 """
 
@@ -16,9 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib.util
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -46,7 +53,8 @@ from aiojetstream import (
 from aiojetstream.testing import NatsServer, find_nats_server
 
 PAYLOAD = b"x" * 128
-RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+BENCHMARKS = Path(__file__).resolve().parent
+RESULTS = BENCHMARKS / "results" / "latest.json"
 MIB = 1024 * 1024
 
 CONSUME_STREAM = "BCONS"
@@ -55,6 +63,10 @@ GROWTH_STREAM = "BGROW"
 GROWTH_SUBJECT = "bgrow.data"
 KV_BUCKET = "BKV"
 KV_KEYS = 100
+SPARK_STREAM = "BSPARK"  # the same names as in spark_noop.py
+SPARK_SUBJECT = "bspark.data"
+SPARK_SINK_STREAM = "BSPARKW"
+SPARK_SINK_SUBJECT = "bsparkw.data"
 
 #: Targets: case -> (comparison, threshold); ratios for cases with a baseline.
 TARGETS: dict[str, tuple[str, float]] = {
@@ -71,6 +83,8 @@ TARGETS: dict[str, tuple[str, float]] = {
     "rss_bytes_per_buffered_msg": ("<=", 400),
     "rss_growth_1m_msgs_mib": ("<", 50),
     "import_ms_over_nats": ("<=", 150),
+    "spark_read_vs_noop": (">=", 0.3),
+    "spark_write_vs_noop": (">=", 0.4),
 }
 
 Measure = Callable[[int], Awaitable[float]]
@@ -492,13 +506,15 @@ async def bench_kv(libs: Libraries, count: int, rounds: int) -> list[Row]:
 # --------------------------------------------------------------------------- memory, import
 
 
-def child(mode: str, url: str, count: int) -> dict[str, float]:
-    """Run a memory measurement in a fresh interpreter and return its JSON result."""
+def child(mode: str, url: str, count: int, *extra: str, timeout: float = 300) -> dict[str, Any]:
+    """Run a measurement in a fresh interpreter and return its JSON result."""
     cmd = [sys.executable, __file__, "--child", mode, "--url", url, "--child-count", str(count)]
-    out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [*cmd, *extra], check=False, capture_output=True, text=True, timeout=timeout
+    )
     if out.returncode:
-        raise RuntimeError(f"{mode} measurement failed:\n{out.stderr}")
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"{mode} measurement failed:\n{out.stderr[-5000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -589,6 +605,216 @@ def import_ms(rounds: int) -> float:
     return statistics.median(once() for _ in range(max(rounds, 7)))
 
 
+# --------------------------------------------------------------------------- spark
+
+
+def spark_missing() -> str | None:
+    """Why the Spark cases cannot run here (None when they can)."""
+    if importlib.util.find_spec("pyspark") is None or importlib.util.find_spec("pyarrow") is None:
+        return "pyspark and pyarrow are not installed (pip install 'aiojetstream[spark]')"
+    java_home = os.environ.get("JAVA_HOME")
+    if shutil.which("java") is None and not (java_home and Path(java_home, "bin", "java").exists()):
+        return "no Java runtime (java on PATH or JAVA_HOME)"
+    return None
+
+
+def spark_cases(url: str, args: argparse.Namespace) -> list[Row]:
+    """The Spark cases, measured in a subprocess (its JVM ends with it)."""
+    extra = ("--spark-rounds", str(args.spark_rounds))
+    result = child("spark", url, args.spark_rows, *extra, timeout=1200)
+    rows: list[Row] = []
+    for case in ("read", "write"):
+        ours = result[case]["ours"]
+        for level in ("noop", "ceiling"):
+            base = result[case][level]
+            name = f"spark_{case}_vs_{level}"
+            rows.append(Row(name, statistics.median(ours), statistics.median(base), "rows/s"))
+            if args.verbose:
+                print(
+                    f"  {name} rounds: ours {spread(ours)}, {level} {spread(base)}", file=sys.stderr
+                )
+    return rows
+
+
+def spread(values: list[float]) -> str:
+    """``median [min..max] (n rounds)`` of rates."""
+    return (
+        f"{statistics.median(values):,.0f} [{min(values):,.0f}..{max(values):,.0f}] "
+        f"({len(values)} rounds)"
+    )
+
+
+class Admin:
+    """Synchronous set-up of the Spark cases' streams: a fresh connection for each call."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __call__(self, work: Callable[[JetStreamContext], Awaitable[Any]]) -> Any:
+        async def go() -> Any:
+            js = await aiojetstream.connect(self.url)
+            try:
+                return await work(js)
+            finally:
+                await js.close()
+
+        return asyncio.run(go())
+
+
+def alternate(
+    sides: dict[str, Callable[[int], float]], count: int, rounds: int
+) -> dict[str, list[float]]:
+    """``compare`` for synchronous cases: every round's figure of each side, after a warm-up."""
+    warm = max(1, count // 10)
+    for measure in sides.values():
+        measure(warm)
+    figures: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, measure in sides.items():
+            figures[name].append(measure(count))
+    return figures
+
+
+def child_spark(url: str, count: int, rounds: int) -> dict[str, Any]:
+    """Both Spark cases on one ``local[2]`` session; every round's rows/s of each side."""
+    # Spark pickles the no-op source's classes by reference: its Python workers
+    # (started by the JVM, which inherits this environment) must import spark_noop.
+    paths = [str(BENCHMARKS), os.environ.get("PYTHONPATH", "")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    import spark_noop
+    from pyspark.sql import SparkSession
+
+    import aiojetstream.spark
+
+    admin = Admin(url)
+
+    async def setup(js: JetStreamContext) -> None:
+        for name, subject in (
+            (SPARK_STREAM, SPARK_SUBJECT),
+            (SPARK_SINK_STREAM, SPARK_SINK_SUBJECT),
+        ):
+            await js.create_stream(
+                StreamConfig(name=name, subjects=[subject], storage=StorageType.MEMORY)
+            )
+        await fill(js, SPARK_SUBJECT, count)
+
+    admin(setup)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("aiojetstream-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        aiojetstream.spark.register(spark)
+        spark.dataSource.register(spark_noop.NoopDataSource)
+
+        def jetstream_read(n: int) -> Any:
+            return (
+                spark.read.format("jetstream")
+                .option("servers", url)
+                .option("stream", SPARK_STREAM)
+                .option("numPartitions", 2)
+                .option("endingOffsets", n + 1)
+                .load()
+            )
+
+        def noop_read(n: int, level: str = "python") -> Any:
+            return (
+                spark.read.format("bench_noop")
+                .option("rows", n)
+                .option("numPartitions", 2)
+                .option("level", level)
+                .load()
+            )
+
+        if jetstream_read(1).schema != noop_read(1).schema:
+            raise RuntimeError("bench_noop's schema is not format('jetstream')'s")
+        if (got := jetstream_read(1000).count()) != 1000:
+            raise RuntimeError(f"format('jetstream') read {got} of 1000 rows")
+
+        def timed(df: Any, n: int) -> float:
+            start = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            return rate(n, start)
+
+        results = {
+            "read": alternate(
+                {
+                    "noop": lambda n: timed(noop_read(n), n),
+                    "ceiling": lambda n: timed(noop_read(n, "ceiling"), n),
+                    "ours": lambda n: timed(jetstream_read(n), n),
+                },
+                count,
+                rounds,
+            )
+        }
+
+        def rows(n: int) -> Any:
+            return spark.range(n, numPartitions=2).selectExpr(
+                "cast(repeat('x', 128) as binary) as data"
+            )
+
+        async def purge(js: JetStreamContext) -> None:
+            await (await js.stream(SPARK_SINK_STREAM)).purge()
+
+        async def stored(js: JetStreamContext) -> int:
+            return (await js.stream(SPARK_SINK_STREAM)).cached_info.state.messages
+
+        def jetstream_write(n: int) -> float:
+            admin(purge)  # the stream holds only this round's rows
+            writer = (
+                rows(n)
+                .write.format("jetstream")
+                .option("servers", url)
+                .option("subject", SPARK_SINK_SUBJECT)
+                .mode("append")
+            )
+            start = time.perf_counter()
+            writer.save()
+            value = rate(n, start)
+            if (got := admin(stored)) != n:
+                raise RuntimeError(f"format('jetstream') stored {got} of {n} rows")
+            return value
+
+        def noop_write(n: int, level: str = "python") -> float:
+            writer = (
+                rows(n)
+                .write.format("bench_noop")
+                .option("expect", n)
+                .option("level", level)
+                .mode("append")
+            )
+            start = time.perf_counter()
+            writer.save()
+            return rate(n, start)
+
+        results["write"] = alternate(
+            {
+                "noop": noop_write,
+                "ceiling": lambda n: noop_write(n, "ceiling"),
+                "ours": jetstream_write,
+            },
+            count,
+            rounds,
+        )
+    finally:
+        spark.stop()
+
+    async def teardown(js: JetStreamContext) -> None:
+        await js.delete_stream(SPARK_STREAM)
+        await js.delete_stream(SPARK_SINK_STREAM)
+
+    admin(teardown)
+    return results
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -638,7 +864,7 @@ def _number(value: float | None) -> str:
 
 def print_table(machine_text: str, rows: list[Row]) -> None:
     print(f"machine: {machine_text}")
-    print(f"{'case':<28}{'ours':>12}{'nats-py':>12}{'ratio':>8}  {'unit':<8}{'target':<14}")
+    print(f"{'case':<28}{'ours':>12}{'baseline':>12}{'ratio':>8}  {'unit':<8}{'target':<14}")
     for r in rows:
         ratio = r.ratio
         text, holds = r.target()
@@ -652,12 +878,20 @@ def print_table(machine_text: str, rows: list[Row]) -> None:
 # --------------------------------------------------------------------------- main
 
 
-GROUPS = ("publish", "consume", "kv", "memory", "import")
+GROUPS = ("publish", "consume", "kv", "memory", "spark", "import")
+
+
+def selected(args: argparse.Namespace) -> set[str]:
+    """The groups of cases this run measures."""
+    groups = set(args.only.split(",")) if args.only else set(GROUPS)
+    if args.no_spark:
+        groups.discard("spark")
+    return groups
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
     """Run the selected groups of cases against one fresh nats-server."""
-    groups = set(args.only.split(",")) if args.only else set(GROUPS)
+    groups = selected(args)
     rows: list[Row] = []
     async with NatsServer() as server:
         libs = await Libraries.open(server.url)
@@ -696,6 +930,9 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 progress(args, rows)
         finally:
             await libs.close()
+        if "spark" in groups:  # no client of this process is connected meanwhile
+            rows += spark_cases(server.url, args)
+            progress(args, rows[-2:])
     if "import" in groups:
         rows.append(Row("import_ms_over_nats", import_ms(args.rounds), None, "ms"))
     return rows
@@ -719,30 +956,63 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-count", type=int, default=3000, help="KV puts / gets a round")
     parser.add_argument("--buffer", type=int, default=100_000, help="buffered messages (RSS)")
     parser.add_argument("--growth", type=int, default=1_000_000, help="messages (RSS growth)")
+    parser.add_argument("--spark-rows", type=int, default=1_000_000, help="rows a Spark round")
+    parser.add_argument(
+        "--spark-rounds", type=int, default=5, help="measured rounds a Spark case (min 3)"
+    )
     parser.add_argument("--only", help=f"comma-separated groups of cases: {','.join(GROUPS)}")
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark cases")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help=f"a partial run replaces its rows in {RESULTS.name}, keeping the others",
+    )
     parser.add_argument("--verbose", action="store_true", help="progress on stderr")
-    parser.add_argument("--child", choices=["buffer", "growth"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["buffer", "growth", "spark"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--child-count", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.spark_rounds = max(3, args.spark_rounds)
+    if args.child == "spark":
+        print(json.dumps(child_spark(args.url, args.child_count, args.spark_rounds)))
+        return 0
     if args.child:
         fn = child_buffer if args.child == "buffer" else child_growth
         print(json.dumps(asyncio.run(fn(args.url, args.child_count))))
         return 0
     args.rounds = max(5, args.rounds)
+    unknown = sorted(set(args.only.split(",")) - set(GROUPS)) if args.only else []
+    if unknown or not selected(args):
+        parser.error(f"--only: no such group {unknown}" if unknown else "no case selected")
+    if "spark" in selected(args) and (why := spark_missing()):
+        parser.error(f"the Spark cases cannot run: {why}; skip them with --no-spark")
     started = time.perf_counter()
     rows = asyncio.run(run(args))
     description = machine()
     print_table(description, rows)
     took = f"took {time.perf_counter() - started:.0f} s"
-    if args.only:
-        print(f"{took}; a partial run (--only): {RESULTS.name} left as it was")
+    partial = bool(args.only or args.no_spark)
+    if partial and not args.merge:
+        print(f"{took}; a partial run (--only / --no-spark): {RESULTS.name} left as it was")
         return 0
-    report = {"machine": description, "results": [r.as_json() for r in rows]}
+    results = [r.as_json() for r in rows]
+    if partial:
+        results = merged(results)
+    report = {"machine": description, "results": results}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    print(f"{took}; written to {RESULTS}")
+    print(f"{took}; written to {RESULTS}" + (" (merged)" if partial else ""))
     return 0
+
+
+def merged(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``latest.json`` with those of ``results`` replaced (new ones appended)."""
+    fresh = {r["name"]: r for r in results}
+    old: list[dict[str, Any]] = []
+    if RESULTS.exists():
+        old = json.loads(RESULTS.read_text())["results"]
+    out = [fresh.pop(r["name"], r) for r in old]
+    return out + [r for r in results if r["name"] in fresh]
 
 
 if __name__ == "__main__":
