@@ -18,6 +18,11 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── MessageSizeExceedsMaximumError 10054
     │   ├── MessageTTLInvalidError         10165
     │   ├── MessageTTLDisabledError        10166
+    │   ├── StreamFullError                10077 (discard new; the subclass by description)
+    │   │   ├── MaxMessagesExceededError
+    │   │   ├── MaxBytesExceededError
+    │   │   └── MaxMessagesPerSubjectExceededError
+    │   ├── ConsumerResetError             10204 (reset not allowed, below the start)
     │   ├── ConsumerNotFoundError          10014
     │   ├── ConsumerExistsError            10148, 10013, 10105 (create over a different one)
     │   ├── ConsumerDoesNotExistError      10149 (update of a missing one)
@@ -70,6 +75,7 @@ __all__ = [
     "ConsumerDoesNotExistError",
     "ConsumerExistsError",
     "ConsumerNotFoundError",
+    "ConsumerResetError",
     "DisconnectedError",
     "FeatureNotSupportedError",
     "FetchTimeoutError",
@@ -87,20 +93,24 @@ __all__ = [
     "KeyExistsError",
     "KeyNotFoundError",
     "KeyValueError",
+    "MaxBytesExceededError",
+    "MaxMessagesExceededError",
+    "MaxMessagesPerSubjectExceededError",
     "MaxPayloadExceededError",
     "MessageAlreadyAckedError",
     "MessageDeleteError",
     "MessageNotFoundError",
     "MessageSizeExceedsMaximumError",
-    "MessageTooLargeError",
     "MessageTTLDisabledError",
     "MessageTTLInvalidError",
+    "MessageTooLargeError",
     "NoHeartbeatError",
     "NoRespondersError",
     "NotJetStreamMessageError",
     "OrderedConsumerResetError",
     "ResourcesExceededError",
     "StreamConfigError",
+    "StreamFullError",
     "StreamNameInUseError",
     "StreamNotFoundError",
     "StreamNotMatchError",
@@ -193,6 +203,31 @@ class MessageTTLInvalidError(APIError):
 
 class MessageTTLDisabledError(APIError):
     """The message has a TTL but the stream does not allow them (ADR-43, err_code 10166)."""
+
+
+class StreamFullError(APIError):
+    """The stream is full and refuses new messages (``discard: new``, err_code 10077).
+
+    The subclass says which limit: :class:`MaxMessagesExceededError`,
+    :class:`MaxBytesExceededError` or :class:`MaxMessagesPerSubjectExceededError`.
+    ``publish(..., hold_when_full=seconds)`` retries until the stream has room.
+    """
+
+
+class MaxMessagesExceededError(StreamFullError):
+    """The stream holds ``max_msgs`` messages ("maximum messages exceeded")."""
+
+
+class MaxBytesExceededError(StreamFullError):
+    """The stream holds ``max_bytes`` bytes ("maximum bytes exceeded")."""
+
+
+class MaxMessagesPerSubjectExceededError(StreamFullError):
+    """The subject holds ``max_msgs_per_subject`` messages (``discard_new_per_subject``)."""
+
+
+class ConsumerResetError(APIError):
+    """The server refused a consumer reset (err_code 10204: not allowed, below the start)."""
 
 
 class ConsumerNotFoundError(APIError):
@@ -396,9 +431,24 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10028: ResourcesExceededError,
     10047: ResourcesExceededError,
     10008: ClusterUnavailableError,
+    10077: StreamFullError,
+    10204: ConsumerResetError,
 }
+
+# 10077 covers every "stream full" refusal; the description says which limit.
+_STREAM_FULL: tuple[tuple[str, type[StreamFullError]], ...] = (
+    ("maximum messages per subject exceeded", MaxMessagesPerSubjectExceededError),
+    ("maximum messages exceeded", MaxMessagesExceededError),
+    ("maximum bytes exceeded", MaxBytesExceededError),
+)
 
 
 def api_error(code: int, err_code: int, description: str) -> APIError:
     """Return the typed exception for a server error reply (the err_code registry)."""
-    return _ERR_CODES.get(err_code, APIError)(code, err_code, description)
+    cls = _ERR_CODES.get(err_code, APIError)
+    if cls is StreamFullError:
+        text = description.lower()
+        for marker, full in _STREAM_FULL:
+            if marker in text:
+                return full(code, err_code, description)
+    return cls(code, err_code, description)

@@ -66,3 +66,25 @@ def test_api_errors_pickle() -> None:
     err = pickle.loads(pickle.dumps(api_error(404, 10059, "stream not found")))
     assert isinstance(err, StreamNotFoundError)
     assert err.err_code == 10059
+
+
+def test_stream_full_subclass_by_description() -> None:
+    from aiojetstream import (
+        MaxBytesExceededError,
+        MaxMessagesExceededError,
+        MaxMessagesPerSubjectExceededError,
+        StreamFullError,
+    )
+    from aiojetstream._errors import api_error
+
+    cases = {
+        "maximum messages exceeded": MaxMessagesExceededError,
+        "maximum bytes exceeded": MaxBytesExceededError,
+        "maximum messages per subject exceeded": MaxMessagesPerSubjectExceededError,
+        "stream full for some new reason": StreamFullError,
+    }
+    for description, cls in cases.items():
+        err = api_error(503, 10077, description)
+        assert type(err) is cls
+        assert isinstance(err, StreamFullError)
+        assert err.err_code == 10077
