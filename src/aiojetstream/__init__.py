@@ -10,6 +10,7 @@ Quick start::
         ack = await js.publish("orders.new", b"hello", ttl="1h")
 """
 
+from ._admin import Backlog
 from ._consumer import ConsumeContext, Consumer, MessageBatch, MessagesContext
 from ._context import JetStreamContext, connect
 from ._errors import (
@@ -77,6 +78,7 @@ from ._models import (
     ClusterInfo,
     ConsumerConfig,
     ConsumerInfo,
+    ConsumerPauseResponse,
     DeliverPolicy,
     DiscardPolicy,
     ExternalStream,
@@ -115,6 +117,7 @@ __all__ = [
     "AccountInfo",
     "AccountLimits",
     "AckPolicy",
+    "Backlog",
     "BadRequestError",
     "BucketNotFoundError",
     "ClusterInfo",
@@ -129,6 +132,7 @@ __all__ = [
     "ConsumerExistsError",
     "ConsumerInfo",
     "ConsumerNotFoundError",
+    "ConsumerPauseResponse",
     "ConsumerResetError",
     "DeliverPolicy",
     "DiscardPolicy",

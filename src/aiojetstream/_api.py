@@ -39,6 +39,8 @@ CONSUMER_DELETE: Final = "CONSUMER.DELETE.{stream}.{consumer}"
 CONSUMER_LIST: Final = "CONSUMER.LIST.{stream}"
 CONSUMER_NAMES: Final = "CONSUMER.NAMES.{stream}"
 CONSUMER_MSG_NEXT: Final = "CONSUMER.MSG.NEXT.{stream}.{consumer}"
+CONSUMER_PAUSE: Final = "CONSUMER.PAUSE.{stream}.{consumer}"
+CONSUMER_RESET: Final = "CONSUMER.RESET.{stream}.{consumer}"
 
 DEFAULT_API_PREFIX: Final = "$JS.API"
 
@@ -78,12 +80,22 @@ def check_reply(data: bytes) -> dict[str, Any]:
 class ApiClient:
     """Sends JetStream API requests: subject building, timeouts, error mapping."""
 
-    __slots__ = ("conn", "prefix", "timeout")
+    __slots__ = ("conn", "level", "prefix", "timeout")
 
     def __init__(self, conn: Conn, prefix: str, timeout: float) -> None:
         self.conn = conn
         self.prefix = prefix
         self.timeout = timeout
+        #: The server's JetStream API level, once known (account info).
+        self.level: int | None = None
+
+    async def api_level(self, timeout: float | None = None) -> int:
+        """The server's JetStream API level (from account info, fetched once and cached)."""
+        if self.level is None:
+            reply = await self.call(ACCOUNT_INFO, timeout=timeout)
+            api = reply.get("api")
+            self.level = int(api.get("level", 0)) if isinstance(api, dict) else 0
+        return self.level
 
     def subject(self, template: str, **parts: str) -> str:
         """The full API subject for a template."""

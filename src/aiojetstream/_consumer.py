@@ -6,14 +6,16 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
 
+from . import _admin as A
 from . import _api
+from ._admin import Backlog
 from ._api import ApiClient
 from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError
 from ._message import Msg
-from ._models import ConsumerConfig, ConsumerInfo, to_wire
+from ._models import ConsumerConfig, ConsumerInfo, ConsumerPauseResponse, to_wire
 from ._pull_driver import ErrorHandler, PullDriver, in_error_handler
 from ._pull_engine import DEFAULT_EXPIRES, PullSettings, resolve_consume, resolve_fetch
 from ._validation import validate_filter_subject, validate_name
@@ -343,6 +345,70 @@ class Consumer:
 
     def __repr__(self) -> str:
         return f"<Consumer {self._stream}/{self._name}>"
+
+    # ------------------------------------------------------------ administration
+
+    async def pause(
+        self, until: datetime | timedelta | float, *, timeout: float | None = None
+    ) -> ConsumerPauseResponse:
+        """Pause the consumer until ``until`` (a datetime, or a timedelta from now).
+
+        Pulls get nothing while it is paused; on an interest stream it keeps
+        its backlog. nats-server >= 2.11.
+
+        Raises:
+            ConsumerNotFoundError: the consumer does not exist.
+            FeatureNotSupportedError: the server is older than 2.11.
+            InvalidOptionError: ``until`` is not in the future.
+
+        """
+        return await A.pause(self._api, self._stream, self._name, until, timeout)
+
+    async def resume(self, *, timeout: float | None = None) -> ConsumerPauseResponse:
+        """Resume the consumer (nats-server >= 2.11)."""
+        return await A.resume(self._api, self._stream, self._name, timeout)
+
+    async def reset(self, sequence: int | None = None, *, timeout: float | None = None) -> int:
+        """Move the consumer: the next message delivered is ``sequence``.
+
+        ``None`` goes back to the ack floor + 1 (every unacknowledged message
+        again). Messages before the new position count as acknowledged, which
+        on an interest stream removes those no other consumer needs.
+        nats-server >= 2.14 (API level 4).
+
+        Returns:
+            The sequence the server reset the consumer to.
+
+        Raises:
+            InvalidOptionError: ``sequence`` is beyond the stream's last
+                sequence + 1 (the server would silently skip future messages).
+            ConsumerNotFoundError: the consumer does not exist (promptly).
+            FeatureNotSupportedError: the server is older than 2.14.
+            ConsumerResetError: the server refused (10204: not allowed for the
+                consumer's deliver policy, or below its start sequence).
+
+        """
+        seq, self._info = await A.reset(self._api, self._stream, self._name, sequence, timeout)
+        return seq
+
+    async def clear_backlog(self, *, timeout: float | None = None) -> int:
+        """Skip everything stored now (Pulsar's clear-backlog): reset to last sequence + 1."""
+        seq, self._info = await A.clear_backlog(self._api, self._stream, self._name, timeout)
+        return seq
+
+    async def skip_older_than(self, age: float | timedelta, *, timeout: float | None = None) -> int:
+        """Pulsar's per-subscription message TTL: skip this consumer's messages older than ``age``.
+
+        Only this consumer moves (``max_age`` and ``Nats-TTL`` delete for
+        everyone), and never backwards. Returns the sequence it continues at.
+        nats-server >= 2.14.
+        """
+        seq, self._info = await A.skip_older_than(self._api, self._stream, self._name, age, timeout)
+        return seq
+
+    async def backlog(self, *, timeout: float | None = None) -> Backlog:
+        """The consumer's backlog: pending, ack-pending, redelivered, waiting, oldest unacked."""
+        return await A.backlog(self._api, self._stream, self._name, timeout)
 
     def _check(self) -> Awaitable[ConsumerInfo]:
         return consumer_info(self._api, self._stream, self._name, None)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
+from . import _admin as A
 from . import _api
 from . import _consumer as C
 from . import _headers as H
@@ -22,6 +23,7 @@ from ._models import (
     AccountInfo,
     ConsumerConfig,
     ConsumerInfo,
+    ConsumerPauseResponse,
     OrderedConsumerConfig,
     PubAck,
     StreamConfig,
@@ -81,7 +83,6 @@ class JetStreamContext:
         )
         self._owns_connection = False
         self._closed = False
-        self._api_level: int | None = None
         self._valid_subjects: set[str] = set()
 
     # ------------------------------------------------------------ lifecycle
@@ -124,7 +125,7 @@ class JetStreamContext:
     async def account_info(self, *, timeout: float | None = None) -> AccountInfo:
         """The account's JetStream usage, limits and API level (``api.level``)."""
         info = await self._api.call_model(_api.ACCOUNT_INFO, AccountInfo, timeout=timeout)
-        self._api_level = info.api.level
+        self._api.level = info.api.level
         return info
 
     async def api_level(self, *, timeout: float | None = None) -> int:
@@ -132,10 +133,7 @@ class JetStreamContext:
 
         Level 1 is nats-server 2.11 (per-message TTL, limit markers).
         """
-        if self._api_level is None:
-            await self.account_info(timeout=timeout)
-        assert self._api_level is not None
-        return self._api_level
+        return await self._api.api_level(timeout)
 
     # ------------------------------------------------------------ streams
 
@@ -239,7 +237,7 @@ class JetStreamContext:
 
     def _may_disable_msg_ttl(self, to_send: StreamConfig) -> bool:
         # A server below API level 1 has no per-message TTLs: nothing to disable.
-        return T.may_disable_msg_ttl(to_send) and self._api_level != 0
+        return T.may_disable_msg_ttl(to_send) and self._api.level != 0
 
     async def _check_not_disabling(self, to_send: StreamConfig, timeout: float | None) -> None:
         """Read the current config and refuse turning ``allow_msg_ttl`` off.
@@ -375,6 +373,23 @@ class JetStreamContext:
 
         """
         await C.delete_consumer(self._api, stream, name, timeout)
+
+    async def pause_consumer(
+        self,
+        stream: str,
+        name: str,
+        until: datetime | timedelta | float,
+        *,
+        timeout: float | None = None,
+    ) -> ConsumerPauseResponse:
+        """Pause a consumer until ``until`` (see :meth:`Consumer.pause`); nats-server >= 2.11."""
+        return await A.pause(self._api, stream, name, until, timeout)
+
+    async def resume_consumer(
+        self, stream: str, name: str, *, timeout: float | None = None
+    ) -> ConsumerPauseResponse:
+        """Resume a paused consumer (see :meth:`Consumer.resume`)."""
+        return await A.resume(self._api, stream, name, timeout)
 
     async def ordered_consumer(
         self,
@@ -526,6 +541,7 @@ class JetStreamContext:
         expected_last_sequence: int | None = None,
         expected_last_subject_sequence: int | None = None,
         expected_last_msg_id: str | None = None,
+        hold_when_full: float | timedelta | None = None,
         timeout: float | None = None,
     ) -> PubAck:
         """Publish a message and wait for the stream's acknowledgement.
@@ -542,7 +558,13 @@ class JetStreamContext:
             expected_last_sequence: the stream's last sequence must be this.
             expected_last_subject_sequence: the subject's last sequence must be this.
             expected_last_msg_id: the stream's last message id must be this.
-            timeout: seconds to wait for the acknowledgement.
+            hold_when_full: Pulsar's ``producer_request_hold``: while the stream
+                is full (``discard: new``, :class:`StreamFullError`), retry with
+                jittered backoff, at most 20 attempts a second, for up to this
+                many seconds, then raise the last :class:`StreamFullError`. The
+                retries carry one ``Nats-Msg-Id`` (``msg_id``, or a generated
+                one), so the message is never stored twice.
+            timeout: seconds to wait for each acknowledgement.
 
         Raises:
             InvalidSubjectError, InvalidHeaderError, InvalidTTLError,
@@ -550,9 +572,13 @@ class JetStreamContext:
             NoRespondersError: no stream captures the subject.
             WrongLastSequenceError, WrongLastMsgIdError, StreamNotMatchError:
                 an expectation did not hold.
+            StreamFullError: the stream is full (after ``hold_when_full``).
             JetStreamTimeoutError: no acknowledgement in time.
 
         """
+        hold = P.hold_seconds(hold_when_full)
+        if hold is not None and msg_id is None:
+            msg_id = P.new_msg_id()
         data, hdrs = self._prepare(
             subject,
             payload,
@@ -564,8 +590,11 @@ class JetStreamContext:
             expected_last_subject_sequence,
             expected_last_msg_id,
         )
-        return await P.publish(
-            self._conn, subject, data, hdrs, self._timeout if timeout is None else timeout
+        wait = self._timeout if timeout is None else timeout
+        if hold is None:
+            return await P.publish(self._conn, subject, data, hdrs, wait)
+        return await P.hold_when_full(
+            lambda: P.publish(self._conn, subject, data, hdrs, wait), hold
         )
 
     async def publish_async(
@@ -580,6 +609,7 @@ class JetStreamContext:
         expected_last_sequence: int | None = None,
         expected_last_subject_sequence: int | None = None,
         expected_last_msg_id: str | None = None,
+        hold_when_full: float | timedelta | None = None,
         timeout: float | None = None,
     ) -> asyncio.Future[PubAck]:
         """Publish without waiting for the acknowledgement; return its future.
@@ -590,8 +620,12 @@ class JetStreamContext:
         error, :class:`JetStreamTimeoutError` after ``timeout`` (the per-ack
         timeout), :class:`DisconnectedError` when the connection drops, or
         :class:`ConnectionClosedError` when the context closes. Arguments are
-        those of :meth:`publish`.
+        those of :meth:`publish`; with ``hold_when_full`` the future completes
+        once the message is stored or the hold time is up.
         """
+        hold = P.hold_seconds(hold_when_full)
+        if hold is not None and msg_id is None:
+            msg_id = P.new_msg_id()
         data, hdrs = self._prepare(
             subject,
             payload,
@@ -605,8 +639,14 @@ class JetStreamContext:
         )
         publisher = self._publisher
         if publisher.has_room:
-            return publisher.send(subject, data, hdrs, timeout)
-        return await publisher.publish(subject, data, hdrs, timeout)
+            first = publisher.send(subject, data, hdrs, timeout)
+        else:
+            first = await publisher.publish(subject, data, hdrs, timeout)
+        if hold is None:
+            return first
+        wait = self._timeout if timeout is None else timeout
+        resend = lambda: P.publish(self._conn, subject, data, hdrs, wait)  # noqa: E731
+        return asyncio.ensure_future(P.hold_when_full(resend, hold, first))
 
     async def publish_async_complete(self, timeout: float | timedelta | None = None) -> None:
         """Wait until every asynchronous publish has completed (acked or failed).

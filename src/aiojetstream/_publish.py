@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections.abc import Mapping
+import math
+import random
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
+from typing import Final
 
 from pydantic import ValidationError
 
@@ -22,6 +26,7 @@ from ._errors import (
     JetStreamTimeoutError,
     MaxPayloadExceededError,
     NoRespondersError,
+    StreamFullError,
 )
 from ._models import PubAck
 
@@ -417,3 +422,52 @@ class AsyncPublisher:
             self._conn.remove_listener(self)
             sub, self._sub = self._sub, None
             await sub.unsubscribe()
+
+
+# --------------------------------------------------------------------------- hold when full
+
+#: At most 20 attempts a second: the first retry waits 50 ms, doubling to 1 s.
+HOLD_MIN_WAIT: Final = 0.05
+HOLD_MAX_WAIT: Final = 1.0
+
+
+def hold_seconds(value: float | timedelta | None) -> float | None:
+    """Validate ``hold_when_full`` (positive seconds or a timedelta)."""
+    seconds = duration_seconds(value, "hold_when_full")
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise InvalidOptionError(f"hold_when_full must be positive seconds, got {value!r}")
+    return seconds
+
+
+def new_msg_id() -> str:
+    """A ``Nats-Msg-Id`` for the retries of one held publish."""
+    return uuid.uuid4().hex
+
+
+async def hold_when_full(
+    attempt: Callable[[], Awaitable[PubAck]],
+    hold: float,
+    first: Awaitable[PubAck] | None = None,
+) -> PubAck:
+    """Retry ``attempt`` while the stream is full, for up to ``hold`` seconds.
+
+    Pulsar's ``producer_request_hold`` on the client: the waits are jittered,
+    start at 50 ms and double to 1 s, so there are at most 20 attempts a
+    second; the last :class:`StreamFullError` is raised once ``hold`` is up.
+    ``first`` is an attempt already sent (``publish_async``).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + hold
+    wait = HOLD_MIN_WAIT
+    pending = first if first is not None else attempt()
+    while True:
+        try:
+            return await pending
+        except StreamFullError:
+            left = deadline - loop.time()
+            if left < HOLD_MIN_WAIT:
+                raise  # no room for another attempt at 20 a second
+        # Jitter within [HOLD_MIN_WAIT, wait]: never faster than 20 attempts a second.
+        await asyncio.sleep(min(left, random.uniform(HOLD_MIN_WAIT, wait)))
+        wait = min(HOLD_MAX_WAIT, wait * 2)
+        pending = attempt()

@@ -336,7 +336,7 @@ async def test_an_old_server_is_refused_with_the_version_needed(
     pedantic: bool,
     feature: str,
 ) -> None:
-    js._api_level = 0  # what account_info reports on nats-server 2.10 and older
+    js._api.level = 0  # what account_info reports on nats-server 2.10 and older
     cfg = cfg.model_copy(update={"subjects": ["old.>"], "storage": MEM})
     for call in (js.create_stream, js.update_stream, js.create_or_update_stream):
         with pytest.raises(FeatureNotSupportedError, match=r"nats-server >= 2\.11") as info:

@@ -16,6 +16,7 @@ __all__ = [
     "AckPolicy",
     "ConsumerConfig",
     "ConsumerInfo",
+    "ConsumerPauseResponse",
     "DeliverPolicy",
     "OrderedConsumerConfig",
     "PriorityGroupState",
@@ -246,3 +247,14 @@ class ConsumerInfo(ResponseModel):
     """When the server produced this information (nats-server >= 2.10)."""
     priority_groups: list[PriorityGroupState] | None = None
     """State of the priority groups (nats-server >= 2.11)."""
+
+
+class ConsumerPauseResponse(ResponseModel):
+    """The server's answer to a pause or resume (nats-server >= 2.11, ``CONSUMER.PAUSE``)."""
+
+    paused: bool = False
+    """Whether the consumer is paused now."""
+    pause_until: Timestamp | None = None
+    """Until when (UTC); absent once resumed."""
+    pause_remaining: Duration | None = None
+    """Time left until the pause ends."""

@@ -1,0 +1,285 @@
+"""Consumer administration: pause, resume, reset, clear-backlog, per-consumer TTL, backlog.
+
+These are Pulsar's subscription operations in JetStream terms (see
+``docs/from-pulsar.md``):
+
+* pause / resume: ``$JS.API.CONSUMER.PAUSE`` (nats-server >= 2.11, API level 1);
+* reset: ``$JS.API.CONSUMER.RESET`` (nats-server >= 2.14, API level 4), which
+  the server answers with the consumer's info plus ``reset_seq``. Two server
+  traps are kept away from users: a sequence beyond the stream's last + 1 is
+  accepted and silently skips future messages (refused here), and a reset of a
+  missing consumer gets no reply at all (checked first, so the error is
+  prompt and typed);
+* clear-backlog: a reset to the stream's last sequence + 1;
+* skip_older_than: Pulsar's per-subscription message TTL, a reset (of this
+  consumer only) to the first message stored after ``now - age``, never back;
+* backlog: the consumer's counters and its oldest unacknowledged message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from . import _api
+from ._api import ApiClient
+from ._errors import (
+    FeatureNotSupportedError,
+    InvalidOptionError,
+    JetStreamTimeoutError,
+    MessageNotFoundError,
+)
+from ._models import ConsumerInfo, ConsumerPauseResponse, format_timestamp, parse_timestamp
+from ._validation import validate_name
+
+__all__ = [
+    "Backlog",
+    "backlog",
+    "clear_backlog",
+    "pause",
+    "reset",
+    "resume",
+    "skip_older_than",
+]
+
+PAUSE_API_LEVEL: Final = 1
+PAUSE_SERVER_VERSION: Final = "2.11"
+RESET_API_LEVEL: Final = 4
+RESET_SERVER_VERSION: Final = "2.14"
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """A consumer's backlog (Pulsar's subscription backlog), from its info.
+
+    Attributes:
+        pending: Messages matching the filter not delivered yet (``num_pending``).
+        ack_pending: Delivered, not yet acknowledged (``num_ack_pending``).
+        redelivered: Delivered more than once, not yet acknowledged.
+        waiting: Pull requests waiting on the server.
+        oldest_unacked_sequence: The first stored message after the ack floor
+            that the consumer still has to process, or None without a backlog.
+        oldest_unacked_time: When that message was stored (UTC), or None.
+        oldest_unacked_age: How old it was when asked, or None.
+
+    """
+
+    pending: int
+    ack_pending: int
+    redelivered: int
+    waiting: int
+    oldest_unacked_sequence: int | None
+    oldest_unacked_time: datetime | None
+    oldest_unacked_age: timedelta | None
+
+
+async def _check_level(api: ApiClient, need: int, version: str, feature: str) -> None:
+    level = await api.api_level()
+    if level < need:
+        raise FeatureNotSupportedError(feature, need, level, version)
+
+
+def _until(until: datetime | timedelta | float) -> datetime:
+    if isinstance(until, datetime):
+        if until.tzinfo is None or until.utcoffset() is None:
+            raise InvalidOptionError("pause until: a datetime must be timezone-aware")
+        return until.astimezone(UTC)
+    if isinstance(until, timedelta):
+        delta = until
+    elif isinstance(until, int | float) and not isinstance(until, bool):
+        delta = timedelta(seconds=until)
+    else:
+        raise InvalidOptionError(f"pause until: expected a datetime or timedelta, got {until!r}")
+    if delta <= timedelta(0):
+        raise InvalidOptionError(f"pause until: {until!r} is not in the future")
+    return datetime.now(UTC) + delta
+
+
+async def _pause_request(
+    api: ApiClient, stream: str, name: str, body: dict[str, Any] | None, timeout: float | None
+) -> ConsumerPauseResponse:
+    validate_name(stream, "stream")
+    validate_name(name, "consumer")
+    await _check_level(api, PAUSE_API_LEVEL, PAUSE_SERVER_VERSION, "consumer pause")
+    return await api.call_model(
+        _api.CONSUMER_PAUSE,
+        ConsumerPauseResponse,
+        body,
+        timeout=timeout,
+        stream=stream,
+        consumer=name,
+    )
+
+
+async def pause(
+    api: ApiClient,
+    stream: str,
+    name: str,
+    until: datetime | timedelta | float,
+    timeout: float | None,
+) -> ConsumerPauseResponse:
+    """Pause a consumer until ``until`` (a datetime, or a timedelta / seconds from now)."""
+    body = {"pause_until": format_timestamp(_until(until))}
+    return await _pause_request(api, stream, name, body, timeout)
+
+
+async def resume(
+    api: ApiClient, stream: str, name: str, timeout: float | None
+) -> ConsumerPauseResponse:
+    """Resume a paused consumer (an empty pause request)."""
+    return await _pause_request(api, stream, name, None, timeout)
+
+
+async def _info(api: ApiClient, stream: str, name: str, timeout: float | None) -> ConsumerInfo:
+    return await api.call_model(
+        _api.CONSUMER_INFO, ConsumerInfo, timeout=timeout, stream=stream, consumer=name
+    )
+
+
+async def _last_seq(api: ApiClient, stream: str, timeout: float | None) -> int:
+    reply = await api.call(_api.STREAM_INFO, timeout=timeout, stream=stream)
+    return int(reply.get("state", {}).get("last_seq", 0))
+
+
+async def reset(
+    api: ApiClient,
+    stream: str,
+    name: str,
+    sequence: int | None,
+    timeout: float | None,
+) -> tuple[int, ConsumerInfo]:
+    """Reset a consumer (ADR-style ``CONSUMER.RESET``); return the sequence and the new info.
+
+    Raises:
+        InvalidOptionError: ``sequence`` is not an integer >= 1, or beyond the
+            stream's last sequence + 1 (the server would silently skip future
+            messages).
+        ConsumerNotFoundError: the consumer (or stream) does not exist.
+        FeatureNotSupportedError: the server is older than 2.14 (API level 4).
+        ConsumerResetError: the server refused (10204).
+
+    """
+    validate_name(stream, "stream")
+    validate_name(name, "consumer")
+    if sequence is not None and (
+        isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 1
+    ):
+        raise InvalidOptionError(f"reset sequence must be an integer >= 1, got {sequence!r}")
+    await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset")
+    # The server never answers a reset of a missing consumer: ask first.
+    await _info(api, stream, name, timeout)
+    if sequence is not None:
+        last = await _last_seq(api, stream, timeout)
+        if sequence > last + 1:
+            raise InvalidOptionError(
+                f"reset sequence {sequence} is beyond stream {stream!r}'s last sequence + 1 "
+                f"({last + 1}); the server would skip the next {sequence - last - 1} messages"
+            )
+    body = None if sequence is None else {"seq": sequence}
+    try:
+        reply = await api.call(
+            _api.CONSUMER_RESET, body, timeout=timeout, stream=stream, consumer=name
+        )
+    except JetStreamTimeoutError:
+        await _info(api, stream, name, timeout)  # deleted meanwhile: ConsumerNotFoundError
+        raise
+    info = _api.parse(ConsumerInfo, {k: v for k, v in reply.items() if k != "reset_seq"})
+    seq = reply.get("reset_seq")
+    if not isinstance(seq, int):
+        seq = info.delivered.stream_seq + 1
+    return seq, info
+
+
+async def clear_backlog(
+    api: ApiClient, stream: str, name: str, timeout: float | None
+) -> tuple[int, ConsumerInfo]:
+    """Reset to the stream's last sequence + 1: nothing stored now is delivered."""
+    validate_name(stream, "stream")
+    await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset")
+    last = await _last_seq(api, stream, timeout)
+    return await reset(api, stream, name, last + 1, timeout)
+
+
+def _age(age: float | timedelta) -> timedelta:
+    if isinstance(age, timedelta):
+        value = age
+    elif isinstance(age, int | float) and not isinstance(age, bool):
+        value = timedelta(seconds=age)
+    else:
+        raise InvalidOptionError(f"age must be seconds or a timedelta, got {age!r}")
+    if value <= timedelta(0):
+        raise InvalidOptionError(f"age must be positive, got {age!r}")
+    return value
+
+
+async def skip_older_than(
+    api: ApiClient, stream: str, name: str, age: float | timedelta, timeout: float | None
+) -> tuple[int, ConsumerInfo]:
+    """Move this consumer past every message older than ``age``; never backwards.
+
+    Returns the sequence the consumer continues at: the first message stored
+    after ``now - age`` (the stream's last + 1 when all are older), or its ack
+    floor + 1 unchanged when nothing unacknowledged is that old.
+    """
+    validate_name(stream, "stream")
+    validate_name(name, "consumer")
+    cutoff = datetime.now(UTC) - _age(age)
+    await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset")
+    info = await _info(api, stream, name, timeout)
+    floor = info.ack_floor.stream_seq + 1
+    try:
+        reply = await api.call(
+            _api.STREAM_MSG_GET,
+            {"start_time": format_timestamp(cutoff)},
+            timeout=timeout,
+            stream=stream,
+        )
+        target = int(reply["message"]["seq"])
+    except MessageNotFoundError:
+        target = await _last_seq(api, stream, timeout) + 1  # every stored message is older
+    if target <= floor:
+        return floor, info
+    return await reset(api, stream, name, target, timeout)
+
+
+def _filters(info: ConsumerInfo) -> list[str]:
+    config = info.config
+    if config.filter_subjects:
+        return list(config.filter_subjects)
+    if config.filter_subject:
+        return [config.filter_subject]
+    return [">"]
+
+
+async def backlog(api: ApiClient, stream: str, name: str, timeout: float | None) -> Backlog:
+    """A consumer's backlog: its counters and the oldest message it has yet to process."""
+    validate_name(stream, "stream")
+    validate_name(name, "consumer")
+    info = await _info(api, stream, name, timeout)
+    oldest: tuple[int, datetime] | None = None
+    if info.num_pending or info.num_ack_pending:
+        start = info.ack_floor.stream_seq + 1
+        for subject in _filters(info):
+            try:
+                reply = await api.call(
+                    _api.STREAM_MSG_GET,
+                    {"seq": start, "next_by_subj": subject},
+                    timeout=timeout,
+                    stream=stream,
+                )
+            except MessageNotFoundError:
+                continue
+            message = reply["message"]
+            found = (int(message["seq"]), parse_timestamp(str(message["time"])))
+            if oldest is None or found[0] < oldest[0]:
+                oldest = found
+    return Backlog(
+        pending=info.num_pending,
+        ack_pending=info.num_ack_pending,
+        redelivered=info.num_redelivered,
+        waiting=info.num_waiting,
+        oldest_unacked_sequence=oldest[0] if oldest else None,
+        oldest_unacked_time=oldest[1] if oldest else None,
+        oldest_unacked_age=(datetime.now(UTC) - oldest[1]) if oldest else None,
+    )

@@ -1,0 +1,266 @@
+"""Pulsar's subscription operations in JetStream terms, against a real server.
+
+pause / resume, reset, clear-backlog, skip_older_than (per-consumer TTL),
+backlog, and publishing into a full stream with hold_when_full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from aiojetstream import (
+    AckPolicy,
+    Consumer,
+    ConsumerConfig,
+    ConsumerNotFoundError,
+    ConsumerResetError,
+    DeliverPolicy,
+    DiscardPolicy,
+    FetchTimeoutError,
+    InvalidOptionError,
+    JetStreamContext,
+    MaxMessagesExceededError,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamFullError,
+)
+from helpers import wait_until
+
+MEM = StorageType.MEMORY
+
+
+async def stream_with(js: JetStreamContext, name: str, n: int, **config: object) -> None:
+    await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"], storage=MEM, **config))
+    for i in range(n):
+        await js.publish(f"{name}.{'ab'[i % 2]}", b"%d" % (i + 1))
+
+
+async def durable(js: JetStreamContext, stream: str, name: str, **config: object) -> Consumer:
+    return await js.create_consumer(stream, ConsumerConfig(durable_name=name, **config))
+
+
+async def take(consumer: Consumer, n: int, *, ack: bool = True) -> list[int]:
+    seqs = []
+    batch = await consumer.fetch(n, expires=2)
+    async for msg in batch:
+        seqs.append(msg.metadata.sequence.stream)
+        if ack:
+            await msg.double_ack()
+    return seqs
+
+
+async def test_pause_blocks_pulls_and_resume_releases(js: JetStreamContext) -> None:
+    await stream_with(js, "PA", 1)
+    consumer = await durable(js, "PA", "c")
+    until = datetime.now(UTC) + timedelta(minutes=1)
+    paused = await consumer.pause(until)
+    assert paused.paused is True
+    assert paused.pause_until is not None
+    assert abs(paused.pause_until - until) < timedelta(milliseconds=1)
+    assert paused.pause_remaining is not None
+    assert timedelta(seconds=50) < paused.pause_remaining <= timedelta(minutes=1)
+    info = await consumer.info()
+    assert info.paused is True
+    assert info.pause_remaining is not None
+    with pytest.raises(FetchTimeoutError):
+        await consumer.next(expires=1)  # the message is there, the consumer is paused
+    resumed = await js.resume_consumer("PA", "c")
+    assert resumed.paused is False
+    msg = await consumer.next(expires=5)
+    assert msg.data == b"1"
+    # A timedelta from now, through the context.
+    again = await js.pause_consumer("PA", "c", timedelta(seconds=30))
+    assert again.paused is True
+    assert (await consumer.resume()).paused is False
+
+
+async def test_pause_errors(js: JetStreamContext) -> None:
+    await stream_with(js, "PB", 0)
+    with pytest.raises(ConsumerNotFoundError):
+        await js.pause_consumer("PB", "nobody", timedelta(seconds=5))
+    consumer = await durable(js, "PB", "c")
+    for bad in (timedelta(seconds=-1), 0, datetime(2020, 1, 1), "soon"):
+        with pytest.raises(InvalidOptionError):
+            await consumer.pause(bad)  # type: ignore[arg-type]
+
+
+async def test_reset_to_ack_floor_and_to_a_sequence(js: JetStreamContext) -> None:
+    await stream_with(js, "RS", 10)
+    consumer = await durable(js, "RS", "c")
+    assert await take(consumer, 5) == [1, 2, 3, 4, 5]
+    assert await take(consumer, 2, ack=False) == [6, 7]
+    # None: back to the ack floor + 1, the unacked messages come again.
+    assert await consumer.reset() == 6
+    assert await take(consumer, 3) == [6, 7, 8]
+    assert await consumer.reset(3) == 3
+    assert consumer.cached_info.delivered.stream_seq == 2
+    assert await take(consumer, 2) == [3, 4]
+    # Last + 1 is allowed (nothing stored is delivered); beyond is refused client-side.
+    assert await consumer.reset(11) == 11
+    with pytest.raises(InvalidOptionError, match="beyond stream 'RS'"):
+        await consumer.reset(12)
+    with pytest.raises(InvalidOptionError):
+        await consumer.reset(0)
+    await js.publish("RS.a", b"11")
+    msg = await consumer.next(expires=5)
+    assert msg.data == b"11"  # the refused reset skipped nothing
+
+
+async def test_reset_of_a_missing_consumer_is_prompt(js: JetStreamContext) -> None:
+    await stream_with(js, "RM", 3)
+    consumer = await durable(js, "RM", "c")
+    await js.delete_consumer("RM", "c")
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(ConsumerNotFoundError):
+        await asyncio.wait_for(consumer.reset(2), 5)
+    assert loop.time() - start < 1.0  # not the server's silence until a timeout
+
+
+async def test_forbidden_resets_are_typed(js: JetStreamContext) -> None:
+    await stream_with(js, "RF", 10)
+    newest = await durable(js, "RF", "new", deliver_policy=DeliverPolicy.NEW)
+    with pytest.raises(ConsumerResetError) as info:
+        await newest.reset(2)
+    assert info.value.err_code == 10204
+    from_five = await durable(
+        js, "RF", "five", deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=5
+    )
+    with pytest.raises(ConsumerResetError, match="below start seq"):
+        await from_five.reset(2)
+    assert await from_five.reset(7) == 7
+
+
+async def test_clear_backlog_on_limits_and_interest_streams(js: JetStreamContext) -> None:
+    await stream_with(js, "CL", 6)
+    consumer = await durable(js, "CL", "c")
+    assert await consumer.clear_backlog() == 7
+    with pytest.raises(FetchTimeoutError):
+        await consumer.next(expires=1)
+    backlog = await consumer.backlog()
+    assert (backlog.pending, backlog.ack_pending, backlog.oldest_unacked_sequence) == (0, 0, None)
+    assert (await js.stream("CL")).cached_info.state.messages == 6  # limits: all kept
+
+    await stream_with(js, "CI", 0, retention=RetentionPolicy.INTEREST)
+    a = await durable(js, "CI", "a")
+    b = await durable(js, "CI", "b")
+    for i in range(4):
+        await js.publish("CI.a", b"%d" % i)
+    assert await a.clear_backlog() == 5
+    # b still needs every message: nothing goes.
+    assert (await js.stream("CI")).cached_info.state.messages == 4
+    assert await b.clear_backlog() == 5
+
+    async def emptied() -> bool:
+        return (await js.stream("CI")).cached_info.state.messages == 0
+
+    await wait_until(emptied, timeout=5)
+
+
+async def test_skip_older_than_moves_only_this_consumer(js: JetStreamContext) -> None:
+    await stream_with(js, "TT", 4)
+    stored = (await js.stream("TT")).cached_info.state.last_ts
+    cutoff = stored + timedelta(microseconds=1)
+    await wait_until(lambda: datetime.now(UTC) > cutoff, timeout=2)
+    for i in range(3):
+        await js.publish("TT.a", b"new-%d" % i)
+    mover = await durable(js, "TT", "mover")
+    other = await durable(js, "TT", "other")
+    age = datetime.now(UTC) - cutoff
+    assert await mover.skip_older_than(age) == 5
+    assert [m.data for m in [await mover.next(expires=5)]] == [b"new-0"]
+    other_info = await other.info()
+    assert other_info.delivered.stream_seq == 0
+    assert other_info.num_pending == 7
+    # Never backwards: a larger age moves nothing (returns the ack floor + 1).
+    assert (
+        await mover.skip_older_than(timedelta(days=1)) == 1 + mover.cached_info.ack_floor.stream_seq
+    )
+    # Everything older: past the end.
+    await wait_until(
+        lambda: datetime.now(UTC) > other_info.ts if other_info.ts else True, timeout=2
+    )
+    assert await other.skip_older_than(timedelta(microseconds=1)) == 8
+    with pytest.raises(InvalidOptionError):
+        await other.skip_older_than(0)
+
+
+async def test_backlog(js: JetStreamContext) -> None:
+    await stream_with(js, "BL", 6)
+    consumer = await durable(js, "BL", "c", filter_subject="BL.b", ack_policy=AckPolicy.EXPLICIT)
+    empty = await durable(js, "BL", "none", filter_subject="BL.none")
+    backlog = await consumer.backlog()
+    assert (backlog.pending, backlog.ack_pending, backlog.redelivered) == (3, 0, 0)
+    assert backlog.oldest_unacked_sequence == 2  # the first BL.b message
+    first = await (await js.stream("BL")).get_msg(2)
+    assert backlog.oldest_unacked_time == first.time
+    assert backlog.oldest_unacked_age is not None
+    assert backlog.oldest_unacked_age >= timedelta(0)
+    assert await take(consumer, 1, ack=False) == [2]
+    backlog = await consumer.backlog()
+    assert (backlog.pending, backlog.ack_pending, backlog.oldest_unacked_sequence) == (2, 1, 2)
+    assert await consumer.reset() == 1  # the ack floor + 1; the next BL.b message is 2
+    assert await take(consumer, 1) == [2]
+    assert (await consumer.backlog()).oldest_unacked_sequence == 4
+    nothing = await empty.backlog()
+    assert (nothing.pending, nothing.oldest_unacked_sequence, nothing.oldest_unacked_age) == (
+        0,
+        None,
+        None,
+    )
+
+
+async def test_full_stream_errors_and_hold_when_full(js: JetStreamContext) -> None:
+    await stream_with(
+        js,
+        "FULL",
+        2,
+        retention=RetentionPolicy.WORKQUEUE,
+        max_msgs=2,
+        discard=DiscardPolicy.NEW,
+    )
+    with pytest.raises(MaxMessagesExceededError) as info:
+        await js.publish("FULL.a", b"3")
+    assert isinstance(info.value, StreamFullError)
+    assert info.value.err_code == 10077
+
+    # Held: the publish completes once a consumer acks one message.
+    consumer = await durable(js, "FULL", "worker")
+    held = asyncio.ensure_future(js.publish("FULL.a", b"held", hold_when_full=10))
+    await asyncio.sleep(0)  # let the first attempt go out
+    assert not held.done()
+    assert await take(consumer, 1) == [1]
+    ack = await asyncio.wait_for(held, 10)
+    assert ack.seq == 3
+    assert not ack.duplicate
+    assert (await js.stream("FULL")).cached_info.state.messages == 2
+
+    # Held too long: the StreamFullError, after the time, at most 20 attempts a second.
+    before = js.nc.stats["out_msgs"]
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(MaxMessagesExceededError):
+        await asyncio.wait_for(js.publish("FULL.b", b"x", hold_when_full=1.0), 10)
+    took = loop.time() - start
+    attempts = js.nc.stats["out_msgs"] - before
+    assert 0.9 <= took < 3
+    assert 2 <= attempts <= 21
+
+    # publish_async: the future completes when there is room.
+    fut = await js.publish_async("FULL.a", b"async", hold_when_full=10)
+    assert not fut.done()
+    assert await take(consumer, 1) == [2]
+    assert (await asyncio.wait_for(fut, 10)).seq == 4
+
+
+async def test_hold_when_full_validation(js: JetStreamContext) -> None:
+    await stream_with(js, "HV", 0)
+    before = js.nc.stats["out_msgs"]
+    for bad in (0, -1, float("nan"), "1s"):
+        with pytest.raises(InvalidOptionError):
+            await js.publish("HV.a", b"x", hold_when_full=bad)  # type: ignore[arg-type]
+    assert js.nc.stats["out_msgs"] == before
