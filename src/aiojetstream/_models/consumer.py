@@ -35,6 +35,8 @@ class AckPolicy(StrEnum):
     """Acknowledging a message acknowledges every earlier one too."""
     EXPLICIT = "explicit"
     """Every message is acknowledged on its own."""
+    FLOW_CONTROL = "flow_control"
+    """The server's own source consumers (nats-server >= 2.14, a sourcing stream's origin)."""
 
 
 class DeliverPolicy(StrEnum):
