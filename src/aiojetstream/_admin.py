@@ -30,7 +30,13 @@ from ._errors import (
     JetStreamTimeoutError,
     MessageNotFoundError,
 )
-from ._models import ConsumerInfo, ConsumerPauseResponse, format_timestamp, parse_timestamp
+from ._models import (
+    ConsumerInfo,
+    ConsumerPauseResponse,
+    DeliverPolicy,
+    format_timestamp,
+    parse_timestamp,
+)
 from ._validation import validate_name
 
 __all__ = [
@@ -102,7 +108,7 @@ async def _pause_request(
     validate_name(stream, "stream")
     validate_name(name, "consumer")
     await _check_level(api, PAUSE_API_LEVEL, PAUSE_SERVER_VERSION, "consumer pause")
-    return await api.call_model(
+    response = await api.call_model(
         _api.CONSUMER_PAUSE,
         ConsumerPauseResponse,
         body,
@@ -110,6 +116,10 @@ async def _pause_request(
         stream=stream,
         consumer=name,
     )
+    if not response.paused and response.pause_until is not None and response.pause_until.year < 2:
+        # A resume answers Go's zero time: no pause, so no end either.
+        response = response.model_copy(update={"pause_until": None})
+    return response
 
 
 async def pause(
@@ -191,12 +201,30 @@ async def reset(
     return seq, info
 
 
+#: Deliver policies whose consumers the server lets reset to a sequence.
+_RESETTABLE: Final = frozenset(
+    {DeliverPolicy.ALL, DeliverPolicy.BY_START_SEQUENCE, DeliverPolicy.BY_START_TIME}
+)
+
+
+def _check_resettable(info: ConsumerInfo, what: str) -> None:
+    policy = info.config.deliver_policy
+    if policy not in _RESETTABLE:
+        raise InvalidOptionError(
+            f"{what} moves consumer {info.name!r} to a sequence, which the server allows only "
+            f"for deliver_policy all, by_start_sequence or by_start_time (not {policy}); "
+            "for 'from now on', create it with by_start_sequence at the stream's last + 1"
+        )
+
+
 async def clear_backlog(
     api: ApiClient, stream: str, name: str, timeout: float | None
 ) -> tuple[int, ConsumerInfo]:
     """Reset to the stream's last sequence + 1: nothing stored now is delivered."""
     validate_name(stream, "stream")
+    validate_name(name, "consumer")
     await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset")
+    _check_resettable(await _info(api, stream, name, timeout), "clear_backlog")
     last = await _last_seq(api, stream, timeout)
     return await reset(api, stream, name, last + 1, timeout)
 
@@ -219,15 +247,20 @@ async def skip_older_than(
     """Move this consumer past every message older than ``age``; never backwards.
 
     Returns the sequence the consumer continues at: the first message stored
-    after ``now - age`` (the stream's last + 1 when all are older), or its ack
-    floor + 1 unchanged when nothing unacknowledged is that old.
+    after ``now - age`` (the stream's last + 1 when all are older), or, when
+    nothing unacknowledged is that old, where it continues now (nothing moves).
+    Delivered but unacknowledged messages from that sequence on are delivered
+    again (the reset moves the delivery cursor back to it).
     """
     validate_name(stream, "stream")
     validate_name(name, "consumer")
     cutoff = datetime.now(UTC) - _age(age)
     await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset")
     info = await _info(api, stream, name, timeout)
+    _check_resettable(info, "skip_older_than")
     floor = info.ack_floor.stream_seq + 1
+    # Read before looking for the cutoff: a message stored in between is younger.
+    last = await _last_seq(api, stream, timeout)
     try:
         reply = await api.call(
             _api.STREAM_MSG_GET,
@@ -237,9 +270,9 @@ async def skip_older_than(
         )
         target = int(reply["message"]["seq"])
     except MessageNotFoundError:
-        target = await _last_seq(api, stream, timeout) + 1  # every stored message is older
+        target = last + 1  # every message stored when we looked is older
     if target <= floor:
-        return floor, info
+        return max(floor, info.delivered.stream_seq + 1), info
     return await reset(api, stream, name, target, timeout)
 
 

@@ -620,8 +620,9 @@ class JetStreamContext:
         error, :class:`JetStreamTimeoutError` after ``timeout`` (the per-ack
         timeout), :class:`DisconnectedError` when the connection drops, or
         :class:`ConnectionClosedError` when the context closes. Arguments are
-        those of :meth:`publish`; with ``hold_when_full`` the future completes
-        once the message is stored or the hold time is up.
+        those of :meth:`publish`. With ``hold_when_full`` the future completes
+        once the message is stored or the hold time is up; held messages keep
+        their place in the window and their order, and share one backoff.
         """
         hold = P.hold_seconds(hold_when_full)
         if hold is not None and msg_id is None:
@@ -639,14 +640,8 @@ class JetStreamContext:
         )
         publisher = self._publisher
         if publisher.has_room:
-            first = publisher.send(subject, data, hdrs, timeout)
-        else:
-            first = await publisher.publish(subject, data, hdrs, timeout)
-        if hold is None:
-            return first
-        wait = self._timeout if timeout is None else timeout
-        resend = lambda: P.publish(self._conn, subject, data, hdrs, wait)  # noqa: E731
-        return asyncio.ensure_future(P.hold_when_full(resend, hold, first))
+            return publisher.send(subject, data, hdrs, timeout, hold)
+        return await publisher.publish(subject, data, hdrs, timeout, hold)
 
     async def publish_async_complete(self, timeout: float | timedelta | None = None) -> None:
         """Wait until every asynchronous publish has completed (acked or failed).

@@ -18,10 +18,11 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── MessageSizeExceedsMaximumError 10054
     │   ├── MessageTTLInvalidError         10165
     │   ├── MessageTTLDisabledError        10166
-    │   ├── StreamFullError                10077 (discard new; the subclass by description)
-    │   │   ├── MaxMessagesExceededError
-    │   │   ├── MaxBytesExceededError
-    │   │   └── MaxMessagesPerSubjectExceededError
+    │   ├── StreamStoreFailedError         10077 (any store failure)
+    │   │   └── StreamFullError            10077 with a limit's description (discard new)
+    │   │       ├── MaxMessagesExceededError
+    │   │       ├── MaxBytesExceededError
+    │   │       └── MaxMessagesPerSubjectExceededError
     │   ├── ConsumerResetError             10204 (reset not allowed, below the start)
     │   ├── ConsumerNotFoundError          10014
     │   ├── ConsumerExistsError            10148, 10013, 10105 (create over a different one)
@@ -114,6 +115,7 @@ __all__ = [
     "StreamNameInUseError",
     "StreamNotFoundError",
     "StreamNotMatchError",
+    "StreamStoreFailedError",
     "StreamSubjectOverlapError",
     "TLSError",
     "WrongLastMsgIdError",
@@ -205,7 +207,15 @@ class MessageTTLDisabledError(APIError):
     """The message has a TTL but the stream does not allow them (ADR-43, err_code 10166)."""
 
 
-class StreamFullError(APIError):
+class StreamStoreFailedError(APIError):
+    """The stream could not store the message (err_code 10077).
+
+    The server uses 10077 for every store failure; when its description says
+    a limit was reached (``discard: new``) the error is a :class:`StreamFullError`.
+    """
+
+
+class StreamFullError(StreamStoreFailedError):
     """The stream is full and refuses new messages (``discard: new``, err_code 10077).
 
     The subclass says which limit: :class:`MaxMessagesExceededError`,
@@ -431,11 +441,11 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10028: ResourcesExceededError,
     10047: ResourcesExceededError,
     10008: ClusterUnavailableError,
-    10077: StreamFullError,
+    10077: StreamStoreFailedError,
     10204: ConsumerResetError,
 }
 
-# 10077 covers every "stream full" refusal; the description says which limit.
+# 10077 covers every store failure; the description says which limit, if any.
 _STREAM_FULL: tuple[tuple[str, type[StreamFullError]], ...] = (
     ("maximum messages per subject exceeded", MaxMessagesPerSubjectExceededError),
     ("maximum messages exceeded", MaxMessagesExceededError),
@@ -446,7 +456,7 @@ _STREAM_FULL: tuple[tuple[str, type[StreamFullError]], ...] = (
 def api_error(code: int, err_code: int, description: str) -> APIError:
     """Return the typed exception for a server error reply (the err_code registry)."""
     cls = _ERR_CODES.get(err_code, APIError)
-    if cls is StreamFullError:
+    if cls is StreamStoreFailedError:
         text = description.lower()
         for marker, full in _STREAM_FULL:
             if marker in text:

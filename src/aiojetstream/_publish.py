@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import math
 import random
@@ -179,6 +180,19 @@ def duration_seconds(value: float | timedelta | None, name: str) -> float | None
     return seconds
 
 
+class _Held:
+    """What a held publish needs for another attempt."""
+
+    __slots__ = ("block", "error", "payload", "subject", "until")
+
+    def __init__(self, subject: bytes, payload: bytes, block: bytes | None, until: float) -> None:
+        self.subject = subject
+        self.payload = payload
+        self.block = block
+        self.until = until
+        self.error: StreamFullError | None = None
+
+
 class AsyncPublisher:
     """Outstanding asynchronous publishes: one reply subscription, a bounded window.
 
@@ -215,6 +229,14 @@ class AsyncPublisher:
         self._closed = False
         self._started = False  # the reply subscription is up (and not closed since)
         self._starting: asyncio.Lock = asyncio.Lock()
+        # Held publishes (hold_when_full): what to resend, and the tokens (as ints,
+        # in publish order) waiting for a resend; one shared, jittered backoff.
+        self._held: dict[bytes, _Held] = {}
+        self._hold_queue: list[int] = []
+        self._hold_wait = HOLD_FIRST_WAIT
+        self._hold_timer: asyncio.TimerHandle | None = None
+        self._last_full: StreamFullError | None = None
+        self._resending: bytes | None = None  # the held message sent again, awaiting its reply
 
     @property
     def pending(self) -> int:
@@ -247,6 +269,7 @@ class AsyncPublisher:
         payload: bytes,
         block: bytes | None,
         timeout: float | None,
+        hold: float | None = None,
     ) -> asyncio.Future[PubAck]:
         """Send a message and return the future of its acknowledgement.
 
@@ -259,6 +282,8 @@ class AsyncPublisher:
             if self._closed:
                 raise ConnectionClosedError("the JetStream context is closed")
         ack_timeout = self.ack_timeout if timeout is None else timeout
+        if hold is not None:
+            ack_timeout += hold  # a held publish may wait for room as long as it holds
         futures = self._futures
         while len(futures) >= self.max_pending:
             try:
@@ -271,7 +296,7 @@ class AsyncPublisher:
                 ) from None
             if self._closed:
                 raise ConnectionClosedError("the JetStream context is closed")
-        return self.send(subject, payload, block, timeout)
+        return self.send(subject, payload, block, timeout, hold)
 
     def send(
         self,
@@ -279,18 +304,35 @@ class AsyncPublisher:
         payload: bytes,
         block: bytes | None,
         timeout: float | None,
+        hold: float | None = None,
     ) -> asyncio.Future[PubAck]:
-        """Send now, without waiting (:attr:`has_room` must be true)."""
+        """Send now, without waiting (:attr:`has_room` must be true).
+
+        With ``hold`` (seconds), a "stream full" reply does not complete the
+        future: the message is sent again, in publish order, after a shared
+        jittered backoff (at most 20 failed attempts a second for the whole
+        publisher), until it is stored or ``hold`` is up. It keeps its place in
+        the window meanwhile. While earlier held messages wait, a new held one
+        queues behind them instead of being sent.
+        """
         conn = self._conn
         if conn.nc.is_draining_pubs:
             raise ConnectionClosedError("the connection is draining")
         self._next += 1
         token = b"%x" % self._next
-        # Raises (closed, reconnect buffer full) before anything is registered.
-        conn.publish_nowait(subject.encode(), payload, self._prefix + token, block)
         loop = asyncio.get_running_loop()
+        subject_b = subject.encode()
+        if hold is not None and (self._hold_queue or self._resending is not None):
+            self._hold_queue.append(self._next)  # behind the held ones, in order
+        else:
+            # Raises (closed, reconnect buffer full) before anything is registered.
+            conn.publish_nowait(subject_b, payload, self._prefix + token, block)
         fut: asyncio.Future[PubAck] = loop.create_future()
-        deadline = loop.time() + (self.ack_timeout if timeout is None else timeout)
+        wait = self.ack_timeout if timeout is None else timeout
+        deadline = loop.time() + wait
+        if hold is not None:
+            self._held[token] = _Held(subject_b, payload, block, loop.time() + hold)
+            deadline += hold  # the ack timeout counts from the last attempt
         futures = self._futures
         futures[token] = (fut, deadline, subject)
         if len(futures) >= self.max_pending:
@@ -325,7 +367,10 @@ class AsyncPublisher:
         return entry
 
     def _on_reply(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
-        entry = self._forget(subject[self._prefix_len :])
+        token = subject[self._prefix_len :]
+        if self._held and token in self._held and self._still_held(token, data, hdr):
+            return
+        entry = self._forget(token)
         if entry is None:
             return  # late reply after a timeout or a disconnect
         fut, _, target = entry
@@ -345,6 +390,79 @@ class AsyncPublisher:
             fut.set_exception(exc)
         else:
             fut.set_result(ack)
+
+    # ----------------------------------------------------------------- held publishes
+
+    def _still_held(self, token: bytes, data: bytes, hdr: bytes | None) -> bool:
+        """Handle a held publish's reply; True when it waits for another attempt."""
+        held = self._held[token]
+        loop = asyncio.get_running_loop()
+        if token == self._resending:
+            self._resending = None
+        if b"10077" in data:
+            try:
+                ack_from_reply(data, hdr, held.subject.decode())
+            except StreamFullError as exc:
+                self._last_full = exc
+                held.error = exc
+                if loop.time() + HOLD_MIN_WAIT <= held.until:
+                    bisect.insort(self._hold_queue, int(token, 16))
+                    self._arm_hold(backoff=True)
+                    return True
+            except JetStreamError:
+                pass
+        # Stored, refused for another reason, or out of time: it completes now.
+        del self._held[token]
+        if self._hold_queue and b'"error"' not in data:
+            self._hold_wait = HOLD_FIRST_WAIT  # there is room again: next one at once
+            self._arm_hold(backoff=False)
+        return False
+
+    def _arm_hold(self, *, backoff: bool) -> None:
+        if self._hold_timer is not None:
+            if backoff:
+                return  # a retry is already scheduled
+            self._hold_timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = 0.0
+        if backoff:
+            # Jittered within [HOLD_MIN_WAIT, wait]: at most 20 failed attempts a second.
+            delay = random.uniform(HOLD_MIN_WAIT, self._hold_wait)
+            self._hold_wait = min(HOLD_MAX_WAIT, self._hold_wait * 2)
+        self._hold_timer = loop.call_later(delay, self._resend)
+
+    def _resend(self) -> None:
+        """Send the first held message waiting (expired ones fail first)."""
+        self._hold_timer = None
+        now = asyncio.get_running_loop().time()
+        queue = self._hold_queue
+        while queue:
+            token = b"%x" % queue.pop(0)
+            held = self._held.get(token)
+            entry = self._futures.get(token)
+            if held is None or entry is None:
+                self._held.pop(token, None)
+                continue
+            if now + HOLD_MIN_WAIT > held.until:
+                # Out of time before this attempt: the last "stream full" error.
+                del self._held[token]
+                self._forget(token)
+                error = held.error or self._last_full
+                if not entry[0].done() and error is not None:
+                    entry[0].set_exception(error)
+                continue
+            try:
+                self._conn.publish_nowait(
+                    held.subject, held.payload, self._prefix + token, held.block
+                )
+            except JetStreamError as exc:
+                del self._held[token]
+                self._forget(token)
+                if not entry[0].done():
+                    entry[0].set_exception(exc)
+                continue
+            self._resending = token
+            return
 
     def _arm(self, deadline: float) -> None:
         if self._timer is not None:
@@ -372,6 +490,12 @@ class AsyncPublisher:
     def _fail_all(self, make_error: type[JetStreamError], text: str) -> None:
         entries = list(self._futures.values())
         self._futures.clear()
+        self._held.clear()
+        self._hold_queue.clear()
+        self._resending = None
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
         self._deadlines.clear()
         if self._timer is not None:
             self._timer.cancel()
@@ -429,6 +553,8 @@ class AsyncPublisher:
 #: At most 20 attempts a second: the first retry waits 50 ms, doubling to 1 s.
 HOLD_MIN_WAIT: Final = 0.05
 HOLD_MAX_WAIT: Final = 1.0
+#: The first wait is jittered in [50, 100] ms so held publishers do not retry in step.
+HOLD_FIRST_WAIT: Final = 0.1
 
 
 def hold_seconds(value: float | timedelta | None) -> float | None:
@@ -444,22 +570,18 @@ def new_msg_id() -> str:
     return uuid.uuid4().hex
 
 
-async def hold_when_full(
-    attempt: Callable[[], Awaitable[PubAck]],
-    hold: float,
-    first: Awaitable[PubAck] | None = None,
-) -> PubAck:
+async def hold_when_full(attempt: Callable[[], Awaitable[PubAck]], hold: float) -> PubAck:
     """Retry ``attempt`` while the stream is full, for up to ``hold`` seconds.
 
     Pulsar's ``producer_request_hold`` on the client: the waits are jittered,
-    start at 50 ms and double to 1 s, so there are at most 20 attempts a
+    start at 50-100 ms and double to 1 s, so there are at most 20 attempts a
     second; the last :class:`StreamFullError` is raised once ``hold`` is up.
-    ``first`` is an attempt already sent (``publish_async``).
+    (``publish_async`` holds inside :class:`AsyncPublisher` instead.)
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + hold
-    wait = HOLD_MIN_WAIT
-    pending = first if first is not None else attempt()
+    wait = HOLD_FIRST_WAIT
+    pending = attempt()
     while True:
         try:
             return await pending

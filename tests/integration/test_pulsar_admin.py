@@ -176,10 +176,9 @@ async def test_skip_older_than_moves_only_this_consumer(js: JetStreamContext) ->
     other_info = await other.info()
     assert other_info.delivered.stream_seq == 0
     assert other_info.num_pending == 7
-    # Never backwards: a larger age moves nothing (returns the ack floor + 1).
-    assert (
-        await mover.skip_older_than(timedelta(days=1)) == 1 + mover.cached_info.ack_floor.stream_seq
-    )
+    # Never backwards: a larger age moves nothing; it continues after the delivered 5.
+    assert await mover.skip_older_than(timedelta(days=1)) == 6
+    assert (await mover.next(expires=5)).data == b"new-1"
     # Everything older: past the end.
     await wait_until(
         lambda: datetime.now(UTC) > other_info.ts if other_info.ts else True, timeout=2
@@ -187,6 +186,12 @@ async def test_skip_older_than_moves_only_this_consumer(js: JetStreamContext) ->
     assert await other.skip_older_than(timedelta(microseconds=1)) == 8
     with pytest.raises(InvalidOptionError):
         await other.skip_older_than(0)
+    # A "from now on" consumer cannot be moved to a sequence: a clear error, nothing sent.
+    newest = await durable(js, "TT", "newest", deliver_policy=DeliverPolicy.NEW)
+    with pytest.raises(InvalidOptionError, match="by_start_sequence"):
+        await newest.skip_older_than(60)
+    with pytest.raises(InvalidOptionError, match="deliver_policy all, by_start_sequence"):
+        await newest.clear_backlog()
 
 
 async def test_backlog(js: JetStreamContext) -> None:
@@ -264,3 +269,45 @@ async def test_hold_when_full_validation(js: JetStreamContext) -> None:
         with pytest.raises(InvalidOptionError):
             await js.publish("HV.a", b"x", hold_when_full=bad)  # type: ignore[arg-type]
     assert js.nc.stats["out_msgs"] == before
+
+
+async def test_held_publish_async_keeps_window_order_and_rate(nats_url: str) -> None:
+    import aiojetstream
+
+    js = await aiojetstream.connect(nats_url, publish_async_max_pending=10)
+    try:
+        await stream_with(
+            js,
+            "HA",
+            2,
+            retention=RetentionPolicy.WORKQUEUE,
+            max_msgs=2,
+            discard=DiscardPolicy.NEW,
+        )
+        futures = [await js.publish_async("HA.a", b"%d" % i, hold_when_full=30) for i in range(10)]
+        assert js.publish_async_pending == 10
+        # The window is full of held publishes: the producer is held too.
+        eleventh = asyncio.ensure_future(js.publish_async("HA.a", b"10", hold_when_full=30))
+        done, _ = await asyncio.wait([eleventh], timeout=1.0)
+        assert not done
+        before = js.nc.stats["out_msgs"]
+        await asyncio.wait(futures, timeout=1.0)
+        retries = js.nc.stats["out_msgs"] - before
+        assert retries <= 21  # one shared backoff: <= 20 failed attempts a second
+        assert not any(f.done() for f in futures)
+        # A consumer works the queue off; every held message goes in, in order, once.
+        worker = await durable(js, "HA", "w")
+        stored: list[bytes] = []
+        while len(stored) < 13:
+            batch = await worker.fetch(5, expires=2)
+            async for msg in batch:
+                stored.append(msg.data)
+                await msg.double_ack()
+        futures.append(await asyncio.wait_for(eleventh, 10))
+        acks = [await asyncio.wait_for(f, 10) for f in futures]
+        assert stored == [b"1", b"2"] + [b"%d" % i for i in range(11)]
+        assert [a.seq for a in acks] == list(range(3, 14))
+        assert not any(a.duplicate for a in acks)
+        assert js.publish_async_pending == 0
+    finally:
+        await js.close()

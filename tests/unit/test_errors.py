@@ -74,6 +74,7 @@ def test_stream_full_subclass_by_description() -> None:
         MaxMessagesExceededError,
         MaxMessagesPerSubjectExceededError,
         StreamFullError,
+        StreamStoreFailedError,
     )
     from aiojetstream._errors import api_error
 
@@ -81,10 +82,11 @@ def test_stream_full_subclass_by_description() -> None:
         "maximum messages exceeded": MaxMessagesExceededError,
         "maximum bytes exceeded": MaxBytesExceededError,
         "maximum messages per subject exceeded": MaxMessagesPerSubjectExceededError,
-        "stream full for some new reason": StreamFullError,
+        "error opening msg block file": StreamStoreFailedError,
     }
     for description, cls in cases.items():
         err = api_error(503, 10077, description)
         assert type(err) is cls
-        assert isinstance(err, StreamFullError)
+        assert isinstance(err, StreamStoreFailedError)
+        assert isinstance(err, StreamFullError) is (cls is not StreamStoreFailedError)
         assert err.err_code == 10077

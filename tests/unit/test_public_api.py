@@ -107,6 +107,7 @@ EXPECTED = [
     "StreamSource",
     "StreamSourceInfo",
     "StreamState",
+    "StreamStoreFailedError",
     "StreamSubjectOverlapError",
     "SubjectTransformConfig",
     "TLSError",
