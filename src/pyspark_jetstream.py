@@ -1,5 +1,8 @@
 """Spark's automatic registration of ``format("jetstream")`` (see ``aiojetstream.spark``)."""
 
-from aiojetstream.spark import JetStreamDataSource as DefaultSource
-
-__all__ = ["DefaultSource"]
+try:
+    from aiojetstream.spark import JetStreamDataSource as DefaultSource
+except ImportError:  # aiojetstream without its spark extra (no pyarrow): nothing to register
+    pass
+else:
+    __all__ = ["DefaultSource"]

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
+import aiojetstream
 from aiojetstream import JetStreamContext, StreamConfig
+from aiojetstream.spark import DataLossError, JetStreamSparkWarning
 from aiojetstream.spark._options import parse_source_options
 from aiojetstream.spark._read import RangeReader
+from aiojetstream.testing import NatsServer
 
 
 async def fill(js: JetStreamContext, stream: str, n: int) -> None:
@@ -58,3 +65,72 @@ async def test_range_end_and_filter(js: JetStreamContext, nats_url: str) -> None
     assert await read_all(reader) == []
     await reader.aclose()
     assert [n async for n in js.consumer_names("RR2")] == []
+
+
+async def test_data_loss_before_the_read_and_after_a_recreation(
+    js: JetStreamContext, nats_url: str
+) -> None:
+    await fill(js, "RR3", 100)
+    stream = await js.stream("RR3")
+    await stream.purge()  # everything planned is gone before the partition runs
+    strict = parse_source_options({"stream": "RR3", "servers": nats_url}, streaming=False)
+    reader = RangeReader(js, strict, 1, 101)
+    with pytest.raises(DataLossError, match=r"1\.\.100"):
+        await reader.next_batch()
+    await reader.aclose()
+
+    await fill(js, "RR4", 5000)
+    opts = parse_source_options({"stream": "RR4", "servers": nats_url}, streaming=False)
+    reader = RangeReader(js, opts, 1, 5001)
+    first = await reader.next_batch()
+    assert first is not None
+    read = first.num_rows
+    # The consumer vanished while Spark held the task, and the stream lost a range.
+    names = [n async for n in js.consumer_names("RR4")]
+    await js.delete_consumer("RR4", names[0])
+    await (await js.stream("RR4")).purge(sequence=4001)
+    with pytest.raises(DataLossError, match=rf"{read + 1}\.\.4000"):
+        await reader.next_batch()
+    await reader.aclose()
+    lenient = parse_source_options(
+        {"stream": "RR4", "servers": nats_url, "failOnDataLoss": "false"}, streaming=False
+    )
+    reader = RangeReader(js, lenient, 1, 5001)
+    with pytest.warns(JetStreamSparkWarning):
+        assert await read_all(reader) == list(range(4001, 5001))
+    await reader.aclose()
+
+
+def test_stream_reader_offsets_going_backwards_and_lost_gaps(nats_server: NatsServer) -> None:
+    """The driver-side offset calls, as Spark 4.0/4.1 and 4.2+ make them."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from aiojetstream.spark._source import StreamReader
+
+    async def setup() -> None:
+        async with await aiojetstream.connect(nats_server.url) as js:
+            await fill(js, "RR5", 1000)
+            await (await js.stream("RR5")).purge(sequence=901)
+
+    asyncio.run(setup())
+    base = {"stream": "RR5", "servers": nats_server.url}
+    reader = StreamReader(parse_source_options(base, streaming=True))
+    try:
+        # 4.2+: a limit counts from what the stream still holds, not through the gap.
+        lenient = StreamReader(
+            parse_source_options({**base, "failOnDataLoss": "false"}, streaming=True)
+        )
+        assert lenient.latestOffset({"stream": "RR5", "seq": 1}, ReadMaxRows(10)) == {
+            "stream": "RR5",
+            "seq": 911,
+        }
+        # 4.0/4.1: latestOffset() has no start; a checkpoint past the end shows in partitions().
+        end = reader.latestOffset()
+        assert end == {"stream": "RR5", "seq": 1001}
+        with pytest.raises(DataLossError, match="deleted and created again"):
+            reader.partitions({"stream": "RR5", "seq": 2000}, end)
+        with pytest.warns(JetStreamSparkWarning):
+            assert lenient.partitions({"stream": "RR5", "seq": 2000}, end) == []
+        lenient.stop()
+    finally:
+        reader.stop()

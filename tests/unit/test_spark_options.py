@@ -143,6 +143,10 @@ def test_connect_kwargs() -> None:
     assert kwargs["api_prefix"] == "$X.API"
     assert "tls" not in kwargs
     assert "p" not in opts.connect.describe()
+    secret = parse_source_options(
+        {"stream": "S", "servers": "nats://u:pw@a:4222,nats://b:4222"}, streaming=False
+    )
+    assert secret.connect.describe() == "nats://a:4222,nats://b:4222"
     token = parse_source_options({"stream": "S", "token": "t", "creds": "/c"}, streaming=False)
     kwargs = token.connect.connect_kwargs()
     assert (kwargs["token"], kwargs["user_credentials"]) == ("t", "/c")

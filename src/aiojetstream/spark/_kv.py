@@ -172,26 +172,32 @@ async def _put_batch(kv: KeyValue, batch: pa.RecordBatch, window: int) -> None:
     values = batch.column(batch.schema.get_field_index("value")).to_pylist()
     pending: set[asyncio.Future[Any]] = set()
     latest: dict[str, asyncio.Future[Any]] = {}
-    for key, value in zip(keys, values, strict=True):
-        if key is None:
-            raise InvalidOptionError("a row has a null 'key'")
-        previous = latest.get(key)
-        if previous is not None and not previous.done():
-            # A later row of the same key is written after the earlier one is stored.
-            await asyncio.wait([previous])
-        if len(pending) >= window:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        for key, value in zip(keys, values, strict=True):
+            if key is None:
+                raise InvalidOptionError("a row has a null 'key'")
+            previous = latest.get(key)
+            if previous is not None and not previous.done():
+                # A later row of the same key is written after the earlier one is stored.
+                await asyncio.wait([previous])
+            if len(pending) >= window:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for fut in done:
+                    fut.result()  # the first failed put fails the task
+            if value is None:
+                fut = asyncio.ensure_future(kv.delete(key))
+            else:
+                data = value.encode() if type(value) is str else value
+                fut = asyncio.ensure_future(kv.put(key, data))
+            pending.add(fut)
+            latest[key] = fut
+        if pending:
+            done, pending = await asyncio.wait(pending)
             for fut in done:
-                fut.result()  # the first failed put fails the task
-        if value is None:
-            fut = asyncio.ensure_future(kv.delete(key))
-        else:
-            fut = asyncio.ensure_future(
-                kv.put(key, value.encode() if type(value) is str else value)
-            )
-        pending.add(fut)
-        latest[key] = fut
-    if pending:
-        done, _ = await asyncio.wait(pending)
-        for task in done:
-            task.result()
+                fut.result()
+    finally:
+        # After a failure: no put keeps running while the task's loop closes.
+        for fut in pending:
+            fut.cancel()
+        if pending:
+            await asyncio.wait(pending)

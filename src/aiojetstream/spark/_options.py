@@ -205,8 +205,8 @@ class ConnectOptions:
         return kwargs
 
     def describe(self) -> str:
-        """The servers, for error messages (never credentials)."""
-        return self.servers
+        """The servers, for error messages (never credentials: user:password@ is removed)."""
+        return ",".join(re.sub(r"//[^/@]*@", "//", url) for url in self.servers.split(","))
 
 
 def _connect(options: Mapping[str, str]) -> ConnectOptions:

@@ -227,9 +227,12 @@ class RangeReader:
         self._consumer: JSConsumer | None = None
         self._done = start >= end
         self._rows = _FIRST_ROWS
-        self._checked_loss = False
 
     async def _open(self) -> JSConsumer:
+        # Whenever a consumer is (re)created, whatever it would start past is lost:
+        # check before a consumer with nothing pending ends the read.
+        bounds = await stream_bounds(self._js, self._opts)
+        self._next = max(self._next, check_loss(self._opts, self._next, bounds.first, "read"))
         consumer = await self._js.create_consumer(
             self._opts.stream,
             _consumer_config(
@@ -239,17 +242,9 @@ class RangeReader:
             ),
         )
         self._consumer = consumer
-        if consumer.cached_info.num_pending == 0:
+        if consumer.cached_info.num_pending == 0 or self._next >= self._end:
             self._done = True  # nothing (matching) from here on
         return consumer
-
-    async def _check_loss(self, first_delivered: int | None) -> None:
-        """Check the first delivery: were skipped sequences lost, or just filtered out."""
-        self._checked_loss = True
-        if first_delivered is not None and first_delivered == self._start:
-            return
-        bounds = await stream_bounds(self._js, self._opts)
-        self._next = max(self._next, check_loss(self._opts, self._start, bounds.first, "read"))
 
     async def next_batch(self) -> pa.RecordBatch | None:
         """The next Arrow batch, or None once the range is read."""
@@ -285,8 +280,6 @@ class RangeReader:
         async with await consumer.fetch(want, expires=_FETCH_EXPIRES) as fetched:
             async for msg in fetched:
                 seq, stamp, pending = _reply_numbers(msg.reply)
-                if not self._checked_loss:
-                    await self._check_loss(seq)
                 if seq >= end:
                     self._done = True
                     break
@@ -300,8 +293,6 @@ class RangeReader:
                 if pending == 0:
                     self._done = True
                     break
-        if not self._checked_loss and not seqs:
-            await self._check_loss(None)
         if not seqs:
             return None
         self._next = seqs[-1] + 1

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -17,7 +17,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from aiojetstream import InvalidOptionError, JetStreamContext, StreamNotFoundError
+from aiojetstream import (
+    ConnectionClosedError,
+    DisconnectedError,
+    InvalidOptionError,
+    JetStreamContext,
+    JetStreamTimeoutError,
+    StreamNotFoundError,
+)
 
 from ._options import (
     JetStreamSparkWarning,
@@ -37,7 +44,7 @@ from ._read import (
     split,
     stream_bounds,
 )
-from ._runtime import run_once
+from ._runtime import Session, run_once
 from ._write import StreamWriter, Writer, check_sink_schema
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
@@ -58,6 +65,8 @@ except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
     ReadLimit = object  # type: ignore[misc,assignment]
 
 __all__ = ["ADMISSION_CONTROL", "JetStreamDataSource", "SequenceRange"]
+
+T = TypeVar("T")
 
 
 class SequenceRange(InputPartition):
@@ -200,6 +209,25 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._available_now: int | None = None
+        # One connection for the offset calls of the query's driver-side process
+        # (Spark asks for the latest offset many times a second when idle).
+        self._session: Session | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_session"] = None  # connections do not travel
+        return state
+
+    def _run(self, work: Callable[[JetStreamContext], Awaitable[T]]) -> T:
+        session = self._session
+        if session is None:
+            session = self._session = Session(self.opts.connect)
+        try:
+            return session.run(work(session.js))
+        except (ConnectionClosedError, DisconnectedError, JetStreamTimeoutError):
+            self._session = None  # reconnect on the next call
+            session.close()
+            raise
 
     def _seq(self, offset: dict[str, Any] | None) -> int | None:
         if offset is None:
@@ -217,7 +245,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         async def bounds(js: JetStreamContext) -> Bounds:
             return await stream_bounds(js, opts)
 
-        return run_once(opts.connect, bounds)
+        return self._run(bounds)
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts (``startingOffsets``, default ``latest``)."""
@@ -227,7 +255,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             start, _end, _bounds = await plan_range(js, opts, streaming=True)
             return start
 
-        return _offset(opts, run_once(opts.connect, initial))
+        return _offset(opts, self._run(initial))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxRecordsPerTrigger`` as a read limit (Spark >= 4.2)."""
@@ -243,7 +271,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
     ) -> dict[str, Any]:
         """The end of the next micro-batch: the stream's last sequence + 1, capped by limits."""
-        stream_next = latest = self._bounds().next
+        bounds = self._bounds()
+        stream_next = latest = bounds.next
         if self._available_now is not None:
             latest = min(latest, self._available_now)
         begin = self._seq(start)
@@ -251,7 +280,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._behind(begin, stream_next)
         if begin is not None:
             if ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
-                latest = min(latest, begin + limit.max_rows)
+                # Counted from what the stream still holds: a lost gap costs no batches.
+                latest = min(latest, max(begin, bounds.first) + limit.max_rows)
             latest = max(latest, begin)
         return _offset(self.opts, latest)
 
@@ -278,7 +308,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = self._seq(start), self._seq(end)
         assert begin is not None
         assert stop is not None
-        if stop <= begin:
+        if stop < begin:
+            # Offsets went backwards (Spark < 4.2 asks latestOffset() without a start).
+            self._behind(begin, stop)
+            return []
+        if stop == begin:
             return []
         begin = check_loss(self.opts, begin, self._bounds().first, "offset")
         return _partitions(self.opts, begin, stop)
@@ -292,4 +326,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: reads do not acknowledge, the offsets are in the checkpoint."""
 
     def stop(self) -> None:
-        """Nothing to release (connections live only inside each call)."""
+        """Close the offset calls' connection (Spark may never call this; nothing depends on it)."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()

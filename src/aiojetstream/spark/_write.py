@@ -307,6 +307,11 @@ class StreamWriter(StreamWriterBase):
                 raise InvalidOptionError("dedupe=auto needs a Spark task context")
             query = ctx.getLocalProperty("sql.streaming.queryId")
             batch = ctx.getLocalProperty("streaming.sql.batchId")
+            if not query or batch is None:
+                # Ids without them would repeat across batches and drop real rows.
+                raise InvalidOptionError(
+                    "dedupe=auto: Spark gave this task no streaming query or batch id"
+                )
             prefix = f"{query}-{batch}-{ctx.partitionId()}"
         return _write(self.opts.connect, self.opts, prefix, iterator)
 
