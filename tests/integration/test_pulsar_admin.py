@@ -311,3 +311,20 @@ async def test_held_publish_async_keeps_window_order_and_rate(nats_url: str) -> 
         assert js.publish_async_pending == 0
     finally:
         await js.close()
+
+
+async def test_old_servers_are_refused_before_sending(js: JetStreamContext) -> None:
+    from aiojetstream import FeatureNotSupportedError
+
+    await stream_with(js, "OLDS", 3)
+    consumer = await durable(js, "OLDS", "c")
+    before = js.nc.stats["out_msgs"]
+    js._api.level = 3  # what a 2.12 server reports: no CONSUMER.RESET
+    for call in (consumer.reset(), consumer.clear_backlog(), consumer.skip_older_than(5)):
+        with pytest.raises(FeatureNotSupportedError, match=r"nats-server >= 2\.14") as info:
+            await call
+        assert (info.value.required_level, info.value.server_level) == (4, 3)
+    js._api.level = 0  # 2.10: no pause either
+    with pytest.raises(FeatureNotSupportedError, match=r"nats-server >= 2\.11"):
+        await consumer.pause(timedelta(seconds=5))
+    assert js.nc.stats["out_msgs"] == before
