@@ -13,6 +13,7 @@ Quick start::
 from ._admin import Backlog
 from ._consumer import ConsumeContext, Consumer, MessageBatch, MessagesContext
 from ._context import JetStreamContext, connect
+from ._direct import DirectBatch
 from ._errors import (
     APIError,
     BadRequestError,
@@ -25,6 +26,7 @@ from ._errors import (
     ConsumerExistsError,
     ConsumerNotFoundError,
     ConsumerResetError,
+    DirectBatchGapError,
     DisconnectedError,
     FeatureNotSupportedError,
     FetchTimeoutError,
@@ -66,6 +68,7 @@ from ._errors import (
     StreamStoreFailedError,
     StreamSubjectOverlapError,
     TLSError,
+    TooManyResultsError,
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
@@ -136,6 +139,8 @@ __all__ = [
     "ConsumerPauseResponse",
     "ConsumerResetError",
     "DeliverPolicy",
+    "DirectBatch",
+    "DirectBatchGapError",
     "DiscardPolicy",
     "DisconnectedError",
     "ExternalStream",
@@ -217,6 +222,7 @@ __all__ = [
     "SubjectTransformConfig",
     "TLSError",
     "Tier",
+    "TooManyResultsError",
     "WrongLastMsgIdError",
     "WrongLastSequenceError",
     "__version__",

@@ -29,7 +29,8 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── ConsumerDoesNotExistError      10149 (update of a missing one)
     │   ├── ConsumerCreateError            10012
     │   ├── ResourcesExceededError         10002, 10023, 10027, 10028, 10047
-    │   └── ClusterUnavailableError        10008
+    │   ├── ClusterUnavailableError        10008
+    │   └── TooManyResultsError            status 413 (batch direct get: over 1,024 subjects)
     ├── InvalidOptionError  (also a ValueError)          rejected before anything is sent
     │   ├── InvalidNameError
     │   ├── InvalidSubjectError
@@ -45,6 +46,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── DisconnectedError                                the connection dropped while waiting
     ├── TLSError                                         TLS refused or failed (never plaintext)
     ├── InvalidResponseError                             the server sent something unparsable
+    ├── DirectBatchGapError                              a batch direct get lost a reply
     ├── FeatureNotSupportedError                         the server's API level is too low
     ├── NoHeartbeatError
     ├── ConsumerDeletedError
@@ -77,6 +79,7 @@ __all__ = [
     "ConsumerExistsError",
     "ConsumerNotFoundError",
     "ConsumerResetError",
+    "DirectBatchGapError",
     "DisconnectedError",
     "FeatureNotSupportedError",
     "FetchTimeoutError",
@@ -118,6 +121,7 @@ __all__ = [
     "StreamStoreFailedError",
     "StreamSubjectOverlapError",
     "TLSError",
+    "TooManyResultsError",
     "WrongLastMsgIdError",
     "WrongLastSequenceError",
     "api_error",
@@ -264,6 +268,13 @@ class ClusterUnavailableError(APIError):
     """The JetStream cluster is temporarily unavailable (for example during an election)."""
 
 
+class TooManyResultsError(APIError):
+    """A ``get_last_msgs_for`` matched more than 1,024 subjects (status 413, ADR-31).
+
+    The limit counts matched subjects; a smaller ``batch`` does not help.
+    """
+
+
 # --------------------------------------------------------------------------- client
 
 
@@ -332,6 +343,15 @@ class TLSError(JetStreamError):
 
 class InvalidResponseError(JetStreamError):
     """The server's reply could not be understood."""
+
+
+class DirectBatchGapError(JetStreamError):
+    """A batch direct get lost a reply (ADR-31).
+
+    The server sends a batch without flow control; each reply's
+    ``Nats-Last-Sequence`` names the one before it, so a dropped reply is
+    noticed. Read again from ``DirectBatch.last_seq + 1``.
+    """
 
 
 class FeatureNotSupportedError(JetStreamError):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from . import _api
 from . import _consumer as C
+from . import _direct as D
 from . import _headers as H
 from ._api import ApiClient
 from ._conn import Reply
@@ -27,6 +28,7 @@ from ._models import (
     OrderedConsumerConfig,
     RawStreamMessage,
     StreamInfo,
+    parse_timestamp,
 )
 from ._ordered import OrderedConsumer, make_ordered
 from ._validation import validate_filter_subject
@@ -53,7 +55,7 @@ def _seq(value: object, name: str, minimum: int = 1) -> int:
 
 def _parse_time(text: str) -> datetime:
     try:
-        return datetime.fromisoformat(text)
+        return parse_timestamp(text)  # nanoseconds kept (NanoDatetime)
     except ValueError as exc:
         raise InvalidResponseError(f"invalid timestamp {text!r}") from exc
 
@@ -251,6 +253,110 @@ class Stream:
     async def _api_get(self, body: dict[str, Any], timeout: float | None) -> RawStreamMessage:
         reply = await self._api.call(_api.STREAM_MSG_GET, body, timeout=timeout, stream=self._name)
         return stored_message(reply)
+
+    def get_batch(
+        self,
+        batch: int,
+        *,
+        seq: int | None = None,
+        subject: str | None = None,
+        start_time: datetime | None = None,
+        max_bytes: int | None = None,
+        up_to_seq: int | None = None,
+        up_to_time: datetime | None = None,
+        timeout: float | None = None,
+    ) -> D.DirectBatch:
+        """Read up to ``batch`` messages in one batch direct get (ADR-31; nats-server >= 2.11).
+
+        ``async for msg in stream.get_batch(100, subject="orders.>"):`` yields
+        :class:`RawStreamMessage` in stream order (timestamps keep their
+        nanoseconds) and ends at the server's end-of-batch; nothing matching
+        gives an empty iteration. The stream needs ``allow_direct``.
+
+        Args:
+            batch: the most messages to return (>= 1).
+            seq: the first stream sequence to read (default 1); not with ``start_time``.
+            subject: only messages on this subject (wildcards allowed).
+            start_time: start at the first message stored at or after this time.
+            max_bytes: stop once this many bytes were sent (the message that
+                crosses the limit is still sent).
+            up_to_seq: end before the first message above this sequence
+                (checked client-side; the server ignores it here).
+            up_to_time: end before the first message stored at or after this
+                time (checked client-side); not with ``up_to_seq``.
+            timeout: seconds to wait for each reply.
+
+        Raises:
+            InvalidOptionError: an invalid or contradictory option (at once).
+            FeatureNotSupportedError: the server is older than 2.11.
+            NoRespondersError: the stream does not allow direct gets.
+            DirectBatchGapError: a reply was dropped on the way.
+            JetStreamTimeoutError: a reply did not come within ``timeout``.
+
+        """
+        body = D.batch_request(
+            batch,
+            seq=seq,
+            subject=subject,
+            start_time=start_time,
+            max_bytes=max_bytes,
+            up_to_seq=up_to_seq,
+            up_to_time=up_to_time,
+        )
+        return D.DirectBatch(
+            self._api,
+            self._name,
+            body,
+            up_to_seq=up_to_seq,
+            up_to_time=up_to_time,
+            timeout=timeout,
+        )
+
+    def get_last_msgs_for(
+        self,
+        subjects: str | Sequence[str],
+        *,
+        up_to_seq: int | None = None,
+        up_to_time: datetime | None = None,
+        batch: int | None = None,
+        timeout: float | None = None,
+    ) -> D.DirectBatch:
+        """The last message of each subject matching ``subjects`` (ADR-31 ``multi_last``).
+
+        An async iterator of :class:`RawStreamMessage` in stream order
+        (nats-server >= 2.11; the stream needs ``allow_direct``). With
+        ``up_to_seq`` or ``up_to_time`` the values are those as of that point
+        in the stream; after a complete iteration the returned batch's
+        ``up_to_seq`` says which sequence they are as of.
+
+        Args:
+            subjects: one subject or several (wildcards allowed); at most
+                1,024 subjects may match.
+            up_to_seq: the last messages at or below this stream sequence.
+            up_to_time: the last messages stored before this time (the server
+                leaves out a message stored exactly at it).
+            batch: return at most this many messages.
+            timeout: seconds to wait for each reply.
+
+        Raises:
+            InvalidOptionError: an invalid or contradictory option (at once).
+            TooManyResultsError: more than 1,024 subjects matched.
+            FeatureNotSupportedError: the server is older than 2.11.
+            NoRespondersError: the stream does not allow direct gets.
+            DirectBatchGapError: a reply was dropped on the way.
+
+        """
+        body = D.last_msgs_request(
+            subjects, up_to_seq=up_to_seq, up_to_time=up_to_time, batch=batch
+        )
+        return D.DirectBatch(
+            self._api,
+            self._name,
+            body,
+            up_to_seq=up_to_seq,
+            up_to_time=up_to_time,
+            timeout=timeout,
+        )
 
     async def delete_msg(
         self, sequence: int, *, erase: bool = False, timeout: float | None = None

@@ -31,6 +31,8 @@ EXPECTED = [
     "ConsumerPauseResponse",
     "ConsumerResetError",
     "DeliverPolicy",
+    "DirectBatch",
+    "DirectBatchGapError",
     "DiscardPolicy",
     "DisconnectedError",
     "ExternalStream",
@@ -112,6 +114,7 @@ EXPECTED = [
     "SubjectTransformConfig",
     "TLSError",
     "Tier",
+    "TooManyResultsError",
     "WrongLastMsgIdError",
     "WrongLastSequenceError",
     "__version__",
@@ -143,6 +146,7 @@ def test_public_methods_are_documented() -> None:
         "Msg",
         "KeyValue",
         "KeyWatcher",
+        "DirectBatch",
     ):
         cls = getattr(aiojetstream, name)
         for attr, member in vars(cls).items():

@@ -1,0 +1,463 @@
+"""Batch direct get (ADR-31): ``Stream.get_batch`` and ``Stream.get_last_msgs_for``.
+
+A batch direct get is one request on ``$JS.API.DIRECT.GET.<stream>`` answered
+by many replies: the messages, then a status-only ``204 EOB`` frame. nats-py's
+request returns a single reply, so each batch subscribes its own inbox.
+
+The frame handling is pure and tested without a server:
+
+* :func:`classify_frame` tells a message from the EOB, a 404 (nothing matched:
+  an empty iteration) and an error status (408, 412, 413, 503, ...);
+* :func:`status_error` turns an error status into the typed exception;
+* :class:`BatchCursor` checks ``Nats-Last-Sequence`` (a dropped reply raises
+  :class:`DirectBatchGapError`) and enforces ``up_to_seq`` / ``up_to_time``
+  client-side, since the server ignores them outside ``multi_last``.
+
+Needs nats-server >= 2.11 (API level 1); checked before the request is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Final
+
+from . import _api
+from . import _headers as H
+from ._api import ApiClient
+from ._conn import RawSubscription
+from ._errors import (
+    APIError,
+    BadRequestError,
+    DirectBatchGapError,
+    FeatureNotSupportedError,
+    InvalidOptionError,
+    InvalidResponseError,
+    JetStreamError,
+    JetStreamTimeoutError,
+    NoRespondersError,
+    TooManyResultsError,
+)
+from ._models import NanoDatetime, RawStreamMessage, format_timestamp, parse_timestamp
+from ._validation import validate_filter_subject
+
+__all__ = [
+    "BATCH_GET_API_LEVEL",
+    "BATCH_GET_SERVER_VERSION",
+    "BatchCursor",
+    "DirectBatch",
+    "DirectFrame",
+    "FrameKind",
+    "batch_request",
+    "classify_frame",
+    "last_msgs_request",
+    "status_error",
+]
+
+BATCH_GET_API_LEVEL: Final = 1
+"""Batch direct get needs JetStream API level 1 ..."""
+BATCH_GET_SERVER_VERSION: Final = "2.11"
+"""... that is nats-server 2.11."""
+
+UP_TO_SEQUENCE: Final = "Nats-UpTo-Sequence"
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+# Headers a direct get adds to describe the stored message; they are moved into
+# RawStreamMessage's fields rather than repeated in its headers.
+_META: Final = frozenset(
+    {H.STREAM, H.SUBJECT, H.SEQUENCE, H.TIME_STAMP, H.LAST_SEQUENCE, H.NUM_PENDING}
+)
+
+
+class FrameKind(enum.Enum):
+    """What one reply to a batch direct get is."""
+
+    MESSAGE = "message"
+    """A stored message (headers ``Nats-Subject``, ``Nats-Sequence``, ...)."""
+    EOB = "eob"
+    """``204 EOB``: the end of the batch."""
+    NOT_FOUND = "not_found"
+    """``404`` (``Message Not Found`` or ``No Results``): nothing matched."""
+    ERROR = "error"
+    """Any other status: the request failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class DirectFrame:
+    """A classified reply: its kind, headers (all of them) and status line."""
+
+    kind: FrameKind
+    headers: dict[str, str]
+    status: str | None = None
+    description: str | None = None
+
+
+def classify_frame(hdr: bytes | None) -> DirectFrame:
+    """Classify one reply of a batch direct get by its raw header block (pure, never raises)."""
+    if not hdr:
+        # A message always has the Nats-* headers; a reply without any is malformed,
+        # classified as a message so that building it reports what is missing.
+        return DirectFrame(FrameKind.MESSAGE, {})
+    parsed, status, description = H.decode_headers(hdr)
+    headers = parsed or {}
+    if status is None:
+        return DirectFrame(FrameKind.MESSAGE, headers)
+    if status == "204":
+        return DirectFrame(FrameKind.EOB, headers, status, description)
+    if status == "404":
+        return DirectFrame(FrameKind.NOT_FOUND, headers, status, description)
+    return DirectFrame(FrameKind.ERROR, headers, status, description)
+
+
+def status_error(frame: DirectFrame, stream: str) -> JetStreamError:
+    """The typed exception for an error status of a batch direct get (pure)."""
+    status = frame.status or ""
+    # A 503 carries "Nats-Subject: ..." that nats' parsers take for a description.
+    description = (frame.description or "").strip()
+    code = int(status) if status.isdigit() else 0
+    if code == 503:
+        return NoRespondersError(
+            f"no direct get responders for stream {stream!r} (is allow_direct on?)"
+        )
+    if code == 413:
+        return TooManyResultsError(
+            413, 0, f"{description or 'Too Many Results'}: multi_last matched over 1,024 subjects"
+        )
+    if code == 408:
+        return BadRequestError(408, 0, description or "Bad Request")
+    return APIError(code, 0, description or f"status {status}")
+
+
+def _int(headers: dict[str, str], key: str) -> int | None:
+    value = headers.get(key)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidResponseError(f"invalid {key} header {value!r}") from None
+
+
+def time_ns(value: datetime) -> int:
+    """Nanoseconds since the Unix epoch of an aware datetime (exact; a NanoDatetime's ns kept)."""
+    delta = value - _EPOCH
+    extra = value.nanosecond if isinstance(value, NanoDatetime) else 0
+    return (
+        (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000 + extra
+    )
+
+
+def build_message(frame: DirectFrame, data: bytes) -> RawStreamMessage:
+    """The stored message of a MESSAGE frame (nanosecond timestamp kept)."""
+    hdrs = frame.headers
+    try:
+        subject = hdrs[H.SUBJECT]
+        seq = int(hdrs[H.SEQUENCE])
+        time = parse_timestamp(hdrs[H.TIME_STAMP])
+    except (KeyError, ValueError) as exc:
+        raise InvalidResponseError(f"direct get reply without metadata: {hdrs!r}") from exc
+    user = {k: v for k, v in hdrs.items() if k not in _META}
+    # No validation per message: every field was just parsed.
+    return RawStreamMessage.model_construct(
+        subject=subject, seq=seq, headers=user or None, data=data, time=time
+    )
+
+
+class BatchCursor:
+    """The pure bookkeeping of one batch: dropped replies and the client-side upper bound.
+
+    Args:
+        up_to_seq: deliver no message above this stream sequence.
+        up_to_time: deliver only messages stored before this time (exclusive,
+            as the server's ``multi_last`` ``up_to_time``).
+
+    """
+
+    __slots__ = ("delivered", "last_seq", "up_to_ns", "up_to_seq")
+
+    def __init__(self, up_to_seq: int | None = None, up_to_time: datetime | None = None) -> None:
+        self.up_to_seq = up_to_seq
+        self.up_to_ns = None if up_to_time is None else time_ns(up_to_time)
+        #: Sequence of the last message received (0 before the first).
+        self.last_seq = 0
+        #: Messages received so far.
+        self.delivered = 0
+
+    def on_message(self, seq: int, previous: int | None, time: datetime) -> bool:
+        """Account for a message; False when it is past the upper bound (end the batch there).
+
+        Raises:
+            DirectBatchGapError: ``previous`` (its ``Nats-Last-Sequence``) is not
+                the sequence of the message received before it.
+            InvalidResponseError: the first reply lacks ``Nats-Last-Sequence``
+                (a server without batch direct get).
+
+        """
+        if previous is None:
+            raise InvalidResponseError(
+                "a batch direct get reply without Nats-Last-Sequence: the server "
+                f"does not support batch gets (nats-server >= {BATCH_GET_SERVER_VERSION})"
+            )
+        if self.delivered and previous != self.last_seq:
+            raise DirectBatchGapError(
+                f"a reply was dropped: message {seq} follows {previous}, "
+                f"but the last one received was {self.last_seq}"
+            )
+        self.last_seq = seq
+        self.delivered += 1
+        if self.up_to_seq is not None and seq > self.up_to_seq:
+            return False
+        return not (self.up_to_ns is not None and time_ns(time) >= self.up_to_ns)
+
+    def on_eob(self, last: int | None) -> None:
+        """Check the EOB's ``Nats-Last-Sequence`` against the last message received.
+
+        Raises:
+            DirectBatchGapError: the batch's last reply(s) were dropped.
+
+        """
+        if last is not None and last != self.last_seq:
+            raise DirectBatchGapError(
+                f"a reply was dropped: the batch ended at {last}, "
+                f"but the last message received was {self.last_seq}"
+            )
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def _positive(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def _aware(value: object, name: str) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidOptionError(f"{name} must be a timezone-aware datetime, got {value!r}")
+    return value
+
+
+def _up_to(up_to_seq: int | None, up_to_time: datetime | None) -> None:
+    if up_to_seq is not None and up_to_time is not None:
+        raise InvalidOptionError("give up_to_seq or up_to_time, not both")
+    if up_to_seq is not None:
+        _positive(up_to_seq, "up_to_seq")
+    if up_to_time is not None:
+        _aware(up_to_time, "up_to_time")
+
+
+def batch_request(
+    batch: int,
+    *,
+    seq: int | None = None,
+    subject: str | None = None,
+    start_time: datetime | None = None,
+    max_bytes: int | None = None,
+    up_to_seq: int | None = None,
+    up_to_time: datetime | None = None,
+) -> dict[str, Any]:
+    """Validate the options of ``get_batch`` and return the request body (pure).
+
+    ``seq`` defaults to 1 unless ``start_time`` is given (the server refuses a
+    body with neither). ``up_to_seq`` / ``up_to_time`` are not sent: the
+    server ignores them outside ``multi_last``, so they are enforced client-side.
+
+    Raises:
+        InvalidOptionError: an invalid value, ``seq`` with ``start_time``, or
+            ``up_to_seq`` with ``up_to_time``.
+
+    """
+    body: dict[str, Any] = {}
+    if seq is not None and start_time is not None:
+        raise InvalidOptionError("give seq or start_time, not both")
+    if start_time is not None:
+        body["start_time"] = format_timestamp(_aware(start_time, "start_time"))
+    else:
+        body["seq"] = 1 if seq is None else _positive(seq, "seq")
+    body["batch"] = _positive(batch, "batch")
+    if subject is not None:
+        body["next_by_subj"] = validate_filter_subject(subject)
+    if max_bytes is not None:
+        body["max_bytes"] = _positive(max_bytes, "max_bytes")
+    _up_to(up_to_seq, up_to_time)
+    return body
+
+
+def last_msgs_request(
+    subjects: str | Sequence[str],
+    *,
+    up_to_seq: int | None = None,
+    up_to_time: datetime | None = None,
+    batch: int | None = None,
+) -> dict[str, Any]:
+    """Validate the options of ``get_last_msgs_for`` and return the request body (pure).
+
+    Raises:
+        InvalidOptionError: no subjects, an invalid subject or value, or
+            ``up_to_seq`` with ``up_to_time``.
+
+    """
+    items = [subjects] if isinstance(subjects, str) else list(subjects)
+    if not items:
+        raise InvalidOptionError("get_last_msgs_for needs at least one subject")
+    body: dict[str, Any] = {"multi_last": [validate_filter_subject(s) for s in items]}
+    _up_to(up_to_seq, up_to_time)
+    if up_to_seq is not None:
+        body["up_to_seq"] = up_to_seq
+    if up_to_time is not None:
+        body["up_to_time"] = format_timestamp(up_to_time)
+    if batch is not None:
+        body["batch"] = _positive(batch, "batch")
+    return body
+
+
+# --------------------------------------------------------------------------- iterator
+
+
+class DirectBatch:
+    """The messages of one batch direct get: an async iterator of :class:`RawStreamMessage`.
+
+    Returned by :meth:`Stream.get_batch` and :meth:`Stream.get_last_msgs_for`.
+    Nothing is sent until iteration starts. Iteration ends at the server's
+    end-of-batch (``204 EOB``), at once when nothing matched (404), or at the
+    first message past ``up_to_seq`` (or at or after ``up_to_time``). It owns an inbox
+    subscription, released when iteration ends, on :meth:`aclose`, or when
+    used as ``async with`` and left.
+
+    After a complete batch :attr:`num_pending` tells how many matching
+    messages were left, and (for ``get_last_msgs_for``) :attr:`up_to_seq`
+    the stream sequence the values are as of.
+    """
+
+    def __init__(
+        self,
+        api: ApiClient,
+        stream: str,
+        body: dict[str, Any],
+        *,
+        up_to_seq: int | None = None,
+        up_to_time: datetime | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise InvalidOptionError(f"timeout must be positive seconds, got {timeout!r}")
+        self._api = api
+        self._stream = stream
+        self._body = body
+        self._timeout = api.timeout if timeout is None else float(timeout)
+        self._cursor = BatchCursor(up_to_seq, up_to_time)
+        self._frames: deque[tuple[bytes, bytes | None]] = deque()
+        self._arrived: asyncio.Event | None = None
+        self._sub: RawSubscription | None = None
+        self._started = False
+        self._finished = False
+        self._num_pending: int | None = None
+        self._up_to_seq: int | None = None
+
+    @property
+    def num_pending(self) -> int | None:
+        """Matching messages left after this batch (from the EOB), None before it."""
+        return self._num_pending
+
+    @property
+    def last_seq(self) -> int:
+        """The stream sequence of the last message received (0 before the first)."""
+        return self._cursor.last_seq
+
+    @property
+    def up_to_seq(self) -> int | None:
+        """For ``get_last_msgs_for``: the stream sequence the values are as of (from the EOB)."""
+        return self._up_to_seq
+
+    def __aiter__(self) -> DirectBatch:
+        return self
+
+    async def __aenter__(self) -> DirectBatch:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop and release the inbox subscription (idempotent)."""
+        self._finished = True
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            await sub.unsubscribe()
+
+    def _on_frame(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
+        self._frames.append((data, hdr))
+        if self._arrived is not None:
+            self._arrived.set()
+
+    async def _start(self) -> None:
+        self._started = True
+        level = await self._api.api_level(self._timeout)
+        if level < BATCH_GET_API_LEVEL:
+            raise FeatureNotSupportedError(
+                "batch direct get", BATCH_GET_API_LEVEL, level, BATCH_GET_SERVER_VERSION
+            )
+        conn = self._api.conn
+        inbox = conn.new_inbox()
+        self._arrived = asyncio.Event()
+        self._sub = await conn.subscribe_raw(inbox, self._on_frame)
+        subject = self._api.subject(_api.DIRECT_GET, stream=self._stream)
+        await conn.publish(subject, _api.dumps(self._body), reply=inbox)
+
+    async def _next_frame(self) -> tuple[bytes, bytes | None]:
+        arrived = self._arrived
+        assert arrived is not None
+        if not self._frames:
+            arrived.clear()
+            try:
+                async with asyncio.timeout(self._timeout):
+                    await arrived.wait()
+            except TimeoutError:
+                raise JetStreamTimeoutError(
+                    f"batch direct get on {self._stream!r}: nothing within {self._timeout:g}s"
+                ) from None
+        return self._frames.popleft()
+
+    async def __anext__(self) -> RawStreamMessage:
+        if self._finished:
+            raise StopAsyncIteration
+        try:
+            if not self._started:
+                await self._start()
+            while True:
+                data, hdr = await self._next_frame()
+                frame = classify_frame(hdr)
+                kind = frame.kind
+                if kind is FrameKind.MESSAGE:
+                    msg = build_message(frame, data)
+                    previous = _int(frame.headers, H.LAST_SEQUENCE)
+                    if self._cursor.on_message(msg.seq, previous, msg.time):
+                        return msg
+                    break  # past up_to_seq / up_to_time
+                if kind is FrameKind.EOB:
+                    self._cursor.on_eob(_int(frame.headers, H.LAST_SEQUENCE))
+                    self._num_pending = _int(frame.headers, H.NUM_PENDING)
+                    self._up_to_seq = _int(frame.headers, UP_TO_SEQUENCE)
+                    break
+                if kind is FrameKind.NOT_FOUND:
+                    self._num_pending = 0
+                    break
+                raise status_error(frame, self._stream)
+        except BaseException:
+            await self.aclose()
+            raise
+        await self.aclose()
+        raise StopAsyncIteration

@@ -1,0 +1,23 @@
+"""The feature pages of newer servers run: every ```python block, in order, per page.
+
+Each page promises that its Python blocks run top to bottom against a fresh
+server with ``js`` connected and ``import aiojetstream`` done, using top-level
+``await`` (see ``docblocks``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from aiojetstream import JetStreamContext
+from docblocks import DOCS, run_page
+
+PAGES = {
+    "batch-get.md": 2,
+}
+"""Each page and the least number of runnable blocks it has."""
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+async def test_feature_page_blocks_run_in_order(js: JetStreamContext, page: str) -> None:
+    await run_page(js, DOCS / page, PAGES[page])
