@@ -13,6 +13,7 @@ Quick start::
 from ._admin import Backlog
 from ._consumer import ConsumeContext, Consumer, MessageBatch, MessagesContext
 from ._context import JetStreamContext, connect
+from ._counter import Counter
 from ._direct import DirectBatch
 from ._errors import (
     APIError,
@@ -26,6 +27,9 @@ from ._errors import (
     ConsumerExistsError,
     ConsumerNotFoundError,
     ConsumerResetError,
+    CounterIncrementError,
+    CounterNotFoundError,
+    CountersDisabledError,
     DirectBatchGapError,
     DisconnectedError,
     FeatureNotSupportedError,
@@ -138,6 +142,10 @@ __all__ = [
     "ConsumerNotFoundError",
     "ConsumerPauseResponse",
     "ConsumerResetError",
+    "Counter",
+    "CounterIncrementError",
+    "CounterNotFoundError",
+    "CountersDisabledError",
     "DeliverPolicy",
     "DirectBatch",
     "DirectBatchGapError",

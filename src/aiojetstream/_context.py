@@ -11,12 +11,14 @@ from typing import Any
 from . import _admin as A
 from . import _api
 from . import _consumer as C
+from . import _features as F
 from . import _headers as H
 from . import _kv as KV
 from . import _publish as P
 from . import _ttl_rules as T
 from ._api import ApiClient
 from ._conn import Conn, NatsClient, connect_nats
+from ._counter import Counter
 from ._errors import InvalidOptionError, StreamNotFoundError
 from ._kv import KeyValue
 from ._models import (
@@ -233,6 +235,8 @@ class JetStreamContext:
         T.check_stream_config(config)
         if pedantic or T.uses_ttl_settings(config):
             T.check_api_level(config, await self.api_level(timeout=timeout), pedantic=pedantic)
+        for feature in F.stream_config_features(config):
+            F.check_level(feature, await self.api_level(timeout=timeout))
         return T.apply_ttl_defaults(config, pedantic=pedantic)
 
     def _may_disable_msg_ttl(self, to_send: StreamConfig) -> bool:
@@ -479,6 +483,20 @@ class JetStreamContext:
     def key_value_store_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Async-iterate the names of the buckets (streams ``KV_*`` on ``$KV.*.>``)."""
         return KV.key_value_store_names(self, timeout)
+
+    # ------------------------------------------------------------ counters
+
+    def counter(self, stream: str) -> Counter:
+        """The counters of the counter stream ``stream`` (ADR-49; nats-server >= 2.12).
+
+        The stream needs ``allow_msg_counter=True`` (and ``allow_direct`` for
+        ``get_many``); nothing is sent until the first call. See ``docs/counters.md``.
+
+        Raises:
+            InvalidNameError: the stream name is invalid.
+
+        """
+        return Counter(self._api, stream)
 
     # ------------------------------------------------------------ publishing
 

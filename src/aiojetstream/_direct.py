@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from . import _api
+from . import _features as F
 from . import _headers as H
 from ._api import ApiClient
 from ._conn import RawSubscription
@@ -35,7 +36,6 @@ from ._errors import (
     APIError,
     BadRequestError,
     DirectBatchGapError,
-    FeatureNotSupportedError,
     InvalidOptionError,
     InvalidResponseError,
     JetStreamError,
@@ -47,8 +47,6 @@ from ._models import NanoDatetime, RawStreamMessage, format_timestamp, parse_tim
 from ._validation import validate_filter_subject
 
 __all__ = [
-    "BATCH_GET_API_LEVEL",
-    "BATCH_GET_SERVER_VERSION",
     "BatchCursor",
     "DirectBatch",
     "DirectFrame",
@@ -58,11 +56,6 @@ __all__ = [
     "last_msgs_request",
     "status_error",
 ]
-
-BATCH_GET_API_LEVEL: Final = 1
-"""Batch direct get needs JetStream API level 1 ..."""
-BATCH_GET_SERVER_VERSION: Final = "2.11"
-"""... that is nats-server 2.11."""
 
 UP_TO_SEQUENCE: Final = "Nats-UpTo-Sequence"
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -201,7 +194,7 @@ class BatchCursor:
         if previous is None:
             raise InvalidResponseError(
                 "a batch direct get reply without Nats-Last-Sequence: the server "
-                f"does not support batch gets (nats-server >= {BATCH_GET_SERVER_VERSION})"
+                f"does not support batch gets (nats-server >= {F.BATCH_GET.version})"
             )
         if self.delivered and previous != self.last_seq:
             raise DirectBatchGapError(
@@ -405,11 +398,7 @@ class DirectBatch:
 
     async def _start(self) -> None:
         self._started = True
-        level = await self._api.api_level(self._timeout)
-        if level < BATCH_GET_API_LEVEL:
-            raise FeatureNotSupportedError(
-                "batch direct get", BATCH_GET_API_LEVEL, level, BATCH_GET_SERVER_VERSION
-            )
+        await F.require(self._api, F.BATCH_GET, self._timeout)
         conn = self._api.conn
         inbox = conn.new_inbox()
         self._arrived = asyncio.Event()

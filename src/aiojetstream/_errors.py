@@ -9,15 +9,18 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── StreamNotFoundError            10059
     │   ├── StreamNameInUseError           10058
     │   ├── StreamSubjectOverlapError      10065
-    │   ├── StreamConfigError              10052 (invalid stream config)
+    │   ├── StreamConfigError              10052, 10173 (invalid stream config)
     │   ├── StreamNotMatchError            10060 (expected_stream mismatch)
     │   ├── WrongLastSequenceError         10071, 10164 (expected_last_[subject_]sequence)
     │   ├── WrongLastMsgIdError            10070 (expected_last_msg_id)
     │   ├── MessageNotFoundError           10037, 10043
+    │   │   └── CounterNotFoundError       a counter's subject has no value (client-side, 404)
     │   ├── MessageDeleteError             10057 (e.g. a sequence past the end)
     │   ├── MessageSizeExceedsMaximumError 10054
     │   ├── MessageTTLInvalidError         10165
     │   ├── MessageTTLDisabledError        10166
+    │   ├── CountersDisabledError          10168 (Nats-Incr on a stream without allow_msg_counter)
+    │   ├── CounterIncrementError          10169, 10170, 10171 (missing, with a payload, invalid)
     │   ├── StreamStoreFailedError         10077 (any store failure)
     │   │   └── StreamFullError            10077 with a limit's description (discard new)
     │   │       ├── MaxMessagesExceededError
@@ -79,6 +82,9 @@ __all__ = [
     "ConsumerExistsError",
     "ConsumerNotFoundError",
     "ConsumerResetError",
+    "CounterIncrementError",
+    "CounterNotFoundError",
+    "CountersDisabledError",
     "DirectBatchGapError",
     "DisconnectedError",
     "FeatureNotSupportedError",
@@ -209,6 +215,26 @@ class MessageTTLInvalidError(APIError):
 
 class MessageTTLDisabledError(APIError):
     """The message has a TTL but the stream does not allow them (ADR-43, err_code 10166)."""
+
+
+class CounterNotFoundError(MessageNotFoundError):
+    """``Counter.get``: the subject holds no counter value (never incremented, or purged)."""
+
+
+class CountersDisabledError(APIError):
+    """An increment (``Nats-Incr``) reached a stream without ``allow_msg_counter``.
+
+    ADR-49, err_code 10168.
+    """
+
+
+class CounterIncrementError(APIError):
+    """A counter stream refused a message (ADR-49).
+
+    err_code 10169: no ``Nats-Incr`` header; 10170: the message has a payload;
+    10171: the increment is not an integer, or comes with a header a counter
+    refuses (``Nats-Expected-*``, ``Nats-Rollup``).
+    """
 
 
 class StreamStoreFailedError(APIError):
@@ -439,6 +465,7 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10058: StreamNameInUseError,
     10065: StreamSubjectOverlapError,
     10052: StreamConfigError,
+    10173: StreamConfigError,
     10060: StreamNotMatchError,
     10071: WrongLastSequenceError,
     10164: WrongLastSequenceError,
@@ -449,6 +476,10 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10057: MessageDeleteError,
     10165: MessageTTLInvalidError,
     10166: MessageTTLDisabledError,
+    10168: CountersDisabledError,
+    10169: CounterIncrementError,
+    10170: CounterIncrementError,
+    10171: CounterIncrementError,
     10014: ConsumerNotFoundError,
     10148: ConsumerExistsError,
     10013: ConsumerExistsError,

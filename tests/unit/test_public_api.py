@@ -30,6 +30,10 @@ EXPECTED = [
     "ConsumerNotFoundError",
     "ConsumerPauseResponse",
     "ConsumerResetError",
+    "Counter",
+    "CounterIncrementError",
+    "CounterNotFoundError",
+    "CountersDisabledError",
     "DeliverPolicy",
     "DirectBatch",
     "DirectBatchGapError",
@@ -147,6 +151,7 @@ def test_public_methods_are_documented() -> None:
         "KeyValue",
         "KeyWatcher",
         "DirectBatch",
+        "Counter",
     ):
         cls = getattr(aiojetstream, name)
         for attr, member in vars(cls).items():

@@ -1,0 +1,181 @@
+"""Distributed counters (ADR-49): ``js.counter(stream)`` and :class:`Counter`.
+
+A counter stream (``StreamConfig(allow_msg_counter=True)``, nats-server >= 2.12,
+API level 2) keeps one running total per subject. An increment is a publish
+with an empty body and the header ``Nats-Incr: +5``; the acknowledgement
+carries the new total as a decimal string (``"val"``), and the stored message
+has the body ``{"val":"<total>"}``. Totals are arbitrary-size integers: Python's
+``int`` holds them as they are.
+
+Reading uses direct get (the stream should have ``allow_direct``; without it
+a single ``get`` falls back to the message-get API); :meth:`Counter.get_many`
+reads many subjects in one batch direct get (ADR-31).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Final
+
+from . import _api
+from . import _direct as D
+from . import _features as F
+from . import _publish as P
+from ._api import ApiClient
+from ._errors import (
+    CounterNotFoundError,
+    InvalidOptionError,
+    InvalidResponseError,
+    MessageNotFoundError,
+    NoRespondersError,
+)
+from ._models import PubAck, RawStreamMessage
+from ._stream import direct_message, stored_message
+from ._validation import validate_name, validate_publish_subject
+
+__all__ = ["INCR", "Counter", "ack_value", "counter_value", "increment_header"]
+
+INCR: Final = "Nats-Incr"
+"""The header carrying a counter increment (``+1``, ``-10``)."""
+
+
+def increment_header(delta: object) -> str:
+    """The ``Nats-Incr`` value of an increment (pure): ``+5``, ``-3``, ``+0``.
+
+    Raises:
+        InvalidOptionError: ``delta`` is not an ``int`` (``bool`` included).
+
+    """
+    if isinstance(delta, bool) or not isinstance(delta, int):
+        raise InvalidOptionError(f"a counter increment must be an int, got {delta!r}")
+    return f"{delta:+d}"
+
+
+def _to_int(value: object, what: str) -> int:
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise InvalidResponseError(f"{what} holds no counter value: {value!r}")
+
+
+def counter_value(data: bytes) -> int:
+    """The total in a stored counter message's body, ``{"val":"42"}`` (pure).
+
+    Raises:
+        InvalidResponseError: the body is not a counter value.
+
+    """
+    try:
+        body: Any = json.loads(data)
+    except ValueError:
+        raise InvalidResponseError(f"not a counter value: {data[:100]!r}") from None
+    return _to_int(body.get("val") if isinstance(body, dict) else None, "the message")
+
+
+def ack_value(ack: PubAck) -> int:
+    """The new total in an increment's acknowledgement (its ``val``, a string) (pure).
+
+    Raises:
+        InvalidResponseError: the acknowledgement has no ``val``.
+
+    """
+    return _to_int((ack.model_extra or {}).get("val"), "the acknowledgement")
+
+
+class Counter:
+    """The counters of one counter stream (ADR-49; nats-server >= 2.12).
+
+    Get one with :meth:`JetStreamContext.counter`. Each subject of the stream
+    is a counter; the stream is not looked up until the first call.
+    """
+
+    def __init__(self, api: ApiClient, stream: str) -> None:
+        self._api = api
+        self._stream = validate_name(stream, "stream")
+        self._direct_subject = api.subject(_api.DIRECT_GET, stream=self._stream)
+
+    @property
+    def stream_name(self) -> str:
+        """The name of the counter stream."""
+        return self._stream
+
+    def __repr__(self) -> str:
+        return f"<Counter {self._stream}>"
+
+    async def add(self, subject: str, delta: int, *, timeout: float | None = None) -> int:
+        """Add ``delta`` (any size, negative to subtract) to ``subject``; return the new total.
+
+        The subject must be captured by the counter stream.
+
+        Raises:
+            InvalidOptionError: ``delta`` is not an int, or a bad subject.
+            CountersDisabledError: the stream capturing ``subject`` is no counter.
+            NoRespondersError: no stream captures ``subject``.
+            FeatureNotSupportedError: the server is older than 2.12.
+
+        """
+        block = P.header_block({INCR: increment_header(delta)})
+        validate_publish_subject(subject)
+        await F.require(self._api, F.COUNTERS, timeout)
+        wait = self._api.timeout if timeout is None else timeout
+        ack = await P.publish(self._api.conn, subject, b"", block, wait)
+        return ack_value(ack)
+
+    async def get(self, subject: str, *, timeout: float | None = None) -> int:
+        """The current total of ``subject``.
+
+        Raises:
+            CounterNotFoundError: the subject has no counter (never incremented,
+                or purged).
+            FeatureNotSupportedError: the server is older than 2.12.
+
+        """
+        validate_publish_subject(subject)
+        await F.require(self._api, F.COUNTERS, timeout)
+        try:
+            msg = await self._last(subject, timeout)
+        except MessageNotFoundError as exc:
+            raise CounterNotFoundError(
+                404, exc.err_code, f"no counter for subject {subject!r} in {self._stream!r}"
+            ) from exc
+        return counter_value(msg.data)
+
+    async def _last(self, subject: str, timeout: float | None) -> RawStreamMessage:
+        body = {"last_by_subj": subject}
+        try:
+            data, hdr = await self._api.conn.request(
+                self._direct_subject,
+                _api.dumps(body),
+                self._api.timeout if timeout is None else timeout,
+            )
+        except NoRespondersError:
+            # No direct get (allow_direct off): the stream leader answers the API.
+            reply = await self._api.call(
+                _api.STREAM_MSG_GET, body, timeout=timeout, stream=self._stream
+            )
+            return stored_message(reply)
+        return direct_message(data, hdr, f"subject {subject!r}")
+
+    async def get_many(
+        self, subjects: str | Sequence[str], *, timeout: float | None = None
+    ) -> AsyncIterator[tuple[str, int]]:
+        """Async-iterate ``(subject, total)`` of every counter matching ``subjects``.
+
+        One batch direct get (ADR-31, ``multi_last``) in stream order; wildcards
+        are allowed, at most 1,024 subjects may match, and subjects without a
+        counter are left out. The stream needs ``allow_direct``.
+
+        Raises:
+            TooManyResultsError: more than 1,024 subjects matched.
+            NoRespondersError: the stream does not allow direct gets.
+            FeatureNotSupportedError: the server is older than 2.12.
+
+        """
+        body = D.last_msgs_request(subjects)
+        await F.require(self._api, F.COUNTERS, timeout)
+        async with D.DirectBatch(self._api, self._stream, body, timeout=timeout) as batch:
+            async for msg in batch:
+                yield msg.subject, counter_value(msg.data)

@@ -1,0 +1,66 @@
+"""The server features newer than the core API, with the JetStream API level each needs.
+
+One table, so every feature refuses an old server the same way: with a
+:class:`FeatureNotSupportedError` naming the first nats-server release that
+has it, raised before the request that needs it is sent. Stream settings of
+these features are checked by the stream create and update calls too (an
+older server would silently ignore a field it does not know).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from ._api import ApiClient
+from ._errors import FeatureNotSupportedError
+from ._models import StreamConfig
+
+__all__ = [
+    "ATOMIC_BATCH",
+    "BATCH_GET",
+    "COUNTERS",
+    "SCHEDULES",
+    "Feature",
+    "check_level",
+    "require",
+    "stream_config_features",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """A server feature: its name in errors, its API level and first server release."""
+
+    name: str
+    level: int
+    version: str
+
+
+BATCH_GET: Final = Feature("batch direct get", 1, "2.11")
+COUNTERS: Final = Feature("message counters (allow_msg_counter)", 2, "2.12")
+ATOMIC_BATCH: Final = Feature("atomic batch publish (allow_atomic)", 2, "2.12")
+SCHEDULES: Final = Feature("message schedules (allow_msg_schedules)", 2, "2.12")
+
+
+def check_level(feature: Feature, level: int) -> None:
+    """Raise :class:`FeatureNotSupportedError` when ``level`` is below the feature's (pure)."""
+    if level < feature.level:
+        raise FeatureNotSupportedError(feature.name, feature.level, level, feature.version)
+
+
+async def require(api: ApiClient, feature: Feature, timeout: float | None = None) -> None:
+    """Check the server's API level (read once per context) for ``feature``."""
+    check_level(feature, await api.api_level(timeout))
+
+
+def stream_config_features(config: StreamConfig) -> list[Feature]:
+    """The features of this table a stream configuration turns on (pure)."""
+    used: list[Feature] = []
+    if config.allow_msg_counter:
+        used.append(COUNTERS)
+    if config.allow_atomic:
+        used.append(ATOMIC_BATCH)
+    if config.allow_msg_schedules:
+        used.append(SCHEDULES)
+    return used

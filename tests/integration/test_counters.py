@@ -1,0 +1,152 @@
+"""Counters (ADR-49) against a real server: add, get, get_many and every error code."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from aiojetstream import (
+    CounterIncrementError,
+    CounterNotFoundError,
+    CountersDisabledError,
+    FeatureNotSupportedError,
+    InvalidOptionError,
+    JetStreamContext,
+    MessageNotFoundError,
+    MessageTTLDisabledError,
+    StreamConfig,
+    StreamConfigError,
+    StreamSource,
+)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+async def counter_stream(js: JetStreamContext, *, direct: bool = True) -> str:
+    name = unique("CNT")
+    await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], allow_msg_counter=True, allow_direct=direct)
+    )
+    return name
+
+
+async def test_add_and_get(js: JetStreamContext) -> None:
+    name = await counter_stream(js)
+    counter = js.counter(name)
+    assert counter.stream_name == name
+    assert await counter.add(f"{name}.hits", 1) == 1
+    assert await counter.add(f"{name}.hits", 5) == 6
+    assert await counter.add(f"{name}.hits", -10) == -4
+    assert await counter.add(f"{name}.hits", 0) == -4
+    assert await counter.get(f"{name}.hits") == -4
+
+
+async def test_arbitrary_size(js: JetStreamContext) -> None:
+    name = await counter_stream(js)
+    counter = js.counter(name)
+    big = 123456789012345678901234567890
+    assert await counter.add(f"{name}.big", big) == big
+    assert await counter.add(f"{name}.big", big) == 2 * big
+    assert await counter.get(f"{name}.big") == 2 * big
+
+
+async def test_get_missing_counter(js: JetStreamContext) -> None:
+    name = await counter_stream(js)
+    with pytest.raises(CounterNotFoundError) as info:
+        await js.counter(name).get(f"{name}.none")
+    assert isinstance(info.value, MessageNotFoundError)
+
+
+async def test_get_without_direct_uses_the_api(js: JetStreamContext) -> None:
+    name = await counter_stream(js, direct=False)
+    counter = js.counter(name)
+    await counter.add(f"{name}.a", 3)
+    assert await counter.get(f"{name}.a") == 3
+    with pytest.raises(CounterNotFoundError):
+        await counter.get(f"{name}.b")
+
+
+async def test_get_many(js: JetStreamContext) -> None:
+    name = await counter_stream(js)
+    counter = js.counter(name)
+    await counter.add(f"{name}.a", 1)
+    await counter.add(f"{name}.b", 2)
+    await counter.add(f"{name}.a", 10)
+    await counter.add(f"{name}.c.x", 7)
+    got = [item async for item in counter.get_many(f"{name}.*")]
+    assert got == [(f"{name}.b", 2), (f"{name}.a", 11)]  # stream order
+    got = [item async for item in counter.get_many([f"{name}.a", f"{name}.c.>"])]
+    assert dict(got) == {f"{name}.a": 11, f"{name}.c.x": 7}
+    assert [item async for item in counter.get_many(f"{name}.none.*")] == []
+
+
+async def test_invalid_increment_is_refused_before_sending(js: JetStreamContext) -> None:
+    name = await counter_stream(js)
+    with pytest.raises(InvalidOptionError):
+        await js.counter(name).add(f"{name}.a", 1.5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError):
+        await js.counter(name).add(f"{name}.*", 1)
+
+
+async def test_server_error_codes(js: JetStreamContext) -> None:
+    name = await counter_stream(js)
+    subject = f"{name}.a"
+    plain = unique("PLAIN")
+    await js.create_stream(StreamConfig(name=plain, subjects=[f"{plain}.>"]))
+    with pytest.raises(CountersDisabledError) as disabled:
+        await js.counter(plain).add(f"{plain}.a", 1)
+    assert disabled.value.err_code == 10168
+    # What only a hand-made publish can do: the server's own checks.
+    cases = [
+        ({"X": "1"}, b"", 10169),  # no Nats-Incr
+        ({"Nats-Incr": "+1"}, b"x", 10170),  # a payload
+        ({"Nats-Incr": "1.5"}, b"", 10171),  # not an integer
+        ({"Nats-Incr": "+1", "Nats-Expected-Stream": name}, b"", 10171),
+        ({"Nats-Incr": "+1", "Nats-Rollup": "sub"}, b"", 10171),
+    ]
+    for headers, payload, code in cases:
+        with pytest.raises(CounterIncrementError) as info:
+            await js.publish(subject, payload, headers=headers)
+        assert info.value.err_code == code, headers
+    with pytest.raises(MessageTTLDisabledError):
+        await js.publish(subject, b"", headers={"Nats-Incr": "+1"}, ttl=5)
+
+
+async def test_stream_config_rules(js: JetStreamContext) -> None:
+    name = await counter_stream(js)
+    info = await (await js.stream(name)).info()
+    assert info.config.allow_msg_counter is True
+    # Set at create only.
+    with pytest.raises(StreamConfigError) as update:
+        await js.update_stream(info.config.model_copy(update={"allow_msg_counter": False}))
+    assert update.value.err_code == 10052
+    with pytest.raises(StreamConfigError) as ttl:
+        await js.create_stream(
+            StreamConfig(
+                name=unique("CT"), subjects=["ct.>"], allow_msg_counter=True, allow_msg_ttl=True
+            )
+        )
+    assert ttl.value.err_code == 10052
+    with pytest.raises(StreamConfigError) as mirror:
+        await js.create_stream(
+            StreamConfig(name=unique("CM"), mirror=StreamSource(name=name), allow_msg_counter=True)
+        )
+    assert mirror.value.err_code == 10173
+
+
+async def test_old_server_is_refused(js: JetStreamContext) -> None:
+    name = await counter_stream(js)
+    js._api.level = 1  # what a 2.11 server reports
+    try:
+        with pytest.raises(FeatureNotSupportedError) as info:
+            await js.counter(name).add(f"{name}.a", 1)
+        assert info.value.server_version == "2.12"
+        with pytest.raises(FeatureNotSupportedError):
+            await js.create_stream(
+                StreamConfig(name=unique("OLD"), subjects=["old.>"], allow_msg_counter=True)
+            )
+    finally:
+        js._api.level = None
