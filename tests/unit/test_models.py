@@ -427,7 +427,10 @@ def test_ordered_consumer_config() -> None:
         (RetentionPolicy, {"LIMITS": "limits", "INTEREST": "interest", "WORKQUEUE": "workqueue"}),
         (StorageType, {"FILE": "file", "MEMORY": "memory"}),
         (DiscardPolicy, {"OLD": "old", "NEW": "new"}),
-        (AckPolicy, {"NONE": "none", "ALL": "all", "EXPLICIT": "explicit"}),
+        (
+            AckPolicy,
+            {"NONE": "none", "ALL": "all", "EXPLICIT": "explicit", "FLOW_CONTROL": "flow_control"},
+        ),
         (
             DeliverPolicy,
             {
