@@ -39,6 +39,7 @@ from ._errors import (
     InvalidNameError,
     InvalidOptionError,
     InvalidResponseError,
+    InvalidScheduleError,
     InvalidStreamConfigError,
     InvalidSubjectError,
     InvalidTTLError,
@@ -55,6 +56,7 @@ from ._errors import (
     MessageAlreadyAckedError,
     MessageDeleteError,
     MessageNotFoundError,
+    MessageScheduleError,
     MessageSizeExceedsMaximumError,
     MessageTooLargeError,
     MessageTTLDisabledError,
@@ -64,6 +66,14 @@ from ._errors import (
     NotJetStreamMessageError,
     OrderedConsumerResetError,
     ResourcesExceededError,
+    SchedulePatternInvalidError,
+    SchedulerInvalidError,
+    ScheduleRollupInvalidError,
+    SchedulesDisabledError,
+    ScheduleSourceInvalidError,
+    ScheduleTargetInvalidError,
+    ScheduleTimeZoneInvalidError,
+    ScheduleTTLInvalidError,
     StreamConfigError,
     StreamFullError,
     StreamNameInUseError,
@@ -116,6 +126,7 @@ from ._models import (
 )
 from ._models.kv import KeyValueConfig, KeyValueEntry, KeyValueOp, KeyValueStatus
 from ._ordered import OrderedBatch, OrderedConsumer
+from ._schedule import Schedule
 from ._stream import Stream
 from ._version import __version__
 
@@ -159,6 +170,7 @@ __all__ = [
     "InvalidNameError",
     "InvalidOptionError",
     "InvalidResponseError",
+    "InvalidScheduleError",
     "InvalidStreamConfigError",
     "InvalidSubjectError",
     "InvalidTTLError",
@@ -184,6 +196,7 @@ __all__ = [
     "MessageBatch",
     "MessageDeleteError",
     "MessageNotFoundError",
+    "MessageScheduleError",
     "MessageSizeExceedsMaximumError",
     "MessageTTLDisabledError",
     "MessageTTLInvalidError",
@@ -209,6 +222,15 @@ __all__ = [
     "ReplayPolicy",
     "ResourcesExceededError",
     "RetentionPolicy",
+    "Schedule",
+    "SchedulePatternInvalidError",
+    "ScheduleRollupInvalidError",
+    "ScheduleSourceInvalidError",
+    "ScheduleTTLInvalidError",
+    "ScheduleTargetInvalidError",
+    "ScheduleTimeZoneInvalidError",
+    "SchedulerInvalidError",
+    "SchedulesDisabledError",
     "SequenceInfo",
     "SequencePair",
     "StorageType",

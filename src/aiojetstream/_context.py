@@ -15,6 +15,7 @@ from . import _features as F
 from . import _headers as H
 from . import _kv as KV
 from . import _publish as P
+from . import _schedule as S
 from . import _ttl_rules as T
 from ._api import ApiClient
 from ._conn import Conn, NatsClient, connect_nats
@@ -34,6 +35,7 @@ from ._models import (
 )
 from ._models.kv import KeyValueConfig
 from ._ordered import OrderedConsumer
+from ._schedule import Schedule
 from ._stream import Stream
 from ._validation import validate_filter_subject, validate_name, validate_publish_subject
 
@@ -560,6 +562,9 @@ class JetStreamContext:
         expected_last_subject_sequence: int | None = None,
         expected_last_msg_id: str | None = None,
         hold_when_full: float | timedelta | None = None,
+        schedule: Schedule | None = None,
+        schedule_target: str | None = None,
+        schedule_ttl: H.TTLInput | None = None,
         timeout: float | None = None,
     ) -> PubAck:
         """Publish a message and wait for the stream's acknowledgement.
@@ -582,11 +587,22 @@ class JetStreamContext:
                 many seconds, then raise the last :class:`StreamFullError`. The
                 retries carry one ``Nats-Msg-Id`` (``msg_id``, or a generated
                 one), so the message is never stored twice.
+            schedule: publish a message schedule (ADR-51, nats-server >= 2.12;
+                the stream needs ``allow_msg_schedules``): ``Schedule.at(dt)``,
+                ``Schedule.every(interval)`` or ``Schedule.cron(expr,
+                time_zone=None)``. ``subject`` is the schedule subject; the
+                server publishes the message to ``schedule_target`` when due.
+                See ``docs/schedules.md``.
+            schedule_target: where the scheduled messages go: a subject of
+                the same stream, without wildcards, not ``subject``.
+            schedule_ttl: the TTL of each scheduled message (as ``ttl``; the
+                stream needs ``allow_msg_ttl``).
             timeout: seconds to wait for each acknowledgement.
 
         Raises:
             InvalidSubjectError, InvalidHeaderError, InvalidTTLError,
-            MaxPayloadExceededError: bad input, before anything is sent.
+            InvalidScheduleError, MaxPayloadExceededError: bad input, before
+                anything is sent.
             NoRespondersError: no stream captures the subject.
             WrongLastSequenceError, WrongLastMsgIdError, StreamNotMatchError:
                 an expectation did not hold.
@@ -594,6 +610,9 @@ class JetStreamContext:
             JetStreamTimeoutError: no acknowledgement in time.
 
         """
+        if schedule is not None or schedule_target is not None or schedule_ttl is not None:
+            headers = S.schedule_headers(subject, headers, schedule, schedule_target, schedule_ttl)
+            await F.require(self._api, F.SCHEDULES, timeout)
         hold = P.hold_seconds(hold_when_full)
         if hold is not None and msg_id is None:
             msg_id = P.new_msg_id()
@@ -628,6 +647,9 @@ class JetStreamContext:
         expected_last_subject_sequence: int | None = None,
         expected_last_msg_id: str | None = None,
         hold_when_full: float | timedelta | None = None,
+        schedule: Schedule | None = None,
+        schedule_target: str | None = None,
+        schedule_ttl: H.TTLInput | None = None,
         timeout: float | None = None,
     ) -> asyncio.Future[PubAck]:
         """Publish without waiting for the acknowledgement; return its future.
@@ -642,6 +664,9 @@ class JetStreamContext:
         once the message is stored or the hold time is up; held messages keep
         their place in the window and their order, and share one backoff.
         """
+        if schedule is not None or schedule_target is not None or schedule_ttl is not None:
+            headers = S.schedule_headers(subject, headers, schedule, schedule_target, schedule_ttl)
+            await F.require(self._api, F.SCHEDULES, timeout)
         hold = P.hold_seconds(hold_when_full)
         if hold is not None and msg_id is None:
             msg_id = P.new_msg_id()
@@ -670,6 +695,26 @@ class JetStreamContext:
         """
         seconds = P.duration_seconds(timeout, "timeout")
         await self._publisher.complete(self._timeout if seconds is None else seconds)
+
+    async def cancel_schedule(self, subject: str, *, timeout: float | None = None) -> bool:
+        """Cancel the message schedule published on ``subject`` (ADR-51; nats-server >= 2.12).
+
+        Purges the schedule subject in the stream that captures it, which stops
+        the schedule. Returns whether there was a schedule to remove.
+
+        Raises:
+            InvalidSubjectError: ``subject`` is not a plain subject.
+            StreamNotFoundError: no stream captures ``subject``.
+            FeatureNotSupportedError: the server is older than 2.12.
+
+        """
+        validate_publish_subject(subject)
+        await F.require(self._api, F.SCHEDULES, timeout)
+        name = await self.stream_name_by_subject(subject, timeout=timeout)
+        reply = await self._api.call(
+            _api.STREAM_PURGE, {"filter": subject}, timeout=timeout, stream=name
+        )
+        return int(reply.get("purged", 0)) > 0
 
     @property
     def publish_async_pending(self) -> int:

@@ -21,6 +21,15 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── MessageTTLDisabledError        10166
     │   ├── CountersDisabledError          10168 (Nats-Incr on a stream without allow_msg_counter)
     │   ├── CounterIncrementError          10169, 10170, 10171 (missing, with a payload, invalid)
+    │   ├── MessageScheduleError           a schedule refused (ADR-51)
+    │   │   ├── SchedulesDisabledError     10188
+    │   │   ├── SchedulePatternInvalidError 10189
+    │   │   ├── ScheduleTargetInvalidError 10190
+    │   │   ├── ScheduleTTLInvalidError    10191
+    │   │   ├── ScheduleRollupInvalidError 10192
+    │   │   ├── ScheduleSourceInvalidError 10203
+    │   │   ├── SchedulerInvalidError      10212
+    │   │   └── ScheduleTimeZoneInvalidError 10223
     │   ├── StreamStoreFailedError         10077 (any store failure)
     │   │   └── StreamFullError            10077 with a limit's description (discard new)
     │   │       ├── MaxMessagesExceededError
@@ -39,6 +48,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── InvalidSubjectError
     │   ├── InvalidHeaderError
     │   ├── InvalidTTLError
+    │   ├── InvalidScheduleError                         ADR-51 schedules (client-side)
     │   ├── InvalidKeyError
     │   ├── InvalidStreamConfigError                     ADR-43 stream settings (client-side)
     │   └── MaxPayloadExceededError
@@ -94,6 +104,7 @@ __all__ = [
     "InvalidNameError",
     "InvalidOptionError",
     "InvalidResponseError",
+    "InvalidScheduleError",
     "InvalidStreamConfigError",
     "InvalidSubjectError",
     "InvalidTTLError",
@@ -110,6 +121,7 @@ __all__ = [
     "MessageAlreadyAckedError",
     "MessageDeleteError",
     "MessageNotFoundError",
+    "MessageScheduleError",
     "MessageSizeExceedsMaximumError",
     "MessageTTLDisabledError",
     "MessageTTLInvalidError",
@@ -119,6 +131,14 @@ __all__ = [
     "NotJetStreamMessageError",
     "OrderedConsumerResetError",
     "ResourcesExceededError",
+    "SchedulePatternInvalidError",
+    "ScheduleRollupInvalidError",
+    "ScheduleSourceInvalidError",
+    "ScheduleTTLInvalidError",
+    "ScheduleTargetInvalidError",
+    "ScheduleTimeZoneInvalidError",
+    "SchedulerInvalidError",
+    "SchedulesDisabledError",
     "StreamConfigError",
     "StreamFullError",
     "StreamNameInUseError",
@@ -237,6 +257,45 @@ class CounterIncrementError(APIError):
     """
 
 
+class MessageScheduleError(APIError):
+    """The server refused a message schedule (ADR-51); the subclass says why."""
+
+
+class SchedulesDisabledError(MessageScheduleError):
+    """A schedule reached a stream without ``allow_msg_schedules`` (err_code 10188)."""
+
+
+class SchedulePatternInvalidError(MessageScheduleError):
+    """The ``Nats-Schedule`` value is invalid (err_code 10189).
+
+    Also a time zone with a schedule that is not cron.
+    """
+
+
+class ScheduleTargetInvalidError(MessageScheduleError):
+    """The target is missing, outside the stream, the schedule subject or a wildcard (10190)."""
+
+
+class ScheduleTTLInvalidError(MessageScheduleError):
+    """The ``Nats-Schedule-TTL`` value is invalid (err_code 10191)."""
+
+
+class ScheduleRollupInvalidError(MessageScheduleError):
+    """The ``Nats-Schedule-Rollup`` value is invalid (err_code 10192)."""
+
+
+class ScheduleSourceInvalidError(MessageScheduleError):
+    """The ``Nats-Schedule-Source`` is invalid, for example a wildcard (err_code 10203)."""
+
+
+class SchedulerInvalidError(MessageScheduleError):
+    """``Nats-Scheduler`` names the subject the message is published to (err_code 10212)."""
+
+
+class ScheduleTimeZoneInvalidError(MessageScheduleError):
+    """The ``Nats-Schedule-Time-Zone`` is not an IANA zone, e.g. ``+02:00`` (err_code 10223)."""
+
+
 class StreamStoreFailedError(APIError):
     """The stream could not store the message (err_code 10077).
 
@@ -322,6 +381,15 @@ class InvalidHeaderError(InvalidOptionError):
 
 class InvalidTTLError(InvalidOptionError):
     """A message TTL is under 1 s, zero, negative or unparsable (ADR-43)."""
+
+
+class InvalidScheduleError(InvalidOptionError):
+    """A message schedule breaks a rule checked before sending (ADR-51).
+
+    An interval under 1 s, a cron expression without six fields, a naive
+    datetime, a time zone without cron, or a missing, wildcard or
+    self-referencing ``schedule_target``.
+    """
 
 
 class InvalidKeyError(InvalidOptionError):
@@ -480,6 +548,14 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10169: CounterIncrementError,
     10170: CounterIncrementError,
     10171: CounterIncrementError,
+    10188: SchedulesDisabledError,
+    10189: SchedulePatternInvalidError,
+    10190: ScheduleTargetInvalidError,
+    10191: ScheduleTTLInvalidError,
+    10192: ScheduleRollupInvalidError,
+    10203: ScheduleSourceInvalidError,
+    10212: SchedulerInvalidError,
+    10223: ScheduleTimeZoneInvalidError,
     10014: ConsumerNotFoundError,
     10148: ConsumerExistsError,
     10013: ConsumerExistsError,

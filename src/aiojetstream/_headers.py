@@ -145,6 +145,44 @@ def parse_go_duration(text: str) -> float:
     return sign * total
 
 
+def format_go_duration(value: timedelta) -> str:
+    """Format a non-negative duration as Go's ``time.Duration.String()`` does.
+
+    ``1h0m0s``, ``1m30s``, ``1.5s``, ``500ms``, ``0s``: what
+    :func:`parse_go_duration` (and the server) reads back. Microsecond
+    precision (``timedelta``'s).
+
+    Raises:
+        ValueError: the duration is negative.
+
+    """
+    us = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    if us < 0:
+        raise ValueError(f"negative duration {value!r}")
+    if us == 0:
+        return "0s"
+    if us < 1_000:
+        return f"{us}µs"
+    if us < 1_000_000:
+        return _fraction(us, 1_000) + "ms"
+    hours, rest = divmod(us, 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    text = _fraction(rest, 1_000_000) + "s"
+    if hours:
+        return f"{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{minutes}m{text}"
+    return text
+
+
+def _fraction(value: int, unit: int) -> str:
+    whole, frac = divmod(value, unit)
+    if not frac:
+        return str(whole)
+    digits = len(str(unit)) - 1
+    return f"{whole}.{frac:0{digits}d}".rstrip("0")
+
+
 TTLInput = int | float | timedelta | str
 
 

@@ -15,6 +15,7 @@ from docblocks import DOCS, run_page
 PAGES = {
     "batch-get.md": 2,
     "counters.md": 2,
+    "schedules.md": 2,
 }
 """Each page and the least number of runnable blocks it has."""
 

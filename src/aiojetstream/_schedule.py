@@ -1,0 +1,214 @@
+"""Message schedules (ADR-51): :class:`Schedule` and the headers of a scheduled publish.
+
+A schedule is a message published to its own subject (the *schedule
+subject*) on a stream with ``allow_msg_schedules=True`` (nats-server >= 2.12,
+API level 2). Its headers say when and where the server publishes a copy of
+it::
+
+    Nats-Schedule: @at 2026-11-21T06:19:42Z | @every 5m | 0 0 5 * * * | @hourly
+    Nats-Schedule-Target: orders.daily        (a subject of the same stream)
+    Nats-Schedule-TTL: 300                    (the TTL of each message produced)
+    Nats-Schedule-Time-Zone: Europe/Amsterdam (cron only)
+
+The server keeps only the latest schedule per schedule subject (it adds
+``Nats-Rollup: sub``); purging that subject cancels the schedule. Produced
+messages are stored in the stream only (no core publish) and carry
+``Nats-Scheduler: <schedule subject>``.
+
+Everything here is pure: the checks run before anything is sent and raise
+:class:`InvalidScheduleError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Final
+
+from . import _headers as H
+from ._errors import InvalidScheduleError, InvalidSubjectError
+from ._models import format_timestamp
+from ._validation import validate_publish_subject
+
+__all__ = [
+    "PREDEFINED",
+    "SCHEDULE",
+    "SCHEDULER",
+    "SCHEDULE_NEXT",
+    "SCHEDULE_TARGET",
+    "SCHEDULE_TIME_ZONE",
+    "SCHEDULE_TTL",
+    "Schedule",
+    "schedule_headers",
+]
+
+SCHEDULE: Final = "Nats-Schedule"
+SCHEDULE_TARGET: Final = "Nats-Schedule-Target"
+SCHEDULE_TTL: Final = "Nats-Schedule-TTL"
+SCHEDULE_TIME_ZONE: Final = "Nats-Schedule-Time-Zone"
+SCHEDULER: Final = "Nats-Scheduler"
+"""Set by the server on each produced message: the schedule subject."""
+SCHEDULE_NEXT: Final = "Nats-Schedule-Next"
+"""Set by the server on each produced message: the next time, or ``purge``."""
+
+PREDEFINED: Final = frozenset(
+    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+)
+"""The cron shorthands a schedule accepts besides six-field expressions."""
+
+MIN_INTERVAL: Final = timedelta(seconds=1)
+CRON_FIELDS: Final = 6
+# IANA zone names: "UTC", "Europe/Amsterdam", "America/Argentina/Buenos_Aires", "Etc/GMT+2".
+_TIME_ZONE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_+\-./]*")
+_ALLOWED_CRON = frozenset("0123456789*/,-?LW#ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+class Schedule:
+    """When a scheduled message is produced: :meth:`at`, :meth:`every` or :meth:`cron`.
+
+    Pass one to ``publish(..., schedule=..., schedule_target=...)``. The
+    checks run when the schedule is built and raise :class:`InvalidScheduleError`.
+
+    Attributes:
+        spec: The ``Nats-Schedule`` header value (``@at ...``, ``@every 5m``,
+            a cron expression).
+        time_zone: The IANA time zone of a cron schedule, or None (UTC).
+
+    """
+
+    __slots__ = ("spec", "time_zone")
+
+    spec: str
+    time_zone: str | None
+
+    def __init__(self, spec: str, time_zone: str | None = None) -> None:
+        # Use the class methods: they validate.
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "time_zone", time_zone)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Schedule is immutable")
+
+    def __repr__(self) -> str:
+        zone = f", time_zone={self.time_zone!r}" if self.time_zone else ""
+        return f"Schedule({self.spec!r}{zone})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return (self.spec, self.time_zone) == (other.spec, other.time_zone)
+
+    def __hash__(self) -> int:
+        return hash((self.spec, self.time_zone))
+
+    @classmethod
+    def at(cls, when: datetime) -> Schedule:
+        """Once, at ``when`` (a timezone-aware datetime; sent in UTC).
+
+        A time in the past fires at once.
+        """
+        if not isinstance(when, datetime) or when.tzinfo is None or when.utcoffset() is None:
+            raise InvalidScheduleError(f"Schedule.at needs a timezone-aware datetime, got {when!r}")
+        return cls(f"@at {format_timestamp(when)}")
+
+    @classmethod
+    def every(cls, interval: timedelta | float) -> Schedule:
+        """Repeatedly, every ``interval`` (a ``timedelta`` or seconds; at least 1 s).
+
+        The server fires on whole multiples of the interval.
+        """
+        if isinstance(interval, timedelta):
+            delta = interval
+        elif isinstance(interval, int | float) and not isinstance(interval, bool):
+            if interval != interval or interval in (float("inf"), float("-inf")):
+                raise InvalidScheduleError(f"Schedule.every: not a finite interval {interval!r}")
+            delta = timedelta(seconds=interval)
+        else:
+            raise InvalidScheduleError(
+                f"Schedule.every needs a timedelta or seconds, got {interval!r}"
+            )
+        if delta < MIN_INTERVAL:
+            raise InvalidScheduleError(
+                f"Schedule.every: the interval must be at least 1 second, got {interval!r}"
+            )
+        return cls(f"@every {H.format_go_duration(delta)}")
+
+    @classmethod
+    def cron(cls, expr: str, time_zone: str | None = None) -> Schedule:
+        """On a cron expression: six fields (seconds first) or a shorthand such as ``@hourly``.
+
+        Args:
+            expr: ``"sec min hour day-of-month month day-of-week"``, for
+                example ``"0 0 5 * * *"`` (05:00 every day), or one of
+                :data:`PREDEFINED`.
+            time_zone: the IANA zone the expression is read in (for example
+                ``"Europe/Amsterdam"``; nats-server >= 2.14); UTC when None.
+
+        """
+        if not isinstance(expr, str):
+            raise InvalidScheduleError(f"a cron expression must be a str, got {expr!r}")
+        text = " ".join(expr.split())
+        if text.lower() in PREDEFINED:
+            text = text.lower()
+        else:
+            fields = text.split(" ") if text else []
+            if len(fields) != CRON_FIELDS:
+                raise InvalidScheduleError(
+                    f"a cron expression needs six fields (seconds first), got {expr!r}"
+                )
+            if any(not set(field) <= _ALLOWED_CRON for field in fields):
+                raise InvalidScheduleError(f"invalid character in cron expression {expr!r}")
+        if time_zone is not None and (
+            not isinstance(time_zone, str) or not _TIME_ZONE.fullmatch(time_zone)
+        ):
+            raise InvalidScheduleError(
+                f"invalid time zone {time_zone!r}: an IANA name such as 'Europe/Amsterdam'"
+            )
+        return cls(text, time_zone)
+
+
+def schedule_headers(
+    subject: str,
+    headers: Mapping[str, str] | None,
+    schedule: Schedule | None,
+    target: str | None,
+    ttl: H.TTLInput | None,
+) -> dict[str, str]:
+    """The headers of a scheduled publish: the user's plus the schedule's (pure).
+
+    Raises:
+        InvalidScheduleError: ``schedule_target`` / ``schedule_ttl`` without a
+            schedule, no target, a target with wildcards or equal to the
+            schedule subject.
+        InvalidTTLError: ``schedule_ttl`` under 1 s or unparsable.
+
+    """
+    if schedule is None:
+        raise InvalidScheduleError("schedule_target and schedule_ttl need a schedule")
+    if not isinstance(schedule, Schedule):
+        raise InvalidScheduleError(
+            f"schedule must be a Schedule (Schedule.at/every/cron), got {schedule!r}"
+        )
+    if schedule.time_zone is not None and schedule.spec.startswith(("@at ", "@every ")):
+        raise InvalidScheduleError("a time zone goes only with a cron schedule")
+    if target is None:
+        raise InvalidScheduleError("a schedule needs a schedule_target")
+    try:
+        validate_publish_subject(target)
+    except InvalidSubjectError as exc:
+        raise InvalidScheduleError(
+            f"invalid schedule_target {target!r}: a subject without wildcards"
+        ) from exc
+    if target == subject:
+        raise InvalidScheduleError(
+            f"schedule_target must differ from the schedule subject {subject!r}"
+        )
+    out = dict(headers) if headers else {}
+    out[SCHEDULE] = schedule.spec
+    out[SCHEDULE_TARGET] = target
+    if schedule.time_zone is not None:
+        out[SCHEDULE_TIME_ZONE] = schedule.time_zone
+    if ttl is not None:
+        out[SCHEDULE_TTL] = H.ttl_header_value(ttl)
+    return out

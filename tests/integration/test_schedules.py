@@ -1,0 +1,231 @@
+"""Message schedules (ADR-51) on a real server: at, every, cron, cancel, every error code."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from aiojetstream import (
+    FeatureNotSupportedError,
+    InvalidScheduleError,
+    JetStreamContext,
+    MessageNotFoundError,
+    MessageScheduleError,
+    MessageTTLDisabledError,
+    Schedule,
+    SchedulePatternInvalidError,
+    SchedulerInvalidError,
+    ScheduleRollupInvalidError,
+    SchedulesDisabledError,
+    ScheduleSourceInvalidError,
+    ScheduleTargetInvalidError,
+    ScheduleTimeZoneInvalidError,
+    ScheduleTTLInvalidError,
+    Stream,
+    StreamConfig,
+    StreamConfigError,
+)
+from helpers import wait_until
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+async def schedule_stream(js: JetStreamContext, *, ttl: bool = True) -> tuple[Stream, str]:
+    name = unique("SCH")
+    p = name.lower()
+    stream = await js.create_stream(
+        StreamConfig(
+            name=name,
+            subjects=[f"{p}.sched.>", f"{p}.orders.>"],
+            allow_msg_schedules=True,
+            allow_msg_ttl=ttl,
+        )
+    )
+    return stream, p
+
+
+async def count(stream: Stream, subject: str) -> int:
+    info = await stream.info(subjects_filter=subject)
+    return (info.state.subjects or {}).get(subject, 0)
+
+
+async def test_at_fires_once_with_headers_and_ttl(js: JetStreamContext) -> None:
+    stream, p = await schedule_stream(js)
+    assert stream.cached_info.config.allow_rollup_hdrs  # the server turns it on
+    ack = await js.publish(
+        f"{p}.sched.one",
+        b"payload",
+        headers={"X-App": "keep"},
+        schedule=Schedule.at(datetime.now(UTC) + timedelta(seconds=1)),
+        schedule_target=f"{p}.orders.one",
+        schedule_ttl=timedelta(minutes=5),
+    )
+    assert ack.stream == stream.name
+    await wait_until(lambda: _at_least(stream, f"{p}.orders.one", 1), timeout=10)
+
+    async def schedule_gone() -> bool:
+        try:
+            await stream.get_last_msg_for_subject(f"{p}.sched.one")
+        except MessageNotFoundError:
+            return True
+        return False
+
+    await wait_until(schedule_gone, timeout=10)
+    msg = await stream.get_last_msg_for_subject(f"{p}.orders.one")
+    assert msg.data == b"payload"
+    assert msg.headers is not None
+    assert msg.headers["X-App"] == "keep"
+    assert msg.headers["Nats-Scheduler"] == f"{p}.sched.one"
+    assert msg.headers["Nats-Schedule-Next"] == "purge"
+    assert msg.headers["Nats-TTL"] in {"300", "5m"}
+
+
+async def test_every_repeats_until_cancelled(js: JetStreamContext) -> None:
+    stream, p = await schedule_stream(js)
+    fut = await js.publish_async(
+        f"{p}.sched.tick",
+        b"tick",
+        schedule=Schedule.every(1),
+        schedule_target=f"{p}.orders.tick",
+    )
+    await fut
+    await wait_until(lambda: _at_least(stream, f"{p}.orders.tick", 2), timeout=10)
+    assert await js.cancel_schedule(f"{p}.sched.tick") is True
+    assert await js.cancel_schedule(f"{p}.sched.tick") is False
+    with pytest.raises(MessageNotFoundError):
+        await stream.get_last_msg_for_subject(f"{p}.sched.tick")
+
+
+async def _at_least(stream: Stream, subject: str, n: int) -> bool:
+    return await count(stream, subject) >= n
+
+
+async def test_cron_with_time_zone_fires(js: JetStreamContext) -> None:
+    stream, p = await schedule_stream(js)
+    await js.publish(
+        f"{p}.sched.cron",
+        b"c",
+        schedule=Schedule.cron("* * * * * *", time_zone="Europe/Amsterdam"),
+        schedule_target=f"{p}.orders.cron",
+    )
+    await wait_until(lambda: _at_least(stream, f"{p}.orders.cron", 1), timeout=10)
+    await js.cancel_schedule(f"{p}.sched.cron")
+
+
+async def test_shorthand_is_accepted(js: JetStreamContext) -> None:
+    _, p = await schedule_stream(js)
+    for shorthand in ("@hourly", "@daily", "@weekly", "@monthly", "@yearly"):
+        await js.publish(
+            f"{p}.sched.s",
+            b"",
+            schedule=Schedule.cron(shorthand),
+            schedule_target=f"{p}.orders.s",
+        )
+
+
+async def test_client_side_checks(js: JetStreamContext) -> None:
+    _, p = await schedule_stream(js)
+    with pytest.raises(InvalidScheduleError):
+        await js.publish(f"{p}.sched.x", b"", schedule=Schedule.every(1))
+    with pytest.raises(InvalidScheduleError):
+        await js.publish(
+            f"{p}.sched.x", b"", schedule=Schedule.every(1), schedule_target=f"{p}.sched.x"
+        )
+    with pytest.raises(InvalidScheduleError):
+        await js.publish(f"{p}.sched.x", b"", schedule_target=f"{p}.orders.x")
+
+
+async def test_server_error_codes(js: JetStreamContext) -> None:
+    _, p = await schedule_stream(js)
+    sched, target = f"{p}.sched.e", f"{p}.orders.e"
+    # Through the API: a target outside the stream, a time zone the server does not know.
+    with pytest.raises(ScheduleTargetInvalidError) as outside:
+        await js.publish(sched, b"", schedule=Schedule.every(1), schedule_target="elsewhere.x")
+    assert outside.value.err_code == 10190
+    with pytest.raises(ScheduleTimeZoneInvalidError) as zone:
+        await js.publish(
+            sched,
+            b"",
+            schedule=Schedule.cron("0 0 5 * * *", time_zone="Mars/Olympus_Mons"),
+            schedule_target=target,
+        )
+    assert zone.value.err_code == 10223
+    # Hand-made headers reach the server's own checks.
+    cases: list[tuple[dict[str, str], type[MessageScheduleError], int]] = [
+        ({"Nats-Schedule": "@every 500ms"}, SchedulePatternInvalidError, 10189),
+        ({"Nats-Schedule": "bogus"}, SchedulePatternInvalidError, 10189),
+        ({"Nats-Schedule": "0 0 5 * *"}, SchedulePatternInvalidError, 10189),
+        (
+            {"Nats-Schedule": "@every 1s", "Nats-Schedule-Time-Zone": "Europe/Amsterdam"},
+            SchedulePatternInvalidError,
+            10189,
+        ),
+        ({"Nats-Schedule-TTL": "abc"}, ScheduleTTLInvalidError, 10191),
+        ({"Nats-Schedule-Rollup": "all"}, ScheduleRollupInvalidError, 10192),
+        ({"Nats-Schedule-Source": f"{p}.orders.*"}, ScheduleSourceInvalidError, 10203),
+    ]
+    for extra, cls, code in cases:
+        headers = {"Nats-Schedule": "@every 1s", "Nats-Schedule-Target": target, **extra}
+        with pytest.raises(cls) as info:
+            await js.publish(sched, b"", headers=headers)
+        assert info.value.err_code == code, extra
+    with pytest.raises(ScheduleTargetInvalidError):
+        await js.publish(sched, b"", headers={"Nats-Schedule": "@every 1s"})
+    with pytest.raises(SchedulerInvalidError) as scheduler:
+        await js.publish(
+            sched, b"", headers={"Nats-Scheduler": sched, "Nats-Schedule-Next": "purge"}
+        )
+    assert scheduler.value.err_code == 10212
+    # A schedule TTL without allow_msg_ttl is the TTL error, 10166.
+    _, q = await schedule_stream(js, ttl=False)
+    with pytest.raises(MessageTTLDisabledError):
+        await js.publish(
+            f"{q}.sched.t",
+            b"",
+            schedule=Schedule.every(1),
+            schedule_target=f"{q}.orders.t",
+            schedule_ttl=60,
+        )
+    # Schedules on a stream without them.
+    plain = unique("PLAIN")
+    await js.create_stream(StreamConfig(name=plain, subjects=[f"{plain}.>"]))
+    with pytest.raises(SchedulesDisabledError) as disabled:
+        await js.publish(
+            f"{plain}.s", b"", schedule=Schedule.every(1), schedule_target=f"{plain}.t"
+        )
+    assert disabled.value.err_code == 10188
+
+
+async def test_stream_config_rules(js: JetStreamContext) -> None:
+    name = unique("LATE")
+    await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+    # Enabled by an update...
+    updated = await js.update_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], allow_msg_schedules=True)
+    )
+    assert updated.cached_info.config.allow_msg_schedules is True
+    # ...never disabled.
+    with pytest.raises(StreamConfigError) as info:
+        await js.update_stream(
+            updated.cached_info.config.model_copy(update={"allow_msg_schedules": False})
+        )
+    assert info.value.err_code == 10052
+
+
+async def test_old_server_is_refused(js: JetStreamContext) -> None:
+    _, p = await schedule_stream(js)
+    js._api.level = 1
+    try:
+        with pytest.raises(FeatureNotSupportedError) as info:
+            await js.publish(
+                f"{p}.sched.x", b"", schedule=Schedule.every(1), schedule_target=f"{p}.orders.x"
+            )
+        assert info.value.server_version == "2.12"
+        with pytest.raises(FeatureNotSupportedError):
+            await js.cancel_schedule(f"{p}.sched.x")
+    finally:
+        js._api.level = None
