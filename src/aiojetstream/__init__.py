@@ -11,13 +11,24 @@ Quick start::
 """
 
 from ._admin import Backlog
+from ._batch import AtomicBatch, BatchAck
 from ._consumer import ConsumeContext, Consumer, MessageBatch, MessagesContext
 from ._context import JetStreamContext, connect
 from ._counter import Counter
 from ._direct import DirectBatch
 from ._errors import (
     APIError,
+    AtomicPublishDisabledError,
+    AtomicPublishError,
     BadRequestError,
+    BatchClosedError,
+    BatchCommitInvalidError,
+    BatchDuplicateMsgIdError,
+    BatchIdInvalidError,
+    BatchIncompleteError,
+    BatchSequenceMissingError,
+    BatchTooLargeError,
+    BatchUnsupportedHeaderError,
     BucketNotFoundError,
     ClusterUnavailableError,
     ConnectionClosedError,
@@ -82,6 +93,7 @@ from ._errors import (
     StreamStoreFailedError,
     StreamSubjectOverlapError,
     TLSError,
+    TooManyInflightBatchesError,
     TooManyResultsError,
     WrongLastMsgIdError,
     WrongLastSequenceError,
@@ -136,8 +148,20 @@ __all__ = [
     "AccountInfo",
     "AccountLimits",
     "AckPolicy",
+    "AtomicBatch",
+    "AtomicPublishDisabledError",
+    "AtomicPublishError",
     "Backlog",
     "BadRequestError",
+    "BatchAck",
+    "BatchClosedError",
+    "BatchCommitInvalidError",
+    "BatchDuplicateMsgIdError",
+    "BatchIdInvalidError",
+    "BatchIncompleteError",
+    "BatchSequenceMissingError",
+    "BatchTooLargeError",
+    "BatchUnsupportedHeaderError",
     "BucketNotFoundError",
     "ClusterInfo",
     "ClusterUnavailableError",
@@ -252,6 +276,7 @@ __all__ = [
     "SubjectTransformConfig",
     "TLSError",
     "Tier",
+    "TooManyInflightBatchesError",
     "TooManyResultsError",
     "WrongLastMsgIdError",
     "WrongLastSequenceError",

@@ -18,6 +18,7 @@ from . import _publish as P
 from . import _schedule as S
 from . import _ttl_rules as T
 from ._api import ApiClient
+from ._batch import AtomicBatch
 from ._conn import Conn, NatsClient, connect_nats
 from ._counter import Counter
 from ._errors import InvalidOptionError, StreamNotFoundError
@@ -695,6 +696,15 @@ class JetStreamContext:
         """
         seconds = P.duration_seconds(timeout, "timeout")
         await self._publisher.complete(self._timeout if seconds is None else seconds)
+
+    def atomic_batch(self) -> AtomicBatch:
+        """A new atomic batch publish (ADR-50; nats-server >= 2.12, stream ``allow_atomic``).
+
+        ``await batch.add(...)`` messages, then ``ack = await batch.commit(...)``:
+        the stream stores all of them or none. See :class:`AtomicBatch` and
+        ``docs/atomic-batch.md``.
+        """
+        return AtomicBatch(self._api)
 
     async def cancel_schedule(self, subject: str, *, timeout: float | None = None) -> bool:
         """Cancel the message schedule published on ``subject`` (ADR-51; nats-server >= 2.12).

@@ -9,7 +9,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── StreamNotFoundError            10059
     │   ├── StreamNameInUseError           10058
     │   ├── StreamSubjectOverlapError      10065
-    │   ├── StreamConfigError              10052, 10173 (invalid stream config)
+    │   ├── StreamConfigError              10052, 10173, 10198 (invalid stream config)
     │   ├── StreamNotMatchError            10060 (expected_stream mismatch)
     │   ├── WrongLastSequenceError         10071, 10164 (expected_last_[subject_]sequence)
     │   ├── WrongLastMsgIdError            10070 (expected_last_msg_id)
@@ -21,6 +21,16 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── MessageTTLDisabledError        10166
     │   ├── CountersDisabledError          10168 (Nats-Incr on a stream without allow_msg_counter)
     │   ├── CounterIncrementError          10169, 10170, 10171 (missing, with a payload, invalid)
+    │   ├── AtomicPublishError             an atomic batch refused (ADR-50)
+    │   │   ├── AtomicPublishDisabledError 10174
+    │   │   ├── BatchSequenceMissingError  10175
+    │   │   ├── BatchIncompleteError       10176 (a gap, an unknown batch, idle > 10 s)
+    │   │   ├── BatchUnsupportedHeaderError 10177
+    │   │   ├── BatchIdInvalidError        10179
+    │   │   ├── BatchTooLargeError         10199 (also client-side, before sending)
+    │   │   ├── BatchCommitInvalidError    10200
+    │   │   ├── BatchDuplicateMsgIdError   10201
+    │   │   └── TooManyInflightBatchesError 10210
     │   ├── MessageScheduleError           a schedule refused (ADR-51)
     │   │   ├── SchedulesDisabledError     10188
     │   │   ├── SchedulePatternInvalidError 10189
@@ -60,6 +70,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── TLSError                                         TLS refused or failed (never plaintext)
     ├── InvalidResponseError                             the server sent something unparsable
     ├── DirectBatchGapError                              a batch direct get lost a reply
+    ├── BatchClosedError                                 the atomic batch was committed or discarded
     ├── FeatureNotSupportedError                         the server's API level is too low
     ├── NoHeartbeatError
     ├── ConsumerDeletedError
@@ -82,7 +93,17 @@ from typing import Any
 
 __all__ = [
     "APIError",
+    "AtomicPublishDisabledError",
+    "AtomicPublishError",
     "BadRequestError",
+    "BatchClosedError",
+    "BatchCommitInvalidError",
+    "BatchDuplicateMsgIdError",
+    "BatchIdInvalidError",
+    "BatchIncompleteError",
+    "BatchSequenceMissingError",
+    "BatchTooLargeError",
+    "BatchUnsupportedHeaderError",
     "BucketNotFoundError",
     "ClusterUnavailableError",
     "ConnectionClosedError",
@@ -147,6 +168,7 @@ __all__ = [
     "StreamStoreFailedError",
     "StreamSubjectOverlapError",
     "TLSError",
+    "TooManyInflightBatchesError",
     "TooManyResultsError",
     "WrongLastMsgIdError",
     "WrongLastSequenceError",
@@ -255,6 +277,49 @@ class CounterIncrementError(APIError):
     10171: the increment is not an integer, or comes with a header a counter
     refuses (``Nats-Expected-*``, ``Nats-Rollup``).
     """
+
+
+class AtomicPublishError(APIError):
+    """The server refused an atomic batch (ADR-50); nothing of the batch was stored.
+
+    The subclass says why. Most are reported by the commit.
+    """
+
+
+class AtomicPublishDisabledError(AtomicPublishError):
+    """The stream does not allow atomic batches (``allow_atomic``; err_code 10174)."""
+
+
+class BatchSequenceMissingError(AtomicPublishError):
+    """A batch message lacks ``Nats-Batch-Sequence`` (err_code 10175)."""
+
+
+class BatchIncompleteError(AtomicPublishError):
+    """The batch has a gap, is unknown, or was idle for over 10 s (err_code 10176)."""
+
+
+class BatchUnsupportedHeaderError(AtomicPublishError):
+    """A header a batch cannot use, e.g. ``Nats-Expected-Last-Msg-Id`` (err_code 10177)."""
+
+
+class BatchIdInvalidError(AtomicPublishError):
+    """The ``Nats-Batch-Id`` is invalid, e.g. over 64 characters (err_code 10179)."""
+
+
+class BatchTooLargeError(AtomicPublishError):
+    """The batch exceeds 1,000 messages (err_code 10199; also checked before sending)."""
+
+
+class BatchCommitInvalidError(AtomicPublishError):
+    """The ``Nats-Batch-Commit`` value is neither ``1`` nor ``eob`` (err_code 10200)."""
+
+
+class BatchDuplicateMsgIdError(AtomicPublishError):
+    """Two messages of the batch have the same ``Nats-Msg-Id`` (err_code 10201)."""
+
+
+class TooManyInflightBatchesError(AtomicPublishError):
+    """50 batches are already open on the stream (err_code 10210, status 429)."""
 
 
 class MessageScheduleError(APIError):
@@ -508,6 +573,10 @@ class NotJetStreamMessageError(JetStreamError, ValueError):
     """The message does not carry JetStream metadata."""
 
 
+class BatchClosedError(JetStreamError):
+    """The atomic batch was committed, discarded or failed: nothing more can be sent."""
+
+
 class KeyValueError(JetStreamError):
     """Base class of key-value errors."""
 
@@ -534,6 +603,7 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10065: StreamSubjectOverlapError,
     10052: StreamConfigError,
     10173: StreamConfigError,
+    10198: StreamConfigError,
     10060: StreamNotMatchError,
     10071: WrongLastSequenceError,
     10164: WrongLastSequenceError,
@@ -548,6 +618,15 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10169: CounterIncrementError,
     10170: CounterIncrementError,
     10171: CounterIncrementError,
+    10174: AtomicPublishDisabledError,
+    10175: BatchSequenceMissingError,
+    10176: BatchIncompleteError,
+    10177: BatchUnsupportedHeaderError,
+    10179: BatchIdInvalidError,
+    10199: BatchTooLargeError,
+    10200: BatchCommitInvalidError,
+    10201: BatchDuplicateMsgIdError,
+    10210: TooManyInflightBatchesError,
     10188: SchedulesDisabledError,
     10189: SchedulePatternInvalidError,
     10190: ScheduleTargetInvalidError,

@@ -13,6 +13,7 @@ from aiojetstream import JetStreamContext
 from docblocks import DOCS, run_page
 
 PAGES = {
+    "atomic-batch.md": 2,
     "batch-get.md": 2,
     "counters.md": 2,
     "schedules.md": 2,

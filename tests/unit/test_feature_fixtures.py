@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from aiojetstream._batch import batch_ack
 from aiojetstream._counter import ack_value
 from aiojetstream._models import PubAck, StreamConfig, StreamInfo, from_wire, to_wire
 
@@ -50,3 +51,9 @@ def test_counter_ack() -> None:
     ack = PubAck.model_validate_json(json.dumps(doc))
     assert to_wire(ack) == doc
     assert ack_value(ack) == 123456789012345678901234567890
+
+
+def test_batch_ack() -> None:
+    ack = batch_ack((FIXTURES / "pub_ack_batch.json").read_bytes())
+    assert ack.stream == "AB"
+    assert (ack.seq, ack.batch_id, ack.batch_size, ack.domain) == (2, "b1", 2, None)

@@ -1,0 +1,374 @@
+"""Atomic batch publish (ADR-50): ``js.atomic_batch()`` and :class:`AtomicBatch`.
+
+Messages of a batch carry ``Nats-Batch-Id`` (a fresh id per batch) and
+``Nats-Batch-Sequence`` (1, 2, ...); the last one also ``Nats-Batch-Commit: 1``.
+The stream (``allow_atomic=True``, nats-server >= 2.12, API level 2) stores
+all of them, or none, when the commit arrives, and answers the commit with
+``{"stream", "seq", "batch", "count"}``.
+
+As the Go client does by default, the first message is sent as a request, so
+that a stream refusing the batch is noticed at once; the others are
+published without waiting. Most failures (a gap, a duplicate ``Nats-Msg-Id``,
+an ``expected_*`` check, a batch idle for over 10 s) are reported only by the
+commit, which then fails for the whole batch.
+
+:class:`BatchState` is the pure bookkeeping (sequence, limits, closed),
+tested without a server.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final
+
+from . import _features as F
+from . import _headers as H
+from . import _publish as P
+from ._api import ApiClient, check_reply
+from ._errors import (
+    BatchClosedError,
+    BatchTooLargeError,
+    InvalidOptionError,
+    InvalidResponseError,
+    NoRespondersError,
+)
+from ._validation import validate_publish_subject
+
+__all__ = [
+    "BATCH_COMMIT",
+    "BATCH_ID",
+    "BATCH_SEQUENCE",
+    "MAX_BATCH_MESSAGES",
+    "AtomicBatch",
+    "BatchAck",
+    "BatchState",
+    "batch_ack",
+]
+
+BATCH_ID: Final = "Nats-Batch-Id"
+BATCH_SEQUENCE: Final = "Nats-Batch-Sequence"
+BATCH_COMMIT: Final = "Nats-Batch-Commit"
+MAX_BATCH_MESSAGES: Final = 1000
+"""The server's limit on the messages of one batch, the commit included."""
+MAX_BATCH_ID: Final = 64
+
+Payload = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class BatchAck:
+    """The acknowledgement of a committed atomic batch.
+
+    Attributes:
+        stream: The stream that stored the batch.
+        seq: The stream sequence of the batch's last message.
+        batch_id: The batch's ``Nats-Batch-Id``.
+        batch_size: How many messages were stored (the commit included).
+        domain: The JetStream domain of the stream, when one is configured.
+
+    """
+
+    stream: str
+    seq: int
+    batch_id: str
+    batch_size: int
+    domain: str | None = None
+
+
+def batch_ack(data: bytes) -> BatchAck:
+    """Parse a commit's reply, raising the typed error it may carry (pure).
+
+    Raises:
+        AtomicPublishError: (a subclass of) the server's refusal.
+        InvalidResponseError: not a batch acknowledgement.
+
+    """
+    reply: dict[str, Any] = check_reply(data)
+    try:
+        return BatchAck(
+            stream=str(reply["stream"]),
+            seq=int(reply["seq"]),
+            batch_id=str(reply["batch"]),
+            batch_size=int(reply["count"]),
+            domain=reply.get("domain"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidResponseError(f"not a batch acknowledgement: {data[:200]!r}") from exc
+
+
+class BatchState:
+    """The pure bookkeeping of one atomic batch: id, sequence, limit, open or closed."""
+
+    __slots__ = ("batch_id", "closed", "size")
+
+    def __init__(self, batch_id: str) -> None:
+        if not isinstance(batch_id, str) or not 0 < len(batch_id) <= MAX_BATCH_ID:
+            raise InvalidOptionError(f"a batch id has 1 to {MAX_BATCH_ID} characters")
+        H.validate_header(BATCH_ID, batch_id)
+        self.batch_id = batch_id
+        #: Messages sent so far.
+        self.size = 0
+        #: True once committed, discarded or failed.
+        self.closed = False
+
+    def check(self, *, expected_last_sequence: int | None = None) -> int:
+        """The batch sequence the next message would have (1-based); see :meth:`sent`.
+
+        Raises:
+            BatchClosedError: the batch was committed, discarded or failed.
+            BatchTooLargeError: it would exceed :data:`MAX_BATCH_MESSAGES`.
+            InvalidOptionError: ``expected_last_sequence`` on a message other
+                than the first (the server checks it only there).
+
+        """
+        if self.closed:
+            raise BatchClosedError(f"batch {self.batch_id!r} is closed")
+        if self.size >= MAX_BATCH_MESSAGES:
+            raise BatchTooLargeError(
+                400,
+                10199,
+                f"atomic publish batch is too large: at most {MAX_BATCH_MESSAGES} messages, "
+                "the commit included (checked before sending)",
+            )
+        if expected_last_sequence is not None and self.size > 0:
+            raise InvalidOptionError(
+                "expected_last_sequence is allowed on the first message of a batch only"
+            )
+        return self.size + 1
+
+    def sent(self) -> None:
+        """Count the message :meth:`check` allowed as sent."""
+        self.size += 1
+
+    def headers(
+        self, base: dict[str, str] | None, sequence: int, *, commit: bool = False
+    ) -> dict[str, str]:
+        """The headers of the message at ``sequence``: ``base`` plus the batch's own."""
+        out = dict(base) if base else {}
+        out[BATCH_ID] = self.batch_id
+        out[BATCH_SEQUENCE] = str(sequence)
+        if commit:
+            out[BATCH_COMMIT] = "1"
+        return out
+
+
+class AtomicBatch:
+    """An atomic batch publish (ADR-50; nats-server >= 2.12, stream ``allow_atomic``).
+
+    Get one with :meth:`JetStreamContext.atomic_batch`; :meth:`add` messages,
+    then :meth:`commit` the last one: the stream stores all of them or none.
+    At most 1,000 messages (the commit included). Used as ``async with``, a
+    batch left without a commit is discarded.
+    """
+
+    def __init__(self, api: ApiClient, *, batch_id: str | None = None) -> None:
+        self._api = api
+        self._state = BatchState(uuid.uuid4().hex if batch_id is None else batch_id)
+
+    @property
+    def batch_id(self) -> str:
+        """The batch's ``Nats-Batch-Id``."""
+        return self._state.batch_id
+
+    @property
+    def size(self) -> int:
+        """How many messages were sent so far (the commit included)."""
+        return self._state.size
+
+    @property
+    def is_closed(self) -> bool:
+        """True once committed, discarded or failed: no more messages can be added."""
+        return self._state.closed
+
+    def __repr__(self) -> str:
+        return f"<AtomicBatch {self.batch_id} size={self.size} closed={self.is_closed}>"
+
+    async def __aenter__(self) -> AtomicBatch:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.discard()
+
+    def discard(self) -> None:
+        """Abandon the batch: nothing of it is stored (the server drops it after 10 s idle).
+
+        Idempotent; a committed batch stays committed.
+        """
+        self._state.closed = True
+
+    def _prepare(
+        self,
+        subject: str,
+        payload: Payload,
+        headers: dict[str, str] | None,
+        msg_id: str | None,
+        ttl: H.TTLInput | None,
+        expected_stream: str | None,
+        expected_last_sequence: int | None,
+        expected_last_subject_sequence: int | None,
+        commit: bool,
+    ) -> tuple[bytes, dict[str, str]]:
+        validate_publish_subject(subject)
+        data = P.payload_bytes(payload)
+        base = P.build_headers(
+            headers,
+            msg_id,
+            ttl,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            None,
+        )
+        sequence = self._state.check(expected_last_sequence=expected_last_sequence)
+        out = self._state.headers(base, sequence, commit=commit)
+        P.check_size(self._api.conn, data, P.header_block(out))
+        return data, out
+
+    async def _send(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
+        self._state.sent()
+        try:
+            await self._api.conn.publish(subject, data, headers=headers)
+        except BaseException:
+            self._state.closed = True  # the server may or may not have it: unusable
+            raise
+
+    async def _request(
+        self, subject: str, data: bytes, headers: dict[str, str], timeout: float | None
+    ) -> bytes:
+        wait = self._api.timeout if timeout is None else timeout
+        try:
+            reply, _ = await self._api.conn.request(subject, data, wait, P.header_block(headers))
+        except NoRespondersError:
+            raise NoRespondersError(f"no stream captures subject {subject!r}") from None
+        return reply
+
+    async def add(
+        self,
+        subject: str,
+        payload: Payload = b"",
+        *,
+        headers: dict[str, str] | None = None,
+        msg_id: str | None = None,
+        ttl: H.TTLInput | None = None,
+        expected_stream: str | None = None,
+        expected_last_sequence: int | None = None,
+        expected_last_subject_sequence: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Add a message to the batch (stored only when the batch is committed).
+
+        The first message waits for the stream's answer, so a stream without
+        ``allow_atomic`` (or too many open batches) fails here; the others are
+        sent without waiting, and their problems are reported by :meth:`commit`.
+
+        Args:
+            subject: where to publish; every subject must be in the same stream.
+            payload: the message body.
+            headers: extra headers.
+            msg_id: ``Nats-Msg-Id`` (de-duplication, nats-server >= 2.12.1);
+                a duplicate inside the batch fails the commit.
+            ttl: per-message TTL (the stream needs ``allow_msg_ttl``).
+            expected_stream: the stream that must capture the subject.
+            expected_last_sequence: the stream's last sequence before the
+                batch; first message only.
+            expected_last_subject_sequence: the subject's last sequence; not
+                for a subject written earlier in the batch.
+            timeout: seconds to wait for the first message's answer.
+
+        Raises:
+            BatchClosedError: the batch was committed, discarded or failed.
+            BatchTooLargeError: the batch holds 1,000 messages already.
+            InvalidOptionError: bad input, before anything is sent.
+            AtomicPublishDisabledError: the stream lacks ``allow_atomic``.
+            TooManyInflightBatchesError: 50 batches are open on the stream.
+            FeatureNotSupportedError: the server is older than 2.12.
+
+        """
+        if self._state.closed:
+            raise BatchClosedError(f"batch {self.batch_id!r} is closed")
+        first = self._state.size == 0
+        if first:
+            await F.require(self._api, F.ATOMIC_BATCH, timeout)
+        data, hdrs = self._prepare(
+            subject,
+            payload,
+            headers,
+            msg_id,
+            ttl,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            commit=False,
+        )
+        if not first:
+            await self._send(subject, data, hdrs)
+            return
+        self._state.sent()
+        try:
+            reply = await self._request(subject, data, hdrs, timeout)
+            if reply:
+                check_reply(reply)  # raises the typed error
+        except BaseException:
+            self._state.closed = True
+            raise
+
+    async def commit(
+        self,
+        subject: str,
+        payload: Payload = b"",
+        *,
+        headers: dict[str, str] | None = None,
+        msg_id: str | None = None,
+        ttl: H.TTLInput | None = None,
+        expected_stream: str | None = None,
+        expected_last_sequence: int | None = None,
+        expected_last_subject_sequence: int | None = None,
+        timeout: float | None = None,
+    ) -> BatchAck:
+        """Send the last message and commit: the stream stores the whole batch, or nothing.
+
+        Arguments are those of :meth:`add`. The batch is closed afterwards,
+        whatever the outcome.
+
+        Raises:
+            BatchClosedError: the batch was committed, discarded or failed.
+            BatchTooLargeError: the batch holds 1,000 messages already.
+            BatchIncompleteError: a message was lost, or the batch was idle
+                for over 10 s (the server abandoned it).
+            BatchDuplicateMsgIdError, BatchUnsupportedHeaderError,
+            WrongLastSequenceError, ...: a message of the batch was refused;
+                nothing was stored.
+            InvalidResponseError: the acknowledgement names another batch or size.
+
+        """
+        if self._state.closed:
+            raise BatchClosedError(f"batch {self.batch_id!r} is closed")
+        if self._state.size == 0:
+            await F.require(self._api, F.ATOMIC_BATCH, timeout)
+        data, hdrs = self._prepare(
+            subject,
+            payload,
+            headers,
+            msg_id,
+            ttl,
+            expected_stream,
+            expected_last_sequence,
+            expected_last_subject_sequence,
+            commit=True,
+        )
+        self._state.sent()
+        self._state.closed = True
+        ack = batch_ack(await self._request(subject, data, hdrs, timeout))
+        if ack.batch_id != self.batch_id or ack.batch_size != self.size:
+            raise InvalidResponseError(
+                f"batch acknowledgement for {ack.batch_id!r} of {ack.batch_size} messages, "
+                f"expected {self.batch_id!r} of {self.size}"
+            )
+        return ack

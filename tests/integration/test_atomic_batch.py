@@ -1,0 +1,240 @@
+"""Atomic batch publish (ADR-50) against a real server: commit, discard and every error code."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from aiojetstream import (
+    AtomicPublishDisabledError,
+    AtomicPublishError,
+    BatchClosedError,
+    BatchCommitInvalidError,
+    BatchDuplicateMsgIdError,
+    BatchIdInvalidError,
+    BatchIncompleteError,
+    BatchSequenceMissingError,
+    BatchTooLargeError,
+    BatchUnsupportedHeaderError,
+    FeatureNotSupportedError,
+    InvalidOptionError,
+    JetStreamContext,
+    PersistMode,
+    Stream,
+    StreamConfig,
+    StreamConfigError,
+    StreamSource,
+    TooManyInflightBatchesError,
+    WrongLastSequenceError,
+)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+async def atomic_stream(js: JetStreamContext, **extra: Any) -> tuple[Stream, str]:
+    name = unique("AB")
+    p = name.lower()
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{p}.>"], allow_atomic=True, **extra)
+    )
+    return stream, p
+
+
+async def last_seq(stream: Stream) -> int:
+    return (await stream.info()).state.last_seq
+
+
+async def test_commit_stores_all(js: JetStreamContext) -> None:
+    stream, p = await atomic_stream(js)
+    await js.publish(f"{p}.before", b"0")
+    batch = js.atomic_batch()
+    await batch.add(f"{p}.a", b"1", headers={"X-N": "1"}, expected_last_sequence=1)
+    await batch.add(f"{p}.b", b"2", msg_id="m2")
+    assert await last_seq(stream) == 1  # nothing stored before the commit
+    ack = await batch.commit(f"{p}.c", b"3")
+    assert (ack.stream, ack.seq, ack.batch_id, ack.batch_size) == (
+        stream.name,
+        4,
+        batch.batch_id,
+        3,
+    )
+    assert ack.domain is None
+    assert batch.is_closed
+    msg = await stream.get_msg(2)
+    assert msg.data == b"1"
+    assert msg.headers is not None
+    assert msg.headers["X-N"] == "1"
+    assert msg.headers["Nats-Batch-Id"] == batch.batch_id
+    assert (await stream.get_msg(4)).headers["Nats-Batch-Commit"] == "1"  # type: ignore[index]
+    with pytest.raises(BatchClosedError):
+        await batch.add(f"{p}.d", b"4")
+
+
+async def test_single_message_commit(js: JetStreamContext) -> None:
+    _, p = await atomic_stream(js)
+    ack = await js.atomic_batch().commit(f"{p}.only")
+    assert ack.batch_size == 1
+
+
+async def test_discard_and_context_manager(js: JetStreamContext) -> None:
+    stream, p = await atomic_stream(js)
+    batch = js.atomic_batch()
+    await batch.add(f"{p}.a", b"1")
+    batch.discard()
+    batch.discard()
+    with pytest.raises(BatchClosedError):
+        await batch.commit(f"{p}.b")
+    async with js.atomic_batch() as other:
+        await other.add(f"{p}.a", b"1")
+    assert other.is_closed
+    assert await last_seq(stream) == 0
+
+
+async def test_limit_is_checked_before_sending(js: JetStreamContext) -> None:
+    stream, p = await atomic_stream(js)
+    batch = js.atomic_batch()
+    for i in range(999):
+        await batch.add(f"{p}.m", str(i).encode())
+    ack = await batch.commit(f"{p}.m", b"last")  # the 1,000th
+    assert ack.batch_size == 1000
+    assert await last_seq(stream) == 1000
+    full = js.atomic_batch()
+    for _ in range(1000):
+        await full.add(f"{p}.n")
+    with pytest.raises(BatchTooLargeError) as info:
+        await full.commit(f"{p}.n")
+    assert info.value.err_code == 10199
+    full.discard()
+
+
+async def test_client_side_checks(js: JetStreamContext) -> None:
+    _, p = await atomic_stream(js)
+    batch = js.atomic_batch()
+    await batch.add(f"{p}.a")
+    with pytest.raises(InvalidOptionError):
+        await batch.add(f"{p}.b", expected_last_sequence=1)
+    with pytest.raises(InvalidOptionError):
+        await batch.add(f"{p}.*")
+    # Refused input does not count: the batch goes on.
+    ack = await batch.commit(f"{p}.c")
+    assert ack.batch_size == 2
+
+
+async def test_errors_reported_at_first_message(js: JetStreamContext) -> None:
+    plain = unique("PLAIN")
+    await js.create_stream(StreamConfig(name=plain, subjects=[f"{plain}.>"]))
+    batch = js.atomic_batch()
+    with pytest.raises(AtomicPublishDisabledError) as info:
+        await batch.add(f"{plain}.a")
+    assert info.value.err_code == 10174
+    assert batch.is_closed
+
+
+async def test_too_many_inflight(js: JetStreamContext) -> None:
+    _, p = await atomic_stream(js)
+    batches = [js.atomic_batch() for _ in range(50)]
+    for b in batches:
+        await b.add(f"{p}.x")
+    with pytest.raises(TooManyInflightBatchesError) as info:
+        await js.atomic_batch().add(f"{p}.x")
+    assert info.value.code == 429
+    assert info.value.err_code == 10210
+
+
+async def test_errors_reported_at_commit(js: JetStreamContext) -> None:
+    stream, p = await atomic_stream(js)
+    await js.publish(f"{p}.seed", b"")
+    # A duplicate Nats-Msg-Id inside the batch.
+    batch = js.atomic_batch()
+    await batch.add(f"{p}.a", msg_id="same")
+    await batch.add(f"{p}.b", msg_id="same")
+    with pytest.raises(BatchDuplicateMsgIdError) as dup:
+        await batch.commit(f"{p}.c")
+    assert dup.value.err_code == 10201
+    # A header a batch cannot use.
+    batch = js.atomic_batch()
+    await batch.add(f"{p}.a", headers={"Nats-Expected-Last-Msg-Id": "x"})
+    with pytest.raises(BatchUnsupportedHeaderError) as header:
+        await batch.commit(f"{p}.b")
+    assert header.value.err_code == 10177
+    # A wrong expected_last_sequence on message 1.
+    batch = js.atomic_batch()
+    await batch.add(f"{p}.a", expected_last_sequence=99)
+    with pytest.raises(WrongLastSequenceError) as wrong:
+        await batch.commit(f"{p}.b")
+    assert wrong.value.err_code == 10071
+    # expected_last_subject_sequence on a subject written earlier in the batch.
+    batch = js.atomic_batch()
+    await batch.add(f"{p}.s")
+    with pytest.raises(WrongLastSequenceError) as earlier:
+        await batch.commit(f"{p}.s", expected_last_subject_sequence=0)
+    assert earlier.value.err_code == 10164
+    assert await last_seq(stream) == 1  # nothing of any failed batch was stored
+
+
+async def test_raw_protocol_errors(js: JetStreamContext) -> None:
+    """What only hand-made batch headers can do: the server's own checks."""
+    _, p = await atomic_stream(js)
+    cases: list[tuple[dict[str, str], type[AtomicPublishError], int]] = [
+        ({"Nats-Batch-Id": "r1"}, BatchSequenceMissingError, 10175),
+        ({"Nats-Batch-Id": "x" * 65, "Nats-Batch-Sequence": "1"}, BatchIdInvalidError, 10179),
+        (
+            {"Nats-Batch-Id": "r2", "Nats-Batch-Sequence": "1", "Nats-Batch-Commit": "2"},
+            BatchCommitInvalidError,
+            10200,
+        ),
+        (  # a commit for a batch the server never saw (or a gap)
+            {"Nats-Batch-Id": "r3", "Nats-Batch-Sequence": "3", "Nats-Batch-Commit": "1"},
+            BatchIncompleteError,
+            10176,
+        ),
+    ]
+    for headers, cls, code in cases:
+        with pytest.raises(cls) as info:
+            await js.publish(f"{p}.raw", b"x", headers=headers)
+        assert info.value.err_code == code, headers
+    # Message 1,001 of a hand-made batch.
+    for seq in range(1, 1001):
+        await js.nc.publish(
+            f"{p}.big", b"", headers={"Nats-Batch-Id": "big", "Nats-Batch-Sequence": str(seq)}
+        )
+    with pytest.raises(BatchTooLargeError) as big:
+        await js.publish(
+            f"{p}.big",
+            b"",
+            headers={"Nats-Batch-Id": "big", "Nats-Batch-Sequence": "1001"},
+            timeout=10,
+        )
+    assert big.value.err_code == 10199
+
+
+async def test_stream_config_rules(js: JetStreamContext) -> None:
+    stream, _ = await atomic_stream(js)
+    assert stream.cached_info.config.allow_atomic is True
+    with pytest.raises(StreamConfigError) as persist:
+        await atomic_stream(js, persist_mode=PersistMode.ASYNC)
+    assert persist.value.err_code == 10052
+    with pytest.raises(StreamConfigError) as mirror:
+        await js.create_stream(
+            StreamConfig(
+                name=unique("AM"), mirror=StreamSource(name=stream.name), allow_atomic=True
+            )
+        )
+    assert mirror.value.err_code == 10198
+
+
+async def test_old_server_is_refused(js: JetStreamContext) -> None:
+    _, p = await atomic_stream(js)
+    js._api.level = 1
+    try:
+        with pytest.raises(FeatureNotSupportedError) as info:
+            await js.atomic_batch().add(f"{p}.a")
+        assert info.value.server_version == "2.12"
+        with pytest.raises(FeatureNotSupportedError):
+            await js.atomic_batch().commit(f"{p}.a")
+    finally:
+        js._api.level = None
