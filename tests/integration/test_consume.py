@@ -20,6 +20,7 @@ from aiojetstream import (
     StreamConfig,
 )
 from aiojetstream._message import Msg
+from helpers import wait_until
 
 
 async def make(
@@ -168,6 +169,14 @@ async def test_messages_drain_delivers_buffered(js: JetStreamContext) -> None:
     async with consumer.messages(max_messages=50) as it:
         first = await it.next()
         got.append(first)
+
+        async def all_sent() -> bool:
+            return (await consumer.info()).num_ack_pending == 30
+
+        # All 30 sent by the server, and (a PING/PONG later) parsed into the buffer:
+        # a loaded machine can otherwise still have some in the socket at drain().
+        await wait_until(all_sent, timeout=10)
+        await js.nc.flush()
         await it.drain()
         async for msg in it:
             got.append(msg)
