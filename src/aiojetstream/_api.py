@@ -41,6 +41,7 @@ CONSUMER_NAMES: Final = "CONSUMER.NAMES.{stream}"
 CONSUMER_MSG_NEXT: Final = "CONSUMER.MSG.NEXT.{stream}.{consumer}"
 CONSUMER_PAUSE: Final = "CONSUMER.PAUSE.{stream}.{consumer}"
 CONSUMER_RESET: Final = "CONSUMER.RESET.{stream}.{consumer}"
+CONSUMER_UNPIN: Final = "CONSUMER.UNPIN.{stream}.{consumer}"
 
 DEFAULT_API_PREFIX: Final = "$JS.API"
 

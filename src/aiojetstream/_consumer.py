@@ -11,13 +11,21 @@ from typing import Any, Final, Protocol
 
 from . import _admin as A
 from . import _api
+from . import _features as F
 from ._admin import Backlog
 from ._api import ApiClient
 from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError
 from ._message import Msg
 from ._models import ConsumerConfig, ConsumerInfo, ConsumerPauseResponse, to_wire
+from ._priority import PinState, check_group_name
 from ._pull_driver import ErrorHandler, PullDriver, in_error_handler
-from ._pull_engine import DEFAULT_EXPIRES, PullSettings, resolve_consume, resolve_fetch
+from ._pull_engine import (
+    DEFAULT_EXPIRES,
+    PriorityConsumer,
+    PullSettings,
+    resolve_consume,
+    resolve_fetch,
+)
 from ._validation import validate_filter_subject, validate_name
 
 logger = logging.getLogger("aiojetstream")
@@ -52,6 +60,8 @@ async def upsert_consumer(
         raise InvalidOptionError(f"config must be a ConsumerConfig, got {type(config).__name__}")
     name = _consumer_name(config)
     body: dict[str, Any] = {"stream_name": stream, "config": to_wire(config)}
+    for feature in F.consumer_config_features(config):
+        F.check_level(feature, await api.api_level(timeout))
     if action:
         body["action"] = action
     if name is None:
@@ -322,6 +332,7 @@ class Consumer:
         self._info = info
         self._name = info.name
         self._stream = info.stream_name
+        self._pins: dict[str, PinState] = {}  # pinned_client: the pin per group
 
     @property
     def name(self) -> str:
@@ -416,7 +427,54 @@ class Consumer:
     def _driver(
         self, settings: PullSettings, error_handler: ErrorHandler | None = None
     ) -> PullDriver:
-        return PullDriver(self._api, self._stream, self._name, settings, self._check, error_handler)
+        pin = None
+        if settings.priority is not None and settings.priority.pinned:
+            pin = self._pins.setdefault(settings.priority.group, PinState())
+        return PullDriver(
+            self._api, self._stream, self._name, settings, self._check, error_handler, pin
+        )
+
+    def _priority(self) -> PriorityConsumer:
+        """The priority settings of the consumer, from its cached info."""
+        config = self._info.config
+        timeout = config.priority_timeout
+        return PriorityConsumer(
+            tuple(config.priority_groups or ()),
+            None if config.priority_policy is None else str(config.priority_policy.value),
+            None if timeout is None else timeout.total_seconds(),
+        )
+
+    def pin_id(self, group: str) -> str | None:
+        """The pin this handle holds for ``group`` (``pinned_client``), None when unpinned.
+
+        Recorded from the ``Nats-Pin-Id`` header of delivered messages and sent
+        with every later pull of this handle; forgotten on a ``423`` status.
+        """
+        pin = self._pins.get(group)
+        return None if pin is None else pin.id
+
+    async def unpin(self, group: str, *, timeout: float | None = None) -> None:
+        """Unpin the client pinned for ``group`` (ADR-42 ``pinned_client``; nats-server >= 2.11).
+
+        The server picks a new pinned client at its next delivery; the pulls of
+        the old one then get a ``423`` status and carry on unpinned (standby).
+
+        Raises:
+            InvalidOptionError: ``group`` is not a valid group name (nothing is sent).
+            FeatureNotSupportedError: the server is older than 2.11.
+            UnknownPriorityGroupError: the consumer has no such group (10160).
+            ConsumerNotFoundError: the consumer does not exist.
+
+        """
+        check_group_name(group)
+        await F.require(self._api, F.PRIORITY_GROUPS, timeout)
+        await self._api.call(
+            _api.CONSUMER_UNPIN,
+            {"group": group},
+            timeout=timeout,
+            stream=self._stream,
+            consumer=self._name,
+        )
 
     async def _fetch(self, settings: PullSettings) -> MessageBatch:
         driver = self._driver(settings)
@@ -429,12 +487,23 @@ class Consumer:
         *,
         expires: float | timedelta = DEFAULT_EXPIRES,
         heartbeat: float | timedelta | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
     ) -> MessageBatch:
         """Pull up to ``max_messages`` with one request (ADR-37 ``Fetch``).
 
         Returns at once; iterate the batch to receive the messages. The pull
         ends when it is filled or after ``expires`` (minimum 1 s). The heartbeat
         defaults to 5 s when ``expires >= 10 s`` and is off below.
+
+        Priority groups (ADR-42, nats-server >= 2.11): ``group`` is required when
+        the consumer has priority groups; ``min_pending`` / ``min_ack_pending``
+        (overflow) serve the pull only while the consumer has that many pending /
+        unacknowledged messages; ``priority`` (prioritized, 0-9) serves lower
+        values first. A pinned client's pin is sent along; a ``423`` ends the
+        fetch with :class:`PinIdMismatchError` and the next pull goes without it.
 
         Raises:
             InvalidOptionError: bad options (before anything is sent).
@@ -445,6 +514,11 @@ class Consumer:
                 max_messages=max_messages,
                 expires=_secs(expires, "expires"),
                 heartbeat=_secs(heartbeat, "heartbeat"),
+                consumer=self._priority(),
+                group=group,
+                min_pending=min_pending,
+                min_ack_pending=min_ack_pending,
+                priority=priority,
             )
         )
 
@@ -454,38 +528,84 @@ class Consumer:
         *,
         expires: float | timedelta = DEFAULT_EXPIRES,
         heartbeat: float | timedelta | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
     ) -> MessageBatch:
         """Pull up to ``max_bytes`` of messages with one request.
 
         A message larger than ``max_bytes`` can never be delivered: when nothing
-        fits, iteration raises :class:`MessageTooLargeError`.
+        fits, iteration raises :class:`MessageTooLargeError`. Priority-group
+        options as for :meth:`fetch`.
         """
         return await self._fetch(
             resolve_fetch(
                 max_bytes=max_bytes,
                 expires=_secs(expires, "expires"),
                 heartbeat=_secs(heartbeat, "heartbeat"),
+                consumer=self._priority(),
+                group=group,
+                min_pending=min_pending,
+                min_ack_pending=min_ack_pending,
+                priority=priority,
             )
         )
 
-    async def fetch_no_wait(self, max_messages: int) -> MessageBatch:
-        """Pull up to ``max_messages`` of what is available now, without waiting."""
-        return await self._fetch(resolve_fetch(max_messages=max_messages, no_wait=True))
+    async def fetch_no_wait(
+        self,
+        max_messages: int,
+        *,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+    ) -> MessageBatch:
+        """Pull up to ``max_messages`` of what is available now, without waiting.
+
+        Priority-group options as for :meth:`fetch`.
+        """
+        return await self._fetch(
+            resolve_fetch(
+                max_messages=max_messages,
+                no_wait=True,
+                consumer=self._priority(),
+                group=group,
+                min_pending=min_pending,
+                min_ack_pending=min_ack_pending,
+                priority=priority,
+            )
+        )
 
     async def next(
         self,
         *,
         expires: float | timedelta = DEFAULT_EXPIRES,
         heartbeat: float | timedelta | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
     ) -> Msg:
         """Pull one message; the request is sent only now (ADR-37 ``Next``).
+
+        Priority-group options as for :meth:`fetch`.
 
         Raises:
             FetchTimeoutError: nothing arrived before ``expires`` (a TimeoutError).
             ConsumerNotFoundError, ConsumerDeletedError: the consumer is gone.
+            PinIdMismatchError: the pinned client lost its pin (pull again).
 
         """
-        batch = await self.fetch(1, expires=expires, heartbeat=heartbeat)
+        batch = await self.fetch(
+            1,
+            expires=expires,
+            heartbeat=heartbeat,
+            group=group,
+            min_pending=min_pending,
+            min_ack_pending=min_ack_pending,
+            priority=priority,
+        )
         async with batch:
             async for msg in batch:
                 return msg
@@ -501,12 +621,19 @@ class Consumer:
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
         error_handler: ErrorHandler | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
     ) -> MessagesContext:
         """Pull continuously into a bounded buffer (ADR-37 ``Messages``).
 
         Defaults: 500 messages (or ``max_bytes`` instead, never both), 30 s
         expiry, heartbeat half of expires capped at 30 s, thresholds half of the
         maximum. Use as ``async with consumer.messages() as it: async for msg in it``.
+        Priority-group options as for :meth:`fetch`; a ``423`` (lost pin) is
+        reported to ``error_handler`` as :class:`PinIdMismatchError` and pulling
+        goes on without the pin.
 
         Raises:
             InvalidOptionError: bad options (before anything is sent).
@@ -519,6 +646,11 @@ class Consumer:
             heartbeat=_secs(heartbeat, "heartbeat"),
             threshold_messages=threshold_messages,
             threshold_bytes=threshold_bytes,
+            consumer=self._priority(),
+            group=group,
+            min_pending=min_pending,
+            min_ack_pending=min_ack_pending,
+            priority=priority,
         )
         return MessagesContext(self._driver(settings, error_handler))
 
@@ -533,13 +665,18 @@ class Consumer:
         heartbeat: float | timedelta | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
     ) -> ConsumeContext:
         """Call ``handler(msg)`` (sync or async) for every message (ADR-37 ``Consume``).
 
         Nothing is acknowledged automatically. Options are those of
         :meth:`messages`. Terminal errors go to ``error_handler`` and end
         consumption; warnings and missed heartbeats go to ``error_handler`` too
-        (or a WARNING log) and consumption goes on.
+        (or a WARNING log) and consumption goes on; so does a lost pin
+        (:class:`PinIdMismatchError`, priority groups).
         """
         if not callable(handler):
             raise InvalidOptionError("handler must be callable")
@@ -550,6 +687,11 @@ class Consumer:
             heartbeat=_secs(heartbeat, "heartbeat"),
             threshold_messages=threshold_messages,
             threshold_bytes=threshold_bytes,
+            consumer=self._priority(),
+            group=group,
+            min_pending=min_pending,
+            min_ack_pending=min_ack_pending,
+            priority=priority,
         )
         ctx = ConsumeContext(self._driver(settings, error_handler), handler)
         await ctx._start()

@@ -46,6 +46,10 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   │       ├── MaxBytesExceededError
     │   │       └── MaxMessagesPerSubjectExceededError
     │   ├── ConsumerResetError             10204 (reset not allowed, below the start)
+    │   ├── PriorityGroupError             priority group settings refused (ADR-42)
+    │   │   ├── PriorityGroupConfigError   10159, 10161, 10178, 10196, 10197
+    │   │   ├── InvalidPriorityGroupNameError 10162
+    │   │   └── UnknownPriorityGroupError  10160 (unpin of a group the consumer lacks)
     │   ├── ConsumerNotFoundError          10014
     │   ├── ConsumerExistsError            10148, 10013, 10105 (create over a different one)
     │   ├── ConsumerDoesNotExistError      10149 (update of a missing one)
@@ -75,6 +79,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── NoHeartbeatError
     ├── ConsumerDeletedError
     ├── MessageTooLargeError                             a message never fits the pull's max_bytes
+    ├── PinIdMismatchError                               423: the pin was lost (ADR-42)
     ├── OrderedConsumerResetError                        an ordered consumer could not be recreated
     ├── MessageAlreadyAckedError
     ├── NotJetStreamMessageError
@@ -124,6 +129,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidNameError",
     "InvalidOptionError",
+    "InvalidPriorityGroupNameError",
     "InvalidResponseError",
     "InvalidScheduleError",
     "InvalidStreamConfigError",
@@ -151,6 +157,9 @@ __all__ = [
     "NoRespondersError",
     "NotJetStreamMessageError",
     "OrderedConsumerResetError",
+    "PinIdMismatchError",
+    "PriorityGroupConfigError",
+    "PriorityGroupError",
     "ResourcesExceededError",
     "SchedulePatternInvalidError",
     "ScheduleRollupInvalidError",
@@ -170,6 +179,7 @@ __all__ = [
     "TLSError",
     "TooManyInflightBatchesError",
     "TooManyResultsError",
+    "UnknownPriorityGroupError",
     "WrongLastMsgIdError",
     "WrongLastSequenceError",
     "api_error",
@@ -394,6 +404,28 @@ class ConsumerResetError(APIError):
     """The server refused a consumer reset (err_code 10204: not allowed, below the start)."""
 
 
+class PriorityGroupError(APIError):
+    """The server refused a consumer's priority group settings (ADR-42, nats-server >= 2.11)."""
+
+
+class PriorityGroupConfigError(PriorityGroupError):
+    """Priority settings that do not fit together (10159, 10161, 10178, 10196, 10197).
+
+    10159: a ``priority_policy`` without ``priority_groups``; 10161: an empty
+    group name; 10178: priority groups on a push consumer (``deliver_subject``);
+    10196: ``priority_groups`` without a policy; 10197: ``priority_timeout``
+    without a policy.
+    """
+
+
+class InvalidPriorityGroupNameError(PriorityGroupError):
+    """A group name is not 1 to 16 characters of ``A-Za-z0-9-_/=`` (10162)."""
+
+
+class UnknownPriorityGroupError(PriorityGroupError):
+    """The consumer has no such priority group (10160, for example on unpin)."""
+
+
 class ConsumerNotFoundError(APIError):
     """The consumer does not exist."""
 
@@ -561,6 +593,29 @@ class MessageTooLargeError(JetStreamError):
     """
 
 
+class PinIdMismatchError(JetStreamError):
+    """The pinned client lost its pin: a ``423`` status (ADR-42 ``pinned_client``).
+
+    Not terminal: ``messages()`` and ``consume()`` report it to the error
+    handler, forget the pin and pull again without it; a fetch (or ``next``)
+    ends with it, and the consumer handle's next pull goes without the pin.
+
+    Attributes:
+        reason: ``"mismatch"`` (``423 Nats-Pin-Id mismatch``: the pull named a
+            pin that is not the current one) or ``"wrong_pin"``
+            (``423 Nats-Wrong-Pin-Id``: a waiting pull's pin was taken away,
+            after the pin timeout or an unpin).
+
+    """
+
+    def __init__(self, message: str, reason: str = "mismatch") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.reason))
+
+
 class OrderedConsumerResetError(JetStreamError):
     """An ordered consumer could not recreate its consumer within ``max_reset_attempts``."""
 
@@ -649,6 +704,13 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10008: ClusterUnavailableError,
     10077: StreamStoreFailedError,
     10204: ConsumerResetError,
+    10159: PriorityGroupConfigError,
+    10161: PriorityGroupConfigError,
+    10178: PriorityGroupConfigError,
+    10196: PriorityGroupConfigError,
+    10197: PriorityGroupConfigError,
+    10162: InvalidPriorityGroupNameError,
+    10160: UnknownPriorityGroupError,
 }
 
 # 10077 covers every store failure; the description says which limit, if any.

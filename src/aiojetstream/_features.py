@@ -14,15 +14,18 @@ from typing import Final
 
 from ._api import ApiClient
 from ._errors import FeatureNotSupportedError
-from ._models import StreamConfig
+from ._models import ConsumerConfig, PriorityPolicy, StreamConfig
 
 __all__ = [
     "ATOMIC_BATCH",
     "BATCH_GET",
     "COUNTERS",
+    "PRIORITIZED",
+    "PRIORITY_GROUPS",
     "SCHEDULES",
     "Feature",
     "check_level",
+    "consumer_config_features",
     "require",
     "stream_config_features",
 ]
@@ -41,6 +44,9 @@ BATCH_GET: Final = Feature("batch direct get", 1, "2.11")
 COUNTERS: Final = Feature("message counters (allow_msg_counter)", 2, "2.12")
 ATOMIC_BATCH: Final = Feature("atomic batch publish (allow_atomic)", 2, "2.12")
 SCHEDULES: Final = Feature("message schedules (allow_msg_schedules)", 2, "2.12")
+PRIORITY_GROUPS: Final = Feature("priority groups", 1, "2.11")
+#: A 2.11 server (API level 1) refuses this policy: 2.12 is API level 2.
+PRIORITIZED: Final = Feature("priority groups (prioritized policy)", 2, "2.12")
 
 
 def check_level(feature: Feature, level: int) -> None:
@@ -63,4 +69,19 @@ def stream_config_features(config: StreamConfig) -> list[Feature]:
         used.append(ATOMIC_BATCH)
     if config.allow_msg_schedules:
         used.append(SCHEDULES)
+    return used
+
+
+def consumer_config_features(config: ConsumerConfig) -> list[Feature]:
+    """The features of this table a consumer configuration turns on (pure)."""
+    policy = config.priority_policy
+    used: list[Feature] = []
+    if (
+        config.priority_groups
+        or (policy is not None and policy != PriorityPolicy.NONE)
+        or config.priority_timeout is not None
+    ):
+        used.append(PRIORITY_GROUPS)
+    if policy == PriorityPolicy.PRIORITIZED:
+        used.append(PRIORITIZED)
     return used

@@ -34,6 +34,7 @@ from ._errors import (
     StreamNotFoundError,
 )
 from ._message import Msg
+from ._priority import PinState, pin_id_from_headers
 from ._pull_engine import (
     ArmTimer,
     CancelTimer,
@@ -46,7 +47,7 @@ from ._pull_engine import (
     Report,
     SendPull,
 )
-from ._status import Severity, parse_status
+from ._status import Severity, StatusKind, parse_status
 
 logger = logging.getLogger("aiojetstream")
 
@@ -98,8 +99,8 @@ class _Acker:
         return data
 
 
-def pull_request_body(cmd: SendPull) -> bytes:
-    """The JSON of a ``CONSUMER.MSG.NEXT`` request."""
+def pull_request_body(cmd: SendPull, settings: PullSettings | None = None) -> bytes:
+    """The JSON of a ``CONSUMER.MSG.NEXT`` request (with the priority-group fields, if any)."""
     body: dict[str, Any] = {"batch": cmd.batch}
     if cmd.no_wait:
         body["no_wait"] = True
@@ -109,6 +110,9 @@ def pull_request_body(cmd: SendPull) -> bytes:
         body["max_bytes"] = cmd.max_bytes
     if cmd.heartbeat:
         body["idle_heartbeat"] = int(cmd.heartbeat * _NS)
+    priority = settings.priority if settings is not None else None
+    if priority is not None:
+        body.update(priority.fields(cmd.pin_id))
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -123,6 +127,7 @@ class PullDriver:
         settings: PullSettings,
         check: Callable[[], Awaitable[object]],
         error_handler: ErrorHandler | None = None,
+        pin: PinState | None = None,
     ) -> None:
         self._api = api
         self._check = check
@@ -130,7 +135,8 @@ class PullDriver:
         self._stream = stream
         self._consumer = consumer
         self.settings = settings
-        self.engine = PullEngine(settings)
+        self.engine = PullEngine(settings, pin)
+        self._pinned = self.engine.pin is not None
         self._error_handler = error_handler
         self._acker = _Acker(api)
         self._pull_subject = api.subject(
@@ -266,6 +272,10 @@ class PullDriver:
         if self.finished:
             return
         msg = Msg(subject, reply, data, hdr, self._acker)
+        if self._pinned:
+            pin_id = pin_id_from_headers(hdr)
+            if pin_id is not None:
+                self.engine.on_pin_id(pin_id)
         self._buffer.append(msg)
         cmds = self.engine.on_message(msg.size if self._byte_mode else 0)
         if cmds:
@@ -279,7 +289,8 @@ class PullDriver:
         if status is None:
             self.report(InvalidResponseError(f"malformed status message: {hdr[:80]!r}"))
             return
-        error = None if status.severity is Severity.SILENT else status.error()
+        silent = status.severity is Severity.SILENT and status.kind is not StatusKind.PIN_MISMATCH
+        error = None if silent else status.error()
         self._run(
             self.engine.on_status(
                 status.kind,
@@ -337,7 +348,8 @@ class PullDriver:
 
     def _send_pull(self, cmd: SendPull) -> None:
         try:
-            self._conn.publish_nowait(self._pull_subject, pull_request_body(cmd), self._inbox)
+            body = pull_request_body(cmd, self.settings)
+            self._conn.publish_nowait(self._pull_subject, body, self._inbox)
         except (DisconnectedError, ConnectionClosedError) as exc:
             # The disconnect event follows and pauses the engine; nothing is lost.
             logger.debug("pull request not sent: %s", exc)

@@ -6,9 +6,9 @@ seconds). The async driver (``_pull_driver``) feeds it events and carries out
 the commands it returns:
 
 events    start(now) | on_message(size) | on_consumed(size) | on_status(...)
-          | on_timer(now) | on_disconnected(now) | on_reconnected(now)
+          | on_pin_id(pin_id) | on_timer(now) | on_disconnected(now) | on_reconnected(now)
           | on_consumer_checked(now, result, error) | stop(drain, now)
-commands  SendPull(batch, max_bytes, expires, heartbeat, no_wait) | ArmTimer(deadline)
+commands  SendPull(batch, max_bytes, expires, heartbeat, no_wait, pin_id) | ArmTimer(deadline)
           | CancelTimer() | Report(error) | CheckConsumer() | Finish(error)
 
 Counting (ADR-37 "Buffering messages"): ``pending`` is what was asked for and
@@ -20,6 +20,16 @@ exactly the room left, and only once the pending count fell below the
 threshold. Status headers ``Nats-Pending-Messages`` / ``Nats-Pending-Bytes``
 release what a terminated request will never deliver.
 
+Priority groups (ADR-42): the settings carry the group options of every pull;
+for a ``pinned_client`` consumer the engine keeps the pin in a
+:class:`~aiojetstream._priority.PinState` (recorded from ``Nats-Pin-Id`` with
+``on_pin_id``) and sends it with every pull. A ``423`` status means the pin was
+lost: the engine forgets it, releases what the refused request asked for (the
+``Nats-Pending-*`` headers of ``Nats-Wrong-Pin-Id``; the whole last pull sent
+with the pin for ``Nats-Pin-Id mismatch``, which has none), reports
+:class:`~aiojetstream.PinIdMismatchError` and pulls again without the pin; a
+fetch ends with that error.
+
 Invariants (checked by the hypothesis state machine in
 ``tests/unit/test_pull_engine.py``):
 
@@ -29,7 +39,9 @@ Invariants (checked by the hypothesis state machine in
 * a terminal status ends the run with its error and no pull follows;
 * a missed heartbeat is reported once per ``2 x heartbeat`` of silence, and
   never while disconnected;
-* ``stop(drain=True)`` finishes only once every buffered message was consumed.
+* ``stop(drain=True)`` finishes only once every buffered message was consumed;
+* a pull carries the pin id last recorded, none after a ``423``, and a ``423``
+  never ends ``messages()`` / ``consume()``.
 """
 
 from __future__ import annotations
@@ -46,7 +58,9 @@ from ._errors import (
     JetStreamError,
     MessageTooLargeError,
     NoHeartbeatError,
+    PinIdMismatchError,
 )
+from ._priority import PinState, PriorityOptions, resolve_priority
 from ._status import Severity, StatusKind
 
 # --------------------------------------------------------------------------- settings
@@ -107,6 +121,51 @@ class PullSettings:
     heartbeat: float
     single: bool = False
     no_wait: bool = False
+    priority: PriorityOptions | None = None
+    """The priority-group fields of every pull (ADR-42), None without groups."""
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityConsumer:
+    """What option resolution needs to know of a consumer's priority settings."""
+
+    groups: tuple[str, ...] = ()
+    policy: str | None = None
+    timeout: float | None = None
+    """``priority_timeout`` in seconds (the server's default for pinned_client: 120 s)."""
+
+
+#: The server's pin timeout when ``priority_timeout`` is unset.
+DEFAULT_PIN_TIMEOUT: Final = 120.0
+
+
+def _resolve_priority(
+    consumer: PriorityConsumer | None,
+    expires: float,
+    no_wait: bool,
+    group: str | None,
+    min_pending: int | None,
+    min_ack_pending: int | None,
+    priority: int | None,
+) -> PriorityOptions | None:
+    c = consumer or PriorityConsumer()
+    options = resolve_priority(
+        groups=c.groups,
+        policy=c.policy,
+        group=group,
+        min_pending=min_pending,
+        min_ack_pending=min_ack_pending,
+        priority=priority,
+    )
+    if options is not None and options.pinned and not no_wait:
+        # ADR-42: a pull must come back with the pin before it times out.
+        timeout = c.timeout or DEFAULT_PIN_TIMEOUT
+        if expires >= timeout:
+            raise InvalidOptionError(
+                f"expires ({expires:g} s) must be shorter than the consumer's "
+                f"priority_timeout ({timeout:g} s), or the pin expires between pulls"
+            )
+    return options
 
 
 def resolve_consume(
@@ -117,17 +176,24 @@ def resolve_consume(
     heartbeat: float | None = None,
     threshold_messages: int | None = None,
     threshold_bytes: int | None = None,
+    consumer: PriorityConsumer | None = None,
+    group: str | None = None,
+    min_pending: int | None = None,
+    min_ack_pending: int | None = None,
+    priority: int | None = None,
 ) -> PullSettings:
     """Validate ``messages()`` / ``consume()`` options and apply the ADR-37 defaults.
 
     500 messages, 30 s expiry (minimum 1 s), heartbeat half of expires capped at
     30 s (an explicit one must lie within 0.5 s to 30 s and not exceed half of
     expires), thresholds half of the maximum (rounded up); ``max_bytes`` pulls
-    batches of 1,000,000 messages limited by bytes.
+    batches of 1,000,000 messages limited by bytes. The priority-group options
+    are checked against ``consumer`` (see :func:`~aiojetstream._priority.resolve_priority`).
 
     Raises:
         InvalidOptionError: an option is out of range, or both ``max_messages``
-            and ``max_bytes`` were given.
+            and ``max_bytes`` were given, or a priority option does not fit the
+            consumer.
 
     """
     max_messages = _positive_int(max_messages, "max_messages")
@@ -145,20 +211,21 @@ def resolve_consume(
         hb = min(exp / 2, MAX_HEARTBEAT)
     else:
         _check_heartbeat(hb, exp)
+    prio = _resolve_priority(consumer, exp, False, group, min_pending, min_ack_pending, priority)
     if max_bytes is not None:
         if threshold_messages is not None:
             raise InvalidOptionError("threshold_messages needs max_messages, not max_bytes")
         tb = threshold_bytes if threshold_bytes is not None else math.ceil(max_bytes / 2)
         if tb > max_bytes:
             raise InvalidOptionError("threshold_bytes can not exceed max_bytes")
-        return PullSettings(BYTES_MODE_BATCH, max_bytes, 0, tb, exp, hb)
+        return PullSettings(BYTES_MODE_BATCH, max_bytes, 0, tb, exp, hb, priority=prio)
     if threshold_bytes is not None:
         raise InvalidOptionError("threshold_bytes needs max_bytes")
     mm = DEFAULT_MAX_MESSAGES if max_messages is None else max_messages
     tm = threshold_messages if threshold_messages is not None else math.ceil(mm / 2)
     if tm > mm:
         raise InvalidOptionError("threshold_messages can not exceed max_messages")
-    return PullSettings(mm, 0, tm, 0, exp, hb)
+    return PullSettings(mm, 0, tm, 0, exp, hb, priority=prio)
 
 
 def resolve_fetch(
@@ -168,6 +235,11 @@ def resolve_fetch(
     expires: float | None = None,
     heartbeat: float | None = None,
     no_wait: bool = False,
+    consumer: PriorityConsumer | None = None,
+    group: str | None = None,
+    min_pending: int | None = None,
+    min_ack_pending: int | None = None,
+    priority: int | None = None,
 ) -> PullSettings:
     """Validate fetch / fetch_bytes / fetch_no_wait / next options.
 
@@ -190,9 +262,10 @@ def resolve_fetch(
         hb = FETCH_HEARTBEAT if exp >= FETCH_HEARTBEAT_MIN_EXPIRES and not no_wait else 0.0
     elif hb != 0:
         _check_heartbeat(hb, exp)
+    prio = _resolve_priority(consumer, exp, no_wait, group, min_pending, min_ack_pending, priority)
     if max_bytes is not None:
-        return PullSettings(BYTES_MODE_BATCH, max_bytes, 0, 0, exp, hb, True, no_wait)
-    return PullSettings(max_messages or 1, 0, 0, 0, exp, hb, True, no_wait)
+        return PullSettings(BYTES_MODE_BATCH, max_bytes, 0, 0, exp, hb, True, no_wait, prio)
+    return PullSettings(max_messages or 1, 0, 0, 0, exp, hb, True, no_wait, prio)
 
 
 def _check_heartbeat(hb: float, expires: float) -> None:
@@ -218,6 +291,8 @@ class SendPull:
     expires: float
     heartbeat: float
     no_wait: bool = False
+    pin_id: str | None = None
+    """The pin to send (``id``; ADR-42 pinned client), None for none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,9 +327,7 @@ class Finish:
 
 
 #: Statuses after which no earlier pull request is valid any more.
-_INVALIDATING: Final = frozenset(
-    {StatusKind.LEADERSHIP_CHANGE, StatusKind.SERVER_SHUTDOWN, StatusKind.PIN_MISMATCH}
-)
+_INVALIDATING: Final = frozenset({StatusKind.LEADERSHIP_CHANGE, StatusKind.SERVER_SHUTDOWN})
 
 Command = SendPull | ArmTimer | CancelTimer | Report | CheckConsumer | Finish
 Commands = tuple[Command, ...]
@@ -291,6 +364,7 @@ class PullEngine:
         "_check_delay",
         "_check_reason",
         "_check_wanted",
+        "_last_pinned_pull",
         "_last_pull",
         "_pull_at",
         "_repull_delay",
@@ -307,6 +381,7 @@ class PullEngine:
         "outstanding_bytes",
         "outstanding_messages",
         "phase",
+        "pin",
         "pulls",
         "released",
         "requested",
@@ -314,8 +389,13 @@ class PullEngine:
         "unsolicited",
     )
 
-    def __init__(self, settings: PullSettings) -> None:
+    def __init__(self, settings: PullSettings, pin: PinState | None = None) -> None:
         self.settings = settings
+        prio = settings.priority
+        #: The pin of a pinned_client consumer's group (shared by the handle's pulls).
+        self.pin: PinState | None = None
+        if prio is not None and prio.pinned:
+            self.pin = pin if pin is not None else PinState()
         self.phase = Phase.NEW
         self.outstanding_messages = 0
         self.outstanding_bytes = 0
@@ -340,6 +420,7 @@ class PullEngine:
         self._wait_for_empty = False
         self._warned: set[str] = set()
         self._last_pull = (0, 0)
+        self._last_pinned_pull = (0, 0)  # the last pull sent with a pin id
 
     # ------------------------------------------------------------- derived
 
@@ -391,7 +472,10 @@ class PullEngine:
         self.pulls += 1
         self._pull_at = None
         self._last_pull = (batch, room)
-        return SendPull(batch, room, s.expires, s.heartbeat, s.no_wait)
+        pin_id = self.pin.id if self.pin is not None else None
+        if pin_id is not None:
+            self._last_pinned_pull = (batch, room)
+        return SendPull(batch, room, s.expires, s.heartbeat, s.no_wait, pin_id)
 
     def _release(self, messages: int, nbytes: int) -> None:
         self.outstanding_bytes -= min(max(nbytes, 0), self.outstanding_bytes)
@@ -519,6 +603,11 @@ class PullEngine:
             return self._finish(None)
         return _NONE
 
+    def on_pin_id(self, pin_id: str) -> None:
+        """A delivered message carried ``Nats-Pin-Id``: later pulls send it (ADR-42)."""
+        if self.pin is not None and self.phase is not Phase.DONE:
+            self.pin.pinned(pin_id)
+
     def on_status(
         self,
         kind: StatusKind,
@@ -532,6 +621,8 @@ class PullEngine:
         self._silent_ticks = 0
         if self.phase is Phase.DONE:
             return _NONE
+        if kind is StatusKind.PIN_MISMATCH and self.pin is not None:
+            self.pin.lost()  # even while draining: the next run must not send it
         if kind is StatusKind.HEARTBEAT or kind is StatusKind.FLOW_CONTROL:
             return _NONE
         if self.phase is Phase.DRAINING and severity is not Severity.TERMINAL:
@@ -548,6 +639,8 @@ class PullEngine:
             return self._request_check(now, error)
         if kind is StatusKind.MAX_BYTES:
             return self._on_max_bytes(pending_bytes, now)
+        if kind is StatusKind.PIN_MISMATCH:
+            return self._on_pin_lost(pending_messages, pending_bytes, error, now)
         if severity is Severity.WARNING:
             key = f"{kind.name}:{error}"
             report: Commands = _NONE
@@ -567,6 +660,24 @@ class PullEngine:
             self._release_all()
             return self._repull(now, productive=False)
         return self._repull(now, productive=True)
+
+    def _on_pin_lost(
+        self,
+        pending_messages: int,
+        pending_bytes: int,
+        error: JetStreamError | None,
+        now: float,
+    ) -> Commands:
+        """423: release the refused request, pull again without the pin (already forgotten)."""
+        if not pending_messages and not pending_bytes:
+            # "Nats-Pin-Id mismatch" refuses a pull the moment it arrives and carries no
+            # pending counts: give back the last pull that was sent with a pin.
+            self._release(*self._last_pinned_pull)
+            self._last_pinned_pull = (0, 0)
+        lost = error if error is not None else PinIdMismatchError("the pinned client lost its pin")
+        if self.settings.single:
+            return self._finish(lost)
+        return (Report(lost), *self._repull(now, productive=False))
 
     def _on_max_bytes(self, pending_bytes: int, now: float) -> Commands:
         s = self.settings

@@ -34,6 +34,7 @@ from ._errors import (
     JetStreamError,
     MessageTooLargeError,
     NoRespondersError,
+    PinIdMismatchError,
 )
 from ._headers import PENDING_BYTES, PENDING_MESSAGES, decode_headers
 
@@ -100,7 +101,7 @@ class StatusKind(enum.Enum):
     EXCEEDED_LIMIT = "exceeded_limit"
     """409 Exceeded MaxRequestBatch / MaxRequestExpires / MaxRequestMaxBytes / MaxWaiting."""
     PIN_MISMATCH = "pin_mismatch"
-    """423 Nats-Pin-Id mismatch (ADR-42 pinned client)."""
+    """423 Nats-Pin-Id mismatch or Nats-Wrong-Pin-Id (ADR-42 pinned client: the pin was lost)."""
     BAD_REQUEST = "bad_request"
     """400 Bad Request (terminal)."""
     NO_RESPONDERS = "no_responders"
@@ -234,6 +235,8 @@ class Status:
         * 409 Message Size Exceeds MaxBytes:
           :class:`~aiojetstream.MessageTooLargeError`.
         * 400: :class:`~aiojetstream.BadRequestError`.
+        * 423: :class:`~aiojetstream.PinIdMismatchError` (``reason``
+          ``"wrong_pin"`` for ``Nats-Wrong-Pin-Id``, else ``"mismatch"``).
         * anything else: :class:`~aiojetstream.APIError` with ``err_code`` 0.
 
         The message always contains the code and the description, for example
@@ -251,6 +254,9 @@ class Status:
             return MessageTooLargeError(
                 f"a message is larger than the pull request's max_bytes ({text})"
             )
+        if kind is StatusKind.PIN_MISMATCH:
+            reason = "wrong_pin" if "wrong" in self.description.lower() else "mismatch"
+            return PinIdMismatchError(f"the pinned client lost its pin ({text})", reason)
         description = self.description or f"status {self.code}"
         if kind is StatusKind.BAD_REQUEST:
             return BadRequestError(self.code, 0, description)

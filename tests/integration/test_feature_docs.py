@@ -16,6 +16,7 @@ PAGES = {
     "atomic-batch.md": 2,
     "batch-get.md": 2,
     "counters.md": 2,
+    "priority-groups.md": 4,
     "schedules.md": 2,
 }
 """Each page and the least number of runnable blocks it has."""

@@ -8,7 +8,8 @@ Two parts:
 * a hypothesis state machine (:class:`PullEngineMachine`) that runs the engine
   against a small model of the server: a stream of message sizes, the server's
   outstanding pull requests, the client buffer, a model clock with the engine's
-  single timer, the connection and consumer checks. Its invariants are the
+  single timer, the connection and consumer checks, and for priority-group
+  runs (ADR-42) the server's pin with its 423 refusals. Its invariants are the
   acceptance criteria of the pull engine.
 """
 
@@ -43,7 +44,9 @@ from aiojetstream._errors import (
     MessageTooLargeError,
     NoHeartbeatError,
     NoRespondersError,
+    PinIdMismatchError,
 )
+from aiojetstream._priority import PinState
 from aiojetstream._pull_engine import (
     BYTES_MODE_BATCH,
     CHECK_BACKOFF_MAX,
@@ -59,6 +62,7 @@ from aiojetstream._pull_engine import (
     Commands,
     Finish,
     Phase,
+    PriorityConsumer,
     PullEngine,
     PullSettings,
     Report,
@@ -805,6 +809,7 @@ class _Request:
     batch: int
     nbytes: int  # 0 in message mode
     fresh: bool = True  # nothing delivered yet
+    pin_id: str | None = None  # the pin the pull carried (ADR-42)
 
 
 @st.composite
@@ -826,25 +831,64 @@ def pull_settings(draw: st.DrawFn) -> PullSettings:
     # consume runs last longer and do more: draw them three times as often
     modes = ["messages"] * 3 + ["bytes"] * 3 + ["fetch", "fetch_bytes", "no_wait"]
     mode = draw(st.sampled_from(modes))
+    # ADR-42: half of the runs pull for a priority group, most of them pinned
+    policy = draw(st.sampled_from([None, None, None, "pinned_client", "pinned_client", "overflow"]))
+    consumer = None if policy is None else PriorityConsumer(("jobs",), policy)
+    group = None if policy is None else "jobs"
+    min_pending = draw(st.none() | st.integers(1, 5)) if policy == "overflow" else None
     if mode == "messages":
         mm = draw(st.integers(1, 50))
         tm = draw(st.none() | st.integers(1, mm))
         expires, hb = draw(_expiry(fetch=False))
         return resolve_consume(
-            max_messages=mm, threshold_messages=tm, expires=expires, heartbeat=hb
+            max_messages=mm,
+            threshold_messages=tm,
+            expires=expires,
+            heartbeat=hb,
+            consumer=consumer,
+            group=group,
+            min_pending=min_pending,
         )
     if mode == "bytes":
         mb = draw(st.sampled_from([1, 2, 3, 10, 100]) | st.integers(1, 400))
         tb = draw(st.none() | st.integers(1, mb))
         expires, hb = draw(_expiry(fetch=False))
-        return resolve_consume(max_bytes=mb, threshold_bytes=tb, expires=expires, heartbeat=hb)
+        return resolve_consume(
+            max_bytes=mb,
+            threshold_bytes=tb,
+            expires=expires,
+            heartbeat=hb,
+            consumer=consumer,
+            group=group,
+            min_pending=min_pending,
+        )
     if mode == "no_wait":
-        return resolve_fetch(max_messages=draw(st.integers(1, 20)), no_wait=True)
+        return resolve_fetch(
+            max_messages=draw(st.integers(1, 20)),
+            no_wait=True,
+            consumer=consumer,
+            group=group,
+            min_pending=min_pending,
+        )
     expires, hb = draw(_expiry(fetch=True))
     if mode == "fetch":
-        return resolve_fetch(max_messages=draw(st.integers(1, 20)), expires=expires, heartbeat=hb)
+        return resolve_fetch(
+            max_messages=draw(st.integers(1, 20)),
+            expires=expires,
+            heartbeat=hb,
+            consumer=consumer,
+            group=group,
+            min_pending=min_pending,
+        )
     mb = draw(st.sampled_from([1, 2, 3, 10, 100]) | st.integers(1, 400))
-    return resolve_fetch(max_bytes=mb, expires=expires, heartbeat=hb)
+    return resolve_fetch(
+        max_bytes=mb,
+        expires=expires,
+        heartbeat=hb,
+        consumer=consumer,
+        group=group,
+        min_pending=min_pending,
+    )
 
 
 _TERMINALS: list[tuple[StatusKind, type[JetStreamError]]] = [
@@ -897,6 +941,14 @@ class PullEngineMachine(RuleBasedStateMachine):
         self.bad_timers: list[str] = []
         self.bad_checks: list[str] = []
         self.after_finish: list[str] = []
+        # ADR-42 pinned client: the server's pin ("p<n>" this client's, "f<n>" another
+        # client's, None while nothing is pinned) and the pin the client must send
+        self.server_pin: str | None = None
+        self.pin_count = 0
+        self.client_pin: str | None = None
+        self.last_pinned_request: _Request | None = None  # the latest pull with a pin
+        self.pins_lost = 0
+        self.bad_pins: list[str] = []
 
     # ------------------------------------------------------------- plumbing
 
@@ -921,6 +973,22 @@ class PullEngineMachine(RuleBasedStateMachine):
     @property
     def server_up(self) -> bool:
         return self.live and self.connected and self.outage is None
+
+    @property
+    def pinned(self) -> bool:
+        prio = self.settings.priority
+        return prio is not None and prio.pinned
+
+    def _stale(self, req: _Request) -> bool:
+        """The request carries a pin that is not the server's: it is refused (423)."""
+        return req.pin_id is not None and req.pin_id != self.server_pin
+
+    def _deliverable(self) -> list[_Request]:
+        return [r for r in self.requests if not self._stale(r)]
+
+    def _new_pin(self, prefix: str) -> str:
+        self.pin_count += 1
+        return f"{prefix}{self.pin_count}"
 
     def _esize(self, size: int) -> int:
         """What the driver hands the engine: the size in byte mode, 0 otherwise."""
@@ -996,6 +1064,10 @@ class PullEngineMachine(RuleBasedStateMachine):
             self.bad_pulls.append(f"SendPull after stop() ({where})")
         if self.terminal_error is not None:
             self.bad_terminal.append(f"SendPull after a terminal status ({where})")
+        if cmd.pin_id != self.client_pin:
+            self.bad_pins.append(
+                f"the pull carries pin {cmd.pin_id!r}, not {self.client_pin!r} ({where})"
+            )
         self.pulls_sent += 1
         if s.single and self.pulls_sent > 1:
             self.bad_single.append(f"a fetch sent a second pull ({where})")
@@ -1003,11 +1075,13 @@ class PullEngineMachine(RuleBasedStateMachine):
             self.outage_sends.append(self.now)
         if not self.connected:
             return  # never reaches the server
-        req = _Request(cmd.batch, cmd.max_bytes)
+        req = _Request(cmd.batch, cmd.max_bytes, pin_id=cmd.pin_id)
         if not self.requests:
             self.owed_since = self.now
         self.requests.append(req)
         self.last_request = req
+        if cmd.pin_id is not None:
+            self.last_pinned_request = req
 
     def _on_report(self, error: JetStreamError, event: str) -> None:
         if not isinstance(error, NoHeartbeatError):
@@ -1082,7 +1156,14 @@ class PullEngineMachine(RuleBasedStateMachine):
         self.settings = s
         self.horizon = horizon
         self.trouble = trouble
-        self.engine = PullEngine(s)
+        pin = None
+        if self.pinned and data.draw(st.booleans(), label="pinned before"):
+            # The handle's pin from an earlier pull: still the server's, or stale.
+            pin = PinState()
+            pin.pinned("p0")
+            self.client_pin = "p0"
+            self.server_pin = data.draw(st.sampled_from(["p0", "p0", None, "f0"]), label="pin")
+        self.engine = PullEngine(s, pin)
         self.start_time = self.now
         self.last_activity = self.now
         cmds = self._feed(self.engine.start(self.now), "start")
@@ -1236,22 +1317,26 @@ class PullEngineMachine(RuleBasedStateMachine):
             return left  # fills the request exactly: the server ends it silently
         return data.draw(st.integers(1, mb), label="size")
 
-    @precondition(lambda self: self.server_up and bool(self.requests))
+    @precondition(lambda self: self.server_up and bool(self._deliverable()))
     @rule(data=st.data(), n=st.integers(1, 20))
     def server_delivers(self, data: st.DataObject, n: int) -> None:
         """The server delivers up to ``n`` messages, oldest request and message first.
 
-        When the stream is empty, a message is published first.
+        When the stream is empty, a message is published first. Requests with a
+        stale pin are not served (see ``refuse_stale_pin``).
         """
         for _ in range(n):
-            if not (self.server_up and self.requests):
+            if not (self.server_up and self._deliverable()):
                 return
             if not self.stream:
                 self.stream.append(self._draw_size(data))
             self._deliver_one()
 
     def _deliver_one(self) -> None:
-        req = self.requests[0]
+        deliverable = self._deliverable()
+        if not deliverable:
+            return
+        req = deliverable[0]
         size = self.stream[0]
         if self.byte_mode and size > req.nbytes:
             # 409 Message Size Exceeds MaxBytes; the message stays first in the stream.
@@ -1280,6 +1365,14 @@ class PullEngineMachine(RuleBasedStateMachine):
             self.expected_unsolicited += 1  # stop(drain=True) wrote the request off
         self.buffer.append(size)
         self.last_activity = self.now
+        if self.pinned:
+            if self.server_pin is None or not self.server_pin.startswith("p"):
+                # Nothing pinned (or another client's pin timed out): pin this pull.
+                self.server_pin = self._new_pin("p")
+            # Every message to the pinned client carries Nats-Pin-Id; the driver
+            # hands it over before the message.
+            self.engine.on_pin_id(self.server_pin)
+            self.client_pin = self.server_pin
         self._feed(self.engine.on_message(self._esize(size)), "on_message")
         if completed and req.nbytes > 0:
             # The batch is done but bytes are left: the server says so (with the bytes
@@ -1334,6 +1427,60 @@ class PullEngineMachine(RuleBasedStateMachine):
         self._drop_all()
         self._status(K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, APIError(409, 0, "Leadership Change"))
         self._single_must_finish("409 Leadership Change")
+
+    @precondition(
+        lambda self: (
+            self.pinned and self.server_up and self.server_pin is not None and self.trouble > 0
+        )
+    )
+    @rule(foreign=st.booleans())
+    def pin_moves(self, foreign: bool) -> None:
+        """The pin times out or is unpinned; maybe another client is pinned at once."""
+        self.trouble -= 1
+        self.server_pin = self._new_pin("f") if foreign else None
+
+    @precondition(
+        lambda self: (
+            self.server_up and any(self._stale(r) for r in self.requests) and self.ends_a_fetch_ok
+        )
+    )
+    @rule(data=st.data())
+    def refuse_stale_pin(self, data: st.DataObject) -> None:
+        """423 for a pull with a stale pin.
+
+        The last pull sent with a pin, when nothing was delivered to it, may get
+        the immediate ``Nats-Pin-Id mismatch`` (no pending headers); any stale
+        pull may get ``Nats-Wrong-Pin-Id`` with what it had left as pending.
+        """
+        last = self.last_pinned_request
+        stale = [r for r in self.requests if self._stale(r)]
+        mismatch = (
+            last is not None
+            and last in stale
+            and last.fresh
+            and data.draw(st.booleans(), label="mismatch")
+        )
+        if mismatch:
+            assert last is not None
+            req, pending = last, (0, 0)
+            reason = "mismatch"
+        else:
+            req = data.draw(st.sampled_from(stale), label="request")
+            pending, reason = (req.batch, req.nbytes), "wrong_pin"
+        if req is last:
+            self.last_pinned_request = None
+        self._drop(req)
+        self.pins_lost += 1
+        self.client_pin = None  # the engine forgets the pin
+        err = PinIdMismatchError("423", reason)
+        cmds = self._status(K.PIN_MISMATCH, S.SILENT, *pending, err)
+        fin = finishes(cmds)
+        if self.settings.single:
+            self._single_must_finish(f"423 ({reason})")
+            if fin and fin != [Finish(err)]:
+                self.bad_pins.append(f"a fetch ended on a 423 with {fin!r}")
+        elif fin:
+            self.bad_pins.append(f"a 423 ended the run: {cmds!r}")
 
     @precondition(lambda self: self.server_up and self.mature)
     @rule(which=st.sampled_from(_TERMINALS))
@@ -1579,6 +1726,18 @@ class PullEngineMachine(RuleBasedStateMachine):
         )
         if self.finished:
             assert self.timer is None, "a timer is still armed after Finish"
+
+    @invariant()
+    def inv11_pins(self) -> None:
+        """ADR-42: pulls carry the last pin seen, none after a 423; a 423 never ends
+        messages()/consume() (a fetch ends with PinIdMismatchError)."""
+        assert not self.bad_pins, "pins:\n" + "\n".join(self.bad_pins)
+        pin = self.engine.pin
+        if self.pinned:
+            assert pin is not None, "no pin state for a pinned_client consumer"
+            assert pin.id == self.client_pin, f"engine pin {pin!r}, expected {self.client_pin!r}"
+        else:
+            assert pin is None, "a pin kept for a consumer that is not pinned_client"
 
     @invariant()
     def inv10_no_stall(self) -> None:

@@ -13,6 +13,7 @@ from aiojetstream import (
     JetStreamError,
     MessageTooLargeError,
     NoRespondersError,
+    PinIdMismatchError,
 )
 from aiojetstream._headers import encode_headers
 from aiojetstream._status import (
@@ -203,7 +204,7 @@ def test_severity_table() -> None:
         (b"NATS/1.0 400 Bad Request\r\n\r\n", BadRequestError),
         (b"NATS/1.0 409 Consumer is push based\r\n\r\n", APIError),
         (b"NATS/1.0 409 Exceeded MaxRequestBatch of 10\r\n\r\n", APIError),
-        (b"NATS/1.0 423 Nats-Pin-Id mismatch\r\n\r\n", APIError),
+        (b"NATS/1.0 423 Nats-Pin-Id mismatch\r\n\r\n", PinIdMismatchError),
         (b"NATS/1.0 418 I'm a teapot\r\n\r\n", APIError),
         (b"NATS/1.0 409 Message Size Exceeds MaxBytes\r\n\r\n", MessageTooLargeError),
     ],
