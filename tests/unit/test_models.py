@@ -524,3 +524,29 @@ def test_json_schema_is_generated() -> None:
     max_age = schema["properties"]["max_age"]
     assert {"type": "integer", "description": "duration in nanoseconds"} in max_age["anyOf"]
     assert "ADR-43" in schema["properties"]["allow_msg_ttl"]["description"]
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 1),
+        max_value=datetime(9999, 12, 31, 23, 59, 59),
+    ),
+    st.integers(0, 999),
+    st.integers(0, 9),
+)
+def test_parse_timestamp_fast_path_matches_the_general_parser(
+    moment: datetime, ns: int, digits: int
+) -> None:
+    """The "Z" fast path gives exactly what the general RFC 3339 parser gives."""
+    from aiojetstream._models._base import _RFC3339
+
+    frac = f"{moment.microsecond:06d}{ns:03d}"[:digits]
+    m = moment
+    text = f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+    text += (f".{frac}" if digits else "") + "Z"
+    fast = parse_timestamp(text)
+    slow = parse_timestamp(text.replace("Z", "+00:00"))  # the general path
+    assert _RFC3339.fullmatch(text) is not None
+    assert fast == slow
+    assert getattr(fast, "nanosecond", 0) == getattr(slow, "nanosecond", 0)
+    assert fast.tzinfo is UTC
