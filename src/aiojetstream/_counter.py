@@ -15,6 +15,7 @@ reads many subjects in one batch direct get (ADR-31).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
@@ -52,12 +53,13 @@ def increment_header(delta: object) -> str:
     return f"{delta:+d}"
 
 
+#: A counter value as the server writes it: a decimal integer of any size.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def _to_int(value: object, what: str) -> int:
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
+    if isinstance(value, str) and _INTEGER.fullmatch(value):
+        return int(value)
     raise InvalidResponseError(f"{what} holds no counter value: {value!r}")
 
 

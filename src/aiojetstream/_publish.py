@@ -180,6 +180,17 @@ def duration_seconds(value: float | timedelta | None, name: str) -> float | None
     return seconds
 
 
+def _stream_full(data: bytes, hdr: bytes | None, subject: bytes) -> StreamFullError | None:
+    """The reply's :class:`StreamFullError`, or None for any other reply (handled by the caller)."""
+    try:
+        ack_from_reply(data, hdr, subject.decode())
+    except StreamFullError as exc:
+        return exc
+    except JetStreamError:
+        return None  # another refusal: _on_reply parses the reply again and raises it
+    return None
+
+
 class _Held:
     """What a held publish needs for another attempt."""
 
@@ -399,19 +410,15 @@ class AsyncPublisher:
         loop = asyncio.get_running_loop()
         if token == self._resending:
             self._resending = None
-        if b"10077" in data:
-            try:
-                ack_from_reply(data, hdr, held.subject.decode())
-            except StreamFullError as exc:
-                self._last_full = exc
-                held.error = exc
-                if loop.time() + HOLD_MIN_WAIT <= held.until:
-                    bisect.insort(self._hold_queue, int(token, 16))
-                    self._arm_hold(backoff=True)
-                    return True
-            except JetStreamError:
-                pass
-        # Stored, refused for another reason, or out of time: it completes now.
+        full = _stream_full(data, hdr, held.subject) if b"10077" in data else None
+        if full is not None:
+            self._last_full = full
+            held.error = full
+            if loop.time() + HOLD_MIN_WAIT <= held.until:
+                bisect.insort(self._hold_queue, int(token, 16))
+                self._arm_hold(backoff=True)
+                return True
+        # Stored, refused for another reason, or out of time: _on_reply completes it.
         del self._held[token]
         if self._hold_queue and b'"error"' not in data:
             self._hold_wait = HOLD_FIRST_WAIT  # there is room again: next one at once

@@ -411,11 +411,8 @@ def _check_retention(time_minutes: object, size_mb: object) -> tuple[int, int]:
 def _check_policy(policy: object) -> BacklogQuotaPolicy:
     if isinstance(policy, BacklogQuotaPolicy):
         return policy
-    if isinstance(policy, str):
-        try:
-            return BacklogQuotaPolicy(policy)
-        except ValueError:
-            pass
+    if isinstance(policy, str) and policy in {p.value for p in BacklogQuotaPolicy}:
+        return BacklogQuotaPolicy(policy)
     choices = ", ".join(p.value for p in BacklogQuotaPolicy)
     raise InvalidRetentionError(
         f"unknown backlog quota policy {policy!r}; expected one of {choices}"

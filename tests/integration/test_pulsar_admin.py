@@ -235,8 +235,9 @@ async def test_full_stream_errors_and_hold_when_full(js: JetStreamContext) -> No
 
     # Held: the publish completes once a consumer acks one message.
     consumer = await durable(js, "FULL", "worker")
+    sent = js.nc.stats["out_msgs"]
     held = asyncio.ensure_future(js.publish("FULL.a", b"held", hold_when_full=10))
-    await asyncio.sleep(0)  # let the first attempt go out
+    await wait_until(lambda: js.nc.stats["out_msgs"] > sent, timeout=5)  # first attempt out
     assert not held.done()
     assert await take(consumer, 1) == [1]
     ack = await asyncio.wait_for(held, 10)
