@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-__all__ = ["wait_until", "wait_until_sync"]
+if TYPE_CHECKING:
+    from aiojetstream import JetStreamContext
+
+__all__ = ["wait_routable", "wait_until", "wait_until_sync"]
 
 
 async def wait_until(
@@ -60,3 +64,26 @@ def wait_until_sync(
             what = message or getattr(predicate, "__qualname__", repr(predicate))
             raise TimeoutError(f"condition not met within {timeout:g}s: {what}")
         time.sleep(interval)
+
+
+async def wait_routable(js: JetStreamContext, subject: str, timeout: float = 15.0) -> None:
+    """Wait until a stream answers publishes to ``subject`` through ``js``'s server.
+
+    In a cluster a new stream's subject interest reaches the other nodes
+    asynchronously; on a loaded machine a publish through another node can see
+    "no responders" for longer than the library's publish retries. The probe
+    expects an impossible last sequence, so the stream refuses it and nothing
+    is stored.
+    """
+    from aiojetstream import NoRespondersError, WrongLastSequenceError
+
+    async def answered() -> bool:
+        try:
+            await js.publish(subject, b"", expected_last_sequence=2**63 - 1, timeout=2)
+        except WrongLastSequenceError:
+            return True
+        except NoRespondersError:
+            return False
+        raise AssertionError(f"the probe on {subject!r} was stored")
+
+    await wait_until(answered, timeout=timeout, interval=0.05, message=f"{subject} routable")

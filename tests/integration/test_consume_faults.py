@@ -34,7 +34,6 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg as NatsMsg
@@ -58,7 +57,7 @@ from aiojetstream import (
     StreamNotFoundError,
 )
 from aiojetstream.testing import NatsCluster, NatsServer
-from helpers import wait_until
+from helpers import wait_routable, wait_until
 
 HOST = "127.0.0.1"
 #: RELIABILITY goal 4: at most this many pull or API requests per second in an outage.
@@ -229,10 +228,12 @@ class ApiCountingProxy:
         skip = 0
         with contextlib.suppress(OSError):
             while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
                 if not parse:
+                    writer.write(data)
+                    await writer.drain()
                     continue
+                # Parse before forwarding: once the server answers a PING sent
+                # after some request, that request is already logged.
                 buf += data
                 while True:
                     if skip:
@@ -249,6 +250,8 @@ class ApiCountingProxy:
                     if words and words[0].upper() in (b"PUB", b"HPUB"):
                         self.api.append((now(), words[1].decode()))
                         skip = int(words[-1]) + 2
+                writer.write(data)
+                await writer.drain()
 
 
 class InboxWatcher:
@@ -310,7 +313,8 @@ async def r1_stream_off(
 ) -> tuple[str, str, NatsServer]:
     """Create FILE R1 streams until one is placed on a node not in ``avoid``.
 
-    Returns the stream name, a subject it stores and its node.
+    Returns the stream name, a subject it stores and its node, once that
+    subject is routable from ``js``'s node.
     """
     for i in range(12):
         name = f"R1_{i}"
@@ -322,6 +326,7 @@ async def r1_stream_off(
         info = await stream.info()
         leader = info.cluster.leader if info.cluster else None
         if leader is not None and leader not in avoid:
+            await wait_routable(js, f"r1.{i}.x")
             return name, f"r1.{i}.x", cluster.server(leader)
     raise AssertionError(f"could not place an R1 stream outside {avoid}")
 
@@ -861,53 +866,57 @@ async def _big_message_consumer(js: JetStreamContext) -> aiojetstream.Consumer:
 
 
 class PullCounter:
-    """A second, plain connection that sees every pull request to a stream.
+    """A client connection through an :class:`ApiCountingProxy` that counts its own pulls.
 
-    ``count()`` flushes the client and this connection first: every pull the
-    client sent before is then counted (nats-py counts a subscription's
-    messages as it parses them, before the PONG).
+    The proxy parses what the client writes before forwarding it, so after
+    ``count()`` flushes the client (a PING answered by the server) every pull
+    sent before is counted: no second connection, no routing skew.
     """
 
-    def __init__(self, nc: NatsClient, sub: Any) -> None:
-        self.nc = nc
-        self.sub = sub
+    def __init__(self, proxy: ApiCountingProxy, js: JetStreamContext, stream: str) -> None:
+        self.proxy = proxy
+        self.js = js
+        self.prefix = f"$JS.API.CONSUMER.MSG.NEXT.{stream}."
 
     @classmethod
-    async def start(cls, url: str, stream: str) -> PullCounter:
-        nc = await nats.connect(url)
-        sub = await nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.>")
-        await nc.flush()
-        return cls(nc, sub)
+    async def start(cls, port: int, stream: str) -> PullCounter:
+        proxy = ApiCountingProxy(port)
+        await proxy.__aenter__()
+        try:
+            js = await connect(proxy.url)
+        except BaseException:
+            await proxy.__aexit__(None, None, None)
+            raise
+        return cls(proxy, js, stream)
 
-    async def count(self, client: JetStreamContext, at_least: int = 0) -> int:
-        """Pulls seen so far, after both flushes; waits (bounded) until ``at_least`` arrived.
+    async def consumer(self, stream: str, name: str) -> aiojetstream.Consumer:
+        """The consumer's handle on the counted connection."""
+        return await self.js.consumer(stream, name)
 
-        Under a heavily loaded machine the routed copy of a pull was seen to reach
-        this connection after the flushes (twice in full-suite runs), so a test
-        that knows a pull was sent waits for it rather than reading too early.
-        """
-        await client.nc.flush()
-        await self.nc.flush()
-        if at_least:
-            await wait_until(lambda: self.sub.delivered >= at_least, timeout=5)
-            await self.nc.flush()
-        return int(self.sub.delivered)
+    async def count(self) -> int:
+        """Pulls the counted connection sent so far."""
+        await self.js.nc.flush()
+        return sum(1 for _, subject in self.proxy.api if subject.startswith(self.prefix))
 
     async def close(self) -> None:
-        await self.nc.close()
+        try:
+            await self.js.close()
+        finally:
+            await self.proxy.__aexit__(None, None, None)
 
 
-async def test_fetch_bytes_message_too_large(js: JetStreamContext, nats_url: str) -> None:
-    consumer = await _big_message_consumer(js)
-    counter = await PullCounter.start(nats_url, "BIG")
+async def test_fetch_bytes_message_too_large(js: JetStreamContext, nats_server: NatsServer) -> None:
+    await _big_message_consumer(js)
+    counter = await PullCounter.start(nats_server.port, "BIG")
     try:
+        consumer = await counter.consumer("BIG", "big")
         t0 = now()
         batch = await consumer.fetch_bytes(500, expires=5)
         with pytest.raises(MessageTooLargeError, match="max_bytes"):
             await asyncio.wait_for(anext(batch), 10)
         elapsed = now() - t0
         await batch.aclose()
-        pulls = await counter.count(js, at_least=1)  # the 409 proves one was sent
+        pulls = await counter.count()
         logger.warning("C8 fetch_bytes: MessageTooLargeError in %.3fs, %d pull", elapsed, pulls)
         assert elapsed < 3.0
         assert pulls == 1
@@ -917,11 +926,12 @@ async def test_fetch_bytes_message_too_large(js: JetStreamContext, nats_url: str
 
 @pytest.mark.parametrize("mode", ["messages", "consume"])
 async def test_continuous_message_too_large_ends_without_looping(
-    js: JetStreamContext, nats_url: str, mode: str
+    js: JetStreamContext, nats_server: NatsServer, mode: str
 ) -> None:
-    consumer = await _big_message_consumer(js)
-    counter = await PullCounter.start(nats_url, "BIG")
+    await _big_message_consumer(js)
+    counter = await PullCounter.start(nats_server.port, "BIG")
     try:
+        consumer = await counter.consumer("BIG", "big")
         t0 = now()
         errors = Errors()
         if mode == "messages":
@@ -937,7 +947,7 @@ async def test_continuous_message_too_large_ends_without_looping(
             ended = now()
             assert isinstance(error, MessageTooLargeError)
             assert [type(e) for _, e in errors.items] == [MessageTooLargeError]
-        pulls = await counter.count(js)
+        pulls = await counter.count()
         logger.warning(
             "C8 %s: MessageTooLargeError after %.3fs; %d pull(s) sent",
             mode,
@@ -952,21 +962,22 @@ async def test_continuous_message_too_large_ends_without_looping(
         await counter.close()
 
 
-async def test_messages_small_then_too_large(js: JetStreamContext, nats_url: str) -> None:
+async def test_messages_small_then_too_large(js: JetStreamContext, nats_server: NatsServer) -> None:
     """A message that fits is delivered first; the one after it ends iteration."""
     await js.create_stream(StreamConfig(name="BIG", subjects=["big.>"], storage=StorageType.MEMORY))
     await js.publish("big.x", b"small")
     await js.publish("big.x", b"x" * 4000)
-    consumer = await js.create_consumer("BIG", ConsumerConfig(durable_name="big"))
-    counter = await PullCounter.start(nats_url, "BIG")
+    await js.create_consumer("BIG", ConsumerConfig(durable_name="big"))
+    counter = await PullCounter.start(nats_server.port, "BIG")
     try:
+        consumer = await counter.consumer("BIG", "big")
         async with consumer.messages(max_bytes=500, expires=2) as it:
             first = await asyncio.wait_for(it.next(), 10)
             assert first.data == b"small"
             await first.ack()
             with pytest.raises(MessageTooLargeError):
                 await asyncio.wait_for(it.next(), 10)
-        pulls = await counter.count(js)
+        pulls = await counter.count()
         logger.warning("C8 small then large: %d pulls", pulls)
         assert pulls <= 4
     finally:
@@ -1257,10 +1268,13 @@ async def _max_batch_consumer(js: JetStreamContext) -> aiojetstream.Consumer:
     return await js.create_consumer("WARN", ConsumerConfig(durable_name="w", max_batch=5))
 
 
-async def test_stop_inside_sync_error_handler(js: JetStreamContext, nats_url: str) -> None:
-    consumer = await _max_batch_consumer(js)
-    counter = await PullCounter.start(nats_url, "WARN")
+async def test_stop_inside_sync_error_handler(
+    js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    await _max_batch_consumer(js)
+    counter = await PullCounter.start(nats_server.port, "WARN")
     try:
+        consumer = await counter.consumer("WARN", "w")
         holder: dict[str, Any] = {}
         seen: list[JetStreamError] = []
 
@@ -1273,7 +1287,7 @@ async def test_stop_inside_sync_error_handler(js: JetStreamContext, nats_url: st
         assert await asyncio.wait_for(ctx.closed(), 5) is None
         assert len(seen) == 1
         assert "MaxRequestBatch" in str(seen[0])
-        pulls = await counter.count(js)
+        pulls = await counter.count()
         # The refused pull, and none after the stop (e.g. the re-pull the warning asked for).
         assert pulls == 1, f"{pulls} pulls: a pull was sent after stop()"
     finally:
