@@ -10,7 +10,7 @@ LINT_PATHS := $(wildcard src tests examples benchmarks)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install test lint format typecheck demo spark-demo bench clean distclean
+.PHONY: help venv install test test-fallback reliability soak lint format typecheck demo spark-demo bench clean distclean
 
 help:
 	@echo "make venv       create $(VENV) (PYTHON=$(PYTHON))"
@@ -19,6 +19,8 @@ help:
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make format     apply ruff format and the safe ruff fixes"
 	@echo "make typecheck  mypy --strict src tests"
+	@echo "make reliability the whole fault set, cluster included (RUNS=n repeats each test n times)"
+	@echo "make soak       10 minutes of mixed load with a fault every 30 s (SOAK_MINUTES=n)"
 	@echo "make demo       run examples/quickstart.py (embedded nats-server unless NATS_URL is set)"
 	@echo "make spark-demo run examples/spark_pipeline.py (needs Java 17; embedded nats-server unless NATS_URL is set)"
 	@echo "make bench      run benchmarks/run.py"
@@ -47,8 +49,24 @@ format: install
 typecheck: install
 	$(BIN)/mypy --strict src tests
 
+# The integration tests that also run with the nats-py fast path switched off.
+FALLBACK_TESTS := tests/integration/test_publish.py tests/integration/test_consume.py \
+	tests/integration/test_kv.py tests/integration/test_error_translation.py
+RUNS ?= 1
+SOAK_MINUTES ?= 10
+
 test: lint typecheck
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -rs $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-fallback
+
+test-fallback: install
+	AIOJETSTREAM_FAST_PATH=0 $(BIN)/pytest -q -rs $(FALLBACK_TESTS)
+
+reliability: install
+	$(BIN)/pytest -q -rs -m "cluster or reliability" --count=$(RUNS) $(PYTEST_ARGS) tests
+
+soak: install
+	$(PY) tests/reliability/soak.py --minutes $(SOAK_MINUTES)
 
 demo: install
 	@if [ -n "$$NATS_URL" ]; then \
