@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from aiojetstream import JetStreamContext
 
-__all__ = ["wait_routable", "wait_until", "wait_until_sync"]
+__all__ = ["unique_name", "wait_routable", "wait_until", "wait_until_sync"]
+
+
+def unique_name(prefix: str = "S") -> str:
+    """Return a stream or bucket name that no other test, parameter or run uses.
+
+    ``prefix`` plus ``_`` and 12 random hex digits; valid as a stream, bucket
+    and consumer name. The ``js`` fixture deletes every stream between tests
+    but does not wait for the server to finish: nats-server (seen with 2.15.1)
+    can bring back the messages of a file stream deleted and re-created under
+    the same name within a few milliseconds, so tests never reuse a name.
+    """
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
 async def wait_until(
