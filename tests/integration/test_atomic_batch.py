@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
@@ -29,14 +28,11 @@ from aiojetstream import (
     TooManyInflightBatchesError,
     WrongLastSequenceError,
 )
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+from helpers import unique_name
 
 
 async def atomic_stream(js: JetStreamContext, **extra: Any) -> tuple[Stream, str]:
-    name = unique("AB")
+    name = unique_name("AB")
     p = name.lower()
     stream = await js.create_stream(
         StreamConfig(name=name, subjects=[f"{p}.>"], allow_atomic=True, **extra)
@@ -125,7 +121,7 @@ async def test_client_side_checks(js: JetStreamContext) -> None:
 
 
 async def test_errors_reported_at_first_message(js: JetStreamContext) -> None:
-    plain = unique("PLAIN")
+    plain = unique_name("PLAIN")
     await js.create_stream(StreamConfig(name=plain, subjects=[f"{plain}.>"]))
     batch = js.atomic_batch()
     with pytest.raises(AtomicPublishDisabledError) as info:
@@ -221,7 +217,7 @@ async def test_stream_config_rules(js: JetStreamContext) -> None:
     with pytest.raises(StreamConfigError) as mirror:
         await js.create_stream(
             StreamConfig(
-                name=unique("AM"), mirror=StreamSource(name=stream.name), allow_atomic=True
+                name=unique_name("AM"), mirror=StreamSource(name=stream.name), allow_atomic=True
             )
         )
     assert mirror.value.err_code == 10198

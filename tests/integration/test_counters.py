@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from aiojetstream import (
@@ -19,14 +17,11 @@ from aiojetstream import (
     StreamConfigError,
     StreamSource,
 )
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+from helpers import unique_name
 
 
 async def counter_stream(js: JetStreamContext, *, direct: bool = True) -> str:
-    name = unique("CNT")
+    name = unique_name("CNT")
     await js.create_stream(
         StreamConfig(name=name, subjects=[f"{name}.>"], allow_msg_counter=True, allow_direct=direct)
     )
@@ -94,7 +89,7 @@ async def test_invalid_increment_is_refused_before_sending(js: JetStreamContext)
 async def test_server_error_codes(js: JetStreamContext) -> None:
     name = await counter_stream(js)
     subject = f"{name}.a"
-    plain = unique("PLAIN")
+    plain = unique_name("PLAIN")
     await js.create_stream(StreamConfig(name=plain, subjects=[f"{plain}.>"]))
     with pytest.raises(CountersDisabledError) as disabled:
         await js.counter(plain).add(f"{plain}.a", 1)
@@ -126,13 +121,18 @@ async def test_stream_config_rules(js: JetStreamContext) -> None:
     with pytest.raises(StreamConfigError) as ttl:
         await js.create_stream(
             StreamConfig(
-                name=unique("CT"), subjects=["ct.>"], allow_msg_counter=True, allow_msg_ttl=True
+                name=unique_name("CT"),
+                subjects=["ct.>"],
+                allow_msg_counter=True,
+                allow_msg_ttl=True,
             )
         )
     assert ttl.value.err_code == 10052
     with pytest.raises(StreamConfigError) as mirror:
         await js.create_stream(
-            StreamConfig(name=unique("CM"), mirror=StreamSource(name=name), allow_msg_counter=True)
+            StreamConfig(
+                name=unique_name("CM"), mirror=StreamSource(name=name), allow_msg_counter=True
+            )
         )
     assert mirror.value.err_code == 10173
 
@@ -146,7 +146,7 @@ async def test_old_server_is_refused(js: JetStreamContext) -> None:
         assert info.value.server_version == "2.12"
         with pytest.raises(FeatureNotSupportedError):
             await js.create_stream(
-                StreamConfig(name=unique("OLD"), subjects=["old.>"], allow_msg_counter=True)
+                StreamConfig(name=unique_name("OLD"), subjects=["old.>"], allow_msg_counter=True)
             )
     finally:
         js._api.level = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,15 +19,12 @@ from aiojetstream import (
     TooManyResultsError,
 )
 from aiojetstream._models import NanoDatetime
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+from helpers import unique_name
 
 
 async def dg_stream(js: JetStreamContext) -> tuple[Stream, str]:
     """A stream with seqs 1-8 on <p>.A/B/C/D (A B C A B C D D)."""
-    name = unique("DG")
+    name = unique_name("DG")
     prefix = name.lower()
     stream = await js.create_stream(
         StreamConfig(name=name, subjects=[f"{prefix}.>"], allow_direct=True)
@@ -136,7 +132,7 @@ async def test_get_last_msgs_for(js: JetStreamContext) -> None:
 
 
 async def test_too_many_subjects(js: JetStreamContext) -> None:
-    name = unique("MANY")
+    name = unique_name("MANY")
     stream = await js.create_stream(
         StreamConfig(name=name, subjects=[f"{name}.>"], allow_direct=True)
     )
@@ -161,7 +157,7 @@ async def test_bad_request_status_is_typed(js: JetStreamContext) -> None:
 
 
 async def test_stream_without_direct_get(js: JetStreamContext) -> None:
-    name = unique("NODIRECT")
+    name = unique_name("NODIRECT")
     stream = await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
     await js.publish(f"{name}.a", b"x")
     with pytest.raises(NoRespondersError, match="allow_direct"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -27,15 +26,11 @@ from aiojetstream import (
     StreamConfig,
     StreamConfigError,
 )
-from helpers import wait_until
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+from helpers import unique_name, wait_until
 
 
 async def schedule_stream(js: JetStreamContext, *, ttl: bool = True) -> tuple[Stream, str]:
-    name = unique("SCH")
+    name = unique_name("SCH")
     p = name.lower()
     stream = await js.create_stream(
         StreamConfig(
@@ -191,7 +186,7 @@ async def test_server_error_codes(js: JetStreamContext) -> None:
             schedule_ttl=60,
         )
     # Schedules on a stream without them.
-    plain = unique("PLAIN")
+    plain = unique_name("PLAIN")
     await js.create_stream(StreamConfig(name=plain, subjects=[f"{plain}.>"]))
     with pytest.raises(SchedulesDisabledError) as disabled:
         await js.publish(
@@ -201,7 +196,7 @@ async def test_server_error_codes(js: JetStreamContext) -> None:
 
 
 async def test_stream_config_rules(js: JetStreamContext) -> None:
-    name = unique("LATE")
+    name = unique_name("LATE")
     await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
     # Enabled by an update...
     updated = await js.update_stream(
