@@ -20,20 +20,21 @@ from aiojetstream import (
     StreamConfig,
 )
 from aiojetstream._message import Msg
-from helpers import wait_until
+from helpers import unique_name, wait_until
 
 
 async def make(
     js: JetStreamContext, count: int = 0, *, ack: AckPolicy = AckPolicy.EXPLICIT, **cfg: object
 ) -> Consumer:
+    stream = unique_name("CONS")
     await js.create_stream(
-        StreamConfig(name="CONS", subjects=["cons.>"], storage=StorageType.MEMORY)
+        StreamConfig(name=stream, subjects=["cons.>"], storage=StorageType.MEMORY)
     )
     for i in range(count):
         await js.publish_async(f"cons.{i % 3}", str(i).encode())
     await js.publish_async_complete(timeout=30)
     config = ConsumerConfig(durable_name="worker", ack_policy=ack, **cfg)
-    return await js.create_consumer("CONS", config)
+    return await js.create_consumer(stream, config)
 
 
 async def test_fetch_returns_a_batch(js: JetStreamContext) -> None:
@@ -44,7 +45,7 @@ async def test_fetch_returns_a_batch(js: JetStreamContext) -> None:
     assert all(m.subject.startswith("cons.") for m in msgs)
     meta = msgs[3].metadata
     assert (meta.stream, meta.consumer, meta.sequence.stream, meta.sequence.consumer) == (
-        "CONS",
+        consumer.stream_name,
         "worker",
         4,
         4,
@@ -210,8 +211,10 @@ async def test_consume_sync_and_async_handlers(js: JetStreamContext) -> None:
             done2.set()
 
     # Nothing was acked by the first run: all 40 come again to a fresh durable.
-    await js.delete_consumer("CONS", "worker")
-    consumer = await js.create_consumer("CONS", ConsumerConfig(durable_name="worker2"))
+    await js.delete_consumer(consumer.stream_name, "worker")
+    consumer = await js.create_consumer(
+        consumer.stream_name, ConsumerConfig(durable_name="worker2")
+    )
     async with await consumer.consume(ahandler):
         await asyncio.wait_for(done2.wait(), 10)
     assert sorted(seen_async) == sorted(str(i).encode() for i in range(40))
@@ -282,7 +285,7 @@ async def test_terminal_error_reaches_error_handler(js: JetStreamContext) -> Non
         got_error.set()
 
     ctx = await consumer.consume(lambda m: None, error_handler=on_error, expires=2)
-    await js.delete_consumer("CONS", "worker")
+    await js.delete_consumer(consumer.stream_name, "worker")
     await asyncio.wait_for(got_error.wait(), 10)
     err = await asyncio.wait_for(ctx.closed(), 10)
     assert err is not None

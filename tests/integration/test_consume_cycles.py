@@ -13,7 +13,7 @@ from aiojetstream import (
     StreamConfig,
 )
 from aiojetstream import _conn as conn_internals
-from helpers import wait_until
+from helpers import unique_name, wait_until
 
 CYCLES = 1000
 
@@ -23,15 +23,16 @@ def _task_count() -> int:
 
 
 async def test_no_leaks_after_1000_cycles(js: JetStreamContext) -> None:
+    stream = unique_name("LEAK")
     await js.create_stream(
-        StreamConfig(name="LEAK", subjects=["leak.>"], storage=StorageType.MEMORY)
+        StreamConfig(name=stream, subjects=["leak.>"], storage=StorageType.MEMORY)
     )
     # AckNone: every operation moves the consumer on, so give it plenty to read.
     for i in range(12 * CYCLES):
         await js.publish_async("leak.x", str(i).encode())
     await js.publish_async_complete(timeout=60)
     consumer = await js.create_consumer(
-        "LEAK", ConsumerConfig(durable_name="cycler", ack_policy=AckPolicy.NONE)
+        stream, ConsumerConfig(durable_name="cycler", ack_policy=AckPolicy.NONE)
     )
     nc = js.nc
     tasks0 = _task_count()
@@ -58,7 +59,7 @@ async def test_no_leaks_after_1000_cycles(js: JetStreamContext) -> None:
         ctx.stop()
         await asyncio.wait_for(ctx.closed(), 10)
         # ordered
-        oc = await js.ordered_consumer("LEAK")
+        oc = await js.ordered_consumer(stream)
         async with oc.messages(max_messages=2) as oit:
             await oit.next()
 
@@ -75,7 +76,7 @@ async def test_no_leaks_after_1000_cycles(js: JetStreamContext) -> None:
     assert js._conn.listener_count() == listeners0
     router = conn_internals._ROUTERS.get(nc)
     assert router is None or not router.routes
-    assert [n async for n in js.consumer_names("LEAK")] == ["cycler"]
+    assert [n async for n in js.consumer_names(stream)] == ["cycler"]
 
 
 async def test_back_to_back_fetch_never_stalls(js: JetStreamContext) -> None:
@@ -87,14 +88,17 @@ async def test_back_to_back_fetch_never_stalls(js: JetStreamContext) -> None:
     not spend 1000 expiry periods in a row; every round still has the exact
     shape of the reported failure.
     """
-    await js.create_stream(StreamConfig(name="B2B", subjects=["b2b.>"], storage=StorageType.MEMORY))
+    stream = unique_name("B2B")
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=["b2b.>"], storage=StorageType.MEMORY)
+    )
     workers, rounds = 40, 25
     loop = asyncio.get_running_loop()
     durations: list[float] = []
 
     async def worker(w: int) -> None:
         consumer = await js.create_consumer(
-            "B2B",
+            stream,
             ConsumerConfig(
                 durable_name=f"w{w}", filter_subject=f"b2b.{w}", ack_policy=AckPolicy.EXPLICIT
             ),
