@@ -658,6 +658,11 @@ class PullEngine:
             return self._finish(None)
         if kind in _INVALIDATING:
             self._release_all()
+            if kind is StatusKind.LEADERSHIP_CHANGE and self.phase is Phase.CHECKING:
+                # A new consumer leader answered one of our pulls: the consumer exists
+                # and serves pulls again, which is all the check wants to learn. During
+                # the election its CONSUMER.INFO may wait for the API timeout (5 s).
+                return self._resume(now, None)
             return self._repull(now, productive=False)
         return self._repull(now, productive=True)
 
@@ -780,13 +785,23 @@ class PullEngine:
             self._check_after = now + self._check_delay
             self._check_delay = min(self._check_delay * 2, CHECK_BACKOFF_MAX)
             return self._next_timer()
+        if self.settings.single:
+            self._check_delay = CHECK_BACKOFF_FIRST
+            self._check_after = None
+            return self._finish(self._check_reason)
+        return self._resume(now, self._check_reason)
+
+    def _resume(self, now: float, reason: JetStreamError | None) -> Commands:
+        """The consumer is known to exist again: leave CHECKING and pull.
+
+        ``reason`` is why the check was wanted; after a 503 or a missed heartbeat
+        the re-pull is throttled, after a reconnect or a new leader it is at once.
+        """
         self._check_delay = CHECK_BACKOFF_FIRST
         self._check_after = None  # a retry scheduled by an earlier, failed check
-        if self.settings.single:
-            return self._finish(self._check_reason)
         self.phase = Phase.RUNNING
         self._arm_ticks(now)
-        if self._check_reason is not None:
+        if reason is not None:
             # After a 503 or a missed heartbeat the re-pull is throttled: an outage in
             # which the API answers but every pull gets a 503 is no pull/check loop.
             return self._repull(now, productive=False) + self._next_timer()

@@ -567,6 +567,28 @@ def test_a_check_retry_is_dropped_once_the_consumer_is_known_to_exist() -> None:
     assert checks(sim.advance(2.0)) == []  # the retry was due at 0.25 s (2 s: no missed hb)
 
 
+def test_leadership_change_while_checking_pulls_at_once() -> None:
+    """RELIABILITY C4: the consumer leader's node was killed; missed heartbeats start a
+    check whose CONSUMER.INFO waits for the API timeout during the election. The new
+    leader's ``409 Leadership Change`` proves the consumer exists: pull at once (the
+    engine before this fix ignored it and stalled until the check timed out, 5 s)."""
+    sim = Sim(resolve_consume(max_messages=10, heartbeat=1, expires=30))
+    sim.start()
+    sim.message()
+    out = sim.advance(3.0)
+    assert len(reports(out)) == 1
+    assert len(checks(out)) == 1
+    before = sim.engine.phase
+    assert before is Phase.CHECKING
+    (pull,) = pulls(sim.status(K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, None))
+    assert pull.batch == 9
+    assert sim.engine.phase is Phase.RUNNING
+    # The check's late answer (a timeout) changes nothing: no retry, no second pull.
+    assert sim.checked(CheckResult.UNAVAILABLE, JetStreamTimeoutError("timeout")) == ()
+    assert checks(sim.advance(0.9)) == []
+    assert pulls(sim.advance(0.9)) == []
+
+
 # --------------------------------------------------------------------------- fetch
 
 
