@@ -4,13 +4,45 @@ Everything that crosses into nats-py goes through :class:`Conn`, and every
 nats-py exception is mapped to the aiojetstream tree in :func:`translate`.
 Connection state changes (disconnect, reconnect, close) are fanned out to
 listeners through one chained callback per nats-py client.
+
+Two paths
+---------
+
+Every connection runs on one of two paths, chosen when its first
+:class:`Conn` is created and logged once:
+
+* the **fast path** (the default) reaches into nats-py internals that were
+  verified on the nats-py versions ``pyproject.toml`` allows (2.16.x): the
+  protocol parser (``Client._ps``: its ``parse``, ``buf``, ``state``,
+  ``needed``, ``header_needed``, ``msg_arg``; ``AWAITING_CONTROL_LINE`` and
+  ``AWAITING_MSG_PAYLOAD`` of ``nats.protocol.parser``), ``Client._process_msg``,
+  the outgoing buffer (``_pending``, ``_pending_data_size``,
+  ``_max_pending_size``, ``_flush_queue``, ``_transport``), ``_max_payload``
+  and ``Subscription._id``. Messages of the library's own subscriptions are
+  parsed straight from the read buffer and publishes are queued as ready-made
+  PUB/HPUB commands (see "raw path" below);
+* the **fallback** uses nats-py's public API only (``publish``, ``request``,
+  callback subscriptions). It is slower (a nats-py ``Msg`` and a task per
+  message) and is chosen when any of those internals is missing or has an
+  unexpected shape (an import of aiojetstream never fails because of it), or
+  when the environment variable ``AIOJETSTREAM_FAST_PATH`` is ``0`` (also
+  ``false``, ``no``, ``off``) when the connection is made. CI runs the
+  publish, consume, KV and error translation tests on it (``make
+  test-fallback``).
+
+Both paths report errors to the caller: on the fallback, a publish that must
+not wait (an asynchronous publish, a pull request) is written by a task
+whose failure is handed to the caller's ``on_error`` (the publish's future
+fails), never dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
+import os
 import re
 import ssl
 import weakref
@@ -21,9 +53,6 @@ import nats.errors as nats_errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription as NatsSubscription
-from nats.protocol.parser import AWAITING_CONTROL_LINE as _AWAITING_CONTROL
-from nats.protocol.parser import AWAITING_MSG_PAYLOAD as _AWAITING_PAYLOAD
-from nats.protocol.parser import Parser as _NatsParser
 
 from ._errors import (
     ConnectionClosedError,
@@ -52,6 +81,29 @@ __all__ = [
 ]
 
 logger = logging.getLogger("aiojetstream")
+
+#: The environment variable that switches the fast path off for connections
+#: made while it is ``0``, ``false``, ``no`` or ``off`` (see the module docstring).
+FAST_PATH_ENV = "AIOJETSTREAM_FAST_PATH"
+_FAST_PATH_OFF = frozenset({"0", "false", "no", "off"})
+_FAST_PATH_ON = frozenset({"", "1", "true", "yes", "on"})
+
+
+def _parser_internals() -> tuple[Any, Any, Any]:
+    """nats-py's protocol ``Parser`` class and its two states (None where they moved)."""
+    try:
+        from nats.protocol import parser
+    except ImportError:
+        return None, None, None
+    return (
+        getattr(parser, "Parser", None),
+        getattr(parser, "AWAITING_CONTROL_LINE", None),
+        getattr(parser, "AWAITING_MSG_PAYLOAD", None),
+    )
+
+
+# Looked up defensively: a nats-py that moved them gets the fallback, not an ImportError.
+_NatsParser, _AWAITING_CONTROL, _AWAITING_PAYLOAD = _parser_internals()
 
 #: Our default keep-alive: a dead or hung server is noticed within
 #: ping_interval * (max_outstanding_pings + 1) = 15 s (nats-py's default is 360 s).
@@ -240,8 +292,8 @@ class Conn:
 
     def __init__(self, nc: NatsClient) -> None:
         self.nc = nc
-        #: nats-py has the internals the raw path relies on (see below).
-        self.fast = _fast_path_available(nc)
+        #: True on the fast path, False on the fallback (see the module docstring).
+        self.fast = choose_path(nc)
 
     # ----------------------------------------------------------------- state
 
@@ -352,11 +404,18 @@ class Conn:
         payload: bytes,
         reply: bytes = b"",
         header_block: bytes | None = None,
+        on_error: Callable[[JetStreamError], None] | None = None,
     ) -> None:
         """Queue a publish without awaiting (pull requests, acks, asynchronous publishes).
 
+        On the fast path the command is in nats-py's outgoing buffer when this
+        returns, and every failure is raised here. On the fallback nats-py's
+        ``publish`` runs in a task: a failure found there (the reconnect buffer
+        filled up meanwhile, the connection closed, nats-py refused the
+        message) goes to ``on_error``, or is logged as a warning without one.
+
         Raises:
-            ConnectionClosedError: the connection is closed.
+            ConnectionClosedError: the connection is closed (or draining, on the fallback).
             DisconnectedError: disconnected and the reconnect buffer is full.
 
         """
@@ -364,17 +423,7 @@ class Conn:
         if nc.is_closed:
             raise ConnectionClosedError("the connection is closed")
         if not self.fast:
-            # Fallback for nats-py internals we do not know: publish from a task.
-            task = asyncio.get_running_loop().create_task(
-                nc.publish(
-                    subject.decode(),
-                    payload,
-                    reply=reply.decode(),
-                    headers=decode_header_block(header_block),
-                )
-            )
-            _BACKGROUND.add(task)
-            task.add_done_callback(_BACKGROUND.discard)
+            _publish_in_task(nc, subject, payload, reply, header_block, on_error)
             return
         if header_block is not None:
             cmd = pub_command(subject, reply, payload, header_block)
@@ -428,25 +477,34 @@ RawHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
 Reply = tuple[bytes, "bytes | None"]
 
 _CRLF = b"\r\n"
+# ASCII whitespace (what bytes.split() and the \s of nats-py's bytes patterns match).
+_BLANKS = frozenset(b" \t\n\r\x0b\x0c")
 # What nats-py refuses in a subject it publishes to (whitespace would break the protocol).
 _BAD_SUBJECT = re.compile(r"[\s\x00-\x1f\x7f]")
 _NO_RESPONDERS = b"NATS/1.0 503"
 
 
 def _rebuild_header_block(headers: dict[str, str] | None) -> bytes | None:
-    """Header block as sent by the server, from nats-py's parsed dict (fallback path)."""
+    """Header block as sent by the server, from nats-py's parsed dict (fallback path).
+
+    nats-py puts a status line's code and description into the ``Status`` and
+    ``Description`` keys; a ``Status`` of three ASCII digits becomes the status
+    line again. What nats-py's dict loses stays lost: of a repeated key only
+    the last value is left, and a user header ``Status: 200`` reads as a status.
+    """
     if not headers:
         return None
     status = headers.get("Status")
     first = b"NATS/1.0"
-    if status:
-        first += b" " + status.encode()
+    is_status = status is not None and len(status) == 3 and status.isascii() and status.isdigit()
+    if is_status:
+        first += b" " + status.encode()  # type: ignore[union-attr]
         desc = headers.get("Description")
         if desc:
             first += b" " + desc.encode()
     lines = [first]
     for key, value in headers.items():
-        if key in ("Status", "Description"):
+        if is_status and key in ("Status", "Description"):
             continue
         lines.append(f"{key}: {value}".encode())
     return _CRLF.join(lines) + _CRLF + _CRLF
@@ -492,10 +550,19 @@ class _Router:
     async def original(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
     ) -> None:
-        """nats-py's own processing of a message that is not routed here."""
+        """nats-py's own processing of a message that is not routed here.
+
+        Its exceptions are logged, not raised: in the read loop they would stop
+        nats-py reading from the socket (nats-py 2.16 raises, for example, on a
+        status line or a subject that is not UTF-8).
+        """
         process = self._original()
-        if process is not None:
+        if process is None:
+            return
+        try:
             await process(sid, subject, reply, data, headers)
+        except Exception:
+            logger.exception("nats-py failed to process a message on %r", subject)
 
     async def _process(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
@@ -509,10 +576,31 @@ class _Router:
         stats = self.stats
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(data)
-        handler(subject, reply, data, headers or None)
+        try:
+            handler(subject, reply, data, headers or None)
+        except Exception:
+            logger.exception("the handler of a message on %r failed", subject)
 
     async def _parse(self, data: bytes = b"") -> None:
-        """nats-py's ``Parser.parse``, with a fast path for MSG and HMSG."""
+        """nats-py's ``Parser.parse``, with a fast path for MSG and HMSG.
+
+        Parses every input exactly as nats-py's parser does (it is nats-py's
+        parser for anything but the canonical MSG / HMSG lines nats-server
+        sends), with one difference: malformed protocol raises nats-py's
+        ``ProtocolError`` only, which nats-py's read loop answers with a
+        reconnect. Other exceptions of nats-py's parser (an ``INFO`` that is not
+        JSON, a bare ``-ERR``) would end its read loop and leave the connection
+        silent; they are logged and raised as ``ProtocolError`` instead.
+        """
+        try:
+            await self._parse_frames(data)
+        except nats_errors.ProtocolError:
+            raise
+        except Exception as exc:
+            logger.warning("malformed protocol from the server (%r): reconnecting", exc)
+            raise nats_errors.ProtocolError(f"nats: malformed protocol: {exc!r}") from exc
+
+    async def _parse_frames(self, data: bytes) -> None:
         ps = self.ps
         if ps is None:
             return
@@ -542,7 +630,7 @@ class _Router:
         size = len(view)
         pos = 0
         dropped = 0  # how much of view was already removed from buf
-        other = False  # stopped at a line that is not MSG/HMSG
+        other = False  # stopped at a line for nats-py's parser
         routes = self.routes
         internal = self.internal
         stats = self.stats
@@ -555,30 +643,54 @@ class _Router:
             else:
                 other = True
                 break
-            end = view.find(b"\r\n", pos)
+            end = view.find(b"\n", pos)
             if end < 0:
                 break  # an incomplete line: wait for more
-            args = view[pos + head : end].split()
-            try:
-                if head == 4:
-                    hsize = 0
-                    if len(args) == 3:
-                        subject, sid_text, size_text = args
-                        reply = b""
-                    else:
-                        subject, sid_text, reply, size_text = args
-                elif len(args) == 4:
-                    subject, sid_text, hsize_text, size_text = args
+            line = view[pos + head : end - 1]
+            args = line.split()
+            # Only the canonical lines are parsed here; nats-py's parser decides
+            # on any other (a lone CR or LF, trailing blanks, a size that is not
+            # ASCII digits, a header larger than the message, ...), so every
+            # input parses exactly as it does there.
+            count = len(args)
+            if head == 4:
+                if count == 3:
+                    subject, sid_text, size_text = args
                     reply = b""
-                    hsize = int(hsize_text)
+                elif count == 4:
+                    subject, sid_text, reply, size_text = args
                 else:
-                    subject, sid_text, reply, hsize_text, size_text = args
-                    hsize = int(hsize_text)
+                    other = True
+                    break
+                hsize_text = b"0"
+            elif count == 4:
+                subject, sid_text, hsize_text, size_text = args
+                reply = b""
+            elif count == 5:
+                subject, sid_text, reply, hsize_text, size_text = args
+            else:
+                other = True
+                break
+            if (
+                view[end - 1] != 0x0D  # a lone LF
+                or b"\r" in line
+                or line[-1] in _BLANKS
+                or not size_text.isdigit()
+                or not hsize_text.isdigit()
+            ):
+                other = True
+                break
+            try:
                 sid = int(sid_text)
-                needed = int(size_text)
             except ValueError:
-                raise nats_errors.ProtocolError("nats: malformed MSG") from None
-            start = end + 2
+                other = True  # nats-py reports its "malformed MSG"
+                break
+            needed = int(size_text)
+            hsize = int(hsize_text)
+            if hsize > needed:
+                other = True
+                break
+            start = end + 1
             stop = start + needed
             if stop + 2 > size:
                 break  # the payload is not all here yet: wait for more
@@ -609,12 +721,15 @@ class _Router:
                 subject = last_subject
             else:
                 last_subject = subject
-            handler(subject, reply, payload, hdr)
+            try:
+                handler(subject, reply, payload, hdr)
+            except Exception:
+                logger.exception("the handler of a message on %r failed", subject)
         self.last_subject = last_subject
         if pos > dropped:
             del buf[: pos - dropped]
         if other:
-            # PING, PONG, INFO, -ERR, +OK, ...: nats-py's parser takes the rest.
+            # PING, PONG, INFO, -ERR, +OK, odd lines: nats-py's parser takes the rest.
             await _NatsParser.parse(ps)
 
     def restore(self, nc: NatsClient) -> None:
@@ -628,31 +743,117 @@ class _Router:
 
 
 def _parser_hook_available(nc: NatsClient) -> bool:
+    """True when nats-py's parser is unhooked and has the shape :meth:`_Router._parse` needs."""
+    return _parser_shape_ok(nc) and "parse" not in vars(nc._ps)
+
+
+def _parser_shape_ok(nc: NatsClient) -> bool:
+    """True when nats-py's parser has the shape :meth:`_Router._parse` relies on."""
     ps = getattr(nc, "_ps", None)
     return (
-        type(ps) is _NatsParser
-        and "parse" not in vars(ps)
+        _NatsParser is not None
+        and type(ps) is _NatsParser
+        and callable(getattr(_NatsParser, "parse", None))
         and isinstance(getattr(ps, "buf", None), bytearray)
-        and all(hasattr(ps, name) for name in ("state", "needed", "header_needed", "msg_arg"))
+        and isinstance(getattr(ps, "msg_arg", None), dict)
+        and all(
+            isinstance(getattr(ps, name, None), int)
+            for name in ("state", "needed", "header_needed")
+        )
         and _AWAITING_CONTROL == 1
         and _AWAITING_PAYLOAD == 2
     )
 
 
-def _fast_path_available(nc: NatsClient) -> bool:
-    return all(
-        hasattr(nc, name)
-        for name in (
-            "_process_msg",
-            "_pending",
-            "_pending_data_size",
-            "_max_pending_size",
-            "_max_payload",
-            "_flush_queue",
-            "_transport",
-            "_subs",
-        )
+#: The nats-py client attributes the fast path uses, with the types they must have.
+_FAST_PATH_ATTRIBUTES: dict[str, type | tuple[type, ...]] = {
+    "_pending": list,
+    "_pending_data_size": int,
+    "_max_pending_size": int,
+    "_max_payload": int,
+    "_flush_queue": (asyncio.Queue, type(None)),
+    "stats": dict,
+}
+
+
+def fast_path_missing(nc: NatsClient) -> list[str]:
+    """What the fast path needs and this nats-py client lacks (empty: all there)."""
+    missing = [
+        name
+        for name, kind in _FAST_PATH_ATTRIBUTES.items()
+        if not isinstance(getattr(nc, name, None), kind)
+    ]
+    if not callable(getattr(nc, "_process_msg", None)):
+        missing.append("_process_msg")
+    if not hasattr(nc, "_transport"):
+        missing.append("_transport")
+    if not _parser_shape_ok(nc):
+        missing.append("_ps (the protocol parser and its states)")
+    init = getattr(NatsSubscription, "__init__", None)
+    if "_id" not in getattr(getattr(init, "__code__", None), "co_names", ()):
+        missing.append("Subscription._id")
+    return missing
+
+
+def fast_path_switched_on() -> bool:
+    """Read :data:`FAST_PATH_ENV` (unset or empty: on).
+
+    Raises:
+        InvalidOptionError: the variable holds something else than 0/1,
+            false/true, no/yes or off/on.
+
+    """
+    value = os.environ.get(FAST_PATH_ENV, "").strip().lower()
+    if value in _FAST_PATH_OFF:
+        return False
+    if value in _FAST_PATH_ON:
+        return True
+    raise InvalidOptionError(
+        f"{FAST_PATH_ENV}={value!r}: expected 0/1, false/true, no/yes or off/on"
     )
+
+
+# The path of each nats-py client, chosen once (and logged once) per connection.
+_PATHS: weakref.WeakKeyDictionary[NatsClient, bool] = weakref.WeakKeyDictionary()
+
+
+def choose_path(nc: NatsClient) -> bool:
+    """True for the fast path, False for the fallback; decided once per client.
+
+    Raises:
+        InvalidOptionError: :data:`FAST_PATH_ENV` holds an unknown value.
+
+    """
+    fast = _PATHS.get(nc)
+    if fast is not None:
+        return fast
+    if not fast_path_switched_on():
+        logger.info(
+            "fast path switched off by %s=%s: using nats-py's public API",
+            FAST_PATH_ENV,
+            os.environ.get(FAST_PATH_ENV),
+        )
+        fast = False
+    else:
+        missing = fast_path_missing(nc)
+        fast = not missing
+        if missing:
+            logger.info(
+                "nats-py %s lacks internals of the fast path (%s): using its public API",
+                _nats_version(),
+                ", ".join(missing),
+            )
+        else:
+            logger.debug("fast path on (nats-py %s)", _nats_version())
+    _PATHS[nc] = fast
+    return fast
+
+
+def _nats_version() -> str:
+    try:
+        return importlib.metadata.version("nats-py")
+    except importlib.metadata.PackageNotFoundError:
+        return "(unknown version)"
 
 
 _ROUTERS: weakref.WeakKeyDictionary[NatsClient, _Router] = weakref.WeakKeyDictionary()
@@ -676,13 +877,21 @@ def _release_router(nc: NatsClient, router: _Router) -> None:
 class RawSubscription:
     """A subscription whose messages go to a synchronous raw handler."""
 
-    __slots__ = ("_conn", "_sub", "sid", "subject")
+    __slots__ = ("_conn", "_delivery", "_sub", "sid", "subject")
 
-    def __init__(self, conn: Conn, sub: NatsSubscription, subject: str) -> None:
+    def __init__(
+        self,
+        conn: Conn,
+        sub: NatsSubscription,
+        subject: str,
+        delivery: _FallbackDelivery | None = None,
+    ) -> None:
         self._conn = conn
         self._sub: NatsSubscription | None = sub
-        self.sid = sub._id
+        #: The routed sid (fast path; 0 on the fallback, where nothing is routed).
+        self.sid: int = sub._id if delivery is None else 0
         self.subject = subject
+        self._delivery = delivery
 
     @property
     def active(self) -> bool:
@@ -691,6 +900,9 @@ class RawSubscription:
 
     def detach(self) -> None:
         """Stop delivering to the handler at once (the UNSUB follows in ``unsubscribe``)."""
+        if self._delivery is not None:
+            self._delivery.handler = None
+            return
         nc = self._conn.nc
         router = _ROUTERS.get(nc)
         if router is not None:
@@ -707,6 +919,30 @@ class RawSubscription:
         await self._conn.unsubscribe(sub)
 
 
+class _FallbackDelivery:
+    """The fallback's nats-py callback: rebuilds the raw pieces for the raw handler.
+
+    nats-py runs it in the subscription's task and hands its exceptions to the
+    connection's error callback (aiojetstream's default logs them).
+    """
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: RawHandler) -> None:
+        self.handler: RawHandler | None = handler
+
+    async def deliver(self, msg: NatsMsg) -> None:
+        """Hand one message to the raw handler (nothing once detached)."""
+        handler = self.handler
+        if handler is not None:  # None once detached
+            handler(
+                msg.subject.encode(),
+                msg.reply.encode(),
+                msg.data,
+                _rebuild_header_block(msg.headers),
+            )
+
+
 async def _subscribe_raw(
     conn: Conn, subject: str, handler: RawHandler, internal: bool = False
 ) -> RawSubscription:
@@ -717,18 +953,12 @@ async def _subscribe_raw(
         router = _router(nc)
         (router.internal if internal else router.routes)[sub._id] = handler
         return RawSubscription(conn, sub, subject)
-
-    async def fallback(msg: NatsMsg) -> None:
-        handler(
-            msg.subject.encode(),
-            msg.reply.encode(),
-            msg.data,
-            _rebuild_header_block(msg.headers),
-        )
-
+    delivery = _FallbackDelivery(handler)
     with translate(subject):
-        sub = await nc.subscribe(subject, cb=fallback, pending_msgs_limit=0, pending_bytes_limit=0)
-    return RawSubscription(conn, sub, subject)
+        sub = await nc.subscribe(
+            subject, cb=delivery.deliver, pending_msgs_limit=0, pending_bytes_limit=0
+        )
+    return RawSubscription(conn, sub, subject, delivery)
 
 
 def pub_command(subject: bytes, reply: bytes, payload: bytes, header_block: bytes | None) -> bytes:
@@ -873,6 +1103,63 @@ async def _request(
     if hdr is not None and hdr.startswith(_NO_RESPONDERS):
         raise NoRespondersError(f"no responders on {subject!r}")
     return data, hdr
+
+
+def _publish_in_task(
+    nc: NatsClient,
+    subject: bytes,
+    payload: bytes,
+    reply: bytes,
+    header_block: bytes | None,
+    on_error: Callable[[JetStreamError], None] | None,
+) -> None:
+    """The fallback of :meth:`Conn.publish_nowait`: nats-py's ``publish`` in a task.
+
+    Tasks start in creation order and nats-py queues the command before its
+    first suspension, so publishes keep their order. The task's failure (or
+    cancellation) goes to ``on_error``; nothing is dropped silently.
+    """
+    if nc.is_draining_pubs:
+        raise ConnectionClosedError("the connection is draining")
+    text = subject.decode()
+    coro = nc.publish(
+        text, payload, reply=reply.decode(), headers=decode_header_block(header_block)
+    )
+    task = asyncio.get_running_loop().create_task(coro)
+    _BACKGROUND.add(task)
+
+    def done(task: asyncio.Task[None]) -> None:
+        _BACKGROUND.discard(task)
+        if task.cancelled():
+            error: JetStreamError = ConnectionClosedError(
+                f"the publish on {text!r} was cancelled before it was written"
+            )
+        else:
+            exc = task.exception()
+            if exc is None:
+                return
+            error = as_jetstream_error(exc, text)
+        if on_error is None:
+            logger.warning("a publish on %r failed: %s", text, error)
+        else:
+            on_error(error)
+
+    task.add_done_callback(done)
+
+
+def as_jetstream_error(exc: BaseException, subject: str = "") -> JetStreamError:
+    """``exc`` in the aiojetstream tree: :func:`translate` for nats-py's errors, else wrapped."""
+    if isinstance(exc, JetStreamError):
+        return exc
+    if isinstance(exc, nats_errors.Error):
+        try:
+            with translate(subject):
+                raise exc
+        except JetStreamError as translated:
+            return translated
+    wrapped = JetStreamError(f"nats-py failed on {subject!r}: {exc!r}")
+    wrapped.__cause__ = exc
+    return wrapped
 
 
 def decode_header_block(block: bytes | None) -> dict[str, str] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import heapq
 import math
 import random
@@ -336,8 +337,15 @@ class AsyncPublisher:
         if hold is not None and (self._hold_queue or self._resending is not None):
             self._hold_queue.append(self._next)  # behind the held ones, in order
         else:
-            # Raises (closed, reconnect buffer full) before anything is registered.
-            conn.publish_nowait(subject_b, payload, self._prefix + token, block)
+            # Raises (closed, reconnect buffer full) before anything is registered;
+            # on the fallback a failure found later fails the future (_not_sent).
+            conn.publish_nowait(
+                subject_b,
+                payload,
+                self._prefix + token,
+                block,
+                None if conn.fast else functools.partial(self._not_sent, token),
+            )
         fut: asyncio.Future[PubAck] = loop.create_future()
         wait = self.ack_timeout if timeout is None else timeout
         deadline = loop.time() + wait
@@ -458,9 +466,14 @@ class AsyncPublisher:
                 if not entry[0].done() and error is not None:
                     entry[0].set_exception(error)
                 continue
+            conn = self._conn
             try:
-                self._conn.publish_nowait(
-                    held.subject, held.payload, self._prefix + token, held.block
+                conn.publish_nowait(
+                    held.subject,
+                    held.payload,
+                    self._prefix + token,
+                    held.block,
+                    None if conn.fast else functools.partial(self._not_sent, token),
                 )
             except JetStreamError as exc:
                 del self._held[token]
@@ -470,6 +483,17 @@ class AsyncPublisher:
                 continue
             self._resending = token
             return
+
+    def _not_sent(self, token: bytes, error: JetStreamError) -> None:
+        """The fallback could not write a publish (after ``send`` returned): fail its future."""
+        self._held.pop(token, None)
+        if self._resending == token:
+            self._resending = None
+            if self._hold_queue:
+                self._arm_hold(backoff=False)  # the next held message goes now
+        entry = self._forget(token)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(error)
 
     def _arm(self, deadline: float) -> None:
         if self._timer is not None:

@@ -92,7 +92,11 @@ class _Acker:
         self.timeout = api.timeout
 
     async def send(self, subject: bytes, payload: bytes) -> None:
-        self._api.conn.publish_nowait(subject, payload)
+        conn = self._api.conn
+        if conn.fast:
+            conn.publish_nowait(subject, payload)
+        else:  # nats-py's publish, awaited: its errors reach the caller
+            await conn.publish(subject.decode(), payload)
 
     async def request(self, subject: bytes, payload: bytes, timeout: float) -> bytes:
         data, _ = await self._api.conn.request(subject.decode(), payload, timeout)
@@ -347,12 +351,22 @@ class PullDriver:
                 self._finish(cmd.error)
 
     def _send_pull(self, cmd: SendPull) -> None:
+        conn = self._conn
         try:
             body = pull_request_body(cmd, self.settings)
-            self._conn.publish_nowait(self._pull_subject, body, self._inbox)
+            conn.publish_nowait(
+                self._pull_subject, body, self._inbox, None, None if conn.fast else self._not_sent
+            )
         except (DisconnectedError, ConnectionClosedError) as exc:
             # The disconnect event follows and pauses the engine; nothing is lost.
             logger.debug("pull request not sent: %s", exc)
+
+    def _not_sent(self, error: JetStreamError) -> None:
+        """A pull request the fallback could not write (after ``_send_pull`` returned)."""
+        if isinstance(error, DisconnectedError | ConnectionClosedError):
+            logger.debug("pull request not sent: %s", error)  # as in _send_pull
+        else:
+            self.report(error)
 
     def report(self, error: JetStreamError) -> None:
         """Hand a non-terminal error to the error handler, or log it."""
