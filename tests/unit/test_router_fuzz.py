@@ -1,0 +1,293 @@
+"""RELIABILITY G3: the raw router survives any byte stream and parses it as nats-py does.
+
+The router (``_conn._Router``) replaces nats-py's ``Parser.parse`` while the
+library has raw subscriptions. Each example feeds the same bytes, cut into the
+same random chunks, to nats-py's own parser (the reference) and to a parser
+hooked by the router, and compares what comes out: the messages (sid,
+subject, reply, payload, header block, in order; routed sids through the
+router's handlers, the rest through nats-py's ``_process_msg``), the other
+protocol operations (PING, PONG, INFO, -ERR) and where parsing failed.
+
+The one allowed difference is the kind of failure: nats-py's parser lets a
+few malformed lines raise something else than ``ProtocolError`` (a bare
+``-ERR``, an ``INFO`` that is not a JSON object), which ends nats-py's read
+loop; the router raises ``ProtocolError`` for them, which nats-py answers
+with a reconnect.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from nats.aio.client import Client as NatsClient
+from nats.errors import ProtocolError
+
+from aiojetstream import _conn
+from aiojetstream._status import is_status, parse_status
+
+Event = tuple[Any, ...]
+
+ROUTED = (1, 2, 3)
+INTERNAL = (4, 5)
+OTHER = (6, 7, 70000)
+BLANKS = b" \t\n\r\x0b\x0c"
+
+
+# --------------------------------------------------------------------------- clients
+
+
+def _reference(events: list[Event]) -> NatsClient:
+    """An unconnected nats-py client whose protocol callbacks record what they get."""
+    nc = NatsClient()
+
+    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, hdr: Any) -> None:
+        events.append(("msg", sid, bytes(subject), bytes(reply), bytes(data), hdr or None))
+
+    async def ping() -> None:
+        events.append(("ping",))
+
+    async def pong() -> None:
+        events.append(("pong",))
+
+    async def info(info: Any, initial_connection: bool = False) -> None:
+        events.append(("info", json.dumps(info, sort_keys=True)))
+
+    async def err(message: str) -> None:
+        events.append(("err", message))
+
+    nc._process_msg = process_msg  # type: ignore[method-assign,assignment]
+    nc._process_ping = ping  # type: ignore[method-assign]
+    nc._process_pong = pong  # type: ignore[method-assign]
+    nc._process_info = info  # type: ignore[method-assign]
+    nc._process_err = err  # type: ignore[method-assign,assignment]
+    return nc
+
+
+def _routed(events: list[Event]) -> NatsClient:
+    """The same client with the router's parser hook and some routed sids."""
+    return _router(events)[0]
+
+
+def _router(events: list[Event]) -> tuple[NatsClient, _conn._Router]:
+    nc = _reference(events)
+    router = _conn._Router(nc)
+    assert router.ps is nc._ps, "the parser hook is installed"
+
+    def handler(sid: int) -> _conn.RawHandler:
+        def handle(subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
+            assert type(subject) is bytes
+            assert type(data) is bytes
+            assert hdr is None or type(hdr) is bytes
+            events.append(("msg", sid, subject, reply, data, hdr))
+            if hdr is not None and is_status(hdr):
+                parse_status(hdr)  # what the pull driver does with it (must not raise)
+
+        return handle
+
+    for sid in ROUTED:
+        router.routes[sid] = handler(sid)
+    for sid in INTERNAL:
+        router.internal[sid] = handler(sid)
+    return nc, router
+
+
+async def _run(nc: NatsClient, chunks: list[bytes], events: list[Event]) -> Exception | None:
+    """Feed the chunks as nats-py's read loop does; stop at the first failure."""
+    for index, chunk in enumerate(chunks):
+        try:
+            await nc._ps.parse(chunk)
+        except Exception as exc:
+            events.append(("failed at chunk", index))
+            return exc
+    return None
+
+
+async def _compare(stream: bytes, cuts: list[int]) -> tuple[list[Event], Exception | None]:
+    chunks = _split(stream, cuts)
+    expected: list[Event] = []
+    ref_error = await _run(_reference(expected), chunks, expected)
+    events: list[Event] = []
+    error = await _run(_routed(events), chunks, events)
+    assert error is None or type(error) is ProtocolError, repr(error)
+    assert events == expected
+    assert (error is None) == (ref_error is None), (error, ref_error)
+    if ref_error is not None and not isinstance(ref_error, ProtocolError):
+        assert error is not None
+        cause = error.__cause__
+        assert type(cause) is type(ref_error)
+        assert str(cause) == str(ref_error)
+    return events, error
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c for c in cuts if 0 < c < len(data)})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+
+
+# --------------------------------------------------------------------------- frames
+
+SEP = st.sampled_from([b" "] * 6 + [b"  ", b"\t", b" \t", b"\x0b", b"\x0c"])
+NAME = st.from_regex(rb"[A-Za-z0-9_$>*.-]{1,16}", fullmatch=True) | st.binary(
+    min_size=1, max_size=10
+).map(lambda b: bytes(c for c in b if c not in BLANKS) or b"x")
+SID = st.sampled_from(ROUTED + INTERNAL + OTHER)
+PAYLOAD = st.binary(max_size=40) | st.sampled_from(
+    [b"", b"\r\n", b"MSG a 1 2\r\nxx\r\n", b"PING\r\n", b"\r\n\r\n"]
+)
+STATUS_BLOCKS = st.sampled_from(
+    [
+        b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 3\r\nNats-Last-Stream: 7\r\n\r\n",
+        b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 5\r\n"
+        b"Nats-Pending-Bytes: 9\r\n\r\n",
+        b"NATS/1.0 409 Consumer Deleted\r\n\r\n",
+        b"NATS/1.0 404 No Messages\r\n\r\n",
+        b"NATS/1.0 503\r\n\r\n",
+        b"NATS/1.0 503\r\nNats-Subject:",
+        b"NATS/1.0 \xff\xfe\r\n\r\n",
+        b"NATS/1.0\r\nNats-Msg-Id: 1\r\nX: a\r\nX: b\r\n\r\n",
+    ]
+)
+HEADERS = STATUS_BLOCKS | st.binary(min_size=1, max_size=30) | st.just(b"")
+
+
+@st.composite
+def msg_frame(draw: st.DrawFn) -> bytes:
+    parts = [b"MSG", draw(NAME), b"%d" % draw(SID)]
+    if draw(st.booleans()):
+        parts.append(draw(NAME))
+    payload = draw(PAYLOAD)
+    parts.append(b"%d" % len(payload))
+    line = b"".join(p + draw(SEP) for p in parts[:-1]) + parts[-1]
+    return line + b"\r\n" + payload + b"\r\n"
+
+
+@st.composite
+def hmsg_frame(draw: st.DrawFn) -> bytes:
+    parts = [b"HMSG", draw(NAME), b"%d" % draw(SID)]
+    if draw(st.booleans()):
+        parts.append(draw(NAME))
+    hdr = draw(HEADERS)
+    payload = draw(PAYLOAD)
+    parts += [b"%d" % len(hdr), b"%d" % (len(hdr) + len(payload))]
+    line = b"".join(p + draw(SEP) for p in parts[:-1]) + parts[-1]
+    return line + b"\r\n" + hdr + payload + b"\r\n"
+
+
+CONTROL = st.sampled_from(
+    [
+        b"PING\r\n",
+        b"PONG\r\n",
+        b"+OK\r\n",
+        b'INFO {"server_id":"x","max_payload":1048576}\r\n',
+        b"-ERR 'Permissions Violation for Publish to \"x\"'\r\n",
+    ]
+)
+FRAME = st.one_of(msg_frame(), msg_frame(), hmsg_frame(), hmsg_frame(), CONTROL)
+STREAM = st.lists(FRAME, min_size=1, max_size=12).map(b"".join)
+CUTS = st.lists(st.integers(min_value=1, max_value=2000), max_size=30)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(FRAME, min_size=1, max_size=12), CUTS)
+async def test_well_formed_streams_parse_as_nats_py(frames: list[bytes], cuts: list[int]) -> None:
+    events, error = await _compare(b"".join(frames), cuts)
+    assert error is None
+    # Every frame came out (+OK has no event).
+    assert len(events) == sum(1 for f in frames if not f.startswith(b"+OK"))
+
+
+# --------------------------------------------------------------------------- mutations
+
+ODD = st.sampled_from(
+    [
+        *(b" ", b"\r", b"\n", b"\r\n", b"\t", b"0", b"9", b"-", b"+", b"_", b"x", b"\x00"),
+        *(b"\xff", b"MSG ", b"HMSG ", b"\xd9\xa3", b"99999", b"-ERR \r\n", b"INFO [1]\r\n"),
+        b"INFO {\r\n",
+    ]
+)
+
+
+@st.composite
+def mutated_stream(draw: st.DrawFn) -> bytes:
+    data = bytearray(draw(STREAM))
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        pos = draw(st.integers(min_value=0, max_value=len(data)))
+        op = draw(st.sampled_from(["insert", "replace", "delete"]))
+        if op == "delete":
+            del data[pos : pos + draw(st.integers(min_value=1, max_value=3))]
+        else:
+            odd = draw(ODD)
+            data[pos : pos + (len(odd) if op == "replace" else 0)] = odd
+    return bytes(data)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_stream(), CUTS)
+@example(b"HMSG s 1 10 4\r\nNATS/1.0\r\n\r\nPING\r\n", [])  # header larger than the message
+@example(b"MSG s 1 5 \r\nhello\r\n", [])  # a trailing blank
+@example(b"MSG s 1 r\n5\r\nhello\r\n", [])  # a lone LF before the size
+@example(b"MSG s 1 +5\r\nhello\r\n", [])  # a sign
+@example(b"MSG s 1 \xd9\xa3\r\nabc\r\n", [])  # a non-ASCII digit
+@example(b"MSG s x 5\r\nhello\r\n", [])  # a sid that is not a number
+@example(b"MSG s 1 3\r\nabc\r\n-ERR \r\n", [])  # nats-py: AttributeError
+@example(b"MSG s 1 3\r\nabc\r\nINFO [1]\r\n", [])  # nats-py: TypeError
+@example(b"MSG s 1 3\r\nabc\r\nINFO {\r\n", [])  # nats-py: JSONDecodeError
+@example(b"-ERR '\xff'\r\n", [])  # nats-py: UnicodeDecodeError
+async def test_mutated_streams_parse_as_nats_py(stream: bytes, cuts: list[int]) -> None:
+    await _compare(stream, cuts)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from([b"", b"MSG ", b"HMSG ", b"MSG s 1 ", b"HMSG s 1 ", b"PING\r\n"]),
+    st.binary(max_size=80),
+    CUTS,
+)
+async def test_random_bytes_parse_as_nats_py(prefix: bytes, data: bytes, cuts: list[int]) -> None:
+    await _compare(prefix + data, cuts)
+
+
+# --------------------------------------------------------------------------- the read loop
+
+
+async def test_a_failing_handler_does_not_stop_the_parser(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    events: list[Event] = []
+    nc, router = _router(events)
+
+    def broken(subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
+        raise RuntimeError("handler bug")
+
+    router.routes[ROUTED[0]] = broken
+    stream = b"MSG a 1 2\r\nhi\r\nMSG b 2 2\r\nho\r\n"
+    with caplog.at_level(logging.ERROR, logger="aiojetstream"):
+        assert await _run(nc, [stream], events) is None
+    assert events == [("msg", 2, b"b", b"", b"ho", None)]
+    assert "handler bug" in caplog.text
+
+
+async def test_a_failing_nats_py_callback_does_not_stop_the_parser(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # nats-py 2.16 raises UnicodeDecodeError for a subject that is not UTF-8
+    # (Msg.subject is a str) and stops its read loop; the router logs it.
+    events: list[Event] = []
+    nc = NatsClient()
+    router = _conn._Router(nc)
+    router.routes[1] = lambda s, r, d, h: events.append(("msg", 1, s, r, d, h))
+
+    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, hdr: Any) -> None:
+        subject.decode()
+
+    router._original = lambda: process_msg
+    stream = b"MSG \xff 6 2\r\nhi\r\nMSG ok 1 2\r\nho\r\n"
+    with caplog.at_level(logging.ERROR, logger="aiojetstream"):
+        assert await _run(nc, [stream], events) is None
+    assert events == [("msg", 1, b"ok", b"", b"ho", None)]
+    assert "UnicodeDecodeError" in caplog.text
