@@ -21,12 +21,14 @@ from aiojetstream import (
     StreamConfig,
     StreamNotFoundError,
 )
+from helpers import unique_name
 
 
 @pytest.fixture
 async def stream(js: JetStreamContext) -> str:
-    await js.create_stream(StreamConfig(name="C", subjects=["c.>"], storage=StorageType.MEMORY))
-    return "C"
+    name = unique_name("C")
+    await js.create_stream(StreamConfig(name=name, subjects=["c.>"], storage=StorageType.MEMORY))
+    return name
 
 
 async def test_create_update_get_delete(js: JetStreamContext, stream: str) -> None:
