@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import inspect
 import re
 import textwrap
 import traceback
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,12 @@ import pytest
 
 import aiojetstream
 from aiojetstream import JetStreamContext
+from aiojetstream.testing import NatsServer
 
 __all__ = [
     "BLOCK_TIMEOUT",
     "DOCS",
+    "fresh_js",
     "numbered",
     "page_blocks",
     "python_blocks",
@@ -57,6 +61,24 @@ async def run_block(
     result = eval(code, namespace)  # the documentation's own code
     if inspect.iscoroutine(result):
         await result
+
+
+@contextlib.asynccontextmanager
+async def fresh_js() -> AsyncIterator[JetStreamContext]:
+    """A context on a server of its own, started for one page and stopped after it.
+
+    The pages use fixed, readable stream names (``ORDERS``, ``JOBS``, ...) that
+    several pages share; on the shared session server a page would re-create
+    a stream another page's test had just deleted, which nats-server (2.15.1)
+    can answer with the deleted stream's messages. A fresh server is also what
+    the pages promise.
+    """
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url)
+        try:
+            yield js
+        finally:
+            await js.close()
 
 
 def page_blocks(page: Path) -> list[str]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from aiojetstream import JetStreamContext
-from docblocks import DOCS, run_page
+from docblocks import DOCS, fresh_js, run_page
 
 PAGES = {
     "atomic-batch.md": 2,
@@ -23,5 +22,6 @@ PAGES = {
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))
-async def test_feature_page_blocks_run_in_order(js: JetStreamContext, page: str) -> None:
-    await run_page(js, DOCS / page, PAGES[page])
+async def test_feature_page_blocks_run_in_order(page: str) -> None:
+    async with fresh_js() as js:
+        await run_page(js, DOCS / page, PAGES[page])

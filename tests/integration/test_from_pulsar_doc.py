@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 
-from aiojetstream import JetStreamContext
-from docblocks import DOCS, python_blocks, run_page
+from docblocks import DOCS, fresh_js, python_blocks, run_page
 
 DOC = DOCS / "from-pulsar.md"
 MIN_BLOCKS = 12
@@ -26,5 +25,6 @@ def test_blocks_are_found() -> None:
     assert set(fences) <= {"python", "sh", "text", ""}, fences
 
 
-async def test_from_pulsar_doc_blocks_run_in_order(js: JetStreamContext) -> None:
-    await run_page(js, DOC, MIN_BLOCKS)
+async def test_from_pulsar_doc_blocks_run_in_order() -> None:
+    async with fresh_js() as js:
+        await run_page(js, DOC, MIN_BLOCKS)
