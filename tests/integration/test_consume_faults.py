@@ -56,10 +56,8 @@ from aiojetstream import (
 )
 from aiojetstream.testing import NatsCluster, NatsServer
 from helpers import unique_name, wait_routable, wait_until
+from proxy import MAX_REQUESTS_PER_SECOND, ApiCountingProxy, max_per_second
 
-HOST = "127.0.0.1"
-#: RELIABILITY goal 4: at most this many pull or API requests per second in an outage.
-MAX_REQUESTS_PER_SECOND = 20
 DELETED = (ConsumerDeletedError, ConsumerNotFoundError)
 
 logger = logging.getLogger(__name__)
@@ -96,18 +94,6 @@ async def publish_when_ready(js: JetStreamContext, subject: str, data: bytes) ->
 
 def now() -> float:
     return asyncio.get_running_loop().time()
-
-
-def max_per_second(times: list[float]) -> int:
-    """The largest number of events inside any one-second window."""
-    times = sorted(times)
-    best = 0
-    j = 0
-    for i, t in enumerate(times):
-        while times[j] <= t - 1.0:
-            j += 1
-        best = max(best, i - j + 1)
-    return best
 
 
 class Errors:
@@ -148,108 +134,6 @@ async def num_waiting(js: JetStreamContext, stream: str, consumer: str) -> int:
 def leftover_tasks(baseline: set[asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:
     current = asyncio.current_task()
     return [t for t in asyncio.all_tasks() if t not in baseline and t is not current]
-
-
-class ApiCountingProxy:
-    """A TCP proxy in front of a server that logs the client's ``$JS.API.>`` publishes.
-
-    It parses the client-to-server protocol (``PUB``/``HPUB`` with their
-    payload lengths) and forwards every byte unchanged. When the upstream
-    server is down it accepts and closes at once, like a refused connection.
-    """
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.port = 0
-        self.api: list[tuple[float, str]] = []
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    @property
-    def url(self) -> str:
-        return f"nats://{HOST}:{self.port}"
-
-    def api_times(self, start: float, end: float, prefix: str = "$JS.API.") -> list[float]:
-        return [t for t, s in self.api if start <= t <= end and s.startswith(prefix)]
-
-    async def __aenter__(self) -> ApiCountingProxy:
-        self._server = await asyncio.start_server(self._accept, HOST, 0)
-        self.port = int(self._server.sockets[0].getsockname()[1])
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await asyncio.wait_for(self._server.wait_closed(), 10)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        me = asyncio.current_task()
-        assert me is not None
-        self._tasks.add(me)
-        try:
-            await self._serve(reader, writer)
-        except asyncio.CancelledError:
-            pass  # the proxy is closing
-        finally:
-            self._tasks.discard(me)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        pipes: list[asyncio.Task[None]] = []
-        up_writer: asyncio.StreamWriter | None = None
-        try:
-            try:
-                up_reader, up_writer = await asyncio.open_connection(HOST, self.upstream_port)
-            except OSError:
-                return
-            pipes = [
-                asyncio.create_task(self._pipe(reader, up_writer, parse=True)),
-                asyncio.create_task(self._pipe(up_reader, writer, parse=False)),
-            ]
-            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for pipe in pipes:
-                pipe.cancel()
-            await asyncio.gather(*pipes, return_exceptions=True)
-            for w in (writer, up_writer):
-                if w is not None:
-                    w.close()
-                    with contextlib.suppress(OSError):
-                        await w.wait_closed()
-
-    async def _pipe(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, parse: bool
-    ) -> None:
-        buf = bytearray()
-        skip = 0
-        with contextlib.suppress(OSError):
-            while data := await reader.read(65536):
-                if not parse:
-                    writer.write(data)
-                    await writer.drain()
-                    continue
-                # Parse before forwarding: once the server answers a PING sent
-                # after some request, that request is already logged.
-                buf += data
-                while True:
-                    if skip:
-                        n = min(skip, len(buf))
-                        del buf[:n]
-                        skip -= n
-                        if skip:
-                            break
-                    end = buf.find(b"\r\n")
-                    if end < 0:
-                        break
-                    words = bytes(buf[:end]).split()
-                    del buf[: end + 2]
-                    if words and words[0].upper() in (b"PUB", b"HPUB"):
-                        self.api.append((now(), words[1].decode()))
-                        skip = int(words[-1]) + 2
-                writer.write(data)
-                await writer.drain()
 
 
 class InboxWatcher:
