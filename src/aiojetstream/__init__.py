@@ -41,6 +41,7 @@ from ._errors import (
     CounterIncrementError,
     CounterNotFoundError,
     CountersDisabledError,
+    DigestMismatchError,
     DirectBatchGapError,
     DisconnectedError,
     FeatureNotSupportedError,
@@ -76,6 +77,10 @@ from ._errors import (
     NoHeartbeatError,
     NoRespondersError,
     NotJetStreamMessageError,
+    ObjectExistsError,
+    ObjectLinkError,
+    ObjectNotFoundError,
+    ObjectStoreError,
     OrderedConsumerResetError,
     PinIdMismatchError,
     PriorityGroupConfigError,
@@ -94,6 +99,7 @@ from ._errors import (
     StreamNameInUseError,
     StreamNotFoundError,
     StreamNotMatchError,
+    StreamSealedError,
     StreamStoreFailedError,
     StreamSubjectOverlapError,
     TLSError,
@@ -142,6 +148,15 @@ from ._models import (
     Tier,
 )
 from ._models.kv import KeyValueConfig, KeyValueEntry, KeyValueOp, KeyValueStatus
+from ._models.obj import (
+    ObjectInfo,
+    ObjectLink,
+    ObjectMeta,
+    ObjectMetaOptions,
+    ObjectStoreConfig,
+    ObjectStoreStatus,
+)
+from ._object import ObjectResult, ObjectStore, ObjectWatcher
 from ._ordered import OrderedBatch, OrderedConsumer
 from ._schedule import Schedule
 from ._stream import Stream
@@ -187,6 +202,7 @@ __all__ = [
     "CounterNotFoundError",
     "CountersDisabledError",
     "DeliverPolicy",
+    "DigestMismatchError",
     "DirectBatch",
     "DirectBatchGapError",
     "DiscardPolicy",
@@ -237,6 +253,19 @@ __all__ = [
     "NoHeartbeatError",
     "NoRespondersError",
     "NotJetStreamMessageError",
+    "ObjectExistsError",
+    "ObjectInfo",
+    "ObjectLink",
+    "ObjectLinkError",
+    "ObjectMeta",
+    "ObjectMetaOptions",
+    "ObjectNotFoundError",
+    "ObjectResult",
+    "ObjectStore",
+    "ObjectStoreConfig",
+    "ObjectStoreError",
+    "ObjectStoreStatus",
+    "ObjectWatcher",
     "OrderedBatch",
     "OrderedConsumer",
     "OrderedConsumerConfig",
@@ -277,6 +306,7 @@ __all__ = [
     "StreamNameInUseError",
     "StreamNotFoundError",
     "StreamNotMatchError",
+    "StreamSealedError",
     "StreamSource",
     "StreamSourceInfo",
     "StreamState",

@@ -10,6 +10,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── StreamNameInUseError           10058
     │   ├── StreamSubjectOverlapError      10065
     │   ├── StreamConfigError              10052, 10173, 10198 (invalid stream config)
+    │   ├── StreamSealedError              10109 (a write to a sealed stream or bucket)
     │   ├── StreamNotMatchError            10060 (expected_stream mismatch)
     │   ├── WrongLastSequenceError         10071, 10164 (expected_last_[subject_]sequence)
     │   ├── WrongLastMsgIdError            10070 (expected_last_msg_id)
@@ -83,10 +84,15 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── OrderedConsumerResetError                        an ordered consumer could not be recreated
     ├── MessageAlreadyAckedError
     ├── NotJetStreamMessageError
-    └── KeyValueError
-        ├── KeyNotFoundError
-        ├── KeyExistsError (also a WrongLastSequenceError)
-        └── BucketNotFoundError
+    ├── KeyValueError
+    │   ├── KeyNotFoundError
+    │   ├── KeyExistsError (also a WrongLastSequenceError)
+    │   └── BucketNotFoundError (also an ObjectStoreError)
+    └── ObjectStoreError                             object store (ADR-20)
+        ├── ObjectNotFoundError                      absent or deleted
+        ├── ObjectExistsError                        a rename or link over a live object
+        ├── ObjectLinkError                          a link to a link, a deleted object, a bucket
+        └── DigestMismatchError                      the data read does not match its info
 
 Server error replies are turned into exceptions by :func:`api_error`, the only
 reader of ``err_code``; the mapping lives in ``_ERR_CODES`` below and nowhere else.
@@ -121,6 +127,7 @@ __all__ = [
     "CounterIncrementError",
     "CounterNotFoundError",
     "CountersDisabledError",
+    "DigestMismatchError",
     "DirectBatchGapError",
     "DisconnectedError",
     "FeatureNotSupportedError",
@@ -156,6 +163,10 @@ __all__ = [
     "NoHeartbeatError",
     "NoRespondersError",
     "NotJetStreamMessageError",
+    "ObjectExistsError",
+    "ObjectLinkError",
+    "ObjectNotFoundError",
+    "ObjectStoreError",
     "OrderedConsumerResetError",
     "PinIdMismatchError",
     "PriorityGroupConfigError",
@@ -174,6 +185,7 @@ __all__ = [
     "StreamNameInUseError",
     "StreamNotFoundError",
     "StreamNotMatchError",
+    "StreamSealedError",
     "StreamStoreFailedError",
     "StreamSubjectOverlapError",
     "TLSError",
@@ -235,6 +247,10 @@ class StreamSubjectOverlapError(APIError):
 
 class StreamConfigError(APIError):
     """The server refused the stream configuration (err_code 10052, sent with status 500)."""
+
+
+class StreamSealedError(APIError):
+    """The stream is sealed: it refuses every write, delete and purge (err_code 10109)."""
 
 
 class StreamNotMatchError(APIError):
@@ -632,6 +648,10 @@ class BatchClosedError(JetStreamError):
     """The atomic batch was committed, discarded or failed: nothing more can be sent."""
 
 
+class ObjectStoreError(JetStreamError):
+    """Base class of object store errors (ADR-20)."""
+
+
 class KeyValueError(JetStreamError):
     """Base class of key-value errors."""
 
@@ -644,8 +664,33 @@ class KeyExistsError(KeyValueError, WrongLastSequenceError):
     """``create`` found a live value for the key."""
 
 
-class BucketNotFoundError(KeyValueError):
-    """The key-value bucket does not exist."""
+class BucketNotFoundError(KeyValueError, ObjectStoreError):
+    """The key-value or object store bucket does not exist."""
+
+
+class ObjectNotFoundError(ObjectStoreError):
+    """The object is absent or deleted (or a link's target is)."""
+
+
+class ObjectExistsError(ObjectStoreError):
+    """A live object already has the name: ``update_meta`` renaming onto it, or a link over it."""
+
+
+class ObjectLinkError(ObjectStoreError):
+    """A link that can not be made or followed (ADR-20).
+
+    ``add_link`` to a link or to a deleted object, or ``get`` of a link to a
+    whole bucket (or of a chain of links too long to be anything but a loop).
+    """
+
+
+class DigestMismatchError(ObjectStoreError):
+    """The data read does not match the object's info: its SHA-256 digest, size or chunk count.
+
+    Raised by ``ObjectResult`` iteration (and ``read``, ``get_bytes``,
+    ``get_file``) once the last chunk was read, or as soon as more data than
+    the info's size arrives.
+    """
 
 
 # The one err_code -> class mapping.
@@ -659,6 +704,7 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10052: StreamConfigError,
     10173: StreamConfigError,
     10198: StreamConfigError,
+    10109: StreamSealedError,
     10060: StreamNotMatchError,
     10071: WrongLastSequenceError,
     10164: WrongLastSequenceError,

@@ -1,0 +1,1243 @@
+"""Object stores over JetStream (ADR-20): large objects stored in chunks.
+
+A bucket ``B`` is the stream ``OBJ_B`` listening on ``$O.B.C.>`` (chunks) and
+``$O.B.M.>`` (object infos). Each put takes a new nuid: the object's data goes
+in chunks (128 KiB by default) to ``$O.B.C.<nuid>`` through the asynchronous
+publish window, then its info (JSON, as nats.go writes it) to
+``$O.B.M.<base64url(name)>`` with ``Nats-Rollup: sub``, which replaces the
+previous info. A failed put purges its chunks; a successful one purges the
+previous version's. Reads stream the chunks through an ordered consumer with a
+small buffer and check the chunk count, size and SHA-256 digest at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import secrets
+import string
+import tempfile
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Final
+
+from pydantic import ValidationError
+
+from . import _headers as H
+from ._errors import (
+    APIError,
+    BucketNotFoundError,
+    DigestMismatchError,
+    InvalidHeaderError,
+    InvalidNameError,
+    InvalidOptionError,
+    InvalidResponseError,
+    JetStreamError,
+    JetStreamTimeoutError,
+    MessageNotFoundError,
+    ObjectExistsError,
+    ObjectLinkError,
+    ObjectNotFoundError,
+    StreamNotFoundError,
+)
+from ._kv import _Event, _Reader
+from ._message import Msg
+from ._models import (
+    DeliverPolicy,
+    DiscardPolicy,
+    OrderedConsumerConfig,
+    PubAck,
+    StoreCompression,
+    StreamConfig,
+    from_wire,
+)
+from ._models.kv import validate_bucket_name
+from ._models.obj import (
+    ObjectInfo,
+    ObjectLink,
+    ObjectMeta,
+    ObjectMetaOptions,
+    ObjectStoreConfig,
+    ObjectStoreStatus,
+    normalize_headers,
+)
+from ._stream import Stream
+
+if TYPE_CHECKING:
+    from ._consumer import MessagesContext
+    from ._context import JetStreamContext
+
+__all__ = [
+    "ObjectResult",
+    "ObjectStore",
+    "ObjectWatcher",
+    "encode_name",
+    "format_digest",
+    "object_stream_config",
+    "parse_digest",
+    "validate_object_name",
+]
+
+logger = logging.getLogger("aiojetstream")
+
+STREAM_PREFIX: Final = "OBJ_"
+#: The chunk size of a put unless told otherwise (as nats.go, nats.js and nats-py).
+DEFAULT_CHUNK_SIZE: Final = 128 * 1024
+DIGEST_PREFIX: Final = "SHA-256="
+#: The longest object name, in UTF-8 bytes: its base64 meta subject stays well
+#: inside the server's 4 KiB protocol line.
+MAX_NAME_BYTES: Final = 2048
+#: Chunk bytes one put keeps awaiting their acknowledgement (at least 2 chunks).
+PUT_WINDOW_BYTES: Final = 8 * 1024 * 1024
+#: The most chunks one put keeps awaiting their acknowledgement.
+MAX_WINDOW: Final = 512
+#: Chunk bytes one read keeps buffered (at least 2 chunks, at most 64).
+GET_BUFFER_BYTES: Final = 4 * 1024 * 1024
+#: How many links a get follows before giving up (a longer chain is a loop).
+MAX_LINK_DEPTH: Final = 8
+#: Room for the headers of the info message when checking it fits max_payload.
+_META_SLACK: Final = 256
+
+_NUID_ALPHABET: Final = string.digits + string.ascii_letters
+_HEX_DIGEST: Final = re.compile(r"[0-9a-fA-F]{64}")
+_B64_DIGEST: Final = re.compile(r"[A-Za-z0-9+/_-]{43}=?")
+
+Data = bytes | bytearray | memoryview | IO[bytes] | AsyncIterable[bytes] | Iterable[bytes]
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def validate_object_name(name: object) -> str:
+    """Return ``name`` (as an exact ``str``) if it is a valid object name, else raise.
+
+    Any non-empty text is a valid name (it is base64url-encoded into the meta
+    subject) up to 2,048 bytes of UTF-8; lone surrogates are refused.
+
+    Raises:
+        InvalidNameError: the name is empty, not a ``str``, not encodable or too long.
+
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidNameError(f"an object name must be a non-empty string, got {name!r}")
+    if type(name) is not str:
+        name = str.__str__(name)  # a subclass: only the checked text goes on the wire
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        raise InvalidNameError(
+            f"invalid object name {name!r}: it is not valid Unicode (lone surrogate)"
+        ) from None
+    if size > MAX_NAME_BYTES:
+        raise InvalidNameError(
+            f"object name of {size} bytes is longer than {MAX_NAME_BYTES} bytes (UTF-8)"
+        )
+    return name
+
+
+def encode_name(name: str) -> str:
+    """The meta subject token of an object name: base64url with padding (ADR-20)."""
+    return base64.urlsafe_b64encode(name.encode()).decode()
+
+
+def format_digest(sha256: bytes) -> str:
+    """``SHA-256=`` and the base64url (padded) SHA-256, as nats.go writes it."""
+    return DIGEST_PREFIX + base64.urlsafe_b64encode(sha256).decode()
+
+
+def parse_digest(text: str) -> bytes:
+    """The 32 bytes of a ``SHA-256=...`` digest as any client writes it.
+
+    The prefix is matched without regard to case; the value may be base64url
+    or standard base64, padded or not, or 64 hex digits.
+
+    Raises:
+        ValueError: not a SHA-256 digest.
+
+    """
+    if not isinstance(text, str) or text[:8].upper() != DIGEST_PREFIX:
+        raise ValueError(f"not a SHA-256 digest: {text!r}")
+    value = text[8:]
+    if _HEX_DIGEST.fullmatch(value):
+        return bytes.fromhex(value)
+    if _B64_DIGEST.fullmatch(value):
+        value = value.rstrip("=").replace("+", "-").replace("/", "_") + "="
+        try:
+            raw = base64.urlsafe_b64decode(value)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) == 32:
+            return raw
+    raise ValueError(f"not a SHA-256 digest: {text!r}")
+
+
+def new_nuid() -> str:
+    """A new 22-character unique id (the shape of a NATS nuid) for a put's chunk subject."""
+    return "".join(secrets.choice(_NUID_ALPHABET) for _ in range(22))
+
+
+def _stream_name(bucket: str) -> str:
+    return STREAM_PREFIX + bucket
+
+
+def object_stream_config(config: ObjectStoreConfig) -> StreamConfig:
+    """The configuration of the stream backing a bucket (ADR-20, as nats.go and nats.js)."""
+    if not isinstance(config, ObjectStoreConfig):
+        raise InvalidOptionError(
+            f"config must be an ObjectStoreConfig, got {type(config).__name__}"
+        )
+    bucket = config.bucket
+    fields: dict[str, object] = {
+        "name": _stream_name(bucket),
+        "description": config.description,
+        "subjects": [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
+        "max_age": config.ttl or None,
+        "max_bytes": config.max_bytes,
+        "storage": config.storage,
+        "num_replicas": config.replicas,
+        "discard": DiscardPolicy.NEW,
+        "allow_rollup_hdrs": True,
+        "allow_direct": True,
+        "compression": StoreCompression.S2 if config.compression else StoreCompression.NONE,
+        "placement": config.placement,
+        "metadata": config.metadata,
+    }
+    return StreamConfig(**{k: v for k, v in fields.items() if v is not None})
+
+
+def meta_body(info: ObjectInfo) -> bytes:
+    """The JSON of an info as stored on the meta subject (nats.go's shape, without ``mtime``)."""
+    data = info.model_dump(mode="json", exclude_none=True, exclude={"mtime"}, by_alias=True)
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def parse_info(data: bytes, when: datetime, bucket: str, subject: str) -> ObjectInfo:
+    """Parse a stored info; ``mtime`` is the time the server stored it.
+
+    Raises:
+        InvalidResponseError: the message is not an object info.
+
+    """
+    try:
+        raw = json.loads(data)
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        raw["mtime"] = when
+        raw.setdefault("bucket", bucket)
+        return from_wire(ObjectInfo, raw)
+    except (ValueError, ValidationError) as exc:
+        raise InvalidResponseError(f"invalid object info on {subject!r}: {exc}") from None
+
+
+def _check_headers(headers: object) -> dict[str, list[str]] | None:
+    try:
+        out = normalize_headers(headers)
+    except ValueError as exc:
+        raise InvalidHeaderError(str(exc)) from None
+    for key, values in (out or {}).items():
+        for value in values:
+            H.validate_header(key, value)
+    return out
+
+
+def _check_metadata(metadata: object) -> dict[str, str] | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise InvalidOptionError(f"metadata must be a mapping of str to str, got {metadata!r}")
+    return dict(metadata) or None
+
+
+def _check_description(description: object) -> str | None:
+    if description is not None and not isinstance(description, str):
+        raise InvalidOptionError(f"description must be a str, got {description!r}")
+    return description
+
+
+def _is_bytes(piece: object) -> bool:
+    return isinstance(piece, bytes | bytearray | memoryview)
+
+
+async def _file_pieces(f: Any, size: int) -> AsyncIterator[bytes]:
+    # A file in memory is read in place; a real file in a thread (reads block).
+    in_memory = isinstance(f, io.BytesIO)
+    while True:
+        piece = f.read(size) if in_memory else await asyncio.to_thread(f.read, size)
+        if piece is None:
+            raise InvalidOptionError(
+                "the file returned no data (non-blocking files are not supported)"
+            )
+        if not piece:
+            return
+        yield piece
+
+
+async def _sync_pieces(items: Iterable[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
+
+
+def _pieces(data: object, size: int) -> AsyncIterator[Any]:
+    """The pieces of ``data`` (checked now: a wrong type raises before anything is sent)."""
+    if _is_bytes(data):
+        return _sync_pieces((data,))
+    if isinstance(data, str | io.TextIOBase):
+        raise InvalidOptionError(
+            "object data must be bytes, a binary file or an (async) iterable of bytes; "
+            "encode text first"
+        )
+    if callable(getattr(data, "read", None)):
+        return _file_pieces(data, size)
+    if isinstance(data, AsyncIterable):
+        return aiter(data)
+    if isinstance(data, Iterable):
+        return _sync_pieces(data)
+    raise InvalidOptionError(
+        "object data must be bytes, a binary file or an (async) iterable of bytes, "
+        f"got {type(data).__name__}"
+    )
+
+
+async def rechunk(pieces: AsyncIterator[Any], size: int) -> AsyncGenerator[bytes, None]:
+    """Cut a stream of byte pieces of any sizes into chunks of ``size`` bytes (the last shorter).
+
+    Holds at most one chunk besides the piece being cut.
+
+    Raises:
+        InvalidOptionError: a piece is not bytes-like.
+
+    """
+    buf = bytearray()
+    async for piece in pieces:
+        if not _is_bytes(piece):
+            raise InvalidOptionError(
+                f"object data must be bytes, got a piece of type {type(piece).__name__}"
+            )
+        view = memoryview(piece).cast("B")
+        pos = 0
+        if buf:
+            pos = size - len(buf)
+            buf += view[:pos]
+            if len(buf) < size:
+                continue
+            yield bytes(buf)
+            buf.clear()
+        end = len(view)
+        while end - pos >= size:
+            yield bytes(view[pos : pos + size])
+            pos += size
+        if pos < end:
+            buf += view[pos:]
+    if buf:
+        yield bytes(buf)
+
+
+# --------------------------------------------------------------------------- buckets
+
+
+async def create_object_store(
+    js: JetStreamContext, config: ObjectStoreConfig, timeout: float | None
+) -> ObjectStore:
+    """Create a bucket (see :meth:`JetStreamContext.create_object_store`)."""
+    stream = await js.create_stream(object_stream_config(config), timeout=timeout)
+    return ObjectStore(js, stream)
+
+
+async def update_object_store(
+    js: JetStreamContext, config: ObjectStoreConfig, timeout: float | None
+) -> ObjectStore:
+    """Update a bucket (see :meth:`JetStreamContext.update_object_store`)."""
+    scfg = object_stream_config(config)
+    try:
+        stream = await js.update_stream(scfg, timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(f"object store {config.bucket!r} not found") from exc
+    return ObjectStore(js, stream)
+
+
+async def object_store(js: JetStreamContext, bucket: str, timeout: float | None) -> ObjectStore:
+    """Bind to an existing bucket (see :meth:`JetStreamContext.object_store`)."""
+    bucket = validate_bucket_name(bucket)
+    try:
+        stream = await js.stream(_stream_name(bucket), timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(f"object store {bucket!r} not found") from exc
+    return ObjectStore(js, stream)
+
+
+async def delete_object_store(js: JetStreamContext, bucket: str, timeout: float | None) -> None:
+    """Delete a bucket (see :meth:`JetStreamContext.delete_object_store`)."""
+    bucket = validate_bucket_name(bucket)
+    try:
+        await js.delete_stream(_stream_name(bucket), timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(f"object store {bucket!r} not found") from exc
+
+
+async def object_store_names(js: JetStreamContext, timeout: float | None) -> AsyncIterator[str]:
+    """Async-iterate bucket names (see :meth:`JetStreamContext.object_store_names`)."""
+    async for name in js.stream_names("$O.*.C.>", timeout=timeout):
+        if name.startswith(STREAM_PREFIX):
+            yield name[len(STREAM_PREFIX) :]
+
+
+# --------------------------------------------------------------------------- the handle
+
+
+class ObjectStore:
+    """A handle on an object store bucket (ADR-20). Get one from ``js.object_store(bucket)``.
+
+    Objects are named by any non-empty text (up to 2,048 bytes of UTF-8); their
+    data is stored in chunks and read back as a stream, so an object may be far
+    larger than the server's ``max_payload`` and than the memory of either side.
+    Buckets and objects are interchangeable with those of nats.go, nats.js
+    (``@nats-io/obj``) and nats-py. See ``docs/object-store.md``.
+    """
+
+    def __init__(self, js: JetStreamContext, stream: Stream) -> None:
+        name = stream.name
+        self._js = js
+        self._stream = stream
+        self._bucket = name[len(STREAM_PREFIX) :] if name.startswith(STREAM_PREFIX) else name
+        self._meta_prefix = f"$O.{self._bucket}.M."
+        self._chunk_prefix = f"$O.{self._bucket}.C."
+
+    @property
+    def bucket(self) -> str:
+        """The bucket's name."""
+        return self._bucket
+
+    @property
+    def stream(self) -> Stream:
+        """The backing stream (``OBJ_<bucket>``)."""
+        return self._stream
+
+    def __repr__(self) -> str:
+        return f"<ObjectStore {self._bucket}>"
+
+    def _meta_subject(self, name: str) -> str:
+        return self._meta_prefix + encode_name(name)
+
+    def _chunk_subject(self, nuid: str) -> str:
+        return self._chunk_prefix + nuid
+
+    def _wait(self, timeout: float | None) -> float:
+        return self._js.timeout if timeout is None else timeout
+
+    def _chunk_size(self, chunk_size: object) -> int:
+        limit = self._js.nc.max_payload or 0
+        if chunk_size is None:
+            return min(DEFAULT_CHUNK_SIZE, limit) if limit else DEFAULT_CHUNK_SIZE
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise InvalidOptionError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
+        if limit and chunk_size > limit:
+            raise InvalidOptionError(
+                f"chunk_size {chunk_size} exceeds the server's max_payload of {limit} bytes"
+            )
+        return chunk_size
+
+    # ------------------------------------------------------------- infos
+
+    async def _raw_info(self, subject: str, timeout: float | None) -> ObjectInfo | None:
+        """The info stored on ``subject`` (deleted ones too), or None."""
+        try:
+            msg = await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
+        except MessageNotFoundError:
+            return None
+        except StreamNotFoundError as exc:
+            raise BucketNotFoundError(f"object store {self._bucket!r} not found") from exc
+        return parse_info(msg.data, msg.time, self._bucket, subject)
+
+    async def info(
+        self, name: str, *, include_deleted: bool = False, timeout: float | None = None
+    ) -> ObjectInfo:
+        """The info of the object ``name`` (a link's own info: links are not followed).
+
+        Args:
+            name: the object's name.
+            include_deleted: return the info of a deleted object (``deleted=True``)
+                instead of raising.
+            timeout: seconds to wait for the reply.
+
+        Raises:
+            ObjectNotFoundError: no such object (or it was deleted).
+            InvalidNameError: the name is invalid.
+
+        """
+        name = validate_object_name(name)
+        info = await self._raw_info(self._meta_subject(name), timeout)
+        if info is None or (info.deleted and not include_deleted):
+            raise ObjectNotFoundError(f"object {name!r} not found in bucket {self._bucket!r}")
+        return info
+
+    async def _publish_info(self, info: ObjectInfo, timeout: float | None) -> PubAck:
+        return await self._js.publish(
+            self._meta_subject(info.name),
+            meta_body(info),
+            headers={H.ROLLUP: "sub"},
+            timeout=timeout,
+        )
+
+    def _check_meta_fits(self, info: ObjectInfo) -> None:
+        limit = self._js.nc.max_payload or 0
+        size = len(meta_body(info)) + _META_SLACK
+        if limit and size > limit:
+            raise InvalidOptionError(
+                f"the object's info (description, headers, metadata) takes about {size} "
+                f"bytes, more than the server's max_payload of {limit}"
+            )
+
+    # ------------------------------------------------------------- put
+
+    async def put(
+        self,
+        name: str,
+        data: Data,
+        *,
+        description: str | None = None,
+        headers: Mapping[str, str | list[str]] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        chunk_size: int | None = None,
+        timeout: float | None = None,
+    ) -> ObjectInfo:
+        """Store ``data`` as the object ``name``, replacing any previous version.
+
+        ``data`` is bytes, a binary file object (read in a thread, ``BytesIO``
+        in place), or an iterable or async iterable of bytes pieces of any
+        size; it is streamed: at most about 8 MiB of chunks await their
+        acknowledgement at a time, whatever the object's size.
+
+        The chunks go to a new chunk subject, then the info (size, chunk count,
+        ``SHA-256=`` digest) replaces the previous one; only then are the
+        previous version's chunks purged, so readers see the old or the new
+        version, never a mix. If anything fails, the chunks written so far are
+        purged and the error is raised (the previous version stays).
+
+        Args:
+            name: the object's name.
+            data: the object's content.
+            description: a human readable description.
+            headers: application headers, ``{name: value or [values]}``.
+            metadata: application metadata, ``{key: value}``.
+            chunk_size: bytes per chunk (default 128 KiB, at most the server's
+                ``max_payload``).
+            timeout: seconds to wait for each acknowledgement and reply.
+
+        Returns:
+            The new info (``mtime`` is the client's clock; :meth:`info` has the
+            server's).
+
+        Raises:
+            InvalidNameError, InvalidHeaderError, InvalidOptionError: bad input,
+                before anything is sent.
+            MaxBytesExceededError: the bucket is full (nothing of the object stays).
+            DisconnectedError, JetStreamTimeoutError: the put did not complete.
+
+        """
+        name = validate_object_name(name)
+        size = self._chunk_size(chunk_size)
+        info = ObjectInfo(
+            name=name,
+            description=_check_description(description),
+            headers=_check_headers(headers),
+            metadata=_check_metadata(metadata),
+            options=ObjectMetaOptions(max_chunk_size=size),
+            bucket=self._bucket,
+            nuid=new_nuid(),
+            size=0,
+            chunks=0,
+            digest=format_digest(hashlib.sha256().digest()),
+        )
+        self._check_meta_fits(info)
+        pieces = _pieces(data, size)
+        meta_subject = self._meta_subject(name)
+        previous = await self._raw_info(meta_subject, timeout)
+        assert info.nuid is not None
+        chunk_subject = self._chunk_subject(info.nuid)
+        sha = hashlib.sha256()
+        total = count = 0
+        window = min(MAX_WINDOW, max(2, PUT_WINDOW_BYTES // size))
+        # Chunks awaiting their acknowledgement; a failed one stays (for _discard).
+        pending: deque[asyncio.Future[PubAck]] = deque()
+        acked = False
+        js = self._js
+        try:
+            async for chunk in rechunk(pieces, size):
+                sha.update(chunk)
+                total += len(chunk)
+                count += 1
+                pending.append(await js.publish_async(chunk_subject, chunk, timeout=timeout))
+                while pending and (len(pending) >= window or pending[0].done()):
+                    await pending[0]  # raises the chunk's error
+                    pending.popleft()
+                    acked = True
+            while pending:
+                await pending[0]
+                pending.popleft()
+                acked = True
+        except (Exception, asyncio.CancelledError) as exc:
+            await self._discard(chunk_subject, pending, exc, timeout, acked=acked)
+            raise
+        info = info.model_copy(
+            update={"size": total, "chunks": count, "digest": format_digest(sha.digest())}
+        )
+        await self._store_info(info, chunk_subject, timeout)
+        if previous is not None and not previous.deleted and previous.nuid not in (None, info.nuid):
+            await self._purge_replaced(name, previous.nuid, timeout)
+        return info.model_copy(update={"mtime": datetime.now(UTC)})
+
+    async def _store_info(
+        self, info: ObjectInfo, chunk_subject: str, timeout: float | None
+    ) -> None:
+        """Publish a put's info; on failure purge its chunks unless the info may be stored."""
+        try:
+            await self._publish_info(info, timeout)
+            return
+        except APIError as exc:
+            await self._discard(chunk_subject, (), exc, timeout)  # refused: nothing stored
+            raise
+        except (Exception, asyncio.CancelledError) as exc:
+            failure: BaseException = exc
+        # No reply: the info may have been stored. Purging its chunks then would
+        # leave a corrupt object, so look first.
+        try:
+            stored = await self._raw_info(self._meta_subject(info.name), timeout)
+        except JetStreamError as exc:
+            failure.add_note(
+                f"object {info.name!r}: its info may or may not have been stored ({exc!r}); "
+                f"its chunks on {chunk_subject!r} were kept"
+            )
+            raise failure from None
+        if stored is not None and stored.nuid == info.nuid:
+            if isinstance(failure, asyncio.CancelledError):
+                raise failure
+            return  # stored after all
+        await self._discard(chunk_subject, (), failure, timeout)
+        raise failure
+
+    async def _discard(
+        self,
+        chunk_subject: str,
+        pending: Iterable[asyncio.Future[PubAck]],
+        error: BaseException,
+        timeout: float | None,
+        *,
+        acked: bool = True,
+    ) -> None:
+        """Purge a failed put's chunks once those in flight have settled.
+
+        Skipped when nothing can have been stored: no chunk was acknowledged
+        and the server refused every one sent (a sealed or full bucket).
+        """
+        waiting = [f for f in pending if not f.done()]
+        if waiting:
+            # Each completes by its acknowledgement deadline at the latest.
+            await asyncio.wait(waiting, timeout=self._wait(timeout) + 1.0)
+        refused = not acked
+        for fut in pending:
+            if fut.done() and not fut.cancelled():
+                # Retrieved (the put reports the first error); a refusal stored nothing.
+                failure = fut.exception()
+                refused = refused and isinstance(failure, APIError)
+            else:
+                refused = False
+                fut.add_done_callback(_retrieve)  # settles later: nothing to report
+        if refused:
+            return
+        try:
+            await self._stream.purge(subject=chunk_subject, timeout=timeout)
+        except JetStreamError as exc:
+            logger.warning(
+                "could not purge the chunks of a failed put on %s: %s", chunk_subject, exc
+            )
+            error.add_note(
+                f"the chunks written before the failure could not be purged ({exc!r}); "
+                f"purge subject {chunk_subject!r} of stream {self._stream.name!r}"
+            )
+
+    async def _purge_replaced(self, name: str, nuid: str | None, timeout: float | None) -> None:
+        """Purge a replaced version's chunks (the put itself succeeded)."""
+        assert nuid is not None
+        subject = self._chunk_subject(nuid)
+        try:
+            await self._stream.purge(subject=subject, timeout=timeout)
+        except JetStreamError as exc:
+            # Not a failure of the put: the new version is stored and complete.
+            logger.warning(
+                "object %r was replaced but the old chunks on %s could not be purged: %s",
+                name,
+                subject,
+                exc,
+            )
+
+    async def put_file(
+        self,
+        path: str | os.PathLike[str],
+        name: str | None = None,
+        *,
+        description: str | None = None,
+        headers: Mapping[str, str | list[str]] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        chunk_size: int | None = None,
+        timeout: float | None = None,
+    ) -> ObjectInfo:
+        """Store the file at ``path`` (streamed, see :meth:`put`).
+
+        Args:
+            path: the file to read.
+            name: the object's name; the file's name (without its directory)
+                when None.
+            description: a human readable description.
+            headers: application headers.
+            metadata: application metadata.
+            chunk_size: bytes per chunk.
+            timeout: seconds to wait for each reply.
+
+        Raises:
+            OSError: the file can not be opened or read.
+
+        """
+        target = Path(path)
+        name = validate_object_name(target.name if name is None else name)
+        f = await asyncio.to_thread(target.open, "rb")
+        try:
+            return await self.put(
+                name,
+                f,
+                description=description,
+                headers=headers,
+                metadata=metadata,
+                chunk_size=chunk_size,
+                timeout=timeout,
+            )
+        finally:
+            await asyncio.to_thread(f.close)
+
+    # ------------------------------------------------------------- get
+
+    async def get(self, name: str, *, timeout: float | None = None) -> ObjectResult:
+        """Open the object ``name`` for reading; links are followed.
+
+        ``async with await store.get(name) as result: async for chunk in result``
+        streams the data (``await result.read()`` returns all of it). The chunk
+        count, size and digest are checked when the last chunk arrives: a
+        mismatch raises :class:`DigestMismatchError` instead of that chunk.
+
+        Args:
+            name: the object's name (or a link's).
+            timeout: seconds to wait for each reply, and the longest wait for
+                the next chunk.
+
+        Raises:
+            ObjectNotFoundError: no such object, or it (or a link's target) was deleted.
+            ObjectLinkError: the object is a link to a whole bucket.
+            BucketNotFoundError: a link names a bucket that does not exist.
+
+        """
+        store: ObjectStore = self
+        info = await self.info(name, timeout=timeout)
+        depth = 0
+        while info.is_link:
+            link = info.link
+            assert link is not None
+            if not link.name:
+                raise ObjectLinkError(
+                    f"object {info.name!r} is a link to bucket {link.bucket!r}, not to an object"
+                )
+            depth += 1
+            if depth > MAX_LINK_DEPTH:
+                raise ObjectLinkError(f"more than {MAX_LINK_DEPTH} links from object {name!r}")
+            if link.bucket != store.bucket:
+                store = await object_store(self._js, link.bucket, timeout)
+            info = await store.info(link.name, timeout=timeout)
+        if info.size and info.digest is None:
+            raise DigestMismatchError(f"object {info.name!r} has no digest to check its data by")
+        return ObjectResult(store, info, timeout)
+
+    async def get_bytes(self, name: str, *, timeout: float | None = None) -> bytes:
+        """The whole content of the object ``name`` (checked; see :meth:`get`)."""
+        async with await self.get(name, timeout=timeout) as result:
+            return await result.read()
+
+    async def get_file(
+        self, name: str, path: str | os.PathLike[str], *, timeout: float | None = None
+    ) -> ObjectInfo:
+        """Write the object ``name`` to the file ``path`` (streamed, checked; see :meth:`get`).
+
+        The data goes to a temporary file in the same directory, renamed to
+        ``path`` once complete and checked: a failed download leaves ``path``
+        as it was.
+
+        Returns:
+            The object's info.
+
+        Raises:
+            DigestMismatchError: the data does not match its info (no file is written).
+            OSError: the file can not be written.
+
+        """
+        target = Path(path)
+        result = await self.get(name, timeout=timeout)
+        async with result:
+            fd, tmp = await asyncio.to_thread(
+                tempfile.mkstemp, prefix=f".{target.name}.", suffix=".part", dir=target.parent
+            )
+            f = os.fdopen(fd, "wb")
+            try:
+                try:
+                    async for chunk in result:
+                        await asyncio.to_thread(f.write, chunk)
+                finally:
+                    await asyncio.to_thread(f.close)
+                await asyncio.to_thread(os.replace, tmp, target)
+            except BaseException:
+                await asyncio.to_thread(_remove, tmp)
+                raise
+        return result.info
+
+    # ------------------------------------------------------------- meta, delete, links
+
+    async def update_meta(
+        self, name: str, meta: ObjectMeta, *, timeout: float | None = None
+    ) -> ObjectInfo:
+        """Replace the name, description, headers and metadata of the object ``name``.
+
+        A new ``meta.name`` renames the object (the data stays where it is).
+        Chunk size and links can not be changed.
+
+        Raises:
+            ObjectNotFoundError: no such object (or it was deleted).
+            ObjectExistsError: renaming onto a live object.
+
+        """
+        if not isinstance(meta, ObjectMeta):
+            raise InvalidOptionError(f"meta must be an ObjectMeta, got {type(meta).__name__}")
+        new_name = validate_object_name(meta.name)
+        _check_headers(meta.headers)
+        info = await self.info(name, timeout=timeout)
+        renamed = new_name != info.name
+        if renamed:
+            existing = await self._raw_info(self._meta_subject(new_name), timeout)
+            if existing is not None and not existing.deleted:
+                raise ObjectExistsError(
+                    f"can not rename {info.name!r} to {new_name!r}: that object exists"
+                )
+        updated = info.model_copy(
+            update={
+                "name": new_name,
+                "description": meta.description,
+                "headers": meta.headers,
+                "metadata": meta.metadata,
+                "mtime": None,
+            }
+        )
+        self._check_meta_fits(updated)
+        await self._publish_info(updated, timeout)
+        if renamed:
+            await self._stream.purge(subject=self._meta_subject(info.name), timeout=timeout)
+        return updated.model_copy(update={"mtime": datetime.now(UTC)})
+
+    async def delete(self, name: str, *, timeout: float | None = None) -> None:
+        """Delete the object ``name``: a deleted info replaces its info, its chunks are purged.
+
+        Deleting a deleted object does nothing. Deleting a link deletes the link only.
+
+        Raises:
+            ObjectNotFoundError: no such object.
+
+        """
+        name = validate_object_name(name)
+        info = await self.info(name, include_deleted=True, timeout=timeout)
+        if info.deleted:
+            return
+        marker = info.model_copy(
+            update={"deleted": True, "size": 0, "chunks": 0, "digest": None, "mtime": None}
+        )
+        await self._publish_info(marker, timeout)
+        if info.nuid:
+            await self._stream.purge(subject=self._chunk_subject(info.nuid), timeout=timeout)
+
+    async def _check_link_name(self, name: str, timeout: float | None) -> None:
+        existing = await self._raw_info(self._meta_subject(name), timeout)
+        if existing is not None and not existing.deleted and not existing.is_link:
+            raise ObjectExistsError(
+                f"object {name!r} exists and is not a link: a link can not replace it"
+            )
+
+    async def add_link(
+        self, name: str, target: ObjectInfo, *, timeout: float | None = None
+    ) -> ObjectInfo:
+        """Store a link named ``name`` to the object ``target`` (of this or another bucket).
+
+        ``get(name)`` then reads the target. A link may replace a link (or a
+        deleted object), not a live object.
+
+        Args:
+            name: the link's name.
+            target: the info of the object to link to (from ``info``, ``put`` or ``list``).
+            timeout: seconds to wait for each reply.
+
+        Raises:
+            ObjectLinkError: ``target`` is a link or a deleted object.
+            ObjectExistsError: a live object (not a link) is named ``name``.
+
+        """
+        name = validate_object_name(name)
+        if not isinstance(target, ObjectInfo):
+            raise InvalidOptionError(f"target must be an ObjectInfo, got {type(target).__name__}")
+        if target.deleted:
+            raise ObjectLinkError(f"can not link to {target.name!r}: it is deleted")
+        if target.is_link:
+            raise ObjectLinkError(f"can not link to {target.name!r}: it is a link itself")
+        validate_bucket_name(target.bucket)
+        await self._check_link_name(name, timeout)
+        return await self._store_link(
+            name, ObjectLink(bucket=target.bucket, name=target.name), timeout
+        )
+
+    async def add_bucket_link(
+        self, name: str, bucket: ObjectStore | str, *, timeout: float | None = None
+    ) -> ObjectInfo:
+        """Store a link named ``name`` to a whole bucket (like a directory entry).
+
+        ``get`` refuses such a link (:class:`ObjectLinkError`); read its
+        ``info().link.bucket`` and open that bucket.
+
+        Raises:
+            ObjectExistsError: a live object (not a link) is named ``name``.
+
+        """
+        name = validate_object_name(name)
+        target = bucket.bucket if isinstance(bucket, ObjectStore) else validate_bucket_name(bucket)
+        await self._check_link_name(name, timeout)
+        return await self._store_link(name, ObjectLink(bucket=target), timeout)
+
+    async def _store_link(self, name: str, link: ObjectLink, timeout: float | None) -> ObjectInfo:
+        info = ObjectInfo(
+            name=name,
+            options=ObjectMetaOptions(link=link),
+            bucket=self._bucket,
+            nuid=new_nuid(),
+            size=0,
+            chunks=0,
+        )
+        await self._publish_info(info, timeout)
+        return info.model_copy(update={"mtime": datetime.now(UTC)})
+
+    # ------------------------------------------------------------- listing
+
+    def _reader(self, policy: DeliverPolicy, stall: float | None) -> _Reader:
+        return _Reader(self._stream, [self._meta_prefix + ">"], policy, False, stall)
+
+    def _parse(self, msg: Msg) -> ObjectInfo:
+        return parse_info(msg.data, msg.metadata.timestamp, self._bucket, msg.subject)
+
+    async def list(
+        self, *, include_deleted: bool = False, timeout: float | None = None
+    ) -> AsyncGenerator[ObjectInfo, None]:
+        """Async-iterate the infos of the objects (and links) in the bucket.
+
+        An empty bucket yields nothing. Stopping early: ``await it.aclose()``
+        deletes the consumer at once.
+
+        Args:
+            include_deleted: also yield deleted objects (``deleted=True``).
+            timeout: the longest wait without progress before
+                :class:`JetStreamTimeoutError` (the context's default when None).
+
+        """
+        reader = self._reader(DeliverPolicy.LAST_PER_SUBJECT, self._wait(timeout))
+        try:
+            await reader.start()
+            while True:
+                item = await reader.next()
+                if not isinstance(item, Msg):
+                    break
+                info = self._parse(item)
+                if include_deleted or not info.deleted:
+                    yield info
+        finally:
+            await reader.aclose()
+
+    def watch(
+        self,
+        *,
+        include_history: bool = False,
+        ignore_deletes: bool = False,
+        updates_only: bool = False,
+    ) -> ObjectWatcher:
+        """Watch the bucket's infos: an async context manager and async iterator.
+
+        ``async with store.watch() as w: async for info in w: ...``. First the
+        current info of every object (every stored info with
+        ``include_history``), then a single ``None`` marking the end of those,
+        then every change (put, meta update, delete, link) as it happens.
+
+        Args:
+            include_history: start with every stored info, not only the latest.
+            ignore_deletes: leave out deleted objects.
+            updates_only: only changes made after the watch started; no ``None``.
+
+        """
+        if updates_only:
+            policy = DeliverPolicy.NEW
+        elif include_history:
+            policy = DeliverPolicy.ALL
+        else:
+            policy = DeliverPolicy.LAST_PER_SUBJECT
+        return ObjectWatcher(self, self._reader(policy, None), ignore_deletes, updates_only)
+
+    # ------------------------------------------------------------- bucket
+
+    async def seal(self, *, timeout: float | None = None) -> ObjectStoreStatus:
+        """Seal the bucket: from now on it is read-only (the server refuses every write).
+
+        Returns:
+            The sealed bucket's status.
+
+        """
+        info = await self._stream.info(timeout=timeout)
+        config = info.config.model_copy(update={"sealed": True})
+        self._stream = await self._js.update_stream(config, timeout=timeout)
+        return ObjectStoreStatus.from_stream_info(self._stream.cached_info)
+
+    async def status(self, *, timeout: float | None = None) -> ObjectStoreStatus:
+        """The bucket's state and settings (from the backing stream's info)."""
+        try:
+            info = await self._stream.info(timeout=timeout)
+        except StreamNotFoundError as exc:
+            raise BucketNotFoundError(f"object store {self._bucket!r} not found") from exc
+        return ObjectStoreStatus.from_stream_info(info)
+
+
+def _retrieve(fut: asyncio.Future[PubAck]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        return
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class ObjectResult:
+    """An object being read: an async iterator of its chunks, and an async context manager.
+
+    Get one from :meth:`ObjectStore.get`. ``info`` is the object's info. The
+    chunks come through an ordered consumer that keeps at most a few MiB
+    buffered. When the last chunk arrives the chunk count, size and SHA-256
+    digest are checked against the info: a mismatch raises
+    :class:`DigestMismatchError` instead of returning that chunk (and as soon
+    as more data than the info's size arrives). Leaving ``async with`` (or
+    :meth:`aclose`) deletes the consumer of an unfinished read.
+    """
+
+    def __init__(self, store: ObjectStore, info: ObjectInfo, timeout: float | None) -> None:
+        self.info = info
+        """The object's info (the target's, for a link)."""
+        self._store = store
+        self._stall = store._wait(timeout)
+        self._sha = hashlib.sha256()
+        self._size = 0
+        self._chunks = 0
+        self._it: MessagesContext | None = None
+        self._started = False
+        self._done = False
+
+    def __repr__(self) -> str:
+        return f"<ObjectResult {self._store.bucket}/{self.info.name} {self.info.size} bytes>"
+
+    async def __aenter__(self) -> ObjectResult:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> ObjectResult:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            if not self._started:
+                self._started = True
+                if not await self._start():
+                    self._verify()
+                    raise StopAsyncIteration
+            msg = await self._next()
+            if msg is None:  # the read ended early (the chunks are gone)
+                self._verify()
+                raise StopAsyncIteration
+            data = msg.data
+            self._sha.update(data)
+            self._size += len(data)
+            self._chunks += 1
+            if self._size > self.info.size:
+                self._mismatch("more data than its size")
+            if msg.metadata.num_pending == 0:
+                self._verify()
+                await self.aclose()
+            return data
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _start(self) -> bool:
+        """Start reading the chunks; False when there is nothing to read."""
+        info = self.info
+        if not info.size and not info.chunks:
+            return False
+        assert info.nuid is not None
+        store = self._store
+        chunk_size = info.options.max_chunk_size if info.options is not None else None
+        per_chunk = chunk_size or DEFAULT_CHUNK_SIZE
+        batch = min(64, max(2, GET_BUFFER_BYTES // per_chunk))
+        oc = await store.stream.ordered_consumer(
+            OrderedConsumerConfig(filter_subjects=[store._chunk_subject(info.nuid)])
+        )
+        it = self._it = oc.messages(max_messages=batch)
+        try:
+            async with asyncio.timeout(self._stall):
+                await it.__aenter__()
+        except TimeoutError:
+            raise JetStreamTimeoutError(
+                f"could not start reading object {info.name!r} within {self._stall:g} s"
+            ) from None
+        cached = oc.cached_info
+        return not (cached is not None and cached.num_pending == 0)
+
+    async def _next(self) -> Msg | None:
+        it = self._it
+        assert it is not None
+        try:
+            async with asyncio.timeout(self._stall):
+                return await it.__anext__()
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            raise JetStreamTimeoutError(
+                f"no chunk of object {self.info.name!r} for {self._stall:g} s "
+                f"({self._chunks} of {self.info.chunks} read)"
+            ) from None
+
+    def _mismatch(self, what: str) -> None:
+        info = self.info
+        raise DigestMismatchError(
+            f"object {info.name!r} in bucket {self._store.bucket!r} is corrupt: {what} "
+            f"(read {self._size} bytes in {self._chunks} chunks; its info says "
+            f"{info.size} bytes in {info.chunks} chunks, digest {info.digest})"
+        )
+
+    def _verify(self) -> None:
+        """Check what was read against the info (raise DigestMismatchError)."""
+        self._done = True
+        info = self.info
+        if self._size != info.size or self._chunks != info.chunks:
+            self._mismatch("its size or chunk count differs")
+        if info.digest is None and not info.size:
+            return  # an empty object stored without a digest
+        try:
+            expected = parse_digest(info.digest or "")
+        except ValueError:
+            self._mismatch("its digest is not a SHA-256 digest")
+        if self._sha.digest() != expected:
+            self._mismatch("its SHA-256 digest differs")
+
+    async def read(self) -> bytes:
+        """The rest of the object's data (checked; see the class)."""
+        parts = [chunk async for chunk in self]
+        return b"".join(parts)
+
+    async def aclose(self) -> None:
+        """Stop reading and delete the consumer (idempotent)."""
+        self._done = True
+        it, self._it = self._it, None
+        if it is not None:
+            it.stop()
+            await it.aclose()
+
+
+# --------------------------------------------------------------------------- watching
+
+
+class ObjectWatcher:
+    """A running watch: ``async with store.watch() as w: async for info in w``.
+
+    Yields :class:`ObjectInfo` objects, and exactly one ``None`` after the
+    initial infos (none with ``updates_only``). Leaving ``async with`` (or
+    :meth:`aclose`) deletes the server-side consumer.
+    """
+
+    def __init__(
+        self, store: ObjectStore, reader: _Reader, ignore_deletes: bool, updates_only: bool
+    ) -> None:
+        self._store = store
+        self._reader = reader
+        self._ignore_deletes = ignore_deletes
+        self._updates_only = updates_only
+        self._started = False
+        self._none_sent = False
+
+    async def _ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            await self._reader.start()
+
+    async def __aenter__(self) -> ObjectWatcher:
+        await self._ensure_started()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> ObjectWatcher:
+        return self
+
+    async def __anext__(self) -> ObjectInfo | None:
+        await self._ensure_started()
+        while True:
+            item = await self._reader.next()
+            if item is _Event.END:
+                raise StopAsyncIteration
+            if item is _Event.CAUGHT_UP:
+                if self._updates_only or self._none_sent:
+                    continue
+                self._none_sent = True
+                return None
+            assert isinstance(item, Msg)
+            info = self._store._parse(item)
+            if self._ignore_deletes and info.deleted:
+                continue
+            return info
+
+    async def aclose(self) -> None:
+        """Stop watching and delete the server-side consumer (idempotent)."""
+        await self._reader.aclose()
