@@ -90,6 +90,10 @@ _KEY_CACHE: Final = 4096
 #: Seconds without a message after which a listing asks the server whether it is
 #: already past the initial values (they may have expired before delivery).
 IDLE_CHECK: Final = 1.0
+#: The heartbeat of a watcher's (and listing's) pulls: a watcher whose consumer
+#: died with its node is reset after 2 x this of silence (the ``messages()``
+#: default, half of the 30 s expiry, took 30 s; nats.go's ordered consumers use 5 s).
+WATCH_HEARTBEAT: Final = 5.0
 
 # ADR-8: ^[-/_=\.a-zA-Z0-9]+$, no leading or trailing '.', no '..'.
 _KEY_TOKEN_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+")
@@ -397,7 +401,7 @@ class _Reader:
 
     async def start(self) -> None:
         oc = await self._stream.ordered_consumer(self._config)
-        it = oc.messages()
+        it = oc.messages(heartbeat=WATCH_HEARTBEAT)
         self._oc, self._it = oc, it
         if self._stall is None:
             await it.__aenter__()
