@@ -1,0 +1,113 @@
+"""Key-value logic that needs no server.
+
+Bucket config validation, the mapping of marker reasons to operations, and the
+reader's end-of-initial-values safety nets, driven by a fake ordered consumer
+(the server cannot be made to lose values between a consumer's creation and
+their delivery on cue). The rest of the key-value behaviour is tested against
+a real server in ``tests/integration/test_kv.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from aiojetstream import DeliverPolicy, JetStreamTimeoutError, KeyValueConfig, KeyValueOp, _kv
+
+STEP = 10.0  # bound of any single wait
+
+
+def test_config_validation() -> None:
+    for bad in ("", "a.b", "a b", "a*", ">", "ä"):
+        with pytest.raises(ValidationError):
+            KeyValueConfig(bucket=bad)
+    for history in (0, 65):
+        with pytest.raises(ValidationError):
+            KeyValueConfig(bucket="b", history=history)
+    with pytest.raises(ValidationError, match="at least 1 second"):
+        KeyValueConfig(bucket="b", limit_marker_ttl=0.5)
+    with pytest.raises(ValidationError, match="unknown field"):
+        KeyValueConfig(bucket="b", histroy=2)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        KeyValueConfig(bucket="b").bucket = "c"  # type: ignore[misc]
+    assert KeyValueConfig(bucket="b", history=64, limit_marker_ttl=1).history == 64
+
+
+def test_marker_reasons_map_to_operations() -> None:
+    op = _kv.entry_operation
+    assert op(None) is KeyValueOp.PUT
+    assert op({"Other": "x"}) is KeyValueOp.PUT
+    assert op({"KV-Operation": "DEL"}) is KeyValueOp.DEL
+    assert op({"KV-Operation": "PURGE", "Nats-Rollup": "sub"}) is KeyValueOp.PURGE
+    assert op({"Nats-Marker-Reason": "MaxAge", "Nats-TTL": "1s"}) is KeyValueOp.PURGE
+    assert op({"Nats-Marker-Reason": "Purge"}) is KeyValueOp.PURGE
+    assert op({"Nats-Marker-Reason": "Remove"}) is KeyValueOp.DEL
+
+
+class _Silent:
+    """An ordered consumer whose initial values vanished before delivery."""
+
+    def __init__(self) -> None:
+        self.cached_info = SimpleNamespace(num_pending=3)  # pending when created
+        self.pending = 0  # ... and no longer when asked again
+        self.closed = asyncio.Event()
+
+    def messages(self, **options: Any) -> _Silent:
+        return self
+
+    async def __aenter__(self) -> _Silent:
+        return self
+
+    async def __anext__(self) -> None:
+        await self.closed.wait()
+        raise StopAsyncIteration
+
+    def stop(self) -> None:
+        self.closed.set()
+
+    async def aclose(self) -> None:
+        self.closed.set()
+
+    async def info(self) -> Any:
+        delivered = SimpleNamespace(consumer_seq=0)
+        return SimpleNamespace(num_pending=self.pending, delivered=delivered, name="c")
+
+
+class _Stream:
+    name = "KV_b"
+
+    def __init__(self, consumer: _Silent) -> None:
+        self.consumer = consumer
+
+    async def ordered_consumer(self, config: object) -> _Silent:
+        return self.consumer
+
+
+async def test_initial_values_that_vanished_still_end_with_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_kv, "IDLE_CHECK", 0.05)
+    silent = _Silent()
+    reader = _kv._Reader(_Stream(silent), ["$KV.b.>"], DeliverPolicy.ALL, False)  # type: ignore[arg-type]
+    await reader.start()
+    assert not reader.caught_up
+    assert await asyncio.wait_for(reader.next(), STEP) is _kv._Event.CAUGHT_UP
+    await reader.aclose()
+    assert silent.closed.is_set()
+    assert await reader.next() is _kv._Event.END
+
+
+async def test_one_shot_reads_time_out_without_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_kv, "IDLE_CHECK", 0.05)
+    silent = _Silent()
+    silent.pending = 3  # values pending that never arrive
+    reader = _kv._Reader(_Stream(silent), ["$KV.b.>"], DeliverPolicy.ALL, False, stall=0.2)  # type: ignore[arg-type]
+    await reader.start()
+    with pytest.raises(JetStreamTimeoutError, match="still pending"):
+        await asyncio.wait_for(reader.next(), STEP)
+    await reader.aclose()
+    assert silent.closed.is_set()
