@@ -13,13 +13,21 @@ call, and a test harness should not need one.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
+import threading
+import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg as NatsMsg
 
 from aiojetstream import (
     AckPolicy,
+    Consumer,
     ConsumerConfig,
     JetStreamContext,
     JetStreamError,
@@ -27,17 +35,22 @@ from aiojetstream import (
     StreamConfig,
 )
 from aiojetstream.testing import NatsCluster, NatsServer
-from helpers import wait_until
+from helpers import wait_routable, wait_until
 
 __all__ = [
     "Acked",
+    "InboxStatuses",
+    "TcpProxy",
     "baseline",
     "consumer_leader",
     "create_r3_stream",
+    "each_leader",
+    "move_consumer_leader",
     "move_stream_leader",
     "no_leaks",
     "now",
     "readback",
+    "readback_leader",
     "servers_except",
     "stepdown_consumer",
     "stepdown_stream",
@@ -46,6 +59,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("reliability")
+
+_T = TypeVar("_T")
 
 
 def now() -> float:
@@ -78,7 +93,12 @@ async def _api(
 async def create_r3_stream(
     js: JetStreamContext, name: str, subjects: list[str], **config: Any
 ) -> None:
-    """Create a FILE R3 stream and wait until it has a leader and every replica is current."""
+    """Create a FILE R3 stream and wait until it has a leader and every replica is current.
+
+    Also waits until each subject (wildcards filled in) is routable from
+    ``js``'s node (:func:`helpers.wait_routable`): right after the creation,
+    a publish through another node may still see "no responders".
+    """
     await js.create_stream(
         StreamConfig(
             name=name,
@@ -89,6 +109,9 @@ async def create_r3_stream(
         )
     )
     await wait_stream_leader(js, name)
+    for subject in subjects:
+        probe = ".".join("_probe" if t in ("*", ">") else t for t in subject.split("."))
+        await wait_routable(js, probe)
 
 
 async def stream_leader(js: JetStreamContext, stream: str) -> str | None:
@@ -176,17 +199,47 @@ async def move_stream_leader(
     await wait_until(moved, timeout=timeout, interval=0.25, message=f"{target} leads {stream}")
 
 
-async def _read_all(js: JetStreamContext, stream: str) -> list[tuple[int, bytes, str | None]]:
-    """Every message of the stream as (seq, payload, msg id), read from its leader."""
+async def _consumer_on(js: JetStreamContext, stream: str, node: str | None) -> Consumer:
+    """An ephemeral R1 AckNone consumer whose one replica is on ``node`` (any node when None).
+
+    nats-server places an R1 consumer of an R3 stream on a random peer, not on
+    the stream's leader, and the consumer reads that peer's copy of the
+    stream: misplaced ones are deleted and created again until one lands on
+    ``node``.
+    """
+    config = ConsumerConfig(ack_policy=AckPolicy.NONE, mem_storage=True, num_replicas=1)
+    for _ in range(_PLACEMENT_ATTEMPTS):
+        consumer = await js.create_consumer(stream, config)
+        if node is None:
+            return consumer
+        cluster = consumer.cached_info.cluster
+        where = cluster.leader if cluster is not None else None
+        if where is None:
+            where = await consumer_leader(js, stream, consumer.name)
+        if where == node:
+            return consumer
+        await js.delete_consumer(stream, consumer.name)
+    raise AssertionError(f"no R1 consumer of {stream} placed on {node} in {_PLACEMENT_ATTEMPTS}")
+
+
+#: Attempts at placing a readback consumer on a given node (1/3 chance each on R3).
+_PLACEMENT_ATTEMPTS = 40
+
+
+async def _read_all(
+    js: JetStreamContext, stream: str, node: str | None = None
+) -> list[tuple[int, bytes, str | None]]:
+    """Every message of the stream as (seq, payload, msg id), read from ``node``'s replica.
+
+    The count to read comes from the leader's ``STREAM.INFO``; with ``node``
+    None the replica is whichever the server picks.
+    """
     info = await (await js.stream(stream)).info()
     total = info.state.messages
     out: list[tuple[int, bytes, str | None]] = []
     if total == 0:
         return out
-    consumer = await js.create_consumer(
-        stream,
-        ConsumerConfig(ack_policy=AckPolicy.NONE, mem_storage=True, num_replicas=1),
-    )
+    consumer = await _consumer_on(js, stream, node)
     try:
         while len(out) < total:
             batch = await consumer.fetch(min(total - len(out), 1000), expires=5)
@@ -220,7 +273,7 @@ async def readback(
         name = node.server_name
         assert name is not None
         await move_stream_leader(js, stream, name)
-        stored = await _read_all(js, stream)
+        stored = await _read_all(js, stream, name)
         by_seq = {seq: data for seq, data, _ in stored}
         missing = [seq for seq in acked.by_seq if seq not in by_seq]
         assert not missing, f"{name}: {len(missing)} acknowledged messages missing: {missing[:10]}"
@@ -279,3 +332,295 @@ async def no_leaks(
 def servers_except(cluster: NatsCluster, *names: str | None) -> list[NatsServer]:
     """The cluster's nodes other than ``names``."""
     return [s for s in cluster.servers if s.server_name not in names]
+
+
+# --------------------------------------------------------------------------- added helpers
+
+
+async def move_consumer_leader(
+    js: JetStreamContext, stream: str, consumer: str, target: str, timeout: float = 30.0
+) -> None:
+    """Make ``target`` the consumer's leader (stepdown with a preferred placement)."""
+
+    async def moved() -> bool:
+        leader = await consumer_leader(js, stream, consumer)
+        if leader == target:
+            return True
+        if leader is not None:
+            try:
+                await _api(
+                    js,
+                    f"CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}",
+                    {"placement": {"preferred": target}},
+                )
+            except (JetStreamError, TimeoutError):
+                logger.info("stepdown of %s/%s towards %s refused", stream, consumer, target)
+        return False
+
+    await wait_until(
+        moved, timeout=timeout, interval=0.25, message=f"{target} leads {stream}/{consumer}"
+    )
+
+
+async def each_leader(
+    cluster: NatsCluster, js: JetStreamContext, stream: str
+) -> AsyncIterator[str]:
+    """Make each running node the stream's leader in turn and yield its name.
+
+    The per-replica readback for checks :func:`readback` does not make (what
+    must be absent, headers): between two yields, the stream's leader answers
+    ``STREAM.INFO`` and ``STREAM.MSG.GET`` (``Stream.info``/``Stream.get_msg``).
+    """
+    for node in cluster.servers:
+        if not node.running or node.frozen:
+            continue
+        name = node.server_name
+        assert name is not None
+        await move_stream_leader(js, stream, name)
+        yield name
+
+
+async def readback_leader(js: JetStreamContext, stream: str, acked: Acked) -> int:
+    """:func:`readback` for a stream with one replica (R1): read it from its only node.
+
+    Returns the number of messages stored.
+    """
+    stored = await _read_all(js, stream)
+    by_seq = {seq: data for seq, data, _ in stored}
+    missing = [seq for seq in acked.by_seq if seq not in by_seq]
+    assert not missing, f"{stream}: {len(missing)} acknowledged messages missing: {missing[:10]}"
+    wrong = [seq for seq, data in acked.by_seq.items() if by_seq[seq] != data]
+    assert not wrong, f"{stream}: acknowledged sequences hold other payloads: {wrong[:10]}"
+    counts = Counter(mid for _, _, mid in stored if mid is not None)
+    twice = [mid for mid, n in counts.items() if n > 1]
+    assert not twice, f"{stream}: message ids stored more than once: {twice[:10]}"
+    logger.warning(
+        "readback of %s: %d stored, %d acked, all present", stream, len(stored), len(acked)
+    )
+    return len(stored)
+
+
+class InboxStatuses:
+    """The status messages (``100``, ``408``, ``409 Leadership Change`` ...) sent to pull inboxes.
+
+    A second subscription on ``_INBOX.*`` on the client's own connection sees
+    a copy of everything the server sends to the two-token pull inboxes, in
+    order with the consumer's own deliveries (nats-py's request inboxes have
+    three tokens and are not matched). Close it before :func:`no_leaks`.
+    """
+
+    def __init__(self, nc: NatsClient) -> None:
+        self.nc = nc
+        self.items: list[tuple[float, str, str]] = []
+        """(loop time, status code, description) of every status seen."""
+        self._sub: Any = None
+        self._changed = asyncio.Event()
+
+    @classmethod
+    async def start(cls, nc: NatsClient) -> InboxStatuses:
+        self = cls(nc)
+        self._sub = await nc.subscribe("_INBOX.*", cb=self._on_msg)
+        await nc.flush()
+        return self
+
+    async def _on_msg(self, msg: NatsMsg) -> None:
+        headers = msg.headers or {}
+        code = headers.get("Status")
+        if code is not None:
+            self.items.append((now(), code, headers.get("Description", "")))
+            self._changed.set()
+
+    def seen(self, code: str, description: str = "", since: float = 0.0) -> list[float]:
+        """When statuses ``code`` (whose description starts with ``description``) came."""
+        prefix = description.lower()
+        return [
+            at
+            for at, c, d in self.items
+            if c == code and at >= since and d.lower().startswith(prefix)
+        ]
+
+    async def wait(
+        self, code: str, description: str = "", *, since: float = 0.0, timeout: float
+    ) -> float:
+        """The time of the first such status at or after ``since`` (waiting for it)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                found = self.seen(code, description, since)
+                if found:
+                    return found[0]
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def close(self) -> None:
+        if self._sub is not None and not self.nc.is_closed:
+            await self._sub.unsubscribe()
+        self._sub = None
+
+
+class TcpProxy:
+    """A TCP proxy in front of one node, run in a thread with its own event loop.
+
+    Its tasks live in that loop, so they never show up in :func:`no_leaks`.
+    :meth:`reset` drops every proxied connection at once (the client sees its
+    server go away and reconnects through the proxy, which keeps listening);
+    every ``PUB``/``HPUB`` subject the client sends is logged in ``api`` with
+    the monotonic clock's time (the loop's clock), parsed before it is forwarded
+    (:meth:`api_since` picks the ``$JS.API.`` ones).
+    """
+
+    def __init__(self, upstream_port: int, host: str = "127.0.0.1") -> None:
+        self.upstream_port = upstream_port
+        self.host = host
+        self.port = 0
+        self.api: list[tuple[float, str]] = []
+        self.connections = 0
+        """Client connections accepted so far."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._conns: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    def api_since(self, start: float, prefix: str = "$JS.API.") -> list[tuple[float, str]]:
+        """The client's API requests sent at or after ``start`` whose subject has ``prefix``."""
+        with self._lock:
+            return [(t, s) for t, s in self.api if t >= start and s.startswith(prefix)]
+
+    def start(self) -> None:
+        """Start the thread and listen (blocks until listening)."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                self._server = loop.run_until_complete(
+                    asyncio.start_server(self._accept, self.host, 0)
+                )
+                self.port = int(self._server.sockets[0].getsockname()[1])
+            except BaseException as exc:  # reported to start()
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="reliability-proxy", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise TimeoutError("the proxy did not start listening")
+        if failure:
+            raise failure[0]
+
+    def _call(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        loop = self._loop
+        assert loop is not None, "the proxy is not running"
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    async def reset(self) -> int:
+        """Drop every proxied connection now; returns how many there were."""
+        return await asyncio.wrap_future(self._call(self._reset()))
+
+    async def _reset(self) -> int:
+        conns = list(self._conns)
+        for client, upstream in conns:
+            for writer in (client, upstream):
+                transport = writer.transport
+                if not transport.is_closing():
+                    transport.abort()
+        return len(conns)
+
+    async def close(self) -> None:
+        """Stop listening, drop every connection and end the thread."""
+        if self._loop is None:
+            return
+        await asyncio.wrap_future(self._call(self._close()))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        thread = self._thread
+        assert thread is not None
+        await asyncio.to_thread(thread.join, 10)
+        self._loop = None
+
+    async def _close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._reset()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> TcpProxy:
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self._tasks.add(me)
+        self.connections += 1
+        pipes: list[asyncio.Task[None]] = []
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            try:
+                up_reader, upstream = await asyncio.open_connection(self.host, self.upstream_port)
+            except OSError:
+                return  # the node is down: the client sees a refused connection
+            pair = (writer, upstream)
+            self._conns.add(pair)
+            pipes = [
+                asyncio.create_task(self._pipe(reader, upstream, parse=True)),
+                asyncio.create_task(self._pipe(up_reader, writer, parse=False)),
+            ]
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+            self._conns.discard(pair)
+        except asyncio.CancelledError:
+            pass  # the proxy is closing
+        finally:
+            for pipe in pipes:
+                pipe.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+            for w in (writer, upstream):
+                if w is not None:
+                    w.transport.abort()
+            self._tasks.discard(me)
+
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, parse: bool
+    ) -> None:
+        buf = bytearray()
+        skip = 0
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                if parse:
+                    buf += data
+                    while True:
+                        if skip:
+                            n = min(skip, len(buf))
+                            del buf[:n]
+                            skip -= n
+                            if skip:
+                                break
+                        end = buf.find(b"\r\n")
+                        if end < 0:
+                            break
+                        words = bytes(buf[:end]).split()
+                        del buf[: end + 2]
+                        if words and words[0].upper() in (b"PUB", b"HPUB"):
+                            with self._lock:
+                                self.api.append((time.monotonic(), words[1].decode()))
+                            skip = int(words[-1]) + 2
+                writer.write(data)
+                await writer.drain()

@@ -1,0 +1,285 @@
+"""Pull consumption across consumer-leader changes and node restarts (RELIABILITY C4, C6).
+
+C4: an R3 stream with an R3 durable, explicit-ack consumer, read by
+``consume()`` or ``messages()`` while a publisher stores a message every
+10 ms. The consumer's leader steps down (API), then its node is SIGKILLed.
+Each time the new leader answers the client's waiting pull with ``409
+Leadership Change`` (seen on the client's own connection through
+:class:`InboxStatuses`); the client must pull again at once: the delivery
+gap is bounded by the election plus one second (RELIABILITY C4) and, after a
+crash, by 2 x heartbeat + 10 s (RELIABILITY goal 3). Every acknowledged
+message must be delivered at least once and the consumer's ack floor must
+reach the last message (acks sent to the dead leader are redelivered and
+acknowledged again).
+
+C6: two of three nodes restart (both down at once, then both up; the R3
+stream loses its quorum, the R1 stream's node is one of them) while
+``messages()`` waits for more. Consumption resumes by itself, in order, and
+the durable state (delivered, ack floor) is what it was before.
+
+The client connects to a node that is never restarted in C4 (this is about
+consumer leadership, not the client's own server: RELIABILITY P3), and to all
+nodes in C6. Every test ends with the per-replica readback and the leak check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from aiojetstream import (
+    ConsumerConfig,
+    JetStreamContext,
+    JetStreamError,
+    Msg,
+    connect,
+)
+from aiojetstream.testing import NatsCluster
+from helpers import unique_name, wait_routable, wait_until
+from reliability.harness import (
+    Acked,
+    InboxStatuses,
+    baseline,
+    create_r3_stream,
+    move_consumer_leader,
+    move_stream_leader,
+    no_leaks,
+    now,
+    readback,
+    stepdown_consumer,
+    wait_stream_leader,
+)
+
+logger = logging.getLogger("reliability")
+
+#: The consumer's heartbeat and pull expiry in C4.
+HB = 2.0
+EXPIRES = 10.0
+#: RELIABILITY goal 3: delivery resumes <= 2 x heartbeat + 10 s after a consumer-leader crash.
+CRASH_BOUND = 2 * HB + 10.0
+#: RELIABILITY C4: the gap is at most the election plus this (the re-pull on the 409).
+AFTER_ELECTION = 1.0
+
+
+class Deliveries:
+    """What the consumer received: arrival times, first deliveries, all payloads."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.payloads: set[bytes] = set()
+        self.first: list[tuple[int, bytes]] = []  # (stream seq, payload) of first deliveries
+        self.count = 0
+        self._changed = asyncio.Event()
+
+    def add(self, msg: Msg) -> None:
+        self.times.append(now())
+        self.payloads.add(msg.data)
+        if msg.metadata.num_delivered == 1:
+            self.first.append((msg.metadata.sequence.stream, msg.data))
+        self.count += 1
+        self._changed.set()
+
+    async def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        """Wait (bounded) until ``predicate()`` holds, re-checking at each delivery."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate():
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise AssertionError(f"not within {timeout:g} s: {what}") from None
+
+    def gap(self, start: float, end: float) -> float:
+        """The longest time without a delivery between ``start`` and ``end``."""
+        inside = [t for t in self.times if start < t < end]
+        marks = [start, *inside, end]
+        return max(b - a for a, b in itertools.pairwise(marks))
+
+    def first_after(self, at: float) -> float:
+        return next(t for t in self.times if t >= at)
+
+
+class Publisher:
+    """Stores ``p<i>`` with ``Nats-Msg-Id: p<i>`` every 10 ms, retrying an id until acked."""
+
+    def __init__(self, js: JetStreamContext, subject: str, acked: Acked) -> None:
+        self.js = js
+        self.subject = subject
+        self.acked = acked
+        self.failures = 0
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            data = b"p%d" % i
+            try:
+                ack = await self.js.publish(self.subject, data, msg_id=data.decode(), timeout=2)
+            except JetStreamError as exc:
+                self.failures += 1
+                logger.info("publish of %s failed (%s); retrying", data, exc)
+            else:
+                self.acked.add(ack.seq, data)
+                i += 1
+            # Pacing of the load, not synchronisation: one message every 10 ms.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), 0.01)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        assert self._task is not None
+        await asyncio.wait_for(self._task, 10)
+
+
+async def _run_reader(
+    consumer: Any, mode: str, deliveries: Deliveries
+) -> tuple[Callable[[], Awaitable[None]], list[JetStreamError]]:
+    """Start consume() or messages() with explicit acks; returns (stop, reported errors)."""
+    errors: list[JetStreamError] = []
+
+    async def handle(msg: Msg) -> None:
+        deliveries.add(msg)
+        await msg.ack()
+
+    if mode == "consume":
+        ctx = await consumer.consume(
+            handle, heartbeat=HB, expires=EXPIRES, error_handler=errors.append
+        )
+
+        async def stop_consume() -> None:
+            ctx.stop()
+            assert await asyncio.wait_for(ctx.closed(), 10) is None
+
+        return stop_consume, errors
+
+    it = consumer.messages(heartbeat=HB, expires=EXPIRES, error_handler=errors.append)
+    await it.__aenter__()
+
+    async def loop() -> None:
+        async for msg in it:
+            await handle(msg)
+
+    task = asyncio.create_task(loop())
+
+    async def stop_messages() -> None:
+        it.stop()
+        await asyncio.wait_for(task, 10)
+        await it.aclose()
+
+    return stop_messages, errors
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("mode", ["consume", "messages"])
+async def test_c4_consumer_leader_stepdown_and_crash(mode: str) -> None:
+    async with NatsCluster(3) as cluster:
+        n1 = cluster.servers[0]
+        # Reconnects quickly; connected to n1, which is never killed here.
+        js = await connect(n1.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+        statuses: InboxStatuses | None = None
+        try:
+            stream = unique_name("C4")
+            subject = f"{stream}.x"
+            await create_r3_stream(js, stream, [f"{stream}.>"])
+            await wait_routable(js, subject)
+            # The stream leader stays on n1: publishing is not what is measured.
+            await move_stream_leader(js, stream, "n1")
+            consumer = await js.create_consumer(
+                stream, ConsumerConfig(durable_name="d", num_replicas=3, ack_wait=3)
+            )
+            # The node to kill: n2 or n3, and not the meta leader (no meta election
+            # on top of the consumer's; moving the meta leader needs the system account).
+            meta = (await cluster.meta_leader()).server_name
+            victim = cluster.server("n3" if meta == "n2" else "n2")
+            spare = "n2" if victim.server_name == "n3" else "n3"
+            await move_consumer_leader(js, stream, "d", spare)
+            statuses = await InboxStatuses.start(js.nc)
+            tasks, subs = await baseline(js)
+
+            acked = Acked()
+            publisher = Publisher(js, subject, acked)
+            deliveries = Deliveries()
+            stop_reader, errors = await _run_reader(consumer, mode, deliveries)
+            publisher.start()
+            await deliveries.wait(lambda: deliveries.count >= 50, 15, "50 deliveries")
+
+            async def fault(kind: str, inject: Callable[[], Awaitable[None]]) -> float:
+                """Inject; wait for the new leader's 409 and 50 more deliveries; the gap."""
+                t0 = now()
+                await inject()
+                t409 = await statuses.wait(
+                    "409", "Leadership Change", since=t0, timeout=CRASH_BOUND + 10
+                )
+                seen = deliveries.count
+                await deliveries.wait(
+                    lambda: deliveries.count >= seen + 50, 15, f"delivery after the {kind}"
+                )
+                resumed = deliveries.first_after(t409)
+                gap = deliveries.gap(t0, resumed)
+                election = t409 - t0
+                logger.warning(
+                    "FIGURE C4 %s %s: gap_s=%.2f election_s=%.2f resume_after_409_s=%.3f errors=%s",
+                    mode,
+                    kind,
+                    gap,
+                    election,
+                    resumed - t409,
+                    [type(e).__name__ for e in errors],
+                )
+                # No stall: pulled again at once on the 409 (RELIABILITY C4, nats.go#2063).
+                assert resumed - t409 <= AFTER_ELECTION, (kind, resumed - t409)
+                return gap
+
+            # 1. A graceful stepdown through the API.
+            await fault("stepdown", lambda: stepdown_consumer(js, stream, "d"))
+
+            # 2. SIGKILL of the consumer leader's node (never the client's n1).
+            assert victim.server_name is not None
+            await move_consumer_leader(js, stream, "d", victim.server_name)
+            gap = await fault("kill", victim.kill)
+            assert gap <= CRASH_BOUND  # RELIABILITY goal 3 (2 x heartbeat + 10 s)
+
+            await publisher.stop()
+            await victim.start()
+            # Every acknowledged message was delivered at least once (acks lost
+            # with the dead leader come back after ack_wait and are acked again).
+            await deliveries.wait(
+                lambda: set(acked.by_seq.values()) <= deliveries.payloads,
+                30,
+                "every acknowledged message delivered",
+            )
+            last = max(acked.by_seq)
+
+            async def all_acked() -> bool:
+                info = await consumer.info()
+                return info.ack_floor.stream_seq == last and info.num_ack_pending == 0
+
+            await wait_until(all_acked, timeout=30, interval=0.2, message="ack floor at the end")
+            await stop_reader()
+            logger.warning(
+                "C4 %s: %d acked, %d deliveries (%d redelivered), %d publish failures",
+                mode,
+                len(acked),
+                deliveries.count,
+                deliveries.count - len(deliveries.first),
+                publisher.failures,
+            )
+            assert not [e for e in errors if "NoHeartbeat" not in type(e).__name__], errors
+            await statuses.close()
+            await wait_stream_leader(js, stream)  # the restarted node caught up
+            await readback(cluster, js, stream, acked)
+            await no_leaks(js, tasks, subs, [stream], {stream: ["d"]})
+        finally:
+            if statuses is not None:
+                await statuses.close()
+            await js.close()

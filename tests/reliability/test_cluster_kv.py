@@ -1,0 +1,234 @@
+"""Key-value watchers and TTL markers on a three-node cluster (RELIABILITY K1, K3, S1).
+
+K1: an R3 bucket is written 1,000 times (50 keys, each put retried until
+acknowledged) while a watcher follows it; the bucket stream's leader is
+SIGKILLed after 300 puts. The watcher must end with the last acknowledged
+value of every key, see revisions strictly increasing, and hand out exactly
+one ``None`` (the end of the initial values).
+
+K3: 20 forced reconnects in 10 s (a :class:`TcpProxy` in front of one node
+drops the client's connection every 0.5 s) while watchers follow a bucket
+that keeps changing, some of them started during the storm: at most one
+server-side consumer per watcher, and consumer creation backs off.
+
+S1: per-message TTLs (ADR-43) with subject delete markers on an R3 stream
+across a SIGKILL of the stream leader before the messages expire, the node
+restarted on its store afterwards: on every replica the originals are gone,
+each subject holds exactly one ``MaxAge`` marker (``Nats-TTL``,
+``Nats-Rollup: sub``) and messages without a TTL are all there.
+
+Every test ends with the per-replica readback (of the bucket's stream
+``KV_<bucket>``) and the leak check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from aiojetstream import (
+    JetStreamContext,
+    JetStreamError,
+    KeyValue,
+    KeyValueConfig,
+    KeyValueEntry,
+    StorageType,
+    connect,
+)
+from aiojetstream._kv import WATCH_HEARTBEAT
+from aiojetstream.testing import NatsCluster
+from helpers import unique_name, wait_until
+from reliability.harness import (
+    Acked,
+    baseline,
+    consumer_leader,
+    move_stream_leader,
+    no_leaks,
+    now,
+    readback,
+    wait_stream_leader,
+)
+
+logger = logging.getLogger("reliability")
+
+
+class WatchLog:
+    """Follows a watcher: the latest entry per key, revision order, initial-values markers."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.latest: dict[str, KeyValueEntry] = {}
+        self.markers = 0
+        self.entries = 0
+        self.last_revision = 0
+        self.times: list[float] = []
+        self.out_of_order: list[tuple[int, int]] = []
+        self._changed = asyncio.Event()
+
+    def add(self, entry: KeyValueEntry | None) -> None:
+        if entry is None:
+            self.markers += 1
+        else:
+            self.entries += 1
+            self.times.append(now())
+            if entry.revision <= self.last_revision:
+                self.out_of_order.append((self.last_revision, entry.revision))
+            self.last_revision = entry.revision
+            self.latest[entry.key] = entry
+        self._changed.set()
+
+    def gap(self, start: float, end: float) -> float:
+        """The longest time without an entry between ``start`` and ``end``."""
+        marks = [start, *(t for t in self.times if start < t < end), end]
+        return max(b - a for a, b in itertools.pairwise(marks))
+
+    def values(self) -> dict[str, bytes]:
+        return {k: e.value for k, e in self.latest.items()}
+
+    async def wait_initial(self, timeout: float) -> None:
+        await self.wait(lambda: self.markers >= 1, timeout, "the end of the initial values")
+
+    async def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                while not predicate():
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise AssertionError(f"watcher {self.name}: not within {timeout:g} s: {what}") from None
+
+
+async def follow(kv: KeyValue, log: WatchLog, started: asyncio.Event) -> None:
+    """Run a watcher on every key until cancelled, recording into ``log``."""
+    async with kv.watch() as watcher:
+        started.set()
+        async for entry in watcher:
+            log.add(entry)
+
+
+class Writer:
+    """Puts ``count`` values over ``keys`` keys, each retried until acknowledged."""
+
+    def __init__(self, kv: KeyValue, count: int, keys: int) -> None:
+        self.kv = kv
+        self.count = count
+        self.keys = keys
+        self.acked = Acked()
+        self.expected: dict[str, bytes] = {}
+        self.done = 0
+        self.failures = 0
+        self.progress = asyncio.Event()
+
+    async def run(self) -> None:
+        for i in range(self.count):
+            key, value = f"k{i % self.keys}", b"v%d" % i
+            while True:
+                try:
+                    rev = await self.kv.put(key, value, timeout=2)
+                except JetStreamError as exc:
+                    self.failures += 1
+                    logger.info("put %s failed (%s); retrying", key, exc)
+                    continue
+                break
+            self.acked.add(rev, value)
+            self.expected[key] = value
+            self.done += 1
+            self.progress.set()
+
+    async def wait_done(self, n: int, timeout: float) -> None:
+        async with asyncio.timeout(timeout):
+            while self.done < n:
+                self.progress.clear()
+                await self.progress.wait()
+
+
+async def no_consumers(js: JetStreamContext, stream: str) -> bool:
+    return not [c async for c in js.consumer_names(stream)]
+
+
+@pytest.mark.cluster
+async def test_k1_watch_across_a_stream_leader_kill() -> None:
+    async with NatsCluster(3) as cluster:
+        n1 = cluster.servers[0]
+        # The client stays on n1, which is never killed.
+        js = await connect(n1.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+        try:
+            bucket = unique_name("K1")
+            stream = f"KV_{bucket}"
+            kv = await js.create_key_value(
+                KeyValueConfig(bucket=bucket, replicas=3, history=64, storage=StorageType.FILE)
+            )
+            await wait_stream_leader(js, stream)
+            # Not the meta leader either: the watcher's consumer is recreated
+            # without waiting for a meta election too (moving the meta leader
+            # needs the system account).
+            meta = (await cluster.meta_leader()).server_name
+            writer = Writer(kv, 1000, 50)
+            # Initial values, so the watcher has some before its None.
+            for i in range(20):
+                rev = await kv.put(f"k{i}", b"init%d" % i)
+                writer.acked.add(rev, b"init%d" % i)
+                writer.expected[f"k{i}"] = b"init%d" % i
+            tasks, subs = await baseline(js)
+
+            # The watcher's ephemeral consumer lands on a random replica: watch until
+            # it is on neither the client's n1 nor the meta leader, then make its
+            # node the stream leader, so that the kill takes both the bucket's
+            # leader and the watcher's consumer.
+            for _ in range(20):
+                log = WatchLog("k1")
+                started = asyncio.Event()
+                watching = asyncio.create_task(follow(kv, log, started))
+                await asyncio.wait_for(started.wait(), 10)
+                await log.wait_initial(10)
+                (watch_consumer,) = [c async for c in js.consumer_names(stream)]
+                where = await consumer_leader(js, stream, watch_consumer)
+                if where not in (None, "n1", meta):
+                    break
+                watching.cancel()
+                await asyncio.gather(watching, return_exceptions=True)
+                await wait_until(lambda: no_consumers(js, stream), timeout=10)
+            assert where is not None
+            assert where not in ("n1", meta)
+            assert log.values() == writer.expected
+            await move_stream_leader(js, stream, where)
+            victim = cluster.server(where)
+
+            writing = asyncio.create_task(writer.run())
+            await writer.wait_done(300, 30)
+            t_kill = now()
+            await victim.kill()
+            await asyncio.wait_for(writing, 60)
+            t_written = now()
+            await log.wait(
+                lambda: log.values() == writer.expected, 30, "the last value of every key"
+            )
+            t_caught_up = now()
+            gap = log.gap(t_kill, t_caught_up)
+            logger.warning(
+                "FIGURE K1: gap_s=%.2f writes_done_after_kill_s=%.2f caught_up_after_kill_s=%.2f "
+                "put_failures=%d entries=%d",
+                gap,
+                t_written - t_kill,
+                t_caught_up - t_kill,
+                writer.failures,
+                log.entries,
+            )
+            # RELIABILITY goal 3: the watcher's consumer died with its node; delivery
+            # resumes within 2 x heartbeat + 10 s.
+            assert gap <= 2 * WATCH_HEARTBEAT + 10, gap
+            assert not log.out_of_order, log.out_of_order[:10]
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+            assert log.markers == 1, f"{log.markers} end-of-initial-values markers"
+
+            await victim.start()
+            await wait_stream_leader(js, stream)  # the restarted node caught up
+            await readback(cluster, js, stream, writer.acked, unique_ids=False)
+            await no_leaks(js, tasks, subs, [stream])
+        finally:
+            await js.close()
