@@ -14,6 +14,7 @@ from . import _consumer as C
 from . import _features as F
 from . import _headers as H
 from . import _kv as KV
+from . import _object as OBJ
 from . import _publish as P
 from . import _schedule as S
 from . import _ttl_rules as T
@@ -35,6 +36,8 @@ from ._models import (
     to_wire,
 )
 from ._models.kv import KeyValueConfig
+from ._models.obj import ObjectStoreConfig
+from ._object import ObjectStore
 from ._ordered import OrderedConsumer
 from ._schedule import Schedule
 from ._stream import Stream
@@ -486,6 +489,56 @@ class JetStreamContext:
     def key_value_store_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Async-iterate the names of the buckets (streams ``KV_*`` on ``$KV.*.>``)."""
         return KV.key_value_store_names(self, timeout)
+
+    # ------------------------------------------------------------ object store
+
+    async def create_object_store(
+        self, config: ObjectStoreConfig, *, timeout: float | None = None
+    ) -> ObjectStore:
+        """Create an object store bucket: the stream ``OBJ_<bucket>`` (ADR-20).
+
+        Creating a bucket that exists with the same configuration succeeds. See
+        ``docs/object-store.md``.
+
+        Raises:
+            StreamNameInUseError: the bucket exists with another configuration.
+
+        """
+        return await OBJ.create_object_store(self, config, timeout)
+
+    async def update_object_store(
+        self, config: ObjectStoreConfig, *, timeout: float | None = None
+    ) -> ObjectStore:
+        """Update an existing object store bucket's configuration.
+
+        Raises:
+            BucketNotFoundError: the bucket does not exist.
+
+        """
+        return await OBJ.update_object_store(self, config, timeout)
+
+    async def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
+        """A handle on an existing object store bucket.
+
+        Raises:
+            BucketNotFoundError: the bucket does not exist.
+            InvalidNameError: the bucket name is invalid.
+
+        """
+        return await OBJ.object_store(self, bucket, timeout)
+
+    async def delete_object_store(self, bucket: str, *, timeout: float | None = None) -> None:
+        """Delete an object store bucket and every object in it.
+
+        Raises:
+            BucketNotFoundError: the bucket does not exist.
+
+        """
+        await OBJ.delete_object_store(self, bucket, timeout)
+
+    def object_store_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
+        """Async-iterate the names of the object store buckets (streams ``OBJ_*`` on ``$O.*``)."""
+        return OBJ.object_store_names(self, timeout)
 
     # ------------------------------------------------------------ counters
 
