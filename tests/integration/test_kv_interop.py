@@ -1,9 +1,11 @@
 """Key-value interoperability: buckets written by nats-py and by the JavaScript client
 (``@nats-io/kv``) read through aiojetstream, and the other way round.
 
-The JavaScript half needs ``node`` and ``npm``: the packages are installed once
+The JavaScript half needs ``node`` and ``npm``: the packages, pinned to the
+exact versions in ``NPM_PACKAGES`` (docs/kv.md names them), are installed once
 into ``~/.cache/aiojetstream-tests/npm`` (``$XDG_CACHE_HOME`` is honoured) and
-reused; the tests skip, saying why, when node, npm or the registry is missing.
+reused. When node, npm or the registry is missing the tests skip, saying why;
+in CI (``CI=true``) they fail instead, so a CI run cannot pass without them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import subprocess
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import nats
 import nats.js.errors
@@ -32,10 +34,12 @@ from aiojetstream import (
     KeyWatcher,
 )
 from aiojetstream.testing import NatsServer
-from helpers import wait_until
+from helpers import unique_name, wait_until
 
 STEP = 10.0
-NPM_PACKAGES = ("@nats-io/kv", "@nats-io/transport-node")
+#: The JavaScript packages, pinned (docs/kv.md, "Other clients", names these
+#: versions). Their own @nats-io dependencies are exact versions too.
+NPM_PACKAGES = {"@nats-io/kv": "3.4.0", "@nats-io/transport-node": "3.4.0"}
 NODE_TIMEOUT = 60.0
 NPM_TIMEOUT = 300.0
 
@@ -88,7 +92,8 @@ async def expect_expiry_marker(
 async def test_bucket_written_by_nats_py(js: JetStreamContext, nats_server: NatsServer) -> None:
     nc = await nats.connect(nats_server.url)
     try:
-        pkv = await nc.jetstream().create_key_value(bucket="frompy", history=5, limit_marker_ttl=1)
+        frompy = unique_name("frompy")
+        pkv = await nc.jetstream().create_key_value(bucket=frompy, history=5, limit_marker_ttl=1)
         a1 = await pkv.put("a", b"1")
         a2 = await pkv.put("a", b"2")
         await pkv.put("b", b"x")
@@ -98,7 +103,7 @@ async def test_bucket_written_by_nats_py(js: JetStreamContext, nats_server: Nats
         await pkv.put("p", b"z")
         await pkv.purge("p", msg_ttl=1)
 
-        kv = await js.key_value("frompy")
+        kv = await js.key_value(frompy)
         # nats-py buckets do not allow direct get: the STREAM.MSG.GET path is used.
         assert not kv.stream.cached_info.config.allow_direct
         entry = await kv.get("a")
@@ -124,12 +129,13 @@ async def test_bucket_written_by_nats_py(js: JetStreamContext, nats_server: Nats
         await kv.update("a", b"3", a2)
         assert (await pkv.get("a")).value == b"3"
         # nats-py turns allow_msg_ttl on for every bucket; an update keeps it.
-        await js.update_key_value(KeyValueConfig(bucket="frompy", history=6, limit_marker_ttl=1))
+        await js.update_key_value(KeyValueConfig(bucket=frompy, history=6, limit_marker_ttl=1))
         assert (await kv.status()).history == 6
-        plain = await nc.jetstream().create_key_value(bucket="pyplain")
+        pyplain = unique_name("pyplain")
+        plain = await nc.jetstream().create_key_value(bucket=pyplain)
         await plain.put("k", b"v")
-        await js.update_key_value(KeyValueConfig(bucket="pyplain", history=2))
-        assert (await (await js.key_value("pyplain")).get("k")).value == b"v"
+        await js.update_key_value(KeyValueConfig(bucket=pyplain, history=2))
+        assert (await (await js.key_value(pyplain)).get("k")).value == b"v"
     finally:
         await nc.close()
 
@@ -137,18 +143,21 @@ async def test_bucket_written_by_nats_py(js: JetStreamContext, nats_server: Nats
 async def test_bucket_written_by_us_read_by_nats_py(
     js: JetStreamContext, nats_server: NatsServer
 ) -> None:
-    kv = await js.create_key_value(KeyValueConfig(bucket="fromours", history=5, limit_marker_ttl=1))
+    kv = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("fromours"), history=5, limit_marker_ttl=1)
+    )
     a1 = await kv.put("a", b"1")
     a2 = await kv.update("a", b"2", a1)
     await kv.put("b", b"x")
     await kv.delete("b")
     await kv.put("c", b"y")
     await kv.purge("c")
-    await kv.create("t", b"short", ttl=1)
+    # A TTL the reads below cannot outlast (the expiry is checked with "e", below).
+    await kv.create("t", b"lasting", ttl=3600)
 
     nc = await nats.connect(nats_server.url)
     try:
-        pkv = await nc.jetstream().key_value("fromours")
+        pkv = await nc.jetstream().key_value(kv.bucket)
         entry = await pkv.get("a")
         assert (entry.value, entry.revision) == (b"2", a2)
         assert (await pkv.get("a", revision=a1)).value == b"1"
@@ -161,23 +170,26 @@ async def test_bucket_written_by_us_read_by_nats_py(
         status = await pkv.status()
         assert (status.history, status.marker_ttl) == (5, 1.0)
 
-        # nats-py's watcher maps our bucket's MaxAge marker to PURGE.
-        watcher: Any = await pkv.watch("t")  # nats-py's watcher is untyped
+        # nats-py's watcher maps our bucket's MaxAge marker to PURGE. It watches
+        # before the key is written: a 1 s key written before a slow start of the
+        # watch could be gone before the watch saw it.
+        watcher: Any = await pkv.watch("e")  # nats-py's watcher is untyped
         try:
+            assert await watcher.updates(STEP) is None  # no initial value
+            await kv.create("e", b"short", ttl=1)
             first = await watcher.updates(STEP)
             assert first is not None
-            assert first.value == b"short"
-            assert await watcher.updates(STEP) is None
+            assert (first.key, first.value) == ("e", b"short")
             marker = await watcher.updates(STEP)
             assert marker is not None
-            assert (marker.key, marker.operation) == ("t", "PURGE")
+            assert (marker.key, marker.operation) == ("e", "PURGE")
         finally:
             await watcher.stop()
         # (nats-py 2.16's get() still returns the marker as an empty entry, and its
         # create() refuses a key whose last revision is a marker: not asserted here.)
         with pytest.raises(KeyNotFoundError):
-            await kv.get("t")
-        assert await kv.create("t", b"again") > 0
+            await kv.get("e")
+        assert await kv.create("e", b"again") > 0
     finally:
         await nc.close()
 
@@ -235,8 +247,29 @@ def _npm_dir() -> Path:
     return Path(base) / "aiojetstream-tests" / "npm"
 
 
+def _installed_version(root: Path, package: str) -> str | None:
+    try:
+        meta = json.loads((root / "node_modules" / package / "package.json").read_text())
+    except (OSError, ValueError):
+        return None
+    version = meta.get("version")
+    return version if isinstance(version, str) else None
+
+
 def _installed(root: Path) -> bool:
-    return all((root / "node_modules" / pkg / "package.json").is_file() for pkg in NPM_PACKAGES)
+    """Every package is installed at its pinned version."""
+    return all(_installed_version(root, pkg) == ver for pkg, ver in NPM_PACKAGES.items())
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1"}
+
+
+def _unavailable(reason: str) -> NoReturn:
+    """Skip, or in CI fail: there the interoperability tests must run."""
+    if in_ci():
+        pytest.fail(f"CI is set and the JavaScript interop tests cannot run: {reason}")
+    pytest.skip(reason)
 
 
 async def _run(*cmd: str, cwd: Path, timeout: float) -> tuple[int, str, str]:
@@ -261,15 +294,16 @@ def node_kv() -> Path:
     """A directory with ``@nats-io/kv`` installed and the test script, or a skip."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None:
-        pytest.skip("node is not installed: the JavaScript interoperability tests need it")
+        _unavailable("node is not installed: the JavaScript interoperability tests need it")
     root = _npm_dir()
+    specs = [f"{pkg}@{ver}" for pkg, ver in NPM_PACKAGES.items()]
     if not _installed(root):
         if npm is None:
-            pytest.skip("npm is not installed: it is needed once to install @nats-io/kv")
+            _unavailable("npm is not installed: it is needed once to install @nats-io/kv")
         root.mkdir(parents=True, exist_ok=True)
         try:
             done = subprocess.run(
-                [npm, "install", "--prefix", str(root), *NPM_PACKAGES],
+                [npm, "install", "--save-exact", "--prefix", str(root), *specs],
                 cwd=root,
                 capture_output=True,
                 text=True,
@@ -277,10 +311,10 @@ def node_kv() -> Path:
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            pytest.skip(f"npm install did not finish in {NPM_TIMEOUT:g} s (registry unreachable?)")
+            _unavailable(f"npm install did not finish in {NPM_TIMEOUT:g} s (registry unreachable?)")
         if done.returncode != 0 or not _installed(root):
-            pytest.skip(
-                f"npm could not install {' '.join(NPM_PACKAGES)} (registry unreachable?): "
+            _unavailable(
+                f"npm could not install {' '.join(specs)} (registry unreachable?): "
                 f"{done.stderr.strip()[-500:]}"
             )
     (root / "kv_interop.mjs").write_text(_SCRIPT)
@@ -301,8 +335,9 @@ async def node_run(root: Path, mode: str, url: str, bucket: str) -> dict[str, An
 async def test_bucket_written_by_javascript(
     js: JetStreamContext, nats_server: NatsServer, node_kv: Path
 ) -> None:
-    wrote = await node_run(node_kv, "write", nats_server.url, "fromjs")
-    kv = await js.key_value("fromjs")
+    fromjs = unique_name("fromjs")
+    wrote = await node_run(node_kv, "write", nats_server.url, fromjs)
+    kv = await js.key_value(fromjs)
     entry = await kv.get("a")
     assert (entry.value, entry.revision) == (b"2", wrote["a2"])
     assert (await kv.get("a", revision=wrote["a1"])).value == b"1"
@@ -315,7 +350,7 @@ async def test_bucket_written_by_javascript(
     assert (status.history, status.limit_marker_ttl) == (5, timedelta(seconds=1))
 
     # JS create(k, v, "1s") expires into a MaxAge marker: a PURGE here.
-    await expect_expiry_marker(kv, "t", lambda: node_run(node_kv, "ttl", nats_server.url, "fromjs"))
+    await expect_expiry_marker(kv, "t", lambda: node_run(node_kv, "ttl", nats_server.url, fromjs))
     assert await all_keys(kv) == ["a"]
     await wait_until(lambda: no_revisions(kv, "p"), STEP)  # JS purge(k, {ttl: "1s"})
 
@@ -323,7 +358,9 @@ async def test_bucket_written_by_javascript(
 async def test_bucket_written_by_us_read_by_javascript(
     js: JetStreamContext, nats_server: NatsServer, node_kv: Path
 ) -> None:
-    kv = await js.create_key_value(KeyValueConfig(bucket="forjs", history=5, limit_marker_ttl=1))
+    kv = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("forjs"), history=5, limit_marker_ttl=1)
+    )
     a1 = await kv.put("a", b"1")
     a2 = await kv.put("a", b"2")
     await kv.put("b", b"x")
@@ -332,7 +369,7 @@ async def test_bucket_written_by_us_read_by_javascript(
     await kv.purge("c")
     t = await kv.create("t", b"short", ttl=60)
 
-    got = await node_run(node_kv, "read", nats_server.url, "forjs")
+    got = await node_run(node_kv, "read", nats_server.url, kv.bucket)
     assert got["get"]["a"] == {"op": "PUT", "value": "2", "revision": a2}
     assert got["a1"] == {"op": "PUT", "value": "1", "revision": a1}
     assert got["get"]["b"]["op"] == "DEL"
@@ -355,11 +392,11 @@ async def test_our_expiry_marker_read_by_javascript(
     # treats limit_marker_ttl as the minimum per-key TTL when history > 1), and
     # markers that stay 30 s: long enough for node to read one.
     kv = await js.create_key_value(
-        KeyValueConfig(bucket="forjs_ttl", history=1, limit_marker_ttl=30)
+        KeyValueConfig(bucket=unique_name("forjs_ttl"), history=1, limit_marker_ttl=30)
     )
     await kv.create("t", b"short", ttl=1)
     await wait_until(lambda: is_gone(kv, "t"), STEP)
-    got = await node_run(node_kv, "get", nats_server.url, "forjs_ttl")
+    got = await node_run(node_kv, "get", nats_server.url, kv.bucket)
     assert got["get"]["t"] is not None
     assert got["get"]["t"]["op"] == "PURGE"
     assert got["get"]["t"]["value"] == ""
