@@ -34,10 +34,15 @@ from typing import Any
 import pytest
 
 from aiojetstream import (
+    Consumer,
     ConsumerConfig,
+    ConsumerInfo,
     JetStreamContext,
     JetStreamError,
+    MessagesContext,
     Msg,
+    StorageType,
+    StreamConfig,
     connect,
 )
 from aiojetstream.testing import NatsCluster
@@ -52,6 +57,7 @@ from reliability.harness import (
     no_leaks,
     now,
     readback,
+    readback_leader,
     stepdown_consumer,
     wait_stream_leader,
 )
@@ -282,4 +288,168 @@ async def test_c4_consumer_leader_stepdown_and_crash(mode: str) -> None:
         finally:
             if statuses is not None:
                 await statuses.close()
+            await js.close()
+
+
+class Ordered:
+    """What one ``messages()`` reader got across the restart: every delivery, in order."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.seqs: list[int] = []
+        self.redelivered: list[int] = []
+        self.times: list[float] = []
+        self.errors: list[JetStreamError] = []
+        self._changed = asyncio.Event()
+        self._it: MessagesContext | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        it = self.consumer.messages(heartbeat=HB, expires=EXPIRES, error_handler=self.errors.append)
+        await it.__aenter__()
+        self._it = it
+        self._task = asyncio.create_task(self._read(it))
+
+    async def _read(self, it: MessagesContext) -> None:
+        async for msg in it:
+            meta = msg.metadata
+            if meta.num_delivered > 1:
+                self.redelivered.append(meta.sequence.stream)
+            self.seqs.append(meta.sequence.stream)
+            self.times.append(now())
+            # Confirmed acks: the durable state before the restart is exact.
+            await msg.double_ack(timeout=10)
+            self._changed.set()
+
+    async def wait_for(self, count: int, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                while len(self.seqs) < count:
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            raise AssertionError(
+                f"{self.consumer.stream_name}: {len(self.seqs)} of {count} delivered"
+            ) from None
+
+    async def stop(self) -> None:
+        assert self._it is not None
+        assert self._task is not None
+        self._it.stop()
+        await asyncio.wait_for(self._task, 10)
+        await self._it.aclose()
+
+
+async def publish_all(js: JetStreamContext, subject: str, acked: Acked, start: int, n: int) -> None:
+    """Store ``m<start>`` .. ``m<start+n-1>``, each id retried until acknowledged."""
+    for i in range(start, start + n):
+        data = b"m%d" % i
+        while True:
+            try:
+                ack = await js.publish(subject, data, msg_id=data.decode(), timeout=2)
+            except JetStreamError as exc:
+                logger.info("publish of %s failed (%s); retrying", data, exc)
+                continue
+            acked.add(ack.seq, data)
+            break
+
+
+def durable_state(info: ConsumerInfo) -> tuple[int, int, int, int, int]:
+    return (
+        info.delivered.stream_seq,
+        info.delivered.consumer_seq,
+        info.ack_floor.stream_seq,
+        info.num_ack_pending,
+        info.num_pending,
+    )
+
+
+@pytest.mark.reliability
+async def test_c6_restart_two_of_three_nodes_r1_and_r3() -> None:
+    """Both restarted nodes are down at once: the R3 stream loses its quorum, and
+    one of them holds the R1 stream. ``messages()`` readers wait through it."""
+    async with NatsCluster(3) as cluster:
+        js = await connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+        readers: list[Ordered] = []
+        try:
+            r3, r1 = unique_name("C6R3"), unique_name("C6R1")
+            await create_r3_stream(js, r3, [f"{r3}.>"])
+            await js.create_stream(
+                StreamConfig(
+                    name=r1, subjects=[f"{r1}.>"], storage=StorageType.FILE, num_replicas=1
+                )
+            )
+            await wait_routable(js, f"{r1}.x")
+            r1_node = await wait_stream_leader(js, r1)
+            r3_leader = await wait_stream_leader(js, r3)
+            other = next(n for n in ("n1", "n2", "n3") if n != r1_node)
+            second = r3_leader if r3_leader != r1_node else other
+            restarted = [cluster.server(r1_node), cluster.server(second)]
+            consumers = {
+                r3: await js.create_consumer(
+                    r3, ConsumerConfig(durable_name="d", num_replicas=3, ack_wait=30)
+                ),
+                r1: await js.create_consumer(r1, ConsumerConfig(durable_name="d", ack_wait=30)),
+            }
+            tasks, subs = await baseline(js)
+            acked = {r3: Acked(), r1: Acked()}
+            for name in (r3, r1):
+                await publish_all(js, f"{name}.x", acked[name], 0, 100)
+                readers.append(Ordered(consumers[name]))
+            for reader in readers:
+                await reader.start()
+                await reader.wait_for(100, 30)
+            before = {name: durable_state(await c.info()) for name, c in consumers.items()}
+            for state in before.values():
+                assert state == (100, 100, 100, 0, 0), state
+
+            t0 = now()
+            await asyncio.gather(*(node.restart() for node in restarted))
+            t_up = now()
+            await wait_stream_leader(js, r3)
+            await wait_stream_leader(js, r1)
+            for name, c in consumers.items():
+
+                async def state_back(c: Consumer = c) -> bool:
+                    try:
+                        return (await c.info(timeout=2)).cluster is not None
+                    except JetStreamError:
+                        return False
+
+                await wait_until(state_back, timeout=30, interval=0.2, message=f"{name}/d back")
+                after = durable_state(await c.info())
+                assert after == before[name], (name, before[name], after)
+
+            for name in (r3, r1):
+                await publish_all(js, f"{name}.x", acked[name], 100, 100)
+            for reader in readers:
+                await reader.wait_for(200, 60)
+            resumed = [reader.times[100] - t_up for reader in readers]
+            logger.warning(
+                "FIGURE C6: nodes_down_s=%.2f resume_after_restart_s r3=%.2f r1=%.2f "
+                "(first new delivery after both nodes were back; includes the republish) "
+                "restarted=%s errors=%s",
+                t_up - t0,
+                resumed[0],
+                resumed[1],
+                [n.server_name for n in restarted],
+                [[type(e).__name__ for e in reader.errors] for reader in readers],
+            )
+            for reader in readers:
+                name = reader.consumer.stream_name
+                # In order, nothing lost, nothing delivered twice (the ack floor was kept).
+                assert reader.seqs == list(range(1, 201)), (name, reader.seqs[95:110])
+                assert not reader.redelivered, (name, reader.redelivered[:10])
+                await reader.stop()
+            readers.clear()
+            for name, c in consumers.items():
+                assert durable_state(await c.info()) == (200, 200, 200, 0, 0), name
+
+            await readback(cluster, js, r3, acked[r3])
+            await readback_leader(js, r1, acked[r1])
+            await no_leaks(js, tasks, subs, [r3, r1], {r3: ["d"], r1: ["d"]})
+        finally:
+            for reader in readers:
+                with contextlib.suppress(JetStreamError, TimeoutError, AssertionError):
+                    await reader.stop()
             await js.close()
