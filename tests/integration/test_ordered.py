@@ -16,7 +16,7 @@ from aiojetstream import (
     StreamConfig,
     StreamNotFoundError,
 )
-from helpers import wait_until
+from helpers import unique_name, wait_until
 
 
 async def fill(js: JetStreamContext, count: int, start: int = 0) -> None:
@@ -27,8 +27,9 @@ async def fill(js: JetStreamContext, count: int, start: int = 0) -> None:
 
 @pytest.fixture
 async def stream(js: JetStreamContext) -> str:
-    await js.create_stream(StreamConfig(name="ORD", subjects=["ord.>"], storage=StorageType.MEMORY))
-    return "ORD"
+    name = unique_name("ORD")
+    await js.create_stream(StreamConfig(name=name, subjects=["ord.>"], storage=StorageType.MEMORY))
+    return name
 
 
 async def test_messages_in_order(js: JetStreamContext, stream: str) -> None:
