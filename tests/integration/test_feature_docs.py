@@ -15,6 +15,7 @@ PAGES = {
     "atomic-batch.md": 2,
     "batch-get.md": 2,
     "counters.md": 2,
+    "object-store.md": 8,
     "priority-groups.md": 4,
     "schedules.md": 2,
 }
