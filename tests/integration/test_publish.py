@@ -25,19 +25,22 @@ from aiojetstream import (
     WrongLastMsgIdError,
     WrongLastSequenceError,
 )
+from aiojetstream._context import DEFAULT_MAX_PENDING
+from helpers import unique_name
 
 
 @pytest.fixture
 async def stream(js: JetStreamContext) -> str:
+    name = unique_name("PUB")
     await js.create_stream(
         StreamConfig(
-            name="PUB",
+            name=name,
             subjects=["pub.>"],
             storage=StorageType.MEMORY,
             duplicate_window=timedelta(minutes=1),
         )
     )
-    return "PUB"
+    return name
 
 
 async def test_publish_returns_pub_ack(js: JetStreamContext, stream: str) -> None:
@@ -100,7 +103,7 @@ async def test_expected_last_msg_id_mismatch(js: JetStreamContext, stream: str) 
 
 async def test_ttl_publish(js: JetStreamContext) -> None:
     stream = await js.create_stream(
-        StreamConfig(name="TTL", subjects=["ttl.>"], allow_msg_ttl=True)
+        StreamConfig(name=unique_name("TTL"), subjects=["ttl.>"], allow_msg_ttl=True)
     )
     cases: list[tuple[int | timedelta | str, str]] = [
         (60, "60"),
@@ -179,13 +182,24 @@ async def test_max_payload_counts_headers(js: JetStreamContext, stream: str) -> 
 
 
 async def test_publish_async_window_and_complete(js: JetStreamContext) -> None:
-    await js.create_stream(StreamConfig(name="ASYNC", subjects=["async.>"]))
-    futures = [await js.publish_async("async.a", str(i).encode()) for i in range(2000)]
-    assert js.publish_async_pending <= 4000
+    """The default window (4000) fills and holds; publish_async_complete waits for all.
+
+    (This checked ``pending <= 4000`` after 2000 publishes: it could not fail.)
+    More publishes than the window, with no await in between that could let an
+    ack in, fill it exactly: the peak is the window, never more.
+    """
+    await js.create_stream(StreamConfig(name=unique_name("ASYNC"), subjects=["async.>"]))
+    total = DEFAULT_MAX_PENDING + 1000
+    peak = 0
+    futures = []
+    for i in range(total):
+        futures.append(await js.publish_async("async.a", str(i).encode()))
+        peak = max(peak, js.publish_async_pending)
+    assert peak == DEFAULT_MAX_PENDING
     await js.publish_async_complete(timeout=30)
     assert js.publish_async_pending == 0
     acks = [f.result() for f in futures]
-    assert [a.seq for a in acks] == list(range(1, 2001))
+    assert [a.seq for a in acks] == list(range(1, total + 1))
 
 
 async def test_publish_async_bounded_window(nats_server: object) -> None:
@@ -194,18 +208,20 @@ async def test_publish_async_bounded_window(nats_server: object) -> None:
 
     assert isinstance(nats_server, NatsServer)
     async with await aiojetstream.connect(nats_server.url, publish_async_max_pending=8) as js:
+        name = unique_name("WIN")
         await js.create_stream(
-            StreamConfig(name="WIN", subjects=["win"], storage=StorageType.MEMORY)
+            StreamConfig(name=name, subjects=["win"], storage=StorageType.MEMORY)
         )
         peak = 0
         futures = []
         for i in range(500):
             futures.append(await js.publish_async("win", str(i).encode()))
             peak = max(peak, js.publish_async_pending)
-        assert peak <= 8
+        assert peak == 8  # reached (the bound was exercised), never exceeded
         await js.publish_async_complete(timeout=30)
-        assert all(f.result().stream == "WIN" for f in futures)
-        await js.delete_stream("WIN")
+        assert [f.result().seq for f in futures] == list(range(1, 501))
+        assert all(f.result().stream == name for f in futures)
+        await js.delete_stream(name)
 
 
 async def test_publish_async_errors_are_typed(js: JetStreamContext, stream: str) -> None:
