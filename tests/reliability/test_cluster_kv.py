@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 import pytest
 
@@ -36,9 +37,13 @@ from aiojetstream import (
     KeyValue,
     KeyValueConfig,
     KeyValueEntry,
+    MessageNotFoundError,
+    RawStreamMessage,
     StorageType,
+    Stream,
     connect,
 )
+from aiojetstream._headers import parse_ttl_header
 from aiojetstream._kv import WATCH_HEARTBEAT
 from aiojetstream.testing import NatsCluster
 from helpers import unique_name, wait_until
@@ -46,6 +51,8 @@ from reliability.harness import (
     Acked,
     baseline,
     consumer_leader,
+    create_r3_stream,
+    each_leader,
     move_stream_leader,
     no_leaks,
     now,
@@ -232,3 +239,160 @@ async def test_k1_watch_across_a_stream_leader_kill() -> None:
             await no_leaks(js, tasks, subs, [stream])
         finally:
             await js.close()
+
+
+# --------------------------------------------------------------------------- S1
+
+#: S1: per-message TTL of the expiring messages, and the markers' own TTL.
+MSG_TTL = 5
+MARKER_TTL = 120
+MARKER_REASON = "Nats-Marker-Reason"
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("when", ["before_expiry", "first_markers"])
+async def test_s1_ttl_markers_across_a_stream_leader_crash(when: str) -> None:
+    """20 subjects get one message each with a TTL of 5 to 8 s, 10 others a message
+    without; the stream leader is SIGKILLed before anything expires
+    (``before_expiry``), or once it has written the first markers and the other
+    subjects have yet to expire (``first_markers``), and restarted on its store
+    once every marker is there. ``max_msgs_per_subject=1`` keeps the server from
+    raising the TTLs to the marker TTL (ADR-43); ``allow_direct`` is off, so
+    ``get_msg`` and ``STREAM.INFO`` are answered by the leader of the moment."""
+    async with NatsCluster(3) as cluster:
+        js = await connect(
+            cluster.servers[0].url, max_reconnect_attempts=-1, reconnect_time_wait=0.1
+        )
+        try:
+            name = unique_name("S1")
+            await create_r3_stream(
+                js,
+                name,
+                [f"{name}.>"],
+                allow_msg_ttl=True,
+                subject_delete_marker_ttl=MARKER_TTL,
+                max_msgs_per_subject=1,
+                allow_direct=False,
+            )
+            stream = await js.stream(name)
+            meta = (await cluster.meta_leader()).server_name
+            victim = cluster.server("n3" if meta == "n2" else "n2")
+            assert victim.server_name is not None
+            await move_stream_leader(js, name, victim.server_name)
+            tasks, subs = await baseline(js)
+
+            kept = Acked()
+            for i in range(10):
+                ack = await js.publish(f"{name}.keep.{i}", b"keep%d" % i)
+                kept.add(ack.seq, b"keep%d" % i)
+            expiring: dict[str, int] = {}
+            for i in range(20):
+                ack = await js.publish(f"{name}.ttl.{i}", b"gone%d" % i, ttl=MSG_TTL + i % 4)
+                expiring[f"{name}.ttl.{i}"] = ack.seq
+            t_published = now()
+
+            async def markers() -> int:
+                """Subjects whose last message is a marker (-1: no leader answers)."""
+                n = 0
+                for subject in expiring:
+                    try:
+                        last = await stream.get_last_msg_for_subject(subject, timeout=2)
+                    except MessageNotFoundError:
+                        continue
+                    except JetStreamError:
+                        return -1
+                    n += bool(last.headers and MARKER_REASON in last.headers)
+                return n
+
+            if when == "first_markers":
+                await wait_until(
+                    lambda: markers_at_least(markers, 1), timeout=30, message="a first marker"
+                )
+            before_kill = await markers()
+            await victim.kill()
+            t_kill = now()
+            if when == "before_expiry":
+                assert t_kill - t_published < MSG_TTL - 1, "killed after the first expiry"
+                assert before_kill == 0
+            else:
+                assert 0 < before_kill < len(expiring), before_kill
+            await wait_stream_leader(js, name, avoid=[victim.server_name], current=False)
+            t_leader = now()
+            await wait_until(
+                lambda: markers_at_least(markers, len(expiring)),
+                timeout=30,
+                interval=0.2,
+                message="a marker on every subject",
+            )
+            t_marked = now()
+            await victim.start()
+            await wait_stream_leader(js, name)  # the restarted node caught up
+            logger.warning(
+                "FIGURE S1 %s: leader_elected_after_kill_s=%.2f (upper bound, polled) "
+                "all_markers_after_last_expiry_s=%.2f markers_before_kill=%d",
+                when,
+                t_leader - t_kill,
+                t_marked - (t_published + MSG_TTL + 3),
+                before_kill,
+            )
+
+            # Twice round, so that every node leads once after each of the others.
+            checked = []
+            for _ in range(2):
+                async for node in each_leader(cluster, js, name):
+                    await check_ttl_replica(stream, node, kept, expiring)
+                    checked.append(node)
+            assert len(checked) == 6, checked
+            await readback(cluster, js, name, kept)
+            await no_leaks(js, tasks, subs, [name])
+        finally:
+            await js.close()
+
+
+async def markers_at_least(count: Callable[[], Awaitable[int]], n: int) -> bool:
+    return await count() >= n
+
+
+async def check_ttl_replica(
+    stream: Stream, node: str, kept: Acked, expiring: dict[str, int]
+) -> None:
+    """What ``node`` (the leader now) stores: the kept messages and one marker per subject."""
+    info = await stream.info()
+    state = info.state
+    stored: list[RawStreamMessage] = []
+    for seq in range(state.first_seq, state.last_seq + 1):
+        try:
+            stored.append(await stream.get_msg(seq))
+        except MessageNotFoundError:
+            continue
+    by_seq = {m.seq: m for m in stored}
+    resurrected = [s for s in expiring.values() if s in by_seq]
+    assert not resurrected, f"{node}: expired originals stored again: {resurrected}"
+    for seq, data in kept.by_seq.items():
+        assert seq in by_seq, f"{node}: kept message {seq} missing"
+        assert by_seq[seq].data == data, f"{node}: kept message {seq} changed"
+    markers: dict[str, list[RawStreamMessage]] = {}
+    for m in stored:
+        if m.seq not in kept.by_seq:
+            markers.setdefault(m.subject, []).append(m)
+    assert set(markers) == set(expiring), (node, sorted(markers), sorted(expiring))
+    for subject, found in markers.items():
+        assert len(found) == 1, f"{node}: {len(found)} markers on {subject}: {found}"
+        (marker,) = found
+        headers = marker.headers or {}
+        assert headers.get(MARKER_REASON) == "MaxAge", (node, headers)
+        ttl = headers.get("Nats-TTL")
+        assert ttl is not None, (node, headers)
+        assert parse_ttl_header(ttl) == timedelta(seconds=MARKER_TTL), (node, headers)
+        assert headers.get("Nats-Rollup") == "sub", (node, headers)
+        assert marker.data == b"", (node, marker.data)
+        assert marker.seq > expiring[subject], (node, marker.seq)
+    assert state.messages == len(kept) + len(expiring), (node, state)
+    logger.warning(
+        "S1 replica %s: %d kept, %d markers, no original left (first_seq %d, last_seq %d)",
+        node,
+        len(kept),
+        len(markers),
+        state.first_seq,
+        state.last_seq,
+    )
