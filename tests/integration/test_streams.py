@@ -20,6 +20,7 @@ from aiojetstream import (
     StreamNameInUseError,
     StreamNotFoundError,
 )
+from helpers import unique_name
 
 
 async def test_account_info(js: JetStreamContext) -> None:
@@ -29,13 +30,14 @@ async def test_account_info(js: JetStreamContext) -> None:
 
 
 async def test_create_get_update_delete(js: JetStreamContext) -> None:
-    cfg = StreamConfig(name="S1", subjects=["s1.>"], storage=StorageType.MEMORY)
+    name = unique_name("S1")
+    cfg = StreamConfig(name=name, subjects=["s1.>"], storage=StorageType.MEMORY)
     stream = await js.create_stream(cfg)
-    assert stream.name == "S1"
+    assert stream.name == name
     assert stream.cached_info.config.subjects == ["s1.>"]
     # Creating again with the same config is idempotent.
     again = await js.create_stream(cfg)
-    assert again.name == "S1"
+    assert again.name == name
     # A different config under the same name is refused.
     with pytest.raises(StreamNameInUseError) as info:
         await js.create_stream(cfg.model_copy(update={"subjects": ["other.>"]}))
@@ -45,18 +47,18 @@ async def test_create_get_update_delete(js: JetStreamContext) -> None:
         cfg.model_copy(update={"max_age": timedelta(hours=1), "description": "d"})
     )
     assert updated.cached_info.config.max_age == timedelta(hours=1)
-    fetched = await js.stream("S1")
+    fetched = await js.stream(name)
     assert fetched.cached_info.config.description == "d"
     info2 = await fetched.info()
     assert isinstance(info2, StreamInfo)
     assert info2.state.messages == 0
 
-    await js.delete_stream("S1")
+    await js.delete_stream(name)
     with pytest.raises(StreamNotFoundError) as nf:
-        await js.stream("S1")
+        await js.stream(name)
     assert nf.value.err_code == 10059
     with pytest.raises(StreamNotFoundError):
-        await js.delete_stream("S1")
+        await js.delete_stream(name)
 
 
 async def test_update_missing_stream(js: JetStreamContext) -> None:
@@ -65,7 +67,7 @@ async def test_update_missing_stream(js: JetStreamContext) -> None:
 
 
 async def test_create_or_update(js: JetStreamContext) -> None:
-    cfg = StreamConfig(name="CU", subjects=["cu.>"], storage=StorageType.MEMORY)
+    cfg = StreamConfig(name=unique_name("CU"), subjects=["cu.>"], storage=StorageType.MEMORY)
     created = await js.create_or_update_stream(cfg)
     assert created.cached_info.config.max_msgs == -1
     updated = await js.create_or_update_stream(cfg.model_copy(update={"max_msgs": 10}))
@@ -89,34 +91,36 @@ async def test_invalid_stream_names_are_rejected_before_sending(
 
 async def test_paging_over_more_than_256_streams(js: JetStreamContext) -> None:
     count = 300
+    prefix = unique_name("P")
 
     async def make(i: int) -> None:
         await js.create_stream(
-            StreamConfig(name=f"P{i:03d}", subjects=[f"p.{i}"], storage=StorageType.MEMORY)
+            StreamConfig(name=f"{prefix}_{i:03d}", subjects=[f"p.{i}"], storage=StorageType.MEMORY)
         )
 
     for start in range(0, count, 50):
         await asyncio.gather(*(make(i) for i in range(start, min(start + 50, count))))
     names = [n async for n in js.stream_names()]
-    assert sorted(names) == [f"P{i:03d}" for i in range(count)]
+    assert sorted(names) == [f"{prefix}_{i:03d}" for i in range(count)]
     infos = [i async for i in js.list_streams()]
     assert len(infos) == count
     assert {i.config.name for i in infos} == set(names)
     filtered = [n async for n in js.stream_names(subject="p.7")]
-    assert filtered == ["P007"]
-    assert [i.config.name async for i in js.list_streams(subject="p.299")] == ["P299"]
+    assert filtered == [f"{prefix}_007"]
+    assert [i.config.name async for i in js.list_streams(subject="p.299")] == [f"{prefix}_299"]
 
 
 async def test_stream_name_by_subject(js: JetStreamContext) -> None:
-    await js.create_stream(StreamConfig(name="BYSUB", subjects=["bysub.*"]))
-    assert await js.stream_name_by_subject("bysub.x") == "BYSUB"
+    name = unique_name("BYSUB")
+    await js.create_stream(StreamConfig(name=name, subjects=["bysub.*"]))
+    assert await js.stream_name_by_subject("bysub.x") == name
     with pytest.raises(StreamNotFoundError):
         await js.stream_name_by_subject("nothing.here")
 
 
 async def test_purge_forms_return_counts(js: JetStreamContext) -> None:
     stream = await js.create_stream(
-        StreamConfig(name="PURGE", subjects=["purge.*"], storage=StorageType.MEMORY)
+        StreamConfig(name=unique_name("PURGE"), subjects=["purge.*"], storage=StorageType.MEMORY)
     )
     for i in range(10):
         await js.publish(f"purge.{'a' if i % 2 else 'b'}", b"x")
@@ -135,7 +139,7 @@ async def test_purge_forms_return_counts(js: JetStreamContext) -> None:
 
 @pytest.mark.parametrize("direct", [True, False])
 async def test_get_msg_direct_and_not(js: JetStreamContext, direct: bool) -> None:
-    name = "DIRECT" if direct else "NODIRECT"
+    name = unique_name("DIRECT" if direct else "NODIRECT")
     stream = await js.create_stream(
         StreamConfig(name=name, subjects=[f"{name}.>"], allow_direct=direct)
     )
@@ -164,7 +168,7 @@ async def test_get_msg_direct_and_not(js: JetStreamContext, direct: bool) -> Non
 
 @pytest.mark.parametrize("erase", [False, True])
 async def test_delete_msg(js: JetStreamContext, erase: bool) -> None:
-    stream = await js.create_stream(StreamConfig(name="DEL", subjects=["del.>"]))
+    stream = await js.create_stream(StreamConfig(name=unique_name("DEL"), subjects=["del.>"]))
     for i in range(3):
         await js.publish("del.x", str(i).encode())
     await stream.delete_msg(2, erase=erase)
@@ -182,7 +186,7 @@ async def test_delete_msg(js: JetStreamContext, erase: bool) -> None:
 
 async def test_info_subjects_filter(js: JetStreamContext) -> None:
     stream = await js.create_stream(
-        StreamConfig(name="SUBJ", subjects=["subj.>"], storage=StorageType.MEMORY)
+        StreamConfig(name=unique_name("SUBJ"), subjects=["subj.>"], storage=StorageType.MEMORY)
     )
     for i in range(5):
         await js.publish(f"subj.{i % 3}", b"x")
