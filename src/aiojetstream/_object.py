@@ -573,12 +573,13 @@ class ObjectStore:
         pending: deque[asyncio.Future[PubAck]] = deque()
         acked = False
         js = self._js
+        ack_wait = self._wait(timeout)  # _discard waits this long for chunks in flight
         try:
             async for chunk in rechunk(pieces, size):
                 sha.update(chunk)
                 total += len(chunk)
                 count += 1
-                pending.append(await js.publish_async(chunk_subject, chunk, timeout=timeout))
+                pending.append(await js.publish_async(chunk_subject, chunk, timeout=ack_wait))
                 while pending and (len(pending) >= window or pending[0].done()):
                     await pending[0]  # raises the chunk's error
                     pending.popleft()
@@ -764,6 +765,10 @@ class ObjectStore:
             info = await store.info(link.name, timeout=timeout)
         if info.size and info.digest is None:
             raise DigestMismatchError(f"object {info.name!r} has no digest to check its data by")
+        if (info.size or info.chunks) and not info.nuid:
+            raise InvalidResponseError(
+                f"the info of object {info.name!r} has no nuid: its chunks can not be found"
+            )
         return ObjectResult(store, info, timeout)
 
     async def get_bytes(self, name: str, *, timeout: float | None = None) -> bytes:

@@ -22,6 +22,7 @@ from aiojetstream import (
     InvalidHeaderError,
     InvalidNameError,
     InvalidOptionError,
+    InvalidResponseError,
     JetStreamContext,
     JetStreamError,
     MaxBytesExceededError,
@@ -402,6 +403,12 @@ async def test_reads_other_digest_spellings(js: JetStreamContext) -> None:
     await store._publish_info(info.model_copy(update={"digest": "MD5=abc", "mtime": None}), None)
     with pytest.raises(DigestMismatchError, match="not a SHA-256"):
         await store.get_bytes("obj")
+    await store._publish_info(info.model_copy(update={"digest": None, "mtime": None}), None)
+    with pytest.raises(DigestMismatchError, match="no digest"):
+        await store.get("obj")
+    await store._publish_info(info.model_copy(update={"nuid": None, "mtime": None}), None)
+    with pytest.raises(InvalidResponseError, match="no nuid"):
+        await store.get("obj")
 
 
 # --------------------------------------------------------------------------- info, meta, delete
