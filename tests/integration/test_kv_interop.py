@@ -3,22 +3,18 @@
 
 The JavaScript half needs ``node`` and ``npm``: the packages, pinned to the
 exact versions in ``NPM_PACKAGES`` (docs/kv.md names them), are installed once
-into ``~/.cache/aiojetstream-tests/npm`` (``$XDG_CACHE_HOME`` is honoured) and
-reused. When node, npm or the registry is missing the tests skip, saying why;
-in CI (``CI=true``) they fail instead, so a CI run cannot pass without them.
+into a cache directory and reused (see ``node_interop``). When node, npm or the
+registry is missing the tests skip, saying why; in CI (``CI=true``) they fail
+instead, so a CI run cannot pass without them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import shutil
-import subprocess
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import nats
 import nats.js.errors
@@ -35,13 +31,12 @@ from aiojetstream import (
 )
 from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
+from node_interop import node_packages, run_node
 
 STEP = 10.0
 #: The JavaScript packages, pinned (docs/kv.md, "Other clients", names these
 #: versions). Their own @nats-io dependencies are exact versions too.
 NPM_PACKAGES = {"@nats-io/kv": "3.4.0", "@nats-io/transport-node": "3.4.0"}
-NODE_TIMEOUT = 60.0
-NPM_TIMEOUT = 300.0
 
 
 async def next_item(w: KeyWatcher) -> KeyValueEntry | None:
@@ -242,94 +237,14 @@ console.log(JSON.stringify(out));
 """
 
 
-def _npm_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "aiojetstream-tests" / "npm"
-
-
-def _installed_version(root: Path, package: str) -> str | None:
-    try:
-        meta = json.loads((root / "node_modules" / package / "package.json").read_text())
-    except (OSError, ValueError):
-        return None
-    version = meta.get("version")
-    return version if isinstance(version, str) else None
-
-
-def _installed(root: Path) -> bool:
-    """Every package is installed at its pinned version."""
-    return all(_installed_version(root, pkg) == ver for pkg, ver in NPM_PACKAGES.items())
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"true", "1"}
-
-
-def _unavailable(reason: str) -> NoReturn:
-    """Skip, or in CI fail: there the interoperability tests must run."""
-    if in_ci():
-        pytest.fail(f"CI is set and the JavaScript interop tests cannot run: {reason}")
-    pytest.skip(reason)
-
-
-async def _run(*cmd: str, cwd: Path, timeout: float) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *cmd,
-        cwd=cwd,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
 @pytest.fixture(scope="module")
 def node_kv() -> Path:
-    """A directory with ``@nats-io/kv`` installed and the test script, or a skip."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None:
-        _unavailable("node is not installed: the JavaScript interoperability tests need it")
-    root = _npm_dir()
-    specs = [f"{pkg}@{ver}" for pkg, ver in NPM_PACKAGES.items()]
-    if not _installed(root):
-        if npm is None:
-            _unavailable("npm is not installed: it is needed once to install @nats-io/kv")
-        root.mkdir(parents=True, exist_ok=True)
-        try:
-            done = subprocess.run(
-                [npm, "install", "--save-exact", "--prefix", str(root), *specs],
-                cwd=root,
-                capture_output=True,
-                text=True,
-                timeout=NPM_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            _unavailable(f"npm install did not finish in {NPM_TIMEOUT:g} s (registry unreachable?)")
-        if done.returncode != 0 or not _installed(root):
-            _unavailable(
-                f"npm could not install {' '.join(specs)} (registry unreachable?): "
-                f"{done.stderr.strip()[-500:]}"
-            )
-    (root / "kv_interop.mjs").write_text(_SCRIPT)
-    return root
+    """A directory with ``@nats-io/kv`` installed and the test script (a skip; in CI a failure)."""
+    return node_packages(NPM_PACKAGES, {"kv_interop.mjs": _SCRIPT})
 
 
 async def node_run(root: Path, mode: str, url: str, bucket: str) -> dict[str, Any]:
-    node = shutil.which("node")
-    assert node is not None
-    rc, out, err = await _run(
-        node, str(root / "kv_interop.mjs"), mode, url, bucket, cwd=root, timeout=NODE_TIMEOUT
-    )
-    assert rc == 0, f"node failed ({rc}): {err}"
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return result
+    return await run_node(root, "kv_interop.mjs", mode, url, bucket)
 
 
 async def test_bucket_written_by_javascript(
