@@ -28,15 +28,18 @@ from aiojetstream import (
     StreamConfig,
     StreamFullError,
 )
-from helpers import wait_until
+from helpers import unique_name, wait_until
 
 MEM = StorageType.MEMORY
 
 
-async def stream_with(js: JetStreamContext, name: str, n: int, **config: object) -> None:
+async def stream_with(js: JetStreamContext, prefix: str, n: int, **config: object) -> str:
+    """A stream of its own (``prefix`` plus a random suffix) with ``n`` messages; its name."""
+    name = unique_name(prefix)
     await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"], storage=MEM, **config))
     for i in range(n):
         await js.publish(f"{name}.{'ab'[i % 2]}", b"%d" % (i + 1))
+    return name
 
 
 async def durable(js: JetStreamContext, stream: str, name: str, **config: object) -> Consumer:
@@ -54,8 +57,8 @@ async def take(consumer: Consumer, n: int, *, ack: bool = True) -> list[int]:
 
 
 async def test_pause_blocks_pulls_and_resume_releases(js: JetStreamContext) -> None:
-    await stream_with(js, "PA", 1)
-    consumer = await durable(js, "PA", "c")
+    stream = await stream_with(js, "PA", 1)
+    consumer = await durable(js, stream, "c")
     until = datetime.now(UTC) + timedelta(minutes=1)
     paused = await consumer.pause(until)
     assert paused.paused is True
@@ -68,29 +71,29 @@ async def test_pause_blocks_pulls_and_resume_releases(js: JetStreamContext) -> N
     assert info.pause_remaining is not None
     with pytest.raises(FetchTimeoutError):
         await consumer.next(expires=1)  # the message is there, the consumer is paused
-    resumed = await js.resume_consumer("PA", "c")
+    resumed = await js.resume_consumer(stream, "c")
     assert resumed.paused is False
     msg = await consumer.next(expires=5)
     assert msg.data == b"1"
     # A timedelta from now, through the context.
-    again = await js.pause_consumer("PA", "c", timedelta(seconds=30))
+    again = await js.pause_consumer(stream, "c", timedelta(seconds=30))
     assert again.paused is True
     assert (await consumer.resume()).paused is False
 
 
 async def test_pause_errors(js: JetStreamContext) -> None:
-    await stream_with(js, "PB", 0)
+    stream = await stream_with(js, "PB", 0)
     with pytest.raises(ConsumerNotFoundError):
-        await js.pause_consumer("PB", "nobody", timedelta(seconds=5))
-    consumer = await durable(js, "PB", "c")
+        await js.pause_consumer(stream, "nobody", timedelta(seconds=5))
+    consumer = await durable(js, stream, "c")
     for bad in (timedelta(seconds=-1), 0, datetime(2020, 1, 1), "soon"):
         with pytest.raises(InvalidOptionError):
             await consumer.pause(bad)  # type: ignore[arg-type]
 
 
 async def test_reset_to_ack_floor_and_to_a_sequence(js: JetStreamContext) -> None:
-    await stream_with(js, "RS", 10)
-    consumer = await durable(js, "RS", "c")
+    stream = await stream_with(js, "RS", 10)
+    consumer = await durable(js, stream, "c")
     assert await take(consumer, 5) == [1, 2, 3, 4, 5]
     assert await take(consumer, 2, ack=False) == [6, 7]
     # None: back to the ack floor + 1, the unacked messages come again.
@@ -101,19 +104,19 @@ async def test_reset_to_ack_floor_and_to_a_sequence(js: JetStreamContext) -> Non
     assert await take(consumer, 2) == [3, 4]
     # Last + 1 is allowed (nothing stored is delivered); beyond is refused client-side.
     assert await consumer.reset(11) == 11
-    with pytest.raises(InvalidOptionError, match="beyond stream 'RS'"):
+    with pytest.raises(InvalidOptionError, match=f"beyond stream '{stream}'"):
         await consumer.reset(12)
     with pytest.raises(InvalidOptionError):
         await consumer.reset(0)
-    await js.publish("RS.a", b"11")
+    await js.publish(f"{stream}.a", b"11")
     msg = await consumer.next(expires=5)
     assert msg.data == b"11"  # the refused reset skipped nothing
 
 
 async def test_reset_of_a_missing_consumer_is_prompt(js: JetStreamContext) -> None:
-    await stream_with(js, "RM", 3)
-    consumer = await durable(js, "RM", "c")
-    await js.delete_consumer("RM", "c")
+    stream = await stream_with(js, "RM", 3)
+    consumer = await durable(js, stream, "c")
+    await js.delete_consumer(stream, "c")
     loop = asyncio.get_running_loop()
     start = loop.time()
     with pytest.raises(ConsumerNotFoundError):
@@ -122,13 +125,13 @@ async def test_reset_of_a_missing_consumer_is_prompt(js: JetStreamContext) -> No
 
 
 async def test_forbidden_resets_are_typed(js: JetStreamContext) -> None:
-    await stream_with(js, "RF", 10)
-    newest = await durable(js, "RF", "new", deliver_policy=DeliverPolicy.NEW)
+    stream = await stream_with(js, "RF", 10)
+    newest = await durable(js, stream, "new", deliver_policy=DeliverPolicy.NEW)
     with pytest.raises(ConsumerResetError) as info:
         await newest.reset(2)
     assert info.value.err_code == 10204
     from_five = await durable(
-        js, "RF", "five", deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=5
+        js, stream, "five", deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=5
     )
     with pytest.raises(ConsumerResetError, match="below start seq"):
         await from_five.reset(2)
@@ -136,40 +139,40 @@ async def test_forbidden_resets_are_typed(js: JetStreamContext) -> None:
 
 
 async def test_clear_backlog_on_limits_and_interest_streams(js: JetStreamContext) -> None:
-    await stream_with(js, "CL", 6)
-    consumer = await durable(js, "CL", "c")
+    stream = await stream_with(js, "CL", 6)
+    consumer = await durable(js, stream, "c")
     assert await consumer.clear_backlog() == 7
     with pytest.raises(FetchTimeoutError):
         await consumer.next(expires=1)
     backlog = await consumer.backlog()
     assert (backlog.pending, backlog.ack_pending, backlog.oldest_unacked_sequence) == (0, 0, None)
-    assert (await js.stream("CL")).cached_info.state.messages == 6  # limits: all kept
+    assert (await js.stream(stream)).cached_info.state.messages == 6  # limits: all kept
 
-    await stream_with(js, "CI", 0, retention=RetentionPolicy.INTEREST)
-    a = await durable(js, "CI", "a")
-    b = await durable(js, "CI", "b")
+    interest = await stream_with(js, "CI", 0, retention=RetentionPolicy.INTEREST)
+    a = await durable(js, interest, "a")
+    b = await durable(js, interest, "b")
     for i in range(4):
-        await js.publish("CI.a", b"%d" % i)
+        await js.publish(f"{interest}.a", b"%d" % i)
     assert await a.clear_backlog() == 5
     # b still needs every message: nothing goes.
-    assert (await js.stream("CI")).cached_info.state.messages == 4
+    assert (await js.stream(interest)).cached_info.state.messages == 4
     assert await b.clear_backlog() == 5
 
     async def emptied() -> bool:
-        return (await js.stream("CI")).cached_info.state.messages == 0
+        return (await js.stream(interest)).cached_info.state.messages == 0
 
     await wait_until(emptied, timeout=5)
 
 
 async def test_skip_older_than_moves_only_this_consumer(js: JetStreamContext) -> None:
-    await stream_with(js, "TT", 4)
-    stored = (await js.stream("TT")).cached_info.state.last_ts
+    stream = await stream_with(js, "TT", 4)
+    stored = (await js.stream(stream)).cached_info.state.last_ts
     cutoff = stored + timedelta(microseconds=1)
     await wait_until(lambda: datetime.now(UTC) > cutoff, timeout=2)
     for i in range(3):
-        await js.publish("TT.a", b"new-%d" % i)
-    mover = await durable(js, "TT", "mover")
-    other = await durable(js, "TT", "other")
+        await js.publish(f"{stream}.a", b"new-%d" % i)
+    mover = await durable(js, stream, "mover")
+    other = await durable(js, stream, "other")
     age = datetime.now(UTC) - cutoff
     assert await mover.skip_older_than(age) == 5
     assert [m.data for m in [await mover.next(expires=5)]] == [b"new-0"]
@@ -187,7 +190,7 @@ async def test_skip_older_than_moves_only_this_consumer(js: JetStreamContext) ->
     with pytest.raises(InvalidOptionError):
         await other.skip_older_than(0)
     # A "from now on" consumer cannot be moved to a sequence: a clear error, nothing sent.
-    newest = await durable(js, "TT", "newest", deliver_policy=DeliverPolicy.NEW)
+    newest = await durable(js, stream, "newest", deliver_policy=DeliverPolicy.NEW)
     with pytest.raises(InvalidOptionError, match="by_start_sequence"):
         await newest.skip_older_than(60)
     with pytest.raises(InvalidOptionError, match="deliver_policy all, by_start_sequence"):
@@ -195,13 +198,15 @@ async def test_skip_older_than_moves_only_this_consumer(js: JetStreamContext) ->
 
 
 async def test_backlog(js: JetStreamContext) -> None:
-    await stream_with(js, "BL", 6)
-    consumer = await durable(js, "BL", "c", filter_subject="BL.b", ack_policy=AckPolicy.EXPLICIT)
-    empty = await durable(js, "BL", "none", filter_subject="BL.none")
+    stream = await stream_with(js, "BL", 6)
+    consumer = await durable(
+        js, stream, "c", filter_subject=f"{stream}.b", ack_policy=AckPolicy.EXPLICIT
+    )
+    empty = await durable(js, stream, "none", filter_subject=f"{stream}.none")
     backlog = await consumer.backlog()
     assert (backlog.pending, backlog.ack_pending, backlog.redelivered) == (3, 0, 0)
     assert backlog.oldest_unacked_sequence == 2  # the first BL.b message
-    first = await (await js.stream("BL")).get_msg(2)
+    first = await (await js.stream(stream)).get_msg(2)
     assert backlog.oldest_unacked_time == first.time
     assert backlog.oldest_unacked_age is not None
     assert backlog.oldest_unacked_age >= timedelta(0)
@@ -220,7 +225,7 @@ async def test_backlog(js: JetStreamContext) -> None:
 
 
 async def test_full_stream_errors_and_hold_when_full(js: JetStreamContext) -> None:
-    await stream_with(
+    stream = await stream_with(
         js,
         "FULL",
         2,
@@ -229,46 +234,46 @@ async def test_full_stream_errors_and_hold_when_full(js: JetStreamContext) -> No
         discard=DiscardPolicy.NEW,
     )
     with pytest.raises(MaxMessagesExceededError) as info:
-        await js.publish("FULL.a", b"3")
+        await js.publish(f"{stream}.a", b"3")
     assert isinstance(info.value, StreamFullError)
     assert info.value.err_code == 10077
 
     # Held: the publish completes once a consumer acks one message.
-    consumer = await durable(js, "FULL", "worker")
+    consumer = await durable(js, stream, "worker")
     sent = js.nc.stats["out_msgs"]
-    held = asyncio.ensure_future(js.publish("FULL.a", b"held", hold_when_full=10))
+    held = asyncio.ensure_future(js.publish(f"{stream}.a", b"held", hold_when_full=10))
     await wait_until(lambda: js.nc.stats["out_msgs"] > sent, timeout=5)  # first attempt out
     assert not held.done()
     assert await take(consumer, 1) == [1]
     ack = await asyncio.wait_for(held, 10)
     assert ack.seq == 3
     assert not ack.duplicate
-    assert (await js.stream("FULL")).cached_info.state.messages == 2
+    assert (await js.stream(stream)).cached_info.state.messages == 2
 
     # Held too long: the StreamFullError, after the time, at most 20 attempts a second.
     before = js.nc.stats["out_msgs"]
     loop = asyncio.get_running_loop()
     start = loop.time()
     with pytest.raises(MaxMessagesExceededError):
-        await asyncio.wait_for(js.publish("FULL.b", b"x", hold_when_full=1.0), 10)
+        await asyncio.wait_for(js.publish(f"{stream}.b", b"x", hold_when_full=1.0), 10)
     took = loop.time() - start
     attempts = js.nc.stats["out_msgs"] - before
     assert 0.9 <= took < 3
     assert 2 <= attempts <= 21
 
     # publish_async: the future completes when there is room.
-    fut = await js.publish_async("FULL.a", b"async", hold_when_full=10)
+    fut = await js.publish_async(f"{stream}.a", b"async", hold_when_full=10)
     assert not fut.done()
     assert await take(consumer, 1) == [2]
     assert (await asyncio.wait_for(fut, 10)).seq == 4
 
 
 async def test_hold_when_full_validation(js: JetStreamContext) -> None:
-    await stream_with(js, "HV", 0)
+    stream = await stream_with(js, "HV", 0)
     before = js.nc.stats["out_msgs"]
     for bad in (0, -1, float("nan"), "1s"):
         with pytest.raises(InvalidOptionError):
-            await js.publish("HV.a", b"x", hold_when_full=bad)  # type: ignore[arg-type]
+            await js.publish(f"{stream}.a", b"x", hold_when_full=bad)  # type: ignore[arg-type]
     assert js.nc.stats["out_msgs"] == before
 
 
@@ -277,7 +282,7 @@ async def test_held_publish_async_keeps_window_order_and_rate(nats_url: str) -> 
 
     js = await aiojetstream.connect(nats_url, publish_async_max_pending=10)
     try:
-        await stream_with(
+        stream = await stream_with(
             js,
             "HA",
             2,
@@ -285,10 +290,12 @@ async def test_held_publish_async_keeps_window_order_and_rate(nats_url: str) -> 
             max_msgs=2,
             discard=DiscardPolicy.NEW,
         )
-        futures = [await js.publish_async("HA.a", b"%d" % i, hold_when_full=30) for i in range(10)]
+        futures = [
+            await js.publish_async(f"{stream}.a", b"%d" % i, hold_when_full=30) for i in range(10)
+        ]
         assert js.publish_async_pending == 10
         # The window is full of held publishes: the producer is held too.
-        eleventh = asyncio.ensure_future(js.publish_async("HA.a", b"10", hold_when_full=30))
+        eleventh = asyncio.ensure_future(js.publish_async(f"{stream}.a", b"10", hold_when_full=30))
         done, _ = await asyncio.wait([eleventh], timeout=1.0)
         assert not done
         before = js.nc.stats["out_msgs"]
@@ -297,7 +304,7 @@ async def test_held_publish_async_keeps_window_order_and_rate(nats_url: str) -> 
         assert retries <= 21  # one shared backoff: <= 20 failed attempts a second
         assert not any(f.done() for f in futures)
         # A consumer works the queue off; every held message goes in, in order, once.
-        worker = await durable(js, "HA", "w")
+        worker = await durable(js, stream, "w")
         stored: list[bytes] = []
         while len(stored) < 13:
             batch = await worker.fetch(5, expires=2)
@@ -317,8 +324,8 @@ async def test_held_publish_async_keeps_window_order_and_rate(nats_url: str) -> 
 async def test_old_servers_are_refused_before_sending(js: JetStreamContext) -> None:
     from aiojetstream import FeatureNotSupportedError
 
-    await stream_with(js, "OLDS", 3)
-    consumer = await durable(js, "OLDS", "c")
+    stream = await stream_with(js, "OLDS", 3)
+    consumer = await durable(js, stream, "c")
     before = js.nc.stats["out_msgs"]
     js._api.level = 3  # what a 2.12 server reports: no CONSUMER.RESET
     for call in (consumer.reset(), consumer.clear_backlog(), consumer.skip_older_than(5)):
