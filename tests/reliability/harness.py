@@ -31,6 +31,7 @@ from aiojetstream import (
     ConsumerConfig,
     JetStreamContext,
     JetStreamError,
+    NoRespondersError,
     StorageType,
     StreamConfig,
 )
@@ -240,14 +241,26 @@ async def _read_all(
     if total == 0:
         return out
     consumer = await _consumer_on(js, stream, node)
+    loop = asyncio.get_running_loop()
+    routable_by = loop.time() + 15
     try:
         while len(out) < total:
-            batch = await consumer.fetch(min(total - len(out), 1000), expires=5)
             got = 0
-            async for msg in batch:
-                got += 1
-                mid = (msg.headers or {}).get("Nats-Msg-Id")
-                out.append((msg.metadata.sequence.stream, msg.data, mid))
+            try:
+                batch = await consumer.fetch(min(total - len(out), 1000), expires=5)
+                async for msg in batch:
+                    got += 1
+                    mid = (msg.headers or {}).get("Nats-Msg-Id")
+                    out.append((msg.metadata.sequence.stream, msg.data, mid))
+            except NoRespondersError:
+                # Right after its creation, a consumer on another node may not
+                # be routable from js's node yet (the interest travels over
+                # another route connection than the create reply): a bounded
+                # retry, as helpers.wait_routable does for streams.
+                if out or got or loop.time() > routable_by:
+                    raise
+                await asyncio.sleep(0.05)
+                continue
             assert got, f"read {len(out)} of {total} messages of {stream}: the rest never came"
     finally:
         await js.delete_consumer(stream, consumer.name)
