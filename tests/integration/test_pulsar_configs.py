@@ -37,7 +37,7 @@ from aiojetstream.pulsar import (
     apply_retention,
     archive_pair,
 )
-from helpers import wait_until
+from helpers import unique_name, wait_until
 
 MEM = StorageType.MEMORY
 STEP = 10.0  # bound of any single await that is not already a bounded request
@@ -152,6 +152,8 @@ def produced_configs() -> list[StreamConfig]:
 async def test_produced_configs_are_accepted_unchanged(
     js: JetStreamContext, config: StreamConfig
 ) -> None:
+    # Its own name on every run (the parameter ids keep the readable one).
+    config = config.model_copy(update={"name": unique_name(config.name)})
     # pedantic: the server refuses instead of adjusting anything it would change.
     stream = await js.create_stream(config, pedantic=True)
     assert_sent_fields_read_back(config, stream.cached_info.config)
@@ -160,18 +162,20 @@ async def test_produced_configs_are_accepted_unchanged(
 
 
 async def test_archive_pair_is_accepted_unchanged(js: JetStreamContext) -> None:
-    pair = archive_pair("PUL_ACC", ["pul.acc.>"], time_minutes=90, size_mb=64)
+    name = unique_name("PUL_ACC")
+    pair = archive_pair(name, ["pul.acc.>"], time_minutes=90, size_mb=64)
     for config in pair:
         got = (await js.create_stream(config, pedantic=True)).cached_info.config
         assert_sent_fields_read_back(config, got)
         assert got.sources == config.sources
         assert got.subjects == config.subjects
-    assert pair[1].name == "PUL_ACC_ARCHIVE"
+    assert pair[1].name == f"{name}_ARCHIVE"
 
 
 async def test_server_config_can_be_updated_to_each_policy(js: JetStreamContext) -> None:
     """A config read back from the server (explicit 2 min duplicate window) updates cleanly."""
-    stream = await js.create_stream(base("PUL_UPD", "pul.upd.>"))
+    name = unique_name("PUL_UPD")
+    stream = await js.create_stream(base(name, "pul.upd.>"))
     current = stream.cached_info.config
     assert current.duplicate_window == timedelta(minutes=2)
 
@@ -200,10 +204,11 @@ async def test_server_config_can_be_updated_to_each_policy(js: JetStreamContext)
 
 
 async def test_default_policy_keeps_nothing_without_consumers(js: JetStreamContext) -> None:
-    await js.create_stream(interest("PUL_INT_NONE", "pul.intnone"))
+    name = unique_name("PUL_INT_NONE")
+    await js.create_stream(interest(name, "pul.intnone"))
     ack = await js.publish("pul.intnone", b"nobody listens")
-    assert (ack.stream, ack.seq) == ("PUL_INT_NONE", 1)  # acked with a sequence...
-    info = await (await js.stream("PUL_INT_NONE")).info()
+    assert (ack.stream, ack.seq) == (name, 1)  # acked with a sequence...
+    info = await (await js.stream(name)).info()
     assert info.state.messages == 0  # ...but not stored: no subscription, no backlog
     assert info.state.last_seq == 1
 
@@ -211,18 +216,19 @@ async def test_default_policy_keeps_nothing_without_consumers(js: JetStreamConte
 async def test_default_policy_removes_a_message_once_every_consumer_acked(
     js: JetStreamContext,
 ) -> None:
-    await js.create_stream(interest("PUL_INT_ACK", "pul.intack"))
-    first = await durable(js, "PUL_INT_ACK", "first")
-    second = await durable(js, "PUL_INT_ACK", "second")
+    name = unique_name("PUL_INT_ACK")
+    await js.create_stream(interest(name, "pul.intack"))
+    first = await durable(js, name, "first")
+    second = await durable(js, name, "second")
     await js.publish("pul.intack", b"backlog")
-    assert await messages(js, "PUL_INT_ACK") == 1
+    assert await messages(js, name) == 1
 
     await ack_all(await fetch(first, 1))
-    assert await messages(js, "PUL_INT_ACK") == 1  # still in the second one's backlog
+    assert await messages(js, name) == 1  # still in the second one's backlog
     await ack_all(await fetch(second, 1))
 
     async def gone() -> bool:
-        return await messages(js, "PUL_INT_ACK") == 0
+        return await messages(js, name) == 0
 
     await wait_until(gone, timeout=STEP, message="acked message still stored")
 
@@ -231,8 +237,9 @@ async def test_default_policy_removes_a_message_once_every_consumer_acked(
 
 
 async def test_archive_keeps_what_the_interest_stream_lets_go(js: JetStreamContext) -> None:
-    await create_pair(js, "PUL_ORD", ["pul.ord.>"], consumers=1)
-    app = await js.consumer("PUL_ORD", "app0")
+    name = unique_name("PUL_ORD")
+    await create_pair(js, name, ["pul.ord.>"], consumers=1)
+    app = await js.consumer(name, "app0")
     payloads = [f"order-{i}".encode() for i in range(5)]
     for i, payload in enumerate(payloads):
         await js.publish(f"pul.ord.{i}", payload)
@@ -242,10 +249,10 @@ async def test_archive_keeps_what_the_interest_stream_lets_go(js: JetStreamConte
     await ack_all(got)
 
     async def settled() -> bool:
-        return (await messages(js, "PUL_ORD"), await messages(js, "PUL_ORD_ARCHIVE")) == (0, 5)
+        return (await messages(js, name), await messages(js, f"{name}_ARCHIVE")) == (0, 5)
 
     await wait_until(settled, timeout=STEP, message="interest stream empty, archive full")
-    stored = await js.stream("PUL_ORD_ARCHIVE")
+    stored = await js.stream(f"{name}_ARCHIVE")
     kept = [await stored.get_msg(seq) for seq in range(1, 6)]
     assert [m.data for m in kept] == payloads
     assert [m.subject for m in kept] == [f"pul.ord.{i}" for i in range(5)]
@@ -253,14 +260,15 @@ async def test_archive_keeps_what_the_interest_stream_lets_go(js: JetStreamConte
 
 async def test_archive_keeps_what_no_consumer_has_yet(js: JetStreamContext) -> None:
     """The archive has every message; the interest stream only the unacked backlog."""
-    await create_pair(js, "PUL_BACK", ["pul.back"], consumers=1)
-    app = await js.consumer("PUL_BACK", "app0")
+    name = unique_name("PUL_BACK")
+    await create_pair(js, name, ["pul.back"], consumers=1)
+    app = await js.consumer(name, "app0")
     for i in range(4):
         await js.publish("pul.back", str(i).encode())
     await ack_all(await fetch(app, 1))
 
     async def settled() -> bool:
-        return (await messages(js, "PUL_BACK"), await messages(js, "PUL_BACK_ARCHIVE")) == (3, 4)
+        return (await messages(js, name), await messages(js, f"{name}_ARCHIVE")) == (3, 4)
 
     await wait_until(settled, timeout=STEP, message="backlog of 3 kept, archive of 4")
     assert (await app.info()).num_pending == 3
@@ -269,12 +277,13 @@ async def test_archive_keeps_what_no_consumer_has_yet(js: JetStreamContext) -> N
 async def test_archive_keeps_messages_published_with_no_subscription(
     js: JetStreamContext,
 ) -> None:
-    await create_pair(js, "PUL_NOSUB", ["pul.nosub"], consumers=0)
+    name = unique_name("PUL_NOSUB")
+    await create_pair(js, name, ["pul.nosub"], consumers=0)
     for i in range(3):
         await js.publish("pul.nosub", str(i).encode())
 
     async def settled() -> bool:
-        counts = (await messages(js, "PUL_NOSUB"), await messages(js, "PUL_NOSUB_ARCHIVE"))
+        counts = (await messages(js, name), await messages(js, f"{name}_ARCHIVE"))
         return counts == (0, 3)
 
     await wait_until(settled, timeout=STEP, message="only the archive retains the messages")
@@ -284,13 +293,14 @@ async def test_archive_keeps_messages_published_with_no_subscription(
 
 
 async def test_producer_exception_refuses_when_the_backlog_is_full(js: JetStreamContext) -> None:
+    name = unique_name("PUL_FULL_B")
     config = apply_backlog_quota(
-        interest("PUL_FULL_B", "pul.fullb"),
+        interest(name, "pul.fullb"),
         limit_bytes=400,
         policy=BacklogQuotaPolicy.PRODUCER_EXCEPTION,
     )
     await js.create_stream(config)
-    reader = await durable(js, "PUL_FULL_B", "reader")  # makes the messages a backlog
+    reader = await durable(js, name, "reader")  # makes the messages a backlog
     stored = 0
     refused: StreamFullError | None = None
     for _ in range(20):
@@ -303,7 +313,7 @@ async def test_producer_exception_refuses_when_the_backlog_is_full(js: JetStream
     assert isinstance(refused, MaxBytesExceededError)
     assert 1 <= stored < 4  # ~100 B payload + subject + overhead each, 400 B quota
     assert (refused.code, refused.err_code) == (503, 10077)
-    assert await messages(js, "PUL_FULL_B") == stored
+    assert await messages(js, name) == stored
 
     # The connection stays up (Pulsar disconnects) and an ack makes room again.
     await ack_all(await fetch(reader, 1))
@@ -312,29 +322,31 @@ async def test_producer_exception_refuses_when_the_backlog_is_full(js: JetStream
 
 
 async def test_producer_exception_on_a_message_count(js: JetStreamContext) -> None:
+    name = unique_name("PUL_FULL_M")
     config = apply_backlog_quota(
-        interest("PUL_FULL_M", "pul.fullm"),
+        interest(name, "pul.fullm"),
         limit_bytes=1 << 20,
         policy=BacklogQuotaPolicy.PRODUCER_EXCEPTION,
     ).model_copy(update={"max_msgs": 2})
     await js.create_stream(config)
-    await durable(js, "PUL_FULL_M", "reader")
+    await durable(js, name, "reader")
     await js.publish("pul.fullm", b"1")
     await js.publish("pul.fullm", b"2")
     with pytest.raises(MaxMessagesExceededError) as full:
         await js.publish("pul.fullm", b"3")
     assert full.value.err_code == 10077
-    assert await messages(js, "PUL_FULL_M") == 2
+    assert await messages(js, name) == 2
 
 
 async def test_producer_exception_per_subject(js: JetStreamContext) -> None:
+    name = unique_name("PUL_FULL_S")
     config = apply_backlog_quota(
-        interest("PUL_FULL_S", "pul.fulls.*"),
+        interest(name, "pul.fulls.*"),
         limit_bytes=1 << 20,
         policy=BacklogQuotaPolicy.PRODUCER_EXCEPTION,
     ).model_copy(update={"max_msgs_per_subject": 1, "discard_new_per_subject": True})
     await js.create_stream(config)
-    await durable(js, "PUL_FULL_S", "reader")
+    await durable(js, name, "reader")
     await js.publish("pul.fulls.a", b"a1")
     with pytest.raises(MaxMessagesPerSubjectExceededError) as full:
         await js.publish("pul.fulls.a", b"a2")
@@ -344,13 +356,14 @@ async def test_producer_exception_per_subject(js: JetStreamContext) -> None:
 
 
 async def test_producer_request_hold_waits_for_room(js: JetStreamContext) -> None:
+    name = unique_name("PUL_HOLD")
     config = apply_backlog_quota(
-        interest("PUL_HOLD", "pul.hold"),
+        interest(name, "pul.hold"),
         limit_bytes=1 << 20,
         policy=BacklogQuotaPolicy.PRODUCER_REQUEST_HOLD,
     ).model_copy(update={"max_msgs": 1})
     await js.create_stream(config)
-    reader = await durable(js, "PUL_HOLD", "reader")
+    reader = await durable(js, name, "reader")
     await js.publish("pul.hold", b"first")
 
     # Nothing acks: the hold gives up with the server's refusal.
@@ -366,17 +379,18 @@ async def test_producer_request_hold_waits_for_room(js: JetStreamContext) -> Non
         held.cancel()
     assert ack.seq == 2
     assert [m.data for m in await fetch(reader, 1)] == [b"held"]
-    assert await messages(js, "PUL_HOLD") == 1
+    assert await messages(js, name) == 1
 
 
 # --------------------------------------------------------------------------- (d) eviction
 
 
 async def test_backlog_eviction_drops_the_oldest_for_every_consumer(js: JetStreamContext) -> None:
-    config = apply_backlog_quota(interest("PUL_EVICT", "pul.evict"), limit_bytes=600, policy=EVICT)
+    name = unique_name("PUL_EVICT")
+    config = apply_backlog_quota(interest(name, "pul.evict"), limit_bytes=600, policy=EVICT)
     await js.create_stream(config)
-    slow = await durable(js, "PUL_EVICT", "slow")
-    idle = await durable(js, "PUL_EVICT", "idle")
+    slow = await durable(js, name, "slow")
+    idle = await durable(js, name, "idle")
 
     await js.publish("pul.evict", b"a" * 100)
     await js.publish("pul.evict", b"b" * 100)
@@ -386,7 +400,7 @@ async def test_backlog_eviction_drops_the_oldest_for_every_consumer(js: JetStrea
     for i in range(10):
         ack = await js.publish("pul.evict", bytes([65 + i]) * 100)  # never refused
     last_seq = ack.seq
-    state = (await (await js.stream("PUL_EVICT")).info()).state
+    state = (await (await js.stream(name)).info()).state
     assert 0 < state.messages < 12
     assert state.first_seq > 2  # both in-flight messages were evicted
     assert state.bytes <= 600
@@ -409,27 +423,31 @@ async def test_backlog_eviction_drops_the_oldest_for_every_consumer(js: JetStrea
 
 
 async def test_message_age_eviction_expires_the_backlog(js: JetStreamContext) -> None:
-    config = apply_backlog_quota(interest("PUL_AGE", "pul.age"), limit_time=0.5, policy=EVICT)
+    name = unique_name("PUL_AGE")
+    # max_age 2 s (was 0.5 s): the backlog check right after the publish must come
+    # before the expiry, also on a loaded machine.
+    config = apply_backlog_quota(interest(name, "pul.age"), limit_time=2, policy=EVICT)
     await js.create_stream(config)
-    reader = await durable(js, "PUL_AGE", "reader")
+    reader = await durable(js, name, "reader")
     await js.publish("pul.age", b"old")
     assert (await reader.info()).num_pending == 1
 
     async def expired() -> bool:
-        return await messages(js, "PUL_AGE") == 0 and (await reader.info()).num_pending == 0
+        return await messages(js, name) == 0 and (await reader.info()).num_pending == 0
 
     await wait_until(expired, timeout=STEP, message="unacked message outlived max_age")
 
 
 async def test_an_archived_streams_consumers_list(js: JetStreamContext) -> None:
     """The server's source consumer (ack policy flow_control) parses like any other."""
-    origin, archive = archive_pair("LSTO", ["lsto.>"], time_minutes=5, size_mb=-1)
+    name = unique_name("LSTO")
+    origin, archive = archive_pair(name, ["lsto.>"], time_minutes=5, size_mb=-1)
     await js.create_stream(origin)
     await js.create_stream(archive)
 
     async def sourced() -> bool:
-        return len([c async for c in js.list_consumers("LSTO")]) == 1
+        return len([c async for c in js.list_consumers(name)]) == 1
 
     await wait_until(sourced, timeout=10)
-    infos = [c async for c in js.list_consumers("LSTO")]
+    infos = [c async for c in js.list_consumers(name)]
     assert infos[0].config.ack_policy is AckPolicy.FLOW_CONTROL
