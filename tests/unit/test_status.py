@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
+from nats.aio.client import Client as NatsClient
 
 from aiojetstream import (
     APIError,
@@ -15,7 +16,7 @@ from aiojetstream import (
     NoRespondersError,
     PinIdMismatchError,
 )
-from aiojetstream._headers import encode_headers
+from aiojetstream._headers import decode_headers, encode_headers
 from aiojetstream._status import (
     SEVERITY,
     Severity,
@@ -352,3 +353,67 @@ def test_user_message_blocks_are_never_statuses(headers: dict[str, str]) -> None
     block = encode_headers(headers)
     assert not is_status(block)
     assert parse_status(block) is None
+
+
+# --------------------------------------------------------------------------- as nats-py reads them
+
+# What the server sends: a description and header values without surrounding
+# blanks, keys that are tokens (unique here: nats-py keeps the last value of a
+# repeated key where decode_headers joins them).
+SERVER_DESCRIPTIONS = DESCRIPTIONS.map(str.strip) | st.text(
+    alphabet=st.characters(exclude_characters="\r\n", exclude_categories=["Cs"]), max_size=30
+).map(str.strip)
+SERVER_KEYS = st.sampled_from(
+    ["Nats-Pending-Messages", "Nats-Pending-Bytes", "Nats-Last-Consumer", "Nats-Pin-Id"]
+) | st.from_regex(r"[A-Za-z][A-Za-z0-9-]{0,15}", fullmatch=True)
+SERVER_VALUES = st.integers(0, 2**40).map(str) | st.text(
+    alphabet=st.characters(exclude_characters="\r\n\x00", exclude_categories=["Cs"]), max_size=12
+).map(str.strip)
+
+
+@given(
+    st.integers(100, 999),
+    SERVER_DESCRIPTIONS,
+    st.dictionaries(SERVER_KEYS, SERVER_VALUES, max_size=4),
+)
+async def test_status_blocks_parse_as_nats_py(
+    code: int, description: str, headers: dict[str, str]
+) -> None:
+    # RELIABILITY G3 "status and description parsed exactly": the same code,
+    # description and headers as nats-py's own header parser finds.
+    # nats-py reads a status line without a description but with headers
+    # wrongly (b"NATS/1.0 100\r\nA: b\r\n\r\n" gets the description
+    # "\nA: b"); the server sends descriptions with headers.
+    assume(description or not headers)
+    first = f"NATS/1.0 {code} {description}" if description else f"NATS/1.0 {code}"
+    block = (
+        first + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    ).encode()
+    expected = await NatsClient()._process_headers(block)
+    assert expected is not None
+
+    status = parse_status(block)
+    assert status is not None
+    assert is_status(block)
+    assert str(status.code) == expected.pop("Status")
+    assert status.description == expected.pop("Description", "")
+    assert decode_headers(block) == (expected or None, str(code), description or None)
+    pending = {"nats-pending-messages": 0, "nats-pending-bytes": 0}
+    for key, value in expected.items():
+        if key.lower() in pending:
+            pending[key.lower()] = int(value) if value.isascii() and value.isdigit() else 0
+    assert status.headers == {k: v for k, v in expected.items() if k.lower() not in pending}
+    assert status.pending_messages == pending["nats-pending-messages"]
+    assert status.pending_bytes == pending["nats-pending-bytes"]
+
+
+@given(st.binary(max_size=120))
+def test_decode_headers_survives_any_block(block: bytes) -> None:
+    headers, status, description = decode_headers(block)
+    assert headers is None or all(
+        isinstance(k, str) and k and isinstance(v, str) for k, v in headers.items()
+    )
+    assert status is None or isinstance(status, str)
+    assert description is None or isinstance(description, str)
+    decode_headers(b"NATS/1.0 " + block)
+    decode_headers(b"NATS/1.0\r\n" + block)
