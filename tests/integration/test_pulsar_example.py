@@ -1,4 +1,10 @@
-"""``examples/pulsar_style.py`` runs end to end against the session's server."""
+"""``examples/pulsar_style.py`` runs end to end against a server of its own.
+
+The example creates and deletes fixed stream names (``PULSAR_ORDERS``); on the
+shared session server a second run would re-create them right after the first
+deleted them, which nats-server (2.15.1) can answer with the deleted stream's
+messages.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,10 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from aiojetstream.testing import NatsServer
 
@@ -14,8 +23,19 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pulsar_style.py"
 TIMEOUT = 120.0
 
 
-def test_pulsar_style_example(nats_server: NatsServer) -> None:
-    env = {**os.environ, "NATS_URL": nats_server.url}
+@pytest.fixture
+def own_server() -> Iterator[NatsServer]:
+    """A server started for this test only."""
+    server = NatsServer()
+    server.start_sync()
+    try:
+        yield server
+    finally:
+        server.stop_sync()
+
+
+def test_pulsar_style_example(own_server: NatsServer) -> None:
+    env = {**os.environ, "NATS_URL": own_server.url}
     done = subprocess.run(
         [sys.executable, str(EXAMPLE)],
         env=env,
@@ -26,7 +46,7 @@ def test_pulsar_style_example(nats_server: NatsServer) -> None:
     )
     out = done.stdout
     assert done.returncode == 0, f"exit {done.returncode}\n{out}\n{done.stderr[-5000:]}"
-    assert f"Connected to {nats_server.url}" in out
+    assert f"Connected to {own_server.url}" in out
     assert (
         "Created PULSAR_ORDERS (interest, backlog quota 1024 bytes, discard new) and "
         "PULSAR_ORDERS_ARCHIVE (limits, 60 min / 64 MiB, sourcing PULSAR_ORDERS)"

@@ -12,13 +12,17 @@ from aiojetstream.spark import DataLossError, JetStreamSparkWarning
 from aiojetstream.spark._options import parse_source_options
 from aiojetstream.spark._read import RangeReader
 from aiojetstream.testing import NatsServer
+from helpers import unique_name
 
 
-async def fill(js: JetStreamContext, stream: str, n: int) -> None:
+async def fill(js: JetStreamContext, prefix: str, n: int) -> str:
+    """A stream of its own (``prefix`` plus a random suffix) with ``n`` messages; its name."""
+    stream = unique_name(prefix)
     await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
     for i in range(n):
         await js.publish_async(f"{stream}.{'ab'[i % 2]}", b"%d" % i)
     await js.publish_async_complete()
+    return stream
 
 
 async def read_all(reader: RangeReader) -> list[int]:
@@ -31,8 +35,8 @@ async def read_all(reader: RangeReader) -> list[int]:
 async def test_recreates_a_vanished_consumer_at_the_next_sequence(
     js: JetStreamContext, nats_url: str
 ) -> None:
-    await fill(js, "RR1", 5000)
-    opts = parse_source_options({"stream": "RR1", "servers": nats_url}, streaming=False)
+    rr1 = await fill(js, "RR1", 5000)
+    opts = parse_source_options({"stream": rr1, "servers": nats_url}, streaming=False)
     reader = RangeReader(js, opts, 1, 5001)
     first = await reader.next_batch()
     assert first is not None
@@ -40,60 +44,60 @@ async def test_recreates_a_vanished_consumer_at_the_next_sequence(
     assert seqs == list(range(1, len(seqs) + 1))
     assert len(seqs) < 5000
     # Spark held the task past the inactivity threshold: the consumer is gone.
-    names = [n async for n in js.consumer_names("RR1")]
+    names = [n async for n in js.consumer_names(rr1)]
     assert len(names) == 1
-    await js.delete_consumer("RR1", names[0])
+    await js.delete_consumer(rr1, names[0])
     seqs += await read_all(reader)
     assert seqs == list(range(1, 5001))  # no gap, no duplicate
     await reader.aclose()
-    assert [n async for n in js.consumer_names("RR1")] == []
+    assert [n async for n in js.consumer_names(rr1)] == []
 
 
 async def test_range_end_and_filter(js: JetStreamContext, nats_url: str) -> None:
-    await fill(js, "RR2", 100)
+    rr2 = await fill(js, "RR2", 100)
     opts = parse_source_options(
-        {"stream": "RR2", "servers": nats_url, "subject": "RR2.b"}, streaming=False
+        {"stream": rr2, "servers": nats_url, "subject": f"{rr2}.b"}, streaming=False
     )
     reader = RangeReader(js, opts, 10, 31)
     assert await read_all(reader) == list(range(10, 31, 2))
     await reader.aclose()
     # Nothing matches from here on: the read ends at once, without waiting for a fetch.
     opts = parse_source_options(
-        {"stream": "RR2", "servers": nats_url, "subject": "RR2.none"}, streaming=False
+        {"stream": rr2, "servers": nats_url, "subject": f"{rr2}.none"}, streaming=False
     )
     reader = RangeReader(js, opts, 1, 101)
     assert await read_all(reader) == []
     await reader.aclose()
-    assert [n async for n in js.consumer_names("RR2")] == []
+    assert [n async for n in js.consumer_names(rr2)] == []
 
 
 async def test_data_loss_before_the_read_and_after_a_recreation(
     js: JetStreamContext, nats_url: str
 ) -> None:
-    await fill(js, "RR3", 100)
-    stream = await js.stream("RR3")
+    rr3 = await fill(js, "RR3", 100)
+    stream = await js.stream(rr3)
     await stream.purge()  # everything planned is gone before the partition runs
-    strict = parse_source_options({"stream": "RR3", "servers": nats_url}, streaming=False)
+    strict = parse_source_options({"stream": rr3, "servers": nats_url}, streaming=False)
     reader = RangeReader(js, strict, 1, 101)
     with pytest.raises(DataLossError, match=r"1\.\.100"):
         await reader.next_batch()
     await reader.aclose()
 
-    await fill(js, "RR4", 5000)
-    opts = parse_source_options({"stream": "RR4", "servers": nats_url}, streaming=False)
+    rr4 = await fill(js, "RR4", 5000)
+    opts = parse_source_options({"stream": rr4, "servers": nats_url}, streaming=False)
     reader = RangeReader(js, opts, 1, 5001)
     first = await reader.next_batch()
     assert first is not None
     read = first.num_rows
     # The consumer vanished while Spark held the task, and the stream lost a range.
-    names = [n async for n in js.consumer_names("RR4")]
-    await js.delete_consumer("RR4", names[0])
-    await (await js.stream("RR4")).purge(sequence=4001)
+    names = [n async for n in js.consumer_names(rr4)]
+    await js.delete_consumer(rr4, names[0])
+    await (await js.stream(rr4)).purge(sequence=4001)
     with pytest.raises(DataLossError, match=rf"{read + 1}\.\.4000"):
         await reader.next_batch()
     await reader.aclose()
     lenient = parse_source_options(
-        {"stream": "RR4", "servers": nats_url, "failOnDataLoss": "false"}, streaming=False
+        {"stream": rr4, "servers": nats_url, "failOnDataLoss": "false"}, streaming=False
     )
     reader = RangeReader(js, lenient, 1, 5001)
     with pytest.warns(JetStreamSparkWarning):
@@ -107,30 +111,31 @@ def test_stream_reader_offsets_going_backwards_and_lost_gaps(nats_server: NatsSe
 
     from aiojetstream.spark._source import StreamReader
 
-    async def setup() -> None:
+    async def setup() -> str:
         async with await aiojetstream.connect(nats_server.url) as js:
-            await fill(js, "RR5", 1000)
-            await (await js.stream("RR5")).purge(sequence=901)
+            name = await fill(js, "RR5", 1000)
+            await (await js.stream(name)).purge(sequence=901)
+            return name
 
-    asyncio.run(setup())
-    base = {"stream": "RR5", "servers": nats_server.url}
+    rr5 = asyncio.run(setup())
+    base = {"stream": rr5, "servers": nats_server.url}
     reader = StreamReader(parse_source_options(base, streaming=True))
     try:
         # 4.2+: a limit counts from what the stream still holds, not through the gap.
         lenient = StreamReader(
             parse_source_options({**base, "failOnDataLoss": "false"}, streaming=True)
         )
-        assert lenient.latestOffset({"stream": "RR5", "seq": 1}, ReadMaxRows(10)) == {
-            "stream": "RR5",
+        assert lenient.latestOffset({"stream": rr5, "seq": 1}, ReadMaxRows(10)) == {
+            "stream": rr5,
             "seq": 911,
         }
         # 4.0/4.1: latestOffset() has no start; a checkpoint past the end shows in partitions().
         end = reader.latestOffset()
-        assert end == {"stream": "RR5", "seq": 1001}
+        assert end == {"stream": rr5, "seq": 1001}
         with pytest.raises(DataLossError, match="deleted and created again"):
-            reader.partitions({"stream": "RR5", "seq": 2000}, end)
+            reader.partitions({"stream": rr5, "seq": 2000}, end)
         with pytest.warns(JetStreamSparkWarning):
-            assert lenient.partitions({"stream": "RR5", "seq": 2000}, end) == []
+            assert lenient.partitions({"stream": rr5, "seq": 2000}, end) == []
         lenient.stop()
     finally:
         reader.stop()
