@@ -16,6 +16,7 @@ from ._errors import (
     api_error,
 )
 from ._models import from_wire
+from ._validation import validate_filter_subject, validate_name
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -99,8 +100,23 @@ class ApiClient:
         return self.level
 
     def subject(self, template: str, **parts: str) -> str:
-        """The full API subject for a template."""
-        return f"{self.prefix}.{template.format(**parts)}"
+        """The full API subject for a template.
+
+        Every part is checked again here, the one place caller text becomes
+        an API subject: ``stream`` and ``consumer`` must be names (a ``.``,
+        wildcard or whitespace would address another API), ``filter`` a
+        subject filter.
+
+        Raises:
+            InvalidNameError: a stream or consumer name is invalid.
+            InvalidSubjectError: the filter is invalid.
+
+        """
+        checked = {
+            key: validate_filter_subject(value) if key == "filter" else validate_name(value, key)
+            for key, value in parts.items()
+        }
+        return f"{self.prefix}.{template.format(**checked)}"
 
     async def request(
         self,

@@ -106,8 +106,7 @@ class BatchState:
     def __init__(self, batch_id: str) -> None:
         if not isinstance(batch_id, str) or not 0 < len(batch_id) <= MAX_BATCH_ID:
             raise InvalidOptionError(f"a batch id has 1 to {MAX_BATCH_ID} characters")
-        H.validate_header(BATCH_ID, batch_id)
-        self.batch_id = batch_id
+        _, self.batch_id = H.validate_header(BATCH_ID, batch_id)
         #: Messages sent so far.
         self.size = 0
         #: True once committed, discarded or failed.
@@ -214,8 +213,8 @@ class AtomicBatch:
         expected_last_sequence: int | None,
         expected_last_subject_sequence: int | None,
         commit: bool,
-    ) -> tuple[bytes, dict[str, str]]:
-        validate_publish_subject(subject)
+    ) -> tuple[str, bytes, dict[str, str]]:
+        subject = validate_publish_subject(subject)
         data = P.payload_bytes(payload)
         base = P.build_headers(
             headers,
@@ -229,7 +228,7 @@ class AtomicBatch:
         sequence = self._state.check(expected_last_sequence=expected_last_sequence)
         out = self._state.headers(base, sequence, commit=commit)
         P.check_size(self._api.conn, data, P.header_block(out))
-        return data, out
+        return subject, data, out
 
     async def _send(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         self._state.sent()
@@ -296,7 +295,7 @@ class AtomicBatch:
         first = self._state.size == 0
         if first:
             await F.require(self._api, F.ATOMIC_BATCH, timeout)
-        data, hdrs = self._prepare(
+        subject, data, hdrs = self._prepare(
             subject,
             payload,
             headers,
@@ -352,7 +351,7 @@ class AtomicBatch:
             raise BatchClosedError(f"batch {self.batch_id!r} is closed")
         if self._state.size == 0:
             await F.require(self._api, F.ATOMIC_BATCH, timeout)
-        data, hdrs = self._prepare(
+        subject, data, hdrs = self._prepare(
             subject,
             payload,
             headers,

@@ -55,6 +55,7 @@ from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription as NatsSubscription
 
 from ._errors import (
+    AuthorizationError,
     ConnectionClosedError,
     DisconnectedError,
     InvalidHeaderError,
@@ -196,6 +197,10 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     * A ``tls://`` URL always means TLS: it gets a default verifying context
       unless ``tls`` is given, and a server that does not offer TLS is refused
       with :class:`TLSError` before anything (credentials included) is sent.
+    * A failed TLS handshake (untrusted certificate, hostname mismatch) raises
+      :class:`TLSError` at once, without a second attempt (nats-py would then
+      wait forever for the socket of the failed upgrade to close).
+    * Refused credentials raise :class:`AuthorizationError`.
     """
     urls = _split_urls(servers)
     options.setdefault("ping_interval", DEFAULT_PING_INTERVAL)
@@ -209,7 +214,10 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     tls_refusals: list[str] = []
     if wants_tls:
         _guard_tls(nc, tls_refusals)
-    options.setdefault("error_cb", _log_connection_error)
+    connect_errors: list[Exception] = []
+    options["error_cb"] = _initial_error_cb(
+        options.get("error_cb") or _log_connection_error, connect_errors, urls
+    )
     try:
         # nats-py annotates reconnect_time_wait as int but sleeps on any number.
         options["max_reconnect_attempts"] = CONNECT_ATTEMPTS - 1
@@ -217,6 +225,9 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         await nc.connect(servers=urls, **options)
     except (OSError, TimeoutError, nats_errors.Error) as exc:
         last = nc.last_error
+        refused = next((e for e in reversed(connect_errors) if _is_auth_error(e)), None)
+        if refused is not None:
+            raise AuthorizationError(f"{urls} refused the credentials: {refused}") from exc
         if tls_refusals:
             raise TLSError(f"refusing a plaintext connection: {tls_refusals[-1]}") from exc
         if isinstance(last, ssl.SSLError) or isinstance(exc, ssl.SSLError):
@@ -225,9 +236,55 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
             raise ConnectionClosedError(f"could not connect to {urls}: {last or exc}") from exc
         with translate():
             raise
+    finally:
+        connect_errors.append(_CONNECTED)  # the callback only forwards from now on
     nc.options["max_reconnect_attempts"] = reconnect_attempts
     nc.options["reconnect_time_wait"] = reconnect_wait
     return nc
+
+
+#: Marks the end of the initial connection in the error list of _initial_error_cb.
+_CONNECTED = Exception("connected")
+
+
+def _initial_error_cb(
+    forward: Callable[[Exception], Awaitable[None]], seen: list[Exception], urls: list[str]
+) -> Callable[[Exception], Awaitable[None]]:
+    """nats-py's error callback: forwards every error, and ends a failed TLS handshake.
+
+    During the initial connection it records the errors (an authorization
+    error is only told apart there), and raises :class:`TLSError` out of
+    nats-py's connect on an ``ssl.SSLError``: asyncio closed the socket, and
+    nats-py would otherwise retry and then wait forever for the stream of
+    the failed TLS upgrade to close.
+    """
+
+    async def error_cb(exc: Exception) -> None:
+        await forward(exc)
+        if seen and seen[-1] is _CONNECTED:
+            return
+        seen.append(exc)
+        if isinstance(exc, ssl.SSLError):
+            raise TLSError(f"TLS handshake with {urls} failed: {exc}") from exc
+
+    return error_cb
+
+
+#: The server's -ERR texts of refused credentials (nats-py raises them as a plain Error).
+_AUTH_ERRORS = (
+    "authorization violation",
+    "user authentication expired",
+    "user authentication revoked",
+    "account authentication expired",
+)
+
+
+def _is_auth_error(exc: Exception) -> bool:
+    """An ``-ERR`` of refused credentials, such as ``'Authorization Violation'``."""
+    if isinstance(exc, nats_errors.AuthorizationError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, nats_errors.Error) and any(marker in text for marker in _AUTH_ERRORS)
 
 
 class ConnectionListener(Protocol):
@@ -478,7 +535,7 @@ Reply = tuple[bytes, "bytes | None"]
 
 _CRLF = b"\r\n"
 # What nats-py refuses in a subject it publishes to (whitespace would break the protocol).
-_BAD_SUBJECT = re.compile(r"[\s\x00-\x1f\x7f]")
+_BAD_SUBJECT = re.compile(r"[\s\x00-\x1f\x7f\ud800-\udfff]")  # and lone surrogates
 _NO_RESPONDERS = b"NATS/1.0 503"
 
 

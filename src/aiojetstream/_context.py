@@ -41,7 +41,12 @@ from ._object import ObjectStore
 from ._ordered import OrderedConsumer
 from ._schedule import Schedule
 from ._stream import Stream
-from ._validation import validate_filter_subject, validate_name, validate_publish_subject
+from ._validation import (
+    validate_api_prefix,
+    validate_filter_subject,
+    validate_name,
+    validate_publish_subject,
+)
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_MAX_PENDING = 4000
@@ -64,6 +69,12 @@ class JetStreamContext:
         publish_async_timeout: default seconds an asynchronous publish waits for
             its acknowledgement (``timeout`` when None).
 
+    Raises:
+        InvalidNameError: ``domain`` is not a valid name.
+        InvalidSubjectError: ``api_prefix`` is not a valid subject (whitespace,
+            control characters, wildcards): it starts every API subject.
+        InvalidOptionError: another argument is invalid.
+
     """
 
     def __init__(
@@ -79,7 +90,8 @@ class JetStreamContext:
         if timeout <= 0:
             raise InvalidOptionError(f"timeout must be positive, got {timeout!r}")
         if domain is not None:
-            validate_name(domain, "domain")
+            domain = validate_name(domain, "domain")
+        api_prefix = validate_api_prefix(api_prefix)
         self._nc = nc
         self._conn = Conn(nc)
         self._timeout = float(timeout)
@@ -567,11 +579,14 @@ class JetStreamContext:
         expected_last_sequence: int | None,
         expected_last_subject_sequence: int | None,
         expected_last_msg_id: str | None,
-    ) -> tuple[bytes, bytes | None]:
-        """Validate a publish and return its payload and header block (None: no headers)."""
+    ) -> tuple[str, bytes, bytes | None]:
+        """Validate a publish; return its subject (an exact str), payload and header block.
+
+        The header block is None without headers.
+        """
         valid = self._valid_subjects
         if type(subject) is not str or subject not in valid:
-            validate_publish_subject(subject)
+            subject = validate_publish_subject(subject)
             if len(valid) >= _SUBJECT_CACHE:
                 valid.clear()
             valid.add(subject)
@@ -601,7 +616,7 @@ class JetStreamContext:
         limit = self._nc.max_payload
         if limit and len(data) + (len(block) if block else 0) > limit:
             P.check_size(self._conn, data, block)  # raises MaxPayloadExceededError
-        return data, block
+        return subject, data, block
 
     async def publish(
         self,
@@ -670,7 +685,7 @@ class JetStreamContext:
         hold = P.hold_seconds(hold_when_full)
         if hold is not None and msg_id is None:
             msg_id = P.new_msg_id()
-        data, hdrs = self._prepare(
+        subject, data, hdrs = self._prepare(
             subject,
             payload,
             headers,
@@ -724,7 +739,7 @@ class JetStreamContext:
         hold = P.hold_seconds(hold_when_full)
         if hold is not None and msg_id is None:
             msg_id = P.new_msg_id()
-        data, hdrs = self._prepare(
+        subject, data, hdrs = self._prepare(
             subject,
             payload,
             headers,
@@ -771,7 +786,7 @@ class JetStreamContext:
             FeatureNotSupportedError: the server is older than 2.12.
 
         """
-        validate_publish_subject(subject)
+        subject = validate_publish_subject(subject)
         await F.require(self._api, F.SCHEDULES, timeout)
         name = await self.stream_name_by_subject(subject, timeout=timeout)
         reply = await self._api.call(
@@ -803,13 +818,17 @@ async def connect(
     ``async with await aiojetstream.connect(...) as js:``.
     """
     nc = await connect_nats(servers, **nats_options)
-    js = JetStreamContext(
-        nc,
-        domain=domain,
-        api_prefix=api_prefix,
-        timeout=timeout,
-        publish_async_max_pending=publish_async_max_pending,
-        publish_async_timeout=publish_async_timeout,
-    )
+    try:
+        js = JetStreamContext(
+            nc,
+            domain=domain,
+            api_prefix=api_prefix,
+            timeout=timeout,
+            publish_async_max_pending=publish_async_max_pending,
+            publish_async_timeout=publish_async_timeout,
+        )
+    except BaseException:
+        await Conn(nc).close()  # an invalid option: leave no connection behind
+        raise
     js._owns_connection = True
     return js

@@ -50,7 +50,7 @@ def increment_header(delta: object) -> str:
     """
     if isinstance(delta, bool) or not isinstance(delta, int):
         raise InvalidOptionError(f"a counter increment must be an int, got {delta!r}")
-    return f"{delta:+d}"
+    return int.__format__(delta, "+d")  # not an int subclass's own __format__
 
 
 #: A counter value as the server writes it: a decimal integer of any size.
@@ -120,7 +120,7 @@ class Counter:
 
         """
         block = P.header_block({INCR: increment_header(delta)})
-        validate_publish_subject(subject)
+        subject = validate_publish_subject(subject)
         await F.require(self._api, F.COUNTERS, timeout)
         wait = self._api.timeout if timeout is None else timeout
         ack = await P.publish(self._api.conn, subject, b"", block, wait)
@@ -135,7 +135,7 @@ class Counter:
             FeatureNotSupportedError: the server is older than 2.12.
 
         """
-        validate_publish_subject(subject)
+        subject = validate_publish_subject(subject)
         await F.require(self._api, F.COUNTERS, timeout)
         try:
             msg = await self._last(subject, timeout)

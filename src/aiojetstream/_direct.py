@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -38,6 +38,7 @@ from ._errors import (
     DirectBatchGapError,
     InvalidOptionError,
     InvalidResponseError,
+    InvalidSubjectError,
     JetStreamError,
     JetStreamTimeoutError,
     NoRespondersError,
@@ -296,7 +297,12 @@ def last_msgs_request(
             ``up_to_seq`` with ``up_to_time``.
 
     """
-    items = [subjects] if isinstance(subjects, str) else list(subjects)
+    if isinstance(subjects, str):
+        items = [subjects]
+    elif isinstance(subjects, Iterable) and not isinstance(subjects, bytes | bytearray):
+        items = list(subjects)
+    else:
+        raise InvalidSubjectError(f"subjects must be a subject or a list of them, got {subjects!r}")
     if not items:
         raise InvalidOptionError("get_last_msgs_for needs at least one subject")
     body: dict[str, Any] = {"multi_last": [validate_filter_subject(s) for s in items]}

@@ -73,6 +73,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── ConnectionClosedError                            the connection is closed
     ├── DisconnectedError                                the connection dropped while waiting
     ├── TLSError                                         TLS refused or failed (never plaintext)
+    ├── AuthorizationError                               the server refused the credentials
     ├── InvalidResponseError                             the server sent something unparsable
     ├── DirectBatchGapError                              a batch direct get lost a reply
     ├── BatchClosedError                                 the atomic batch was committed or discarded
@@ -106,6 +107,7 @@ __all__ = [
     "APIError",
     "AtomicPublishDisabledError",
     "AtomicPublishError",
+    "AuthorizationError",
     "BadRequestError",
     "BatchClosedError",
     "BatchCommitInvalidError",
@@ -545,6 +547,15 @@ class TLSError(JetStreamError):
     """A ``tls://`` server offered no TLS, or the TLS handshake failed.
 
     aiojetstream never falls back to plaintext for a ``tls://`` URL.
+    """
+
+
+class AuthorizationError(JetStreamError):
+    """The server refused the credentials: an ``Authorization Violation`` while connecting.
+
+    Missing or wrong user and password, token, nkey seed or creds file (JWT).
+    ``connect`` tries each server at most twice, 250 ms apart, then raises
+    this instead of :class:`ConnectionClosedError`; it never retries on its own.
     """
 
 

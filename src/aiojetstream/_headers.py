@@ -36,28 +36,45 @@ HEADER_LINE: Final = b"NATS/1.0\r\n"
 
 # RFC 7230 token characters: what a header key may contain.
 _KEY_RE: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_BAD_VALUE_CHARS: Final = re.compile(r"[\r\n\x00]")
+# What a header value may not contain: control characters other than tab (CR,
+# LF and NUL included), DEL, the Unicode line breaks (U+0085, U+2028, U+2029:
+# str.splitlines() splits there) and lone surrogates (not encodable as UTF-8).
+_BAD_VALUE_CHARS: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029\ud800-\udfff]")
 
 
-def validate_header(key: object, value: object) -> None:
+def _plain(text: str) -> str:
+    # An exact str: a subclass's encode/__format__/__str__ must not run once checked.
+    return text if type(text) is str else str.__str__(text)
+
+
+def validate_header(key: object, value: object) -> tuple[str, str]:
     """Raise :class:`InvalidHeaderError` unless ``key: value`` is a safe header line.
 
     Keys must be non-empty RFC 7230 tokens (no spaces, colons, CR, LF or NUL);
-    values must be strings without CR, LF or NUL.
+    values must be strings without control characters other than tab (so no
+    CR, LF or NUL), DEL, Unicode line separators or lone surrogates; spaces
+    are allowed. Returns the key and value as exact ``str`` (a ``str``
+    subclass is copied), which is what the caller sends.
     """
     if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise InvalidHeaderError(f"invalid header key {key!r}: must be a non-empty RFC 7230 token")
     if not isinstance(value, str):
         raise InvalidHeaderError(f"header {key!r} has a non-str value {value!r}")
-    if _BAD_VALUE_CHARS.search(value):
-        raise InvalidHeaderError(f"header {key!r} has a value containing CR, LF or NUL")
+    value = _plain(value)
+    bad = _BAD_VALUE_CHARS.search(value)
+    if bad is not None:
+        raise InvalidHeaderError(
+            f"header {key!r} has a value containing {bad.group()!r} (CR, LF, NUL, other "
+            "control characters but tab, and line separators are not allowed)"
+        )
+    return _plain(key), value
 
 
 def encode_headers(headers: dict[str, str]) -> bytes:
     """Validate and encode headers as a NATS/1.0 header block (CRLF-terminated)."""
     parts = [HEADER_LINE]
     for key, value in headers.items():
-        validate_header(key, value)
+        key, value = validate_header(key, value)
         parts.append(f"{key}: {value}\r\n".encode())
     parts.append(b"\r\n")
     return b"".join(parts)
@@ -207,7 +224,9 @@ def ttl_header_value(ttl: TTLInput) -> str:
     elif isinstance(ttl, int | float):
         seconds = float(ttl)
     elif isinstance(ttl, str):
-        text = ttl.strip()
+        if _BAD_VALUE_CHARS.search(ttl):
+            raise InvalidTTLError(f"invalid TTL {ttl!r}: control characters are not allowed")
+        text = _plain(ttl).strip()
         if text.lower() == NEVER:
             return NEVER
         try:

@@ -14,7 +14,7 @@ import asyncio
 import enum
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
@@ -57,6 +57,7 @@ from ._models.kv import (
     validate_bucket_name,
 )
 from ._stream import Stream, direct_fields
+from ._validation import exact_str
 
 if TYPE_CHECKING:
     from ._consumer import MessagesContext
@@ -134,7 +135,7 @@ def validate_key(key: object) -> str:
     if problem is not None:
         raise InvalidKeyError(f"invalid key {key!r}: {problem}")
     assert isinstance(key, str)
-    return key
+    return exact_str(key)
 
 
 def validate_key_filter(key: object) -> str:
@@ -148,7 +149,7 @@ def validate_key_filter(key: object) -> str:
     if problem is not None:
         raise InvalidKeyError(f"invalid key filter {key!r}: {problem}")
     assert isinstance(key, str)
-    return key
+    return exact_str(key)
 
 
 def entry_operation(headers: dict[str, str] | None) -> KeyValueOp:
@@ -896,9 +897,13 @@ class KeyValue:
             InvalidKeyError: a filter is invalid.
 
         """
-        filters = [keys] if isinstance(keys, str) else list(keys)
-        for k in filters:
-            validate_key_filter(k)
+        if isinstance(keys, str):
+            filters = [keys]
+        elif isinstance(keys, Iterable) and not isinstance(keys, bytes | bytearray):
+            filters = list(keys)
+        else:
+            raise InvalidKeyError(f"keys must be a key filter or a list of them, got {keys!r}")
+        filters = [validate_key_filter(k) for k in filters]
         if not filters:
             filters = [">"]
         if updates_only:

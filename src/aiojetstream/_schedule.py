@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from . import _headers as H
-from ._errors import InvalidScheduleError, InvalidSubjectError
+from ._errors import InvalidHeaderError, InvalidScheduleError, InvalidSubjectError
 from ._models import format_timestamp
 from ._validation import validate_publish_subject
 
@@ -182,6 +182,7 @@ def schedule_headers(
             schedule, no target, a target with wildcards or equal to the
             schedule subject.
         InvalidTTLError: ``schedule_ttl`` under 1 s or unparsable.
+        InvalidHeaderError: ``headers`` is not a mapping.
 
     """
     if schedule is None:
@@ -204,6 +205,8 @@ def schedule_headers(
         raise InvalidScheduleError(
             f"schedule_target must differ from the schedule subject {subject!r}"
         )
+    if headers is not None and not isinstance(headers, Mapping):
+        raise InvalidHeaderError(f"headers must be a mapping of str to str, got {headers!r}")
     out = dict(headers) if headers else {}
     out[SCHEDULE] = schedule.spec
     out[SCHEDULE_TARGET] = target

@@ -1,4 +1,10 @@
-"""Client-side validation of names and subjects, run before anything is sent."""
+"""Client-side validation of names and subjects, run before anything is sent.
+
+Every validator returns the value as an exact ``str``: a ``str`` subclass is
+copied into a plain string, so that nothing the caller's type overrides
+(``encode``, ``__format__``, ``__str__``) is used once the text has been
+checked. Callers put the returned value on the wire, never the argument.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,16 @@ from ._errors import InvalidNameError, InvalidSubjectError
 
 MAX_NAME_LEN: Final = 255
 
-# Dots, wildcards, path separators, whitespace and control characters.
-_BAD_NAME_CHARS: Final = re.compile(r"[.*>/\\\s\x00-\x1f\x7f]")
-# Whitespace and control characters (CR, LF, NUL, tab, ...).
-_BAD_SUBJECT_CHARS: Final = re.compile(r"[\s\x00-\x1f\x7f]")
+# Dots, wildcards, path separators, whitespace (Unicode's too: U+2028, U+0085, ...),
+# control characters and lone surrogates (not encodable as UTF-8).
+_BAD_NAME_CHARS: Final = re.compile(r"[.*>/\\\s\x00-\x1f\x7f\ud800-\udfff]")
+# Whitespace (Unicode's too), control characters (CR, LF, NUL, tab, ...) and lone surrogates.
+_BAD_SUBJECT_CHARS: Final = re.compile(r"[\s\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def exact_str(value: str) -> str:
+    """``value`` as an exact ``str`` (a subclass instance is copied; a str is returned as is)."""
+    return value if type(value) is str else str.__str__(value)
 
 
 def validate_name(name: object, kind: str = "stream") -> str:
@@ -27,6 +39,7 @@ def validate_name(name: object, kind: str = "stream") -> str:
     """
     if not isinstance(name, str) or not name:
         raise InvalidNameError(f"{kind} name must be a non-empty string, got {name!r}")
+    name = exact_str(name)
     if len(name) > MAX_NAME_LEN:
         raise InvalidNameError(f"{kind} name is longer than {MAX_NAME_LEN} characters")
     bad = _BAD_NAME_CHARS.search(name)
@@ -41,8 +54,9 @@ def validate_name(name: object, kind: str = "stream") -> str:
 def validate_publish_subject(subject: object) -> str:
     """Validate a subject to publish to and return it.
 
-    The subject must be non-empty, contain no whitespace or control characters
-    (CR, LF, NUL, ...), no empty tokens and no wildcard tokens.
+    The subject must be non-empty, contain no whitespace (Unicode line
+    separators included), control characters (CR, LF, NUL, ...) or lone
+    surrogates, no empty tokens and no wildcard tokens.
 
     Raises:
         InvalidSubjectError: the subject is not valid for publishing.
@@ -50,6 +64,7 @@ def validate_publish_subject(subject: object) -> str:
     """
     if not isinstance(subject, str) or not subject:
         raise InvalidSubjectError(f"subject must be a non-empty string, got {subject!r}")
+    subject = exact_str(subject)
     if _BAD_SUBJECT_CHARS.search(subject):
         raise InvalidSubjectError(
             f"invalid subject {subject!r}: whitespace and control characters are not allowed"
@@ -73,6 +88,7 @@ def validate_filter_subject(subject: object) -> str:
     """
     if not isinstance(subject, str) or not subject:
         raise InvalidSubjectError(f"subject filter must be a non-empty string, got {subject!r}")
+    subject = exact_str(subject)
     if _BAD_SUBJECT_CHARS.search(subject):
         raise InvalidSubjectError(
             f"invalid subject filter {subject!r}: whitespace and control characters are not allowed"
@@ -86,3 +102,22 @@ def validate_filter_subject(subject: object) -> str:
                 f"invalid subject filter {subject!r}: '>' must be the last token"
             )
     return subject
+
+
+def validate_api_prefix(prefix: object) -> str:
+    """Validate a JetStream API prefix (``$JS.API``, ``$JS.hub.API``) and return it.
+
+    The prefix starts every API subject, so it follows the rules of a subject
+    to publish to (no whitespace, control characters, empty tokens or
+    wildcards); a trailing ``.`` is dropped.
+
+    Raises:
+        InvalidSubjectError: the prefix is not a valid subject.
+
+    """
+    if not isinstance(prefix, str):
+        raise InvalidSubjectError(f"api_prefix must be a string, got {prefix!r}")
+    try:
+        return validate_publish_subject(exact_str(prefix).rstrip("."))
+    except InvalidSubjectError as exc:
+        raise InvalidSubjectError(f"invalid api_prefix {prefix!r}: {exc}") from None

@@ -16,6 +16,7 @@ EXPECTED = [
     "AtomicBatch",
     "AtomicPublishDisabledError",
     "AtomicPublishError",
+    "AuthorizationError",
     "Backlog",
     "BadRequestError",
     "BatchAck",
