@@ -56,18 +56,17 @@ def build_headers(
         if not isinstance(headers, Mapping):
             raise InvalidHeaderError(f"headers must be a mapping of str to str, got {headers!r}")
         for key, value in headers.items():
-            H.validate_header(key, value)
+            key, value = H.validate_header(key, value)
             out[key] = value
     if msg_id is not None:
-        H.validate_header(H.MSG_ID, msg_id)
+        _, msg_id = H.validate_header(H.MSG_ID, msg_id)
         if not msg_id:
             raise InvalidOptionError("msg_id must not be empty")
         out[H.MSG_ID] = msg_id
     if ttl is not None:
         out[H.TTL] = H.ttl_header_value(ttl)
     if expected_stream is not None:
-        H.validate_header(H.EXPECTED_STREAM, expected_stream)
-        out[H.EXPECTED_STREAM] = expected_stream
+        _, out[H.EXPECTED_STREAM] = H.validate_header(H.EXPECTED_STREAM, expected_stream)
     if expected_last_sequence is not None:
         out[H.EXPECTED_LAST_SEQ] = _sequence(expected_last_sequence, "expected_last_sequence")
     if expected_last_subject_sequence is not None:
@@ -75,15 +74,16 @@ def build_headers(
             expected_last_subject_sequence, "expected_last_subject_sequence"
         )
     if expected_last_msg_id is not None:
-        H.validate_header(H.EXPECTED_LAST_MSG_ID, expected_last_msg_id)
-        out[H.EXPECTED_LAST_MSG_ID] = expected_last_msg_id
+        _, out[H.EXPECTED_LAST_MSG_ID] = H.validate_header(
+            H.EXPECTED_LAST_MSG_ID, expected_last_msg_id
+        )
     return out or None
 
 
 def _sequence(value: object, name: str) -> str:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidOptionError(f"{name} must be a non-negative int, got {value!r}")
-    return str(value)
+    return int.__repr__(value)  # the digits, whatever an int subclass's __str__ says
 
 
 def header_block(headers: dict[str, str] | None) -> bytes | None:
