@@ -37,12 +37,15 @@ from . import _headers as H
 from ._errors import (
     APIError,
     BucketNotFoundError,
+    ClusterUnavailableError,
     DigestMismatchError,
+    DisconnectedError,
     InvalidHeaderError,
     InvalidNameError,
     InvalidOptionError,
     InvalidResponseError,
     JetStreamError,
+    JetStreamNotEnabledError,
     JetStreamTimeoutError,
     MessageNotFoundError,
     ObjectExistsError,
@@ -99,6 +102,10 @@ DIGEST_PREFIX: Final = "SHA-256="
 MAX_NAME_BYTES: Final = 2048
 #: Chunk bytes one put keeps awaiting their acknowledgement (at least 2 chunks).
 PUT_WINDOW_BYTES: Final = 8 * 1024 * 1024
+#: A failed put's cleanup tries for this many times its timeout (a reconnect included).
+CLEANUP_ROUNDS: Final = 3
+#: How long that cleanup waits before asking a server whose JetStream is not back yet again.
+CLEANUP_RETRY_WAIT: Final = 0.25
 #: The most chunks one put keeps awaiting their acknowledgement.
 MAX_WINDOW: Final = 512
 #: Chunk bytes one read keeps buffered (at least 2 chunks, at most 64).
@@ -658,7 +665,7 @@ class ObjectStore:
         if refused:
             return
         try:
-            await self._stream.purge(subject=chunk_subject, timeout=timeout)
+            await self._purge_when_connected(chunk_subject, self._wait(timeout))
         except JetStreamError as exc:
             logger.warning(
                 "could not purge the chunks of a failed put on %s: %s", chunk_subject, exc
@@ -667,6 +674,46 @@ class ObjectStore:
                 f"the chunks written before the failure could not be purged ({exc!r}); "
                 f"purge subject {chunk_subject!r} of stream {self._stream.name!r}"
             )
+
+    async def _purge_when_connected(self, subject: str, wait: float) -> None:
+        """Purge ``subject``, waiting out a reconnect: at most ``CLEANUP_ROUNDS * wait`` seconds.
+
+        A put that failed because the connection dropped may have left chunks
+        in the reconnect buffer; they are written once reconnected, and a purge
+        sent after them removes them. A purge that could not be sent
+        (disconnected) or got no reply is tried again (purging is idempotent).
+        """
+        conn = self._js._conn
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLEANUP_ROUNDS * wait
+        listener = _Reconnected()
+        conn.add_listener(listener)
+        try:
+            while True:
+                listener.event.clear()
+                try:
+                    left = deadline - loop.time()
+                    await self._stream.purge(subject=subject, timeout=max(min(wait, left), 0.1))
+                    return
+                except (DisconnectedError, JetStreamTimeoutError):
+                    if conn.is_closed or loop.time() >= deadline:
+                        raise
+                except (JetStreamNotEnabledError, ClusterUnavailableError):
+                    # Reconnected before the server's JetStream is back (or mid-election).
+                    if loop.time() + CLEANUP_RETRY_WAIT >= deadline:
+                        raise
+                    await asyncio.sleep(CLEANUP_RETRY_WAIT)
+                    continue
+                if not conn.is_connected:
+                    try:
+                        async with asyncio.timeout(deadline - loop.time()):
+                            await listener.event.wait()
+                    except TimeoutError:
+                        raise DisconnectedError(
+                            f"not reconnected within {CLEANUP_ROUNDS * wait:g} s"
+                        ) from None
+        finally:
+            conn.remove_listener(listener)
 
     async def _purge_replaced(self, name: str, nuid: str | None, timeout: float | None) -> None:
         """Purge a replaced version's chunks (the put itself succeeded)."""
@@ -1025,6 +1072,24 @@ class ObjectStore:
         except StreamNotFoundError as exc:
             raise BucketNotFoundError(f"object store {self._bucket!r} not found") from exc
         return ObjectStoreStatus.from_stream_info(info)
+
+
+class _Reconnected:
+    """A connection listener that sets ``event`` when the connection is back (or closed)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def on_disconnected(self) -> None:
+        """Nothing to do: the purge is retried once reconnected."""
+
+    def on_reconnected(self) -> None:
+        """Wake the waiting purge."""
+        self.event.set()
+
+    def on_closed(self) -> None:
+        """Wake the waiting purge (which then gives up)."""
+        self.event.set()
 
 
 def _retrieve(fut: asyncio.Future[PubAck]) -> None:
