@@ -929,34 +929,36 @@ class ObjectStore:
             )
 
     async def add_link(
-        self, name: str, target: ObjectInfo, *, timeout: float | None = None
+        self, name: str, target_info: ObjectInfo, *, timeout: float | None = None
     ) -> ObjectInfo:
-        """Store a link named ``name`` to the object ``target`` (of this or another bucket).
+        """Store a link named ``name`` to the object ``target_info`` (of this or another bucket).
 
         ``get(name)`` then reads the target. A link may replace a link (or a
         deleted object), not a live object.
 
         Args:
             name: the link's name.
-            target: the info of the object to link to (from ``info``, ``put`` or ``list``).
+            target_info: the info of the object to link to (from ``info``, ``put`` or ``list``).
             timeout: seconds to wait for each reply.
 
         Raises:
-            ObjectLinkError: ``target`` is a link or a deleted object.
+            ObjectLinkError: ``target_info`` is a link or a deleted object.
             ObjectExistsError: a live object (not a link) is named ``name``.
 
         """
         name = validate_object_name(name)
-        if not isinstance(target, ObjectInfo):
-            raise InvalidOptionError(f"target must be an ObjectInfo, got {type(target).__name__}")
-        if target.deleted:
-            raise ObjectLinkError(f"can not link to {target.name!r}: it is deleted")
-        if target.is_link:
-            raise ObjectLinkError(f"can not link to {target.name!r}: it is a link itself")
-        validate_bucket_name(target.bucket)
+        if not isinstance(target_info, ObjectInfo):
+            raise InvalidOptionError(
+                f"target_info must be an ObjectInfo, got {type(target_info).__name__}"
+            )
+        if target_info.deleted:
+            raise ObjectLinkError(f"can not link to {target_info.name!r}: it is deleted")
+        if target_info.is_link:
+            raise ObjectLinkError(f"can not link to {target_info.name!r}: it is a link itself")
+        validate_bucket_name(target_info.bucket)
         await self._check_link_name(name, timeout)
         return await self._store_link(
-            name, ObjectLink(bucket=target.bucket, name=target.name), timeout
+            name, ObjectLink(bucket=target_info.bucket, name=target_info.name), timeout
         )
 
     async def add_bucket_link(
