@@ -1,7 +1,10 @@
 """ADR-43 against a real nats-server: TTL stream settings, pedantic mode, limit markers.
 
-Every expiry is awaited with ``wait_until`` (never a fixed sleep); TTLs and
-marker TTLs are 1 s unless a test needs to tell two TTLs apart.
+Every expiry is awaited (``wait_until``, or a pull that is waiting before the
+publish; never a fixed sleep). TTLs are 1 s unless a test needs to tell two
+TTLs apart; a message or marker that must still be there when it is read is
+either read by a pull waiting before it was written or lives 3 s, so that a
+loaded machine does not lose the race against its expiry.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from aiojetstream import (
 from aiojetstream._api import check_reply
 from aiojetstream._headers import parse_ttl_header
 from aiojetstream._models import to_wire
-from helpers import wait_until
+from helpers import unique_name, wait_until
 
 MEM = StorageType.MEMORY
 MARKER_REASON = "Nats-Marker-Reason"
@@ -107,16 +110,17 @@ async def _wait_for_marker(stream: Stream, subject: str, timeout: float = 10) ->
 
 
 async def test_marker_ttl_turns_on_its_companions(js: JetStreamContext, api: ApiCapture) -> None:
+    name = unique_name("COMP")
     stream = await js.create_stream(
         StreamConfig(
-            name="COMP",
+            name=name,
             subjects=["comp.>"],
             storage=MEM,
             subject_delete_marker_ttl=1,
             deny_purge=True,
         )
     )
-    sent = [body for subject, body in await api.take() if subject.endswith("STREAM.CREATE.COMP")]
+    sent = [body for subject, body in await api.take() if subject.endswith(f"STREAM.CREATE.{name}")]
     assert sent
     assert sent[0] is not None
     assert sent[0]["allow_msg_ttl"] is True
@@ -129,19 +133,21 @@ async def test_marker_ttl_turns_on_its_companions(js: JetStreamContext, api: Api
 
 
 async def test_allow_msg_ttl_alone_turns_on_its_companions(js: JetStreamContext) -> None:
-    cfg = StreamConfig(name="ALONE", subjects=["alone.>"], storage=MEM, allow_msg_ttl=True)
+    name = unique_name("ALONE")
+    cfg = StreamConfig(name=name, subjects=["alone.>"], storage=MEM, allow_msg_ttl=True)
     created = (await js.create_stream(cfg.model_copy(update={"deny_purge": True}))).cached_info
     assert (created.config.allow_rollup_hdrs, created.config.deny_purge) == (True, False)
     assert created.config.subject_delete_marker_ttl is None
 
 
 async def test_pedantic_sends_the_config_unchanged(js: JetStreamContext, api: ApiCapture) -> None:
+    name = unique_name("PED")
     # With only allow_msg_ttl the server accepts deny_purge and no roll-ups in pedantic mode.
     cfg = StreamConfig(
-        name="PED", subjects=["ped.>"], storage=MEM, allow_msg_ttl=True, deny_purge=True
+        name=name, subjects=["ped.>"], storage=MEM, allow_msg_ttl=True, deny_purge=True
     )
     stream = await js.create_stream(cfg, pedantic=True)
-    sent = [body for subject, body in await api.take() if subject.endswith("STREAM.CREATE.PED")]
+    sent = [body for subject, body in await api.take() if subject.endswith(f"STREAM.CREATE.{name}")]
     assert len(sent) == 1
     assert sent[0] is not None
     assert sent[0] == {**to_wire(cfg), "pedantic": True}
@@ -157,8 +163,9 @@ async def test_pedantic_sends_the_config_unchanged(js: JetStreamContext, api: Ap
 async def test_pedantic_marker_ttl_without_rollups_is_a_stream_config_error(
     js: JetStreamContext,
 ) -> None:
+    name = unique_name("PEDM")
     cfg = StreamConfig(
-        name="PEDM",
+        name=name,
         subjects=["pedm.>"],
         storage=MEM,
         allow_msg_ttl=True,
@@ -169,7 +176,7 @@ async def test_pedantic_marker_ttl_without_rollups_is_a_stream_config_error(
     assert (info.value.code, info.value.err_code) == (500, 10052)
     assert "roll-ups" in info.value.description
     with pytest.raises(StreamNotFoundError):
-        await js.stream("PEDM")
+        await js.stream(name)
     # Without pedantic the client fills in allow_rollup_hdrs and the create succeeds.
     assert (await js.create_stream(cfg)).cached_info.config.allow_rollup_hdrs is True
 
@@ -177,8 +184,9 @@ async def test_pedantic_marker_ttl_without_rollups_is_a_stream_config_error(
 async def test_pedantic_marker_ttl_without_allow_msg_ttl_is_refused_by_the_server(
     js: JetStreamContext,
 ) -> None:
+    name = unique_name("PEDA")
     cfg = StreamConfig(
-        name="PEDA",
+        name=name,
         subjects=["peda.>"],
         storage=MEM,
         subject_delete_marker_ttl=1,
@@ -191,10 +199,11 @@ async def test_pedantic_marker_ttl_without_allow_msg_ttl_is_refused_by_the_serve
 
 
 async def test_pedantic_mode_covers_the_whole_config(js: JetStreamContext) -> None:
+    name = unique_name("PEDX")
     # Pedantic is the server's mode, not only about TTLs: here the server would
     # otherwise shrink the 2-minute duplicate window to max_age. It answers 10157
     # (no dedicated class: a plain APIError).
-    cfg = StreamConfig(name="PEDX", subjects=["pedx.>"], storage=MEM, max_age=60)
+    cfg = StreamConfig(name=name, subjects=["pedx.>"], storage=MEM, max_age=60)
     with pytest.raises(APIError) as info:
         await js.create_stream(cfg, pedantic=True)
     assert type(info.value) is APIError
@@ -207,7 +216,8 @@ async def test_pedantic_mode_covers_the_whole_config(js: JetStreamContext) -> No
 async def test_allow_msg_ttl_can_be_enabled_but_never_disabled(
     js: JetStreamContext, api: ApiCapture
 ) -> None:
-    plain = StreamConfig(name="EN", subjects=["en.>"], storage=MEM)
+    name = unique_name("EN")
+    plain = StreamConfig(name=name, subjects=["en.>"], storage=MEM)
     await js.create_stream(plain)
     enabled = await js.update_stream(plain.model_copy(update={"allow_msg_ttl": True}))
     assert enabled.cached_info.config.allow_msg_ttl is True
@@ -217,23 +227,24 @@ async def test_allow_msg_ttl_can_be_enabled_but_never_disabled(
         with pytest.raises(InvalidStreamConfigError, match="cannot be disabled"):
             await call(plain)
         # Only the current config was read; no update was sent.
-        assert await api.subjects() == ["STREAM.INFO.EN"]
+        assert await api.subjects() == [f"STREAM.INFO.{name}"]
     with pytest.raises(InvalidStreamConfigError):
         await js.update_stream(plain.model_copy(update={"description": "x"}), pedantic=True)
-    assert (await js.stream("EN")).cached_info.config.allow_msg_ttl is True
+    assert (await js.stream(name)).cached_info.config.allow_msg_ttl is True
 
     # A config that keeps it on needs no lookup.
     await api.take()
     await js.update_stream(enabled.cached_info.config.model_copy(update={"description": "y"}))
-    assert await api.subjects() == ["STREAM.UPDATE.EN"]
+    assert await api.subjects() == [f"STREAM.UPDATE.{name}"]
 
 
 async def test_the_server_refuses_disabling_too(js: JetStreamContext) -> None:
+    name = unique_name("SRV")
     # What the client front-runs: nats-server 2.15 answers 10052 (status 500).
-    await js.create_stream(StreamConfig(name="SRV", subjects=["srv.>"], allow_msg_ttl=True))
+    await js.create_stream(StreamConfig(name=name, subjects=["srv.>"], allow_msg_ttl=True))
     reply = await js.nc.request(
-        "$JS.API.STREAM.UPDATE.SRV",
-        json.dumps({"name": "SRV", "subjects": ["srv.>"], "allow_msg_ttl": False}).encode(),
+        f"$JS.API.STREAM.UPDATE.{name}",
+        json.dumps({"name": name, "subjects": ["srv.>"], "allow_msg_ttl": False}).encode(),
         timeout=5,
     )
     with pytest.raises(StreamConfigError) as info:
@@ -245,19 +256,21 @@ async def test_the_server_refuses_disabling_too(js: JetStreamContext) -> None:
 async def test_create_or_update_creates_a_missing_stream_without_an_update(
     js: JetStreamContext, api: ApiCapture
 ) -> None:
-    plain = StreamConfig(name="COU", subjects=["cou.>"], storage=MEM)
+    cou_name = unique_name("COU")
+    cout_name = unique_name("COUT")
+    plain = StreamConfig(name=cou_name, subjects=["cou.>"], storage=MEM)
     await js.create_or_update_stream(plain)
     # allow_msg_ttl is off: the lookup finds no stream and it is created at once.
-    assert await api.subjects() == ["STREAM.INFO.COU", "STREAM.CREATE.COU"]
+    assert await api.subjects() == [f"STREAM.INFO.{cou_name}", f"STREAM.CREATE.{cou_name}"]
     await js.create_or_update_stream(plain.model_copy(update={"max_msgs": 5}))
-    assert await api.subjects() == ["STREAM.INFO.COU", "STREAM.UPDATE.COU"]
+    assert await api.subjects() == [f"STREAM.INFO.{cou_name}", f"STREAM.UPDATE.{cou_name}"]
 
-    ttl = StreamConfig(name="COUT", subjects=["cout.>"], storage=MEM, allow_msg_ttl=True)
+    ttl = StreamConfig(name=cout_name, subjects=["cout.>"], storage=MEM, allow_msg_ttl=True)
     await js.account_info()  # the API level is now cached
     await api.take()
     await js.create_or_update_stream(ttl)
     # Nothing can be disabled: the update is tried and the stream created.
-    assert await api.subjects() == ["STREAM.UPDATE.COUT", "STREAM.CREATE.COUT"]
+    assert await api.subjects() == [f"STREAM.UPDATE.{cout_name}", f"STREAM.CREATE.{cout_name}"]
 
 
 async def test_update_of_a_missing_stream_is_still_stream_not_found(js: JetStreamContext) -> None:
@@ -294,8 +307,12 @@ async def test_update_of_a_missing_stream_is_still_stream_not_found(js: JetStrea
 async def test_refused_before_anything_is_sent(
     js: JetStreamContext, api: ApiCapture, cfg: StreamConfig
 ) -> None:
+    name = unique_name("R")
+    cfg = cfg.model_copy(update={"name": name})
     if cfg.mirror is not None:
-        await js.create_stream(StreamConfig(name="ORIGIN", subjects=["origin.>"], storage=MEM))
+        origin = unique_name("ORIGIN")
+        cfg = cfg.model_copy(update={"mirror": StreamSource(name=origin)})
+        await js.create_stream(StreamConfig(name=origin, subjects=["origin.>"], storage=MEM))
         await api.take()
     for call in (js.create_stream, js.update_stream, js.create_or_update_stream):
         for pedantic in (False, True):
@@ -303,18 +320,21 @@ async def test_refused_before_anything_is_sent(
                 await call(cfg, pedantic=pedantic)
     assert await api.subjects() == []
     with pytest.raises(StreamNotFoundError):
-        await js.stream("R")
+        await js.stream(name)
 
 
 async def test_api_level_is_read_once_and_only_when_needed(
     js: JetStreamContext, api: ApiCapture
 ) -> None:
-    await js.create_stream(StreamConfig(name="P1", subjects=["p1"], storage=MEM))
-    assert await api.subjects() == ["STREAM.CREATE.P1"]
-    await js.create_stream(StreamConfig(name="T1", subjects=["t1"], allow_msg_ttl=True))
-    assert await api.subjects() == ["INFO", "STREAM.CREATE.T1"]
-    await js.create_stream(StreamConfig(name="T2", subjects=["t2"], subject_delete_marker_ttl=1))
-    assert await api.subjects() == ["STREAM.CREATE.T2"]
+    p1_name = unique_name("P1")
+    t1_name = unique_name("T1")
+    t2_name = unique_name("T2")
+    await js.create_stream(StreamConfig(name=p1_name, subjects=["p1"], storage=MEM))
+    assert await api.subjects() == [f"STREAM.CREATE.{p1_name}"]
+    await js.create_stream(StreamConfig(name=t1_name, subjects=["t1"], allow_msg_ttl=True))
+    assert await api.subjects() == ["INFO", f"STREAM.CREATE.{t1_name}"]
+    await js.create_stream(StreamConfig(name=t2_name, subjects=["t2"], subject_delete_marker_ttl=1))
+    assert await api.subjects() == [f"STREAM.CREATE.{t2_name}"]
 
 
 @pytest.mark.parametrize(
@@ -337,24 +357,27 @@ async def test_an_old_server_is_refused_with_the_version_needed(
     feature: str,
 ) -> None:
     js._api.level = 0  # what account_info reports on nats-server 2.10 and older
-    cfg = cfg.model_copy(update={"subjects": ["old.>"], "storage": MEM})
+    name = unique_name("OLD")
+    cfg = cfg.model_copy(update={"name": name, "subjects": ["old.>"], "storage": MEM})
     for call in (js.create_stream, js.update_stream, js.create_or_update_stream):
         with pytest.raises(FeatureNotSupportedError, match=r"nats-server >= 2\.11") as info:
             await call(cfg, pedantic=pedantic)
         assert (info.value.feature, info.value.server_level) == (feature, 0)
     assert await api.subjects() == []
     # A plain config still goes through, and with level 0 no lookup is needed.
-    await js.create_or_update_stream(StreamConfig(name="OLD", subjects=["old.>"], storage=MEM))
-    assert await api.subjects() == ["STREAM.UPDATE.OLD", "STREAM.CREATE.OLD"]
+    await js.create_or_update_stream(StreamConfig(name=name, subjects=["old.>"], storage=MEM))
+    assert await api.subjects() == [f"STREAM.UPDATE.{name}", f"STREAM.CREATE.{name}"]
 
 
 # --------------------------------------------------------------------------- publish errors
 
 
 async def test_publish_errors_map_to_ttl_classes(js: JetStreamContext) -> None:
-    await js.create_stream(StreamConfig(name="NOTTL", subjects=["nottl.>"], storage=MEM))
+    nottl_name = unique_name("NOTTL")
+    ttl_name = unique_name("TTL")
+    await js.create_stream(StreamConfig(name=nottl_name, subjects=["nottl.>"], storage=MEM))
     await js.create_stream(
-        StreamConfig(name="TTL", subjects=["ttl.>"], storage=MEM, allow_msg_ttl=True)
+        StreamConfig(name=ttl_name, subjects=["ttl.>"], storage=MEM, allow_msg_ttl=True)
     )
     with pytest.raises(MessageTTLDisabledError) as disabled:
         await js.publish("nottl.a", b"x", ttl=5)
@@ -364,12 +387,13 @@ async def test_publish_errors_map_to_ttl_classes(js: JetStreamContext) -> None:
         with pytest.raises(MessageTTLInvalidError) as invalid:
             await js.publish("ttl.a", b"x", headers={TTL: raw})
         assert (invalid.value.code, invalid.value.err_code) == (400, 10165)
-    assert (await js.stream("TTL")).cached_info.state.messages == 0
+    assert (await js.stream(ttl_name)).cached_info.state.messages == 0
 
 
 async def test_never_outlives_max_age(js: JetStreamContext) -> None:
+    name = unique_name("NEV")
     stream = await js.create_stream(
-        StreamConfig(name="NEV", subjects=["nev.>"], storage=MEM, allow_msg_ttl=True, max_age=1)
+        StreamConfig(name=name, subjects=["nev.>"], storage=MEM, allow_msg_ttl=True, max_age=1)
     )
     kept = await js.publish("nev.keep", b"k", ttl="never")
     gone = await js.publish("nev.gone", b"g")
@@ -389,11 +413,36 @@ async def _collect(batch: AsyncIterator[Msg]) -> list[Msg]:
     return [msg async for msg in batch]
 
 
+async def _waiting_pull(stream: Stream, count: int) -> asyncio.Task[list[Msg]]:
+    """A pull of ``count`` messages, waiting at the server when this returns.
+
+    What is published afterwards reaches it as it is stored, limit markers
+    included: a 1 s message is read before it can expire, however slow the
+    machine (a read after the publish would race the TTL).
+    """
+    consumer = await stream.create_consumer(
+        ConsumerConfig(durable_name="reader", ack_policy=AckPolicy.NONE)
+    )
+    batch = await consumer.fetch(count, expires=10)
+    pulled = asyncio.create_task(_collect(batch))
+
+    async def waiting() -> bool:
+        return (await consumer.info()).num_waiting == 1
+
+    await wait_until(waiting, timeout=10)
+    return pulled
+
+
 @pytest.mark.parametrize("direct", [False, True], ids=["msg-get", "direct-get"])
 async def test_an_expired_message_leaves_a_marker_readers_see(
     js: JetStreamContext, direct: bool
 ) -> None:
-    name = "MKD" if direct else "MKS"
+    # The message lives 1 s, its marker 3 s: the reads of the marker below have
+    # 3 s, not 1. (One message per subject: the server keeps the message's own
+    # 1 s TTL instead of raising it to the marker TTL.) The pull waits before the
+    # publish, so it gets the message at once, and the marker when it is written;
+    # the readers then look for the marker the pull reported, no polling race.
+    name = unique_name("MKD" if direct else "MKS")
     subject = f"{name}.key"
     stream = await js.create_stream(
         StreamConfig(
@@ -401,63 +450,65 @@ async def test_an_expired_message_leaves_a_marker_readers_see(
             subjects=[f"{name}.>"],
             storage=MEM,
             allow_direct=direct,
-            subject_delete_marker_ttl=1,
+            subject_delete_marker_ttl=3,
+            max_msgs_per_subject=1,
         )
     )
-    consumer = await stream.create_consumer(
-        ConsumerConfig(durable_name="reader", ack_policy=AckPolicy.NONE)
-    )
+    pulled = await _waiting_pull(stream, 2)
     ack = await js.publish(subject, b"value", ttl=1)
-    # The pull waits for the marker: it lives only for its own 1 s TTL.
-    batch = await consumer.fetch(2, expires=8)
-    pulled = asyncio.create_task(_collect(batch))
+    msgs = await asyncio.wait_for(pulled, timeout=15)
+    assert len(msgs) == 2
+    assert msgs[0].metadata.sequence.stream == ack.seq
+    assert msgs[0].headers == {TTL: "1"}
+    assert msgs[0].data == b"value"
+    delivered = msgs[1]
+    assert delivered.subject == subject
+    assert delivered.data == b""
+    assert delivered.headers is not None
+    assert delivered.headers[MARKER_REASON] == "MaxAge"
+    assert delivered.headers[TTL] == "3s"
 
-    marker = await _wait_for_marker(stream, subject)
+    # What the readers (STREAM.MSG.GET, or direct get) see: the same marker.
+    marker = await stream.get_last_msg_for_subject(subject)
+    assert marker.seq == delivered.metadata.sequence.stream
     assert marker.seq > ack.seq
     assert marker.subject == subject
     assert marker.data == b""
     assert marker.headers is not None
     assert marker.headers[MARKER_REASON] == "MaxAge"
-    # nats-server writes the marker TTL as a Go duration ("1s"), not whole seconds.
-    assert marker.headers[TTL] == "1s"
-    assert parse_ttl_header(marker.headers[TTL]) == timedelta(seconds=1)
+    # nats-server writes the marker TTL as a Go duration ("3s"), not whole seconds.
+    assert marker.headers[TTL] == "3s"
+    assert parse_ttl_header(marker.headers[TTL]) == timedelta(seconds=3)
     assert marker.headers.get("Nats-Rollup") == "sub"
-
-    msgs = await asyncio.wait_for(pulled, timeout=10)
-    assert [m.metadata.sequence.stream for m in msgs] == [ack.seq, marker.seq]
-    assert msgs[0].headers == {TTL: "1"}
-    assert msgs[0].data == b"value"
-    assert msgs[1].subject == subject
-    assert msgs[1].data == b""
-    assert msgs[1].headers is not None
-    assert msgs[1].headers[MARKER_REASON] == "MaxAge"
-    assert msgs[1].headers[TTL] == "1s"
 
     # The marker expires too, leaving the subject empty.
     async def subject_empty() -> bool:
         return await _last_on(stream, subject) is None
 
-    await wait_until(subject_empty, timeout=10)
+    await wait_until(subject_empty, timeout=15)
     assert (await stream.info()).state.messages == 0
 
 
 async def test_max_age_leaves_a_marker(js: JetStreamContext) -> None:
+    name = unique_name("AGE")
     stream = await js.create_stream(
         StreamConfig(
-            name="AGE", subjects=["age.>"], storage=MEM, max_age=1, subject_delete_marker_ttl=1
+            name=name, subjects=["age.>"], storage=MEM, max_age=1, subject_delete_marker_ttl=3
         )
     )
+    # A 3 s marker: polled for, it must not expire between two polls on a loaded machine.
     ack = await js.publish("age.key", b"v")  # no per-message TTL: max_age removes it
     marker = await _wait_for_marker(stream, "age.key")
     assert marker.seq == ack.seq + 1
     assert marker.headers is not None
     assert marker.headers[MARKER_REASON] == "MaxAge"
-    assert marker.headers[TTL] == "1s"
+    assert marker.headers[TTL] == "3s"
 
 
 async def test_no_marker_while_the_subject_keeps_a_message(js: JetStreamContext) -> None:
+    name = unique_name("KEEP")
     stream = await js.create_stream(
-        StreamConfig(name="KEEP", subjects=["keep.>"], storage=MEM, subject_delete_marker_ttl=1)
+        StreamConfig(name=name, subjects=["keep.>"], storage=MEM, subject_delete_marker_ttl=1)
     )
     first = await js.publish("keep.key", b"old", ttl=1)
     second = await js.publish("keep.key", b"new", ttl=60)
@@ -476,9 +527,10 @@ async def test_no_marker_while_the_subject_keeps_a_message(js: JetStreamContext)
 
 
 async def test_purge_and_delete_leave_no_marker_on_nats_server_2_15(js: JetStreamContext) -> None:
+    name = unique_name("PD")
     # ADR-43 plans Purge and Remove markers; nats-server 2.15 writes neither.
     stream = await js.create_stream(
-        StreamConfig(name="PD", subjects=["pd.>"], storage=MEM, subject_delete_marker_ttl=1)
+        StreamConfig(name=name, subjects=["pd.>"], storage=MEM, subject_delete_marker_ttl=1)
     )
     await js.publish("pd.purged", b"p")
     deleted = await js.publish("pd.deleted", b"d")
@@ -492,17 +544,21 @@ async def test_purge_and_delete_leave_no_marker_on_nats_server_2_15(js: JetStrea
 
 
 async def test_a_shorter_ttl_is_raised_to_the_marker_ttl(js: JetStreamContext) -> None:
+    name = unique_name("FLOOR")
     stream = await js.create_stream(
-        StreamConfig(name="FLOOR", subjects=["floor.>"], storage=MEM, subject_delete_marker_ttl=2)
+        StreamConfig(name=name, subjects=["floor.>"], storage=MEM, subject_delete_marker_ttl=2)
     )
+    pulled = await _waiting_pull(stream, 2)
     ack = await js.publish("floor.key", b"v", ttl=1)
-    stored = await stream.get_msg(ack.seq)
+    stored, marker = await asyncio.wait_for(pulled, timeout=15)
+    assert stored.metadata.sequence.stream == ack.seq
     # The server rewrites the stored header to the marker TTL...
     assert stored.headers == {TTL: "2"}
-    # ...and removes the message after 2 s, not 1 s (the pub ack is not affected).
-    marker = await _wait_for_marker(stream, "floor.key")
-    assert marker.time - stored.time >= timedelta(seconds=1.5)
+    # ...and removes the message after 2 s, not 1 s (the pub ack is not affected):
+    # the two store times, both the server's.
+    assert marker.metadata.timestamp - stored.metadata.timestamp >= timedelta(seconds=1.5)
     assert marker.headers is not None
+    assert marker.headers[MARKER_REASON] == "MaxAge"
     assert marker.headers[TTL] == "2s"
     # A longer TTL is kept as sent.
     longer = await js.publish("floor.long", b"v", ttl=30)
@@ -510,19 +566,23 @@ async def test_a_shorter_ttl_is_raised_to_the_marker_ttl(js: JetStreamContext) -
 
 
 async def test_no_ttl_floor_with_one_message_per_subject(js: JetStreamContext) -> None:
+    name = unique_name("ONE")
     stream = await js.create_stream(
         StreamConfig(
-            name="ONE",
+            name=name,
             subjects=["one.>"],
             storage=MEM,
             subject_delete_marker_ttl=2,
             max_msgs_per_subject=1,
         )
     )
+    pulled = await _waiting_pull(stream, 2)
     ack = await js.publish("one.key", b"v", ttl=1)
-    assert (await stream.get_msg(ack.seq)).headers == {TTL: "1"}
-    marker = await _wait_for_marker(stream, "one.key")
+    stored, marker = await asyncio.wait_for(pulled, timeout=15)
+    assert stored.metadata.sequence.stream == ack.seq
+    assert stored.headers == {TTL: "1"}  # kept: no floor with one message per subject
     assert marker.headers is not None
+    assert marker.headers[MARKER_REASON] == "MaxAge"
     assert marker.headers[TTL] == "2s"
 
 
@@ -530,19 +590,28 @@ async def test_no_ttl_floor_with_one_message_per_subject(js: JetStreamContext) -
 
 
 async def test_sourcing_without_allow_msg_ttl_keeps_expired_messages(js: JetStreamContext) -> None:
+    origin_name = unique_name("ORIGIN")
+    audit_name = unique_name("AUDIT")
+    mirror_name = unique_name("MIRROR")
+    expiring_name = unique_name("EXPIRING")
     origin = await js.create_stream(
-        StreamConfig(name="ORIGIN", subjects=["origin.>"], storage=MEM, subject_delete_marker_ttl=1)
+        StreamConfig(
+            name=origin_name, subjects=["origin.>"], storage=MEM, subject_delete_marker_ttl=1
+        )
     )
     audit = await js.create_stream(
-        StreamConfig(name="AUDIT", storage=MEM, sources=[StreamSource(name="ORIGIN")])
+        StreamConfig(name=audit_name, storage=MEM, sources=[StreamSource(name=origin_name)])
     )
     mirror = await js.create_stream(
-        StreamConfig(name="MIRROR", storage=MEM, mirror=StreamSource(name="ORIGIN"))
+        StreamConfig(name=mirror_name, storage=MEM, mirror=StreamSource(name=origin_name))
     )
     # Contrast: a stream that sources with allow_msg_ttl applies the TTLs itself.
     expiring = await js.create_stream(
         StreamConfig(
-            name="EXPIRING", storage=MEM, sources=[StreamSource(name="ORIGIN")], allow_msg_ttl=True
+            name=expiring_name,
+            storage=MEM,
+            sources=[StreamSource(name=origin_name)],
+            allow_msg_ttl=True,
         )
     )
     ack = await js.publish("origin.key", b"secret", ttl=1)
