@@ -666,7 +666,14 @@ class JetStreamContext:
                 the same stream, without wildcards, not ``subject``.
             schedule_ttl: the TTL of each scheduled message (as ``ttl``; the
                 stream needs ``allow_msg_ttl``).
-            timeout: seconds to wait for each acknowledgement.
+            timeout: seconds the publish may take, its retries included (with
+                ``hold_when_full``: each attempt of the hold). No responders
+                is retried twice, 250 ms apart; "duplicate message id is in
+                process" (err_code 10158: an earlier copy with this
+                ``msg_id`` is still being stored) is asked again, 50 ms
+                doubling to 1 s apart, until the copy's duplicate
+                acknowledgement comes. A retry is made only while the
+                timeout leaves room for it.
 
         Raises:
             InvalidSubjectError, InvalidHeaderError, InvalidTTLError,
@@ -677,6 +684,8 @@ class JetStreamContext:
                 an expectation did not hold.
             StreamFullError: the stream is full (after ``hold_when_full``).
             JetStreamTimeoutError: no acknowledgement in time.
+            APIError: err_code 10158 still at the timeout (publish again with
+                the same ``msg_id`` for the acknowledgement), or another refusal.
 
         """
         if schedule is not None or schedule_target is not None or schedule_ttl is not None:

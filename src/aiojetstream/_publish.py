@@ -19,6 +19,7 @@ from . import _headers as H
 from ._api import check_reply
 from ._conn import Conn, RawSubscription
 from ._errors import (
+    APIError,
     ConnectionClosedError,
     DisconnectedError,
     InvalidHeaderError,
@@ -33,9 +34,16 @@ from ._errors import (
 from ._models import PubAck
 
 #: How often ``publish`` retries when no stream answers, and how long it waits
-#: in between (as the Go client: 2 retries, 250 ms apart).
+#: in between (as the Go client: 2 retries, 250 ms apart), within its timeout.
 PUBLISH_RETRY_ATTEMPTS = 2
 PUBLISH_RETRY_WAIT = 0.25
+#: "duplicate message id is in process": a copy with the same Nats-Msg-Id (an
+#: earlier attempt, a publish buffered across a reconnect) is still being
+#: stored. ``publish`` asks again, waiting 50 ms doubling to 1 s (at most 20
+#: requests a second), until the duplicate acknowledgement or its timeout.
+ERR_MSG_ID_IN_PROCESS: Final = 10158
+IN_PROCESS_FIRST_WAIT: Final = 0.05
+IN_PROCESS_MAX_WAIT: Final = 1.0
 #: The deadline heap of publish_async is compacted once it holds this many more
 #: entries than twice the outstanding publishes.
 _HEAP_SLACK = 4096
@@ -152,18 +160,43 @@ async def publish(
     block: bytes | None,
     timeout: float,
 ) -> PubAck:
-    """Publish and wait for the stream's acknowledgement (retrying on no responders)."""
-    attempt = 0
+    """Publish and wait for the stream's acknowledgement.
+
+    ``timeout`` bounds the whole call, retries included. No responders (no
+    stream, or none during an election) is retried ``PUBLISH_RETRY_ATTEMPTS``
+    times ``PUBLISH_RETRY_WAIT`` apart; err_code 10158 (the msg id is still
+    being stored) until the duplicate acknowledgement comes, with a doubling
+    wait. A retry is made only if the deadline leaves time after its wait;
+    otherwise the last error is raised.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    left = timeout
+    no_responders = 0
+    in_process_wait = IN_PROCESS_FIRST_WAIT
     while True:
+        error: JetStreamError
         try:
-            data, hdr = await conn.request(subject, payload, timeout, block)
+            data, hdr = await conn.request(subject, payload, left, block)
+            return ack_from_reply(data, hdr, subject)
         except NoRespondersError:
-            if attempt >= PUBLISH_RETRY_ATTEMPTS:
-                raise NoRespondersError(f"no stream captures subject {subject!r}") from None
-            attempt += 1
-            await asyncio.sleep(PUBLISH_RETRY_WAIT)
-            continue
-        return ack_from_reply(data, hdr, subject)
+            error = NoRespondersError(f"no stream captures subject {subject!r}")
+            if no_responders >= PUBLISH_RETRY_ATTEMPTS:
+                raise error from None
+            no_responders += 1
+            wait = PUBLISH_RETRY_WAIT
+        except APIError as exc:
+            if exc.err_code != ERR_MSG_ID_IN_PROCESS:
+                raise
+            error = exc
+            wait = in_process_wait
+            in_process_wait = min(IN_PROCESS_MAX_WAIT, 2 * in_process_wait)
+        if deadline - loop.time() <= wait:
+            raise error  # no time for another attempt after the wait
+        await asyncio.sleep(wait)
+        left = deadline - loop.time()
+        if left <= 0:
+            raise error
 
 
 def duration_seconds(value: float | timedelta | None, name: str) -> float | None:

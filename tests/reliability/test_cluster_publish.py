@@ -1,0 +1,834 @@
+"""Publishing across server faults on a three-node cluster (RELIABILITY P1-P5).
+
+Publishers send numbered messages, each with its own ``Nats-Msg-Id``, and
+retry a failed attempt with the same id until the stream acknowledges it.
+Every attempt must end (ack or typed error) within its deadline; the stream
+must hold each message exactly once (the msg id dedups the retries); every
+acknowledged sequence must be on every replica (:func:`readback`, each node
+leader in turn, the faulted node back first) and nothing may leak.
+
+P1: SIGKILL the stream leader under a sequential and 100 concurrent
+publishers; writable again within 10 s. P2: API stepdown and SIGTERM of the
+leader: at most one failed attempt per publisher, writable again within
+0.5 s. P3: SIGKILL the client's own node: the client reconnects elsewhere and
+every in-flight ``publish`` and ``publish_async`` resolves. P4: SIGSTOP the
+client's node: failover within 3 x the default ping interval, deadlines hold
+while it hangs. P5: no responders (no stream yet, an election): a typed
+error, bounded retries with backoff, at most 20 requests a second, counted
+by a TCP proxy in front of the client's node.
+
+The client never connects to the stream leader's node in P1/P2 (that is P3).
+Figures are logged as ``FIGURE <scenario> name=value`` warnings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from aiojetstream import (
+    APIError,
+    DisconnectedError,
+    JetStreamContext,
+    JetStreamError,
+    JetStreamTimeoutError,
+    NoRespondersError,
+    PubAck,
+    StreamNotFoundError,
+    connect,
+)
+from aiojetstream._conn import DEFAULT_PING_INTERVAL
+from aiojetstream._publish import PUBLISH_RETRY_ATTEMPTS, PUBLISH_RETRY_WAIT
+from aiojetstream.testing import NatsCluster, NatsServer
+from helpers import unique_name, wait_routable
+from proxy import MAX_REQUESTS_PER_SECOND, ApiCountingProxy, max_per_second
+from reliability.harness import (
+    Acked,
+    baseline,
+    create_r3_stream,
+    move_stream_leader,
+    no_leaks,
+    now,
+    readback,
+    stepdown_stream,
+    stream_leader,
+)
+
+logger = logging.getLogger("reliability")
+
+#: RELIABILITY goal 3: writable again this soon after a leader crash.
+WRITABLE_AFTER_CRASH = 10.0
+#: The deadline of each publish attempt in the fault tests.
+ATTEMPT_TIMEOUT = 2.0
+#: How late an attempt may end after its deadline: the event loop's wake-up
+#: on a loaded two-core machine with a hundred publisher tasks (a wait, not the
+#: contract: the contract is the attempt's own timeout).
+LOOP_LAG = 0.25
+#: RELIABILITY P5: retries after no responders wait at least this long.
+MIN_RETRY_WAIT = 0.05
+#: How often the prober starts a one-message publisher.
+PROBE_INTERVAL = 0.02
+
+
+#: err_code 10158, "duplicate message id is in process": an earlier copy with
+#: this msg id is still being stored; asking again later gets its duplicate ack.
+IN_PROCESS = 10158
+#: What a publisher retries with the same msg id (besides IN_PROCESS).
+RETRIED = (JetStreamTimeoutError, NoRespondersError, DisconnectedError)
+
+
+def in_process(exc: BaseException) -> bool:
+    return isinstance(exc, APIError) and exc.err_code == IN_PROCESS
+
+
+def error_name(exc: BaseException) -> str:
+    return "InProcess(10158)" if in_process(exc) else type(exc).__name__
+
+
+@dataclass
+class Attempt:
+    publisher: str
+    started: float
+    ended: float
+    error: str | None = None
+    duplicate: bool = False
+
+
+@dataclass
+class Workload:
+    """Publishers that retry each message with its msg id until it is acknowledged."""
+
+    js: JetStreamContext
+    subject: str
+    acked: Acked
+    timeout: float = ATTEMPT_TIMEOUT
+    attempts: list[Attempt] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    acks: asyncio.Event = field(default_factory=asyncio.Event)
+    unexpected: list[BaseException] = field(default_factory=list)
+
+    def start(self, names: list[str]) -> None:
+        """Start publishers that send message after message until stopped."""
+        for name in names:
+            self.tasks.append(asyncio.create_task(self._run(name), name=f"publisher {name}"))
+
+    def start_prober(self, interval: float = PROBE_INTERVAL) -> None:
+        """Start a new one-message publisher every ``interval`` seconds until stopped.
+
+        The probes measure when the stream takes writes again, independently
+        of the publishers' attempts that were lost in flight (each waits for
+        its deadline before it tries again).
+        """
+        self.tasks.append(asyncio.create_task(self._probe(interval), name="prober"))
+
+    async def _run(self, name: str) -> None:
+        i = 0
+        while not self.stop.is_set():
+            await self._send(name, f"{name}-{i}".encode())
+            i += 1
+
+    async def _probe(self, interval: float) -> None:
+        probes: list[asyncio.Task[None]] = []
+        try:
+            i = 0
+            while not self.stop.is_set():
+                name = f"p{i}"
+                probes.append(asyncio.create_task(self._send(name, name.encode())))
+                i += 1
+                # The prober's pace (a rate, not a synchronisation).
+                await asyncio.sleep(interval)
+        finally:
+            await asyncio.gather(*probes)
+
+    async def _send(self, name: str, payload: bytes) -> None:
+        """Publish ``payload`` with its msg id until it is acknowledged."""
+        while True:
+            t0 = now()
+            try:
+                ack = await self.js.publish(
+                    self.subject, payload, msg_id=payload.decode(), timeout=self.timeout
+                )
+            except (JetStreamTimeoutError, NoRespondersError, DisconnectedError, APIError) as exc:
+                if isinstance(exc, APIError) and exc.err_code != IN_PROCESS:
+                    self.unexpected.append(exc)
+                    raise
+                t1 = now()
+                self.attempts.append(Attempt(name, t0, t1, error_name(exc)))
+                if t1 - t0 < 0.05:
+                    await asyncio.sleep(0.05)  # the application's own backoff
+                continue
+            except BaseException as exc:
+                self.unexpected.append(exc)
+                raise
+            self.attempts.append(Attempt(name, t0, now(), duplicate=ack.duplicate))
+            self.acked.add(ack.seq, payload)
+            self.acks.set()
+            return
+
+    async def finish(self, timeout: float = 60.0) -> None:
+        """Stop after each publisher's current message is acknowledged."""
+        self.stop.set()
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*self.tasks)
+        assert not self.unexpected, self.unexpected
+
+    async def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def wait_acks(self, count: int, timeout: float = 30.0) -> None:
+        """Wait until ``count`` more messages are acknowledged."""
+        target = len(self.acked) + count
+        async with asyncio.timeout(timeout):
+            while len(self.acked) < target:
+                self.acks.clear()
+                await self.acks.wait()
+
+    async def first_ack_after(self, t: float, timeout: float) -> float:
+        """When the first attempt started at or after ``t`` was acknowledged (waiting for it)."""
+        async with asyncio.timeout(timeout):
+            while (first := self.first_ack_started_after(t)) is None:
+                self.acks.clear()
+                await self.acks.wait()
+        return first
+
+    async def settled_after(self, t: float, timeout: float = 30.0) -> float:
+        """Wait until every publisher (not the probes) had an attempt started after ``t`` acked.
+
+        From then on no attempt that was in flight at ``t`` is left; returns the time.
+        """
+        names = {task.get_name().removeprefix("publisher ") for task in self.tasks}
+        names.discard("prober")
+
+        def done() -> bool:
+            acked = {a.publisher for a in self.attempts if a.error is None and a.started >= t}
+            return names <= acked
+
+        async with asyncio.timeout(timeout):
+            while not done():
+                self.acks.clear()
+                await self.acks.wait()
+        return now()
+
+    def late(self) -> list[Attempt]:
+        """Attempts that ended later than their deadline allows."""
+        return [a for a in self.attempts if a.ended - a.started > self.timeout + LOOP_LAG]
+
+    def first_ack_started_after(self, t: float) -> float | None:
+        """When the first attempt started at or after ``t`` was acknowledged."""
+        ends = [a.ended for a in self.attempts if a.error is None and a.started >= t]
+        return min(ends) if ends else None
+
+    def failures(self, since: float = 0.0) -> Counter[str]:
+        """Failed attempts started at or after ``since``, by error."""
+        return Counter(a.error for a in self.attempts if a.error and a.started >= since)
+
+    def failed_per_publisher(self, start: float, end: float) -> Counter[str]:
+        """Failed attempts by publisher (probes included) that ended in [start, end]."""
+        return Counter(a.publisher for a in self.attempts if a.error and start <= a.ended <= end)
+
+    def max_ack_gap(self, start: float, end: float) -> float:
+        """The longest time in [start, end] in which no attempt was acknowledged."""
+        ends = sorted(a.ended for a in self.attempts if a.error is None and start <= a.ended <= end)
+        points = [start, *ends, end]
+        return max(b - a for a, b in itertools.pairwise(points))
+
+
+def node_of(cluster: NatsCluster, js: JetStreamContext) -> NatsServer:
+    """The node the client is connected to now."""
+    url = js.nc.connected_url
+    assert url is not None
+    return next(s for s in cluster.servers if s.port == url.port)
+
+
+async def stored_count(js: JetStreamContext, stream: str) -> int:
+    return (await (await js.stream(stream)).info()).state.messages
+
+
+async def check_stored_once(js: JetStreamContext, stream: str, acked: Acked) -> None:
+    """Every stored message was acknowledged: retries stored no second copy."""
+    stored = await stored_count(js, stream)
+    assert stored == len(acked), f"{stored} messages stored, {len(acked)} acknowledged"
+
+
+# --------------------------------------------------------------------------- P1
+
+
+async def _p1(publishers: int, kills: int) -> None:
+    async with NatsCluster(3) as cluster:
+        js = await connect(cluster.urls)
+        tasks, subs = await baseline(js)
+        stream = unique_name("P1")
+        subject = f"{stream}.x"
+        work = Workload(js, subject, Acked())
+        try:
+            await create_r3_stream(js, stream, [f"{stream}.>"])
+            client_node = node_of(cluster, js)
+            others = [s for s in cluster.servers if s is not client_node]
+            for round_ in range(kills):
+                target = others[round_ % len(others)]
+                assert target.server_name is not None
+                await move_stream_leader(js, stream, target.server_name)
+                await wait_routable(js, subject)
+                if round_ == 0:
+                    work.start(["seq"] + [f"c{n}" for n in range(publishers)])
+                    work.start_prober()
+                await work.wait_acks(200)
+                assert await stream_leader(js, stream) == target.server_name
+                t_kill = now()
+                await target.kill()
+                first = await work.first_ack_after(now(), timeout=WRITABLE_AFTER_CRASH + 20)
+                writable = first - t_kill
+                logger.warning(
+                    "FIGURE P1 writable_after_kill_s=%.2f publishers=%d failed_attempts=%s",
+                    writable,
+                    publishers + 1,
+                    dict(work.failures(since=t_kill)),
+                )
+                assert writable <= WRITABLE_AFTER_CRASH
+                await work.settled_after(first)
+                await target.start()
+                await cluster.wait_ready()
+            await work.finish()
+            late = work.late()
+            assert not late, f"{len(late)} attempts overran their deadline: {late[:5]}"
+            logger.warning(
+                "FIGURE P1 acked=%d attempts=%d duplicate_acks=%d max_attempt_s=%.2f",
+                len(work.acked),
+                len(work.attempts),
+                sum(a.duplicate for a in work.attempts),
+                max(a.ended - a.started for a in work.attempts),
+            )
+            await check_stored_once(js, stream, work.acked)
+            await readback(cluster, js, stream, work.acked)
+            await no_leaks(js, tasks, subs, [stream])
+        finally:
+            await work.cancel()
+            await js.close()
+
+
+@pytest.mark.cluster
+async def test_p1_leader_sigkill_while_publishing() -> None:
+    """One SIGKILL of the stream leader under a sequential and 100 concurrent publishers."""
+    await _p1(publishers=100, kills=1)
+
+
+@pytest.mark.reliability
+async def test_p1_leader_sigkill_repeated() -> None:
+    """Three SIGKILLs in a row, each of the leader of the moment (the killed node restarted)."""
+    await _p1(publishers=100, kills=3)
+
+
+# --------------------------------------------------------------------------- P2
+
+#: RELIABILITY goal 3: writable again this soon after a stepdown or SIGTERM.
+WRITABLE_AFTER_STEPDOWN = 0.5
+
+
+def check_graceful(work: Workload, what: str, t0: float, first: float, t_end: float) -> None:
+    """At most one failed attempt per publisher, and no gap in acks of 0.5 s or more."""
+    failed = work.failed_per_publisher(t0, t_end)
+    gap = work.max_ack_gap(t0, t_end)
+    logger.warning(
+        "FIGURE P2 %s writable_s=%.3f max_ack_gap_s=%.3f failed_attempts=%d "
+        "max_failed_per_publisher=%d",
+        what,
+        first - t0,
+        gap,
+        sum(failed.values()),
+        max(failed.values(), default=0),
+    )
+    twice = {name: n for name, n in failed.items() if n > 1}
+    assert not twice, f"{what}: publishers failed more than once: {twice}"
+    assert first - t0 < WRITABLE_AFTER_STEPDOWN
+    assert gap < WRITABLE_AFTER_STEPDOWN
+
+
+@pytest.mark.reliability
+async def test_p2_graceful_leader_change() -> None:
+    """API stepdown, then SIGTERM of the new leader, under 21 publishers and the prober."""
+    async with NatsCluster(3) as cluster:
+        js = await connect(cluster.urls)
+        tasks, subs = await baseline(js)
+        stream = unique_name("P2")
+        subject = f"{stream}.x"
+        work = Workload(js, subject, Acked())
+        try:
+            await create_r3_stream(js, stream, [f"{stream}.>"])
+            client_node = node_of(cluster, js)
+            a, b = [s for s in cluster.servers if s is not client_node]
+            assert a.server_name is not None
+            assert b.server_name is not None
+            await move_stream_leader(js, stream, a.server_name)
+            await wait_routable(js, subject)
+            work.start(["seq"] + [f"c{n}" for n in range(20)])
+            work.start_prober()
+            await work.wait_acks(200)
+
+            # The API stepdown, towards b (the writes counted from the request).
+            t0 = now()
+            await stepdown_stream(js, stream, b.server_name)
+            first = await work.first_ack_after(now(), timeout=10)
+            t_end = await work.settled_after(first)
+            check_graceful(work, "stepdown", t0, first, t_end)
+            assert await stream_leader(js, stream) == b.server_name
+
+            # SIGTERM of the leader: nats-server hands its leaderships over first.
+            proc = b.process
+            assert proc is not None
+            t1 = now()
+            proc.terminate()
+            first = await work.first_ack_after(now(), timeout=10)
+            t_end = await work.settled_after(first)
+            check_graceful(work, "sigterm", t1, first, t_end)
+            await b.restart()  # waits for the exit, then starts on the same store
+            await cluster.wait_ready()
+
+            await work.finish()
+            late = work.late()
+            assert not late, f"{len(late)} attempts overran their deadline: {late[:5]}"
+            await check_stored_once(js, stream, work.acked)
+            await readback(cluster, js, stream, work.acked)
+            await no_leaks(js, tasks, subs, [stream])
+        finally:
+            await work.cancel()
+            await js.close()
+
+
+# --------------------------------------------------------------------------- P3, P4
+
+#: RELIABILITY goal 3: failover from a hung server within 3 x our default ping interval.
+FAILOVER_AFTER_HANG = 3 * DEFAULT_PING_INTERVAL
+
+
+@dataclass
+class AsyncWorkload:
+    """``publish_async`` in batches; a failed future is published again with its msg id.
+
+    Records, for every future, when it was created and when it completed, so
+    that a future that outlives its ack timeout (or never completes) fails
+    the test.
+    """
+
+    js: JetStreamContext
+    subject: str
+    acked: Acked
+    timeout: float = ATTEMPT_TIMEOUT
+    batch: int = 100
+    done_at: dict[int, float] = field(default_factory=dict)
+    resolved: list[tuple[float, float, str | None]] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name="publish_async")
+
+    async def _run(self) -> None:
+        retry: list[bytes] = []
+        i = 0
+        while not self.stop.is_set() or retry:
+            if retry:
+                payloads, retry = retry, []
+            else:
+                payloads = [b"a%d" % (i + k) for k in range(self.batch)]
+                i += self.batch
+            sent: list[tuple[bytes, float, asyncio.Future[PubAck]]] = []
+            for payload in payloads:
+                t0 = now()
+                try:
+                    fut = await self.js.publish_async(
+                        self.subject, payload, msg_id=payload.decode(), timeout=self.timeout
+                    )
+                except DisconnectedError as exc:  # the reconnect buffer is full
+                    self.resolved.append((t0, now(), type(exc).__name__))
+                    retry.append(payload)
+                    continue
+                fut.add_done_callback(self._record_done)
+                sent.append((payload, t0, fut))
+            if sent:
+                # Every future completes by its own ack timeout; the bound is a wait.
+                await asyncio.wait([f for _, _, f in sent], timeout=self.timeout + 10)
+            for payload, t0, fut in sent:
+                if not fut.done():
+                    raise AssertionError(f"publish_async future for {payload!r} never completed")
+                error = fut.exception()
+                if error is None:
+                    ack = fut.result()
+                    self.acked.add(ack.seq, payload)
+                    self.resolved.append((t0, self._done_at(fut), None))
+                else:
+                    assert isinstance(error, RETRIED) or in_process(error), repr(error)
+                    self.resolved.append((t0, self._done_at(fut), error_name(error)))
+                    retry.append(payload)
+            if retry:
+                await asyncio.sleep(0.05)  # the application's own backoff
+
+    def _record_done(self, fut: asyncio.Future[PubAck]) -> None:
+        self.done_at[id(fut)] = now()
+
+    def _done_at(self, fut: asyncio.Future[PubAck]) -> float:
+        return self.done_at.pop(id(fut))
+
+    async def finish(self, timeout: float = 60.0) -> None:
+        self.stop.set()
+        assert self.task is not None
+        async with asyncio.timeout(timeout):
+            await self.task
+
+    async def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+    def late(self) -> list[tuple[float, float, str | None]]:
+        return [r for r in self.resolved if r[1] - r[0] > self.timeout + LOOP_LAG]
+
+    def outcomes(self) -> Counter[str]:
+        return Counter(r[2] or "ack" for r in self.resolved)
+
+
+@dataclass
+class ApiRequests:
+    """A loop of JetStream API requests (stream info) with a deadline each."""
+
+    js: JetStreamContext
+    stream: str
+    timeout: float = ATTEMPT_TIMEOUT
+    calls: list[tuple[float, float, str | None]] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name="api requests")
+
+    async def _run(self) -> None:
+        while not self.stop.is_set():
+            t0 = now()
+            try:
+                await self.js.stream(self.stream, timeout=self.timeout)
+            except JetStreamError as exc:  # typed: a timeout, a disconnect, an API error
+                self.calls.append((t0, now(), type(exc).__name__))
+            else:
+                self.calls.append((t0, now(), None))
+            await asyncio.sleep(0.05)  # a request every 50 ms (a pace, not a synchronisation)
+
+    async def finish(self, timeout: float = 30.0) -> None:
+        self.stop.set()
+        assert self.task is not None
+        async with asyncio.timeout(timeout):
+            await self.task
+
+    async def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+    def late(self) -> list[tuple[float, float, str | None]]:
+        return [c for c in self.calls if c[1] - c[0] > self.timeout + LOOP_LAG]
+
+    def outcomes(self) -> Counter[str]:
+        return Counter(c[2] or "ok" for c in self.calls)
+
+
+class ConnectionEvents:
+    """The client's disconnect and reconnect times (nats-py callbacks)."""
+
+    def __init__(self) -> None:
+        self.disconnected: list[float] = []
+        self.reconnected: list[float] = []
+        self._changed = asyncio.Event()
+
+    def options(self) -> dict[str, Any]:
+        return {"disconnected_cb": self._on_disconnected, "reconnected_cb": self._on_reconnected}
+
+    async def _on_disconnected(self) -> None:
+        self.disconnected.append(now())
+        self._changed.set()
+
+    async def _on_reconnected(self) -> None:
+        self.reconnected.append(now())
+        self._changed.set()
+
+    async def wait_reconnected(self, since: float, timeout: float) -> float:
+        """The first reconnect at or after ``since`` (waiting for it)."""
+        async with asyncio.timeout(timeout):
+            while not (found := [t for t in self.reconnected if t >= since]):
+                self._changed.clear()
+                await self._changed.wait()
+        return found[0]
+
+
+async def _client_node_fault(
+    fault: str, publishers: int, failover_bound: float, attempt_timeout: float
+) -> None:
+    """P3 (``fault="kill"``) and P4 (``"freeze"``): the client's own node fails under load."""
+    events = ConnectionEvents()
+    async with NatsCluster(3) as cluster:
+        js = await connect(cluster.urls, **events.options())
+        stream = unique_name(fault.upper())
+        subject = f"{stream}.x"
+        acked = Acked()
+        work = Workload(js, subject, acked, timeout=attempt_timeout)
+        asynchronous = AsyncWorkload(js, f"{stream}.a", acked, timeout=attempt_timeout)
+        api = ApiRequests(js, stream, timeout=attempt_timeout)
+        try:
+            await create_r3_stream(js, stream, [f"{stream}.>"])
+            # publish_async's reply subscription lives as long as the context.
+            ack = await (await js.publish_async(f"{stream}.a", b"first", msg_id="first"))
+            acked.add(ack.seq, b"first")
+            tasks, subs = await baseline(js)
+            client_node = node_of(cluster, js)
+            leader = next(s for s in cluster.servers if s is not client_node)
+            assert leader.server_name is not None
+            await move_stream_leader(js, stream, leader.server_name)
+            await wait_routable(js, subject)
+            work.start(["seq"] + [f"c{n}" for n in range(publishers)])
+            work.start_prober()
+            asynchronous.start()
+            api.start()
+            await work.wait_acks(200)
+            t_fault = now()
+            if fault == "kill":
+                await client_node.kill()
+            else:
+                client_node.freeze()
+            t_reconnected = await events.wait_reconnected(t_fault, timeout=failover_bound + 30)
+            failover = t_reconnected - t_fault
+            detected = [t for t in events.disconnected if t >= t_fault]
+            now_on = node_of(cluster, js)
+            first = await work.first_ack_after(t_reconnected, timeout=30)
+            label = "P3" if fault == "kill" else "P4"
+            logger.warning(
+                "FIGURE %s failover_s=%.2f detected_s=%.2f writable_after_reconnect_s=%.2f",
+                label,
+                failover,
+                detected[0] - t_fault if detected else float("nan"),
+                first - t_reconnected,
+            )
+            assert now_on is not client_node, "reconnected to the node that failed"
+            assert failover <= failover_bound
+            await work.settled_after(first)
+            if fault == "kill":
+                await client_node.start()
+            else:
+                client_node.thaw()
+            await cluster.wait_ready()
+            await work.finish()
+            await asynchronous.finish()
+            await api.finish()
+            logger.warning(
+                "FIGURE %s outcomes since the fault: publish=%s publish_async=%s api=%s",
+                label,
+                dict(work.failures(since=t_fault)),
+                dict(asynchronous.outcomes()),
+                dict(api.outcomes()),
+            )
+            for what, late in (
+                ("publish", work.late()),
+                ("publish_async", asynchronous.late()),
+                ("API request", api.late()),
+            ):
+                assert not late, f"{len(late)} {what} calls overran their deadline: {late[:5]}"
+            await check_stored_once(js, stream, acked)
+            await readback(cluster, js, stream, acked)
+            await no_leaks(js, tasks, subs, [stream])
+        finally:
+            await work.cancel()
+            await asynchronous.cancel()
+            await api.cancel()
+            await js.close()
+
+
+@pytest.mark.cluster
+async def test_p3_client_node_sigkill() -> None:
+    """SIGKILL the client's node under publish, publish_async and API requests."""
+    await _client_node_fault("kill", publishers=100, failover_bound=10.0, attempt_timeout=2.0)
+
+
+@pytest.mark.cluster
+async def test_p3_copy_in_process_gets_its_duplicate_ack() -> None:
+    """A retry that finds the first copy still being stored (10158) gets its duplicate ack.
+
+    That is what a publish retried after a reconnect meets when the first
+    copy waited in the reconnect buffer: both reach the R3 leader back to
+    back. Here the first copy is a raw PUB sent right before ``publish``;
+    the proxy shows ``publish`` asked more than once, and the ack it returns
+    is the first copy's (duplicate, same sequence).
+    """
+    async with NatsCluster(3) as cluster, ApiCountingProxy(cluster.servers[0].port) as proxy:
+        js = await connect(proxy.url)
+        stream = unique_name("P3D")
+        subject = f"{stream}.x"
+        try:
+            await create_r3_stream(js, stream, [f"{stream}.>"])
+            tasks, subs = await baseline(js)
+            acked = Acked()
+            retried = 0
+            for i in range(20):
+                msg_id = f"m{i}"
+                first: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+                async def on_reply(msg: Any, first: asyncio.Future[bytes] = first) -> None:
+                    if not first.done():
+                        first.set_result(msg.data)
+
+                inbox = js.nc.new_inbox()
+                sub = await js.nc.subscribe(inbox, cb=on_reply, max_msgs=1)
+                t0 = now()
+                await js.nc.publish(subject, b"m", reply=inbox, headers={"Nats-Msg-Id": msg_id})
+                ack = await js.publish(subject, b"m", msg_id=msg_id, timeout=5)
+                first_ack = PubAck.model_validate_json(await asyncio.wait_for(first, 5))
+                await sub.unsubscribe()
+                assert ack.seq == first_ack.seq
+                assert ack.duplicate
+                acked.add(ack.seq, b"m")
+                if len(proxy.api_times(t0, now(), prefix=subject)) > 2:
+                    retried += 1
+            logger.warning("FIGURE P3 in_process: %d of 20 publishes asked again", retried)
+            assert retried, "the server never answered 10158: nothing was tested"
+            await check_stored_once(js, stream, acked)
+            await readback(cluster, js, stream, acked)
+            await no_leaks(js, tasks, subs, [stream])
+        finally:
+            await js.close()
+
+
+@pytest.mark.reliability
+async def test_p4_client_node_sigstop() -> None:
+    """SIGSTOP the client's node: failover within 3 x the default ping interval."""
+    await _client_node_fault(
+        "freeze", publishers=10, failover_bound=FAILOVER_AFTER_HANG, attempt_timeout=1.0
+    )
+
+
+# --------------------------------------------------------------------------- P5
+
+
+@pytest.mark.cluster
+async def test_p5_no_stream_typed_bounded_slow() -> None:
+    """Publishing where no stream listens: NoRespondersError after bounded, spaced retries.
+
+    The retries keep to the publish's deadline, and an application that
+    publishes again at once after each error still sends at most 20 requests
+    a second (counted by a proxy in front of the client's node).
+    """
+    async with NatsCluster(3) as cluster, ApiCountingProxy(cluster.servers[0].port) as proxy:
+        js = await connect(proxy.url)
+        tasks, subs = await baseline(js)
+        try:
+            stream = unique_name("P5")
+            subject = f"{stream}.x"
+
+            t0 = now()
+            with pytest.raises(NoRespondersError) as caught:
+                await js.publish(subject, b"x", msg_id="m0", timeout=5)
+            elapsed = now() - t0
+            assert isinstance(caught.value, JetStreamError)
+            sent = proxy.api_times(t0, now(), prefix=subject)
+            gaps = [b - a for a, b in itertools.pairwise(sent)]
+            logger.warning(
+                "FIGURE P5 no_stream: requests=%d gaps_s=%s raised_after_s=%.3f",
+                len(sent),
+                [round(g, 3) for g in gaps],
+                elapsed,
+            )
+            assert len(sent) == 1 + PUBLISH_RETRY_ATTEMPTS
+            assert min(gaps) >= MIN_RETRY_WAIT
+            assert elapsed <= PUBLISH_RETRY_ATTEMPTS * PUBLISH_RETRY_WAIT + LOOP_LAG
+
+            # A short deadline ends the retries: the last error comes in time.
+            t0 = now()
+            with pytest.raises(NoRespondersError):
+                await js.publish(subject, b"x", timeout=0.3)
+            elapsed = now() - t0
+            sent = proxy.api_times(t0, now(), prefix=subject)
+            logger.warning(
+                "FIGURE P5 no_stream timeout=0.3: requests=%d raised_after_s=%.3f",
+                len(sent),
+                elapsed,
+            )
+            assert elapsed <= 0.3 + LOOP_LAG
+            assert len(sent) == 2
+
+            # The application publishes again at once after each error.
+            t0 = now()
+            errors = 0
+            while now() - t0 < 2.0:
+                with pytest.raises(NoRespondersError):
+                    await js.publish(subject, b"x", timeout=5)
+                errors += 1
+            sent = proxy.api_times(t0, now(), prefix=subject)
+            rate = max_per_second(sent)
+            logger.warning(
+                "FIGURE P5 no_stream tight loop: publishes=%d requests=%d max_per_second=%d",
+                errors,
+                len(sent),
+                rate,
+            )
+            assert rate <= MAX_REQUESTS_PER_SECOND
+
+            # The API names the missing stream at once, in one request.
+            t0 = now()
+            with pytest.raises(StreamNotFoundError):
+                await js.stream(stream)
+            assert len(proxy.api_times(t0, now(), prefix=f"$JS.API.STREAM.INFO.{stream}")) == 1
+            await no_leaks(js, tasks, subs)
+        finally:
+            await js.close()
+
+
+@pytest.mark.reliability
+async def test_p5_election_request_rate() -> None:
+    """While the stream leader is re-elected after a SIGKILL, a publisher that tries again
+    at once after every error sends at most 20 requests a second, and gets typed errors.
+    """
+    async with NatsCluster(3) as cluster:
+        client_node, leader_node, _ = cluster.servers
+        async with ApiCountingProxy(client_node.port) as proxy:
+            js = await connect(proxy.url)
+            stream = unique_name("P5E")
+            subject = f"{stream}.x"
+            work = Workload(js, subject, Acked())
+            try:
+                await create_r3_stream(js, stream, [f"{stream}.>"])
+                tasks, subs = await baseline(js)
+                assert leader_node.server_name is not None
+                await move_stream_leader(js, stream, leader_node.server_name)
+                await wait_routable(js, subject)
+                work.start(["seq"])
+                await work.wait_acks(50)
+                t_kill = now()
+                await leader_node.kill()
+                first = await work.first_ack_after(now(), timeout=WRITABLE_AFTER_CRASH + 20)
+                sent = proxy.api_times(t_kill, first, prefix=subject)
+                rate = max_per_second(sent)
+                logger.warning(
+                    "FIGURE P5 election: outage_s=%.2f requests=%d max_per_second=%d failed=%s",
+                    first - t_kill,
+                    len(sent),
+                    rate,
+                    dict(work.failures(since=t_kill)),
+                )
+                assert rate <= MAX_REQUESTS_PER_SECOND
+                assert set(work.failures(since=t_kill)) <= {
+                    "NoRespondersError",
+                    "JetStreamTimeoutError",
+                }
+                await leader_node.start()
+                await cluster.wait_ready()
+                await work.finish()
+                assert not work.late()
+                await check_stored_once(js, stream, work.acked)
+                await readback(cluster, js, stream, work.acked)
+                await no_leaks(js, tasks, subs, [stream])
+            finally:
+                await work.cancel()
+                await js.close()
