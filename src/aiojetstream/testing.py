@@ -1280,10 +1280,6 @@ class NatsCluster:
 # ---------------------------------------------------------------------------
 
 
-#: See _delete_all_streams.
-_STREAM_DELETE_SETTLE = 0.05
-
-
 async def _delete_all_streams(ctx: JetStreamContext) -> None:
     import aiojetstream
 
@@ -1293,13 +1289,6 @@ async def _delete_all_streams(ctx: JetStreamContext) -> None:
             await ctx.delete_stream(name)
         except aiojetstream.StreamNotFoundError:
             continue  # deleted meanwhile (for example by a stream's own limits)
-    if names:
-        # nats-server (seen with 2.15.1) finishes removing a file-storage stream
-        # after its delete reply: a stream re-created under the same name within
-        # a few milliseconds can come back with the old messages (2-4 times in
-        # 40 here; never with 10 ms between). Nothing observable marks the end,
-        # so give the server a moment before the next test reuses the names.
-        await asyncio.sleep(_STREAM_DELETE_SETTLE)
 
 
 if pytest is not None:
@@ -1336,6 +1325,14 @@ if pytest is not None:
 
         Every stream (and so every consumer and key-value bucket) is deleted
         before the test and again afterwards, then the context is closed.
+
+        The fixture does not wait after the deletes. nats-server (seen with
+        2.15.1) finishes removing a file-storage stream after its delete reply:
+        a stream re-created under the same name a few milliseconds later can
+        come back with the deleted stream's messages, and nothing observable
+        marks the end of the removal. Give each test its own stream and bucket
+        names (for example a prefix plus a random suffix) rather than reusing
+        one name from test to test.
         """
         import aiojetstream
 
