@@ -69,6 +69,7 @@ from ._errors import (
 )
 
 __all__ = [
+    "FAST_PATH_ENV",
     "Conn",
     "RawHandler",
     "RawSubscription",
@@ -77,7 +78,11 @@ __all__ = [
     "NatsClient",
     "NatsMsg",
     "NatsSubscription",
+    "as_jetstream_error",
+    "choose_path",
     "connect_nats",
+    "fast_path_missing",
+    "fast_path_switched_on",
     "translate",
 ]
 

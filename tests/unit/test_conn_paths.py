@@ -84,6 +84,12 @@ def test_the_pinned_nats_py_has_every_internal() -> None:
     assert pins[0].specifier.contains(importlib.metadata.version("nats-py"))
     assert str(pins[0].specifier) == "<2.17,>=2.16", "re-verify the internals before moving it"
     assert _conn.fast_path_missing(NatsClient()) == []
+    # Used on both paths: the state callbacks chained for listeners (_Hub) and
+    # the tls:// downgrade guard (_guard_tls).
+    nc = NatsClient()
+    for name in ("_disconnected_cb", "_reconnected_cb", "_closed_cb", "_current_server"):
+        assert hasattr(nc, name), name
+    assert callable(nc._process_info)
 
 
 def test_each_missing_internal_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
