@@ -39,6 +39,7 @@ from ._models.kv import KeyValueConfig
 from ._models.obj import ObjectStoreConfig
 from ._object import ObjectStore
 from ._ordered import OrderedConsumer
+from ._reconnect import NextServer
 from ._schedule import Schedule
 from ._stream import Stream
 from ._validation import (
@@ -822,11 +823,18 @@ async def connect(
     """Connect to NATS and return a :class:`JetStreamContext` that owns the connection.
 
     ``nats_options`` go to ``nats.connect``. Unless given, ``ping_interval`` is
-    5 s and ``max_outstanding_pings`` 2, so a hung server is noticed in about
-    15 s; a ``tls://`` URL always uses TLS. Close with ``await js.close()`` or
-    ``async with await aiojetstream.connect(...) as js:``.
+    5 s and ``max_outstanding_pings`` 2, so a hung server is noticed within
+    15 s, and a reconnect never starts with the server just lost (a hung one
+    would hold it for ``connect_timeout``); a ``tls://`` URL always uses TLS.
+    Close with ``await js.close()`` or ``async with await
+    aiojetstream.connect(...) as js:``.
     """
+    next_server = None
+    if nats_options.get("reconnect_to_server_handler") is None:
+        next_server = nats_options["reconnect_to_server_handler"] = NextServer()
     nc = await connect_nats(servers, **nats_options)
+    if next_server is not None:
+        next_server.attach(nc)
     try:
         js = JetStreamContext(
             nc,
