@@ -182,7 +182,8 @@ def _guard_tls(nc: NatsClient, reasons: list[str]) -> None:
             and server.uri.scheme == "tls"
             and not info.get("tls_required")
         ):
-            reason = f"{server.uri.netloc} does not offer TLS but was given as a tls:// URL"
+            where = f"{server.uri.hostname}:{server.uri.port}"  # never the credentials
+            reason = f"{where} does not offer TLS but was given as a tls:// URL"
             reasons.append(reason)
             raise nats_errors.SecureConnRequiredError(reason)
         await original(info, initial_connection=initial_connection)
@@ -230,15 +231,16 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         await nc.connect(servers=urls, **options)
     except (OSError, TimeoutError, nats_errors.Error) as exc:
         last = nc.last_error
+        shown = _redact(urls)
         refused = next((e for e in reversed(connect_errors) if _is_auth_error(e)), None)
         if refused is not None:
-            raise AuthorizationError(f"{urls} refused the credentials: {refused}") from exc
+            raise AuthorizationError(f"{shown} refused the credentials: {refused}") from exc
         if tls_refusals:
             raise TLSError(f"refusing a plaintext connection: {tls_refusals[-1]}") from exc
         if isinstance(last, ssl.SSLError) or isinstance(exc, ssl.SSLError):
-            raise TLSError(f"TLS handshake with {urls} failed: {last or exc}") from exc
+            raise TLSError(f"TLS handshake with {shown} failed: {last or exc}") from exc
         if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError):
-            raise ConnectionClosedError(f"could not connect to {urls}: {last or exc}") from exc
+            raise ConnectionClosedError(f"could not connect to {shown}: {last or exc}") from exc
         with translate():
             raise
     finally:
@@ -246,6 +248,14 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     nc.options["max_reconnect_attempts"] = reconnect_attempts
     nc.options["reconnect_time_wait"] = reconnect_wait
     return nc
+
+
+_USERINFO = re.compile(r"(?<=://)[^/@]*@")
+
+
+def _redact(urls: list[str]) -> str:
+    """The URLs for an error message, without any ``user:password@`` or ``token@``."""
+    return ", ".join(_USERINFO.sub("***@", url) for url in urls)
 
 
 #: Marks the end of the initial connection in the error list of _initial_error_cb.
@@ -270,7 +280,7 @@ def _initial_error_cb(
             return
         seen.append(exc)
         if isinstance(exc, ssl.SSLError):
-            raise TLSError(f"TLS handshake with {urls} failed: {exc}") from exc
+            raise TLSError(f"TLS handshake with {_redact(urls)} failed: {exc}") from exc
 
     return error_cb
 

@@ -52,7 +52,11 @@ def normalize_headers(value: object) -> dict[str, list[str]] | None:
             raise ValueError(f"a header name must be a str, got {key!r}")
         if isinstance(item, str):
             out[key] = [item]
-        elif isinstance(item, Sequence) and all(isinstance(v, str) for v in item):
+        elif (
+            isinstance(item, Sequence)
+            and not isinstance(item, bytes | bytearray)
+            and all(isinstance(v, str) for v in item)
+        ):
             out[key] = list(item)
         else:
             raise ValueError(f"header {key!r} must be a str or a list of str, got {item!r}")
