@@ -252,17 +252,21 @@ class Operator:
             },
         }
 
-    def user_creds(self, name: str, *, signer: nkeys.KeyPair | None = None) -> Path:
+    def user_creds(
+        self, name: str, *, signer: nkeys.KeyPair | None = None, expires: int | None = None
+    ) -> Path:
         """Write ``<name>.creds`` for a new user of the account (signed by ``signer``).
 
         ``signer`` defaults to the account; another key makes a user the
-        server does not trust.
+        server does not trust. ``expires`` is the JWT's ``exp`` (Unix seconds).
         """
         user = new_nkey(nkeys.PREFIX_BYTE_USER)
+        expiry = {} if expires is None else {"exp": expires}
         user_jwt = encode_jwt(
             {
                 "sub": public_key(user),
                 "name": name,
+                **expiry,
                 "nats": {
                     "type": "user",
                     "version": 2,

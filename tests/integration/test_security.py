@@ -24,6 +24,7 @@ time, offline (tests/credentials.py).
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import json
@@ -68,6 +69,7 @@ from aiojetstream import (
 from aiojetstream._conn import CONNECT_ATTEMPTS
 from aiojetstream.testing import NatsServer
 from credentials import CertificateAuthority, Operator, new_nkey, public_key, seed_text
+from docblocks import BLOCK_TIMEOUT, DOCS, fresh_js, python_blocks, run_block
 from helpers import unique_name
 from proxy import HOST, ApiCountingProxy
 
@@ -1274,10 +1276,11 @@ def _nkey(tmp: Path) -> Scheme:
 def _creds(tmp: Path) -> Scheme:
     operator = Operator(tmp)
     forged = operator.user_creds("mallory", signer=new_nkey(nkeys.PREFIX_BYTE_ACCOUNT))
+    expired = operator.user_creds("bob", expires=int(time.time()) - 3600)
     return Scheme(
         operator.server_config(),
         {"user_credentials": str(operator.user_creds("alice"))},
-        [{"user_credentials": str(forged)}, {}],
+        [{"user_credentials": str(forged)}, {"user_credentials": str(expired)}, {}],
         [],
     )
 
@@ -1326,3 +1329,32 @@ async def test_credentials_in_the_url_stay_out_of_errors(nats_server: NatsServer
         assert "***@" in str(info.value)
         js = await aiojetstream.connect(f"nats://alice:pw-1@{HOST}:{server.port}")
         await js.close()
+
+
+# --------------------------------------------------------------------------- docs/security.md
+
+SECURITY_PAGE = DOCS / "security.md"
+
+
+async def test_security_page_blocks() -> None:
+    """Every block of docs/security.md compiles; those of its first section run in order.
+
+    The TLS and credentials examples name files and hosts of their own (the
+    tests above do the same against real servers), so they are compiled only.
+    """
+    text = SECURITY_PAGE.read_text(encoding="utf-8")
+    blocks = python_blocks(text)
+    for index, src in enumerate(blocks, 1):
+        compile(src, f"security.md block {index}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    runnable = python_blocks(text[: text.index("\n## TLS\n")])
+    assert len(runnable) >= 2
+    async with fresh_js() as js:
+        namespace: dict[str, Any] = {
+            "__name__": "security_doc",
+            "js": js,
+            "aiojetstream": aiojetstream,
+        }
+        for index, src in enumerate(runnable, 1):
+            await asyncio.wait_for(
+                run_block(src, index, namespace, SECURITY_PAGE.name), BLOCK_TIMEOUT
+            )
