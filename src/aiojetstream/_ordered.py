@@ -3,16 +3,18 @@
 The ordered consumer keeps a cursor (the stream sequence of the last message it
 handed out). Its server-side consumer is ephemeral, AckNone, memory-stored, one
 replica, named ``<prefix>_<serial>``. Whenever the delivery stops being
-trustworthy (a consumer-sequence gap, missed heartbeats, the consumer deleted or
-lost in a restart) it drops that consumer and creates the next one starting at
-``cursor + 1``, retrying with backoff (1 s doubling to 10 s) up to
-``max_reset_attempts``. A message is handed out only if its consumer sequence
+trustworthy (a consumer-sequence gap, a heartbeat naming a later consumer
+sequence than arrived, missed heartbeats, the consumer deleted or lost in a
+restart) it drops that consumer and creates the next one starting at
+``cursor + 1``, retrying (under the same name) with backoff (1 s doubling to
+10 s) up to ``max_reset_attempts``. A message is handed out only if its consumer sequence
 is exactly the next one, so no gap and no duplicate can reach the user.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 from datetime import timedelta
@@ -159,11 +161,15 @@ class OrderedConsumer:
         limit = self._config.max_reset_attempts
         delay = RESET_BACKOFF_FIRST
         attempt = 0
+        # One name per reset, kept across its retries: an attempt whose answer was lost
+        # (timeout, reconnect) may have created the consumer, and creating it again with
+        # the same name and config returns it instead of leaving it behind (as nats.go).
+        config = self._consumer_config()
         while True:
             attempt += 1
             try:
                 self._info = await C.upsert_consumer(
-                    self._api, self._stream, self._consumer_config(), C.ACTION_CREATE, None
+                    self._api, self._stream, config, C.ACTION_CREATE, None
                 )
             except (StreamNotFoundError, ConnectionClosedError, InvalidOptionError):
                 raise
@@ -198,7 +204,32 @@ class OrderedConsumer:
         async def check() -> ConsumerInfo:
             return await C.consumer_info(self._api, self._stream, name, None)
 
-        return PullDriver(self._api, self._stream, name, settings, check, error_handler)
+        driver = PullDriver(self._api, self._stream, name, settings, check, error_handler)
+        driver.on_heartbeat = functools.partial(self._on_heartbeat, driver)
+        return driver
+
+    def _on_heartbeat(self, driver: PullDriver, last_delivered: int) -> None:
+        """A heartbeat names the consumer sequence the server delivered last.
+
+        Messages and heartbeats of one consumer reach the inbox in order, so
+        everything up to it has arrived: the ones handed out (``expected - 1``)
+        and the ones still buffered. More means a message was lost on the way
+        (say in a reconnect) with nothing after it to reveal the gap: reset now
+        rather than when (if ever) the next message comes.
+        """
+        if self._needs_reset or self._name != driver.consumer:
+            return
+        received = self._expected - 1 + driver.buffered
+        if last_delivered > received:
+            logger.info(
+                "ordered consumer on %s: the server delivered up to consumer sequence %d, "
+                "%d arrived; resetting",
+                self._stream,
+                last_delivered,
+                received,
+            )
+            self._needs_reset = True
+            driver.stop()
 
     def _check_mode(self, mode: str) -> None:
         if self._mode is not None and self._mode != mode:

@@ -54,6 +54,8 @@ logger = logging.getLogger("aiojetstream")
 ErrorHandler = Callable[[JetStreamError], Any]
 
 _NS = 1_000_000_000
+#: The heartbeat header with the consumer sequence the server delivered last.
+_LAST_CONSUMER = "Nats-Last-Consumer"
 
 #: Set in the task of an async error handler: the message source that started it.
 _HANDLER_OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar(
@@ -160,6 +162,9 @@ class PullDriver:
         self.error: JetStreamError | None = None
         self._closed = False
         self._listening = False
+        #: Called with a heartbeat's ``Nats-Last-Consumer`` (the consumer sequence the
+        #: server delivered last): the ordered consumer spots a lost last message.
+        self.on_heartbeat: Callable[[int], None] | None = None
 
     # ------------------------------------------------------------- lifecycle
 
@@ -224,6 +229,11 @@ class PullDriver:
         return loop.time()
 
     # ------------------------------------------------------------- consumption
+
+    @property
+    def consumer(self) -> str:
+        """The name of the consumer pulled from."""
+        return self._consumer
 
     @property
     def buffered(self) -> int:
@@ -293,6 +303,10 @@ class PullDriver:
         if status is None:
             self.report(InvalidResponseError(f"malformed status message: {hdr[:80]!r}"))
             return
+        if status.kind is StatusKind.HEARTBEAT and self.on_heartbeat is not None:
+            last = status.headers.get(_LAST_CONSUMER)
+            if last is not None and last.isascii() and last.isdigit() and not self.finished:
+                self.on_heartbeat(int(last))
         silent = status.severity is Severity.SILENT and status.kind is not StatusKind.PIN_MISMATCH
         error = None if silent else status.error()
         self._run(
