@@ -24,6 +24,7 @@ Every test ends with the per-replica readback (of the bucket's stream
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
@@ -49,6 +50,7 @@ from aiojetstream.testing import NatsCluster
 from helpers import unique_name, wait_until
 from reliability.harness import (
     Acked,
+    TcpProxy,
     baseline,
     consumer_leader,
     create_r3_stream,
@@ -74,7 +76,13 @@ class WatchLog:
         self.last_revision = 0
         self.times: list[float] = []
         self.out_of_order: list[tuple[int, int]] = []
+        self.error: BaseException | None = None
         self._changed = asyncio.Event()
+
+    def fail(self, exc: BaseException) -> None:
+        """The watcher ended: waiting for it fails at once."""
+        self.error = exc
+        self._changed.set()
 
     def add(self, entry: KeyValueEntry | None) -> None:
         if entry is None:
@@ -96,6 +104,9 @@ class WatchLog:
     def values(self) -> dict[str, bytes]:
         return {k: e.value for k, e in self.latest.items()}
 
+    async def wait_values(self, expected: dict[str, bytes], timeout: float) -> None:
+        await self.wait(lambda: self.values() == expected, timeout, "the last value of every key")
+
     async def wait_initial(self, timeout: float) -> None:
         await self.wait(lambda: self.markers >= 1, timeout, "the end of the initial values")
 
@@ -103,35 +114,54 @@ class WatchLog:
         try:
             async with asyncio.timeout(timeout):
                 while not predicate():
+                    if self.error is not None:
+                        raise AssertionError(
+                            f"watcher {self.name} ended ({self.error!r}) before {what}"
+                        ) from self.error
                     self._changed.clear()
                     await self._changed.wait()
         except TimeoutError:
-            raise AssertionError(f"watcher {self.name}: not within {timeout:g} s: {what}") from None
+            raise AssertionError(
+                f"watcher {self.name}: not within {timeout:g} s: {what} "
+                f"({self.entries} entries, last revision {self.last_revision})"
+            ) from None
 
 
 async def follow(kv: KeyValue, log: WatchLog, started: asyncio.Event) -> None:
     """Run a watcher on every key until cancelled, recording into ``log``."""
-    async with kv.watch() as watcher:
-        started.set()
-        async for entry in watcher:
-            log.add(entry)
+    try:
+        async with kv.watch() as watcher:
+            started.set()
+            async for entry in watcher:
+                log.add(entry)
+    except Exception as exc:
+        log.fail(exc)
+        raise
+    log.fail(AssertionError("the watcher ended"))
 
 
 class Writer:
-    """Puts ``count`` values over ``keys`` keys, each retried until acknowledged."""
+    """Puts ``count`` values over ``keys`` keys, each retried until acknowledged.
 
-    def __init__(self, kv: KeyValue, count: int, keys: int) -> None:
+    ``pace`` seconds between two puts (load pacing); :meth:`stop` ends it between two.
+    """
+
+    def __init__(self, kv: KeyValue, count: int, keys: int, pace: float = 0.0) -> None:
         self.kv = kv
         self.count = count
         self.keys = keys
+        self.pace = pace
         self.acked = Acked()
         self.expected: dict[str, bytes] = {}
         self.done = 0
         self.failures = 0
         self.progress = asyncio.Event()
+        self._stopping = asyncio.Event()
 
     async def run(self) -> None:
         for i in range(self.count):
+            if self._stopping.is_set():
+                return
             key, value = f"k{i % self.keys}", b"v%d" % i
             while True:
                 try:
@@ -145,6 +175,12 @@ class Writer:
             self.expected[key] = value
             self.done += 1
             self.progress.set()
+            if self.pace:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self.pace)
+
+    def stop(self) -> None:
+        self._stopping.set()
 
     async def wait_done(self, n: int, timeout: float) -> None:
         async with asyncio.timeout(timeout):
@@ -239,6 +275,185 @@ async def test_k1_watch_across_a_stream_leader_kill() -> None:
             await no_leaks(js, tasks, subs, [stream])
         finally:
             await js.close()
+
+
+# --------------------------------------------------------------------------- K3
+
+#: K3: forced reconnects, how far apart, and the watchers started before the storm.
+RESETS = 20
+RESET_EVERY = 0.5
+EARLY_WATCHERS = 3
+#: The resets after which one more watcher starts.
+LATE_AT = (5, 12)
+#: RELIABILITY goal 4: at most this many API requests per second per consumer.
+MAX_CREATES_PER_SECOND = 20
+
+
+def max_per_second(times: list[float]) -> int:
+    """The largest number of events inside any one-second window."""
+    times = sorted(times)
+    best = j = 0
+    for i, t in enumerate(times):
+        while times[j] <= t - 1.0:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+async def watch_consumers(js: JetStreamContext, stream: str) -> list[str]:
+    return [c async for c in js.consumer_names(stream)]
+
+
+@pytest.mark.reliability
+async def test_k3_reconnect_storm_one_consumer_per_watcher() -> None:
+    """20 forced reconnects in 10 s through a proxy to n1 (the cluster does not
+    advertise its other nodes, so every reconnect goes through the proxy) while a
+    writer on its own connection changes 20 keys every 20 ms; 3 watchers run from
+    the start and 2 more are started during the storm. Afterwards every watcher has
+    the last value of every key, increasing revisions and one initial-values marker,
+    and the bucket's stream has exactly one consumer per watcher."""
+    config = {"cluster": {"no_advertise": True}}
+    async with NatsCluster(3, config=config) as cluster:
+        n1, n2 = cluster.servers[0], cluster.servers[1]
+        admin = await connect(n2.url)
+        proxy = TcpProxy(n1.port)
+        await proxy.__aenter__()
+        reconnected = asyncio.Event()
+
+        async def on_reconnect() -> None:
+            reconnected.set()
+
+        js = await connect(
+            proxy.url,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.05,
+            reconnected_cb=on_reconnect,
+        )
+        watchers: list[asyncio.Task[None]] = []
+        try:
+            bucket = unique_name("K3")
+            stream = f"KV_{bucket}"
+            await admin.create_key_value(
+                KeyValueConfig(bucket=bucket, replicas=3, history=64, storage=StorageType.FILE)
+            )
+            await wait_stream_leader(admin, stream)
+            kv = await js.key_value(bucket)
+            writer_kv = await admin.key_value(bucket)
+            writer = Writer(writer_kv, 100_000, 20, pace=0.02)
+            for i in range(20):
+                rev = await writer_kv.put(f"k{i}", b"init%d" % i)
+                writer.acked.add(rev, b"init%d" % i)
+                writer.expected[f"k{i}"] = b"init%d" % i
+            tasks, subs = await baseline(js)
+
+            logs: list[WatchLog] = []
+
+            async def start_watcher(n: int) -> None:
+                log = WatchLog(f"w{n}")
+                logs.append(log)
+                started = asyncio.Event()
+                watchers.append(asyncio.create_task(follow(kv, log, started)))
+
+            for n in range(EARLY_WATCHERS):
+                await start_watcher(n)
+            for log in logs:
+                await log.wait_initial(15)
+            assert len(await watch_consumers(admin, stream)) == EARLY_WATCHERS
+
+            writing = asyncio.create_task(writer.run())
+            t0 = now()
+            creates_before = len(proxy.api_since(0, "$JS.API.CONSUMER.CREATE."))
+            dropped = 0
+            for n in range(RESETS):
+                # Pacing of the faults (not synchronisation): one every RESET_EVERY s,
+                # each once the client is connected again.
+                await asyncio.sleep(max(0.0, t0 + n * RESET_EVERY - now()))
+                if n:
+                    await asyncio.wait_for(reconnected.wait(), 10)
+                reconnected.clear()
+                dropped += await proxy.reset()
+                if n in LATE_AT:
+                    await start_watcher(len(logs))
+            t_storm = now() - t0
+            await asyncio.wait_for(reconnected.wait(), 10)
+            writer.stop()
+            await asyncio.wait_for(writing, 30)
+            try:
+                for log in logs:
+                    await log.wait_initial(30)
+                    await log.wait_values(writer.expected, 30)
+            except AssertionError:
+                for name in await watch_consumers(admin, stream):
+                    info = await (await admin.consumer(stream, name)).info()
+                    logger.warning(
+                        "K3 consumer %s on %s: delivered %s, pending %d, waiting %d",
+                        name,
+                        info.cluster.leader if info.cluster else None,
+                        info.delivered.stream_seq,
+                        info.num_pending,
+                        info.num_waiting,
+                    )
+                for log in logs:
+                    logger.warning(
+                        "K3 %s: %d entries, last revision %d, markers %d, error %r",
+                        log.name,
+                        log.entries,
+                        log.last_revision,
+                        log.markers,
+                        log.error,
+                    )
+                raise
+            names = await watch_consumers(admin, stream)
+            creates = proxy.api_since(t0, "$JS.API.CONSUMER.CREATE.")
+            logger.warning(
+                "FIGURE K3: resets=%d in %.2f s (connections dropped %d, accepted %d), "
+                "watchers=%d, server consumers=%d, consumer creates during the storm=%d "
+                "(before %d), puts=%d put_failures=%d",
+                RESETS,
+                t_storm,
+                dropped,
+                proxy.connections,
+                len(logs),
+                len(names),
+                len(creates),
+                creates_before,
+                writer.done,
+                writer.failures,
+            )
+            per_watcher: dict[str, list[float]] = {}
+            for t, subject in creates:
+                prefix = subject.split(".")[5].rsplit("_", 1)[0]
+                per_watcher.setdefault(prefix, []).append(t)
+            busiest = max((max_per_second(ts) for ts in per_watcher.values()), default=0)
+            logger.warning(
+                "FIGURE K3: creates per watcher during the storm %s, at most %d in one second",
+                sorted(len(ts) for ts in per_watcher.values()),
+                busiest,
+            )
+            assert dropped >= RESETS, "a reset found no connection to drop"
+            # <= 1 live server consumer per watcher, and each has one.
+            assert len(names) == len(logs), names
+            assert len({n.rsplit("_", 1)[0] for n in names}) == len(logs), names
+            # Creation backs off: at most one new consumer per forced reconnect (and
+            # the first of a late watcher), never a burst (RELIABILITY goal 4: <= 20/s).
+            assert all(len(ts) <= RESETS + 1 for ts in per_watcher.values()), per_watcher
+            assert busiest <= MAX_CREATES_PER_SECOND, per_watcher
+            for log in logs:
+                assert log.markers == 1, (log.name, log.markers)
+                assert not log.out_of_order, (log.name, log.out_of_order[:10])
+            for task in watchers:
+                task.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+            watchers.clear()
+            await readback(cluster, admin, stream, writer.acked, unique_ids=False)
+            await no_leaks(js, tasks, subs, [stream])
+        finally:
+            for task in watchers:
+                task.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+            await js.close()
+            await admin.close()
+            await proxy.close()
 
 
 # --------------------------------------------------------------------------- S1
