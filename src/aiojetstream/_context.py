@@ -39,7 +39,7 @@ from ._models.kv import KeyValueConfig
 from ._models.obj import ObjectStoreConfig
 from ._object import ObjectStore
 from ._ordered import OrderedConsumer
-from ._reconnect import NextServer
+from ._reconnect import NextServer, drop_unsent_on_reconnect
 from ._schedule import Schedule
 from ._stream import Stream
 from ._validation import (
@@ -824,8 +824,9 @@ async def connect(
 
     ``nats_options`` go to ``nats.connect``. Unless given, ``ping_interval`` is
     5 s and ``max_outstanding_pings`` 2, so a hung server is noticed within
-    15 s, and a reconnect never starts with the server just lost (a hung one
-    would hold it for ``connect_timeout``); a ``tls://`` URL always uses TLS.
+    15 s; a reconnect never starts with the server just lost (a hung one
+    would hold it for ``connect_timeout``) and never waits to flush the
+    connection it gives up; a ``tls://`` URL always uses TLS.
     Close with ``await js.close()`` or ``async with await
     aiojetstream.connect(...) as js:``.
     """
@@ -835,6 +836,7 @@ async def connect(
     nc = await connect_nats(servers, **nats_options)
     if next_server is not None:
         next_server.attach(nc)
+    drop_unsent_on_reconnect(nc)
     try:
         js = JetStreamContext(
             nc,

@@ -1,4 +1,4 @@
-"""Which server a reconnect tries next (nats-py's ``reconnect_to_server_handler``).
+"""Reconnects: which server comes next, and no wait on the connection given up.
 
 nats-py's own choice shuffles the server pool and takes the first server,
 sleeping ``reconnect_time_wait`` first when that server was tried recently.
@@ -12,17 +12,28 @@ comes, while the other nodes are healthy (RELIABILITY P3/P4).
 disconnect, the servers not tried since (never the one just lost); once all
 were tried, the one tried longest ago, not before ``reconnect_time_wait``
 after its last attempt (the delay nats-py would sleep).
+
+:func:`drop_unsent_on_reconnect`: before reconnecting, nats-py closes the
+old connection and waits until it is closed; asyncio first writes out what
+the transport still buffers. A hung server (SIGSTOP, a partition) whose
+socket buffers are full never reads it, so that wait never ends: with 20 MB
+of ``publish_async`` queued during a SIGSTOP the client stayed in
+RECONNECTING for as long as the server hung, though two other nodes were
+healthy. The connection being given up is aborted instead: what it could
+not send is lost with it either way (and the publishes waiting for it have
+failed with ``DisconnectedError``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.client import Server
 
-__all__ = ["NextServer"]
+__all__ = ["NextServer", "drop_unsent_on_reconnect"]
 
 
 class NextServer:
@@ -63,3 +74,27 @@ class NextServer:
             return fresh[0], 0.0
         chosen = min(servers, key=lambda s: tried[s.uri.netloc])
         return chosen, max(0.0, tried[chosen.uri.netloc] + wait - now)
+
+
+def drop_unsent_on_reconnect(nc: NatsClient) -> None:
+    """Abort, instead of flushing, the connection nats-py gives up to reconnect.
+
+    Wraps nats-py's ``_process_op_err``, the one way into a reconnect after
+    an error (a read or write error, a stale connection after unanswered
+    pings, the server's ``-ERR 'Stale Connection'``).
+    """
+    original: Callable[[Exception], Awaitable[None]] = nc._process_op_err
+
+    async def process_op_err(error: Exception) -> None:
+        if (
+            nc.options.get("allow_reconnect")
+            and (nc.is_connected or nc.is_connecting)
+            and not (nc.is_closed or nc.is_reconnecting)
+        ):
+            writer = getattr(nc._transport, "_io_writer", None)  # TCP and TLS transports
+            transport = getattr(writer, "transport", None)
+            if transport is not None:
+                transport.abort()
+        await original(error)
+
+    nc._process_op_err = process_op_err  # type: ignore[method-assign,assignment]

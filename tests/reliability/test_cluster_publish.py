@@ -506,6 +506,66 @@ class AsyncWorkload:
 
 
 @dataclass
+class Burst:
+    """Large ``publish_async`` messages that fill the socket of a hung server.
+
+    Once the kernel's buffers are full, what the client writes stays in its
+    transport, which a plain close would try to flush for as long as the
+    server hangs. Each future must still complete by its deadline; the ones
+    that failed are then published again with their msg id until acked.
+    """
+
+    js: JetStreamContext
+    subject: str
+    acked: Acked
+    timeout: float
+    count: int = 30
+    size: int = 700_000
+    sent: list[tuple[bytes, float, asyncio.Future[PubAck]]] = field(default_factory=list)
+    done_at: dict[int, float] = field(default_factory=dict)
+
+    async def send(self) -> None:
+        for i in range(self.count):
+            payload = b"big-%d:" % i + bytes(self.size)
+            t0 = now()
+            fut = await self.js.publish_async(
+                self.subject, payload, msg_id=f"big-{i}", timeout=self.timeout
+            )
+            fut.add_done_callback(lambda f: self.done_at.setdefault(id(f), now()))
+            self.sent.append((payload, t0, fut))
+
+    async def settle(self) -> tuple[Counter[str], list[float]]:
+        """Check every future's deadline, store the failed ones again; (outcomes, late)."""
+        await asyncio.wait([f for _, _, f in self.sent], timeout=self.timeout + 10)
+        outcomes: Counter[str] = Counter()
+        late: list[float] = []
+        for payload, t0, fut in self.sent:
+            assert fut.done(), "a publish_async future of the burst never completed"
+            took = self.done_at[id(fut)] - t0
+            if took > self.timeout + LOOP_LAG:
+                late.append(took)
+            error = fut.exception()
+            if error is None:
+                outcomes["ack"] += 1
+                self.acked.add(fut.result().seq, payload)
+                continue
+            assert isinstance(error, RETRIED) or in_process(error), repr(error)
+            outcomes[error_name(error)] += 1
+            msg_id = payload.split(b":", 1)[0].decode()
+            async with asyncio.timeout(60):
+                while True:
+                    try:
+                        ack = await self.js.publish(self.subject, payload, msg_id=msg_id, timeout=5)
+                    except (*RETRIED, APIError) as exc:
+                        if isinstance(exc, APIError) and not in_process(exc):
+                            raise
+                        continue
+                    self.acked.add(ack.seq, payload)
+                    break
+        return outcomes, late
+
+
+@dataclass
 class ApiRequests:
     """A loop of JetStream API requests (stream info) with a deadline each."""
 
@@ -589,6 +649,7 @@ async def _client_node_fault(
         work = Workload(js, subject, acked, timeout=attempt_timeout)
         asynchronous = AsyncWorkload(js, f"{stream}.a", acked, timeout=attempt_timeout)
         api = ApiRequests(js, stream, timeout=attempt_timeout)
+        burst = Burst(js, f"{stream}.big", acked, timeout=attempt_timeout)
         try:
             await create_r3_stream(js, stream, [f"{stream}.>"])
             # publish_async's reply subscription lives as long as the context.
@@ -610,6 +671,7 @@ async def _client_node_fault(
                 await client_node.kill()
             else:
                 client_node.freeze()
+                await burst.send()
             t_reconnected = await events.wait_reconnected(t_fault, timeout=detect_bound + 30)
             failover = t_reconnected - t_fault
             detected = [t for t in events.disconnected if t >= t_fault]
@@ -636,13 +698,16 @@ async def _client_node_fault(
             await work.finish()
             await asynchronous.finish()
             await api.finish()
+            burst_outcomes, burst_late = await burst.settle()
             logger.warning(
-                "FIGURE %s outcomes since the fault: publish=%s publish_async=%s api=%s",
+                "FIGURE %s outcomes since the fault: publish=%s publish_async=%s api=%s burst=%s",
                 label,
                 dict(work.failures(since=t_fault)),
                 dict(asynchronous.outcomes()),
                 dict(api.outcomes()),
+                dict(burst_outcomes),
             )
+            assert not burst_late, f"burst futures overran their deadline: {burst_late}"
             for what, late in (
                 ("publish", work.late()),
                 ("publish_async", asynchronous.late()),
