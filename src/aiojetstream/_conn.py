@@ -13,8 +13,9 @@ Every connection runs on one of two paths, chosen when its first
 
 * the **fast path** (the default) reaches into nats-py internals that were
   verified on the nats-py versions ``pyproject.toml`` allows (2.16.x): the
-  protocol parser (``Client._ps``: its ``parse``, ``buf``, ``state``,
-  ``needed``, ``header_needed``, ``msg_arg``; ``AWAITING_CONTROL_LINE`` and
+  protocol parser (``Client._ps``: its ``parse``, ``nc``, ``buf``, ``state``,
+  ``needed``, ``header_needed``, ``msg_arg``; ``Client._process_ping`` and
+  ``_process_pong``; ``AWAITING_CONTROL_LINE`` and
   ``AWAITING_MSG_PAYLOAD`` of ``nats.protocol.parser``), ``Client._process_msg``,
   the outgoing buffer (``_pending``, ``_pending_data_size``,
   ``_max_pending_size``, ``_flush_queue``, ``_transport``), ``_max_payload``
@@ -710,6 +711,24 @@ class _Router:
                 head = 4
             elif view.startswith(b"HMSG ", pos):
                 head = 5
+            elif (
+                view.startswith(b"PING\r\n", pos) or view.startswith(b"PONG\r\n", pos)
+            ) and _ends_op(view, pos + 6, size):
+                # As nats-py's parser does (so the rest of the read stays here).
+                ping = view[pos + 1] == 0x49  # I
+                pos += 6
+                del buf[: pos - dropped]
+                dropped = pos
+                if ping:
+                    await ps.nc._process_ping()
+                else:
+                    await ps.nc._process_pong()
+                if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
+                    return  # reset by a reconnect meanwhile
+                continue
+            elif view.startswith(b"+OK\r\n", pos) and _ends_op(view, pos + 5, size):
+                pos += 5
+                continue
             else:
                 other = True
                 break
@@ -809,7 +828,7 @@ class _Router:
         if pos > dropped:
             del buf[: pos - dropped]
         if other:
-            # PING, PONG, INFO, -ERR, +OK, odd lines: nats-py's parser takes the rest.
+            # INFO, -ERR, odd lines: nats-py's parser takes the rest.
             await _NatsParser.parse(ps)
 
     def restore(self, nc: NatsClient) -> None:
@@ -820,6 +839,18 @@ class _Router:
         ps = self.ps
         if ps is not None and "parse" in vars(ps):
             del ps.parse
+
+
+def _ends_op(view: bytes, end: int, size: int) -> bool:
+    r"""True unless ASCII whitespace follows a PING, PONG or +OK line at ``end``.
+
+    nats-py's patterns for them end in ``\s*\r\n``: blank lines after the
+    line belong to it there.
+    """
+    if end == size:
+        return True
+    after = view[end]
+    return after != 32 and not 9 <= after <= 13
 
 
 def _parser_hook_available(nc: NatsClient) -> bool:
@@ -833,6 +864,9 @@ def _parser_shape_ok(nc: NatsClient) -> bool:
     return (
         _NatsParser is not None
         and type(ps) is _NatsParser
+        and getattr(ps, "nc", None) is nc
+        and callable(getattr(nc, "_process_ping", None))
+        and callable(getattr(nc, "_process_pong", None))
         and callable(getattr(_NatsParser, "parse", None))
         and isinstance(getattr(ps, "buf", None), bytearray)
         and isinstance(getattr(ps, "msg_arg", None), dict)

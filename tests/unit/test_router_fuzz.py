@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client as NatsClient
 from nats.errors import ProtocolError
@@ -217,7 +217,11 @@ CUTS = st.lists(st.integers(min_value=1, max_value=2000), max_size=30)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(FRAME, min_size=1, max_size=12), CUTS)
 async def test_well_formed_streams_parse_as_nats_py(frames: list[bytes], cuts: list[int]) -> None:
-    events, error = await _compare(b"".join(frames), cuts)
+    stream = b"".join(frames)
+    # Where nats-py misframes, so does the router once it has handed the rest of
+    # a read to nats-py's parser (after a line it leaves to it, "MSG\t..." say).
+    assume(not _nats_py_misreads(stream))
+    events, error = await _compare(stream, cuts)
     assert error is None
     # Every frame came out (+OK has no event).
     assert len(events) == sum(1 for f in frames if not f.startswith(b"+OK"))
@@ -229,7 +233,7 @@ ODD = st.sampled_from(
     [
         *(b" ", b"\r", b"\n", b"\r\n", b"\t", b"0", b"9", b"-", b"+", b"_", b"x", b"\x00"),
         *(b"\xff", b"MSG ", b"HMSG ", b"\xd9\xa3", b"99999", b"-ERR \r\n", b"INFO [1]\r\n"),
-        b"INFO {\r\n",
+        *(b"INFO {\r\n", b"PING\r\n", b"PONG\r\n", b"+OK\r\n", b"PING \r\n", b"+OK"),
     ]
 )
 
@@ -260,6 +264,8 @@ def mutated_stream(draw: st.DrawFn) -> bytes:
 @example(b"MSG s 1 3\r\nabc\r\nINFO [1]\r\n", [])  # nats-py: TypeError
 @example(b"MSG s 1 3\r\nabc\r\nINFO {\r\n", [])  # nats-py: JSONDecodeError
 @example(b"-ERR '\xff'\r\n", [])  # nats-py: UnicodeDecodeError
+@example(b"PING\r\n\r\nMSG s 1 2\r\nhi\r\n", [])  # nats-py: the blank line is the PING's
+@example(b"MSG s 1 2\r\nhi\r\nPONG\r\n", [15])  # a PONG at the end of a read
 async def test_mutated_streams_parse_as_nats_py(stream: bytes, cuts: list[int]) -> None:
     await _compare(stream, cuts)
 
