@@ -51,7 +51,8 @@ typecheck: install
 
 # The integration tests that also run with the nats-py fast path switched off.
 FALLBACK_TESTS := tests/integration/test_publish.py tests/integration/test_consume.py \
-	tests/integration/test_kv.py tests/integration/test_error_translation.py
+	tests/integration/test_kv.py tests/integration/test_error_translation.py \
+	tests/integration/test_fast_path.py
 RUNS ?= 1
 SOAK_MINUTES ?= 10
 

@@ -359,8 +359,11 @@ def test_valid_blocks_round_trip(
 @given(
     st.dictionaries(
         st.from_regex(r"[A-Za-z][A-Za-z-]{0,10}", fullmatch=True),
+        # Any value a user may send: no control characters but tab, no line separators.
         st.text(
-            alphabet=st.characters(exclude_characters="\r\n\x00", exclude_categories=["Cs"]),
+            alphabet=st.characters(
+                exclude_categories=["Cs", "Cc", "Zl", "Zp"], include_characters="\t"
+            ),
             max_size=10,
         ),
         max_size=4,
@@ -377,9 +380,14 @@ def test_user_message_blocks_are_never_statuses(headers: dict[str, str]) -> None
 # What the server sends: a description and header values without surrounding
 # blanks, keys that are tokens (unique here: nats-py keeps the last value of a
 # repeated key where decode_headers joins them).
-SERVER_DESCRIPTIONS = DESCRIPTIONS.map(str.strip) | st.text(
-    alphabet=st.characters(exclude_characters="\r\n", exclude_categories=["Cs"]), max_size=30
-).map(str.strip)
+# nats-py 2.16 misreads a description starting with ":" (b"NATS/1.0 100 :\r\n..."
+# gains a header "00"); the server's descriptions never start with one.
+SERVER_DESCRIPTIONS = (
+    DESCRIPTIONS.map(str.strip)
+    | st.text(
+        alphabet=st.characters(exclude_characters="\r\n", exclude_categories=["Cs"]), max_size=30
+    ).map(str.strip)
+).filter(lambda d: not d.startswith(":"))
 SERVER_KEYS = st.sampled_from(
     ["Nats-Pending-Messages", "Nats-Pending-Bytes", "Nats-Last-Consumer", "Nats-Pin-Id"]
 ) | st.from_regex(r"[A-Za-z][A-Za-z0-9-]{0,15}", fullmatch=True)
