@@ -1,0 +1,328 @@
+"""What every command shares: connection options, running a coroutine, errors and output."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import ssl
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import pydantic
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import aiojetstream
+from aiojetstream import JetStreamContext
+
+from ._units import format_duration, format_time
+
+__all__ = [
+    "DEFAULT_SERVER",
+    "CliError",
+    "Force",
+    "JsonFlag",
+    "Options",
+    "Output",
+    "confirm",
+    "describe_error",
+    "guarded",
+    "kv_table",
+    "load_json_file",
+    "options",
+    "output",
+    "payload_fields",
+    "read_data",
+    "run",
+    "to_jsonable",
+]
+
+T = TypeVar("T")
+
+DEFAULT_SERVER = "nats://127.0.0.1:4222"
+
+JsonFlag = Annotated[
+    bool, typer.Option("--json", help="Print JSON instead of tables (for scripts).")
+]
+Force = Annotated[bool, typer.Option("--force", "-f", help="Do not ask for confirmation.")]
+
+
+class CliError(Exception):
+    """An error of the command line itself (bad input): printed as one line, exit code 1."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """The global options: where and how to connect, and how to print."""
+
+    servers: str = DEFAULT_SERVER
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    creds: Path | None = None
+    nkey: Path | None = None
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    domain: str | None = None
+    timeout: float = 5.0
+    json: bool = False
+    debug: bool = False
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context).
+
+        Raises:
+            CliError: inconsistent options.
+            OSError: a certificate file can not be read.
+            ssl.SSLError: a certificate file is not valid.
+
+        """
+        if self.password is not None and self.user is None:
+            raise CliError("--password needs --user")
+        if self.tls_key is not None and self.tls_cert is None:
+            raise CliError("--tls-key needs --tls-cert")
+        kwargs: dict[str, Any] = {"timeout": self.timeout, "domain": self.domain}
+        if self.user is not None:
+            kwargs["user"] = self.user
+        if self.password is not None:
+            kwargs["password"] = self.password
+        if self.token is not None:
+            kwargs["token"] = self.token
+        if self.creds is not None:
+            kwargs["user_credentials"] = str(self.creds)
+        if self.nkey is not None:
+            kwargs["nkeys_seed"] = str(self.nkey)
+        if self.tls_ca is not None or self.tls_cert is not None:
+            context = ssl.create_default_context(
+                cafile=str(self.tls_ca) if self.tls_ca is not None else None
+            )
+            if self.tls_cert is not None:
+                context.load_cert_chain(
+                    str(self.tls_cert), str(self.tls_key) if self.tls_key is not None else None
+                )
+            kwargs["tls"] = context
+        return kwargs
+
+
+def options(ctx: typer.Context) -> Options:
+    """The global options of this invocation."""
+    obj = ctx.find_root().obj
+    return obj if isinstance(obj, Options) else Options()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def describe_error(exc: BaseException) -> str:
+    """One readable line for an error."""
+    if isinstance(exc, pydantic.ValidationError):
+        parts = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            message = str(err["msg"]).removeprefix("Value error, ")
+            parts.append(f"{where}: {message}" if where else message)
+        text = f"invalid {exc.title}: " + "; ".join(parts)
+    elif isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        text = f"{exc.filename}: {exc.strerror}"
+    elif isinstance(exc, TimeoutError) and not str(exc):
+        text = "timed out"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+_EXPECTED = (
+    CliError,
+    aiojetstream.JetStreamError,
+    OSError,
+    ValueError,
+    TimeoutError,
+    ssl.SSLError,
+)
+
+
+def _fail(exc: BaseException, opts: Options) -> NoReturn:
+    if opts.debug:
+        raise exc
+    text = describe_error(exc)
+    if not isinstance(exc, _EXPECTED):
+        text = f"unexpected {type(exc).__name__}: {text} (--debug shows the traceback)"
+    print(f"error: {text}", file=sys.stderr, flush=True)
+    raise typer.Exit(1) from None
+
+
+def guarded(opts: Options, fn: Callable[[], T]) -> T:
+    """Call ``fn``, turning errors into one line on stderr and exit code 1.
+
+    With ``--debug`` the error is raised as it is (with its traceback).
+    Ctrl-C ends with exit code 130 and no traceback.
+    """
+    try:
+        return fn()
+    except KeyboardInterrupt:
+        if opts.debug:
+            raise
+        raise typer.Exit(130) from None
+    except Exception as exc:
+        _fail(exc, opts)
+
+
+def run(ctx: typer.Context, work: Callable[[JetStreamContext], Awaitable[T]]) -> T:
+    """Connect with the global options, run ``work(js)``, close; errors as :func:`guarded`."""
+    opts = options(ctx)
+
+    async def main() -> T:
+        js = await aiojetstream.connect(opts.servers, **opts.connect_kwargs())
+        try:
+            return await work(js)
+        finally:
+            await js.close()
+
+    return guarded(opts, lambda: asyncio.run(main()))
+
+
+def confirm(question: str, force: bool) -> None:
+    """Ask ``question`` unless ``force``; stop with exit code 1 on "no" (or end of input)."""
+    if force:
+        return
+    if not typer.confirm(question, default=False, err=True):
+        print("error: not confirmed (use --force to skip the question)", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+# --------------------------------------------------------------------------- input
+
+
+def read_data(data: str | None) -> bytes:
+    """A payload argument: ``-`` reads standard input, None is empty, else its UTF-8 bytes."""
+    if data is None:
+        return b""
+    if data == "-":
+        return sys.stdin.buffer.read()
+    return data.encode()
+
+
+def load_json_file(path: Path) -> dict[str, Any]:
+    """Read a JSON object from ``path`` (``-`` reads standard input).
+
+    Raises:
+        CliError: the file does not hold a JSON object.
+        OSError: the file can not be read.
+
+    """
+    text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise CliError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+# --------------------------------------------------------------------------- output
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn models, bytes, datetimes and timedeltas into JSON values.
+
+    Models are dumped as the server writes them (durations in nanoseconds,
+    timestamps in RFC 3339); bytes become text when they are UTF-8, else base64.
+    """
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, timedelta):
+        return round(value.total_seconds() * 1e9)
+    if isinstance(value, bytes):
+        return payload_fields(value)["data"] if _is_text(value) else payload_fields(value)
+    return value
+
+
+def _is_text(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def payload_fields(data: bytes, key: str = "data") -> dict[str, str]:
+    """``{key: text}`` for UTF-8 data, else ``{key + "_base64": base64}`` (JSON output)."""
+    if _is_text(data):
+        return {key: data.decode()}
+    return {f"{key}_base64": base64.b64encode(data).decode("ascii")}
+
+
+class Output:
+    """Where a command prints: JSON for scripts, or Rich tables for people."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.json = as_json
+        self.console = Console(highlight=False)
+        self.err = Console(stderr=True, highlight=False)
+
+    def emit_json(self, value: Any) -> None:
+        """Print ``value`` as indented JSON on standard output."""
+        sys.stdout.write(json.dumps(to_jsonable(value), indent=2) + "\n")
+        sys.stdout.flush()
+
+    def json_line(self, value: Any) -> None:
+        """Print ``value`` as one line of JSON (JSON Lines, for streams of records)."""
+        sys.stdout.write(json.dumps(to_jsonable(value), separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+    def print(self, text: str) -> None:
+        """Print plain text (no markup interpreted) on standard output."""
+        self.console.print(text, markup=False, soft_wrap=True)
+
+    def note(self, text: str) -> None:
+        """Print a remark on standard error (progress, confirmations)."""
+        self.err.print(text, markup=False, soft_wrap=True)
+
+    def table(self, table: Table) -> None:
+        """Print a Rich table on standard output."""
+        self.console.print(table)
+
+
+def output(ctx: typer.Context, json_flag: bool = False) -> Output:
+    """The output of this invocation (JSON if the global or the command's ``--json`` is set)."""
+    return Output(json_flag or options(ctx).json)
+
+
+def kv_table(title: str | None, rows: Iterable[tuple[str, Any]]) -> Table:
+    """A two-column table of settings: ``(name, value)`` rows; None values are left out."""
+    table = Table(title=title, show_header=False, box=None, padding=(0, 1), title_justify="left")
+    table.add_column("setting", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for name, value in rows:
+        if value is None:
+            continue
+        table.add_row(name, _cell(value))
+    return table
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, datetime):
+        return format_time(value)
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)

@@ -1,0 +1,491 @@
+"""``aiojetstream pub``, ``consume`` and ``get``: messages in and out of streams."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from aiojetstream import (
+    AckPolicy,
+    DeliverPolicy,
+    JetStreamContext,
+    Msg,
+    OrderedConsumerConfig,
+    PubAck,
+    RawStreamMessage,
+)
+
+from ._common import CliError, JsonFlag, Output, kv_table, output, payload_fields, read_data, run
+from ._units import format_bytes, format_rate, format_time
+
+__all__ = ["Countdown", "parse_headers", "progress_bar", "register"]
+
+
+_PULL_BATCH = 100
+_PULL_EXPIRES = 30.0
+MIN_EXPIRES = 1.0  # the shortest pull the library allows
+
+
+def parse_headers(values: list[str] | None) -> dict[str, str] | None:
+    """``["K:V", ...]`` -> ``{"K": "V"}`` (spaces around the value are trimmed).
+
+    Raises:
+        typer.BadParameter: a value has no colon or an empty name.
+
+    """
+    if not values:
+        return None
+    headers: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition(":")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{item!r} is not a header: use NAME:VALUE")
+        headers[key.strip()] = value.strip()
+    return headers
+
+
+def progress_bar(out: Output, what: str) -> Progress:
+    """A Rich progress bar on standard error (standard output stays for results)."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=24),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=out.err,
+        transient=False,
+        disable=out.json,
+    )
+
+
+# --------------------------------------------------------------------------- pub
+
+
+@dataclass
+class PubSummary:
+    """What ``pub --count`` reports."""
+
+    subject: str
+    count: int
+    acked: int = 0
+    duplicates: int = 0
+    stream: str | None = None
+    first_seq: int | None = None
+    last_seq: int | None = None
+    seconds: float = 0.0
+    payload_bytes: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, ack: PubAck) -> None:
+        """Count one acknowledgement."""
+        self.acked += 1
+        self.stream = ack.stream
+        if ack.duplicate:
+            self.duplicates += 1
+            return
+        if self.first_seq is None or ack.seq < self.first_seq:
+            self.first_seq = ack.seq
+        if self.last_seq is None or ack.seq > self.last_seq:
+            self.last_seq = ack.seq
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        rate = self.count / self.seconds if self.seconds > 0 else None
+        return {
+            "subject": self.subject,
+            "stream": self.stream,
+            "count": self.count,
+            "acked": self.acked,
+            "duplicates": self.duplicates,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "seconds": round(self.seconds, 6),
+            "msgs_per_second": round(rate, 1) if rate is not None else None,
+        }
+
+
+class Countdown:
+    """An event set once ``tick`` was called ``count`` times (done callbacks of futures)."""
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self._event = asyncio.Event()
+        if count <= 0:
+            self._event.set()
+
+    def tick(self) -> None:
+        """Count one; set the event at zero."""
+        self._left -= 1
+        if self._left <= 0:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Wait until the count reached zero."""
+        await self._event.wait()
+
+
+def _fill(template: bytes, number: int) -> bytes:
+    return template.replace(b"{n}", str(number).encode()) if b"{n}" in template else template
+
+
+def _fill_id(template: str | None, number: int) -> str | None:
+    return template.replace("{n}", str(number)) if template is not None else None
+
+
+def pub(
+    ctx: typer.Context,
+    subject: Annotated[str, typer.Argument(help="The subject.", show_default=False)],
+    data: Annotated[
+        str | None,
+        typer.Argument(help="The payload; '-' reads standard input; none: empty."),
+    ] = None,
+    count: Annotated[
+        int, typer.Option("--count", "-c", min=1, help="Publish this many messages.")
+    ] = 1,
+    ttl: Annotated[
+        str | None,
+        typer.Option(help="Per-message TTL (30s, 1h, never; the stream needs --allow-msg-ttl)."),
+    ] = None,
+    msg_id: Annotated[
+        str | None, typer.Option("--msg-id", help="Deduplication id (Nats-Msg-Id).")
+    ] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", "-H", help="A header NAME:VALUE (repeat).", show_default=False),
+    ] = None,
+    use_async: Annotated[
+        bool,
+        typer.Option("--async", help="Publish without waiting for each ack (a window of acks)."),
+    ] = False,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Publish a message to a stream and print its acknowledgement.
+
+    With --count, the payload and --msg-id may contain {n}, replaced by the
+    message's number (1, 2, ...); a progress bar runs and a summary of acks,
+    duplicates and rate is printed.
+    """
+    out = output(ctx, json_flag)
+    headers = parse_headers(header)
+    payload = read_data(data)
+    if count == 1 and not use_async:
+
+        async def one(js: JetStreamContext) -> PubAck:
+            return await js.publish(
+                subject, _fill(payload, 1), headers=headers, msg_id=_fill_id(msg_id, 1), ttl=ttl
+            )
+
+        ack = run(ctx, one)
+        if out.json:
+            out.emit_json(ack)
+        elif ack.duplicate:
+            out.print(f"Duplicate of stream {ack.stream} sequence {ack.seq}.")
+        else:
+            out.print(f"Stored in stream {ack.stream} at sequence {ack.seq}.")
+        return
+
+    summary = PubSummary(subject, count)
+
+    async def many(js: JetStreamContext) -> None:
+        with progress_bar(out, "pub") as progress:
+            task = progress.add_task(f"Publishing to {subject}", total=count)
+            start = time.perf_counter()
+            if use_async:
+                pending: list[asyncio.Future[PubAck]] = []
+                completed = Countdown(count)
+
+                def acked(_fut: asyncio.Future[PubAck]) -> None:
+                    progress.advance(task)
+                    completed.tick()
+
+                for n in range(1, count + 1):
+                    body = _fill(payload, n)
+                    summary.payload_bytes += len(body)
+                    fut = await js.publish_async(
+                        subject, body, headers=headers, msg_id=_fill_id(msg_id, n), ttl=ttl
+                    )
+                    fut.add_done_callback(acked)
+                    pending.append(fut)
+                for fut in pending:
+                    summary.add(await fut)  # raises the first failed publish's error
+                await completed.wait()  # every done callback has run
+            else:
+                for n in range(1, count + 1):
+                    body = _fill(payload, n)
+                    summary.payload_bytes += len(body)
+                    summary.add(
+                        await js.publish(
+                            subject, body, headers=headers, msg_id=_fill_id(msg_id, n), ttl=ttl
+                        )
+                    )
+                    progress.advance(task)
+            summary.seconds = time.perf_counter() - start
+
+    run(ctx, many)
+    if out.json:
+        out.emit_json(summary.as_dict())
+        return
+    stored = summary.acked - summary.duplicates
+    seqs = f"{summary.first_seq}..{summary.last_seq}" if summary.first_seq is not None else "-"
+    rows: list[tuple[str, Any]] = [
+        ("Subject", subject),
+        ("Stream", summary.stream),
+        ("Published", f"{count:,}"),
+        ("Acknowledged", f"{summary.acked:,}"),
+        ("Stored", f"{stored:,} (sequences {seqs})"),
+        ("Duplicates", f"{summary.duplicates:,}"),
+        ("Time", f"{summary.seconds:.3f} s"),
+        ("Rate", format_rate(count, summary.seconds)),
+        (
+            "Throughput",
+            format_bytes(summary.payload_bytes / summary.seconds) + "/s"
+            if summary.seconds > 0
+            else None,
+        ),
+    ]
+    out.table(kv_table("Published", rows))
+
+
+# --------------------------------------------------------------------------- consume
+
+
+def _msg_record(
+    *,
+    stream: str,
+    subject: str,
+    seq: int,
+    time_: datetime,
+    headers: dict[str, str] | None,
+    data: bytes,
+    delivered: int | None = None,
+    pending: int | None = None,
+) -> dict[str, Any]:
+    record: dict[str, Any] = {"stream": stream, "subject": subject, "seq": seq, "time": time_}
+    if delivered is not None:
+        record["delivered"] = delivered
+    if pending is not None:
+        record["pending"] = pending
+    record["headers"] = headers or {}
+    record.update(payload_fields(data))
+    return record
+
+
+def _show(out: Output, record: dict[str, Any], data: bytes, raw: bool, show_headers: bool) -> None:
+    if out.json:
+        out.json_line(record)
+        return
+    if raw:
+        sys.stdout.buffer.write(data + b"\n")
+        sys.stdout.buffer.flush()
+        return
+    delivered = record.get("delivered", 1)
+    extra = f", delivery {delivered}" if delivered > 1 else ""
+    out.print(
+        f"[{record['stream']} #{record['seq']}] {record['subject']} "
+        f"{format_time(record['time'])}, {len(data)} bytes{extra}"
+    )
+    if show_headers and record["headers"]:
+        for key, value in record["headers"].items():
+            out.print(f"  {key}: {value}")
+    out.print(data.decode("utf-8", "replace"))
+
+
+def consume(
+    ctx: typer.Context,
+    stream: Annotated[str, typer.Argument(help="The stream.", show_default=False)],
+    consumer: Annotated[
+        str | None,
+        typer.Argument(help="A durable consumer; none: an ordered replay of the stream."),
+    ] = None,
+    count: Annotated[
+        int | None, typer.Option("--count", "-c", min=1, help="Stop after this many messages.")
+    ] = None,
+    idle: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Stop after this many seconds without a message (at least 1 s with a CONSUMER).",
+        ),
+    ] = None,
+    ack: Annotated[
+        bool | None,
+        typer.Option(
+            "--ack/--no-ack", help="Acknowledge each message (default: yes, with a CONSUMER)."
+        ),
+    ] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="Print only the payloads.")] = False,
+    headers: Annotated[bool, typer.Option("--headers", help="Print the headers too.")] = False,
+    subject: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--subject", help="Ordered replay: only these subjects (repeat).", show_default=False
+        ),
+    ] = None,
+    start_seq: Annotated[
+        int | None, typer.Option(min=1, help="Ordered replay: start at this sequence.")
+    ] = None,
+    new: Annotated[
+        bool, typer.Option("--new", help="Ordered replay: only messages stored from now on.")
+    ] = False,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Print the messages of a stream, through CONSUMER or an ordered replay.
+
+    Runs until --count messages, --idle seconds without one, or Ctrl-C. With
+    --json, one JSON object per message (data as text, or data_base64).
+    """
+    out = output(ctx, json_flag)
+    if consumer is None and ack:
+        raise typer.BadParameter("--ack needs a CONSUMER (an ordered replay does not ack)")
+    if consumer is not None and (subject or start_seq is not None or new):
+        raise typer.BadParameter("--subject, --start-seq and --new are for an ordered replay")
+    if start_seq is not None and new:
+        raise typer.BadParameter("--start-seq and --new can not be combined")
+    do_ack = consumer is not None and ack is not False
+    config: OrderedConsumerConfig | None = None
+    if consumer is None:
+        policy = DeliverPolicy.ALL
+        if start_seq is not None:
+            policy = DeliverPolicy.BY_START_SEQUENCE
+        elif new:
+            policy = DeliverPolicy.NEW
+        config = OrderedConsumerConfig(
+            filter_subjects=subject or None, deliver_policy=policy, opt_start_seq=start_seq
+        )
+
+    def show(msg: Msg) -> None:
+        meta = msg.metadata
+        record = _msg_record(
+            stream=meta.stream,
+            subject=msg.subject,
+            seq=meta.sequence.stream,
+            time_=meta.timestamp,
+            headers=msg.headers,
+            data=msg.data,
+            delivered=meta.num_delivered,
+            pending=meta.num_pending,
+        )
+        _show(out, record, msg.data, raw, headers)
+
+    async def replay(js: JetStreamContext) -> int:
+        seen = 0
+        async with (await js.ordered_consumer(stream, config)).messages() as it:
+            while count is None or seen < count:
+                waiting = asyncio.timeout(idle)
+                try:
+                    async with waiting:
+                        msg = await anext(it)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    if waiting.expired():
+                        break  # --idle seconds without a message
+                    raise
+                show(msg)
+                seen += 1
+        return seen
+
+    async def pull(js: JetStreamContext) -> int:
+        assert consumer is not None
+        durable = await js.consumer(stream, consumer)
+        if do_ack and durable.cached_info.config.ack_policy is AckPolicy.NONE:
+            raise CliError(f"consumer {stream} > {consumer} does not take acks (use --no-ack)")
+        # Batches no larger than what is still wanted: a message pulled is
+        # delivered, and one left unacknowledged waits out the ack wait.
+        expires = max(idle, MIN_EXPIRES) if idle is not None else _PULL_EXPIRES
+        seen = 0
+        while count is None or seen < count:
+            wanted = _PULL_BATCH if count is None else min(count - seen, _PULL_BATCH)
+            got = 0
+            async for msg in await durable.fetch(wanted, expires=expires):
+                show(msg)
+                if do_ack:
+                    await msg.ack()
+                got += 1
+            seen += got
+            if got == 0 and idle is not None:
+                break  # --idle seconds without a message
+        return seen
+
+    seen = run(ctx, replay if consumer is None else pull)
+    if not out.json and not raw:
+        out.note(f"{seen} message{'s' if seen != 1 else ''}.")
+
+
+# --------------------------------------------------------------------------- get
+
+
+def get(
+    ctx: typer.Context,
+    stream: Annotated[str, typer.Argument(help="The stream.", show_default=False)],
+    seq: Annotated[
+        int | None, typer.Argument(min=1, help="The sequence (or use --last-for).")
+    ] = None,
+    last_for: Annotated[
+        str | None, typer.Option("--last-for", help="The last message on this subject.")
+    ] = None,
+    raw: Annotated[bool, typer.Option("--raw", help="Print only the payload.")] = False,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Print one stored message, by sequence or as the last on a subject."""
+    out = output(ctx, json_flag)
+    if (seq is None) == (last_for is None):
+        raise typer.BadParameter("give either SEQ or --last-for SUBJECT")
+
+    async def work(js: JetStreamContext) -> RawStreamMessage:
+        handle = await js.stream(stream)
+        if seq is not None:
+            return await handle.get_msg(seq)
+        assert last_for is not None
+        return await handle.get_last_msg_for_subject(last_for)
+
+    msg = run(ctx, work)
+    record = _msg_record(
+        stream=stream,
+        subject=msg.subject,
+        seq=msg.seq,
+        time_=msg.time,
+        headers=msg.headers,
+        data=msg.data,
+    )
+    if out.json:
+        out.emit_json(record)
+        return
+    if raw:
+        sys.stdout.buffer.write(msg.data)
+        sys.stdout.buffer.flush()
+        return
+    rows: list[tuple[str, Any]] = [
+        ("Stream", stream),
+        ("Sequence", msg.seq),
+        ("Subject", msg.subject),
+        ("Time", format_time(msg.time)),
+        ("Size", f"{len(msg.data):,} bytes"),
+    ]
+    for key, value in (msg.headers or {}).items():
+        rows.append((f"Header {key}", value))
+    out.table(kv_table(None, rows))
+    out.print(msg.data.decode("utf-8", "replace"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``pub``, ``consume`` and ``get`` to the root command."""
+    app.command("pub")(pub)
+    app.command("consume")(consume)
+    app.command("get")(get)

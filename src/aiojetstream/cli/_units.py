@@ -1,0 +1,137 @@
+"""Parsing and showing durations, sizes and times on the command line."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+import typer
+
+__all__ = [
+    "format_bytes",
+    "format_duration",
+    "format_rate",
+    "format_time",
+    "parse_duration",
+    "parse_size",
+]
+
+_DURATION_UNITS: Final = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 7 * 86400.0,
+}
+_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d|w)")
+_NUMBER: Final = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+
+
+def parse_duration(text: str | timedelta) -> timedelta:
+    """Parse ``30`` (seconds), ``1.5``, ``500ms``, ``90s``, ``1h30m``, ``2d`` or ``1w``.
+
+    Go's duration units (``ns``, ``us``, ``ms``, ``s``, ``m``, ``h``) plus ``d``
+    (24 h) and ``w`` (7 d); a bare number is seconds.
+
+    Raises:
+        typer.BadParameter: the text is not a duration.
+
+    """
+    if isinstance(text, timedelta):  # a default value
+        return text
+    value = text.strip()
+    if _NUMBER.fullmatch(value):
+        return timedelta(seconds=float(value))
+    pos = 0
+    seconds = 0.0
+    for match in _DURATION_PART.finditer(value):
+        if match.start() != pos:
+            break
+        seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if pos == 0 or pos != len(value):
+        raise typer.BadParameter(
+            f"{text!r} is not a duration (examples: 30, 500ms, 90s, 1h30m, 2d)"
+        )
+    return timedelta(seconds=seconds)
+
+
+_SIZE: Final = re.compile(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(i?)(b?)", re.IGNORECASE)
+_SIZE_POWERS: Final = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+
+
+def parse_size(text: str | int) -> int:
+    """Parse a size in bytes: ``512``, ``64KiB``, ``10MB``, ``1G``.
+
+    ``KB``, ``MB``, ``GB``, ``TB`` are powers of 1000; ``KiB``, ``MiB``, ...
+    and the bare letters ``K``, ``M``, ``G``, ``T`` powers of 1024. ``-1``
+    means unlimited.
+
+    Raises:
+        typer.BadParameter: the text is not a size.
+
+    """
+    if isinstance(text, int):  # a default value
+        return text
+    value = text.strip()
+    if value == "-1":
+        return -1
+    match = _SIZE.fullmatch(value)
+    if match is None:
+        raise typer.BadParameter(f"{text!r} is not a size (examples: 512, 64KiB, 10MB, 1G)")
+    number, prefix, binary, unit_b = match.groups()
+    power = _SIZE_POWERS[prefix.lower()]
+    if binary and not prefix:
+        raise typer.BadParameter(f"{text!r} is not a size (examples: 512, 64KiB, 10MB, 1G)")
+    base = 1000 if (prefix and unit_b and not binary) else 1024
+    return int(float(number) * base**power)
+
+
+def format_bytes(size: int | float) -> str:
+    """``1536`` -> ``1.5 KiB``; ``-1`` -> ``unlimited``."""
+    if size < 0:
+        return "unlimited"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_duration(value: timedelta | None) -> str:
+    """``timedelta(seconds=5400)`` -> ``1h30m``; None or zero -> ``-``."""
+    if value is None or value <= timedelta(0):
+        return "-"
+    total = value.total_seconds()
+    if total < 1:
+        return f"{round(total * 1000, 3):g}ms"
+    if total < 60:
+        return f"{round(total, 3):g}s"
+    parts = []
+    days, rest = divmod(round(total), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    for amount, unit in ((days, "d"), (hours, "h"), (minutes, "m"), (seconds, "s")):
+        if amount:
+            parts.append(f"{amount}{unit}")
+    return "".join(parts)
+
+
+def format_time(value: datetime | None) -> str:
+    """A UTC timestamp to the second: ``2026-01-02 15:04:05``; None -> ``-``."""
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_rate(count: float, seconds: float, unit: str = "msgs/s") -> str:
+    """``count`` per second, with thousands separators."""
+    if seconds <= 0:
+        return "-"
+    return f"{count / seconds:,.0f} {unit}"
