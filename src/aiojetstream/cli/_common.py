@@ -15,6 +15,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import pydantic
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -34,6 +35,7 @@ __all__ = [
     "describe_error",
     "guarded",
     "kv_table",
+    "list_table",
     "load_json_file",
     "options",
     "output",
@@ -234,7 +236,8 @@ def to_jsonable(value: Any) -> Any:
     """Turn models, bytes, datetimes and timedeltas into JSON values.
 
     Models are dumped as the server writes them (durations in nanoseconds,
-    timestamps in RFC 3339); bytes become text when they are UTF-8, else base64.
+    timestamps in RFC 3339); bytes become text when they are UTF-8, else base64
+    (messages and entries use :func:`payload_fields`, which names the encoding).
     """
     if isinstance(value, pydantic.BaseModel):
         return value.model_dump(mode="json", exclude_none=True)
@@ -247,7 +250,7 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, timedelta):
         return round(value.total_seconds() * 1e9)
     if isinstance(value, bytes):
-        return payload_fields(value)["data"] if _is_text(value) else payload_fields(value)
+        return value.decode() if _is_text(value) else base64.b64encode(value).decode("ascii")
     return value
 
 
@@ -300,6 +303,11 @@ class Output:
 def output(ctx: typer.Context, json_flag: bool = False) -> Output:
     """The output of this invocation (JSON if the global or the command's ``--json`` is set)."""
     return Output(json_flag or options(ctx).json)
+
+
+def list_table(title: str) -> Table:
+    """A table of rows (streams, consumers, ...): a header line, no vertical borders."""
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
 
 
 def kv_table(title: str | None, rows: Iterable[tuple[str, Any]]) -> Table:

@@ -18,7 +18,17 @@ from aiojetstream import (
     JetStreamContext,
 )
 
-from ._common import CliError, Force, JsonFlag, confirm, kv_table, load_json_file, output, run
+from ._common import (
+    CliError,
+    Force,
+    JsonFlag,
+    confirm,
+    kv_table,
+    list_table,
+    load_json_file,
+    output,
+    run,
+)
 from ._stream import SERVER_JSON, list_values
 from ._units import format_duration, format_time, parse_duration
 
@@ -122,7 +132,7 @@ def ls(
     if not infos:
         out.note(f"No consumers on stream {stream}.")
         return
-    table = Table(title=f"Consumers of {stream}", title_justify="left")
+    table = list_table(f"Consumers of {stream}")
     table.add_column("Name", overflow="fold", ratio=2)
     table.add_column("Filter", overflow="fold", ratio=2)
     table.add_column("Ack", no_wrap=True)

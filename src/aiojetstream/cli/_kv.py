@@ -26,6 +26,7 @@ from ._common import (
     Output,
     confirm,
     kv_table,
+    list_table,
     output,
     payload_fields,
     read_data,
@@ -147,7 +148,7 @@ def ls(
     if not statuses:
         out.note("No key-value buckets.")
         return
-    table = Table(title="Key-value buckets", title_justify="left")
+    table = list_table("Key-value buckets")
     table.add_column("Bucket", overflow="fold", ratio=2)
     table.add_column("Values", justify="right", no_wrap=True)
     table.add_column("Size", justify="right", no_wrap=True)
@@ -352,7 +353,7 @@ def history(ctx: typer.Context, bucket: Bucket, key: Key, json_flag: JsonFlag = 
     if out.json:
         out.emit_json([entry_record(e) for e in entries])
         return
-    table = Table(title=f"History of {bucket} > {key}", title_justify="left")
+    table = list_table(f"History of {bucket} > {key}")
     table.add_column("Revision", justify="right", no_wrap=True)
     table.add_column("Operation", no_wrap=True)
     table.add_column("Created", no_wrap=True)

@@ -20,7 +20,6 @@ from rich.progress import (
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
-from rich.table import Table
 
 from aiojetstream import (
     JetStreamContext,
@@ -30,7 +29,7 @@ from aiojetstream import (
     StorageType,
 )
 
-from ._common import CliError, Force, JsonFlag, Output, confirm, kv_table, output, run
+from ._common import CliError, Force, JsonFlag, Output, confirm, kv_table, list_table, output, run
 from ._units import format_bytes, format_duration, format_time, parse_duration, parse_size
 
 __all__ = ["app"]
@@ -136,7 +135,7 @@ def ls(
     if not infos:
         out.note(f"No objects in bucket {bucket}.")
         return
-    table = Table(title=f"Objects in {bucket}", title_justify="left")
+    table = list_table(f"Objects in {bucket}")
     table.add_column("Name", overflow="fold", ratio=3)
     table.add_column("Size", justify="right", no_wrap=True)
     table.add_column("Chunks", justify="right", no_wrap=True)

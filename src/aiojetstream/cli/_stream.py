@@ -25,11 +25,19 @@ from ._common import (
     JsonFlag,
     confirm,
     kv_table,
+    list_table,
     load_json_file,
     output,
     run,
 )
-from ._units import format_bytes, format_duration, format_time, parse_duration, parse_size
+from ._units import (
+    format_age,
+    format_bytes,
+    format_duration,
+    format_time,
+    parse_duration,
+    parse_size,
+)
 
 __all__ = ["app", "config_from", "list_values"]
 
@@ -275,13 +283,13 @@ def ls(
     if not infos:
         out.note("No streams.")
         return
-    table = Table(title="Streams", title_justify="left")
+    table = list_table("Streams")
     table.add_column("Name", overflow="fold", ratio=2)
     table.add_column("Subjects", overflow="fold", ratio=2)
     table.add_column("Storage", no_wrap=True)
     table.add_column("Messages", justify="right", no_wrap=True)
     table.add_column("Size", justify="right", no_wrap=True)
-    table.add_column("Last message", no_wrap=True)
+    table.add_column("Last", justify="right", no_wrap=True)
     for info in infos:
         table.add_row(
             info.config.name,
@@ -289,7 +297,7 @@ def ls(
             str(info.config.storage),
             f"{info.state.messages:,}",
             format_bytes(info.state.bytes),
-            format_time(info.state.last_ts) if info.state.last_seq else "-",
+            format_age(info.state.last_ts) if info.state.last_seq else "-",
         )
     out.table(table)
 

@@ -9,6 +9,7 @@ from typing import Final
 import typer
 
 __all__ = [
+    "format_age",
     "format_bytes",
     "format_duration",
     "format_rate",
@@ -121,6 +122,19 @@ def format_duration(value: timedelta | None) -> str:
         if amount:
             parts.append(f"{amount}{unit}")
     return "".join(parts)
+
+
+def format_age(value: datetime | None, now: datetime | None = None) -> str:
+    """How long ago ``value`` was, shortly: ``42s``, ``5m``, ``3h``, ``12d``; None -> ``-``."""
+    if value is None:
+        return "-"
+    seconds = ((now or datetime.now(UTC)) - value).total_seconds()
+    if seconds < 60:
+        return f"{max(0, int(seconds))}s"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    raise AssertionError("unreachable")
 
 
 def format_time(value: datetime | None) -> str:

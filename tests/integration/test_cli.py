@@ -1,0 +1,663 @@
+"""The command line, run in-process (Typer's CliRunner) against the session's real nats-server.
+
+Each test uses its own stream, consumer and bucket names. Results are
+checked through the CLI's own ``--json`` output and, where it matters, through
+the library on a connection of the test's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import pytest
+from typer.testing import CliRunner, Result
+
+import aiojetstream
+from aiojetstream import JetStreamContext, StreamNotFoundError
+from aiojetstream.cli._app import app
+from aiojetstream.testing import NatsServer
+from helpers import unique_name
+
+T = TypeVar("T")
+NS = 1_000_000_000
+
+
+class Cli(Protocol):
+    def __call__(self, *args: str, input: str | bytes | None = None, expect: int = 0) -> Result: ...
+
+
+def invoke(url: str, args: tuple[str, ...], input: str | bytes | None, expect: int) -> Result:
+    runner = CliRunner()
+    result = runner.invoke(app, list(args), input=input, env={"NATS_URL": url, "COLUMNS": "80"})
+    assert result.exit_code == expect, (
+        f"exit {result.exit_code} (expected {expect}) for {args}\n"
+        f"stdout: {result.stdout}\nstderr: {result.stderr}\nexception: {result.exception!r}"
+    )
+    return result
+
+
+@pytest.fixture
+def cli(nats_url: str) -> Cli:
+    def call(*args: str, input: str | bytes | None = None, expect: int = 0) -> Result:
+        return invoke(nats_url, args, input, expect)
+
+    return call
+
+
+def query(url: str, fn: Callable[[JetStreamContext], Awaitable[T]]) -> T:
+    """Run ``fn(js)`` on a connection of the test's own (checks behind the CLI's back)."""
+
+    async def main() -> T:
+        async with await aiojetstream.connect(url) as js:
+            return await fn(js)
+
+    return asyncio.run(main())
+
+
+def as_json(result: Result) -> Any:
+    return json.loads(result.stdout)
+
+
+def json_lines(result: Result) -> list[Any]:
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def assert_fits(text: str, width: int = 80) -> None:
+    too_wide = [line for line in text.splitlines() if len(line) > width]
+    assert not too_wide, f"lines wider than {width} columns: {too_wide}"
+
+
+def one_error_line(result: Result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.fixture
+def stream(cli: Cli) -> Iterator[str]:
+    """A file stream of the test's own on ``<name>.>``."""
+    name = unique_name("CLI")
+    cli("stream", "add", name, "--subjects", f"{name}.>")
+    yield name
+    cli("stream", "rm", name, "--force", expect=0)
+
+
+# --------------------------------------------------------------------------- stream
+
+
+def test_stream_add_with_options_and_info(cli: Cli) -> None:
+    name = unique_name("CLI")
+    result = cli(
+        "stream",
+        "add",
+        name,
+        "--subjects",
+        f"{name}.a,{name}.b",
+        "--subjects",
+        f"{name}.c",
+        "--storage",
+        "memory",
+        "--retention",
+        "limits",
+        "--max-age",
+        "1h",
+        "--max-msgs",
+        "1000",
+        "--max-bytes",
+        "1MiB",
+        "--allow-msg-ttl",
+        "--marker-ttl",
+        "30s",
+        "--description",
+        "made by the CLI",
+    )
+    assert f"Created stream {name}." in result.stderr
+    assert_fits(result.stdout)
+    assert "Marker TTL" in result.stdout
+    assert "30s" in result.stdout
+    cfg = as_json(cli("stream", "info", name, "--json"))["config"]
+    assert cfg["subjects"] == [f"{name}.a", f"{name}.b", f"{name}.c"]
+    assert cfg["storage"] == "memory"
+    assert cfg["max_age"] == 3600 * NS
+    assert cfg["max_msgs"] == 1000
+    assert cfg["max_bytes"] == 1 << 20
+    assert cfg["allow_msg_ttl"] is True
+    assert cfg["subject_delete_marker_ttl"] == 30 * NS
+    assert cfg["description"] == "made by the CLI"
+    # The global --json works too.
+    assert as_json(cli("--json", "stream", "info", name))["config"]["name"] == name
+
+
+def test_stream_ls(cli: Cli, stream: str) -> None:
+    cli("pub", f"{stream}.x", "hello")
+    table = cli("stream", "ls").stdout
+    assert stream in table
+    assert_fits(table)
+    names = as_json(cli("stream", "ls", "--names", "--json"))
+    assert stream in names
+    infos = as_json(cli("stream", "ls", "--json", "--subject", f"{stream}.x"))
+    assert [i["config"]["name"] for i in infos] == [stream]
+    assert infos[0]["state"]["messages"] == 1
+    assert stream in cli("stream", "ls", "--names").stdout.split()
+
+
+def test_stream_add_from_config_file_with_override(cli: Cli, stream: str, tmp_path: Path) -> None:
+    cli("stream", "edit", stream, "--max-age", "2d", "--max-msgs-per-subject", "3")
+    config = as_json(cli("stream", "info", stream, "--json"))["config"]
+    copy = unique_name("CLI")
+    config.update(name=copy, subjects=[f"{copy}.>"])
+    path = tmp_path / "stream.json"
+    path.write_text(json.dumps(config))
+    cli("stream", "add", copy, "--config", str(path), "--max-msgs", "7")
+    got = as_json(cli("stream", "info", copy, "--json"))["config"]
+    assert got["max_age"] == 2 * 86400 * NS
+    assert got["max_msgs_per_subject"] == 3
+    assert got["max_msgs"] == 7
+    assert got["subjects"] == [f"{copy}.>"]
+    # The config on standard input, and a name that disagrees with it.
+    third = unique_name("CLI")
+    config.update(name=third, subjects=[f"{third}.>"])
+    cli("stream", "add", third, "--config", "-", input=json.dumps(config))
+    assert as_json(cli("stream", "info", third, "--json"))["config"]["max_msgs_per_subject"] == 3
+    bad = cli("stream", "add", "OTHER", "--config", "-", input=json.dumps(config), expect=1)
+    assert "names stream" in one_error_line(bad)
+
+
+def test_stream_add_invalid_config_is_one_line(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"name": "X", "max_msgs": "many"}))
+    line = one_error_line(cli("stream", "add", "X", "--config", str(path), expect=1))
+    assert "max_msgs" in line
+    path.write_text("[1, 2]")
+    assert "JSON object" in one_error_line(
+        cli("stream", "add", "X", "--config", str(path), expect=1)
+    )
+    missing = tmp_path / "missing.json"
+    line = one_error_line(cli("stream", "add", "X", "--config", str(missing), expect=1))
+    assert "missing.json" in line
+
+
+def test_stream_edit(cli: Cli, stream: str) -> None:
+    result = cli("stream", "edit", stream, "--max-msgs", "50", "--description", "edited")
+    assert "Updated stream" in result.stderr
+    cfg = as_json(cli("stream", "info", stream, "--json"))["config"]
+    assert cfg["max_msgs"] == 50
+    assert cfg["description"] == "edited"
+    assert cfg["subjects"] == [f"{stream}.>"]  # untouched settings stay
+    usage = cli("stream", "edit", stream, expect=2)
+    assert "nothing to change" in usage.stderr
+
+
+def test_stream_purge_and_rm(cli: Cli, stream: str) -> None:
+    for subject in ("a", "a", "b", "b", "b"):
+        cli("pub", f"{stream}.{subject}", "x")
+    purged = as_json(cli("stream", "purge", stream, "--subject", f"{stream}.a", "-f", "--json"))
+    assert purged == {"stream": stream, "purged": 2}
+    assert "Purged 2 messages" in cli("stream", "purge", stream, "--keep", "1", "-f").stdout
+    assert as_json(cli("stream", "info", stream, "--json"))["state"]["messages"] == 1
+    # Without --force the question is asked; "no" keeps the stream.
+    refused = cli("stream", "purge", stream, input="n\n", expect=1)
+    assert "not confirmed" in refused.stderr
+    assert as_json(cli("stream", "info", stream, "--json"))["state"]["messages"] == 1
+    cli("stream", "rm", stream, input="n\n", expect=1)
+    cli("stream", "info", stream)
+    cli("stream", "rm", stream, input="y\n")
+    cli("stream", "info", stream, expect=1)
+    cli("stream", "add", stream, "--subjects", f"{stream}.>")  # for the fixture's rm
+
+
+def test_errors_are_one_line_and_debug_raises(cli: Cli) -> None:
+    missing = unique_name("NOPE")
+    result = cli("stream", "info", missing, expect=1)
+    assert one_error_line(result) == ("error: stream not found (code=404, err_code=10059)")
+    assert result.stdout == ""
+    debug = cli("--debug", "stream", "info", missing, expect=1)
+    assert isinstance(debug.exception, StreamNotFoundError)
+
+
+def test_connection_errors_are_one_line(nats_url: str) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"nats://127.0.0.1:{sock.getsockname()[1]}"  # nobody listens there
+    result = invoke(url, ("stream", "ls"), None, 1)
+    assert "could not connect" in one_error_line(result)
+    result = invoke(nats_url, ("--password", "p", "stream", "ls"), None, 1)
+    assert one_error_line(result) == "error: --password needs --user"
+    result = invoke(nats_url, ("--tls-key", "k.pem", "stream", "ls"), None, 1)
+    assert one_error_line(result) == "error: --tls-key needs --tls-cert"
+
+
+def test_user_and_password() -> None:
+    with NatsServer(config={"authorization": {"user": "alice", "password": "s3cret"}}) as server:
+        ok = invoke(
+            server.url, ("--user", "alice", "--password", "s3cret", "stream", "ls"), None, 0
+        )
+        assert "No streams." in ok.stderr
+        bad = invoke(
+            server.url, ("--user", "alice", "--password", "wrong", "stream", "ls"), None, 1
+        )
+        line = one_error_line(bad)
+        assert "refused the credentials" in line
+        assert "wrong" not in line
+
+
+def test_usage_errors_exit_2(cli: Cli) -> None:
+    result = cli("stream", "add", expect=2)
+    assert "Missing argument" in result.stderr
+    result = cli("stream", "add", "X", "--max-age", "soon", expect=2)
+    assert "is not a duration" in result.stderr
+    result = cli("stream", "add", "X", "--storage", "tape", expect=2)
+    assert "tape" in result.stderr
+    result = cli("stream", "add", "X", "--max-bytes", "lots", expect=2)
+    assert "is not a size" in result.stderr
+
+
+def test_help_of_every_command(cli: Cli) -> None:
+    commands = [
+        (),
+        ("stream",),
+        ("consumer",),
+        ("kv",),
+        ("obj",),
+        ("bench",),
+        ("pub",),
+        ("consume",),
+        ("get",),
+        ("server",),
+        ("stream", "add"),
+        ("consumer", "add"),
+        ("kv", "watch"),
+        ("obj", "put"),
+        ("bench", "consume"),
+    ]
+    for command in commands:
+        result = cli(*command, "--help")
+        assert "Usage:" in result.stdout
+        assert_fits(result.stdout)
+    assert cli("--version").stdout.strip() == f"aiojetstream {aiojetstream.__version__}"
+
+
+# --------------------------------------------------------------------------- pub, get, consume
+
+
+def test_pub_one_message(cli: Cli, stream: str) -> None:
+    result = cli("pub", f"{stream}.x", "hello", "-H", "a: b", "--header", "trace:1")
+    assert result.stdout.strip() == f"Stored in stream {stream} at sequence 1."
+    ack = as_json(cli("pub", f"{stream}.x", "second", "--msg-id", "m2", "--json"))
+    assert ack == {"stream": stream, "seq": 2}
+    dup = cli("pub", f"{stream}.x", "second", "--msg-id", "m2")
+    assert dup.stdout.strip() == f"Duplicate of stream {stream} sequence 2."
+    msg = as_json(cli("get", stream, "1", "--json"))
+    assert msg["data"] == "hello"
+    assert msg["headers"] == {"a": "b", "trace": "1"}
+    assert msg["subject"] == f"{stream}.x"
+
+
+def test_pub_reads_stdin_and_binary_data(cli: Cli, stream: str) -> None:
+    blob = bytes(range(256))
+    cli("pub", f"{stream}.bin", "-", input=blob)
+    msg = as_json(cli("get", stream, "1", "--json"))
+    assert "data" not in msg
+    assert base64.b64decode(msg["data_base64"]) == blob
+    raw = cli("get", stream, "1", "--raw")
+    assert raw.stdout_bytes == blob
+    cli("pub", f"{stream}.empty")
+    assert as_json(cli("get", stream, "2", "--json"))["data"] == ""
+
+
+def test_pub_ttl(cli: Cli) -> None:
+    name = unique_name("CLI")
+    cli("stream", "add", name, "--subjects", f"{name}.>", "--allow-msg-ttl")
+    cli("pub", f"{name}.t", "short-lived", "--ttl", "1h")
+    assert as_json(cli("get", name, "1", "--json"))["headers"] == {"Nats-TTL": "3600"}
+    bad = cli("pub", f"{name}.t", "x", "--ttl", "soon", expect=1)
+    assert "ttl" in one_error_line(bad).lower()
+    plain = unique_name("CLI")
+    cli("stream", "add", plain, "--subjects", f"{plain}.>")
+    refused = cli("pub", f"{plain}.t", "x", "--ttl", "10s", expect=1)
+    assert "10166" in one_error_line(refused)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_pub_count_summary_counts_duplicates(cli: Cli, stream: str, mode: str) -> None:
+    flags = ["--async"] if mode == "async" else []
+    args = ("pub", f"{stream}.n", "msg {n}", "--count", "50", "--msg-id", "id-{n}", *flags)
+    first = as_json(cli(*args, "--json"))
+    assert first["count"] == 50
+    assert first["acked"] == 50
+    assert first["duplicates"] == 0
+    assert (first["first_seq"], first["last_seq"]) == (1, 50)
+    again = as_json(cli(*args, "--json"))
+    assert again["duplicates"] == 50
+    assert again["first_seq"] is None
+    table = cli("pub", f"{stream}.n", "more {n}", "--count", "10", *flags)
+    assert "Duplicates" in table.stdout
+    assert "Rate" in table.stdout
+    assert "sequences 51..60" in table.stdout
+    assert "10/10" in table.stderr  # the progress bar, finished
+    assert_fits(table.stdout)
+    assert as_json(cli("get", stream, "7", "--json"))["data"] == "msg 7"
+    assert as_json(cli("get", stream, "60", "--json"))["data"] == "more 10"
+
+
+def test_get_last_for_subject_and_errors(cli: Cli, stream: str) -> None:
+    cli("pub", f"{stream}.a", "a1")
+    cli("pub", f"{stream}.b", "b1")
+    cli("pub", f"{stream}.a", "a2")
+    assert cli("get", stream, "--last-for", f"{stream}.a", "--raw").stdout == "a2"
+    shown = cli("get", stream, "2")
+    assert "b1" in shown.stdout
+    assert f"{stream}.b" in shown.stdout
+    assert_fits(shown.stdout)
+    assert "10037" in one_error_line(cli("get", stream, "99", expect=1))
+    cli("get", stream, expect=2)
+    cli("get", stream, "1", "--last-for", f"{stream}.a", expect=2)
+
+
+def test_consume_ordered_replay(cli: Cli, stream: str) -> None:
+    for n in range(1, 6):
+        cli("pub", f"{stream}.{'even' if n % 2 == 0 else 'odd'}", f"m{n}", "-H", f"n:{n}")
+    records = json_lines(cli("consume", stream, "--count", "5", "--json"))
+    assert [r["data"] for r in records] == ["m1", "m2", "m3", "m4", "m5"]
+    assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
+    assert records[0]["headers"] == {"n": "1"}
+    assert records[0]["stream"] == stream
+    raw = cli("consume", stream, "--count", "2", "--raw")
+    assert raw.stdout == "m1\nm2\n"
+    text = cli("consume", stream, "--count", "1", "--headers")
+    assert "n: 1" in text.stdout
+    assert "m1" in text.stdout
+    assert "1 message." in text.stderr
+    odd = json_lines(
+        cli("consume", stream, "--subject", f"{stream}.odd", "--idle", "0.5", "--json")
+    )
+    assert [r["data"] for r in odd] == ["m1", "m3", "m5"]
+    tail = json_lines(cli("consume", stream, "--start-seq", "4", "--idle", "0.5", "--json"))
+    assert [r["seq"] for r in tail] == [4, 5]
+    assert json_lines(cli("consume", stream, "--new", "--idle", "0.3", "--json")) == []
+    cli("consume", stream, "--ack", expect=2)
+
+
+def test_consume_durable_acks(cli: Cli, stream: str, nats_url: str) -> None:
+    for n in range(6):
+        cli("pub", f"{stream}.x", f"m{n}")
+    cli("consumer", "add", stream, "work", "--ack", "explicit", "--ack-wait", "1m")
+    got = json_lines(cli("consume", stream, "work", "--count", "4", "--json"))
+    assert [r["data"] for r in got] == ["m0", "m1", "m2", "m3"]
+    info = as_json(cli("consumer", "info", stream, "work", "--json"))
+    # Exactly what was asked for was pulled and acknowledged: nothing waits out the ack wait.
+    assert info["ack_floor"]["stream_seq"] == 4
+    assert info["num_ack_pending"] == 0
+    assert info["num_pending"] == 2
+    rest = cli("consume", stream, "work", "--idle", "1", "--no-ack", "--raw")
+    assert rest.stdout == "m4\nm5\n"
+
+    async def pending(js: JetStreamContext) -> int:
+        return (await (await js.consumer(stream, "work")).info()).num_ack_pending
+
+    assert query(nats_url, pending) == 2  # --no-ack left them unacknowledged
+    cli("consumer", "add", stream, "noack", "--ack", "none")
+    line = one_error_line(cli("consume", stream, "noack", "--count", "1", expect=1))
+    assert "does not take acks" in line
+    assert len(json_lines(cli("consume", stream, "noack", "--no-ack", "-c", "6", "--json"))) == 6
+    cli("consume", stream, "work", "--subject", "x", expect=2)
+
+
+# --------------------------------------------------------------------------- consumer
+
+
+def test_consumer_lifecycle(cli: Cli, stream: str, nats_url: str) -> None:
+    for n in range(10):
+        cli("pub", f"{stream}.{n % 2}", f"m{n}")
+    created = cli(
+        "consumer",
+        "add",
+        stream,
+        "c1",
+        "--filter",
+        f"{stream}.0",
+        "--max-deliver",
+        "3",
+        "--ack-wait",
+        "45s",
+        "--description",
+        "first",
+    )
+    assert f"Created consumer {stream} > c1." in created.stderr
+    assert_fits(created.stdout)
+    cli("consumer", "add", stream, "c2", "--filter", f"{stream}.0,{stream}.1", "--start-seq", "5")
+    listed = as_json(cli("consumer", "ls", stream, "--json"))
+    assert [c["name"] for c in listed] == ["c1", "c2"]
+    assert listed[0]["config"]["filter_subject"] == f"{stream}.0"
+    assert listed[0]["config"]["ack_wait"] == 45 * NS
+    assert listed[1]["config"]["filter_subjects"] == [f"{stream}.0", f"{stream}.1"]
+    assert listed[1]["config"]["deliver_policy"] == "by_start_sequence"
+    assert listed[1]["num_pending"] == 6
+    table = cli("consumer", "ls", stream).stdout
+    assert "c1" in table
+    assert "c2" in table
+    assert_fits(table)
+    assert as_json(cli("consumer", "ls", stream, "-n", "--json")) == ["c1", "c2"]
+
+    paused = as_json(cli("consumer", "pause", stream, "c1", "10m", "--json"))
+    assert paused["paused"] is True
+    assert 9 * 60 * NS < paused["pause_remaining"] <= 10 * 60 * NS
+    assert "(paused)" in cli("consumer", "ls", stream).stdout
+    assert "Not paused." in cli("consumer", "resume", stream, "c1").stdout
+    until = cli("consumer", "pause", stream, "c1", "2099-01-01T00:00:00+00:00")
+    assert "Paused until 2099-01-01 00:00:00 UTC" in until.stdout
+    cli("consumer", "resume", stream, "c1")
+    cli("consumer", "pause", stream, "c1", "whenever", expect=2)
+
+    reset = as_json(cli("consumer", "reset", stream, "c2", "--seq", "9", "--json"))
+    assert reset == {"stream": stream, "consumer": "c2", "sequence": 9}
+    assert as_json(cli("consumer", "info", stream, "c2", "--json"))["num_pending"] == 2
+    text = cli("consumer", "reset", stream, "c2")
+    assert "continues at stream sequence" in text.stdout
+
+    cli("consumer", "rm", stream, "c1", "-f")
+    assert as_json(cli("consumer", "ls", stream, "-n", "--json")) == ["c2"]
+    assert "10014" in one_error_line(cli("consumer", "info", stream, "c1", expect=1))
+
+
+def test_consumer_add_from_config(cli: Cli, stream: str, tmp_path: Path) -> None:
+    cli("consumer", "add", stream, "orig", "--max-ack-pending", "7", "--inactive-threshold", "1h")
+    config = as_json(cli("consumer", "info", stream, "orig", "--json"))["config"]
+    for key in ("name", "durable_name"):
+        config.pop(key, None)
+    path = tmp_path / "consumer.json"
+    path.write_text(json.dumps(config))
+    cli("consumer", "add", stream, "copy", "--config", str(path), "--max-deliver", "2")
+    got = as_json(cli("consumer", "info", stream, "copy", "--json"))["config"]
+    assert got["max_ack_pending"] == 7
+    assert got["inactive_threshold"] == 3600 * NS
+    assert got["max_deliver"] == 2
+    assert got["durable_name"] == "copy"
+
+
+# --------------------------------------------------------------------------- kv
+
+
+def test_kv_commands(cli: Cli) -> None:
+    bucket = unique_name("KV")
+    created = cli("kv", "add", bucket, "--history", "5", "--description", "settings")
+    assert f"Created bucket {bucket}." in created.stderr
+    assert_fits(created.stdout)
+    assert as_json(cli("kv", "put", bucket, "db.url", "postgres://a", "--json")) == {
+        "key": "db.url",
+        "revision": 1,
+    }
+    assert "revision 2" in cli("kv", "put", bucket, "db.url", "postgres://b").stdout
+    cli("kv", "put", bucket, "db.pw", "-", input="from stdin")
+    assert cli("kv", "get", bucket, "db.pw", "--raw").stdout == "from stdin"
+    entry = as_json(cli("kv", "get", bucket, "db.url", "--json"))
+    assert (entry["value"], entry["revision"], entry["operation"]) == ("postgres://b", 2, "PUT")
+    assert as_json(cli("kv", "get", bucket, "db.url", "--revision", "1", "--json"))["value"] == (
+        "postgres://a"
+    )
+    assert "postgres://b" in cli("kv", "get", bucket, "db.url").stdout
+    cli("kv", "create", bucket, "lock", "me")
+    exists = cli("kv", "create", bucket, "lock", "me", expect=1)
+    assert "exists" in one_error_line(exists)
+    assert as_json(cli("kv", "keys", bucket, "--json")) == ["db.pw", "db.url", "lock"]
+    cli("kv", "del", bucket, "lock")
+    assert "not found" in one_error_line(cli("kv", "get", bucket, "lock", expect=1))
+    cli("kv", "create", bucket, "lock", "again")  # allowed after a delete
+    cli("kv", "purge", bucket, "db.pw")
+    assert cli("kv", "keys", bucket).stdout.split() == ["db.url", "lock"]
+    history = as_json(cli("kv", "history", bucket, "db.url", "--json"))
+    assert [(h["revision"], h["value"]) for h in history] == [
+        (1, "postgres://a"),
+        (2, "postgres://b"),
+    ]
+    table = cli("kv", "history", bucket, "lock").stdout
+    assert "DEL" in table
+    assert "again" in table
+    assert_fits(table)
+    listed = as_json(cli("kv", "ls", "--json"))
+    mine = [b for b in listed if b["bucket"] == bucket]
+    assert mine
+    assert mine[0]["history"] == 5
+    assert mine[0]["values"] >= 3
+    assert bucket in cli("kv", "ls", "--names").stdout
+    assert_fits(cli("kv", "ls").stdout)
+    assert as_json(cli("kv", "info", bucket, "--json"))["history"] == 5
+    cli("kv", "rm", bucket, "-f")
+    assert "not found" in one_error_line(cli("kv", "info", bucket, expect=1))
+    assert bucket not in cli("kv", "ls", "--names").stdout
+
+
+def test_kv_ttl_needs_limit_markers(cli: Cli) -> None:
+    plain = unique_name("KV")
+    cli("kv", "add", plain)
+    refused = cli("kv", "create", plain, "k", "v", "--ttl", "5s", expect=1)
+    assert "limit marker" in one_error_line(refused).lower() or "ttl" in refused.stderr.lower()
+    marked = unique_name("KV")
+    cli("kv", "add", marked, "--limit-marker-ttl", "2s")
+    assert as_json(cli("kv", "info", marked, "--json"))["limit_marker_ttl"] == 2 * NS
+    cli("kv", "create", marked, "session", "v", "--ttl", "1h")
+    cli("kv", "purge", marked, "session", "--ttl", "1h")
+    history = as_json(cli("kv", "history", marked, "session", "--json"))
+    assert history[-1]["operation"] == "PURGE"
+
+
+def test_kv_watch(cli: Cli) -> None:
+    bucket = unique_name("KV")
+    cli("kv", "add", bucket, "--history", "3")
+    cli("kv", "put", bucket, "a.1", "x")
+    cli("kv", "put", bucket, "a.1", "y")
+    cli("kv", "put", bucket, "b.1", "z")
+    cli("kv", "del", bucket, "b.1")
+    latest = json_lines(cli("kv", "watch", bucket, "--idle", "0.5", "--json"))
+    assert [(e["key"], e["operation"]) for e in latest] == [("a.1", "PUT"), ("b.1", "DEL")]
+    every = json_lines(cli("kv", "watch", bucket, "a.*", "--history", "-c", "2", "--json"))
+    assert [e["value"] for e in every] == ["x", "y"]
+    text = cli("kv", "watch", bucket, "--ignore-deletes", "--idle", "0.5")
+    assert "[PUT] a.1 revision 2: y" in text.stdout
+    assert "b.1" not in text.stdout
+    assert "up to date" in text.stderr
+    assert json_lines(cli("kv", "watch", bucket, "--updates-only", "--idle", "0.3", "--json")) == []
+
+
+# --------------------------------------------------------------------------- obj
+
+
+def test_obj_commands(cli: Cli, tmp_path: Path) -> None:
+    bucket = unique_name("OBJ")
+    created = cli("obj", "add", bucket, "--description", "files")
+    assert f"Created bucket {bucket}." in created.stderr
+    blob = bytes(range(256)) * 2000  # 512,000 bytes: several chunks
+    source = tmp_path / "blob.bin"
+    source.write_bytes(blob)
+    stored = as_json(cli("obj", "put", bucket, str(source), "--chunk-size", "64KiB", "--json"))
+    assert (stored["name"], stored["size"], stored["chunks"]) == ("blob.bin", len(blob), 8)
+    text = cli("obj", "put", bucket, "-", "--name", "notes/hi.txt", input="hi\n")
+    assert "Stored notes/hi.txt" in text.stdout
+    assert "Storing notes/hi.txt" in text.stderr  # the progress bar
+    cli("obj", "put", bucket, "-", expect=2)  # standard input needs --name
+
+    listed = as_json(cli("obj", "ls", bucket, "--json"))
+    assert [o["name"] for o in listed] == ["blob.bin", "notes/hi.txt"]
+    table = cli("obj", "ls", bucket).stdout
+    assert "blob.bin" in table
+    assert "notes/hi.txt" in table
+    assert_fits(table)
+    assert bucket in cli("obj", "ls").stdout.split()
+    assert bucket in as_json(cli("obj", "ls", "--json"))
+    info = as_json(cli("obj", "info", bucket, "blob.bin", "--json"))
+    assert info["digest"].startswith("SHA-256=")
+    assert_fits(cli("obj", "info", bucket, "blob.bin").stdout)
+    assert as_json(cli("obj", "info", bucket, "--json"))["size"] > len(blob)
+    assert_fits(cli("obj", "info", bucket).stdout)
+
+    target = tmp_path / "out.bin"
+    fetched = cli("obj", "get", bucket, "blob.bin", "-o", str(target))
+    assert target.read_bytes() == blob
+    assert "Fetching blob.bin" in fetched.stderr
+    again = cli("obj", "get", bucket, "blob.bin", "-o", str(target), expect=1)
+    assert "exists" in one_error_line(again)
+    cli("obj", "get", bucket, "blob.bin", "-o", str(target), "--force")
+    assert cli("obj", "get", bucket, "notes/hi.txt", "-o", "-").stdout == "hi\n"
+    missing = cli("obj", "get", bucket, "nope", "-o", str(tmp_path / "nope"), expect=1)
+    assert "not found" in one_error_line(missing)
+    assert not (tmp_path / "nope").exists()
+
+    cli("obj", "rm", bucket, "blob.bin", "-f")
+    assert [o["name"] for o in as_json(cli("obj", "ls", bucket, "--json"))] == ["notes/hi.txt"]
+    cli("obj", "rm", bucket, "-f")
+    assert bucket not in cli("obj", "ls").stdout.split()
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def test_bench_pub(cli: Cli, nats_url: str) -> None:
+    name = unique_name("BENCH")
+    result = as_json(
+        cli("bench", "pub", "--stream", name, "--msgs", "300", "--size", "64", "--json")
+    )
+    assert result["messages"] == 300
+    assert result["payload_bytes"] == 64
+    assert result["msgs_per_second"] > 0
+    latency = result["ack_latency_ms"]
+    assert 0 <= latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
+
+    async def exists(js: JetStreamContext) -> bool:
+        try:
+            await js.stream(name)
+        except StreamNotFoundError:
+            return False
+        return True
+
+    assert not query(nats_url, exists)  # the stream it made is gone
+    table = cli("bench", "pub", "--stream", name, "--msgs", "200", "--sync", "--keep")
+    assert "ack latency p99" in table.stdout
+    assert "Rate" in table.stdout
+    assert "200/200" in table.stderr
+    assert_fits(table.stdout)
+    assert query(nats_url, exists)  # --keep
+
+
+def test_bench_consume(cli: Cli) -> None:
+    name = unique_name("BENCH")
+    live = as_json(cli("bench", "consume", "--stream", name, "--msgs", "300", "--json"))
+    assert live["benchmark"] == "consume (live)"
+    assert live["messages"] == 300
+    latency = live["end_to_end_ms"]
+    assert 0 <= latency["p50"] <= latency["max"]
+    backlog = cli("bench", "consume", "--stream", name, "--msgs", "200", "--backlog", "--no-ack")
+    assert "consume (backlog)" in backlog.stdout
+    assert "Rate" in backlog.stdout
+    assert "Storing" in backlog.stderr
+    assert "Consuming" in backlog.stderr
+    assert_fits(backlog.stdout)
+    small = cli("bench", "consume", "--stream", name, "--size", "4", expect=2)
+    assert "at least 8" in small.stderr

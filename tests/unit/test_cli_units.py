@@ -1,0 +1,246 @@
+"""The command line's pure parts: parsing and showing durations and sizes, errors, imports."""
+
+from __future__ import annotations
+
+import ast
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pydantic
+import pytest
+import typer
+from hypothesis import given
+from hypothesis import strategies as st
+
+import aiojetstream
+from aiojetstream.cli._bench import BenchResult, percentile
+from aiojetstream.cli._common import (
+    CliError,
+    Options,
+    describe_error,
+    payload_fields,
+    to_jsonable,
+)
+from aiojetstream.cli._consumer import parse_until
+from aiojetstream.cli._messages import parse_headers
+from aiojetstream.cli._stream import config_from, list_values
+from aiojetstream.cli._units import (
+    format_age,
+    format_bytes,
+    format_duration,
+    format_time,
+    parse_duration,
+    parse_size,
+)
+
+CLI_DIR = Path(aiojetstream.__file__).parent / "cli"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30", 30),
+        ("1.5", 1.5),
+        ("500ms", 0.5),
+        ("90s", 90),
+        ("1h30m", 5400),
+        ("2d", 172800),
+        ("1w", 604800),
+        ("1m0.5s", 60.5),
+        ("250us", 0.00025),
+        (" 10s ", 10),
+        ("0", 0),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "soon", "1x", "h", "1h 30m", "-5s", "1.2.3s", "10s!"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(typer.BadParameter, match="not a duration"):
+        parse_duration(text)
+
+
+@given(st.integers(min_value=1, max_value=10**8))
+def test_format_duration_round_trips_whole_seconds(seconds: int) -> None:
+    td = timedelta(seconds=seconds)
+    assert parse_duration(format_duration(td)) == td
+
+
+def test_format_duration() -> None:
+    assert format_duration(None) == "-"
+    assert format_duration(timedelta(0)) == "-"
+    assert format_duration(timedelta(milliseconds=250)) == "250ms"
+    assert format_duration(timedelta(seconds=1.5)) == "1.5s"
+    assert format_duration(timedelta(minutes=9, seconds=59.9988)) == "10m"
+    assert format_duration(timedelta(days=2, hours=3)) == "2d3h"
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("512", 512),
+        ("512B", 512),
+        ("64KiB", 65536),
+        ("64K", 65536),
+        ("10MB", 10_000_000),
+        ("1MiB", 1 << 20),
+        ("1G", 1 << 30),
+        ("1.5GB", 1_500_000_000),
+        ("2t", 2 << 40),
+        ("-1", -1),
+    ],
+)
+def test_parse_size(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "lots", "1X", "1iB", "-2", "K"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(typer.BadParameter, match="not a size"):
+        parse_size(text)
+
+
+def test_defaults_pass_through_the_parsers() -> None:
+    # Typer hands a parameter's (already typed) default to its parser.
+    assert parse_size(128) == 128
+    assert parse_duration(timedelta(seconds=3)) == timedelta(seconds=3)
+
+
+def test_format_bytes_time_and_age() -> None:
+    assert format_bytes(-1) == "unlimited"
+    assert format_bytes(0) == "0 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(3 << 30) == "3.0 GiB"
+    moment = datetime(2026, 1, 2, 15, 4, 5, 999, tzinfo=UTC)
+    assert format_time(moment) == "2026-01-02 15:04:05"
+    assert format_time(None) == "-"
+    assert format_age(moment, moment + timedelta(seconds=42)) == "42s"
+    assert format_age(moment, moment + timedelta(hours=3, minutes=5)) == "3h"
+    assert format_age(moment, moment - timedelta(seconds=5)) == "0s"  # clock skew
+    assert format_age(None) == "-"
+
+
+def test_parse_headers() -> None:
+    assert parse_headers(None) is None
+    assert parse_headers(["a:1", "B: two words ", "empty:"]) == {
+        "a": "1",
+        "B": "two words",
+        "empty": "",
+    }
+    assert parse_headers(["url:http://x:1"]) == {"url": "http://x:1"}
+    for bad in ("novalue", ":x", " :x"):
+        with pytest.raises(typer.BadParameter, match="NAME:VALUE"):
+            parse_headers([bad])
+
+
+def test_parse_until() -> None:
+    assert parse_until("10m") == timedelta(minutes=10)
+    assert parse_until("2030-01-01T12:00:00Z") == datetime(2030, 1, 1, 12, tzinfo=UTC)
+    naive = parse_until("2030-01-01T12:00:00")
+    assert isinstance(naive, datetime)
+    assert naive.tzinfo is not None  # taken as local time
+    with pytest.raises(typer.BadParameter):
+        parse_until("someday")
+
+
+def test_list_values() -> None:
+    assert list_values(None) is None
+    assert list_values([]) is None
+    assert list_values(["a.>,b.*", " c ", ","]) == ["a.>", "b.*", "c"]
+
+
+def test_config_from_reads_server_json_and_applies_options() -> None:
+    base = {"name": "S", "subjects": ["s.>"], "max_age": 3_600_000_000_000, "new_field": 1}
+    cfg = config_from(base, {"max_msgs": 5, "max_age": None, "description": "d"})
+    assert cfg.max_age == timedelta(hours=1)  # nanoseconds, as the server writes them
+    assert cfg.max_msgs == 5
+    assert cfg.description == "d"
+    assert cfg.model_extra == {"new_field": 1}  # fields of newer servers are kept
+    with pytest.raises(pydantic.ValidationError):
+        config_from({"name": "S", "max_msgs": "many"}, {})
+
+
+def test_percentile_and_bench_result() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 50
+    assert percentile(values, 0.99) == 99
+    assert percentile(values, 1.0) == 100
+    assert percentile([7.0], 0.9) == 7
+    with pytest.raises(ValueError, match="no values"):
+        percentile([], 0.5)
+    result = BenchResult("pub", 100, 10, 0.5, [3.0, 1.0, 2.0], "ack latency").as_dict()
+    assert result["msgs_per_second"] == 200
+    assert result["bytes_per_second"] == 2000
+    assert result["ack_latency_ms"] == {"p50": 2.0, "p90": 3.0, "p99": 3.0, "max": 3.0}
+    assert "ack_latency_ms" not in BenchResult("pub", 1, 1, 1.0).as_dict()
+
+
+def test_describe_error_is_one_line() -> None:
+    assert describe_error(CliError("bad\n  input")) == "bad input"
+    assert describe_error(aiojetstream.StreamNotFoundError(404, 10059, "stream not found")) == (
+        "stream not found (code=404, err_code=10059)"
+    )
+    assert describe_error(FileNotFoundError(2, "No such file or directory", "x.json")) == (
+        "x.json: No such file or directory"
+    )
+    assert describe_error(TimeoutError()) == "timed out"
+    try:
+        aiojetstream.StreamConfig(name="S", max_agee=1)
+    except pydantic.ValidationError as exc:
+        text = describe_error(exc)
+    assert "\n" not in text
+    assert text.startswith("invalid StreamConfig: ")
+    assert "max_agee" in text
+
+
+def test_payload_fields_and_json() -> None:
+    assert payload_fields(b"text") == {"data": "text"}
+    assert payload_fields(b"\xff\x00", "value") == {"value_base64": "/wA="}
+    moment = datetime(2026, 1, 2, tzinfo=UTC)
+    data = to_jsonable({"t": moment, "d": timedelta(seconds=2), "b": b"\xff", "l": (1, b"x")})
+    assert json.loads(json.dumps(data)) == {
+        "t": "2026-01-02T00:00:00Z",
+        "d": 2_000_000_000,
+        "b": "/w==",
+        "l": [1, "x"],
+    }
+
+
+def test_connect_options() -> None:
+    assert Options().connect_kwargs() == {"timeout": 5.0, "domain": None}
+    kwargs = Options(
+        user="u", password="p", creds=Path("a.creds"), nkey=Path("u.nk")
+    ).connect_kwargs()
+    assert kwargs["user"] == "u"
+    assert kwargs["password"] == "p"
+    assert kwargs["user_credentials"] == "a.creds"
+    assert kwargs["nkeys_seed"] == "u.nk"
+    assert Options(token="t", domain="hub").connect_kwargs()["token"] == "t"
+    with pytest.raises(CliError, match="--password needs --user"):
+        Options(password="p").connect_kwargs()
+    with pytest.raises(CliError, match="--tls-key needs --tls-cert"):
+        Options(tls_key=Path("k.pem")).connect_kwargs()
+    with pytest.raises(FileNotFoundError):
+        Options(tls_ca=Path("/nonexistent/ca.pem")).connect_kwargs()
+
+
+def test_cli_uses_only_the_public_api() -> None:
+    """Like spark/, the command line is a client of the public API (ARCHITECTURE.md)."""
+    offenders = []
+    for path in sorted(CLI_DIR.glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module + "." + alias.name for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "aiojetstream" and any(p.startswith("_") for p in parts[1:]):
+                    offenders.append(f"{path.name}: {name}")
+    assert offenders == []
