@@ -341,9 +341,11 @@ class AtomicBatch:
             BatchTooLargeError: the batch holds 1,000 messages already.
             BatchIncompleteError: a message was lost, or the batch was idle
                 for over 10 s (the server abandoned it).
-            BatchDuplicateMsgIdError, BatchUnsupportedHeaderError,
-            WrongLastSequenceError, ...: a message of the batch was refused;
-                nothing was stored.
+            AtomicPublishError: a message of the batch was refused (a subclass
+                such as ``BatchDuplicateMsgIdError`` or
+                ``BatchUnsupportedHeaderError``); nothing was stored.
+            WrongLastSequenceError: an expected sequence did not hold; nothing
+                was stored.
             InvalidResponseError: the acknowledgement names another batch or size.
 
         """

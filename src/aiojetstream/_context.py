@@ -677,9 +677,12 @@ class JetStreamContext:
                 timeout leaves room for it.
 
         Raises:
-            InvalidSubjectError, InvalidHeaderError, InvalidTTLError,
-            InvalidScheduleError, MaxPayloadExceededError: bad input, before
-                anything is sent.
+            InvalidSubjectError: a bad subject, refused before anything is sent.
+            InvalidHeaderError: a bad header, refused before anything is sent.
+            InvalidTTLError: a bad ``ttl``, refused before anything is sent.
+            InvalidScheduleError: a bad schedule, refused before anything is sent.
+            MaxPayloadExceededError: headers plus payload exceed the server's
+                ``max_payload``, refused before anything is sent.
             NoRespondersError: no stream captures the subject.
             WrongLastSequenceError, WrongLastMsgIdError, StreamNotMatchError:
                 an expectation did not hold.
