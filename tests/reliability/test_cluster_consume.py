@@ -403,9 +403,13 @@ async def test_c6_restart_two_of_three_nodes_r1_and_r3() -> None:
             for state in before.values():
                 assert state == (100, 100, 100, 0, 0), state
 
+            pids = [node.pid for node in restarted]
             t0 = now()
             await asyncio.gather(*(node.restart() for node in restarted))
             t_up = now()
+            assert all(
+                node.pid not in (None, pid) for node, pid in zip(restarted, pids, strict=True)
+            )
             await wait_stream_leader(js, r3)
             await wait_stream_leader(js, r1)
             for name, c in consumers.items():
@@ -426,7 +430,7 @@ async def test_c6_restart_two_of_three_nodes_r1_and_r3() -> None:
                 await reader.wait_for(200, 60)
             resumed = [reader.times[100] - t_up for reader in readers]
             logger.warning(
-                "FIGURE C6: nodes_down_s=%.2f resume_after_restart_s r3=%.2f r1=%.2f "
+                "FIGURE C6: restart_s=%.2f resume_after_restart_s r3=%.2f r1=%.2f "
                 "(first new delivery after both nodes were back; includes the republish) "
                 "restarted=%s errors=%s",
                 t_up - t0,
