@@ -276,7 +276,7 @@ def put(
     else:
         out.print(
             f"Stored {result.name} in {bucket}: {format_bytes(result.size)} in "
-            f"{result.chunks} chunks, {result.digest}."
+            f"{result.chunks} chunk{'' if result.chunks == 1 else 's'}, {result.digest}."
         )
 
 

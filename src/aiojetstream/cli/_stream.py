@@ -199,6 +199,12 @@ def _named(config: dict[str, Any], name: str) -> dict[str, Any]:
     return {**config, "name": name}
 
 
+def _user_metadata(metadata: dict[str, str] | None) -> dict[str, str] | None:
+    """The metadata without the server's own ``_nats.*`` keys (None when empty)."""
+    shown = {k: v for k, v in (metadata or {}).items() if not k.startswith("_nats.")}
+    return shown or None
+
+
 def _seq_at(seq: int, ts: datetime) -> str:
     return f"{seq} ({format_time(ts)})" if seq else "-"
 
@@ -234,7 +240,7 @@ def info_table(info: StreamInfo) -> list[Table]:
         ("Deny delete", cfg.deny_delete),
         ("Deny purge", cfg.deny_purge),
         ("Sealed", cfg.sealed or None),
-        ("Metadata", cfg.metadata or None),
+        ("Metadata", _user_metadata(cfg.metadata)),
     ]
     state_rows: list[tuple[str, Any]] = [
         ("Messages", f"{state.messages:,}"),
