@@ -11,14 +11,21 @@ P1: SIGKILL the stream leader under a sequential and 100 concurrent
 publishers; writable again within 10 s. P2: API stepdown and SIGTERM of the
 leader: at most one failed attempt per publisher, writable again within
 0.5 s. P3: SIGKILL the client's own node: the client reconnects elsewhere and
-every in-flight ``publish`` and ``publish_async`` resolves. P4: SIGSTOP the
-client's node: failover within 3 x the default ping interval, deadlines hold
-while it hangs. P5: no responders (no stream yet, an election): a typed
-error, bounded retries with backoff, at most 20 requests a second, counted
-by a TCP proxy in front of the client's node.
+every in-flight ``publish``, ``publish_async`` future and API request
+resolves by its deadline; a retry that meets its first copy still being
+stored (10158, as after a reconnect flushed the buffered PUB) gets the
+copy's ack. P4: SIGSTOP the client's node, with 20 MB queued behind it: the
+hang is detected within ping_interval x (max_outstanding_pings + 1) = 15 s
+(our defaults) and the client is on another node within 1 s after that;
+deadlines hold meanwhile. P5: no responders (no stream yet, an election): a
+typed error, bounded retries with backoff, at most 20 requests a second,
+counted by a TCP proxy in front of the client's node.
 
-The client never connects to the stream leader's node in P1/P2 (that is P3).
-Figures are logged as ``FIGURE <scenario> name=value`` warnings.
+A prober starts a one-message publisher every 20 ms: when the stream takes
+writes again is measured by the probes, not by publishers whose attempts
+were lost in flight (those wait for their deadline). The client never
+connects to the stream leader's node in P1/P2 (that is P3). Figures are
+logged as ``FIGURE <scenario> name=value`` warnings.
 """
 
 from __future__ import annotations
@@ -144,8 +151,12 @@ class Workload:
                 i += 1
                 # The prober's pace (a rate, not a synchronisation).
                 await asyncio.sleep(interval)
-        finally:
-            await asyncio.gather(*probes)
+        except asyncio.CancelledError:
+            for probe in probes:
+                probe.cancel()
+            await asyncio.gather(*probes, return_exceptions=True)
+            raise
+        await asyncio.gather(*probes)
 
     async def _send(self, name: str, payload: bytes) -> None:
         """Publish ``payload`` with its msg id until it is acknowledged."""
@@ -536,9 +547,11 @@ class Burst:
 
     async def settle(self) -> tuple[Counter[str], list[float]]:
         """Check every future's deadline, store the failed ones again; (outcomes, late)."""
-        await asyncio.wait([f for _, _, f in self.sent], timeout=self.timeout + 10)
         outcomes: Counter[str] = Counter()
         late: list[float] = []
+        if not self.sent:
+            return outcomes, late
+        await asyncio.wait([f for _, _, f in self.sent], timeout=self.timeout + 10)
         for payload, t0, fut in self.sent:
             assert fut.done(), "a publish_async future of the burst never completed"
             took = self.done_at[id(fut)] - t0
@@ -567,39 +580,46 @@ class Burst:
 
 @dataclass
 class ApiRequests:
-    """A loop of JetStream API requests (stream info) with a deadline each."""
+    """JetStream API requests (stream info) with a deadline each: a loop, and volleys."""
 
     js: JetStreamContext
     stream: str
     timeout: float = ATTEMPT_TIMEOUT
     calls: list[tuple[float, float, str | None]] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def start(self) -> None:
-        self.task = asyncio.create_task(self._run(), name="api requests")
+        self.tasks.append(asyncio.create_task(self._run(), name="api requests"))
+
+    def volley(self, count: int) -> None:
+        """Start ``count`` requests at once (they are sent when the caller next awaits)."""
+        for _ in range(count):
+            self.tasks.append(asyncio.create_task(self._call(), name="api request"))
+
+    async def _call(self) -> None:
+        t0 = now()
+        try:
+            await self.js.stream(self.stream, timeout=self.timeout)
+        except JetStreamError as exc:  # typed: a timeout, a disconnect, an API error
+            self.calls.append((t0, now(), type(exc).__name__))
+        else:
+            self.calls.append((t0, now(), None))
 
     async def _run(self) -> None:
         while not self.stop.is_set():
-            t0 = now()
-            try:
-                await self.js.stream(self.stream, timeout=self.timeout)
-            except JetStreamError as exc:  # typed: a timeout, a disconnect, an API error
-                self.calls.append((t0, now(), type(exc).__name__))
-            else:
-                self.calls.append((t0, now(), None))
+            await self._call()
             await asyncio.sleep(0.05)  # a request every 50 ms (a pace, not a synchronisation)
 
     async def finish(self, timeout: float = 30.0) -> None:
         self.stop.set()
-        assert self.task is not None
         async with asyncio.timeout(timeout):
-            await self.task
+            await asyncio.gather(*self.tasks)
 
     async def cancel(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
     def late(self) -> list[tuple[float, float, str | None]]:
         return [c for c in self.calls if c[1] - c[0] > self.timeout + LOOP_LAG]
@@ -666,6 +686,7 @@ async def _client_node_fault(
             asynchronous.start()
             api.start()
             await work.wait_acks(200)
+            api.volley(20)  # in flight when the fault strikes
             t_fault = now()
             if fault == "kill":
                 await client_node.kill()
