@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from aiojetstream.cli._common import (
     CliError,
     Options,
     describe_error,
+    guarded,
     payload_fields,
     to_jsonable,
 )
@@ -244,3 +246,37 @@ def test_cli_uses_only_the_public_api() -> None:
                 if parts[0] == "aiojetstream" and any(p.startswith("_") for p in parts[1:]):
                     offenders.append(f"{path.name}: {name}")
     assert offenders == []
+
+
+def test_guarded_turns_errors_into_one_line_and_an_exit_code(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def fail(exc: BaseException) -> Callable[[], None]:
+        def raise_it() -> None:
+            raise exc
+
+        return raise_it
+
+    with pytest.raises(typer.Exit) as exited:
+        guarded(Options(), fail(aiojetstream.KeyNotFoundError("key 'x' not found")))
+    assert exited.value.exit_code == 1
+    assert capsys.readouterr().err == "error: key 'x' not found\n"
+    with pytest.raises(typer.Exit) as exited:
+        guarded(Options(), fail(TypeError("a bug")))
+    assert exited.value.exit_code == 1
+    assert capsys.readouterr().err == (
+        "error: unexpected TypeError: a bug (--debug shows the traceback)\n"
+    )
+    with pytest.raises(typer.Exit) as exited:
+        guarded(Options(), fail(KeyboardInterrupt()))
+    assert exited.value.exit_code == 130
+    assert capsys.readouterr().err == ""
+    # --debug raises the error itself; the command line's own exits pass through.
+    with pytest.raises(TypeError, match="a bug"):
+        guarded(Options(debug=True), fail(TypeError("a bug")))
+    with pytest.raises(typer.BadParameter):
+        guarded(Options(), fail(typer.BadParameter("usage")))
+    with pytest.raises(typer.Exit) as exited:
+        guarded(Options(), fail(typer.Exit(3)))
+    assert exited.value.exit_code == 3
+    assert guarded(Options(), lambda: 42) == 42

@@ -168,6 +168,8 @@ def guarded(opts: Options, fn: Callable[[], T]) -> T:
     """
     try:
         return fn()
+    except (typer.Exit, typer.Abort, typer.BadParameter):
+        raise  # the command line's own exits and usage errors
     except KeyboardInterrupt:
         if opts.debug:
             raise
