@@ -84,10 +84,15 @@ def blocks(text: str) -> list[Block]:
     """Every ```python block of a Markdown text, in order, fragments marked.
 
     A fence may be indented (inside a list item); its body is dedented. Other
-    fences (```sh, ```text, ...) are not Python and are not returned.
+    fences (```sh, ```text, ...) are not Python and are not returned, nor are
+    blocks that include a file (``--8<-- "examples/NAME.py"`` on
+    docs/examples.md): the example is run by ``tests/integration/test_examples.py``.
     """
     found = []
-    for number, match in enumerate(_FENCE.finditer(text), 1):
+    matches = [
+        m for m in _FENCE.finditer(text) if not m.group("body").lstrip().startswith("--8<--")
+    ]
+    for number, match in enumerate(matches, 1):
         before = text[: match.start()].rstrip().rsplit("\n", 1)[-1].strip()
         found.append(
             Block(

@@ -64,3 +64,31 @@ def test_examples_page_includes_every_example() -> None:
     assert sorted(included) == sorted(p.name for p in EXAMPLES.glob("*.py"))
     for name in included:
         assert f"\n## {name}\n" in page, f"no heading for {name} (the pages link to it)"
+
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE_LANGUAGES = {"python", "sh", "console", "text", "json"}
+"""What a fence may name: Python is run as ```python only, so none hides under another name."""
+
+
+def test_every_fence_names_a_known_language() -> None:
+    for page in PAGES:
+        opening = True
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            fence = line.strip()
+            if not fence.startswith("```"):
+                continue
+            if opening:
+                assert fence[3:] in FENCE_LANGUAGES, f"{page.name}:{number}: {fence}"
+            else:
+                assert fence == "```", f"{page.name}:{number}: {fence}"
+            opening = not opening
+        assert opening, f"{page.name}: a fence is left open"
+
+
+def test_every_fragment_mark_precedes_a_python_block() -> None:
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for match in re.finditer(r"^<!-- fragment -->\n", text, flags=re.MULTILINE):
+            after = text[match.end() :].lstrip("\n").lstrip(" ")
+            assert after.startswith("```python\n"), f"{page.name}: a mark before {after[:40]!r}"
