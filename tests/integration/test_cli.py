@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+import nkeys  # type: ignore[import-untyped]  # no type hints
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -22,6 +23,7 @@ import aiojetstream
 from aiojetstream import JetStreamContext, StreamNotFoundError
 from aiojetstream.cli._app import app
 from aiojetstream.testing import NatsServer
+from credentials import CertificateAuthority, Operator, new_nkey, public_key, seed_text
 from helpers import unique_name
 
 T = TypeVar("T")
@@ -247,6 +249,77 @@ def test_user_and_password() -> None:
         line = one_error_line(bad)
         assert "refused the credentials" in line
         assert "wrong" not in line
+
+
+def _auth_schemes(
+    tmp: Path,
+) -> dict[str, tuple[dict[str, Any], list[str], list[str], dict[str, str]]]:
+    """scheme -> (server config, good options, refused options, good environment)."""
+    user = new_nkey(nkeys.PREFIX_BYTE_USER)
+    stranger = new_nkey(nkeys.PREFIX_BYTE_USER)
+    (tmp / "user.nk").write_text(seed_text(user))
+    (tmp / "stranger.nk").write_text(seed_text(stranger))
+    operator = Operator(tmp)
+    alice = str(operator.user_creds("alice"))
+    forged = str(operator.user_creds("mallory", signer=new_nkey(nkeys.PREFIX_BYTE_ACCOUNT)))
+    return {
+        "token": (
+            {"authorization": {"token": "t0ken-s3cret"}},
+            ["--token", "t0ken-s3cret"],
+            ["--token", "t0ken-wrong"],
+            {"NATS_TOKEN": "t0ken-s3cret"},
+        ),
+        "nkey": (
+            {"authorization": {"users": [{"nkey": public_key(user)}]}},
+            ["--nkey", str(tmp / "user.nk")],
+            ["--nkey", str(tmp / "stranger.nk")],
+            {"NATS_NKEY": str(tmp / "user.nk")},
+        ),
+        "creds": (
+            operator.server_config(),
+            ["--creds", alice],
+            ["--creds", forged],
+            {"NATS_CREDS": alice},
+        ),
+    }
+
+
+@pytest.mark.parametrize("scheme", ["token", "nkey", "creds"])
+def test_credentials(scheme: str, tmp_path: Path) -> None:
+    config, good, refused, environment = _auth_schemes(tmp_path)[scheme]
+    runner = CliRunner()
+    with NatsServer(config=config) as server:
+        env = {"NATS_URL": server.url}
+        ok = runner.invoke(app, [*good, "--json", "kv", "ls"], env=env)
+        assert ok.exit_code == 0, ok.output
+        assert json.loads(ok.stdout) == []
+        ok = runner.invoke(app, ["--json", "kv", "ls"], env={**env, **environment})
+        assert ok.exit_code == 0, ok.output
+        bad = runner.invoke(app, [*refused, "kv", "ls"], env=env)
+        assert bad.exit_code == 1, bad.output
+        assert "refused the credentials" in one_error_line(bad)
+        anonymous = runner.invoke(app, ["kv", "ls"], env=env)
+        assert anonymous.exit_code == 1, anonymous.output
+
+
+def test_tls(tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    cert = ca.issue("server", "IP:127.0.0.1,DNS:localhost")
+    config = {"tls": {"cert_file": str(cert.cert_file), "key_file": str(cert.key_file)}}
+    with NatsServer(config=config) as server:
+        url = f"tls://127.0.0.1:{server.port}"
+        ok = invoke(url, ("--tls-ca", str(ca.cert_file), "--json", "stream", "ls"), None, 0)
+        assert json.loads(ok.stdout) == []
+        untrusted = invoke(url, ("stream", "ls"), None, 1)
+        assert "TLS handshake" in one_error_line(untrusted)
+        missing = invoke(url, ("--tls-ca", str(tmp_path / "none.pem"), "stream", "ls"), None, 1)
+        assert one_error_line(missing) == (
+            f"error: --tls-ca {tmp_path / 'none.pem'}: No such file or directory"
+        )
+        garbage = tmp_path / "garbage.pem"
+        garbage.write_text("not a certificate")
+        bad = invoke(url, ("--tls-ca", str(garbage), "stream", "ls"), None, 1)
+        assert one_error_line(bad).startswith(f"error: --tls-ca {garbage}: ")
 
 
 def test_usage_errors_exit_2(cli: Cli) -> None:

@@ -225,8 +225,10 @@ def test_connect_options() -> None:
         Options(password="p").connect_kwargs()
     with pytest.raises(CliError, match="--tls-key needs --tls-cert"):
         Options(tls_key=Path("k.pem")).connect_kwargs()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CliError, match=r"--tls-ca /nonexistent/ca.pem: No such file"):
         Options(tls_ca=Path("/nonexistent/ca.pem")).connect_kwargs()
+    with pytest.raises(CliError, match=r"--tls-cert /nonexistent/c.pem, k.pem: No such file"):
+        Options(tls_cert=Path("/nonexistent/c.pem"), tls_key=Path("k.pem")).connect_kwargs()
 
 
 def test_cli_uses_only_the_public_api() -> None:

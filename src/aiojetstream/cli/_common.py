@@ -81,9 +81,8 @@ class Options:
         """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context).
 
         Raises:
-            CliError: inconsistent options.
-            OSError: a certificate file can not be read.
-            ssl.SSLError: a certificate file is not valid.
+            CliError: inconsistent options, or a certificate file that can not
+                be read or is not valid.
 
         """
         if self.password is not None and self.user is None:
@@ -102,15 +101,30 @@ class Options:
         if self.nkey is not None:
             kwargs["nkeys_seed"] = str(self.nkey)
         if self.tls_ca is not None or self.tls_cert is not None:
+            kwargs["tls"] = self._tls_context()
+        return kwargs
+
+    def _tls_context(self) -> ssl.SSLContext:
+        try:
             context = ssl.create_default_context(
                 cafile=str(self.tls_ca) if self.tls_ca is not None else None
             )
-            if self.tls_cert is not None:
+        except (OSError, ssl.SSLError) as exc:
+            raise CliError(f"--tls-ca {self.tls_ca}: {_reason(exc)}") from exc
+        if self.tls_cert is not None:
+            try:
                 context.load_cert_chain(
                     str(self.tls_cert), str(self.tls_key) if self.tls_key is not None else None
                 )
-            kwargs["tls"] = context
-        return kwargs
+            except (OSError, ssl.SSLError) as exc:
+                files = f"{self.tls_cert}" + (f", {self.tls_key}" if self.tls_key else "")
+                raise CliError(f"--tls-cert {files}: {_reason(exc)}") from exc
+        return context
+
+
+def _reason(exc: OSError) -> str:
+    """Why a file could not be used (``ssl`` errors name neither the file nor ``errno``)."""
+    return exc.strerror or str(exc) or type(exc).__name__
 
 
 def options(ctx: typer.Context) -> Options:
