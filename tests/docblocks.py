@@ -116,20 +116,29 @@ def numbered(src: str) -> str:
 
 
 async def run_block(
-    src: str, index: int, namespace: dict[str, Any], page: str = "from-pulsar.md"
+    src: str,
+    index: int,
+    namespace: dict[str, Any],
+    page: str = "from-pulsar.md",
+    *,
+    in_thread: bool = True,
 ) -> None:
     """Compile and run one block in ``namespace``.
 
     With a top-level ``await`` it runs on the current loop; without one, in a
-    thread of its own, as a script would (it may call ``asyncio.run``).
+    thread of its own, as a script would (it may call ``asyncio.run``), or
+    with ``in_thread=False`` right here (PySpark: a streaming write started
+    from another thread does not find the ``jetstream`` format).
     """
     code = compile(src, f"{page} block {index}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     if code.co_flags & inspect.CO_COROUTINE:
         result = eval(code, namespace)  # the documentation's own code
         if inspect.iscoroutine(result):
             await result
-    else:
+    elif in_thread:
         await asyncio.to_thread(exec, code, namespace)
+    else:
+        exec(code, namespace)  # the documentation's own code
 
 
 @contextlib.contextmanager
@@ -176,11 +185,13 @@ def page_blocks(page: Path) -> list[str]:
     return [b.source for b in runnable_blocks(page)]
 
 
-async def run_blocks(page: Path, namespace: dict[str, Any], min_blocks: int = 0) -> int:
+async def run_blocks(
+    page: Path, namespace: dict[str, Any], min_blocks: int = 0, *, in_thread: bool = True
+) -> int:
     """Run the runnable blocks of ``page`` in order in ``namespace``; return how many ran.
 
     A failing block fails the test with the page's name, the block's number
-    and line, and its text.
+    and line, and its text. ``in_thread``: see :func:`run_block`.
     """
     runnable = runnable_blocks(page)
     assert len(runnable) >= min_blocks, (
@@ -190,7 +201,8 @@ async def run_blocks(page: Path, namespace: dict[str, Any], min_blocks: int = 0)
         failure: str | None = None
         try:
             await asyncio.wait_for(
-                run_block(block.source, block.number, namespace, page.name), BLOCK_TIMEOUT
+                run_block(block.source, block.number, namespace, page.name, in_thread=in_thread),
+                BLOCK_TIMEOUT,
             )
         except Exception as exc:  # reported with the block's text, below
             detail = "".join(traceback.format_exception(exc))
