@@ -46,12 +46,14 @@ import logging
 import os
 import re
 import ssl
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import nats.errors as nats_errors
 from nats.aio.client import Client as NatsClient
+from nats.aio.client import Server
 from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription as NatsSubscription
 
@@ -208,6 +210,10 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       :class:`TLSError` at once, without a second attempt (nats-py would then
       wait forever for the socket of the failed upgrade to close).
     * Refused credentials raise :class:`AuthorizationError`.
+    * A reconnect never starts with the server just lost and never waits to
+      flush the connection it gives up (:class:`NextServer`,
+      :func:`drop_unsent_on_reconnect`), unless ``reconnect_to_server_handler``
+      is given.
     """
     urls = _split_urls(servers)
     options.setdefault("ping_interval", DEFAULT_PING_INTERVAL)
@@ -221,6 +227,9 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     tls_refusals: list[str] = []
     if wants_tls:
         _guard_tls(nc, tls_refusals)
+    next_server: NextServer | None = None
+    if options.get("reconnect_to_server_handler") is None:
+        next_server = options["reconnect_to_server_handler"] = NextServer()
     connect_errors: list[Exception] = []
     options["error_cb"] = _initial_error_cb(
         options.get("error_cb") or _log_connection_error, connect_errors, urls
@@ -248,6 +257,9 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         connect_errors.append(_CONNECTED)  # the callback only forwards from now on
     nc.options["max_reconnect_attempts"] = reconnect_attempts
     nc.options["reconnect_time_wait"] = reconnect_wait
+    if next_server is not None:
+        next_server.attach(nc)
+    drop_unsent_on_reconnect(nc)
     return nc
 
 
@@ -526,7 +538,9 @@ class Conn:
             await self.nc.flush(timeout=max(1, int(timeout)))
 
     async def close(self) -> None:
-        """Close the connection."""
+        """Close the connection, flushing for at most ``CLOSE_FLUSH_TIMEOUT`` seconds."""
+        if not self.nc.is_closed:
+            _bound_close_waits(self.nc, CLOSE_FLUSH_TIMEOUT)
         with translate():
             await self.nc.close()
 
@@ -1286,3 +1300,141 @@ def decode_header_block(block: bytes | None) -> dict[str, str] | None:
         if sep:
             headers[key] = value
     return headers or None
+
+
+# --------------------------------------------------------------------------- reconnects and close
+#
+# Reconnects: which server comes next, and no wait on the connection given up.
+#
+# nats-py's own choice shuffles the server pool and takes the first server,
+# sleeping ``reconnect_time_wait`` first when that server was tried recently.
+# After a crash that can mean a 2 s sleep before the dead server refuses again;
+# after a hang (the server was SIGSTOPped and the pings went unanswered) it can
+# mean connecting to the hung server again, whose kernel still accepts the TCP
+# connection, and waiting ``connect_timeout`` (2 s) for an INFO that never
+# comes, while the other nodes are healthy (RELIABILITY P3/P4).
+#
+# :class:`NextServer` keeps nats-py's random order but first tries, after a
+# disconnect, the servers not tried since (never the one just lost); once all
+# were tried, the one tried longest ago, not before ``reconnect_time_wait``
+# after its last attempt (the delay nats-py would sleep).
+#
+# :func:`drop_unsent_on_reconnect`: before reconnecting, nats-py closes the
+# old connection and waits until it is closed; asyncio first writes out what
+# the transport still buffers. A hung server (SIGSTOP, a partition) whose
+# socket buffers are full never reads it, so that wait never ends: with 20 MB
+# of ``publish_async`` queued during a SIGSTOP the client stayed in
+# RECONNECTING for as long as the server hung, though two other nodes were
+# healthy. The connection being given up is aborted instead: what it could
+# not send is lost with it either way (and the publishes waiting for it have
+# failed with ``DisconnectedError``).
+#
+# Closing is bounded the same way: nats-py flushes what is pending and waits
+# for the socket to close, both forever when the server hangs (SIGSTOP, a
+# partition) with data queued; :func:`_bound_close_waits` gives both
+# CLOSE_FLUSH_TIMEOUT together, then aborts the connection.
+
+CLOSE_FLUSH_TIMEOUT: Final = 5.0
+
+
+def _abort_transport(nc: NatsClient) -> None:
+    """Abort nats-py's socket at once (unsent data is dropped)."""
+    writer = getattr(nc._transport, "_io_writer", None)  # TCP and TLS transports
+    transport = getattr(writer, "transport", None)
+    if transport is not None:
+        transport.abort()
+
+
+def _bound_close_waits(nc: NatsClient, timeout: float) -> None:
+    """Bound the flush and the wait for the socket that nats-py's ``close()`` does."""
+    transport = nc._transport
+    if transport is None:
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    aborted: list[bool] = []
+
+    def bounded(original: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        async def wait() -> None:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await original()
+            except TimeoutError:
+                if not aborted:
+                    aborted.append(True)
+                    logger.warning(
+                        "closing: the server took nothing for %.1f s; the connection is "
+                        "aborted and what it had not taken is lost",
+                        timeout,
+                    )
+                _abort_transport(nc)
+
+        return wait
+
+    for name in ("drain", "wait_closed"):
+        original = getattr(transport, name, None)
+        if original is not None:
+            setattr(transport, name, bounded(original))
+
+
+class NextServer:
+    """A ``reconnect_to_server_handler``: untried servers first, each retried once per wait.
+
+    Attach the client with :meth:`attach` once it is connected (the handler is
+    only called on reconnects).
+    """
+
+    def __init__(self) -> None:
+        self._nc: NatsClient | None = None
+        self._episode: int | None = None  # nats-py's reconnect count at this disconnect
+        self._tried: dict[str, float] = {}  # netloc -> its last attempt in this episode
+
+    def attach(self, nc: NatsClient) -> None:
+        self._nc = nc
+
+    def __call__(self, servers: list[Server], info: dict[str, Any]) -> tuple[Server | None, float]:
+        """Return ``(server, delay)``: the server to try, after ``delay`` seconds."""
+        if not servers:
+            return None, 0.0  # nats-py raises NoServersError before asking
+        nc = self._nc
+        now = time.monotonic()
+        wait = 0.0
+        if nc is not None:
+            wait = float(nc.options.get("reconnect_time_wait", 0) or 0)
+            episode = int(nc.stats.get("reconnects", 0))
+            if episode != self._episode:  # connected since the last call: a new disconnect
+                self._episode = episode
+                self._tried = {}
+            current = nc._current_server  # the server lost, or the one that just failed
+            if current is not None:
+                last = current.last_attempt
+                self._tried[current.uri.netloc] = now if last is None else last
+        tried = self._tried
+        fresh = [s for s in servers if s.uri.netloc not in tried]
+        if fresh:
+            return fresh[0], 0.0
+        chosen = min(servers, key=lambda s: tried[s.uri.netloc])
+        return chosen, max(0.0, tried[chosen.uri.netloc] + wait - now)
+
+
+def drop_unsent_on_reconnect(nc: NatsClient) -> None:
+    """Abort, instead of flushing, the connection nats-py gives up to reconnect.
+
+    Wraps nats-py's ``_process_op_err``, the one way into a reconnect after
+    an error (a read or write error, a stale connection after unanswered
+    pings, the server's ``-ERR 'Stale Connection'``).
+    """
+    original: Callable[[Exception], Awaitable[None]] | None = getattr(nc, "_process_op_err", None)
+    if original is None:  # another nats-py: keep its own reconnect
+        return
+
+    async def process_op_err(error: Exception) -> None:
+        if (
+            nc.options.get("allow_reconnect")
+            and (nc.is_connected or nc.is_connecting)
+            and not (nc.is_closed or nc.is_reconnecting)
+        ):
+            _abort_transport(nc)
+        await original(error)
+
+    nc._process_op_err = process_op_err  # type: ignore[method-assign,assignment]

@@ -6,24 +6,18 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _admin as A
 from . import _api
 from . import _consumer as C
 from . import _features as F
 from . import _headers as H
-from . import _kv as KV
-from . import _object as OBJ
 from . import _publish as P
-from . import _schedule as S
 from . import _ttl_rules as T
 from ._api import ApiClient
-from ._batch import AtomicBatch
 from ._conn import Conn, NatsClient, connect_nats
-from ._counter import Counter
 from ._errors import InvalidOptionError, StreamNotFoundError
-from ._kv import KeyValue
 from ._models import (
     AccountInfo,
     ConsumerConfig,
@@ -35,12 +29,7 @@ from ._models import (
     StreamInfo,
     to_wire,
 )
-from ._models.kv import KeyValueConfig
-from ._models.obj import ObjectStoreConfig
-from ._object import ObjectStore
 from ._ordered import OrderedConsumer
-from ._reconnect import NextServer, drop_unsent_on_reconnect
-from ._schedule import Schedule
 from ._stream import Stream
 from ._validation import (
     validate_api_prefix,
@@ -48,6 +37,15 @@ from ._validation import (
     validate_name,
     validate_publish_subject,
 )
+
+if TYPE_CHECKING:  # loaded by the methods that need them: connect() does not
+    from ._batch import AtomicBatch
+    from ._counter import Counter
+    from ._kv import KeyValue
+    from ._models.kv import KeyValueConfig
+    from ._models.obj import ObjectStoreConfig
+    from ._object import ObjectStore
+    from ._schedule import Schedule
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_MAX_PENDING = 4000
@@ -457,6 +455,8 @@ class JetStreamContext:
             FeatureNotSupportedError: ``limit_marker_ttl`` on nats-server < 2.11.
 
         """
+        from . import _kv as KV
+
         return await KV.create_key_value(self, config, timeout)
 
     async def update_key_value(
@@ -472,12 +472,16 @@ class JetStreamContext:
             FeatureNotSupportedError: ``limit_marker_ttl`` on nats-server < 2.11.
 
         """
+        from . import _kv as KV
+
         return await KV.update_key_value(self, config, timeout)
 
     async def create_or_update_key_value(
         self, config: KeyValueConfig, *, timeout: float | None = None
     ) -> KeyValue:
         """Update the bucket if it exists (as :meth:`update_key_value`), otherwise create it."""
+        from . import _kv as KV
+
         return await KV.create_or_update_key_value(self, config, timeout)
 
     async def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
@@ -488,6 +492,8 @@ class JetStreamContext:
             InvalidNameError: the bucket name is invalid.
 
         """
+        from . import _kv as KV
+
         return await KV.key_value(self, bucket, timeout)
 
     async def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> None:
@@ -497,10 +503,14 @@ class JetStreamContext:
             BucketNotFoundError: the bucket does not exist.
 
         """
+        from . import _kv as KV
+
         await KV.delete_key_value(self, bucket, timeout)
 
     def key_value_store_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Async-iterate the names of the buckets (streams ``KV_*`` on ``$KV.*.>``)."""
+        from . import _kv as KV
+
         return KV.key_value_store_names(self, timeout)
 
     # ------------------------------------------------------------ object store
@@ -517,6 +527,8 @@ class JetStreamContext:
             StreamNameInUseError: the bucket exists with another configuration.
 
         """
+        from . import _object as OBJ
+
         return await OBJ.create_object_store(self, config, timeout)
 
     async def update_object_store(
@@ -528,6 +540,8 @@ class JetStreamContext:
             BucketNotFoundError: the bucket does not exist.
 
         """
+        from . import _object as OBJ
+
         return await OBJ.update_object_store(self, config, timeout)
 
     async def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
@@ -538,6 +552,8 @@ class JetStreamContext:
             InvalidNameError: the bucket name is invalid.
 
         """
+        from . import _object as OBJ
+
         return await OBJ.object_store(self, bucket, timeout)
 
     async def delete_object_store(self, bucket: str, *, timeout: float | None = None) -> None:
@@ -547,10 +563,14 @@ class JetStreamContext:
             BucketNotFoundError: the bucket does not exist.
 
         """
+        from . import _object as OBJ
+
         await OBJ.delete_object_store(self, bucket, timeout)
 
     def object_store_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Async-iterate the names of the object store buckets (streams ``OBJ_*`` on ``$O.*``)."""
+        from . import _object as OBJ
+
         return OBJ.object_store_names(self, timeout)
 
     # ------------------------------------------------------------ counters
@@ -565,6 +585,8 @@ class JetStreamContext:
             InvalidNameError: the stream name is invalid.
 
         """
+        from ._counter import Counter
+
         return Counter(self._api, stream)
 
     # ------------------------------------------------------------ publishing
@@ -693,6 +715,8 @@ class JetStreamContext:
 
         """
         if schedule is not None or schedule_target is not None or schedule_ttl is not None:
+            from . import _schedule as S
+
             headers = S.schedule_headers(subject, headers, schedule, schedule_target, schedule_ttl)
             await F.require(self._api, F.SCHEDULES, timeout)
         hold = P.hold_seconds(hold_when_full)
@@ -747,6 +771,8 @@ class JetStreamContext:
         their place in the window and their order, and share one backoff.
         """
         if schedule is not None or schedule_target is not None or schedule_ttl is not None:
+            from . import _schedule as S
+
             headers = S.schedule_headers(subject, headers, schedule, schedule_target, schedule_ttl)
             await F.require(self._api, F.SCHEDULES, timeout)
         hold = P.hold_seconds(hold_when_full)
@@ -785,6 +811,8 @@ class JetStreamContext:
         the stream stores all of them or none. See :class:`AtomicBatch` and
         ``docs/atomic-batch.md``.
         """
+        from ._batch import AtomicBatch
+
         return AtomicBatch(self._api)
 
     async def cancel_schedule(self, subject: str, *, timeout: float | None = None) -> bool:
@@ -833,13 +861,7 @@ async def connect(
     Close with ``await js.close()`` or ``async with await
     aiojetstream.connect(...) as js:``.
     """
-    next_server = None
-    if nats_options.get("reconnect_to_server_handler") is None:
-        next_server = nats_options["reconnect_to_server_handler"] = NextServer()
     nc = await connect_nats(servers, **nats_options)
-    if next_server is not None:
-        next_server.attach(nc)
-    drop_unsent_on_reconnect(nc)
     try:
         js = JetStreamContext(
             nc,

@@ -54,6 +54,7 @@ from aiojetstream import (
     StreamConfig,
     StreamNotFoundError,
 )
+from aiojetstream._conn import CLOSE_FLUSH_TIMEOUT
 from aiojetstream.testing import NatsCluster, NatsServer
 from helpers import unique_name, wait_routable, wait_until
 from proxy import MAX_REQUESTS_PER_SECOND, ApiCountingProxy, max_per_second
@@ -1466,3 +1467,35 @@ async def test_ordered_reset_fails_when_jetstream_is_down() -> None:
             if js is not None:
                 await js.close()
             await admin.close()
+
+
+async def test_close_is_bounded_when_the_server_hangs_with_data_queued() -> None:
+    """C12 with a hung server: close() gives up flushing after CLOSE_FLUSH_TIMEOUT.
+
+    nats-py's close() flushes what is pending and waits for the socket to
+    close; with the server SIGSTOPped and megabytes queued both waits would
+    last as long as the hang.
+    """
+    async with NatsServer() as server:
+        js = await connect(server.url, max_reconnect_attempts=0)
+        stream = unique_name("HANGCLOSE")
+        try:
+            await js.create_stream(
+                StreamConfig(name=stream, subjects=["hangclose.>"], storage=StorageType.MEMORY)
+            )
+            server.freeze()
+            payload = b"x" * 700_000
+            futures = [await js.publish_async("hangclose.x", payload) for _ in range(30)]
+            t0 = now()
+            await asyncio.wait_for(js.close(), CLOSE_FLUSH_TIMEOUT + 10)
+            elapsed = now() - t0
+            logger.warning("C12 close with a hung server and 21 MB queued: %.2fs", elapsed)
+            assert elapsed < CLOSE_FLUSH_TIMEOUT + 3
+            assert js.nc.is_closed
+            for fut in futures:  # every queued publish failed, none hangs
+                with pytest.raises(ConnectionClosedError):
+                    await asyncio.wait_for(fut, 5)
+        finally:
+            if server.frozen:
+                server.thaw()
+            await js.close()

@@ -10,6 +10,7 @@ ones the fast path hands on).
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client as NatsClient
+from nats.aio.client import Srv
 from nats.aio.msg import Msg as NatsMsg
 from packaging.requirements import Requirement
 
@@ -91,6 +93,12 @@ def test_the_pinned_nats_py_has_every_internal() -> None:
     for name in ("_disconnected_cb", "_reconnected_cb", "_closed_cb", "_current_server"):
         assert hasattr(nc, name), name
     assert callable(nc._process_info)
+    # The reconnect and close bounds (NextServer, drop_unsent_on_reconnect,
+    # _bound_close_waits): the op-error hook, the transport and a server's last attempt.
+    assert callable(nc._process_op_err)
+    assert hasattr(nc, "_transport")
+    assert "last_attempt" in Srv.__dataclass_fields__  # what the pool holds
+    assert "reconnect_to_server_handler" in inspect.signature(NatsClient.connect).parameters
 
 
 def test_each_missing_internal_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""The reconnect server choice (aiojetstream._reconnect.NextServer), as pure logic.
+"""The reconnect server choice (aiojetstream._conn.NextServer), as pure logic.
 
 nats-py calls the handler with a snapshot of its server pool (in its random
 order) while ``_current_server`` is the server just lost, or, on later
@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 from nats.aio.client import Client as NatsClient
 from nats.aio.client import Server, Srv
 
-from aiojetstream._reconnect import NextServer
+from aiojetstream._conn import NextServer
 
 
 def pool(*ports: int) -> list[Server]:
