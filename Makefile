@@ -70,8 +70,12 @@ test: lint typecheck docs
 test-fallback: install
 	AIOJETSTREAM_FAST_PATH=0 $(BIN)/pytest -q -rs $(FALLBACK_TESTS)
 
+# Every fault test: the cluster set (long ones included) and the single-node fault files.
+RELIABILITY_TESTS := tests/reliability tests/integration/test_consume_faults.py \
+	tests/integration/test_faults_publish.py
 reliability: install
-	$(BIN)/pytest -q -rs -m "cluster or reliability" --count=$(RUNS) $(PYTEST_ARGS) tests
+	$(BIN)/pytest -q -rs -m "reliability or not reliability" --count=$(RUNS) $(PYTEST_ARGS) \
+		$(RELIABILITY_TESTS)
 
 soak: install
 	$(PY) tests/reliability/soak.py --minutes $(SOAK_MINUTES)
