@@ -35,6 +35,10 @@ async def test_spark_page_blocks_run_in_order(spark: SparkSession) -> None:
             for n, (region, amount) in enumerate(ORDERS, 1):
                 order = {"order_id": f"o-{n}", "amount": amount, "ts": "2026-11-24T05:47:12Z"}
                 await js.publish(f"orders.{region}", json.dumps(order).encode())
+            # The page's setup block registers the formats (harmless, and it stays so
+            # for the session's later tests): first prove they were found without it.
+            seen = spark.read.format("jetstream").option("servers", server.url)
+            assert seen.option("stream", "ORDERS").load().count() == len(ORDERS)
             with nats_url_env(server.url):
                 try:
                     await run_blocks(PAGE, page_namespace(PAGE, js), MIN_BLOCKS, in_thread=False)
