@@ -48,12 +48,14 @@ from ._models import (
     StreamSource,
     SubjectTransformConfig,
     coerce_duration,
+    parse_timestamp,
 )
 from ._models.kv import (
     KeyValueConfig,
     KeyValueEntry,
     KeyValueOp,
     KeyValueStatus,
+    kv_entry,
     validate_bucket_name,
 )
 from ._stream import Stream, direct_fields
@@ -98,6 +100,32 @@ WATCH_HEARTBEAT: Final = 5.0
 
 # ADR-8: ^[-/_=\.a-zA-Z0-9]+$, no leading or trailing '.', no '..'.
 _KEY_TOKEN_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+")
+
+
+#: The whole header block of a direct get of a value stored without headers (a
+#: plain put): nats-server's four lines and nothing else. Such a reply is a
+#: ``PUT`` (no ``KV-Operation``, no ``Nats-Marker-Reason``) and parses exactly
+#: as :func:`~aiojetstream._stream.direct_fields` parses it (each key once, no
+#: blanks to strip); any other block (a status, user headers, a marker) takes
+#: that general path.
+_PLAIN_REPLY: Final = re.compile(
+    rb"NATS/1\.0\r\nNats-Stream: [^\r\n]*\r\nNats-Subject: ([^\r\n]*)\r\n"
+    rb"Nats-Sequence: ([0-9]{1,20})\r\n"
+    rb"Nats-Time-Stamp: ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z)"
+    rb"\r\n\r\n"
+)
+
+
+def _plain_reply(block: bytes, subject: bytes) -> tuple[int, datetime] | None:
+    """Revision and time of a plain direct get reply on ``subject`` (None: the general path)."""
+    match = _PLAIN_REPLY.fullmatch(block)
+    if match is None or match[1] != subject:
+        return None
+    try:
+        created = parse_timestamp(match[3].decode("ascii"))
+    except ValueError:
+        return None  # out of range: the general path words the error
+    return int(match[2]), created
 
 
 # --------------------------------------------------------------------------- validation
@@ -516,8 +544,9 @@ class KeyValue:
         # A mirror holds its origin's subjects; writes go to the origin.
         origin = _bucket_of(cfg.mirror.name) if cfg.mirror is not None else self._bucket
         self._prefix = f"$KV.{origin}."
-        # Validated keys: their subject and the body of a direct get of their last value.
-        self._keys: dict[str, tuple[str, bytes]] = {}
+        # Validated keys: their subject, the subject as bytes (what a direct get
+        # reply names), and the subject and body of a direct get of their last value.
+        self._keys: dict[str, tuple[str, bytes, str | None, bytes]] = {}
 
     @property
     def bucket(self) -> str:
@@ -535,12 +564,22 @@ class KeyValue:
     def _subject(self, key: str) -> str:
         return self._key(key)[0]
 
-    def _key(self, key: str) -> tuple[str, bytes]:
-        """The subject of a (validated) key and the body of a direct get of its last value."""
+    def _key(self, key: str) -> tuple[str, bytes, str | None, bytes]:
+        """A (validated) key's subject, as bytes, and the direct get of its last value.
+
+        The get is a subject and a body for :meth:`Stream._direct_get`: the
+        subject names the key and the body is empty, or (for a key too long
+        for that) the stream's direct get subject and a JSON body.
+        """
         known = self._keys.get(key) if type(key) is str else None
         if known is None:
             subject = self._prefix + validate_key(key)
-            known = (subject, json.dumps({"last_by_subj": subject}, separators=(",", ":")).encode())
+            get_subject = self._stream._direct_last_subject(subject)
+            if get_subject is None:
+                body = json.dumps({"last_by_subj": subject}, separators=(",", ":")).encode()
+            else:
+                body = b""
+            known = (subject, subject.encode(), get_subject, body)
             if len(self._keys) >= _KEY_CACHE:
                 self._keys.clear()
             self._keys[key] = known
@@ -734,13 +773,18 @@ class KeyValue:
                 a purge or a limit marker (the key expired).
 
         """
-        subject, body = self._key(key)
+        subject, subject_bytes, get_subject, body = self._key(key)
         stream = self._stream
         if revision is None and stream._direct():
             # The hot path: a direct get of the last value, parsed without a RawStreamMessage.
-            reply = await stream._direct_get(body, timeout)
+            reply = await stream._direct_get(body, timeout, get_subject)
             if reply is not None:
                 data, block = reply
+                if block is not None:
+                    plain = _plain_reply(block, subject_bytes)
+                    if plain is not None:
+                        name = subject[len(self._prefix) :]  # the key as a plain str
+                        return kv_entry(self._bucket, name, data, plain[0], plain[1])
                 try:
                     found, seq, created, headers = direct_fields(data, block, subject)
                 except MessageNotFoundError:
@@ -775,26 +819,18 @@ class KeyValue:
         op = entry_operation(headers)
         if op is not KeyValueOp.PUT:
             raise KeyNotFoundError(f"key {key!r} not found ({op.value} at revision {seq})")
-        return KeyValueEntry(
-            bucket=self._bucket,
-            key=key,
-            value=data,
-            revision=seq,
-            created=created,
-            delta=0,
-            operation=op,
-        )
+        return kv_entry(self._bucket, subject[len(self._prefix) :], data, seq, created, 0, op)
 
     def _entry(self, msg: Msg, op: KeyValueOp) -> KeyValueEntry:
         meta = msg.metadata
-        return KeyValueEntry(
-            bucket=self._bucket,
-            key=msg.subject[len(self._prefix) :],
-            value=msg.data,
-            revision=meta.sequence.stream,
-            created=meta.timestamp,
-            delta=meta.num_pending,
-            operation=op,
+        return kv_entry(
+            self._bucket,
+            msg.subject[len(self._prefix) :],
+            msg.data,
+            meta.sequence.stream,
+            meta.timestamp,
+            meta.num_pending,
+            op,
         )
 
     def _reader(

@@ -6,7 +6,7 @@ import base64
 import binascii
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from . import _api
 from . import _consumer as C
@@ -45,6 +45,10 @@ _DIRECT_META = frozenset(
         H.NUM_PENDING,
     }
 )
+
+
+#: The longest direct get subject with the subject appended (see ``_direct_last_subject``).
+_MAX_DIRECT_SUBJECT: Final = 1024
 
 
 def _seq(value: object, name: str, minimum: int = 1) -> int:
@@ -239,11 +243,30 @@ class Stream:
                 return direct_message(reply[0], reply[1], what)
         return await self._api_get(body, timeout)
 
-    async def _direct_get(self, body: bytes, timeout: float | None) -> Reply | None:
-        """The raw reply to a direct get; None when nobody answers it (use the API then)."""
+    def _direct_last_subject(self, subject: str) -> str | None:
+        """The direct get subject of the last message on ``subject``, which needs no body.
+
+        ``$JS.API.DIRECT.GET.<stream>.<subject>`` (nats-server 2.9, as direct
+        gets; nats.go's KV gets use it): the server parses no JSON body. None
+        when the subject is too long to go into a protocol line safely (the
+        server's ``max_control_line`` is 4 KiB by default): send the body then.
+        """
+        full = f"{self._direct_subject}.{subject}"
+        return full if len(full) <= _MAX_DIRECT_SUBJECT else None
+
+    async def _direct_get(
+        self, body: bytes, timeout: float | None, subject: str | None = None
+    ) -> Reply | None:
+        """The raw reply to a direct get; None when nobody answers it (use the API then).
+
+        ``subject`` is the request's subject when not the stream's direct get
+        subject (see :meth:`_direct_last_subject`).
+        """
         try:
             return await self._api.conn.request(
-                self._direct_subject, body, self._api.timeout if timeout is None else timeout
+                self._direct_subject if subject is None else subject,
+                body,
+                self._api.timeout if timeout is None else timeout,
             )
         except NoRespondersError:
             # The direct-get responders of a new stream (or of a replica being

@@ -253,6 +253,31 @@ async def test_put_get_create_update(kv: KeyValue) -> None:
     assert await kv.update("zero", b"z", 0) > 0
 
 
+async def test_get_forms_of_the_direct_get(kv: KeyValue) -> None:
+    """Short keys name themselves in the direct get's subject, long ones go in a JSON body.
+
+    Values stored with headers (a TTL) and plain ones read alike; the entry's
+    key is a plain ``str`` also for a ``str`` subclass.
+    """
+
+    class Key(str):
+        pass
+
+    long_key = "k" * 1100  # past the subject form's 1 KiB bound
+    assert kv._key("short")[2] is not None
+    assert kv._key(long_key)[2] is None
+    r1 = await kv.put(long_key, b"long")
+    r2 = await kv.put("short", b"plain")
+    entry = await kv.get(long_key)
+    assert (entry.key, entry.value, entry.revision) == (long_key, b"long", r1)
+    entry = await kv.get(Key("short"))
+    assert (entry.key, entry.value, entry.revision) == ("short", b"plain", r2)
+    assert type(entry.key) is str
+    await kv.delete(long_key)
+    with pytest.raises(KeyNotFoundError, match="DEL"):
+        await kv.get(long_key)
+
+
 async def test_delete_and_purge(kv: KeyValue) -> None:
     r1 = await kv.put("d", b"1")
     await kv.put("d", b"2")

@@ -263,6 +263,28 @@ class NanoDatetime(datetime):
         return f"{super().__repr__()[:-1]}, nanosecond={self.nanosecond})"
 
 
+def _with_nanoseconds(moment: datetime, ns: int) -> NanoDatetime:
+    """``moment`` (aware, UTC) as a :class:`NanoDatetime` with ``ns`` (1..999) more nanoseconds.
+
+    Built by ``datetime.__new__`` itself, without the Python-level ``__new__``
+    and its keyword argument (half the cost; every server timestamp with
+    nanoseconds comes through here).
+    """
+    self = datetime.__new__(
+        NanoDatetime,
+        moment.year,
+        moment.month,
+        moment.day,
+        moment.hour,
+        moment.minute,
+        moment.second,
+        moment.microsecond,
+        UTC,
+    )
+    self._nanosecond = ns
+    return self
+
+
 def _make_nano_datetime(*args: Any) -> NanoDatetime:
     *fields, ns = args
     return NanoDatetime(*fields, nanosecond=ns)
@@ -297,19 +319,7 @@ def parse_timestamp(value: str) -> datetime:
         if moment is not None:
             frac = fast.group(1)
             ns = int(frac[6:].ljust(3, "0")) if frac is not None and len(frac) > 6 else 0
-            if not ns:
-                return moment
-            return NanoDatetime(
-                moment.year,
-                moment.month,
-                moment.day,
-                moment.hour,
-                moment.minute,
-                moment.second,
-                moment.microsecond,
-                UTC,
-                nanosecond=ns,
-            )
+            return _with_nanoseconds(moment, ns) if ns else moment
     m = _RFC3339.fullmatch(value)
     if m is None:
         raise ValueError(f"not an RFC 3339 timestamp: {value!r}")
