@@ -152,6 +152,14 @@ class PullDriver:
         self._sub: RawSubscription | None = None
         self._buffer: deque[Msg] = deque()
         self._byte_mode = bool(settings.max_bytes)
+        # Batched accounting (message-mode messages()/consume()): arrivals are told
+        # to the engine once per read (on_messages), and up to quiet_consumptions()
+        # messages are handed out before the engine hears of them (on_consumed_many).
+        # Every other engine event first tells it everything (_settle).
+        self._batching = not settings.single and not settings.max_bytes and not self._pinned
+        self._arrived = 0  # arrivals the engine was not told of yet
+        self._untold = 0  # consumptions the engine was not told of yet
+        self._quiet = 0  # consumptions that may go untold (no pull can be due)
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -184,12 +192,14 @@ class PullDriver:
             self._buffer.clear()
             return
         self._buffer.clear()
+        self._settle()
         self.engine.discard_buffer()
         self._run(self.engine.stop(False, self._now()))
 
     def drain(self) -> None:
         """Stop pulling; finish once the buffered messages were consumed."""
         if not self.finished:
+            self._settle()
             self._run(self.engine.stop(True, self._now()))
 
     async def aclose(self) -> None:
@@ -242,13 +252,44 @@ class PullDriver:
 
     def take(self) -> Msg | None:
         """The next buffered message, or None (never waits)."""
-        if not self._buffer:
+        buffer = self._buffer
+        if not buffer:
             return None
-        msg = self._buffer.popleft()
+        msg = buffer.popleft()
+        if self._arrived:
+            self._tell()
+        if self._quiet:
+            # No pull can be due yet: the engine hears of it later (see _tell).
+            self._quiet -= 1
+            self._untold += 1
+            return msg
+        if self._untold:
+            self._tell()
         cmds = self.engine.on_consumed(msg.size if self._byte_mode else 0)
         if cmds:
             self._run(cmds)
+        if self._batching:
+            self._quiet = self.engine.quiet_consumptions()
         return msg
+
+    def _tell(self) -> None:
+        """Tell the engine the consumptions and arrivals it has not heard of, in that order.
+
+        (Consumptions left untold happened before the arrivals left untold: every
+        take tells the arrivals first.) Neither returns a command in batched mode.
+        """
+        untold, arrived = self._untold, self._arrived
+        self._untold = self._arrived = 0
+        if untold:
+            self._run(self.engine.on_consumed_many(untold))
+        if arrived:
+            self._run(self.engine.on_messages(arrived))
+
+    def _settle(self) -> None:
+        """Before any other engine event: tell it everything, and hand out no untold one."""
+        if self._untold or self._arrived:
+            self._tell()
+        self._quiet = 0
 
     async def next_msg(self) -> Msg | None:
         """Wait for the next message; None once the run ended normally.
@@ -286,14 +327,17 @@ class PullDriver:
         if self.finished:
             return
         msg = Msg(subject, reply, data, hdr, self._acker)
-        if self._pinned:
-            pin_id = pin_id_from_headers(hdr)
-            if pin_id is not None:
-                self.engine.on_pin_id(pin_id)
         self._buffer.append(msg)
-        cmds = self.engine.on_message(msg.size if self._byte_mode else 0)
-        if cmds:
-            self._run(cmds)
+        if self._batching:
+            self._arrived += 1  # told at the next take or engine event
+        else:
+            if self._pinned:
+                pin_id = pin_id_from_headers(hdr)
+                if pin_id is not None:
+                    self.engine.on_pin_id(pin_id)
+            cmds = self.engine.on_message(msg.size if self._byte_mode else 0)
+            if cmds:
+                self._run(cmds)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -309,6 +353,7 @@ class PullDriver:
                 self.on_heartbeat(int(last))
         silent = status.severity is Severity.SILENT and status.kind is not StatusKind.PIN_MISMATCH
         error = None if silent else status.error()
+        self._settle()
         self._run(
             self.engine.on_status(
                 status.kind,
@@ -322,15 +367,18 @@ class PullDriver:
 
     def _on_timer(self) -> None:
         self._timer = None
+        self._settle()
         self._run(self.engine.on_timer(self._now()))
 
     # ConnectionListener
     def on_disconnected(self) -> None:
         """Pause: the engine writes off outstanding pulls."""
+        self._settle()
         self._run(self.engine.on_disconnected(self._now()))
 
     def on_reconnected(self) -> None:
         """Resume: check the consumer, then pull."""
+        self._settle()
         self._run(self.engine.on_reconnected(self._now()))
 
     def on_closed(self) -> None:
@@ -441,6 +489,7 @@ class PullDriver:
         ) as exc:
             result, error = CheckResult.UNAVAILABLE, exc
         if not self.finished:
+            self._settle()
             self._run(self.engine.on_consumer_checked(self._now(), result, error))
 
 

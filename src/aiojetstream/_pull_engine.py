@@ -6,6 +6,7 @@ seconds). The async driver (``_pull_driver``) feeds it events and carries out
 the commands it returns:
 
 events    start(now) | on_message(size) | on_consumed(size) | on_status(...)
+          | on_messages(count) | on_consumed_many(count)
           | on_pin_id(pin_id) | on_timer(now) | on_disconnected(now) | on_reconnected(now)
           | on_consumer_checked(now, result, error) | stop(drain, now)
 commands  SendPull(batch, max_bytes, expires, heartbeat, no_wait, pin_id) | ArmTimer(deadline)
@@ -602,6 +603,62 @@ class PullEngine:
         if phase is Phase.DRAINING and self.buffered_messages == 0:
             return self._finish(None)
         return _NONE
+
+    def on_messages(self, count: int) -> Commands:
+        """``count`` user messages arrived: the same as ``count`` calls of ``on_message(0)``.
+
+        The driver accounts a run of arrivals at once in message mode (one call
+        per read instead of one per message); outside message-mode
+        ``messages()`` / ``consume()`` it is the plain sequence of calls.
+        """
+        if count <= 0:
+            return _NONE
+        s = self.settings
+        if s.max_bytes or s.single:
+            out: Commands = _NONE
+            for _ in range(count):
+                out += self.on_message(0)
+            return out
+        self._silent_ticks = 0
+        self._repull_delay = 0.0
+        if self.phase is Phase.DONE:
+            return _NONE
+        self.delivered += count
+        take = min(count, self.outstanding_messages)
+        self.outstanding_messages -= take
+        self.unsolicited += count - take
+        self.buffered_messages += count
+        return _NONE
+
+    def quiet_consumptions(self) -> int:
+        """How many ``on_consumed(0)`` calls in a row, from now, return no command.
+
+        Each of them only takes one message off ``buffered_messages``, so the
+        driver may hand out that many messages before telling the engine (with
+        :meth:`on_consumed_many`). Always 0 in byte mode, where sizes count.
+        """
+        s = self.settings
+        if s.max_bytes:
+            return 0
+        phase = self.phase
+        buffered = self.buffered_messages
+        if phase is Phase.RUNNING and not s.single:
+            if self._wait_for_empty:
+                return 0
+            # A pull follows the consumption that takes pending below the threshold.
+            return max(0, min(buffered, self.pending_messages - s.threshold_messages))
+        if phase is Phase.DRAINING:
+            return max(0, buffered - 1)  # the last one finishes the drain
+        return buffered
+
+    def on_consumed_many(self, count: int) -> Commands:
+        """The user took ``count`` buffered messages (as ``count`` calls of ``on_consumed(0)``)."""
+        quiet = min(max(count, 0), self.quiet_consumptions())
+        self.buffered_messages -= quiet
+        out: Commands = _NONE
+        for _ in range(count - quiet):
+            out += self.on_consumed(0)
+        return out
 
     def on_pin_id(self, pin_id: str) -> None:
         """A delivered message carried ``Nats-Pin-Id``: later pulls send it (ADR-42)."""

@@ -82,6 +82,19 @@ OUTAGE_RATE = 20
 # --------------------------------------------------------------------------- helpers
 
 
+def engine_state(engine: PullEngine) -> dict[str, object]:
+    """Every field of the engine, comparable across copies (errors by type and text)."""
+    state: dict[str, object] = {}
+    for name in PullEngine.__slots__:
+        value = getattr(engine, name)
+        if isinstance(value, PinState):
+            value = (value.id, value.changes)
+        elif isinstance(value, BaseException):
+            value = (type(value), str(value))
+        state[name] = value
+    return state
+
+
 def pulls(cmds: Iterable[Command]) -> list[SendPull]:
     return [c for c in cmds if isinstance(c, SendPull)]
 
@@ -821,6 +834,115 @@ def test_outage_every_pull_answered_no_responders_is_rate_limited(threshold: int
     assert _max_per_second(sent) <= OUTAGE_RATE
 
 
+# --------------------------------------------------------------------------- batched accounting
+#
+# The driver tells the engine a read's arrivals with one on_messages(count), and
+# hands out quiet_consumptions() messages before telling it with
+# on_consumed_many(count). Both must be exactly the one-message-at-a-time calls,
+# from any state a run can reach, unsolicited messages and drains included.
+
+_WALK = st.lists(
+    st.sampled_from(
+        [
+            "msg",
+            "msg",
+            "msg",
+            "consume",
+            "consume",
+            "408",
+            "pull_408",
+            "timer",
+            "drain",
+            "disconnect",
+            "reconnect",
+            "exists",
+            "503",
+            "leadership",
+        ]
+    ),
+    max_size=60,
+)
+
+
+def _walk_step(engine: PullEngine, step: str, now: float) -> None:
+    if step == "msg":
+        engine.on_message(0)
+    elif step == "consume":
+        if engine.buffered_messages:
+            engine.on_consumed(0)
+    elif step in ("408", "pull_408"):
+        pending = engine.outstanding_messages if step == "pull_408" else 1
+        engine.on_status(K.REQUEST_TIMEOUT, S.SILENT, pending, 0, None, now)
+    elif step == "timer":
+        engine.on_timer(now)
+    elif step == "drain":
+        engine.stop(True, now)
+    elif step == "disconnect":
+        engine.on_disconnected(now)
+    elif step == "reconnect":
+        engine.on_reconnected(now)
+    elif step == "exists":
+        engine.on_consumer_checked(now, CheckResult.EXISTS, None)
+    elif step == "503":
+        engine.on_status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders(), now)
+    else:
+        engine.on_status(K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, None, now)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mm=st.integers(1, 40),
+    tm=st.none() | st.integers(1, 40),
+    single=st.booleans(),
+    walk=_WALK,
+    count=st.integers(0, 120),
+)
+def test_batched_accounting_equals_one_message_at_a_time(
+    mm: int, tm: int | None, single: bool, walk: list[str], count: int
+) -> None:
+    if single:
+        s = resolve_fetch(max_messages=mm, expires=30)
+    else:
+        s = resolve_consume(max_messages=mm, threshold_messages=min(tm or mm, mm))
+    engine = PullEngine(s)
+    engine.start(0.0)
+    for i, step in enumerate(walk):
+        _walk_step(engine, step, 0.5 * (i + 1))
+        # on_messages(count) == count x on_message(0)
+        batched, single_calls = copy.deepcopy(engine), copy.deepcopy(engine)
+        expected: Commands = ()
+        for _ in range(count):
+            expected += single_calls.on_message(0)
+        assert batched.on_messages(count) == expected
+        assert engine_state(batched) == engine_state(single_calls)
+        # the quiet consumptions return nothing; on_consumed_many == count x on_consumed(0)
+        quiet = engine.quiet_consumptions()
+        assert 0 <= quiet <= engine.buffered_messages
+        probe = copy.deepcopy(engine)
+        for _ in range(quiet):
+            buffered = probe.buffered_messages
+            before = engine_state(probe)
+            assert probe.on_consumed(0) == ()
+            assert probe.buffered_messages == buffered - 1
+            after = engine_state(probe)
+            del before["buffered_messages"], after["buffered_messages"]
+            assert after == before
+        many = min(count, engine.buffered_messages)
+        batched, single_calls = copy.deepcopy(engine), copy.deepcopy(engine)
+        expected = ()
+        for _ in range(many):
+            expected += single_calls.on_consumed(0)
+        assert batched.on_consumed_many(many) == expected
+        assert engine_state(batched) == engine_state(single_calls)
+
+
+def test_quiet_consumptions_in_byte_mode_are_none() -> None:
+    engine = PullEngine(resolve_consume(max_bytes=1000))
+    engine.start(0.0)
+    engine.on_message(10)
+    assert engine.quiet_consumptions() == 0
+
+
 # --------------------------------------------------------------------------- state machine
 
 
@@ -1209,6 +1331,36 @@ class PullEngineMachine(RuleBasedStateMachine):
         if self.draining and not self.buffer and not self.finished:
             self.bad_drain.append("the drain did not finish once the buffer was consumed")
 
+    @precondition(lambda self: bool(self.buffer) and not self.byte_mode)
+    @rule(n=st.integers(1, 600), beyond=st.integers(1, 4))
+    def consume_quietly(self, n: int, beyond: int) -> None:
+        """The driver's hot path: up to ``quiet_consumptions()`` messages, told at once.
+
+        Checked against a copy of the engine told one message at a time: each of
+        those calls returns no command and the states end equal. On two more
+        copies, ``on_consumed_many`` past the quiet count is checked against the
+        single calls too (commands and state).
+        """
+        engine = self.engine
+        quiet = engine.quiet_consumptions()
+        k = min(n, quiet, len(self.buffer))
+        one_by_one = copy.deepcopy(engine)
+        for i in range(k):
+            cmds = one_by_one.on_consumed(0)
+            assert cmds == (), f"consumption {i + 1} of {quiet} quiet ones returned {cmds!r}"
+        assert engine.on_consumed_many(k) == ()
+        assert engine_state(engine) == engine_state(one_by_one)
+        del self.buffer[:k]
+        if self.draining and not self.buffer and not self.finished:
+            self.bad_drain.append("the drain did not finish once the buffer was consumed")
+        more = min(len(self.buffer), k + beyond)
+        single, many = copy.deepcopy(engine), copy.deepcopy(engine)
+        expected: Commands = ()
+        for _ in range(more):
+            expected += single.on_consumed(0)
+        assert many.on_consumed_many(more) == expected
+        assert engine_state(many) == engine_state(single)
+
     @precondition(lambda self: self.live and not self.stopped and self.mature)
     @rule(drain=st.booleans())
     def stop(self, drain: bool) -> None:
@@ -1354,7 +1506,38 @@ class PullEngineMachine(RuleBasedStateMachine):
                 self.stream.append(self._draw_size(data))
             self._deliver_one()
 
-    def _deliver_one(self) -> None:
+    @precondition(
+        lambda self: (
+            self.server_up and bool(self._deliverable()) and not self.byte_mode and not self.pinned
+        )
+    )
+    @rule(data=st.data(), n=st.integers(1, 200))
+    def server_delivers_a_read(self, data: st.DataObject, n: int) -> None:
+        """Up to ``n`` messages arrive in one read and are told with one ``on_messages``.
+
+        Checked against a copy of the engine told one message at a time: the
+        same commands and the same state.
+        """
+        count = 0
+        for _ in range(n):
+            if not (self.server_up and self._deliverable()):
+                break
+            if not self.stream:
+                self.stream.append(self._draw_size(data))
+            self._deliver_one(account=False)
+            count += 1
+        one_by_one = copy.deepcopy(self.engine)
+        expected: Commands = ()
+        for _ in range(count):
+            expected += one_by_one.on_message(0)
+        cmds = self.engine.on_messages(count)
+        assert cmds == expected
+        assert engine_state(self.engine) == engine_state(one_by_one)
+        self._feed(cmds, "on_messages")
+        if self.settings.single and not self.requests:
+            self._single_must_finish("a filled batch")
+
+    def _deliver_one(self, account: bool = True) -> None:
         deliverable = self._deliverable()
         if not deliverable:
             return
@@ -1395,6 +1578,8 @@ class PullEngineMachine(RuleBasedStateMachine):
             # hands it over before the message.
             self.engine.on_pin_id(self.server_pin)
             self.client_pin = self.server_pin
+        if not account:
+            return  # told with on_messages (server_delivers_a_read)
         self._feed(self.engine.on_message(self._esize(size)), "on_message")
         if completed and req.nbytes > 0:
             # The batch is done but bytes are left: the server says so (with the bytes
