@@ -48,7 +48,7 @@ from ._models import (
     StreamSource,
     SubjectTransformConfig,
     coerce_duration,
-    parse_timestamp,
+    parse_utc_timestamp,
 )
 from ._models.kv import (
     KeyValueConfig,
@@ -111,7 +111,7 @@ _KEY_TOKEN_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+")
 _PLAIN_REPLY: Final = re.compile(
     rb"NATS/1\.0\r\nNats-Stream: [^\r\n]*\r\nNats-Subject: ([^\r\n]*)\r\n"
     rb"Nats-Sequence: ([0-9]{1,20})\r\n"
-    rb"Nats-Time-Stamp: ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z)"
+    rb"Nats-Time-Stamp: ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.([0-9]{1,9}))?Z)"
     rb"\r\n\r\n"
 )
 
@@ -121,9 +121,11 @@ def _plain_reply(block: bytes, subject: bytes) -> tuple[int, datetime] | None:
     match = _PLAIN_REPLY.fullmatch(block)
     if match is None or match[1] != subject:
         return None
-    try:
-        created = parse_timestamp(match[3].decode("ascii"))
-    except ValueError:
+    fraction = match[4]
+    created = parse_utc_timestamp(
+        match[3].decode("ascii"), None if fraction is None else fraction.decode("ascii")
+    )
+    if created is None:
         return None  # out of range: the general path words the error
     return int(match[2]), created
 

@@ -20,6 +20,7 @@ from ._base import (
     is_wire,
     ns_to_duration,
     parse_timestamp,
+    parse_utc_timestamp,
     to_wire,
 )
 from .account import AccountInfo, AccountLimits, APIStats, Tier
@@ -108,5 +109,6 @@ __all__ = [
     "is_wire",
     "ns_to_duration",
     "parse_timestamp",
+    "parse_utc_timestamp",
     "to_wire",
 ]

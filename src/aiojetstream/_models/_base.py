@@ -62,6 +62,7 @@ __all__ = [
     "is_wire",
     "ns_to_duration",
     "parse_timestamp",
+    "parse_utc_timestamp",
     "to_wire",
 ]
 
@@ -298,6 +299,26 @@ _RFC3339 = re.compile(
 _RFC3339_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.(\d{1,9}))?Z")
 
 
+def parse_utc_timestamp(value: str, fraction: str | None) -> datetime | None:
+    """The fast path of :func:`parse_timestamp`, for a value already checked by the caller.
+
+    ``value`` must have the server's form ``YYYY-MM-DDTHH:MM:SS[.fraction]Z``
+    (ASCII digits, up to nine fractional ones) and ``fraction`` be its
+    fractional digits (None without): the date and time to the microsecond
+    come from C-level parsing, the nanoseconds from the fraction. None when
+    the date or time is out of range (:func:`parse_timestamp` words that error).
+    """
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if fraction is not None and len(fraction) > 6:
+        ns = int(fraction[6:].ljust(3, "0"))
+        if ns:
+            return _with_nanoseconds(moment, ns)
+    return moment
+
+
 def parse_timestamp(value: str) -> datetime:
     """Parse an RFC 3339 timestamp with up to nine fractional digits into an aware UTC ``datetime``.
 
@@ -312,14 +333,10 @@ def parse_timestamp(value: str) -> datetime:
     # date and time to the microsecond, the nanoseconds from the fraction.
     fast = _RFC3339_UTC.fullmatch(value)
     if fast is not None:
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            moment = None  # out of range: the slow path words the error
+        moment = parse_utc_timestamp(value, fast.group(1))
         if moment is not None:
-            frac = fast.group(1)
-            ns = int(frac[6:].ljust(3, "0")) if frac is not None and len(frac) > 6 else 0
-            return _with_nanoseconds(moment, ns) if ns else moment
+            return moment
+        # out of range: the slow path words the error
     m = _RFC3339.fullmatch(value)
     if m is None:
         raise ValueError(f"not an RFC 3339 timestamp: {value!r}")
