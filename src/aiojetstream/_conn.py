@@ -518,6 +518,43 @@ class Conn:
             cmd = b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload)
         _enqueue(nc, cmd, len(payload))
 
+    def ack_nowait(self, subject: bytes, payload: bytes) -> None:
+        """Queue an acknowledgement: a PUB of ``payload`` to ``subject`` (fast path only).
+
+        Acks pile up in nats-py's outgoing buffer while a consumer loop hands
+        out buffered messages without yielding to the event loop (so nats-py's
+        flusher task does not run). Once :data:`ACK_WRITE_BYTES` are queued
+        they are written at once, all in one write: the server hears of acks
+        within that many bytes, not only when the loop next waits.
+
+        Raises:
+            ConnectionClosedError: the connection is closed.
+            DisconnectedError: disconnected and the reconnect buffer is full.
+
+        """
+        nc = self.nc
+        tail = _ACK_TAILS.get(payload)
+        if tail is None:
+            tail = b" %d\r\n%b\r\n" % (len(payload), payload)
+        cmd = b"PUB " + subject + tail
+        if not nc.is_connected:
+            if nc.is_closed:
+                raise ConnectionClosedError("the connection is closed")
+            _enqueue(nc, cmd, len(payload))
+            return
+        # _enqueue, connected, and a write instead of a wake-up once enough is queued.
+        nc._pending.append(cmd)
+        size = nc._pending_data_size = nc._pending_data_size + len(cmd)
+        stats = nc.stats
+        stats["out_msgs"] += 1
+        stats["out_bytes"] += len(payload)
+        if size >= ACK_WRITE_BYTES:
+            _write_pending(nc)
+            return
+        queue = nc._flush_queue
+        if queue is not None and queue.empty():
+            queue.put_nowait(asyncio.get_running_loop().create_future())
+
     @property
     def is_draining_pubs(self) -> bool:
         """True while nats-py drains publishes (the last step before closing)."""
@@ -1112,6 +1149,31 @@ def pub_command(subject: bytes, reply: bytes, payload: bytes, header_block: byte
     if reply:
         return b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, len(payload), payload)
     return b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload)
+
+
+#: Queued bytes after which :meth:`Conn.ack_nowait` writes the outgoing buffer at once
+#: (about 55 acks; they would otherwise wait until the event loop runs the flusher).
+ACK_WRITE_BYTES = 4096
+#: The end of an ack's PUB command, after its subject, for the usual payloads.
+_ACK_TAILS = {
+    payload: b" %d\r\n%b\r\n" % (len(payload), payload)
+    for payload in (b"+ACK", b"-NAK", b"+WPI", b"+TERM")
+}
+
+
+def _write_pending(nc: NatsClient) -> None:
+    """Write nats-py's outgoing buffer now, as its flusher task would (when connected).
+
+    The flusher finds the buffer empty afterwards; while disconnected the
+    buffer is the reconnect buffer and stays for nats-py to send.
+    """
+    transport = nc._transport
+    if transport is None or not nc.is_connected:
+        return
+    pending = nc._pending
+    nc._pending = []
+    nc._pending_data_size = 0
+    transport.writelines(pending)
 
 
 def _enqueue(nc: NatsClient, cmd: bytes, payload_size: int) -> None:

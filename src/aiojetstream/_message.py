@@ -227,6 +227,13 @@ class Acker(Protocol):
         """The default timeout of :meth:`Msg.double_ack`, in seconds."""
         ...
 
+    def send_nowait(self, subject: bytes, payload: bytes) -> bool:
+        """Queue the publish of ``payload`` to ``subject`` without a coroutine if it can.
+
+        Returns False when it cannot: the caller then awaits :meth:`send`.
+        """
+        ...
+
     async def send(self, subject: bytes, payload: bytes) -> None:
         """Publish ``payload`` to the raw ``subject`` without waiting (fire and forget)."""
         ...
@@ -347,7 +354,9 @@ class Msg:
         self._claim()
         self._state = _DONE
         try:
-            await self._acker.send(self._reply, payload)
+            acker = self._acker
+            if not acker.send_nowait(self._reply, payload):
+                await acker.send(self._reply, payload)
         except BaseException:
             # The ack may not have left: allow a retry (a duplicate ack is harmless).
             self._state = _OPEN
@@ -362,7 +371,17 @@ class Msg:
             NotJetStreamMessageError: the message has no reply subject.
 
         """
-        await self._finish(ACK)
+        # _finish(ACK) inlined: the hot path of explicit acks is one coroutine.
+        if self._state != _OPEN or not self._reply:
+            self._claim()
+        self._state = _DONE
+        try:
+            acker = self._acker
+            if not acker.send_nowait(self._reply, ACK):
+                await acker.send(self._reply, ACK)
+        except BaseException:
+            self._state = _OPEN
+            raise
 
     async def double_ack(self, timeout: float | None = None) -> None:
         """Acknowledge the message and wait for the server to confirm (ADR-15).
@@ -426,7 +445,8 @@ class Msg:
 
         """
         self._claim()
-        await self._acker.send(self._reply, WPI)
+        if not self._acker.send_nowait(self._reply, WPI):
+            await self._acker.send(self._reply, WPI)
 
     async def term(self, reason: str | None = None) -> None:
         """Stop redelivery of the message for good (``+TERM``, ADR-15).

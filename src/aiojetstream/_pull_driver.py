@@ -87,16 +87,23 @@ def spawn_error_handler(
 class _Acker:
     """What a Msg needs to acknowledge itself (see ``_message.Acker``)."""
 
-    __slots__ = ("_api", "timeout")
+    __slots__ = ("_api", "_fast", "timeout")
 
     def __init__(self, api: ApiClient) -> None:
         self._api = api
+        self._fast = api.conn.fast
         self.timeout = api.timeout
+
+    def send_nowait(self, subject: bytes, payload: bytes) -> bool:
+        if self._fast:
+            self._api.conn.ack_nowait(subject, payload)
+            return True
+        return False
 
     async def send(self, subject: bytes, payload: bytes) -> None:
         conn = self._api.conn
         if conn.fast:
-            conn.publish_nowait(subject, payload)
+            conn.ack_nowait(subject, payload)
         else:  # nats-py's publish, awaited: its errors reach the caller
             await conn.publish(subject.decode(), payload)
 

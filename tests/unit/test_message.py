@@ -40,6 +40,15 @@ class FakeAcker:
     request_error: BaseException | None = None
     send_error: BaseException | None = None
     hang: bool = False
+    nowait: bool = False  # queue in send_nowait (the fast path) instead of send
+
+    def send_nowait(self, subject: bytes, payload: bytes) -> bool:
+        if not self.nowait:
+            return False
+        if self.send_error is not None:
+            raise self.send_error
+        self.sent.append((subject, payload))
+        return True
 
     async def send(self, subject: bytes, payload: bytes) -> None:
         if self.send_error is not None:
@@ -121,8 +130,9 @@ def test_metadata_of_a_non_jetstream_message() -> None:
         ("term", b"+TERM"),
     ],
 )
-async def test_each_ack_kind_sends_exact_bytes(call: str, payload: bytes) -> None:
-    msg, acker = make()
+@pytest.mark.parametrize("nowait", [False, True])
+async def test_each_ack_kind_sends_exact_bytes(call: str, payload: bytes, nowait: bool) -> None:
+    msg, acker = make(FakeAcker(nowait=nowait))
     await getattr(msg, call)()
     assert acker.sent == [(REPLY, payload)]
     assert msg.acked
@@ -133,8 +143,9 @@ ACKS = ["ack", "nak", "term", "double_ack", "in_progress"]
 
 @pytest.mark.parametrize("first", ["ack", "nak", "term", "double_ack"])
 @pytest.mark.parametrize("second", ACKS)
-async def test_acking_twice_raises(first: str, second: str) -> None:
-    msg, acker = make()
+@pytest.mark.parametrize("nowait", [False, True])
+async def test_acking_twice_raises(first: str, second: str, nowait: bool) -> None:
+    msg, acker = make(FakeAcker(nowait=nowait))
     await getattr(msg, first)()
     sent = list(acker.sent)
     with pytest.raises(MessageAlreadyAckedError):
@@ -143,8 +154,9 @@ async def test_acking_twice_raises(first: str, second: str) -> None:
     assert msg.acked
 
 
-async def test_in_progress_is_repeatable() -> None:
-    msg, acker = make()
+@pytest.mark.parametrize("nowait", [False, True])
+async def test_in_progress_is_repeatable(nowait: bool) -> None:
+    msg, acker = make(FakeAcker(nowait=nowait))
     await msg.in_progress()
     await msg.in_progress()
     assert not msg.acked
@@ -216,8 +228,9 @@ async def test_double_ack_rejects_bad_timeouts(timeout: float) -> None:
     assert not msg.acked
 
 
-async def test_failed_send_allows_retry() -> None:
-    acker = FakeAcker(send_error=ConnectionClosedError("closed"))
+@pytest.mark.parametrize("nowait", [False, True])
+async def test_failed_send_allows_retry(nowait: bool) -> None:
+    acker = FakeAcker(send_error=ConnectionClosedError("closed"), nowait=nowait)
     msg, _ = make(acker)
     with pytest.raises(ConnectionClosedError):
         await msg.ack()
@@ -273,8 +286,9 @@ async def test_term_reason_without_crlf(reason: str) -> None:
 
 
 @pytest.mark.parametrize("call", ACKS)
-async def test_no_reply_subject(call: str) -> None:
-    msg, acker = make(reply=b"")
+@pytest.mark.parametrize("nowait", [False, True])
+async def test_no_reply_subject(call: str, nowait: bool) -> None:
+    msg, acker = make(FakeAcker(nowait=nowait), reply=b"")
     with pytest.raises(NotJetStreamMessageError):
         await getattr(msg, call)()
     assert acker.sent == []

@@ -1,0 +1,110 @@
+"""Acks on the fast path (``Conn.ack_nowait``): queued, then written promptly in one write.
+
+A consumer loop that hands out buffered messages never yields to the event
+loop, so nats-py's flusher task does not run meanwhile; acks are written at
+once when ``ACK_WRITE_BYTES`` are queued, together with whatever was queued
+before them, in order. Driven against an unconnected nats-py client whose
+transport records the writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from nats.aio.client import Client as NatsClient
+
+from aiojetstream import _conn
+from aiojetstream._errors import ConnectionClosedError, DisconnectedError
+
+REPLY = b"$JS.ACK.ORDERS.worker.1.42.7.1700000000123456789.3"
+ACK_CMD = b"PUB " + REPLY + b" 4\r\n+ACK\r\n"
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def writelines(self, data: list[bytes]) -> None:
+        self.writes.append(b"".join(data))
+
+
+def connected() -> tuple[_conn.Conn, NatsClient, RecordingTransport]:
+    nc = NatsClient()
+    transport = RecordingTransport()
+    nc._status = NatsClient.CONNECTED
+    nc._transport = transport  # type: ignore[assignment]
+    nc._flush_queue = asyncio.Queue()
+    conn = _conn.Conn.__new__(_conn.Conn)
+    conn.nc = nc
+    conn.fast = True
+    return conn, nc, transport
+
+
+async def test_an_ack_is_queued_and_wakes_the_flusher_once() -> None:
+    conn, nc, transport = connected()
+    conn.ack_nowait(REPLY, b"+ACK")
+    conn.ack_nowait(REPLY, b"-NAK")
+    assert nc._pending == [ACK_CMD, b"PUB " + REPLY + b" 4\r\n-NAK\r\n"]
+    assert nc._pending_data_size == 2 * len(ACK_CMD)
+    assert nc._flush_queue is not None
+    assert nc._flush_queue.qsize() == 1
+    assert transport.writes == []
+    assert nc.stats["out_msgs"] == 2
+    assert nc.stats["out_bytes"] == 8
+
+
+async def test_other_payloads_are_framed_too() -> None:
+    conn, nc, _ = connected()
+    conn.ack_nowait(REPLY, b'-NAK {"delay": 5}')
+    conn.ack_nowait(REPLY, b"+TERM why")
+    assert nc._pending == [
+        b"PUB " + REPLY + b' 17\r\n-NAK {"delay": 5}\r\n',
+        b"PUB " + REPLY + b" 9\r\n+TERM why\r\n",
+    ]
+
+
+async def test_acks_are_written_at_once_when_enough_are_queued() -> None:
+    conn, nc, transport = connected()
+    nc._pending.append(b"PUB earlier 1\r\nx\r\n")  # queued before: written first
+    nc._pending_data_size += 18
+    count = 0
+    while not transport.writes:
+        conn.ack_nowait(REPLY, b"+ACK")
+        count += 1
+    assert count == -(-(_conn.ACK_WRITE_BYTES - 18) // len(ACK_CMD))
+    assert transport.writes == [b"PUB earlier 1\r\nx\r\n" + ACK_CMD * count]
+    assert nc._pending == []
+    assert nc._pending_data_size == 0
+    conn.ack_nowait(REPLY, b"+ACK")  # the next batch starts over
+    assert nc._pending == [ACK_CMD]
+    assert len(transport.writes) == 1
+
+
+@pytest.mark.parametrize("status", [NatsClient.RECONNECTING, NatsClient.CONNECTING])
+async def test_while_disconnected_acks_wait_in_the_reconnect_buffer(status: int) -> None:
+    conn, nc, transport = connected()
+    nc._status = status
+    nc._max_pending_size = 4 * _conn.ACK_WRITE_BYTES
+    for _ in range(2 * _conn.ACK_WRITE_BYTES // len(ACK_CMD)):
+        conn.ack_nowait(REPLY, b"+ACK")
+    assert transport.writes == []
+    assert nc._pending_data_size >= 2 * _conn.ACK_WRITE_BYTES - len(ACK_CMD)
+
+
+async def test_a_full_reconnect_buffer_refuses_the_ack() -> None:
+    conn, nc, _ = connected()
+    nc._status = NatsClient.RECONNECTING
+    nc._max_pending_size = len(ACK_CMD)
+    conn.ack_nowait(REPLY, b"+ACK")
+    with pytest.raises(DisconnectedError):
+        conn.ack_nowait(REPLY, b"+ACK")
+
+
+async def test_a_closed_connection_refuses_the_ack() -> None:
+    conn, nc, transport = connected()
+    nc._status = NatsClient.CLOSED
+    with pytest.raises(ConnectionClosedError):
+        conn.ack_nowait(REPLY, b"+ACK")
+    assert nc._pending == []
+    assert transport.writes == []
