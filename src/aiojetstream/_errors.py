@@ -14,6 +14,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── StreamNotMatchError            10060 (expected_stream mismatch)
     │   ├── WrongLastSequenceError         10071, 10164 (expected_last_[subject_]sequence)
     │   ├── WrongLastMsgIdError            10070 (expected_last_msg_id)
+    │   ├── DuplicateMsgIdInProcessError   10158 (an earlier copy of this msg id is being stored)
     │   ├── MessageNotFoundError           10037, 10043
     │   │   └── CounterNotFoundError       a counter's subject has no value (client-side, 404)
     │   ├── MessageDeleteError             10057 (e.g. a sequence past the end)
@@ -188,6 +189,7 @@ __all__ = [
     "StreamNotFoundError",
     "StreamNotMatchError",
     "StreamSealedError",
+    "DuplicateMsgIdInProcessError",
     "StreamStoreFailedError",
     "StreamSubjectOverlapError",
     "TLSError",
@@ -253,6 +255,16 @@ class StreamConfigError(APIError):
 
 class StreamSealedError(APIError):
     """The stream is sealed: it refuses every write, delete and purge (err_code 10109)."""
+
+
+class DuplicateMsgIdInProcessError(APIError):
+    """An earlier copy with this ``Nats-Msg-Id`` is still being stored (err_code 10158).
+
+    Seen when a retry races its first copy (for example a PUB buffered across
+    a reconnect). ``publish`` asks again until the duplicate's acknowledgement
+    arrives; a ``publish_async`` future fails with it: publish again with the
+    same ``msg_id``.
+    """
 
 
 class StreamNotMatchError(APIError):
@@ -716,6 +728,7 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10173: StreamConfigError,
     10198: StreamConfigError,
     10109: StreamSealedError,
+    10158: DuplicateMsgIdInProcessError,
     10060: StreamNotMatchError,
     10071: WrongLastSequenceError,
     10164: WrongLastSequenceError,

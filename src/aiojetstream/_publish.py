@@ -19,9 +19,9 @@ from . import _headers as H
 from ._api import check_reply
 from ._conn import Conn, RawSubscription
 from ._errors import (
-    APIError,
     ConnectionClosedError,
     DisconnectedError,
+    DuplicateMsgIdInProcessError,
     InvalidHeaderError,
     InvalidOptionError,
     InvalidResponseError,
@@ -37,11 +37,11 @@ from ._models import PubAck
 #: in between (as the Go client: 2 retries, 250 ms apart), within its timeout.
 PUBLISH_RETRY_ATTEMPTS = 2
 PUBLISH_RETRY_WAIT = 0.25
-#: "duplicate message id is in process": a copy with the same Nats-Msg-Id (an
-#: earlier attempt, a publish buffered across a reconnect) is still being
-#: stored. ``publish`` asks again, waiting 50 ms doubling to 1 s (at most 20
-#: requests a second), until the duplicate acknowledgement or its timeout.
-ERR_MSG_ID_IN_PROCESS: Final = 10158
+#: "duplicate message id is in process" (DuplicateMsgIdInProcessError, 10158):
+#: a copy with the same Nats-Msg-Id (an earlier attempt, a publish buffered
+#: across a reconnect) is still being stored. ``publish`` asks again, waiting
+#: 50 ms doubling to 1 s (at most 20 requests a second), until the duplicate
+#: acknowledgement or its timeout.
 IN_PROCESS_FIRST_WAIT: Final = 0.05
 IN_PROCESS_MAX_WAIT: Final = 1.0
 #: The deadline heap of publish_async is compacted once it holds this many more
@@ -185,9 +185,7 @@ async def publish(
                 raise error from None
             no_responders += 1
             wait = PUBLISH_RETRY_WAIT
-        except APIError as exc:
-            if exc.err_code != ERR_MSG_ID_IN_PROCESS:
-                raise
+        except DuplicateMsgIdInProcessError as exc:
             error = exc
             wait = in_process_wait
             in_process_wait = min(IN_PROCESS_MAX_WAIT, 2 * in_process_wait)

@@ -53,6 +53,7 @@ EXPECTED = [
     "DirectBatchGapError",
     "DiscardPolicy",
     "DisconnectedError",
+    "DuplicateMsgIdInProcessError",
     "ExternalStream",
     "FeatureNotSupportedError",
     "FetchTimeoutError",
