@@ -3,7 +3,8 @@
 Shared by the fault tests that bound request rates during an outage
 (RELIABILITY goal 4: at most 20 API or pull requests a second): the pull
 engine's (tests/integration/test_consume_faults.py) and publishing's
-(tests/reliability/test_cluster_publish.py).
+(tests/reliability/test_cluster_publish.py). The reliability harness's
+threaded TcpProxy logs requests with the same :class:`PubScanner`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import asyncio
 import contextlib
 from typing import Any
 
-__all__ = ["HOST", "MAX_REQUESTS_PER_SECOND", "ApiCountingProxy", "max_per_second"]
+__all__ = [
+    "HOST",
+    "MAX_REQUESTS_PER_SECOND",
+    "ApiCountingProxy",
+    "PubScanner",
+    "max_per_second",
+]
 
 HOST = "127.0.0.1"
 #: RELIABILITY goal 4: at most this many pull or API requests per second in an outage.
@@ -33,6 +40,41 @@ def max_per_second(times: list[float]) -> int:
             j += 1
         best = max(best, i - j + 1)
     return best
+
+
+class PubScanner:
+    """The subjects of the ``PUB``/``HPUB`` operations in a client's bytes, fed as they come.
+
+    Only operation lines are read (split on whitespace; the last word is the
+    payload's length, which is skipped): a subject is known as soon as its
+    operation line is complete, before its payload arrives.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._skip = 0
+
+    def feed(self, data: bytes) -> list[str]:
+        """The subjects of the ``PUB``/``HPUB`` lines completed by ``data``."""
+        buf = self._buf
+        buf += data
+        subjects: list[str] = []
+        while True:
+            if self._skip:
+                n = min(self._skip, len(buf))
+                del buf[:n]
+                self._skip -= n
+                if self._skip:
+                    break
+            end = buf.find(b"\r\n")
+            if end < 0:
+                break
+            words = bytes(buf[:end]).split()
+            del buf[: end + 2]
+            if words and words[0].upper() in (b"PUB", b"HPUB"):
+                subjects.append(words[1].decode())
+                self._skip = int(words[-1]) + 2
+        return subjects
 
 
 class ApiCountingProxy:
@@ -112,31 +154,12 @@ class ApiCountingProxy:
     async def _pipe(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, parse: bool
     ) -> None:
-        buf = bytearray()
-        skip = 0
+        scanner = PubScanner() if parse else None
         with contextlib.suppress(OSError):
             while data := await reader.read(65536):
-                if not parse:
-                    writer.write(data)
-                    await writer.drain()
-                    continue
-                # Parse before forwarding: once the server answers a PING sent
-                # after some request, that request is already logged.
-                buf += data
-                while True:
-                    if skip:
-                        n = min(skip, len(buf))
-                        del buf[:n]
-                        skip -= n
-                        if skip:
-                            break
-                    end = buf.find(b"\r\n")
-                    if end < 0:
-                        break
-                    words = bytes(buf[:end]).split()
-                    del buf[: end + 2]
-                    if words and words[0].upper() in (b"PUB", b"HPUB"):
-                        self.api.append((_now(), words[1].decode()))
-                        skip = int(words[-1]) + 2
+                if scanner is not None:
+                    # Parse before forwarding: once the server answers a PING sent
+                    # after some request, that request is already logged.
+                    self.api.extend((_now(), subject) for subject in scanner.feed(data))
                 writer.write(data)
                 await writer.drain()

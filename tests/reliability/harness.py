@@ -37,6 +37,7 @@ from aiojetstream import (
 )
 from aiojetstream.testing import NatsCluster, NatsServer
 from helpers import wait_routable, wait_until
+from proxy import PubScanner
 
 __all__ = [
     "Acked",
@@ -613,27 +614,12 @@ class TcpProxy:
     async def _pipe(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, parse: bool
     ) -> None:
-        buf = bytearray()
-        skip = 0
+        scanner = PubScanner() if parse else None
         with contextlib.suppress(OSError):
             while data := await reader.read(65536):
-                if parse:
-                    buf += data
-                    while True:
-                        if skip:
-                            n = min(skip, len(buf))
-                            del buf[:n]
-                            skip -= n
-                            if skip:
-                                break
-                        end = buf.find(b"\r\n")
-                        if end < 0:
-                            break
-                        words = bytes(buf[:end]).split()
-                        del buf[: end + 2]
-                        if words and words[0].upper() in (b"PUB", b"HPUB"):
-                            with self._lock:
-                                self.api.append((time.monotonic(), words[1].decode()))
-                            skip = int(words[-1]) + 2
+                if scanner is not None and (subjects := scanner.feed(data)):
+                    now = time.monotonic()
+                    with self._lock:
+                        self.api.extend((now, subject) for subject in subjects)
                 writer.write(data)
                 await writer.drain()
