@@ -174,34 +174,37 @@ def ack_sequences(reply: bytes) -> tuple[int, int, int] | None:
     tokens = reply.split(b".")
     n = len(tokens)
     if n == _V1_TOKENS:
-        base = _V1_BASE
+        js, ack, stream, consumer, delivered, stream_seq, consumer_seq, stamp, pending = tokens
     elif n >= _V2_TOKENS:
-        base = _V2_BASE
+        js, ack, _, _, stream, consumer, delivered, stream_seq, consumer_seq, stamp, pending = (
+            tokens[:11]
+        )
     else:
         return None
-    if tokens[0] != b"$JS" or tokens[1] != b"ACK" or not tokens[base] or not tokens[base + 1]:
-        return None
-    delivered, stream_seq, consumer_seq, stamp, pending = tokens[base + 2 : base + 7]
-    # bytes.isdigit() is ASCII-only; 20 digits and more may exceed a uint64.
-    if not (
-        delivered.isdigit()
-        and stream_seq.isdigit()
-        and consumer_seq.isdigit()
-        and stamp.isdigit()
-        and pending.isdigit()
-    ):
-        return None
+    # bytes.isdigit() is ASCII-only (and False for b"").
     if (
-        len(delivered) > 19
-        or len(stream_seq) > 19
-        or len(consumer_seq) > 19
-        or len(stamp) > 19
-        or len(pending) > 19
-    ) and any(
-        int(t) >= _UINT64_LIMIT for t in (delivered, stream_seq, consumer_seq, stamp, pending)
+        js != b"$JS"
+        or ack != b"ACK"
+        or not stream
+        or not consumer
+        or not delivered.isdigit()
+        or not stream_seq.isdigit()
+        or not consumer_seq.isdigit()
+        or not stamp.isdigit()
+        or not pending.isdigit()
     ):
         return None
-    return int(stream_seq), int(consumer_seq), int(delivered)
+    sseq, cseq, dlv = int(stream_seq), int(consumer_seq), int(delivered)
+    # 20 digits and more may exceed a uint64.
+    if (
+        sseq >= _UINT64_LIMIT
+        or cseq >= _UINT64_LIMIT
+        or dlv >= _UINT64_LIMIT
+        or (len(stamp) > 19 and int(stamp) >= _UINT64_LIMIT)
+        or (len(pending) > 19 and int(pending) >= _UINT64_LIMIT)
+    ):
+        return None
+    return sseq, cseq, dlv
 
 
 # --------------------------------------------------------------------------- acks
