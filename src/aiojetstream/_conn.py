@@ -75,6 +75,7 @@ __all__ = [
     "FAST_PATH_ENV",
     "Conn",
     "RawHandler",
+    "RawSink",
     "RawSubscription",
     "Reply",
     "ConnectionListener",
@@ -472,16 +473,23 @@ class Conn:
             )
 
     async def subscribe_raw(
-        self, subject: str, handler: RawHandler, *, internal: bool = False
+        self,
+        subject: str,
+        handler: RawHandler,
+        *,
+        internal: bool = False,
+        sink: RawSink | None = None,
     ) -> RawSubscription:
         """Subscribe; each message goes to ``handler(subject, reply, payload, header_block)``.
 
         The handler runs synchronously in the connection's read loop, so it
         must be quick and must not block. ``internal`` marks a long-lived
         subscription of the library itself (reply inboxes), kept apart from the
-        consumers' routes.
+        consumers' routes. With a ``sink`` (fast path only), the plain messages
+        the router frames itself are buffered through it instead (see
+        :class:`RawSink`); the handler gets the others.
         """
-        return await _subscribe_raw(self, subject, handler, internal)
+        return await _subscribe_raw(self, subject, handler, internal, sink)
 
     def publish_nowait(
         self,
@@ -650,6 +658,8 @@ class _Router:
         self.routes: dict[int, RawHandler] = {}
         #: Long-lived reply inboxes: requests, asynchronous publishes.
         self.internal: dict[int, RawHandler] = {}
+        #: Routes whose plain messages the fast loop builds and buffers itself.
+        self.sinks: dict[int, RawSink] = {}
         self.last_subject = b""
         process = nc._process_msg
         if getattr(process, "__self__", None) is nc:
@@ -755,126 +765,174 @@ class _Router:
         other = False  # stopped at a line for nats-py's parser
         routes = self.routes
         internal = self.internal
-        stats = self.stats
+        sinks = self.sinks
         last_subject = self.last_subject
-        while pos < size:
-            if view.startswith(b"MSG ", pos):
-                head = 4
-            elif view.startswith(b"HMSG ", pos):
-                head = 5
-            elif (
-                view.startswith(b"PING\r\n", pos) or view.startswith(b"PONG\r\n", pos)
-            ) and _ends_op(view, pos + 6, size):
-                # As nats-py's parser does (so the rest of the read stays here).
-                ping = view[pos + 1] == 0x49  # I
-                pos += 6
-                del buf[: pos - dropped]
-                dropped = pos
-                if ping:
-                    await ps.nc._process_ping()
-                else:
-                    await ps.nc._process_pong()
-                if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
-                    return  # reset by a reconnect meanwhile
-                continue
-            elif view.startswith(b"+OK\r\n", pos) and _ends_op(view, pos + 5, size):
-                pos += 5
-                continue
-            else:
-                other = True
-                break
-            end = view.find(b"\r\n", pos)
-            if end < 0:
-                break  # an incomplete line: wait for more
-            line = view[pos + head : end]
-            args = line.split()
-            # Only the canonical lines are parsed here; nats-py's parser decides
-            # on any other (a lone CR or LF, trailing blanks, a size that is not
-            # ASCII digits, a header larger than the message, ...), so every
-            # input parses as it does there. (The membership tests of ints are
-            # memchr calls: far cheaper than those of one-byte bytes.) One
-            # exception: nats-py's HMSG pattern lets the blank between the sizes
-            # span a CRLF, so it misreads "HMSG s 1 3 3\r\n5\r\n\r\n" (a header
-            # block b"5\r\n", which nats-server relays) as reply "3", sizes 3
-            # and 5 and misframes the stream; this reads the line to its CRLF.
-            count = len(args)
-            if head == 4:
-                if count == 3:
-                    subject, sid_text, size_text = args
-                    reply = b""
-                elif count == 4:
-                    subject, sid_text, reply, size_text = args
+        # Counted here and handed on in one go (in the finally clause, and before
+        # anything that may await or see them): nats-py's statistics, and the
+        # messages put into the current sink's buffer (sink.arrived(count)).
+        in_msgs = in_bytes = 0
+        sink: RawSink | None = None
+        sunk = 0
+        append: Callable[[Any], None] | None = None
+        make: Callable[..., Any] | None = None
+        context: Any = None
+        try:
+            while pos < size:
+                if view.startswith(b"MSG ", pos):
+                    head = 4
+                elif view.startswith(b"HMSG ", pos):
+                    head = 5
+                elif (
+                    view.startswith(b"PING\r\n", pos) or view.startswith(b"PONG\r\n", pos)
+                ) and _ends_op(view, pos + 6, size):
+                    # As nats-py's parser does (so the rest of the read stays here).
+                    ping = view[pos + 1] == 0x49  # I
+                    pos += 6
+                    del buf[: pos - dropped]
+                    dropped = pos
+                    if sunk:
+                        sunk = _hand_on(sink, sunk)
+                    if ping:
+                        await ps.nc._process_ping()
+                    else:
+                        await ps.nc._process_pong()
+                    if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
+                        return  # reset by a reconnect meanwhile
+                    continue
+                elif view.startswith(b"+OK\r\n", pos) and _ends_op(view, pos + 5, size):
+                    pos += 5
+                    continue
                 else:
                     other = True
                     break
-                if 13 in line or 10 in line or not 47 < line[-1] < 58 or not size_text.isdigit():
-                    other = True
-                    break
-                hsize = 0
-                needed = int(size_text)
-            else:
-                if count == 4:
-                    subject, sid_text, hsize_text, size_text = args
-                    reply = b""
-                elif count == 5:
-                    subject, sid_text, reply, hsize_text, size_text = args
+                end = view.find(b"\r\n", pos)
+                if end < 0:
+                    break  # an incomplete line: wait for more
+                line = view[pos + head : end]
+                args = line.split()
+                # Only the canonical lines are parsed here; nats-py's parser decides
+                # on any other (a lone CR or LF, trailing blanks, a size that is not
+                # ASCII digits, a header larger than the message, ...), so every
+                # input parses as it does there. (The membership tests of ints are
+                # memchr calls: far cheaper than those of one-byte bytes.) One
+                # exception: nats-py's HMSG pattern lets the blank between the sizes
+                # span a CRLF, so it misreads "HMSG s 1 3 3\r\n5\r\n\r\n" (a header
+                # block b"5\r\n", which nats-server relays) as reply "3", sizes 3
+                # and 5 and misframes the stream; this reads the line to its CRLF.
+                count = len(args)
+                if head == 4:
+                    if count == 3:
+                        subject, sid_text, size_text = args
+                        reply = b""
+                    elif count == 4:
+                        subject, sid_text, reply, size_text = args
+                    else:
+                        other = True
+                        break
+                    if (
+                        13 in line
+                        or 10 in line
+                        or not 47 < line[-1] < 58
+                        or not size_text.isdigit()
+                    ):
+                        other = True
+                        break
+                    hsize = 0
+                    needed = int(size_text)
                 else:
-                    other = True
+                    if count == 4:
+                        subject, sid_text, hsize_text, size_text = args
+                        reply = b""
+                    elif count == 5:
+                        subject, sid_text, reply, hsize_text, size_text = args
+                    else:
+                        other = True
+                        break
+                    if (
+                        13 in line
+                        or 10 in line
+                        or not 47 < line[-1] < 58
+                        or not size_text.isdigit()
+                        or not hsize_text.isdigit()
+                    ):
+                        other = True
+                        break
+                    hsize = int(hsize_text)
+                    needed = int(size_text)
+                    if hsize > needed:
+                        other = True
+                        break
+                try:
+                    sid = int(sid_text)
+                except ValueError:
+                    other = True  # nats-py reports its "malformed MSG"
                     break
-                if (
-                    13 in line
-                    or 10 in line
-                    or not 47 < line[-1] < 58
-                    or not size_text.isdigit()
-                    or not hsize_text.isdigit()
-                ):
-                    other = True
-                    break
-                hsize = int(hsize_text)
-                needed = int(size_text)
-                if hsize > needed:
-                    other = True
-                    break
-            try:
-                sid = int(sid_text)
-            except ValueError:
-                other = True  # nats-py reports its "malformed MSG"
-                break
-            start = end + 2
-            stop = start + needed
-            if stop + 2 > size:
-                break  # the payload is not all here yet: wait for more
-            if hsize:
-                hdr = view[start : start + hsize]
-                payload = view[start + hsize : stop]
-            else:
-                hdr = None
-                payload = view[start:stop]
-            pos = stop + 2
-            handler = routes.get(sid)
-            if handler is None:
-                handler = internal.get(sid)
-            if handler is None:
-                # Not ours: nats-py's own processing (callbacks, futures, JetStream
-                # control messages). Consume what was parsed first: it may await.
-                del buf[: pos - dropped]
-                dropped = pos
-                await self.original(sid, subject, reply, payload, hdr)
-                if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
-                    return  # reset by a reconnect meanwhile
-                continue
-            stats["in_msgs"] += 1
-            stats["in_bytes"] += needed - hsize
-            # Messages of a consumer mostly share their subject: keep one copy of it
-            # (buffered messages hold on to it).
-            if subject == last_subject:
-                subject = last_subject
-            else:
-                last_subject = subject
-            try:
-                handler(subject, reply, payload, hdr)
-            except Exception:
-                logger.exception("the handler of a message on %r failed", subject)
+                start = end + 2
+                stop = start + needed
+                if stop + 2 > size:
+                    break  # the payload is not all here yet: wait for more
+                if hsize:
+                    hdr = view[start : start + hsize]
+                    payload = view[start + hsize : stop]
+                else:
+                    hdr = None
+                    payload = view[start:stop]
+                pos = stop + 2
+                if not hsize:
+                    to = sinks.get(sid)
+                    if to is not None:
+                        # A plain message for a sink: built and buffered right here.
+                        in_msgs += 1
+                        in_bytes += needed
+                        if subject == last_subject:
+                            subject = last_subject
+                        else:
+                            last_subject = subject
+                        if to is not sink:
+                            if sunk:
+                                sunk = _hand_on(sink, sunk)
+                            sink = to
+                            append, make, context = to.append, to.factory, to.context
+                        try:
+                            append(make(subject, reply, payload, None, context))  # type: ignore[misc]
+                        except Exception:
+                            logger.exception("buffering a message on %r failed", subject)
+                            continue
+                        sunk += 1
+                        continue
+                if sunk:
+                    sunk = _hand_on(sink, sunk)  # before anything else sees the sink's owner
+                handler = routes.get(sid)
+                if handler is None:
+                    handler = internal.get(sid)
+                if handler is None:
+                    # Not ours: nats-py's own processing (callbacks, futures, JetStream
+                    # control messages). Consume what was parsed first: it may await.
+                    del buf[: pos - dropped]
+                    dropped = pos
+                    await self.original(sid, subject, reply, payload, hdr)
+                    if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
+                        return  # reset by a reconnect meanwhile
+                    continue
+                in_msgs += 1
+                in_bytes += needed - hsize
+                # Messages of a consumer mostly share their subject: keep one copy of it
+                # (buffered messages hold on to it).
+                if subject == last_subject:
+                    subject = last_subject
+                else:
+                    last_subject = subject
+                try:
+                    handler(subject, reply, payload, hdr)
+                except Exception:
+                    logger.exception("the handler of a message on %r failed", subject)
+        finally:
+            if in_msgs:
+                stats = self.stats
+                stats["in_msgs"] += in_msgs
+                stats["in_bytes"] += in_bytes
+            if sunk:
+                _hand_on(sink, sunk)
         self.last_subject = last_subject
         if pos > dropped:
             del buf[: pos - dropped]
@@ -890,6 +948,44 @@ class _Router:
         ps = self.ps
         if ps is not None and "parse" in vars(ps):
             del ps.parse
+
+
+class RawSink:
+    """Where the router's fast loop buffers the plain messages of a subscription itself.
+
+    For a plain message (MSG: no headers) on the subscription it appends
+    ``factory(subject, reply, payload, None, context)`` with ``append``
+    instead of calling the handler, and tells ``arrived(count)`` how many it
+    appended, before anything else (a message for the handler, a PING, the
+    end of the read) is handled: the owner sees its messages in order and
+    counted. Messages with headers, and every message nats-py's parser frames
+    (and on the fallback), still go to the handler, which must buffer plain
+    messages the same way.
+    """
+
+    __slots__ = ("append", "arrived", "context", "factory")
+
+    def __init__(
+        self,
+        append: Callable[[Any], None],
+        factory: Callable[[bytes, bytes, bytes, bytes | None, Any], Any],
+        context: Any,
+        arrived: Callable[[int], None],
+    ) -> None:
+        self.append = append
+        self.factory = factory
+        self.context = context
+        self.arrived = arrived
+
+
+def _hand_on(sink: RawSink | None, count: int) -> int:
+    """Tell ``sink`` how many messages the fast loop put into its buffer; 0 (none left)."""
+    if sink is not None:
+        try:
+            sink.arrived(count)
+        except Exception:
+            logger.exception("the arrival callback of a raw sink failed")
+    return 0
 
 
 def _ends_op(view: bytes, end: int, size: int) -> bool:
@@ -1073,6 +1169,7 @@ class RawSubscription:
         if router is not None:
             router.routes.pop(self.sid, None)
             router.internal.pop(self.sid, None)
+            router.sinks.pop(self.sid, None)
             _release_router(nc, router)
 
     async def unsubscribe(self) -> None:
@@ -1109,7 +1206,11 @@ class _FallbackDelivery:
 
 
 async def _subscribe_raw(
-    conn: Conn, subject: str, handler: RawHandler, internal: bool = False
+    conn: Conn,
+    subject: str,
+    handler: RawHandler,
+    internal: bool = False,
+    sink: RawSink | None = None,
 ) -> RawSubscription:
     nc = conn.nc
     if conn.fast:
@@ -1117,6 +1218,8 @@ async def _subscribe_raw(
             sub = await nc.subscribe(subject, pending_msgs_limit=0, pending_bytes_limit=0)
         router = _router(nc)
         (router.internal if internal else router.routes)[sub._id] = handler
+        if sink is not None:
+            router.sinks[sub._id] = sink
         return RawSubscription(conn, sub, subject)
     delivery = _FallbackDelivery(handler)
     with translate(subject):

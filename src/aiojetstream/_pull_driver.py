@@ -20,7 +20,7 @@ from typing import Any
 
 from . import _api
 from ._api import ApiClient
-from ._conn import RawSubscription
+from ._conn import RawSink, RawSubscription
 from ._errors import (
     APIError,
     ConnectionClosedError,
@@ -188,7 +188,11 @@ class PullDriver:
         self._loop = asyncio.get_running_loop()
         inbox = self._conn.new_inbox()
         self._inbox = inbox.encode()
-        self._sub = await self._conn.subscribe_raw(inbox, self._on_raw)
+        sink = None
+        if self._batching:
+            # The router builds and buffers plain messages itself (told per read).
+            sink = RawSink(self._buffer.append, Msg, self._acker, self._on_arrivals)
+        self._sub = await self._conn.subscribe_raw(inbox, self._on_raw, sink=sink)
         self._conn.add_listener(self)
         self._listening = True
         self._run(self.engine.start(self._loop.time()))
@@ -345,6 +349,13 @@ class PullDriver:
             cmds = self.engine.on_message(msg.size if self._byte_mode else 0)
             if cmds:
                 self._run(cmds)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _on_arrivals(self, count: int) -> None:
+        """The router put ``count`` messages into the buffer (batched mode, see RawSink)."""
+        self._arrived += count
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

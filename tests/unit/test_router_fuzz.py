@@ -36,6 +36,8 @@ Event = tuple[Any, ...]
 ROUTED = (1, 2, 3)
 INTERNAL = (4, 5)
 OTHER = (6, 7, 70000)
+#: Routed sids with a RawSink: the fast loop buffers their plain messages itself.
+SUNK = (8, 9)
 BLANKS = b" \t\n\r\x0b\x0c"
 
 
@@ -78,9 +80,12 @@ def _router(events: list[Event]) -> tuple[NatsClient, _conn._Router]:
     nc = _reference(events)
     router = _conn._Router(nc)
     assert router.ps is nc._ps, "the parser hook is installed"
+    # What sinks buffered and did not hand on yet: nothing else may happen meanwhile.
+    unhanded: list[Event] = []
 
     def handler(sid: int) -> _conn.RawHandler:
         def handle(subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
+            assert not unhanded, "a sink's count is handed on before any other message"
             assert type(subject) is bytes
             assert type(data) is bytes
             assert hdr is None or type(hdr) is bytes
@@ -90,11 +95,58 @@ def _router(events: list[Event]) -> tuple[NatsClient, _conn._Router]:
 
         return handle
 
-    for sid in ROUTED:
+    for sid in ROUTED + SUNK:
         router.routes[sid] = handler(sid)
     for sid in INTERNAL:
         router.internal[sid] = handler(sid)
+    for sid in SUNK:
+        router.sinks[sid] = _sink(sid, events, unhanded)
+    for name in ("_process_ping", "_process_pong", "_process_info", "_process_err"):
+        setattr(nc, name, _checked(getattr(nc, name), unhanded))
+    original = router._original()
+    assert original is not None
+    checked_original = _checked(original, unhanded)
+    router._original = lambda: checked_original
+    parse = nc._ps.parse
+
+    async def parse_and_check(data: bytes = b"") -> None:
+        try:
+            await parse(data)
+        finally:
+            assert not unhanded, "a sink's count is handed on by the end of each read"
+
+    nc._ps.parse = parse_and_check
     return nc, router
+
+
+def _checked(callback: Any, unhanded: list[Event]) -> Any:
+    async def checked(*args: Any, **kwargs: Any) -> Any:
+        assert not unhanded, "a sink's count is handed on before anything that may await"
+        return await callback(*args, **kwargs)
+
+    return checked
+
+
+def _sink(sid: int, events: list[Event], unhanded: list[Event]) -> _conn.RawSink:
+    """A sink whose messages become events in the same list, in order."""
+
+    def make(subject: bytes, reply: bytes, data: bytes, hdr: bytes | None, context: Any) -> Event:
+        assert context == ("context", sid)
+        assert hdr is None
+        assert type(subject) is bytes
+        assert type(data) is bytes
+        return ("msg", sid, subject, reply, data, hdr)
+
+    def append(event: Event) -> None:
+        assert all(e[1] == sid for e in unhanded), "another sink's count was handed on first"
+        unhanded.append(event)
+        events.append(event)
+
+    def arrived(count: int) -> None:
+        assert count == len(unhanded), "the count is what the sink buffered"
+        unhanded.clear()
+
+    return _conn.RawSink(append, make, ("context", sid), arrived)
 
 
 async def _run(nc: NatsClient, chunks: list[bytes], events: list[Event]) -> Exception | None:
@@ -157,7 +209,7 @@ SEP = st.sampled_from([b" "] * 6 + [b"  ", b"\t", b" \t", b"\x0b", b"\x0c"])
 NAME = st.from_regex(rb"[A-Za-z0-9_$>*.-]{1,16}", fullmatch=True) | st.binary(
     min_size=1, max_size=10
 ).map(lambda b: bytes(c for c in b if c not in BLANKS) or b"x")
-SID = st.sampled_from(ROUTED + INTERNAL + OTHER)
+SID = st.sampled_from(ROUTED + INTERNAL + OTHER + SUNK)
 PAYLOAD = st.binary(max_size=40) | st.sampled_from(
     [b"", b"\r\n", b"MSG a 1 2\r\nxx\r\n", b"PING\r\n", b"\r\n\r\n"]
 )

@@ -1,0 +1,180 @@
+"""The pull driver's batched hot path against its one-message-at-a-time path.
+
+In message-mode ``messages()`` / ``consume()`` the driver hands the router a
+:class:`~aiojetstream._conn.RawSink` (the router builds and buffers plain
+messages itself and counts them once per read), tells the engine a read's
+arrivals at once, and hands out ``quiet_consumptions()`` messages before
+telling it. Fed the same reads (messages, heartbeats and request-end statuses
+in any order, cut anywhere) and the same takes, a batched driver and an
+unbatched one hand out the same messages, send the same pull requests at the
+same moments and end with the same engine state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nats.aio.client import Client as NatsClient
+
+from aiojetstream import _conn
+from aiojetstream._message import Msg
+from aiojetstream._priority import PinState
+from aiojetstream._pull_driver import PullDriver
+from aiojetstream._pull_engine import PullEngine, resolve_consume
+
+SID = 7
+SUBJECT = b"orders.new"
+
+
+class FakeConn:
+    """The part of Conn a started driver uses; records the pulls it sends."""
+
+    fast = True
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, bytes]] = []
+        self.step = 0
+
+    def new_inbox(self) -> str:
+        return "_INBOX.test"
+
+    def publish_nowait(self, subject: bytes, payload: bytes, *args: Any) -> None:
+        self.sent.append((self.step, payload))
+
+    def add_listener(self, listener: object) -> None:
+        pass
+
+    def remove_listener(self, listener: object) -> None:
+        pass
+
+
+class FakeApi:
+    timeout = 5.0
+
+    def __init__(self) -> None:
+        self.conn = FakeConn()
+
+    def subject(self, template: str, **fields: str) -> str:
+        return "$JS.API.CONSUMER.MSG.NEXT.ORDERS.worker"
+
+
+async def _never() -> None:
+    raise AssertionError("no consumer check expected")
+
+
+def _driver(
+    batched: bool, max_messages: int, threshold: int, now: float
+) -> tuple[PullDriver, NatsClient]:
+    settings_ = resolve_consume(max_messages=max_messages, threshold_messages=threshold)
+    driver = PullDriver(FakeApi(), "ORDERS", "worker", settings_, _never)  # type: ignore[arg-type]
+    driver._batching = batched
+    nc = NatsClient()
+    router = _conn._Router(nc)
+    router.routes[SID] = driver._on_raw
+    if batched:
+        router.sinks[SID] = _conn.RawSink(
+            driver._buffer.append, Msg, driver._acker, driver._on_arrivals
+        )
+    driver._loop = asyncio.get_running_loop()
+    driver._now = lambda: now  # type: ignore[method-assign]
+    driver._run(driver.engine.start(now))
+    return driver, nc
+
+
+def engine_state(engine: PullEngine) -> dict[str, object]:
+    """Every field of the engine (as in test_pull_engine)."""
+    state: dict[str, object] = {}
+    for name in PullEngine.__slots__:
+        value = getattr(engine, name)
+        if isinstance(value, PinState):
+            value = (value.id, value.changes)
+        elif isinstance(value, BaseException):
+            value = (type(value), str(value))
+        state[name] = value
+    return state
+
+
+def _msg(seq: int) -> bytes:
+    reply = b"$JS.ACK.ORDERS.worker.1.%d.%d.1700000000000000000.0" % (seq, seq)
+    payload = b"m%d" % seq
+    return b"MSG %b %d %b %d\r\n%b\r\n" % (SUBJECT, SID, reply, len(payload), payload)
+
+
+def _status(block: bytes) -> bytes:
+    return b"HMSG %b %d %d %d\r\n%b\r\n" % (SUBJECT, SID, len(block), len(block), block)
+
+
+HEARTBEAT = _status(b"NATS/1.0 100 Idle Heartbeat\r\n\r\n")
+
+
+def _timeout(pending: int) -> bytes:
+    return _status(
+        b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: %d\r\n"
+        b"Nats-Pending-Bytes: 0\r\n\r\n" % pending
+    )
+
+
+STEP = st.one_of(
+    st.tuples(st.just("msgs"), st.integers(1, 40)),
+    st.tuples(st.just("take"), st.integers(1, 40)),
+    st.tuples(st.just("heartbeat"), st.just(0)),
+    st.tuples(st.just("408"), st.integers(0, 60)),
+    st.tuples(st.just("cut"), st.integers(1, 200)),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    max_messages=st.integers(1, 60),
+    threshold=st.integers(1, 60),
+    steps=st.lists(STEP, max_size=40),
+)
+async def test_batched_driver_matches_the_one_at_a_time_driver(
+    max_messages: int, threshold: int, steps: list[tuple[str, int]]
+) -> None:
+    threshold = min(threshold, max_messages)
+    now = asyncio.get_running_loop().time() + 1000.0  # one clock for both; no timer fires
+    drivers = [
+        _driver(True, max_messages, threshold, now),
+        _driver(False, max_messages, threshold, now),
+    ]
+    taken: list[list[bytes]] = [[], []]
+    seq = 0
+    pending = b""  # bytes of the stream not fed yet (a read may end mid-frame)
+    try:
+        for index, (kind, n) in enumerate(steps):
+            for driver, _ in drivers:
+                driver._conn.step = index  # type: ignore[attr-defined]
+            if kind == "msgs":
+                for _ in range(n):
+                    seq += 1
+                    pending += _msg(seq)
+            elif kind == "heartbeat":
+                pending += HEARTBEAT
+            elif kind == "408":
+                pending += _timeout(n)
+            if kind == "cut" or kind == "take":
+                cut = len(pending) if kind == "take" else min(n * 10, len(pending))
+                chunk, pending = pending[:cut], pending[cut:]
+                for _, nc in drivers:
+                    await nc._ps.parse(chunk)
+            if kind == "take":
+                for side, (driver, _) in enumerate(drivers):
+                    for _ in range(n):
+                        msg = driver.take()
+                        if msg is None:
+                            break
+                        taken[side].append(msg.data)
+        (batched, _), (plain, _) = drivers
+        assert taken[0] == taken[1]
+        assert batched._conn.sent == plain._conn.sent  # type: ignore[attr-defined]
+        assert batched.finished == plain.finished
+        batched._settle()
+        assert engine_state(batched.engine) == engine_state(plain.engine)
+        assert batched.buffered == plain.buffered
+    finally:
+        for driver, _ in drivers:
+            await driver.aclose()
