@@ -20,13 +20,17 @@ from rich.console import Console
 from rich.table import Table
 
 import aiojetstream
-from aiojetstream import JetStreamContext
+from aiojetstream import JetStreamContext, StorageType
 
-from ._units import format_duration, format_time
+from ._units import format_duration, format_time, parse_size
 
 __all__ = [
     "DEFAULT_SERVER",
+    "BucketMaxBytes",
+    "BucketReplicas",
+    "BucketStorage",
     "CliError",
+    "Description",
     "Force",
     "JsonFlag",
     "Options",
@@ -53,6 +57,14 @@ JsonFlag = Annotated[
     bool, typer.Option("--json", help="Print JSON instead of tables (for scripts).")
 ]
 Force = Annotated[bool, typer.Option("--force", "-f", help="Do not ask for confirmation.")]
+Description = Annotated[str | None, typer.Option(help="A description.")]
+
+# The options of the commands that create a bucket (kv add, obj add).
+BucketMaxBytes = Annotated[
+    int | None, typer.Option(parser=parse_size, metavar="SIZE", help="Bucket size limit.")
+]
+BucketStorage = Annotated[StorageType, typer.Option(case_sensitive=False, help="file or memory.")]
+BucketReplicas = Annotated[int, typer.Option(min=1, max=5, help="Replicas (clustered).")]
 
 
 class CliError(Exception):

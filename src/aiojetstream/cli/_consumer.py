@@ -20,6 +20,7 @@ from aiojetstream import (
 
 from ._common import (
     CliError,
+    Description,
     Force,
     JsonFlag,
     confirm,
@@ -208,7 +209,7 @@ def add(
             parser=parse_duration, metavar="DURATION", help="Delete after this long unused."
         ),
     ] = None,
-    description: Annotated[str | None, typer.Option(help="A description.")] = None,
+    description: Description = None,
     config: Annotated[
         Path | None,
         typer.Option(

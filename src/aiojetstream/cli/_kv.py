@@ -21,6 +21,10 @@ from aiojetstream import (
 )
 
 from ._common import (
+    BucketMaxBytes,
+    BucketReplicas,
+    BucketStorage,
+    Description,
     Force,
     JsonFlag,
     Output,
@@ -202,15 +206,11 @@ def add(
     max_value_size: Annotated[
         int | None, typer.Option(parser=parse_size, metavar="SIZE", help="Largest value.")
     ] = None,
-    max_bytes: Annotated[
-        int | None, typer.Option(parser=parse_size, metavar="SIZE", help="Bucket size limit.")
-    ] = None,
-    storage: Annotated[
-        StorageType, typer.Option(case_sensitive=False, help="file or memory.")
-    ] = StorageType.FILE,
-    replicas: Annotated[int, typer.Option(min=1, max=5, help="Replicas (clustered).")] = 1,
+    max_bytes: BucketMaxBytes = None,
+    storage: BucketStorage = StorageType.FILE,
+    replicas: BucketReplicas = 1,
     compression: Annotated[bool, typer.Option(help="Compress the values (s2).")] = False,
-    description: Annotated[str | None, typer.Option(help="A description.")] = None,
+    description: Description = None,
     json_flag: JsonFlag = False,
 ) -> None:
     """Create a key-value bucket."""

@@ -29,7 +29,21 @@ from aiojetstream import (
     StorageType,
 )
 
-from ._common import CliError, Force, JsonFlag, Output, confirm, kv_table, list_table, output, run
+from ._common import (
+    BucketMaxBytes,
+    BucketReplicas,
+    BucketStorage,
+    CliError,
+    Description,
+    Force,
+    JsonFlag,
+    Output,
+    confirm,
+    kv_table,
+    list_table,
+    output,
+    run,
+)
 from ._units import format_bytes, format_duration, format_time, parse_duration, parse_size
 
 __all__ = ["app"]
@@ -156,15 +170,11 @@ def add(
         timedelta | None,
         typer.Option(parser=parse_duration, metavar="DURATION", help="Objects expire after this."),
     ] = None,
-    max_bytes: Annotated[
-        int | None, typer.Option(parser=parse_size, metavar="SIZE", help="Bucket size limit.")
-    ] = None,
-    storage: Annotated[
-        StorageType, typer.Option(case_sensitive=False, help="file or memory.")
-    ] = StorageType.FILE,
-    replicas: Annotated[int, typer.Option(min=1, max=5, help="Replicas (clustered).")] = 1,
+    max_bytes: BucketMaxBytes = None,
+    storage: BucketStorage = StorageType.FILE,
+    replicas: BucketReplicas = 1,
     compression: Annotated[bool, typer.Option(help="Compress the chunks (s2).")] = False,
-    description: Annotated[str | None, typer.Option(help="A description.")] = None,
+    description: Description = None,
     json_flag: JsonFlag = False,
 ) -> None:
     """Create an object store bucket."""
@@ -235,7 +245,7 @@ def put(
     name: Annotated[
         str | None, typer.Option("--name", help="The object's name (default: the file's name).")
     ] = None,
-    description: Annotated[str | None, typer.Option(help="A description.")] = None,
+    description: Description = None,
     chunk_size: Annotated[
         int | None,
         typer.Option(parser=parse_size, metavar="SIZE", help="Bytes per chunk (default 128KiB)."),

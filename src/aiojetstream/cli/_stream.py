@@ -21,8 +21,10 @@ from aiojetstream import (
 
 from ._common import (
     CliError,
+    Description,
     Force,
     JsonFlag,
+    Output,
     confirm,
     kv_table,
     list_table,
@@ -87,7 +89,6 @@ DupeWindow = Annotated[
     timedelta | None,
     typer.Option(parser=parse_duration, metavar="DURATION", help="Duplicate detection window."),
 ]
-Description = Annotated[str | None, typer.Option(help="A description.")]
 AllowMsgTTL = Annotated[
     bool | None,
     typer.Option(
@@ -148,49 +149,35 @@ def config_from(base: dict[str, Any], changes: dict[str, Any]) -> StreamConfig:
     return StreamConfig.model_validate(merged, context=SERVER_JSON)
 
 
-def _changes(
-    *,
-    subjects: list[str] | None,
-    storage: StorageType | None,
-    retention: RetentionPolicy | None,
-    discard: DiscardPolicy | None,
-    max_age: timedelta | None,
-    max_msgs: int | None,
-    max_bytes: int | None,
-    max_msg_size: int | None,
-    max_msgs_per_subject: int | None,
-    replicas: int | None,
-    dupe_window: timedelta | None,
-    description: str | None,
-    allow_msg_ttl: bool | None,
-    marker_ttl: timedelta | None,
-    allow_direct: bool | None,
-    allow_rollup: bool | None,
-    deny_delete: bool | None,
-    deny_purge: bool | None,
-    compression: StoreCompression | None,
-) -> dict[str, Any]:
-    return {
-        "subjects": list_values(subjects),
-        "storage": storage,
-        "retention": retention,
-        "discard": discard,
-        "max_age": max_age,
-        "max_msgs": max_msgs,
-        "max_bytes": max_bytes,
-        "max_msg_size": max_msg_size,
-        "max_msgs_per_subject": max_msgs_per_subject,
-        "num_replicas": replicas,
-        "duplicate_window": dupe_window,
-        "description": description,
-        "allow_msg_ttl": allow_msg_ttl,
-        "subject_delete_marker_ttl": marker_ttl,
-        "allow_direct": allow_direct,
-        "allow_rollup_hdrs": allow_rollup,
-        "deny_delete": deny_delete,
-        "deny_purge": deny_purge,
-        "compression": compression,
-    }
+#: Each option of ``stream add``/``stream edit`` that sets a config field: parameter -> field.
+_OPTION_FIELDS = {
+    "subjects": "subjects",
+    "storage": "storage",
+    "retention": "retention",
+    "discard": "discard",
+    "max_age": "max_age",
+    "max_msgs": "max_msgs",
+    "max_bytes": "max_bytes",
+    "max_msg_size": "max_msg_size",
+    "max_msgs_per_subject": "max_msgs_per_subject",
+    "replicas": "num_replicas",
+    "dupe_window": "duplicate_window",
+    "description": "description",
+    "allow_msg_ttl": "allow_msg_ttl",
+    "marker_ttl": "subject_delete_marker_ttl",
+    "allow_direct": "allow_direct",
+    "allow_rollup": "allow_rollup_hdrs",
+    "deny_delete": "deny_delete",
+    "deny_purge": "deny_purge",
+    "compression": "compression",
+}
+
+
+def _changes(options: dict[str, Any]) -> dict[str, Any]:
+    """The config fields the command's options set (None: not given), from its parameters."""
+    changes = {field: options[param] for param, field in _OPTION_FIELDS.items()}
+    changes["subjects"] = list_values(changes["subjects"])
+    return changes
 
 
 def _named(config: dict[str, Any], name: str) -> dict[str, Any]:
@@ -317,12 +304,7 @@ def info(ctx: typer.Context, name: Name, json_flag: JsonFlag = False) -> None:
         stream = await js.stream(name)
         return stream.cached_info
 
-    result = run(ctx, work)
-    if out.json:
-        out.emit_json(result)
-        return
-    for table in info_table(result):
-        out.table(table)
+    _show(out, run(ctx, work))
 
 
 @app.command("add")
@@ -352,41 +334,7 @@ def add(
     json_flag: JsonFlag = False,
 ) -> None:
     """Create a stream (subjects default to the stream's name)."""
-    out = output(ctx, json_flag)
-    changes = _changes(
-        subjects=subjects,
-        storage=storage,
-        retention=retention,
-        discard=discard,
-        max_age=max_age,
-        max_msgs=max_msgs,
-        max_bytes=max_bytes,
-        max_msg_size=max_msg_size,
-        max_msgs_per_subject=max_msgs_per_subject,
-        replicas=replicas,
-        dupe_window=dupe_window,
-        description=description,
-        allow_msg_ttl=allow_msg_ttl,
-        marker_ttl=marker_ttl,
-        allow_direct=allow_direct,
-        allow_rollup=allow_rollup,
-        deny_delete=deny_delete,
-        deny_purge=deny_purge,
-        compression=compression,
-    )
-
-    async def work(js: JetStreamContext) -> StreamInfo:
-        base = _named(load_json_file(config), name) if config is not None else {"name": name}
-        stream = await js.create_stream(config_from(base, changes))
-        return stream.cached_info
-
-    result = run(ctx, work)
-    if out.json:
-        out.emit_json(result)
-        return
-    out.note(f"Created stream {result.config.name}.")
-    for table in info_table(result):
-        out.table(table)
+    _save(ctx, name, _changes(locals()), config, json_flag, edit=False)
 
 
 @app.command("edit")
@@ -416,45 +364,46 @@ def edit(
     json_flag: JsonFlag = False,
 ) -> None:
     """Change a stream's settings: the options given (or a whole --config) replace them."""
+    _save(ctx, name, _changes(locals()), config, json_flag, edit=True)
+
+
+def _save(
+    ctx: typer.Context,
+    name: str,
+    changes: dict[str, Any],
+    config: Path | None,
+    json_flag: bool,
+    *,
+    edit: bool,
+) -> None:
+    """``stream add`` (``edit=False``) or ``stream edit``: the config saved, then shown."""
     out = output(ctx, json_flag)
-    changes = _changes(
-        subjects=subjects,
-        storage=storage,
-        retention=retention,
-        discard=discard,
-        max_age=max_age,
-        max_msgs=max_msgs,
-        max_bytes=max_bytes,
-        max_msg_size=max_msg_size,
-        max_msgs_per_subject=max_msgs_per_subject,
-        replicas=replicas,
-        dupe_window=dupe_window,
-        description=description,
-        allow_msg_ttl=allow_msg_ttl,
-        marker_ttl=marker_ttl,
-        allow_direct=allow_direct,
-        allow_rollup=allow_rollup,
-        deny_delete=deny_delete,
-        deny_purge=deny_purge,
-        compression=compression,
-    )
-    if config is None and all(v is None for v in changes.values()):
+    if edit and config is None and all(v is None for v in changes.values()):
         raise typer.BadParameter("nothing to change: give an option or --config")
 
     async def work(js: JetStreamContext) -> StreamInfo:
         if config is not None:
             base = _named(load_json_file(config), name)
-        else:
+        elif edit:
             current = (await js.stream(name)).cached_info.config
             base = current.model_dump(exclude_unset=True)
-        stream = await js.update_stream(config_from(base, changes))
-        return stream.cached_info
+        else:
+            base = {"name": name}
+        stream_config = config_from(base, changes)
+        if edit:
+            return (await js.update_stream(stream_config)).cached_info
+        return (await js.create_stream(stream_config)).cached_info
 
-    result = run(ctx, work)
+    _show(out, run(ctx, work), "Updated" if edit else "Created")
+
+
+def _show(out: Output, result: StreamInfo, done: str | None = None) -> None:
+    """A stream's info: JSON, or a note of what was ``done`` and the tables."""
     if out.json:
         out.emit_json(result)
         return
-    out.note(f"Updated stream {result.config.name}.")
+    if done is not None:
+        out.note(f"{done} stream {result.config.name}.")
     for table in info_table(result):
         out.table(table)
 
