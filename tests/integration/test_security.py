@@ -71,6 +71,7 @@ from aiojetstream.testing import NatsServer
 from credentials import CertificateAuthority, Operator, new_nkey, public_key, seed_text
 from docblocks import BLOCK_TIMEOUT, DOCS, fresh_js, python_blocks, run_block
 from helpers import unique_name
+from hostile import INJECTION, EvilInt, EvilStr
 from proxy import HOST, ApiCountingProxy
 
 #: How long a refused connection may take (two attempts 250 ms apart, on a loaded machine).
@@ -342,7 +343,6 @@ def test_the_parser_flags_injections() -> None:
 
 # --------------------------------------------------------------------------- hostile input
 
-INJECTION = "\r\nPUB evil.injected 5\r\nhello\r\n"
 SAFE = st.text(alphabet=string.ascii_letters + string.digits + "-_", min_size=1, max_size=6)
 #: What ends or splits a protocol line, or cannot be encoded.
 LINE_BREAKERS = ["\r", "\n", "\r\n", "\x00", "\x0b", "\x0c", "\x1b", "\x7f", "\x85", "\u2028"]
@@ -359,32 +359,6 @@ def _hostile(draw: st.DrawFn, pieces: list[str]) -> str:
     for _ in range(draw(st.integers(1, 3))):
         parts.extend([draw(st.sampled_from(pieces)), draw(SAFE)])
     return "".join(parts)
-
-
-class EvilStr(str):
-    """A str whose own methods try to put an injection on the wire."""
-
-    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
-        return INJECTION.encode()
-
-    def __format__(self, spec: str) -> str:
-        return INJECTION
-
-    def __str__(self) -> str:
-        return INJECTION
-
-
-class EvilInt(int):
-    """An int whose own formatting tries to put an injection on the wire."""
-
-    def __format__(self, spec: str) -> str:
-        return INJECTION
-
-    def __str__(self) -> str:
-        return INJECTION
-
-    def __repr__(self) -> str:
-        return INJECTION
 
 
 NOT_STR = st.one_of(

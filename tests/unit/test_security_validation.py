@@ -44,8 +44,7 @@ from aiojetstream._validation import (
     validate_name,
     validate_publish_subject,
 )
-
-INJECTION = "\r\nPUB evil 5\r\nhello\r\n"
+from hostile import INJECTION, EvilInt, EvilStr
 
 #: Characters that end or split a protocol line, or cannot be encoded.
 LINE_BREAKERS = ["\r", "\n", "\r\n", "\x00", "\x0b", "\x0c", "\x1b", "\x7f", "\x85", "\u2028"]
@@ -79,32 +78,6 @@ NOT_STR = st.one_of(
 
 IN_SUBJECTS = hostile_text(LINE_BREAKERS + BLANKS)
 IN_VALUES = hostile_text(LINE_BREAKERS)
-
-
-class EvilStr(str):
-    """A str whose own methods try to put an injection on the wire."""
-
-    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
-        return INJECTION.encode()
-
-    def __format__(self, spec: str) -> str:
-        return INJECTION
-
-    def __str__(self) -> str:
-        return INJECTION
-
-
-class EvilInt(int):
-    """An int whose own formatting tries to put an injection on the wire."""
-
-    def __format__(self, spec: str) -> str:
-        return INJECTION
-
-    def __str__(self) -> str:
-        return INJECTION
-
-    def __repr__(self) -> str:
-        return INJECTION
 
 
 def _no_injection(text: str) -> None:
