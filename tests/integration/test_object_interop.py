@@ -21,8 +21,10 @@ import pytest
 
 from aiojetstream import (
     JetStreamContext,
+    ObjectInfo,
     ObjectLinkError,
     ObjectNotFoundError,
+    ObjectStore,
     ObjectStoreConfig,
 )
 from aiojetstream.testing import NatsServer
@@ -47,6 +49,30 @@ def pattern(n: int) -> bytes:
 
 def digest_of(data: bytes) -> str:
     return "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode()
+
+
+async def _write_ours(
+    js: JetStreamContext, bucket: str, big: bytes, *, chunk_size: int
+) -> tuple[ObjectStore, ObjectInfo]:
+    """Write the bucket the other clients read back; returns it and the greeting's info.
+
+    A greeting with headers and metadata, ``big`` at dir/big.bin, an empty
+    object, a deleted one and a link to the greeting.
+    """
+    store = await js.create_object_store(ObjectStoreConfig(bucket=bucket, description="ours"))
+    hello = await store.put(
+        "hello.txt",
+        b"hello from aiojetstream",
+        description="a greeting",
+        headers={"Content-Type": "text/plain", "X-Many": ["1", "2"]},
+        metadata={"lang": "python"},
+    )
+    await store.put("dir/big.bin", big, chunk_size=chunk_size)
+    await store.put("empty", b"")
+    await store.put("gone", b"x")
+    await store.delete("gone")
+    await store.add_link("link", hello)
+    return store, hello
 
 
 # --------------------------------------------------------------------------- nats-py
@@ -118,19 +144,7 @@ async def test_objects_written_by_us_read_by_nats_py(
 ) -> None:
     bucket = unique_name("FORPY")
     big = pattern(2 * MiB + 1)
-    store = await js.create_object_store(ObjectStoreConfig(bucket=bucket, description="ours"))
-    hello = await store.put(
-        "hello.txt",
-        b"hello from aiojetstream",
-        description="a greeting",
-        headers={"Content-Type": "text/plain", "X-Many": ["1", "2"]},
-        metadata={"lang": "python"},
-    )
-    await store.put("dir/big.bin", big, chunk_size=100_000)
-    await store.put("empty", b"")
-    await store.put("gone", b"x")
-    await store.delete("gone")
-    await store.add_link("link", hello)
+    store, hello = await _write_ours(js, bucket, big, chunk_size=100_000)
 
     nc = await nats.connect(nats_server.url)
     try:
@@ -300,19 +314,7 @@ async def test_objects_written_by_us_read_by_javascript(
 ) -> None:
     bucket, other = unique_name("FORJS"), unique_name("FORJS2")
     big = pattern(MiB + 5)
-    store = await js.create_object_store(ObjectStoreConfig(bucket=bucket, description="ours"))
-    hello = await store.put(
-        "hello.txt",
-        b"hello from aiojetstream",
-        description="a greeting",
-        headers={"Content-Type": "text/plain", "X-Many": ["1", "2"]},
-        metadata={"lang": "python"},
-    )
-    await store.put("dir/big.bin", big, chunk_size=50_000)
-    await store.put("empty", b"")
-    await store.put("gone", b"x")
-    await store.delete("gone")
-    await store.add_link("link", hello)
+    store, hello = await _write_ours(js, bucket, big, chunk_size=50_000)
     far_store = await js.create_object_store(ObjectStoreConfig(bucket=other))
     far = await far_store.put("far", b"far away")
     await store.add_link("farlink", far)
