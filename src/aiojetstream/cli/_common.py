@@ -33,6 +33,7 @@ __all__ = [
     "Description",
     "Force",
     "JsonFlag",
+    "NamesFlag",
     "Options",
     "Output",
     "confirm",
@@ -40,6 +41,7 @@ __all__ = [
     "guarded",
     "kv_table",
     "list_table",
+    "listed",
     "load_json_file",
     "options",
     "output",
@@ -58,6 +60,7 @@ JsonFlag = Annotated[
 ]
 Force = Annotated[bool, typer.Option("--force", "-f", help="Do not ask for confirmation.")]
 Description = Annotated[str | None, typer.Option(help="A description.")]
+NamesFlag = Annotated[bool, typer.Option("--names", "-n", help="Only the names.")]
 
 # The options of the commands that create a bucket (kv add, obj add).
 BucketMaxBytes = Annotated[
@@ -336,6 +339,30 @@ def output(ctx: typer.Context, json_flag: bool = False) -> Output:
 def list_table(title: str) -> Table:
     """A table of rows (streams, consumers, ...): a header line, no vertical borders."""
     return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+
+
+def listed(
+    out: Output, names: list[str], items: list[Any], *, names_only: bool, empty: str
+) -> bool:
+    """What every ``ls`` prints before its table; True when that was all.
+
+    With ``names_only`` the ``names`` (JSON, or a line each); else with
+    ``--json`` the ``items``; else the note ``empty`` when there are none.
+    """
+    if names_only:
+        if out.json:
+            out.emit_json(names)
+        else:
+            for name in names:
+                out.print(name)
+        return True
+    if out.json:
+        out.emit_json(items)
+        return True
+    if not items:
+        out.note(empty)
+        return True
+    return False
 
 
 def kv_table(title: str | None, rows: Iterable[tuple[str, Any]]) -> Table:

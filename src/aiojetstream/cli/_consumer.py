@@ -23,9 +23,11 @@ from ._common import (
     Description,
     Force,
     JsonFlag,
+    NamesFlag,
     confirm,
     kv_table,
     list_table,
+    listed,
     load_json_file,
     output,
     run,
@@ -113,7 +115,7 @@ def info_table(info: ConsumerInfo) -> Table:
 def ls(
     ctx: typer.Context,
     stream: Stream,
-    names: Annotated[bool, typer.Option("--names", "-n", help="Only the names.")] = False,
+    names: NamesFlag = False,
     json_flag: JsonFlag = False,
 ) -> None:
     """List a stream's consumers."""
@@ -123,15 +125,8 @@ def ls(
         return [info async for info in js.list_consumers(stream)]
 
     infos = sorted(run(ctx, work), key=lambda i: i.name)
-    if out.json:
-        out.emit_json([i.name for i in infos] if names else infos)
-        return
-    if names:
-        for info in infos:
-            out.print(info.name)
-        return
-    if not infos:
-        out.note(f"No consumers on stream {stream}.")
+    empty = f"No consumers on stream {stream}."
+    if listed(out, [i.name for i in infos], infos, names_only=names, empty=empty):
         return
     table = list_table(f"Consumers of {stream}")
     table.add_column("Name", overflow="fold", ratio=2)

@@ -27,10 +27,12 @@ from ._common import (
     Description,
     Force,
     JsonFlag,
+    NamesFlag,
     Output,
     confirm,
     kv_table,
     list_table,
+    listed,
     output,
     payload_fields,
     read_data,
@@ -121,7 +123,7 @@ def _show_entry(out: Output, entry: KeyValueEntry, raw: bool = False) -> None:
 @app.command("ls")
 def ls(
     ctx: typer.Context,
-    names: Annotated[bool, typer.Option("--names", "-n", help="Only the names.")] = False,
+    names: NamesFlag = False,
     json_flag: JsonFlag = False,
 ) -> None:
     """List the buckets."""
@@ -139,18 +141,8 @@ def ls(
         return buckets, statuses
 
     buckets, statuses = run(ctx, work)
-    if names:
-        if out.json:
-            out.emit_json(buckets)
-        else:
-            for name in buckets:
-                out.print(name)
-        return
-    if out.json:
-        out.emit_json([_status_json(s) for s in statuses])
-        return
-    if not statuses:
-        out.note("No key-value buckets.")
+    records = [_status_json(s) for s in statuses]
+    if listed(out, buckets, records, names_only=names, empty="No key-value buckets."):
         return
     table = list_table("Key-value buckets")
     table.add_column("Bucket", overflow="fold", ratio=2)

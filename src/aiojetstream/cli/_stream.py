@@ -24,10 +24,12 @@ from ._common import (
     Description,
     Force,
     JsonFlag,
+    NamesFlag,
     Output,
     confirm,
     kv_table,
     list_table,
+    listed,
     load_json_file,
     output,
     run,
@@ -253,7 +255,7 @@ def ls(
     subject: Annotated[
         str | None, typer.Option("--subject", help="Only streams that store this subject.")
     ] = None,
-    names: Annotated[bool, typer.Option("--names", "-n", help="Only the names.")] = False,
+    names: NamesFlag = False,
     json_flag: JsonFlag = False,
 ) -> None:
     """List the streams."""
@@ -263,18 +265,8 @@ def ls(
         return [info async for info in js.list_streams(subject)]
 
     infos = sorted(run(ctx, work), key=lambda i: i.config.name)
-    if out.json:
-        if names:
-            out.emit_json([i.config.name for i in infos])
-        else:
-            out.emit_json(infos)
-        return
-    if names:
-        for info in infos:
-            out.print(info.config.name)
-        return
-    if not infos:
-        out.note("No streams.")
+    names_of = [i.config.name for i in infos]
+    if listed(out, names_of, infos, names_only=names, empty="No streams."):
         return
     table = list_table("Streams")
     table.add_column("Name", overflow="fold", ratio=2)
