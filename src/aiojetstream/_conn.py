@@ -899,6 +899,49 @@ class _Router:
                             logger.exception("buffering a message on %r failed", subject)
                             continue
                         sunk += 1
+                        # The rest of a run of them (the usual read: a consumer's messages
+                        # one after the other), with the same checks as above and the sid
+                        # compared as text; anything else goes back to the loop above.
+                        while view.startswith(b"MSG ", pos):
+                            end = view.find(b"\r\n", pos)
+                            if end < 0:
+                                break
+                            line = view[pos + 4 : end]
+                            args = line.split()
+                            count = len(args)
+                            if count == 4:
+                                subject, next_sid, reply, size_text = args
+                            elif count == 3:
+                                subject, next_sid, size_text = args
+                                reply = b""
+                            else:
+                                break
+                            if (
+                                next_sid != sid_text
+                                or 13 in line
+                                or 10 in line
+                                or not 47 < line[-1] < 58
+                                or not size_text.isdigit()
+                            ):
+                                break
+                            start = end + 2
+                            needed = int(size_text)
+                            stop = start + needed
+                            if stop + 2 > size:
+                                break
+                            pos = stop + 2
+                            in_msgs += 1
+                            in_bytes += needed
+                            if subject == last_subject:
+                                subject = last_subject
+                            else:
+                                last_subject = subject
+                            try:
+                                append(make(subject, reply, view[start:stop], None, context))  # type: ignore[misc]
+                            except Exception:
+                                logger.exception("buffering a message on %r failed", subject)
+                                continue
+                            sunk += 1
                         continue
                 if sunk:
                     sunk = _hand_on(sink, sunk)  # before anything else sees the sink's owner
