@@ -336,9 +336,15 @@ KEYS = st.sampled_from(
 VALUES = st.text(
     alphabet=st.characters(exclude_characters="\r\n\x00", exclude_categories=["Cs"]), max_size=12
 )
-DESCRIPTIONS = st.text(
-    alphabet=st.characters(exclude_characters="\r\n", exclude_categories=["Cs"]), max_size=20
-).map(str.strip)
+# nats-py 2.16 misreads a description starting with ":" (b"NATS/1.0 100 :\r\n..."
+# gains a header "00"); the server's descriptions never start with one.
+DESCRIPTIONS = (
+    st.text(
+        alphabet=st.characters(exclude_characters="\r\n", exclude_categories=["Cs"]), max_size=20
+    )
+    .map(str.strip)
+    .filter(lambda d: not d.startswith(":"))
+)
 
 
 @given(
