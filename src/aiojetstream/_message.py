@@ -474,5 +474,50 @@ class Msg:
 
 
 def msg_sequences(msg: Msg) -> tuple[int, int, int] | None:
-    """:func:`ack_sequences` of a delivered message (the ordered consumer's per-message check)."""
+    """:func:`ack_sequences` of a delivered message."""
     return ack_sequences(msg._reply)
+
+
+def next_in_order(msg: Msg, expected: int) -> int:
+    """The ordered consumer's per-message check (ADR-17).
+
+    Returns:
+        The message's stream sequence if its consumer sequence is ``expected``
+        and its reply subject a valid ``$JS.ACK`` subject (as
+        :func:`ack_sequences` decides), else -1.
+
+    """
+    # ack_sequences, without building the tuple or converting num_delivered.
+    tokens = msg._reply.split(b".")
+    n = len(tokens)
+    if n == _V1_TOKENS:
+        js, ack, stream, consumer, delivered, stream_seq, consumer_seq, stamp, pending = tokens
+    elif n >= _V2_TOKENS:
+        js, ack, _, _, stream, consumer, delivered, stream_seq, consumer_seq, stamp, pending = (
+            tokens[:11]
+        )
+    else:
+        return -1
+    if (
+        js != b"$JS"
+        or ack != b"ACK"
+        or not stream
+        or not consumer
+        or not delivered.isdigit()
+        or not stream_seq.isdigit()
+        or not consumer_seq.isdigit()
+        or not stamp.isdigit()
+        or not pending.isdigit()
+        or int(consumer_seq) != expected
+    ):
+        return -1
+    sseq = int(stream_seq)
+    if (
+        sseq >= _UINT64_LIMIT
+        or expected >= _UINT64_LIMIT
+        or (len(delivered) > 19 and int(delivered) >= _UINT64_LIMIT)
+        or (len(stamp) > 19 and int(stamp) >= _UINT64_LIMIT)
+        or (len(pending) > 19 and int(pending) >= _UINT64_LIMIT)
+    ):
+        return -1
+    return sseq

@@ -33,7 +33,7 @@ from ._errors import (
     OrderedConsumerResetError,
     StreamNotFoundError,
 )
-from ._message import Msg, msg_sequences
+from ._message import Msg, next_in_order
 from ._models import (
     AckPolicy,
     ConsumerConfig,
@@ -189,12 +189,12 @@ class OrderedConsumer:
 
     def _accept(self, msg: Msg) -> bool:
         """True if ``msg`` is the next one in order (and advance); False on a gap."""
-        seqs = msg_sequences(msg)
-        if seqs is None or seqs[1] != self._expected:
+        stream_seq = next_in_order(msg, self._expected)
+        if stream_seq < 0:
             self._needs_reset = True
             return False
         self._expected += 1
-        self._cursor = seqs[0]
+        self._cursor = stream_seq
         return True
 
     def _driver(self, settings: PullSettings, error_handler: ErrorHandler | None) -> PullDriver:
@@ -489,14 +489,20 @@ class OrderedSource:
     def take(self) -> Msg | None:
         """A buffered in-order message, without waiting (None at a gap or when empty)."""
         driver = self._driver
-        if driver is None or self._owner._needs_reset:
+        owner = self._owner
+        if driver is None or owner._needs_reset:
             return None
         msg = driver.take()
         if msg is None:
             return None
-        if not self._owner._accept(msg):
+        # owner._accept(msg), inlined: this runs for every message.
+        stream_seq = next_in_order(msg, owner._expected)
+        if stream_seq < 0:
+            owner._needs_reset = True
             driver.stop()
             return None
+        owner._expected += 1
+        owner._cursor = stream_seq
         return msg
 
     async def next_msg(self) -> Msg | None:

@@ -24,6 +24,7 @@ from aiojetstream._message import (
     MsgMetadata,
     SequencePair,
     ack_sequences,
+    next_in_order,
     parse_metadata,
 )
 
@@ -447,9 +448,63 @@ def test_ack_sequences_agrees_with_parse_metadata(tokens: list[str]) -> None:
             )
 
 
+def _agrees_with_ack_sequences(raw: bytes, expected: int) -> None:
+    seqs = ack_sequences(raw)
+    msg = Msg(b"s", raw, b"", None, FakeAcker())
+    want = seqs[0] if seqs is not None and seqs[1] == expected else -1
+    assert next_in_order(msg, expected) == want
+
+
+@given(replies(), st.integers(-1, 2**65), st.booleans())
+def test_next_in_order_agrees_with_ack_sequences(
+    case: tuple[str, MsgMetadata], other: int, right: bool
+) -> None:
+    subject, meta = case
+    _agrees_with_ack_sequences(subject.encode(), meta.sequence.consumer if right else other)
+
+
+ODD_TOKENS = ["", "x", "+1", "-1", "1_0", " 1", "\u0663", "1\u00b2", str(2**64), str(2**64 - 1)]
+
+
+@given(replies())
+def test_next_in_order_rejects_what_ack_sequences_rejects(case: tuple[str, MsgMetadata]) -> None:
+    subject, meta = case
+    tokens = subject.split(".")
+    for index in range(len(tokens)):
+        for odd in [*ODD_TOKENS, "0" * 25 + "1", "0" * 25 + str(2**64)]:
+            raw = ".".join([*tokens[:index], odd, *tokens[index + 1 :]]).encode()
+            _agrees_with_ack_sequences(raw, meta.sequence.consumer)
+            seqs = ack_sequences(raw)
+            if seqs is not None:
+                _agrees_with_ack_sequences(raw, seqs[1])
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["$JS", "ACK", "_", "", "1", "0", "7", "x", "18446744073709551616"]),
+            st.integers(0, 2**70).map(str),
+            st.text(max_size=4),
+        ),
+        max_size=14,
+    ),
+    st.sampled_from([0, 1, 7, 2**64 - 1, 2**64]),
+)
+def test_next_in_order_agrees_with_ack_sequences_on_anything(
+    tokens: list[str], expected: int
+) -> None:
+    for subject in (".".join(tokens), ".".join(["$JS", "ACK", *tokens])):
+        _agrees_with_ack_sequences(subject.encode("utf-8", "surrogatepass"), expected)
+    for raw in MALFORMED:
+        _agrees_with_ack_sequences(raw.encode(), expected)
+    top = 2**64 - 1
+    _agrees_with_ack_sequences(f"$JS.ACK.S.C.{top}.{top}.{top}.{top}.{top}".encode(), expected)
+
+
 @given(st.binary(max_size=80))
 def test_random_bytes_never_raise_anything_else(data: bytes) -> None:
     for raw in (data, b"$JS.ACK." + data):
         with contextlib.suppress(NotJetStreamMessageError):
             parse_metadata(raw)
         ack_sequences(raw)
+        next_in_order(Msg(b"s", raw, b"", None, FakeAcker()), 1)
