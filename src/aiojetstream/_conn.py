@@ -900,27 +900,29 @@ class _Router:
                             continue
                         sunk += 1
                         # The rest of a run of them (the usual read: a consumer's messages
-                        # one after the other), with the same checks as above and the sid
-                        # compared as text; anything else goes back to the loop above.
-                        while view.startswith(b"MSG ", pos):
-                            end = view.find(b"\r\n", pos)
+                        # one after the other): lines that start as this one did, "MSG
+                        # <subject> <sid> ", are parsed from there on with the same checks
+                        # as above; anything else goes back to the loop above.
+                        prefix = b"MSG %b %b " % (subject, sid_text)
+                        skip = len(prefix)
+                        while view.startswith(prefix, pos):
+                            end = view.find(b"\r\n", pos + skip)
                             if end < 0:
                                 break
-                            line = view[pos + 4 : end]
-                            args = line.split()
+                            rest = view[pos + skip : end]
+                            args = rest.split()
                             count = len(args)
-                            if count == 4:
-                                subject, next_sid, reply, size_text = args
-                            elif count == 3:
-                                subject, next_sid, size_text = args
+                            if count == 2:
+                                reply, size_text = args
+                            elif count == 1:
                                 reply = b""
+                                size_text = args[0]
                             else:
                                 break
                             if (
-                                next_sid != sid_text
-                                or 13 in line
-                                or 10 in line
-                                or not 47 < line[-1] < 58
+                                13 in rest
+                                or 10 in rest
+                                or not 47 < rest[-1] < 58
                                 or not size_text.isdigit()
                             ):
                                 break
@@ -932,10 +934,6 @@ class _Router:
                             pos = stop + 2
                             in_msgs += 1
                             in_bytes += needed
-                            if subject == last_subject:
-                                subject = last_subject
-                            else:
-                                last_subject = subject
                             try:
                                 append(make(subject, reply, view[start:stop], None, context))  # type: ignore[misc]
                             except Exception:

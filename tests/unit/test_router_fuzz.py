@@ -330,6 +330,9 @@ def mutated_stream(draw: st.DrawFn) -> bytes:
 @example(b"MSG s 8 r 2\r\nhi\r\nMSG s 8 r +2\r\nhi\r\n", [])  # a sign in a sink's run
 @example(b"MSG s 8 r 2\r\nhi\r\nMSG s 08 r 2\r\nho\r\n", [])  # the sid written otherwise
 @example(b"MSG s 8 r 2\r\nhi\r\nMSG s 9 2\r\nho\r\nMSG s 8 r 2\r\nhu\r\n", [])
+@example(b"MSG s 8 r 2\r\nhi\r\nMSG s 8 r\r2\r\nhi\r\n", [])  # a lone CR in a sink's run
+@example(b"MSG s 8 r 2\r\nhi\r\nMSG s 8 r\n2\r\nhi\r\n", [])  # a lone LF
+@example(b"MSG s 8 r 2\r\nhi\r\nMSG s 8 r\t2\r\nho\r\nMSG s 8 2 \r\nhu\r\n", [])
 async def test_mutated_streams_parse_as_nats_py(stream: bytes, cuts: list[int]) -> None:
     await _compare(stream, cuts)
 
