@@ -526,6 +526,17 @@ class Conn:
             cmd = b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload)
         _enqueue(nc, cmd, len(payload))
 
+    def write_queued(self) -> None:
+        """Write what is queued now rather than when nats-py's flusher task next runs.
+
+        For a pull request: it is sent while the consumer goes on with its
+        buffer, not once the consumer loop yields (the server would sit idle
+        meanwhile). Fast path only (the fallback writes from tasks anyway);
+        while disconnected the queue is the reconnect buffer and stays.
+        """
+        if self.fast:
+            _write_pending(self.nc)
+
     def ack_nowait(self, subject: bytes, payload: bytes) -> None:
         """Queue an acknowledgement: a PUB of ``payload`` to ``subject`` (fast path only).
 
@@ -1312,9 +1323,9 @@ def _write_pending(nc: NatsClient) -> None:
     buffer is the reconnect buffer and stays for nats-py to send.
     """
     transport = nc._transport
-    if transport is None or not nc.is_connected:
-        return
     pending = nc._pending
+    if not pending or transport is None or not nc.is_connected:
+        return
     nc._pending = []
     nc._pending_data_size = 0
     transport.writelines(pending)

@@ -1,10 +1,11 @@
-"""Acks on the fast path (``Conn.ack_nowait``): queued, then written promptly in one write.
+"""Acks and pulls on the fast path: queued, then written promptly in one write.
 
 A consumer loop that hands out buffered messages never yields to the event
 loop, so nats-py's flusher task does not run meanwhile; acks are written at
 once when ``ACK_WRITE_BYTES`` are queued, together with whatever was queued
-before them, in order. Driven against an unconnected nats-py client whose
-transport records the writes.
+before them, in order; ``Conn.write_queued`` writes the queue at once (after a
+pull request). Driven against an unconnected nats-py client whose transport
+records the writes.
 """
 
 from __future__ import annotations
@@ -108,3 +109,36 @@ async def test_a_closed_connection_refuses_the_ack() -> None:
         conn.ack_nowait(REPLY, b"+ACK")
     assert nc._pending == []
     assert transport.writes == []
+
+
+async def test_write_queued_writes_everything_in_order_at_once() -> None:
+    conn, nc, transport = connected()
+    conn.ack_nowait(REPLY, b"+ACK")
+    conn.publish_nowait(b"$JS.API.CONSUMER.MSG.NEXT.S.C", b'{"batch":5}', b"_INBOX.x")
+    conn.write_queued()
+    assert transport.writes == [
+        ACK_CMD + b'PUB $JS.API.CONSUMER.MSG.NEXT.S.C _INBOX.x 11\r\n{"batch":5}\r\n'
+    ]
+    assert nc._pending == []
+    assert nc._pending_data_size == 0
+    conn.write_queued()  # nothing queued: nothing written
+    assert len(transport.writes) == 1
+
+
+async def test_write_queued_leaves_the_reconnect_buffer_alone() -> None:
+    conn, nc, transport = connected()
+    nc._status = NatsClient.RECONNECTING
+    nc._max_pending_size = 1024
+    conn.ack_nowait(REPLY, b"+ACK")
+    conn.write_queued()
+    assert transport.writes == []
+    assert nc._pending == [ACK_CMD]
+
+
+async def test_write_queued_does_nothing_on_the_fallback() -> None:
+    conn, nc, transport = connected()
+    nc._pending.append(ACK_CMD)
+    conn.fast = False
+    conn.write_queued()
+    assert transport.writes == []
+    assert nc._pending == [ACK_CMD]

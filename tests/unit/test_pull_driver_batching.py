@@ -44,6 +44,9 @@ class FakeConn:
     def publish_nowait(self, subject: bytes, payload: bytes, *args: Any) -> None:
         self.sent.append((self.step, payload))
 
+    def write_queued(self) -> None:
+        self.sent.append((self.step, b"(written)"))
+
     def add_listener(self, listener: object) -> None:
         pass
 
