@@ -115,6 +115,18 @@ def _parser_internals() -> tuple[Any, Any, Any]:
 # Looked up defensively: a nats-py that moved them gets the fallback, not an ImportError.
 _NatsParser, _AWAITING_CONTROL, _AWAITING_PAYLOAD = _parser_internals()
 
+
+def _tcp_transport_class() -> Any:
+    """nats-py's TCP transport class (None where it moved: nothing is written directly)."""
+    try:
+        from nats.aio import transport
+    except ImportError:
+        return None
+    return getattr(transport, "TcpTransport", None)
+
+
+_TcpTransport = _tcp_transport_class()
+
 #: Our default keep-alive: a dead or hung server is noticed within
 #: ping_interval * (max_outstanding_pings + 1) = 15 s (nats-py's default is 360 s).
 DEFAULT_PING_INTERVAL = 5
@@ -567,8 +579,7 @@ class Conn:
         stats = nc.stats
         stats["out_msgs"] += 1
         stats["out_bytes"] += len(payload)
-        if size >= ACK_WRITE_BYTES:
-            _write_pending(nc)
+        if size >= ACK_WRITE_BYTES and _write_pending(nc):
             return
         queue = nc._flush_queue
         if queue is not None and queue.empty():
@@ -1316,19 +1327,27 @@ _ACK_TAILS = {
 }
 
 
-def _write_pending(nc: NatsClient) -> None:
-    """Write nats-py's outgoing buffer now, as its flusher task would (when connected).
+def _write_pending(nc: NatsClient) -> bool:
+    """Write nats-py's outgoing buffer now, as its flusher task would; True if written.
 
-    The flusher finds the buffer empty afterwards; while disconnected the
+    The flusher finds the buffer empty afterwards. Only over nats-py's TCP
+    transport (TLS included), whose writes go out at once: other transports
+    (websockets) send in the flusher's ``drain()``. While disconnected the
     buffer is the reconnect buffer and stays for nats-py to send.
     """
     transport = nc._transport
     pending = nc._pending
-    if not pending or transport is None or not nc.is_connected:
-        return
+    if (
+        not pending
+        or _TcpTransport is None
+        or not isinstance(transport, _TcpTransport)
+        or not nc.is_connected
+    ):
+        return False
     nc._pending = []
     nc._pending_data_size = 0
     transport.writelines(pending)
+    return True
 
 
 def _enqueue(nc: NatsClient, cmd: bytes, payload_size: int) -> None:

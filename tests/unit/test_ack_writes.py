@@ -14,6 +14,7 @@ import asyncio
 
 import pytest
 from nats.aio.client import Client as NatsClient
+from nats.aio.transport import TcpTransport
 
 from aiojetstream import _conn
 from aiojetstream._errors import ConnectionClosedError, DisconnectedError
@@ -22,17 +23,32 @@ REPLY = b"$JS.ACK.ORDERS.worker.1.42.7.1700000000123456789.3"
 ACK_CMD = b"PUB " + REPLY + b" 4\r\n+ACK\r\n"
 
 
-class RecordingTransport:
+class RecordingTransport(TcpTransport):
+    """nats-py's TCP transport (written to directly), recording the writes."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.writes: list[bytes] = []
+
+    def writelines(self, payload: list[bytes]) -> None:
+        self.writes.append(b"".join(payload))
+
+
+class OtherTransport:
+    """Not the TCP transport (as nats-py's websocket one, which sends in drain())."""
+
     def __init__(self) -> None:
         self.writes: list[bytes] = []
 
-    def writelines(self, data: list[bytes]) -> None:
-        self.writes.append(b"".join(data))
+    def writelines(self, payload: list[bytes]) -> None:
+        self.writes.append(b"".join(payload))
 
 
-def connected() -> tuple[_conn.Conn, NatsClient, RecordingTransport]:
+def connected(
+    transport: RecordingTransport | OtherTransport | None = None,
+) -> tuple[_conn.Conn, NatsClient, RecordingTransport | OtherTransport]:
     nc = NatsClient()
-    transport = RecordingTransport()
+    transport = transport or RecordingTransport()
     nc._status = NatsClient.CONNECTED
     nc._transport = transport  # type: ignore[assignment]
     nc._flush_queue = asyncio.Queue()
@@ -142,3 +158,17 @@ async def test_write_queued_does_nothing_on_the_fallback() -> None:
     conn.write_queued()
     assert transport.writes == []
     assert nc._pending == [ACK_CMD]
+
+
+async def test_other_transports_are_left_to_the_flusher() -> None:
+    # nats-py's websocket transport sends what is written in its drain(): acks and
+    # pulls stay queued for the flusher task, which is woken as usual.
+    other = OtherTransport()
+    conn, nc, _ = connected(other)
+    for _ in range(2 * _conn.ACK_WRITE_BYTES // len(ACK_CMD)):
+        conn.ack_nowait(REPLY, b"+ACK")
+    conn.write_queued()
+    assert other.writes == []
+    assert len(nc._pending) == 2 * _conn.ACK_WRITE_BYTES // len(ACK_CMD)
+    assert nc._flush_queue is not None
+    assert nc._flush_queue.qsize() == 1
