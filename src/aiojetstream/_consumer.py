@@ -210,7 +210,10 @@ class MessagesContext:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    def __aiter__(self) -> MessagesContext:
+    def __aiter__(self) -> AsyncIterator[Msg]:
+        driver = self._driver
+        if self._started and isinstance(driver, PullDriver):
+            return driver  # it hands out its messages itself (one call less each)
         return self
 
     async def __anext__(self) -> Msg:

@@ -302,6 +302,30 @@ class PullDriver:
             self._tell()
         self._quiet = 0
 
+    def __aiter__(self) -> PullDriver:
+        return self
+
+    async def __anext__(self) -> Msg:
+        """The next message (``messages()`` iterates the driver itself once started).
+
+        Raises:
+            StopAsyncIteration: the run ended normally.
+            JetStreamError: the run ended with this (terminal) error.
+
+        """
+        buffer = self._buffer
+        if buffer and self._quiet and not self._arrived:
+            # take()'s quiet path, inlined: the common case of a messages() loop.
+            self._quiet -= 1
+            self._untold += 1
+            return buffer.popleft()
+        msg = self.take()
+        if msg is None:
+            msg = await self.next_msg()
+            if msg is None:
+                raise StopAsyncIteration
+        return msg
+
     async def next_msg(self) -> Msg | None:
         """Wait for the next message; None once the run ended normally.
 
