@@ -58,14 +58,17 @@ def parse_until(text: str) -> datetime | timedelta:
     try:
         return parse_duration(text)
     except typer.BadParameter:
-        pass
+        moment = _parse_time(text)  # not a duration: a time, or neither
+    return moment.astimezone(UTC) if moment.tzinfo is None else moment
+
+
+def _parse_time(text: str) -> datetime:
     try:
-        moment = datetime.fromisoformat(text)
+        return datetime.fromisoformat(text)
     except ValueError:
         raise typer.BadParameter(
             f"{text!r} is neither a duration (10m, 2h) nor a time (2030-01-01T12:00:00Z)"
         ) from None
-    return moment.astimezone(UTC) if moment.tzinfo is None else moment
 
 
 def info_table(info: ConsumerInfo) -> Table:
