@@ -149,6 +149,21 @@ class MessageBatch:
         """True once the pull ended (buffered messages may remain)."""
         return self._driver.finished
 
+    async def collect(self) -> list[Msg]:
+        """Wait for the pull to end and return its messages at once, in order.
+
+        The same messages iteration yields (less any already taken), without a
+        step per message: the fast way to take a large batch whole. When the
+        pull ended with a terminal error, the messages that arrived before it
+        are returned and the next call (or iteration) raises it.
+
+        Raises:
+            JetStreamError: the pull ended with this error and no message is
+                left to return (consumer deleted, ...).
+
+        """
+        return await self._driver.collect()
+
     async def aclose(self) -> None:
         """Stop the pull and release its subscription (idempotent)."""
         await self._driver.aclose()

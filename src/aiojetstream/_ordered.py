@@ -423,6 +423,26 @@ class OrderedBatch(C.MessageBatch):
             raise StopAsyncIteration
         return msg
 
+    async def collect(self) -> list[Msg]:
+        """The fetch's messages at once, up to the first gap (see :meth:`MessageBatch.collect`).
+
+        Raises:
+            JetStreamError: the fetch ended with this error and no message is
+                left to return (the next call raises it after a partial return).
+
+        """
+        out: list[Msg] = []
+        while True:
+            try:
+                msg = await self.__anext__()
+            except StopAsyncIteration:
+                return out
+            except JetStreamError:
+                if not out:
+                    raise
+                return out  # the driver keeps the error: the next call raises it
+            out.append(msg)
+
     async def aclose(self) -> None:
         """End the fetch (idempotent)."""
         await self._driver.aclose()

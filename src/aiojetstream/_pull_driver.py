@@ -189,7 +189,7 @@ class PullDriver:
         inbox = self._conn.new_inbox()
         self._inbox = inbox.encode()
         sink = None
-        if self._batching:
+        if not self._byte_mode and not self._pinned:
             # The router builds and buffers plain messages itself (told per read).
             sink = RawSink(self._buffer.append, Msg, self._acker, self._on_arrivals)
         self._sub = await self._conn.subscribe_raw(inbox, self._on_raw, sink=sink)
@@ -348,6 +348,32 @@ class PullDriver:
             finally:
                 self._waiter = None
 
+    async def collect(self) -> list[Msg]:
+        """Wait for the run to end; every buffered message at once, in order.
+
+        Raises:
+            JetStreamError: the run ended with this (terminal) error and no
+                message is left to return.
+
+        """
+        while not self.finished:
+            loop = self._loop or asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        buffer = self._buffer
+        if not buffer:
+            if self.error is not None:
+                raise self.error
+            return []
+        msgs = list(buffer)
+        buffer.clear()
+        self._settle()
+        self._run(self.engine.on_consumed_many(len(msgs)))
+        return msgs
+
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -378,8 +404,21 @@ class PullDriver:
             waiter.set_result(None)
 
     def _on_arrivals(self, count: int) -> None:
-        """The router put ``count`` messages into the buffer (batched mode, see RawSink)."""
-        self._arrived += count
+        """The router put ``count`` messages into the buffer (see RawSink)."""
+        if self._batching:
+            self._arrived += count  # told at the next take or engine event
+        else:
+            # A fetch: told now (it ends when filled). What arrived after its end is
+            # dropped, as _on_raw drops it: the engine counts only what it took.
+            engine = self.engine
+            before = engine.delivered
+            cmds = engine.on_messages(count)
+            extra = count - (engine.delivered - before)
+            buffer = self._buffer
+            for _ in range(extra):
+                buffer.pop()
+            if cmds:
+                self._run(cmds)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

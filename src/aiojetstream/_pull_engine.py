@@ -608,13 +608,13 @@ class PullEngine:
         """``count`` user messages arrived: the same as ``count`` calls of ``on_message(0)``.
 
         The driver accounts a run of arrivals at once in message mode (one call
-        per read instead of one per message); outside message-mode
-        ``messages()`` / ``consume()`` it is the plain sequence of calls.
+        per read instead of one per message: ``messages()``, ``consume()`` and
+        fetches); in byte mode it is the plain sequence of calls.
         """
         if count <= 0:
             return _NONE
         s = self.settings
-        if s.max_bytes or s.single:
+        if s.max_bytes:
             out: Commands = _NONE
             for _ in range(count):
                 out += self.on_message(0)
@@ -623,11 +623,18 @@ class PullEngine:
         self._repull_delay = 0.0
         if self.phase is Phase.DONE:
             return _NONE
+        single_running = s.single and self.phase is Phase.RUNNING
+        if single_running:
+            # A fetch ends at the message that takes its last outstanding one (at the
+            # first one when none is outstanding): later ones find it DONE.
+            count = max(1, min(count, self.outstanding_messages))
         self.delivered += count
         take = min(count, self.outstanding_messages)
         self.outstanding_messages -= take
         self.unsolicited += count - take
         self.buffered_messages += count
+        if single_running and self.outstanding_messages == 0:
+            return self._finish(None)
         return _NONE
 
     def quiet_consumptions(self) -> int:

@@ -23,7 +23,7 @@ from aiojetstream import _conn
 from aiojetstream._message import Msg
 from aiojetstream._priority import PinState
 from aiojetstream._pull_driver import PullDriver
-from aiojetstream._pull_engine import PullEngine, resolve_consume
+from aiojetstream._pull_engine import PullEngine, resolve_consume, resolve_fetch
 
 SID = 7
 SUBJECT = b"orders.new"
@@ -68,15 +68,33 @@ async def _never() -> None:
     raise AssertionError("no consumer check expected")
 
 
+class FakeSub:
+    """``detach()`` as RawSubscription does it: the router stops delivering at once."""
+
+    def __init__(self, router: _conn._Router) -> None:
+        self.router = router
+
+    def detach(self) -> None:
+        self.router.routes.pop(SID, None)
+        self.router.sinks.pop(SID, None)
+
+    async def unsubscribe(self) -> None:
+        self.detach()
+
+
 def _driver(
-    batched: bool, max_messages: int, threshold: int, now: float
+    batched: bool, max_messages: int, threshold: int, now: float, single: bool = False
 ) -> tuple[PullDriver, NatsClient]:
-    settings_ = resolve_consume(max_messages=max_messages, threshold_messages=threshold)
+    if single:
+        settings_ = resolve_fetch(max_messages=max_messages, expires=3600.0)
+    else:
+        settings_ = resolve_consume(max_messages=max_messages, threshold_messages=threshold)
     driver = PullDriver(FakeApi(), "ORDERS", "worker", settings_, _never)  # type: ignore[arg-type]
-    driver._batching = batched
+    driver._batching = batched and not single
     nc = NatsClient()
     router = _conn._Router(nc)
     router.routes[SID] = driver._on_raw
+    driver._sub = FakeSub(router)  # type: ignore[assignment]
     if batched:
         router.sinks[SID] = _conn.RawSink(
             driver._buffer.append, Msg, driver._acker, driver._on_arrivals
@@ -134,15 +152,18 @@ STEP = st.one_of(
     max_messages=st.integers(1, 60),
     threshold=st.integers(1, 60),
     steps=st.lists(STEP, max_size=40),
+    single=st.booleans(),
 )
 async def test_batched_driver_matches_the_one_at_a_time_driver(
-    max_messages: int, threshold: int, steps: list[tuple[str, int]]
+    max_messages: int, threshold: int, steps: list[tuple[str, int]], single: bool
 ) -> None:
+    """Also for a fetch (``single``): the router buffers its plain messages too,
+    the driver tells the engine at once and drops what arrives after its end."""
     threshold = min(threshold, max_messages)
     now = asyncio.get_running_loop().time() + 1000.0  # one clock for both; no timer fires
     drivers = [
-        _driver(True, max_messages, threshold, now),
-        _driver(False, max_messages, threshold, now),
+        _driver(True, max_messages, threshold, now, single),
+        _driver(False, max_messages, threshold, now, single),
     ]
     taken: list[list[bytes]] = [[], []]
     seq = 0
@@ -178,6 +199,12 @@ async def test_batched_driver_matches_the_one_at_a_time_driver(
         batched._settle()
         assert engine_state(batched.engine) == engine_state(plain.engine)
         assert batched.buffered == plain.buffered
+        if batched.finished:
+            # collect() takes the rest at once, as the same number of takes would
+            rest = [[m.data for m in await d.collect()] for d, _ in drivers]
+            assert rest[0] == rest[1]
+            assert batched.buffered == plain.buffered == 0
+            assert engine_state(batched.engine) == engine_state(plain.engine)
     finally:
         for driver, _ in drivers:
             await driver.aclose()
