@@ -49,9 +49,7 @@ async def test_collect_returns_the_fetch_in_order(js: JetStreamContext) -> None:
     assert [m.metadata.sequence.stream for m in msgs] == list(range(1, 2501))
     assert [m.subject for m in msgs] == [f"{stream}.{i % 3}" for i in range(2500)]
     # Messages with headers (routed one by one) keep their place among the plain ones.
-    assert [m.headers for m in msgs] == [
-        {"n": str(i)} if i % 7 == 0 else None for i in range(2500)
-    ]
+    assert [m.headers for m in msgs] == [{"n": str(i)} if i % 7 == 0 else None for i in range(2500)]
     # The batch limit held: the next fetch starts right after it.
     rest = await (await consumer.fetch(1000, expires=1)).collect()
     assert [m.metadata.sequence.stream for m in rest] == list(range(2501, 3001))

@@ -8,18 +8,21 @@ import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from aiojetstream import InvalidOptionError
+from aiojetstream._message import Msg
 from aiojetstream.spark import DataLossError, JetStreamSparkWarning
 from aiojetstream.spark._options import (
     parse_kv_options,
     parse_sink_options,
     parse_source_options,
 )
-from aiojetstream.spark._read import _reply_numbers, check_loss, split
+from aiojetstream.spark._read import _numbers, check_loss, split
 
 SPARK_DIR = Path(__file__).resolve().parents[2] / "src" / "aiojetstream" / "spark"
 
@@ -186,11 +189,36 @@ def test_check_loss() -> None:
         assert check_loss(lenient, 3, 10, "checkpointed offset") == 10
 
 
-def test_reply_numbers_both_forms() -> None:
-    v1 = "$JS.ACK.S.C.1.42.7.1700000000123456789.5"
-    assert _reply_numbers(v1) == (42, 1700000000123456789, 5)
-    v2 = "$JS.ACK.hub.ACCHASH.S.C.1.42.7.1700000000123456789.5.xyz"
-    assert _reply_numbers(v2) == (42, 1700000000123456789, 5)
+def _msg(reply: str) -> Msg:
+    return Msg(b"s", reply.encode(), b"", None, None)  # type: ignore[arg-type]
+
+
+V1 = "$JS.ACK.S.C.1.{seq}.7.{ns}.{pending}"
+V2 = "$JS.ACK.hub.ACCHASH.S.C.1.{seq}.7.{ns}.{pending}.xyz"
+
+
+def _ns(seq: int) -> int:
+    return 1_700_000_000_123_456_000 + seq * 1000 + 999  # 999 ns below the next microsecond
+
+
+@pytest.mark.parametrize(
+    "forms",
+    [[V1] * 3, [V2] * 3, [V1, V2, V1]],  # a mix takes the one-by-one path
+    ids=["v1", "v2", "mixed"],
+)
+def test_reply_numbers_column_wise(forms: list[str]) -> None:
+    msgs = [
+        _msg(form.format(seq=seq, ns=_ns(seq), pending=50 - seq))
+        for seq, form in enumerate(forms, 40)
+    ]
+    seqs, stamps, pending = _numbers(msgs)
+    assert seqs.to_pylist() == [40, 41, 42]
+    assert seqs.type == pa.int64()
+    # whole microseconds of the nanosecond timestamps, as UTC timestamps
+    micros = [1_700_000_000_123_456 + seq for seq in (40, 41, 42)]
+    assert pc.cast(stamps, pa.int64()).to_pylist() == micros
+    assert stamps.type == pa.timestamp("us", tz="UTC")
+    assert pending == 50 - 42
 
 
 def test_extension_uses_only_the_public_api() -> None:

@@ -14,10 +14,11 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aiojetstream import (
     AckPolicy,
@@ -62,6 +63,10 @@ SCHEMA: Final = pa.schema(
         pa.field("data", pa.binary()),
     ]
 )
+_TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+_HEADERS: Final = pa.map_(pa.string(), pa.string())
 #: The Spark DDL of :data:`SCHEMA`.
 DDL: Final = (
     "stream string, subject string, seq long, timestamp timestamp, "
@@ -206,13 +211,33 @@ async def _delete(js: JetStreamContext, consumer: JSConsumer) -> None:
         await js.delete_consumer(consumer.stream_name, consumer.name)
 
 
-def _reply_numbers(reply: str) -> tuple[int, int, int]:
-    """``(stream_seq, timestamp_ns, num_pending)`` from a ``$JS.ACK`` reply subject (ADR-15)."""
-    tokens = reply.split(".")
-    # v1: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
-    # v2: $JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<r>
-    base = 2 if len(tokens) == 9 else 4
-    return int(tokens[base + 3]), int(tokens[base + 5]), int(tokens[base + 6])
+def _numbers(msgs: list[Msg]) -> tuple[pa.Array, pa.Array, int]:
+    """Stream sequences and timestamps (Arrow columns) and the last message's pending count.
+
+    Parsed from the ``$JS.ACK`` reply subjects column-wise (ADR-15):
+    v1 ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>``,
+    v2 ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<r>``
+    (more tokens may follow). A server sends one form; a mix is parsed one by one.
+    """
+    tokens = pc.split_pattern(pa.array([m.reply for m in msgs], pa.string()), ".")
+    lengths = pc.min_max(pc.list_value_length(tokens)).as_py()
+    shortest, longest = lengths["min"], lengths["max"]
+    if shortest == longest == 9 or shortest >= 12:
+        base = 2 if shortest == 9 else 4
+        seqs = pc.cast(pc.list_element(tokens, base + 3), pa.int64())
+        nanos = pc.cast(pc.list_element(tokens, base + 5), pa.int64())
+        pending = int(tokens[len(msgs) - 1][base + 6].as_py())
+    else:
+        metas = [m.metadata for m in msgs]
+        seqs = pa.array([meta.sequence.stream for meta in metas], pa.int64())
+        nanos = pa.array([_nanos(meta.timestamp) for meta in metas], pa.int64())
+        pending = metas[-1].num_pending
+    micros = pc.divide(nanos, 1000)  # integer division: whole microseconds
+    return seqs, pc.cast(micros, _TIMESTAMP), pending
+
+
+def _nanos(when: datetime) -> int:
+    return (when - _EPOCH) // _MICROSECOND * 1000
 
 
 class RangeReader:
@@ -268,47 +293,41 @@ class RangeReader:
         return None
 
     async def _fetch(self, consumer: JSConsumer, want: int) -> pa.RecordBatch | None:
-        subjects: list[str] = []
-        seqs: list[int] = []
-        stamps: list[int] = []
-        headers: list[dict[str, str] | None] = []
-        data: list[bytes] = []
-        end = self._end
-        size = 0
-        pending = -1
-        msg: Msg
         async with await consumer.fetch(want, expires=_FETCH_EXPIRES) as fetched:
-            async for msg in fetched:
-                seq, stamp, pending = _reply_numbers(msg.reply)
-                if seq >= end:
-                    self._done = True
-                    break
-                subjects.append(msg.subject)
-                seqs.append(seq)
-                stamps.append(stamp // 1000)
-                headers.append(msg.headers)
-                body = msg.data
-                data.append(body)
-                size += len(body)
-                if pending == 0:
-                    self._done = True
-                    break
-        if not seqs:
+            msgs = await fetched.collect()
+        if not msgs:
             return None
-        self._next = seqs[-1] + 1
+        seqs, stamps, pending = _numbers(msgs)
+        n = len(msgs)
+        end = self._end
+        if seqs[n - 1].as_py() >= end:
+            # Past the range (the consumer does not know where it ends): cut there.
+            n = pc.sum(pc.less(seqs, end)).as_py() or 0
+            self._done = True
+            if n == 0:
+                return None
+            msgs = msgs[:n]
+            seqs = seqs.slice(0, n)
+            stamps = stamps.slice(0, n)
+        elif pending == 0:
+            self._done = True  # nothing (matching) after it now
+        self._next = seqs[n - 1].as_py() + 1
         if self._next >= end:
             self._done = True
-        average = max(1, size // len(seqs))
+        data = pa.array([m.data for m in msgs], pa.binary())
+        average = max(1, pc.sum(pc.binary_length(data)).as_py() // n)
         self._rows = max(1, min(_MAX_ROWS, _TARGET_BYTES // average))
-        n = len(seqs)
+        headers = [m.headers for m in msgs]
         return pa.RecordBatch.from_arrays(
             [
                 pa.repeat(self._opts.stream, n).cast(pa.string()),
-                pa.array(subjects, pa.string()),
-                pa.array(seqs, pa.int64()),
-                pa.array(stamps, pa.timestamp("us", tz="UTC")),
-                pa.array(headers, pa.map_(pa.string(), pa.string())),
-                pa.array(data, pa.binary()),
+                pa.array([m.subject for m in msgs], pa.string()),
+                seqs,
+                stamps,
+                pa.array(headers, _HEADERS)
+                if any(h is not None for h in headers)
+                else pa.nulls(n, _HEADERS),
+                data,
             ],
             schema=SCHEMA,
         )
