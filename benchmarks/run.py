@@ -682,7 +682,7 @@ def spark_cases(url: str, args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
     for case in ("read", "write"):
         ours = result[case]["ours"]
-        for level in ("noop", "ceiling"):
+        for level in ("noop", "ceiling", "row_noop"):
             base = result[case][level]
             name = f"spark_{case}_vs_{level}"
             rows.append(Row(name, ours, base, "rows/s"))
@@ -807,6 +807,7 @@ def child_spark(url: str, count: int, rounds: int) -> dict[str, Any]:
                 {
                     "noop": lambda n: timed(noop_read(n), n),
                     "ceiling": lambda n: timed(noop_read(n, "ceiling"), n),
+                    "row_noop": lambda n: timed(noop_read(n, "rows"), n),
                     "ours": lambda n: timed(jetstream_read(n), n),
                 },
                 count,
@@ -857,6 +858,7 @@ def child_spark(url: str, count: int, rounds: int) -> dict[str, Any]:
             {
                 "noop": noop_write,
                 "ceiling": lambda n: noop_write(n, "ceiling"),
+                "row_noop": lambda n: noop_write(n, "rows"),
                 "ours": jetstream_write,
             },
             count,

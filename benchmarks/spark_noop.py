@@ -12,6 +12,11 @@ Arrow batches Spark hands it. Two levels of "no-op" (option ``level``):
 * ``ceiling`` (the baseline of ``spark_*_vs_ceiling``): Spark's own transport
   and nothing else. The reader yields Arrow batches built up front; the writer
   only counts rows.
+* ``rows`` (the baseline of ``spark_*_vs_row_noop``, for information): the
+  row-at-a-time API instead of Arrow. The reader yields a tuple per row, the
+  writer (a plain ``DataSourceWriter``) takes Spark's ``Row`` objects. The
+  issue's prototype figures (421k rows/s read, 161k write) are of this order;
+  ``jetstream`` itself reads and writes Arrow batches.
 
 Spark pickles the data source classes by reference, so this module must be
 importable by the Python workers: ``run.py`` puts ``benchmarks/`` on their
@@ -76,6 +81,8 @@ class NoopDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         expect = self.options.get("expect")
         level = self.options.get("level", "python")
+        if level == "rows":
+            return NoopRowWriter(None if expect is None else int(expect))
         return NoopWriter(None if expect is None else int(expect), level)
 
 
@@ -91,13 +98,22 @@ class NoopReader(DataSourceReader):
         bounds = [1 + self.rows * i // n for i in range(n + 1)]
         return [InputPartition((lo, hi)) for lo, hi in pairwise(bounds)]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         lo, hi = partition.value
         if self.level == "ceiling":
             batches = _batches(lo, hi)  # built before the first one leaves
             yield from batches
+        elif self.level == "rows":
+            yield from _rows(lo, hi)
         else:
             yield from _python_batches(lo, hi)
+
+
+def _rows(lo: int, hi: int) -> Iterator[tuple[Any, ...]]:
+    """A tuple per row (the row-at-a-time API), values as ``_python_batches`` makes them."""
+    stamp0 = datetime(2026, 1, 1, tzinfo=UTC)
+    for seq in range(lo, hi):
+        yield (STREAM, SUBJECT, seq, stamp0, None, PAYLOAD)
 
 
 def _python_batches(lo: int, hi: int) -> Iterator[pa.RecordBatch]:
@@ -170,6 +186,24 @@ class NoopWriter(DataSourceArrowWriter):
                     for _value in column.to_pylist():
                         pass
             rows += batch.num_rows
+        return Counted(rows)
+
+    def commit(self, messages: list[Any]) -> None:
+        rows = sum(m.rows for m in messages if m is not None)
+        if self.expect is not None and rows != self.expect:
+            raise RuntimeError(f"bench_noop wrote {rows} rows, expected {self.expect}")
+
+
+class NoopRowWriter(DataSourceWriter):
+    """Takes Spark's ``Row`` objects one by one (the row-at-a-time writer API); checks the total."""
+
+    def __init__(self, expect: int | None) -> None:
+        self.expect = expect
+
+    def write(self, iterator: Iterator[Any]) -> Counted:
+        rows = 0
+        for _row in iterator:
+            rows += 1
         return Counted(rows)
 
     def commit(self, messages: list[Any]) -> None:
