@@ -17,7 +17,7 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Generic, Self, TypeVar
 
 from . import _headers as H
 from ._errors import (
@@ -1009,30 +1009,33 @@ def _exists(exc: WrongLastSequenceError, what: str) -> KeyExistsError:
     return KeyExistsError(exc.code, exc.err_code, f"{what}: {exc.description}")
 
 
-class KeyWatcher:
-    """A running watch: ``async with kv.watch(...) as w: async for entry in w``.
+T = TypeVar("T")
 
-    Yields :class:`KeyValueEntry` objects, and exactly one ``None`` after the
-    initial values (none with ``updates_only``). Leaving ``async with`` (or
-    :meth:`aclose`) deletes the server-side consumer.
+
+class Watcher(Generic[T]):
+    """What key-value and object-store watchers share: ``_Reader`` events to items.
+
+    Yields what :meth:`_item` makes of each message (skipping None), and
+    exactly one ``None`` after the initial values (none with ``updates_only``).
     """
 
-    def __init__(
-        self, kv: KeyValue, reader: _Reader, ignore_deletes: bool, updates_only: bool
-    ) -> None:
-        self._kv = kv
+    def __init__(self, reader: _Reader, ignore_deletes: bool, updates_only: bool) -> None:
         self._reader = reader
         self._ignore_deletes = ignore_deletes
         self._updates_only = updates_only
         self._started = False
         self._none_sent = False
 
+    def _item(self, msg: Msg) -> T | None:
+        """The item of a watched message; None to skip it."""
+        raise NotImplementedError
+
     async def _ensure_started(self) -> None:
         if not self._started:
             self._started = True
             await self._reader.start()
 
-    async def __aenter__(self) -> KeyWatcher:
+    async def __aenter__(self) -> Self:
         await self._ensure_started()
         return self
 
@@ -1044,10 +1047,10 @@ class KeyWatcher:
     ) -> None:
         await self.aclose()
 
-    def __aiter__(self) -> KeyWatcher:
+    def __aiter__(self) -> Self:
         return self
 
-    async def __anext__(self) -> KeyValueEntry | None:
+    async def __anext__(self) -> T | None:
         await self._ensure_started()
         while True:
             item = await self._reader.next()
@@ -1059,11 +1062,31 @@ class KeyWatcher:
                 self._none_sent = True
                 return None
             assert isinstance(item, Msg)
-            op = entry_operation(item.headers)
-            if self._ignore_deletes and op is not KeyValueOp.PUT:
-                continue
-            return self._kv._entry(item, op)
+            made = self._item(item)
+            if made is not None:
+                return made
 
     async def aclose(self) -> None:
         """Stop watching and delete the server-side consumer (idempotent)."""
         await self._reader.aclose()
+
+
+class KeyWatcher(Watcher[KeyValueEntry]):
+    """A running watch: ``async with kv.watch(...) as w: async for entry in w``.
+
+    Yields :class:`KeyValueEntry` objects, and exactly one ``None`` after the
+    initial values (none with ``updates_only``). Leaving ``async with`` (or
+    :meth:`aclose`) deletes the server-side consumer.
+    """
+
+    def __init__(
+        self, kv: KeyValue, reader: _Reader, ignore_deletes: bool, updates_only: bool
+    ) -> None:
+        super().__init__(reader, ignore_deletes, updates_only)
+        self._kv = kv
+
+    def _item(self, msg: Msg) -> KeyValueEntry | None:
+        op = entry_operation(msg.headers)
+        if self._ignore_deletes and op is not KeyValueOp.PUT:
+            return None
+        return self._kv._entry(msg, op)

@@ -53,7 +53,7 @@ from ._errors import (
     ObjectNotFoundError,
     StreamNotFoundError,
 )
-from ._kv import _Event, _Reader
+from ._kv import Watcher, _Reader
 from ._message import Msg
 from ._models import (
     DeliverPolicy,
@@ -1255,7 +1255,7 @@ class ObjectResult:
 # --------------------------------------------------------------------------- watching
 
 
-class ObjectWatcher:
+class ObjectWatcher(Watcher[ObjectInfo]):
     """A running watch: ``async with store.watch() as w: async for info in w``.
 
     Yields :class:`ObjectInfo` objects, and exactly one ``None`` after the
@@ -1266,50 +1266,11 @@ class ObjectWatcher:
     def __init__(
         self, store: ObjectStore, reader: _Reader, ignore_deletes: bool, updates_only: bool
     ) -> None:
+        super().__init__(reader, ignore_deletes, updates_only)
         self._store = store
-        self._reader = reader
-        self._ignore_deletes = ignore_deletes
-        self._updates_only = updates_only
-        self._started = False
-        self._none_sent = False
 
-    async def _ensure_started(self) -> None:
-        if not self._started:
-            self._started = True
-            await self._reader.start()
-
-    async def __aenter__(self) -> ObjectWatcher:
-        await self._ensure_started()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def __aiter__(self) -> ObjectWatcher:
-        return self
-
-    async def __anext__(self) -> ObjectInfo | None:
-        await self._ensure_started()
-        while True:
-            item = await self._reader.next()
-            if item is _Event.END:
-                raise StopAsyncIteration
-            if item is _Event.CAUGHT_UP:
-                if self._updates_only or self._none_sent:
-                    continue
-                self._none_sent = True
-                return None
-            assert isinstance(item, Msg)
-            info = self._store._parse(item)
-            if self._ignore_deletes and info.deleted:
-                continue
-            return info
-
-    async def aclose(self) -> None:
-        """Stop watching and delete the server-side consumer (idempotent)."""
-        await self._reader.aclose()
+    def _item(self, msg: Msg) -> ObjectInfo | None:
+        info = self._store._parse(msg)
+        if self._ignore_deletes and info.deleted:
+            return None
+        return info

@@ -341,12 +341,7 @@ class PullDriver:
                 if self.error is not None:
                     raise self.error
                 return None
-            loop = self._loop or asyncio.get_running_loop()
-            waiter = self._waiter = loop.create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+            await self._wait()
 
     async def collect(self) -> list[Msg]:
         """Wait for the run to end; every buffered message at once, in order.
@@ -357,12 +352,7 @@ class PullDriver:
 
         """
         while not self.finished:
-            loop = self._loop or asyncio.get_running_loop()
-            waiter = self._waiter = loop.create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+            await self._wait()
         buffer = self._buffer
         if not buffer:
             if self.error is not None:
@@ -373,6 +363,15 @@ class PullDriver:
         self._settle()
         self._run(self.engine.on_consumed_many(len(msgs)))
         return msgs
+
+    async def _wait(self) -> None:
+        """Until the next arrival or the end (see :meth:`_wake`)."""
+        loop = self._loop or asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
 
     def _wake(self) -> None:
         waiter = self._waiter
