@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -299,64 +300,49 @@ def info(ctx: typer.Context, name: Name, json_flag: JsonFlag = False) -> None:
     _show(out, run(ctx, work))
 
 
-@app.command("add")
-def add(
-    ctx: typer.Context,
-    name: Name,
-    subjects: Subjects = None,
-    storage: Storage = None,
-    retention: Retention = None,
-    discard: Discard = None,
-    max_age: MaxAge = None,
-    max_msgs: MaxMsgs = None,
-    max_bytes: MaxBytes = None,
-    max_msg_size: MaxMsgSize = None,
-    max_msgs_per_subject: MaxPerSubject = None,
-    replicas: Replicas = None,
-    dupe_window: DupeWindow = None,
-    description: Description = None,
-    allow_msg_ttl: AllowMsgTTL = None,
-    marker_ttl: MarkerTTL = None,
-    allow_direct: AllowDirect = None,
-    allow_rollup: AllowRollup = None,
-    deny_delete: DenyDelete = None,
-    deny_purge: DenyPurge = None,
-    compression: Compression = None,
-    config: ConfigFile = None,
-    json_flag: JsonFlag = False,
-) -> None:
-    """Create a stream (subjects default to the stream's name)."""
-    _save(ctx, name, _changes(locals()), config, json_flag, edit=False)
+def _save_command(*, edit: bool, doc: str) -> Callable[..., None]:
+    """``stream add`` or ``stream edit``: the same options, creating or changing."""
+
+    def command(
+        ctx: typer.Context,
+        name: Name,
+        subjects: Subjects = None,
+        storage: Storage = None,
+        retention: Retention = None,
+        discard: Discard = None,
+        max_age: MaxAge = None,
+        max_msgs: MaxMsgs = None,
+        max_bytes: MaxBytes = None,
+        max_msg_size: MaxMsgSize = None,
+        max_msgs_per_subject: MaxPerSubject = None,
+        replicas: Replicas = None,
+        dupe_window: DupeWindow = None,
+        description: Description = None,
+        allow_msg_ttl: AllowMsgTTL = None,
+        marker_ttl: MarkerTTL = None,
+        allow_direct: AllowDirect = None,
+        allow_rollup: AllowRollup = None,
+        deny_delete: DenyDelete = None,
+        deny_purge: DenyPurge = None,
+        compression: Compression = None,
+        config: ConfigFile = None,
+        json_flag: JsonFlag = False,
+    ) -> None:
+        _save(ctx, name, _changes(locals()), config, json_flag, edit=edit)
+
+    command.__doc__ = doc
+    return command
 
 
-@app.command("edit")
-def edit(
-    ctx: typer.Context,
-    name: Name,
-    subjects: Subjects = None,
-    storage: Storage = None,
-    retention: Retention = None,
-    discard: Discard = None,
-    max_age: MaxAge = None,
-    max_msgs: MaxMsgs = None,
-    max_bytes: MaxBytes = None,
-    max_msg_size: MaxMsgSize = None,
-    max_msgs_per_subject: MaxPerSubject = None,
-    replicas: Replicas = None,
-    dupe_window: DupeWindow = None,
-    description: Description = None,
-    allow_msg_ttl: AllowMsgTTL = None,
-    marker_ttl: MarkerTTL = None,
-    allow_direct: AllowDirect = None,
-    allow_rollup: AllowRollup = None,
-    deny_delete: DenyDelete = None,
-    deny_purge: DenyPurge = None,
-    compression: Compression = None,
-    config: ConfigFile = None,
-    json_flag: JsonFlag = False,
-) -> None:
-    """Change a stream's settings: the options given (or a whole --config) replace them."""
-    _save(ctx, name, _changes(locals()), config, json_flag, edit=True)
+add = app.command("add")(
+    _save_command(edit=False, doc="Create a stream (subjects default to the stream's name).")
+)
+edit = app.command("edit")(
+    _save_command(
+        edit=True,
+        doc="Change a stream's settings: the options given (or a whole --config) replace them.",
+    )
+)
 
 
 def _save(
