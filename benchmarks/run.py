@@ -488,7 +488,7 @@ async def core_subscription_rate(libs: Libraries, count: int) -> float:
 # --------------------------------------------------------------------------- key-value
 
 
-async def bench_kv(libs: Libraries, count: int, rounds: int) -> list[Row]:
+async def bench_kv(libs: Libraries, url: str, count: int, rounds: int) -> list[Row]:
     """Sequential puts (ops/s) and gets (latency percentiles), same bucket for both."""
     js = libs.js
     kv = await js.create_key_value(KeyValueConfig(bucket=KV_BUCKET))
@@ -527,22 +527,69 @@ async def bench_kv(libs: Libraries, count: int, rounds: int) -> list[Row]:
             out.append(clock() - t)
         return out
 
+    floor_get, floor_close = await raw_direct_get(url, KV_BUCKET, keys)
+
     # Each round's latencies of each side, as in measure_rounds (which takes one figure).
-    samples: dict[str, list[list[float]]] = {"baseline": [], "ours": []}
-    sides = {"baseline": base_get, "ours": ours_get}
-    for get in sides.values():
-        await get(count // 10)
-    for i in range(rounds):
-        for name in sides if i % 2 == 0 else reversed(list(sides)):
-            samples[name].append(await sides[name](count))
+    samples: dict[str, list[list[float]]] = {"baseline": [], "ours": [], "floor": []}
+    sides = {"baseline": base_get, "ours": ours_get, "floor": floor_get}
+    try:
+        for get in sides.values():
+            await get(count // 10)
+        for i in range(rounds):
+            for name in sides if i % 2 == 0 else reversed(list(sides)):
+                samples[name].append(await sides[name](count))
+    finally:
+        floor_close()
 
     def quantile(name: str, q: float) -> list[float]:
         return [percentile(latencies, q) * 1e6 for latencies in samples[name]]
 
     rows.append(Row("kv_get_p50", quantile("ours", 0.5), quantile("baseline", 0.5), "µs"))
     rows.append(Row("kv_get_p99", quantile("ours", 0.99), quantile("baseline", 0.99), "µs"))
+    # For information: a bare asyncio socket sending the same direct gets (no client).
+    rows.append(
+        Row("kv_get_p50_raw_socket", quantile("floor", 0.5), quantile("baseline", 0.5), "µs")
+    )
     await js.delete_key_value(KV_BUCKET)
     return rows
+
+
+async def raw_direct_get(
+    url: str, bucket: str, keys: list[str]
+) -> tuple[Callable[[int], Awaitable[list[float]]], Callable[[], None]]:
+    """The floor of a KV get on this machine: one asyncio stream, write, read to the reply's end.
+
+    No client at all: a ``PUB`` of the direct get written straight to the
+    socket and the reply read until its payload arrived (the payload is known).
+    """
+    host, _, port = url.removeprefix("nats://").rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    await reader.readline()  # INFO
+    writer.write(
+        b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,'
+        b'"protocol":1}\r\nSUB _RAW.* 1\r\nPING\r\n'
+    )
+    await reader.readuntil(b"PONG\r\n")
+    requests = [
+        b"PUB $JS.API.DIRECT.GET.KV_%b.$KV.%b.%b _RAW.1 0\r\n\r\n"
+        % (bucket.encode(), bucket.encode(), key.encode())
+        for key in keys
+    ]
+    tail = PAYLOAD + b"\r\n"
+
+    async def get(n: int) -> list[float]:
+        out: list[float] = []
+        clock = time.perf_counter
+        for i in range(n):
+            t = clock()
+            writer.write(requests[i % len(requests)])
+            data = await reader.read(65536)
+            while not data.endswith(tail):
+                data += await reader.read(65536)
+            out.append(clock() - t)
+        return out
+
+    return get, writer.close
 
 
 # --------------------------------------------------------------------------- memory, import
@@ -1067,7 +1114,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 rows += await bench_consume(libs, args.messages, args.rounds)
                 progress(args, rows)
             if "kv" in groups:
-                rows += await bench_kv(libs, args.kv_count, args.rounds)
+                rows += await bench_kv(libs, server.url, args.kv_count, args.rounds)
                 progress(args, rows)
             if "memory" in groups:
                 buffered = child("buffer", server.url, min(args.buffer, args.messages))
