@@ -431,21 +431,45 @@ class OrderedBatch(C.MessageBatch):
                 left to return (the next call raises it after a partial return).
 
         """
+        driver = self._driver
+        try:
+            await driver.wait_finished()
+        except BaseException:
+            await self.aclose()
+            raise
+        raw: list[Msg] = []
+        while (msg := driver.take()) is not None:
+            raw.append(msg)
+        try:
+            await self.aclose()
+        except BaseException:
+            # Taken but not accepted: the cursor stays, the next fetch resets to it.
+            self._owner._needs_reset = True
+            raise
         out: list[Msg] = []
-        while True:
-            try:
-                msg = await self.__anext__()
-            except StopAsyncIteration:
-                return out
-            except JetStreamError:
-                if not out:
-                    raise
-                return out  # the driver keeps the error: the next call raises it
+        accept = self._owner._accept
+        for msg in raw:
+            if not accept(msg):
+                return out  # a gap: the next fetch resets
             out.append(msg)
+        error = driver.error
+        if isinstance(error, _RESETTABLE):
+            self._owner._needs_reset = True
+            return out
+        if error is None or out:
+            return out  # the driver keeps the error: the next call raises it
+        raise error
 
     async def aclose(self) -> None:
-        """End the fetch (idempotent)."""
-        await self._driver.aclose()
+        """End the fetch (idempotent).
+
+        Closed before its end (or with messages unread), the fetch drops what the
+        server already delivered: the next fetch then restarts at the cursor.
+        """
+        driver = self._driver
+        if not driver.finished or driver.buffered:
+            self._owner._needs_reset = True
+        await driver.aclose()
         if self._owner._active is self:
             self._owner._release()
 

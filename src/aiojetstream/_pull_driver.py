@@ -351,8 +351,7 @@ class PullDriver:
                 message is left to return.
 
         """
-        while not self.finished:
-            await self._wait()
+        await self.wait_finished()
         buffer = self._buffer
         if not buffer:
             if self.error is not None:
@@ -363,6 +362,11 @@ class PullDriver:
         self._settle()
         self._run(self.engine.on_consumed_many(len(msgs)))
         return msgs
+
+    async def wait_finished(self) -> None:
+        """Until the run ended (its messages stay buffered)."""
+        while not self.finished:
+            await self._wait()
 
     async def _wait(self) -> None:
         """Until the next arrival or the end (see :meth:`_wake`)."""

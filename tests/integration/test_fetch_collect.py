@@ -109,3 +109,37 @@ async def test_ordered_collect_stops_at_nothing_and_keeps_order(js: JetStreamCon
     assert [m.metadata.sequence.stream for m in msgs] == list(range(1, 301))
     msgs = await (await ordered.fetch(300, expires=1)).collect()
     assert [m.metadata.sequence.stream for m in msgs] == list(range(301, 501))
+
+
+async def test_ordered_collect_cancelled_loses_nothing(js: JetStreamContext) -> None:
+    """A collect cancelled while the pull runs (``wait_for``) accepts nothing:
+    the next fetch delivers the same messages again, in order."""
+    stream = await _stream(js, 20)
+    ordered = await js.ordered_consumer(stream)
+    batch = await ordered.fetch(100, expires=30)
+    collecting = asyncio.ensure_future(batch.collect())
+
+    async def twenty_buffered() -> bool:  # every message arrived; the pull still waits
+        return batch._driver.buffered == 20
+
+    await wait_until(twenty_buffered, message="the twenty messages did not arrive")
+    collecting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await collecting
+    msgs = await (await ordered.fetch(100, expires=1)).collect()
+    assert [m.metadata.sequence.stream for m in msgs] == list(range(1, 21))
+
+
+async def test_ordered_fetch_closed_early_restarts_at_the_cursor(js: JetStreamContext) -> None:
+    """Left after five messages, an ordered fetch drops what the server already
+    delivered; the next fetch resets to the cursor and delivers it again."""
+    stream = await _stream(js, 20)
+    ordered = await js.ordered_consumer(stream)
+    got: list[int] = []
+    async with await ordered.fetch(100, expires=2) as batch:
+        async for msg in batch:
+            got.append(msg.metadata.sequence.stream)
+            if len(got) == 5:
+                break
+    msgs = await (await ordered.fetch(100, expires=1)).collect()
+    assert got + [m.metadata.sequence.stream for m in msgs] == list(range(1, 21))

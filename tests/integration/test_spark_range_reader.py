@@ -61,6 +61,14 @@ async def test_range_end_and_filter(js: JetStreamContext, nats_url: str) -> None
     reader = RangeReader(js, opts, 10, 31)
     assert await read_all(reader) == list(range(10, 31, 2))
     await reader.aclose()
+    # Fewer matching messages left (6) than the range has sequences (11): each fetch
+    # takes what is there, none waits for its expiry (5 s).
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    reader = RangeReader(js, opts, 90, 101)
+    assert await read_all(reader) == list(range(90, 101, 2))
+    assert loop.time() - started < 2.5
+    await reader.aclose()
     # Nothing matches from here on: the read ends at once, without waiting for a fetch.
     opts = parse_source_options(
         {"stream": rr2, "servers": nats_url, "subject": f"{rr2}.none"}, streaming=False

@@ -77,7 +77,6 @@ DDL: Final = (
 _FIRST_ROWS: Final = 2_000
 _MAX_ROWS: Final = 20_000
 _TARGET_BYTES: Final = 8 << 20
-_FETCH_EXPIRES: Final = 5.0
 
 
 class DataLossError(JetStreamError):
@@ -293,10 +292,16 @@ class RangeReader:
         return None
 
     async def _fetch(self, consumer: JSConsumer, want: int) -> pa.RecordBatch | None:
-        async with await consumer.fetch(want, expires=_FETCH_EXPIRES) as fetched:
+        # What the stream holds now, without waiting: fewer matching messages than
+        # asked for (a filter, deleted sequences) must not wait for an expiry.
+        async with await consumer.fetch_no_wait(want) as fetched:
             msgs = await fetched.collect()
-        if not msgs:
-            return None
+            if not msgs:
+                return None
+            try:
+                await fetched.collect()  # an error that ended the pull after them
+            except (ConsumerNotFoundError, ConsumerDeletedError):
+                self._consumer = None  # recreated at the next sequence
         seqs, stamps, pending = _numbers(msgs)
         n = len(msgs)
         end = self._end
