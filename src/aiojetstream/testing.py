@@ -1066,8 +1066,12 @@ class NatsCluster:
             if jsz.get("server_name") != leader:
                 continue
             replicas = (jsz.get("meta_cluster") or {}).get("replicas") or []
+            # Current in the meta group is not enough: until the leader has heard a
+            # peer's statistics it marks it offline, and placing an R3 stream fails
+            # ("no suitable peers for placement, peer offline", err_code 10005).
             if size > 1 and (
-                len(replicas) < size - 1 or not all(r.get("current") for r in replicas)
+                len(replicas) < size - 1
+                or not all(r.get("current") and not r.get("offline") for r in replicas)
             ):
                 return None
         return leader

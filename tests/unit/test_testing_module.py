@@ -233,8 +233,11 @@ def test_meta_ready_needs_agreement_and_current_replicas() -> None:
     cluster = NatsCluster(2)
     try:
 
-        def jsz(name: str, leader: str, current: bool = True) -> dict[str, object]:
-            replicas = [{"name": "other", "current": current}] if name == leader else []
+        def jsz(
+            name: str, leader: str, current: bool = True, offline: bool = False
+        ) -> dict[str, object]:
+            replica = {"name": "other", "current": current, "offline": offline}
+            replicas = [replica] if name == leader else []
             meta = {"leader": leader, "replicas": replicas}
             return {"server_name": name, "meta_cluster": meta}
 
@@ -243,6 +246,8 @@ def test_meta_ready_needs_agreement_and_current_replicas() -> None:
         assert cluster._meta_ready([(503, jsz("n1", "n1"), 2), ready[1]]) is None
         assert cluster._meta_ready([ready[0], (200, jsz("n2", "n2"), 2)]) is None
         assert cluster._meta_ready([(200, jsz("n1", "n1", False), 2), ready[1]]) is None
+        offline = jsz("n1", "n1", offline=True)
+        assert cluster._meta_ready([(200, offline, 2), ready[1]]) is None
         assert cluster._meta_ready([ready[0], (200, jsz("n2", ""), 2)]) is None
     finally:
         cluster.stop_sync()
