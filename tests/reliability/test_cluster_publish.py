@@ -120,6 +120,8 @@ class Workload:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     acks: asyncio.Event = field(default_factory=asyncio.Event)
     unexpected: list[BaseException] = field(default_factory=list)
+    #: When each publisher's attempt in flight started.
+    inflight: dict[str, float] = field(default_factory=dict)
 
     def start(self, names: list[str]) -> None:
         """Start publishers that send message after message until stopped."""
@@ -161,7 +163,7 @@ class Workload:
     async def _send(self, name: str, payload: bytes) -> None:
         """Publish ``payload`` with its msg id until it is acknowledged."""
         while True:
-            t0 = now()
+            t0 = self.inflight[name] = now()
             try:
                 ack = await self.js.publish(
                     self.subject, payload, msg_id=payload.decode(), timeout=self.timeout
@@ -219,15 +221,36 @@ class Workload:
         names = {task.get_name().removeprefix("publisher ") for task in self.tasks}
         names.discard("prober")
 
-        def done() -> bool:
+        def unsettled() -> set[str]:
             acked = {a.publisher for a in self.attempts if a.error is None and a.started >= t}
-            return names <= acked
+            return names - acked
 
-        async with asyncio.timeout(timeout):
-            while not done():
-                self.acks.clear()
-                await self.acks.wait()
+        try:
+            async with asyncio.timeout(timeout):
+                while unsettled():
+                    assert not self.unexpected, self.unexpected
+                    self.acks.clear()
+                    await self.acks.wait()
+        except TimeoutError:
+            left = sorted(unsettled())
+            raise AssertionError(
+                f"{len(left)} publishers had no attempt acknowledged in the {timeout:g} s "
+                f"after {t:.3f}: {self.describe(left[:3])}; unexpected: {self.unexpected}; "
+                f"dead tasks: {[x.get_name() for x in self.tasks if x.done()]}"
+            ) from None
         return now()
+
+    def describe(self, names: list[str]) -> str:
+        """The last attempts of each of ``names`` (what a stuck publisher saw)."""
+        parts = []
+        for name in names:
+            mine = [a for a in self.attempts if a.publisher == name][-4:]
+            seen = ", ".join(
+                f"{a.started:.3f}+{a.ended - a.started:.2f}s {a.error or 'ack'}" for a in mine
+            )
+            started = self.inflight.get(name, -1.0)
+            parts.append(f"{name}: [{seen}] last attempt started {started:.3f}")
+        return "; ".join(parts)
 
     def late(self) -> list[Attempt]:
         """Attempts that ended later than their deadline allows."""
