@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.metadata
 import logging
 import os
@@ -1173,7 +1174,9 @@ def choose_path(nc: NatsClient) -> bool:
     return fast
 
 
+@functools.cache
 def _nats_version() -> str:
+    # Cached: a metadata lookup scans site-packages, and every connection logs it.
     try:
         return importlib.metadata.version("nats-py")
     except importlib.metadata.PackageNotFoundError:
