@@ -291,9 +291,10 @@ async def _wait_process_exit(proc: subprocess.Popen[bytes], limit: float | None)
 
                 try:
                     loop.add_reader(pidfd, _on_exit)
+                    watching = True
                 except NotImplementedError:
-                    pass
-                else:
+                    watching = False  # this loop cannot watch descriptors: poll below
+                if watching:
                     try:
                         await exited
                     finally:
