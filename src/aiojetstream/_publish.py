@@ -459,9 +459,15 @@ class AsyncPublisher:
                 return True
         # Stored, refused for another reason, or out of time: _on_reply completes it.
         del self._held[token]
-        if self._hold_queue and b'"error"' not in data:
-            self._hold_wait = HOLD_FIRST_WAIT  # there is room again: next one at once
-            self._arm_hold(backoff=False)
+        if self._hold_queue and self._resending is None:
+            # The next held message goes out whatever this reply was (a held message
+            # waits for a resend, never for an unrelated reply that may not come).
+            if full is not None:
+                self._arm_hold(backoff=True)  # out of time, but the stream is still full
+            else:
+                if b'"error"' not in data:
+                    self._hold_wait = HOLD_FIRST_WAIT  # there is room again
+                self._arm_hold(backoff=False)
         return False
 
     def _arm_hold(self, *, backoff: bool) -> None:
@@ -539,7 +545,14 @@ class AsyncPublisher:
         while heap and heap[0][0] <= now:
             _, token = heapq.heappop(heap)
             entry = self._forget(token)
-            if entry is not None and not entry[0].done():
+            if entry is None:
+                continue
+            if self._held.pop(token, None) is not None and token == self._resending:
+                # Its resend got no reply (no leader, say): the next held one goes now.
+                self._resending = None
+                if self._hold_queue:
+                    self._arm_hold(backoff=True)
+            if not entry[0].done():
                 entry[0].set_exception(
                     JetStreamTimeoutError(f"no acknowledgement for the publish to {entry[2]!r}")
                 )

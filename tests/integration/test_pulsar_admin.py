@@ -22,7 +22,9 @@ from aiojetstream import (
     FetchTimeoutError,
     InvalidOptionError,
     JetStreamContext,
+    JetStreamTimeoutError,
     MaxMessagesExceededError,
+    MessageSizeExceedsMaximumError,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -319,6 +321,62 @@ async def test_held_publish_async_keeps_window_order_and_rate(nats_url: str) -> 
         assert js.publish_async_pending == 0
     finally:
         await js.close()
+
+
+async def test_held_publish_async_after_a_held_one_failed_otherwise(nats_url: str) -> None:
+    """A held message's resend refused for another reason (not "full") sends the next one.
+
+    A is held (the stream is full), B waits behind it; A's resends then fail
+    with "message too large" (the stream's max_msg_size shrank below A, not B). B must still go
+    out and be stored once there is room, not wait for a resend that nobody
+    schedules.
+    """
+    import aiojetstream
+
+    js = await aiojetstream.connect(nats_url, publish_async_timeout=1.0)
+    try:
+        stream = await stream_with(js, "HERR", 3, max_msgs=3, discard=DiscardPolicy.NEW)
+        received = js.nc.stats["in_msgs"]
+        a = await js.publish_async(f"{stream}.a", b"A" * 100, hold_when_full=10)
+        await wait_until(lambda: js.nc.stats["in_msgs"] > received, timeout=5)  # A: full
+        b = await js.publish_async(f"{stream}.b", b"B", hold_when_full=10)
+        info = await (await js.stream(stream)).info()
+        await js.update_stream(info.config.model_copy(update={"max_msg_size": 100}))
+        with pytest.raises(MessageSizeExceedsMaximumError):
+            await asyncio.wait_for(a, 10)
+        await (await js.stream(stream)).purge()
+        ack = await asyncio.wait_for(b, 5)  # was: never sent, a timeout after 11 s
+        assert not ack.duplicate
+        assert (await (await js.stream(stream)).info()).state.messages == 1
+    finally:
+        await js.close()
+
+
+async def test_held_publish_async_after_a_resend_without_reply() -> None:
+    """A held message whose resend gets no reply (a hung server) expires; the next goes on."""
+    import aiojetstream
+    from aiojetstream.testing import NatsServer
+
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url, publish_async_timeout=0.5)
+        try:
+            stream = await stream_with(js, "HLOST", 1, max_msgs=1, discard=DiscardPolicy.NEW)
+            received = js.nc.stats["in_msgs"]
+            a = await js.publish_async(f"{stream}.a", b"A", hold_when_full=2)
+            await wait_until(lambda: js.nc.stats["in_msgs"] > received, timeout=5)  # A: full
+            # A's next resend (50 ms at the earliest) meets a hung server: no reply.
+            server.freeze()
+            b = await js.publish_async(f"{stream}.b", b"B", hold_when_full=10)
+            with pytest.raises(JetStreamTimeoutError):
+                await asyncio.wait_for(a, 10)
+            server.thaw()
+            await (await js.stream(stream)).purge()
+            ack = await asyncio.wait_for(b, 8)  # was: never sent, a timeout after 10.5 s
+            assert ack.seq == 2
+        finally:
+            if server.frozen:
+                server.thaw()
+            await js.close()
 
 
 async def test_old_servers_are_refused_before_sending(js: JetStreamContext) -> None:
