@@ -5,8 +5,9 @@ A bucket ``B`` is the stream ``OBJ_B`` listening on ``$O.B.C.>`` (chunks) and
 in chunks (128 KiB by default) to ``$O.B.C.<nuid>`` through the asynchronous
 publish window, then its info (JSON, as nats.go writes it) to
 ``$O.B.M.<base64url(name)>`` with ``Nats-Rollup: sub``, which replaces the
-previous info. A failed put purges its chunks; a successful one purges the
-previous version's. Reads stream the chunks through an ordered consumer with a
+previous info. A failed put purges its chunks (but keeps them when its info
+may have been stored: see ``ObjectStore._store_info``); a successful one purges
+the previous version's. Reads stream the chunks through an ordered consumer with a
 small buffer and check the chunk count, size and SHA-256 digest at the end.
 """
 
@@ -25,7 +26,15 @@ import secrets
 import string
 import tempfile
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+)
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +49,7 @@ from ._errors import (
     ClusterUnavailableError,
     DigestMismatchError,
     DisconnectedError,
+    DuplicateMsgIdInProcessError,
     InvalidHeaderError,
     InvalidNameError,
     InvalidOptionError,
@@ -48,6 +58,7 @@ from ._errors import (
     JetStreamNotEnabledError,
     JetStreamTimeoutError,
     MessageNotFoundError,
+    NoRespondersError,
     ObjectExistsError,
     ObjectLinkError,
     ObjectNotFoundError,
@@ -114,6 +125,8 @@ GET_BUFFER_BYTES: Final = 4 * 1024 * 1024
 MAX_LINK_DEPTH: Final = 8
 #: Room for the headers of the info message when checking it fits max_payload.
 _META_SLACK: Final = 256
+#: The Nats-Msg-Id of a put's info is this plus the put's nuid: publishing it again is idempotent.
+_PUT_MSG_ID_PREFIX: Final = "obj-put-"
 
 _NUID_ALPHABET: Final = string.digits + string.ascii_letters
 _HEX_DIGEST: Final = re.compile(r"[0-9a-fA-F]{64}")
@@ -489,11 +502,14 @@ class ObjectStore:
             raise ObjectNotFoundError(f"object {name!r} not found in bucket {self._bucket!r}")
         return info
 
-    async def _publish_info(self, info: ObjectInfo, timeout: float | None) -> PubAck:
+    async def _publish_info(
+        self, info: ObjectInfo, timeout: float | None, *, msg_id: str | None = None
+    ) -> PubAck:
         return await self._js.publish(
             self._meta_subject(info.name),
             meta_body(info),
             headers={H.ROLLUP: "sub"},
+            msg_id=msg_id,
             timeout=timeout,
         )
 
@@ -530,7 +546,13 @@ class ObjectStore:
         ``SHA-256=`` digest) replaces the previous one; only then are the
         previous version's chunks purged, so readers see the old or the new
         version, never a mix. If anything fails, the chunks written so far are
-        purged and the error is raised (the previous version stays).
+        purged and the error is raised (the previous version stays). Only when
+        the info got no reply (a timeout or a dropped connection) is it
+        published again, with the same ``Nats-Msg-Id`` (so it is stored at most
+        once), for up to three times ``timeout``: once acknowledged the put
+        succeeds. If that fails too, or the put is cancelled while its info is
+        on its way, the error is raised with a note and the chunks are kept:
+        the object may show the new version or the previous one, both intact.
 
         Args:
             name: the object's name.
@@ -588,11 +610,11 @@ class ObjectStore:
                 count += 1
                 pending.append(await js.publish_async(chunk_subject, chunk, timeout=ack_wait))
                 while pending and (len(pending) >= window or pending[0].done()):
-                    await pending[0]  # raises the chunk's error
+                    await _settled(pending[0])  # raises the chunk's error
                     pending.popleft()
                     acked = True
             while pending:
-                await pending[0]
+                await _settled(pending[0])
                 pending.popleft()
                 acked = True
         except (Exception, asyncio.CancelledError) as exc:
@@ -609,31 +631,59 @@ class ObjectStore:
     async def _store_info(
         self, info: ObjectInfo, chunk_subject: str, timeout: float | None
     ) -> None:
-        """Publish a put's info; on failure purge its chunks unless the info may be stored."""
+        """Publish a put's info; purge its chunks only when the info is known not stored.
+
+        The info carries a ``Nats-Msg-Id`` unique to this put, so publishing it
+        again is idempotent: the stream stores it at most once, and acknowledges
+        a second copy as a duplicate. When no reply came (a timeout or a dropped
+        connection), the outcome is settled by publishing the same info again
+        (see :meth:`_settle_info`). When it can not be settled, or the put was
+        cancelled, the chunks are kept: purging them while the info may be (or
+        may still become) stored would leave an object pointing at nothing,
+        with the previous version gone. A read-back is no way to tell: a direct
+        get is not ordered after the publish just written.
+        """
+        assert info.nuid is not None
+        msg_id = _PUT_MSG_ID_PREFIX + info.nuid
         try:
-            await self._publish_info(info, timeout)
+            await self._publish_info(info, timeout, msg_id=msg_id)
             return
-        except APIError as exc:
-            await self._discard(chunk_subject, (), exc, timeout)  # refused: nothing stored
+        except (APIError, NoRespondersError, InvalidOptionError) as exc:
+            # Refused by the stream, no stream listening, or refused before
+            # sending: the info was not stored.
+            await self._discard(chunk_subject, (), exc, timeout)
             raise
-        except (Exception, asyncio.CancelledError) as exc:
+        except (JetStreamTimeoutError, DisconnectedError) as exc:
             failure: BaseException = exc
-        # No reply: the info may have been stored. Purging its chunks then would
-        # leave a corrupt object, so look first.
+        except (Exception, asyncio.CancelledError) as exc:
+            # Cancelled, the context closed, or a reply that made no sense: the
+            # info may or may not be stored, and there is no time to find out.
+            exc.add_note(_kept_note(info.name, chunk_subject, None))
+            raise
         try:
-            stored = await self._raw_info(self._meta_subject(info.name), timeout)
-        except JetStreamError as exc:
-            failure.add_note(
-                f"object {info.name!r}: its info may or may not have been stored ({exc!r}); "
-                f"its chunks on {chunk_subject!r} were kept"
-            )
-            raise failure from None
-        if stored is not None and stored.nuid == info.nuid:
-            if isinstance(failure, asyncio.CancelledError):
-                raise failure
-            return  # stored after all
-        await self._discard(chunk_subject, (), failure, timeout)
+            settled = await self._settle_info(info, msg_id, self._wait(timeout))
+        except asyncio.CancelledError as exc:
+            exc.add_note(_kept_note(info.name, chunk_subject, None))
+            raise
+        if settled is None:
+            return  # stored: by the first publish or by this one
+        failure.add_note(_kept_note(info.name, chunk_subject, settled))
         raise failure
+
+    async def _settle_info(self, info: ObjectInfo, msg_id: str, wait: float) -> Exception | None:
+        """Publish a put's info again (same msg id) until acknowledged: None, or the last error.
+
+        Any acknowledgement, a duplicate one included, means the info is
+        stored. Tries for at most ``CLEANUP_ROUNDS * wait`` seconds, waiting
+        out a reconnect; a refusal ends it (the caller keeps the chunks either way).
+        """
+        try:
+            await self._when_connected(
+                lambda left: self._publish_info(info, left, msg_id=msg_id), wait
+            )
+        except Exception as exc:
+            return exc
+        return None
 
     async def _discard(
         self,
@@ -649,9 +699,13 @@ class ObjectStore:
         Skipped when nothing can have been stored: no chunk was acknowledged
         and the server refused every one sent (a sealed or full bucket).
         """
+        # put awaits its chunks through a shield, so cancelling the put leaves
+        # them running: each completes by its acknowledgement deadline at the
+        # latest, and the purge is sent after those the server stored. (One
+        # cancelled by someone else can not be waited for; a late chunk of it
+        # would stay behind.)
         waiting = [f for f in pending if not f.done()]
         if waiting:
-            # Each completes by its acknowledgement deadline at the latest.
             await asyncio.wait(waiting, timeout=self._wait(timeout) + 1.0)
         refused = not acked
         for fut in pending:
@@ -683,6 +737,21 @@ class ObjectStore:
         sent after them removes them. A purge that could not be sent
         (disconnected) or got no reply is tried again (purging is idempotent).
         """
+        await self._when_connected(
+            lambda left: self._stream.purge(subject=subject, timeout=left), wait
+        )
+
+    async def _when_connected(
+        self, attempt: Callable[[float], Awaitable[object]], wait: float
+    ) -> None:
+        """Run an idempotent ``attempt(timeout)`` until it succeeds, waiting out a reconnect.
+
+        Tries for at most ``CLEANUP_ROUNDS * wait`` seconds. An attempt that
+        could not be sent (disconnected) or got no reply is made again; so is
+        one refused because the server's JetStream is not back yet (or is
+        mid-election, or a copy of the message is still being stored). Any
+        other error is raised at once, as is the last one at the deadline.
+        """
         conn = self._js._conn
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CLEANUP_ROUNDS * wait
@@ -693,12 +762,17 @@ class ObjectStore:
                 listener.event.clear()
                 try:
                     left = deadline - loop.time()
-                    await self._stream.purge(subject=subject, timeout=max(min(wait, left), 0.1))
+                    await attempt(max(min(wait, left), 0.1))
                     return
                 except (DisconnectedError, JetStreamTimeoutError):
                     if conn.is_closed or loop.time() >= deadline:
                         raise
-                except (JetStreamNotEnabledError, ClusterUnavailableError):
+                except (
+                    JetStreamNotEnabledError,
+                    ClusterUnavailableError,
+                    DuplicateMsgIdInProcessError,
+                    NoRespondersError,
+                ):
                     # Reconnected before the server's JetStream is back (or mid-election).
                     if loop.time() + CLEANUP_RETRY_WAIT >= deadline:
                         raise
@@ -1097,6 +1171,21 @@ class _Reconnected:
 def _retrieve(fut: asyncio.Future[PubAck]) -> None:
     if not fut.cancelled():
         fut.exception()
+
+
+async def _settled(fut: asyncio.Future[PubAck]) -> PubAck:
+    """The chunk's acknowledgement; cancelling the waiter leaves the chunk's future running."""
+    if not fut.done():
+        await asyncio.shield(fut)
+    return fut.result()
+
+
+def _kept_note(name: str, chunk_subject: str, settle_error: Exception | None) -> str:
+    tried = "" if settle_error is None else f" (publishing it again failed: {settle_error!r})"
+    return (
+        f"object {name!r}: its info may or may not have been stored{tried}; its chunks "
+        f"on {chunk_subject!r} were kept (purge them if the object does not show this put)"
+    )
 
 
 def _remove(path: str) -> None:

@@ -1,0 +1,181 @@
+"""Object store puts whose info (meta message) got no reply, against a real nats-server.
+
+The info's outcome is then unknown: the put must never purge the new chunks
+while the info may be (or may still become) stored, or the object would point
+at purged chunks with its previous version gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+
+from aiojetstream import (
+    DigestMismatchError,
+    JetStreamContext,
+    JetStreamTimeoutError,
+    ObjectStore,
+    ObjectStoreConfig,
+    PubAck,
+)
+from helpers import unique_name
+
+OLD = b"previous good version"
+
+
+async def new_store(js: JetStreamContext) -> ObjectStore:
+    return await js.create_object_store(ObjectStoreConfig(bucket=unique_name("OB")))
+
+
+async def chunk_subjects(store: ObjectStore) -> dict[str, int]:
+    """Stored messages per chunk subject."""
+    info = await store.stream.info(subjects_filter=f"$O.{store.bucket}.C.>")
+    return dict(info.state.subjects or {})
+
+
+async def test_put_cancelled_after_its_info_was_sent_leaves_an_intact_object(
+    js: JetStreamContext,
+) -> None:
+    """Cancelled right after the info's PUB is written: the info may be stored a moment
+    later, so the chunks stay, and the object reads as the old or the new version."""
+    store = await new_store(js)
+    original = store._publish_info
+
+    async def cancel_once_sent(*args: Any, **kwargs: Any) -> PubAck:
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().call_soon(task.cancel)  # the caller cancels once it is out
+        return await original(*args, **kwargs)
+
+    outcomes: dict[str, int] = {}
+    unnoted: list[int] = []
+    for i in range(30):
+        name = f"obj{i}"
+        await store.put(name, OLD)
+        new = os.urandom(3000)
+        store._publish_info = cancel_once_sent  # type: ignore[method-assign]
+        try:
+            await store.put(name, new, chunk_size=1000)
+        except asyncio.CancelledError as exc:
+            if not any("were kept" in note for note in getattr(exc, "__notes__", [])):
+                unnoted.append(i)
+        finally:
+            store._publish_info = original  # type: ignore[method-assign]
+        try:
+            got = await store.get_bytes(name)
+        except DigestMismatchError:
+            outcome = "corrupt"  # the info points at purged chunks
+        else:
+            assert got in (OLD, new)
+            outcome = "new" if got == new else "old"
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    print(f"\noutcomes over 30 cancelled puts: {outcomes}")
+    assert "corrupt" not in outcomes, outcomes
+    assert not unnoted, f"cancelled without a note: iterations {unnoted}"
+
+
+async def test_info_without_reply_is_settled_by_publishing_it_again(js: JetStreamContext) -> None:
+    """A timeout on the info is settled by publishing the same info (same msg id) again:
+    acknowledged as a duplicate when the first copy was stored, stored otherwise."""
+    store = await new_store(js)
+    original = store._publish_info
+    acks: list[PubAck] = []
+
+    async def reply_lost(*args: Any, **kwargs: Any) -> PubAck:
+        calls.append(kwargs.get("msg_id"))
+        ack = await original(*args, **kwargs)
+        acks.append(ack)
+        if len(calls) == 1:
+            raise JetStreamTimeoutError("simulated: the acknowledgement was lost")
+        return ack
+
+    async def lost_before_sending(*args: Any, **kwargs: Any) -> PubAck:
+        calls.append(kwargs.get("msg_id"))
+        if len(calls) == 1:
+            raise JetStreamTimeoutError("simulated: the info never reached the stream")
+        ack = await original(*args, **kwargs)
+        acks.append(ack)
+        return ack
+
+    for i, fake in enumerate((reply_lost, lost_before_sending)):
+        calls: list[str | None] = []
+        acks.clear()
+        name = f"obj{i}"
+        await store.put(name, OLD)
+        new = os.urandom(3000)
+        store._publish_info = fake  # type: ignore[method-assign]
+        try:
+            info = await store.put(name, new, chunk_size=1000)
+        finally:
+            store._publish_info = original  # type: ignore[method-assign]
+        assert len(calls) == 2
+        assert calls[0] is not None
+        assert calls[0] == calls[1]
+        assert [ack.duplicate for ack in acks] == ([False, True] if i == 0 else [False])
+        assert await store.get_bytes(name) == new
+        assert (await store.info(name)).nuid == info.nuid
+    # Each replaced version's chunks were purged: only the new ones are left.
+    assert len(await chunk_subjects(store)) == 2
+
+
+async def test_info_that_can_not_be_settled_keeps_the_chunks(js: JetStreamContext) -> None:
+    """No reply to the info, nor to publishing it again: the put fails with a note, the
+    chunks are kept (the info might still be stored), and the old version stays readable."""
+    store = await new_store(js)
+    first = await store.put("obj", OLD)
+    original = store._publish_info
+    calls = 0
+
+    async def never_answered(info: object, timeout: float | None, **kwargs: Any) -> PubAck:
+        nonlocal calls
+        calls += 1
+        # As a real publish without a reply: it gives up after its timeout.
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.Event().wait(), timeout)
+        raise JetStreamTimeoutError("simulated: no acknowledgement")
+
+    store._publish_info = never_answered  # type: ignore[method-assign]
+    try:
+        with pytest.raises(JetStreamTimeoutError) as caught:
+            await store.put("obj", os.urandom(3000), chunk_size=1000, timeout=0.2)
+    finally:
+        store._publish_info = original  # type: ignore[method-assign]
+    assert calls >= 2  # published again before giving up
+    notes = getattr(caught.value, "__notes__", [])
+    assert any("may or may not have been stored" in note for note in notes), notes
+    subjects = await chunk_subjects(store)
+    assert len(subjects) == 2
+    assert subjects[f"$O.{store.bucket}.C.{first.nuid}"] == 1
+    assert await store.get_bytes("obj") == OLD
+
+
+async def test_put_cancelled_while_a_chunk_is_in_flight_leaves_no_chunks(
+    js: JetStreamContext,
+) -> None:
+    """Cancelled while awaiting a chunk's acknowledgement: the chunk is still on its way,
+    so the purge waits for it; no chunk is left behind."""
+    store = await new_store(js)
+    original = js.publish_async
+
+    async def cancel_once_sent(*args: Any, **kwargs: Any) -> asyncio.Future[PubAck]:
+        future = await original(*args, **kwargs)
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().call_soon(task.cancel)  # put awaits the ack by then
+        return future
+
+    left: list[int] = []
+    for i in range(30):
+        js.publish_async = cancel_once_sent  # type: ignore[method-assign]
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await store.put(f"obj{i}", os.urandom(1000), chunk_size=1000)
+        finally:
+            js.publish_async = original  # type: ignore[method-assign]
+        if await chunk_subjects(store):
+            left.append(i)
+            await store.stream.purge()
+    assert not left, f"chunks left behind by the cancelled puts {left}"
