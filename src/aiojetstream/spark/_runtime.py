@@ -2,14 +2,22 @@
 
 Spark calls ``partitions()``, ``read()``, ``write()`` and the streaming offset
 methods from plain threads of its Python workers, where no event loop runs.
-:class:`Session` owns a new loop and one :class:`~aiojetstream.JetStreamContext`
-on it; every call runs to completion on that loop. Between calls nobody services
-the socket, so callers only ask the server for what they are about to consume.
+:class:`Session` owns a new loop, run by a daemon thread of its own, and one
+:class:`~aiojetstream.JetStreamContext` on it; every call runs to completion on
+that loop while the caller waits. Between calls the loop keeps serving the
+connection: it answers the server's pings (a connection nobody reads from is
+closed as stale after ``ping_interval x ping_max``, 4-6 minutes by default:
+a long trigger interval, or a partition generator paused by slow work
+downstream) and reconnects after a failure. Callers still only ask the server
+for what they are about to consume.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
@@ -21,21 +29,61 @@ from ._options import ConnectOptions
 
 __all__ = ["Session", "run_once"]
 
+logger = logging.getLogger("aiojetstream.spark")
+
 T = TypeVar("T")
+
+#: How long closing waits for the connection to close and the loop's thread to end.
+CLOSE_TIMEOUT = 10.0
+
+
+async def _await(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, js: list[Any]) -> None:
+    """Close the connection (if still held), stop the loop and end its thread.
+
+    Also the finalizer of a :class:`Session` that was never closed (Spark may
+    never call ``stop()``): its thread and connection do not outlive it. A
+    failure to close the connection here is logged (nobody is left to raise to).
+    """
+    if loop.is_closed():
+        return
+    try:
+        if js and thread.is_alive():
+            done = asyncio.run_coroutine_threadsafe(js.pop().close(), loop)
+            try:
+                done.result(CLOSE_TIMEOUT)
+            except Exception as exc:
+                done.cancel()
+                logger.warning("closing an abandoned Spark session's connection failed: %r", exc)
+    finally:
+        if thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            if thread is not threading.current_thread():
+                thread.join(CLOSE_TIMEOUT)
+        if not thread.is_alive():
+            loop.close()
 
 
 class Session:
-    """A private event loop with one JetStream connection on it (sync API)."""
+    """A private event loop, served by its own thread, with one JetStream connection on it."""
 
     def __init__(self, options: ConnectOptions, *, max_pending: int | None = None) -> None:
         self._options = options
         self._max_pending = max_pending
         self._loop = asyncio.new_event_loop()
-        self._js: JetStreamContext | None = None
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="aiojetstream-spark-session", daemon=True
+        )
+        self._held: list[JetStreamContext] = []  # the connection, for the finalizer
+        self._closer = weakref.finalize(self, _shut_down, self._loop, self._thread, self._held)
+        self._thread.start()
         try:
-            self._js = self.run(self._connect())
+            self._held.append(self.run(self._connect()))
         except BaseException:
-            self._loop.close()
+            self._closer()
             raise
 
     async def _connect(self) -> JetStreamContext:
@@ -59,25 +107,41 @@ class Session:
     @property
     def js(self) -> JetStreamContext:
         """The connected context."""
-        assert self._js is not None
-        return self._js
+        if not self._held:
+            raise ConnectionClosedError("aiojetstream.spark: the session is closed")
+        return self._held[0]
 
     def run(self, awaitable: Awaitable[T]) -> T:
-        """Run ``awaitable`` to completion on the private loop."""
-        return self._loop.run_until_complete(awaitable)
+        """Run ``awaitable`` to completion on the session's loop; its result or exception.
+
+        If the caller is interrupted while it waits (``KeyboardInterrupt``, a
+        Spark task kill), the work on the loop is cancelled.
+        """
+        if not self._thread.is_alive() or self._loop.is_closed():
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never awaited: no warning about it
+            raise ConnectionClosedError("aiojetstream.spark: the session is closed")
+        future = asyncio.run_coroutine_threadsafe(_await(awaitable), self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
 
     def close(self) -> None:
-        """Close the connection and the loop (idempotent)."""
-        loop = self._loop
-        if loop.is_closed():
+        """Close the connection, stop the loop and its thread (idempotent).
+
+        Raises what closing the connection raised (after stopping the loop).
+        """
+        if not self._closer.alive:
             return
         try:
-            if self._js is not None:
-                loop.run_until_complete(self._js.close())
-            loop.run_until_complete(loop.shutdown_asyncgens())
+            if self._held and self._thread.is_alive():
+                js = self._held.pop()
+                self.run(js.close())
+                self.run(self._loop.shutdown_asyncgens())
         finally:
-            self._js = None
-            loop.close()
+            self._closer()
 
     def __enter__(self) -> Session:
         return self
