@@ -1170,19 +1170,31 @@ class NatsCluster:
                 raise self._meta_timeout_error(timeout)
             time.sleep(_POLL_INTERVAL)
 
-    async def meta_leader(self) -> NatsServer:
-        """Return the node that is the JetStream meta leader now.
+    async def meta_leader(self, timeout: float | None = None) -> NatsServer:
+        """Return the node that is the JetStream meta leader, once every node agrees.
+
+        Waits while the nodes disagree or one of them is not ready (a probe on a
+        loaded machine can catch a follower catching up, or time out).
+
+        Args:
+            timeout: Bound in seconds; defaults to ``start_timeout``.
 
         Returns:
             The leader node.
 
         Raises:
-            RuntimeError: No agreed leader right now.
+            RuntimeError: No agreed leader within ``timeout``.
 
         """
-        leader = await self._probe_meta_async()
-        if leader is None:
-            raise RuntimeError(f"cluster {self._name} has no agreed meta leader")
+        timeout = self._start_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (leader := await self._probe_meta_async()) is None:
+            if loop.time() >= deadline:
+                raise RuntimeError(
+                    f"cluster {self._name} has no agreed meta leader after {timeout:g} s"
+                )
+            await asyncio.sleep(_POLL_INTERVAL)
         return self.server(leader)
 
     # -- lifecycle ----------------------------------------------------------
