@@ -67,10 +67,7 @@ def build_headers(
             key, value = H.validate_header(key, value)
             out[key] = value
     if msg_id is not None:
-        _, msg_id = H.validate_header(H.MSG_ID, msg_id)
-        if not msg_id:
-            raise InvalidOptionError("msg_id must not be empty")
-        out[H.MSG_ID] = msg_id
+        out[H.MSG_ID] = _msg_id(H.MSG_ID, msg_id, "msg_id")
     if ttl is not None:
         out[H.TTL] = H.ttl_header_value(ttl)
     if expected_stream is not None:
@@ -82,10 +79,22 @@ def build_headers(
             expected_last_subject_sequence, "expected_last_subject_sequence"
         )
     if expected_last_msg_id is not None:
-        _, out[H.EXPECTED_LAST_MSG_ID] = H.validate_header(
-            H.EXPECTED_LAST_MSG_ID, expected_last_msg_id
+        out[H.EXPECTED_LAST_MSG_ID] = _msg_id(
+            H.EXPECTED_LAST_MSG_ID, expected_last_msg_id, "expected_last_msg_id"
         )
     return out or None
+
+
+def _msg_id(header: str, value: object, name: str) -> str:
+    """A validated msg id header value: not empty, nor only whitespace.
+
+    :func:`header_block` strips values, so a blank id would go out empty (and
+    the server would not de-duplicate on it).
+    """
+    _, value = H.validate_header(header, value)
+    if not value.strip():
+        raise InvalidOptionError(f"{name} must not be empty or only whitespace, got {value!r}")
+    return value
 
 
 def _sequence(value: object, name: str) -> str:

@@ -142,6 +142,11 @@ async def test_no_stream_for_subject(js: JetStreamContext) -> None:
         ({"headers": {"X": "v\x00"}}, InvalidHeaderError),
         ({"headers": {"X": 1}}, InvalidHeaderError),
         ({"msg_id": "a\r\nb"}, InvalidHeaderError),
+        # Header values are sent stripped: a blank id would go out empty.
+        ({"msg_id": "   "}, InvalidOptionError),
+        ({"msg_id": "\t "}, InvalidOptionError),
+        ({"expected_last_msg_id": "  "}, InvalidOptionError),
+        ({"expected_last_msg_id": ""}, InvalidOptionError),
         ({"ttl": 0}, InvalidTTLError),
         ({"ttl": 0.5}, InvalidTTLError),
         ({"ttl": -1}, InvalidTTLError),
