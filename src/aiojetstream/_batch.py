@@ -292,10 +292,7 @@ class AtomicBatch:
         """
         if self._state.closed:
             raise BatchClosedError(f"batch {self.batch_id!r} is closed")
-        first = self._state.size == 0
-        if first:
-            await F.require(self._api, F.ATOMIC_BATCH, timeout)
-        subject, data, hdrs = self._prepare(
+        args = (
             subject,
             payload,
             headers,
@@ -304,8 +301,14 @@ class AtomicBatch:
             expected_stream,
             expected_last_sequence,
             expected_last_subject_sequence,
-            commit=False,
         )
+        subject, data, hdrs = self._prepare(*args, commit=False)
+        first = self._state.size == 0
+        if first:
+            # Once the input is checked (this may ask the server); prepared again
+            # after it, as the batch may have moved on meanwhile.
+            await F.require(self._api, F.ATOMIC_BATCH, timeout)
+            subject, data, hdrs = self._prepare(*args, commit=False)
         if not first:
             await self._send(subject, data, hdrs)
             return
@@ -351,9 +354,7 @@ class AtomicBatch:
         """
         if self._state.closed:
             raise BatchClosedError(f"batch {self.batch_id!r} is closed")
-        if self._state.size == 0:
-            await F.require(self._api, F.ATOMIC_BATCH, timeout)
-        subject, data, hdrs = self._prepare(
+        args = (
             subject,
             payload,
             headers,
@@ -362,8 +363,13 @@ class AtomicBatch:
             expected_stream,
             expected_last_sequence,
             expected_last_subject_sequence,
-            commit=True,
         )
+        subject, data, hdrs = self._prepare(*args, commit=True)
+        if self._state.size == 0:
+            # Once the input is checked (this may ask the server); prepared again
+            # after it, as the batch may have moved on meanwhile.
+            await F.require(self._api, F.ATOMIC_BATCH, timeout)
+            subject, data, hdrs = self._prepare(*args, commit=True)
         self._state.sent()
         self._state.closed = True
         ack = batch_ack(await self._request(subject, data, hdrs, timeout))

@@ -718,7 +718,6 @@ class JetStreamContext:
             from . import _schedule as S
 
             headers = S.schedule_headers(subject, headers, schedule, schedule_target, schedule_ttl)
-            await F.require(self._api, F.SCHEDULES, timeout)
         hold = P.hold_seconds(hold_when_full)
         if hold is not None and msg_id is None:
             msg_id = P.new_msg_id()
@@ -733,6 +732,8 @@ class JetStreamContext:
             expected_last_subject_sequence,
             expected_last_msg_id,
         )
+        if schedule is not None:  # checked once the input is (the check may ask the server)
+            await F.require(self._api, F.SCHEDULES, timeout)
         wait = self._timeout if timeout is None else timeout
         if hold is None:
             return await P.publish(self._conn, subject, data, hdrs, wait)
@@ -774,7 +775,6 @@ class JetStreamContext:
             from . import _schedule as S
 
             headers = S.schedule_headers(subject, headers, schedule, schedule_target, schedule_ttl)
-            await F.require(self._api, F.SCHEDULES, timeout)
         hold = P.hold_seconds(hold_when_full)
         if hold is not None and msg_id is None:
             msg_id = P.new_msg_id()
@@ -789,6 +789,8 @@ class JetStreamContext:
             expected_last_subject_sequence,
             expected_last_msg_id,
         )
+        if schedule is not None:  # checked once the input is (the check may ask the server)
+            await F.require(self._api, F.SCHEDULES, timeout)
         publisher = self._publisher
         if publisher.has_room:
             return publisher.send(subject, data, hdrs, timeout, hold)
