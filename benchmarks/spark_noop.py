@@ -44,7 +44,7 @@ from pyspark.sql.types import StructType
 
 #: The read schema of ``format("jetstream")`` (run.py checks that it is the same).
 DDL = (
-    "stream string, subject string, seq long, timestamp timestamp, "
+    "stream string, subject string, seq long, timestamp timestamp_ltz, "
     "headers map<string,string>, data binary"
 )
 SCHEMA = pa.schema(

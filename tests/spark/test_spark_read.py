@@ -58,6 +58,20 @@ def test_read_everything_exactly(spark: SparkSession, nats: Nats, name: str) -> 
     assert nats.run(lambda js: js.stream(name)).cached_info.state.consumer_count == 0
 
 
+def test_read_in_a_session_whose_timestamps_are_ntz(
+    spark: SparkSession, nats: Nats, name: str
+) -> None:
+    """``spark.sql.timestampType=TIMESTAMP_NTZ`` does not turn the format's schema against it."""
+    publish_mixed(nats, name, 5)
+    spark.conf.set("spark.sql.timestampType", "TIMESTAMP_NTZ")
+    try:
+        df = reader(spark, nats.url, name).load()  # was: InvalidOptionError, a "fixed schema"
+        assert df.schema["timestamp"].dataType.simpleString() == "timestamp"
+        assert [r["seq"] for r in rows(df)] == [1, 2, 3, 4, 5]
+    finally:
+        spark.conf.unset("spark.sql.timestampType")
+
+
 def test_sequence_ranges(spark: SparkSession, nats: Nats, name: str) -> None:
     sent = publish_mixed(nats, name)
     got = rows(reader(spark, nats.url, name, startingOffsets=11, endingOffsets=51).load())

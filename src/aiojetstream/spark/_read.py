@@ -69,7 +69,7 @@ _MICROSECOND: Final = timedelta(microseconds=1)
 _HEADERS: Final = pa.map_(pa.string(), pa.string())
 #: The Spark DDL of :data:`SCHEMA`.
 DDL: Final = (
-    "stream string, subject string, seq long, timestamp timestamp, "
+    "stream string, subject string, seq long, timestamp timestamp_ltz, "
     "headers map<string,string>, data binary"
 )
 
