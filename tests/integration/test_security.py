@@ -47,6 +47,7 @@ from hypothesis import strategies as st
 import aiojetstream
 from aiojetstream import (
     AuthorizationError,
+    ConnectionClosedError,
     ConsumerConfig,
     Counter,
     InvalidHeaderError,
@@ -1333,3 +1334,37 @@ async def test_security_page_blocks() -> None:
             await asyncio.wait_for(
                 run_block(src, index, namespace, SECURITY_PAGE.name), BLOCK_TIMEOUT
             )
+
+
+async def test_spark_tls_options_refuse_a_plaintext_server(
+    nats_server: NatsServer, certificates: dict[str, Any]
+) -> None:
+    """``tlsCaFile`` with a ``nats://`` URL: the Spark source dials ``tls://``.
+
+    nats-py upgrades a ``nats://`` connection only when the server asks for TLS;
+    a plaintext server (or a man in the middle) would get the token in clear.
+    """
+    from aiojetstream.spark._options import parse_source_options
+    from aiojetstream.spark._runtime import Session
+
+    ca_file = str(certificates["ca"].cert_file)
+    async with WireCapture(nats_server.port) as proxy:
+        options = {"stream": "S", "tlsCaFile": ca_file, "token": "s3cret"}
+        opts = parse_source_options(
+            {**options, "servers": f"nats://{HOST}:{proxy.port}"}, streaming=False
+        )
+        with pytest.raises(ConnectionClosedError, match="TLS"):
+            await asyncio.to_thread(Session, opts.connect)
+        assert proxy.connections >= 1
+        assert proxy.raw() == b""  # no CONNECT: the token never left
+    # Control: a server with TLS, reached through the same kind of nats:// URL.
+    async with NatsServer(config=_tls_config(certificates["good"])) as server:
+        opts = parse_source_options(
+            {"stream": "S", "tlsCaFile": ca_file, "servers": f"nats://{HOST}:{server.port}"},
+            streaming=False,
+        )
+        session = await asyncio.to_thread(Session, opts.connect)
+        try:
+            assert session.js.nc.is_connected
+        finally:
+            await asyncio.to_thread(session.close)

@@ -204,6 +204,30 @@ class ConnectOptions:
             kwargs["tls"] = context
         return kwargs
 
+    @property
+    def tls(self) -> bool:
+        """Whether a TLS option is set: the connection must then be TLS."""
+        return bool(self.tls_ca_file or self.tls_cert_file)
+
+    def urls(self) -> str:
+        """The servers to dial: with a TLS option, ``nats://`` (or no scheme) becomes ``tls://``.
+
+        nats-py upgrades a ``nats://`` connection to TLS only when the server asks
+        for it, so a plaintext server (or a man in the middle) would receive the
+        credentials in clear; ``tls://`` refuses a server without TLS.
+        """
+        if not self.tls:
+            return self.servers
+        urls = []
+        for url in self.servers.split(","):
+            url = url.strip()
+            if url.startswith("nats://"):
+                url = "tls://" + url.removeprefix("nats://")
+            elif "://" not in url:
+                url = "tls://" + url
+            urls.append(url)
+        return ",".join(urls)
+
     def describe(self) -> str:
         """The servers, for error messages (never credentials: user:password@ is removed)."""
         return ",".join(re.sub(r"//[^/@]*@", "//", url) for url in self.servers.split(","))

@@ -97,7 +97,7 @@ class Session:
                 f"options 'tlsCaFile' / 'tlsCertFile' / 'tlsKeyFile': {exc}"
             ) from exc
         try:
-            return await aiojetstream.connect(opts.servers, **kwargs)
+            return await aiojetstream.connect(opts.urls(), **kwargs)
         except (ConnectionClosedError, TLSError) as exc:
             raise ConnectionClosedError(
                 f"aiojetstream.spark: cannot reach NATS at {opts.describe()} "
