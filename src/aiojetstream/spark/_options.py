@@ -160,7 +160,24 @@ def _subjects(options: Mapping[str, str]) -> tuple[str, ...]:
             or (">" in tokens and tokens[-1] != ">")
         ):
             raise InvalidOptionError(f"option 'subject': invalid subject filter {subject!r}")
+    for i, first in enumerate(subjects):
+        for second in subjects[i + 1 :]:
+            if _overlap(first.split("."), second.split(".")):
+                raise InvalidOptionError(
+                    f"option 'subject': filters {first!r} and {second!r} overlap (a subject "
+                    "can match both, which a JetStream consumer refuses); drop one of them"
+                )
     return subjects
+
+
+def _overlap(first: list[str], second: list[str]) -> bool:
+    """Whether some subject matches both filters (their tokens)."""
+    for a, b in zip(first, second, strict=False):
+        if a == ">" or b == ">":
+            return True
+        if a != b and a != "*" and b != "*":
+            return False
+    return len(first) == len(second)
 
 
 # ----------------------------------------------------------------------------- connection
