@@ -113,6 +113,39 @@ async def test_data_loss_before_the_read_and_after_a_recreation(
     await reader.aclose()
 
 
+async def test_data_lost_between_the_check_and_the_consumer(
+    js: JetStreamContext, nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Limits that remove messages right after the first-sequence check are still seen.
+
+    The server starts a consumer at the stream's first message when its start
+    sequence is gone; the reader compares where the new consumer starts.
+    """
+    from aiojetstream.spark import _read
+
+    rr5 = await fill(js, "RR5", 300)
+    real_bounds = _read.stream_bounds
+
+    async def checked_then_purged(js_: JetStreamContext, opts: object) -> _read.Bounds:
+        bounds = await real_bounds(js_, opts)  # type: ignore[arg-type]
+        await (await js_.stream(rr5)).purge(sequence=201)  # just after the check
+        return bounds
+
+    monkeypatch.setattr(_read, "stream_bounds", checked_then_purged)
+    strict = parse_source_options({"stream": rr5, "servers": nats_url}, streaming=False)
+    reader = RangeReader(js, strict, 1, 301)
+    with pytest.raises(DataLossError, match=r"1\.\.200"):  # was: rows 201-300, no error
+        await reader.next_batch()
+    await reader.aclose()
+    lenient = parse_source_options(
+        {"stream": rr5, "servers": nats_url, "failOnDataLoss": "false"}, streaming=False
+    )
+    reader = RangeReader(js, lenient, 150, 301)
+    with pytest.warns(JetStreamSparkWarning, match=r"150\.\.200"):
+        assert await read_all(reader) == list(range(201, 301))
+    await reader.aclose()
+
+
 def test_stream_reader_offsets_going_backwards_and_lost_gaps(nats_server: NatsServer) -> None:
     """The driver-side offset calls, as Spark 4.0/4.1 and 4.2+ make them."""
     from pyspark.sql.streaming.datasource import ReadMaxRows

@@ -266,6 +266,11 @@ class RangeReader:
             ),
         )
         self._consumer = consumer
+        started = consumer.cached_info.delivered.stream_seq + 1
+        if started > self._next:
+            # The stream lost [next, started) between the check and the creation (its
+            # limits at work): the server started the consumer at its new first message.
+            self._next = check_loss(self._opts, self._next, started, "read")
         if consumer.cached_info.num_pending == 0 or self._next >= self._end:
             self._done = True  # nothing (matching) from here on
         return consumer
