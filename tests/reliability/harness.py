@@ -64,6 +64,12 @@ logger = logging.getLogger("reliability")
 
 _T = TypeVar("_T")
 
+#: The reply deadline of the set-up requests that create R3 streams and buckets.
+#: The server answers once the new raft group has a leader: on a cluster that just
+#: started, on a loaded 2-core machine, that took longer than the default 5 s API
+#: timeout once in 20 K1 runs (a wait, not a contract under test).
+CREATE_TIMEOUT = 20.0
+
 
 def now() -> float:
     """The running loop's monotonic clock."""
@@ -108,7 +114,8 @@ async def create_r3_stream(
             storage=StorageType.FILE,
             num_replicas=3,
             **config,
-        )
+        ),
+        timeout=CREATE_TIMEOUT,
     )
     await wait_stream_leader(js, name)
     for subject in subjects:

@@ -53,6 +53,7 @@ from aiojetstream import (
 from aiojetstream.testing import NatsCluster
 from helpers import wait_until
 from reliability.harness import (
+    CREATE_TIMEOUT,
     Acked,
     consumer_leader,
     create_r3_stream,
@@ -287,7 +288,8 @@ async def soak(minutes: float, fault_every: float, rate: float) -> dict[str, Any
                     ),
                 )
                 await admin.create_key_value(
-                    KeyValueConfig(bucket=BUCKET, replicas=3, storage=StorageType.FILE)
+                    KeyValueConfig(bucket=BUCKET, replicas=3, storage=StorageType.FILE),
+                    timeout=CREATE_TIMEOUT,
                 )
                 return await _run(cluster, admin, js, minutes, fault_every, rate, loop.time())
             finally:

@@ -48,6 +48,7 @@ from aiojetstream import (
 from aiojetstream.testing import NatsCluster
 from helpers import unique_name, wait_routable, wait_until
 from reliability.harness import (
+    CREATE_TIMEOUT,
     Acked,
     InboxStatuses,
     baseline,
@@ -377,7 +378,8 @@ async def test_c6_restart_two_of_three_nodes_r1_and_r3() -> None:
             await js.create_stream(
                 StreamConfig(
                     name=r1, subjects=[f"{r1}.>"], storage=StorageType.FILE, num_replicas=1
-                )
+                ),
+                timeout=CREATE_TIMEOUT,
             )
             await wait_routable(js, f"{r1}.x")
             r1_node = await wait_stream_leader(js, r1)

@@ -49,6 +49,7 @@ from aiojetstream._kv import WATCH_HEARTBEAT
 from aiojetstream.testing import NatsCluster
 from helpers import unique_name, wait_until
 from reliability.harness import (
+    CREATE_TIMEOUT,
     Acked,
     TcpProxy,
     baseline,
@@ -203,7 +204,8 @@ async def test_k1_watch_across_a_stream_leader_kill() -> None:
             bucket = unique_name("K1")
             stream = f"KV_{bucket}"
             kv = await js.create_key_value(
-                KeyValueConfig(bucket=bucket, replicas=3, history=64, storage=StorageType.FILE)
+                KeyValueConfig(bucket=bucket, replicas=3, history=64, storage=StorageType.FILE),
+                timeout=CREATE_TIMEOUT,
             )
             await wait_stream_leader(js, stream)
             # Not the meta leader either: the watcher's consumer is recreated
@@ -334,7 +336,8 @@ async def test_k3_reconnect_storm_one_consumer_per_watcher() -> None:
             bucket = unique_name("K3")
             stream = f"KV_{bucket}"
             await admin.create_key_value(
-                KeyValueConfig(bucket=bucket, replicas=3, history=64, storage=StorageType.FILE)
+                KeyValueConfig(bucket=bucket, replicas=3, history=64, storage=StorageType.FILE),
+                timeout=CREATE_TIMEOUT,
             )
             await wait_stream_leader(admin, stream)
             kv = await js.key_value(bucket)
