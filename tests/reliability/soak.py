@@ -53,10 +53,10 @@ from aiojetstream import (
 from aiojetstream.testing import NatsCluster
 from helpers import wait_until
 from reliability.harness import (
-    CREATE_TIMEOUT,
     Acked,
     consumer_leader,
     create_r3_stream,
+    created,
     readback,
     stepdown_consumer,
     stepdown_stream,
@@ -287,10 +287,8 @@ async def soak(minutes: float, fault_every: float, rate: float) -> dict[str, Any
                         filter_subject=SUBJECT,
                     ),
                 )
-                await admin.create_key_value(
-                    KeyValueConfig(bucket=BUCKET, replicas=3, storage=StorageType.FILE),
-                    timeout=CREATE_TIMEOUT,
-                )
+                bucket = KeyValueConfig(bucket=BUCKET, replicas=3, storage=StorageType.FILE)
+                await created(lambda timeout: admin.create_key_value(bucket, timeout=timeout))
                 return await _run(cluster, admin, js, minutes, fault_every, rate, loop.time())
             finally:
                 await js.close()

@@ -48,11 +48,11 @@ from aiojetstream import (
 from aiojetstream.testing import NatsCluster
 from helpers import unique_name, wait_routable, wait_until
 from reliability.harness import (
-    CREATE_TIMEOUT,
     Acked,
     InboxStatuses,
     baseline,
     create_r3_stream,
+    created,
     move_consumer_leader,
     move_stream_leader,
     no_leaks,
@@ -375,12 +375,10 @@ async def test_c6_restart_two_of_three_nodes_r1_and_r3() -> None:
         try:
             r3, r1 = unique_name("C6R3"), unique_name("C6R1")
             await create_r3_stream(js, r3, [f"{r3}.>"])
-            await js.create_stream(
-                StreamConfig(
-                    name=r1, subjects=[f"{r1}.>"], storage=StorageType.FILE, num_replicas=1
-                ),
-                timeout=CREATE_TIMEOUT,
+            r1_config = StreamConfig(
+                name=r1, subjects=[f"{r1}.>"], storage=StorageType.FILE, num_replicas=1
             )
+            await created(lambda timeout: js.create_stream(r1_config, timeout=timeout))
             await wait_routable(js, f"{r1}.x")
             r1_node = await wait_stream_leader(js, r1)
             r3_leader = await wait_stream_leader(js, r3)

@@ -49,12 +49,12 @@ from aiojetstream._kv import WATCH_HEARTBEAT
 from aiojetstream.testing import NatsCluster
 from helpers import unique_name, wait_until
 from reliability.harness import (
-    CREATE_TIMEOUT,
     Acked,
     TcpProxy,
     baseline,
     consumer_leader,
     create_r3_stream,
+    created,
     each_leader,
     move_stream_leader,
     no_leaks,
@@ -203,10 +203,8 @@ async def test_k1_watch_across_a_stream_leader_kill() -> None:
         try:
             bucket = unique_name("K1")
             stream = f"KV_{bucket}"
-            kv = await js.create_key_value(
-                KeyValueConfig(bucket=bucket, replicas=3, history=64, storage=StorageType.FILE),
-                timeout=CREATE_TIMEOUT,
-            )
+            config = KeyValueConfig(bucket=bucket, replicas=3, history=64, storage=StorageType.FILE)
+            kv = await created(lambda timeout: js.create_key_value(config, timeout=timeout))
             await wait_stream_leader(js, stream)
             # Not the meta leader either: the watcher's consumer is recreated
             # without waiting for a meta election too (moving the meta leader
@@ -335,10 +333,10 @@ async def test_k3_reconnect_storm_one_consumer_per_watcher() -> None:
         try:
             bucket = unique_name("K3")
             stream = f"KV_{bucket}"
-            await admin.create_key_value(
-                KeyValueConfig(bucket=bucket, replicas=3, history=64, storage=StorageType.FILE),
-                timeout=CREATE_TIMEOUT,
+            bucket_config = KeyValueConfig(
+                bucket=bucket, replicas=3, history=64, storage=StorageType.FILE
             )
+            await created(lambda timeout: admin.create_key_value(bucket_config, timeout=timeout))
             await wait_stream_leader(admin, stream)
             kv = await js.key_value(bucket)
             writer_kv = await admin.key_value(bucket)
