@@ -16,12 +16,14 @@ from aiojetstream import (
     JetStreamContext,
     KeyValue,
     KeyValueEntry,
+    KeyValueOp,
+    KeyWatcher,
 )
 
 from ._options import KVOptions, parse_kv_options
 from ._runtime import Session, run_once
 from ._source import check_read_schema
-from ._write import BatchWriterBase, WriteResult, record_batches
+from ._write import BatchWriterBase, WriteResult, arrow_schema, record_batches
 
 __all__ = ["JetStreamKVDataSource"]
 
@@ -102,7 +104,7 @@ class JetStreamKVDataSource(DataSource):
             await _bucket(js, opts)
 
         run_once(opts.connect, check)  # before the job: the bucket exists
-        return KVWriter(opts)
+        return KVWriter(opts, arrow_schema(schema, ("key", "value")))
 
 
 class KVReader(DataSourceReader):
@@ -122,38 +124,88 @@ class KVReader(DataSourceReader):
         return [InputPartition(opts.bucket)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the live entries in Arrow batches."""
+        """Yield the live entries in Arrow batches, each key at most once."""
         opts = self.opts
         with Session(opts.connect) as session:
             kv = session.run(_bucket(session.js, opts))
-            watcher = session.run(kv.watch(ignore_deletes=True).__aenter__())
+            snapshot = _Snapshot(kv, kv.watch())
+            session.run(snapshot.start())
             try:
-                while True:
-                    entries, ended = session.run(_next_entries(watcher))
+                while not snapshot.ended:
+                    entries = session.run(snapshot.next_entries())
                     if entries:
                         yield _arrow(opts.bucket, entries)
-                    if ended:
-                        return
             finally:
-                session.run(watcher.__aexit__(None, None, None))
+                session.run(snapshot.aclose())
 
 
-async def _next_entries(watcher: Any) -> tuple[list[KeyValueEntry], bool]:
-    entries: list[KeyValueEntry] = []
-    async for entry in watcher:
-        if entry is None:
-            return entries, True
-        entries.append(entry)
-        if len(entries) >= _BATCH_ROWS:
-            return entries, False
-    return entries, True
+class _Snapshot:
+    """The live keys of a bucket from a watch of the latest values, each key once.
+
+    The watch first delivers the latest revision of every key as of its
+    consumer's creation (in stream order), then every later change. The read
+    ends at ``bound``: first the stream's last sequence right after the
+    consumer was created, so every initial value comes at or before it. A key
+    changed before its initial value was delivered may have lost that value
+    (a bucket with ``history=1`` keeps one revision), so when the watch passes
+    ``bound`` the read goes on to the stream's last sequence at that moment:
+    such changes were stored before then. A key is taken once, at its first
+    ``PUT``; later revisions of a key already taken are left out.
+    """
+
+    def __init__(self, kv: KeyValue, watcher: KeyWatcher) -> None:
+        self._kv = kv
+        self._watcher = watcher
+        self._seen: set[str] = set()
+        self._bound = 0
+        self._final = False
+        self.ended = False
+
+    async def _last_seq(self) -> int:
+        info = await self._kv.stream.info()
+        return info.state.last_seq
+
+    async def start(self) -> None:
+        await self._watcher.__aenter__()  # creates the consumer: fixes the initial values
+        self._bound = await self._last_seq()
+
+    async def next_entries(self) -> list[KeyValueEntry]:
+        """Up to ``_BATCH_ROWS`` more live entries; sets ``ended`` at the end."""
+        entries: list[KeyValueEntry] = []
+        while not self.ended and len(entries) < _BATCH_ROWS:
+            try:
+                entry = await anext(self._watcher)
+            except StopAsyncIteration:
+                self.ended = True
+                break
+            if entry is None:  # caught up: nothing was pending
+                self.ended = True
+                break
+            seq = entry.revision
+            if seq >= self._bound and not self._final:
+                # Every initial value has been delivered or replaced by a later revision.
+                self._final = True
+                self._bound = max(self._bound, await self._last_seq())
+            if seq > self._bound:
+                self.ended = True
+                break
+            if entry.operation is KeyValueOp.PUT and entry.key not in self._seen:
+                self._seen.add(entry.key)
+                entries.append(entry)
+            if self._final and seq >= self._bound:
+                self.ended = True
+        return entries
+
+    async def aclose(self) -> None:
+        await self._watcher.aclose()
 
 
 class KVWriter(BatchWriterBase):
     """Puts ``value`` under ``key`` for each row; a null value deletes the key."""
 
-    def __init__(self, opts: KVOptions) -> None:
+    def __init__(self, opts: KVOptions, schema: pa.Schema) -> None:
         self.opts = opts
+        self.schema = schema  # ``key`` and ``value``: the types of Row conversion
 
     def write(self, iterator: Iterator[Any]) -> WriteResult:
         """Write a partition's rows; return once every put is acknowledged."""
@@ -161,7 +213,7 @@ class KVWriter(BatchWriterBase):
         result = WriteResult()
         with Session(opts.connect) as session:
             kv = session.run(_bucket(session.js, opts))
-            for batch in record_batches(iterator):
+            for batch in record_batches(iterator, self.schema):
                 session.run(_put_batch(kv, batch, opts.max_pending))
                 result.rows += batch.num_rows
         return result

@@ -27,6 +27,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import (
     BinaryType,
     ByteType,
+    DataType,
     DecimalType,
     DoubleType,
     FloatType,
@@ -58,6 +59,7 @@ __all__ = [
     "StreamWriter",
     "WriteResult",
     "Writer",
+    "arrow_schema",
     "check_sink_schema",
     "record_batches",
 ]
@@ -72,12 +74,48 @@ _ROW_CHUNK: Final = 10_000
 
 @dataclass(frozen=True, slots=True)
 class SinkColumns:
-    """Which of the sink's columns the DataFrame has."""
+    """Which of the sink's columns the DataFrame has, and their Arrow types."""
 
     subject: bool
     headers: bool
     msg_id: bool
     ttl: bool
+    #: The sink columns the DataFrame has, typed as Spark's Arrow batches type
+    #: them: ``Row`` objects are converted with these types (see :func:`record_batches`).
+    arrow: pa.Schema
+
+
+_ARROW_TYPES: Final[dict[type[DataType], pa.DataType]] = {
+    BinaryType: pa.binary(),
+    StringType: pa.string(),
+    ByteType: pa.int8(),
+    ShortType: pa.int16(),
+    IntegerType: pa.int32(),
+    LongType: pa.int64(),
+    FloatType: pa.float32(),
+    DoubleType: pa.float64(),
+}
+
+
+def _arrow_type(data_type: DataType) -> pa.DataType:
+    if isinstance(data_type, DecimalType):
+        return pa.decimal128(data_type.precision, data_type.scale)
+    if isinstance(data_type, MapType):
+        return pa.map_(_arrow_type(data_type.keyType), _arrow_type(data_type.valueType))
+    arrow = _ARROW_TYPES.get(type(data_type))
+    if arrow is None:  # pragma: no cover - the schema checks refuse other types first
+        raise InvalidOptionError(f"unsupported column type {data_type.simpleString()}")
+    return arrow
+
+
+def arrow_schema(schema: StructType, columns: Iterable[str]) -> pa.Schema:
+    """The Arrow schema of ``columns`` (those ``schema`` has, in that order).
+
+    Only types the sinks accept (checked before): binary, string, numbers and
+    ``map<string,string>``.
+    """
+    fields = {f.name: f.dataType for f in schema.fields}
+    return pa.schema([pa.field(c, _arrow_type(fields[c])) for c in columns if c in fields])
 
 
 def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
@@ -138,6 +176,7 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
         headers=headers is not None,
         msg_id=msg_id is not None,
         ttl=ttl is not None,
+        arrow=arrow_schema(schema, _SINK_COLUMNS),
     )
 
 
@@ -154,19 +193,31 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     return None if index < 0 else batch.column(index).to_pylist()
 
 
-def record_batches(items: Iterable[Any]) -> Iterator[pa.RecordBatch]:
-    """Record batches from Arrow batches or ``Row`` objects (Spark 4.0 streaming writes)."""
-    rows: list[Any] = []
+def _rows_batch(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([row.get(f.name) for row in rows], f.type) for f in schema], schema=schema
+    )
+
+
+def record_batches(items: Iterable[Any], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Record batches from Arrow batches or ``Row`` objects (Spark 4.0 streaming writes).
+
+    Rows are converted with the column types of ``schema`` (the columns the
+    sink writes), not types inferred from the values: a ``headers`` map stays
+    a map whatever keys each row has, a ``ttl`` keeps its column's type.
+    Arrow batches pass through unchanged.
+    """
+    rows: list[dict[str, Any]] = []
     for item in items:
         if isinstance(item, pa.RecordBatch):
             yield item
             continue
         rows.append(item.asDict())
         if len(rows) >= _ROW_CHUNK:
-            yield pa.RecordBatch.from_pylist(rows)
+            yield _rows_batch(rows, schema)
             rows = []
     if rows:
-        yield pa.RecordBatch.from_pylist(rows)
+        yield _rows_batch(rows, schema)
 
 
 class _Publisher:
@@ -248,10 +299,11 @@ def _write(
     opts: SinkOptions,
     id_prefix: str | None,
     iterator: Iterable[Any],
+    schema: pa.Schema,
 ) -> WriteResult:
     with Session(connect, max_pending=opts.max_pending) as session:
         publisher = _Publisher(session.js, opts, id_prefix)
-        for batch in record_batches(iterator):
+        for batch in record_batches(iterator, schema):
             session.run(publisher.publish(batch))
         return session.run(publisher.finish())
 
@@ -277,7 +329,7 @@ class Writer(BatchWriterBase):
             ctx = _partition()
             part = ctx.partitionId() if ctx is not None else 0
             prefix = f"{self.write_id}-{part}"
-        return _write(self.opts.connect, self.opts, prefix, iterator)
+        return _write(self.opts.connect, self.opts, prefix, iterator, self.columns.arrow)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Log what the write stored."""
@@ -313,7 +365,7 @@ class StreamWriter(StreamWriterBase):
                     "dedupe=auto: Spark gave this task no streaming query or batch id"
                 )
             prefix = f"{query}-{batch}-{ctx.partitionId()}"
-        return _write(self.opts.connect, self.opts, prefix, iterator)
+        return _write(self.opts.connect, self.opts, prefix, iterator, self.columns.arrow)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Log what the micro-batch stored."""
