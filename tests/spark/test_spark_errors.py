@@ -135,6 +135,11 @@ def test_kv_missing_and_unknown_bucket(spark: SparkSession, nats: Nats, name: st
         spark.createDataFrame([("k",)], "key string").write.format("jetstream_kv").option(
             "servers", nats.url
         ).option("bucket", name).mode("append").save()
+    # A malformed bucket name fails at load(), before any job (was: when planned).
+    with pytest.raises(PySparkException, match="option 'bucket': invalid name"):
+        spark.read.format("jetstream_kv").option("servers", nats.url).option(
+            "bucket", "no such.bucket"
+        ).load()
 
 
 def test_user_schema_refused(spark: SparkSession, nats: Nats, name: str) -> None:

@@ -241,3 +241,11 @@ def test_kv_write_and_read(spark: SparkSession, nats: Nats, name: str) -> None:
         "jetstream_kv"
     ).option("servers", nats.url).option("bucket", name).mode("append").save()
     assert nats.run(kv.get("s")).value == b"text"
+    # The same read in a session whose timestamps are TIMESTAMP_NTZ (was: "fixed schema").
+    spark.conf.set("spark.sql.timestampType", "TIMESTAMP_NTZ")
+    try:
+        again = spark.read.format("jetstream_kv").option("servers", nats.url)
+        keys = sorted(r["key"] for r in again.option("bucket", name).load().collect())
+        assert keys == ["a", "b", "c", "kept", "s"]
+    finally:
+        spark.conf.unset("spark.sql.timestampType")

@@ -20,14 +20,14 @@ from aiojetstream import (
     KeyWatcher,
 )
 
-from ._options import KVOptions, parse_kv_options
+from ._options import KVOptions, lower_keys, parse_kv_options
 from ._runtime import Session, run_once
 from ._source import check_read_schema
 from ._write import BatchWriterBase, WriteResult, arrow_schema, record_batches
 
 __all__ = ["JetStreamKVDataSource"]
 
-KV_DDL: Final = "bucket string, key string, value binary, revision long, created timestamp"
+KV_DDL: Final = "bucket string, key string, value binary, revision long, created timestamp_ltz"
 KV_SCHEMA: Final = pa.schema(
     [
         pa.field("bucket", pa.string()),
@@ -71,7 +71,14 @@ class JetStreamKVDataSource(DataSource):
         return "jetstream_kv"
 
     def schema(self) -> str:
-        """The fixed read schema."""
+        """The fixed read schema.
+
+        Spark asks for it at ``load()`` (and for writes too): when a ``bucket``
+        option is present the options are validated here, so a malformed one
+        fails at ``load()``; otherwise the reader or writer checks them.
+        """
+        if "bucket" in lower_keys(self.options):
+            parse_kv_options(self.options)
         return KV_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
