@@ -27,6 +27,7 @@ from nats.aio.msg import Msg as NatsMsg
 
 from aiojetstream import (
     AckPolicy,
+    APIError,
     Consumer,
     ConsumerConfig,
     JetStreamContext,
@@ -70,25 +71,44 @@ _T = TypeVar("_T")
 CREATE_TIMEOUT = 10.0
 #: Attempts of such a request.
 CREATE_ATTEMPTS = 3
+#: err_code of "no suitable peers for placement".
+NO_SUITABLE_PEERS = 10005
 
 
 async def created(create: Callable[[float], Awaitable[_T]]) -> _T:
-    """Run a set-up create request, again when its reply never comes.
+    """Run a set-up create request until it is answered and placed.
 
-    Right after a cluster starts, a create request sometimes gets no reply at
-    all (2 of 40 K1 runs on a loaded 2-core machine: nothing within 20 s; the
-    request meets a meta layer still settling), and the server answers only
-    once the new raft group has a leader. Creating the same stream again is
-    idempotent. A wait for the set-up, not a behaviour under test.
+    Right after a cluster starts, on a loaded 2-core machine, a create request
+    sometimes gets no reply at all (2 of 40 K1 runs: nothing within 20 s; the
+    server answers only once the new raft group has a leader), or the meta
+    leader refuses the placement for a moment ("no suitable peers for
+    placement, peer offline", 10005) although it had just reported every peer
+    current. Nothing was created in the second case, and creating the same
+    stream again is idempotent in the first. A wait for the set-up, not a
+    behaviour under test.
     """
-    for attempt in range(1, CREATE_ATTEMPTS + 1):
+    result: list[_T] = []
+
+    async def attempt() -> bool:
         try:
-            return await create(CREATE_TIMEOUT)
+            result.append(await create(CREATE_TIMEOUT))
         except JetStreamTimeoutError:
-            if attempt == CREATE_ATTEMPTS:
-                raise
             logger.warning("set-up create got no reply in %.0f s: again", CREATE_TIMEOUT)
-    raise AssertionError("unreachable")
+            return False
+        except APIError as exc:
+            if exc.err_code != NO_SUITABLE_PEERS:
+                raise
+            logger.warning("set-up create refused for now (%s): again", exc)
+            return False
+        return True
+
+    await wait_until(
+        attempt,
+        timeout=CREATE_ATTEMPTS * CREATE_TIMEOUT,
+        interval=0.5,
+        message="a set-up create request was never answered and placed",
+    )
+    return result[0]
 
 
 def now() -> float:
