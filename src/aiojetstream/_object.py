@@ -648,13 +648,15 @@ class ObjectStore:
         try:
             await self._publish_info(info, timeout, msg_id=msg_id)
             return
+        except (JetStreamTimeoutError, DisconnectedError, DuplicateMsgIdInProcessError) as exc:
+            # No reply, or a copy of it (a PUB sent again after a reconnect) still
+            # being stored: settled below.
+            failure: BaseException = exc
         except (APIError, NoRespondersError, InvalidOptionError) as exc:
             # Refused by the stream, no stream listening, or refused before
             # sending: the info was not stored.
             await self._discard(chunk_subject, (), exc, timeout)
             raise
-        except (JetStreamTimeoutError, DisconnectedError) as exc:
-            failure: BaseException = exc
         except (Exception, asyncio.CancelledError) as exc:
             # Cancelled, the context closed, or a reply that made no sense: the
             # info may or may not be stored, and there is no time to find out.

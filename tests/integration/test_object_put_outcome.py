@@ -15,6 +15,7 @@ import pytest
 
 from aiojetstream import (
     DigestMismatchError,
+    DuplicateMsgIdInProcessError,
     JetStreamContext,
     JetStreamTimeoutError,
     ObjectStore,
@@ -100,7 +101,16 @@ async def test_info_without_reply_is_settled_by_publishing_it_again(js: JetStrea
         acks.append(ack)
         return ack
 
-    for i, fake in enumerate((reply_lost, lost_before_sending)):
+    async def copy_in_process(*args: Any, **kwargs: Any) -> PubAck:
+        calls.append(kwargs.get("msg_id"))
+        ack = await original(*args, **kwargs)
+        acks.append(ack)
+        if len(calls) == 1:
+            # As when a PUB sent again after a reconnect meets its first copy being stored.
+            raise DuplicateMsgIdInProcessError(400, 10158, "simulated: duplicate in process")
+        return ack
+
+    for i, fake in enumerate((reply_lost, lost_before_sending, copy_in_process)):
         calls: list[str | None] = []
         acks.clear()
         name = f"obj{i}"
@@ -114,11 +124,11 @@ async def test_info_without_reply_is_settled_by_publishing_it_again(js: JetStrea
         assert len(calls) == 2
         assert calls[0] is not None
         assert calls[0] == calls[1]
-        assert [ack.duplicate for ack in acks] == ([False, True] if i == 0 else [False])
+        assert [ack.duplicate for ack in acks] == ([False] if i == 1 else [False, True])
         assert await store.get_bytes(name) == new
         assert (await store.info(name)).nuid == info.nuid
     # Each replaced version's chunks were purged: only the new ones are left.
-    assert len(await chunk_subjects(store)) == 2
+    assert len(await chunk_subjects(store)) == 3
 
 
 async def test_info_that_can_not_be_settled_keeps_the_chunks(js: JetStreamContext) -> None:
