@@ -260,3 +260,21 @@ def test_spark_public_names_are_pinned() -> None:
 
     assert pyspark_jetstream.DefaultSource is aiojetstream.spark.JetStreamDataSource
     assert pyspark_jetstream_kv.DefaultSource is aiojetstream.spark.JetStreamKVDataSource
+
+
+def test_tls_options_make_every_url_tls() -> None:
+    servers = "nats://a:4222, b:4222,tls://c:4443,NATS://d:4222,ws://e:8080,wss://f:443"
+    plain = parse_source_options({"stream": "S", "servers": servers}, streaming=False)
+    assert plain.connect.urls() == plain.connect.servers  # no TLS option: as given
+    for option in ("tlsCaFile", "tlsCertFile"):
+        opts = parse_source_options(
+            {"stream": "S", "servers": servers, option: "x.pem"}, streaming=False
+        )
+        assert opts.connect.urls().split(",") == [
+            "tls://a:4222",
+            "tls://b:4222",
+            "tls://c:4443",
+            "tls://d:4222",
+            "wss://e:8080",
+            "wss://f:443",
+        ]

@@ -227,8 +227,9 @@ class ConnectOptions:
         return bool(self.tls_ca_file or self.tls_cert_file)
 
     def urls(self) -> str:
-        """The servers to dial: with a TLS option, ``nats://`` (or no scheme) becomes ``tls://``.
+        """The servers to dial; with a TLS option, always over TLS.
 
+        ``nats://`` (or no scheme) becomes ``tls://``, ``ws://`` becomes ``wss://``:
         nats-py upgrades a ``nats://`` connection to TLS only when the server asks
         for it, so a plaintext server (or a man in the middle) would receive the
         credentials in clear; ``tls://`` refuses a server without TLS.
@@ -238,10 +239,13 @@ class ConnectOptions:
         urls = []
         for url in self.servers.split(","):
             url = url.strip()
-            if url.startswith("nats://"):
-                url = "tls://" + url.removeprefix("nats://")
-            elif "://" not in url:
+            scheme, sep, rest = url.partition("://")
+            if not sep:
                 url = "tls://" + url
+            elif scheme.lower() == "nats":
+                url = "tls://" + rest
+            elif scheme.lower() == "ws":
+                url = "wss://" + rest  # the websocket's own TLS
             urls.append(url)
         return ",".join(urls)
 
