@@ -11,6 +11,7 @@ never answer show when that has happened (see wait_for_a_stale_connection).
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Iterator
 
@@ -102,3 +103,24 @@ def test_closed_session_refuses_work_and_close_is_idempotent(server: NatsServer)
         session.run(nothing())
     with pytest.raises(ConnectionClosedError):
         _ = session.js
+
+
+def test_abandoned_session_finalized_on_its_own_loop_thread(server: NatsServer) -> None:
+    """A garbage collection on the session's thread may finalize it: no wait on itself."""
+    opts = parse_source_options({"servers": server.url, "stream": "ANY"}, streaming=False)
+    session = Session(opts.connect)
+    js, thread = session.js, session._thread
+
+    async def collected_here() -> None:
+        with pytest.raises(RuntimeError, match="own loop thread"):
+            session.run(nothing())
+        session._closer()  # what weakref.finalize runs when the session is collected
+
+    async def nothing() -> int:
+        return 1
+
+    asyncio.run_coroutine_threadsafe(collected_here(), session._loop).result(10)
+    thread.join(10)  # was: the loop blocked 10 s on its own close, which never ran
+    assert not thread.is_alive()
+    assert js.nc.is_closed
+    assert session._loop.is_closed()

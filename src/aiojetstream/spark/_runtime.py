@@ -41,17 +41,43 @@ async def _await(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The session thread: run the loop until stopped, then close it."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+async def _close_then_stop(js: JetStreamContext) -> None:
+    try:
+        await js.close()
+    except Exception as exc:
+        logger.warning("closing an abandoned Spark session's connection failed: %r", exc)
+    finally:
+        asyncio.get_running_loop().stop()
+
+
 def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, js: list[Any]) -> None:
     """Close the connection (if still held), stop the loop and end its thread.
 
     Also the finalizer of a :class:`Session` that was never closed (Spark may
     never call ``stop()``): its thread and connection do not outlive it. A
     failure to close the connection here is logged (nobody is left to raise to).
+    Run on the session's own thread (a garbage collection there), it cannot
+    wait for the loop: it schedules the close and the stop instead.
     """
-    if loop.is_closed():
+    if loop.is_closed() or not thread.is_alive():
+        return
+    if thread is threading.current_thread():
+        if js:
+            loop.create_task(_close_then_stop(js.pop()))
+        else:
+            loop.stop()
         return
     try:
-        if js and thread.is_alive():
+        if js:
             done = asyncio.run_coroutine_threadsafe(js.pop().close(), loop)
             try:
                 done.result(CLOSE_TIMEOUT)
@@ -59,12 +85,8 @@ def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, js: li
                 done.cancel()
                 logger.warning("closing an abandoned Spark session's connection failed: %r", exc)
     finally:
-        if thread.is_alive():
-            loop.call_soon_threadsafe(loop.stop)
-            if thread is not threading.current_thread():
-                thread.join(CLOSE_TIMEOUT)
-        if not thread.is_alive():
-            loop.close()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(CLOSE_TIMEOUT)
 
 
 class Session:
@@ -75,7 +97,7 @@ class Session:
         self._max_pending = max_pending
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
-            target=self._loop.run_forever, name="aiojetstream-spark-session", daemon=True
+            target=_serve, args=(self._loop,), name="aiojetstream-spark-session", daemon=True
         )
         self._held: list[JetStreamContext] = []  # the connection, for the finalizer
         self._closer = weakref.finalize(self, _shut_down, self._loop, self._thread, self._held)
@@ -121,6 +143,10 @@ class Session:
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()  # never awaited: no warning about it
             raise ConnectionClosedError("aiojetstream.spark: the session is closed")
+        if threading.current_thread() is self._thread:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            raise RuntimeError("Session.run() on the session's own loop thread would deadlock")
         future = asyncio.run_coroutine_threadsafe(_await(awaitable), self._loop)
         try:
             return future.result()
