@@ -235,14 +235,18 @@ def _stream_full(data: bytes, hdr: bytes | None, subject: bytes) -> StreamFullEr
 class _Held:
     """What a held publish needs for another attempt."""
 
-    __slots__ = ("block", "error", "payload", "subject", "until")
+    __slots__ = ("block", "error", "payload", "subject", "unanswered", "until", "wait")
 
-    def __init__(self, subject: bytes, payload: bytes, block: bytes | None, until: float) -> None:
+    def __init__(
+        self, subject: bytes, payload: bytes, block: bytes | None, until: float, wait: float
+    ) -> None:
         self.subject = subject
         self.payload = payload
         self.block = block
         self.until = until
+        self.wait = wait  # how long an attempt waits for its reply
         self.error: StreamFullError | None = None
+        self.unanswered = False  # its last attempt got no reply: it may be stored
 
 
 class AsyncPublisher:
@@ -289,6 +293,7 @@ class AsyncPublisher:
         self._hold_timer: asyncio.TimerHandle | None = None
         self._last_full: StreamFullError | None = None
         self._resending: bytes | None = None  # the held message sent again, awaiting its reply
+        self._resend_timer: asyncio.TimerHandle | None = None  # its reply's deadline
 
     @property
     def pending(self) -> int:
@@ -390,7 +395,7 @@ class AsyncPublisher:
         wait = self.ack_timeout if timeout is None else timeout
         deadline = loop.time() + wait
         if hold is not None:
-            self._held[token] = _Held(subject_b, payload, block, loop.time() + hold)
+            self._held[token] = _Held(subject_b, payload, block, loop.time() + hold, wait)
             deadline += hold  # the ack timeout counts from the last attempt
         futures = self._futures
         futures[token] = (fut, deadline, subject)
@@ -457,13 +462,14 @@ class AsyncPublisher:
         held = self._held[token]
         loop = asyncio.get_running_loop()
         if token == self._resending:
-            self._resending = None
+            self._resent_answered()
+        held.unanswered = False
         full = _stream_full(data, hdr, held.subject) if b"10077" in data else None
         if full is not None:
             self._last_full = full
             held.error = full
             if loop.time() + HOLD_MIN_WAIT <= held.until:
-                bisect.insort(self._hold_queue, int(token, 16))
+                self._queue_held(token)
                 self._arm_hold(backoff=True)
                 return True
         # Stored, refused for another reason, or out of time: _on_reply completes it.
@@ -505,11 +511,17 @@ class AsyncPublisher:
                 self._held.pop(token, None)
                 continue
             if now + HOLD_MIN_WAIT > held.until:
-                # Out of time before this attempt: the last "stream full" error.
+                # Out of time before this attempt: the last "stream full" error, or a
+                # timeout when the last attempt got no reply (it may have been stored).
                 del self._held[token]
                 self._forget(token)
-                error = held.error or self._last_full
-                if not entry[0].done() and error is not None:
+                error: JetStreamError | None = held.error or self._last_full
+                if held.unanswered or error is None:
+                    error = JetStreamTimeoutError(
+                        f"no acknowledgement for the publish to {entry[2]!r} "
+                        "(held while the stream was full; its last attempt got no reply)"
+                    )
+                if not entry[0].done():
                     entry[0].set_exception(error)
                 continue
             conn = self._conn
@@ -528,13 +540,48 @@ class AsyncPublisher:
                     entry[0].set_exception(exc)
                 continue
             self._resending = token
+            self._resend_timer = asyncio.get_running_loop().call_later(
+                held.wait, self._resend_unanswered, token
+            )
             return
+
+    def _queue_held(self, token: bytes) -> None:
+        """Queue a held message for a resend, in publish order (once)."""
+        queue = self._hold_queue
+        number = int(token, 16)
+        at = bisect.bisect_left(queue, number)
+        if at == len(queue) or queue[at] != number:
+            queue.insert(at, number)
+
+    def _resent_answered(self) -> None:
+        """The held message being resent is done with (replied, failed, expired)."""
+        self._resending = None
+        if self._resend_timer is not None:
+            self._resend_timer.cancel()
+            self._resend_timer = None
+
+    def _resend_unanswered(self, token: bytes) -> None:
+        """A resend got no reply in time (no leader, a hung server): try it again later.
+
+        It keeps its msg id, so a copy stored meanwhile is acknowledged as a
+        duplicate; the held messages behind it are not held up meanwhile.
+        """
+        self._resend_timer = None
+        if token != self._resending:
+            return
+        self._resending = None
+        held = self._held.get(token)
+        if held is not None and token in self._futures:
+            held.unanswered = True
+            self._queue_held(token)
+        if self._hold_queue:
+            self._arm_hold(backoff=True)
 
     def _not_sent(self, token: bytes, error: JetStreamError) -> None:
         """The fallback could not write a publish (after ``send`` returned): fail its future."""
         self._held.pop(token, None)
         if self._resending == token:
-            self._resending = None
+            self._resent_answered()
             if self._hold_queue:
                 self._arm_hold(backoff=False)  # the next held message goes now
         entry = self._forget(token)
@@ -557,8 +604,7 @@ class AsyncPublisher:
             if entry is None:
                 continue
             if self._held.pop(token, None) is not None and token == self._resending:
-                # Its resend got no reply (no leader, say): the next held one goes now.
-                self._resending = None
+                self._resent_answered()
                 if self._hold_queue:
                     self._arm_hold(backoff=True)
             if not entry[0].done():
@@ -576,7 +622,7 @@ class AsyncPublisher:
         self._futures.clear()
         self._held.clear()
         self._hold_queue.clear()
-        self._resending = None
+        self._resent_answered()
         if self._hold_timer is not None:
             self._hold_timer.cancel()
             self._hold_timer = None

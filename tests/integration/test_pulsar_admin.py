@@ -353,26 +353,52 @@ async def test_held_publish_async_after_a_held_one_failed_otherwise(nats_url: st
 
 
 async def test_held_publish_async_after_a_resend_without_reply() -> None:
-    """A held message whose resend gets no reply (a hung server) expires; the next goes on."""
+    """A held resend left without a reply (a hung server) is sent again after its ack timeout.
+
+    Neither it nor the held messages behind it wait for its whole hold time.
+    """
     import aiojetstream
     from aiojetstream.testing import NatsServer
 
     async with NatsServer() as server:
         js = await aiojetstream.connect(server.url, publish_async_timeout=0.5)
         try:
-            stream = await stream_with(js, "HLOST", 1, max_msgs=1, discard=DiscardPolicy.NEW)
+            stream = await stream_with(js, "HLOST", 2, max_msgs=2, discard=DiscardPolicy.NEW)
             received = js.nc.stats["in_msgs"]
-            a = await js.publish_async(f"{stream}.a", b"A", hold_when_full=2)
+            a = await js.publish_async(f"{stream}.a", b"A", hold_when_full=30)
             await wait_until(lambda: js.nc.stats["in_msgs"] > received, timeout=5)  # A: full
-            # A's next resend (50 ms at the earliest) meets a hung server: no reply.
             server.freeze()
-            b = await js.publish_async(f"{stream}.b", b"B", hold_when_full=10)
-            with pytest.raises(JetStreamTimeoutError):
-                await asyncio.wait_for(a, 10)
+            b = await js.publish_async(f"{stream}.b", b"B", hold_when_full=30)  # behind A
+            sent = js.nc.stats["out_msgs"]
+            # A's next resend meets the hung server; 0.5 s later A is sent again (was:
+            # nothing more until A's hold ran out, 30.5 s).
+            await wait_until(lambda: js.nc.stats["out_msgs"] >= sent + 2, timeout=5)
             server.thaw()
             await (await js.stream(stream)).purge()
-            ack = await asyncio.wait_for(b, 8)  # was: never sent, a timeout after 10.5 s
-            assert ack.seq == 2
+            acks = await asyncio.wait_for(asyncio.gather(a, b), 10)
+            assert [ack.seq for ack in acks] == [3, 4]  # in publish order, once each
+            assert (await (await js.stream(stream)).info()).state.messages == 2
+        finally:
+            if server.frozen:
+                server.thaw()
+            await js.close()
+
+
+async def test_held_publish_async_out_of_time_after_an_unanswered_attempt() -> None:
+    """A held message whose last attempt got no reply fails with a timeout, not "full"."""
+    import aiojetstream
+    from aiojetstream.testing import NatsServer
+
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url, publish_async_timeout=0.5)
+        try:
+            stream = await stream_with(js, "HOUT", 1, max_msgs=1, discard=DiscardPolicy.NEW)
+            received = js.nc.stats["in_msgs"]
+            a = await js.publish_async(f"{stream}.a", b"A", hold_when_full=1.5)
+            await wait_until(lambda: js.nc.stats["in_msgs"] > received, timeout=5)  # A: full
+            server.freeze()  # every later attempt of A goes unanswered
+            with pytest.raises(JetStreamTimeoutError):  # its outcome is unknown
+                await asyncio.wait_for(a, 10)
         finally:
             if server.frozen:
                 server.thaw()
