@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
@@ -17,8 +18,11 @@ from aiojetstream import (
     KeyValue,
     KeyValueEntry,
     KeyValueOp,
-    KeyWatcher,
+    MessageNotFoundError,
+    RawStreamMessage,
 )
+from aiojetstream._kv import entry_operation
+from aiojetstream._models.kv import kv_entry
 
 from ._options import KVOptions, lower_keys, parse_kv_options
 from ._runtime import Session, run_once
@@ -38,6 +42,8 @@ KV_SCHEMA: Final = pa.schema(
     ]
 )
 _BATCH_ROWS: Final = 10_000
+#: Keys a batch direct get asks for (the server answers at most 1,024 subjects).
+_MULTI_LAST: Final = 1_024
 
 
 async def _bucket(js: JetStreamContext, opts: KVOptions) -> KeyValue:
@@ -131,80 +137,73 @@ class KVReader(DataSourceReader):
         return [InputPartition(opts.bucket)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the live entries in Arrow batches, each key at most once."""
+        """Yield the live entries in Arrow batches, each key once (see :class:`_Snapshot`)."""
         opts = self.opts
         with Session(opts.connect) as session:
             kv = session.run(_bucket(session.js, opts))
-            snapshot = _Snapshot(kv, kv.watch())
+            snapshot = _Snapshot(kv)
             session.run(snapshot.start())
-            try:
-                while not snapshot.ended:
-                    entries = session.run(snapshot.next_entries())
-                    if entries:
-                        yield _arrow(opts.bucket, entries)
-            finally:
-                session.run(snapshot.aclose())
+            while not snapshot.ended:
+                entries = session.run(snapshot.next_entries())
+                if entries:
+                    yield _arrow(opts.bucket, entries)
 
 
 class _Snapshot:
-    """The live keys of a bucket from a watch of the latest values, each key once.
+    """The live keys of a bucket as of one stream sequence, each key once.
 
-    The watch first delivers the latest revision of every key as of its
-    consumer's creation (in stream order), then every later change. The read
-    ends at ``bound``: first the stream's last sequence right after the
-    consumer was created, so every initial value comes at or before it. A key
-    changed before its initial value was delivered may have lost that value
-    (a bucket with ``history=1`` keeps one revision), so when the watch passes
-    ``bound`` the read goes on to the stream's last sequence at that moment:
-    such changes were stored before then. A key is taken once, at its first
-    ``PUT``; later revisions of a key already taken are left out.
+    At the start: the stream's last sequence ``L`` and every key that has a
+    message (its subjects, from the stream's info). Then, 1,024 keys a request,
+    the last message of each key at or below ``L`` (a batch direct get with
+    ``multi_last`` and ``up_to_seq``): the bucket as it was at ``L``, keys
+    whose last message is a delete or purge marker left out. A key whose
+    revision at ``L`` was replaced since (a bucket with ``history=1`` keeps one
+    revision a key) is read as it is now, if it still exists. Keys created
+    after ``L`` are not read. No consumer: nothing to reset or clean up.
     """
 
-    def __init__(self, kv: KeyValue, watcher: KeyWatcher) -> None:
+    def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
-        self._watcher = watcher
-        self._seen: set[str] = set()
-        self._bound = 0
-        self._final = False
+        self._prefix = kv._prefix
+        self._subjects: list[str] = []
+        self._next = 0
+        self._last = 0
         self.ended = False
 
-    async def _last_seq(self) -> int:
-        info = await self._kv.stream.info()
-        return info.state.last_seq
-
     async def start(self) -> None:
-        await self._watcher.__aenter__()  # creates the consumer: fixes the initial values
-        self._bound = await self._last_seq()
+        info = await self._kv.stream.info(subjects_filter=self._prefix + ">")
+        self._last = info.state.last_seq
+        self._subjects = sorted(info.state.subjects or ())
+        self.ended = not self._subjects
 
     async def next_entries(self) -> list[KeyValueEntry]:
-        """Up to ``_BATCH_ROWS`` more live entries; sets ``ended`` at the end."""
+        """The live entries of the next keys (up to ``_BATCH_ROWS``); sets ``ended`` at the end."""
         entries: list[KeyValueEntry] = []
         while not self.ended and len(entries) < _BATCH_ROWS:
-            try:
-                entry = await anext(self._watcher)
-            except StopAsyncIteration:
-                self.ended = True
-                break
-            if entry is None:  # caught up: nothing was pending
-                self.ended = True
-                break
-            seq = entry.revision
-            if seq >= self._bound and not self._final:
-                # Every initial value has been delivered or replaced by a later revision.
-                self._final = True
-                self._bound = max(self._bound, await self._last_seq())
-            if seq > self._bound:
-                self.ended = True
-                break
-            if entry.operation is KeyValueOp.PUT and entry.key not in self._seen:
-                self._seen.add(entry.key)
-                entries.append(entry)
-            if self._final and seq >= self._bound:
-                self.ended = True
+            page = self._subjects[self._next : self._next + _MULTI_LAST]
+            self._next += len(page)
+            self.ended = self._next >= len(self._subjects)
+            entries += await self._page(page)
         return entries
 
-    async def aclose(self) -> None:
-        await self._watcher.aclose()
+    async def _page(self, subjects: list[str]) -> list[KeyValueEntry]:
+        stream = self._kv.stream
+        found: dict[str, RawStreamMessage] = {}
+        async for msg in stream.get_last_msgs_for(subjects, up_to_seq=self._last):
+            found[msg.subject] = msg
+        for subject in subjects:
+            if subject not in found:
+                # Replaced after L (history=1): its value now, if the key still exists.
+                with contextlib.suppress(MessageNotFoundError):
+                    found[subject] = await stream.get_last_msg_for_subject(subject)
+        entries = []
+        for subject in subjects:
+            last = found.get(subject)
+            if last is None or entry_operation(last.headers) is not KeyValueOp.PUT:
+                continue  # deleted, purged or expired
+            key = subject[len(self._prefix) :]
+            entries.append(kv_entry(self._kv.bucket, key, last.data, last.seq, last.time))
+        return entries
 
 
 class KVWriter(BatchWriterBase):
