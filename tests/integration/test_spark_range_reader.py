@@ -123,27 +123,32 @@ async def test_data_lost_between_the_check_and_the_consumer(
     """
     from aiojetstream.spark import _read
 
-    rr5 = await fill(js, "RR5", 300)
     real_bounds = _read.stream_bounds
+    purge_next: list[str] = []
 
     async def checked_then_purged(js_: JetStreamContext, opts: object) -> _read.Bounds:
         bounds = await real_bounds(js_, opts)  # type: ignore[arg-type]
-        await (await js_.stream(rr5)).purge(sequence=201)  # just after the check
+        if purge_next:  # just after the check
+            await (await js_.stream(purge_next.pop())).purge(sequence=201)
         return bounds
 
     monkeypatch.setattr(_read, "stream_bounds", checked_then_purged)
-    strict = parse_source_options({"stream": rr5, "servers": nats_url}, streaming=False)
-    reader = RangeReader(js, strict, 1, 301)
-    with pytest.raises(DataLossError, match=r"1\.\.200"):  # was: rows 201-300, no error
-        await reader.next_batch()
-    await reader.aclose()
-    lenient = parse_source_options(
-        {"stream": rr5, "servers": nats_url, "failOnDataLoss": "false"}, streaming=False
-    )
-    reader = RangeReader(js, lenient, 150, 301)
-    with pytest.warns(JetStreamSparkWarning, match=r"150\.\.200"):
-        assert await read_all(reader) == list(range(201, 301))
-    await reader.aclose()
+    for strict in (True, False):
+        stream = await fill(js, "RR5", 300)
+        purge_next.append(stream)
+        opts = parse_source_options(
+            {"stream": stream, "servers": nats_url, "failOnDataLoss": str(strict).lower()},
+            streaming=False,
+        )
+        reader = RangeReader(js, opts, 150, 301)
+        if strict:  # was: rows 201-300, no error
+            with pytest.raises(DataLossError, match=r"150\.\.200"):
+                await reader.next_batch()
+        else:  # was: no warning
+            with pytest.warns(JetStreamSparkWarning, match=r"150\.\.200"):
+                assert await read_all(reader) == list(range(201, 301))
+        await reader.aclose()
+        assert not purge_next  # the purge came after the check
 
 
 def test_stream_reader_offsets_going_backwards_and_lost_gaps(nats_server: NatsServer) -> None:
