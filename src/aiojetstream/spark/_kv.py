@@ -16,13 +16,9 @@ from aiojetstream import (
     InvalidOptionError,
     JetStreamContext,
     KeyValue,
-    KeyValueEntry,
-    KeyValueOp,
     MessageNotFoundError,
     RawStreamMessage,
 )
-from aiojetstream._kv import entry_operation
-from aiojetstream._models.kv import kv_entry
 
 from ._options import KVOptions, lower_keys, parse_kv_options
 from ._runtime import Session, run_once
@@ -55,14 +51,16 @@ async def _bucket(js: JetStreamContext, opts: KVOptions) -> KeyValue:
         ) from exc
 
 
-def _arrow(bucket: str, entries: list[KeyValueEntry]) -> pa.RecordBatch:
+def _arrow(bucket: str, prefix: str, values: list[RawStreamMessage]) -> pa.RecordBatch:
+    """The rows of keys' last messages (their subjects start with ``prefix``)."""
+    cut = len(prefix)
     return pa.RecordBatch.from_arrays(
         [
-            pa.repeat(bucket, len(entries)).cast(pa.string()),
-            pa.array([e.key for e in entries], pa.string()),
-            pa.array([e.value for e in entries], pa.binary()),
-            pa.array([e.revision for e in entries], pa.int64()),
-            pa.array([e.created for e in entries], pa.timestamp("us", tz="UTC")),
+            pa.repeat(bucket, len(values)).cast(pa.string()),
+            pa.array([m.subject[cut:] for m in values], pa.string()),
+            pa.array([m.data for m in values], pa.binary()),
+            pa.array([m.seq for m in values], pa.int64()),
+            pa.array([m.time for m in values], pa.timestamp("us", tz="UTC")),
         ],
         schema=KV_SCHEMA,
     )
@@ -146,7 +144,7 @@ class KVReader(DataSourceReader):
             while not snapshot.ended:
                 entries = session.run(snapshot.next_entries())
                 if entries:
-                    yield _arrow(opts.bucket, entries)
+                    yield _arrow(opts.bucket, snapshot.prefix, entries)
 
 
 class _Snapshot:
@@ -164,21 +162,24 @@ class _Snapshot:
 
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
-        self._prefix = kv._prefix
+        # A mirror holds its origin's subjects.
+        config = kv.stream.cached_info.config
+        origin = config.mirror.name.removeprefix("KV_") if config.mirror else kv.bucket
+        self.prefix = f"$KV.{origin}."
         self._subjects: list[str] = []
         self._next = 0
         self._last = 0
         self.ended = False
 
     async def start(self) -> None:
-        info = await self._kv.stream.info(subjects_filter=self._prefix + ">")
+        info = await self._kv.stream.info(subjects_filter=self.prefix + ">")
         self._last = info.state.last_seq
         self._subjects = sorted(info.state.subjects or ())
         self.ended = not self._subjects
 
-    async def next_entries(self) -> list[KeyValueEntry]:
-        """The live entries of the next keys (up to ``_BATCH_ROWS``); sets ``ended`` at the end."""
-        entries: list[KeyValueEntry] = []
+    async def next_entries(self) -> list[RawStreamMessage]:
+        """The live values of the next keys (up to ``_BATCH_ROWS``); sets ``ended`` at the end."""
+        entries: list[RawStreamMessage] = []
         while not self.ended and len(entries) < _BATCH_ROWS:
             page = self._subjects[self._next : self._next + _MULTI_LAST]
             self._next += len(page)
@@ -186,7 +187,7 @@ class _Snapshot:
             entries += await self._page(page)
         return entries
 
-    async def _page(self, subjects: list[str]) -> list[KeyValueEntry]:
+    async def _page(self, subjects: list[str]) -> list[RawStreamMessage]:
         stream = self._kv.stream
         found: dict[str, RawStreamMessage] = {}
         async for msg in stream.get_last_msgs_for(subjects, up_to_seq=self._last):
@@ -196,14 +197,19 @@ class _Snapshot:
                 # Replaced after L (history=1): its value now, if the key still exists.
                 with contextlib.suppress(MessageNotFoundError):
                     found[subject] = await stream.get_last_msg_for_subject(subject)
-        entries = []
+        live = []
         for subject in subjects:
             last = found.get(subject)
-            if last is None or entry_operation(last.headers) is not KeyValueOp.PUT:
-                continue  # deleted, purged or expired
-            key = subject[len(self._prefix) :]
-            entries.append(kv_entry(self._kv.bucket, key, last.data, last.seq, last.time))
-        return entries
+            if last is not None and not _marker(last.headers):
+                live.append(last)  # not deleted, purged or expired
+        return live
+
+
+def _marker(headers: dict[str, str] | None) -> bool:
+    """Whether a key's last message is a delete, purge (ADR-8) or limit marker (ADR-48)."""
+    if not headers:
+        return False
+    return "KV-Operation" in headers or "Nats-Marker-Reason" in headers
 
 
 class KVWriter(BatchWriterBase):
