@@ -25,6 +25,7 @@ from aiojetstream import (
     JetStreamTimeoutError,
     MaxMessagesExceededError,
     MessageSizeExceedsMaximumError,
+    PubAck,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -323,6 +324,18 @@ async def test_held_publish_async_keeps_window_order_and_rate(nats_url: str) -> 
         await js.close()
 
 
+async def held_in_a_full_stream(
+    js: JetStreamContext, prefix: str, size: int, hold: float, payload: bytes = b"A"
+) -> tuple[str, asyncio.Future[PubAck]]:
+    """A full stream of ``size`` messages (discard new) and a held ``publish_async`` of
+    ``payload`` to it, returned once its first attempt was refused ("full")."""
+    stream = await stream_with(js, prefix, size, max_msgs=size, discard=DiscardPolicy.NEW)
+    received = js.nc.stats["in_msgs"]
+    held = await js.publish_async(f"{stream}.a", payload, hold_when_full=hold)
+    await wait_until(lambda: js.nc.stats["in_msgs"] > received, timeout=5)
+    return stream, held
+
+
 async def test_held_publish_async_after_a_held_one_failed_otherwise(nats_url: str) -> None:
     """A held message's resend refused for another reason (not "full") sends the next one.
 
@@ -335,10 +348,7 @@ async def test_held_publish_async_after_a_held_one_failed_otherwise(nats_url: st
 
     js = await aiojetstream.connect(nats_url, publish_async_timeout=1.0)
     try:
-        stream = await stream_with(js, "HERR", 3, max_msgs=3, discard=DiscardPolicy.NEW)
-        received = js.nc.stats["in_msgs"]
-        a = await js.publish_async(f"{stream}.a", b"A" * 100, hold_when_full=10)
-        await wait_until(lambda: js.nc.stats["in_msgs"] > received, timeout=5)  # A: full
+        stream, a = await held_in_a_full_stream(js, "HERR", 3, 10, b"A" * 100)
         b = await js.publish_async(f"{stream}.b", b"B", hold_when_full=10)
         info = await (await js.stream(stream)).info()
         await js.update_stream(info.config.model_copy(update={"max_msg_size": 100}))
@@ -363,10 +373,7 @@ async def test_held_publish_async_after_a_resend_without_reply() -> None:
     async with NatsServer() as server:
         js = await aiojetstream.connect(server.url, publish_async_timeout=0.5)
         try:
-            stream = await stream_with(js, "HLOST", 2, max_msgs=2, discard=DiscardPolicy.NEW)
-            received = js.nc.stats["in_msgs"]
-            a = await js.publish_async(f"{stream}.a", b"A", hold_when_full=30)
-            await wait_until(lambda: js.nc.stats["in_msgs"] > received, timeout=5)  # A: full
+            stream, a = await held_in_a_full_stream(js, "HLOST", 2, 30)
             server.freeze()
             b = await js.publish_async(f"{stream}.b", b"B", hold_when_full=30)  # behind A
             sent = js.nc.stats["out_msgs"]
@@ -392,10 +399,7 @@ async def test_held_publish_async_out_of_time_after_an_unanswered_attempt() -> N
     async with NatsServer() as server:
         js = await aiojetstream.connect(server.url, publish_async_timeout=0.5)
         try:
-            stream = await stream_with(js, "HOUT", 1, max_msgs=1, discard=DiscardPolicy.NEW)
-            received = js.nc.stats["in_msgs"]
-            a = await js.publish_async(f"{stream}.a", b"A", hold_when_full=1.5)
-            await wait_until(lambda: js.nc.stats["in_msgs"] > received, timeout=5)  # A: full
+            _, a = await held_in_a_full_stream(js, "HOUT", 1, 1.5)
             server.freeze()  # every later attempt of A goes unanswered
             with pytest.raises(JetStreamTimeoutError):  # its outcome is unknown
                 await asyncio.wait_for(a, 10)
