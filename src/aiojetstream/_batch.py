@@ -309,6 +309,7 @@ class AtomicBatch:
             # after it, as the batch may have moved on meanwhile.
             await F.require(self._api, F.ATOMIC_BATCH, timeout)
             subject, data, hdrs = self._prepare(*args, commit=False)
+            first = self._state.size == 0  # a concurrent add may have gone first
         if not first:
             await self._send(subject, data, hdrs)
             return

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
+import aiojetstream
 from aiojetstream import (
     AtomicPublishDisabledError,
     AtomicPublishError,
@@ -68,6 +70,24 @@ async def test_commit_stores_all(js: JetStreamContext) -> None:
     assert (await stream.get_msg(4)).headers["Nats-Batch-Commit"] == "1"  # type: ignore[index]
     with pytest.raises(BatchClosedError):
         await batch.add(f"{p}.d", b"4")
+
+
+async def test_concurrent_first_adds_send_one_first_message(
+    js: JetStreamContext, nats_url: str
+) -> None:
+    """Two adds started together on a fresh context: the second is not sent as a first."""
+    stream, p = await atomic_stream(js)
+    # A context that has not read the server's API level yet: the first add
+    # asks the server (a suspension) before it sends anything.
+    async with await aiojetstream.connect(nats_url, timeout=2) as fresh:
+        batch = fresh.atomic_batch()
+        await asyncio.wait_for(
+            asyncio.gather(batch.add(f"{p}.a", b"1"), batch.add(f"{p}.b", b"2")), 10
+        )
+        ack = await batch.commit(f"{p}.c", b"3")
+    assert ack.batch_size == 3
+    assert await last_seq(stream) == 3
+    assert sorted([(await stream.get_msg(s)).data for s in (1, 2)]) == [b"1", b"2"]
 
 
 async def test_single_message_commit(js: JetStreamContext) -> None:
