@@ -131,7 +131,7 @@ def test_failed_task_leaves_no_consumer(spark: SparkSession, nats: Nats, name: s
 
     publish_mixed(nats, name)
 
-    @udf("long")
+    @udf("long", useArrow=False)  # a row UDF: pandas is not needed
     def explode(seq: int) -> int:
         if seq == 150:
             raise RuntimeError("boom")

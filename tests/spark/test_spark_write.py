@@ -98,7 +98,7 @@ def fail_first_attempt(column: Column) -> Column:
             raise RuntimeError("injected task failure")
         return i
 
-    return udf(fail, "long")(column)
+    return udf(fail, "long", useArrow=False)(column)  # a row UDF: no pandas
 
 
 ROWS = 20_000
