@@ -468,9 +468,12 @@ class AsyncPublisher:
         if full is not None:
             self._last_full = full
             held.error = full
-            if loop.time() + HOLD_MIN_WAIT <= held.until:
+            entry = self._futures.get(token)
+            wanted = entry is not None and not entry[0].done()  # not cancelled by its caller
+            if wanted and loop.time() + HOLD_MIN_WAIT <= held.until:
                 self._queue_held(token)
-                self._arm_hold(backoff=True)
+                if self._resending is None:  # else the resend in flight arms the next one
+                    self._arm_hold(backoff=True)
                 return True
         # Stored, refused for another reason, or out of time: _on_reply completes it.
         del self._held[token]
@@ -501,6 +504,8 @@ class AsyncPublisher:
     def _resend(self) -> None:
         """Send the first held message waiting (expired ones fail first)."""
         self._hold_timer = None
+        if self._resending is not None:
+            return  # one resend at a time: its reply (or its absence) sends the next
         now = asyncio.get_running_loop().time()
         queue = self._hold_queue
         while queue:
@@ -509,6 +514,11 @@ class AsyncPublisher:
             entry = self._futures.get(token)
             if held is None or entry is None:
                 self._held.pop(token, None)
+                continue
+            if entry[0].done():
+                # Cancelled by its caller while held: never sent again, its place freed.
+                del self._held[token]
+                self._forget(token)
                 continue
             if now + HOLD_MIN_WAIT > held.until:
                 # Out of time before this attempt: the last "stream full" error, or a
@@ -540,6 +550,8 @@ class AsyncPublisher:
                     entry[0].set_exception(exc)
                 continue
             self._resending = token
+            if self._resend_timer is not None:
+                self._resend_timer.cancel()
             self._resend_timer = asyncio.get_running_loop().call_later(
                 held.wait, self._resend_unanswered, token
             )
@@ -552,6 +564,16 @@ class AsyncPublisher:
         at = bisect.bisect_left(queue, number)
         if at == len(queue) or queue[at] != number:
             queue.insert(at, number)
+
+    def _unqueue(self, token: bytes) -> bool:
+        """Take a held message off the resend queue; True if it was there."""
+        queue = self._hold_queue
+        number = int(token, 16)
+        at = bisect.bisect_left(queue, number)
+        if at < len(queue) and queue[at] == number:
+            del queue[at]
+            return True
+        return False
 
     def _resent_answered(self) -> None:
         """The held message being resent is done with (replied, failed, expired)."""
@@ -603,13 +625,21 @@ class AsyncPublisher:
             entry = self._forget(token)
             if entry is None:
                 continue
-            if self._held.pop(token, None) is not None and token == self._resending:
-                self._resent_answered()
-                if self._hold_queue:
-                    self._arm_hold(backoff=True)
+            error: JetStreamError | None = None
+            held = self._held.pop(token, None)
+            if held is not None:
+                if token == self._resending:
+                    self._resent_answered()
+                    if self._hold_queue:
+                        self._arm_hold(backoff=True)
+                elif self._unqueue(token) and not held.unanswered:
+                    # Waiting for a resend (or queued behind other held messages and
+                    # never sent): the stream was full, nothing of it is in flight.
+                    error = held.error or self._last_full
             if not entry[0].done():
                 entry[0].set_exception(
-                    JetStreamTimeoutError(f"no acknowledgement for the publish to {entry[2]!r}")
+                    error
+                    or JetStreamTimeoutError(f"no acknowledgement for the publish to {entry[2]!r}")
                 )
         # Drop entries of futures that completed meanwhile once they dominate.
         if len(heap) > 2 * len(self._futures) + _HEAP_SLACK:

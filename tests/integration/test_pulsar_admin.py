@@ -409,6 +409,46 @@ async def test_held_publish_async_out_of_time_after_an_unanswered_attempt() -> N
             await js.close()
 
 
+async def test_held_publish_async_cancelled_is_not_sent_again(nats_url: str) -> None:
+    """A held message its caller cancelled is never sent again and holds nothing up.
+
+    A is held (the stream is full), B is held behind it; A is cancelled. Once
+    there is room, B is stored and A is not (it was resent, and stored, until
+    its hold ran out, with B waiting behind it).
+    """
+    import aiojetstream
+
+    js = await aiojetstream.connect(nats_url, publish_async_timeout=1.0)
+    try:
+        stream, a = await held_in_a_full_stream(js, "HCAN", 2, 10)
+        b = await js.publish_async(f"{stream}.b", b"B", hold_when_full=10)
+        a.cancel()
+        await (await js.stream(stream)).purge()
+        ack = await asyncio.wait_for(b, 5)
+        assert ack.seq == 3
+        await js.publish_async_complete(timeout=5)
+        info = await (await js.stream(stream)).info()
+        assert (info.state.messages, info.state.last_seq) == (1, 3)  # B only, A never
+    finally:
+        await js.close()
+
+
+async def test_held_publish_async_queued_and_out_of_time_is_stream_full(nats_url: str) -> None:
+    """A held message queued behind another and out of time before its turn fails with the
+    stream's "full" error (it was never sent), not with a timeout (which says "maybe stored")."""
+    import aiojetstream
+
+    js = await aiojetstream.connect(nats_url, publish_async_timeout=0.5)
+    try:
+        stream, a = await held_in_a_full_stream(js, "HQUE", 1, 10)
+        b = await js.publish_async(f"{stream}.b", b"B", hold_when_full=0.5)  # behind A
+        with pytest.raises(MaxMessagesExceededError):
+            await asyncio.wait_for(b, 5)
+        a.cancel()
+    finally:
+        await js.close()
+
+
 async def test_old_servers_are_refused_before_sending(js: JetStreamContext) -> None:
     from aiojetstream import FeatureNotSupportedError
 
