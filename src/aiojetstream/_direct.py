@@ -289,6 +289,8 @@ def last_msgs_request(
     up_to_seq: int | None = None,
     up_to_time: datetime | None = None,
     batch: int | None = None,
+    seq: int | None = None,
+    max_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Validate the options of ``get_last_msgs_for`` and return the request body (pure).
 
@@ -313,6 +315,10 @@ def last_msgs_request(
         body["up_to_time"] = format_timestamp(up_to_time)
     if batch is not None:
         body["batch"] = _positive(batch, "batch")
+    if seq is not None:
+        body["seq"] = _positive(seq, "seq")
+    if max_bytes is not None:
+        body["max_bytes"] = _positive(max_bytes, "max_bytes")
     return body
 
 

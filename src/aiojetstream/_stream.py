@@ -157,6 +157,13 @@ class Stream:
             body["subjects_filter"] = validate_filter_subject(subjects_filter)
         subjects: dict[str, int] = {}
         offset = 0
+        # The server sorts the subjects and pages them by offset (100,000 a page).
+        # Each page after the first starts one subject early: it must begin at or
+        # before the last subject listed so far, or subjects before the offset went
+        # away meanwhile (expired, purged) and the page may start past some not
+        # listed yet: then ask from further back.
+        last = ""
+        back = 1
         while True:
             if subjects_filter is not None:
                 body["offset"] = offset
@@ -164,11 +171,17 @@ class Stream:
                 _api.STREAM_INFO, body or None, timeout=timeout, stream=self._name
             )
             page = reply.get("state", {}).get("subjects") or {}
-            subjects.update(page)
             total = int(reply.get("total", 0))
-            offset += len(page)
-            if subjects_filter is None or not page or offset >= total:
+            if last and total and (not page or min(page) > last):
+                back *= 64
+                offset = max(0, min(offset, total) - back)
+                continue
+            subjects.update(page)
+            if subjects_filter is None or not page or offset + len(page) >= total:
                 break
+            overlap = len(page) > 1  # (pages are 100,000 subjects: always)
+            last = max(page) if overlap else ""
+            offset += len(page) - overlap
         if subjects_filter is not None and "state" in reply:
             reply["state"]["subjects"] = subjects
         self._info = _api.parse(StreamInfo, reply)
@@ -342,6 +355,8 @@ class Stream:
         up_to_seq: int | None = None,
         up_to_time: datetime | None = None,
         batch: int | None = None,
+        seq: int | None = None,
+        max_bytes: int | None = None,
         timeout: float | None = None,
     ) -> D.DirectBatch:
         """The last message of each subject matching ``subjects`` (ADR-31 ``multi_last``).
@@ -359,6 +374,13 @@ class Stream:
             up_to_time: the last messages stored before this time (the server
                 leaves out a message stored exactly at it).
             batch: return at most this many messages.
+            seq: leave out messages below this stream sequence: continues a
+                batch that ended with :attr:`~DirectBatch.num_pending` above 0
+                from its ``last_seq + 1`` (give the same ``up_to_seq``, that
+                batch's :attr:`~DirectBatch.up_to_seq`).
+            max_bytes: stop once this many bytes were sent (the message that
+                crosses the limit is still sent); the server's own limit
+                otherwise (64 MiB by default).
             timeout: seconds to wait for each reply.
 
         Raises:
@@ -370,7 +392,12 @@ class Stream:
 
         """
         body = D.last_msgs_request(
-            subjects, up_to_seq=up_to_seq, up_to_time=up_to_time, batch=batch
+            subjects,
+            up_to_seq=up_to_seq,
+            up_to_time=up_to_time,
+            batch=batch,
+            seq=seq,
+            max_bytes=max_bytes,
         )
         return D.DirectBatch(
             self._api,

@@ -129,6 +129,37 @@ async def test_get_last_msgs_for(js: JetStreamContext) -> None:
     assert [m.seq for m in await collect(page)] == [4, 5]
     assert page.num_pending == 2
     assert page.up_to_seq == 8
+    # The rest: from the page's last sequence + 1, as of the same sequence.
+    rest = stream.get_last_msgs_for([f"{p}.*"], seq=page.last_seq + 1, up_to_seq=8)
+    assert [m.seq for m in await collect(rest)] == [6, 8]
+    assert rest.num_pending == 0
+
+
+async def test_get_last_msgs_for_pages_by_bytes(js: JetStreamContext) -> None:
+    """``max_bytes`` cuts a reply; ``seq`` continues it, values as of one sequence."""
+    name = unique_name("DGB")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], allow_direct=True)
+    )
+    for i in range(20):
+        await js.publish(f"{name}.{i}", b"x" * 1000)
+    for i in range(5):
+        await js.publish(f"{name}.{i}", b"y" * 1000)  # past the sequence read as of
+    subjects = [f"{name}.{i}" for i in range(20)]
+    seqs: list[int] = []
+    start: int | None = None
+    pages = 0
+    while True:
+        page = stream.get_last_msgs_for(subjects, up_to_seq=20, seq=start, max_bytes=5000)
+        msgs = await collect(page)
+        assert {m.data[:1] for m in msgs} == {b"x"}
+        seqs += [m.seq for m in msgs]
+        pages += 1
+        if not page.num_pending:
+            break
+        start = page.last_seq + 1
+    assert seqs == list(range(1, 21))
+    assert pages == 4  # 5 messages of 1 kB a reply
 
 
 async def test_too_many_subjects(js: JetStreamContext) -> None:
@@ -170,6 +201,9 @@ async def test_invalid_options_raise_before_sending(js: JetStreamContext) -> Non
         stream.get_batch(1, seq=1, start_time=datetime.now(UTC))
     with pytest.raises(InvalidOptionError):
         stream.get_last_msgs_for(["a"], up_to_seq=1, up_to_time=datetime.now(UTC))
+    for bad in ({"seq": 0}, {"max_bytes": -1}, {"seq": True}):
+        with pytest.raises(InvalidOptionError):
+            stream.get_last_msgs_for(["a"], **bad)
 
 
 async def test_early_exit_releases_the_inbox(js: JetStreamContext) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -192,3 +193,40 @@ async def test_info_subjects_filter(js: JetStreamContext) -> None:
         await js.publish(f"subj.{i % 3}", b"x")
     info = await stream.info(subjects_filter="subj.>")
     assert info.state.subjects == {"subj.0": 2, "subj.1": 2, "subj.2": 1}
+
+
+async def test_info_subjects_pages_survive_subjects_going_away(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Subjects listed over several pages (100,000 a page, sorted, by offset): when
+    subjects before the offset go away between two pages (expired, purged), the
+    later ones shift back, and none of them may be skipped."""
+    name = unique_name("PAGES")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    count = 100_050
+    for i in range(count):
+        await js.publish_async(f"{name}.{i:06d}", b"")
+    await js.publish_async_complete(timeout=120)
+    api_class = type(js._api)
+    call = api_class.call
+    pages: list[tuple[int, int]] = []
+
+    async def purging_after_the_first_page(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reply = await call(self, *args, **kwargs)
+        body = args[1] if len(args) > 1 else None
+        if isinstance(body, dict) and "offset" in body:
+            pages.append((body["offset"], len(reply["state"]["subjects"] or {})))
+            if len(pages) == 1:  # three subjects that sort first go away
+                for i in range(3):
+                    await stream.purge(subject=f"{name}.{i:06d}")
+        return reply
+
+    monkeypatch.setattr(api_class, "call", purging_after_the_first_page)
+    info = await stream.info(subjects_filter=f"{name}.>")
+    monkeypatch.undo()
+    assert len(pages) >= 2
+    listed = set(info.state.subjects or {})
+    missing = {f"{name}.{i:06d}" for i in range(3, count)} - listed
+    assert not missing, f"{len(missing)} subjects skipped, e.g. {sorted(missing)[:3]} ({pages})"

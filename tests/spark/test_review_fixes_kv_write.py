@@ -27,10 +27,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from aiojetstream import JetStreamContext, KeyValueConfig, StreamConfig
-from aiojetstream.spark._kv import _BATCH_ROWS, KVReader
+from aiojetstream import JetStreamContext, KeyValueConfig, RawStreamMessage, StreamConfig
+from aiojetstream.spark._kv import _BATCH_ROWS, KVReader, _Snapshot
 from aiojetstream.spark._options import parse_kv_options, parse_sink_options
 from aiojetstream.spark._write import StreamWriter, check_sink_schema, record_batches
+from aiojetstream.testing import NatsServer
 from helpers import unique_name
 from spark.spark_helpers import Nats
 
@@ -142,3 +143,61 @@ def test_record_batches_types_rows_by_the_sink_schema() -> None:
     # Arrow batches (Spark >= 4.1) pass through unchanged.
     arrow = pa.RecordBatch.from_pylist([{"data": b"z"}])
     assert list(record_batches(iter([arrow]), columns.arrow)) == [arrow]
+
+
+def test_kv_read_continues_a_reply_the_server_cut_at_its_byte_limit() -> None:
+    """Keys past the server's byte limit for one batch direct get are read as of the
+    snapshot too (the read continues the batch), not as they are now.
+
+    The server's ``max_pending`` (the default limit of a batch direct get) is
+    lowered to 4 MiB; 40 keys of 300 kB values (history 5) need several replies.
+    After the snapshot's start every key is rewritten and some are deleted:
+    the read still returns every key's value at the start.
+    """
+    bucket = unique_name("KVBIG")
+    keys = [f"k{i:02d}" for i in range(40)]
+    old, new = b"1" * 300_000, b"2" * 300_000
+    with NatsServer(config={"max_pending": 4 * 1024 * 1024}) as server:
+        nats = Nats(server.url)
+        try:
+            kv = nats.run(lambda js: js.create_key_value(KeyValueConfig(bucket=bucket, history=5)))
+            for key in keys:
+                nats.run(kv.put(key, old))
+            snapshot = _Snapshot(kv)
+            nats.run(snapshot.start())
+            for key in keys:
+                nats.run(kv.put(key, new))
+            for key in keys[30:]:
+                nats.run(kv.delete(key))
+            entries: list[RawStreamMessage] = []
+            while not snapshot.ended:
+                entries += nats.run(snapshot.next_entries())
+        finally:
+            nats.close()
+    assert sorted(m.subject.rsplit(".", 1)[1] for m in entries) == keys
+    assert all(m.data == old for m in entries)
+
+
+def test_kv_read_leaves_out_stored_subjects_with_wildcard_tokens(nats: Nats) -> None:
+    """A subject such as ``$KV.<b>.>`` is no key (puts refuse it), but a server stores
+    what another client publishes there; as a filter it would match every key."""
+    import nats as nats_py
+
+    bucket = unique_name("KVW")
+    keys = [f"k{i}" for i in range(10)]
+
+    async def fill(js: JetStreamContext) -> None:
+        kv = await js.create_key_value(KeyValueConfig(bucket=bucket))
+        for key in keys:
+            await kv.put(key, b"v")
+        raw = await nats_py.connect(nats.url)
+        try:
+            for subject in (f"$KV.{bucket}.>", f"$KV.{bucket}.x.*"):
+                await raw.request(subject, b"wild", timeout=5)  # stored: acknowledged
+        finally:
+            await raw.close()
+
+    nats.run(fill)
+    reader = KVReader(parse_kv_options({"servers": nats.url, "bucket": bucket}))
+    rows = [r for batch in reader.read(InputPartition(bucket)) for r in batch.to_pylist()]
+    assert sorted(r["key"] for r in rows) == keys

@@ -278,3 +278,26 @@ def test_tls_options_make_every_url_tls() -> None:
             "wss://e:8080",
             "wss://f:443",
         ]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        None,
+        {},
+        {"KV-Operation": "DEL"},
+        {"KV-Operation": "PURGE"},
+        {"KV-Operation": "PUT"},
+        {"KV-Operation": "SOMETHING-NEW"},
+        {"Nats-Marker-Reason": "MaxAge"},
+        {"Nats-Marker-Reason": "Remove"},
+        {"Nats-Marker-Reason": ""},
+        {"X-Other": "1"},
+    ],
+)
+def test_kv_read_leaves_out_what_kv_get_treats_as_no_value(headers: dict[str, str] | None) -> None:
+    from aiojetstream import KeyValueOp
+    from aiojetstream._kv import entry_operation
+    from aiojetstream.spark._kv import _marker
+
+    assert _marker(headers) == (entry_operation(headers) is not KeyValueOp.PUT)

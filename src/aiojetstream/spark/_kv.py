@@ -40,6 +40,10 @@ KV_SCHEMA: Final = pa.schema(
 _BATCH_ROWS: Final = 10_000
 #: Keys a batch direct get asks for (the server answers at most 1,024 subjects).
 _MULTI_LAST: Final = 1_024
+#: Bytes a batch direct get returns at most (then it continues from where it stopped).
+#: The server sends a reply at once, without flow control: a large one can exceed
+#: the client's allowance in the server (``max_pending``) and cost the connection.
+_PAGE_BYTES: Final = 1024 * 1024
 
 
 async def _bucket(js: JetStreamContext, opts: KVOptions) -> KeyValue:
@@ -174,7 +178,13 @@ class _Snapshot:
     async def start(self) -> None:
         info = await self._kv.stream.info(subjects_filter=self.prefix + ">")
         self._last = info.state.last_seq
-        self._subjects = sorted(info.state.subjects or ())
+        # A subject with a wildcard token is no key (puts refuse it) but a server
+        # may hold one: as a multi_last filter it would match other keys.
+        self._subjects = sorted(
+            subject
+            for subject in info.state.subjects or ()
+            if not _WILDCARD_TOKENS.intersection(subject.split("."))
+        )
         self.ended = not self._subjects
 
     async def next_entries(self) -> list[RawStreamMessage]:
@@ -190,8 +200,16 @@ class _Snapshot:
     async def _page(self, subjects: list[str]) -> list[RawStreamMessage]:
         stream = self._kv.stream
         found: dict[str, RawStreamMessage] = {}
-        async for msg in stream.get_last_msgs_for(subjects, up_to_seq=self._last):
-            found[msg.subject] = msg
+        start: int | None = None
+        while True:
+            batch = stream.get_last_msgs_for(
+                subjects, up_to_seq=self._last, seq=start, max_bytes=_PAGE_BYTES
+            )
+            async for msg in batch:
+                found[msg.subject] = msg
+            if not batch.num_pending or batch.last_seq < (start or 1):
+                break
+            start = batch.last_seq + 1  # the reply stopped at max_bytes: the rest
         for subject in subjects:
             if subject not in found:
                 # Replaced after L (history=1): its value now, if the key still exists.
@@ -205,11 +223,20 @@ class _Snapshot:
         return live
 
 
+_WILDCARD_TOKENS: Final = frozenset(("*", ">"))
+
+
 def _marker(headers: dict[str, str] | None) -> bool:
-    """Whether a key's last message is a delete, purge (ADR-8) or limit marker (ADR-48)."""
+    """Whether a key's last message is a delete, purge (ADR-8) or limit marker (ADR-48).
+
+    As ``KeyValue.get`` decides: ``KV-Operation`` ``DEL`` or ``PURGE``, or
+    any ``Nats-Marker-Reason``.
+    """
     if not headers:
         return False
-    return "KV-Operation" in headers or "Nats-Marker-Reason" in headers
+    return headers.get("KV-Operation") in ("DEL", "PURGE") or bool(
+        headers.get("Nats-Marker-Reason")
+    )
 
 
 class KVWriter(BatchWriterBase):
