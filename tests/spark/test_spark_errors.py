@@ -8,7 +8,12 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from aiojetstream import StreamConfig
+from aiojetstream import (
+    FeatureNotSupportedError,
+    JetStreamContext,
+    KeyValueConfig,
+    StreamConfig,
+)
 from spark.spark_helpers import Nats, reader
 
 UNREACHABLE = "nats://127.0.0.1:1"
@@ -177,3 +182,38 @@ def test_complete_output_mode_refused(
     )
     with pytest.raises(PySparkException, match=r"cannot take outputMode\('complete'\)"):
         writer.start().awaitTermination(60)
+
+
+def test_kv_read_of_a_bucket_without_direct_gets(
+    spark: SparkSession, nats: Nats, name: str
+) -> None:
+    """Refused when planned, naming the bucket (the task would fail with no responders)."""
+
+    async def without_direct(js: JetStreamContext) -> None:
+        kv = await js.create_key_value(KeyValueConfig(bucket=name))
+        config = kv.stream.cached_info.config
+        await js.update_stream(config.model_copy(update={"allow_direct": False}))
+
+    nats.run(without_direct)
+    with pytest.raises(PySparkException, match=rf"bucket '{name}' does not allow direct gets"):
+        spark.read.format("jetstream_kv").option("servers", nats.url).option(
+            "bucket", name
+        ).load().collect()
+
+
+def test_kv_read_from_a_server_before_2_11(
+    nats: Nats, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server without batch direct gets is refused when the read is planned."""
+    from aiojetstream.spark._kv import KVReader
+    from aiojetstream.spark._options import parse_kv_options
+
+    nats.run(lambda js: js.create_key_value(KeyValueConfig(bucket=name)))
+
+    async def level_of_2_10(self: JetStreamContext, *, timeout: float | None = None) -> int:
+        return 0
+
+    monkeypatch.setattr(JetStreamContext, "api_level", level_of_2_10)
+    reader = KVReader(parse_kv_options({"servers": nats.url, "bucket": name}))
+    with pytest.raises(FeatureNotSupportedError, match=r"nats-server >= 2\.11"):
+        reader.partitions()

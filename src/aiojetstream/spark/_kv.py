@@ -13,6 +13,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 
 from aiojetstream import (
     BucketNotFoundError,
+    FeatureNotSupportedError,
     InvalidOptionError,
     JetStreamContext,
     KeyValue,
@@ -38,6 +39,8 @@ KV_SCHEMA: Final = pa.schema(
     ]
 )
 _BATCH_ROWS: Final = 10_000
+#: The JetStream API level of nats-server 2.11: batch direct gets.
+_BATCH_GET_LEVEL: Final = 1
 #: Keys a batch direct get asks for (the server answers at most 1,024 subjects).
 _MULTI_LAST: Final = 1_024
 #: Bytes a batch direct get returns at most (then it continues from where it stopped).
@@ -123,17 +126,31 @@ class JetStreamKVDataSource(DataSource):
 
 
 class KVReader(DataSourceReader):
-    """Reads the bucket's live keys with a watch of the latest values."""
+    """Reads the bucket's live keys as of one stream sequence (batch direct gets)."""
 
     def __init__(self, opts: KVOptions) -> None:
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        """One partition; checks the bucket exists (before the job)."""
+        """One partition; checks the bucket and the server can be read (before the job)."""
         opts = self.opts
 
         async def check(js: JetStreamContext) -> None:
-            await _bucket(js, opts)
+            kv = await _bucket(js, opts)
+            if not kv.stream.cached_info.config.allow_direct:
+                raise InvalidOptionError(
+                    f"option 'bucket': bucket {opts.bucket!r} does not allow direct gets "
+                    "(allow_direct, on unless an old client created it), which "
+                    "format('jetstream_kv') reads need"
+                )
+            level = await js.api_level()
+            if level < _BATCH_GET_LEVEL:
+                raise FeatureNotSupportedError(
+                    "format('jetstream_kv') reads (batch direct get)",
+                    _BATCH_GET_LEVEL,
+                    level,
+                    "2.11",
+                )
 
         run_once(opts.connect, check)
         return [InputPartition(opts.bucket)]
