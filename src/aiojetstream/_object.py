@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import io
 import json
@@ -25,6 +26,7 @@ import re
 import secrets
 import string
 import tempfile
+import weakref
 from collections import deque
 from collections.abc import (
     AsyncGenerator,
@@ -33,6 +35,7 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
+    Iterator,
     Mapping,
 )
 from datetime import UTC, datetime
@@ -103,6 +106,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("aiojetstream")
+#: A stored info's nuid: one subject token of these characters (nats.go's nuids are base62).
+_NUID: Final = re.compile(r"[A-Za-z0-9_-]+")
+#: Closes of abandoned reads, kept until done.
+_CLOSING: set[asyncio.Task[None]] = set()
 
 STREAM_PREFIX: Final = "OBJ_"
 #: The chunk size of a put unless told otherwise (as nats.go, nats.js and nats-py).
@@ -254,6 +261,13 @@ def parse_info(data: bytes, when: datetime, bucket: str, subject: str) -> Object
             raise ValueError("not a JSON object")
         raw["mtime"] = when
         raw.setdefault("bucket", bucket)
+        nuid = raw.get("nuid")
+        if nuid == "":
+            raw["nuid"] = None
+        elif nuid is not None and not (isinstance(nuid, str) and _NUID.fullmatch(nuid)):
+            # It becomes part of the subjects read and purged: "$O.<bucket>.C.>" would
+            # purge every object's chunks.
+            raise ValueError(f"nuid {nuid!r} is not a single token of [A-Za-z0-9_-]")
         return from_wire(ObjectInfo, raw)
     except (ValueError, ValidationError) as exc:
         raise InvalidResponseError(f"invalid object info on {subject!r}: {exc}") from None
@@ -1074,6 +1088,19 @@ class ObjectStore:
     def _parse(self, msg: Msg) -> ObjectInfo:
         return parse_info(msg.data, msg.metadata.timestamp, self._bucket, msg.subject)
 
+    def _parse_or_skip(self, msg: Msg) -> ObjectInfo | None:
+        """The info of a listed or watched message; None (logged) for one that is none.
+
+        One bad record (another client's, or junk published to the meta
+        subjects) must not end a listing or a watch of the whole bucket; as
+        nats.go does, it is left out. Reading that object raises instead.
+        """
+        try:
+            return self._parse(msg)
+        except InvalidResponseError as exc:
+            logger.warning("object store %r: skipped an invalid entry: %s", self._bucket, exc)
+            return None
+
     async def list(
         self, *, include_deleted: bool = False, timeout: float | None = None
     ) -> AsyncGenerator[ObjectInfo, None]:
@@ -1090,13 +1117,14 @@ class ObjectStore:
         """
         reader = self._reader(DeliverPolicy.LAST_PER_SUBJECT, self._wait(timeout))
         try:
-            await reader.start()
+            with self._bucket_errors():
+                await reader.start()
             while True:
                 item = await reader.next()
                 if not isinstance(item, Msg):
                     break
-                info = self._parse(item)
-                if include_deleted or not info.deleted:
+                info = self._parse_or_skip(item)
+                if info is not None and (include_deleted or not info.deleted):
                     yield info
         finally:
             await reader.aclose()
@@ -1138,18 +1166,25 @@ class ObjectStore:
             The sealed bucket's status.
 
         """
-        info = await self._stream.info(timeout=timeout)
-        config = info.config.model_copy(update={"sealed": True})
-        self._stream = await self._js.update_stream(config, timeout=timeout)
+        with self._bucket_errors():
+            info = await self._stream.info(timeout=timeout)
+            config = info.config.model_copy(update={"sealed": True})
+            self._stream = await self._js.update_stream(config, timeout=timeout)
         return ObjectStoreStatus.from_stream_info(self._stream.cached_info)
 
     async def status(self, *, timeout: float | None = None) -> ObjectStoreStatus:
         """The bucket's state and settings (from the backing stream's info)."""
-        try:
+        with self._bucket_errors():
             info = await self._stream.info(timeout=timeout)
+        return ObjectStoreStatus.from_stream_info(info)
+
+    @contextlib.contextmanager
+    def _bucket_errors(self) -> Iterator[None]:
+        """A deleted bucket's backing stream is gone: say so as BucketNotFoundError."""
+        try:
+            yield
         except StreamNotFoundError as exc:
             raise BucketNotFoundError(f"object store {self._bucket!r} not found") from exc
-        return ObjectStoreStatus.from_stream_info(info)
 
 
 class _Reconnected:
@@ -1221,6 +1256,7 @@ class ObjectResult:
         self._size = 0
         self._chunks = 0
         self._it: MessagesContext | None = None
+        self._finalizer: weakref.finalize[Any, ObjectResult] | None = None
         self._started = False
         self._done = False
 
@@ -1282,6 +1318,9 @@ class ObjectResult:
             OrderedConsumerConfig(filter_subjects=[store._chunk_subject(info.nuid)])
         )
         it = self._it = oc.messages(max_messages=batch)
+        # Dropped unfinished (``async for ... : break`` without ``async with``): the
+        # consumer, its subscription and its buffer are closed anyway.
+        self._finalizer = weakref.finalize(self, _close_abandoned, it, asyncio.get_running_loop())
         try:
             async with asyncio.timeout(self._stall):
                 await it.__aenter__()
@@ -1338,9 +1377,32 @@ class ObjectResult:
         """Stop reading and delete the consumer (idempotent)."""
         self._done = True
         it, self._it = self._it, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
         if it is not None:
             it.stop()
             await it.aclose()
+
+
+def _close_abandoned(it: MessagesContext, loop: asyncio.AbstractEventLoop) -> None:
+    """Close the chunk reader of an ObjectResult collected unfinished (on its loop)."""
+    if loop.is_closed():
+        return
+    it.stop()
+
+    def close() -> None:
+        task = loop.create_task(it.aclose())
+        _CLOSING.add(task)
+        task.add_done_callback(_CLOSING.discard)
+
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        close()
+    else:
+        loop.call_soon_threadsafe(close)
 
 
 # --------------------------------------------------------------------------- watching
@@ -1361,7 +1423,11 @@ class ObjectWatcher(Watcher[ObjectInfo]):
         self._store = store
 
     def _item(self, msg: Msg) -> ObjectInfo | None:
-        info = self._store._parse(msg)
-        if self._ignore_deletes and info.deleted:
+        info = self._store._parse_or_skip(msg)
+        if info is None or (self._ignore_deletes and info.deleted):
             return None
         return info
+
+    async def _ensure_started(self) -> None:
+        with self._store._bucket_errors():
+            await super()._ensure_started()

@@ -1,0 +1,101 @@
+"""Object store fixes from a review, against a real nats-server: records another client
+wrote badly, deleted buckets, and reads dropped unfinished."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+
+import pytest
+
+from aiojetstream import (
+    BucketNotFoundError,
+    InvalidResponseError,
+    JetStreamContext,
+    ObjectStore,
+    ObjectStoreConfig,
+)
+from helpers import unique_name, wait_until
+
+STEP = 10
+
+
+async def new_store(js: JetStreamContext) -> ObjectStore:
+    return await js.create_object_store(ObjectStoreConfig(bucket=unique_name("OR")))
+
+
+async def meta_subject(store: ObjectStore, name: str) -> tuple[str, dict[str, object]]:
+    """The meta subject of object ``name`` and its stored info (as JSON)."""
+    async for msg in store.stream.get_last_msgs_for(f"$O.{store.bucket}.M.>"):
+        info = json.loads(msg.data)
+        if info["name"] == name:
+            return msg.subject, info
+    raise AssertionError(f"no info for {name!r}")
+
+
+async def no_consumers(store: ObjectStore) -> bool:
+    return (await store.stream.info()).state.consumer_count == 0
+
+
+async def test_an_info_whose_nuid_is_no_token_is_refused(js: JetStreamContext) -> None:
+    """A stored info with nuid ">" (a buggy or hostile client's) must not become the
+    subject of a purge: deleting that object purged every object's chunks."""
+    store = await new_store(js)
+    keep = {f"keep{i}": os.urandom(3000) for i in range(2)}
+    for name, data in keep.items():
+        await store.put(name, data, chunk_size=1000)
+    await store.put("bad", b"x" * 100)
+    subject, info = await meta_subject(store, "bad")
+    for nuid in (">", "a.b", "*", " "):
+        info["nuid"] = nuid
+        await js.publish(subject, json.dumps(info).encode())
+        with pytest.raises(InvalidResponseError, match="nuid"):
+            await store.delete("bad")
+        with pytest.raises(InvalidResponseError, match="nuid"):
+            await store.get_bytes("bad")
+    for name, data in keep.items():
+        assert await store.get_bytes(name) == data
+
+
+async def test_list_and_watch_leave_out_an_entry_that_is_no_info(js: JetStreamContext) -> None:
+    """Junk on a meta subject is skipped (logged), as nats.go does; it ended both."""
+    store = await new_store(js)
+    await store.put("a", b"1")
+    await js.publish(f"$O.{store.bucket}.M.junk", b"not an info")
+    await store.put("b", b"2")
+    assert sorted([i.name async for i in store.list()]) == ["a", "b"]
+    async with store.watch() as w:
+        initial = [await asyncio.wait_for(anext(w), STEP) for _ in range(3)]
+    assert [i.name if i else None for i in initial] == ["a", "b", None]
+
+
+async def test_a_deleted_bucket_is_bucket_not_found_everywhere(js: JetStreamContext) -> None:
+    store = await new_store(js)
+    await js.delete_object_store(store.bucket)
+    with pytest.raises(BucketNotFoundError):
+        _ = [i async for i in store.list()]
+    with pytest.raises(BucketNotFoundError):
+        async with store.watch():
+            pass
+    with pytest.raises(BucketNotFoundError):
+        await store.seal()
+    with pytest.raises(BucketNotFoundError):
+        await store.status()
+
+
+async def test_a_read_dropped_unfinished_is_closed(js: JetStreamContext) -> None:
+    """``async for chunk in await store.get(n): break`` without ``async with``: once the
+    result is collected, its consumer is deleted (it stayed for its inactivity threshold,
+    with its subscription and buffer, for as long as the connection lived)."""
+    store = await new_store(js)
+    await store.put("big", os.urandom(64 * 1024), chunk_size=1024)
+    subscriptions = len(js.nc._subs)
+    for _ in range(5):
+        async for chunk in await store.get("big"):
+            assert chunk
+            break
+    gc.collect()
+    await wait_until(lambda: no_consumers(store), STEP)
+    await wait_until(lambda: len(js.nc._subs) <= subscriptions, STEP)
