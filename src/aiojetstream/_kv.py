@@ -496,6 +496,10 @@ class _Reader:
                 msg = task.result()
             except StopAsyncIteration:
                 return _Event.END
+            except asyncio.CancelledError:
+                if self._closed and task.cancelled():
+                    return _Event.END  # closed meanwhile (aclose cancelled the read), not us
+                raise
             meta = msg.metadata
             self._last = (meta.consumer, meta.sequence.consumer)
             if not self.caught_up and meta.num_pending == 0:
@@ -988,7 +992,7 @@ class KeyValue:
             raise InvalidOptionError(f"invalid older_than {older_than!r}: {exc}") from None
         stall = self._stall(timeout)
         reader = self._reader([">"], DeliverPolicy.LAST_PER_SUBJECT, True, stall)
-        markers: list[tuple[str, datetime]] = []
+        markers: list[tuple[str, datetime, int]] = []
         try:
             await reader.start()
             while True:
@@ -996,13 +1000,17 @@ class KeyValue:
                 if not isinstance(item, Msg):
                     break
                 if entry_operation(item.headers) is not KeyValueOp.PUT:
-                    markers.append((item.subject, item.metadata.timestamp))
+                    meta = item.metadata
+                    markers.append((item.subject, meta.timestamp, meta.sequence.stream))
         finally:
             await reader.aclose()
         cutoff = datetime.now(UTC) - limit
-        for subject, created in markers:
-            keep = 1 if limit and created > cutoff else None
-            await self._stream.purge(subject=subject, keep=keep, timeout=timeout)
+        for subject, created, revision in markers:
+            if limit and created > cutoff:
+                await self._stream.purge(subject=subject, keep=1, timeout=timeout)
+            else:
+                # Up to the marker only: a put made since the listing stays.
+                await self._stream.purge(subject=subject, sequence=revision + 1, timeout=timeout)
 
 
 def _exists(exc: WrongLastSequenceError, what: str) -> KeyExistsError:

@@ -14,6 +14,7 @@ is exactly the next one, so no gap and no duplicate can reach the user.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import secrets
@@ -49,6 +50,8 @@ logger = logging.getLogger("aiojetstream")
 
 RESET_BACKOFF_FIRST: Final = 1.0
 RESET_BACKOFF_MAX: Final = 10.0
+#: Start policies that begin at the stream's end when the consumer is created.
+_FROM_THE_END: Final = frozenset((DeliverPolicy.NEW, DeliverPolicy.LAST))
 #: How long closing waits for the ephemeral consumer's deletion.
 DELETE_TIMEOUT: Final = 2.0
 #: Errors after which the ordered consumer recreates its consumer.
@@ -71,6 +74,9 @@ class OrderedConsumer:
         self._prefix = config.name_prefix or secrets.token_hex(8)
         self._serial = 0
         self._cursor = 0  # stream sequence of the last message handed out
+        # Where a "new" or "last" consumer started (its first creation): recreated before
+        # the first message, it starts there again. None until then.
+        self._floor: int | None = None
         self._expected = 1  # the next consumer sequence of the current consumer
         self._name: str | None = None
         self._info: ConsumerInfo | None = None
@@ -133,9 +139,10 @@ class OrderedConsumer:
             fields["filter_subject"] = subjects[0]
         elif subjects:
             fields["filter_subjects"] = subjects
-        if self._cursor:
+        after = self._cursor or self._floor
+        if after is not None:
             fields["deliver_policy"] = DeliverPolicy.BY_START_SEQUENCE
-            fields["opt_start_seq"] = self._cursor + 1
+            fields["opt_start_seq"] = after + 1
         else:
             fields["deliver_policy"] = cfg.deliver_policy
             fields["opt_start_seq"] = cfg.opt_start_seq
@@ -155,8 +162,11 @@ class OrderedConsumer:
             # Ephemeral: it disappears after inactive_threshold anyway.
             logger.debug("could not delete ordered consumer %s: %s", name, exc)
 
-    async def _reset(self) -> None:
-        """Drop the current consumer and create the next one at ``cursor + 1``."""
+    async def _reset(self, stop: asyncio.Event | None = None) -> None:
+        """Drop the current consumer and create the next one at ``cursor + 1``.
+
+        With ``stop``: once it is set, give up (no consumer) instead of retrying.
+        """
         await self._delete_current()
         limit = self._config.max_reset_attempts
         delay = RESET_BACKOFF_FIRST
@@ -179,12 +189,24 @@ class OrderedConsumer:
                         f"could not recreate the ordered consumer after {attempt} attempts: {exc}"
                     ) from exc
                 logger.info("ordered consumer reset failed (%s); retrying in %g s", exc, delay)
-                await asyncio.sleep(delay)
+                if stop is None:
+                    await asyncio.sleep(delay)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(delay):
+                            await stop.wait()
+                    if stop.is_set():
+                        return
                 delay = min(delay * 2, RESET_BACKOFF_MAX)
                 continue
             self._name = self._info.name
             self._expected = 1
             self._needs_reset = False
+            if self._floor is None and self._config.deliver_policy in _FROM_THE_END:
+                # Where "new" or "last" started: a consumer recreated before the first
+                # message starts there too, not at the end again (that skipped what
+                # was stored in between).
+                self._floor = self._info.delivered.stream_seq
             return
 
     def _accept(self, msg: Msg) -> bool:
@@ -490,6 +512,7 @@ class OrderedSource:
         self._stopped = False
         self._draining = False
         self._closed = False
+        self._ending = asyncio.Event()  # set by stop, drain and aclose: a reset gives up
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
@@ -505,7 +528,13 @@ class OrderedSource:
         if self._driver is not None:
             await self._driver.aclose()
             self._driver = None
-        await self._owner._reset()
+        await self._owner._reset(self._ending)
+        if self._ending.is_set():
+            # Stopped, drained or closed meanwhile (by another task): start nothing,
+            # and delete what the reset may have created if nobody else will.
+            if self._closed:
+                await self._owner._delete_current()
+            return
         driver = self._owner._driver(self._settings, self._on_report)
         self._driver = driver
         await driver.start()
@@ -555,6 +584,8 @@ class OrderedSource:
             if self._stopped or self._closed:
                 return None
             driver = self._driver
+            if driver is None and self._draining:
+                return None  # drained during a reset: nothing is buffered
             if driver is None or (self._owner._needs_reset and not self._draining):
                 await self._restart()
                 continue
@@ -576,12 +607,14 @@ class OrderedSource:
     def stop(self) -> None:
         """Stop now."""
         self._stopped = True
+        self._ending.set()
         if self._driver is not None:
             self._driver.stop()
 
     def drain(self) -> None:
         """Stop pulling; end once what is buffered (and in order) was handed out."""
         self._draining = True
+        self._ending.set()
         if self._driver is not None:
             self._driver.drain()
 
@@ -590,6 +623,7 @@ class OrderedSource:
         if not self._closed:
             self._closed = True
             self._stopped = True
+            self._ending.set()
             if self._driver is not None:
                 await self._driver.aclose()
             await self._owner._delete_current()

@@ -1,0 +1,127 @@
+"""Ordered consumer and KV watch fixes from a review, against a real nats-server:
+resets before the first message, and ending while a reset is retrying."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+import pytest
+
+from aiojetstream import (
+    AckPolicy,
+    ConsumerConfig,
+    JetStreamContext,
+    KeyValueConfig,
+    StorageType,
+    Stream,
+    StreamConfig,
+)
+from aiojetstream._stream import Stream as StreamClass
+from helpers import unique_name, wait_until
+
+STEP = 10
+
+
+async def test_updates_only_watch_recreated_before_its_first_update_misses_none(
+    js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its consumer is lost before anything arrived and recreated after two puts: the
+    new consumer starts where the first one did (it started at the end again: both
+    updates were lost)."""
+    kv = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("UO"), history=5, storage=StorageType.MEMORY)
+    )
+    await kv.put("k", b"before")
+    # One consumer at most: a durable in the only slot holds the watch's reset back.
+    config = kv.stream.cached_info.config.model_copy(update={"max_consumers": 1})
+    await js.update_stream(config)
+    caplog.set_level(logging.INFO, logger="aiojetstream")
+    async with kv.watch("k", updates_only=True) as watcher:
+        got: list[int] = []
+
+        async def collect() -> None:
+            async for entry in watcher:
+                if entry is not None:
+                    got.append(entry.revision)
+
+        task = asyncio.create_task(collect())
+        try:
+            oc = watcher._reader._oc  # the ordered consumer of the watch
+            assert oc is not None
+            name = oc.name
+            assert name is not None
+            await js.delete_consumer(kv.stream.name, name)
+            await js.create_consumer(
+                kv.stream.name,
+                ConsumerConfig(durable_name="blocker", ack_policy=AckPolicy.EXPLICIT),
+            )
+            # Noticed by the pull's "consumer deleted" status, or else by missed heartbeats.
+            await wait_until(
+                lambda: any("reset failed" in r.getMessage() for r in caplog.records), 3 * STEP
+            )
+            first = await kv.put("k", b"x")
+            second = await kv.put("k", b"y")
+            await js.delete_consumer(kv.stream.name, "blocker")  # the reset goes through
+            await wait_until(lambda: len(got) >= 2, 2 * STEP, message=f"got {got}")
+            assert got == [first, second]
+        finally:
+            task.cancel()
+
+
+async def test_closing_messages_during_a_failing_reset_ends_it_at_once(
+    js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closed (from another task) while its reset retries: the reset gives up at once,
+    and no consumer is created afterwards (the reset went on until it could create one,
+    then left that consumer and a pulling driver behind)."""
+    name = unique_name("ORS")
+    stream: Stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY, max_consumers=1)
+    )
+    await js.publish(f"{name}.a", b"1")
+    oc = await stream.ordered_consumer()
+    caplog.set_level(logging.INFO, logger="aiojetstream")
+    async with oc.messages(heartbeat=1, expires=2) as msgs:
+        first = await asyncio.wait_for(anext(msgs), STEP)
+        assert first.data == b"1"
+        assert oc.name is not None
+        # The reset can not create a consumer while a durable holds the only slot.
+        await js.delete_consumer(name, oc.name)
+        await js.create_consumer(
+            name, ConsumerConfig(durable_name="blocker", ack_policy=AckPolicy.EXPLICIT)
+        )
+        reader = asyncio.create_task(anext(msgs, None))
+        await wait_until(
+            lambda: any("reset failed" in r.getMessage() for r in caplog.records), STEP
+        )
+        await msgs.aclose()
+        assert await asyncio.wait_for(reader, 3) is None
+    await js.delete_consumer(name, "blocker")
+    assert (await stream.info()).state.consumer_count == 0
+
+
+async def test_purge_deletes_keeps_a_put_made_after_the_markers_were_listed(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The markers are listed, then each key is purged: a put landing in between
+    stays (the whole key was purged, the acknowledged put with it)."""
+    kv = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("PD"), storage=StorageType.MEMORY)
+    )
+    await kv.put("a", b"1")
+    await kv.delete("a")
+    purge = StreamClass.purge
+    revisions: list[int] = []
+
+    async def put_first(self: StreamClass, **kwargs: object) -> int:
+        if not revisions:
+            revisions.append(await kv.put("a", b"2"))  # lands after the listing
+        return await purge(self, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(StreamClass, "purge", put_first)
+    await kv.purge_deletes(older_than=timedelta(0))
+    monkeypatch.undo()
+    entry = await kv.get("a")
+    assert (entry.value, entry.revision) == (b"2", revisions[0])
