@@ -4,6 +4,7 @@ resets before the first message, and ending while a reset is retrying."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import timedelta
 
@@ -12,16 +13,42 @@ import pytest
 from aiojetstream import (
     AckPolicy,
     ConsumerConfig,
+    ConsumerNotFoundError,
     JetStreamContext,
+    JetStreamError,
     KeyValueConfig,
     StorageType,
     Stream,
     StreamConfig,
 )
+from aiojetstream._ordered import OrderedConsumer
 from aiojetstream._stream import Stream as StreamClass
 from helpers import unique_name, wait_until
 
 STEP = 10
+#: err_code of "maximum consumers limit reached".
+MAX_CONSUMERS = 10026
+
+
+async def take_the_only_slot(js: JetStreamContext, stream: str, oc: OrderedConsumer) -> None:
+    """Delete the ordered consumer's server consumer and give its slot (the stream allows
+    one consumer) to a durable, so that its reset fails and retries. The reset may take
+    the slot first: then its new consumer is deleted too, and the durable tries again."""
+    for _ in range(20):
+        name = oc.name
+        if name is not None:
+            with contextlib.suppress(ConsumerNotFoundError):
+                await js.delete_consumer(stream, name)
+        try:
+            await js.create_consumer(
+                stream, ConsumerConfig(durable_name="blocker", ack_policy=AckPolicy.EXPLICIT)
+            )
+        except JetStreamError as exc:
+            if getattr(exc, "err_code", None) != MAX_CONSUMERS:
+                raise
+        else:
+            return
+    raise AssertionError("the reset took the only slot 20 times")
 
 
 async def test_updates_only_watch_recreated_before_its_first_update_misses_none(
@@ -50,13 +77,7 @@ async def test_updates_only_watch_recreated_before_its_first_update_misses_none(
         try:
             oc = watcher._reader._oc  # the ordered consumer of the watch
             assert oc is not None
-            name = oc.name
-            assert name is not None
-            await js.delete_consumer(kv.stream.name, name)
-            await js.create_consumer(
-                kv.stream.name,
-                ConsumerConfig(durable_name="blocker", ack_policy=AckPolicy.EXPLICIT),
-            )
+            await take_the_only_slot(js, kv.stream.name, oc)
             # Noticed by the pull's "consumer deleted" status, or else by missed heartbeats.
             await wait_until(
                 lambda: any("reset failed" in r.getMessage() for r in caplog.records), 3 * STEP
@@ -88,10 +109,7 @@ async def test_closing_messages_during_a_failing_reset_ends_it_at_once(
         assert first.data == b"1"
         assert oc.name is not None
         # The reset can not create a consumer while a durable holds the only slot.
-        await js.delete_consumer(name, oc.name)
-        await js.create_consumer(
-            name, ConsumerConfig(durable_name="blocker", ack_policy=AckPolicy.EXPLICIT)
-        )
+        await take_the_only_slot(js, name, oc)
         reader = asyncio.create_task(anext(msgs, None))
         await wait_until(
             lambda: any("reset failed" in r.getMessage() for r in caplog.records), STEP
@@ -125,3 +143,37 @@ async def test_purge_deletes_keeps_a_put_made_after_the_markers_were_listed(
     monkeypatch.undo()
     entry = await kv.get("a")
     assert (entry.value, entry.revision) == (b"2", revisions[0])
+
+
+async def test_a_watch_closed_during_a_failing_reset_ends_its_iteration(
+    js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closed from another task while its consumer's reset retries: the iterating task
+    ends its loop (it raised CancelledError although nobody cancelled it)."""
+    kv = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("WC"), storage=StorageType.MEMORY)
+    )
+    await kv.put("k", b"v")
+    config = kv.stream.cached_info.config.model_copy(update={"max_consumers": 1})
+    await js.update_stream(config)
+    caplog.set_level(logging.INFO, logger="aiojetstream")
+    watcher = kv.watch("k")
+    await watcher.__aenter__()
+    seen: list[object] = []
+
+    async def iterate() -> str:
+        async for entry in watcher:
+            seen.append(entry)
+        return "ended"
+
+    task = asyncio.create_task(iterate())
+    await wait_until(lambda: None in seen, STEP)  # the initial value and the marker
+    oc = watcher._reader._oc
+    assert oc is not None
+    await take_the_only_slot(js, kv.stream.name, oc)
+    await wait_until(
+        lambda: any("reset failed" in r.getMessage() for r in caplog.records), 3 * STEP
+    )
+    await watcher.aclose()
+    assert await asyncio.wait_for(task, STEP) == "ended"
+    assert not task.cancelled()
