@@ -372,6 +372,9 @@ def test_pub_one_message(cli: Cli, stream: str) -> None:
     assert msg["data"] == "hello"
     assert msg["headers"] == {"a": "b", "trace": "1"}
     assert msg["subject"] == f"{stream}.x"
+    # A header has one value here: a repeated name is refused, not cut to its last value.
+    twice = cli("pub", f"{stream}.x", "third", "-H", "a:1", "-H", "a:2", expect=2)
+    assert "header 'a' is given twice" in twice.stderr
 
 
 def test_pub_reads_stdin_and_binary_data(cli: Cli, stream: str) -> None:
@@ -563,6 +566,8 @@ def test_kv_commands(cli: Cli) -> None:
     bucket = unique_name("KV")
     created = cli("kv", "add", bucket, "--history", "5", "--description", "settings")
     assert f"Created bucket {bucket}." in created.stderr
+    again = cli("kv", "add", bucket, "--history", "5", "--description", "settings")
+    assert f"Bucket {bucket} exists already, unchanged." in again.stderr
     assert_fits(created.stdout)
     assert as_json(cli("kv", "put", bucket, "db.url", "postgres://a", "--json")) == {
         "key": "db.url",
@@ -647,6 +652,8 @@ def test_obj_commands(cli: Cli, tmp_path: Path) -> None:
     bucket = unique_name("OBJ")
     created = cli("obj", "add", bucket, "--description", "files")
     assert f"Created bucket {bucket}." in created.stderr
+    again = cli("obj", "add", bucket, "--description", "files")
+    assert f"Bucket {bucket} exists already, unchanged." in again.stderr
     blob = bytes(range(256)) * 2000  # 512,000 bytes: several chunks
     source = tmp_path / "blob.bin"
     source.write_bytes(blob)

@@ -208,7 +208,7 @@ def add(
     """Create a key-value bucket."""
     out = output(ctx, json_flag)
 
-    async def work(js: JetStreamContext) -> KeyValueStatus:
+    async def work(js: JetStreamContext) -> tuple[bool, KeyValueStatus]:
         cfg = KeyValueConfig(
             bucket=bucket,
             description=description,
@@ -221,13 +221,21 @@ def add(
             replicas=replicas,
             compression=compression,
         )
-        return await (await js.create_key_value(cfg)).status()
+        try:
+            await js.key_value(bucket)
+        except BucketNotFoundError:
+            existed = False
+        else:
+            existed = True  # an identical configuration is accepted again: say so
+        return existed, await (await js.create_key_value(cfg)).status()
 
-    status = run(ctx, work)
+    existed, status = run(ctx, work)
     if out.json:
         out.emit_json(_status_json(status))
         return
-    out.note(f"Created bucket {bucket}.")
+    out.note(
+        f"Bucket {bucket} exists already, unchanged." if existed else f"Created bucket {bucket}."
+    )
     out.table(_status_table(status))
 
 

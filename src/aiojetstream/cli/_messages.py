@@ -45,7 +45,8 @@ def parse_headers(values: list[str] | None) -> dict[str, str] | None:
     """``["K:V", ...]`` -> ``{"K": "V"}`` (spaces around the value are trimmed).
 
     Raises:
-        typer.BadParameter: a value has no colon or an empty name.
+        typer.BadParameter: a value has no colon or an empty name, or a name
+            is given twice (a header has one value here; it would keep the last).
 
     """
     if not values:
@@ -55,7 +56,10 @@ def parse_headers(values: list[str] | None) -> dict[str, str] | None:
         key, sep, value = item.partition(":")
         if not sep or not key.strip():
             raise typer.BadParameter(f"{item!r} is not a header: use NAME:VALUE")
-        headers[key.strip()] = value.strip()
+        name = key.strip()
+        if name in headers:
+            raise typer.BadParameter(f"header {name!r} is given twice: give each name once")
+        headers[name] = value.strip()
     return headers
 
 

@@ -22,6 +22,7 @@ from rich.progress import (
 )
 
 from aiojetstream import (
+    BucketNotFoundError,
     JetStreamContext,
     ObjectInfo,
     ObjectStoreConfig,
@@ -180,7 +181,7 @@ def add(
     """Create an object store bucket."""
     out = output(ctx, json_flag)
 
-    async def work(js: JetStreamContext) -> ObjectStoreStatus:
+    async def work(js: JetStreamContext) -> tuple[bool, ObjectStoreStatus]:
         cfg = ObjectStoreConfig(
             bucket=bucket,
             description=description,
@@ -190,13 +191,21 @@ def add(
             replicas=replicas,
             compression=compression,
         )
-        return await (await js.create_object_store(cfg)).status()
+        try:
+            await js.object_store(bucket)
+        except BucketNotFoundError:
+            existed = False
+        else:
+            existed = True  # an identical configuration is accepted again: say so
+        return existed, await (await js.create_object_store(cfg)).status()
 
-    status = run(ctx, work)
+    existed, status = run(ctx, work)
     if out.json:
         out.emit_json(_status_json(status))
         return
-    out.note(f"Created bucket {bucket}.")
+    out.note(
+        f"Bucket {bucket} exists already, unchanged." if existed else f"Created bucket {bucket}."
+    )
     out.table(kv_table(f"Object store {bucket}", _status_rows(status)))
 
 
