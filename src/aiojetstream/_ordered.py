@@ -184,6 +184,11 @@ class OrderedConsumer:
             except (StreamNotFoundError, ConnectionClosedError, InvalidOptionError):
                 raise
             except JetStreamError as exc:
+                if self._info is None and getattr(exc, "code", None) == 400:
+                    # The first creation, refused as a bad request (a configuration the
+                    # server does not take, no consumer slot left): the caller's to fix,
+                    # not a fault to wait out (as nats.go's ordered consumer does).
+                    raise
                 if limit is not None and attempt >= limit:
                     raise OrderedConsumerResetError(
                         f"could not recreate the ordered consumer after {attempt} attempts: {exc}"

@@ -177,3 +177,22 @@ async def test_a_watch_closed_during_a_failing_reset_ends_its_iteration(
     await watcher.aclose()
     assert await asyncio.wait_for(task, STEP) == "ended"
     assert not task.cancelled()
+
+
+async def test_a_first_creation_the_server_refuses_raises_at_once(js: JetStreamContext) -> None:
+    """No consumer slot left when the ordered consumer is first created: the error
+    (400, err_code 10026) is raised, not retried forever past the call's deadline."""
+    name = unique_name("OFC")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY, max_consumers=1)
+    )
+    await js.publish(f"{name}.a", b"1")
+    await js.create_consumer(
+        name, ConsumerConfig(durable_name="blocker", ack_policy=AckPolicy.EXPLICIT)
+    )
+    oc = await stream.ordered_consumer()
+    with pytest.raises(JetStreamError) as info:
+        await asyncio.wait_for(oc.next(expires=2), STEP)
+    assert getattr(info.value, "err_code", None) == MAX_CONSUMERS
+    with pytest.raises(JetStreamError):
+        await asyncio.wait_for(oc.messages().__aenter__(), STEP)
