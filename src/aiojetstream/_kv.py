@@ -431,6 +431,14 @@ class _Reader:
         self.caught_up = False
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except StreamNotFoundError as exc:
+            # A bucket's backing stream is gone: the bucket was deleted.
+            bucket = self._stream.name.partition("_")[2]
+            raise BucketNotFoundError(f"bucket {bucket!r} not found") from exc
+
+    async def _start(self) -> None:
         oc = await self._stream.ordered_consumer(self._config)
         it = oc.messages(heartbeat=WATCH_HEARTBEAT)
         self._oc, self._it = oc, it

@@ -12,6 +12,7 @@ import pytest
 
 from aiojetstream import (
     AckPolicy,
+    BucketNotFoundError,
     ConsumerConfig,
     ConsumerNotFoundError,
     JetStreamContext,
@@ -196,3 +197,18 @@ async def test_a_first_creation_the_server_refuses_raises_at_once(js: JetStreamC
     assert getattr(info.value, "err_code", None) == MAX_CONSUMERS
     with pytest.raises(JetStreamError):
         await asyncio.wait_for(oc.messages().__aenter__(), STEP)
+
+
+async def test_reading_a_deleted_bucket_is_bucket_not_found(js: JetStreamContext) -> None:
+    kv = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("KVD"), storage=StorageType.MEMORY)
+    )
+    await kv.put("k", b"v")
+    await js.delete_key_value(kv.bucket)
+    with pytest.raises(BucketNotFoundError):
+        async with kv.watch("k"):
+            pass
+    with pytest.raises(BucketNotFoundError):
+        _ = [key async for key in kv.keys()]  # noqa: SIM118 (an async generator, not a dict)
+    with pytest.raises(BucketNotFoundError):
+        await kv.history("k")
