@@ -945,8 +945,12 @@ class KeyValue:
 
         Raises:
             InvalidKeyError: a filter is invalid.
+            InvalidOptionError: ``updates_only`` with ``include_history`` (they
+                contradict each other; nats.go refuses the pair too).
 
         """
+        if updates_only and include_history:
+            raise InvalidOptionError("updates_only and include_history exclude each other")
         if isinstance(keys, str):
             filters = [keys]
         elif isinstance(keys, Iterable) and not isinstance(keys, bytes | bytearray):

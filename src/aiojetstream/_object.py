@@ -1148,7 +1148,12 @@ class ObjectStore:
             ignore_deletes: leave out deleted objects.
             updates_only: only changes made after the watch started; no ``None``.
 
+        Raises:
+            InvalidOptionError: ``updates_only`` with ``include_history``.
+
         """
+        if updates_only and include_history:
+            raise InvalidOptionError("updates_only and include_history exclude each other")
         if updates_only:
             policy = DeliverPolicy.NEW
         elif include_history:

@@ -15,9 +15,11 @@ from aiojetstream import (
     BucketNotFoundError,
     ConsumerConfig,
     ConsumerNotFoundError,
+    InvalidOptionError,
     JetStreamContext,
     JetStreamError,
     KeyValueConfig,
+    ObjectStoreConfig,
     StorageType,
     Stream,
     StreamConfig,
@@ -212,3 +214,17 @@ async def test_reading_a_deleted_bucket_is_bucket_not_found(js: JetStreamContext
         _ = [key async for key in kv.keys()]  # noqa: SIM118 (an async generator, not a dict)
     with pytest.raises(BucketNotFoundError):
         await kv.history("k")
+
+
+async def test_updates_only_with_include_history_is_refused(js: JetStreamContext) -> None:
+    """They contradict each other (updates_only silently won); refused before anything
+    is created, for buckets and object stores alike."""
+    kv = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("KVH"), storage=StorageType.MEMORY)
+    )
+    with pytest.raises(InvalidOptionError, match="exclude each other"):
+        kv.watch(updates_only=True, include_history=True)
+    store = await js.create_object_store(ObjectStoreConfig(bucket=unique_name("OBH")))
+    with pytest.raises(InvalidOptionError, match="exclude each other"):
+        store.watch(updates_only=True, include_history=True)
+    assert (await kv.stream.info()).state.consumer_count == 0
