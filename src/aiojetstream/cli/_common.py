@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 import aiojetstream
-from aiojetstream import JetStreamContext, StorageType
+from aiojetstream import BucketNotFoundError, JetStreamContext, StorageType
 
 from ._units import format_duration, format_time, parse_size
 
@@ -389,3 +389,19 @@ def _cell(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())
     return str(value)
+
+
+async def bucket_existed(bind: Awaitable[object]) -> bool:
+    """Whether binding to a bucket succeeds (an identical ``add`` is accepted again)."""
+    try:
+        await bind
+    except BucketNotFoundError:
+        return False
+    return True
+
+
+def note_added(out: Output, bucket: str, existed: bool) -> None:
+    """Say what ``kv add`` / ``obj add`` did: created, or found it already there."""
+    out.note(
+        f"Bucket {bucket} exists already, unchanged." if existed else f"Created bucket {bucket}."
+    )

@@ -29,10 +29,12 @@ from ._common import (
     JsonFlag,
     NamesFlag,
     Output,
+    bucket_existed,
     confirm,
     kv_table,
     list_table,
     listed,
+    note_added,
     output,
     payload_fields,
     read_data,
@@ -221,21 +223,14 @@ def add(
             replicas=replicas,
             compression=compression,
         )
-        try:
-            await js.key_value(bucket)
-        except BucketNotFoundError:
-            existed = False
-        else:
-            existed = True  # an identical configuration is accepted again: say so
+        existed = await bucket_existed(js.key_value(bucket))
         return existed, await (await js.create_key_value(cfg)).status()
 
     existed, status = run(ctx, work)
     if out.json:
         out.emit_json(_status_json(status))
         return
-    out.note(
-        f"Bucket {bucket} exists already, unchanged." if existed else f"Created bucket {bucket}."
-    )
+    note_added(out, bucket, existed)
     out.table(_status_table(status))
 
 

@@ -22,7 +22,6 @@ from rich.progress import (
 )
 
 from aiojetstream import (
-    BucketNotFoundError,
     JetStreamContext,
     ObjectInfo,
     ObjectStoreConfig,
@@ -39,9 +38,11 @@ from ._common import (
     Force,
     JsonFlag,
     Output,
+    bucket_existed,
     confirm,
     kv_table,
     list_table,
+    note_added,
     output,
     run,
 )
@@ -191,21 +192,14 @@ def add(
             replicas=replicas,
             compression=compression,
         )
-        try:
-            await js.object_store(bucket)
-        except BucketNotFoundError:
-            existed = False
-        else:
-            existed = True  # an identical configuration is accepted again: say so
+        existed = await bucket_existed(js.object_store(bucket))
         return existed, await (await js.create_object_store(cfg)).status()
 
     existed, status = run(ctx, work)
     if out.json:
         out.emit_json(_status_json(status))
         return
-    out.note(
-        f"Bucket {bucket} exists already, unchanged." if existed else f"Created bucket {bucket}."
-    )
+    note_added(out, bucket, existed)
     out.table(kv_table(f"Object store {bucket}", _status_rows(status)))
 
 
