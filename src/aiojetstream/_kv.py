@@ -14,10 +14,11 @@ import asyncio
 import enum
 import json
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar
 
 from . import _headers as H
 from ._errors import (
@@ -1031,6 +1032,44 @@ def _exists(exc: WrongLastSequenceError, what: str) -> KeyExistsError:
 
 T = TypeVar("T")
 
+#: Closes of readers dropped unfinished, kept until done.
+_CLOSING: set[asyncio.Task[None]] = set()
+
+
+def close_when_collected(
+    owner: object, close: Callable[[], Coroutine[Any, Any, None]]
+) -> weakref.finalize[Any, Any]:
+    """Run ``close()`` on the running loop once ``owner`` is garbage collected.
+
+    For what users may drop unfinished (``async for ...: break`` without
+    ``async with``): its server consumer, subscription and buffer are freed
+    then, not left pulling. ``close`` must not refer to ``owner``. Detach the
+    returned finalizer once closed properly.
+    """
+    loop = asyncio.get_running_loop()
+
+    def collected() -> None:
+        if loop.is_closed():
+            return
+
+        def start() -> None:
+            task = loop.create_task(close())
+            _CLOSING.add(task)
+            task.add_done_callback(_CLOSING.discard)
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            start()
+        else:
+            loop.call_soon_threadsafe(start)
+
+    finalizer = weakref.finalize(owner, collected)
+    finalizer.atexit = False  # at interpreter exit the loop is gone: nothing to run
+    return finalizer
+
 
 class Watcher(Generic[T]):
     """What key-value and object-store watchers share: ``_Reader`` events to items.
@@ -1045,6 +1084,7 @@ class Watcher(Generic[T]):
         self._updates_only = updates_only
         self._started = False
         self._none_sent = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     def _item(self, msg: Msg) -> T | None:
         """The item of a watched message; None to skip it."""
@@ -1053,6 +1093,8 @@ class Watcher(Generic[T]):
     async def _ensure_started(self) -> None:
         if not self._started:
             self._started = True
+            # Dropped unfinished without ``async with``: its consumer is deleted anyway.
+            self._finalizer = close_when_collected(self, self._reader.aclose)
             await self._reader.start()
 
     async def __aenter__(self) -> Self:
@@ -1088,6 +1130,8 @@ class Watcher(Generic[T]):
 
     async def aclose(self) -> None:
         """Stop watching and delete the server-side consumer (idempotent)."""
+        if self._finalizer is not None:
+            self._finalizer.detach()
         await self._reader.aclose()
 
 

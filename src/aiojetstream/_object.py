@@ -17,6 +17,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -67,7 +68,7 @@ from ._errors import (
     ObjectNotFoundError,
     StreamNotFoundError,
 )
-from ._kv import Watcher, _Reader
+from ._kv import Watcher, _Reader, close_when_collected
 from ._message import Msg
 from ._models import (
     DeliverPolicy,
@@ -108,8 +109,7 @@ __all__ = [
 logger = logging.getLogger("aiojetstream")
 #: A stored info's nuid: one subject token of these characters (nats.go's nuids are base62).
 _NUID: Final = re.compile(r"[A-Za-z0-9_-]+")
-#: Closes of abandoned reads, kept until done.
-_CLOSING: set[asyncio.Task[None]] = set()
+
 
 STREAM_PREFIX: Final = "OBJ_"
 #: The chunk size of a put unless told otherwise (as nats.go, nats.js and nats-py).
@@ -1261,7 +1261,7 @@ class ObjectResult:
         self._size = 0
         self._chunks = 0
         self._it: MessagesContext | None = None
-        self._finalizer: weakref.finalize[Any, ObjectResult] | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._started = False
         self._done = False
 
@@ -1325,7 +1325,7 @@ class ObjectResult:
         it = self._it = oc.messages(max_messages=batch)
         # Dropped unfinished (``async for ... : break`` without ``async with``): the
         # consumer, its subscription and its buffer are closed anyway.
-        self._finalizer = weakref.finalize(self, _close_abandoned, it, asyncio.get_running_loop())
+        self._finalizer = close_when_collected(self, functools.partial(_close_reading, it))
         try:
             async with asyncio.timeout(self._stall):
                 await it.__aenter__()
@@ -1389,25 +1389,10 @@ class ObjectResult:
             await it.aclose()
 
 
-def _close_abandoned(it: MessagesContext, loop: asyncio.AbstractEventLoop) -> None:
-    """Close the chunk reader of an ObjectResult collected unfinished (on its loop)."""
-    if loop.is_closed():
-        return
+async def _close_reading(it: MessagesContext) -> None:
+    """Stop a chunk reader and delete its consumer."""
     it.stop()
-
-    def close() -> None:
-        task = loop.create_task(it.aclose())
-        _CLOSING.add(task)
-        task.add_done_callback(_CLOSING.discard)
-
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        close()
-    else:
-        loop.call_soon_threadsafe(close)
+    await it.aclose()
 
 
 # --------------------------------------------------------------------------- watching

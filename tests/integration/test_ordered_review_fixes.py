@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from datetime import timedelta
 
@@ -228,3 +229,22 @@ async def test_updates_only_with_include_history_is_refused(js: JetStreamContext
     with pytest.raises(InvalidOptionError, match="exclude each other"):
         store.watch(updates_only=True, include_history=True)
     assert (await kv.stream.info()).state.consumer_count == 0
+
+
+async def test_a_watch_dropped_unfinished_deletes_its_consumer(js: JetStreamContext) -> None:
+    """``async for entry in kv.watch(): break`` without ``async with``: once the watcher
+    is collected its consumer is deleted (it stayed, pulling, for the connection's life)."""
+    kv = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("KVA"), storage=StorageType.MEMORY)
+    )
+    await kv.put("k", b"v")
+    for _ in range(3):
+        async for entry in kv.watch():
+            assert entry is not None
+            break
+    gc.collect()
+
+    async def no_consumers() -> bool:
+        return (await kv.stream.info()).state.consumer_count == 0
+
+    await wait_until(no_consumers, STEP)
