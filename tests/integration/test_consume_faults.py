@@ -58,6 +58,7 @@ from aiojetstream._conn import CLOSE_FLUSH_TIMEOUT
 from aiojetstream.testing import NatsCluster, NatsServer
 from helpers import unique_name, wait_routable, wait_until
 from proxy import MAX_REQUESTS_PER_SECOND, ApiCountingProxy, max_per_second
+from reliability.harness import created
 
 DELETED = (ConsumerDeletedError, ConsumerNotFoundError)
 
@@ -522,7 +523,9 @@ async def test_consumer_deleted_server_silent(mode: str) -> None:
             js = await connect(client_node.url)
             watcher = await InboxWatcher.start(js)
             consumer = await admin.create_consumer(stream, ConsumerConfig(durable_name="c"))
-            consumer = await js.consumer(stream, "c")
+            # Set-up: the fresh consumer's node may leave the first look-up unanswered
+            # on a loaded machine (once in CI: no reply in 5 s); asked again then.
+            consumer = await created(lambda timeout: js.consumer(stream, "c", timeout=timeout))
             errors = Errors()
             outcome: list[tuple[float, BaseException | None]] = []
 
