@@ -1117,8 +1117,7 @@ class ObjectStore:
         """
         reader = self._reader(DeliverPolicy.LAST_PER_SUBJECT, self._wait(timeout))
         try:
-            with self._bucket_errors():
-                await reader.start()
+            await reader.start()  # BucketNotFoundError once the bucket is deleted
             while True:
                 item = await reader.next()
                 if not isinstance(item, Msg):
@@ -1417,7 +1416,3 @@ class ObjectWatcher(Watcher[ObjectInfo]):
         if info is None or (self._ignore_deletes and info.deleted):
             return None
         return info
-
-    async def _ensure_started(self) -> None:
-        with self._store._bucket_errors():
-            await super()._ensure_started()
