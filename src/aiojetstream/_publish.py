@@ -525,14 +525,8 @@ class AsyncPublisher:
                 # timeout when the last attempt got no reply (it may have been stored).
                 del self._held[token]
                 self._forget(token)
-                error: JetStreamError | None = held.error or self._last_full
-                if held.unanswered or error is None:
-                    error = JetStreamTimeoutError(
-                        f"no acknowledgement for the publish to {entry[2]!r} "
-                        "(held while the stream was full; its last attempt got no reply)"
-                    )
                 if not entry[0].done():
-                    entry[0].set_exception(error)
+                    entry[0].set_exception(self._out_of_time(held, entry[2]))
                 continue
             conn = self._conn
             try:
@@ -556,6 +550,20 @@ class AsyncPublisher:
                 held.wait, self._resend_unanswered, token
             )
             return
+
+    def _out_of_time(self, held: _Held, subject: str) -> JetStreamError:
+        """The error of a held message whose hold ran out between two attempts.
+
+        The stream's last "full" error, or a timeout when its last attempt got no
+        reply (it may have been stored).
+        """
+        error = held.error or self._last_full
+        if held.unanswered or error is None:
+            return JetStreamTimeoutError(
+                f"no acknowledgement for the publish to {subject!r} "
+                "(held while the stream was full; its last attempt got no reply)"
+            )
+        return error
 
     def _queue_held(self, token: bytes) -> None:
         """Queue a held message for a resend, in publish order (once)."""
@@ -632,10 +640,10 @@ class AsyncPublisher:
                     self._resent_answered()
                     if self._hold_queue:
                         self._arm_hold(backoff=True)
-                elif self._unqueue(token) and not held.unanswered:
+                elif self._unqueue(token):
                     # Waiting for a resend (or queued behind other held messages and
-                    # never sent): the stream was full, nothing of it is in flight.
-                    error = held.error or self._last_full
+                    # never sent): nothing of it is in flight.
+                    error = self._out_of_time(held, entry[2])
             if not entry[0].done():
                 entry[0].set_exception(
                     error
