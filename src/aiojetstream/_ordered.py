@@ -58,6 +58,14 @@ DELETE_TIMEOUT: Final = 2.0
 _RESETTABLE = (ConsumerDeletedError, ConsumerNotFoundError, NoHeartbeatError)
 
 
+class _OutOfTime(Exception):
+    """A reset bounded by a caller's deadline could not recreate the consumer in time."""
+
+    def __init__(self, error: JetStreamError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class OrderedConsumer:
     """An ordered consumer on a stream (ADR-17). Get one with ``await js.ordered_consumer(...)``.
 
@@ -162,11 +170,17 @@ class OrderedConsumer:
             # Ephemeral: it disappears after inactive_threshold anyway.
             logger.debug("could not delete ordered consumer %s: %s", name, exc)
 
-    async def _reset(self, stop: asyncio.Event | None = None) -> None:
+    async def _reset(
+        self, stop: asyncio.Event | None = None, deadline: float | None = None
+    ) -> None:
         """Drop the current consumer and create the next one at ``cursor + 1``.
 
         With ``stop``: once it is set, give up (no consumer) instead of retrying.
+        With ``deadline`` (a loop time; a fetch's end): each attempt waits at most
+        until then, and a failed attempt whose retry would come after it raises
+        :class:`_OutOfTime` carrying its error.
         """
+        loop = asyncio.get_running_loop()
         await self._delete_current()
         limit = self._config.max_reset_attempts
         delay = RESET_BACKOFF_FIRST
@@ -177,9 +191,12 @@ class OrderedConsumer:
         config = self._consumer_config()
         while True:
             attempt += 1
+            timeout = None
+            if deadline is not None:
+                timeout = min(self._api.timeout, max(deadline - loop.time(), MIN_EXPIRES))
             try:
                 self._info = await C.upsert_consumer(
-                    self._api, self._stream, config, C.ACTION_CREATE, None
+                    self._api, self._stream, config, C.ACTION_CREATE, timeout
                 )
             except (StreamNotFoundError, ConnectionClosedError, InvalidOptionError):
                 raise
@@ -193,6 +210,8 @@ class OrderedConsumer:
                     raise OrderedConsumerResetError(
                         f"could not recreate the ordered consumer after {attempt} attempts: {exc}"
                     ) from exc
+                if deadline is not None and loop.time() + delay >= deadline:
+                    raise _OutOfTime(exc) from exc
                 logger.info("ordered consumer reset failed (%s); retrying in %g s", exc, delay)
                 if stop is None:
                     await asyncio.sleep(delay)
@@ -283,11 +302,15 @@ class OrderedConsumer:
 
     # ------------------------------------------------------------- fetch
 
-    async def _fetch(self, settings: PullSettings) -> OrderedBatch:
+    async def _start_fetch(self, settings: PullSettings, deadline: float) -> OrderedBatch:
+        """Start a fetch; a reset it needs first is bounded by ``deadline``.
+
+        Raises :class:`_OutOfTime` when it could not recreate the consumer by then.
+        """
         self._claim("fetch")
         try:
             if self._name is None or self._needs_reset:
-                await self._reset()
+                await self._reset(deadline=deadline)
             driver = self._driver(settings, None)
             await driver.start()
         except BaseException:
@@ -296,6 +319,15 @@ class OrderedConsumer:
         batch = OrderedBatch(self, driver)
         self._active = batch
         return batch
+
+    async def _fetch(self, settings: PullSettings) -> OrderedBatch:
+        # The consumer's recreation counts against the fetch's expires (fetch_no_wait:
+        # the API timeout): out of time, the creation's own error is raised.
+        wait = self._api.timeout if settings.no_wait else settings.expires
+        try:
+            return await self._start_fetch(settings, asyncio.get_running_loop().time() + wait)
+        except _OutOfTime as out:
+            raise out.error from out.error.__cause__
 
     async def fetch(
         self,
@@ -346,16 +378,25 @@ class OrderedConsumer:
 
         """
         seconds = C._secs(expires, "expires")
+        beat = C._secs(heartbeat, "heartbeat")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (DEFAULT_EXPIRES if seconds is None else seconds)
         while True:
             remaining = max(deadline - loop.time(), MIN_EXPIRES)
-            batch = await self.fetch(1, expires=remaining, heartbeat=heartbeat)
+            settings = resolve_fetch(max_messages=1, expires=remaining, heartbeat=beat)
+            try:
+                batch = await self._start_fetch(settings, deadline)
+            except _OutOfTime as out:
+                raise FetchTimeoutError(
+                    f"no message from ordered consumer on {self._stream}: "
+                    f"could not recreate its consumer in time ({out.error})"
+                ) from out.error
             async with batch:
                 async for msg in batch:
                     return msg
-            # A fetch cut short by a reset (gap, deletion) is retried within expires.
-            if not self._needs_reset or loop.time() >= deadline - MIN_EXPIRES:
+            # A fetch cut short by a reset (gap, deletion) is retried within expires;
+            # the reset itself is quick, so once more even with little time left.
+            if not self._needs_reset or loop.time() >= deadline:
                 raise FetchTimeoutError(f"no message from ordered consumer on {self._stream}")
 
     # ------------------------------------------------------------- continuous

@@ -16,6 +16,7 @@ from aiojetstream import (
     BucketNotFoundError,
     ConsumerConfig,
     ConsumerNotFoundError,
+    FetchTimeoutError,
     InvalidOptionError,
     JetStreamContext,
     JetStreamError,
@@ -248,3 +249,53 @@ async def test_a_watch_dropped_unfinished_deletes_its_consumer(js: JetStreamCont
         return (await kv.stream.info()).state.consumer_count == 0
 
     await wait_until(no_consumers, STEP)
+
+
+async def _ordered_whose_reset_fails(js: JetStreamContext) -> tuple[str, OrderedConsumer]:
+    """An ordered consumer that read one message and whose next reset can not create a
+    consumer (a durable holds the stream's only slot)."""
+    name = unique_name("ORD")
+    stream: Stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY, max_consumers=1)
+    )
+    await js.publish(f"{name}.a", b"1")
+    oc = await stream.ordered_consumer()
+    assert (await oc.next(expires=STEP)).data == b"1"
+    await take_the_only_slot(js, name, oc)
+    return name, oc
+
+
+async def test_next_during_a_failing_reset_ends_by_its_expires(js: JetStreamContext) -> None:
+    """``next(expires=1)`` whose consumer must be recreated and can not be: a
+    FetchTimeoutError about when ``expires`` ends, naming the creation's error (the
+    reset's retries went on without end, whatever ``expires`` said)."""
+    name, oc = await _ordered_whose_reset_fails(js)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(FetchTimeoutError) as caught:
+        await asyncio.wait_for(oc.next(expires=1), STEP)
+    # 1 s, plus a loaded machine's margin: the reset's backoff alone is 1 s, 2 s, 4 s...
+    assert loop.time() - start < 3
+    assert getattr(caught.value.__cause__, "err_code", None) == MAX_CONSUMERS
+    await js.delete_consumer(name, "blocker")
+    await js.publish(f"{name}.a", b"2")
+    assert (await oc.next(expires=STEP)).data == b"2"
+
+
+async def test_fetch_during_a_failing_reset_ends_by_its_expires(js: JetStreamContext) -> None:
+    """``fetch(expires=1)`` that must recreate the consumer and can not: the creation's
+    typed error about when ``expires`` ends (it retried without end)."""
+    name, oc = await _ordered_whose_reset_fails(js)
+    # The first fetch finds its consumer gone and asks for a reset; the second resets.
+    async with await oc.fetch(1, expires=1) as batch:
+        assert await batch.collect() == []
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(JetStreamError) as caught:
+        await asyncio.wait_for(oc.fetch(1, expires=1), STEP)
+    assert loop.time() - start < 3
+    assert caught.value.err_code == MAX_CONSUMERS  # type: ignore[attr-defined]
+    await js.delete_consumer(name, "blocker")
+    await js.publish(f"{name}.a", b"2")
+    async with await oc.fetch(1, expires=STEP) as batch:
+        assert [m.data for m in await batch.collect()] == [b"2"]
