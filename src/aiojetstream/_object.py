@@ -128,6 +128,8 @@ CLEANUP_RETRY_WAIT: Final = 0.25
 MAX_WINDOW: Final = 512
 #: Chunk bytes one read keeps buffered (at least 2 chunks, at most 64).
 GET_BUFFER_BYTES: Final = 4 * 1024 * 1024
+#: Seconds a read waits for its next chunk before checking that the chunks are still there.
+CHUNKS_GONE_CHECK: Final = 1.0
 #: How many links a get follows before giving up (a longer chain is a loop).
 MAX_LINK_DEPTH: Final = 8
 #: Room for the headers of the info message when checking it fits max_payload.
@@ -1336,18 +1338,47 @@ class ObjectResult:
         return not (cached is not None and cached.num_pending == 0)
 
     async def _next(self) -> Msg | None:
+        """The next chunk; None when the read ended early.
+
+        A chunk not there within :data:`CHUNKS_GONE_CHECK` seconds: if the object's
+        chunks are gone (deleted, or replaced by a new put), ObjectNotFoundError;
+        otherwise it waits out the rest of the stall timeout.
+        """
         it = self._it
         assert it is not None
+        # A task, not a timeout around the iterator: the wait goes on after the check.
+        waiting = asyncio.ensure_future(anext(it, None))
         try:
-            async with asyncio.timeout(self._stall):
-                return await it.__anext__()
-        except StopAsyncIteration:
-            return None
-        except TimeoutError:
-            raise JetStreamTimeoutError(
-                f"no chunk of object {self.info.name!r} for {self._stall:g} s "
-                f"({self._chunks} of {self.info.chunks} read)"
+            first = min(self._stall, CHUNKS_GONE_CHECK)
+            done, _ = await asyncio.wait((waiting,), timeout=first)
+            if not done:
+                await self._check_chunks_there()
+                done, _ = await asyncio.wait((waiting,), timeout=self._stall - first)
+            if not done:
+                raise JetStreamTimeoutError(
+                    f"no chunk of object {self.info.name!r} for {self._stall:g} s "
+                    f"({self._chunks} of {self.info.chunks} read)"
+                )
+            return waiting.result()
+        finally:
+            if not waiting.done():
+                waiting.cancel()
+
+    async def _check_chunks_there(self) -> None:
+        """Raise ObjectNotFoundError when the object's chunks are no longer stored."""
+        store, info = self._store, self.info
+        assert info.nuid is not None
+        try:
+            await store.stream.get_last_msg_for_subject(
+                store._chunk_subject(info.nuid), timeout=self._stall
+            )
+        except MessageNotFoundError:
+            raise ObjectNotFoundError(
+                f"object {info.name!r} in bucket {store.bucket!r} was deleted or replaced "
+                f"while it was read ({self._chunks} of {info.chunks} chunks read)"
             ) from None
+        except JetStreamTimeoutError:
+            pass  # cannot tell now: the chunk may still come
 
     def _mismatch(self, what: str) -> None:
         info = self.info

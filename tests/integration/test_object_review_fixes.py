@@ -14,6 +14,7 @@ from aiojetstream import (
     BucketNotFoundError,
     InvalidResponseError,
     JetStreamContext,
+    ObjectNotFoundError,
     ObjectStore,
     ObjectStoreConfig,
 )
@@ -99,3 +100,29 @@ async def test_a_read_dropped_unfinished_is_closed(js: JetStreamContext) -> None
     gc.collect()
     await wait_until(lambda: no_consumers(store), STEP)
     await wait_until(lambda: len(js.nc._subs) <= subscriptions, STEP)
+
+
+@pytest.mark.parametrize("how", ["delete", "replace"])
+async def test_an_object_deleted_or_replaced_while_read_is_not_found(
+    js: JetStreamContext, how: str
+) -> None:
+    """The object's chunks are purged (delete, or a new put replacing it) while it is
+    read: the read raises ObjectNotFoundError saying so, well before its stall timeout
+    (it waited the whole timeout and raised JetStreamTimeoutError)."""
+    store = await new_store(js)
+    data = os.urandom(400 * 1024)
+    await store.put("big", data, chunk_size=1024)  # 400 chunks; a read buffers 64
+    loop = asyncio.get_running_loop()
+    async with await store.get("big", timeout=STEP) as result:
+        first = await anext(result)
+        assert first == data[:1024]
+        if how == "delete":
+            await store.delete("big")
+        else:
+            await store.put("big", b"new")
+        start = loop.time()
+        with pytest.raises(ObjectNotFoundError, match="while it was read"):
+            async for _ in result:
+                pass
+        assert loop.time() - start < STEP / 2
+    await wait_until(lambda: no_consumers(store), STEP)
