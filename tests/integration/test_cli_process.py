@@ -15,6 +15,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -92,6 +93,21 @@ def test_python_m_and_one_line_errors(nats_url: str) -> None:
     assert missing.returncode == 1
     assert missing.stdout == ""
     assert missing.stderr == "error: stream not found (code=404, err_code=10059)\n"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        nobody = f"nats://127.0.0.1:{sock.getsockname()[1]}"  # nobody listens there
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "aiojetstream", "--server", nobody, "stream", "ls"],
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        env=env(),
+    )
+    assert unreachable.returncode == 1
+    # One line: not also a log line per failed attempt.
+    assert re.fullmatch(r"error: could not connect to [^\n]*\n", unreachable.stderr), (
+        unreachable.stderr
+    )
     usage = subprocess.run(
         [sys.executable, "-m", "aiojetstream", "stream", "nosuch"],
         capture_output=True,

@@ -211,8 +211,20 @@ def run(ctx: typer.Context, work: Callable[[JetStreamContext], Awaitable[T]]) ->
     """Connect with the global options, run ``work(js)``, close; errors as :func:`guarded`."""
     opts = options(ctx)
 
+    connected = False
+
+    async def connection_error(exc: Exception) -> None:
+        # Failed attempts of the first connection end in one error line (or a
+        # traceback with --debug); later ones (a reconnect mid-command) are shown.
+        if connected or opts.debug:
+            print(f"warning: connection: {describe_error(exc)}", file=sys.stderr, flush=True)
+
     async def main() -> T:
-        js = await aiojetstream.connect(opts.servers, **opts.connect_kwargs())
+        nonlocal connected
+        js = await aiojetstream.connect(
+            opts.servers, error_cb=connection_error, **opts.connect_kwargs()
+        )
+        connected = True
         try:
             return await work(js)
         finally:
