@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import weakref
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from . import _api
 from . import _features as F
 from . import _headers as H
 from ._api import ApiClient
+from ._cleanup import close_when_collected
 from ._conn import RawSubscription
 from ._errors import (
     APIError,
@@ -187,7 +189,7 @@ class BatchCursor:
 
         Raises:
             DirectBatchGapError: ``previous`` (its ``Nats-Last-Sequence``) is not
-                the sequence of the message received before it.
+                the sequence of the message received before it (0 for the first).
             InvalidResponseError: the first reply lacks ``Nats-Last-Sequence``
                 (a server without batch direct get).
 
@@ -197,7 +199,7 @@ class BatchCursor:
                 "a batch direct get reply without Nats-Last-Sequence: the server "
                 f"does not support batch gets (nats-server >= {F.BATCH_GET.version})"
             )
-        if self.delivered and previous != self.last_seq:
+        if previous != self.last_seq:  # the first reply names 0
             raise DirectBatchGapError(
                 f"a reply was dropped: message {seq} follows {previous}, "
                 f"but the last one received was {self.last_seq}"
@@ -325,6 +327,25 @@ def last_msgs_request(
 # --------------------------------------------------------------------------- iterator
 
 
+class _Replies:
+    """The replies of one batch, buffered by its subscription's handler.
+
+    Apart from :class:`DirectBatch` so that the subscription does not keep the
+    batch alive: a batch dropped unfinished is collected, and its finalizer
+    closes the subscription.
+    """
+
+    __slots__ = ("arrived", "frames")
+
+    def __init__(self) -> None:
+        self.frames: deque[tuple[bytes, bytes | None]] = deque()
+        self.arrived = asyncio.Event()
+
+    def on_frame(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
+        self.frames.append((data, hdr))
+        self.arrived.set()
+
+
 class DirectBatch:
     """The messages of one batch direct get: an async iterator of :class:`RawStreamMessage`.
 
@@ -332,8 +353,8 @@ class DirectBatch:
     Nothing is sent until iteration starts. Iteration ends at the server's
     end-of-batch (``204 EOB``), at once when nothing matched (404), or at the
     first message past ``up_to_seq`` (or at or after ``up_to_time``). It owns an inbox
-    subscription, released when iteration ends, on :meth:`aclose`, or when
-    used as ``async with`` and left.
+    subscription, released when iteration ends, on :meth:`aclose`, when used
+    as ``async with`` and left, or once a batch left unfinished is collected.
 
     After a complete batch :attr:`num_pending` tells how many matching
     messages were left, and (for ``get_last_msgs_for``) :attr:`up_to_seq`
@@ -359,9 +380,9 @@ class DirectBatch:
         self._body = body
         self._timeout = api.timeout if timeout is None else float(timeout)
         self._cursor = BatchCursor(up_to_seq, up_to_time)
-        self._frames: deque[tuple[bytes, bytes | None]] = deque()
-        self._arrived: asyncio.Event | None = None
+        self._replies: _Replies | None = None
         self._sub: RawSubscription | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._started = False
         self._finished = False
         self._num_pending: int | None = None
@@ -399,38 +420,46 @@ class DirectBatch:
     async def aclose(self) -> None:
         """Stop and release the inbox subscription (idempotent)."""
         self._finished = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
         sub, self._sub = self._sub, None
+        self._replies = None
         if sub is not None:
             await sub.unsubscribe()
-
-    def _on_frame(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
-        self._frames.append((data, hdr))
-        if self._arrived is not None:
-            self._arrived.set()
 
     async def _start(self) -> None:
         self._started = True
         await F.require(self._api, F.BATCH_GET, self._timeout)
         conn = self._api.conn
         inbox = conn.new_inbox()
-        self._arrived = asyncio.Event()
-        self._sub = await conn.subscribe_raw(inbox, self._on_frame)
+        replies = self._replies = _Replies()
+        sub = self._sub = await conn.subscribe_raw(inbox, replies.on_frame)
+        self._finalizer = close_when_collected(self, sub.unsubscribe)
         subject = self._api.subject(_api.DIRECT_GET, stream=self._stream)
         await conn.publish(subject, _api.dumps(self._body), reply=inbox)
 
     async def _next_frame(self) -> tuple[bytes, bytes | None]:
-        arrived = self._arrived
-        assert arrived is not None
-        if not self._frames:
-            arrived.clear()
+        replies = self._replies
+        assert replies is not None
+        if not replies.frames:
+            replies.arrived.clear()
             try:
                 async with asyncio.timeout(self._timeout):
-                    await arrived.wait()
+                    await replies.arrived.wait()
             except TimeoutError:
                 raise JetStreamTimeoutError(
                     f"batch direct get on {self._stream!r}: nothing within {self._timeout:g}s"
                 ) from None
-        return self._frames.popleft()
+        return replies.frames.popleft()
+
+    async def _error(self, frame: DirectFrame) -> JetStreamError:
+        """The typed error of an error reply; a 503 for a missing stream is StreamNotFoundError."""
+        error = status_error(frame, self._stream)
+        if isinstance(error, NoRespondersError):
+            # No direct-get responders: the stream does not allow direct gets, or it
+            # does not exist; the latter raises StreamNotFoundError here.
+            await self._api.call(_api.STREAM_INFO, timeout=self._timeout, stream=self._stream)
+        return error
 
     async def __anext__(self) -> RawStreamMessage:
         if self._finished:
@@ -456,7 +485,7 @@ class DirectBatch:
                 if kind is FrameKind.NOT_FOUND:
                     self._num_pending = 0
                     break
-                raise status_error(frame, self._stream)
+                raise await self._error(frame)
         except BaseException:
             await self.aclose()
             raise

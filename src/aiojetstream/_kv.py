@@ -15,12 +15,13 @@ import enum
 import json
 import re
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar
 
 from . import _headers as H
+from ._cleanup import close_when_collected
 from ._errors import (
     BucketNotFoundError,
     FeatureNotSupportedError,
@@ -1031,44 +1032,6 @@ def _exists(exc: WrongLastSequenceError, what: str) -> KeyExistsError:
 
 
 T = TypeVar("T")
-
-#: Closes of readers dropped unfinished, kept until done.
-_CLOSING: set[asyncio.Task[None]] = set()
-
-
-def close_when_collected(
-    owner: object, close: Callable[[], Coroutine[Any, Any, None]]
-) -> weakref.finalize[Any, Any]:
-    """Run ``close()`` on the running loop once ``owner`` is garbage collected.
-
-    For what users may drop unfinished (``async for ...: break`` without
-    ``async with``): its server consumer, subscription and buffer are freed
-    then, not left pulling. ``close`` must not refer to ``owner``. Detach the
-    returned finalizer once closed properly.
-    """
-    loop = asyncio.get_running_loop()
-
-    def collected() -> None:
-        if loop.is_closed():
-            return
-
-        def start() -> None:
-            task = loop.create_task(close())
-            _CLOSING.add(task)
-            task.add_done_callback(_CLOSING.discard)
-
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            start()
-        else:
-            loop.call_soon_threadsafe(start)
-
-    finalizer = weakref.finalize(owner, collected)
-    finalizer.atexit = False  # at interpreter exit the loop is gone: nothing to run
-    return finalizer
 
 
 class Watcher(Generic[T]):

@@ -47,6 +47,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 from pydantic import ValidationError
 
 from . import _headers as H
+from ._cleanup import close_when_collected
 from ._errors import (
     APIError,
     BucketNotFoundError,
@@ -68,7 +69,7 @@ from ._errors import (
     ObjectNotFoundError,
     StreamNotFoundError,
 )
-from ._kv import Watcher, _Reader, close_when_collected
+from ._kv import Watcher, _Reader
 from ._message import Msg
 from ._models import (
     DeliverPolicy,

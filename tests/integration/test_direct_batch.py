@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,10 +17,11 @@ from aiojetstream import (
     RawStreamMessage,
     Stream,
     StreamConfig,
+    StreamNotFoundError,
     TooManyResultsError,
 )
 from aiojetstream._models import NanoDatetime
-from helpers import unique_name
+from helpers import unique_name, wait_until
 
 
 async def dg_stream(js: JetStreamContext) -> tuple[Stream, str]:
@@ -240,3 +242,33 @@ async def test_timeout_is_bounded(js: JetStreamContext) -> None:
     finally:
         await sub.unsubscribe()
     assert datetime.now(UTC) - start < timedelta(seconds=5)
+
+
+@pytest.mark.parametrize("how", ["get_batch", "get_last_msgs_for"])
+async def test_a_batch_left_early_releases_its_subscription(js: JetStreamContext, how: str) -> None:
+    """``async for ... : break`` without ``async with``: the inbox subscription and the
+    buffered replies are released once the batch is dropped (they stayed until the
+    connection closed: the subscription's handler kept the batch alive)."""
+    stream, p = await dg_stream(js)
+    subscriptions = js.nc._subs  # nats-py's table of live subscriptions
+    before = len(subscriptions)
+    for _ in range(10):
+        batch = stream.get_batch(8) if how == "get_batch" else stream.get_last_msgs_for(f"{p}.>")
+        async for _msg in batch:
+            break
+        del batch
+    gc.collect()
+    await wait_until(lambda: len(subscriptions) == before, 10, message=f"{len(subscriptions)}")
+    live = [o for o in gc.get_objects() if isinstance(o, DirectBatch)]
+    assert live == []
+
+
+async def test_a_missing_stream_is_stream_not_found(js: JetStreamContext) -> None:
+    """A batch get on a stream that does not exist (any more): StreamNotFoundError, as
+    get_msg, not NoRespondersError blaming allow_direct (the 503 is the same for both)."""
+    stream, p = await dg_stream(js)
+    await js.delete_stream(stream.name)
+    with pytest.raises(StreamNotFoundError):
+        await collect(stream.get_batch(2))
+    with pytest.raises(StreamNotFoundError):
+        await collect(stream.get_last_msgs_for(f"{p}.>"))

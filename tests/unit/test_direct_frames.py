@@ -230,11 +230,15 @@ def test_cursor_up_to_time_compares_nanoseconds(a_ns: int, b_ns: int) -> None:
     assert cursor.on_message(1, 0, at(a_ns)) is (a_ns < b_ns)
 
 
-@given(st.lists(st.integers(min_value=1, max_value=1000), min_size=2, max_size=20, unique=True))
-def test_cursor_detects_any_dropped_reply(raw: list[int]) -> None:
+@given(
+    st.lists(st.integers(min_value=1, max_value=1000), min_size=2, max_size=20, unique=True),
+    st.data(),
+)
+def test_cursor_detects_any_dropped_reply(raw: list[int], data: st.DataObject) -> None:
     seqs = sorted(raw)
-    # Drop one reply in the middle: the next one names a predecessor never received.
-    drop = len(seqs) // 2
+    # Drop any one reply, the first and the last included: the next one names a
+    # predecessor never received (the first reply names 0), or the EOB does.
+    drop = data.draw(st.integers(min_value=0, max_value=len(seqs) - 1), label="drop")
     cursor = BatchCursor()
 
     def replay() -> None:
