@@ -247,10 +247,12 @@ async def skip_older_than(
     """Move this consumer past every message older than ``age``; never backwards.
 
     Returns the sequence the consumer continues at: the first message stored
-    after ``now - age`` (the stream's last + 1 when all are older), or, when
-    nothing unacknowledged is that old, where it continues now (nothing moves).
-    Delivered but unacknowledged messages from that sequence on are delivered
-    again (the reset moves the delivery cursor back to it).
+    after ``now - age`` (the stream's last + 1 when all are older); the
+    delivered but unacknowledged messages below it are skipped. When that
+    message was delivered already, nothing moves (a reset back to it would
+    deliver the acknowledged messages after it again): it returns where the
+    consumer continues now, and the old messages still unacknowledged stay
+    pending (acknowledged or delivered again after ``ack_wait``).
     """
     validate_name(stream, "stream")
     validate_name(name, "consumer")
@@ -271,8 +273,9 @@ async def skip_older_than(
         target = int(reply["message"]["seq"])
     except MessageNotFoundError:
         target = last + 1  # every message stored when we looked is older
-    if target <= floor:
-        return max(floor, info.delivered.stream_seq + 1), info
+    delivered = info.delivered.stream_seq
+    if target <= max(floor, delivered):
+        return max(floor, delivered + 1), info
     return await reset(api, stream, name, target, timeout)
 
 

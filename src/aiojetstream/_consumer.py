@@ -400,9 +400,10 @@ class Consumer:
     async def reset(self, sequence: int | None = None, *, timeout: float | None = None) -> int:
         """Move the consumer: the next message delivered is ``sequence``.
 
-        ``None`` goes back to the ack floor + 1 (every unacknowledged message
-        again). Messages before the new position count as acknowledged, which
-        on an interest stream removes those no other consumer needs.
+        ``None`` goes back to the ack floor + 1: every message after the floor
+        comes again, acknowledged ones above it included. Messages before the
+        new position count as acknowledged, which on an interest stream
+        removes those no other consumer needs.
         nats-server >= 2.14 (API level 4).
 
         Returns:
@@ -429,7 +430,9 @@ class Consumer:
         """Pulsar's per-subscription message TTL: skip this consumer's messages older than ``age``.
 
         Only this consumer moves (``max_age`` and ``Nats-TTL`` delete for
-        everyone), and never backwards. Returns the sequence it continues at.
+        everyone), and never backwards: when the first message younger than
+        ``age`` was delivered already, nothing moves (the old messages still
+        unacknowledged stay pending). Returns the sequence it continues at.
         nats-server >= 2.14.
         """
         seq, self._info = await A.skip_older_than(self._api, self._stream, self._name, age, timeout)

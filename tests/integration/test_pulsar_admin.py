@@ -200,6 +200,38 @@ async def test_skip_older_than_moves_only_this_consumer(js: JetStreamContext) ->
         await newest.clear_backlog()
 
 
+async def test_skip_older_than_never_delivers_acknowledged_messages_again(
+    js: JetStreamContext,
+) -> None:
+    """Old messages 1-3, new 4-10; all delivered, 2-10 acknowledged, 1 not (acks out of
+    order, as with parallel workers). The cutoff (4) is within what was delivered:
+    nothing moves (a reset to 4 delivered the acknowledged 4-10 again). When the
+    cutoff is past the delivery cursor, the old unacknowledged ones are skipped."""
+    stream = await stream_with(js, "TA", 3)
+    stored = (await js.stream(stream)).cached_info.state.last_ts
+    cutoff = stored + timedelta(microseconds=1)
+    await wait_until(lambda: datetime.now(UTC) > cutoff, timeout=2)
+    for i in range(7):
+        await js.publish(f"{stream}.a", b"new-%d" % i)
+    consumer = await durable(js, stream, "c", ack_policy=AckPolicy.EXPLICIT)
+    async with await consumer.fetch(10, expires=5) as batch:
+        msgs = await batch.collect()
+    assert [m.metadata.sequence.stream for m in msgs] == list(range(1, 11))
+    for msg in msgs[1:]:
+        await msg.double_ack()
+    age = datetime.now(UTC) - cutoff
+    assert await consumer.skip_older_than(age) == 11  # where it continues: nothing moved
+    info = await consumer.info()
+    assert (info.delivered.stream_seq, info.num_ack_pending, info.num_pending) == (10, 1, 0)
+    async with await consumer.fetch_no_wait(10) as batch:
+        assert await batch.collect() == []  # none of the acknowledged 4-10 again
+    # A cutoff past everything delivered: the unacknowledged old message 1 is skipped.
+    await wait_until(lambda: datetime.now(UTC) > (info.ts or datetime.now(UTC)), timeout=2)
+    assert await consumer.skip_older_than(timedelta(microseconds=1)) == 11
+    info = await consumer.info()
+    assert (info.ack_floor.stream_seq, info.num_ack_pending, info.num_pending) == (10, 0, 0)
+
+
 async def test_backlog(js: JetStreamContext) -> None:
     stream = await stream_with(js, "BL", 6)
     consumer = await durable(
