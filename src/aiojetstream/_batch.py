@@ -2,6 +2,9 @@
 
 Messages of a batch carry ``Nats-Batch-Id`` (a fresh id per batch) and
 ``Nats-Batch-Sequence`` (1, 2, ...); the last one also ``Nats-Batch-Commit: 1``.
+The batch sets these three itself: user headers naming them (in any case) are
+refused before sending, as a ``Nats-Batch-Commit`` on an earlier message would
+make the server commit only part of the batch.
 The stream (``allow_atomic=True``, nats-server >= 2.12, API level 2) stores
 all of them, or none, when the commit arrives, and answers the commit with
 ``{"stream", "seq", "batch", "count"}``.
@@ -30,6 +33,7 @@ from ._api import ApiClient, check_reply
 from ._errors import (
     BatchClosedError,
     BatchTooLargeError,
+    InvalidHeaderError,
     InvalidOptionError,
     InvalidResponseError,
     NoRespondersError,
@@ -53,6 +57,8 @@ BATCH_COMMIT: Final = "Nats-Batch-Commit"
 MAX_BATCH_MESSAGES: Final = 1000
 """The server's limit on the messages of one batch, the commit included."""
 MAX_BATCH_ID: Final = 64
+#: The batch's own headers, lower-cased: set by the batch, refused in user headers.
+_RESERVED: Final = frozenset(h.lower() for h in (BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT))
 
 Payload = bytes | bytearray | memoryview
 
@@ -144,7 +150,20 @@ class BatchState:
     def headers(
         self, base: dict[str, str] | None, sequence: int, *, commit: bool = False
     ) -> dict[str, str]:
-        """The headers of the message at ``sequence``: ``base`` plus the batch's own."""
+        """The headers of the message at ``sequence``: ``base`` plus the batch's own.
+
+        Raises:
+            InvalidHeaderError: ``base`` has a header of the batch's own
+                (``Nats-Batch-Id``, ``Nats-Batch-Sequence``,
+                ``Nats-Batch-Commit``, in any case): the batch sets them.
+
+        """
+        for key in base or ():
+            if key.lower() in _RESERVED:
+                raise InvalidHeaderError(
+                    f"header {key!r} is set by the atomic batch itself: a batch refuses it "
+                    "in headers (nothing was sent)"
+                )
         out = dict(base) if base else {}
         out[BATCH_ID] = self.batch_id
         out[BATCH_SEQUENCE] = str(sequence)
@@ -270,7 +289,9 @@ class AtomicBatch:
         Args:
             subject: where to publish; every subject must be in the same stream.
             payload: the message body.
-            headers: extra headers.
+            headers: extra headers; not ``Nats-Batch-Id``,
+                ``Nats-Batch-Sequence`` nor ``Nats-Batch-Commit`` (in any
+                case), which the batch sets.
             msg_id: ``Nats-Msg-Id`` (de-duplication, nats-server >= 2.12.1);
                 a duplicate inside the batch fails the commit.
             ttl: per-message TTL (the stream needs ``allow_msg_ttl``).
@@ -284,7 +305,9 @@ class AtomicBatch:
         Raises:
             BatchClosedError: the batch was committed, discarded or failed.
             BatchTooLargeError: the batch holds 1,000 messages already.
-            InvalidOptionError: bad input, before anything is sent.
+            InvalidOptionError: bad input, before anything is sent (an
+                ``InvalidHeaderError`` for a batch header in ``headers``);
+                the batch is left as it was.
             AtomicPublishDisabledError: the stream lacks ``allow_atomic``.
             TooManyInflightBatchesError: 50 batches are open on the stream.
             FeatureNotSupportedError: the server is older than 2.12.
@@ -338,11 +361,14 @@ class AtomicBatch:
         """Send the last message and commit: the stream stores the whole batch, or nothing.
 
         Arguments are those of :meth:`add`. The batch is closed afterwards,
-        whatever the outcome.
+        whatever the outcome, except when the input is refused before sending
+        (``InvalidOptionError``): then the batch is left open as it was.
 
         Raises:
             BatchClosedError: the batch was committed, discarded or failed.
             BatchTooLargeError: the batch holds 1,000 messages already.
+            InvalidOptionError: bad input, before anything is sent (an
+                ``InvalidHeaderError`` for a batch header in ``headers``).
             BatchIncompleteError: a message was lost, or the batch was idle
                 for over 10 s (the server abandoned it).
             AtomicPublishError: a message of the batch was refused (a subclass

@@ -140,6 +140,40 @@ async def test_client_side_checks(js: JetStreamContext) -> None:
     assert ack.batch_size == 2
 
 
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Nats-Batch-Commit",
+        "nats-batch-commit",
+        "Nats-Batch-Id",
+        "NATS-BATCH-ID",
+        "Nats-Batch-Sequence",
+        "nats-batch-sequence",
+    ],
+)
+async def test_batch_headers_are_refused_before_sending(js: JetStreamContext, header: str) -> None:
+    """A user header named like the batch's own (any case) would end or split the batch."""
+    stream, p = await atomic_stream(js)
+    batch = js.atomic_batch()
+    value = {"nats-batch-commit": "1", "nats-batch-id": "other"}.get(header.lower(), "1")
+    # On the first message (nothing sent yet), on a later one and on the commit.
+    with pytest.raises(InvalidOptionError, match=header):
+        await batch.add(f"{p}.a", b"0", headers={header: value})
+    assert batch.size == 0
+    await batch.add(f"{p}.a", b"1")
+    with pytest.raises(InvalidOptionError, match=header):
+        await batch.add(f"{p}.b", b"x", headers={"X-Ok": "1", header: value})
+    with pytest.raises(InvalidOptionError, match=header):
+        await batch.commit(f"{p}.c", b"x", headers={header: value})
+    assert await last_seq(stream) == 0  # nothing stored: no message ended the batch
+    # The refusals left the batch as it was: it goes on and commits whole.
+    assert (batch.size, batch.is_closed) == (1, False)
+    await batch.add(f"{p}.b", b"2")
+    ack = await batch.commit(f"{p}.c", b"3")
+    assert (ack.seq, ack.batch_size) == (3, 3)
+    assert [(await stream.get_msg(s)).data for s in (1, 2, 3)] == [b"1", b"2", b"3"]
+
+
 async def test_errors_reported_at_first_message(js: JetStreamContext) -> None:
     plain = unique_name("PLAIN")
     await js.create_stream(StreamConfig(name=plain, subjects=[f"{plain}.>"]))
