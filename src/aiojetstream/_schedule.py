@@ -116,14 +116,30 @@ class Schedule:
     def every(cls, interval: timedelta | float) -> Schedule:
         """Repeatedly, every ``interval`` (a ``timedelta`` or seconds; at least 1 s).
 
-        The server fires on whole multiples of the interval.
+        The interval is a whole number of seconds (``2``, ``2.0``,
+        ``timedelta(minutes=5)``): the server accepts a fraction but does not
+        keep it (``1.5`` fires every 2 s), so a fraction is refused. The
+        server fires on whole multiples of the interval.
+
+        Raises:
+            InvalidScheduleError: under 1 s, not a whole number of seconds,
+                not finite, a ``bool`` or another type.
+
         """
         if isinstance(interval, timedelta):
             delta = interval
+            whole = delta.microseconds == 0
         elif isinstance(interval, int | float) and not isinstance(interval, bool):
             if interval != interval or interval in (float("inf"), float("-inf")):
                 raise InvalidScheduleError(f"Schedule.every: not a finite interval {interval!r}")
-            delta = timedelta(seconds=interval)
+            try:
+                delta = timedelta(seconds=interval)
+            except OverflowError:
+                raise InvalidScheduleError(
+                    f"Schedule.every: the interval {interval!r} is too large"
+                ) from None
+            # The number itself: timedelta rounds 1.0000001 to 1 s.
+            whole = isinstance(interval, int) or float(interval).is_integer()
         else:
             raise InvalidScheduleError(
                 f"Schedule.every needs a timedelta or seconds, got {interval!r}"
@@ -131,6 +147,11 @@ class Schedule:
         if delta < MIN_INTERVAL:
             raise InvalidScheduleError(
                 f"Schedule.every: the interval must be at least 1 second, got {interval!r}"
+            )
+        if not whole:
+            raise InvalidScheduleError(
+                f"Schedule.every: the interval must be a whole number of seconds, got "
+                f"{interval!r} (the server fires at whole seconds: every 1.5 s fires every 2 s)"
             )
         return cls(f"@every {H.format_go_duration(delta)}")
 

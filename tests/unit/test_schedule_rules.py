@@ -37,11 +37,38 @@ def test_go_duration_matches_go(delta: timedelta, text: str) -> None:
     assert format_go_duration(delta) == text
 
 
-@given(st.timedeltas(min_value=timedelta(seconds=1), max_value=timedelta(days=365)))
-def test_every_accepts_one_second_and_more(delta: timedelta) -> None:
+@given(st.integers(min_value=1, max_value=365 * 86_400))
+def test_every_accepts_whole_seconds_from_one(seconds: int) -> None:
+    delta = timedelta(seconds=seconds)
     spec = Schedule.every(delta).spec
     assert spec.startswith("@every ")
-    assert abs(parse_go_duration(spec[7:]) - delta.total_seconds()) < 1e-6
+    assert parse_go_duration(spec[7:]) == seconds
+    assert Schedule.every(seconds) == Schedule.every(float(seconds)) == Schedule.every(delta)
+
+
+@given(
+    st.timedeltas(min_value=timedelta(seconds=1), max_value=timedelta(days=365)).filter(
+        lambda d: d.microseconds != 0
+    )
+)
+def test_every_refuses_a_fraction_of_a_second(delta: timedelta) -> None:
+    """The server takes ``@every 1.5s`` but fires every 2 s: refused before sending."""
+    with pytest.raises(InvalidScheduleError, match="whole number of seconds"):
+        Schedule.every(delta)
+    with pytest.raises(InvalidScheduleError, match="whole number of seconds"):
+        Schedule.every(delta.total_seconds())
+
+
+def test_every_whole_and_fractional_seconds() -> None:
+    assert Schedule.every(2.0).spec == "@every 2s"
+    assert Schedule.every(timedelta(seconds=2)).spec == "@every 2s"
+    assert Schedule.every(timedelta(milliseconds=3000)).spec == "@every 3s"
+    for bad in (1.5, 2.5, 1.0000001, timedelta(seconds=1.5), timedelta(seconds=2, microseconds=1)):
+        with pytest.raises(InvalidScheduleError, match="whole number of seconds"):
+            Schedule.every(bad)
+    for huge in (1e300, 10**30):  # beyond timedelta: a typed error, not OverflowError
+        with pytest.raises(InvalidScheduleError):
+            Schedule.every(huge)
 
 
 @given(st.timedeltas(min_value=timedelta(days=-5), max_value=timedelta(microseconds=999_999)))
