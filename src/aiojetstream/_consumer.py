@@ -442,8 +442,10 @@ class Consumer:
         """The consumer's backlog: pending, ack-pending, redelivered, waiting, oldest unacked."""
         return await A.backlog(self._api, self._stream, self._name, timeout)
 
-    def _check(self) -> Awaitable[ConsumerInfo]:
-        return consumer_info(self._api, self._stream, self._name, None)
+    def _check(self, timeout: float | None) -> Awaitable[ConsumerInfo]:
+        if timeout is not None:
+            timeout = min(timeout, self._api.timeout)
+        return consumer_info(self._api, self._stream, self._name, timeout)
 
     def _driver(
         self, settings: PullSettings, error_handler: ErrorHandler | None = None

@@ -247,8 +247,10 @@ class OrderedConsumer:
         name = self._name
         assert name is not None
 
-        async def check() -> ConsumerInfo:
-            return await C.consumer_info(self._api, self._stream, name, None)
+        async def check(timeout: float | None) -> ConsumerInfo:
+            if timeout is not None:
+                timeout = min(timeout, self._api.timeout)
+            return await C.consumer_info(self._api, self._stream, name, timeout)
 
         driver = PullDriver(self._api, self._stream, name, settings, check, error_handler)
         driver.on_heartbeat = functools.partial(self._on_heartbeat, driver)

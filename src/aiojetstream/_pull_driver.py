@@ -138,7 +138,7 @@ class PullDriver:
         stream: str,
         consumer: str,
         settings: PullSettings,
-        check: Callable[[], Awaitable[object]],
+        check: Callable[[float | None], Awaitable[object]],
         error_handler: ErrorHandler | None = None,
         pin: PinState | None = None,
     ) -> None:
@@ -193,9 +193,14 @@ class PullDriver:
             # The router builds and buffers plain messages itself (told per read).
             sink = RawSink(self._buffer.append, Msg, self._acker, self._on_arrivals)
         self._sub = await self._conn.subscribe_raw(inbox, self._on_raw, sink=sink)
-        self._conn.add_listener(self)
-        self._listening = True
-        self._run(self.engine.start(self._loop.time()))
+        try:
+            self._conn.add_listener(self)
+            self._listening = True
+            self._run(self.engine.start(self._loop.time()))
+        except BaseException:
+            # Nothing runs a failed start's clean-up later: unsubscribe, stop listening.
+            await self._cleanup()
+            raise
 
     def stop(self) -> None:
         """Stop now: buffered messages are dropped (they will be redelivered)."""
@@ -492,7 +497,7 @@ class PullDriver:
             elif isinstance(cmd, Report):
                 self.report(cmd.error)
             elif isinstance(cmd, CheckConsumer):
-                self._check_task = self._spawn(self._check_consumer())
+                self._check_task = self._spawn(self._check_consumer(cmd.timeout))
             elif isinstance(cmd, Finish):
                 self._finish(cmd.error)
 
@@ -557,11 +562,11 @@ class PullDriver:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _check_consumer(self) -> None:
+    async def _check_consumer(self, timeout: float | None) -> None:
         result = CheckResult.EXISTS
         error: JetStreamError | None = None
         try:
-            await self._check()
+            await self._check(timeout)
         except (ConsumerNotFoundError, StreamNotFoundError) as exc:
             result, error = CheckResult.MISSING, exc
         except ConnectionClosedError as exc:

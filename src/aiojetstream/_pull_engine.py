@@ -78,6 +78,9 @@ BYTES_MODE_BATCH: Final = 1_000_000
 FETCH_GRACE: Final = 1.0
 #: How long a no-wait fetch waits for the server's answer.
 NO_WAIT_TIMEOUT: Final = 5.0
+#: How long a fetch's consumer look-up may take after the fetch's own time is up: a
+#: fetch ends within its expires + FETCH_GRACE + FETCH_CHECK_TIMEOUT, whatever happens.
+FETCH_CHECK_TIMEOUT: Final = 1.0
 #: Consumer checks while JetStream is unavailable: first retry, growth, cap.
 CHECK_BACKOFF_FIRST: Final = 0.25
 CHECK_BACKOFF_MAX: Final = 5.0
@@ -90,19 +93,28 @@ TICKS_PER_HEARTBEAT: Final = 2
 MISSED_TICKS: Final = 2 * TICKS_PER_HEARTBEAT
 
 
+#: The largest number the server takes in a pull request (a Go int64): counts, and
+#: durations in nanoseconds.
+MAX_INT64: Final = 2**63 - 1
+#: The longest ``expires`` or ``heartbeat`` the server takes (int64 nanoseconds).
+MAX_SECONDS: Final = MAX_INT64 // 1_000_000_000
+
+
 def _seconds(value: float | None, name: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise InvalidOptionError(f"{name} must be a number of seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidOptionError(f"{name} must be a finite number of seconds, got {value!r}")
+    if value > MAX_SECONDS:
+        raise InvalidOptionError(f"{name} must be at most {MAX_SECONDS} s, got {value!r}")
     return float(value)
 
 
 def _positive_int(value: int | None, name: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOptionError(f"{name} must be a positive int, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT64:
+        raise InvalidOptionError(f"{name} must be an int from 1 to 2**63 - 1, got {value!r}")
     return value
 
 
@@ -319,6 +331,9 @@ class Report:
 class CheckConsumer:
     """Look the consumer up and answer with ``on_consumer_checked``."""
 
+    timeout: float | None = None
+    """Seconds the look-up may take (a fetch's time left); None: the API's timeout."""
+
 
 @dataclass(frozen=True, slots=True)
 class Finish:
@@ -365,6 +380,7 @@ class PullEngine:
         "_check_delay",
         "_check_reason",
         "_check_wanted",
+        "_hard_end",
         "_last_pinned_pull",
         "_last_pull",
         "_pull_at",
@@ -409,6 +425,8 @@ class PullEngine:
         self.unsolicited = 0
         self.pulls = 0
         self.deadline: float | None = None  # single mode: when the fetch gives up
+        #: Single mode: when the fetch ends whatever happens (its consumer look-up included).
+        self._hard_end: float | None = None
         self._silent_ticks = 0
         self._tick_at: float | None = None
         self._timer_at: float | None = None
@@ -522,6 +540,9 @@ class PullEngine:
         self.phase = Phase.CHECKING
         self._check_wanted = True
         self._check_after = None
+        if self._hard_end is not None:
+            # A fetch is bounded in time: its look-up gets what is left of it.
+            return (CheckConsumer(max(self._hard_end - now, FETCH_CHECK_TIMEOUT)),)
         return (CheckConsumer(),)
 
     def _repull(self, now: float, productive: bool) -> Commands:
@@ -555,6 +576,7 @@ class PullEngine:
         if s.single:
             wait = NO_WAIT_TIMEOUT if s.no_wait else s.expires + max(FETCH_GRACE, s.heartbeat)
             self.deadline = now + wait
+            self._hard_end = self.deadline + FETCH_CHECK_TIMEOUT
             pull = self._send(s.max_messages, s.max_bytes)
         else:
             pull_or_none = self._pull()

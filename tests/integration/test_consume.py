@@ -310,3 +310,34 @@ async def test_closed_and_drain_from_inside_the_handler(js: JetStreamContext) ->
     ctx_box.append(ctx)
     await asyncio.wait_for(returned.wait(), 10)
     assert await asyncio.wait_for(ctx.closed(), 10) is None
+
+
+async def test_a_start_that_fails_leaves_no_subscription_or_listener(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pull run whose start fails after subscribing (here: its first pull) releases
+    its inbox subscription and connection listener (they stayed, and the listener
+    would check the consumer and pull again after a reconnect)."""
+    from aiojetstream import _conn
+    from aiojetstream._pull_engine import PullEngine
+
+    consumer = await make(js, 1)
+    subscriptions = js.nc._subs
+    hub = _conn._HUBS.get(js.nc)
+    listeners_before = len(hub.listeners) if hub is not None else 0
+    subs_before = len(subscriptions)
+
+    def fail(self: PullEngine, now: float) -> object:
+        raise RuntimeError("the first pull failed")
+
+    monkeypatch.setattr(PullEngine, "start", fail)
+    for call in (consumer.fetch(1), consumer.next(expires=1)):
+        with pytest.raises(RuntimeError, match="first pull"):
+            await call
+    with pytest.raises(RuntimeError, match="first pull"):
+        async with consumer.messages():
+            pass
+    monkeypatch.undo()
+    hub = _conn._HUBS.get(js.nc)
+    assert (len(hub.listeners) if hub is not None else 0) == listeners_before
+    await wait_until(lambda: len(subscriptions) == subs_before, 5)

@@ -1502,3 +1502,40 @@ async def test_close_is_bounded_when_the_server_hangs_with_data_queued() -> None
             if server.frozen:
                 server.thaw()
             await js.close()
+
+
+@pytest.mark.parametrize("call", ["fetch", "next", "fetch_no_wait"])
+async def test_fetch_from_a_frozen_server_ends_in_bounded_time(call: str) -> None:
+    """The server stops answering (SIGSTOP) before a fetch: the fetch gives up within
+    its expires + 1 s for the closing status + 1 s for the consumer look-up (the
+    look-up took the context's whole 5 s timeout: fetch(expires=2) ended after 8 s,
+    fetch_no_wait after 10 s)."""
+    async with NatsServer() as server:
+        js = await connect(server.url, ping_interval=600)  # no stale-connection detection
+        try:
+            stream = unique_name("FZ")
+            await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+            consumer = await js.create_consumer(stream, ConsumerConfig(durable_name="fz"))
+            loop = asyncio.get_running_loop()
+
+            async def one_fetch() -> None:
+                if call == "next":
+                    await consumer.next(expires=2)
+                    return
+                fetching = consumer.fetch(1, expires=2) if call == "fetch" else None
+                batch = await (fetching or consumer.fetch_no_wait(1))
+                async with batch:
+                    await batch.collect()
+
+            server.freeze()
+            try:
+                start = loop.time()
+                with pytest.raises(JetStreamTimeoutError):
+                    await one_fetch()
+                took = loop.time() - start
+            finally:
+                server.thaw()
+            bound = (5.0 if call == "fetch_no_wait" else 2.0) + 1.0 + 1.0
+            assert took < bound + 1.0, f"{call} ended after {took:.2f} s (bound {bound:g} s)"
+        finally:
+            await js.close()

@@ -64,7 +64,7 @@ class FakeApi:
         return "$JS.API.CONSUMER.MSG.NEXT.ORDERS.worker"
 
 
-async def _never() -> None:
+async def _never(timeout: float | None) -> None:
     raise AssertionError("no consumer check expected")
 
 

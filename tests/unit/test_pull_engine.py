@@ -50,6 +50,7 @@ from aiojetstream._priority import PinState
 from aiojetstream._pull_engine import (
     BYTES_MODE_BATCH,
     CHECK_BACKOFF_MAX,
+    FETCH_CHECK_TIMEOUT,
     FETCH_GRACE,
     NO_WAIT_TIMEOUT,
     REPULL_BACKOFF_FIRST,
@@ -253,6 +254,27 @@ def test_consume_max_messages_and_max_bytes_are_exclusive() -> None:
         resolve_consume(max_messages=10, max_bytes=100)
     with pytest.raises(InvalidOptionError, match="together"):
         resolve_fetch(max_messages=10, max_bytes=100)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"expires": math.inf},
+        {"expires": math.nan},
+        {"expires": 1e12},  # over the server's int64 nanoseconds
+        {"heartbeat": math.inf},
+        {"max_messages": 2**63},
+        {"max_bytes": 2**63},
+    ],
+    ids=str,
+)
+def test_values_the_server_can_not_take_are_refused(options: dict[str, float]) -> None:
+    """Refused before sending (inf escaped as OverflowError from building the pull, and
+    numbers over int64 went to the server, which answered 400)."""
+    name = next(iter(options))
+    for resolve in (resolve_consume, resolve_fetch):
+        with pytest.raises(InvalidOptionError, match=name):
+            resolve(**options)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("heartbeat", [0.0, 0.49, 30.01, 31, -1])
@@ -670,6 +692,8 @@ def test_fetch_deadline_checks_the_consumer(expires: float, hb: float) -> None:
         out += sim.advance(min(0.25, hb / 2) if hb else 0.25)
         sim.status(K.HEARTBEAT)
     assert sim.times(CheckConsumer) == [pytest.approx(deadline)]
+    # The look-up gets what is left of the fetch's time, not the API's whole timeout.
+    assert checks(out) == [CheckConsumer(FETCH_CHECK_TIMEOUT)]
     assert pulls(out) == []
     assert finishes(sim.checked(CheckResult.EXISTS)) == [Finish(None)]
 
