@@ -513,7 +513,8 @@ class InvalidTTLError(InvalidOptionError):
 class InvalidScheduleError(InvalidOptionError):
     """A message schedule breaks a rule checked before sending (ADR-51).
 
-    An interval under 1 s, a cron expression without six fields, a naive
+    An interval under 1 s or not a whole number of seconds, a cron
+    expression without six fields, a naive
     datetime, a time zone without cron, or a missing, wildcard or
     self-referencing ``schedule_target``.
     """
