@@ -18,6 +18,9 @@ These are Pulsar's subscription operations in JetStream terms (see
 
 from __future__ import annotations
 
+import asyncio
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -80,26 +83,79 @@ class Backlog:
     oldest_unacked_age: timedelta | None
 
 
-async def _check_level(api: ApiClient, need: int, version: str, feature: str) -> None:
-    level = await api.api_level()
+#: Seconds for the look-up that tells a timed-out reset from a deleted consumer.
+FOLLOW_UP_TIMEOUT: Final = 1.0
+
+#: What is left of one call's ``timeout`` (seconds), for each of its requests.
+Left = Callable[[], float]
+
+
+def _budget(api: ApiClient, timeout: float | None) -> Left:
+    """One call's ``timeout`` (the API's default when None), shared by its requests.
+
+    Each request gets what is left; none is sent once it ran out
+    (``JetStreamTimeoutError``). So ``reset(timeout=1)`` ends within about 1 s,
+    although it asks the server several things.
+    """
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise InvalidOptionError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    total = api.timeout if timeout is None else float(timeout)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + total
+
+    def left() -> float:
+        remaining = end - loop.time()
+        if remaining <= 0:
+            raise JetStreamTimeoutError(f"the call's timeout of {total:g} s ran out")
+        return remaining
+
+    return left
+
+
+async def _check_level(api: ApiClient, need: int, version: str, feature: str, left: Left) -> None:
+    level = await api.api_level(left()) if api.level is None else api.level
     if level < need:
         raise FeatureNotSupportedError(feature, need, level, version)
 
 
+def _duration(value: object, what: str) -> timedelta:
+    """A positive timedelta from a timedelta or (finite) seconds (InvalidOptionError)."""
+    if isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise InvalidOptionError(f"{what}: {value!r} is not a finite number of seconds")
+        try:
+            delta = timedelta(seconds=value)
+        except OverflowError:
+            raise InvalidOptionError(f"{what}: {value!r} seconds is too long") from None
+    else:
+        raise InvalidOptionError(f"{what}: expected seconds or a timedelta, got {value!r}")
+    if delta <= timedelta(0):
+        raise InvalidOptionError(f"{what}: {value!r} is not positive")
+    return delta
+
+
 def _until(until: datetime | timedelta | float) -> datetime:
+    now = datetime.now(UTC)
     if isinstance(until, datetime):
         if until.tzinfo is None or until.utcoffset() is None:
             raise InvalidOptionError("pause until: a datetime must be timezone-aware")
-        return until.astimezone(UTC)
-    if isinstance(until, timedelta):
-        delta = until
-    elif isinstance(until, int | float) and not isinstance(until, bool):
-        delta = timedelta(seconds=until)
+        when = until.astimezone(UTC)
     else:
-        raise InvalidOptionError(f"pause until: expected a datetime or timedelta, got {until!r}")
-    if delta <= timedelta(0):
+        delta = _duration(until, "pause until")
+        try:
+            when = now + delta
+        except OverflowError:
+            raise InvalidOptionError(f"pause until: {until!r} is too far ahead") from None
+    if when <= now:
         raise InvalidOptionError(f"pause until: {until!r} is not in the future")
-    return datetime.now(UTC) + delta
+    return when
 
 
 async def _pause_request(
@@ -107,12 +163,13 @@ async def _pause_request(
 ) -> ConsumerPauseResponse:
     validate_name(stream, "stream")
     validate_name(name, "consumer")
-    await _check_level(api, PAUSE_API_LEVEL, PAUSE_SERVER_VERSION, "consumer pause")
+    left = _budget(api, timeout)
+    await _check_level(api, PAUSE_API_LEVEL, PAUSE_SERVER_VERSION, "consumer pause", left)
     response = await api.call_model(
         _api.CONSUMER_PAUSE,
         ConsumerPauseResponse,
         body,
-        timeout=timeout,
+        timeout=left(),
         stream=stream,
         consumer=name,
     )
@@ -141,14 +198,14 @@ async def resume(
     return await _pause_request(api, stream, name, None, timeout)
 
 
-async def _info(api: ApiClient, stream: str, name: str, timeout: float | None) -> ConsumerInfo:
+async def _info(api: ApiClient, stream: str, name: str, left: Left) -> ConsumerInfo:
     return await api.call_model(
-        _api.CONSUMER_INFO, ConsumerInfo, timeout=timeout, stream=stream, consumer=name
+        _api.CONSUMER_INFO, ConsumerInfo, timeout=left(), stream=stream, consumer=name
     )
 
 
-async def _last_seq(api: ApiClient, stream: str, timeout: float | None) -> int:
-    reply = await api.call(_api.STREAM_INFO, timeout=timeout, stream=stream)
+async def _last_seq(api: ApiClient, stream: str, left: Left) -> int:
+    reply = await api.call(_api.STREAM_INFO, timeout=left(), stream=stream)
     return int(reply.get("state", {}).get("last_seq", 0))
 
 
@@ -176,11 +233,18 @@ async def reset(
         isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 1
     ):
         raise InvalidOptionError(f"reset sequence must be an integer >= 1, got {sequence!r}")
-    await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset")
+    left = _budget(api, timeout)
+    await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset", left)
+    return await _reset(api, stream, name, sequence, left)
+
+
+async def _reset(
+    api: ApiClient, stream: str, name: str, sequence: int | None, left: Left
+) -> tuple[int, ConsumerInfo]:
     # The server never answers a reset of a missing consumer: ask first.
-    await _info(api, stream, name, timeout)
+    await _info(api, stream, name, left)
     if sequence is not None:
-        last = await _last_seq(api, stream, timeout)
+        last = await _last_seq(api, stream, left)
         if sequence > last + 1:
             raise InvalidOptionError(
                 f"reset sequence {sequence} is beyond stream {stream!r}'s last sequence + 1 "
@@ -189,10 +253,12 @@ async def reset(
     body = None if sequence is None else {"seq": sequence}
     try:
         reply = await api.call(
-            _api.CONSUMER_RESET, body, timeout=timeout, stream=stream, consumer=name
+            _api.CONSUMER_RESET, body, timeout=left(), stream=stream, consumer=name
         )
     except JetStreamTimeoutError:
-        await _info(api, stream, name, timeout)  # deleted meanwhile: ConsumerNotFoundError
+        # Deleted meanwhile (the server does not answer then): ConsumerNotFoundError.
+        # A short look-up past the call's timeout, to tell the two apart.
+        await _info(api, stream, name, lambda: min(api.timeout, FOLLOW_UP_TIMEOUT))
         raise
     info = _api.parse(ConsumerInfo, {k: v for k, v in reply.items() if k != "reset_seq"})
     seq = reply.get("reset_seq")
@@ -223,22 +289,20 @@ async def clear_backlog(
     """Reset to the stream's last sequence + 1: nothing stored now is delivered."""
     validate_name(stream, "stream")
     validate_name(name, "consumer")
-    await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset")
-    _check_resettable(await _info(api, stream, name, timeout), "clear_backlog")
-    last = await _last_seq(api, stream, timeout)
-    return await reset(api, stream, name, last + 1, timeout)
+    left = _budget(api, timeout)
+    await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset", left)
+    _check_resettable(await _info(api, stream, name, left), "clear_backlog")
+    last = await _last_seq(api, stream, left)
+    return await _reset(api, stream, name, last + 1, left)
 
 
-def _age(age: float | timedelta) -> timedelta:
-    if isinstance(age, timedelta):
-        value = age
-    elif isinstance(age, int | float) and not isinstance(age, bool):
-        value = timedelta(seconds=age)
-    else:
-        raise InvalidOptionError(f"age must be seconds or a timedelta, got {age!r}")
-    if value <= timedelta(0):
-        raise InvalidOptionError(f"age must be positive, got {age!r}")
-    return value
+def _cutoff(age: float | timedelta) -> datetime:
+    """``now - age``: when the messages ``age`` old were stored (InvalidOptionError)."""
+    value = _duration(age, "age")
+    try:
+        return datetime.now(UTC) - value
+    except OverflowError:
+        raise InvalidOptionError(f"age: {age!r} reaches before year 1") from None
 
 
 async def skip_older_than(
@@ -256,18 +320,19 @@ async def skip_older_than(
     """
     validate_name(stream, "stream")
     validate_name(name, "consumer")
-    cutoff = datetime.now(UTC) - _age(age)
-    await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset")
-    info = await _info(api, stream, name, timeout)
+    cutoff = _cutoff(age)
+    left = _budget(api, timeout)
+    await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset", left)
+    info = await _info(api, stream, name, left)
     _check_resettable(info, "skip_older_than")
     floor = info.ack_floor.stream_seq + 1
     # Read before looking for the cutoff: a message stored in between is younger.
-    last = await _last_seq(api, stream, timeout)
+    last = await _last_seq(api, stream, left)
     try:
         reply = await api.call(
             _api.STREAM_MSG_GET,
             {"start_time": format_timestamp(cutoff)},
-            timeout=timeout,
+            timeout=left(),
             stream=stream,
         )
         target = int(reply["message"]["seq"])
@@ -276,7 +341,7 @@ async def skip_older_than(
     delivered = info.delivered.stream_seq
     if target <= max(floor, delivered):
         return max(floor, delivered + 1), info
-    return await reset(api, stream, name, target, timeout)
+    return await _reset(api, stream, name, target, left)
 
 
 def _filters(info: ConsumerInfo) -> list[str]:
@@ -292,7 +357,8 @@ async def backlog(api: ApiClient, stream: str, name: str, timeout: float | None)
     """A consumer's backlog: its counters and the oldest message it has yet to process."""
     validate_name(stream, "stream")
     validate_name(name, "consumer")
-    info = await _info(api, stream, name, timeout)
+    left = _budget(api, timeout)
+    info = await _info(api, stream, name, left)
     oldest: tuple[int, datetime] | None = None
     if info.num_pending or info.num_ack_pending:
         start = info.ack_floor.stream_seq + 1
@@ -301,7 +367,7 @@ async def backlog(api: ApiClient, stream: str, name: str, timeout: float | None)
                 reply = await api.call(
                     _api.STREAM_MSG_GET,
                     {"seq": start, "next_by_subj": subject},
-                    timeout=timeout,
+                    timeout=left(),
                     stream=stream,
                 )
             except MessageNotFoundError:

@@ -215,6 +215,8 @@ WPI: Final = b"+WPI"
 TERM: Final = b"+TERM"
 
 _NS_PER_SECOND: Final = 1_000_000_000
+#: The longest nak delay the server takes (a Go duration: int64 nanoseconds).
+_MAX_DELAY_NS: Final = 2**63 - 1
 
 # Acknowledgement state of a Msg.
 _OPEN: Final = 0
@@ -257,11 +259,16 @@ def _delay_ns(delay: float | timedelta) -> int:
     elif isinstance(delay, int):
         ns = delay * _NS_PER_SECOND
     elif math.isfinite(delay):
-        ns = round(delay * _NS_PER_SECOND)
+        # Huge floats are too long anyway; bounded first, their nanoseconds are exact.
+        ns = round(delay * _NS_PER_SECOND) if abs(delay) < 2**63 else int(delay)
     else:
         raise InvalidOptionError(f"invalid nak delay {delay!r}: not a finite number")
     if ns < 0:
         raise InvalidOptionError(f"invalid nak delay {delay!r}: must not be negative")
+    if ns > _MAX_DELAY_NS:
+        raise InvalidOptionError(
+            f"invalid nak delay {delay!r}: over the server's int64 nanoseconds"
+        )
     return ns
 
 

@@ -7,6 +7,7 @@ backlog, and publishing into a full stream with hold_when_full.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -89,9 +90,23 @@ async def test_pause_errors(js: JetStreamContext) -> None:
     with pytest.raises(ConsumerNotFoundError):
         await js.pause_consumer(stream, "nobody", timedelta(seconds=5))
     consumer = await durable(js, stream, "c")
-    for bad in (timedelta(seconds=-1), 0, datetime(2020, 1, 1), "soon"):
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    for bad in (
+        timedelta(seconds=-1),
+        0,
+        datetime(2020, 1, 1),
+        "soon",
+        past,  # aware, but not in the future (was sent; the server answered paused=False)
+        float("nan"),  # raised ValueError
+        float("inf"),
+        1e300,  # raised OverflowError
+        timedelta.max,
+    ):
         with pytest.raises(InvalidOptionError):
             await consumer.pause(bad)  # type: ignore[arg-type]
+    for bad_age in (float("nan"), float("inf"), 1e300, timedelta.max):
+        with pytest.raises(InvalidOptionError):
+            await consumer.skip_older_than(bad_age)
 
 
 async def test_reset_to_ack_floor_and_to_a_sequence(js: JetStreamContext) -> None:
@@ -496,3 +511,42 @@ async def test_old_servers_are_refused_before_sending(js: JetStreamContext) -> N
     with pytest.raises(FeatureNotSupportedError, match=r"nats-server >= 2\.11"):
         await consumer.pause(timedelta(seconds=5))
     assert js.nc.stats["out_msgs"] == before
+
+
+@pytest.mark.parametrize("call", ["pause", "reset", "clear_backlog", "skip_older_than", "backlog"])
+async def test_admin_calls_end_by_their_timeout_when_the_server_hangs(call: str) -> None:
+    """A hung server (SIGSTOP), a handle on a connection that has not asked the API
+    level yet: ``timeout=1`` bounds the whole call (the level look-up ignored it and
+    took the context's 5 s; the requests after it each had the whole timeout)."""
+    from aiojetstream import connect
+    from aiojetstream.testing import NatsServer
+
+    async with NatsServer() as server:
+        setup = await connect(server.url)
+        stream = unique_name("HANG")
+        await setup.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"], storage=MEM))
+        await setup.create_consumer(stream, ConsumerConfig(durable_name="c"))
+        js = await connect(server.url, ping_interval=600)  # no stale-connection detection
+        try:
+            consumer = await js.consumer(stream, "c")
+            calls: dict[str, Callable[[], Awaitable[object]]] = {
+                "pause": lambda: consumer.pause(10, timeout=1),
+                "reset": lambda: consumer.reset(1, timeout=1),
+                "clear_backlog": lambda: consumer.clear_backlog(timeout=1),
+                "skip_older_than": lambda: consumer.skip_older_than(60, timeout=1),
+                "backlog": lambda: consumer.backlog(timeout=1),
+            }
+            loop = asyncio.get_running_loop()
+            server.freeze()
+            try:
+                start = loop.time()
+                with pytest.raises(JetStreamTimeoutError):
+                    await calls[call]()
+                took = loop.time() - start
+            finally:
+                server.thaw()
+            # 1 s, plus the short follow-up look-up of a reset, plus a loaded machine's margin.
+            assert took < 3.5, f"{call}(timeout=1) ended after {took:.2f} s"
+        finally:
+            await js.close()
+            await setup.close()

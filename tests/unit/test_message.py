@@ -261,7 +261,8 @@ async def test_nak_delay_in_nanoseconds(delay: float | timedelta | None, payload
 
 
 @pytest.mark.parametrize(
-    "delay", [-1, -0.5, timedelta(seconds=-1), float("inf"), float("nan"), True, "1s"]
+    "delay",
+    [-1, -0.5, timedelta(seconds=-1), float("inf"), float("nan"), True, "1s", 1e300, 2**63],
 )
 async def test_nak_rejects_bad_delays(delay: object) -> None:
     msg, acker = make()
