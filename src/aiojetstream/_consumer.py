@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, Final, Protocol
@@ -14,6 +15,7 @@ from . import _api
 from . import _features as F
 from ._admin import Backlog
 from ._api import ApiClient
+from ._cleanup import close_when_collected
 from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError
 from ._message import Msg
 from ._models import ConsumerConfig, ConsumerInfo, ConsumerPauseResponse, to_wire
@@ -206,12 +208,15 @@ class MessagesContext:
     ``async with consumer.messages() as it: async for msg in it: ...``.
     Iteration raises a terminal error (consumer deleted, ...) after the messages
     buffered before it; warnings and missed heartbeats go to ``error_handler``
-    (or a WARNING log) and iteration continues.
+    (or a WARNING log) and iteration continues. Iterated without ``async with``
+    and dropped unfinished (``async for ...: break``), it stops pulling and
+    releases its subscription once collected.
     """
 
     def __init__(self, driver: MessageSource) -> None:
         self._driver = driver
         self._started = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     async def _ensure_started(self) -> None:
         if not self._started:
@@ -233,6 +238,9 @@ class MessagesContext:
 
     async def __anext__(self) -> Msg:
         if not self._started:
+            # Iterated without ``async with``: nothing closes it when the loop is left
+            # early but its collection (the driver does not refer back to it).
+            self._finalizer = close_when_collected(self, self._driver.aclose)
             await self._ensure_started()
         driver = self._driver
         # A buffered message is handed out without a coroutine (as consume() does).
@@ -257,6 +265,8 @@ class MessagesContext:
 
     async def aclose(self) -> None:
         """Stop and release the subscription (idempotent)."""
+        if self._finalizer is not None:
+            self._finalizer.detach()
         await self._driver.aclose()
 
 

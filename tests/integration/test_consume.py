@@ -341,3 +341,32 @@ async def test_a_start_that_fails_leaves_no_subscription_or_listener(
     hub = _conn._HUBS.get(js.nc)
     assert (len(hub.listeners) if hub is not None else 0) == listeners_before
     await wait_until(lambda: len(subscriptions) == subs_before, 5)
+
+
+@pytest.mark.parametrize("kind", ["consumer", "ordered"])
+async def test_messages_left_early_without_async_with_stops_once_dropped(
+    js: JetStreamContext, kind: str
+) -> None:
+    """``async for msg in consumer.messages(): break`` (no ``async with``): once the
+    iterator is dropped it stops pulling and releases its subscription and listener
+    (a pull loop stayed alive until the connection closed, holding messages)."""
+    import gc
+
+    from aiojetstream import _conn
+
+    consumer = await make(js, 20)
+    subscriptions = js.nc._subs
+    subs_before = len(subscriptions)
+    hub = _conn._HUBS.get(js.nc)
+    listeners_before = len(hub.listeners) if hub is not None else 0
+    for _ in range(3):
+        # An ordered consumer runs one operation at a time: one each.
+        source = consumer if kind == "consumer" else await js.ordered_consumer(consumer.stream_name)
+        async for msg in source.messages(max_messages=5):
+            if kind == "consumer":
+                await msg.ack()
+            break
+    gc.collect()
+    await wait_until(lambda: len(subscriptions) == subs_before, 10, message=f"{len(subscriptions)}")
+    hub = _conn._HUBS.get(js.nc)
+    assert (len(hub.listeners) if hub is not None else 0) == listeners_before
