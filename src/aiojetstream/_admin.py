@@ -313,10 +313,12 @@ async def skip_older_than(
     Returns the sequence the consumer continues at: the first message stored
     after ``now - age`` (the stream's last + 1 when all are older); the
     delivered but unacknowledged messages below it are skipped. When that
-    message was delivered already, nothing moves (a reset back to it would
-    deliver the acknowledged messages after it again): it returns where the
-    consumer continues now, and the old messages still unacknowledged stay
-    pending (acknowledged or delivered again after ``ack_wait``).
+    message was delivered already, the reset goes back to it only if nothing
+    after the ack floor was acknowledged (those from it on are delivered
+    again); otherwise nothing moves (a reset back would deliver acknowledged
+    messages again): it returns where the consumer continues now, and the old
+    messages still unacknowledged stay pending (acknowledged or delivered
+    again after ``ack_wait``).
     """
     validate_name(stream, "stream")
     validate_name(name, "consumer")
@@ -339,9 +341,19 @@ async def skip_older_than(
     except MessageNotFoundError:
         target = last + 1  # every message stored when we looked is older
     delivered = info.delivered.stream_seq
-    if target <= max(floor, delivered):
+    if target <= floor or (target <= delivered and not _none_acked_above_floor(info)):
         return max(floor, delivered + 1), info
     return await _reset(api, stream, name, target, left)
+
+
+def _none_acked_above_floor(info: ConsumerInfo) -> bool:
+    """True when no message delivered after the ack floor was acknowledged.
+
+    Every delivery after the floor is still pending: as many pending messages
+    as deliveries (a redelivery counts twice, so it answers False: unsure).
+    """
+    deliveries = info.delivered.consumer_seq - info.ack_floor.consumer_seq
+    return info.num_ack_pending == deliveries
 
 
 def _filters(info: ConsumerInfo) -> list[str]:

@@ -440,8 +440,9 @@ class Consumer:
         """Pulsar's per-subscription message TTL: skip this consumer's messages older than ``age``.
 
         Only this consumer moves (``max_age`` and ``Nats-TTL`` delete for
-        everyone), and never backwards: when the first message younger than
-        ``age`` was delivered already, nothing moves (the old messages still
+        everyone), and never back into acknowledged messages: when the first
+        message younger than ``age`` was delivered already and a message after
+        the ack floor was acknowledged, nothing moves (the old messages still
         unacknowledged stay pending). Returns the sequence it continues at.
         nats-server >= 2.14.
         """

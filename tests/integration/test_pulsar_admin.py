@@ -241,10 +241,30 @@ async def test_skip_older_than_never_delivers_acknowledged_messages_again(
     async with await consumer.fetch_no_wait(10) as batch:
         assert await batch.collect() == []  # none of the acknowledged 4-10 again
     # A cutoff past everything delivered: the unacknowledged old message 1 is skipped.
+    # (The reset to 11 is also the floor + 1: nothing acknowledged comes again.)
     await wait_until(lambda: datetime.now(UTC) > (info.ts or datetime.now(UTC)), timeout=2)
     assert await consumer.skip_older_than(timedelta(microseconds=1)) == 11
     info = await consumer.info()
     assert (info.ack_floor.stream_seq, info.num_ack_pending, info.num_pending) == (10, 0, 0)
+
+
+async def test_skip_older_than_with_nothing_acknowledged_goes_back_to_the_cutoff(
+    js: JetStreamContext,
+) -> None:
+    """Old 1-5, new 6-8, all delivered and none acknowledged: the old ones are
+    skipped and the new ones delivered again (nothing acknowledged comes again)."""
+    stream = await stream_with(js, "TN", 5)
+    stored = (await js.stream(stream)).cached_info.state.last_ts
+    cutoff = stored + timedelta(microseconds=1)
+    await wait_until(lambda: datetime.now(UTC) > cutoff, timeout=2)
+    for i in range(3):
+        await js.publish(f"{stream}.a", b"new-%d" % i)
+    consumer = await durable(js, stream, "c", ack_policy=AckPolicy.EXPLICIT)
+    assert await take(consumer, 8, ack=False) == list(range(1, 9))
+    assert await consumer.skip_older_than(datetime.now(UTC) - cutoff) == 6
+    info = await consumer.info()
+    assert (info.ack_floor.stream_seq, info.num_ack_pending, info.num_pending) == (5, 0, 3)
+    assert await take(consumer, 3) == [6, 7, 8]
 
 
 async def test_backlog(js: JetStreamContext) -> None:
