@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import secrets
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
@@ -58,6 +60,21 @@ DELETE_TIMEOUT: Final = 2.0
 _RESETTABLE = (ConsumerDeletedError, ConsumerNotFoundError, NoHeartbeatError)
 
 
+@dataclass(slots=True)
+class _ResetState:
+    """A reset being retried: kept across calls until a consumer is created."""
+
+    config: ConsumerConfig
+    """The consumer to create (its name is kept across the attempts)."""
+    attempts: int = 0
+    delay: float = RESET_BACKOFF_FIRST
+    """The backoff before the retry after the next failure."""
+    retry_at: float = 0.0
+    """Loop time of the next attempt."""
+    error: JetStreamError | None = None
+    """The last attempt's error."""
+
+
 class _OutOfTime(Exception):
     """A reset bounded by a caller's deadline could not recreate the consumer in time."""
 
@@ -91,6 +108,8 @@ class OrderedConsumer:
         self._mode: str | None = None
         self._active: _Busy | OrderedBatch | None = None
         self._needs_reset = False
+        #: A reset whose creation failed and is being retried (None otherwise).
+        self._resetting: _ResetState | None = None
 
     # ------------------------------------------------------------- properties
 
@@ -157,15 +176,17 @@ class OrderedConsumer:
             fields["opt_start_time"] = cfg.opt_start_time
         return ConsumerConfig(**{k: v for k, v in fields.items() if v is not None})
 
-    async def _delete_current(self) -> None:
+    async def _delete_current(self, deadline: float | None = None) -> None:
         name, self._name = self._name, None
         if name is None:
             return
+        # Bounded: during an outage a close must not wait for the API (nor a fetch
+        # past its deadline).
+        timeout = min(self._api.timeout, DELETE_TIMEOUT)
+        if deadline is not None:
+            timeout = min(timeout, max(deadline - asyncio.get_running_loop().time(), 0.25))
         try:
-            # Bounded: during an outage a close must not wait for the API.
-            await C.delete_consumer(
-                self._api, self._stream, name, min(self._api.timeout, DELETE_TIMEOUT)
-            )
+            await C.delete_consumer(self._api, self._stream, name, timeout)
         except JetStreamError as exc:
             # Ephemeral: it disappears after inactive_threshold anyway.
             logger.debug("could not delete ordered consumer %s: %s", name, exc)
@@ -175,63 +196,89 @@ class OrderedConsumer:
     ) -> None:
         """Drop the current consumer and create the next one at ``cursor + 1``.
 
+        A failed creation is retried with backoff; the reset (its consumer name,
+        attempts and backoff) carries over to the next call when a call gives up
+        on it, so ``max_reset_attempts`` counts across calls.
+
         With ``stop``: once it is set, give up (no consumer) instead of retrying.
         With ``deadline`` (a loop time; a fetch's end): each attempt waits at most
-        until then, and a failed attempt whose retry would come after it raises
-        :class:`_OutOfTime` carrying its error.
+        until then, and when the next retry would come after it, the call waits
+        until the deadline and raises :class:`_OutOfTime` carrying the last error.
         """
         loop = asyncio.get_running_loop()
-        await self._delete_current()
+        state = self._resetting
+        if state is None:
+            await self._delete_current(deadline)
+            # One name per reset, kept across its retries: an attempt whose answer was
+            # lost (timeout, reconnect) may have created the consumer, and creating it
+            # again with the same name and config returns it instead of leaving it
+            # behind (as nats.go).
+            state = self._resetting = _ResetState(self._consumer_config())
         limit = self._config.max_reset_attempts
-        delay = RESET_BACKOFF_FIRST
-        attempt = 0
-        # One name per reset, kept across its retries: an attempt whose answer was lost
-        # (timeout, reconnect) may have created the consumer, and creating it again with
-        # the same name and config returns it instead of leaving it behind (as nats.go).
-        config = self._consumer_config()
         while True:
-            attempt += 1
+            wait_until = state.retry_at
+            out_of_time = deadline is not None and wait_until >= deadline
+            if out_of_time:
+                assert deadline is not None
+                wait_until = deadline
+            if wait_until > loop.time() and await self._pause(wait_until - loop.time(), stop):
+                return  # stopped
+            if out_of_time:
+                assert state.error is not None
+                raise _OutOfTime(state.error)
+            state.attempts += 1
             timeout = None
             if deadline is not None:
                 timeout = min(self._api.timeout, max(deadline - loop.time(), MIN_EXPIRES))
             try:
-                self._info = await C.upsert_consumer(
-                    self._api, self._stream, config, C.ACTION_CREATE, timeout
+                info = await C.upsert_consumer(
+                    self._api, self._stream, state.config, C.ACTION_CREATE, timeout
                 )
             except (StreamNotFoundError, ConnectionClosedError, InvalidOptionError):
+                self._resetting = None
                 raise
             except JetStreamError as exc:
                 if self._info is None and getattr(exc, "code", None) == 400:
                     # The first creation, refused as a bad request (a configuration the
                     # server does not take, no consumer slot left): the caller's to fix,
                     # not a fault to wait out (as nats.go's ordered consumer does).
+                    self._resetting = None
                     raise
-                if limit is not None and attempt >= limit:
+                if limit is not None and state.attempts >= limit:
+                    self._resetting = None
                     raise OrderedConsumerResetError(
-                        f"could not recreate the ordered consumer after {attempt} attempts: {exc}"
+                        "could not recreate the ordered consumer after "
+                        f"{state.attempts} attempts: {exc}"
                     ) from exc
-                if deadline is not None and loop.time() + delay >= deadline:
-                    raise _OutOfTime(exc) from exc
-                logger.info("ordered consumer reset failed (%s); retrying in %g s", exc, delay)
-                if stop is None:
-                    await asyncio.sleep(delay)
-                else:
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(delay):
-                            await stop.wait()
-                    if stop.is_set():
-                        return
-                delay = min(delay * 2, RESET_BACKOFF_MAX)
+                state.error = exc
+                state.retry_at = loop.time() + state.delay
+                logger.info(
+                    "ordered consumer reset failed (%s); retrying in %g s", exc, state.delay
+                )
+                state.delay = min(state.delay * 2, RESET_BACKOFF_MAX)
                 continue
-            self._name = self._info.name
+            self._resetting = None
+            self._info = info
+            self._name = info.name
             self._expected = 1
             self._needs_reset = False
             if self._floor is None and self._config.deliver_policy in _FROM_THE_END:
                 # Where "new" or "last" started: a consumer recreated before the first
                 # message starts there too, not at the end again (that skipped what
                 # was stored in between).
-                self._floor = self._info.delivered.stream_seq
+                self._floor = info.delivered.stream_seq
             return
+
+    @staticmethod
+    async def _pause(seconds: float, stop: asyncio.Event | None) -> bool:
+        """Wait ``seconds`` (until ``stop`` is set, with one); True when stopped."""
+        if stop is None:
+            await asyncio.sleep(seconds)
+            return False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await stop.wait()
+        return stop.is_set()
 
     def _accept(self, msg: Msg) -> bool:
         """True if ``msg`` is the next one in order (and advance); False on a gap."""
@@ -313,6 +360,9 @@ class OrderedConsumer:
         try:
             if self._name is None or self._needs_reset:
                 await self._reset(deadline=deadline)
+                if not settings.no_wait:
+                    # The pull gets what the recreation left of the fetch's time.
+                    settings = _shortened(settings, deadline - asyncio.get_running_loop().time())
             driver = self._driver(settings, None)
             await driver.start()
         except BaseException:
@@ -679,6 +729,15 @@ class OrderedSource:
         # The error handlers, unless called from one (it would wait for itself).
         while self._tasks and not in_error_handler(self):
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _shortened(settings: PullSettings, left: float) -> PullSettings:
+    """``settings`` with ``expires`` cut to ``left`` (at least MIN_EXPIRES), heartbeat to fit."""
+    expires = max(left, MIN_EXPIRES)
+    if expires >= settings.expires:
+        return settings
+    heartbeat = min(settings.heartbeat, expires / 2) if settings.heartbeat else 0.0
+    return dataclasses.replace(settings, expires=expires, heartbeat=heartbeat)
 
 
 def make_ordered(

@@ -22,6 +22,8 @@ from aiojetstream import (
     JetStreamError,
     KeyValueConfig,
     ObjectStoreConfig,
+    OrderedConsumerConfig,
+    OrderedConsumerResetError,
     StorageType,
     Stream,
     StreamConfig,
@@ -299,3 +301,59 @@ async def test_fetch_during_a_failing_reset_ends_by_its_expires(js: JetStreamCon
     await js.publish(f"{name}.a", b"2")
     async with await oc.fetch(1, expires=STEP) as batch:
         assert [m.data for m in await batch.collect()] == [b"2"]
+
+
+async def test_max_reset_attempts_counts_across_fetch_calls(js: JetStreamContext) -> None:
+    """``max_reset_attempts=3`` and ``next(expires=1.5)`` called again after each
+    FetchTimeoutError: the reset's attempts carry over from call to call, so the
+    third failed attempt raises OrderedConsumerResetError (each call started
+    counting afresh: the loop went on without end)."""
+    name = unique_name("ORM")
+    stream: Stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY, max_consumers=1)
+    )
+    await js.publish(f"{name}.a", b"1")
+    oc = await stream.ordered_consumer(OrderedConsumerConfig(max_reset_attempts=3))
+    assert (await oc.next(expires=STEP)).data == b"1"
+    await take_the_only_slot(js, name, oc)
+    timeouts = 0
+
+    async def next_until_it_gives_up() -> None:
+        nonlocal timeouts
+        for _ in range(10):  # attempts at about 0, 1 and 3 s: a few calls of 1.5 s
+            try:
+                await asyncio.wait_for(oc.next(expires=1.5), STEP)
+            except FetchTimeoutError:
+                timeouts += 1
+
+    with pytest.raises(OrderedConsumerResetError, match="after 3 attempts"):
+        await next_until_it_gives_up()
+    assert timeouts <= 4
+
+
+async def test_the_pull_after_a_reset_gets_what_is_left_of_expires(js: JetStreamContext) -> None:
+    """A reset that succeeds at its third attempt (about 3 s in): the pull that follows
+    gets the rest of ``expires=4``, not all of it again (the fetch took about 7 s)."""
+    name, oc = await _ordered_whose_reset_fails(js)
+    loop = asyncio.get_running_loop()
+    # The first fetch finds its consumer gone and asks for a reset; the second resets.
+    async with await oc.fetch(1, expires=1) as batch:
+        assert await batch.collect() == []
+    freed = asyncio.Event()
+
+    async def free_the_slot() -> None:
+        await js.delete_consumer(name, "blocker")
+        freed.set()
+
+    # Attempts at about 0 and 1 s fail; the one at about 3 s finds the slot free.
+    timer = loop.call_later(2, lambda: asyncio.ensure_future(free_the_slot()))
+    start = loop.time()
+    try:
+        async with await oc.fetch(1, expires=4) as batch:
+            assert await batch.collect() == []
+    finally:
+        timer.cancel()
+    took = loop.time() - start
+    assert freed.is_set()
+    # expires + the server's closing status; with a loaded machine's margin.
+    assert took < 4 + 1.5, f"the fetch took {took:.2f} s"
