@@ -38,7 +38,7 @@ from ._errors import (
     NoRespondersError,
     StreamNotMatchError,
 )
-from ._models import PubAck, RawStreamMessage, StreamInfo
+from ._models import PubAck, RawStreamMessage
 from ._stream import direct_message, stored_message
 from ._validation import validate_name, validate_publish_subject
 
@@ -46,7 +46,6 @@ __all__ = [
     "INCR",
     "Counter",
     "ack_value",
-    "captured_by",
     "counter_value",
     "increment_header",
 ]
@@ -91,28 +90,6 @@ def counter_value(data: bytes) -> int:
     return _to_int(body.get("val") if isinstance(body, dict) else None, "the message")
 
 
-def captured_by(subjects: Sequence[str], subject: str) -> bool:
-    """Whether a stream with these configured ``subjects`` captures ``subject`` (pure).
-
-    NATS wildcard matching: ``*`` matches one token, ``>`` (last) one or more.
-    ``subject`` is a subject to publish to (no wildcards).
-    """
-    tokens = subject.split(".")
-    for pattern in subjects:
-        parts = pattern.split(".")
-        for i, part in enumerate(parts):
-            if part == ">":
-                if len(tokens) > i:
-                    return True
-                break
-            if i >= len(tokens) or (part != "*" and part != tokens[i]):
-                break
-        else:
-            if len(parts) == len(tokens):
-                return True
-    return False
-
-
 def ack_value(ack: PubAck) -> int:
     """The new total in an increment's acknowledgement (its ``val``, a string) (pure).
 
@@ -127,17 +104,13 @@ class Counter:
     """The counters of one counter stream (ADR-49; nats-server >= 2.12).
 
     Get one with :meth:`JetStreamContext.counter`. Each subject of the stream
-    is a counter; the stream is not looked up until the first call. The first
-    :meth:`add` reads the stream's configured ``subjects`` (stream info) and
-    keeps them; they are read again when a subject does not match them.
+    is a counter; the stream is not looked up until the first call.
     """
 
     def __init__(self, api: ApiClient, stream: str) -> None:
         self._api = api
         self._stream = validate_name(stream, "stream")
         self._direct_subject = api.subject(_api.DIRECT_GET, stream=self._stream)
-        #: The stream's configured subjects, once read (None: not read yet).
-        self._subjects: tuple[str, ...] | None = None
 
     @property
     def stream_name(self) -> str:
@@ -150,20 +123,15 @@ class Counter:
     async def add(self, subject: str, delta: int, *, timeout: float | None = None) -> int:
         """Add ``delta`` (any size, negative to subtract) to ``subject``; return the new total.
 
-        The subject must be captured by the counter stream: it is checked
-        against the stream's configured ``subjects`` (read once from the
-        stream info and cached; read again before refusing a subject they do
-        not match, as the stream may have been edited) before anything is
-        sent. A stream without subjects of its own (fed by sources) captures
-        no publish, so every subject is refused.
+        The increment goes to the stream that captures ``subject`` (the server
+        decides, after its subject mappings and account imports), which must be
+        the counter stream: when the acknowledgement names another stream,
+        the increment was applied there and :class:`StreamNotMatchError` says so.
 
         Raises:
-            InvalidOptionError: ``delta`` is not an int, a bad subject, or a
-                subject the counter stream does not capture.
-            StreamNotFoundError: the counter stream does not exist.
-            StreamNotMatchError: the acknowledgement names another stream (the
-                increment was applied there); a backstop, as the subject is
-                checked first.
+            InvalidOptionError: ``delta`` is not an int, or a bad subject.
+            StreamNotMatchError: another stream captured ``subject`` and
+                stored the increment (its total is in the message).
             CountersDisabledError: the counter stream is no counter.
             NoRespondersError: no stream captures ``subject``.
             FeatureNotSupportedError: the server is older than 2.12.
@@ -172,7 +140,6 @@ class Counter:
         block = P.header_block({INCR: increment_header(delta)})
         subject = validate_publish_subject(subject)
         await F.require(self._api, F.COUNTERS, timeout)
-        await self._check_captured(subject, timeout)
         wait = self._api.timeout if timeout is None else timeout
         ack = await P.publish(self._api.conn, subject, b"", block, wait)
         if ack.stream != self._stream:
@@ -185,33 +152,6 @@ class Counter:
                 f"{self._stream!r}",
             )
         return ack_value(ack)
-
-    async def _read_subjects(self, timeout: float | None) -> tuple[str, ...]:
-        info = await self._api.call_model(
-            _api.STREAM_INFO, StreamInfo, timeout=timeout, stream=self._stream
-        )
-        self._subjects = tuple(info.config.subjects or ())
-        return self._subjects
-
-    async def _check_captured(self, subject: str, timeout: float | None) -> None:
-        """Refuse ``subject`` unless the counter stream's configured subjects capture it."""
-        subjects = self._subjects
-        if subjects is not None and captured_by(subjects, subject):
-            return
-        # Not read yet, or no match: read (again) before refusing.
-        subjects = await self._read_subjects(timeout)
-        if captured_by(subjects, subject):
-            return
-        if not subjects:
-            raise InvalidOptionError(
-                f"counter stream {self._stream!r} has no subjects of its own (it is fed by "
-                f"sources): an increment of {subject!r} cannot reach it; increment the "
-                "counter of the stream that captures the subject"
-            )
-        raise InvalidOptionError(
-            f"subject {subject!r} is not captured by counter stream {self._stream!r} "
-            f"(subjects {list(subjects)!r}); nothing was sent"
-        )
 
     async def get(self, subject: str, *, timeout: float | None = None) -> int:
         """The current total of ``subject``.
