@@ -251,9 +251,10 @@ async def _reset(
                 f"({last + 1}); the server would skip the next {sequence - last - 1} messages"
             )
     body = None if sequence is None else {"seq": sequence}
+    wait = left()  # out of time before sending: raised as it is, no follow-up
     try:
         reply = await api.call(
-            _api.CONSUMER_RESET, body, timeout=left(), stream=stream, consumer=name
+            _api.CONSUMER_RESET, body, timeout=wait, stream=stream, consumer=name
         )
     except JetStreamTimeoutError:
         # Deleted meanwhile (the server does not answer then): ConsumerNotFoundError.

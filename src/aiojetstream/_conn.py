@@ -264,7 +264,19 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         if isinstance(last, ssl.SSLError) or isinstance(exc, ssl.SSLError):
             raise TLSError(f"TLS handshake with {shown} failed: {last or exc}") from exc
         if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError):
-            raise ConnectionClosedError(f"could not connect to {shown}: {last or exc}") from exc
+            # Why the last attempt failed (refused, unknown host...), rather than
+            # nats-py's closing "no servers available".
+            cause = next(
+                (
+                    e
+                    for e in reversed(connect_errors)
+                    if not isinstance(e, nats_errors.NoServersError)
+                ),
+                None,
+            )
+            raise ConnectionClosedError(
+                f"could not connect to {shown}: {cause or last or exc}"
+            ) from exc
         with translate():
             raise
     finally:

@@ -232,8 +232,10 @@ class MessagesContext:
 
     def __aiter__(self) -> AsyncIterator[Msg]:
         driver = self._driver
-        if self._started and isinstance(driver, PullDriver):
-            return driver  # it hands out its messages itself (one call less each)
+        if self._started and self._finalizer is None and isinstance(driver, PullDriver):
+            # It hands out its messages itself (one call less each). Not when this
+            # context closes the driver once collected: the loop must keep it alive.
+            return driver
         return self
 
     async def __anext__(self) -> Msg:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import weakref
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -44,10 +45,13 @@ from ._errors import (
     JetStreamError,
     JetStreamTimeoutError,
     NoRespondersError,
+    StreamNotFoundError,
     TooManyResultsError,
 )
 from ._models import NanoDatetime, RawStreamMessage, format_timestamp, parse_timestamp
 from ._validation import validate_filter_subject
+
+logger = logging.getLogger("aiojetstream")
 
 __all__ = [
     "BatchCursor",
@@ -457,8 +461,16 @@ class DirectBatch:
         error = status_error(frame, self._stream)
         if isinstance(error, NoRespondersError):
             # No direct-get responders: the stream does not allow direct gets, or it
-            # does not exist; the latter raises StreamNotFoundError here.
-            await self._api.call(_api.STREAM_INFO, timeout=self._timeout, stream=self._stream)
+            # does not exist; the latter raises StreamNotFoundError here. Any other
+            # failure of that look-up leaves the 503's own error.
+            try:
+                await self._api.call(
+                    _api.STREAM_INFO, timeout=min(self._timeout, 1.0), stream=self._stream
+                )
+            except StreamNotFoundError:
+                raise
+            except JetStreamError as exc:
+                logger.debug("stream look-up after a 503 failed: %s", exc)
         return error
 
     async def __anext__(self) -> RawStreamMessage:

@@ -1347,14 +1347,16 @@ class ObjectResult:
         """
         it = self._it
         assert it is not None
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self._stall
         # A task, not a timeout around the iterator: the wait goes on after the check.
         waiting = asyncio.ensure_future(anext(it, None))
         try:
             first = min(self._stall, CHUNKS_GONE_CHECK)
             done, _ = await asyncio.wait((waiting,), timeout=first)
-            if not done:
-                await self._check_chunks_there()
-                done, _ = await asyncio.wait((waiting,), timeout=self._stall - first)
+            if not done and end - loop.time() > 0:
+                await self._check_chunks_there(end - loop.time())
+                done, _ = await asyncio.wait((waiting,), timeout=max(end - loop.time(), 0))
             if not done:
                 raise JetStreamTimeoutError(
                     f"no chunk of object {self.info.name!r} for {self._stall:g} s "
@@ -1365,21 +1367,24 @@ class ObjectResult:
             if not waiting.done():
                 waiting.cancel()
 
-    async def _check_chunks_there(self) -> None:
-        """Raise ObjectNotFoundError when the object's chunks are no longer stored."""
+    async def _check_chunks_there(self, timeout: float) -> None:
+        """Raise ObjectNotFoundError when the object's chunks are no longer stored.
+
+        Asks the stream leader (stream info, per-subject counts): a direct get
+        may be answered by a lagging replica or mirror.
+        """
         store, info = self._store, self.info
         assert info.nuid is not None
+        subject = store._chunk_subject(info.nuid)
         try:
-            await store.stream.get_last_msg_for_subject(
-                store._chunk_subject(info.nuid), timeout=self._stall
-            )
-        except MessageNotFoundError:
+            now = await store.stream.info(subjects_filter=subject, timeout=timeout)
+        except JetStreamTimeoutError:
+            return  # cannot tell now: the chunk may still come
+        if not (now.state.subjects or {}).get(subject):
             raise ObjectNotFoundError(
                 f"object {info.name!r} in bucket {store.bucket!r} was deleted or replaced "
                 f"while it was read ({self._chunks} of {info.chunks} chunks read)"
-            ) from None
-        except JetStreamTimeoutError:
-            pass  # cannot tell now: the chunk may still come
+            )
 
     def _mismatch(self, what: str) -> None:
         info = self.info

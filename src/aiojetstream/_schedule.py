@@ -58,6 +58,8 @@ PREDEFINED: Final = frozenset(
 """The cron shorthands a schedule accepts besides six-field expressions."""
 
 MIN_INTERVAL: Final = timedelta(seconds=1)
+#: The longest interval: a Go duration is int64 nanoseconds (whole seconds here).
+MAX_INTERVAL: Final = timedelta(seconds=(2**63 - 1) // 1_000_000_000)
 CRON_FIELDS: Final = 6
 # IANA zone names: "UTC", "Europe/Amsterdam", "America/Argentina/Buenos_Aires", "Etc/GMT+2".
 _TIME_ZONE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_+\-./]*")
@@ -123,7 +125,8 @@ class Schedule:
 
         Raises:
             InvalidScheduleError: under 1 s, not a whole number of seconds,
-                not finite, a ``bool`` or another type.
+                over a Go duration (about 292 years), not finite, a ``bool`` or
+                another type.
 
         """
         if isinstance(interval, timedelta):
@@ -152,6 +155,11 @@ class Schedule:
             raise InvalidScheduleError(
                 f"Schedule.every: the interval must be a whole number of seconds, got "
                 f"{interval!r} (the server fires at whole seconds: every 1.5 s fires every 2 s)"
+            )
+        if delta > MAX_INTERVAL:
+            raise InvalidScheduleError(
+                f"Schedule.every: the interval {interval!r} is longer than a Go duration "
+                f"(at most {MAX_INTERVAL.total_seconds():.0f} s, about 292 years)"
             )
         return cls(f"@every {H.format_go_duration(delta)}")
 

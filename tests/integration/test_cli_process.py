@@ -104,10 +104,11 @@ def test_python_m_and_one_line_errors(nats_url: str) -> None:
         env=env(),
     )
     assert unreachable.returncode == 1
-    # One line: not also a log line per failed attempt.
+    # One line: not also a log line per failed attempt; saying why it failed.
     assert re.fullmatch(r"error: could not connect to [^\n]*\n", unreachable.stderr), (
         unreachable.stderr
     )
+    assert "Connect call failed" in unreachable.stderr
     usage = subprocess.run(
         [sys.executable, "-m", "aiojetstream", "stream", "nosuch"],
         capture_output=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -370,3 +371,34 @@ async def test_messages_left_early_without_async_with_stops_once_dropped(
     await wait_until(lambda: len(subscriptions) == subs_before, 10, message=f"{len(subscriptions)}")
     hub = _conn._HUBS.get(js.nc)
     assert (len(hub.listeners) if hub is not None else 0) == listeners_before
+
+
+async def test_an_iterator_taken_from_a_started_messages_outlives_it(js: JetStreamContext) -> None:
+    """``ctx.next()`` started it without ``async with``, then only ``aiter(ctx)`` is
+    kept: iterating goes on after the context is collected (its finalizer closed the
+    driver it had handed out as the iterator)."""
+    import gc
+
+    consumer = await make(js, 1)
+
+    async def iterator() -> AsyncIterator[Msg]:
+        ctx = consumer.messages(max_messages=3)
+        first = await ctx.next()
+        await first.ack()
+        return aiter(ctx)
+
+    it = await iterator()
+    gc.collect()
+    for i in range(2):  # published after the collection: only a live pull gets them
+        await js.publish(f"cons.{i}", b"later-%d" % i)
+
+    async def two() -> list[bytes]:
+        rest = []
+        async for msg in it:
+            await msg.ack()
+            rest.append(msg.data)
+            if len(rest) == 2:
+                break
+        return rest
+
+    assert await asyncio.wait_for(two(), 10) == [b"later-0", b"later-1"]

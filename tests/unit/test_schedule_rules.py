@@ -69,6 +69,11 @@ def test_every_whole_and_fractional_seconds() -> None:
     for huge in (1e300, 10**30):  # beyond timedelta: a typed error, not OverflowError
         with pytest.raises(InvalidScheduleError):
             Schedule.every(huge)
+    # Within a timedelta but over a Go duration (the server refused the pattern).
+    for long in (10**10, timedelta(days=365 * 300)):
+        with pytest.raises(InvalidScheduleError, match="Go duration"):
+            Schedule.every(long)
+    assert Schedule.every(9_223_372_036).spec.startswith("@every ")  # the longest
 
 
 @given(st.timedeltas(min_value=timedelta(days=-5), max_value=timedelta(microseconds=999_999)))
