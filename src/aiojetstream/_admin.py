@@ -40,7 +40,7 @@ from ._models import (
     format_timestamp,
     parse_timestamp,
 )
-from ._validation import validate_name
+from ._validation import positive_duration, validate_name
 
 __all__ = [
     "Backlog",
@@ -123,24 +123,6 @@ async def _check_level(api: ApiClient, need: int, version: str, feature: str, le
         raise FeatureNotSupportedError(feature, need, level, version)
 
 
-def _duration(value: object, what: str) -> timedelta:
-    """A positive timedelta from a timedelta or (finite) seconds (InvalidOptionError)."""
-    if isinstance(value, timedelta):
-        delta = value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        if not math.isfinite(value):
-            raise InvalidOptionError(f"{what}: {value!r} is not a finite number of seconds")
-        try:
-            delta = timedelta(seconds=value)
-        except OverflowError:
-            raise InvalidOptionError(f"{what}: {value!r} seconds is too long") from None
-    else:
-        raise InvalidOptionError(f"{what}: expected seconds or a timedelta, got {value!r}")
-    if delta <= timedelta(0):
-        raise InvalidOptionError(f"{what}: {value!r} is not positive")
-    return delta
-
-
 def _until(until: datetime | timedelta | float) -> datetime:
     now = datetime.now(UTC)
     if isinstance(until, datetime):
@@ -148,7 +130,7 @@ def _until(until: datetime | timedelta | float) -> datetime:
             raise InvalidOptionError("pause until: a datetime must be timezone-aware")
         when = until.astimezone(UTC)
     else:
-        delta = _duration(until, "pause until")
+        delta = positive_duration(until, "pause until", InvalidOptionError)
         try:
             when = now + delta
         except OverflowError:
@@ -299,7 +281,7 @@ async def clear_backlog(
 
 def _cutoff(age: float | timedelta) -> datetime:
     """``now - age``: when the messages ``age`` old were stored (InvalidOptionError)."""
-    value = _duration(age, "age")
+    value = positive_duration(age, "age", InvalidOptionError)
     try:
         return datetime.now(UTC) - value
     except OverflowError:

@@ -8,7 +8,9 @@ checked. Callers put the returned value on the wire, never the argument.
 
 from __future__ import annotations
 
+import math
 import re
+from datetime import timedelta
 from typing import Final
 
 from ._errors import InvalidNameError, InvalidSubjectError
@@ -121,3 +123,27 @@ def validate_api_prefix(prefix: object) -> str:
         return validate_publish_subject(exact_str(prefix).rstrip("."))
     except InvalidSubjectError as exc:
         raise InvalidSubjectError(f"invalid api_prefix {prefix!r}: {exc}") from None
+
+
+def positive_duration(value: object, what: str, error: type[Exception]) -> timedelta:
+    """A positive ``timedelta`` from a timedelta or a finite number of seconds.
+
+    Raises:
+        error: (the caller's type) not a timedelta or seconds, not finite, too
+            long for a timedelta, or not positive; the message names ``what``.
+
+    """
+    if isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise error(f"{what} must be a finite number of seconds, got {value!r}")
+        try:
+            delta = timedelta(seconds=value)
+        except OverflowError:
+            raise error(f"{what} {value!r} is out of range") from None
+    else:
+        raise error(f"{what} must be seconds or a timedelta, got {type(value).__name__}")
+    if delta <= timedelta(0):
+        raise error(f"{what} must be positive, got {value!r}")
+    return delta

@@ -41,7 +41,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import timedelta
 from enum import StrEnum
@@ -55,7 +54,7 @@ from ._models import (
     StreamSource,
     duration_to_ns,
 )
-from ._validation import MAX_NAME_LEN, validate_filter_subject, validate_name
+from ._validation import MAX_NAME_LEN, positive_duration, validate_filter_subject, validate_name
 
 __all__ = [
     "BacklogQuotaPolicy",
@@ -434,23 +433,10 @@ def _check_limit_bytes(limit_bytes: object) -> int:
 
 
 def _check_limit_time(limit_time: object) -> timedelta:
-    if isinstance(limit_time, timedelta):
-        age = limit_time
-    elif isinstance(limit_time, int | float) and not isinstance(limit_time, bool):
-        if not math.isfinite(limit_time):
-            raise InvalidRetentionError(f"limit_time must be finite, got {limit_time!r}")
-        try:
-            age = timedelta(seconds=limit_time)
-        except OverflowError:
-            raise InvalidRetentionError(f"limit_time {limit_time!r} is out of range") from None
-    else:
-        raise InvalidRetentionError(
-            f"limit_time must be seconds or a timedelta, got {type(limit_time).__name__}"
-        )
-    if age <= timedelta(0):
-        raise InvalidRetentionError(
-            f"limit_time must be positive, got {limit_time!r} (leave it None for no age quota)"
-        )
+    try:
+        age = positive_duration(limit_time, "limit_time", InvalidRetentionError)
+    except InvalidRetentionError as exc:
+        raise InvalidRetentionError(f"{exc} (leave it None for no age quota)") from None
     if age < _MIN_MAX_AGE:
         raise InvalidRetentionError(
             f"limit_time {limit_time!r} is under 100 ms, the server's minimum max_age "

@@ -50,6 +50,20 @@ async def durable(js: JetStreamContext, stream: str, name: str, **config: object
     return await js.create_consumer(stream, ConsumerConfig(durable_name=name, **config))
 
 
+async def old_and_new(
+    js: JetStreamContext, prefix: str, old: int, new: int
+) -> tuple[str, datetime]:
+    """A stream with ``old`` messages, then (once the clock passed them) ``new`` ones on
+    ``<stream>.a``; its name and a cut-off between the two."""
+    stream = await stream_with(js, prefix, old)
+    stored = (await js.stream(stream)).cached_info.state.last_ts
+    cutoff = stored + timedelta(microseconds=1)
+    await wait_until(lambda: datetime.now(UTC) > cutoff, timeout=2)
+    for i in range(new):
+        await js.publish(f"{stream}.a", b"new-%d" % i)
+    return stream, cutoff
+
+
 async def take(consumer: Consumer, n: int, *, ack: bool = True) -> list[int]:
     seqs = []
     batch = await consumer.fetch(n, expires=2)
@@ -183,12 +197,7 @@ async def test_clear_backlog_on_limits_and_interest_streams(js: JetStreamContext
 
 
 async def test_skip_older_than_moves_only_this_consumer(js: JetStreamContext) -> None:
-    stream = await stream_with(js, "TT", 4)
-    stored = (await js.stream(stream)).cached_info.state.last_ts
-    cutoff = stored + timedelta(microseconds=1)
-    await wait_until(lambda: datetime.now(UTC) > cutoff, timeout=2)
-    for i in range(3):
-        await js.publish(f"{stream}.a", b"new-%d" % i)
+    stream, cutoff = await old_and_new(js, "TT", 4, 3)
     mover = await durable(js, stream, "mover")
     other = await durable(js, stream, "other")
     age = datetime.now(UTC) - cutoff
@@ -222,12 +231,7 @@ async def test_skip_older_than_never_delivers_acknowledged_messages_again(
     order, as with parallel workers). The cutoff (4) is within what was delivered:
     nothing moves (a reset to 4 delivered the acknowledged 4-10 again). When the
     cutoff is past the delivery cursor, the old unacknowledged ones are skipped."""
-    stream = await stream_with(js, "TA", 3)
-    stored = (await js.stream(stream)).cached_info.state.last_ts
-    cutoff = stored + timedelta(microseconds=1)
-    await wait_until(lambda: datetime.now(UTC) > cutoff, timeout=2)
-    for i in range(7):
-        await js.publish(f"{stream}.a", b"new-%d" % i)
+    stream, cutoff = await old_and_new(js, "TA", 3, 7)
     consumer = await durable(js, stream, "c", ack_policy=AckPolicy.EXPLICIT)
     async with await consumer.fetch(10, expires=5) as batch:
         msgs = await batch.collect()
@@ -253,12 +257,7 @@ async def test_skip_older_than_with_nothing_acknowledged_goes_back_to_the_cutoff
 ) -> None:
     """Old 1-5, new 6-8, all delivered and none acknowledged: the old ones are
     skipped and the new ones delivered again (nothing acknowledged comes again)."""
-    stream = await stream_with(js, "TN", 5)
-    stored = (await js.stream(stream)).cached_info.state.last_ts
-    cutoff = stored + timedelta(microseconds=1)
-    await wait_until(lambda: datetime.now(UTC) > cutoff, timeout=2)
-    for i in range(3):
-        await js.publish(f"{stream}.a", b"new-%d" % i)
+    stream, cutoff = await old_and_new(js, "TN", 5, 3)
     consumer = await durable(js, stream, "c", ack_policy=AckPolicy.EXPLICIT)
     assert await take(consumer, 8, ack=False) == list(range(1, 9))
     assert await consumer.skip_older_than(datetime.now(UTC) - cutoff) == 6
