@@ -456,8 +456,6 @@ class Consumer:
         return await A.backlog(self._api, self._stream, self._name, timeout)
 
     def _check(self, timeout: float | None) -> Awaitable[ConsumerInfo]:
-        if timeout is not None:
-            timeout = min(timeout, self._api.timeout)
         return consumer_info(self._api, self._stream, self._name, timeout)
 
     def _driver(

@@ -295,8 +295,6 @@ class OrderedConsumer:
         assert name is not None
 
         async def check(timeout: float | None) -> ConsumerInfo:
-            if timeout is not None:
-                timeout = min(timeout, self._api.timeout)
             return await C.consumer_info(self._api, self._stream, name, timeout)
 
         driver = PullDriver(self._api, self._stream, name, settings, check, error_handler)

@@ -565,6 +565,8 @@ class PullDriver:
     async def _check_consumer(self, timeout: float | None) -> None:
         result = CheckResult.EXISTS
         error: JetStreamError | None = None
+        if timeout is not None:  # a fetch's time left: never longer than the API's
+            timeout = min(timeout, self._api.timeout)
         try:
             await self._check(timeout)
         except (ConsumerNotFoundError, StreamNotFoundError) as exc:
