@@ -49,6 +49,7 @@ from ._errors import (
     TooManyResultsError,
 )
 from ._models import NanoDatetime, RawStreamMessage, format_timestamp, parse_timestamp
+from ._models.message import raw_message
 from ._validation import validate_filter_subject
 
 logger = logging.getLogger("aiojetstream")
@@ -163,9 +164,7 @@ def build_message(frame: DirectFrame, data: bytes) -> RawStreamMessage:
         raise InvalidResponseError(f"direct get reply without metadata: {hdrs!r}") from exc
     user = {k: v for k, v in hdrs.items() if k not in _META}
     # No validation per message: every field was just parsed.
-    return RawStreamMessage.model_construct(
-        subject=subject, seq=seq, headers=user or None, data=data, time=time
-    )
+    return raw_message(subject, seq, user or None, data, time)
 
 
 class BatchCursor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,3 +25,31 @@ class RawStreamMessage(BaseModel):
     headers: dict[str, str] | None = None
     data: bytes = b""
     time: datetime
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+_FIELDS: Final = frozenset(("subject", "seq", "headers", "data", "time"))
+
+
+def raw_message(
+    subject: str, seq: int, headers: dict[str, str] | None, data: bytes, time: datetime
+) -> RawStreamMessage:
+    """A :class:`RawStreamMessage` of values the library has already parsed, without validation.
+
+    A batch direct get makes one per message: this skips pydantic's
+    validation the way ``model_construct`` does, minus its generic field loop
+    (``__dict__``, fields set, extra and private state are set as
+    ``model_construct`` sets them). The arguments must have the field types;
+    a unit test checks the result against a validated message.
+    """
+    msg = _new_object(RawStreamMessage)
+    _set_attribute(
+        msg,
+        "__dict__",
+        {"subject": subject, "seq": seq, "headers": headers, "data": data, "time": time},
+    )
+    _set_attribute(msg, "__pydantic_fields_set__", set(_FIELDS))
+    _set_attribute(msg, "__pydantic_extra__", None)
+    _set_attribute(msg, "__pydantic_private__", None)
+    return msg
