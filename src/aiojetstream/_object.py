@@ -933,23 +933,9 @@ class ObjectStore:
             OSError: the file can not be written.
 
         """
-        target = Path(path)
         result = await self.get(name, timeout=timeout)
         async with result:
-            fd, tmp = await asyncio.to_thread(
-                tempfile.mkstemp, prefix=f".{target.name}.", suffix=".part", dir=target.parent
-            )
-            f = os.fdopen(fd, "wb")
-            try:
-                try:
-                    async for chunk in result:
-                        await asyncio.to_thread(f.write, chunk)
-                finally:
-                    await asyncio.to_thread(f.close)
-                await asyncio.to_thread(os.replace, tmp, target)
-            except BaseException:
-                await asyncio.to_thread(_remove, tmp)
-                raise
+            await write_file(result, Path(path))
         return result.info
 
     # ------------------------------------------------------------- meta, delete, links
@@ -1240,6 +1226,42 @@ def _remove(path: str) -> None:
 
 
 # --------------------------------------------------------------------------- reading
+
+
+async def write_file(
+    result: ObjectResult, target: Path, on_chunk: Callable[[int], object] | None = None
+) -> None:
+    """Stream ``result`` into ``target`` through a temporary file next to it.
+
+    The temporary file is renamed to ``target`` once the data is complete and
+    checked; on any failure it is removed and ``target`` is left as it was.
+    ``on_chunk(size)`` is told of each chunk written (a progress bar).
+
+    Raises:
+        OSError: the file can not be written (named ``target``, not the
+            temporary file, when it can not even be created).
+
+    """
+    try:
+        fd, tmp = await asyncio.to_thread(
+            tempfile.mkstemp, prefix=f".{target.name}.", suffix=".part", dir=target.parent
+        )
+    except OSError as exc:
+        # Named after the file asked for, not the temporary file next to it.
+        raise type(exc)(exc.errno, exc.strerror, str(target)) from exc
+    f = os.fdopen(fd, "wb")
+    try:
+        try:
+            async for chunk in result:
+                await asyncio.to_thread(f.write, chunk)
+                if on_chunk is not None:
+                    on_chunk(len(chunk))
+        finally:
+            await asyncio.to_thread(f.close)
+        await asyncio.to_thread(os.replace, tmp, target)
+    except BaseException:
+        await asyncio.to_thread(_remove, tmp)
+        raise
 
 
 class ObjectResult:

@@ -689,6 +689,10 @@ def test_obj_commands(cli: Cli, tmp_path: Path) -> None:
     missing = cli("obj", "get", bucket, "nope", "-o", str(tmp_path / "nope"), expect=1)
     assert "not found" in one_error_line(missing)
     assert not (tmp_path / "nope").exists()
+    nowhere = tmp_path / "nowhere" / "out.bin"
+    failed = cli("obj", "get", bucket, "blob.bin", "-o", str(nowhere), expect=1)
+    # Names the directory asked for (it named a ".out.bin.<random>.part" file there).
+    assert one_error_line(failed) == f"error: {nowhere.parent}: no such directory"
 
     cli("obj", "rm", bucket, "blob.bin", "-f")
     assert [o["name"] for o in as_json(cli("obj", "ls", bucket, "--json"))] == ["notes/hi.txt"]

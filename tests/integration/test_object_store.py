@@ -202,6 +202,12 @@ async def test_put_sources(js: JetStreamContext, tmp_path: Path) -> None:
     assert out.read_bytes() == data
     assert got.name == "data.bin"
     assert [p.name for p in out.parent.iterdir()] == ["copy.bin"]  # no temporary left
+    # A directory that does not exist: the error names the file asked for, not the
+    # temporary file next to it (it said ".copy.bin.<random>.part").
+    missing = tmp_path / "nowhere" / "copy.bin"
+    with pytest.raises(FileNotFoundError) as caught:
+        await store.get_file("data.bin", missing)
+    assert caught.value.filename == str(missing)
 
 
 async def test_meta_fields_round_trip(js: JetStreamContext) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import tempfile
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -28,6 +27,7 @@ from aiojetstream import (
     ObjectStoreStatus,
     StorageType,
 )
+from aiojetstream._object import write_file
 
 from ._common import (
     BucketMaxBytes,
@@ -293,11 +293,6 @@ def put(
         )
 
 
-def _remove(path: str) -> None:
-    if os.path.exists(path):
-        os.remove(path)
-
-
 @app.command("get")
 def get(
     ctx: typer.Context,
@@ -324,6 +319,8 @@ def get(
     async def work(js: JetStreamContext) -> ObjectInfo:
         if not to_stdout and not force and await asyncio.to_thread(target.exists):
             raise CliError(f"{target} exists (use --force to overwrite it)")
+        if not to_stdout and not await asyncio.to_thread(target.parent.is_dir):
+            raise CliError(f"{target.parent}: no such directory")
         store = await js.object_store(bucket)
         async with await store.get(name) as result:
             if to_stdout:
@@ -334,20 +331,9 @@ def get(
                         progress.advance(task, len(chunk))
                 sys.stdout.buffer.flush()
                 return result.info
-            directory = target.parent
-            fd, tmp = await asyncio.to_thread(
-                tempfile.mkstemp, prefix=f".{target.name}.", suffix=".part", dir=directory
-            )
-            try:
-                with os.fdopen(fd, "wb") as f, _transfer_bar(out) as progress:
-                    task = progress.add_task(f"Fetching {name}", total=result.info.size)
-                    async for chunk in result:
-                        await asyncio.to_thread(f.write, chunk)
-                        progress.advance(task, len(chunk))
-                await asyncio.to_thread(os.replace, tmp, target)
-            except BaseException:
-                await asyncio.to_thread(_remove, tmp)
-                raise
+            with _transfer_bar(out) as progress:
+                task = progress.add_task(f"Fetching {name}", total=result.info.size)
+                await write_file(result, target, lambda size: progress.advance(task, size))
             return result.info
 
     result = run(ctx, work)
