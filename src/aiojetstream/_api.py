@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, Final, TypeVar
 
@@ -16,7 +17,9 @@ from ._errors import (
     api_error,
 )
 from ._models import from_wire
-from ._validation import validate_filter_subject, validate_name
+from ._validation import check_timeout, validate_filter_subject, validate_name
+
+logger = logging.getLogger("aiojetstream")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -125,7 +128,14 @@ class ApiClient:
         *,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """Send ``body`` to the full API ``subject`` and return the decoded reply."""
+        """Send ``body`` to the full API ``subject`` and return the decoded reply.
+
+        Raises:
+            InvalidOptionError: ``timeout`` is not a positive, finite number of
+                seconds (nothing is sent).
+
+        """
+        timeout = check_timeout(timeout)
         try:
             data, _ = await self.conn.request(
                 subject, dumps(body), self.timeout if timeout is None else timeout
@@ -180,7 +190,10 @@ async def paged(
     """Yield every item of a paged list or names API, page by page.
 
     The server pages at 256 (names: 1024); requests follow ``offset`` until
-    ``total`` items were seen or a page comes back empty.
+    ``total`` items were seen or a page comes back empty. In a cluster a page
+    leaves out the entries whose leaders did not answer in time (its
+    ``missing``) but counts them: the next page starts after them (else it
+    repeated entries), and they are logged as a warning.
     """
     offset = 0
     while True:
@@ -188,7 +201,15 @@ async def paged(
         items = reply.get(key) or []
         for item in items:
             yield item
-        offset += len(items)
+        missing = reply.get("missing") or []
+        if missing:
+            logger.warning(
+                "%s: %d left out, their leaders did not answer in time: %s",
+                template.split(".{")[0].lower(),
+                len(missing),
+                ", ".join(map(str, missing)),
+            )
+        offset += len(items) + len(missing)
         total = int(reply.get("total", 0))
-        if not items or offset >= total:
+        if not (items or missing) or offset >= total:
             return

@@ -477,6 +477,7 @@ class Conn:
         headers: dict[str, str] | None = None,
     ) -> None:
         """Publish a message (errors translated)."""
+        check_line(subject.encode(), reply.encode())
         with translate(subject):
             await self.nc.publish(subject, payload, reply=reply, headers=headers)
 
@@ -540,6 +541,8 @@ class Conn:
         nc = self.nc
         if nc.is_closed:
             raise ConnectionClosedError("the connection is closed")
+        if len(subject) + len(reply) > MAX_SUBJECT_LINE:
+            check_line(subject, reply)
         if not self.fast:
             _publish_in_task(nc, subject, payload, reply, header_block, on_error)
             return
@@ -1307,6 +1310,26 @@ async def _subscribe_raw(
     return RawSubscription(conn, sub, subject, delivery)
 
 
+#: The most bytes of subject plus reply a PUB/HPUB line may carry: with the rest of
+#: the line it stays under the server's default ``max_control_line`` (4,096 bytes),
+#: past which the server answers -ERR and closes the connection for good.
+MAX_SUBJECT_LINE: Final = 4000
+
+
+def check_line(subject: bytes, reply: bytes) -> None:
+    """Refuse a subject and reply too long for one protocol line (InvalidSubjectError).
+
+    The backstop of every send: subjects the library builds (a key-value key, an
+    object's name, a filter) must not cost the connection either.
+    """
+    if len(subject) + len(reply) > MAX_SUBJECT_LINE:
+        raise InvalidSubjectError(
+            f"subject {subject[:40]!r}... is {len(subject)} bytes: too long for the server's "
+            f"protocol line ({MAX_SUBJECT_LINE} bytes with the reply), which would close "
+            "the connection; nothing was sent"
+        )
+
+
 def pub_command(subject: bytes, reply: bytes, payload: bytes, header_block: bytes | None) -> bytes:
     """The PUB (or, with a header block, HPUB) protocol command of one message."""
     if header_block:
@@ -1438,6 +1461,7 @@ async def _request(
     if nc.is_closed:
         raise ConnectionClosedError("the connection is closed")
     if not conn.fast:
+        check_line(subject.encode(), b"_INBOX." + b"x" * 60)  # nats-py's inbox, at most
         headers = decode_header_block(header_block)
         with translate(subject):
             msg = await nc.request(subject, payload, timeout=timeout, headers=headers)
@@ -1452,6 +1476,8 @@ async def _request(
     if not subject or _BAD_SUBJECT.search(subject):
         raise InvalidSubjectError(f"invalid subject {subject!r}")
     subj = subject.encode()
+    if len(subj) + len(mux.prefix) + 16 > MAX_SUBJECT_LINE:
+        check_line(subj, mux.prefix + b"%x" % (mux.counter + 1))
     if len(payload) > nc._max_payload:
         raise MaxPayloadExceededError("message exceeds the server's max_payload")
     mux.counter += 1

@@ -49,6 +49,10 @@ def _consumer_name(config: ConsumerConfig) -> str | None:
     return chosen
 
 
+#: The longest ``filter_subject`` put in the consumer-create request's subject.
+MAX_FILTER_IN_SUBJECT: Final = 1024
+
+
 async def upsert_consumer(
     api: ApiClient,
     stream: str,
@@ -70,8 +74,14 @@ async def upsert_consumer(
         if action == ACTION_UPDATE:
             raise InvalidOptionError("updating a consumer needs its name or durable_name")
         subject = api.subject(_api.CONSUMER_CREATE_EPHEMERAL, stream=stream)
-    elif config.filter_subject and not config.filter_subjects:
-        validate_filter_subject(config.filter_subject)
+    elif (
+        config.filter_subject
+        and not config.filter_subjects
+        and len(validate_filter_subject(config.filter_subject)) <= MAX_FILTER_IN_SUBJECT
+    ):
+        # The filter in the subject too (permissions can match it); a long one only in
+        # the body: the request line would exceed the server's limit and cost the
+        # connection.
         subject = api.subject(
             _api.CONSUMER_CREATE_FILTERED,
             stream=stream,

@@ -32,6 +32,7 @@ from ._models import (
 from ._ordered import OrderedConsumer
 from ._stream import Stream
 from ._validation import (
+    check_timeout,
     validate_api_prefix,
     validate_filter_subject,
     validate_name,
@@ -86,8 +87,10 @@ class JetStreamContext:
         publish_async_max_pending: int = DEFAULT_MAX_PENDING,
         publish_async_timeout: float | None = None,
     ) -> None:
-        if timeout <= 0:
-            raise InvalidOptionError(f"timeout must be positive, got {timeout!r}")
+        checked = check_timeout(timeout)
+        if checked is None:
+            raise InvalidOptionError("timeout must be a positive number of seconds, got None")
+        timeout = checked
         if domain is not None:
             domain = validate_name(domain, "domain")
         api_prefix = validate_api_prefix(api_prefix)

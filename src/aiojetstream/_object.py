@@ -935,7 +935,7 @@ class ObjectStore:
         """
         result = await self.get(name, timeout=timeout)
         async with result:
-            await write_file(result, Path(path))
+            await _write_file(result, Path(path))
         return result.info
 
     # ------------------------------------------------------------- meta, delete, links
@@ -1228,14 +1228,11 @@ def _remove(path: str) -> None:
 # --------------------------------------------------------------------------- reading
 
 
-async def write_file(
-    result: ObjectResult, target: Path, on_chunk: Callable[[int], object] | None = None
-) -> None:
+async def _write_file(result: ObjectResult, target: Path) -> None:
     """Stream ``result`` into ``target`` through a temporary file next to it.
 
     The temporary file is renamed to ``target`` once the data is complete and
     checked; on any failure it is removed and ``target`` is left as it was.
-    ``on_chunk(size)`` is told of each chunk written (a progress bar).
 
     Raises:
         OSError: the file can not be written (named ``target``, not the
@@ -1254,8 +1251,6 @@ async def write_file(
         try:
             async for chunk in result:
                 await asyncio.to_thread(f.write, chunk)
-                if on_chunk is not None:
-                    on_chunk(len(chunk))
         finally:
             await asyncio.to_thread(f.close)
         await asyncio.to_thread(os.replace, tmp, target)

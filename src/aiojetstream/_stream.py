@@ -172,7 +172,9 @@ class Stream:
             )
             page = reply.get("state", {}).get("subjects") or {}
             total = int(reply.get("total", 0))
-            if last and total and (not page or min(page) > last):
+            if last and total and offset > 0 and (not page or min(page) > last):
+                # (From offset 0 the page is the listing's true start: everything
+                # listed before it went away; take it.)
                 back *= 64
                 offset = max(0, min(offset, total) - back)
                 continue

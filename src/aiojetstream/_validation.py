@@ -13,7 +13,7 @@ import re
 from datetime import timedelta
 from typing import Final
 
-from ._errors import InvalidNameError, InvalidSubjectError
+from ._errors import InvalidNameError, InvalidOptionError, InvalidSubjectError
 
 MAX_NAME_LEN: Final = 255
 
@@ -53,6 +53,33 @@ def validate_name(name: object, kind: str = "stream") -> str:
     return name
 
 
+#: The longest subject to publish to (UTF-8 bytes): with a reply inbox and the rest of
+#: the PUB line it stays under the server's default ``max_control_line`` (4,096
+#: bytes). A longer line makes the server answer -ERR and close the connection, for
+#: good (nats-py does not reconnect after it).
+MAX_SUBJECT_BYTES: Final = 3800
+
+
+def check_timeout(timeout: object) -> float | None:
+    """A caller's ``timeout``: None, or a finite number of seconds above 0.
+
+    Raises:
+        InvalidOptionError: anything else (0 or less sent the request and then
+            reported it failed; NaN or infinity never timed out).
+
+    """
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise InvalidOptionError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
 def validate_publish_subject(subject: object) -> str:
     """Validate a subject to publish to and return it.
 
@@ -70,6 +97,11 @@ def validate_publish_subject(subject: object) -> str:
     if _BAD_SUBJECT_CHARS.search(subject):
         raise InvalidSubjectError(
             f"invalid subject {subject!r}: whitespace and control characters are not allowed"
+        )
+    if len(subject) > MAX_SUBJECT_BYTES // 4 and len(subject.encode()) > MAX_SUBJECT_BYTES:
+        raise InvalidSubjectError(
+            f"subject {subject[:40]!r}... is {len(subject.encode())} bytes: over "
+            f"{MAX_SUBJECT_BYTES} (the server's protocol line limit would close the connection)"
         )
     for token in subject.split("."):
         if not token:

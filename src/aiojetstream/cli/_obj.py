@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +28,6 @@ from aiojetstream import (
     ObjectStoreStatus,
     StorageType,
 )
-from aiojetstream._object import write_file
 
 from ._common import (
     BucketMaxBytes,
@@ -293,6 +293,11 @@ def put(
         )
 
 
+def _remove(path: str) -> None:
+    if os.path.exists(path):
+        os.remove(path)
+
+
 @app.command("get")
 def get(
     ctx: typer.Context,
@@ -331,9 +336,23 @@ def get(
                         progress.advance(task, len(chunk))
                 sys.stdout.buffer.flush()
                 return result.info
-            with _transfer_bar(out) as progress:
-                task = progress.add_task(f"Fetching {name}", total=result.info.size)
-                await write_file(result, target, lambda size: progress.advance(task, size))
+            directory = target.parent
+            try:
+                fd, tmp = await asyncio.to_thread(
+                    tempfile.mkstemp, prefix=f".{target.name}.", suffix=".part", dir=directory
+                )
+            except OSError as exc:  # named after the file asked for, not the temporary one
+                raise type(exc)(exc.errno, exc.strerror, str(target)) from exc
+            try:
+                with os.fdopen(fd, "wb") as f, _transfer_bar(out) as progress:
+                    task = progress.add_task(f"Fetching {name}", total=result.info.size)
+                    async for chunk in result:
+                        await asyncio.to_thread(f.write, chunk)
+                        progress.advance(task, len(chunk))
+                await asyncio.to_thread(os.replace, tmp, target)
+            except BaseException:
+                await asyncio.to_thread(_remove, tmp)
+                raise
             return result.info
 
     result = run(ctx, work)
