@@ -1489,9 +1489,16 @@ async def _request(
     try:
         cmd = pub_command(subj, mux.prefix + token, payload, header_block)
         transport = nc._transport
-        if not nc._pending and transport is not None and nc.is_connected:
+        if (
+            not nc._pending
+            and _TcpTransport is not None
+            and isinstance(transport, _TcpTransport)
+            and nc.is_connected
+        ):
             # Nothing is queued before it: write it now rather than wake the
             # flusher task first (one event-loop round trip less per request).
+            # Only over TCP (TLS included): a websocket transport sends in the
+            # flusher's drain(), so there the command is queued and the flusher woken.
             transport.write(cmd)
             stats = nc.stats
             stats["out_msgs"] += 1
