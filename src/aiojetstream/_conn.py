@@ -245,8 +245,16 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     if options.get("reconnect_to_server_handler") is None:
         next_server = options["reconnect_to_server_handler"] = NextServer()
     connect_errors: list[Exception] = []
+    # nats-py awaits these inside its read loop and reconnect task: one that raised
+    # ended the reconnect for good. Theirs to log, not to end the connection with.
+    for key in ("disconnected_cb", "reconnected_cb", "closed_cb", "discovered_server_cb"):
+        if options.get(key) is not None:
+            options[key] = _logging_errors(options[key], key)
+    user_error_cb = options.get("error_cb")
     options["error_cb"] = _initial_error_cb(
-        options.get("error_cb") or _log_connection_error, connect_errors, urls
+        _logging_errors(user_error_cb, "error_cb") if user_error_cb else _log_connection_error,
+        connect_errors,
+        urls,
     )
     try:
         # nats-py annotates reconnect_time_wait as int but sleeps on any number.
@@ -263,6 +271,8 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
             raise TLSError(f"refusing a plaintext connection: {tls_refusals[-1]}") from exc
         if isinstance(last, ssl.SSLError) or isinstance(exc, ssl.SSLError):
             raise TLSError(f"TLS handshake with {shown} failed: {last or exc}") from exc
+        if isinstance(exc, nats_errors.Error) and "invalid connect url" in str(exc):
+            raise InvalidOptionError(f"invalid server URL in {shown}: {exc}") from exc
         if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError):
             # Why the last attempt failed (refused, unknown host...), rather than
             # nats-py's closing "no servers available".
@@ -295,6 +305,20 @@ _USERINFO = re.compile(r"(?<=://)[^/@]*@")
 def _redact(urls: list[str]) -> str:
     """The URLs for an error message, without any ``user:password@`` or ``token@``."""
     return ", ".join(_USERINFO.sub("***@", url) for url in urls)
+
+
+def _logging_errors(
+    callback: Callable[..., Awaitable[None]], name: str
+) -> Callable[..., Awaitable[None]]:
+    """``callback``, with whatever it raises logged instead of raised into nats-py."""
+
+    async def call(*args: Any) -> None:
+        try:
+            await callback(*args)
+        except Exception:
+            logger.exception("the connection's %s raised", name)
+
+    return call
 
 
 #: Marks the end of the initial connection in the error list of _initial_error_cb.
@@ -374,23 +398,35 @@ class _Hub:
         nc._closed_cb = self._orig_closed
 
     def _fan_out(self, name: str) -> None:
+        # Each listener on its own: one that raises must not keep the others, nor
+        # nats-py (which awaits these callbacks inside its reconnect task), from
+        # hearing of the change.
         for listener in list(self.listeners.values()):
-            getattr(listener, name)()
+            try:
+                getattr(listener, name)()
+            except Exception:
+                logger.exception("a connection listener's %s raised", name)
+
+    @staticmethod
+    async def _user_callback(callback: Callable[[], Awaitable[None]] | None, name: str) -> None:
+        if callback is None:
+            return
+        try:
+            await callback()
+        except Exception:
+            logger.exception("the %s callback raised", name)
 
     async def _disconnected(self) -> None:
         self._fan_out("on_disconnected")
-        if self._orig_disconnected is not None:
-            await self._orig_disconnected()
+        await self._user_callback(self._orig_disconnected, "disconnected")
 
     async def _reconnected(self) -> None:
         self._fan_out("on_reconnected")
-        if self._orig_reconnected is not None:
-            await self._orig_reconnected()
+        await self._user_callback(self._orig_reconnected, "reconnected")
 
     async def _closed(self) -> None:
         self._fan_out("on_closed")
-        if self._orig_closed is not None:
-            await self._orig_closed()
+        await self._user_callback(self._orig_closed, "closed")
 
 
 _HUBS: weakref.WeakKeyDictionary[NatsClient, _Hub] = weakref.WeakKeyDictionary()
@@ -611,14 +647,17 @@ class Conn:
         if self.nc.is_closed:
             return
         with contextlib.suppress(
-            nats_errors.ConnectionClosedError, nats_errors.BadSubscriptionError
+            nats_errors.ConnectionClosedError,
+            nats_errors.ConnectionDrainingError,  # the drain removes it anyway
+            nats_errors.BadSubscriptionError,
         ):
             await sub.unsubscribe()
 
     async def flush(self, timeout: float) -> None:
         """Flush and wait for the server's PONG."""
         with translate():
-            await self.nc.flush(timeout=max(1, int(timeout)))
+            # nats-py annotates an int but waits on any positive number.
+            await self.nc.flush(timeout=timeout)  # type: ignore[arg-type]
 
     async def close(self) -> None:
         """Close the connection, flushing for at most ``CLOSE_FLUSH_TIMEOUT`` seconds."""

@@ -1,0 +1,72 @@
+"""The connection's edges, against a real nats-server: callbacks that raise, closing
+while nats-py drains, and server URLs that can not be parsed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+
+import aiojetstream
+from aiojetstream import InvalidOptionError, StorageType, StreamConfig
+from aiojetstream.testing import NatsServer
+from helpers import unique_name, wait_until
+
+
+async def test_a_raising_disconnected_callback_does_not_stop_the_reconnect() -> None:
+    """nats-py awaits the disconnected callback inside its reconnect task: one that
+    raised ended that task, and the client stayed reconnecting for good."""
+    calls: list[str] = []
+
+    async def raising() -> None:
+        calls.append("disconnected")
+        raise RuntimeError("a user's callback fails")
+
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url, disconnected_cb=raising)
+        try:
+            name = unique_name("CB")
+            await js.create_stream(
+                StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.FILE)
+            )
+            await server.restart()
+            await wait_until(lambda: bool(calls) and js.nc.is_connected, 20)
+            assert (await js.publish(f"{name}.x", b"back", timeout=10)).seq == 1
+        finally:
+            await js.close()
+
+
+async def test_close_while_nats_py_drains_raises_nothing_untranslated() -> None:
+    """``js.close()`` during ``nc.drain()``: nats-py's ConnectionDrainingError from
+    unsubscribing escaped untranslated."""
+    async with NatsServer() as server:
+        nc = await nats.connect(server.url)
+        js = aiojetstream.JetStreamContext(nc)
+        name = unique_name("DR")
+        await js.create_stream(
+            StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+        )
+        await (await js.publish_async(f"{name}.x", b"x"))  # the reply subscription exists
+        # A subscription whose callback holds a message keeps the drain going.
+        release = asyncio.Event()
+        held = asyncio.Event()
+
+        async def hold(msg: object) -> None:
+            held.set()
+            await release.wait()
+
+        await nc.subscribe("held", cb=hold)
+        await nc.publish("held", b"")
+        await asyncio.wait_for(held.wait(), 5)
+        drain = asyncio.create_task(nc.drain())
+        await wait_until(lambda: nc.is_draining, 5)
+        await js.close()
+        release.set()
+        await drain
+
+
+@pytest.mark.parametrize("url", ["nats://127.0.0.1:99999", "nats://[::1", "nats://h:abc"])
+async def test_an_unparsable_server_url_is_an_invalid_option(url: str) -> None:
+    with pytest.raises(InvalidOptionError, match="invalid server URL"):
+        await aiojetstream.connect(url)
