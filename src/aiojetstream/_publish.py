@@ -678,7 +678,11 @@ class AsyncPublisher:
     # ConnectionListener
     def on_disconnected(self) -> None:
         """Fail every outstanding future: their acks may never arrive."""
-        self._fail_all(DisconnectedError, "disconnected before the acknowledgement arrived")
+        self._fail_all(
+            DisconnectedError,
+            "disconnected before the acknowledgement arrived; the message may have been "
+            "stored, or be sent after the reconnect (publish it again with the same msg_id)",
+        )
 
     def on_reconnected(self) -> None:
         """Nothing to do: new publishes use the same reply subscription."""

@@ -16,7 +16,10 @@ port and store directory.
       python -m aiojetstream.testing run -- CMD ARGS    # run CMD with NATS_URL set
 
 Every process started here is killed at interpreter exit if it is still
-running, so an aborted test run does not leave servers behind.
+running, so a test run that fails or is interrupted (Ctrl-C) does not leave
+servers behind. A test process killed by a signal (SIGTERM, SIGKILL: a
+``timeout`` command, a cancelled CI job) runs no exit handlers: its servers
+and their temporary directories (``aiojetstream-nats-*``) stay.
 
 Example:
     ::
