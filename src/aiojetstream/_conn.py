@@ -738,6 +738,10 @@ class _Router:
         #: Routes whose plain messages the fast loop builds and buffers itself.
         self.sinks: dict[int, RawSink] = {}
         self.last_subject = b""
+        #: A message whose payload was not all in: the bytes its read buffer must
+        #: hold (from its start) before parsing it again is worth it, and that buffer.
+        self._awaiting = 0
+        self._awaiting_buf: bytearray | None = None
         process = nc._process_msg
         if getattr(process, "__self__", None) is nc:
             self._original: Callable[[], Callable[..., Awaitable[None]] | None] = (
@@ -816,6 +820,13 @@ class _Router:
         buf: bytearray = ps.buf
         if data:
             buf.extend(data)
+        if self._awaiting:
+            # A large message still coming in: copying and parsing the buffer again on
+            # every read cost time quadratic in its size.
+            if buf is self._awaiting_buf and len(buf) < self._awaiting:
+                return
+            self._awaiting = 0
+            self._awaiting_buf = None
         if ps.state == _AWAITING_PAYLOAD:
             # nats-py's parser read the control line of this message: finish it as it would.
             needed = ps.needed
@@ -947,7 +958,11 @@ class _Router:
                 start = end + 2
                 stop = start + needed
                 if stop + 2 > size:
-                    break  # the payload is not all here yet: wait for more
+                    # The payload is not all here yet: wait for more (buf starts at
+                    # this line once the consumed part is removed below).
+                    self._awaiting = stop + 2 - pos
+                    self._awaiting_buf = buf
+                    break
                 if hsize:
                     hdr = view[start : start + hsize]
                     payload = view[start + hsize : stop]

@@ -160,3 +160,32 @@ async def test_restore_gives_the_parser_back() -> None:
     assert "parse" not in vars(nc._ps)
     await _feed(nc, [STREAM])
     assert events == await _expected()
+
+
+class _CountingBuffer(bytearray):
+    """nats-py's read buffer, counting the bytes the router copies out of it."""
+
+    copied = 0
+
+    def __bytes__(self) -> bytes:
+        _CountingBuffer.copied += len(self)
+        return bytes(memoryview(self))
+
+
+async def test_a_message_larger_than_a_read_is_copied_a_bounded_number_of_times() -> None:
+    """A 4 MiB message arriving in 64 KiB reads: the router copied the whole buffer
+    and parsed the control line again on every read (quadratic: ~128 MiB copied
+    here, seconds for a 32 MiB message); it now waits until the payload is all in."""
+    events: list[Event] = []
+    nc, _ = _routed_client(events)
+    nc._ps.buf = _CountingBuffer()
+    payload = bytes(range(256)) * (4 * 1024 * 1024 // 256)
+    data = b"MSG orders.big 7 %d\r\n%b\r\nMSG orders.next 7 2\r\nok\r\n" % (len(payload), payload)
+    _CountingBuffer.copied = 0
+    await _feed(nc, [data[i : i + 65536] for i in range(0, len(data), 65536)])
+    assert [(e[2], len(e[4])) for e in events] == [
+        (b"orders.big", len(payload)),
+        (b"orders.next", 2),
+    ]
+    assert events[0][4] == payload
+    assert _CountingBuffer.copied < 3 * len(data), _CountingBuffer.copied
