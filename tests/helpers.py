@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
+import pickle
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from aiojetstream import JetStreamContext
@@ -100,3 +102,16 @@ async def wait_routable(js: JetStreamContext, subject: str, timeout: float = 15.
         raise AssertionError(f"the probe on {subject!r} was stored")
 
     await wait_until(answered, timeout=timeout, interval=0.05, message=f"{subject} routable")
+
+
+def assert_same_model(fast: Any, slow: Any, update: dict[str, Any]) -> None:
+    """A model built without validation (a library fast path) behaves as the validated one:
+    equal, same repr, fields set, dumps, pickling, copies, ``model_copy(update=)``."""
+    assert fast == slow
+    assert repr(fast) == repr(slow)
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.model_dump() == slow.model_dump()
+    assert fast.model_dump_json() == slow.model_dump_json()
+    assert pickle.loads(pickle.dumps(fast)) == slow
+    assert copy.deepcopy(fast) == slow
+    assert fast.model_copy(update=update) == slow.model_copy(update=update)
