@@ -19,7 +19,6 @@ These are Pulsar's subscription operations in JetStream terms (see
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,7 +39,7 @@ from ._models import (
     format_timestamp,
     parse_timestamp,
 )
-from ._validation import positive_duration, validate_name
+from ._validation import check_timeout, positive_duration, validate_name
 
 __all__ = [
     "Backlog",
@@ -97,14 +96,8 @@ def _budget(api: ApiClient, timeout: float | None) -> Left:
     (``JetStreamTimeoutError``). So ``reset(timeout=1)`` ends within about 1 s,
     although it asks the server several things.
     """
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise InvalidOptionError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    total = api.timeout if timeout is None else float(timeout)
+    checked = check_timeout(timeout)
+    total = api.timeout if checked is None else checked
     loop = asyncio.get_running_loop()
     end = loop.time() + total
 

@@ -409,12 +409,8 @@ class _Hub:
 
     @staticmethod
     async def _user_callback(callback: Callable[[], Awaitable[None]] | None, name: str) -> None:
-        if callback is None:
-            return
-        try:
-            await callback()
-        except Exception:
-            logger.exception("the %s callback raised", name)
+        if callback is not None:
+            await _logging_errors(callback, f"{name}_cb")()
 
     async def _disconnected(self) -> None:
         self._fan_out("on_disconnected")
