@@ -37,6 +37,11 @@ STREAM_MSG_DELETE: Final = "STREAM.MSG.DELETE.{stream}"
 DIRECT_GET: Final = "DIRECT.GET.{stream}"
 CONSUMER_CREATE: Final = "CONSUMER.CREATE.{stream}.{consumer}"
 CONSUMER_CREATE_FILTERED: Final = "CONSUMER.CREATE.{stream}.{consumer}.{filter}"
+#: The longest API subject that carries a caller's subject in it (a direct get's
+#: last-by-subject, a consumer create's filter): longer ones send it in the body only,
+#: as a protocol line past the server's ``max_control_line`` (4 KiB by default) costs
+#: the connection.
+MAX_SUBJECT_WITH_SUBJECT: Final = 1024
 CONSUMER_CREATE_EPHEMERAL: Final = "CONSUMER.CREATE.{stream}"
 CONSUMER_INFO: Final = "CONSUMER.INFO.{stream}.{consumer}"
 CONSUMER_DELETE: Final = "CONSUMER.DELETE.{stream}.{consumer}"

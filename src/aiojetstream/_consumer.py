@@ -28,7 +28,7 @@ from ._pull_engine import (
     resolve_consume,
     resolve_fetch,
 )
-from ._validation import validate_filter_subject, validate_name
+from ._validation import validate_name
 
 logger = logging.getLogger("aiojetstream")
 
@@ -47,10 +47,6 @@ def _consumer_name(config: ConsumerConfig) -> str | None:
     if chosen is not None:
         validate_name(chosen, "consumer")
     return chosen
-
-
-#: The longest ``filter_subject`` put in the consumer-create request's subject.
-MAX_FILTER_IN_SUBJECT: Final = 1024
 
 
 async def upsert_consumer(
@@ -74,22 +70,19 @@ async def upsert_consumer(
         if action == ACTION_UPDATE:
             raise InvalidOptionError("updating a consumer needs its name or durable_name")
         subject = api.subject(_api.CONSUMER_CREATE_EPHEMERAL, stream=stream)
-    elif (
-        config.filter_subject
-        and not config.filter_subjects
-        and len(validate_filter_subject(config.filter_subject)) <= MAX_FILTER_IN_SUBJECT
-    ):
-        # The filter in the subject too (permissions can match it); a long one only in
-        # the body: the request line would exceed the server's limit and cost the
-        # connection.
-        subject = api.subject(
-            _api.CONSUMER_CREATE_FILTERED,
-            stream=stream,
-            consumer=name,
-            filter=config.filter_subject,
-        )
     else:
         subject = api.subject(_api.CONSUMER_CREATE, stream=stream, consumer=name)
+        if config.filter_subject and not config.filter_subjects:
+            # The filter in the subject too (permissions can match it), unless that makes
+            # the request line too long (it would cost the connection): body only then.
+            filtered = api.subject(
+                _api.CONSUMER_CREATE_FILTERED,
+                stream=stream,
+                consumer=name,
+                filter=config.filter_subject,
+            )
+            if len(filtered) <= _api.MAX_SUBJECT_WITH_SUBJECT:
+                subject = filtered
     reply = await api.request(subject, body, timeout=timeout)
     return _api.parse(ConsumerInfo, reply)
 

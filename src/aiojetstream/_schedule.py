@@ -29,7 +29,7 @@ from typing import Final
 from . import _headers as H
 from ._errors import InvalidHeaderError, InvalidScheduleError, InvalidSubjectError
 from ._models import format_timestamp
-from ._validation import validate_publish_subject
+from ._validation import positive_duration, validate_publish_subject
 
 __all__ = [
     "PREDEFINED",
@@ -129,24 +129,11 @@ class Schedule:
                 another type.
 
         """
+        delta = positive_duration(interval, "Schedule.every: the interval", InvalidScheduleError)
         if isinstance(interval, timedelta):
-            delta = interval
             whole = delta.microseconds == 0
-        elif isinstance(interval, int | float) and not isinstance(interval, bool):
-            if interval != interval or interval in (float("inf"), float("-inf")):
-                raise InvalidScheduleError(f"Schedule.every: not a finite interval {interval!r}")
-            try:
-                delta = timedelta(seconds=interval)
-            except OverflowError:
-                raise InvalidScheduleError(
-                    f"Schedule.every: the interval {interval!r} is too large"
-                ) from None
-            # The number itself: timedelta rounds 1.0000001 to 1 s.
+        else:  # the number itself: timedelta rounds 1.0000001 to 1 s
             whole = isinstance(interval, int) or float(interval).is_integer()
-        else:
-            raise InvalidScheduleError(
-                f"Schedule.every needs a timedelta or seconds, got {interval!r}"
-            )
         if delta < MIN_INTERVAL:
             raise InvalidScheduleError(
                 f"Schedule.every: the interval must be at least 1 second, got {interval!r}"

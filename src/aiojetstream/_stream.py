@@ -6,7 +6,7 @@ import base64
 import binascii
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from . import _api
 from . import _consumer as C
@@ -47,8 +47,6 @@ _DIRECT_META = frozenset(
 )
 
 
-#: The longest direct get subject with the subject appended (see ``_direct_last_subject``).
-_MAX_DIRECT_SUBJECT: Final = 1024
 
 
 def _seq(value: object, name: str, minimum: int = 1) -> int:
@@ -267,7 +265,7 @@ class Stream:
         server's ``max_control_line`` is 4 KiB by default): send the body then.
         """
         full = f"{self._direct_subject}.{subject}"
-        return full if len(full) <= _MAX_DIRECT_SUBJECT else None
+        return full if len(full) <= _api.MAX_SUBJECT_WITH_SUBJECT else None
 
     async def _direct_get(
         self, body: bytes, timeout: float | None, subject: str | None = None
