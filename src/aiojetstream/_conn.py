@@ -509,7 +509,8 @@ class Conn:
         headers: dict[str, str] | None = None,
     ) -> None:
         """Publish a message (errors translated)."""
-        check_line(subject.encode(), reply.encode())
+        if len(subject) + len(reply) > MAX_SUBJECT_LINE // 4:  # else short in any encoding
+            check_line(subject.encode(), reply.encode())
         with translate(subject):
             await self.nc.publish(subject, payload, reply=reply, headers=headers)
 
@@ -1511,7 +1512,8 @@ async def _request(
     if nc.is_closed:
         raise ConnectionClosedError("the connection is closed")
     if not conn.fast:
-        check_line(subject.encode(), b"_INBOX." + b"x" * 60)  # nats-py's inbox, at most
+        if len(subject) > MAX_SUBJECT_LINE // 4 - 70:  # else short in any encoding
+            check_line(subject.encode(), b"_INBOX." + b"x" * 60)  # nats-py's inbox, at most
         headers = decode_header_block(header_block)
         with translate(subject):
             msg = await nc.request(subject, payload, timeout=timeout, headers=headers)

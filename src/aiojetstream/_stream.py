@@ -47,8 +47,6 @@ _DIRECT_META = frozenset(
 )
 
 
-
-
 def _seq(value: object, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidOptionError(f"{name} must be an int >= {minimum}, got {value!r}")
