@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiojetstream import JetStreamContext
 
-__all__ = ["unique_name", "wait_routable", "wait_until", "wait_until_sync"]
+__all__ = ["unique_name", "wait_pullable", "wait_routable", "wait_until", "wait_until_sync"]
 
 
 def unique_name(prefix: str = "S") -> str:
@@ -102,6 +102,36 @@ async def wait_routable(js: JetStreamContext, subject: str, timeout: float = 15.
         raise AssertionError(f"the probe on {subject!r} was stored")
 
     await wait_until(answered, timeout=timeout, interval=0.05, message=f"{subject} routable")
+
+
+async def wait_pullable(
+    js: JetStreamContext, stream: str, consumer: str, timeout: float = 15.0
+) -> None:
+    """Wait until pull requests sent through ``js``'s server reach ``consumer``.
+
+    A new consumer's pull subject, like a new stream's subjects, reaches the
+    other nodes of a cluster asynchronously; until it does, a pull sent through
+    another node is dropped there without a word (a fetch then sees no
+    heartbeat and ends). The probe is a ``no_wait`` pull for one message that
+    expects nothing to be there: the consumer answers it with a status (404 or
+    408), and a message instead fails the probe (it would be delivered to the
+    probe, not the test).
+    """
+    import nats.errors
+
+    subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
+
+    async def answered() -> bool:
+        try:
+            reply = await js.nc.request(subject, b'{"batch":1,"no_wait":true}', timeout=2)
+        except nats.errors.NoRespondersError:
+            return False
+        status = (reply.headers or {}).get("Status")
+        if status is None:
+            raise AssertionError(f"the probe pull on {stream}/{consumer} got a message")
+        return True
+
+    await wait_until(answered, timeout=timeout, interval=0.05, message=f"{subject} pullable")
 
 
 def assert_same_model(fast: Any, slow: Any, update: dict[str, Any]) -> None:

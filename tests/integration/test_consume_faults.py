@@ -56,7 +56,7 @@ from aiojetstream import (
 )
 from aiojetstream._conn import CLOSE_FLUSH_TIMEOUT
 from aiojetstream.testing import NatsCluster, NatsServer
-from helpers import unique_name, wait_routable, wait_until
+from helpers import unique_name, wait_pullable, wait_routable, wait_until
 from proxy import MAX_REQUESTS_PER_SECOND, ApiCountingProxy, max_per_second
 from reliability.harness import created
 
@@ -526,6 +526,10 @@ async def test_consumer_deleted_server_silent(mode: str) -> None:
             # Set-up: the fresh consumer's node may leave the first look-up unanswered
             # on a loaded machine (once in CI: no reply in 5 s); asked again then.
             consumer = await created(lambda timeout: js.consumer(stream, "c", timeout=timeout))
+            # Set-up: a pull sent before the consumer's pull subject reached the
+            # client's node is dropped there (once in CI: the fetch ended on missing
+            # heartbeats before it was ever waiting).
+            await wait_pullable(js, stream, "c")
             errors = Errors()
             outcome: list[tuple[float, BaseException | None]] = []
 
@@ -556,6 +560,8 @@ async def test_consumer_deleted_server_silent(mode: str) -> None:
             runner = asyncio.create_task(run())
 
             async def pull_waiting() -> bool:
+                if runner.done():
+                    raise AssertionError(f"the {mode} ended before its pull was seen: {outcome}")
                 info = await (await admin.consumer(stream, "c")).info()
                 return info.num_waiting >= 1
 
