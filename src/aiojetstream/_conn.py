@@ -250,6 +250,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     for key in ("disconnected_cb", "reconnected_cb", "closed_cb", "discovered_server_cb"):
         if options.get(key) is not None:
             options[key] = _logging_errors(options[key], key)
+    options["closed_cb"] = _failing_requests(nc, options.get("closed_cb"))
     user_error_cb = options.get("error_cb")
     options["error_cb"] = _initial_error_cb(
         _logging_errors(user_error_cb, "error_cb") if user_error_cb else _log_connection_error,
@@ -319,6 +320,25 @@ def _logging_errors(
             logger.exception("the connection's %s raised", name)
 
     return call
+
+
+def _failing_requests(
+    nc: NatsClient, user_cb: Callable[[], Awaitable[None]] | None
+) -> Callable[[], Awaitable[None]]:
+    """A ``closed_cb`` that fails the requests in flight, then calls the user's.
+
+    nats-py closes by itself too (reconnect attempts used up, credentials refused).
+    """
+    client = weakref.ref(nc)  # the callback is kept by the client itself
+
+    async def closed() -> None:
+        target = client()
+        if target is not None:
+            fail_requests(target)
+        if user_cb is not None:
+            await user_cb()
+
+    return closed
 
 
 #: Marks the end of the initial connection in the error list of _initial_error_cb.
@@ -657,11 +677,17 @@ class Conn:
             await self.nc.flush(timeout=timeout)  # type: ignore[arg-type]
 
     async def close(self) -> None:
-        """Close the connection, flushing for at most ``CLOSE_FLUSH_TIMEOUT`` seconds."""
+        """Close the connection, flushing for at most ``CLOSE_FLUSH_TIMEOUT`` seconds.
+
+        Requests still waiting for a reply fail with :class:`ConnectionClosedError`.
+        """
         if not self.nc.is_closed:
             _bound_close_waits(self.nc, CLOSE_FLUSH_TIMEOUT)
-        with translate():
-            await self.nc.close()
+        try:
+            with translate():
+                await self.nc.close()
+        finally:
+            fail_requests(self.nc)
 
 
 # --------------------------------------------------------------------------- raw path
@@ -1498,6 +1524,24 @@ class _Requests:
 
 
 _REQUESTS: weakref.WeakKeyDictionary[NatsClient, _Requests] = weakref.WeakKeyDictionary()
+
+
+def fail_requests(nc: NatsClient) -> None:
+    """Fail the requests of ``nc`` still waiting for a reply: it closed for good.
+
+    Without this they waited out their whole timeout and then reported a
+    timeout. On the fallback path the requests are nats-py's (its response map,
+    where it has one); nats-py's own error there is translated by the request.
+    """
+    mux = _REQUESTS.get(nc)
+    for fut in list(mux.futures.values()) if mux is not None else ():
+        if not fut.done():
+            fut.set_exception(ConnectionClosedError("the connection closed before the reply came"))
+    theirs = getattr(nc, "_resp_map", None)
+    if isinstance(theirs, dict):
+        for fut in list(theirs.values()):
+            if isinstance(fut, asyncio.Future) and not fut.done():
+                fut.set_exception(nats_errors.ConnectionClosedError())
 
 
 def _time_out(fut: asyncio.Future[Reply], subject: str) -> None:

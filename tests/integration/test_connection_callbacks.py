@@ -9,7 +9,8 @@ import nats
 import pytest
 
 import aiojetstream
-from aiojetstream import InvalidOptionError, StorageType, StreamConfig
+from aiojetstream import ConnectionClosedError, InvalidOptionError, StorageType, StreamConfig
+from aiojetstream._conn import CLOSE_FLUSH_TIMEOUT
 from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
 
@@ -70,3 +71,49 @@ async def test_close_while_nats_py_drains_raises_nothing_untranslated() -> None:
 async def test_an_unparsable_server_url_is_an_invalid_option(url: str) -> None:
     with pytest.raises(InvalidOptionError, match="invalid server URL"):
         await aiojetstream.connect(url)
+
+
+async def _account_info_in_flight(js: aiojetstream.JetStreamContext) -> asyncio.Task[object]:
+    """An API request the (frozen) server will not answer, waiting for its reply."""
+    stats = js.nc.stats
+    sent = stats["out_msgs"]
+    task: asyncio.Task[object] = asyncio.create_task(js.account_info(timeout=30))
+    await wait_until(lambda: stats["out_msgs"] > sent or task.done())
+    assert not task.done()
+    return task
+
+
+async def test_close_fails_the_requests_in_flight_at_once() -> None:
+    """``js.close()`` while a request waits: it waited out its whole timeout (30 s
+    here) and then reported a timeout; now ConnectionClosedError at the close."""
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url)
+        await js.account_info()  # the request inbox exists
+        server.freeze()
+        try:
+            task = await _account_info_in_flight(js)
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            await js.close()
+            with pytest.raises(ConnectionClosedError):
+                await asyncio.wait_for(task, 5)
+            assert loop.time() - t0 < CLOSE_FLUSH_TIMEOUT + 3
+        finally:
+            server.thaw()
+
+
+async def test_a_connection_nats_py_closes_fails_the_requests_in_flight() -> None:
+    """nats-py closes the connection by itself (no reconnect allowed, server gone):
+    the request in flight fails then, not 30 s later with a timeout."""
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url, allow_reconnect=False)
+        try:
+            await js.account_info()
+            server.freeze()
+            task = await _account_info_in_flight(js)
+            await server.kill()
+            with pytest.raises(ConnectionClosedError):
+                await asyncio.wait_for(task, 10)
+            assert js.nc.is_closed
+        finally:
+            await js.close()
