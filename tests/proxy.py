@@ -93,6 +93,8 @@ class ApiCountingProxy:
         self.upstream_port = upstream_port
         self.port = 0
         self.api: list[tuple[float, str]] = []
+        #: Seconds each read from the client waits before it is forwarded (a slow link).
+        self.delay = 0.0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -161,5 +163,7 @@ class ApiCountingProxy:
                     # Parse before forwarding: once the server answers a PING sent
                     # after some request, that request is already logged.
                     self.api.extend((_now(), subject) for subject in scanner.feed(data))
+                    if self.delay:
+                        await asyncio.sleep(self.delay)  # simulates the link, syncs nothing
                 writer.write(data)
                 await writer.drain()

@@ -18,14 +18,12 @@ These are Pulsar's subscription operations in JetStream terms (see
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from . import _api
-from ._api import ApiClient
+from ._api import ApiClient, Left
 from ._errors import (
     FeatureNotSupportedError,
     InvalidOptionError,
@@ -39,7 +37,7 @@ from ._models import (
     format_timestamp,
     parse_timestamp,
 )
-from ._validation import check_timeout, positive_duration, validate_name
+from ._validation import positive_duration, validate_name
 
 __all__ = [
     "Backlog",
@@ -85,31 +83,6 @@ class Backlog:
 #: Seconds for the look-up that tells a timed-out reset from a deleted consumer.
 FOLLOW_UP_TIMEOUT: Final = 1.0
 
-#: What is left of one call's ``timeout`` (seconds), for each of its requests.
-Left = Callable[[], float]
-
-
-def _budget(api: ApiClient, timeout: float | None) -> Left:
-    """One call's ``timeout`` (the API's default when None), shared by its requests.
-
-    Each request gets what is left; none is sent once it ran out
-    (``JetStreamTimeoutError``). So ``reset(timeout=1)`` ends within about 1 s,
-    although it asks the server several things.
-    """
-    checked = check_timeout(timeout)
-    total = api.timeout if checked is None else checked
-    loop = asyncio.get_running_loop()
-    end = loop.time() + total
-
-    def left() -> float:
-        remaining = end - loop.time()
-        if remaining <= 0:
-            raise JetStreamTimeoutError(f"the call's timeout of {total:g} s ran out")
-        return remaining
-
-    return left
-
-
 async def _check_level(api: ApiClient, need: int, version: str, feature: str, left: Left) -> None:
     level = await api.api_level(left()) if api.level is None else api.level
     if level < need:
@@ -138,7 +111,7 @@ async def _pause_request(
 ) -> ConsumerPauseResponse:
     validate_name(stream, "stream")
     validate_name(name, "consumer")
-    left = _budget(api, timeout)
+    left = api.budget(timeout)
     await _check_level(api, PAUSE_API_LEVEL, PAUSE_SERVER_VERSION, "consumer pause", left)
     response = await api.call_model(
         _api.CONSUMER_PAUSE,
@@ -208,7 +181,7 @@ async def reset(
         isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 1
     ):
         raise InvalidOptionError(f"reset sequence must be an integer >= 1, got {sequence!r}")
-    left = _budget(api, timeout)
+    left = api.budget(timeout)
     await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset", left)
     return await _reset(api, stream, name, sequence, left)
 
@@ -265,7 +238,7 @@ async def clear_backlog(
     """Reset to the stream's last sequence + 1: nothing stored now is delivered."""
     validate_name(stream, "stream")
     validate_name(name, "consumer")
-    left = _budget(api, timeout)
+    left = api.budget(timeout)
     await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset", left)
     _check_resettable(await _info(api, stream, name, left), "clear_backlog")
     last = await _last_seq(api, stream, left)
@@ -299,7 +272,7 @@ async def skip_older_than(
     validate_name(stream, "stream")
     validate_name(name, "consumer")
     cutoff = _cutoff(age)
-    left = _budget(api, timeout)
+    left = api.budget(timeout)
     await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset", left)
     info = await _info(api, stream, name, left)
     _check_resettable(info, "skip_older_than")
@@ -345,7 +318,7 @@ async def backlog(api: ApiClient, stream: str, name: str, timeout: float | None)
     """A consumer's backlog: its counters and the oldest message it has yet to process."""
     validate_name(stream, "stream")
     validate_name(name, "consumer")
-    left = _budget(api, timeout)
+    left = api.budget(timeout)
     info = await _info(api, stream, name, left)
     oldest: tuple[int, datetime] | None = None
     if info.num_pending or info.num_ack_pending:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -13,6 +14,7 @@ from ._conn import Conn
 from ._errors import (
     InvalidResponseError,
     JetStreamNotEnabledError,
+    JetStreamTimeoutError,
     NoRespondersError,
     api_error,
 )
@@ -87,6 +89,10 @@ def check_reply(data: bytes) -> dict[str, Any]:
     return reply
 
 
+#: What is left of one call's ``timeout`` (seconds), for each of its requests.
+Left = Callable[[], float]
+
+
 class ApiClient:
     """Sends JetStream API requests: subject building, timeouts, error mapping."""
 
@@ -106,6 +112,26 @@ class ApiClient:
             api = reply.get("api")
             self.level = int(api.get("level", 0)) if isinstance(api, dict) else 0
         return self.level
+
+    def budget(self, timeout: float | None) -> Left:
+        """One call's ``timeout`` (the API's default when None), shared by its requests.
+
+        Each request gets what is left; none is sent once it ran out
+        (``JetStreamTimeoutError``). So ``reset(timeout=1)`` ends within about
+        1 s, although it asks the server several things.
+        """
+        checked = check_timeout(timeout)
+        total = self.timeout if checked is None else checked
+        loop = asyncio.get_running_loop()
+        end = loop.time() + total
+
+        def left() -> float:
+            remaining = end - loop.time()
+            if remaining <= 0:
+                raise JetStreamTimeoutError(f"the call's timeout of {total:g} s ran out")
+            return remaining
+
+        return left
 
     def subject(self, template: str, **parts: str) -> str:
         """The full API subject for a template.

@@ -173,7 +173,7 @@ class JetStreamContext:
             config: the stream's configuration.
             pedantic: send the config unchanged with ``"pedantic": true``: the
                 server refuses what it would otherwise adjust (nats-server >= 2.11).
-            timeout: seconds to wait for each reply.
+            timeout: seconds the whole call may take (its requests share them).
 
         Raises:
             StreamNameInUseError: a stream of that name exists with another configuration.
@@ -181,8 +181,9 @@ class JetStreamContext:
             FeatureNotSupportedError: TTL settings or ``pedantic`` on nats-server < 2.11.
 
         """
-        to_send = await self._checked_stream_config(config, pedantic, timeout)
-        return await self._send_stream(_api.STREAM_CREATE, to_send, pedantic, timeout)
+        left = self._api.budget(timeout)
+        to_send = await self._checked_stream_config(config, pedantic, left)
+        return await self._send_stream(_api.STREAM_CREATE, to_send, pedantic, left)
 
     async def update_stream(
         self, config: StreamConfig, *, pedantic: bool = False, timeout: float | None = None
@@ -205,7 +206,7 @@ class JetStreamContext:
         Args:
             config: the stream's new configuration.
             pedantic: send the config unchanged in the server's pedantic mode.
-            timeout: seconds to wait for each reply.
+            timeout: seconds the whole call may take (its requests share them).
 
         Raises:
             StreamNotFoundError: the stream does not exist.
@@ -214,10 +215,11 @@ class JetStreamContext:
             FeatureNotSupportedError: TTL settings or ``pedantic`` on nats-server < 2.11.
 
         """
-        to_send = await self._checked_stream_config(config, pedantic, timeout)
+        left = self._api.budget(timeout)
+        to_send = await self._checked_stream_config(config, pedantic, left)
         if self._may_disable_msg_ttl(to_send):
-            await self._check_not_disabling(to_send, timeout)
-        return await self._send_stream(_api.STREAM_UPDATE, to_send, pedantic, timeout)
+            await self._check_not_disabling(to_send, left)
+        return await self._send_stream(_api.STREAM_UPDATE, to_send, pedantic, left)
 
     async def create_or_update_stream(
         self, config: StreamConfig, *, pedantic: bool = False, timeout: float | None = None
@@ -228,16 +230,17 @@ class JetStreamContext:
         the config leaves ``allow_msg_ttl`` off, the current config is read
         first; if the stream does not exist it is created straight away.
         """
-        to_send = await self._checked_stream_config(config, pedantic, timeout)
+        left = self._api.budget(timeout)
+        to_send = await self._checked_stream_config(config, pedantic, left)
         if self._may_disable_msg_ttl(to_send):
             try:
-                await self._check_not_disabling(to_send, timeout)
+                await self._check_not_disabling(to_send, left)
             except StreamNotFoundError:
-                return await self._send_stream(_api.STREAM_CREATE, to_send, pedantic, timeout)
+                return await self._send_stream(_api.STREAM_CREATE, to_send, pedantic, left)
         try:
-            return await self._send_stream(_api.STREAM_UPDATE, to_send, pedantic, timeout)
+            return await self._send_stream(_api.STREAM_UPDATE, to_send, pedantic, left)
         except StreamNotFoundError:
-            return await self._send_stream(_api.STREAM_CREATE, to_send, pedantic, timeout)
+            return await self._send_stream(_api.STREAM_CREATE, to_send, pedantic, left)
 
     def _stream_body(self, config: StreamConfig) -> dict[str, Any]:
         if not isinstance(config, StreamConfig):
@@ -246,7 +249,7 @@ class JetStreamContext:
         return to_wire(config)
 
     async def _checked_stream_config(
-        self, config: StreamConfig, pedantic: bool, timeout: float | None
+        self, config: StreamConfig, pedantic: bool, left: _api.Left
     ) -> StreamConfig:
         """Validate ``config`` and return what to send (ADR-43 rules and defaults)."""
         if not isinstance(pedantic, bool):
@@ -254,31 +257,36 @@ class JetStreamContext:
         self._stream_body(config)
         T.check_stream_config(config)
         if pedantic or T.uses_ttl_settings(config):
-            T.check_api_level(config, await self.api_level(timeout=timeout), pedantic=pedantic)
+            T.check_api_level(config, await self._level(left), pedantic=pedantic)
         for feature in F.stream_config_features(config):
-            F.check_level(feature, await self.api_level(timeout=timeout))
+            F.check_level(feature, await self._level(left))
         return T.apply_ttl_defaults(config, pedantic=pedantic)
 
     def _may_disable_msg_ttl(self, to_send: StreamConfig) -> bool:
         # A server below API level 1 has no per-message TTLs: nothing to disable.
         return T.may_disable_msg_ttl(to_send) and self._api.level != 0
 
-    async def _check_not_disabling(self, to_send: StreamConfig, timeout: float | None) -> None:
+    async def _level(self, left: _api.Left) -> int:
+        """The API level: cached, or asked for within what is left of the call."""
+        level = self._api.level
+        return level if level is not None else await self._api.api_level(left())
+
+    async def _check_not_disabling(self, to_send: StreamConfig, left: _api.Left) -> None:
         """Read the current config and refuse turning ``allow_msg_ttl`` off.
 
         Raises ``StreamNotFoundError`` when the stream does not exist.
         """
         current = await self._api.call_model(
-            _api.STREAM_INFO, StreamInfo, timeout=timeout, stream=to_send.name
+            _api.STREAM_INFO, StreamInfo, timeout=left(), stream=to_send.name
         )
         T.check_not_disabling(current.config, to_send)
 
     async def _send_stream(
-        self, template: str, to_send: StreamConfig, pedantic: bool, timeout: float | None
+        self, template: str, to_send: StreamConfig, pedantic: bool, left: _api.Left
     ) -> Stream:
         body = T.request_body(self._stream_body(to_send), pedantic=pedantic)
         info = await self._api.call_model(
-            template, StreamInfo, body, timeout=timeout, stream=to_send.name
+            template, StreamInfo, body, timeout=left(), stream=to_send.name
         )
         return Stream(self._api, info)
 

@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 
+import aiojetstream
 from aiojetstream import (
     AccountInfo,
     InvalidNameError,
     InvalidOptionError,
     JetStreamContext,
+    JetStreamTimeoutError,
     MessageDeleteError,
     MessageNotFoundError,
     StorageType,
@@ -21,7 +23,11 @@ from aiojetstream import (
     StreamNameInUseError,
     StreamNotFoundError,
 )
+from aiojetstream.testing import NatsServer
 from helpers import unique_name
+from proxy import ApiCountingProxy
+
+MEM = StorageType.MEMORY
 
 
 async def test_account_info(js: JetStreamContext) -> None:
@@ -236,3 +242,29 @@ async def test_info_subjects_pages_survive_subjects_going_away(
     listed = set(info.state.subjects or {})
     missing = {f"{name}.{i:06d}" for i in range(gone, count)} - listed
     assert not missing, f"{len(missing)} subjects skipped, e.g. {sorted(missing)[:3]} ({pages})"
+
+
+@pytest.mark.parametrize("call", ["update_stream", "create_or_update_stream"])
+async def test_stream_update_timeout_bounds_the_whole_call(
+    js: JetStreamContext, nats_server: NatsServer, call: str
+) -> None:
+    """An update reads the current config first (to refuse turning ``allow_msg_ttl``
+    off), then sends the update: each request had the whole ``timeout``, so over a
+    slow link (0.5 s a request) ``timeout=0.8`` took about a second and succeeded;
+    now the two share it and the call ends by its timeout."""
+    name = unique_name("UPD")
+    await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"], storage=MEM))
+    async with ApiCountingProxy(nats_server.port) as proxy:
+        slow = await aiojetstream.connect(proxy.url)
+        try:
+            await slow.account_info()  # the API level is known: two requests, not three
+            proxy.delay = 0.5
+            config = StreamConfig(name=name, subjects=[f"{name}.>"], storage=MEM, max_msgs=10)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            with pytest.raises(JetStreamTimeoutError):
+                await getattr(slow, call)(config, timeout=0.8)
+            assert loop.time() - start < 0.8 + 0.5
+        finally:
+            proxy.delay = 0.0
+            await slow.close()
