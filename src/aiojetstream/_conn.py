@@ -1748,6 +1748,12 @@ def _bound_close_waits(nc: NatsClient, timeout: float) -> None:
                         timeout,
                     )
                 _abort_transport(nc)
+            except OSError as exc:
+                # The connection was already lost (the client was reconnecting):
+                # nothing more can be sent, and raising would end nats-py's close
+                # half way.
+                logger.debug("closing: the connection was already lost (%s)", exc)
+                _abort_transport(nc)
 
         return wait
 

@@ -9,7 +9,13 @@ import nats
 import pytest
 
 import aiojetstream
-from aiojetstream import ConnectionClosedError, InvalidOptionError, StorageType, StreamConfig
+from aiojetstream import (
+    ConnectionClosedError,
+    InvalidOptionError,
+    JetStreamTimeoutError,
+    StorageType,
+    StreamConfig,
+)
 from aiojetstream._conn import CLOSE_FLUSH_TIMEOUT
 from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
@@ -117,3 +123,24 @@ async def test_a_connection_nats_py_closes_fails_the_requests_in_flight() -> Non
             assert js.nc.is_closed
         finally:
             await js.close()
+
+
+async def test_close_while_reconnecting_with_data_queued_closes_cleanly() -> None:
+    """The server is gone and a request waits in nats-py's reconnect buffer:
+    ``js.close()`` raised nats-py's raw ``ConnectionResetError`` from flushing the
+    lost connection, and nats-py's close stopped half way (no closed callback)."""
+    closed = asyncio.Event()
+
+    async def on_closed() -> None:
+        closed.set()
+
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url, closed_cb=on_closed)
+        await js.account_info()
+        await server.stop()
+        await wait_until(lambda: js.nc.is_reconnecting, 10)
+        with pytest.raises(JetStreamTimeoutError):
+            await js.account_info(timeout=0.5)  # queued, never sent
+        await js.close()
+        assert js.nc.is_closed
+        await asyncio.wait_for(closed.wait(), 5)
