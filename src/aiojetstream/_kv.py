@@ -427,7 +427,6 @@ class _Reader:
         self._oc: OrderedConsumer | None = None
         self._it: MessagesContext | None = None
         self._task: asyncio.Task[Msg] | None = None
-        self._last: tuple[str, int] | None = None  # (consumer, consumer sequence) handed out
         self._announce = False
         self._closed = False
         self.caught_up = False
@@ -468,10 +467,9 @@ class _Reader:
         if info.num_pending:
             return False
         delivered = info.delivered.consumer_seq
-        last = self._last
-        return delivered == 0 or (
-            last is not None and last[0] == info.name and last[1] >= delivered
-        )
+        # Everything the consumer delivered was handed out (or skipped as handed out
+        # before a reset: the ordered consumer counts those too).
+        return delivered == 0 or (info.name == oc.name and oc._expected - 1 >= delivered)
 
     async def next(self) -> Msg | _Event:
         """The next message, ``CAUGHT_UP`` once (after the last initial message), or ``END``."""
@@ -511,7 +509,6 @@ class _Reader:
                     return _Event.END  # closed meanwhile (aclose cancelled the read), not us
                 raise
             meta = msg.metadata
-            self._last = (meta.consumer, meta.sequence.consumer)
             if not self.caught_up and meta.num_pending == 0:
                 self.caught_up = True
                 self._announce = True

@@ -103,6 +103,14 @@ class OrderedConsumer:
         # the first message, it starts there again. None until then.
         self._floor: int | None = None
         self._expected = 1  # the next consumer sequence of the current consumer
+        # A "last per subject" consumer's initial values: how many it had pending when
+        # created (0 for other policies). A reset before they were all handed out
+        # starts "last per subject" again, skipping what was handed out already
+        # (stream sequences up to _skip_through): from cursor + 1 it would deliver
+        # every older revision after the cursor too (deleted keys came back in a
+        # KV watch's initial values).
+        self._initial_end = 0
+        self._skip_through = 0
         self._name: str | None = None
         self._info: ConsumerInfo | None = None
         self._mode: str | None = None
@@ -167,10 +175,12 @@ class OrderedConsumer:
         elif subjects:
             fields["filter_subjects"] = subjects
         after = self._cursor or self._floor
-        if after is not None:
+        initial_left = self._expected - 1 < self._initial_end
+        if after is not None and not initial_left:
             fields["deliver_policy"] = DeliverPolicy.BY_START_SEQUENCE
             fields["opt_start_seq"] = after + 1
         else:
+            self._skip_through = self._cursor
             fields["deliver_policy"] = cfg.deliver_policy
             fields["opt_start_seq"] = cfg.opt_start_seq
             fields["opt_start_time"] = cfg.opt_start_time
@@ -262,6 +272,8 @@ class OrderedConsumer:
             self._name = info.name
             self._expected = 1
             self._needs_reset = False
+            lps = state.config.deliver_policy is DeliverPolicy.LAST_PER_SUBJECT
+            self._initial_end = info.num_pending if lps else 0
             if self._floor is None and self._config.deliver_policy in _FROM_THE_END:
                 # Where "new" or "last" started: a consumer recreated before the first
                 # message starts there too, not at the end again (that skipped what
@@ -280,13 +292,18 @@ class OrderedConsumer:
                 await stop.wait()
         return stop.is_set()
 
-    def _accept(self, msg: Msg) -> bool:
-        """True if ``msg`` is the next one in order (and advance); False on a gap."""
+    def _accept(self, msg: Msg) -> bool | None:
+        """True if ``msg`` is the next one in order (and advance); False on a gap.
+
+        None: in order, but handed out before a reset (skip it).
+        """
         stream_seq = next_in_order(msg, self._expected)
         if stream_seq < 0:
             self._needs_reset = True
             return False
         self._expected += 1
+        if stream_seq <= self._skip_through:
+            return None
         self._cursor = stream_seq
         return True
 
@@ -527,19 +544,23 @@ class OrderedBatch(C.MessageBatch):
         return self._driver.finished and self._driver.buffered == 0
 
     async def __anext__(self) -> Msg:
-        try:
-            msg = await self._driver.next_msg()
-        except _RESETTABLE:
-            self._owner._needs_reset = True
-            await self.aclose()
-            raise StopAsyncIteration from None
-        except BaseException:
-            await self.aclose()
-            raise
-        if msg is None or not self._owner._accept(msg):
-            await self.aclose()
-            raise StopAsyncIteration
-        return msg
+        while True:
+            try:
+                msg = await self._driver.next_msg()
+            except _RESETTABLE:
+                self._owner._needs_reset = True
+                await self.aclose()
+                raise StopAsyncIteration from None
+            except BaseException:
+                await self.aclose()
+                raise
+            accepted = None if msg is None else self._owner._accept(msg)
+            if accepted:
+                assert msg is not None
+                return msg
+            if accepted is False or msg is None:
+                await self.aclose()
+                raise StopAsyncIteration
 
     async def collect(self) -> list[Msg]:
         """The fetch's messages at once, up to the first gap (see :meth:`MessageBatch.collect`).
@@ -567,7 +588,10 @@ class OrderedBatch(C.MessageBatch):
         out: list[Msg] = []
         accept = self._owner._accept
         for msg in raw:
-            if not accept(msg):
+            accepted = accept(msg)
+            if accepted is None:
+                continue
+            if not accepted:
                 return out  # a gap: the next fetch resets
             out.append(msg)
         error = driver.error
@@ -661,18 +685,20 @@ class OrderedSource:
         owner = self._owner
         if driver is None or owner._needs_reset:
             return None
-        msg = driver.take()
-        if msg is None:
-            return None
-        # owner._accept(msg), inlined: this runs for every message.
-        stream_seq = next_in_order(msg, owner._expected)
-        if stream_seq < 0:
-            owner._needs_reset = True
-            driver.stop()
-            return None
-        owner._expected += 1
-        owner._cursor = stream_seq
-        return msg
+        while True:
+            msg = driver.take()
+            if msg is None:
+                return None
+            # owner._accept(msg), inlined: this runs for every message.
+            stream_seq = next_in_order(msg, owner._expected)
+            if stream_seq < 0:
+                owner._needs_reset = True
+                driver.stop()
+                return None
+            owner._expected += 1
+            if stream_seq > owner._skip_through:
+                owner._cursor = stream_seq
+                return msg
 
     async def next_msg(self) -> Msg | None:
         """The next in-order message, resetting the consumer as needed."""
@@ -696,9 +722,11 @@ class OrderedSource:
                 if self._owner._needs_reset and not self._draining:
                     continue
                 return None
-            if self._owner._accept(msg):
+            accepted = self._owner._accept(msg)
+            if accepted:
                 return msg
-            driver.stop()
+            if accepted is False:
+                driver.stop()
 
     def stop(self) -> None:
         """Stop now."""

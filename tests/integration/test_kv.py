@@ -638,3 +638,47 @@ async def _value_is(kv: KeyValue, key: str, value: bytes) -> bool:
         return (await kv.get(key)).value == value
     except KeyNotFoundError:
         return False
+
+
+async def _fill_then_delete(js: JetStreamContext, kv: KeyValue, live: int, gone: int) -> None:
+    """``live`` keys, then ``gone`` keys put and deleted after them."""
+    for i in range(live):
+        await js.publish_async(f"$KV.{kv.bucket}.a{i}", b"v")
+    for i in range(gone):
+        await js.publish_async(f"$KV.{kv.bucket}.x{i}", b"v")
+    await js.publish_async_complete(timeout=30)
+    for i in range(gone):
+        await kv.delete(f"x{i}")
+
+
+async def _delete_consumers(kv: KeyValue) -> None:
+    names = [n async for n in kv.stream.consumer_names()]
+    assert len(names) == 1
+    await kv.stream.delete_consumer(names[0])  # the ordered consumer recreates it
+
+
+async def test_keys_after_a_reset_during_the_initial_values(
+    js: JetStreamContext, kv: KeyValue
+) -> None:
+    """The reader's consumer is recreated after the first key: it restarted at
+    cursor + 1 with every revision, and keys() yielded the deleted keys."""
+    await _fill_then_delete(js, kv, 2000, 50)
+    it = kv.keys()
+    got = [await asyncio.wait_for(it.__anext__(), STEP)]
+    await _delete_consumers(kv)
+    got += [k async for k in it]
+    assert sorted(got) == sorted(f"a{i}" for i in range(2000))
+
+
+async def test_watch_ignoring_deletes_after_a_reset_during_the_initial_values(
+    js: JetStreamContext, kv: KeyValue
+) -> None:
+    """Deleted keys came back as live (their old PUT again, the DEL left out)."""
+    await _fill_then_delete(js, kv, 2000, 50)
+    async with kv.watch(ignore_deletes=True) as w:
+        first = await next_item(w)
+        assert first is not None
+        await _delete_consumers(kv)
+        rest = await until_none(w)
+    keys = [first.key] + [e.key for e in rest]
+    assert sorted(keys) == sorted(f"a{i}" for i in range(2000))

@@ -131,3 +131,63 @@ async def test_leaves_no_consumers_behind(js: JetStreamContext, stream: str) -> 
 
 async def _no_consumers(js: JetStreamContext, stream: str) -> bool:
     return [n async for n in js.consumer_names(stream)] == []
+
+
+@pytest.mark.parametrize("read", ["messages", "fetch"])
+async def test_last_per_subject_reset_during_the_initial_values(
+    js: JetStreamContext, stream: str, read: str
+) -> None:
+    """A "last per subject" consumer recreated before its initial values were all
+    handed out: it restarted at cursor + 1 and delivered every older revision
+    after the cursor too. It starts "last per subject" again and skips what was
+    handed out, so each subject still comes once, at its last revision."""
+    subjects = 400
+    # Stream sequences 1-400: ord.0-ord.399, first revisions; 401-600: ord.200-ord.399
+    # again. The last revisions: 1-200, then 401-600 (the first of ord.200-399 are
+    # old revisions after the cursor).
+    for i in range(subjects):
+        await js.publish_async(f"ord.{i}", f"{i}.0".encode())
+    for i in range(subjects // 2, subjects):
+        await js.publish_async(f"ord.{i}", f"{i}.1".encode())
+    await js.publish_async_complete(timeout=30)
+    last = [f"{i}.{int(i >= subjects // 2)}".encode() for i in range(subjects)]
+    last_seqs = [*range(1, subjects // 2 + 1), *range(subjects + 1, subjects * 3 // 2 + 1)]
+    oc = await js.ordered_consumer(
+        stream,
+        OrderedConsumerConfig(
+            filter_subjects=["ord.>"], deliver_policy=DeliverPolicy.LAST_PER_SUBJECT
+        ),
+    )
+    got: list[Msg] = []
+    names: set[str] = set()
+
+    def seen(msg: Msg) -> None:
+        got.append(msg)
+        names.add(msg.metadata.consumer)
+
+    if read == "messages":
+        async with oc.messages(max_messages=50, expires=2) as it:
+            while len(got) < subjects:
+                seen(await asyncio.wait_for(it.next(), 10))
+                if len(got) == 20:
+                    assert oc.name is not None
+                    await js.delete_consumer(stream, oc.name)
+            # And afterwards, new messages as usual (from the cursor on).
+            await js.publish("ord.0", b"after", timeout=10)
+            assert (await asyncio.wait_for(it.next(), 10)).data == b"after"
+    else:
+        batch = await oc.fetch(20, expires=5)
+        for msg in await batch.collect():
+            seen(msg)
+        assert len(got) == 20
+        assert oc.name is not None
+        await js.delete_consumer(stream, oc.name)
+        while len(got) < subjects:
+            for msg in await (await oc.fetch(100, expires=2)).collect():
+                seen(msg)
+    assert len(names) >= 2  # it was recreated
+    assert [m.data for m in got] == last
+    assert [m.metadata.sequence.stream for m in got] == last_seqs
+    if read == "fetch":
+        await js.publish("ord.0", b"after", timeout=10)
+        assert [m.data for m in await (await oc.fetch(1, expires=5)).collect()] == [b"after"]
