@@ -71,6 +71,7 @@ from ._errors import (
     NoRespondersError,
     TLSError,
 )
+from ._validation import check_timeout
 
 __all__ = [
     "FAST_PATH_ENV",
@@ -1555,6 +1556,7 @@ async def _request(
     nc = conn.nc
     if nc.is_closed:
         raise ConnectionClosedError("the connection is closed")
+    check_timeout(timeout)  # a wrong one was sent, then reported as a failure
     if not conn.fast:
         if len(subject) > MAX_SUBJECT_LINE // 4 - 70:  # else short in any encoding
             check_line(subject.encode(), b"_INBOX." + b"x" * 60)  # nats-py's inbox, at most

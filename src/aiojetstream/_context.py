@@ -725,6 +725,7 @@ class JetStreamContext:
                 the same ``msg_id`` for the acknowledgement), or another refusal.
 
         """
+        timeout = check_timeout(timeout)
         if schedule is not None or schedule_target is not None or schedule_ttl is not None:
             from . import _schedule as S
 
@@ -782,6 +783,7 @@ class JetStreamContext:
         once the message is stored or the hold time is up; held messages keep
         their place in the window and their order, and share one backoff.
         """
+        timeout = check_timeout(timeout)
         if schedule is not None or schedule_target is not None or schedule_ttl is not None:
             from . import _schedule as S
 

@@ -61,7 +61,7 @@ from ._models.kv import (
     validate_bucket_name,
 )
 from ._stream import Stream, direct_fields
-from ._validation import exact_str
+from ._validation import check_timeout, exact_str
 
 if TYPE_CHECKING:
     from ._consumer import MessagesContext
@@ -857,7 +857,8 @@ class KeyValue:
         return _Reader(self._stream, subjects, policy, headers_only, stall)
 
     def _stall(self, timeout: float | None) -> float:
-        return self._js.timeout if timeout is None else timeout
+        checked = check_timeout(timeout)
+        return self._js.timeout if checked is None else checked
 
     async def keys(self, *, timeout: float | None = None) -> AsyncGenerator[str, None]:
         """Async-iterate the keys that have a live value, each once.

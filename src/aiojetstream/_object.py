@@ -91,6 +91,7 @@ from ._models.obj import (
     normalize_headers,
 )
 from ._stream import Stream
+from ._validation import check_timeout
 
 if TYPE_CHECKING:
     from ._consumer import MessagesContext
@@ -471,7 +472,8 @@ class ObjectStore:
         return self._chunk_prefix + nuid
 
     def _wait(self, timeout: float | None) -> float:
-        return self._js.timeout if timeout is None else timeout
+        checked = check_timeout(timeout)
+        return self._js.timeout if checked is None else checked
 
     def _chunk_size(self, chunk_size: object) -> int:
         limit = self._js.nc.max_payload or 0
