@@ -83,6 +83,7 @@ class Backlog:
 #: Seconds for the look-up that tells a timed-out reset from a deleted consumer.
 FOLLOW_UP_TIMEOUT: Final = 1.0
 
+
 async def _check_level(api: ApiClient, need: int, version: str, feature: str, left: Left) -> None:
     level = await api.api_level(left()) if api.level is None else api.level
     if level < need:

@@ -61,7 +61,7 @@ from ._models.kv import (
     validate_bucket_name,
 )
 from ._stream import Stream, direct_fields
-from ._validation import check_timeout, exact_str
+from ._validation import check_sequence, check_timeout, exact_str
 
 if TYPE_CHECKING:
     from ._consumer import MessagesContext
@@ -202,12 +202,6 @@ def entry_operation(headers: dict[str, str] | None) -> KeyValueOp:
     if reason:
         return KeyValueOp.DEL if reason == "Remove" else KeyValueOp.PURGE
     return KeyValueOp.PUT
-
-
-def _revision(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidOptionError(f"{name} must be an int >= 0, got {value!r}")
-    return value
 
 
 # --------------------------------------------------------------------------- bucket <-> stream
@@ -678,7 +672,7 @@ class KeyValue:
 
         """
         subject = self._subject(key)
-        revision = _revision(last_revision, "last_revision")
+        revision = check_sequence(last_revision, "last_revision")
         try:
             ack = await self._js.publish(
                 subject, value, expected_last_subject_sequence=revision, timeout=timeout
@@ -739,7 +733,7 @@ class KeyValue:
         timeout: float | None,
     ) -> None:
         subject = self._subject(key)
-        revision = None if last_revision is None else _revision(last_revision, "last_revision")
+        revision = None if last_revision is None else check_sequence(last_revision, "last_revision")
         if ttl is not None:
             H.ttl_header_value(ttl)
             await self._require_markers("purge", timeout)

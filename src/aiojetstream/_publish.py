@@ -32,6 +32,7 @@ from ._errors import (
     StreamFullError,
 )
 from ._models import PubAck
+from ._validation import check_sequence
 
 #: How often ``publish`` retries when no stream answers, and how long it waits
 #: in between (as the Go client: 2 retries, 250 ms apart), within its timeout.
@@ -98,9 +99,7 @@ def _msg_id(header: str, value: object, name: str) -> str:
 
 
 def _sequence(value: object, name: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidOptionError(f"{name} must be a non-negative int, got {value!r}")
-    return int.__repr__(value)  # the digits, whatever an int subclass's __str__ says
+    return str(check_sequence(value, name))  # the digits, whatever a subclass's __str__ says
 
 
 def header_block(headers: dict[str, str] | None) -> bytes | None:

@@ -31,7 +31,7 @@ from ._models import (
     parse_timestamp,
 )
 from ._ordered import OrderedConsumer, make_ordered
-from ._validation import validate_filter_subject
+from ._validation import check_sequence, validate_filter_subject
 
 # Headers a direct get adds to describe the stored message; they are moved into
 # RawStreamMessage's fields rather than repeated in its headers.
@@ -45,12 +45,6 @@ _DIRECT_META = frozenset(
         H.NUM_PENDING,
     }
 )
-
-
-def _seq(value: object, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidOptionError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 def _parse_time(text: str) -> datetime:
@@ -211,9 +205,9 @@ class Stream:
         if subject is not None:
             body["filter"] = validate_filter_subject(subject)
         if sequence is not None:
-            body["seq"] = _seq(sequence, "sequence")
+            body["seq"] = check_sequence(sequence, "sequence", 1)
         if keep is not None:
-            body["keep"] = _seq(keep, "keep", minimum=0)
+            body["keep"] = check_sequence(keep, "keep")
         reply = await self._api.call(
             _api.STREAM_PURGE, body or None, timeout=timeout, stream=self._name
         )
@@ -229,7 +223,7 @@ class Stream:
             MessageNotFoundError: no message has that sequence.
 
         """
-        seq = _seq(sequence, "sequence")
+        seq = check_sequence(sequence, "sequence", 1)
         return await self._get({"seq": seq}, f"sequence {seq}", timeout)
 
     async def get_last_msg_for_subject(
@@ -415,7 +409,7 @@ class Stream:
             MessageNotFoundError: no message has that sequence.
 
         """
-        body: dict[str, Any] = {"seq": _seq(sequence, "sequence")}
+        body: dict[str, Any] = {"seq": check_sequence(sequence, "sequence", 1)}
         if not erase:
             body["no_erase"] = True
         reply = await self._api.call(

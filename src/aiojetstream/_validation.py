@@ -60,6 +60,29 @@ def validate_name(name: object, kind: str = "stream") -> str:
 MAX_SUBJECT_BYTES: Final = 3800
 
 
+#: The largest stream sequence (nats-server's uint64; it reads larger ones modulo 2**64).
+MAX_SEQUENCE: Final = 2**64 - 1
+
+
+def check_sequence(value: object, name: str, minimum: int = 0) -> int:
+    """A caller's stream sequence (or revision): an int from ``minimum`` to 2**64 - 1.
+
+    Raises:
+        InvalidOptionError: anything else (nats-server wraps a larger value: an
+            expected sequence of 2**64 + 2 matched sequence 2).
+
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not minimum <= value <= MAX_SEQUENCE
+    ):
+        raise InvalidOptionError(
+            f"{name} must be an int from {minimum} to 2**64 - 1, got {value!r}"
+        )
+    return int(value)
+
+
 def check_timeout(timeout: object) -> float | None:
     """A caller's ``timeout``: None, or a finite number of seconds above 0.
 
