@@ -136,6 +136,10 @@ class PullSettings:
     no_wait: bool = False
     priority: PriorityOptions | None = None
     """The priority-group fields of every pull (ADR-42), None without groups."""
+    byte_cap: int = 0
+    """A message-mode fetch's ``max_bytes`` for the server only (0: none): the server
+    ends the pull there (a 409 ends the fetch, normally once something came), while
+    the client counts messages, not bytes. Bounds what one pull can send at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,7 +581,7 @@ class PullEngine:
             wait = NO_WAIT_TIMEOUT if s.no_wait else s.expires + max(FETCH_GRACE, s.heartbeat)
             self.deadline = now + wait
             self._hard_end = self.deadline + FETCH_CHECK_TIMEOUT
-            pull = self._send(s.max_messages, s.max_bytes)
+            pull = self._send(s.max_messages, s.max_bytes or s.byte_cap)
         else:
             pull_or_none = self._pull()
             assert pull_or_none is not None

@@ -185,3 +185,35 @@ def test_stream_reader_offsets_going_backwards_and_lost_gaps(nats_server: NatsSe
         lenient.stop()
     finally:
         reader.stop()
+
+
+async def test_large_messages_are_read_in_pulls_the_server_can_send(
+    js: JetStreamContext, nats_url: str
+) -> None:
+    """The first pull of a partition asked for 2,000 messages whatever their size:
+    with 200 messages of ~1 MB the server had to send 200 MB at once, dropped the
+    connection as a slow consumer (over its 64 MiB allowance for a client), and the
+    read failed with DisconnectedError every time. A pull is bounded in bytes now."""
+    stream = unique_name("BIG")
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=[f"{stream}.>"], storage=aiojetstream.StorageType.MEMORY)
+    )
+    size = min(1_000_000, js.nc.max_payload - 1024)
+    count = 200
+    for i in range(count):
+        await js.publish_async(f"{stream}.x", bytes([i]) * size)
+    await js.publish_async_complete(timeout=60)
+    opts = parse_source_options({"stream": stream, "servers": nats_url}, streaming=False)
+    reader = RangeReader(js, opts, 1, count + 1)
+    rows = 0
+    try:
+        while (batch := await reader.next_batch()) is not None:
+            data = batch.column("data").to_pylist()
+            seqs = batch.column("seq").to_pylist()
+            assert all(d == bytes([s - 1]) * size for d, s in zip(data, seqs, strict=True))
+            assert batch.nbytes < 64 << 20
+            rows += batch.num_rows
+    finally:
+        await reader.aclose()
+    assert rows == count
+    assert js.nc.is_connected

@@ -20,7 +20,7 @@ import itertools
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -490,6 +490,31 @@ def test_max_bytes_on_a_full_size_request_finishes_message_too_large() -> None:
     assert "100 bytes" in str(fin.error)
     assert pulls(out) == []
     assert sim.engine.done
+
+
+def test_a_byte_cap_bounds_a_message_mode_fetch_on_the_server_only() -> None:
+    """``byte_cap`` (the Spark reader's pulls): sent as the pull's max_bytes, while
+    the fetch counts messages; the server's 409 at the cap ends it normally once
+    something came, and with MessageTooLargeError when nothing could."""
+    capped = replace(resolve_fetch(max_messages=50, no_wait=True), byte_cap=1000)
+    sim = Sim(capped)
+    (pull,) = pulls(sim.start())
+    assert (pull.batch, pull.max_bytes, pull.no_wait) == (50, 1000, True)
+    sim.message()
+    sim.message()
+    out = sim.status(K.MAX_BYTES, S.SILENT, 48, 10, too_large_409())
+    assert finishes(out) == [Finish(None)]
+    assert sim.engine.buffered_messages == 2
+    sim = Sim(capped)
+    sim.start()
+    (fin,) = finishes(sim.status(K.MAX_BYTES, S.SILENT, 50, 1000, too_large_409()))
+    assert isinstance(fin.error, MessageTooLargeError)
+    # Counted in messages: the fetch ends at its 50th.
+    sim = Sim(capped)
+    sim.start()
+    for _ in range(49):
+        assert finishes(sim.message(100)) == []
+    assert finishes(sim.message(100)) == [Finish(None)]
 
 
 def test_max_bytes_on_a_partial_request_waits_for_the_buffer_then_pulls_full() -> None:
