@@ -217,3 +217,53 @@ async def test_large_messages_are_read_in_pulls_the_server_can_send(
         await reader.aclose()
     assert rows == count
     assert js.nc.is_connected
+
+
+@pytest.mark.parametrize("purge_to", [4001, 5001], ids=["part", "all"])
+async def test_data_lost_while_the_consumer_reads(
+    js: JetStreamContext, nats_url: str, purge_to: int
+) -> None:
+    """A purge (or the stream's limits) removing what the consumer had not reached yet:
+    the consumer carried on from the stream's new first message (or found nothing
+    left) and the read ended without those rows, even with failOnDataLoss=true."""
+    for strict in (True, False):
+        name = await fill(js, "RR6", 5000)
+        opts = parse_source_options(
+            {"stream": name, "servers": nats_url, "failOnDataLoss": str(strict).lower()},
+            streaming=False,
+        )
+        reader = RangeReader(js, opts, 1, 5001)
+        try:
+            first = await reader.next_batch()
+            assert first is not None
+            read = first.num_rows
+            assert read < 4000
+            await (await js.stream(name)).purge(sequence=purge_to)  # the consumer stays
+            lost = rf"{read + 1}\.\.{purge_to - 1}"
+            if strict:
+                with pytest.raises(DataLossError, match=lost):
+                    await read_all(reader)
+            else:
+                with pytest.warns(JetStreamSparkWarning, match=lost):
+                    assert await read_all(reader) == list(range(purge_to, 5001))
+        finally:
+            await reader.aclose()
+
+
+async def test_gaps_of_a_filter_or_of_deletes_are_no_data_loss(
+    js: JetStreamContext, nats_url: str
+) -> None:
+    """Skipped sequences the stream still covers (filtered out, deleted) are not lost."""
+    name = await fill(js, "RR7", 5000)
+    stream = await js.stream(name)
+    for seq in range(2001, 2101):
+        await stream.delete_msg(seq)
+    opts = parse_source_options(
+        {"stream": name, "servers": nats_url, "subject": f"{name}.b"}, streaming=False
+    )
+    reader = RangeReader(js, opts, 1, 5001)
+    try:
+        seqs = await read_all(reader)
+    finally:
+        await reader.aclose()
+    assert seqs == [s for s in range(2, 5001, 2) if not 2001 <= s <= 2100]

@@ -303,7 +303,19 @@ class RangeReader:
                 info = await consumer.info()
                 if info.num_pending == 0:
                     self._done = True
+                    await self._check_skipped(self._end)  # purged up to its end?
         return None
+
+    async def _check_skipped(self, upto: int) -> None:
+        """Check the sequences the consumer skipped, ``[next, upto)``, for data loss.
+
+        Deleted or filtered-out sequences are skipped too, and stay allowed; a
+        purge or the stream's limits removing what the read had not reached is
+        data loss, as before the consumer was created (``_open``).
+        """
+        bounds = await stream_bounds(self._js, self._opts)
+        if bounds.first > self._next:
+            check_loss(self._opts, self._next, min(bounds.first, upto), "read")
 
     async def _fetch(self, consumer: JSConsumer, want: int) -> pa.RecordBatch | None:
         # What the stream holds now, without waiting: fewer matching messages than
@@ -318,6 +330,9 @@ class RangeReader:
             except (ConsumerNotFoundError, ConsumerDeletedError):
                 self._consumer = None  # recreated at the next sequence
         seqs, stamps, pending = _numbers(msgs)
+        first = seqs[0].as_py()
+        if first > self._next:
+            await self._check_skipped(first)
         n = len(msgs)
         end = self._end
         if seqs[n - 1].as_py() >= end:
