@@ -157,13 +157,14 @@ def test_stream_reader_offsets_going_backwards_and_lost_gaps(nats_server: NatsSe
 
     from aiojetstream.spark._source import StreamReader
 
-    async def setup() -> str:
+    async def setup() -> tuple[str, str]:
         async with await aiojetstream.connect(nats_server.url) as js:
             name = await fill(js, "RR5", 1000)
-            await (await js.stream(name)).purge(sequence=901)
-            return name
+            stream = await js.stream(name)
+            await stream.purge(sequence=901)
+            return name, stream.cached_info.created.isoformat()
 
-    rr5 = asyncio.run(setup())
+    rr5, created = asyncio.run(setup())
     base = {"stream": rr5, "servers": nats_server.url}
     reader = StreamReader(parse_source_options(base, streaming=True))
     try:
@@ -174,14 +175,24 @@ def test_stream_reader_offsets_going_backwards_and_lost_gaps(nats_server: NatsSe
         assert lenient.latestOffset({"stream": rr5, "seq": 1}, ReadMaxRows(10)) == {
             "stream": rr5,
             "seq": 911,
+            "created": created,
         }
         # 4.0/4.1: latestOffset() has no start; a checkpoint past the end shows in partitions().
         end = reader.latestOffset()
-        assert end == {"stream": rr5, "seq": 1001}
+        assert end == {"stream": rr5, "seq": 1001, "created": created}
         with pytest.raises(DataLossError, match="deleted and created again"):
             reader.partitions({"stream": rr5, "seq": 2000}, end)
         with pytest.warns(JetStreamSparkWarning):
             assert lenient.partitions({"stream": rr5, "seq": 2000}, end) == []
+        # An offset of an earlier stream of that name (deleted, created again).
+        earlier = {"stream": rr5, "seq": 950, "created": "2000-01-01T00:00:00+00:00"}
+        with pytest.raises(DataLossError, match="was deleted and created again"):
+            reader.partitions(earlier, end)
+        with pytest.raises(DataLossError, match="was deleted and created again"):
+            reader.latestOffset(earlier, ReadMaxRows(10))
+        with pytest.warns(JetStreamSparkWarning, match="from its first sequence"):
+            (whole,) = lenient.partitions(earlier, end)
+        assert (whole.start, whole.end) == (901, 1001)
         lenient.stop()
     finally:
         reader.stop()

@@ -88,13 +88,15 @@ def test_available_now_and_restart_from_checkpoint(
     before = len(sink.seqs)
     run_available_now(df, sink, tmp_path / "cp")
     assert len(sink.seqs) == before
-    # The offsets Spark checkpointed are {"stream", "seq"} with seq = next sequence.
+    # The offsets Spark checkpointed are {"stream", "seq", "created"} with seq = next
+    # sequence and the stream's creation time.
     offsets = sorted(
         (p for p in (tmp_path / "cp" / "offsets").iterdir() if p.name.isdigit()),
         key=lambda p: int(p.name),
     )
     last = json.loads(offsets[-1].read_text().splitlines()[-1])
-    assert last == {"stream": name, "seq": 401}
+    created = nats.run(lambda js: js.stream(name)).cached_info.created.isoformat()
+    assert last == {"stream": name, "seq": 401, "created": created}
 
 
 def test_default_start_is_latest(
@@ -166,9 +168,13 @@ def test_data_loss_on_restart(spark: SparkSession, nats: Nats, name: str, tmp_pa
     assert sink.seqs == list(range(1, 11)) + list(range(16, 21))
 
 
+@pytest.mark.parametrize("new_messages", [5, 30], ids=["shorter", "longer"])
 def test_recreated_stream_is_reported(
-    spark: SparkSession, nats: Nats, name: str, tmp_path: Path
+    spark: SparkSession, nats: Nats, name: str, tmp_path: Path, new_messages: int
 ) -> None:
+    """Deleted and created again, shorter than the offset or (the case that went
+    unnoticed: the query read on from the old offset and never read the new
+    stream's first 20 messages) longer."""
     create(nats, name)
     publish(nats, name, 0, 20)
     sink = Collector()
@@ -177,10 +183,16 @@ def test_recreated_stream_is_reported(
     assert sink.seqs == list(range(1, 21))
     nats.run(lambda js: js.delete_stream(name))
     create(nats, name)
-    publish(nats, name, 0, 5)  # sequences restart at 1
-    with pytest.raises(PySparkException, match="was the stream deleted and created again"):
+    publish(nats, name, 0, new_messages)  # sequences restart at 1
+    with pytest.raises(PySparkException, match="was deleted and created again"):
         run_available_now(df, sink, tmp_path / "cp")
     assert sink.seqs == list(range(1, 21))
+    # failOnDataLoss=false: the new stream from its first sequence.
+    lenient = stream_df(spark, nats.url, name, startingOffsets="earliest", failOnDataLoss="false")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_available_now(lenient, sink, tmp_path / "cp")
+    assert sink.seqs == list(range(1, 21)) + list(range(1, new_messages + 1))
 
 
 def test_checkpoint_of_another_stream_is_refused(

@@ -98,10 +98,15 @@ class DataLossError(JetStreamError):
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """A stream's sequence bounds: ``first`` is its first stored sequence, ``next`` its last + 1."""
+    """A stream's sequence bounds: ``first`` is its first stored sequence, ``next`` its last + 1.
+
+    ``created``: when the stream was created (ISO 8601), which tells a stream
+    deleted and created again under the same name from the one an offset was of.
+    """
 
     first: int
     next: int
+    created: str = ""
 
 
 async def stream_bounds(js: JetStreamContext, opts: SourceOptions) -> Bounds:
@@ -112,10 +117,11 @@ async def stream_bounds(js: JetStreamContext, opts: SourceOptions) -> Bounds:
         raise InvalidOptionError(
             f"option 'stream': stream {opts.stream!r} does not exist at {opts.connect.describe()}"
         ) from exc
-    state = stream.cached_info.state
+    info = stream.cached_info
+    state = info.state
     nxt = state.last_seq + 1
     first = nxt if state.messages == 0 else max(state.first_seq, 1)
-    return Bounds(first, nxt)
+    return Bounds(first, nxt, info.created.isoformat())
 
 
 def _consumer_config(opts: SourceOptions, **start: object) -> ConsumerConfig:

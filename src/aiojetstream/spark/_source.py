@@ -195,8 +195,10 @@ class BatchReader(DataSourceReader):
         return read_range(self.opts, partition.start, partition.end)
 
 
-def _offset(opts: SourceOptions, seq: int) -> dict[str, Any]:
-    return {"stream": opts.stream, "seq": seq}
+def _offset(opts: SourceOptions, seq: int, created: str) -> dict[str, Any]:
+    # "created" tells a stream deleted and created again from the one the offset is of
+    # (offsets checkpointed before it was added have none and are taken as they are).
+    return {"stream": opts.stream, "seq": seq, "created": created}
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -251,11 +253,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Where a new query starts (``startingOffsets``, default ``latest``)."""
         opts = self.opts
 
-        async def initial(js: JetStreamContext) -> int:
-            start, _end, _bounds = await plan_range(js, opts, streaming=True)
-            return start
+        async def initial(js: JetStreamContext) -> tuple[int, Bounds]:
+            start, _end, bounds = await plan_range(js, opts, streaming=True)
+            return start, bounds
 
-        return _offset(opts, self._run(initial))
+        start, bounds = self._run(initial)
+        return _offset(opts, start, bounds.created)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``maxRecordsPerTrigger`` as a read limit (Spark >= 4.2)."""
@@ -276,14 +279,44 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._available_now is not None:
             latest = min(latest, self._available_now)
         begin = self._seq(start)
-        if begin is not None and begin > stream_next:
+        if begin is not None and self._recreated(start, bounds):
+            begin = bounds.first  # failOnDataLoss=false: the new stream from its start
+        elif begin is not None and begin > stream_next:
             self._behind(begin, stream_next)
         if begin is not None:
             if ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
                 # Counted from what the stream still holds: a lost gap costs no batches.
                 latest = min(latest, max(begin, bounds.first) + limit.max_rows)
             latest = max(latest, begin)
-        return _offset(self.opts, latest)
+        return _offset(self.opts, latest, bounds.created)
+
+    def _recreated(self, offset: dict[str, Any] | None, bounds: Bounds) -> bool:
+        """Whether ``offset`` is of an earlier stream of the same name (data loss allowed).
+
+        Raises :class:`DataLossError` for such an offset with ``failOnDataLoss=true``.
+
+        Without this, a query restarted after the stream was deleted and created
+        again read on from the old offset once the new stream had grown past it,
+        and never read the new stream's first messages.
+        """
+        created = None if offset is None else offset.get("created")
+        if created is None or created == bounds.created:
+            return False
+        text = (
+            f"stream {self.opts.stream!r} was deleted and created again: the offset is of the "
+            f"stream created at {created}, the stream now was created at {bounds.created}"
+        )
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                text + ". Use a new checkpoint location (or failOnDataLoss=false to read the "
+                "new stream from its first sequence)."
+            )
+        warnings.warn(
+            text + "; reading it from its first sequence (failOnDataLoss=false).",
+            JetStreamSparkWarning,
+            stacklevel=3,
+        )
+        return True
 
     def _behind(self, begin: int, stream_next: int) -> None:
         """The stream ends before the offset: deleted and created again, as Kafka reports it."""
@@ -301,20 +334,26 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def reportLatestOffset(self) -> dict[str, Any]:
         """The stream's last sequence + 1 (for the query's progress)."""
-        return _offset(self.opts, self._bounds().next)
+        bounds = self._bounds()
+        return _offset(self.opts, bounds.next, bounds.created)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Ranges of ``[start, end)``; checks the start is still in the stream."""
         begin, stop = self._seq(start), self._seq(end)
         assert begin is not None
         assert stop is not None
+        bounds = self._bounds()
+        if self._recreated(start, bounds):
+            begin = bounds.first
+            if self._recreated(end, bounds):
+                return []  # recreated again since the end was chosen: the next batch
         if stop < begin:
             # Offsets went backwards (Spark < 4.2 asks latestOffset() without a start).
             self._behind(begin, stop)
             return []
         if stop == begin:
             return []
-        begin = check_loss(self.opts, begin, self._bounds().first, "offset")
+        begin = check_loss(self.opts, begin, bounds.first, "offset")
         return _partitions(self.opts, begin, stop)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
