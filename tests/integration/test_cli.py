@@ -83,6 +83,20 @@ def one_error_line(result: Result) -> str:
     return lines[0]
 
 
+def usage_error_line(result: Result) -> str:
+    """The one ``Error:`` line of a usage error (exit code 2, after Click's usage lines)."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1, result.stderr
+    assert "Traceback" not in result.output
+    return errors[0]
+
+
+def unreachable_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"nats://127.0.0.1:{sock.getsockname()[1]}"  # nobody listens there
+
+
 @pytest.fixture
 def stream(cli: Cli) -> Iterator[str]:
     """A file stream of the test's own on ``<name>.>``."""
@@ -198,6 +212,53 @@ def test_stream_edit(cli: Cli, stream: str) -> None:
     assert "nothing to change" in usage.stderr
 
 
+def test_empty_subject_lists_are_usage_errors(cli: Cli, stream: str, nats_url: str) -> None:
+    """``--subjects ''`` would replace the subjects with none (the server then uses the name)."""
+    for value in ("", " , "):
+        usage = cli("stream", "edit", stream, "--subjects", value, expect=2)
+        assert usage_error_line(usage) == (
+            f"Error: Invalid value for '--subjects': {value!r} names no subject"
+        )
+        assert usage.stdout == ""
+    both = cli("stream", "edit", stream, "--subjects", "", "--subject", ",", expect=2)
+    assert usage_error_line(both).endswith("'', ',' names no subject")
+
+    async def subjects(js: JetStreamContext) -> list[str] | None:
+        return (await js.stream(stream)).cached_info.config.subjects
+
+    assert query(nats_url, subjects) == [f"{stream}.>"]
+    assert "Stored in stream" in cli("pub", f"{stream}.x", "still captured").stdout
+    # Empty parts beside a subject are left out, as before.
+    cli("stream", "edit", stream, "--subjects", f"{stream}.>,", "--subject", ",")
+    assert query(nats_url, subjects) == [f"{stream}.>"]
+
+    other = unique_name("CLI")
+    usage = cli("stream", "add", other, "--subjects", "", expect=2)
+    assert "'--subjects': '' names no subject" in usage_error_line(usage)
+    usage = cli("consumer", "add", stream, "c", "--filter", " ", expect=2)
+    assert usage_error_line(usage) == "Error: Invalid value for '--filter': ' ' names no subject"
+    usage = cli("consume", stream, "--subject", f"{stream}.x", "--subject", "", expect=2)
+    assert usage_error_line(usage) == "Error: Invalid value for '--subject': '' names no subject"
+
+    async def created(js: JetStreamContext) -> tuple[list[str], list[str]]:
+        streams = [name async for name in js.stream_names()]
+        consumers = [name async for name in (await js.stream(stream)).consumer_names()]
+        return streams, consumers
+
+    streams, consumers = query(nats_url, created)
+    assert other not in streams
+    assert consumers == []
+    # Refused before connecting: nothing is sent.
+    nowhere = unreachable_url()
+    for args in (
+        ("stream", "edit", stream, "--subjects", ""),
+        ("stream", "add", other, "--subjects", ","),
+        ("consumer", "add", stream, "c", "--filter", ""),
+        ("consume", stream, "--subject", ""),
+    ):
+        assert "names no subject" in usage_error_line(invoke(nowhere, args, None, 2))
+
+
 def test_stream_purge_and_rm(cli: Cli, stream: str) -> None:
     for subject in ("a", "a", "b", "b", "b"):
         cli("pub", f"{stream}.{subject}", "x")
@@ -226,10 +287,7 @@ def test_errors_are_one_line_and_debug_raises(cli: Cli) -> None:
 
 
 def test_connection_errors_are_one_line(nats_url: str) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        url = f"nats://127.0.0.1:{sock.getsockname()[1]}"  # nobody listens there
-    result = invoke(url, ("stream", "ls"), None, 1)
+    result = invoke(unreachable_url(), ("stream", "ls"), None, 1)
     assert "could not connect" in one_error_line(result)
     result = invoke(nats_url, ("--password", "p", "stream", "ls"), None, 1)
     assert one_error_line(result) == "error: --password needs --user"
@@ -436,6 +494,38 @@ def test_get_last_for_subject_and_errors(cli: Cli, stream: str) -> None:
     assert "10037" in one_error_line(cli("get", stream, "99", expect=1))
     cli("get", stream, expect=2)
     cli("get", stream, "1", "--last-for", f"{stream}.a", expect=2)
+
+
+#: User data that Rich would change: emoji codes, markup (a bad closing tag
+#: raised MarkupError), a tab (expanded to spaces) and a backslash.
+TRICKY = ":smile: :thumbs_up:\ttab [bold]b[/bold] [/x] \\[y]"
+
+
+def test_payloads_are_printed_as_they_are(cli: Cli, stream: str) -> None:
+    cli("pub", f"{stream}.x", TRICKY)
+    assert cli("get", stream, "1").stdout.endswith(f"\n{TRICKY}\n")
+    assert cli("get", stream, "1", "--raw").stdout == TRICKY
+    assert cli("consume", stream, "--count", "1").stdout.splitlines()[1:] == [TRICKY]
+    # Header values too, in the table of get and the lines of consume.
+    cli("pub", f"{stream}.h", "x", "-H", "note: [/x] :smile:\t|")
+    assert " [/x] :smile:" in cli("get", stream, "2").stdout
+    consumed = cli("consume", stream, "--start-seq", "2", "-c", "1", "--headers").stdout
+    assert consumed.splitlines()[1:] == ["  note: [/x] :smile:\t|", "x"]
+    # Not UTF-8: decoded with U+FFFD as before; control characters are kept.
+    blob = b"bin\xff\x00\r\x07end"
+    cli("pub", f"{stream}.bin", "-", input=blob)
+    text = blob.decode("utf-8", "replace").encode() + b"\n"
+    assert cli("get", stream, "3").stdout_bytes.endswith(b" \n" + text)  # after the table
+    consumed_bytes = cli("consume", stream, "--start-seq", "3", "--count", "1").stdout_bytes
+    assert consumed_bytes.endswith(b" 10 bytes\n" + text)
+    assert cli("consume", stream, "--start-seq", "3", "-c", "1", "--raw").stdout_bytes == (
+        blob + b"\n"
+    )
+    # Subjects and names too (a progress bar's description among them).
+    odd = f"{stream}.:smile:[/x]"
+    published = cli("pub", odd, "x", "--count", "2")
+    assert f"Publishing to {odd}" in published.stderr
+    assert f" {odd} " in cli("consume", stream, "--subject", odd, "-c", "1").stdout
 
 
 def test_consume_ordered_replay(cli: Cli, stream: str) -> None:
@@ -645,6 +735,25 @@ def test_kv_watch(cli: Cli) -> None:
     assert json_lines(cli("kv", "watch", bucket, "--updates-only", "--idle", "0.3", "--json")) == []
 
 
+def test_kv_values_are_printed_as_they_are(cli: Cli) -> None:
+    bucket = unique_name("KV")
+    cli("kv", "add", bucket, "--history", "2")
+    cli("kv", "put", bucket, "k", TRICKY)
+    got = cli("kv", "get", bucket, "k")
+    assert got.stdout.splitlines()[1:] == [TRICKY]
+    watched = cli("kv", "watch", bucket, "--count", "1")
+    assert watched.stdout == f"[PUT] k revision 1: {TRICKY}\n"
+    cli("kv", "put", bucket, "k", "[/x] :smile:")
+    table = cli("kv", "history", bucket, "k").stdout  # a table of values
+    assert "[/x] :smile:" in table
+    assert ":smile: :thumbs_up:" in table
+    blob = b"v\xfe\r\x07"
+    cli("kv", "put", bucket, "bin", "-", input=blob)
+    assert cli("kv", "get", bucket, "bin").stdout_bytes.endswith(
+        b"bytes\n" + blob.decode("utf-8", "replace").encode() + b"\n"
+    )
+
+
 # --------------------------------------------------------------------------- obj
 
 
@@ -693,6 +802,15 @@ def test_obj_commands(cli: Cli, tmp_path: Path) -> None:
     failed = cli("obj", "get", bucket, "blob.bin", "-o", str(nowhere), expect=1)
     # Names the directory asked for (it named a ".out.bin.<random>.part" file there).
     assert one_error_line(failed) == f"error: {nowhere.parent}: no such directory"
+
+    # Names are shown as they are, in the progress bar and the tables.
+    odd = "[/x] :smile:"
+    stored_odd = cli("obj", "put", bucket, "-", "--name", odd, input="x")
+    assert f"Storing {odd}" in stored_odd.stderr
+    assert f"Stored {odd} in {bucket}" in stored_odd.stdout
+    assert odd in cli("obj", "ls", bucket).stdout
+    assert f"Object {odd}" in cli("obj", "info", bucket, odd).stdout
+    cli("obj", "rm", bucket, odd, "-f")
 
     cli("obj", "rm", bucket, "blob.bin", "-f")
     assert [o["name"] for o in as_json(cli("obj", "ls", bucket, "--json"))] == ["notes/hi.txt"]

@@ -201,16 +201,12 @@ def read_terminal(master: int, proc: subprocess.Popen[bytes]) -> bytes:
     return b"".join(chunks)
 
 
-def test_progress_renders_in_a_terminal(nats_url: str) -> None:
-    """In a real terminal (a pty, 80x24) the progress bar draws, updates and finishes."""
-    stream = unique_name("PROC")
-    CliRunner().invoke(
-        app, ["--server", nats_url, "stream", "add", stream, "--subjects", f"{stream}.>"]
-    )
+def run_in_terminal(nats_url: str, *args: str) -> bytes:
+    """Run ``python -m aiojetstream ARGS`` in a terminal (a pty, 80x24); what it wrote there."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aiojetstream", "pub", f"{stream}.x", "m{n}", "--count", "3000"],
+        [sys.executable, "-m", "aiojetstream", *args],
         stdin=slave,
         stdout=slave,
         stderr=slave,
@@ -226,6 +222,16 @@ def test_progress_renders_in_a_terminal(nats_url: str) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    return screen
+
+
+def test_progress_renders_in_a_terminal(nats_url: str) -> None:
+    """In a real terminal (a pty, 80x24) the progress bar draws, updates and finishes."""
+    stream = unique_name("PROC")
+    CliRunner().invoke(
+        app, ["--server", nats_url, "stream", "add", stream, "--subjects", f"{stream}.>"]
+    )
+    screen = run_in_terminal(nats_url, "pub", f"{stream}.x", "m{n}", "--count", "3000")
     text = screen.decode("utf-8", "replace")
     assert "\x1b[" in text  # drawn with terminal control sequences (a live display)
     assert "\x1b[?25l" in text  # the cursor is hidden while the bar is live...
@@ -237,3 +243,19 @@ def test_progress_renders_in_a_terminal(nats_url: str) -> None:
     assert re.search(r"Stored\s+3,000 \(sequences 1\.\.3000\)", plain), plain
     widest = max(len(line) for line in plain.replace("\r\n", "\n").split("\n") if "\r" not in line)
     assert widest <= 80
+
+
+def test_payload_reaches_a_terminal_as_it_is(nats_url: str) -> None:
+    """In a terminal, where Rich styles the table, the payload under it is left as it is."""
+    stream = unique_name("PROC")
+    payload = ":smile: [bold]b[/bold]\ttab"
+    runner = CliRunner()
+    for args in (
+        ["stream", "add", stream, "--subjects", f"{stream}.>"],
+        ["pub", f"{stream}.x", payload],
+    ):
+        done = runner.invoke(app, ["--server", nats_url, *args])
+        assert done.exit_code == 0, done.output
+    screen = run_in_terminal(nats_url, "get", stream, "1")
+    assert b"\x1b[1m" in screen  # the table's setting names are bold: Rich saw a terminal
+    assert screen.endswith(b"\n" + payload.encode() + b"\r\n")  # the terminal's own \r\n

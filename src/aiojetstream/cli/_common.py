@@ -313,12 +313,17 @@ def payload_fields(data: bytes, key: str = "data") -> dict[str, str]:
 
 
 class Output:
-    """Where a command prints: JSON for scripts, or Rich tables for people."""
+    """Where a command prints: JSON for scripts, or Rich tables for people.
+
+    Text is written as it is: Rich renders the tables and notes, but neither
+    interprets markup (``[bold]``) nor emoji codes (``:smile:``) in them, and
+    :meth:`print` does not go through Rich at all.
+    """
 
     def __init__(self, as_json: bool) -> None:
         self.json = as_json
-        self.console = Console(highlight=False)
-        self.err = Console(stderr=True, highlight=False)
+        self.console = Console(highlight=False, markup=False, emoji=False)
+        self.err = Console(stderr=True, highlight=False, markup=False, emoji=False)
 
     def emit_json(self, value: Any) -> None:
         """Print ``value`` as indented JSON on standard output."""
@@ -331,8 +336,13 @@ class Output:
         sys.stdout.flush()
 
     def print(self, text: str) -> None:
-        """Print plain text (no markup interpreted) on standard output."""
-        self.console.print(text, markup=False, soft_wrap=True)
+        """Print ``text`` and a newline on standard output, exactly as it is.
+
+        Not through Rich: payloads, values, subjects and names keep their
+        emoji codes, brackets, tabs and control characters.
+        """
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
     def note(self, text: str) -> None:
         """Print a remark on standard error (progress, confirmations)."""

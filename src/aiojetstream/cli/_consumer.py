@@ -222,7 +222,7 @@ def add(
     out = output(ctx, json_flag)
     if start_seq is not None and deliver not in (None, DeliverPolicy.BY_START_SEQUENCE):
         raise typer.BadParameter("--start-seq goes with --deliver by_start_sequence only")
-    filters = list_values(filter_subjects)
+    filters = list_values(filter_subjects, "--filter")
     changes: dict[str, Any] = {
         "ack_policy": ack,
         "deliver_policy": DeliverPolicy.BY_START_SEQUENCE if start_seq is not None else deliver,

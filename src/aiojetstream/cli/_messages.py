@@ -66,7 +66,7 @@ def parse_headers(values: list[str] | None) -> dict[str, str] | None:
 def progress_bar(out: Output, what: str) -> Progress:
     """A Rich progress bar on standard error (standard output stays for results)."""
     return Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(bar_width=24),
         MofNCompleteColumn(),
         TaskProgressColumn(),
@@ -361,6 +361,9 @@ def consume(
         raise typer.BadParameter("--subject, --start-seq and --new are for an ordered replay")
     if start_seq is not None and new:
         raise typer.BadParameter("--start-seq and --new can not be combined")
+    for item in subject or []:
+        if not item.strip():  # an empty filter would replay every subject
+            raise typer.BadParameter(f"{item!r} names no subject", param_hint="'--subject'")
     do_ack = consumer is not None and ack is not False
     config: OrderedConsumerConfig | None = None
     if consumer is None:

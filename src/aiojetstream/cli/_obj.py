@@ -63,7 +63,7 @@ _READ_SIZE = 1 << 20
 
 def _transfer_bar(out: Output) -> Progress:
     return Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(bar_width=24),
         DownloadColumn(),
         TransferSpeedColumn(),

@@ -132,12 +132,25 @@ ConfigFile = Annotated[
 ]
 
 
-def list_values(values: list[str] | None) -> list[str] | None:
-    """Repeated options and comma separated lists, flattened (None when not given)."""
+def list_values(values: list[str] | None, option: str = "--subjects") -> list[str] | None:
+    """Repeated options and comma separated lists, flattened (None when not given).
+
+    Empty parts are left out (``a,,b``), but values that hold none at all
+    (``--subjects ''``) are refused: an empty list would replace the
+    setting instead of leaving it as it is.
+
+    Raises:
+        typer.BadParameter: ``option`` was given, with nothing in it.
+
+    """
     if not values:
         return None
-    out = [part.strip() for value in values for part in value.split(",")]
-    return [part for part in out if part]
+    parts = [part.strip() for value in values for part in value.split(",")]
+    found = [part for part in parts if part]
+    if not found:
+        given = ", ".join(repr(value) for value in values)
+        raise typer.BadParameter(f"{given} names no subject", param_hint=f"'{option}'")
+    return found
 
 
 def config_from(base: dict[str, Any], changes: dict[str, Any]) -> StreamConfig:
@@ -179,7 +192,7 @@ _OPTION_FIELDS = {
 def _changes(options: dict[str, Any]) -> dict[str, Any]:
     """The config fields the command's options set (None: not given), from its parameters."""
     changes = {field: options[param] for param, field in _OPTION_FIELDS.items()}
-    changes["subjects"] = list_values(changes["subjects"])
+    changes["subjects"] = list_values(changes["subjects"], "--subjects")
     return changes
 
 
