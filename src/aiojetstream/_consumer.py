@@ -593,6 +593,7 @@ class Consumer:
         self,
         max_messages: int,
         *,
+        max_bytes: int | None = None,
         group: str | None = None,
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
@@ -600,11 +601,16 @@ class Consumer:
     ) -> MessageBatch:
         """Pull up to ``max_messages`` of what is available now, without waiting.
 
+        ``max_bytes`` also bounds what the server sends for the pull (sizes as
+        :attr:`Msg.size`): it stops before the message that would exceed it, so
+        a pull of large messages can not overrun the connection. When not even
+        the first message fits, iteration raises :class:`MessageTooLargeError`.
         Priority-group options as for :meth:`fetch`.
         """
         return await self._fetch(
             resolve_fetch(
                 max_messages=max_messages,
+                max_bytes=max_bytes,
                 no_wait=True,
                 consumer=self._priority(),
                 group=group,

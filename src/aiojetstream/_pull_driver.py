@@ -159,6 +159,7 @@ class PullDriver:
         self._sub: RawSubscription | None = None
         self._buffer: deque[Msg] = deque()
         self._byte_mode = bool(settings.max_bytes)
+        self._byte_cap = bool(settings.byte_cap)
         # Batched accounting (message-mode messages()/consume()): arrivals are told
         # to the engine once per read (on_messages), and up to quiet_consumptions()
         # messages are handed out before the engine hears of them (on_consumed_many).
@@ -405,6 +406,8 @@ class PullDriver:
                 if pin_id is not None:
                     self.engine.on_pin_id(pin_id)
             cmds = self.engine.on_message(msg.size if self._byte_mode else 0)
+            if self._byte_cap:
+                cmds += self.engine.on_fetched_bytes(msg.size)
             if cmds:
                 self._run(cmds)
         waiter = self._waiter
@@ -421,10 +424,16 @@ class PullDriver:
             engine = self.engine
             before = engine.delivered
             cmds = engine.on_messages(count)
-            extra = count - (engine.delivered - before)
+            taken = engine.delivered - before
             buffer = self._buffer
-            for _ in range(extra):
+            for _ in range(count - taken):
                 buffer.pop()
+            if self._byte_cap and taken:
+                # Sizes only for a byte-capped fetch still running: its pull may have
+                # ended without a word (the cap used up exactly).
+                cmds += engine.on_fetched_bytes(
+                    sum(buffer[-i].size for i in range(1, taken + 1))
+                )
             if cmds:
                 self._run(cmds)
         waiter = self._waiter

@@ -137,9 +137,9 @@ class PullSettings:
     priority: PriorityOptions | None = None
     """The priority-group fields of every pull (ADR-42), None without groups."""
     byte_cap: int = 0
-    """A message-mode fetch's ``max_bytes`` for the server only (0: none): the server
-    ends the pull there (a 409 ends the fetch, normally once something came), while
-    the client counts messages, not bytes. Bounds what one pull can send at once."""
+    """A message-mode fetch's ``max_bytes`` (0: none): the server ends the pull there
+    (with a 409, which ends the fetch normally once something came, or without a
+    word when the messages use it up exactly: see :meth:`PullEngine.on_fetched_bytes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,8 +268,12 @@ def resolve_fetch(
     """
     max_messages = _positive_int(max_messages, "max_messages")
     max_bytes = _positive_int(max_bytes, "max_bytes")
+    cap = 0
     if max_messages is not None and max_bytes is not None:
-        raise InvalidOptionError("max_messages and max_bytes can not be used together")
+        if not no_wait:
+            raise InvalidOptionError("max_messages and max_bytes can not be used together")
+        # fetch_no_wait(max_messages, max_bytes=): counted in messages, capped in bytes.
+        cap, max_bytes = max_bytes, None
     exp = _seconds(expires, "expires")
     exp = DEFAULT_EXPIRES if exp is None else exp
     if not no_wait and exp < MIN_EXPIRES:
@@ -282,7 +286,7 @@ def resolve_fetch(
     prio = _resolve_priority(consumer, exp, no_wait, group, min_pending, min_ack_pending, priority)
     if max_bytes is not None:
         return PullSettings(BYTES_MODE_BATCH, max_bytes, 0, 0, exp, hb, True, no_wait, prio)
-    return PullSettings(max_messages or 1, 0, 0, 0, exp, hb, True, no_wait, prio)
+    return PullSettings(max_messages or 1, 0, 0, 0, exp, hb, True, no_wait, prio, cap)
 
 
 def _check_heartbeat(hb: float, expires: float) -> None:
@@ -660,6 +664,22 @@ class PullEngine:
         self.unsolicited += count - take
         self.buffered_messages += count
         if single_running and self.outstanding_messages == 0:
+            return self._finish(None)
+        return _NONE
+
+    def on_fetched_bytes(self, nbytes: int) -> Commands:
+        """A byte-capped fetch (``byte_cap``) received messages of ``nbytes`` bytes in all.
+
+        Sizes as the server counts them (:attr:`Msg.size`). When they use the cap up
+        exactly the server ends the pull without a status: the fetch ends here then,
+        rather than at its deadline.
+        """
+        s = self.settings
+        if not s.byte_cap or self.phase is not Phase.RUNNING:
+            return _NONE
+        self.outstanding_bytes -= min(nbytes, self.outstanding_bytes)
+        if self.outstanding_bytes == 0:
+            self._release_all()
             return self._finish(None)
         return _NONE
 

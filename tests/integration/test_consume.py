@@ -17,6 +17,7 @@ from aiojetstream import (
     JetStreamContext,
     JetStreamError,
     MessageAlreadyAckedError,
+    MessageTooLargeError,
     StorageType,
     StreamConfig,
 )
@@ -402,3 +403,33 @@ async def test_an_iterator_taken_from_a_started_messages_outlives_it(js: JetStre
         return rest
 
     assert await asyncio.wait_for(two(), 10) == [b"later-0", b"later-1"]
+
+
+async def test_fetch_no_wait_with_max_bytes(js: JetStreamContext) -> None:
+    """``fetch_no_wait(n, max_bytes=)``: counted in messages, bounded in bytes on the
+    server (sizes as ``Msg.size``); a cap the messages use up exactly ends it at once
+    (the server says nothing then: it waited out the 5 s no-wait deadline)."""
+    consumer = await make(js, 10, ack=AckPolicy.NONE)
+    stream = consumer.stream_name
+    config = ConsumerConfig(durable_name="worker", ack_policy=AckPolicy.NONE)
+
+    async def fresh() -> Consumer:
+        # The same consumer again: the same reply subjects, so the same sizes.
+        await js.delete_consumer(stream, "worker")
+        return await js.create_consumer(stream, config)
+
+    sizes = [m.size for m in await (await consumer.fetch_no_wait(10)).collect()]
+    assert len(sizes) == 10
+    loop = asyncio.get_running_loop()
+    for cap, expected in ((sum(sizes[:3]) - 1, 2), (sum(sizes[:3]), 3), (sum(sizes) + 1, 10)):
+        consumer = await fresh()
+        started = loop.time()
+        got = await (await consumer.fetch_no_wait(10, max_bytes=cap)).collect()
+        assert [m.data for m in got] == [str(i).encode() for i in range(expected)], cap
+        assert [m.size for m in got] == sizes[:expected]
+        assert loop.time() - started < 2.5, cap
+    consumer = await fresh()
+    with pytest.raises(MessageTooLargeError):
+        await (await consumer.fetch_no_wait(10, max_bytes=sizes[0] - 1)).collect()
+    with pytest.raises(InvalidOptionError, match="max_bytes"):
+        await consumer.fetch_no_wait(10, max_bytes=0)

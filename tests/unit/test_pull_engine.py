@@ -20,7 +20,7 @@ import itertools
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -492,17 +492,22 @@ def test_max_bytes_on_a_full_size_request_finishes_message_too_large() -> None:
     assert sim.engine.done
 
 
-def test_a_byte_cap_bounds_a_message_mode_fetch_on_the_server_only() -> None:
-    """``byte_cap`` (the Spark reader's pulls): sent as the pull's max_bytes, while
-    the fetch counts messages; the server's 409 at the cap ends it normally once
-    something came, and with MessageTooLargeError when nothing could."""
-    capped = replace(resolve_fetch(max_messages=50, no_wait=True), byte_cap=1000)
+def test_fetch_no_wait_max_bytes_caps_a_message_mode_fetch() -> None:
+    """``fetch_no_wait(n, max_bytes=)`` (the Spark reader's pulls): sent as the pull's
+    max_bytes while the fetch counts messages; the server's 409 at the cap ends it
+    normally once something came, and with MessageTooLargeError when nothing could;
+    messages that use the cap up exactly (the server then says nothing) end it too."""
+    capped = resolve_fetch(max_messages=50, max_bytes=1000, no_wait=True)
+    assert (capped.max_messages, capped.max_bytes, capped.byte_cap) == (50, 0, 1000)
+    with pytest.raises(InvalidOptionError, match="together"):
+        resolve_fetch(max_messages=50, max_bytes=1000)  # fetch: one or the other
     sim = Sim(capped)
     (pull,) = pulls(sim.start())
     assert (pull.batch, pull.max_bytes, pull.no_wait) == (50, 1000, True)
     sim.message()
     sim.message()
-    out = sim.status(K.MAX_BYTES, S.SILENT, 48, 10, too_large_409())
+    assert sim.engine.on_fetched_bytes(600) == ()
+    out = sim.status(K.MAX_BYTES, S.SILENT, 48, 400, too_large_409())
     assert finishes(out) == [Finish(None)]
     assert sim.engine.buffered_messages == 2
     sim = Sim(capped)
@@ -513,8 +518,23 @@ def test_a_byte_cap_bounds_a_message_mode_fetch_on_the_server_only() -> None:
     sim = Sim(capped)
     sim.start()
     for _ in range(49):
-        assert finishes(sim.message(100)) == []
-    assert finishes(sim.message(100)) == [Finish(None)]
+        assert finishes(sim.message()) == []
+        assert sim.engine.on_fetched_bytes(10) == ()
+    assert finishes(sim.message()) == [Finish(None)]
+    assert sim.engine.on_fetched_bytes(10) == ()  # done already
+    # The cap used up exactly: done, though fewer messages came.
+    sim = Sim(capped)
+    sim.start()
+    sim.message()
+    assert sim.engine.on_fetched_bytes(400) == ()
+    sim.message()
+    assert finishes(sim.engine.on_fetched_bytes(600)) == [Finish(None)]
+    assert sim.engine.outstanding_messages == 0
+    # Not capped: sizes are not counted at all.
+    plain = Sim(resolve_fetch(max_messages=5, no_wait=True))
+    plain.start()
+    plain.message()
+    assert plain.engine.on_fetched_bytes(10**9) == ()
 
 
 def test_max_bytes_on_a_partial_request_waits_for_the_buffer_then_pulls_full() -> None:

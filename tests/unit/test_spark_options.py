@@ -71,6 +71,31 @@ def test_json_offset_accepted() -> None:
 
 
 @pytest.mark.parametrize(
+    "offset",
+    [
+        # As checkpointed now (with the stream's creation time), in any key order.
+        '{"stream": "S", "seq": 17, "created": "2026-11-25T02:11:20.101452+00:00"}',
+        '{"seq": 17, "stream": "S"}',
+        '{ "created": "x", "seq": 17, "stream": "S" }',
+    ],
+)
+def test_json_offsets_as_checkpointed(offset: str) -> None:
+    """The offset regex took only ``{"stream": .., "seq": ..}`` in that order: an offset
+    copied from a checkpoint (which has "created" since) was refused."""
+    opts = parse_source_options({"stream": "S", "startingOffsets": offset}, streaming=True)
+    assert opts.starting == 17
+
+
+@pytest.mark.parametrize(
+    "offset",
+    ['{"stream": "S"}', '{"stream": "S", "seq": "17"}', '{"stream": "S", "seq": 0}', "{", "[17]"],
+)
+def test_bad_json_offsets(offset: str) -> None:
+    with pytest.raises(InvalidOptionError, match="'startingOffsets'"):
+        parse_source_options({"stream": "S", "startingOffsets": offset}, streaming=True)
+
+
+@pytest.mark.parametrize(
     ("options", "names"),
     [
         ({}, "'stream' is required"),

@@ -8,6 +8,7 @@ objects are what travels (by cloudpickle) to the executors: plain data only.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import ssl
@@ -292,19 +293,36 @@ def _offset(raw: str, display: str, words: tuple[str, ...], stream: str | None =
     text = raw.strip()
     if text.lower() in words:
         return text.lower()
-    # A JSON offset as written in a checkpoint is accepted too: {"stream": ..., "seq": N}.
-    match = re.fullmatch(r'\{\s*"stream"\s*:\s*"([^"]*)"\s*,\s*"seq"\s*:\s*(\d+)\s*\}', text)
-    if match and stream is not None and match.group(1) != stream:
-        raise InvalidOptionError(
-            f"option {display!r}: the offset is of stream {match.group(1)!r}, not {stream!r}"
-        )
-    digits = match.group(2) if match else text
+    digits = text
+    if text.startswith("{"):
+        # An offset as written in a checkpoint: {"stream": ..., "seq": N, "created": ...}.
+        offset = _json_offset(text)
+        if offset is not None:
+            name, digits = offset
+            if stream is not None and name != stream:
+                raise InvalidOptionError(
+                    f"option {display!r}: the offset is of stream {name!r}, not {stream!r}"
+                )
     if digits.isascii() and digits.isdigit() and int(digits) >= 1:
         return int(digits)
     allowed = " | ".join(words)
     raise InvalidOptionError(
         f"option {display!r}: expected {allowed} or a stream sequence >= 1, got {raw!r}"
     )
+
+
+def _json_offset(text: str) -> tuple[str, str] | None:
+    """The stream and the sequence (as digits) of a JSON offset; None if it is none."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not {"stream", "seq"} <= value.keys():
+        return None
+    name, seq = value["stream"], value["seq"]
+    if not isinstance(name, str) or isinstance(seq, bool) or not isinstance(seq, int):
+        return None
+    return name, str(seq)
 
 
 def _timestamp(raw: str | None) -> datetime | None:

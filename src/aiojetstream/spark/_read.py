@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -33,7 +33,6 @@ from aiojetstream import (
     StreamNotFoundError,
 )
 from aiojetstream import Consumer as JSConsumer
-from aiojetstream._pull_engine import resolve_fetch
 
 from ._options import (
     MAX_DEFAULT_PARTITIONS,
@@ -78,14 +77,11 @@ DDL: Final = (
 _FIRST_ROWS: Final = 2_000
 _MAX_ROWS: Final = 20_000
 _TARGET_BYTES: Final = 8 << 20
-#: The most one pull may send (the server's ``max_bytes``; the rows asked for usually
-#: end it first). The server sends a pull's messages at once: past its allowance for
-#: a client (``max_pending``, 64 MiB) it drops the connection as a slow consumer,
-#: which 2,000 messages of 40 KB could do. A prime, so that messages of one size
-#: practically never use it up exactly (the server then ends the pull without a
-#: status and the fetch waits out its no-wait deadline).
-_PULL_BYTES: Final = 33_554_393
-_NO_WAIT_FETCH: Final = replace(resolve_fetch(no_wait=True), byte_cap=_PULL_BYTES)
+#: The most one pull may send (its ``max_bytes``; the rows asked for usually end it
+#: first). The server sends a pull's messages at once: past its allowance for a
+#: client (``max_pending``, 64 MiB) it drops the connection as a slow consumer,
+#: which 2,000 messages of 40 KB could do.
+_PULL_BYTES: Final = 32 << 20
 
 
 class DataLossError(JetStreamError):
@@ -326,8 +322,7 @@ class RangeReader:
     async def _fetch(self, consumer: JSConsumer, want: int) -> pa.RecordBatch | None:
         # What the stream holds now, without waiting: fewer matching messages than
         # asked for (a filter, deleted sequences) must not wait for an expiry.
-        settings = replace(_NO_WAIT_FETCH, max_messages=want)
-        async with await consumer._fetch(settings) as fetched:
+        async with await consumer.fetch_no_wait(want, max_bytes=_PULL_BYTES) as fetched:
             msgs = await fetched.collect()
             if not msgs:
                 return None
