@@ -431,9 +431,7 @@ class PullDriver:
             if self._byte_cap and taken:
                 # Sizes only for a byte-capped fetch still running: its pull may have
                 # ended without a word (the cap used up exactly).
-                cmds += engine.on_fetched_bytes(
-                    sum(buffer[-i].size for i in range(1, taken + 1))
-                )
+                cmds += engine.on_fetched_bytes(sum(buffer[-i].size for i in range(1, taken + 1)))
             if cmds:
                 self._run(cmds)
         waiter = self._waiter

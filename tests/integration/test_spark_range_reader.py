@@ -155,7 +155,7 @@ def test_stream_reader_offsets_going_backwards_and_lost_gaps(nats_server: NatsSe
     """The driver-side offset calls, as Spark 4.0/4.1 and 4.2+ make them."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    from aiojetstream.spark._source import StreamReader
+    from aiojetstream.spark._source import SequenceRange, StreamReader
 
     async def setup() -> tuple[str, str]:
         async with await aiojetstream.connect(nats_server.url) as js:
@@ -192,6 +192,7 @@ def test_stream_reader_offsets_going_backwards_and_lost_gaps(nats_server: NatsSe
             reader.latestOffset(earlier, ReadMaxRows(10))
         with pytest.warns(JetStreamSparkWarning, match="from its first sequence"):
             (whole,) = lenient.partitions(earlier, end)
+        assert isinstance(whole, SequenceRange)
         assert (whole.start, whole.end) == (901, 1001)
         lenient.stop()
     finally:
