@@ -35,6 +35,7 @@ from ._errors import (
     KeyValueError,
     MessageNotFoundError,
     MessageTTLDisabledError,
+    NoRespondersError,
     StreamNotFoundError,
     WrongLastSequenceError,
 )
@@ -383,6 +384,13 @@ async def key_value_store_names(js: JetStreamContext, timeout: float | None) -> 
             yield name[len(STREAM_PREFIX) :]
 
 
+def bucket_gone(stream_name: str) -> BucketNotFoundError:
+    """The error for a bucket whose backing stream is gone (raised from StreamNotFoundError)."""
+    kind, _, bucket = stream_name.partition("_")
+    what = "object store" if kind == "OBJ" else "bucket"
+    return BucketNotFoundError(f"{what} {bucket!r} not found")
+
+
 # --------------------------------------------------------------------------- reading
 
 
@@ -402,7 +410,11 @@ class _Reader:
 
     With ``stall`` (one-shot reads: keys, history), starting and every wait
     for an initial value are bounded: :class:`JetStreamTimeoutError` after
-    ``stall`` seconds without progress. A watch (``stall=None``) waits forever.
+    ``stall`` seconds without progress. A watch (``stall=None``) waits forever
+    for its messages, but its start is bounded by ``start_timeout`` (as nats.go's
+    Watch fails when it can not create its consumer). A failed start leaves
+    nothing running (the reader is closed); a deleted bucket (its stream gone)
+    raises :class:`BucketNotFoundError`, when starting or reading.
     """
 
     def __init__(
@@ -412,9 +424,12 @@ class _Reader:
         deliver_policy: DeliverPolicy,
         headers_only: bool,
         stall: float | None = None,
+        start_timeout: float | None = None,
     ) -> None:
         self._stream = stream
         self._stall = stall
+        #: The longest wait for the consumer's creation (None: unbounded).
+        self._start_timeout = stall if start_timeout is None else start_timeout
         self._config = OrderedConsumerConfig(
             filter_subjects=filters, deliver_policy=deliver_policy, headers_only=headers_only
         )
@@ -427,24 +442,30 @@ class _Reader:
 
     async def start(self) -> None:
         try:
-            await self._start()
-        except StreamNotFoundError as exc:
-            # A bucket's backing stream is gone: the bucket was deleted.
-            bucket = self._stream.name.partition("_")[2]
-            raise BucketNotFoundError(f"bucket {bucket!r} not found") from exc
+            try:
+                await self._start()
+            except StreamNotFoundError as exc:
+                # A bucket's backing stream is gone: the bucket was deleted.
+                raise bucket_gone(self._stream.name) from exc
+        except BaseException:
+            # Nothing stays behind a failed start: the messages context (and with
+            # it any retry of the consumer's creation) is stopped and closed.
+            await self.aclose()
+            raise
 
     async def _start(self) -> None:
         oc = await self._stream.ordered_consumer(self._config)
         it = oc.messages(heartbeat=WATCH_HEARTBEAT)
         self._oc, self._it = oc, it
-        if self._stall is None:
+        bound = self._start_timeout
+        if bound is None:
             await it.__aenter__()
         else:
             try:
-                await asyncio.wait_for(it.__aenter__(), self._stall)
+                await asyncio.wait_for(it.__aenter__(), bound)
             except TimeoutError:
                 raise JetStreamTimeoutError(
-                    f"could not start reading stream {self._stream.name!r} within {self._stall:g} s"
+                    f"could not start reading stream {self._stream.name!r} within {bound:g} s"
                 ) from None
         info = oc.cached_info
         if info is not None and info.num_pending == 0:
@@ -498,6 +519,9 @@ class _Reader:
                 msg = task.result()
             except StopAsyncIteration:
                 return _Event.END
+            except StreamNotFoundError as exc:
+                # The consumer was recreated (reset) after the bucket was deleted.
+                raise bucket_gone(self._stream.name) from exc
             except asyncio.CancelledError:
                 if self._closed and task.cancelled():
                     return _Event.END  # closed meanwhile (aclose cancelled the read), not us
@@ -604,7 +628,11 @@ class KeyValue:
             InvalidKeyError: the key is invalid.
 
         """
-        ack = await self._js.publish(self._subject(key), value, timeout=timeout)
+        try:
+            ack = await self._js.publish(self._subject(key), value, timeout=timeout)
+        except NoRespondersError:
+            await self._check_bucket(timeout)
+            raise
         return ack.seq
 
     async def create(
@@ -646,6 +674,9 @@ class KeyValue:
             return ack.seq
         except WrongLastSequenceError as exc:
             first = exc
+        except NoRespondersError:
+            await self._check_bucket(timeout)
+            raise
         # The key has revisions: allowed if the last one is a delete, purge or limit marker.
         last = await self._last_or_none(subject, timeout)
         if last is None or entry_operation(last.headers) is KeyValueOp.PUT:
@@ -656,6 +687,9 @@ class KeyValue:
             )
         except WrongLastSequenceError as exc:
             raise _exists(exc, f"key {key!r} exists") from None
+        except NoRespondersError:
+            await self._check_bucket(timeout)
+            raise
         return ack.seq
 
     async def update(
@@ -679,6 +713,9 @@ class KeyValue:
             )
         except WrongLastSequenceError as exc:
             raise _exists(exc, f"key {key!r} is not at revision {revision}") from None
+        except NoRespondersError:
+            await self._check_bucket(timeout)
+            raise
         return ack.seq
 
     async def delete(
@@ -748,11 +785,30 @@ class KeyValue:
             )
         except WrongLastSequenceError as exc:
             raise _exists(exc, f"key {key!r} is not at revision {revision}") from None
+        except NoRespondersError:
+            await self._check_bucket(timeout)
+            raise
+
+    async def _check_bucket(self, timeout: float | None) -> None:
+        """After a write found no stream: raise BucketNotFoundError if the bucket was deleted.
+
+        No responders may also mean the stream's server is down or mid-election:
+        then (or when the look-up fails) the caller raises its NoRespondersError.
+        """
+        try:
+            await self._stream.info(timeout=timeout)
+        except StreamNotFoundError as exc:
+            raise bucket_gone(self._stream.name) from exc
+        except JetStreamError:
+            return
 
     async def _require_markers(self, what: str, timeout: float | None) -> None:
         if self._stream.cached_info.config.subject_delete_marker_ttl:
             return
-        info = await self._stream.info(timeout=timeout)  # maybe enabled since bound
+        try:
+            info = await self._stream.info(timeout=timeout)  # maybe enabled since bound
+        except StreamNotFoundError as exc:
+            raise bucket_gone(self._stream.name) from exc
         if info.config.subject_delete_marker_ttl:
             return
         raise MessageTTLDisabledError(
@@ -778,36 +834,40 @@ class KeyValue:
         Raises:
             KeyNotFoundError: the key has no such revision, or it is a delete,
                 a purge or a limit marker (the key expired).
+            BucketNotFoundError: the bucket was deleted.
 
         """
         subject, subject_bytes, get_subject, body = self._key(key)
         stream = self._stream
-        if revision is None and stream._direct():
-            # The hot path: a direct get of the last value, parsed without a RawStreamMessage.
-            reply = await stream._direct_get(body, timeout, get_subject)
-            if reply is not None:
-                data, block = reply
-                if block is not None:
-                    plain = _plain_reply(block, subject_bytes)
-                    if plain is not None:
-                        name = subject[len(self._prefix) :]  # the key as a plain str
-                        return kv_entry(self._bucket, name, data, plain[0], plain[1])
-                try:
-                    found, seq, created, headers = direct_fields(data, block, subject)
-                except MessageNotFoundError:
-                    raise KeyNotFoundError(f"key {key!r} not found") from None
-                return self._found(key, subject, revision, found, seq, headers, data, created)
         try:
-            if revision is None:
-                msg = await stream.get_last_msg_for_subject(subject, timeout=timeout)
-            else:
-                msg = await stream.get_msg(revision, timeout=timeout)
-        except MessageNotFoundError:
-            what = "" if revision is None else f" at revision {revision}"
-            raise KeyNotFoundError(f"key {key!r} not found{what}") from None
-        return self._found(
-            key, subject, revision, msg.subject, msg.seq, msg.headers, msg.data, msg.time
-        )
+            if revision is None and stream._direct():
+                # The hot path: a direct get of the last value, parsed without a RawStreamMessage.
+                reply = await stream._direct_get(body, timeout, get_subject)
+                if reply is not None:
+                    data, block = reply
+                    if block is not None:
+                        plain = _plain_reply(block, subject_bytes)
+                        if plain is not None:
+                            name = subject[len(self._prefix) :]  # the key as a plain str
+                            return kv_entry(self._bucket, name, data, plain[0], plain[1])
+                    try:
+                        found, seq, created, headers = direct_fields(data, block, subject)
+                    except MessageNotFoundError:
+                        raise KeyNotFoundError(f"key {key!r} not found") from None
+                    return self._found(key, subject, revision, found, seq, headers, data, created)
+            try:
+                if revision is None:
+                    msg = await stream.get_last_msg_for_subject(subject, timeout=timeout)
+                else:
+                    msg = await stream.get_msg(revision, timeout=timeout)
+            except MessageNotFoundError:
+                what = "" if revision is None else f" at revision {revision}"
+                raise KeyNotFoundError(f"key {key!r} not found{what}") from None
+            return self._found(
+                key, subject, revision, msg.subject, msg.seq, msg.headers, msg.data, msg.time
+            )
+        except StreamNotFoundError as exc:
+            raise bucket_gone(stream.name) from exc
 
     def _found(
         self,
@@ -848,7 +908,8 @@ class KeyValue:
         stall: float | None = None,
     ) -> _Reader:
         subjects = [self._prefix + k for k in filters]
-        return _Reader(self._stream, subjects, policy, headers_only, stall)
+        # A watch (no stall) waits for its messages forever, for its start the context's timeout.
+        return _Reader(self._stream, subjects, policy, headers_only, stall, self._js.timeout)
 
     def _stall(self, timeout: float | None) -> float:
         checked = check_timeout(timeout)
@@ -965,8 +1026,16 @@ class KeyValue:
         )
 
     async def status(self, *, timeout: float | None = None) -> KeyValueStatus:
-        """The bucket's state and settings (from the backing stream's info)."""
-        info: StreamInfo = await self._stream.info(timeout=timeout)
+        """The bucket's state and settings (from the backing stream's info).
+
+        Raises:
+            BucketNotFoundError: the bucket was deleted.
+
+        """
+        try:
+            info: StreamInfo = await self._stream.info(timeout=timeout)
+        except StreamNotFoundError as exc:
+            raise bucket_gone(self._stream.name) from exc
         return KeyValueStatus.from_stream_info(info)
 
     async def purge_deletes(
@@ -983,9 +1052,14 @@ class KeyValue:
 
         Args:
             older_than: the age threshold (default 30 minutes, as nats.go); 0
-                removes every marker.
+                removes every marker; one longer than any marker's age (up to
+                ``timedelta.max``) keeps them all.
             timeout: seconds to wait for each reply, and the longest wait
                 without progress while reading the markers.
+
+        Raises:
+            InvalidOptionError: ``older_than`` is not a duration (negative, not
+                finite, beyond ``timedelta.max``, not a number), before anything is sent.
 
         """
         try:
@@ -1010,9 +1084,11 @@ class KeyValue:
                     markers.append((item.subject, meta.timestamp, meta.sequence.stream))
         finally:
             await reader.aclose()
-        cutoff = datetime.now(UTC) - limit
+        now = datetime.now(UTC)
         for subject, created, revision in markers:
-            if limit and created > cutoff:
+            # Ages, not a cutoff (now - limit): any limit a timedelta holds is valid,
+            # and one longer than every marker's age simply keeps them all.
+            if limit and now - created < limit:
                 await self._stream.purge(subject=subject, keep=1, timeout=timeout)
             else:
                 # Up to the marker only: a put made since the listing stays.

@@ -69,7 +69,7 @@ from ._errors import (
     ObjectNotFoundError,
     StreamNotFoundError,
 )
-from ._kv import Watcher, _Reader
+from ._kv import Watcher, _Reader, bucket_gone
 from ._message import Msg
 from ._models import (
     DeliverPolicy,
@@ -1074,7 +1074,9 @@ class ObjectStore:
     # ------------------------------------------------------------- listing
 
     def _reader(self, policy: DeliverPolicy, stall: float | None) -> _Reader:
-        return _Reader(self._stream, [self._meta_prefix + ">"], policy, False, stall)
+        # A watch (no stall) waits for its infos forever, for its start the context's timeout.
+        subjects = [self._meta_prefix + ">"]
+        return _Reader(self._stream, subjects, policy, False, stall, self._js.timeout)
 
     def _parse(self, msg: Msg) -> ObjectInfo:
         return parse_info(msg.data, msg.metadata.timestamp, self._bucket, msg.subject)
@@ -1310,11 +1312,11 @@ class ObjectResult:
             if not self._started:
                 self._started = True
                 if not await self._start():
-                    self._verify()
+                    await self._end()
                     raise StopAsyncIteration
             msg = await self._next()
             if msg is None:  # the read ended early (the chunks are gone)
-                self._verify()
+                await self._end()
                 raise StopAsyncIteration
             data = msg.data
             self._sha.update(data)
@@ -1323,9 +1325,12 @@ class ObjectResult:
             if self._size > self.info.size:
                 self._mismatch("more data than its size")
             if msg.metadata.num_pending == 0:
-                self._verify()
+                await self._end()
                 await self.aclose()
             return data
+        except StreamNotFoundError as exc:
+            await self.aclose()
+            raise bucket_gone(self._store.stream.name) from exc
         except BaseException:
             await self.aclose()
             raise
@@ -1361,8 +1366,9 @@ class ObjectResult:
         """The next chunk; None when the read ended early.
 
         A chunk not there within :data:`CHUNKS_GONE_CHECK` seconds: if the object's
-        chunks are gone (deleted, or replaced by a new put), ObjectNotFoundError;
-        otherwise it waits out the rest of the stall timeout.
+        chunks are gone (deleted, or replaced by a new put), ObjectNotFoundError
+        (DigestMismatchError when its info still names them: the bucket lost
+        them); otherwise it waits out the rest of the stall timeout.
         """
         it = self._it
         assert it is not None
@@ -1374,7 +1380,9 @@ class ObjectResult:
             first = min(self._stall, CHUNKS_GONE_CHECK)
             done, _ = await asyncio.wait((waiting,), timeout=first)
             if not done and end - loop.time() > 0:
-                await self._check_chunks_there(end - loop.time())
+                if await self._chunks_gone(end - loop.time()):
+                    self._verify()  # raises unless every chunk was read
+                    return None
                 done, _ = await asyncio.wait((waiting,), timeout=max(end - loop.time(), 0))
             if not done:
                 raise JetStreamTimeoutError(
@@ -1386,24 +1394,59 @@ class ObjectResult:
             if not waiting.done():
                 waiting.cancel()
 
-    async def _check_chunks_there(self, timeout: float) -> None:
-        """Raise ObjectNotFoundError when the object's chunks are no longer stored.
+    async def _chunks_gone(self, timeout: float) -> bool:
+        """Whether the object's chunks are no longer stored although its info names them.
 
-        Asks the stream leader (stream info, per-subject counts): a direct get
-        may be answered by a lagging replica or mirror.
+        Raises ObjectNotFoundError when they are gone because the object was
+        deleted or replaced (its info changed: delete and put, ours and other
+        clients', write the new info before purging the old chunks). True: gone
+        with the info unchanged, the bucket lost them (corrupt). False: they are
+        there, or that can not be told now.
+
+        Asks the stream leader (stream info, per-subject counts; a plain get of
+        the info): a direct get may be answered by a lagging replica or mirror.
         """
         store, info = self._store, self.info
         assert info.nuid is not None
         subject = store._chunk_subject(info.nuid)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
             now = await store.stream.info(subjects_filter=subject, timeout=timeout)
         except JetStreamTimeoutError:
-            return  # cannot tell now: the chunk may still come
-        if not (now.state.subjects or {}).get(subject):
-            raise ObjectNotFoundError(
-                f"object {info.name!r} in bucket {store.bucket!r} was deleted or replaced "
-                f"while it was read ({self._chunks} of {info.chunks} chunks read)"
+            return False  # cannot tell now: the chunk may still come
+        if (now.state.subjects or {}).get(subject):
+            return False
+        meta_subject = store._meta_subject(info.name)
+        try:
+            msg = await store.stream._api_get(
+                {"last_by_subj": meta_subject}, max(deadline - loop.time(), 0.1)
             )
+            current = parse_info(msg.data, msg.time, store.bucket, meta_subject)
+        except MessageNotFoundError:
+            current = None  # renamed, then deleted or replaced under its new name
+        except (JetStreamTimeoutError, InvalidResponseError):
+            current = None  # the chunks are gone either way: it can not be read
+        if current is not None and not current.deleted and current.nuid == info.nuid:
+            return True
+        raise ObjectNotFoundError(
+            f"object {info.name!r} in bucket {store.bucket!r} was deleted or replaced "
+            f"while it was read ({self._chunks} of {info.chunks} chunks read)"
+        )
+
+    async def _end(self) -> None:
+        """The read is at its end: check it against the info.
+
+        A read that found less than the info says (nothing at all, when the
+        object was deleted or replaced between ``get`` and the first read) is
+        ObjectNotFoundError when the object's chunks are gone because the
+        object was deleted or replaced, as in the middle of a read (not corrupt).
+        """
+        info = self.info
+        if self._size < info.size or self._chunks < info.chunks:
+            self._done = True
+            await self._chunks_gone(self._stall)
+        self._verify()
 
     def _mismatch(self, what: str) -> None:
         info = self.info

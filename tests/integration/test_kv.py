@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import os
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
+import aiojetstream
 from aiojetstream import (
     BucketNotFoundError,
     DiscardPolicy,
     FeatureNotSupportedError,
     InvalidKeyError,
     InvalidNameError,
+    InvalidOptionError,
     InvalidStreamConfigError,
     InvalidTTLError,
     JetStreamContext,
+    JetStreamTimeoutError,
     KeyExistsError,
     KeyNotFoundError,
     KeyValue,
@@ -28,9 +34,11 @@ from aiojetstream import (
     StorageType,
     StoreCompression,
     StreamConfig,
+    StreamNotFoundError,
     StreamSource,
     WrongLastSequenceError,
 )
+from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
 
 STEP = 10.0  # bound of any single wait for the server
@@ -358,6 +366,26 @@ async def test_purge_deletes(kv: KeyValue) -> None:
     assert (await kv.status()).values == 1
 
 
+async def test_purge_deletes_older_than_longer_than_any_age_keeps_every_marker(
+    kv: KeyValue,
+) -> None:
+    """A huge ``older_than`` means "no marker is old enough" (as nats.go, which compares
+    ages); computing ``now - older_than`` raised an untyped OverflowError after the
+    markers were read. One no timedelta holds is refused before anything is sent."""
+    await kv.put("gone", b"1")
+    await kv.delete("gone")
+    for huge in (1e11, timedelta.max, timedelta.max.days * 86400):
+        await kv.purge_deletes(older_than=huge)
+        assert [e.operation for e in await kv.history("gone")] == [KeyValueOp.DEL]
+    for bad in (1e20, math.inf, math.nan, -1, "1h", True):
+        with pytest.raises(InvalidOptionError, match="older_than"):
+            await kv.purge_deletes(older_than=bad)  # type: ignore[arg-type]
+    assert (await kv.status()).stream_info.state.consumer_count == 0
+    await kv.purge_deletes(older_than=0)
+    with pytest.raises(KeyNotFoundError):
+        await kv.history("gone")
+
+
 async def test_invalid_keys_are_refused_before_sending(kv: KeyValue) -> None:
     for bad in ("", ".a", "a.", "a..b", "a b", "a*", "*", ">", "a.>", "ä", "a\r\n"):
         with pytest.raises(InvalidKeyError):
@@ -468,6 +496,93 @@ async def test_watch_without_async_with(kv: KeyValue) -> None:
     await w.aclose()
     with pytest.raises(StopAsyncIteration):
         await w.__anext__()
+
+
+def library_tasks() -> set[asyncio.Task[Any]]:
+    """The pending tasks running aiojetstream's own code (not nats-py's, not the test's)."""
+    package = os.path.dirname(aiojetstream.__file__)
+    out = set()
+    for task in asyncio.all_tasks():
+        code = getattr(task.get_coro(), "cr_code", None)
+        if task is not asyncio.current_task() and code and code.co_filename.startswith(package):
+            out.add(task)
+    return out
+
+
+async def test_watch_start_is_bounded_while_the_server_is_down() -> None:
+    """A watch's start (its consumer's creation) waited forever while the server was
+    unreachable, retrying with backoff; keys() and history() time out. nats.go's Watch
+    returns an error when it can not create its consumer: JetStreamTimeoutError after
+    the context's timeout, and nothing keeps retrying afterwards."""
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url, timeout=1)
+        try:
+            kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("down")))
+            await kv.put("k", b"v")
+            await server.stop()
+            await wait_until(lambda: not js.nc.is_connected, STEP)
+            before = library_tasks()
+            w = kv.watch()
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            with pytest.raises(JetStreamTimeoutError, match="could not start reading"):
+                await asyncio.wait_for(w.__aenter__(), STEP)
+            assert loop.time() - start < STEP / 2
+            # Nothing left behind: no creation retried in the background, the
+            # reader's messages context closed; the watcher just ends.
+            assert library_tasks() <= before
+            assert w._reader._closed
+            with pytest.raises(StopAsyncIteration):
+                await w.__anext__()
+            await w.aclose()
+        finally:
+            await js.close()
+
+
+async def test_a_deleted_bucket_is_bucket_not_found_everywhere(js: JetStreamContext) -> None:
+    """status(), get() and a running watch raised StreamNotFoundError, the writes
+    NoRespondersError, on a deleted bucket; keys, history and a watch's start said
+    BucketNotFoundError. Now every call does (caused by the StreamNotFoundError)."""
+    kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("del"), history=5))
+    await kv.put("k", b"1")
+    async with kv.watch() as w:
+        assert [e.key for e in await until_none(w)] == ["k"]
+        await js.delete_key_value(kv.bucket)
+        with pytest.raises(BucketNotFoundError) as caught:
+            await next_item(w)
+        assert isinstance(caught.value.__cause__, StreamNotFoundError)
+
+    async def watch_start() -> None:
+        async with kv.watch():
+            pass
+
+    calls = {
+        "status": kv.status(),
+        "get": kv.get("k"),
+        "get revision": kv.get("k", revision=1),
+        "put": kv.put("k", b"2"),
+        "create": kv.create("new", b"2"),
+        "create with ttl": kv.create("new", b"2", ttl=5),
+        "update": kv.update("k", b"2", 1),
+        "delete": kv.delete("k"),
+        "purge": kv.purge("k"),
+        "purge with ttl": kv.purge("k", ttl=5),
+        "keys": all_keys(kv),
+        "history": kv.history("k"),
+        "purge_deletes": kv.purge_deletes(),
+        "watch start": watch_start(),
+    }
+    for what, call in calls.items():
+        with pytest.raises(BucketNotFoundError, match="not found") as caught:
+            await asyncio.wait_for(call, STEP)
+        assert isinstance(caught.value.__cause__, StreamNotFoundError), what
+    # A watcher whose start failed is closed: iterating it again just ends (it
+    # raised StreamNotFoundError, recreating the consumer).
+    w = kv.watch()
+    with pytest.raises(BucketNotFoundError):
+        await next_item(w)
+    with pytest.raises(StopAsyncIteration):
+        await next_item(w)
 
 
 # --------------------------------------------------------------------------- limit markers

@@ -7,17 +7,22 @@ import asyncio
 import gc
 import json
 import os
+from typing import Any
 
 import pytest
 
+import aiojetstream
 from aiojetstream import (
     BucketNotFoundError,
     InvalidResponseError,
     JetStreamContext,
+    JetStreamTimeoutError,
     ObjectNotFoundError,
     ObjectStore,
     ObjectStoreConfig,
+    StreamNotFoundError,
 )
+from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
 
 STEP = 10
@@ -126,3 +131,84 @@ async def test_an_object_deleted_or_replaced_while_read_is_not_found(
                 pass
         assert loop.time() - start < STEP / 2
     await wait_until(lambda: no_consumers(store), STEP)
+
+
+@pytest.mark.parametrize("how", ["delete", "replace"])
+@pytest.mark.parametrize("size", [10, 300 * 1024])
+async def test_an_object_deleted_or_replaced_before_the_first_read_is_not_found(
+    js: JetStreamContext, how: str, size: int
+) -> None:
+    """Deleted or replaced between ``get`` and the first read (its chunks purged): the
+    read found nothing and said the object was corrupt (DigestMismatchError, "read 0
+    bytes"); it is ObjectNotFoundError, as when the chunks go in the middle of a read."""
+    store = await new_store(js)
+    await store.put("obj", os.urandom(size))
+    result = await store.get("obj", timeout=STEP)
+    if how == "delete":
+        await store.delete("obj")
+    else:
+        await store.put("obj", b"new")
+    with pytest.raises(ObjectNotFoundError, match="deleted or replaced"):
+        await result.read()
+    await result.aclose()
+    await wait_until(lambda: no_consumers(store), STEP)
+    if how == "replace":
+        assert await store.get_bytes("obj") == b"new"
+
+
+async def test_a_bucket_deleted_under_a_watch_or_a_read_is_bucket_not_found(
+    js: JetStreamContext,
+) -> None:
+    """A running watch, and a read opened before the bucket was deleted, raised
+    StreamNotFoundError; every other call said BucketNotFoundError."""
+    store = await new_store(js)
+    await store.put("obj", b"x" * 10)
+    result = await store.get("obj", timeout=STEP)
+    async with store.watch() as w:
+        assert await asyncio.wait_for(anext(w), STEP) is not None
+        assert await asyncio.wait_for(anext(w), STEP) is None
+        await js.delete_object_store(store.bucket)
+        with pytest.raises(BucketNotFoundError, match="object store") as caught:
+            await asyncio.wait_for(anext(w), STEP)
+        assert isinstance(caught.value.__cause__, StreamNotFoundError)
+    with pytest.raises(BucketNotFoundError, match="object store") as caught:
+        await asyncio.wait_for(result.read(), STEP)
+    assert isinstance(caught.value.__cause__, StreamNotFoundError)
+
+
+def library_tasks() -> set[asyncio.Task[Any]]:
+    """The pending tasks running aiojetstream's own code (not nats-py's, not the test's)."""
+    package = os.path.dirname(aiojetstream.__file__)
+    out = set()
+    for task in asyncio.all_tasks():
+        code = getattr(task.get_coro(), "cr_code", None)
+        if task is not asyncio.current_task() and code and code.co_filename.startswith(package):
+            out.add(task)
+    return out
+
+
+async def test_watch_start_is_bounded_while_the_server_is_down() -> None:
+    """A watch's start waited forever while the server was unreachable (its consumer's
+    creation retried with backoff); list() times out. JetStreamTimeoutError after the
+    context's timeout, as nats.go's Watch fails, and nothing keeps retrying."""
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url, timeout=1)
+        try:
+            store = await new_store(js)
+            await store.put("obj", b"x")
+            await server.stop()
+            await wait_until(lambda: not js.nc.is_connected, STEP)
+            before = library_tasks()
+            w = store.watch()
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            with pytest.raises(JetStreamTimeoutError, match="could not start reading"):
+                await asyncio.wait_for(w.__aenter__(), STEP)
+            assert loop.time() - start < STEP / 2
+            assert library_tasks() <= before
+            assert w._reader._closed
+            with pytest.raises(StopAsyncIteration):
+                await w.__anext__()
+            await w.aclose()
+        finally:
+            await js.close()

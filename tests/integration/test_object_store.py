@@ -395,6 +395,28 @@ async def test_corrupted_chunk_raises_digest_mismatch(js: JetStreamContext, tmp_
         await store.get_bytes("obj")
 
 
+async def test_chunks_lost_while_the_info_names_them_are_corrupt_not_deleted(
+    js: JetStreamContext,
+) -> None:
+    """Chunks gone although the info still names them (no delete, no put replaced the
+    object: the bucket lost them) make a corrupt object, before the first read and in
+    the middle of one, as ever; only an object deleted or replaced meanwhile (its info
+    changed) is ObjectNotFoundError. Mid-read this was ObjectNotFoundError too."""
+    store = await new_store(js)
+    data = os.urandom(400 * 1024)
+    info = await store.put("obj", data, chunk_size=1024)  # 400 chunks; a read buffers 64
+    subject = f"$O.{store.bucket}.C.{info.nuid}"
+    async with await store.get("obj", timeout=STEP) as result:
+        assert await anext(result) == data[:1024]
+        await store.stream.purge(subject=subject)
+        with pytest.raises(DigestMismatchError, match="size or chunk count"):
+            async for _ in result:
+                pass
+    result = await store.get("obj", timeout=STEP)
+    with pytest.raises(DigestMismatchError, match="size or chunk count"):
+        await result.read()
+
+
 async def test_reads_other_digest_spellings(js: JetStreamContext) -> None:
     store = await new_store(js)
     info = await store.put("obj", b"payload")
