@@ -38,7 +38,7 @@ from ._errors import (
     InvalidResponseError,
     NoRespondersError,
 )
-from ._validation import validate_publish_subject
+from ._validation import check_timeout, validate_publish_subject
 
 __all__ = [
     "BATCH_COMMIT",
@@ -326,6 +326,7 @@ class AtomicBatch:
             expected_last_subject_sequence,
         )
         subject, data, hdrs = self._prepare(*args, commit=False)
+        timeout = check_timeout(timeout)  # before anything is sent or the batch moves on
         first = self._state.size == 0
         if first:
             # Once the input is checked (this may ask the server); prepared again
@@ -392,6 +393,7 @@ class AtomicBatch:
             expected_last_subject_sequence,
         )
         subject, data, hdrs = self._prepare(*args, commit=True)
+        timeout = check_timeout(timeout)  # before anything is sent or the batch closes
         if self._state.size == 0:
             # Once the input is checked (this may ask the server); prepared again
             # after it, as the batch may have moved on meanwhile.

@@ -428,8 +428,9 @@ class _Reader:
     ) -> None:
         self._stream = stream
         self._stall = stall
-        #: The longest wait for the consumer's creation (None: unbounded).
-        self._start_timeout = stall if start_timeout is None else start_timeout
+        #: The longest wait for the consumer's creation: ``stall`` for a one-shot read
+        #: (the caller's timeout), ``start_timeout`` for a watch (None: unbounded).
+        self._start_timeout = start_timeout if stall is None else stall
         self._config = OrderedConsumerConfig(
             filter_subjects=filters, deliver_policy=deliver_policy, headers_only=headers_only
         )

@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Final
 
@@ -383,7 +383,7 @@ class OrderedConsumer:
         except BaseException:
             self._release()
             raise
-        batch = OrderedBatch(self, driver)
+        batch = OrderedBatch(self, driver, settings, deadline)
         self._active = batch
         return batch
 
@@ -530,13 +530,54 @@ class _Busy:
 
 
 class OrderedBatch(C.MessageBatch):
-    """The messages of one ordered fetch; ends early at a gap (the next fetch resets)."""
+    """The messages of one ordered fetch; ends early at a gap (the next fetch resets).
 
-    __slots__ = ("_owner",)
+    Messages skipped as handed out before a reset (see ``_skip_through``) took
+    room in the pull: when it ends, they are pulled for again, within the
+    fetch's time, so a fetch is not cut short (nor ``next()`` left empty) by them.
+    """
 
-    def __init__(self, owner: OrderedConsumer, driver: PullDriver) -> None:
+    __slots__ = ("_deadline", "_owner", "_settings", "_skipped", "_skipped_bytes")
+
+    def __init__(
+        self, owner: OrderedConsumer, driver: PullDriver, settings: PullSettings, deadline: float
+    ) -> None:
         super().__init__(driver)
         self._owner = owner
+        self._settings = settings
+        self._deadline = deadline
+        self._skipped = 0
+        self._skipped_bytes = 0
+
+    def _accept(self, msg: Msg) -> bool | None:
+        accepted = self._owner._accept(msg)
+        if accepted is None:
+            self._skipped += 1
+            self._skipped_bytes += msg.size
+        return accepted
+
+    async def _pull_again(self) -> bool:
+        """Pull for what skipped messages took of the pull (False when there is nothing to)."""
+        skipped, nbytes = self._skipped, self._skipped_bytes
+        self._skipped = self._skipped_bytes = 0
+        driver = self._driver
+        if not skipped or self._owner._needs_reset or driver.error is not None:
+            return False
+        settings = self._settings
+        if not settings.no_wait:
+            left = self._deadline - asyncio.get_running_loop().time()
+            if left < MIN_EXPIRES:
+                return False
+            settings = _shortened(settings, left)
+        if settings.max_bytes:
+            settings = replace(settings, max_bytes=nbytes)
+        else:
+            settings = replace(settings, max_messages=skipped)
+        await driver.aclose()
+        follow = self._owner._driver(settings, None)
+        await follow.start()
+        self._driver = follow
+        return True
 
     @property
     def done(self) -> bool:
@@ -554,10 +595,18 @@ class OrderedBatch(C.MessageBatch):
             except BaseException:
                 await self.aclose()
                 raise
-            accepted = None if msg is None else self._owner._accept(msg)
+            accepted = None if msg is None else self._accept(msg)
             if accepted:
                 assert msg is not None
                 return msg
+            if msg is None:
+                try:
+                    if await self._pull_again():
+                        continue
+                except BaseException:
+                    self._owner._needs_reset = True
+                    await self.aclose()
+                    raise
             if accepted is False or msg is None:
                 await self.aclose()
                 raise StopAsyncIteration
@@ -570,30 +619,45 @@ class OrderedBatch(C.MessageBatch):
                 left to return (the next call raises it after a partial return).
 
         """
-        driver = self._driver
-        try:
-            await driver.wait_finished()
-        except BaseException:
-            await self.aclose()
-            raise
-        raw: list[Msg] = []
-        while (msg := driver.take()) is not None:
-            raw.append(msg)
-        try:
-            await self.aclose()
-        except BaseException:
-            # Taken but not accepted: the cursor stays, the next fetch resets to it.
-            self._owner._needs_reset = True
-            raise
         out: list[Msg] = []
-        accept = self._owner._accept
-        for msg in raw:
-            accepted = accept(msg)
-            if accepted is None:
-                continue
-            if not accepted:
-                return out  # a gap: the next fetch resets
-            out.append(msg)
+        owner = self._owner
+        while True:
+            driver = self._driver
+            try:
+                await driver.wait_finished()
+            except BaseException:
+                await self.aclose()
+                raise
+            raw: list[Msg] = []
+            while (msg := driver.take()) is not None:
+                raw.append(msg)
+            try:
+                await driver.aclose()
+            except BaseException:
+                # Taken but not accepted: the cursor stays, the next fetch resets to it.
+                owner._needs_reset = True
+                await self.aclose()
+                raise
+            accept = self._accept
+            for msg in raw:
+                accepted = accept(msg)
+                if accepted is None:
+                    continue
+                if not accepted:
+                    await self.aclose()
+                    return out  # a gap: the next fetch resets
+                out.append(msg)
+            try:
+                if await self._pull_again():
+                    continue
+            except BaseException:
+                owner._needs_reset = True  # the next fetch starts afresh at the cursor
+                await self.aclose()
+                if out:
+                    return out
+                raise
+            break
+        await self.aclose()
         error = driver.error
         if isinstance(error, _RESETTABLE):
             self._owner._needs_reset = True

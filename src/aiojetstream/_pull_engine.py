@@ -798,7 +798,7 @@ class PullEngine:
         s = self.settings
         too_large = MessageTooLargeError(
             "the next message is larger than max_bytes "
-            f"({s.max_bytes} bytes): it can never be delivered with these settings"
+            f"({s.max_bytes or s.byte_cap} bytes): it can never be delivered with these settings"
         )
         if s.single:
             return self._finish(too_large if self.delivered == 0 else None)

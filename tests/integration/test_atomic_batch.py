@@ -140,6 +140,26 @@ async def test_client_side_checks(js: JetStreamContext) -> None:
     assert ack.batch_size == 2
 
 
+@pytest.mark.parametrize("bad", [-1, 0, float("nan"), "5"], ids=repr)
+async def test_a_bad_timeout_leaves_the_batch_as_it_was(js: JetStreamContext, bad: object) -> None:
+    """The timeout was checked only once the first message or the commit had marked
+    the batch sent (closed): InvalidOptionError, and then BatchClosedError."""
+    stream, p = await atomic_stream(js)
+    batch = js.atomic_batch()
+    with pytest.raises(InvalidOptionError, match="timeout"):
+        await batch.add(f"{p}.a", b"0", timeout=bad)  # type: ignore[arg-type]
+    assert (batch.size, batch.is_closed) == (0, False)
+    await batch.add(f"{p}.a", b"1")
+    with pytest.raises(InvalidOptionError, match="timeout"):
+        await batch.add(f"{p}.b", b"x", timeout=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match="timeout"):
+        await batch.commit(f"{p}.c", b"x", timeout=bad)  # type: ignore[arg-type]
+    assert (batch.size, batch.is_closed) == (1, False)
+    ack = await batch.commit(f"{p}.c", b"2")
+    assert (ack.seq, ack.batch_size) == (2, 2)
+    assert [(await stream.get_msg(s)).data for s in (1, 2)] == [b"1", b"2"]
+
+
 @pytest.mark.parametrize(
     "header",
     [

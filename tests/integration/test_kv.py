@@ -535,8 +535,20 @@ async def test_watch_start_is_bounded_while_the_server_is_down() -> None:
             with pytest.raises(StopAsyncIteration):
                 await w.__anext__()
             await w.aclose()
+            # keys() / history() start within their own timeout, not the context's
+            # (which the watch's bound first overrode for them too).
+            for timeout in (0.5, 2.5):
+                start = loop.time()
+                with pytest.raises(JetStreamTimeoutError, match="could not start reading"):
+                    await asyncio.wait_for(all_keys_within(kv, timeout), STEP)
+                took = loop.time() - start
+                assert timeout - 0.1 <= took < timeout + 1.5, (timeout, took)
         finally:
             await js.close()
+
+
+async def all_keys_within(kv: KeyValue, timeout: float) -> list[str]:
+    return [k async for k in kv.keys(timeout=timeout)]
 
 
 async def test_a_deleted_bucket_is_bucket_not_found_everywhere(js: JetStreamContext) -> None:

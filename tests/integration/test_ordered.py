@@ -191,3 +191,36 @@ async def test_last_per_subject_reset_during_the_initial_values(
     if read == "fetch":
         await js.publish("ord.0", b"after", timeout=10)
         assert [m.data for m in await (await oc.fetch(1, expires=5)).collect()] == [b"after"]
+
+
+async def test_fetch_and_next_after_a_last_per_subject_reset(
+    js: JetStreamContext, stream: str
+) -> None:
+    """The messages skipped after the reset (handed out before it) took room in the
+    pulls: ``next()`` raised FetchTimeoutError at once, once per message handed out
+    before, and a fetch came back empty though messages were waiting."""
+    for i in range(20):
+        await js.publish_async(f"ord.{i}", str(i).encode())
+    await js.publish_async_complete(timeout=30)
+    config = OrderedConsumerConfig(
+        filter_subjects=["ord.>"], deliver_policy=DeliverPolicy.LAST_PER_SUBJECT
+    )
+    by_next = await js.ordered_consumer(stream, config)
+    for i in range(5):
+        assert (await by_next.next(expires=5)).data == str(i).encode()
+    assert by_next.name is not None
+    await js.delete_consumer(stream, by_next.name)
+    for i in range(5, 10):
+        assert (await by_next.next(expires=5)).data == str(i).encode()
+
+    by_fetch = await js.ordered_consumer(stream, config)
+    first = await (await by_fetch.fetch_no_wait(5)).collect()
+    assert [m.data for m in first] == [str(i).encode() for i in range(5)]
+    assert by_fetch.name is not None
+    await js.delete_consumer(stream, by_fetch.name)
+    # The first fetch finds the consumer gone (an empty batch); the next recreates it.
+    assert await (await by_fetch.fetch_no_wait(5)).collect() == []
+    got = await (await by_fetch.fetch_no_wait(5)).collect()
+    assert [m.data for m in got] == [str(i).encode() for i in range(5, 10)]
+    batch = await by_fetch.fetch(5, expires=5)
+    assert [m.data async for m in batch] == [str(i).encode() for i in range(10, 15)]

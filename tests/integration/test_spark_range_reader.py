@@ -279,3 +279,28 @@ async def test_gaps_of_a_filter_or_of_deletes_are_no_data_loss(
     finally:
         await reader.aclose()
     assert seqs == [s for s in range(2, 5001, 2) if not 2001 <= s <= 2100]
+
+
+async def test_a_message_larger_than_a_pull_s_bytes_is_read_alone() -> None:
+    """A server whose max_payload is raised: JetStream stores messages up to 32 MiB,
+    and one that large is more than the reader's 32 MiB per pull once its subject
+    and reply count (MessageTooLargeError, for good); it is pulled alone."""
+    async with (
+        NatsServer(config={"max_payload": 40 * 1024 * 1024}) as server,
+        await aiojetstream.connect(server.url) as js,
+    ):
+        name = unique_name("HUGE")
+        subject = f"{name}.x"
+        await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+        huge = (32 << 20) - len(subject) - 40  # the reply subject alone is longer
+        await js.publish(subject, b"x" * huge, timeout=30)
+        await js.publish(subject, b"small", timeout=30)
+        opts = parse_source_options({"stream": name, "servers": server.url}, streaming=False)
+        reader = RangeReader(js, opts, 1, 3)
+        sizes: list[int] = []
+        try:
+            while (batch := await reader.next_batch()) is not None:
+                sizes += [len(d) for d in batch.column("data").to_pylist()]
+        finally:
+            await reader.aclose()
+        assert sizes == [huge, 5]

@@ -514,6 +514,7 @@ def test_fetch_no_wait_max_bytes_caps_a_message_mode_fetch() -> None:
     sim.start()
     (fin,) = finishes(sim.status(K.MAX_BYTES, S.SILENT, 50, 1000, too_large_409()))
     assert isinstance(fin.error, MessageTooLargeError)
+    assert "(1000 bytes)" in str(fin.error)
     # Counted in messages: the fetch ends at its 50th.
     sim = Sim(capped)
     sim.start()

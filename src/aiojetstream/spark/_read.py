@@ -29,6 +29,7 @@ from aiojetstream import (
     InvalidOptionError,
     JetStreamContext,
     JetStreamError,
+    MessageTooLargeError,
     Msg,
     StreamNotFoundError,
 )
@@ -319,17 +320,26 @@ class RangeReader:
         if bounds.first > self._next:
             check_loss(self._opts, self._next, min(bounds.first, upto), "read")
 
+    async def _pull(self, consumer: JSConsumer, want: int, max_bytes: int | None) -> list[Msg]:
+        async with await consumer.fetch_no_wait(want, max_bytes=max_bytes) as fetched:
+            msgs = await fetched.collect()
+            if msgs:
+                try:
+                    await fetched.collect()  # an error that ended the pull after them
+                except (ConsumerNotFoundError, ConsumerDeletedError):
+                    self._consumer = None  # recreated at the next sequence
+        return msgs
+
     async def _fetch(self, consumer: JSConsumer, want: int) -> pa.RecordBatch | None:
         # What the stream holds now, without waiting: fewer matching messages than
         # asked for (a filter, deleted sequences) must not wait for an expiry.
-        async with await consumer.fetch_no_wait(want, max_bytes=_PULL_BYTES) as fetched:
-            msgs = await fetched.collect()
-            if not msgs:
-                return None
-            try:
-                await fetched.collect()  # an error that ended the pull after them
-            except (ConsumerNotFoundError, ConsumerDeletedError):
-                self._consumer = None  # recreated at the next sequence
+        try:
+            msgs = await self._pull(consumer, want, _PULL_BYTES)
+        except MessageTooLargeError:
+            # One message larger than the bound (a max_payload raised past it): alone.
+            msgs = await self._pull(consumer, 1, None)
+        if not msgs:
+            return None
         seqs, stamps, pending = _numbers(msgs)
         first = seqs[0].as_py()
         if first > self._next:
