@@ -428,9 +428,13 @@ class OrderedConsumer:
             )
         )
 
-    async def fetch_no_wait(self, max_messages: int) -> OrderedBatch:
-        """Fetch what is available now, in order."""
-        return await self._fetch(resolve_fetch(max_messages=max_messages, no_wait=True))
+    async def fetch_no_wait(
+        self, max_messages: int, *, max_bytes: int | None = None
+    ) -> OrderedBatch:
+        """Fetch what is available now, in order (see :meth:`Consumer.fetch_no_wait`)."""
+        return await self._fetch(
+            resolve_fetch(max_messages=max_messages, max_bytes=max_bytes, no_wait=True)
+        )
 
     async def next(
         self,

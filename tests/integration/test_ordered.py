@@ -10,6 +10,7 @@ from aiojetstream import (
     DeliverPolicy,
     InvalidOptionError,
     JetStreamContext,
+    MessageTooLargeError,
     Msg,
     OrderedConsumerConfig,
     StorageType,
@@ -224,3 +225,13 @@ async def test_fetch_and_next_after_a_last_per_subject_reset(
     assert [m.data for m in got] == [str(i).encode() for i in range(5, 10)]
     batch = await by_fetch.fetch(5, expires=5)
     assert [m.data async for m in batch] == [str(i).encode() for i in range(10, 15)]
+
+
+async def test_fetch_no_wait_max_bytes(js: JetStreamContext, stream: str) -> None:
+    """As on a plain consumer: bounded in bytes on the server as well."""
+    await fill(js, 10)
+    oc = await js.ordered_consumer(stream)
+    with pytest.raises(MessageTooLargeError):
+        await (await oc.fetch_no_wait(5, max_bytes=1)).collect()
+    got = await (await oc.fetch_no_wait(5, max_bytes=1 << 20)).collect()
+    assert [m.data for m in got] == [str(i).encode() for i in range(5)]
