@@ -132,8 +132,8 @@ def check_spark_pipeline(out: str, url: str) -> None:
     assert "Published orders o-0..o-599 to stream ORDERS" in out
     assert "Published orders o-600..o-799 to stream ORDERS" in out
     # The second run starts from the first one's checkpoint: it reads the 200 new orders only.
-    assert 'checkpointed offset {"stream": "ORDERS", "seq": 601}' in out
-    assert 'checkpointed offset {"stream": "ORDERS", "seq": 801}' in out
+    assert 'checkpointed offset {"stream": "ORDERS", "seq": 601, "created": "' in out
+    assert 'checkpointed offset {"stream": "ORDERS", "seq": 801, "created": "' in out
     minutes = re.findall(r"^  \d{4}-\d\d-\d\dT\d\d-\d\d +(\d+) orders", out, flags=re.M)
     assert len(minutes) == 8  # event times spread over 8 whole minutes
     assert sum(int(n) for n in minutes) == 800
