@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiojetstream import JetStreamContext
 
-__all__ = ["unique_name", "wait_pullable", "wait_routable", "wait_until", "wait_until_sync"]
+__all__ = [
+    "assert_watch_start_fails_cleanly",
+    "library_tasks",
+    "unique_name",
+    "wait_pullable",
+    "wait_routable",
+    "wait_until",
+    "wait_until_sync",
+]
 
 
 def unique_name(prefix: str = "S") -> str:
@@ -132,6 +140,43 @@ async def wait_pullable(
         return True
 
     await wait_until(answered, timeout=timeout, interval=0.05, message=f"{subject} pullable")
+
+
+def library_tasks() -> set[asyncio.Task[Any]]:
+    """The pending tasks running aiojetstream's own code (not nats-py's, not the test's)."""
+    import os
+
+    import aiojetstream
+
+    package = os.path.dirname(aiojetstream.__file__)
+    out = set()
+    for task in asyncio.all_tasks():
+        code = getattr(task.get_coro(), "cr_code", None)
+        if task is not asyncio.current_task() and code and code.co_filename.startswith(package):
+            out.add(task)
+    return out
+
+
+async def assert_watch_start_fails_cleanly(watcher: Any, bound: float) -> None:
+    """A key-value or object-store watch started while the server is unreachable:
+    JetStreamTimeoutError within ``bound`` seconds, no task of the library left
+    running (no creation retried in the background), its reader closed, and the
+    watcher simply ends afterwards."""
+    import pytest
+
+    from aiojetstream import JetStreamTimeoutError
+
+    before = library_tasks()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(JetStreamTimeoutError, match="could not start reading"):
+        await asyncio.wait_for(watcher.__aenter__(), bound * 2)
+    assert loop.time() - start < bound
+    assert library_tasks() <= before
+    assert watcher._reader._closed
+    with pytest.raises(StopAsyncIteration):
+        await watcher.__anext__()
+    await watcher.aclose()
 
 
 def assert_same_model(fast: Any, slow: Any, update: dict[str, Any]) -> None:

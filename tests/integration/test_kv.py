@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -39,7 +37,7 @@ from aiojetstream import (
     WrongLastSequenceError,
 )
 from aiojetstream.testing import NatsServer
-from helpers import unique_name, wait_until
+from helpers import assert_watch_start_fails_cleanly, unique_name, wait_until
 
 STEP = 10.0  # bound of any single wait for the server
 
@@ -498,17 +496,6 @@ async def test_watch_without_async_with(kv: KeyValue) -> None:
         await w.__anext__()
 
 
-def library_tasks() -> set[asyncio.Task[Any]]:
-    """The pending tasks running aiojetstream's own code (not nats-py's, not the test's)."""
-    package = os.path.dirname(aiojetstream.__file__)
-    out = set()
-    for task in asyncio.all_tasks():
-        code = getattr(task.get_coro(), "cr_code", None)
-        if task is not asyncio.current_task() and code and code.co_filename.startswith(package):
-            out.add(task)
-    return out
-
-
 async def test_watch_start_is_bounded_while_the_server_is_down() -> None:
     """A watch's start (its consumer's creation) waited forever while the server was
     unreachable, retrying with backoff; keys() and history() time out. nats.go's Watch
@@ -521,20 +508,8 @@ async def test_watch_start_is_bounded_while_the_server_is_down() -> None:
             await kv.put("k", b"v")
             await server.stop()
             await wait_until(lambda: not js.nc.is_connected, STEP)
-            before = library_tasks()
-            w = kv.watch()
+            await assert_watch_start_fails_cleanly(kv.watch(), STEP / 2)
             loop = asyncio.get_running_loop()
-            start = loop.time()
-            with pytest.raises(JetStreamTimeoutError, match="could not start reading"):
-                await asyncio.wait_for(w.__aenter__(), STEP)
-            assert loop.time() - start < STEP / 2
-            # Nothing left behind: no creation retried in the background, the
-            # reader's messages context closed; the watcher just ends.
-            assert library_tasks() <= before
-            assert w._reader._closed
-            with pytest.raises(StopAsyncIteration):
-                await w.__anext__()
-            await w.aclose()
             # keys() / history() start within their own timeout, not the context's
             # (which the watch's bound first overrode for them too).
             for timeout in (0.5, 2.5):
