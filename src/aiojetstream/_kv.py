@@ -384,6 +384,11 @@ async def key_value_store_names(js: JetStreamContext, timeout: float | None) -> 
             yield name[len(STREAM_PREFIX) :]
 
 
+#: Seconds for the look-up that tells a deleted bucket from a server that did not answer
+#: a write (no responders).
+BUCKET_CHECK_TIMEOUT: Final = 1.0
+
+
 def bucket_gone(stream_name: str) -> BucketNotFoundError:
     """The error for a bucket whose backing stream is gone (raised from StreamNotFoundError)."""
     kind, _, bucket = stream_name.partition("_")
@@ -795,9 +800,12 @@ class KeyValue:
 
         No responders may also mean the stream's server is down or mid-election:
         then (or when the look-up fails) the caller raises its NoRespondersError.
+        The look-up takes at most :data:`BUCKET_CHECK_TIMEOUT` seconds (the write
+        already used up to ``timeout``).
         """
+        wait = self._js.timeout if timeout is None else timeout
         try:
-            await self._stream.info(timeout=timeout)
+            await self._stream.info(timeout=min(wait, BUCKET_CHECK_TIMEOUT))
         except StreamNotFoundError as exc:
             raise bucket_gone(self._stream.name) from exc
         except JetStreamError:
