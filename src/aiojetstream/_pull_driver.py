@@ -428,7 +428,7 @@ class PullDriver:
             buffer = self._buffer
             for _ in range(count - taken):
                 buffer.pop()
-            if self._byte_cap and taken:
+            if self._byte_cap and taken and not engine.done:
                 # Sizes only for a byte-capped fetch still running: its pull may have
                 # ended without a word (the cap used up exactly).
                 cmds += engine.on_fetched_bytes(sum(buffer[-i].size for i in range(1, taken + 1)))
