@@ -163,10 +163,9 @@ class ApiClient:
 
         Raises:
             InvalidOptionError: ``timeout`` is not a positive, finite number of
-                seconds (nothing is sent).
+                seconds (nothing is sent; checked by the connection's request).
 
         """
-        timeout = check_timeout(timeout)
         try:
             data, _ = await self.conn.request(
                 subject, dumps(body), self.timeout if timeout is None else timeout
