@@ -419,7 +419,8 @@ class _Reader:
     for its messages, but its start is bounded by ``start_timeout`` (as nats.go's
     Watch fails when it can not create its consumer). A failed start leaves
     nothing running (the reader is closed); a deleted bucket (its stream gone)
-    raises :class:`BucketNotFoundError`, when starting or reading.
+    raises :class:`BucketNotFoundError`, when starting or reading, and closes
+    the reader.
     """
 
     def __init__(
@@ -526,7 +527,9 @@ class _Reader:
             except StopAsyncIteration:
                 return _Event.END
             except StreamNotFoundError as exc:
-                # The consumer was recreated (reset) after the bucket was deleted.
+                # The consumer was recreated (reset) after the bucket was deleted:
+                # the reader ends here (iterating it again ends, it does not retry).
+                await self.aclose()
                 raise bucket_gone(self._stream.name) from exc
             except asyncio.CancelledError:
                 if self._closed and task.cancelled():

@@ -538,6 +538,10 @@ async def test_a_deleted_bucket_is_bucket_not_found_everywhere(js: JetStreamCont
         with pytest.raises(BucketNotFoundError) as caught:
             await next_item(w)
         assert isinstance(caught.value.__cause__, StreamNotFoundError)
+        # The running watcher is closed by the error: iterating it again ends
+        # (it tried to recreate its consumer, on a stream that is gone).
+        with pytest.raises(StopAsyncIteration):
+            await next_item(w)
 
     async def watch_start() -> None:
         async with kv.watch():

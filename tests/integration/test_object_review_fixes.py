@@ -169,6 +169,8 @@ async def test_a_bucket_deleted_under_a_watch_or_a_read_is_bucket_not_found(
         with pytest.raises(BucketNotFoundError, match="object store") as caught:
             await asyncio.wait_for(anext(w), STEP)
         assert isinstance(caught.value.__cause__, StreamNotFoundError)
+        with pytest.raises(StopAsyncIteration):  # the error closed the watcher
+            await asyncio.wait_for(anext(w), STEP)
     with pytest.raises(BucketNotFoundError, match="object store") as caught:
         await asyncio.wait_for(result.read(), STEP)
     assert isinstance(caught.value.__cause__, StreamNotFoundError)
