@@ -63,8 +63,11 @@ SOAK_MINUTES ?= 10
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
 
+# Two workers (CI has two cores; most tests wait on the server): the Spark tests
+# and the cluster tests each keep to one worker (tests/conftest.py).
+PYTEST_WORKERS ?= 2
 test: lint typecheck docs
-	$(BIN)/pytest -q -rs $(PYTEST_ARGS)
+	$(BIN)/pytest -q -rs -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-fallback
 
 test-fallback: install

@@ -17,3 +17,28 @@ import aiojetstream.testing
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.is_registered(aiojetstream.testing):
         config.pluginmanager.register(aiojetstream.testing, "aiojetstream.testing")
+
+
+#: Test files whose tests share one xdist worker (``make test`` runs ``-n 2
+#: --dist loadgroup``): the Spark tests share one SparkSession (a JVM of its own)
+#: and the Spark example starts another, so they run one after the other on one
+#: worker; a three-node cluster is the heaviest server set-up, so at most one
+#: runs at a time.
+_GROUPS = {
+    "tests/spark/": "spark",
+    "tests/integration/test_examples.py": "spark",
+    "tests/reliability/": "cluster",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        where = item.path.relative_to(root).as_posix()
+        for prefix, group in _GROUPS.items():
+            if where.startswith(prefix):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+        else:
+            if item.get_closest_marker("cluster") is not None:
+                item.add_marker(pytest.mark.xdist_group("cluster"))
