@@ -31,6 +31,8 @@ _GROUPS = {
 }
 
 
+# tryfirst: xdist's own hook reads the marks (it runs before a plain conftest hook).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = config.rootpath
     for item in items:
