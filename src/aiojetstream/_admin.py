@@ -65,7 +65,10 @@ class Backlog:
         redelivered: Delivered more than once, not yet acknowledged.
         waiting: Pull requests waiting on the server.
         oldest_unacked_sequence: The first stored message after the ack floor
-            that the consumer still has to process, or None without a backlog.
+            that the consumer still has to process (with nothing waiting for an
+            ack: the next undelivered), or None without a backlog. A message that
+            ran out of deliveries (``max_deliver``) while others wait for an ack
+            holds the server's ack floor and is reported until none waits.
         oldest_unacked_time: When that message was stored (UTC), or None.
         oldest_unacked_age: How old it was when asked, or None.
 
@@ -95,7 +98,10 @@ def _until(until: datetime | timedelta | float) -> datetime:
     if isinstance(until, datetime):
         if until.tzinfo is None or until.utcoffset() is None:
             raise InvalidOptionError("pause until: a datetime must be timezone-aware")
-        when = until.astimezone(UTC)
+        try:
+            when = until.astimezone(UTC)
+        except OverflowError:
+            raise InvalidOptionError(f"pause until: {until!r} is out of range in UTC") from None
     else:
         delta = positive_duration(until, "pause until", InvalidOptionError)
         try:
@@ -171,7 +177,8 @@ async def reset(
         InvalidOptionError: ``sequence`` is not an integer >= 1, or beyond the
             stream's last sequence + 1 (the server would silently skip future
             messages).
-        ConsumerNotFoundError: the consumer (or stream) does not exist.
+        ConsumerNotFoundError: the consumer does not exist.
+        StreamNotFoundError: the stream does not exist.
         FeatureNotSupportedError: the server is older than 2.14 (API level 4).
         ConsumerResetError: the server refused (10204).
 
@@ -241,8 +248,14 @@ async def clear_backlog(
     validate_name(name, "consumer")
     left = api.budget(timeout)
     await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset", left)
-    _check_resettable(await _info(api, stream, name, left), "clear_backlog")
+    info = await _info(api, stream, name, left)
+    _check_resettable(info, "clear_backlog")
     last = await _last_seq(api, stream, left)
+    delivered = info.delivered.stream_seq
+    if delivered >= last and not info.num_ack_pending:
+        # Nothing stored is left to deliver or to acknowledge (a consumer may even
+        # start beyond the end, where the server refuses a reset to last + 1).
+        return delivered + 1, info
     return await _reset(api, stream, name, last + 1, left)
 
 
@@ -323,7 +336,13 @@ async def backlog(api: ApiClient, stream: str, name: str, timeout: float | None)
     info = await _info(api, stream, name, left)
     oldest: tuple[int, datetime] | None = None
     if info.num_pending or info.num_ack_pending:
-        start = info.ack_floor.stream_seq + 1
+        # Nothing waiting for an ack: the oldest to process is the next undelivered (a
+        # message that ran out of deliveries, max_deliver, keeps the server's ack floor
+        # below it). Otherwise the ack floor + 1; the info does not say which messages
+        # wait, so such a message is reported there until none does.
+        start = (
+            info.ack_floor.stream_seq + 1 if info.num_ack_pending else info.delivered.stream_seq + 1
+        )
         for subject in _filters(info):
             try:
                 reply = await api.call(

@@ -428,6 +428,7 @@ class Consumer:
             InvalidOptionError: ``sequence`` is beyond the stream's last
                 sequence + 1 (the server would silently skip future messages).
             ConsumerNotFoundError: the consumer does not exist (promptly).
+            StreamNotFoundError: the stream does not exist (promptly).
             FeatureNotSupportedError: the server is older than 2.14.
             ConsumerResetError: the server refused (10204: not allowed for the
                 consumer's deliver policy, or below its start sequence).
@@ -437,7 +438,12 @@ class Consumer:
         return seq
 
     async def clear_backlog(self, *, timeout: float | None = None) -> int:
-        """Skip everything stored now (Pulsar's clear-backlog): reset to last sequence + 1."""
+        """Skip everything stored now (Pulsar's clear-backlog): reset to last sequence + 1.
+
+        Returns the sequence the consumer continues at. A consumer with nothing
+        left to deliver or acknowledge is not reset (one starting beyond the
+        stream's end could not be). nats-server >= 2.14.
+        """
         seq, self._info = await A.clear_backlog(self._api, self._stream, self._name, timeout)
         return seq
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -115,6 +115,8 @@ async def test_pause_errors(js: JetStreamContext) -> None:
         float("inf"),
         1e300,  # raised OverflowError
         timedelta.max,
+        # Aware, far ahead, west of UTC: converting it to UTC raised OverflowError.
+        datetime.max.replace(tzinfo=timezone(timedelta(hours=-5))),
     ):
         with pytest.raises(InvalidOptionError):
             await consumer.pause(bad)  # type: ignore[arg-type]
@@ -194,6 +196,22 @@ async def test_clear_backlog_on_limits_and_interest_streams(js: JetStreamContext
         return (await js.stream(interest)).cached_info.state.messages == 0
 
     await wait_until(emptied, timeout=5)
+
+
+async def test_clear_backlog_of_a_consumer_starting_after_the_end_is_a_no_op(
+    js: JetStreamContext,
+) -> None:
+    """A consumer starting beyond the stream's last + 1 has no backlog: clearing it
+    tried a reset to last + 1, which the server refuses (10204, below start seq)."""
+    stream = await stream_with(js, "CF", 4)
+    later = await durable(
+        js, stream, "later", deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=100
+    )
+    assert (await later.backlog()).pending == 0
+    assert await later.clear_backlog() == 100  # where it continues: nothing moved
+    assert await later.skip_older_than(1) == 100
+    info = await later.info()
+    assert (info.delivered.stream_seq, info.num_pending) == (99, 0)
 
 
 async def test_skip_older_than_moves_only_this_consumer(js: JetStreamContext) -> None:
@@ -291,6 +309,35 @@ async def test_backlog(js: JetStreamContext) -> None:
         None,
         None,
     )
+
+
+async def test_backlog_after_a_message_ran_out_of_deliveries(js: JetStreamContext) -> None:
+    """Message 1 reaches max_deliver unacknowledged, 2 is acknowledged: the server keeps
+    the ack floor at 0, and backlog() named message 1 as the oldest to process for
+    ever. With nothing waiting for an ack the oldest to process is the next undelivered."""
+    stream = await stream_with(js, "BD", 3)
+    consumer = await durable(
+        js,
+        stream,
+        "c",
+        ack_policy=AckPolicy.EXPLICIT,
+        max_deliver=1,
+        ack_wait=timedelta(seconds=1),
+    )
+    async with await consumer.fetch(2, expires=2) as batch:
+        _unacked, second = await batch.collect()
+    await second.double_ack()
+    assert (await consumer.backlog()).oldest_unacked_sequence == 1  # still due
+
+    async def given_up() -> bool:  # after ack_wait: 1 is not delivered again
+        return (await consumer.info()).num_ack_pending == 0
+
+    await wait_until(given_up, timeout=10)
+    info = await consumer.info()
+    assert (info.ack_floor.stream_seq, info.delivered.stream_seq) == (0, 2)  # the server's
+    backlog = await consumer.backlog()
+    assert (backlog.pending, backlog.ack_pending, backlog.oldest_unacked_sequence) == (1, 0, 3)
+    assert (await consumer.next(expires=5)).metadata.sequence.stream == 3
 
 
 async def test_full_stream_errors_and_hold_when_full(js: JetStreamContext) -> None:
