@@ -1049,13 +1049,18 @@ class NatsCluster:
 
     # -- readiness ----------------------------------------------------------
 
-    def _meta_ready(self, reports: Sequence[tuple[int, Any, int]]) -> str | None:
-        """Return the agreed meta leader when every node is ready, else None.
+    def _meta_ready(
+        self, reports: Sequence[tuple[str, int, Any, int]], live: Sequence[str] | None = None
+    ) -> str | None:
+        """Return the agreed meta leader when every probed node is ready, else None.
 
-        ``reports`` holds ``(healthz status, jsz document, size)`` per running node.
+        ``reports`` holds ``(node name, healthz status, jsz document, size)`` per
+        probed node (``/jsz`` does not name its server).
+        ``live``: the names of the nodes probed when some are down (``meta_leader``);
+        then only their peers must be current, and they must be a majority.
         """
         leaders: set[str] = set()
-        for health, jsz, _ in reports:
+        for _, health, jsz, _ in reports:
             if health != 200 or not isinstance(jsz, dict):
                 return None
             meta = jsz.get("meta_cluster") or {}
@@ -1066,34 +1071,44 @@ class NatsCluster:
         if len(leaders) != 1:
             return None
         leader = leaders.pop()
-        for _, jsz, size in reports:
-            if jsz.get("server_name") != leader:
+        for node, _, jsz, size in reports:
+            if node != leader:
                 continue
             replicas = (jsz.get("meta_cluster") or {}).get("replicas") or []
+            if live is not None:
+                # Some nodes are down: the live ones (a majority) must be current.
+                peers = [r for r in replicas if r.get("name") in live]
+                if len(live) <= size // 2 or len(peers) < len(live) - 1:
+                    return None
+            else:
+                peers = replicas
+                if size > 1 and len(replicas) < size - 1:
+                    return None
             # Current in the meta group is not enough: until the leader has heard a
             # peer's statistics it marks it offline, and placing an R3 stream fails
             # ("no suitable peers for placement, peer offline", err_code 10005).
-            if size > 1 and (
-                len(replicas) < size - 1
-                or not all(r.get("current") and not r.get("offline") for r in replicas)
-            ):
+            if not all(r.get("current") and not r.get("offline") for r in peers):
                 return None
-        return leader
+            return leader
+        return None  # the agreed leader is not among the probed nodes
 
-    async def _probe_meta_async(self) -> str | None:
-        reports: list[tuple[int, Any, int]] = []
-        for server in self.servers:
+    async def _probe_meta_async(self, live_only: bool = False) -> str | None:
+        """The agreed leader of every node (``live_only``: of those running, not frozen)."""
+        nodes = [s for s in self.servers if s.running and not s.frozen] if live_only else None
+        reports: list[tuple[str, int, Any, int]] = []
+        for server in self.servers if nodes is None else nodes:
             try:
                 health, _ = await _http_get_async(server.http_port, "/healthz", 2.0)
                 status, body = await _http_get_async(server.http_port, "/jsz", 2.0)
                 jsz = json.loads(body) if status == 200 else None
             except (OSError, TimeoutError, ValueError):
                 return None
-            reports.append((health, jsz, len(self.servers)))
-        return self._meta_ready(reports)
+            reports.append((str(server.server_name), health, jsz, len(self.servers)))
+        live = None if nodes is None else [str(s.server_name) for s in nodes]
+        return self._meta_ready(reports, live)
 
     def _probe_meta_sync(self) -> str | None:
-        reports: list[tuple[int, Any, int]] = []
+        reports: list[tuple[str, int, Any, int]] = []
         for server in self.servers:
             try:
                 health, _ = _http_get_sync(server.http_port, "/healthz", 2.0)
@@ -1101,7 +1116,7 @@ class NatsCluster:
                 jsz = json.loads(body) if status == 200 else None
             except (OSError, ValueError):
                 return None
-            reports.append((health, jsz, len(self.servers)))
+            reports.append((str(server.server_name), health, jsz, len(self.servers)))
         return self._meta_ready(reports)
 
     def _check_nodes_running(self) -> None:
@@ -1174,10 +1189,13 @@ class NatsCluster:
             time.sleep(_POLL_INTERVAL)
 
     async def meta_leader(self, timeout: float | None = None) -> NatsServer:
-        """Return the node that is the JetStream meta leader, once every node agrees.
+        """Return the node that is the JetStream meta leader, once the live nodes agree.
 
-        Waits while the nodes disagree or one of them is not ready (a probe on a
-        loaded machine can catch a follower catching up, or time out).
+        Asks the nodes that are running (not stopped, killed or frozen): after a
+        node is taken down this finds the leader the others elected, as long as
+        they are a majority. Waits while they disagree or one of them is not
+        ready (a probe on a loaded machine can catch a follower catching up, or
+        time out).
 
         Args:
             timeout: Bound in seconds; defaults to ``start_timeout``.
@@ -1192,7 +1210,7 @@ class NatsCluster:
         timeout = self._start_timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while (leader := await self._probe_meta_async()) is None:
+        while (leader := await self._probe_meta_async(live_only=True)) is None:
             if loop.time() >= deadline:
                 raise RuntimeError(
                     f"cluster {self._name} has no agreed meta leader after {timeout:g} s"

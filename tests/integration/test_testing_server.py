@@ -346,6 +346,15 @@ async def test_cluster_elects_a_meta_leader_and_takes_r3_streams() -> None:
             assert ack["stream"] == "REPL"
         finally:
             await nc.close()
+        # With the leader down the others elect a new one, and meta_leader() finds
+        # it (it asked every node, the dead one too, and timed out).
+        await leader.kill()
+        new_leader = await cluster.meta_leader(timeout=20)
+        assert new_leader is not leader
+        assert new_leader.running
+        await leader.start()
+        await cluster.wait_ready(timeout=20)
+        assert (await cluster.meta_leader()).running
     finally:
         await cluster.stop()
     for pid in pids:
