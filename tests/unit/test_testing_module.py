@@ -230,25 +230,39 @@ def test_cluster_needs_a_node() -> None:
 
 
 def test_meta_ready_needs_agreement_and_current_replicas() -> None:
-    cluster = NatsCluster(2)
+    """``/jsz`` does not name its server (the check once compared a ``server_name``
+    it never carries, so the leader's replicas were never looked at): the node
+    names come with the reports."""
+    cluster = NatsCluster(3)
     try:
 
         def jsz(
             name: str, leader: str, current: bool = True, offline: bool = False
         ) -> dict[str, object]:
-            replica = {"name": "other", "current": current, "offline": offline}
-            replicas = [replica] if name == leader else []
-            meta = {"leader": leader, "replicas": replicas}
-            return {"server_name": name, "meta_cluster": meta}
+            peers = [n for n in ("n1", "n2", "n3") if n != name]
+            replicas = [{"name": p, "current": current, "offline": offline} for p in peers]
+            meta = {"leader": leader, "replicas": replicas if name == leader else []}
+            return {"server_id": "ID" + name, "meta_cluster": meta}
 
-        ready = [(200, jsz("n1", "n1"), 2), (200, jsz("n2", "n1"), 2)]
+        def report(name: str, leader: str, **kw: bool) -> tuple[str, int, object, int]:
+            return (name, 200, jsz(name, leader, **kw), 3)
+
+        ready = [report("n1", "n1"), report("n2", "n1"), report("n3", "n1")]
         assert cluster._meta_ready(ready) == "n1"
-        assert cluster._meta_ready([(503, jsz("n1", "n1"), 2), ready[1]]) is None
-        assert cluster._meta_ready([ready[0], (200, jsz("n2", "n2"), 2)]) is None
-        assert cluster._meta_ready([(200, jsz("n1", "n1", False), 2), ready[1]]) is None
-        offline = jsz("n1", "n1", offline=True)
-        assert cluster._meta_ready([(200, offline, 2), ready[1]]) is None
-        assert cluster._meta_ready([ready[0], (200, jsz("n2", ""), 2)]) is None
+        assert cluster._meta_ready([("n1", 503, jsz("n1", "n1"), 3), *ready[1:]]) is None
+        assert cluster._meta_ready([ready[0], report("n2", "n2"), ready[2]]) is None
+        assert cluster._meta_ready([report("n1", "n1", current=False), *ready[1:]]) is None
+        assert cluster._meta_ready([report("n1", "n1", offline=True), *ready[1:]]) is None
+        assert cluster._meta_ready([ready[0], report("n2", ""), ready[2]]) is None
+        # Only the running nodes asked (n1 down): they agree on n2 and see each other.
+        n2_leads = [report("n2", "n2"), report("n3", "n2")]
+        assert cluster._meta_ready(n2_leads, live=["n2", "n3"]) == "n2"
+        # Not a majority, or still naming the dead node, or a live peer not current.
+        assert cluster._meta_ready(n2_leads[:1], live=["n2"]) is None
+        stale = [report("n2", "n1"), report("n3", "n1")]
+        assert cluster._meta_ready(stale, live=["n2", "n3"]) is None
+        behind = [report("n2", "n2", current=False), report("n3", "n2")]
+        assert cluster._meta_ready(behind, live=["n2", "n3"]) is None
     finally:
         cluster.stop_sync()
 
