@@ -980,23 +980,12 @@ class NatsCluster:
         self._jetstream = jetstream
         self._name = name
         self._start_timeout = start_timeout
+        self._config = config
         self._cluster_ports = [_free_port() for _ in range(size)]
         self.servers: list[NatsServer] = []
         """The nodes, ``n1`` first."""
-        for index, cluster_port in enumerate(self._cluster_ports):
-            routes = [
-                f"nats-route://{_HOST}:{other}"
-                for other_index, other in enumerate(self._cluster_ports)
-                if other_index != index
-            ]
-            node_config: dict[str, Any] = {
-                "cluster": {"name": name, "listen": f"{_HOST}:{cluster_port}", "routes": routes}
-            }
-            extra: Mapping[str, Any] | str
-            if isinstance(config, str):
-                extra = _render_block(node_config) + config
-            else:
-                extra = _deep_merge(node_config, config or {})
+        for index in range(size):
+            extra = self._node_config(index)
             node_name = f"n{index + 1}"
             store_dir = Path(store_root) / node_name if store_root is not None else None
             self.servers.append(
@@ -1010,6 +999,31 @@ class NatsCluster:
                     start_timeout=start_timeout,
                 )
             )
+
+    def _node_config(self, index: int) -> Mapping[str, Any] | str:
+        """Node ``index``'s extra configuration: its cluster block, then the user's."""
+        routes = [
+            f"nats-route://{_HOST}:{other}"
+            for other_index, other in enumerate(self._cluster_ports)
+            if other_index != index
+        ]
+        listen = f"{_HOST}:{self._cluster_ports[index]}"
+        node_config: dict[str, Any] = {
+            "cluster": {"name": self._name, "listen": listen, "routes": routes}
+        }
+        if isinstance(self._config, str):
+            return _render_block(node_config) + self._config
+        return _deep_merge(node_config, self._config or {})
+
+    def _may_retry_ports(self) -> bool:
+        """A first start failed because a picked port (client, HTTP, route) was taken."""
+        return any(server._may_retry_ports() for server in self.servers)
+
+    def _repick_ports(self) -> None:
+        self._cluster_ports = [_free_port() for _ in self.servers]
+        for index, server in enumerate(self.servers):
+            server._repick_ports()
+            server._extra_config = self._node_config(index)
 
     @property
     def urls(self) -> list[str]:
@@ -1231,13 +1245,24 @@ class NatsCluster:
             TimeoutError: Not ready in time (all nodes are then stopped).
 
         """
-        try:
-            for server in self.servers:
-                server._launch()
-            await self.wait_ready(timeout)
-        except BaseException:
-            await self.stop()
-            raise
+        for attempt in range(_PORT_RETRIES):
+            try:
+                for server in self.servers:
+                    server._launch()
+                await self.wait_ready(timeout)
+            except RuntimeError:
+                # A port picked at construction was taken meanwhile (by another
+                # process): every node gets new ports, routes included.
+                retry = attempt + 1 < _PORT_RETRIES and self._may_retry_ports()
+                await self.stop()
+                if retry:
+                    self._repick_ports()
+                    continue
+                raise
+            except BaseException:
+                await self.stop()
+                raise
+            break
         for server in self.servers:
             server._started_once = True
 
@@ -1265,13 +1290,22 @@ class NatsCluster:
             TimeoutError: Not ready in time (all nodes are then stopped).
 
         """
-        try:
-            for server in self.servers:
-                server._launch()
-            self.wait_ready_sync(timeout)
-        except BaseException:
-            self.stop_sync()
-            raise
+        for attempt in range(_PORT_RETRIES):
+            try:
+                for server in self.servers:
+                    server._launch()
+                self.wait_ready_sync(timeout)
+            except RuntimeError:
+                retry = attempt + 1 < _PORT_RETRIES and self._may_retry_ports()
+                self.stop_sync()
+                if retry:
+                    self._repick_ports()  # as in start()
+                    continue
+                raise
+            except BaseException:
+                self.stop_sync()
+                raise
+            break
         for server in self.servers:
             server._started_once = True
 

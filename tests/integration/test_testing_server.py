@@ -288,6 +288,39 @@ async def test_busy_picked_port_is_replaced_on_first_start() -> None:
             await srv.stop()
 
 
+@pytest.mark.cluster
+async def test_cluster_replaces_a_busy_picked_port_on_first_start() -> None:
+    """A node's client port taken between construction and start (by another
+    process, say another pytest worker) failed the whole cluster; every node gets
+    new ports then, as a single NatsServer does."""
+    cluster = NatsCluster(3)
+    taken = cluster.servers[1].port
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", taken))
+        blocker.listen()
+        try:
+            await cluster.start()
+            assert taken not in [server.port for server in cluster.servers]
+            assert (await cluster.meta_leader()).running
+        finally:
+            await cluster.stop()
+
+
+@pytest.mark.cluster
+def test_cluster_start_sync_replaces_a_busy_route_port() -> None:
+    cluster = NatsCluster(3)
+    taken = cluster._cluster_ports[0]
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", taken))
+        blocker.listen()
+        try:
+            cluster.start_sync()
+            assert taken not in cluster._cluster_ports
+            assert all(server.running for server in cluster.servers)
+        finally:
+            cluster.stop_sync()
+
+
 async def test_config_mapping_is_applied() -> None:
     async with NatsServer(
         config={"max_payload": 4096, "jetstream": {"max_mem_store": 1 << 20}}
