@@ -741,6 +741,14 @@ def _rebuild_header_block(headers: dict[str, str] | None) -> bytes | None:
     return _CRLF.join(lines) + _CRLF + _CRLF
 
 
+# What _Router._scan stopped at.
+_SCAN_END: Final = 0  # the end of what is complete
+_SCAN_OTHER: Final = 1  # a line for nats-py's parser
+_SCAN_PING: Final = 2
+_SCAN_PONG: Final = 3
+_SCAN_ORIGINAL: Final = 4  # a message for nats-py's own processing
+
+
 class _Router:
     """Takes the messages of routed sids from nats-py's parser (see above).
 
@@ -874,14 +882,50 @@ class _Router:
         size = len(view)
         pos = 0
         dropped = 0  # how much of view was already removed from buf
-        other = False  # stopped at a line for nats-py's parser
+        while True:
+            pos, after, what, message = self._scan(view, pos, size)
+            if what <= _SCAN_OTHER:  # the end, or a line for nats-py's parser
+                break
+            # A frame that needs an await: consume what was parsed first.
+            pos = after
+            del buf[: pos - dropped]
+            dropped = pos
+            if what == _SCAN_PING:
+                await ps.nc._process_ping()
+            elif what == _SCAN_PONG:
+                await ps.nc._process_pong()
+            else:
+                # Not ours: nats-py's own processing (callbacks, futures, JetStream
+                # control messages).
+                await self.original(*message)
+            if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
+                return  # reset by a reconnect meanwhile
+        if pos > dropped:
+            del buf[: pos - dropped]
+        if self._awaiting:
+            self._awaiting_buf = buf
+        if what == _SCAN_OTHER:
+            # INFO, -ERR, odd lines: nats-py's parser takes the rest.
+            await _NatsParser.parse(ps)
+
+    def _scan(self, view: bytes, pos: int, size: int) -> tuple[int, int, int, Any]:
+        """Handle the frames of ``view[pos:size]`` that need no await.
+
+        Messages of routed subscriptions go to their handlers (or sinks), ``+OK``
+        lines are skipped. Stops at the end of what is complete and at the
+        first frame that needs an await or nats-py's parser. Returns the
+        position of that frame, the position after it, what it is (a
+        ``_SCAN_*`` value) and, for a message of nats-py's own, its
+        ``(sid, subject, reply, payload, header block)``. At ``_SCAN_END`` a
+        payload not yet all in sets :attr:`_awaiting` (relative to the position).
+        """
         routes = self.routes
         internal = self.internal
         sinks = self.sinks
         last_subject = self.last_subject
         # Counted here and handed on in one go (in the finally clause, and before
-        # anything that may await or see them): nats-py's statistics, and the
-        # messages put into the current sink's buffer (sink.arrived(count)).
+        # anything else may see them): nats-py's statistics, and the messages put
+        # into the current sink's buffer (sink.arrived(count)).
         in_msgs = in_bytes = 0
         sink: RawSink | None = None
         sunk = 0
@@ -899,24 +943,12 @@ class _Router:
                 ) and _ends_op(view, pos + 6, size):
                     # As nats-py's parser does (so the rest of the read stays here).
                     ping = view[pos + 1] == 0x49  # I
-                    pos += 6
-                    del buf[: pos - dropped]
-                    dropped = pos
-                    if sunk:
-                        sunk = _hand_on(sink, sunk)
-                    if ping:
-                        await ps.nc._process_ping()
-                    else:
-                        await ps.nc._process_pong()
-                    if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
-                        return  # reset by a reconnect meanwhile
-                    continue
+                    return pos, pos + 6, _SCAN_PING if ping else _SCAN_PONG, None
                 elif view.startswith(b"+OK\r\n", pos) and _ends_op(view, pos + 5, size):
                     pos += 5
                     continue
                 else:
-                    other = True
-                    break
+                    return pos, pos, _SCAN_OTHER, None
                 end = view.find(b"\r\n", pos)
                 if end < 0:
                     break  # an incomplete line: wait for more
@@ -939,16 +971,14 @@ class _Router:
                     elif count == 4:
                         subject, sid_text, reply, size_text = args
                     else:
-                        other = True
-                        break
+                        return pos, pos, _SCAN_OTHER, None
                     if (
                         13 in line
                         or 10 in line
                         or not 47 < line[-1] < 58
                         or not size_text.isdigit()
                     ):
-                        other = True
-                        break
+                        return pos, pos, _SCAN_OTHER, None
                     hsize = 0
                     needed = int(size_text)
                 else:
@@ -958,8 +988,7 @@ class _Router:
                     elif count == 5:
                         subject, sid_text, reply, hsize_text, size_text = args
                     else:
-                        other = True
-                        break
+                        return pos, pos, _SCAN_OTHER, None
                     if (
                         13 in line
                         or 10 in line
@@ -967,25 +996,21 @@ class _Router:
                         or not size_text.isdigit()
                         or not hsize_text.isdigit()
                     ):
-                        other = True
-                        break
+                        return pos, pos, _SCAN_OTHER, None
                     hsize = int(hsize_text)
                     needed = int(size_text)
                     if hsize > needed:
-                        other = True
-                        break
+                        return pos, pos, _SCAN_OTHER, None
                 try:
                     sid = int(sid_text)
                 except ValueError:
-                    other = True  # nats-py reports its "malformed MSG"
-                    break
+                    return pos, pos, _SCAN_OTHER, None  # nats-py reports its "malformed MSG"
                 start = end + 2
                 stop = start + needed
                 if stop + 2 > size:
-                    # The payload is not all here yet: wait for more (buf starts at
-                    # this line once the consumed part is removed below).
+                    # The payload is not all here yet: wait for more (the read buffer
+                    # starts at this line once the consumed part is removed).
                     self._awaiting = stop + 2 - pos
-                    self._awaiting_buf = buf
                     break
                 if hsize:
                     hdr = view[start : start + hsize]
@@ -993,10 +1018,10 @@ class _Router:
                 else:
                     hdr = None
                     payload = view[start:stop]
-                pos = stop + 2
                 if not hsize:
                     to = sinks.get(sid)
                     if to is not None:
+                        pos = stop + 2
                         # A plain message for a sink: built and buffered right here.
                         in_msgs += 1
                         in_bytes += needed
@@ -1062,15 +1087,9 @@ class _Router:
                 handler = routes.get(sid)
                 if handler is None:
                     handler = internal.get(sid)
-                if handler is None:
-                    # Not ours: nats-py's own processing (callbacks, futures, JetStream
-                    # control messages). Consume what was parsed first: it may await.
-                    del buf[: pos - dropped]
-                    dropped = pos
-                    await self.original(sid, subject, reply, payload, hdr)
-                    if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
-                        return  # reset by a reconnect meanwhile
-                    continue
+                    if handler is None:
+                        return pos, stop + 2, _SCAN_ORIGINAL, (sid, subject, reply, payload, hdr)
+                pos = stop + 2
                 in_msgs += 1
                 in_bytes += needed - hsize
                 # Messages of a consumer mostly share their subject: keep one copy of it
@@ -1084,18 +1103,14 @@ class _Router:
                 except Exception:
                     logger.exception("the handler of a message on %r failed", subject)
         finally:
+            self.last_subject = last_subject
             if in_msgs:
                 stats = self.stats
                 stats["in_msgs"] += in_msgs
                 stats["in_bytes"] += in_bytes
             if sunk:
                 _hand_on(sink, sunk)
-        self.last_subject = last_subject
-        if pos > dropped:
-            del buf[: pos - dropped]
-        if other:
-            # INFO, -ERR, odd lines: nats-py's parser takes the rest.
-            await _NatsParser.parse(ps)
+        return pos, pos, _SCAN_END, None
 
     def restore(self, nc: NatsClient) -> None:
         """Give nats-py its own ``_process_msg`` and ``parse`` back."""
