@@ -19,7 +19,10 @@ Every connection runs on one of two paths, chosen when its first
   ``AWAITING_MSG_PAYLOAD`` of ``nats.protocol.parser``), ``Client._process_msg``,
   the outgoing buffer (``_pending``, ``_pending_data_size``,
   ``_max_pending_size``, ``_flush_queue``, ``_transport``), ``_max_payload``
-  and ``Subscription._id``. Messages of the library's own subscriptions are
+  and ``Subscription._id``; for reading where the socket delivers, also
+  ``nats.aio.client.DEFAULT_BUFFER_SIZE`` (what the read loop asks for) and
+  ``TcpTransport._io_writer`` (its asyncio transport), without which the read
+  loop parses everything. Messages of the library's own subscriptions are
   parsed straight from the read buffer and publishes are queued as ready-made
   PUB/HPUB commands (see "raw path" below);
 * the **fallback** uses nats-py's public API only (``publish``, ``request``,
@@ -40,6 +43,7 @@ fails), never dropped.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import importlib.metadata
@@ -758,6 +762,15 @@ class _Router:
     straight from the read buffer and without a coroutine per message, while
     any other protocol line (PING, PONG, INFO, -ERR, ...) and everything after
     it in the same read goes to nats-py's parser unchanged.
+
+    With the parser hooked, the router also stands in front of the
+    connection's asyncio protocol (:class:`_DirectReads`, over nats-py's TCP
+    transport, TLS included): while nats-py's read loop has nothing left to
+    parse, the bytes the socket delivers are scanned right where they arrive,
+    so a reply or a consumer's messages reach their handler without waiting
+    for the read loop's task to be woken (one event-loop pass less per read).
+    Anything that needs nats-py's parser or an await, and everything after it,
+    goes to the read loop as before.
     """
 
     def __init__(self, nc: NatsClient) -> None:
@@ -774,6 +787,10 @@ class _Router:
         #: hold (from its start) before parsing it again is worth it, and that buffer.
         self._awaiting = 0
         self._awaiting_buf: bytearray | None = None
+        #: True while nats-py's read loop is inside the parser (it may await there).
+        self._in_parse = False
+        #: The protocol in front of the current transport (None: not (yet) installed).
+        self._reads: _DirectReads | None = None
         process = nc._process_msg
         if getattr(process, "__self__", None) is nc:
             self._original: Callable[[], Callable[..., Awaitable[None]] | None] = (
@@ -837,13 +854,70 @@ class _Router:
         JSON, a bare ``-ERR``) would end its read loop and leave the connection
         silent; they are logged and raised as ``ProtocolError`` instead.
         """
+        self._in_parse = True
         try:
+            self._track_read(len(data))
             await self._parse_frames(data)
         except nats_errors.ProtocolError:
             raise
         except Exception as exc:
             logger.warning("malformed protocol from the server (%r): reconnecting", exc)
             raise nats_errors.ProtocolError(f"nats: malformed protocol: {exc!r}") from exc
+        finally:
+            self._in_parse = False
+
+    def _track_read(self, size: int) -> None:
+        """Count a read of nats-py's read loop; stand in front of a new transport.
+
+        :class:`_DirectReads` is installed only when this read emptied the
+        stream reader (it returned less than the read loop asks for): from
+        then on every byte the reader gets passes through it and is counted.
+        """
+        reads = self._reads
+        ps = self.ps
+        if ps is None:
+            return
+        transport = _asyncio_transport(ps.nc)
+        if reads is not None and reads.transport is transport:
+            reads.handed -= size
+            return
+        self._reads = None  # a transport of before a reconnect
+        if transport is not None and _READ_SIZE is not None and size < _READ_SIZE:
+            self._reads = _DirectReads.install(self, transport)
+
+    def direct(self, data: bytes) -> bytes:
+        """Scan ``data`` as the socket delivered it; return what the read loop must parse.
+
+        Called by :class:`_DirectReads` while nats-py's read loop has nothing
+        left to parse. A message not all in stays in the parser's buffer (the
+        read loop would continue it there just as well); at a frame that needs
+        nats-py's parser or an await the rest is returned, for the read loop.
+        """
+        ps = self.ps
+        if ps is None or self._in_parse or ps.state != _AWAITING_CONTROL:
+            return data
+        buf: bytearray = ps.buf
+        if self._awaiting:
+            if buf is self._awaiting_buf and len(buf) + len(data) < self._awaiting:
+                buf.extend(data)
+                return b""
+            self._awaiting = 0
+            self._awaiting_buf = None
+        if buf:
+            buf.extend(data)
+            view = bytes(buf)
+            buf.clear()
+        else:
+            view = data if type(data) is bytes else bytes(data)
+        size = len(view)
+        pos, _, what, _ = self._scan(view, 0, size)
+        if what != _SCAN_END:
+            return view[pos:]
+        if pos < size:
+            buf.extend(memoryview(view)[pos:])
+            if self._awaiting:
+                self._awaiting_buf = buf
+        return b""
 
     async def _parse_frames(self, data: bytes) -> None:
         ps = self.ps
@@ -1113,13 +1187,95 @@ class _Router:
         return pos, pos, _SCAN_END, None
 
     def restore(self, nc: NatsClient) -> None:
-        """Give nats-py its own ``_process_msg`` and ``parse`` back."""
+        """Give nats-py its own ``_process_msg``, ``parse`` and transport protocol back."""
+        reads = self._reads
+        if reads is not None:
+            self._reads = None
+            reads.uninstall()
         original = self._original()
         if original is not None:
             nc._process_msg = original  # type: ignore[method-assign,assignment]
         ps = self.ps
         if ps is not None and "parse" in vars(ps):
             del ps.parse
+
+
+def _client_read_size() -> int | None:
+    """How much nats-py's read loop asks its stream reader for (None where it moved)."""
+    try:
+        from nats.aio import client
+    except ImportError:
+        return None
+    size = getattr(client, "DEFAULT_BUFFER_SIZE", None)
+    return size if type(size) is int and size > 0 else None
+
+
+_READ_SIZE = _client_read_size()
+
+
+def _asyncio_transport(nc: NatsClient) -> asyncio.Transport | None:
+    """The asyncio transport under nats-py's TCP transport (TLS included), else None."""
+    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+    if not isinstance(writer, asyncio.StreamWriter):
+        return None
+    under = writer.transport
+    return under if isinstance(under, asyncio.Transport) else None
+
+
+class _DirectReads(asyncio.Protocol):
+    """Stands in front of nats-py's ``StreamReaderProtocol`` on one transport.
+
+    The bytes the socket delivers go to :meth:`_Router.direct` while nats-py's
+    read loop has parsed everything the stream reader was given (``handed``
+    is 0) and is not inside the parser; what the router returns, and every
+    byte while the read loop has some left, goes to the stream reader as
+    before. Everything else (end of file, connection lost, write flow
+    control) is passed on unchanged.
+    """
+
+    def __init__(
+        self, router: _Router, transport: asyncio.Transport, inner: asyncio.Protocol
+    ) -> None:
+        self.router = router
+        self.transport = transport
+        self.inner = inner
+        #: Bytes given to the stream reader that nats-py's read loop has not read yet.
+        self.handed = 0
+
+    @classmethod
+    def install(cls, router: _Router, transport: asyncio.Transport) -> _DirectReads | None:
+        """Put one in front of ``transport``'s stream reader protocol (None: not that kind)."""
+        inner = transport.get_protocol()
+        if type(inner) is not asyncio.StreamReaderProtocol or transport.is_closing():
+            return None
+        reads = cls(router, transport, inner)
+        transport.set_protocol(reads)
+        return reads
+
+    def uninstall(self) -> None:
+        """Give the transport its stream reader protocol back."""
+        if self.transport.get_protocol() is self:
+            self.transport.set_protocol(self.inner)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.handed:
+            data = self.router.direct(data)
+            if not data:
+                return
+        self.handed += len(data)
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
 
 
 class RawSink:
@@ -1506,8 +1662,11 @@ class _Requests:
     """The requests of one nats-py client: one wildcard reply inbox, raw replies.
 
     Each request gets a token (a counter) under the inbox prefix; its reply
-    completes the request's future straight from the parser, and a timer
-    handle (not a task) fails it after the timeout.
+    completes the request's future straight from the parser. Timeouts: the
+    requests whose deadlines come in the order they were sent (every request
+    with the same timeout) share one timer handle, armed for the earliest of
+    them that is still waiting (:meth:`expire`); a request due before the
+    last one queued gets a timer handle of its own.
     """
 
     def __init__(self) -> None:
@@ -1518,6 +1677,50 @@ class _Requests:
         self.counter = 0
         self.started = False
         self.lock = asyncio.Lock()
+        #: (deadline, future, subject) in the order of their deadlines.
+        self.deadlines: collections.deque[tuple[float, asyncio.Future[Reply], str]] = (
+            collections.deque()
+        )
+        self.timer: asyncio.TimerHandle | None = None
+
+    def time_out_at(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deadline: float,
+        fut: asyncio.Future[Reply],
+        subject: str,
+    ) -> asyncio.TimerHandle | None:
+        """Fail ``fut`` by a timeout at ``deadline``; a handle to cancel when answered, or None."""
+        deadlines = self.deadlines
+        if deadlines and deadline < deadlines[-1][0]:
+            return loop.call_at(deadline, _time_out, fut, subject)
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
+        deadlines.append((deadline, fut, subject))
+        if self.timer is None:
+            self.timer = loop.call_at(deadlines[0][0], self.expire, loop)
+        return None
+
+    def expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Fail the requests past their deadline; arm the timer for the next one waiting."""
+        self.timer = None
+        deadlines = self.deadlines
+        now = loop.time()
+        while deadlines:
+            deadline, fut, subject = deadlines[0]
+            if not fut.done():
+                if deadline > now:
+                    self.timer = loop.call_at(deadline, self.expire, loop)
+                    return
+                _time_out(fut, subject)
+            deadlines.popleft()
+
+    def stop_timer(self) -> None:
+        """Forget every deadline (the requests were failed)."""
+        self.deadlines.clear()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     async def start(self, nc: NatsClient) -> None:
         async with self.lock:
@@ -1553,6 +1756,8 @@ def fail_requests(nc: NatsClient) -> None:
     for fut in list(mux.futures.values()) if mux is not None else ():
         if not fut.done():
             fut.set_exception(ConnectionClosedError("the connection closed before the reply came"))
+    if mux is not None:
+        mux.stop_timer()
     theirs = getattr(nc, "_resp_map", None)
     if isinstance(theirs, dict):
         for fut in list(theirs.values()):
@@ -1618,11 +1823,14 @@ async def _request(
             stats["out_bytes"] += len(payload)
         else:
             _enqueue(nc, cmd, len(payload))
-        timer = loop.call_later(timeout, _time_out, fut, subject)
-        try:
+        timer = mux.time_out_at(loop, loop.time() + timeout, fut, subject)
+        if timer is None:
             data, hdr = await fut
-        finally:
-            timer.cancel()
+        else:
+            try:
+                data, hdr = await fut
+            finally:
+                timer.cancel()
     finally:
         futures.pop(token, None)
     if hdr is not None and hdr.startswith(_NO_RESPONDERS):
@@ -1735,9 +1943,8 @@ CLOSE_FLUSH_TIMEOUT: Final = 5.0
 
 
 def _abort_transport(nc: NatsClient) -> None:
-    """Abort nats-py's socket at once (unsent data is dropped)."""
-    writer = getattr(nc._transport, "_io_writer", None)  # TCP and TLS transports
-    transport = getattr(writer, "transport", None)
+    """Abort nats-py's socket at once (unsent data is dropped; TCP and TLS transports)."""
+    transport = _asyncio_transport(nc)
     if transport is not None:
         transport.abort()
 

@@ -131,7 +131,12 @@ def test_site_in_a_headless_browser(base_url: str) -> None:
             assert r.value.ok
             search = page.get_by_role("textbox", name="Search")
             search.click()
-            search.fill("publish_async_complete")
+            # Typed key by key once the worker says the index is ready: a value set at
+            # once (fill) is searched only if it is there when the index becomes ready,
+            # and on a loaded machine it was not, once (no result, no new search).
+            meta = page.locator(".md-search-result__meta")
+            expect(meta).not_to_contain_text("Initializing search")
+            search.press_sequentially("publish_async_complete")
             results = page.locator("li.md-search-result__item")
             expect(results.first).to_be_visible()
             anchor = "reference/context/?h=publish_async_complete#aiojetstream.JetStreamContext."

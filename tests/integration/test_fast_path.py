@@ -381,6 +381,57 @@ class _InjectingProxy:
                 await writer.drain()
 
 
+# --------------------------------------------------------------------------- direct reads
+
+
+def _direct_reads(js: JetStreamContext) -> Any:
+    """The router's reads in front of ``js``'s current transport (None: not installed there)."""
+    router = _conn._ROUTERS.get(js.nc)
+    transport = _conn._asyncio_transport(js.nc)
+    if router is None or transport is None or router._reads is None:
+        return None
+    assert router._reads.transport is transport
+    assert transport.get_protocol() is router._reads
+    return router._reads
+
+
+def _count_read_loop_parses(js: JetStreamContext) -> list[int]:
+    """Count the reads nats-py's read loop hands to the (hooked) parser from now on."""
+    ps = js.nc._ps
+    hooked = ps.parse
+    calls = [0]
+
+    async def counting(data: bytes = b"") -> None:
+        calls[0] += 1
+        await hooked(data)
+
+    ps.parse = counting  # type: ignore[method-assign]
+    return calls
+
+
+async def test_replies_and_messages_are_taken_where_the_socket_delivers_them(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No wake-up of nats-py's read loop per reply or per batch of messages."""
+    monkeypatch.delenv(_conn.FAST_PATH_ENV, raising=False)
+    js = await _connect(nats_server.url)
+    try:
+        name, subject = await _stream(js, "DIRECT")
+        await js.account_info()  # a request: the router is in front from the next read on
+        await js.account_info()
+        assert _direct_reads(js) is not None
+        calls = _count_read_loop_parses(js)
+        for i in range(20):
+            await js.publish(f"{subject}.a", b"%d" % i)
+        consumer = await js.create_consumer(name, ConsumerConfig(ack_policy=AckPolicy.NONE))
+        got = [m.data async for m in await consumer.fetch(20, expires=STEP)]
+        assert got == [b"%d" % i for i in range(20)]
+        # A keep-alive PING from the server goes to the read loop: allow a few.
+        assert calls[0] < 5, calls
+    finally:
+        await js.close()
+
+
 @pytest.mark.parametrize(
     "garbage",
     [
@@ -413,10 +464,16 @@ async def test_malformed_protocol_makes_the_client_reconnect(
             await js.account_info()  # a request: the parser is hooked from now on
             assert "parse" in vars(js.nc._ps)
             await js._conn.flush(STEP)  # nothing in flight: the bytes land between frames
+            before = _direct_reads(js)
+            assert before is not None
             with caplog.at_level(logging.WARNING):
                 proxy.inject(garbage)
                 await asyncio.wait_for(reconnected.wait(), STEP)
             assert not [r for r in caplog.records if r.name.startswith("nats")], caplog.text
             await js.account_info()  # the new connection works
+            await js.account_info()
+            reads = _direct_reads(js)  # in front of the new transport
+            assert reads is not None
+            assert reads is not before
         finally:
             await js.close()

@@ -66,6 +66,7 @@ from aiojetstream import (
     Stream,
     StreamConfig,
     TLSError,
+    _conn,
 )
 from aiojetstream._conn import CONNECT_ATTEMPTS
 from aiojetstream.testing import NatsServer
@@ -1195,6 +1196,13 @@ async def test_jetstream_over_tls(certificates: dict[str, Any]) -> None:
             assert ack.seq == 1
             msg = await (await js.stream(name)).get_msg(1)
             assert msg.data == b"secret"
+            # The router reads the TLS transport's bytes where they arrive, as over TCP.
+            router = _conn._ROUTERS[js.nc]
+            transport = _conn._asyncio_transport(js.nc)
+            assert transport is not None
+            assert "SSL" in type(transport).__name__
+            assert router._reads is not None
+            assert transport.get_protocol() is router._reads
         finally:
             await js.close()
 

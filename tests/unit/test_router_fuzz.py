@@ -17,9 +17,10 @@ with a reconnect.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
@@ -283,6 +284,141 @@ async def test_well_formed_streams_parse_as_nats_py(frames: list[bytes], cuts: l
     assert error is None
     # Every frame came out (+OK has no event).
     assert len(events) == sum(1 for f in frames if not f.startswith(b"+OK"))
+
+
+# --------------------------------------------------------------------------- direct reads
+
+
+class _StreamReader(asyncio.Protocol):
+    """Stands for nats-py's stream reader protocol: keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+
+
+async def _run_direct(
+    chunks: list[bytes], loop_runs: list[bool], read_size: int, events: list[Event]
+) -> tuple[Exception | None, int]:
+    """Deliver the chunks as the socket does, with :class:`_conn._DirectReads` in front.
+
+    After chunk *i* nats-py's read loop runs when ``loop_runs[i]`` (reading
+    what the stream reader holds, ``read_size`` bytes a read), and at the end.
+    Returns the read loop's failure and how many chunks went straight to the router.
+    """
+    nc, router = _router(events)
+    reader = _StreamReader()
+    # No transport here: the router's reads match a client without one.
+    reads = _conn._DirectReads(router, cast(asyncio.Transport, None), reader)
+    router._reads = reads
+    direct = 0
+
+    async def read_loop() -> None:
+        while reader.buffer:
+            data = bytes(reader.buffer[:read_size])
+            del reader.buffer[:read_size]
+            await nc._ps.parse(data)
+
+    try:
+        for index, chunk in enumerate(chunks):
+            if not reads.handed and not router._in_parse:
+                direct += 1
+            reads.data_received(chunk)
+            assert reads.handed == len(reader.buffer), "handed counts what the reader holds"
+            if index < len(loop_runs) and loop_runs[index]:
+                await read_loop()
+        await read_loop()
+    except Exception as exc:
+        return exc, direct
+    assert reads.handed == 0
+    return None, direct
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(FRAME, min_size=1, max_size=12),
+    CUTS,
+    st.lists(st.booleans(), max_size=30),
+    st.sampled_from([1, 7, 64, 32768]),
+)
+async def test_direct_reads_parse_as_nats_py(
+    frames: list[bytes], cuts: list[int], loop_runs: list[bool], read_size: int
+) -> None:
+    """Bytes scanned where the socket delivers them, or by the read loop: the same events.
+
+    Whatever the chunks, whenever nats-py's read loop gets to run and however
+    much it reads at a time, every frame comes out once and in order, as
+    nats-py's parser reads the stream.
+    """
+    stream = b"".join(frames)
+    assume(not _nats_py_misreads(stream))
+    expected: list[Event] = []
+    assert await _run(_reference(expected), [stream], expected) is None
+    events: list[Event] = []
+    error, direct = await _run_direct(_split(stream, cuts), loop_runs, read_size, events)
+    assert error is None
+    assert direct >= 1
+    assert events == expected
+
+
+async def test_direct_reads_take_replies_and_hand_on_the_rest() -> None:
+    """Routed messages are handled at once; a PING and what follows it go to the read loop."""
+    events: list[Event] = []
+    nc, router = _router(events)
+    reader = _StreamReader()
+    reads = _conn._DirectReads(router, cast(asyncio.Transport, None), reader)
+    router._reads = reads
+    reads.data_received(b"MSG a 1 2\r\nhi\r\nMSG b 4 2\r\nho\r\nMSG c 1 5\r\nhel")
+    assert events == [("msg", 1, b"a", b"", b"hi", None), ("msg", 4, b"b", b"", b"ho", None)]
+    assert not reader.buffer, "a message not all in waits in the parser's buffer"
+    reads.data_received(b"lo\r\nPING\r\nMSG d 2 1\r\nx\r\n")
+    assert events[2:] == [("msg", 1, b"c", b"", b"hello", None)]
+    assert bytes(reader.buffer) == b"PING\r\nMSG d 2 1\r\nx\r\n"
+    # While the read loop has bytes to read, everything goes to it, in order.
+    reads.data_received(b"MSG e 1 1\r\ny\r\n")
+    assert len(events) == 3
+    await nc._ps.parse(bytes(reader.buffer))
+    reader.buffer.clear()
+    assert events[3:] == [
+        ("ping",),
+        ("msg", 2, b"d", b"", b"x", None),
+        ("msg", 1, b"e", b"", b"y", None),
+    ]
+    assert reads.handed == 0
+    reads.data_received(b"MSG f 5 1\r\nz\r\n")
+    assert events[6:] == [("msg", 5, b"f", b"", b"z", None)]
+
+
+async def test_direct_reads_wait_while_the_read_loop_awaits() -> None:
+    """Bytes arriving while the read loop awaits inside the parser go to it, after the rest."""
+    events: list[Event] = []
+    nc, router = _router(events)
+    gate = asyncio.Event()
+    waiting = asyncio.Event()
+
+    async def slow(sid: int, subject: bytes, reply: bytes, data: bytes, hdr: Any) -> None:
+        events.append(("msg", sid, subject, reply, data, hdr))
+        waiting.set()
+        await gate.wait()  # nats-py's own processing, blocked (a full pending queue, say)
+
+    router._original = lambda: slow
+    reader = _StreamReader()
+    reads = _conn._DirectReads(router, cast(asyncio.Transport, None), reader)
+    router._reads = reads
+    reads.data_received(b"MSG a 6 1\r\nx\r\nMSG b 1 1\r\ny\r\n")
+    data = bytes(reader.buffer)
+    reader.buffer.clear()
+    parsing = asyncio.create_task(nc._ps.parse(data))
+    await waiting.wait()
+    assert reads.handed == 0
+    reads.data_received(b"MSG c 1 1\r\nz\r\n")
+    assert len(events) == 1, "nothing overtakes the message the read loop is busy with"
+    gate.set()
+    await parsing
+    await nc._ps.parse(bytes(reader.buffer))
+    assert [e[2] for e in events] == [b"a", b"b", b"c"]
 
 
 # --------------------------------------------------------------------------- mutations
