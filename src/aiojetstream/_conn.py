@@ -751,6 +751,9 @@ _SCAN_OTHER: Final = 1  # a line for nats-py's parser
 _SCAN_PING: Final = 2
 _SCAN_PONG: Final = 3
 _SCAN_ORIGINAL: Final = 4  # a message for nats-py's own processing
+#: Longer sizes go to nats-py's parser (its ProtocolError): int() refuses more
+#: than 4,300 digits with a ValueError, and no message is that large anyway.
+_MAX_SIZE_DIGITS: Final = 18
 
 
 class _Router:
@@ -1051,6 +1054,7 @@ class _Router:
                         or 10 in line
                         or not 47 < line[-1] < 58
                         or not size_text.isdigit()
+                        or len(size_text) > _MAX_SIZE_DIGITS
                     ):
                         return pos, pos, _SCAN_OTHER, None
                     hsize = 0
@@ -1069,6 +1073,7 @@ class _Router:
                         or not 47 < line[-1] < 58
                         or not size_text.isdigit()
                         or not hsize_text.isdigit()
+                        or len(size_text) > _MAX_SIZE_DIGITS
                     ):
                         return pos, pos, _SCAN_OTHER, None
                     hsize = int(hsize_text)
@@ -1139,6 +1144,7 @@ class _Router:
                                 or 10 in rest
                                 or not 47 < rest[-1] < 58
                                 or not size_text.isdigit()
+                                or len(size_text) > _MAX_SIZE_DIGITS
                             ):
                                 break
                             start = end + 2
@@ -1188,16 +1194,16 @@ class _Router:
 
     def restore(self, nc: NatsClient) -> None:
         """Give nats-py its own ``_process_msg``, ``parse`` and transport protocol back."""
-        reads = self._reads
-        if reads is not None:
-            self._reads = None
-            reads.uninstall()
         original = self._original()
         if original is not None:
             nc._process_msg = original  # type: ignore[method-assign,assignment]
         ps = self.ps
         if ps is not None and "parse" in vars(ps):
             del ps.parse
+        reads = self._reads
+        if reads is not None:
+            self._reads = None
+            reads.uninstall()
 
 
 def _client_read_size() -> int | None:
@@ -1214,12 +1220,19 @@ _READ_SIZE = _client_read_size()
 
 
 def _asyncio_transport(nc: NatsClient) -> asyncio.Transport | None:
-    """The asyncio transport under nats-py's TCP transport (TLS included), else None."""
-    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
-    if not isinstance(writer, asyncio.StreamWriter):
-        return None
-    under = writer.transport
+    """The asyncio transport under nats-py's TCP transport (TLS included), else None.
+
+    Only the standard library's transports (another event loop's, uvloop's
+    say, gets no :class:`_DirectReads`; see :func:`_abort_transport` for any).
+    """
+    under = _socket_transport(nc)
     return under if isinstance(under, asyncio.Transport) else None
+
+
+def _socket_transport(nc: NatsClient) -> Any:
+    """Whatever transport nats-py's TCP transport (TLS included) writes to, else None."""
+    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+    return getattr(writer, "transport", None)
 
 
 class _DirectReads(asyncio.Protocol):
@@ -1245,21 +1258,37 @@ class _DirectReads(asyncio.Protocol):
     @classmethod
     def install(cls, router: _Router, transport: asyncio.Transport) -> _DirectReads | None:
         """Put one in front of ``transport``'s stream reader protocol (None: not that kind)."""
+        if transport.is_closing():
+            return None
         inner = transport.get_protocol()
-        if type(inner) is not asyncio.StreamReaderProtocol or transport.is_closing():
+        if type(inner) is not asyncio.StreamReaderProtocol:
             return None
         reads = cls(router, transport, inner)
         transport.set_protocol(reads)
         return reads
 
     def uninstall(self) -> None:
-        """Give the transport its stream reader protocol back."""
-        if self.transport.get_protocol() is self:
-            self.transport.set_protocol(self.inner)
+        """Give the transport its stream reader protocol back (a closed one delivers nothing).
+
+        A TLS transport closed twice (by the server, then by nats-py) has no
+        protocol any more: ``get_protocol()`` raises there.
+        """
+        transport = self.transport
+        if not transport.is_closing() and transport.get_protocol() is self:
+            transport.set_protocol(self.inner)
 
     def data_received(self, data: bytes) -> None:
         if not self.handed:
-            data = self.router.direct(data)
+            try:
+                data = self.router.direct(data)
+            except Exception as exc:
+                # The read loop would turn this into a reconnect (ProtocolError);
+                # raised here it would close the socket under nats-py's read loop,
+                # which then ends without one. Drop the connection: nats-py sees
+                # its end and reconnects.
+                logger.warning("malformed protocol from the server (%r): reconnecting", exc)
+                self.transport.abort()
+                return
             if not data:
                 return
         self.handed += len(data)
@@ -1944,7 +1973,7 @@ CLOSE_FLUSH_TIMEOUT: Final = 5.0
 
 def _abort_transport(nc: NatsClient) -> None:
     """Abort nats-py's socket at once (unsent data is dropped; TCP and TLS transports)."""
-    transport = _asyncio_transport(nc)
+    transport = _socket_transport(nc)
     if transport is not None:
         transport.abort()
 
@@ -1977,6 +2006,18 @@ def _bound_close_waits(nc: NatsClient, timeout: float) -> None:
                 # nothing more can be sent, and raising would end nats-py's close
                 # half way.
                 logger.debug("closing: the connection was already lost (%s)", exc)
+                _abort_transport(nc)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the caller's close was cancelled
+                # nats-py's reconnect task waited on the same close waiter (a TLS
+                # close takes a while) and the close cancelled that task, and with it
+                # the waiter: the socket is closing all the same. Raised, it ended
+                # nats-py's close half way and reached the caller as a cancellation.
+                logger.debug(
+                    "closing: the wait for the socket was cancelled with nats-py's reconnect"
+                )
                 _abort_transport(nc)
 
         return wait

@@ -438,6 +438,8 @@ async def test_replies_and_messages_are_taken_where_the_socket_delivers_them(
         pytest.param(b"-ERR \r\n", id="bare-ERR"),  # nats-py 2.16: AttributeError
         pytest.param(b"INFO {\r\n", id="INFO-not-JSON"),  # nats-py 2.16: JSONDecodeError
         pytest.param(b"MSG s 1 x\r\n", id="bad-MSG-size"),  # ProtocolError in nats-py too
+        # More digits than int() takes: a ValueError, raised where the socket delivers.
+        pytest.param(b"MSG s 1 " + b"9" * 5000 + b"\r\n", id="huge-MSG-size"),
     ],
 )
 async def test_malformed_protocol_makes_the_client_reconnect(

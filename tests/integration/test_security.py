@@ -72,7 +72,7 @@ from aiojetstream._conn import CONNECT_ATTEMPTS
 from aiojetstream.testing import NatsServer
 from credentials import CertificateAuthority, Operator, new_nkey, public_key, seed_text
 from docblocks import BLOCK_TIMEOUT, DOCS, fresh_js, python_blocks, run_block
-from helpers import unique_name
+from helpers import unique_name, wait_until
 from hostile import INJECTION, EvilInt, EvilStr
 from proxy import HOST, ApiCountingProxy
 
@@ -1205,6 +1205,33 @@ async def test_jetstream_over_tls(certificates: dict[str, Any]) -> None:
             assert transport.get_protocol() is router._reads
         finally:
             await js.close()
+
+
+async def test_closing_a_tls_client_while_it_reconnects(certificates: dict[str, Any]) -> None:
+    """The server went away (TLS close_notify): closing the client still closes it.
+
+    A client that only published asynchronously gives its transport protocol
+    back when closing; the TLS transport, closed twice by then, has none.
+    """
+    server = NatsServer(config=_tls_config(certificates["good"]))
+    await server.start()
+    url = f"tls://{HOST}:{server.port}"
+    try:
+        admin = await aiojetstream.connect(url, tls=_trusting(certificates["ca"]))
+        name = unique_name("TLSC")
+        await admin.create_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"]))
+        await admin.close()
+        js = await aiojetstream.connect(
+            url, tls=_trusting(certificates["ca"]), reconnect_time_wait=5
+        )
+        for _ in range(3):
+            await (await js.publish_async(f"{name.lower()}.a", b"x"))
+        assert _conn._REQUESTS.get(js.nc) is None, "no request: the router can be released"
+    finally:
+        await server.stop()
+    await wait_until(lambda: js.nc.is_reconnecting, timeout=10)
+    await js.close()
+    assert js.nc.is_closed
 
 
 # --------------------------------------------------------------------------- G2: credentials

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -301,19 +302,18 @@ class _StreamReader(asyncio.Protocol):
 
 async def _run_direct(
     chunks: list[bytes], loop_runs: list[bool], read_size: int, events: list[Event]
-) -> tuple[Exception | None, int]:
+) -> Exception | None:
     """Deliver the chunks as the socket does, with :class:`_conn._DirectReads` in front.
 
     After chunk *i* nats-py's read loop runs when ``loop_runs[i]`` (reading
     what the stream reader holds, ``read_size`` bytes a read), and at the end.
-    Returns the read loop's failure and how many chunks went straight to the router.
+    Returns the read loop's failure.
     """
     nc, router = _router(events)
     reader = _StreamReader()
     # No transport here: the router's reads match a client without one.
     reads = _conn._DirectReads(router, cast(asyncio.Transport, None), reader)
     router._reads = reads
-    direct = 0
 
     async def read_loop() -> None:
         while reader.buffer:
@@ -323,17 +323,15 @@ async def _run_direct(
 
     try:
         for index, chunk in enumerate(chunks):
-            if not reads.handed and not router._in_parse:
-                direct += 1
             reads.data_received(chunk)
             assert reads.handed == len(reader.buffer), "handed counts what the reader holds"
             if index < len(loop_runs) and loop_runs[index]:
                 await read_loop()
         await read_loop()
     except Exception as exc:
-        return exc, direct
+        return exc
     assert reads.handed == 0
-    return None, direct
+    return None
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -357,9 +355,8 @@ async def test_direct_reads_parse_as_nats_py(
     expected: list[Event] = []
     assert await _run(_reference(expected), [stream], expected) is None
     events: list[Event] = []
-    error, direct = await _run_direct(_split(stream, cuts), loop_runs, read_size, events)
+    error = await _run_direct(_split(stream, cuts), loop_runs, read_size, events)
     assert error is None
-    assert direct >= 1
     assert events == expected
 
 
@@ -419,6 +416,100 @@ async def test_direct_reads_wait_while_the_read_loop_awaits() -> None:
     await parsing
     await nc._ps.parse(bytes(reader.buffer))
     assert [e[2] for e in events] == [b"a", b"b", b"c"]
+
+
+class _Transport:
+    """What the direct reads need of a transport: abort and is_closing (and a protocol)."""
+
+    def __init__(self, protocol: Any = None, *, closing: bool = False) -> None:
+        self.protocol = protocol
+        self.closing = closing
+        self.aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_protocol(self) -> Any:
+        if self.protocol is None:
+            raise AttributeError("'NoneType' object has no attribute '_app_protocol'")
+        return self.protocol
+
+    def set_protocol(self, protocol: Any) -> None:
+        self.protocol = protocol
+
+
+async def test_a_size_int_refuses_goes_to_the_read_loop() -> None:
+    """More digits than int() takes: nats-py's parser reports it (a reconnect), no exception."""
+    events: list[Event] = []
+    nc, router = _router(events)
+    reader = _StreamReader()
+    transport = _Transport()
+    reads = _conn._DirectReads(router, cast(asyncio.Transport, transport), reader)
+    router._reads = reads
+    huge = b"MSG s 1 r " + b"9" * 5000 + b"\r\n"
+    reads.data_received(b"MSG a 1 2\r\nhi\r\n" + huge)
+    assert events == [("msg", 1, b"a", b"", b"hi", None)]
+    assert bytes(reader.buffer) == huge
+    assert not transport.aborted
+    with pytest.raises(ProtocolError):
+        await nc._ps.parse(bytes(reader.buffer))
+
+
+async def test_a_failing_direct_scan_drops_the_connection(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing escapes data_received (it would end nats-py's read loop without a reconnect)."""
+    events: list[Event] = []
+    _, router = _router(events)
+    transport = _Transport()
+    reads = _conn._DirectReads(router, cast(asyncio.Transport, transport), _StreamReader())
+
+    def broken(data: bytes) -> bytes:
+        raise ValueError("scanner bug")
+
+    monkeypatch.setattr(router, "direct", broken)
+    with caplog.at_level(logging.WARNING, logger="aiojetstream"):
+        reads.data_received(b"MSG a 1 2\r\nhi\r\n")
+    assert transport.aborted, "nats-py sees the connection end and reconnects"
+    assert "scanner bug" in caplog.text
+
+
+async def test_restore_with_a_closed_transport() -> None:
+    """A TLS transport closed twice has no protocol: restoring must not ask it for one."""
+    events: list[Event] = []
+    nc, router = _router(events)
+    inner = _StreamReader()
+    closed = _Transport(closing=True)  # get_protocol() raises, as on a closed TLS transport
+    router._reads = _conn._DirectReads(router, cast(asyncio.Transport, closed), inner)
+    router.restore(nc)
+    assert "parse" not in vars(nc._ps)
+    assert router._reads is None
+    # An open one gets its stream reader protocol back.
+    nc, router = _router(events)
+    open_ = _Transport(asyncio.Protocol())
+    reads = _conn._DirectReads.install(router, cast(asyncio.Transport, open_))
+    assert reads is None, "only in front of a StreamReaderProtocol"
+    open_.protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader())
+    inner_protocol = open_.protocol
+    reads = _conn._DirectReads.install(router, cast(asyncio.Transport, open_))
+    assert reads is not None
+    assert open_.protocol is reads
+    router._reads = reads
+    router.restore(nc)
+    assert open_.protocol is inner_protocol
+
+
+def test_abort_reaches_any_event_loop_transport() -> None:
+    """Another event loop's transport (uvloop's is no asyncio.Transport) is still aborted."""
+    nc = NatsClient()
+    other = _Transport()
+    nc._transport = SimpleNamespace(_io_writer=SimpleNamespace(transport=other))  # type: ignore[assignment]
+    assert _conn._asyncio_transport(nc) is None, "no direct reads there"
+    _conn._abort_transport(nc)
+    assert other.aborted
 
 
 # --------------------------------------------------------------------------- mutations
