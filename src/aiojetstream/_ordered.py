@@ -36,7 +36,7 @@ from ._errors import (
     OrderedConsumerResetError,
     StreamNotFoundError,
 )
-from ._message import Msg, next_in_order
+from ._message import Msg, ack_sequences, next_in_order
 from ._models import (
     AckPolicy,
     ConsumerConfig,
@@ -98,7 +98,10 @@ class OrderedConsumer:
         self._config = config
         self._prefix = config.name_prefix or secrets.token_hex(8)
         self._serial = 0
-        self._cursor = 0  # stream sequence of the last message handed out
+        # The stream sequence of the last message handed out (see _cursor), or the
+        # message whose sequence it is, not parsed yet.
+        self._cursor_value = 0
+        self._cursor_msg: Msg | None = None
         # Where a "new" or "last" consumer started (its first creation): recreated before
         # the first message, it starts there again. None until then.
         self._floor: int | None = None
@@ -140,6 +143,23 @@ class OrderedConsumer:
     def cursor(self) -> int:
         """The stream sequence of the last message handed out (0 before any)."""
         return self._cursor
+
+    @property
+    def _cursor(self) -> int:
+        # Messages handed out from a run checked at its ends (see OrderedSource.take)
+        # leave the last of them here: its sequence is parsed only when asked for.
+        msg = self._cursor_msg
+        if msg is not None:
+            self._cursor_msg = None
+            sequences = ack_sequences(msg._reply)
+            if sequences is not None:  # else not a delivery (forged): the one before
+                self._cursor_value = sequences[0]
+        return self._cursor_value
+
+    @_cursor.setter
+    def _cursor(self, value: int) -> None:
+        self._cursor_msg = None
+        self._cursor_value = value
 
     async def info(self, *, timeout: float | None = None) -> ConsumerInfo:
         """Fetch the current server-side consumer's info.
@@ -702,6 +722,8 @@ class OrderedSource:
         self._closed = False
         self._ending = asyncio.Event()  # set by stop, drain and aclose: a reset gives up
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Buffered messages, from the driver's first on, known to be next in order.
+        self._in_order = 0
 
     async def start(self) -> None:
         """Claim the ordered consumer, create its first consumer and start pulling."""
@@ -713,6 +735,7 @@ class OrderedSource:
             raise
 
     async def _restart(self) -> None:
+        self._in_order = 0
         if self._driver is not None:
             await self._driver.aclose()
             self._driver = None
@@ -748,12 +771,30 @@ class OrderedSource:
             spawn_error_handler(self, result, self._tasks)
 
     def take(self) -> Msg | None:
-        """A buffered in-order message, without waiting (None at a gap or when empty)."""
+        """A buffered in-order message, without waiting (None at a gap or when empty).
+
+        The buffer is checked a run at a time: when its first message has the
+        next consumer sequence and its last the one ``count - 1`` further, the
+        ``count`` messages are in order (a consumer's sequences only grow), and
+        are handed out without parsing each one's reply subject. Otherwise
+        (one message, a gap somewhere, skipping what a reset handed out
+        before) each message is checked on its own.
+        """
         driver = self._driver
         owner = self._owner
         if driver is None or owner._needs_reset:
             return None
         while True:
+            if not self._in_order and not owner._skip_through:
+                self._in_order = _run_in_order(driver, owner._expected)
+            if self._in_order:
+                msg = driver.take()
+                if msg is not None:
+                    self._in_order -= 1
+                    owner._expected += 1
+                    owner._cursor_msg = msg
+                    return msg
+                self._in_order = 0
             msg = driver.take()
             if msg is None:
                 return None
@@ -770,6 +811,7 @@ class OrderedSource:
 
     async def next_msg(self) -> Msg | None:
         """The next in-order message, resetting the consumer as needed."""
+        self._in_order = 0  # each message it takes is checked on its own
         while True:
             if self._stopped or self._closed:
                 return None
@@ -823,6 +865,21 @@ class OrderedSource:
         # The error handlers, unless called from one (it would wait for itself).
         while self._tasks and not in_error_handler(self):
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _run_in_order(driver: PullDriver, expected: int) -> int:
+    """How many buffered messages are next in order, checked at the run's two ends (0: unsure).
+
+    The first must have consumer sequence ``expected`` and the last
+    ``expected + count - 1``: sequences that only grow between them leave no
+    room for a gap. A single message is left to the caller's own check.
+    """
+    count, first, last = driver.buffer_ends()
+    if count < 2 or first is None or last is None:
+        return 0
+    if next_in_order(first, expected) < 0 or next_in_order(last, expected + count - 1) < 0:
+        return 0
+    return count
 
 
 def _shortened(settings: PullSettings, left: float) -> PullSettings:

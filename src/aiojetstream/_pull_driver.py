@@ -267,6 +267,13 @@ class PullDriver:
         """Messages waiting in the buffer."""
         return len(self._buffer)
 
+    def buffer_ends(self) -> tuple[int, Msg | None, Msg | None]:
+        """How many messages are buffered, the first of them and the last (None when empty)."""
+        buffer = self._buffer
+        if not buffer:
+            return 0, None, None
+        return len(buffer), buffer[0], buffer[-1]
+
     def take(self) -> Msg | None:
         """The next buffered message, or None (never waits)."""
         buffer = self._buffer
