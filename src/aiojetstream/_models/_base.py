@@ -48,6 +48,7 @@ from pydantic import (
 __all__ = [
     "WIRE",
     "ConfigModel",
+    "construct_checked",
     "DocumentedModel",
     "Duration",
     "NanoDatetime",
@@ -79,6 +80,27 @@ _NS_PER_S: Final = 1_000_000_000
 _US_PER_DAY: Final = 86_400 * 1_000_000
 
 M = TypeVar("M", bound=BaseModel)
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+
+def construct_checked(cls: type[M], values: dict[str, Any]) -> M:
+    """An instance of ``cls`` from values the library has already checked, without validation.
+
+    For the per-message paths (a get, a watched revision, a batch's message):
+    skips pydantic's validation the way ``model_construct`` does, minus its
+    generic field loop. ``values`` must hold every field, with its type, and
+    becomes the instance's ``__dict__``; its keys are the fields set. For
+    models without extra fields. Unit tests compare each use with a validated
+    instance.
+    """
+    obj = _new_object(cls)
+    _set_attribute(obj, "__dict__", values)
+    _set_attribute(obj, "__pydantic_fields_set__", set(values))
+    _set_attribute(obj, "__pydantic_extra__", None)
+    _set_attribute(obj, "__pydantic_private__", None)
+    return obj
 
 
 def is_wire(context: Any) -> bool:

@@ -10,7 +10,7 @@ from typing import Any, Final
 from pydantic import ConfigDict, Field, field_validator
 
 from .._errors import InvalidNameError
-from ._base import ConfigModel, DocumentedModel, Duration
+from ._base import ConfigModel, DocumentedModel, Duration, construct_checked
 from .stream import (
     Placement,
     RePublish,
@@ -235,10 +235,6 @@ class KeyValueEntry(DocumentedModel):
     """What the entry records."""
 
 
-_new_object = object.__new__
-_set_attribute = object.__setattr__
-
-
 def kv_entry(
     bucket: str,
     key: str,
@@ -257,10 +253,8 @@ def kv_entry(
     arguments must have the field types (``bytes``, ``int``, an aware
     ``datetime``); a unit test checks the result against a validated entry.
     """
-    entry = _new_object(KeyValueEntry)
-    _set_attribute(
-        entry,
-        "__dict__",
+    return construct_checked(
+        KeyValueEntry,
         {
             "bucket": bucket,
             "key": key,
@@ -271,11 +265,3 @@ def kv_entry(
             "operation": operation,
         },
     )
-    _set_attribute(
-        entry,
-        "__pydantic_fields_set__",
-        {"bucket", "key", "value", "revision", "created", "delta", "operation"},
-    )
-    _set_attribute(entry, "__pydantic_extra__", None)
-    _set_attribute(entry, "__pydantic_private__", None)
-    return entry

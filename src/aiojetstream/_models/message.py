@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
 
 from pydantic import BaseModel, ConfigDict
+
+from ._base import construct_checked
 
 
 class RawStreamMessage(BaseModel):
@@ -27,11 +28,6 @@ class RawStreamMessage(BaseModel):
     time: datetime
 
 
-_new_object = object.__new__
-_set_attribute = object.__setattr__
-_FIELDS: Final = frozenset(("subject", "seq", "headers", "data", "time"))
-
-
 def raw_message(
     subject: str, seq: int, headers: dict[str, str] | None, data: bytes, time: datetime
 ) -> RawStreamMessage:
@@ -43,13 +39,7 @@ def raw_message(
     ``model_construct`` sets them). The arguments must have the field types;
     a unit test checks the result against a validated message.
     """
-    msg = _new_object(RawStreamMessage)
-    _set_attribute(
-        msg,
-        "__dict__",
+    return construct_checked(
+        RawStreamMessage,
         {"subject": subject, "seq": seq, "headers": headers, "data": data, "time": time},
     )
-    _set_attribute(msg, "__pydantic_fields_set__", set(_FIELDS))
-    _set_attribute(msg, "__pydantic_extra__", None)
-    _set_attribute(msg, "__pydantic_private__", None)
-    return msg
