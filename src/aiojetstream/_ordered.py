@@ -152,7 +152,7 @@ class OrderedConsumer:
         if msg is not None:
             self._cursor_msg = None
             sequences = ack_sequences(msg._reply)
-            if sequences is not None:  # else not a delivery (forged): the one before
+            if sequences is not None:  # else not a delivery (forged): the last one parsed
                 self._cursor_value = sequences[0]
         return self._cursor_value
 
@@ -775,10 +775,14 @@ class OrderedSource:
 
         The buffer is checked a run at a time: when its first message has the
         next consumer sequence and its last the one ``count - 1`` further, the
-        ``count`` messages are in order (a consumer's sequences only grow), and
-        are handed out without parsing each one's reply subject. Otherwise
-        (one message, a gap somewhere, skipping what a reset handed out
-        before) each message is checked on its own.
+        ``count`` messages are in order, and are handed out without parsing
+        each one's reply subject. The server numbers a consumer's deliveries
+        1, 2, 3, ...: only a reset of the consumer through the API (by
+        another client) numbers them from 1 again, which alone makes the ends
+        disagree; with exactly as many messages lost as it set back, in one
+        run, it would go unnoticed (docs/consumers.md). Otherwise (one
+        message, a gap somewhere, skipping what a reset handed out before)
+        each message is checked on its own.
         """
         driver = self._driver
         owner = self._owner
@@ -871,8 +875,9 @@ def _run_in_order(driver: PullDriver, expected: int) -> int:
     """How many buffered messages are next in order, checked at the run's two ends (0: unsure).
 
     The first must have consumer sequence ``expected`` and the last
-    ``expected + count - 1``: sequences that only grow between them leave no
-    room for a gap. A single message is left to the caller's own check.
+    ``expected + count - 1``: deliveries numbered one by one between them
+    leave no room for a gap (see :meth:`OrderedSource.take` for the one case
+    where they are not). A single message is left to the caller's own check.
     """
     count, first, last = driver.buffer_ends()
     if count < 2 or first is None or last is None:
