@@ -900,14 +900,10 @@ class _Router:
         if ps is None or self._in_parse or ps.state != _AWAITING_CONTROL:
             return data
         buf: bytearray = ps.buf
-        if self._awaiting:
-            if buf is self._awaiting_buf and len(buf) + len(data) < self._awaiting:
-                buf.extend(data)
-                return b""
-            self._awaiting = 0
-            self._awaiting_buf = None
-        if buf:
+        if buf or self._awaiting:
             buf.extend(data)
+            if self._still_coming(buf):
+                return b""
             view = bytes(buf)
             buf.clear()
         else:
@@ -922,6 +918,20 @@ class _Router:
                 self._awaiting_buf = buf
         return b""
 
+    def _still_coming(self, buf: bytearray) -> bool:
+        """True while the large message the last scan stopped at is not all in ``buf``.
+
+        Copying and parsing the buffer again on every read until it is cost
+        time quadratic in its size.
+        """
+        if not self._awaiting:
+            return False
+        if buf is self._awaiting_buf and len(buf) < self._awaiting:
+            return True
+        self._awaiting = 0
+        self._awaiting_buf = None
+        return False
+
     async def _parse_frames(self, data: bytes) -> None:
         ps = self.ps
         if ps is None:
@@ -929,13 +939,8 @@ class _Router:
         buf: bytearray = ps.buf
         if data:
             buf.extend(data)
-        if self._awaiting:
-            # A large message still coming in: copying and parsing the buffer again on
-            # every read cost time quadratic in its size.
-            if buf is self._awaiting_buf and len(buf) < self._awaiting:
-                return
-            self._awaiting = 0
-            self._awaiting_buf = None
+        if self._still_coming(buf):
+            return
         if ps.state == _AWAITING_PAYLOAD:
             # nats-py's parser read the control line of this message: finish it as it would.
             needed = ps.needed
