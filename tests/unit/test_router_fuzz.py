@@ -300,6 +300,16 @@ class _StreamReader(asyncio.Protocol):
         self.buffer += data
 
 
+def _in_front(
+    router: _conn._Router, transport: Any = None
+) -> tuple[_conn._DirectReads, _StreamReader]:
+    """The router's direct reads in front of a stand-in stream reader (no transport: None)."""
+    reader = _StreamReader()
+    reads = _conn._DirectReads(router, cast(asyncio.Transport, transport), reader)
+    router._reads = reads
+    return reads, reader
+
+
 async def _run_direct(
     chunks: list[bytes], loop_runs: list[bool], read_size: int, events: list[Event]
 ) -> Exception | None:
@@ -310,10 +320,8 @@ async def _run_direct(
     Returns the read loop's failure.
     """
     nc, router = _router(events)
-    reader = _StreamReader()
     # No transport here: the router's reads match a client without one.
-    reads = _conn._DirectReads(router, cast(asyncio.Transport, None), reader)
-    router._reads = reads
+    reads, reader = _in_front(router)
 
     async def read_loop() -> None:
         while reader.buffer:
@@ -364,9 +372,7 @@ async def test_direct_reads_take_replies_and_hand_on_the_rest() -> None:
     """Routed messages are handled at once; a PING and what follows it go to the read loop."""
     events: list[Event] = []
     nc, router = _router(events)
-    reader = _StreamReader()
-    reads = _conn._DirectReads(router, cast(asyncio.Transport, None), reader)
-    router._reads = reads
+    reads, reader = _in_front(router)
     reads.data_received(b"MSG a 1 2\r\nhi\r\nMSG b 4 2\r\nho\r\nMSG c 1 5\r\nhel")
     assert events == [("msg", 1, b"a", b"", b"hi", None), ("msg", 4, b"b", b"", b"ho", None)]
     assert not reader.buffer, "a message not all in waits in the parser's buffer"
@@ -401,9 +407,7 @@ async def test_direct_reads_wait_while_the_read_loop_awaits() -> None:
         await gate.wait()  # nats-py's own processing, blocked (a full pending queue, say)
 
     router._original = lambda: slow
-    reader = _StreamReader()
-    reads = _conn._DirectReads(router, cast(asyncio.Transport, None), reader)
-    router._reads = reads
+    reads, reader = _in_front(router)
     reads.data_received(b"MSG a 6 1\r\nx\r\nMSG b 1 1\r\ny\r\n")
     data = bytes(reader.buffer)
     reader.buffer.clear()
@@ -445,10 +449,8 @@ async def test_a_size_int_refuses_goes_to_the_read_loop() -> None:
     """More digits than int() takes: nats-py's parser reports it (a reconnect), no exception."""
     events: list[Event] = []
     nc, router = _router(events)
-    reader = _StreamReader()
     transport = _Transport()
-    reads = _conn._DirectReads(router, cast(asyncio.Transport, transport), reader)
-    router._reads = reads
+    reads, reader = _in_front(router, transport)
     huge = b"MSG s 1 r " + b"9" * 5000 + b"\r\n"
     reads.data_received(b"MSG a 1 2\r\nhi\r\n" + huge)
     assert events == [("msg", 1, b"a", b"", b"hi", None)]
@@ -465,7 +467,7 @@ async def test_a_failing_direct_scan_drops_the_connection(
     events: list[Event] = []
     _, router = _router(events)
     transport = _Transport()
-    reads = _conn._DirectReads(router, cast(asyncio.Transport, transport), _StreamReader())
+    reads, _ = _in_front(router, transport)
 
     def broken(data: bytes) -> bytes:
         raise ValueError("scanner bug")
@@ -481,9 +483,8 @@ async def test_restore_with_a_closed_transport() -> None:
     """A TLS transport closed twice has no protocol: restoring must not ask it for one."""
     events: list[Event] = []
     nc, router = _router(events)
-    inner = _StreamReader()
     closed = _Transport(closing=True)  # get_protocol() raises, as on a closed TLS transport
-    router._reads = _conn._DirectReads(router, cast(asyncio.Transport, closed), inner)
+    _in_front(router, closed)
     router.restore(nc)
     assert "parse" not in vars(nc._ps)
     assert router._reads is None
