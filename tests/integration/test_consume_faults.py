@@ -1016,7 +1016,9 @@ async def test_outage_jetstream_unavailable_request_rate() -> None:
             async with ApiCountingProxy(client_node.port) as proxy:
                 js = await connect(proxy.url, timeout=1.0)
                 try:
-                    consumer = await js.consumer(stream, "c")
+                    # The 1 s default is for the checks during the outage; this lookup
+                    # comes before it and may be slow on a loaded machine.
+                    consumer = await js.consumer(stream, "c", timeout=10)
                     errors = Errors()
                     got: list[bytes] = []
                     arrived = asyncio.Event()
