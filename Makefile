@@ -51,7 +51,7 @@ typecheck: install
 	$(BIN)/mypy --strict src tests tools
 
 # The integration tests that also run with the nats-py fast path switched off.
-FALLBACK_TESTS := tests/integration/test_publish.py tests/integration/test_consume.py tests/integration/test_fetch_collect.py \
+FALLBACK_TESTS := tests/integration/test_publish.py tests/integration/test_publish_bulk.py tests/integration/test_consume.py tests/integration/test_fetch_collect.py \
 	tests/integration/test_kv.py tests/integration/test_error_translation.py \
 	tests/integration/test_fast_path.py tests/integration/test_connection_callbacks.py
 RUNS ?= 1

@@ -1671,11 +1671,17 @@ def _write_pending(nc: NatsClient) -> bool:
     return True
 
 
-def _enqueue(nc: NatsClient, cmd: bytes, payload_size: int) -> None:
+def enqueue_many(nc: NatsClient, cmds: list[bytes], payload_size: int) -> None:
+    """Queue ready-made PUB/HPUB commands as one write (fast path; as :func:`_enqueue`)."""
+    _enqueue(nc, b"".join(cmds), payload_size, len(cmds))
+
+
+def _enqueue(nc: NatsClient, cmd: bytes, payload_size: int, msgs: int = 1) -> None:
     """Append a ready-made command to nats-py's pending buffer and wake its flusher.
 
     While disconnected the command waits in the reconnect buffer (written after
     the re-subscriptions once reconnected), as nats-py's own publish does.
+    ``msgs``: how many messages ``cmd`` holds (for nats-py's statistics).
     """
     connected = nc.is_connected
     if not connected:
@@ -1685,7 +1691,7 @@ def _enqueue(nc: NatsClient, cmd: bytes, payload_size: int) -> None:
     nc._pending.append(cmd)
     nc._pending_data_size += len(cmd)
     stats = nc.stats
-    stats["out_msgs"] += 1
+    stats["out_msgs"] += msgs
     stats["out_bytes"] += payload_size
     queue = nc._flush_queue
     if connected and queue is not None and queue.empty():

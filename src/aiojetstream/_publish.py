@@ -9,7 +9,7 @@ import heapq
 import math
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Final
 
@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from . import _headers as H
 from ._api import check_reply
-from ._conn import Conn, RawSubscription
+from ._conn import MAX_SUBJECT_LINE, Conn, RawSubscription, check_line, enqueue_many, pub_command
 from ._errors import (
     ConnectionClosedError,
     DisconnectedError,
@@ -248,6 +248,75 @@ class _Held:
         self.unanswered = False  # its last attempt got no reply: it may be stored
 
 
+class AckTally:
+    """Counts the acknowledgements of many publishes, without a future each.
+
+    For bulk writers (the Spark sink, :meth:`AsyncPublisher.send_many`): every
+    acknowledgement counts into :attr:`stored` (and :attr:`duplicates`), the
+    first failure (the server's error, a timeout, a disconnect) is kept in
+    :attr:`error`, and :meth:`wait` returns once nothing is outstanding or
+    something failed. It stands where a publish's future would (``done``,
+    ``set_result``, ``set_exception``), so every way a publish can end reaches it.
+    """
+
+    __slots__ = ("_waiter", "duplicates", "error", "outstanding", "stored")
+
+    def __init__(self) -> None:
+        self.stored = 0
+        self.duplicates = 0
+        self.outstanding = 0
+        self.error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def done(self) -> bool:
+        """Always False: every publish's outcome is counted."""
+        return False
+
+    def count(self, duplicate: bool) -> None:
+        """One publish was stored (``duplicate``: the stream had its msg id already)."""
+        self.stored += 1
+        if duplicate:
+            self.duplicates += 1
+        self.outstanding -= 1
+        if not self.outstanding:
+            self._wake()
+
+    def set_result(self, ack: PubAck) -> None:
+        """One publish was stored, with this acknowledgement."""
+        self.count(ack.duplicate)
+
+    def set_exception(self, exc: BaseException) -> None:
+        """One publish failed: the first failure is kept, and :meth:`wait` returns."""
+        if self.error is None:
+            self.error = exc
+        self.outstanding -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Wait until no publish is outstanding or one failed; raise its error then.
+
+        Bounded without a timeout of its own: each publish fails by its ack
+        deadline at the latest.
+        """
+        while self.outstanding > 0 and self.error is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if self.error is not None:
+            raise self.error
+
+
+#: What stands for a publish until its acknowledgement: its future, or a tally of many.
+AckTarget = asyncio.Future[PubAck] | AckTally
+
+
 class AsyncPublisher:
     """Outstanding asynchronous publishes: one reply subscription, a bounded window.
 
@@ -267,7 +336,7 @@ class AsyncPublisher:
         self._conn = conn
         self.max_pending = max_pending
         self.ack_timeout = ack_timeout
-        self._futures: dict[bytes, tuple[asyncio.Future[PubAck], float, str]] = {}
+        self._futures: dict[bytes, tuple[AckTarget, float, str]] = {}
         self._deadlines: list[tuple[float, bytes]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -331,19 +400,33 @@ class AsyncPublisher:
 
         Waits first while ``max_pending`` acknowledgements are outstanding.
         """
+        ack_timeout = self.ack_timeout if timeout is None else timeout
+        if hold is not None:
+            ack_timeout += hold  # a held publish may wait for room as long as it holds
+        await self.wait_for_room(ack_timeout)
+        return self.send(subject, payload, block, timeout, hold)
+
+    async def wait_for_room(self, timeout: float | None = None) -> int:
+        """Wait until the window has room; return how many publishes fit now.
+
+        Starts the reply subscription first if needed.
+
+        Raises:
+            JetStreamTimeoutError: the window stayed full for ``timeout`` seconds
+                (default: the ack timeout).
+            ConnectionClosedError: the context closed.
+
+        """
         if self._closed:
             raise ConnectionClosedError("the JetStream context is closed")
         if not self._started:
             await self._ensure_sub()
             if self._closed:
                 raise ConnectionClosedError("the JetStream context is closed")
-        ack_timeout = self.ack_timeout if timeout is None else timeout
-        if hold is not None:
-            ack_timeout += hold  # a held publish may wait for room as long as it holds
         futures = self._futures
         while len(futures) >= self.max_pending:
             try:
-                async with asyncio.timeout(ack_timeout):
+                async with asyncio.timeout(self.ack_timeout if timeout is None else timeout):
                     await self._space.wait()
             except TimeoutError:
                 raise JetStreamTimeoutError(
@@ -352,7 +435,7 @@ class AsyncPublisher:
                 ) from None
             if self._closed:
                 raise ConnectionClosedError("the JetStream context is closed")
-        return self.send(subject, payload, block, timeout, hold)
+        return self.max_pending - len(futures)
 
     def send(
         self,
@@ -412,13 +495,119 @@ class AsyncPublisher:
             self._arm(deadline)
         return fut
 
+    def send_many(
+        self,
+        subject: bytes | None,
+        subjects: Sequence[bytes] | None,
+        payloads: Sequence[bytes],
+        blocks: Sequence[bytes | None] | None,
+        tally: AckTally,
+        timeout: float | None = None,
+    ) -> None:
+        """Send many publishes now; ``tally`` counts their acknowledgements.
+
+        The bulk form of :meth:`send` for writers that need no future per
+        message (the Spark sink), and no hold. ``subject``: the one subject of
+        all, else ``subjects`` has one per payload; each a valid publish
+        subject (the caller checked them). ``blocks``: a header block (or
+        None) per payload, or None for none at all. At most the room
+        :meth:`wait_for_room` returned. Everything is checked before anything
+        is sent.
+
+        Raises:
+            MaxPayloadExceededError: a message exceeds the server's max_payload.
+            ConnectionClosedError: the connection is closed or draining.
+            DisconnectedError: disconnected, and the reconnect buffer is full.
+
+        """
+        count = len(payloads)
+        if not count:
+            return
+        conn = self._conn
+        nc = conn.nc
+        if self._closed or nc.is_closed or nc.is_draining_pubs:
+            raise ConnectionClosedError("the connection is closed or draining")
+        if not self._started:
+            raise InvalidOptionError("send_many before wait_for_room: no reply subscription yet")
+        one = subject
+        if one is None and (subjects is None or len(subjects) != count):
+            raise InvalidOptionError("send_many needs a subject, or one per payload")
+        many: Sequence[bytes] = subjects or ()
+        limit = conn.max_payload
+        if limit:
+            if blocks is None:
+                check_size(conn, max(payloads, key=len), None)
+            else:
+                for payload, block in zip(payloads, blocks, strict=True):
+                    if len(payload) + (len(block) if block else 0) > limit:
+                        check_size(conn, payload, block)
+        prefix = self._prefix
+        first = self._next + 1
+        last_reply = prefix + b"%x" % (first + count - 1)
+        longest = one if one is not None else max(many, key=len)
+        if len(longest) + len(last_reply) > MAX_SUBJECT_LINE:
+            check_line(longest, last_reply)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.ack_timeout if timeout is None else timeout)
+        tokens = [b"%x" % n for n in range(first, first + count)]
+        if conn.fast:
+            if blocks is None and one is not None:
+                cmds = [
+                    b"PUB %b %b%b %d\r\n%b\r\n" % (one, prefix, token, len(payload), payload)
+                    for token, payload in zip(tokens, payloads, strict=True)
+                ]
+            else:
+                cmds = [
+                    pub_command(
+                        one if one is not None else many[i],
+                        prefix + token,
+                        payload,
+                        blocks[i] if blocks is not None else None,
+                    )
+                    for i, (token, payload) in enumerate(zip(tokens, payloads, strict=True))
+                ]
+            # Raises (disconnected, reconnect buffer full) before anything is registered.
+            enqueue_many(nc, cmds, sum(map(len, payloads)))
+        else:
+            for i, (token, payload) in enumerate(zip(tokens, payloads, strict=True)):
+                conn.publish_nowait(
+                    one if one is not None else many[i],
+                    payload,
+                    prefix + token,
+                    blocks[i] if blocks is not None else None,
+                    functools.partial(self._not_sent, token),
+                )
+        self._next = first + count - 1
+        tally.outstanding += count
+        futures = self._futures
+        heap = self._deadlines
+        if one is not None:
+            label = one.decode("utf-8", "replace")
+            for token in tokens:
+                futures[token] = (tally, deadline, label)
+                heapq.heappush(heap, (deadline, token))
+        else:
+            for token, each in zip(tokens, many, strict=True):
+                futures[token] = (tally, deadline, each.decode("utf-8", "replace"))
+                heapq.heappush(heap, (deadline, token))
+        if len(futures) >= self.max_pending:
+            self._full = True
+            self._space.clear()
+        if not self._busy:
+            self._busy = True
+            self._idle.clear()
+        if len(heap) > 2 * len(futures) + _HEAP_SLACK:
+            self._compact()
+        if self._timer is None or deadline < self._timer_at:
+            self._arm(deadline)
+
     def _compact(self) -> None:
         """Drop the deadlines of publishes that completed (they pile up under load)."""
         heap = self._deadlines
         heap[:] = [(d, t) for t, (_, d, _) in self._futures.items()]
         heapq.heapify(heap)
 
-    def _forget(self, token: bytes) -> tuple[asyncio.Future[PubAck], float, str] | None:
+    def _forget(self, token: bytes) -> tuple[AckTarget, float, str] | None:
         futures = self._futures
         entry = futures.pop(token, None)
         if self._full and len(futures) < self.max_pending:
@@ -438,6 +627,19 @@ class AsyncPublisher:
             return  # late reply after a timeout or a disconnect
         fut, _, target = entry
         if fut.done():
+            return
+        if (
+            type(fut) is AckTally
+            and hdr is None
+            and data.startswith(b'{"stream":"')
+            and b'"seq":' in data
+            and b'"error"' not in data
+            and b'"duplicate"' not in data
+        ):
+            # A plain acknowledgement, counted without a PubAck. Anything else
+            # (a duplicate, an error, a status) is parsed below and reaches the
+            # tally as an acknowledgement or as the error it carries.
+            fut.count(False)
             return
         try:
             if hdr is None and b'"error"' not in data:

@@ -2,18 +2,19 @@
 
 Rows arrive as Arrow record batches (``DataSourceArrowWriter`` /
 ``DataSourceStreamArrowWriter``, Spark >= 4.0 / 4.1) or, on older versions of
-the streaming writer, as ``Row`` objects; both become plain column lists and go
-out through ``publish_async`` with a bounded window. The task returns only when
-every acknowledgement has arrived; the first failed one fails the task (Spark
-then retries it). ``dedupe=auto`` gives each row a ``Nats-Msg-Id`` derived from
-the write (or streaming query and batch), the partition and the row's position,
+the streaming writer, as ``Row`` objects; both become plain column lists, are
+checked as a whole (subjects, headers, sizes), and go out in bulk through the
+context's bounded publish window, their acknowledgements counted without a
+future per row. The task returns only when every acknowledgement has arrived;
+the first failed one fails the task (Spark then retries it). ``dedupe=auto``
+gives each row a ``Nats-Msg-Id`` derived from the write (or streaming query and
+batch), the partition and the row's position,
 so a retried task or a replayed micro-batch stores nothing twice within the
 stream's ``duplicate_window``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 import warnings
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import (
@@ -39,7 +41,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from aiojetstream import InvalidOptionError, JetStreamContext, PubAck
+from aiojetstream import InvalidOptionError, JetStreamContext
+from aiojetstream._publish import AckTally, build_headers, header_block
+from aiojetstream._validation import validate_publish_subject
 
 from ._options import ConnectOptions, JetStreamSparkWarning, SinkOptions
 from ._runtime import Session
@@ -70,6 +74,9 @@ _SINK_COLUMNS: Final = ("data", "subject", "headers", "msg_id", "ttl")
 _NUMERIC: Final = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType)
 #: Rows converted per step when the writer receives Row objects.
 _ROW_CHUNK: Final = 10_000
+#: Validated subjects kept per task (a subject column of many distinct ones is
+#: validated again once the cache is cleared).
+_SUBJECT_CACHE: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,77 +228,111 @@ def record_batches(items: Iterable[Any], schema: pa.Schema) -> Iterator[pa.Recor
 
 
 class _Publisher:
-    """Publishes record batches with ``publish_async`` and collects the acknowledgements."""
+    """Publishes record batches in bulk and counts the acknowledgements.
+
+    Rows go out through the context's publish window (``maxPending``) as bulk
+    sends, without a future per row: an :class:`~aiojetstream._publish.AckTally`
+    counts the acknowledgements and keeps the first failure.
+    """
 
     def __init__(self, js: JetStreamContext, opts: SinkOptions, id_prefix: str | None) -> None:
-        self._js = js
-        self._subject = opts.subject
+        self._window = js._publisher
+        self._default = opts.subject
         self._id_prefix = id_prefix
-        self._futures: list[asyncio.Future[PubAck]] = []
+        self._subjects: dict[str, bytes] = {}  # validated subjects, encoded
+        self._tally = AckTally()
         self.result = WriteResult()
 
+    def _subject(self, subject: str) -> bytes:
+        encoded = self._subjects.get(subject)
+        if encoded is None:
+            if len(self._subjects) >= _SUBJECT_CACHE:
+                self._subjects.clear()
+            encoded = self._subjects[subject] = validate_publish_subject(subject).encode()
+        return encoded
+
     async def publish(self, batch: pa.RecordBatch) -> None:
-        js = self._js
         n = batch.num_rows
-        data = _column(batch, "data") or []
+        if not n:
+            return
+        payloads = _payloads(batch)
         subjects = _column(batch, "subject")
         headers = _column(batch, "headers")
         msg_ids = _column(batch, "msg_id")
         ttls = _column(batch, "ttl")
-        default_subject = self._subject
         first_row = self.result.rows
         prefix = self._id_prefix
-        futures = self._futures
-        for i in range(n):
-            body = data[i]
-            if body is None:
-                body = b""
-            elif type(body) is str:
-                body = body.encode()
-            subject = subjects[i] if subjects is not None else None
-            if subject is None:
-                subject = default_subject
+        one: bytes | None = None
+        per_row: list[bytes] | None = None
+        if subjects is None or all(x is None for x in subjects):
+            if self._default is None:
+                raise InvalidOptionError(
+                    f"row {first_row} has a null 'subject' and no option('subject') is set"
+                )
+            one = self._subject(self._default)
+        else:
+            per_row = []
+            for i, subject in enumerate(subjects):
                 if subject is None:
-                    raise InvalidOptionError(
-                        f"row {first_row + i} has a null 'subject' and no option('subject') is set"
-                    )
-            hdrs = headers[i] if headers is not None else None
-            msg_id = msg_ids[i] if msg_ids is not None else None
-            if msg_id is None and prefix is not None:
-                msg_id = f"{prefix}-{first_row + i}"
-            ttl = ttls[i] if ttls is not None else None
-            if hdrs is None and msg_id is None and ttl is None:
-                futures.append(await js.publish_async(subject, body))
-            else:
-                futures.append(
-                    await js.publish_async(
-                        subject,
-                        body,
-                        headers=dict(hdrs) if hdrs else None,
-                        msg_id=msg_id,
-                        ttl=float(ttl) if ttl is not None and type(ttl) is not str else ttl,
+                    subject = self._default
+                    if subject is None:
+                        raise InvalidOptionError(
+                            f"row {first_row + i} has a null 'subject' "
+                            "and no option('subject') is set"
+                        )
+                per_row.append(self._subject(subject))
+        blocks: list[bytes | None] | None = None
+        if headers is not None or msg_ids is not None or ttls is not None or prefix is not None:
+            blocks = []
+            for i in range(n):
+                hdrs = headers[i] if headers is not None else None
+                msg_id = msg_ids[i] if msg_ids is not None else None
+                if msg_id is None and prefix is not None:
+                    msg_id = f"{prefix}-{first_row + i}"
+                ttl = ttls[i] if ttls is not None else None
+                if ttl is not None and type(ttl) is not str:
+                    ttl = float(ttl)
+                blocks.append(
+                    header_block(
+                        build_headers(
+                            dict(hdrs) if hdrs else None, msg_id, ttl, None, None, None, None
+                        )
                     )
                 )
+        window = self._window
+        tally = self._tally
+        done = 0
+        while done < n:
+            room = await window.wait_for_room()
+            upto = min(n, done + room)
+            window.send_many(
+                one,
+                per_row[done:upto] if per_row is not None else None,
+                payloads[done:upto],
+                blocks[done:upto] if blocks is not None else None,
+                tally,
+            )
+            done = upto
+            if tally.error is not None:
+                raise tally.error  # the task fails: Spark retries it
         self.result.rows += n
-        self._collect(wait=False)
-
-    def _collect(self, *, wait: bool) -> None:
-        keep: list[asyncio.Future[PubAck]] = []
-        for fut in self._futures:
-            if not fut.done():
-                assert not wait
-                keep.append(fut)
-                continue
-            ack = fut.result()  # raises the publish's error: the task fails
-            if ack.duplicate:
-                self.result.duplicates += 1
-        self._futures = keep
 
     async def finish(self) -> WriteResult:
-        if self._futures:
-            await asyncio.wait(self._futures)
-        self._collect(wait=True)
+        await self._tally.wait()  # raises the first failure
+        self.result.duplicates = self._tally.duplicates
         return self.result
+
+
+def _payloads(batch: pa.RecordBatch) -> list[bytes]:
+    """The ``data`` column as bytes (strings in UTF-8, a null as an empty payload)."""
+    data = batch.column(batch.schema.get_field_index("data"))
+    if pa.types.is_string(data.type):
+        data = data.cast(pa.binary())
+    elif pa.types.is_large_string(data.type):
+        data = data.cast(pa.large_binary())
+    if data.null_count:
+        data = pc.fill_null(data, pa.scalar(b"", data.type))
+    return data.to_pylist()  # type: ignore[no-any-return]
 
 
 def _write(
