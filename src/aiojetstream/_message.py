@@ -11,6 +11,7 @@ either of its two forms (ADR-15; nats.go ``parseMetadata``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Protocol
@@ -528,3 +529,8 @@ def next_in_order(msg: Msg, expected: int) -> int:
     ):
         return -1
     return sseq
+
+
+def total_size(msgs: Iterable[Msg]) -> int:
+    """The summed :attr:`Msg.size` of ``msgs`` (one pass, no property call each)."""
+    return sum([len(m._subject) + len(m._reply) + len(m._hdr or b"") + len(m.data) for m in msgs])

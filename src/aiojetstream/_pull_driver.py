@@ -16,6 +16,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from itertools import islice
 from typing import Any
 
 from . import _api
@@ -33,7 +34,7 @@ from ._errors import (
     NoRespondersError,
     StreamNotFoundError,
 )
-from ._message import Msg
+from ._message import Msg, total_size
 from ._priority import PinState, pin_id_from_headers
 from ._pull_engine import (
     ArmTimer,
@@ -438,7 +439,7 @@ class PullDriver:
             if self._byte_cap and taken and not engine.done:
                 # Sizes only for a byte-capped fetch still running: its pull may have
                 # ended without a word (the cap used up exactly).
-                cmds += engine.on_fetched_bytes(sum(buffer[-i].size for i in range(1, taken + 1)))
+                cmds += engine.on_fetched_bytes(total_size(islice(reversed(buffer), taken)))
             if cmds:
                 self._run(cmds)
         waiter = self._waiter

@@ -26,6 +26,7 @@ from aiojetstream._message import (
     ack_sequences,
     next_in_order,
     parse_metadata,
+    total_size,
 )
 
 REPLY = b"$JS.ACK.ORDERS.worker.1.42.7.1700000000123456789.3"
@@ -509,3 +510,22 @@ def test_random_bytes_never_raise_anything_else(data: bytes) -> None:
             parse_metadata(raw)
         ack_sequences(raw)
         next_in_order(Msg(b"s", raw, b"", None, FakeAcker()), 1)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(min_size=1, max_size=30),
+            st.binary(max_size=60),
+            st.binary(max_size=200),
+            st.none() | st.binary(min_size=1, max_size=50),
+        ),
+        max_size=20,
+    )
+)
+def test_total_size_is_the_sum_of_sizes(
+    parts: list[tuple[bytes, bytes, bytes, bytes | None]],
+) -> None:
+    msgs = [Msg(subject, reply, data, hdr, FakeAcker()) for subject, reply, data, hdr in parts]
+    assert total_size(msgs) == sum(m.size for m in msgs)
+    assert total_size(iter(msgs)) == total_size(msgs)
