@@ -166,6 +166,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _load() below
     )
     from ._object import ObjectResult, ObjectStore, ObjectWatcher
     from ._ordered import OrderedBatch, OrderedConsumer
+    from ._publish import PublishSummary
     from ._schedule import Schedule
     from ._stream import Stream
 
@@ -288,6 +289,7 @@ __all__ = [
     "PriorityGroupState",
     "PriorityPolicy",
     "PubAck",
+    "PublishSummary",
     "RawStreamMessage",
     "RePublish",
     "ReplayPolicy",
@@ -454,6 +456,7 @@ _SOURCES: dict[str, str] = {
     "PriorityGroupState": "_models",
     "PriorityPolicy": "_models",
     "PubAck": "_models",
+    "PublishSummary": "_publish",
     "RawStreamMessage": "_models",
     "RePublish": "_models",
     "ReplayPolicy": "_models",

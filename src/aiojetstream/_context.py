@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -808,6 +808,116 @@ class JetStreamContext:
         if publisher.has_room:
             return publisher.send(subject, data, hdrs, timeout, hold)
         return await publisher.publish(subject, data, hdrs, timeout, hold)
+
+    async def publish_many(
+        self,
+        subject: str | Sequence[str],
+        payloads: Sequence[Payload],
+        *,
+        headers: Sequence[Mapping[str, str] | None] | None = None,
+        msg_ids: Sequence[str | None] | None = None,
+        ttls: Sequence[H.TTLInput | None] | None = None,
+        timeout: float | None = None,
+    ) -> P.PublishSummary:
+        """Publish many messages in order; return once every one is acknowledged.
+
+        The bulk form of :meth:`publish_async` for loaders and pipelines (the
+        Spark sink uses it): the messages share the asynchronous publish
+        window (``publish_async_max_pending``) but get no future and no
+        parsed :class:`PubAck` each, which makes it about twice as fast per
+        message.
+
+        Args:
+            subject: one subject for every message, or one per payload.
+            payloads: the message bodies.
+            headers: per message, extra headers or None (one entry per payload).
+            msg_ids: per message, a ``Nats-Msg-Id`` or None.
+            ttls: per message, a per-message TTL or None (as :meth:`publish`).
+            timeout: each acknowledgement's deadline (default: the context's
+                ``publish_async_timeout``), and the longest wait for room in
+                the window.
+
+        Returns:
+            How many messages the stream acknowledged, and how many of them
+            were duplicates.
+
+        Raises:
+            InvalidOptionError: sequences of different lengths, a payload that
+                is not bytes; like the other client-side errors of
+                :meth:`publish` (``InvalidSubjectError``, ``InvalidHeaderError``,
+                ``InvalidTTLError``, ``MaxPayloadExceededError``), raised before
+                anything is sent.
+            JetStreamError: the first failed acknowledgement (the server's
+                typed error, :class:`JetStreamTimeoutError`,
+                :class:`DisconnectedError`, ...), raised at once; messages
+                sent before it may be stored (publish them again with msg ids
+                to store none twice).
+
+        """
+        timeout = check_timeout(timeout)
+        count = len(payloads)
+        for name, column in (("headers", headers), ("msg_ids", msg_ids), ("ttls", ttls)):
+            if column is not None and len(column) != count:
+                raise InvalidOptionError(
+                    f"publish_many: {name} has {len(column)} entries for {count} payloads"
+                )
+        one: bytes | None = None
+        many: list[bytes] | None = None
+        if isinstance(subject, str):
+            one = self._prepare(subject, b"", None, None, None, None, None, None, None)[0].encode()
+        else:
+            if len(subject) != count:
+                raise InvalidOptionError(
+                    f"publish_many: {len(subject)} subjects for {count} payloads"
+                )
+            checked: dict[str, bytes] = {}
+            many = []
+            for each in subject:
+                encoded = checked.get(each) if type(each) is str else None
+                if encoded is None:
+                    valid = self._prepare(each, b"", None, None, None, None, None, None, None)[0]
+                    encoded = checked[valid] = valid.encode()
+                many.append(encoded)
+        data: Sequence[bytes] = (
+            payloads  # type: ignore[assignment]
+            if all(type(p) is bytes for p in payloads)
+            else [P.payload_bytes(p) for p in payloads]
+        )
+        blocks: list[bytes | None] | None = None
+        if headers is not None or msg_ids is not None or ttls is not None:
+            blocks = [
+                P.header_block(
+                    P.build_headers(
+                        headers[i] if headers is not None else None,
+                        msg_ids[i] if msg_ids is not None else None,
+                        ttls[i] if ttls is not None else None,
+                        None,
+                        None,
+                        None,
+                        None,
+                    )
+                )
+                for i in range(count)
+            ]
+        publisher = self._publisher
+        tally = P.AckTally()
+        sent = 0
+        while sent < count:
+            room = await publisher.wait_for_room(timeout)
+            upto = min(count, sent + room)
+            publisher.send_many(
+                one,
+                many[sent:upto] if many is not None else None,
+                data[sent:upto],
+                blocks[sent:upto] if blocks is not None else None,
+                tally,
+                timeout,
+            )
+            sent = upto
+            if tally.error is not None:
+                raise tally.error
+        await tally.wait()
+        return P.PublishSummary(tally.stored, tally.duplicates)
 
     async def publish_async_complete(self, timeout: float | timedelta | None = None) -> None:
         """Wait until every asynchronous publish has completed (acked or failed).

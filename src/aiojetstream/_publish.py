@@ -10,6 +10,7 @@ import math
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
@@ -246,6 +247,21 @@ class _Held:
         self.wait = wait  # how long an attempt waits for its reply
         self.error: StreamFullError | None = None
         self.unanswered = False  # its last attempt got no reply: it may be stored
+
+
+@dataclass(frozen=True, slots=True)
+class PublishSummary:
+    """What :meth:`~aiojetstream.JetStreamContext.publish_many` stored.
+
+    Attributes:
+        stored: Messages the stream acknowledged (duplicates included).
+        duplicates: Of those, how many the stream had already stored under
+            the same ``Nats-Msg-Id`` (within its ``duplicate_window``).
+
+    """
+
+    stored: int
+    duplicates: int
 
 
 class AckTally:

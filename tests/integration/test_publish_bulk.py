@@ -1,13 +1,14 @@
-"""Bulk publishing (``AsyncPublisher.send_many`` with an ``AckTally``) against a real server.
+"""``publish_many`` (bulk publishing) against a real server.
 
-The Spark sink's path: many publishes per call, no future each, every outcome
-counted. Runs on the fast path and (``make test``'s fallback run) on nats-py's
-own publish.
+Many publishes per call through the async publish window, no future each,
+every outcome counted (the Spark sink's path). Runs on the fast path and, in
+``make test``'s fallback run, on nats-py's own publish.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
@@ -16,19 +17,22 @@ import aiojetstream
 from aiojetstream import (
     ConnectionClosedError,
     DiscardPolicy,
+    InvalidHeaderError,
     InvalidOptionError,
     InvalidSubjectError,
+    InvalidTTLError,
     JetStreamContext,
     JetStreamTimeoutError,
     MaxPayloadExceededError,
     NoRespondersError,
+    PublishSummary,
     StorageType,
     StreamConfig,
     StreamFullError,
 )
-from aiojetstream._publish import AckTally, AsyncPublisher, build_headers, header_block
+from aiojetstream._publish import AckTally, AsyncPublisher
 from aiojetstream.testing import NatsServer
-from helpers import unique_name
+from helpers import unique_name, wait_until
 
 
 async def _stream(js: JetStreamContext, prefix: str, **config: object) -> str:
@@ -51,108 +55,141 @@ def _window(js: JetStreamContext) -> AsyncPublisher:
 
 async def test_one_subject_all_stored_in_order(js: JetStreamContext) -> None:
     name = await _stream(js, "BULK")
-    window = _window(js)
-    tally = AckTally()
-    payloads = [b"%d" % i for i in range(1000)]
-    sent = 0
-    while sent < len(payloads):
-        room = await window.wait_for_room()
-        chunk = payloads[sent : sent + room]
-        window.send_many(f"{name}.a".encode(), None, chunk, None, tally)
-        sent += len(chunk)
-    await asyncio.wait_for(tally.wait(), 30)
-    assert (tally.stored, tally.duplicates, tally.outstanding, tally.error) == (1000, 0, 0, None)
+    payloads: list[bytes | bytearray | memoryview] = [b"%d" % i for i in range(5000)]
+    payloads[1] = bytearray(b"1")
+    payloads[2] = memoryview(b"2")
+    summary = await asyncio.wait_for(js.publish_many(f"{name}.a", payloads), 60)
+    assert summary == PublishSummary(stored=5000, duplicates=0)
     assert js.publish_async_pending == 0
     stream = await js.stream(name)
-    assert stream.cached_info.state.messages == 1000
-    assert (await stream.get_msg(1)).data == b"0"
-    assert (await stream.get_msg(1000)).data == b"999"
-
-
-async def test_subjects_and_headers_per_row_and_duplicates(js: JetStreamContext) -> None:
-    name = await _stream(js, "BULKH")
-    window = _window(js)
-    subjects = [f"{name}.{'ab'[i % 2]}".encode() for i in range(10)]
-    payloads = [b"p%d" % i for i in range(10)]
-    blocks = [
-        header_block(build_headers({"X-Row": str(i)}, f"id-{i}", None, None, None, None, None))
-        if i % 3
-        else None
-        for i in range(10)
+    assert stream.cached_info.state.messages == 5000
+    assert [(await stream.get_msg(seq)).data for seq in (1, 2, 3, 5000)] == [
+        b"0",
+        b"1",
+        b"2",
+        b"4999",
     ]
-    await window.wait_for_room()
-    first = AckTally()
-    window.send_many(None, subjects, payloads, blocks, first)
-    await asyncio.wait_for(first.wait(), 30)
-    assert (first.stored, first.duplicates) == (10, 0)
-    # Sent again: the rows with a msg id are duplicates, the others stored twice.
-    again = AckTally()
-    window.send_many(None, subjects, payloads, blocks, again)
-    await asyncio.wait_for(again.wait(), 30)
-    with_id = sum(1 for b in blocks if b)
-    assert (again.stored, again.duplicates) == (10, with_id)
+    assert await js.publish_many(f"{name}.a", []) == PublishSummary(0, 0)
+
+
+async def test_subjects_headers_msg_ids_and_duplicates(js: JetStreamContext) -> None:
+    name = await _stream(js, "BULKH")
+    subjects = [f"{name}.{'ab'[i % 2]}" for i in range(10)]
+    payloads = [b"p%d" % i for i in range(10)]
+    headers = [{"X-Row": str(i)} if i % 2 else None for i in range(10)]
+    msg_ids = [f"id-{i}" if i % 3 else None for i in range(10)]
+    first = await js.publish_many(subjects, payloads, headers=headers, msg_ids=msg_ids)
+    assert first == PublishSummary(stored=10, duplicates=0)
+    # Again: the rows with a msg id are duplicates, the others are stored twice.
+    again = await js.publish_many(subjects, payloads, headers=headers, msg_ids=msg_ids)
+    with_id = sum(1 for m in msg_ids if m)
+    assert again == PublishSummary(stored=10, duplicates=with_id)
     stream = await js.stream(name)
     assert stream.cached_info.state.messages == 10 + (10 - with_id)
     msg = await stream.get_msg(2)
     assert (msg.subject, msg.data) == (f"{name}.b", b"p1")
-    assert msg.headers is not None
-    assert msg.headers["X-Row"] == "1"
-    assert msg.headers["Nats-Msg-Id"] == "id-1"
+    assert msg.headers == {"X-Row": "1", "Nats-Msg-Id": "id-1"}
+    assert (await stream.get_msg(1)).headers is None
 
 
-async def test_server_errors_reach_the_tally_typed(js: JetStreamContext) -> None:
+async def test_ttls_per_message(js: JetStreamContext) -> None:
+    name = await _stream(js, "BULKT", allow_msg_ttl=True)
+    summary = await js.publish_many(f"{name}.t", [b"a", b"b", b"c"], ttls=[None, 60, "1h"])
+    assert summary.stored == 3
+    stream = await js.stream(name)
+    assert (await stream.get_msg(1)).headers is None
+    assert [(await stream.get_msg(seq)).headers for seq in (2, 3)] == [
+        {"Nats-TTL": "60"},
+        {"Nats-TTL": "3600"},
+    ]
+
+
+async def test_server_errors_are_typed(js: JetStreamContext) -> None:
     name = await _stream(js, "BULKF", max_msgs=3, discard=DiscardPolicy.NEW)
-    window = _window(js)
-    await window.wait_for_room()
-    full = AckTally()
-    window.send_many(f"{name}.x".encode(), None, [b"1", b"2", b"3", b"4", b"5"], None, full)
     with pytest.raises(StreamFullError) as info:
-        await asyncio.wait_for(full.wait(), 30)
+        await asyncio.wait_for(js.publish_many(f"{name}.x", [b"1", b"2", b"3", b"4", b"5"]), 30)
     assert info.value.err_code == 10077
-    assert full.error is info.value
     await asyncio.wait_for(js.publish_async_complete(), 30)
-    assert full.stored == 3
-    assert full.outstanding == 0
-    nobody = AckTally()
-    window.send_many(b"nobody.listens.here", None, [b"x"], None, nobody)
+    assert (await js.stream(name)).cached_info.state.messages == 3
     with pytest.raises(NoRespondersError):
-        await asyncio.wait_for(nobody.wait(), 30)
+        await asyncio.wait_for(js.publish_many("nobody.listens.here", [b"x"]), 30)
 
 
 async def test_bad_input_sends_nothing(js: JetStreamContext) -> None:
     name = await _stream(js, "BULKB")
-    window = _window(js)
-    await window.wait_for_room()
-    tally = AckTally()
-    too_big = b"x" * (js.nc.max_payload + 1)
-    with pytest.raises(MaxPayloadExceededError):
-        window.send_many(f"{name}.a".encode(), None, [b"ok", too_big], None, tally)
-    block = header_block({"X-Big": "y" * 100})
-    assert block is not None
-    edge = b"x" * (js.nc.max_payload - len(block) + 1)  # fits alone, not with its headers
-    with pytest.raises(MaxPayloadExceededError):
-        window.send_many(f"{name}.a".encode(), None, [b"ok", edge], [None, block], tally)
-    long_subject = ("s." * 2100).encode() + b"x"
-    with pytest.raises(InvalidSubjectError):
-        window.send_many(long_subject, None, [b"ok"], None, tally)
-    assert (tally.outstanding, js.publish_async_pending) == (0, 0)
+    subject = f"{name}.a"
+    limit = js.nc.max_payload
+    bad_calls: dict[str, tuple[type[Exception], Callable[[], Awaitable[object]]]] = {
+        "payload over max_payload": (
+            MaxPayloadExceededError,
+            lambda: js.publish_many(subject, [b"ok", b"x" * (limit + 1)]),
+        ),
+        "payload and headers over max_payload": (
+            MaxPayloadExceededError,
+            lambda: js.publish_many(
+                subject, [b"ok", b"x" * (limit - 20)], headers=[None, {"X": "y" * 40}]
+            ),
+        ),
+        "a wildcard subject": (InvalidSubjectError, lambda: js.publish_many(f"{name}.*", [b"ok"])),
+        "one bad subject of many": (
+            InvalidSubjectError,
+            lambda: js.publish_many([subject, f"{name} x"], [b"ok", b"ok"]),
+        ),
+        "a subject too long for the protocol line": (
+            InvalidSubjectError,
+            lambda: js.publish_many("s." * 2100 + "x", [b"ok"]),
+        ),
+        "a bad header": (
+            InvalidHeaderError,
+            lambda: js.publish_many(subject, [b"ok", b"ok"], headers=[None, {"Bad Key": "v"}]),
+        ),
+        "a bad ttl": (InvalidTTLError, lambda: js.publish_many(subject, [b"ok"], ttls=["soon"])),
+        "a str payload": (InvalidOptionError, lambda: js.publish_many(subject, [b"ok", "text"])),  # type: ignore[list-item]
+        "fewer subjects than payloads": (
+            InvalidOptionError,
+            lambda: js.publish_many([subject], [b"ok", b"ok"]),
+        ),
+        "fewer msg ids than payloads": (
+            InvalidOptionError,
+            lambda: js.publish_many(subject, [b"ok", b"ok"], msg_ids=["a"]),
+        ),
+        "a bad timeout": (
+            InvalidOptionError,
+            lambda: js.publish_many(subject, [b"ok"], timeout=-1),
+        ),
+    }
+    for what, (error, call) in bad_calls.items():
+        with pytest.raises(error):
+            await call()
+        assert js.publish_async_pending == 0, what
     assert (await js.stream(name)).cached_info.state.messages == 0
 
 
-async def test_ack_timeout_fails_the_tally(js: JetStreamContext) -> None:
+async def test_ack_timeout(js: JetStreamContext) -> None:
     sub = await js.nc.subscribe("silent.bulk")  # receives, never replies
     try:
-        window = _window(js)
-        await window.wait_for_room()
-        tally = AckTally()
-        window.send_many(b"silent.bulk", None, [b"a", b"b"], None, tally, timeout=0.5)
         with pytest.raises(JetStreamTimeoutError):
-            await asyncio.wait_for(tally.wait(), 10)
+            await asyncio.wait_for(js.publish_many("silent.bulk", [b"a", b"b"], timeout=0.5), 10)
         await asyncio.wait_for(js.publish_async_complete(), 10)
-        assert tally.outstanding == 0
         assert js.publish_async_pending == 0
     finally:
         await sub.unsubscribe()
+
+
+async def test_close_fails_outstanding_publishes(nats_server: NatsServer) -> None:
+    js = await aiojetstream.connect(nats_server.url)
+    sub = await js.nc.subscribe("silent.bulk.close")
+    task = asyncio.create_task(js.publish_many("silent.bulk.close", [b"a", b"b"], timeout=60))
+    await wait_until(lambda: js.publish_async_pending == 2, 10)
+    await js.close()
+    with pytest.raises(ConnectionClosedError):
+        await asyncio.wait_for(task, 10)
+    with pytest.raises(ConnectionClosedError):
+        await js.publish_many("any.subject", [b"x"])
+    del sub
+
+
+# ----------------------------------------------------------------------------- internals
 
 
 async def test_the_window_bounds_bulk_sends(nats_server: NatsServer) -> None:
@@ -178,19 +215,3 @@ async def test_sending_before_the_window_is_up_is_refused(nats_server: NatsServe
         with pytest.raises(InvalidOptionError, match="wait_for_room"):
             _window(js).send_many(b"any.subject", None, [b"x"], None, tally)
         assert tally.outstanding == 0
-
-
-async def test_close_fails_outstanding_bulk_publishes(nats_server: NatsServer) -> None:
-    js = await aiojetstream.connect(nats_server.url)
-    sub = await js.nc.subscribe("silent.bulk.close")
-    window = _window(js)
-    await window.wait_for_room()
-    tally = AckTally()
-    window.send_many(b"silent.bulk.close", None, [b"a", b"b", b"c"], None, tally, timeout=60)
-    await js.close()
-    with pytest.raises(ConnectionClosedError):
-        await asyncio.wait_for(tally.wait(), 10)
-    assert tally.outstanding == 0
-    with pytest.raises(ConnectionClosedError):
-        window.send_many(b"any.subject", None, [b"x"], None, AckTally())
-    del sub

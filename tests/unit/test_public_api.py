@@ -126,6 +126,7 @@ EXPECTED = [
     "PriorityGroupState",
     "PriorityPolicy",
     "PubAck",
+    "PublishSummary",
     "RawStreamMessage",
     "RePublish",
     "ReplayPolicy",

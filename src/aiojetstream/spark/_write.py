@@ -2,11 +2,11 @@
 
 Rows arrive as Arrow record batches (``DataSourceArrowWriter`` /
 ``DataSourceStreamArrowWriter``, Spark >= 4.0 / 4.1) or, on older versions of
-the streaming writer, as ``Row`` objects; both become plain column lists, are
-checked as a whole (subjects, headers, sizes), and go out in bulk through the
-context's bounded publish window, their acknowledgements counted without a
-future per row. The task returns only when every acknowledgement has arrived;
-the first failed one fails the task (Spark then retries it). ``dedupe=auto``
+the streaming writer, as ``Row`` objects; both become plain column lists and go
+out through ``publish_many`` (the publish window, checked as a whole before
+anything is sent, no future per row), one call per batch. The task returns
+only when every acknowledgement has arrived; the first failed one fails the
+task (Spark then retries it). ``dedupe=auto``
 gives each row a ``Nats-Msg-Id`` derived from the write (or streaming query and
 batch), the partition and the row's position,
 so a retried task or a replayed micro-batch stores nothing twice within the
@@ -42,8 +42,6 @@ from pyspark.sql.types import (
 )
 
 from aiojetstream import InvalidOptionError, JetStreamContext
-from aiojetstream._publish import AckTally, build_headers, header_block
-from aiojetstream._validation import validate_publish_subject
 
 from ._options import ConnectOptions, JetStreamSparkWarning, SinkOptions
 from ._runtime import Session
@@ -74,9 +72,6 @@ _SINK_COLUMNS: Final = ("data", "subject", "headers", "msg_id", "ttl")
 _NUMERIC: Final = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType)
 #: Rows converted per step when the writer receives Row objects.
 _ROW_CHUNK: Final = 10_000
-#: Validated subjects kept per task (a subject column of many distinct ones is
-#: validated again once the cache is cleared).
-_SUBJECT_CACHE: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,99 +223,58 @@ def record_batches(items: Iterable[Any], schema: pa.Schema) -> Iterator[pa.Recor
 
 
 class _Publisher:
-    """Publishes record batches in bulk and counts the acknowledgements.
-
-    Rows go out through the context's publish window (``maxPending``) as bulk
-    sends, without a future per row: an :class:`~aiojetstream._publish.AckTally`
-    counts the acknowledgements and keeps the first failure.
-    """
+    """Publishes record batches with ``publish_many`` and counts what was stored."""
 
     def __init__(self, js: JetStreamContext, opts: SinkOptions, id_prefix: str | None) -> None:
-        self._window = js._publisher
+        self._js = js
         self._default = opts.subject
         self._id_prefix = id_prefix
-        self._subjects: dict[str, bytes] = {}  # validated subjects, encoded
-        self._tally = AckTally()
         self.result = WriteResult()
-
-    def _subject(self, subject: str) -> bytes:
-        encoded = self._subjects.get(subject)
-        if encoded is None:
-            if len(self._subjects) >= _SUBJECT_CACHE:
-                self._subjects.clear()
-            encoded = self._subjects[subject] = validate_publish_subject(subject).encode()
-        return encoded
 
     async def publish(self, batch: pa.RecordBatch) -> None:
         n = batch.num_rows
         if not n:
             return
-        payloads = _payloads(batch)
-        subjects = _column(batch, "subject")
-        headers = _column(batch, "headers")
-        msg_ids = _column(batch, "msg_id")
-        ttls = _column(batch, "ttl")
         first_row = self.result.rows
-        prefix = self._id_prefix
-        one: bytes | None = None
-        per_row: list[bytes] | None = None
+        subject: str | list[str]
+        subjects = _column(batch, "subject")
         if subjects is None or all(x is None for x in subjects):
             if self._default is None:
                 raise InvalidOptionError(
                     f"row {first_row} has a null 'subject' and no option('subject') is set"
                 )
-            one = self._subject(self._default)
+            subject = self._default
         else:
-            per_row = []
-            for i, subject in enumerate(subjects):
-                if subject is None:
-                    subject = self._default
-                    if subject is None:
+            for i, each in enumerate(subjects):
+                if each is None:
+                    if self._default is None:
                         raise InvalidOptionError(
                             f"row {first_row + i} has a null 'subject' "
                             "and no option('subject') is set"
                         )
-                per_row.append(self._subject(subject))
-        blocks: list[bytes | None] | None = None
-        if headers is not None or msg_ids is not None or ttls is not None or prefix is not None:
-            blocks = []
-            for i in range(n):
-                hdrs = headers[i] if headers is not None else None
-                msg_id = msg_ids[i] if msg_ids is not None else None
-                if msg_id is None and prefix is not None:
-                    msg_id = f"{prefix}-{first_row + i}"
-                ttl = ttls[i] if ttls is not None else None
-                if ttl is not None and type(ttl) is not str:
-                    ttl = float(ttl)
-                blocks.append(
-                    header_block(
-                        build_headers(
-                            dict(hdrs) if hdrs else None, msg_id, ttl, None, None, None, None
-                        )
-                    )
-                )
-        window = self._window
-        tally = self._tally
-        done = 0
-        while done < n:
-            room = await window.wait_for_room()
-            upto = min(n, done + room)
-            window.send_many(
-                one,
-                per_row[done:upto] if per_row is not None else None,
-                payloads[done:upto],
-                blocks[done:upto] if blocks is not None else None,
-                tally,
-            )
-            done = upto
-            if tally.error is not None:
-                raise tally.error  # the task fails: Spark retries it
+                    subjects[i] = self._default
+            subject = subjects
+        headers = _column(batch, "headers")
+        msg_ids = _column(batch, "msg_id")
+        prefix = self._id_prefix
+        if prefix is not None:
+            ids = msg_ids or [None] * n
+            msg_ids = [
+                f"{prefix}-{first_row + i}" if given is None else given
+                for i, given in enumerate(ids)
+            ]
+        ttls = _column(batch, "ttl")
+        if ttls is not None:
+            ttls = [t if t is None or type(t) is str else float(t) for t in ttls]
+        summary = await self._js.publish_many(
+            subject,
+            _payloads(batch),
+            headers=None if headers is None else [dict(h) if h else None for h in headers],
+            msg_ids=msg_ids,
+            ttls=ttls,
+        )
         self.result.rows += n
-
-    async def finish(self) -> WriteResult:
-        await self._tally.wait()  # raises the first failure
-        self.result.duplicates = self._tally.duplicates
-        return self.result
+        self.result.duplicates += summary.duplicates
 
 
 def _payloads(batch: pa.RecordBatch) -> list[bytes]:
@@ -346,7 +300,7 @@ def _write(
         publisher = _Publisher(session.js, opts, id_prefix)
         for batch in record_batches(iterator, schema):
             session.run(publisher.publish(batch))
-        return session.run(publisher.finish())
+        return publisher.result
 
 
 def _partition() -> TaskContext | None:
