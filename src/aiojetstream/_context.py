@@ -17,7 +17,7 @@ from . import _publish as P
 from . import _ttl_rules as T
 from ._api import ApiClient
 from ._conn import Conn, NatsClient, connect_nats
-from ._errors import InvalidOptionError, StreamNotFoundError
+from ._errors import ConnectionClosedError, InvalidOptionError, StreamNotFoundError
 from ._models import (
     AccountInfo,
     ConsumerConfig,
@@ -54,6 +54,11 @@ DEFAULT_MAX_PENDING = 4000
 _SUBJECT_CACHE = 1024
 
 Payload = bytes | bytearray | memoryview
+
+
+async def _summary(tally: P.AckTally) -> P.PublishSummary:
+    await tally.wait()  # raises the first failure
+    return P.PublishSummary(tally.stored, tally.duplicates)
 
 
 class JetStreamContext:
@@ -821,40 +826,68 @@ class JetStreamContext:
     ) -> P.PublishSummary:
         """Publish many messages in order; return once every one is acknowledged.
 
-        The bulk form of :meth:`publish_async` for loaders and pipelines (the
-        Spark sink uses it): the messages share the asynchronous publish
-        window (``publish_async_max_pending``) but get no future and no
-        parsed :class:`PubAck` each, which makes it about twice as fast per
-        message.
+        The bulk form of :meth:`publish_async` for loaders and pipelines: the
+        messages share the asynchronous publish window
+        (``publish_async_max_pending``) but get no future and no parsed
+        :class:`PubAck` each, which makes it about twice as fast per message.
+        ``await js.publish_many(...)`` is ``await (await
+        js.publish_many_async(...))``.
 
         Args:
             subject: one subject for every message, or one per payload.
-            payloads: the message bodies.
+            payloads: the message bodies (bytes, bytearray or memoryview).
             headers: per message, extra headers or None (one entry per payload).
             msg_ids: per message, a ``Nats-Msg-Id`` or None.
             ttls: per message, a per-message TTL or None (as :meth:`publish`).
             timeout: each acknowledgement's deadline (default: the context's
-                ``publish_async_timeout``), and the longest wait for room in
-                the window.
+                ``publish_async_timeout``); it also bounds each wait for room
+                in the window.
 
         Returns:
             How many messages the stream acknowledged, and how many of them
             were duplicates.
 
         Raises:
-            InvalidOptionError: sequences of different lengths, a payload that
-                is not bytes; like the other client-side errors of
-                :meth:`publish` (``InvalidSubjectError``, ``InvalidHeaderError``,
+            InvalidOptionError: sequences of different lengths, a ``str``
+                payload; like the other client-side errors of :meth:`publish`
+                (``InvalidSubjectError``, ``InvalidHeaderError``,
                 ``InvalidTTLError``, ``MaxPayloadExceededError``), raised before
                 anything is sent.
             JetStreamError: the first failed acknowledgement (the server's
                 typed error, :class:`JetStreamTimeoutError`,
-                :class:`DisconnectedError`, ...), raised at once; messages
-                sent before it may be stored (publish them again with msg ids
-                to store none twice).
+                :class:`DisconnectedError`, ...); messages sent before it may
+                be stored (publish them again with msg ids to store none twice).
 
         """
+        done = await self.publish_many_async(
+            subject, payloads, headers=headers, msg_ids=msg_ids, ttls=ttls, timeout=timeout
+        )
+        return await done
+
+    async def publish_many_async(
+        self,
+        subject: str | Sequence[str],
+        payloads: Sequence[Payload],
+        *,
+        headers: Sequence[Mapping[str, str] | None] | None = None,
+        msg_ids: Sequence[str | None] | None = None,
+        ttls: Sequence[H.TTLInput | None] | None = None,
+        timeout: float | None = None,
+    ) -> asyncio.Future[P.PublishSummary]:
+        """Send many messages in order; return a future of their :class:`PublishSummary`.
+
+        Returns once every message is sent (waiting for room in the window
+        as needed), so calls made one after the other keep their messages in
+        order while the acknowledgements of earlier calls are still coming.
+        The future completes once all are acknowledged, or with the first
+        failure as soon as it is known. Arguments and errors are those of
+        :meth:`publish_many`; bad input raises here, before anything is sent,
+        and a failure known while sending raises here too.
+        """
         timeout = check_timeout(timeout)
+        publisher = self._publisher
+        if publisher.closed:
+            raise ConnectionClosedError("the JetStream context is closed")
         count = len(payloads)
         for name, column in (("headers", headers), ("msg_ids", msg_ids), ("ttls", ttls)):
             if column is not None and len(column) != count:
@@ -899,11 +932,13 @@ class JetStreamContext:
                 )
                 for i in range(count)
             ]
-        publisher = self._publisher
+        P.check_sizes(self._conn, data, blocks)  # all of them, before the first is sent
         tally = P.AckTally()
         sent = 0
         while sent < count:
             room = await publisher.wait_for_room(timeout)
+            if tally.error is not None:
+                raise tally.error  # known meanwhile: send no more
             upto = min(count, sent + room)
             publisher.send_many(
                 one,
@@ -914,10 +949,9 @@ class JetStreamContext:
                 timeout,
             )
             sent = upto
-            if tally.error is not None:
-                raise tally.error
-        await tally.wait()
-        return P.PublishSummary(tally.stored, tally.duplicates)
+        if tally.error is not None:
+            raise tally.error
+        return asyncio.ensure_future(_summary(tally))
 
     async def publish_async_complete(self, timeout: float | timedelta | None = None) -> None:
         """Wait until every asynchronous publish has completed (acked or failed).

@@ -130,6 +130,21 @@ def check_size(conn: Conn, payload: bytes, block: bytes | None) -> None:
         )
 
 
+def check_sizes(
+    conn: Conn, payloads: Sequence[bytes], blocks: Sequence[bytes | None] | None
+) -> None:
+    """:func:`check_size` for many messages (``blocks``: one per payload, or None for none)."""
+    limit = conn.max_payload
+    if not limit or not payloads:
+        return
+    if blocks is None:
+        check_size(conn, max(payloads, key=len), None)
+        return
+    for payload, block in zip(payloads, blocks, strict=True):
+        if len(payload) + (len(block) if block else 0) > limit:
+            check_size(conn, payload, block)
+
+
 def parse_pub_ack(data: bytes) -> PubAck:
     """Parse a publish acknowledgement, raising the typed error it may carry."""
     if b'"error"' in data:
@@ -400,6 +415,11 @@ class AsyncPublisher:
             self._started = True
 
     @property
+    def closed(self) -> bool:
+        """True once the context closed the publisher (:meth:`aclose`)."""
+        return self._closed
+
+    @property
     def has_room(self) -> bool:
         """True when :meth:`send` may be called right away (no wait for the window)."""
         return self._started and len(self._futures) < self.max_pending
@@ -549,14 +569,7 @@ class AsyncPublisher:
         if one is None and (subjects is None or len(subjects) != count):
             raise InvalidOptionError("send_many needs a subject, or one per payload")
         many: Sequence[bytes] = subjects or ()
-        limit = conn.max_payload
-        if limit:
-            if blocks is None:
-                check_size(conn, max(payloads, key=len), None)
-            else:
-                for payload, block in zip(payloads, blocks, strict=True):
-                    if len(payload) + (len(block) if block else 0) > limit:
-                        check_size(conn, payload, block)
+        check_sizes(conn, payloads, blocks)
         prefix = self._prefix
         first = self._next + 1
         last_reply = prefix + b"%x" % (first + count - 1)
@@ -583,6 +596,8 @@ class AsyncPublisher:
                     for i, (token, payload) in enumerate(zip(tokens, payloads, strict=True))
                 ]
             # Raises (disconnected, reconnect buffer full) before anything is registered.
+            # One write of the chunk (the join briefly holds it twice); while
+            # disconnected it fits into the reconnect buffer whole, or fails whole.
             enqueue_many(nc, cmds, sum(map(len, payloads)))
         else:
             for i, (token, payload) in enumerate(zip(tokens, payloads, strict=True)):

@@ -165,6 +165,45 @@ async def test_bad_input_sends_nothing(js: JetStreamContext) -> None:
     assert (await js.stream(name)).cached_info.state.messages == 0
 
 
+async def test_sizes_are_all_checked_before_the_first_chunk_goes(nats_server: NatsServer) -> None:
+    async with await aiojetstream.connect(nats_server.url, publish_async_max_pending=8) as js:
+        name = await _stream(js, "BULKS")
+        payloads = [b"ok"] * 19 + [b"x" * (js.nc.max_payload + 1)]  # past the first chunks
+        with pytest.raises(MaxPayloadExceededError):
+            await js.publish_many(f"{name}.a", payloads)
+        too_long = [{"X": "y" * 40} if i == 19 else None for i in range(20)]
+        near = [b"ok"] * 19 + [b"x" * (js.nc.max_payload - 20)]
+        with pytest.raises(MaxPayloadExceededError):
+            await js.publish_many(f"{name}.a", near, headers=too_long)
+        assert js.publish_async_pending == 0
+        assert (await js.stream(name)).cached_info.state.messages == 0
+
+
+async def test_publish_many_async_keeps_calls_in_order(nats_server: NatsServer) -> None:
+    async with await aiojetstream.connect(nats_server.url, publish_async_max_pending=16) as js:
+        name = await _stream(js, "BULKA")
+        futures = [
+            await js.publish_many_async(f"{name}.o", [b"%d" % (batch * 50 + i) for i in range(50)])
+            for batch in range(10)
+        ]
+        summaries = await asyncio.wait_for(asyncio.gather(*futures), 30)
+        assert summaries == [PublishSummary(stored=50, duplicates=0)] * 10
+        stream = await js.stream(name)
+        assert stream.cached_info.state.messages == 500
+        for seq in (1, 50, 51, 250, 500):
+            assert (await stream.get_msg(seq)).data == b"%d" % (seq - 1)
+
+
+async def test_a_failure_known_while_sending_stops_the_call(nats_server: NatsServer) -> None:
+    async with await aiojetstream.connect(nats_server.url, publish_async_max_pending=4) as js:
+        name = await _stream(js, "BULKX", max_msgs=2, discard=DiscardPolicy.NEW)
+        with pytest.raises(StreamFullError):
+            await asyncio.wait_for(js.publish_many_async(f"{name}.x", [b"m"] * 400), 30)
+        await asyncio.wait_for(js.publish_async_complete(), 30)
+        # It stopped sending once the refusal was known: far fewer than 400 went out.
+        assert js.nc.stats["out_msgs"] < 100
+
+
 async def test_ack_timeout(js: JetStreamContext) -> None:
     sub = await js.nc.subscribe("silent.bulk")  # receives, never replies
     try:
@@ -186,6 +225,8 @@ async def test_close_fails_outstanding_publishes(nats_server: NatsServer) -> Non
         await asyncio.wait_for(task, 10)
     with pytest.raises(ConnectionClosedError):
         await js.publish_many("any.subject", [b"x"])
+    with pytest.raises(ConnectionClosedError):
+        await js.publish_many("any.subject", [])
     del sub
 
 

@@ -3,18 +3,19 @@
 Rows arrive as Arrow record batches (``DataSourceArrowWriter`` /
 ``DataSourceStreamArrowWriter``, Spark >= 4.0 / 4.1) or, on older versions of
 the streaming writer, as ``Row`` objects; both become plain column lists and go
-out through ``publish_many`` (the publish window, checked as a whole before
-anything is sent, no future per row), one call per batch. The task returns
-only when every acknowledgement has arrived; the first failed one fails the
-task (Spark then retries it). ``dedupe=auto``
-gives each row a ``Nats-Msg-Id`` derived from the write (or streaming query and
-batch), the partition and the row's position,
-so a retried task or a replayed micro-batch stores nothing twice within the
-stream's ``duplicate_window``.
+out through ``publish_many_async``: the publish window, each batch checked as a
+whole before any of it is sent, no future per row, and the next batch sent
+while the acknowledgements of the previous ones arrive. The task returns only
+when every acknowledgement has arrived; the first failed one fails the task
+(Spark then retries it). ``dedupe=auto`` gives each row a ``Nats-Msg-Id``
+derived from the write (or streaming query and batch), the partition and the
+row's position, so a retried task or a replayed micro-batch stores nothing
+twice within the stream's ``duplicate_window``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 import warnings
@@ -41,7 +42,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from aiojetstream import InvalidOptionError, JetStreamContext
+from aiojetstream import InvalidOptionError, JetStreamContext, PublishSummary
 
 from ._options import ConnectOptions, JetStreamSparkWarning, SinkOptions
 from ._runtime import Session
@@ -223,12 +224,13 @@ def record_batches(items: Iterable[Any], schema: pa.Schema) -> Iterator[pa.Recor
 
 
 class _Publisher:
-    """Publishes record batches with ``publish_many`` and counts what was stored."""
+    """Publishes record batches with ``publish_many_async`` and counts what was stored."""
 
     def __init__(self, js: JetStreamContext, opts: SinkOptions, id_prefix: str | None) -> None:
         self._js = js
         self._default = opts.subject
         self._id_prefix = id_prefix
+        self._pending: list[asyncio.Future[PublishSummary]] = []
         self.result = WriteResult()
 
     async def publish(self, batch: pa.RecordBatch) -> None:
@@ -266,15 +268,47 @@ class _Publisher:
         ttls = _column(batch, "ttl")
         if ttls is not None:
             ttls = [t if t is None or type(t) is str else float(t) for t in ttls]
-        summary = await self._js.publish_many(
-            subject,
-            _payloads(batch),
-            headers=None if headers is None else [dict(h) if h else None for h in headers],
-            msg_ids=msg_ids,
-            ttls=ttls,
+        # Sent now, acknowledged later: the next batch goes out meanwhile (in order).
+        self._pending.append(
+            await self._js.publish_many_async(
+                subject,
+                _payloads(batch),
+                headers=None if headers is None else [dict(h) if h else None for h in headers],
+                msg_ids=msg_ids,
+                ttls=ttls,
+            )
         )
         self.result.rows += n
-        self.result.duplicates += summary.duplicates
+        self._collect()
+
+    def _collect(self) -> None:
+        """Count the batches acknowledged so far; raise the first failure (the task fails)."""
+        keep = []
+        failure: BaseException | None = None
+        for done in self._pending:
+            if not done.done():
+                keep.append(done)
+            elif (error := done.exception()) is not None:
+                failure = failure or error
+            else:
+                self.result.duplicates += done.result().duplicates
+        self._pending = keep
+        if failure is not None:
+            for rest in keep:  # their outcome no longer matters: not logged as unretrieved
+                rest.add_done_callback(_retrieve)
+            raise failure
+
+    async def finish(self) -> WriteResult:
+        """Wait for every acknowledgement; the first failure raises as soon as it is known."""
+        if self._pending:
+            await asyncio.wait(self._pending, return_when=asyncio.FIRST_EXCEPTION)
+        self._collect()
+        return self.result
+
+
+def _retrieve(done: asyncio.Future[PublishSummary]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _payloads(batch: pa.RecordBatch) -> list[bytes]:
@@ -300,7 +334,7 @@ def _write(
         publisher = _Publisher(session.js, opts, id_prefix)
         for batch in record_batches(iterator, schema):
             session.run(publisher.publish(batch))
-        return publisher.result
+        return session.run(publisher.finish())
 
 
 def _partition() -> TaskContext | None:
