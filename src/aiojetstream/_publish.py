@@ -515,20 +515,9 @@ class AsyncPublisher:
         if hold is not None:
             self._held[token] = _Held(subject_b, payload, block, loop.time() + hold, wait)
             deadline += hold  # the ack timeout counts from the last attempt
-        futures = self._futures
-        futures[token] = (fut, deadline, subject)
-        if len(futures) >= self.max_pending:
-            self._full = True
-            self._space.clear()
-        if not self._busy:
-            self._busy = True
-            self._idle.clear()
-        heap = self._deadlines
-        heapq.heappush(heap, (deadline, token))
-        if len(heap) > 2 * len(futures) + _HEAP_SLACK:
-            self._compact()
-        if self._timer is None or deadline < self._timer_at:
-            self._arm(deadline)
+        self._futures[token] = (fut, deadline, subject)
+        heapq.heappush(self._deadlines, (deadline, token))
+        self._registered(deadline)
         return fut
 
     def send_many(
@@ -621,13 +610,18 @@ class AsyncPublisher:
             for token, each in zip(tokens, many, strict=True):
                 futures[token] = (tally, deadline, each.decode("utf-8", "replace"))
                 heapq.heappush(heap, (deadline, token))
+        self._registered(deadline)
+
+    def _registered(self, deadline: float) -> None:
+        """After publishes were registered (futures and deadline heap): window and timer."""
+        futures = self._futures
         if len(futures) >= self.max_pending:
             self._full = True
             self._space.clear()
         if not self._busy:
             self._busy = True
             self._idle.clear()
-        if len(heap) > 2 * len(futures) + _HEAP_SLACK:
+        if len(self._deadlines) > 2 * len(futures) + _HEAP_SLACK:
             self._compact()
         if self._timer is None or deadline < self._timer_at:
             self._arm(deadline)
