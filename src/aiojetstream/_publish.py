@@ -532,15 +532,15 @@ class AsyncPublisher:
         """Send many publishes now; ``tally`` counts their acknowledgements.
 
         The bulk form of :meth:`send` for writers that need no future per
-        message (the Spark sink), and no hold. ``subject``: the one subject of
-        all, else ``subjects`` has one per payload; each a valid publish
-        subject (the caller checked them). ``blocks``: a header block (or
-        None) per payload, or None for none at all. At most the room
-        :meth:`wait_for_room` returned. Everything is checked before anything
-        is sent.
+        message (:meth:`JetStreamContext.publish_many_async`), and no hold.
+        ``subject``: the one subject of all, else ``subjects`` has one per
+        payload; ``blocks``: a header block (or None) per payload, or None for
+        none at all. The caller checked the subjects and the sizes
+        (:func:`check_sizes`). At most the room :meth:`wait_for_room`
+        returned. Nothing is sent when this raises.
 
         Raises:
-            MaxPayloadExceededError: a message exceeds the server's max_payload.
+            InvalidSubjectError: a subject and its reply too long for a protocol line.
             ConnectionClosedError: the connection is closed or draining.
             DisconnectedError: disconnected, and the reconnect buffer is full.
 
@@ -558,7 +558,6 @@ class AsyncPublisher:
         if one is None and (subjects is None or len(subjects) != count):
             raise InvalidOptionError("send_many needs a subject, or one per payload")
         many: Sequence[bytes] = subjects or ()
-        check_sizes(conn, payloads, blocks)
         prefix = self._prefix
         first = self._next + 1
         last_reply = prefix + b"%x" % (first + count - 1)
