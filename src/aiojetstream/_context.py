@@ -607,6 +607,16 @@ class JetStreamContext:
 
     # ------------------------------------------------------------ publishing
 
+    def _valid_subject(self, subject: str) -> str:
+        """A publish subject, validated once per context (an exact str)."""
+        valid = self._valid_subjects
+        if type(subject) is not str or subject not in valid:
+            subject = validate_publish_subject(subject)
+            if len(valid) >= _SUBJECT_CACHE:
+                valid.clear()
+            valid.add(subject)
+        return subject
+
     def _prepare(
         self,
         subject: str,
@@ -623,12 +633,7 @@ class JetStreamContext:
 
         The header block is None without headers.
         """
-        valid = self._valid_subjects
-        if type(subject) is not str or subject not in valid:
-            subject = validate_publish_subject(subject)
-            if len(valid) >= _SUBJECT_CACHE:
-                valid.clear()
-            valid.add(subject)
+        subject = self._valid_subject(subject)
         data = payload if type(payload) is bytes else P.payload_bytes(payload)
         if (
             headers is None
@@ -897,20 +902,13 @@ class JetStreamContext:
         one: bytes | None = None
         many: list[bytes] | None = None
         if isinstance(subject, str):
-            one = self._prepare(subject, b"", None, None, None, None, None, None, None)[0].encode()
+            one = self._valid_subject(subject).encode()
         else:
             if len(subject) != count:
                 raise InvalidOptionError(
                     f"publish_many: {len(subject)} subjects for {count} payloads"
                 )
-            checked: dict[str, bytes] = {}
-            many = []
-            for each in subject:
-                encoded = checked.get(each) if type(each) is str else None
-                if encoded is None:
-                    valid = self._prepare(each, b"", None, None, None, None, None, None, None)[0]
-                    encoded = checked[valid] = valid.encode()
-                many.append(encoded)
+            many = [self._valid_subject(each).encode() for each in subject]
         data: Sequence[bytes] = (
             payloads  # type: ignore[assignment]
             if all(type(p) is bytes for p in payloads)

@@ -238,24 +238,24 @@ class _Publisher:
         if not n:
             return
         first_row = self.result.rows
-        subject: str | list[str]
         subjects = _column(batch, "subject")
-        if subjects is None or all(x is None for x in subjects):
-            if self._default is None:
-                raise InvalidOptionError(
-                    f"row {first_row} has a null 'subject' and no option('subject') is set"
-                )
-            subject = self._default
-        else:
-            for i, each in enumerate(subjects):
-                if each is None:
-                    if self._default is None:
-                        raise InvalidOptionError(
-                            f"row {first_row + i} has a null 'subject' "
-                            "and no option('subject') is set"
-                        )
-                    subjects[i] = self._default
+        default = self._default
+        if subjects is not None and default is not None and None in subjects:
+            # Nulls take the option's subject (all null: the option's for every row).
+            if all(s is None for s in subjects):
+                subjects = None
+            else:
+                subjects = [default if s is None else s for s in subjects]
+        subject: str | list[str]
+        if subjects is not None and None not in subjects:
             subject = subjects
+        elif default is not None:
+            subject = default
+        else:
+            row = first_row + (0 if subjects is None else subjects.index(None))
+            raise InvalidOptionError(
+                f"row {row} has a null 'subject' and no option('subject') is set"
+            )
         headers = _column(batch, "headers")
         msg_ids = _column(batch, "msg_id")
         prefix = self._id_prefix
