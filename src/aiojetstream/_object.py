@@ -5,9 +5,12 @@ A bucket ``B`` is the stream ``OBJ_B`` listening on ``$O.B.C.>`` (chunks) and
 in chunks (128 KiB by default) to ``$O.B.C.<nuid>`` through the asynchronous
 publish window, then its info (JSON, as nats.go writes it) to
 ``$O.B.M.<base64url(name)>`` with ``Nats-Rollup: sub``, which replaces the
-previous info. A failed put purges its chunks (but keeps them when its info
-may have been stored: see ``ObjectStore._store_info``); a successful one purges
-the previous version's. Reads stream the chunks through an ordered consumer with a
+previous info, and ``Nats-Expected-Last-Subject-Sequence``, so that it replaces
+only the info it read (every info write does: concurrent writers read again
+and retry, see ``ObjectStore._replace_info``). A failed put purges its chunks
+(but keeps them when its info may have been stored: see
+``ObjectStore._store_info``); a successful one purges those of the version it
+replaced. Reads stream the chunks through an ordered consumer with a
 small buffer and check the chunk count, size and SHA-256 digest at the end.
 """
 
@@ -42,7 +45,7 @@ from collections.abc import (
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final, TypeAlias
 
 from pydantic import ValidationError
 
@@ -68,6 +71,7 @@ from ._errors import (
     ObjectLinkError,
     ObjectNotFoundError,
     StreamNotFoundError,
+    WrongLastSequenceError,
 )
 from ._kv import Watcher, _Reader, bucket_gone
 from ._message import Msg
@@ -138,6 +142,10 @@ MAX_LINK_DEPTH: Final = 8
 _META_SLACK: Final = 256
 #: The Nats-Msg-Id of a put's info is this plus the put's nuid: publishing it again is idempotent.
 _PUT_MSG_ID_PREFIX: Final = "obj-put-"
+#: How often a write of an info reads it again after another writer replaced it first.
+_MAX_CONFLICTS: Final = 10
+#: An info as stored and its stream sequence: ``(None, 0)`` when there is none.
+_Entry: TypeAlias = tuple[ObjectInfo | None, int]
 
 _NUID_ALPHABET: Final = string.digits + string.ascii_letters
 _HEX_DIGEST: Final = re.compile(r"[0-9a-fA-F]{64}")
@@ -489,15 +497,23 @@ class ObjectStore:
 
     # ------------------------------------------------------------- infos
 
-    async def _raw_info(self, subject: str, timeout: float | None) -> ObjectInfo | None:
-        """The info stored on ``subject`` (deleted ones too), or None."""
+    async def _entry(self, subject: str, timeout: float | None) -> _Entry:
+        """The info stored on ``subject`` (deleted ones too) and its sequence, or ``(None, 0)``.
+
+        The sequence is what a replacement of the info expects
+        (``expected_last_subject_sequence``): 0 when nothing is stored there.
+        """
         try:
             msg = await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
         except MessageNotFoundError:
-            return None
+            return None, 0
         except StreamNotFoundError as exc:
             raise BucketNotFoundError(f"object store {self._bucket!r} not found") from exc
-        return parse_info(msg.data, msg.time, self._bucket, subject)
+        return parse_info(msg.data, msg.time, self._bucket, subject), msg.seq
+
+    async def _raw_info(self, subject: str, timeout: float | None) -> ObjectInfo | None:
+        """The info stored on ``subject`` (deleted ones too), or None."""
+        return (await self._entry(subject, timeout))[0]
 
     async def info(
         self, name: str, *, include_deleted: bool = False, timeout: float | None = None
@@ -522,15 +538,58 @@ class ObjectStore:
         return info
 
     async def _publish_info(
-        self, info: ObjectInfo, timeout: float | None, *, msg_id: str | None = None
+        self,
+        info: ObjectInfo,
+        timeout: float | None,
+        *,
+        expected: int,
+        msg_id: str | None = None,
     ) -> PubAck:
+        """Publish ``info`` over the one stored at sequence ``expected`` (0: none).
+
+        The stream refuses it (:class:`WrongLastSequenceError`) when another
+        info was stored meanwhile, so concurrent writers of one object never
+        replace an info they did not read: each then purges exactly the chunks
+        of the version it replaced.
+        """
         return await self._js.publish(
             self._meta_subject(info.name),
             meta_body(info),
             headers={H.ROLLUP: "sub"},
             msg_id=msg_id,
+            expected_last_subject_sequence=expected,
             timeout=timeout,
         )
+
+    async def _replace_info(
+        self,
+        subject: str,
+        timeout: float | None,
+        change: Callable[[ObjectInfo | None], ObjectInfo | None],
+    ) -> tuple[ObjectInfo | None, ObjectInfo | None]:
+        """Replace the info on ``subject`` by ``change(current)``, retrying on conflicts.
+
+        Reads the current info, publishes ``change(current)`` over it, and
+        when another writer got there first, reads again and applies
+        ``change`` to what it stored (at most ``_MAX_CONFLICTS`` times).
+        ``change`` raises to refuse, or returns None to leave the info as it
+        is. Returns ``(replaced, new)``: the info replaced and the one stored
+        (``new`` None when nothing was published).
+        """
+        for attempt in range(_MAX_CONFLICTS):
+            current, seq = await self._entry(subject, timeout)
+            new = change(current)
+            if new is None:
+                return current, None
+            try:
+                await self._publish_info(new, timeout, expected=seq)
+            except WrongLastSequenceError as exc:
+                if attempt + 1 < _MAX_CONFLICTS:
+                    continue
+                exc.add_note(_conflict_note(subject))
+                raise
+            return current, new
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _check_meta_fits(self, info: ObjectInfo) -> None:
         limit = self._js.nc.max_payload or 0
@@ -610,8 +669,7 @@ class ObjectStore:
         )
         self._check_meta_fits(info)
         pieces = _pieces(data, size)
-        meta_subject = self._meta_subject(name)
-        previous = await self._raw_info(meta_subject, timeout)
+        previous, previous_seq = await self._entry(self._meta_subject(name), timeout)
         assert info.nuid is not None
         chunk_subject = self._chunk_subject(info.nuid)
         sha = hashlib.sha256()
@@ -642,66 +700,94 @@ class ObjectStore:
         info = info.model_copy(
             update={"size": total, "chunks": count, "digest": format_digest(sha.digest())}
         )
-        await self._store_info(info, chunk_subject, timeout)
-        if previous is not None and not previous.deleted and previous.nuid not in (None, info.nuid):
-            await self._purge_replaced(name, previous.nuid, timeout)
+        swap = _InfoSwap(info, self._meta_subject(name), previous, previous_seq)
+        await self._store_info(swap, chunk_subject, timeout)
+        replaced = swap.replaced
+        if replaced is not None and not replaced.deleted and replaced.nuid not in (None, info.nuid):
+            await self._purge_replaced(name, replaced.nuid, timeout)
         return info.model_copy(update={"mtime": datetime.now(UTC)})
 
-    async def _store_info(
-        self, info: ObjectInfo, chunk_subject: str, timeout: float | None
-    ) -> None:
+    async def _store_info(self, swap: _InfoSwap, chunk_subject: str, timeout: float | None) -> None:
         """Publish a put's info; purge its chunks only when the info is known not stored.
 
-        The info carries a ``Nats-Msg-Id`` unique to this put, so publishing it
-        again is idempotent: the stream stores it at most once, and acknowledges
-        a second copy as a duplicate. When no reply came (a timeout or a dropped
-        connection), the outcome is settled by publishing the same info again
-        (see :meth:`_settle_info`). When it can not be settled, or the put was
-        cancelled, the chunks are kept: purging them while the info may be (or
-        may still become) stored would leave an object pointing at nothing,
-        with the previous version gone. A read-back is no way to tell: a direct
-        get is not ordered after the publish just written.
+        The info replaces only the one the put read (or, after a conflict, the
+        one read again: see :meth:`_try_store`), and carries a
+        ``Nats-Msg-Id`` unique to this put. When no reply came (a timeout or a
+        dropped connection), the outcome is settled by publishing it again
+        (:meth:`_settle_info`): a copy that was stored shows as the current
+        info (the expected sequence no longer matches) or, when another writer
+        replaced it since, as a duplicate. When it can not be settled, or the
+        put was cancelled, the chunks are kept: purging them while the info may
+        be (or may still become) stored would leave an object pointing at
+        nothing, with the previous version gone.
         """
-        assert info.nuid is not None
-        msg_id = _PUT_MSG_ID_PREFIX + info.nuid
         try:
-            await self._publish_info(info, timeout, msg_id=msg_id)
+            await self._try_store(swap, timeout)
             return
         except (JetStreamTimeoutError, DisconnectedError, DuplicateMsgIdInProcessError) as exc:
             # No reply, or a copy of it (a PUB sent again after a reconnect) still
             # being stored: settled below.
             failure: BaseException = exc
         except (APIError, NoRespondersError, InvalidOptionError) as exc:
-            # Refused by the stream, no stream listening, or refused before
-            # sending: the info was not stored.
+            # Refused by the stream (other writers kept replacing the info, too),
+            # no stream listening, or refused before sending: the info was not stored.
             await self._discard(chunk_subject, (), exc, timeout)
             raise
         except (Exception, asyncio.CancelledError) as exc:
             # Cancelled, the context closed, or a reply that made no sense: the
             # info may or may not be stored, and there is no time to find out.
-            exc.add_note(_kept_note(info.name, chunk_subject, None))
+            exc.add_note(_kept_note(swap.info.name, chunk_subject, None))
             raise
         try:
-            settled = await self._settle_info(info, msg_id, self._wait(timeout))
+            settled = await self._settle_info(swap, self._wait(timeout))
         except asyncio.CancelledError as exc:
-            exc.add_note(_kept_note(info.name, chunk_subject, None))
+            exc.add_note(_kept_note(swap.info.name, chunk_subject, None))
             raise
         if settled is None:
-            return  # stored: by the first publish or by this one
-        failure.add_note(_kept_note(info.name, chunk_subject, settled))
+            return  # stored: by the first publish or by a later one
+        failure.add_note(_kept_note(swap.info.name, chunk_subject, settled))
         raise failure
 
-    async def _settle_info(self, info: ObjectInfo, msg_id: str, wait: float) -> Exception | None:
-        """Publish a put's info again (same msg id) until acknowledged: None, or the last error.
+    async def _try_store(self, swap: _InfoSwap, timeout: float | None) -> None:
+        """Publish a put's info over the current one until stored; record what it replaced.
 
-        Any acknowledgement, a duplicate one included, means the info is
-        stored. Tries for at most ``CLEANUP_ROUNDS * wait`` seconds, waiting
-        out a reconnect; a refusal ends it (the caller keeps the chunks either way).
+        A conflict (another writer replaced the info since it was read) reads
+        the info again: when it is this put's own (a copy published earlier
+        without a reply was stored), the put is done; otherwise the info is
+        published over the new one (at most ``_MAX_CONFLICTS`` times). A
+        duplicate acknowledgement also means an earlier copy was stored.
+        """
+        info = swap.info
+        for attempt in range(_MAX_CONFLICTS):
+            try:
+                ack = await self._publish_info(info, timeout, expected=swap.seq, msg_id=swap.msg_id)
+            except WrongLastSequenceError as exc:
+                current, seq = await self._entry(swap.subject, timeout)
+                if current is not None and current.nuid == info.nuid:
+                    swap.stored_earlier(seq)
+                    return
+                if attempt + 1 >= _MAX_CONFLICTS:
+                    exc.add_note(_conflict_note(swap.subject))
+                    raise
+                swap.current, swap.seq = current, seq
+                continue
+            except (JetStreamTimeoutError, DisconnectedError, DuplicateMsgIdInProcessError):
+                swap.unsure[swap.seq] = swap.current
+                raise
+            if ack.duplicate:
+                swap.stored_earlier(ack.seq)
+            else:
+                swap.replaced = swap.current
+            return
+
+    async def _settle_info(self, swap: _InfoSwap, wait: float) -> Exception | None:
+        """Publish a put's info again (same msg id) until its outcome is known: None, or the error.
+
+        Tries for at most ``CLEANUP_ROUNDS * wait`` seconds, waiting out a
+        reconnect; a refusal ends it (the caller keeps the chunks either way).
         """
         try:
-            await self._when_connected(
-                lambda left: self._publish_info(info, left, msg_id=msg_id), wait
-            )
+            await self._when_connected(lambda left: self._try_store(swap, left), wait)
         except Exception as exc:
             return exc
         return None
@@ -948,7 +1034,9 @@ class ObjectStore:
         """Replace the name, description, headers and metadata of the object ``name``.
 
         A new ``meta.name`` renames the object (the data stays where it is).
-        Chunk size and links can not be changed.
+        Chunk size and links can not be changed. The change applies to the
+        object's current version: when another writer replaces the info
+        meanwhile, it is read again and the change applied to that.
 
         Raises:
             ObjectNotFoundError: no such object (or it was deleted).
@@ -957,30 +1045,45 @@ class ObjectStore:
         """
         if not isinstance(meta, ObjectMeta):
             raise InvalidOptionError(f"meta must be an ObjectMeta, got {type(meta).__name__}")
+        name = validate_object_name(name)
         new_name = validate_object_name(meta.name)
         _check_headers(meta.headers)
-        info = await self.info(name, timeout=timeout)
-        renamed = new_name != info.name
-        if renamed:
-            existing = await self._raw_info(self._meta_subject(new_name), timeout)
-            if existing is not None and not existing.deleted:
-                raise ObjectExistsError(
-                    f"can not rename {info.name!r} to {new_name!r}: that object exists"
-                )
-        updated = info.model_copy(
-            update={
-                "name": new_name,
-                "description": meta.description,
-                "headers": meta.headers,
-                "metadata": meta.metadata,
-                "mtime": None,
-            }
-        )
-        self._check_meta_fits(updated)
-        await self._publish_info(updated, timeout)
-        if renamed:
-            await self._stream.purge(subject=self._meta_subject(info.name), timeout=timeout)
-        return updated.model_copy(update={"mtime": datetime.now(UTC)})
+        changes = {
+            "name": new_name,
+            "description": meta.description,
+            "headers": meta.headers,
+            "metadata": meta.metadata,
+            "mtime": None,
+        }
+
+        def updated(current: ObjectInfo | None) -> ObjectInfo:
+            if current is None or current.deleted:
+                raise ObjectNotFoundError(f"object {name!r} not found in bucket {self._bucket!r}")
+            new = current.model_copy(update=changes)
+            self._check_meta_fits(new)
+            return new
+
+        subject = self._meta_subject(name)
+        if new_name == name:
+            _, stored = await self._replace_info(subject, timeout, updated)
+        else:
+            # Renamed: the info goes to the new name (which must hold no live object),
+            # then the old name's info, as read, is purged (a newer one put meanwhile
+            # stays).
+            info, seq = await self._entry(subject, timeout)
+            new = updated(info)
+
+            def onto(existing: ObjectInfo | None) -> ObjectInfo:
+                if existing is not None and not existing.deleted:
+                    raise ObjectExistsError(
+                        f"can not rename {name!r} to {new_name!r}: that object exists"
+                    )
+                return new
+
+            _, stored = await self._replace_info(self._meta_subject(new_name), timeout, onto)
+            await self._stream.purge(subject=subject, sequence=seq + 1, timeout=timeout)
+        assert stored is not None
+        return stored.model_copy(update={"mtime": datetime.now(UTC)})
 
     async def delete(self, name: str, *, timeout: float | None = None) -> None:
         """Delete the object ``name``: a deleted info replaces its info, its chunks are purged.
@@ -992,22 +1095,19 @@ class ObjectStore:
 
         """
         name = validate_object_name(name)
-        info = await self.info(name, include_deleted=True, timeout=timeout)
-        if info.deleted:
-            return
-        marker = info.model_copy(
-            update={"deleted": True, "size": 0, "chunks": 0, "digest": None, "mtime": None}
-        )
-        await self._publish_info(marker, timeout)
-        if info.nuid:
-            await self._stream.purge(subject=self._chunk_subject(info.nuid), timeout=timeout)
 
-    async def _check_link_name(self, name: str, timeout: float | None) -> None:
-        existing = await self._raw_info(self._meta_subject(name), timeout)
-        if existing is not None and not existing.deleted and not existing.is_link:
-            raise ObjectExistsError(
-                f"object {name!r} exists and is not a link: a link can not replace it"
+        def deleted(current: ObjectInfo | None) -> ObjectInfo | None:
+            if current is None:
+                raise ObjectNotFoundError(f"object {name!r} not found in bucket {self._bucket!r}")
+            if current.deleted:
+                return None
+            return current.model_copy(
+                update={"deleted": True, "size": 0, "chunks": 0, "digest": None, "mtime": None}
             )
+
+        replaced, marker = await self._replace_info(self._meta_subject(name), timeout, deleted)
+        if marker is not None and replaced is not None and replaced.nuid:
+            await self._stream.purge(subject=self._chunk_subject(replaced.nuid), timeout=timeout)
 
     async def add_link(
         self, name: str, target_info: ObjectInfo, *, timeout: float | None = None
@@ -1037,7 +1137,6 @@ class ObjectStore:
         if target_info.is_link:
             raise ObjectLinkError(f"can not link to {target_info.name!r}: it is a link itself")
         validate_bucket_name(target_info.bucket)
-        await self._check_link_name(name, timeout)
         return await self._store_link(
             name, ObjectLink(bucket=target_info.bucket, name=target_info.name), timeout
         )
@@ -1056,7 +1155,6 @@ class ObjectStore:
         """
         name = validate_object_name(name)
         target = bucket.bucket if isinstance(bucket, ObjectStore) else validate_bucket_name(bucket)
-        await self._check_link_name(name, timeout)
         return await self._store_link(name, ObjectLink(bucket=target), timeout)
 
     async def _store_link(self, name: str, link: ObjectLink, timeout: float | None) -> ObjectInfo:
@@ -1068,7 +1166,15 @@ class ObjectStore:
             size=0,
             chunks=0,
         )
-        await self._publish_info(info, timeout)
+
+        def link_over(existing: ObjectInfo | None) -> ObjectInfo:
+            if existing is not None and not existing.deleted and not existing.is_link:
+                raise ObjectExistsError(
+                    f"object {name!r} exists and is not a link: a link can not replace it"
+                )
+            return info
+
+        await self._replace_info(self._meta_subject(name), timeout, link_over)
         return info.model_copy(update={"mtime": datetime.now(UTC)})
 
     # ------------------------------------------------------------- listing
@@ -1200,6 +1306,43 @@ class _Reconnected:
     def on_closed(self) -> None:
         """Wake the waiting purge (which then gives up)."""
         self.event.set()
+
+
+class _InfoSwap:
+    """A put's info on its way: the info it replaces, and its attempts without a reply."""
+
+    __slots__ = ("current", "info", "msg_id", "replaced", "seq", "subject", "unsure")
+
+    def __init__(
+        self, info: ObjectInfo, subject: str, current: ObjectInfo | None, seq: int
+    ) -> None:
+        assert info.nuid is not None
+        self.info = info
+        self.subject = subject
+        #: The info to replace and its sequence (what the next attempt expects).
+        self.current = current
+        self.seq = seq
+        self.msg_id = _PUT_MSG_ID_PREFIX + info.nuid
+        #: Once stored: the info it replaced (its chunks are the put's to purge).
+        self.replaced: ObjectInfo | None = None
+        #: The attempts without a reply: the sequence each expected, and that info.
+        self.unsure: dict[int, ObjectInfo | None] = {}
+
+    def stored_earlier(self, seq: int) -> None:
+        """An attempt without a reply stored the info at ``seq``: note what it replaced.
+
+        That is the attempt that expected the latest sequence before ``seq``
+        (the stream stores an info only over the one it expected).
+        """
+        before = [expected for expected in self.unsure if expected < seq]
+        self.replaced = self.unsure[max(before)] if before else None
+
+
+def _conflict_note(subject: str) -> str:
+    return (
+        f"the info on {subject!r} was replaced by other writers {_MAX_CONFLICTS} times "
+        "while this write read it again; nothing of this write replaced it"
+    )
 
 
 def _retrieve(fut: asyncio.Future[PubAck]) -> None:

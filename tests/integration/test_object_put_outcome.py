@@ -21,6 +21,7 @@ from aiojetstream import (
     ObjectStore,
     ObjectStoreConfig,
     PubAck,
+    WrongLastSequenceError,
 )
 from helpers import unique_name, wait_until
 
@@ -87,40 +88,51 @@ async def test_put_cancelled_after_its_info_was_sent_leaves_an_intact_object(
 
 
 async def test_info_without_reply_is_settled_by_publishing_it_again(js: JetStreamContext) -> None:
-    """A timeout on the info is settled by publishing the same info (same msg id) again:
-    acknowledged as a duplicate when the first copy was stored, stored otherwise."""
+    """A timeout on the info is settled by publishing the same info (same msg id, same
+    expected sequence) again: refused when the first copy was stored (the info on the
+    subject is then the put's own), stored otherwise."""
     store = await new_store(js)
     original = store._publish_info
-    acks: list[PubAck] = []
+    outcomes: list[str] = []
+
+    async def attempt(*args: Any, **kwargs: Any) -> PubAck:
+        calls.append(kwargs.get("msg_id"))
+        try:
+            ack = await original(*args, **kwargs)
+        except WrongLastSequenceError:
+            outcomes.append("refused")
+            raise
+        outcomes.append("duplicate" if ack.duplicate else "stored")
+        return ack
 
     async def reply_lost(*args: Any, **kwargs: Any) -> PubAck:
-        calls.append(kwargs.get("msg_id"))
-        ack = await original(*args, **kwargs)
-        acks.append(ack)
+        ack = await attempt(*args, **kwargs)
         if len(calls) == 1:
             raise JetStreamTimeoutError("simulated: the acknowledgement was lost")
         return ack
 
     async def lost_before_sending(*args: Any, **kwargs: Any) -> PubAck:
-        calls.append(kwargs.get("msg_id"))
-        if len(calls) == 1:
+        if not calls:
+            calls.append(kwargs.get("msg_id"))
+            outcomes.append("lost")
             raise JetStreamTimeoutError("simulated: the info never reached the stream")
-        ack = await original(*args, **kwargs)
-        acks.append(ack)
-        return ack
+        return await attempt(*args, **kwargs)
 
     async def copy_in_process(*args: Any, **kwargs: Any) -> PubAck:
-        calls.append(kwargs.get("msg_id"))
-        ack = await original(*args, **kwargs)
-        acks.append(ack)
+        ack = await attempt(*args, **kwargs)
         if len(calls) == 1:
             # As when a PUB sent again after a reconnect meets its first copy being stored.
             raise DuplicateMsgIdInProcessError(400, 10158, "simulated: duplicate in process")
         return ack
 
-    for i, fake in enumerate((reply_lost, lost_before_sending, copy_in_process)):
+    expected = {
+        reply_lost: ["stored", "refused"],
+        lost_before_sending: ["lost", "stored"],
+        copy_in_process: ["stored", "refused"],
+    }
+    for i, (fake, seen) in enumerate(expected.items()):
         calls: list[str | None] = []
-        acks.clear()
+        outcomes.clear()
         name = f"obj{i}"
         await store.put(name, OLD)
         new = os.urandom(3000)
@@ -129,14 +141,48 @@ async def test_info_without_reply_is_settled_by_publishing_it_again(js: JetStrea
             info = await store.put(name, new, chunk_size=1000)
         finally:
             store._publish_info = original  # type: ignore[method-assign]
-        assert len(calls) == 2
+        assert outcomes == seen, fake.__name__
         assert calls[0] is not None
         assert calls[0] == calls[1]
-        assert [ack.duplicate for ack in acks] == ([False] if i == 1 else [False, True])
         assert await store.get_bytes(name) == new
         assert (await store.info(name)).nuid == info.nuid
     # Each replaced version's chunks were purged: only the new ones are left.
     assert len(await chunk_subjects(store)) == 3
+
+
+async def test_info_stored_without_reply_then_replaced_is_settled_as_a_duplicate(
+    js: JetStreamContext,
+) -> None:
+    """The info was stored but its reply lost, and another writer replaced it before the
+    put published it again: that copy is acknowledged as a duplicate (nothing stored
+    twice), the other writer's version stays, and the version the put replaced first is
+    purged: no chunks are left behind."""
+    store = await new_store(js)
+    other = await js.object_store(store.bucket)
+    first = await store.put("obj", OLD)
+    original = store._publish_info
+    acks: list[PubAck] = []
+    theirs = os.urandom(2000)
+
+    async def reply_lost_then_replaced(*args: Any, **kwargs: Any) -> PubAck:
+        ack = await original(*args, **kwargs)
+        acks.append(ack)
+        if len(acks) == 1:
+            await other.put("obj", theirs)  # replaces this put's info, purges its chunks
+            raise JetStreamTimeoutError("simulated: the acknowledgement was lost")
+        return ack
+
+    store._publish_info = reply_lost_then_replaced  # type: ignore[method-assign]
+    try:
+        await store.put("obj", os.urandom(3000), chunk_size=1000)
+    finally:
+        store._publish_info = original  # type: ignore[method-assign]
+    assert [ack.duplicate for ack in acks] == [False, True]
+    assert acks[1].seq == acks[0].seq
+    assert await store.get_bytes("obj") == theirs
+    current = await store.info("obj")
+    assert list(await chunk_subjects(store)) == [f"$O.{store.bucket}.C.{current.nuid}"]
+    assert current.nuid != first.nuid
 
 
 async def test_info_that_can_not_be_settled_keeps_the_chunks(js: JetStreamContext) -> None:

@@ -230,8 +230,13 @@ async def test_meta_fields_round_trip(js: JetStreamContext) -> None:
     raw = await store.stream.get_last_msg_for_subject(
         f"$O.{store.bucket}.M." + base64.urlsafe_b64encode(name.encode()).decode()
     )
-    # A put's info carries a msg id of its own, so publishing it again is idempotent.
-    assert raw.headers == {"Nats-Rollup": "sub", "Nats-Msg-Id": f"obj-put-{info.nuid}"}
+    # A put's info carries a msg id of its own, so publishing it again is idempotent,
+    # and replaces only the info the put read (none here).
+    assert raw.headers == {
+        "Nats-Rollup": "sub",
+        "Nats-Msg-Id": f"obj-put-{info.nuid}",
+        "Nats-Expected-Last-Subject-Sequence": "0",
+    }
     assert b'"mtime"' not in raw.data
 
 
@@ -417,6 +422,12 @@ async def test_chunks_lost_while_the_info_names_them_are_corrupt_not_deleted(
         await result.read()
 
 
+async def overwrite_info(store: ObjectStore, info: ObjectInfo) -> None:
+    """Store ``info`` over the current one as it is (the writer of another client might)."""
+    _, seq = await store._entry(store._meta_subject(info.name), None)
+    await store._publish_info(info, None, expected=seq)
+
+
 async def test_reads_other_digest_spellings(js: JetStreamContext) -> None:
     store = await new_store(js)
     info = await store.put("obj", b"payload")
@@ -427,15 +438,15 @@ async def test_reads_other_digest_spellings(js: JetStreamContext) -> None:
         "SHA-256=" + sha.hex(),
     ):
         fake = info.model_copy(update={"digest": digest, "mtime": None})
-        await store._publish_info(fake, None)
+        await overwrite_info(store, fake)
         assert await store.get_bytes("obj") == b"payload", digest
-    await store._publish_info(info.model_copy(update={"digest": "MD5=abc", "mtime": None}), None)
+    await overwrite_info(store, info.model_copy(update={"digest": "MD5=abc", "mtime": None}))
     with pytest.raises(DigestMismatchError, match="not a SHA-256"):
         await store.get_bytes("obj")
-    await store._publish_info(info.model_copy(update={"digest": None, "mtime": None}), None)
+    await overwrite_info(store, info.model_copy(update={"digest": None, "mtime": None}))
     with pytest.raises(DigestMismatchError, match="no digest"):
         await store.get("obj")
-    await store._publish_info(info.model_copy(update={"nuid": None, "mtime": None}), None)
+    await overwrite_info(store, info.model_copy(update={"nuid": None, "mtime": None}))
     with pytest.raises(InvalidResponseError, match="no nuid"):
         await store.get("obj")
 
