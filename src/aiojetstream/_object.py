@@ -566,29 +566,29 @@ class ObjectStore:
         subject: str,
         timeout: float | None,
         change: Callable[[ObjectInfo | None], ObjectInfo | None],
-    ) -> tuple[ObjectInfo | None, ObjectInfo | None]:
+    ) -> tuple[_Entry, _Entry]:
         """Replace the info on ``subject`` by ``change(current)``, retrying on conflicts.
 
         Reads the current info, publishes ``change(current)`` over it, and
         when another writer got there first, reads again and applies
         ``change`` to what it stored (at most ``_MAX_CONFLICTS`` times).
         ``change`` raises to refuse, or returns None to leave the info as it
-        is. Returns ``(replaced, new)``: the info replaced and the one stored
-        (``new`` None when nothing was published).
+        is. Returns the entry replaced and the one stored (``(None, 0)`` when
+        nothing was published).
         """
         for attempt in range(_MAX_CONFLICTS):
             current, seq = await self._entry(subject, timeout)
             new = change(current)
             if new is None:
-                return current, None
+                return (current, seq), (None, 0)
             try:
-                await self._publish_info(new, timeout, expected=seq)
+                ack = await self._publish_info(new, timeout, expected=seq)
             except WrongLastSequenceError as exc:
                 if attempt + 1 < _MAX_CONFLICTS:
                     continue
                 exc.add_note(_conflict_note(subject))
                 raise
-            return current, new
+            return (current, seq), (new, ack.seq)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _check_meta_fits(self, info: ObjectInfo) -> None:
@@ -627,10 +627,16 @@ class ObjectStore:
         purged and the error is raised (the previous version stays). Only when
         the info got no reply (a timeout or a dropped connection) is it
         published again, with the same ``Nats-Msg-Id`` (so it is stored at most
-        once), for up to three times ``timeout``: once acknowledged the put
-        succeeds. If that fails too, or the put is cancelled while its info is
-        on its way, the error is raised with a note and the chunks are kept:
-        the object may show the new version or the previous one, both intact.
+        once), for up to three times ``timeout``: once acknowledged (or found
+        stored) the put succeeds. If that fails too, or another writer's info
+        has replaced the previous one meanwhile, or the put is cancelled while
+        its info is on its way, the error is raised with a note and the chunks
+        are kept: the object shows a version that is intact.
+
+        The info replaces only the info the put read: when another writer
+        stored one meanwhile, the put reads it and replaces that one instead
+        (purging its chunks), up to ten times, then raises
+        :class:`WrongLastSequenceError`.
 
         Args:
             name: the object's name.
@@ -650,6 +656,7 @@ class ObjectStore:
             InvalidNameError, InvalidHeaderError, InvalidOptionError: bad input,
                 before anything is sent.
             MaxBytesExceededError: the bucket is full (nothing of the object stays).
+            WrongLastSequenceError: other writers kept replacing the info.
             DisconnectedError, JetStreamTimeoutError: the put did not complete.
 
         """
@@ -754,30 +761,39 @@ class ObjectStore:
         A conflict (another writer replaced the info since it was read) reads
         the info again: when it is this put's own (a copy published earlier
         without a reply was stored), the put is done; otherwise the info is
-        published over the new one (at most ``_MAX_CONFLICTS`` times). A
-        duplicate acknowledgement also means an earlier copy was stored.
+        published over the new one (at most ``_MAX_CONFLICTS`` times), unless
+        an earlier copy got no reply: that copy may have been stored and then
+        replaced (its chunks purged by the writer that replaced it), and only
+        the stream's duplicate window, which a restart or its end forgets,
+        would keep a copy published now from being stored again. The put
+        gives up then (the caller keeps the chunks). A duplicate
+        acknowledgement also means an earlier copy was stored.
         """
         info = swap.info
         for attempt in range(_MAX_CONFLICTS):
             try:
-                ack = await self._publish_info(info, timeout, expected=swap.seq, msg_id=swap.msg_id)
+                await self._publish_info(info, timeout, expected=swap.seq, msg_id=swap.msg_id)
             except WrongLastSequenceError as exc:
                 current, seq = await self._entry(swap.subject, timeout)
                 if current is not None and current.nuid == info.nuid:
-                    swap.stored_earlier(seq)
+                    swap.replaced = swap.current  # stored by a copy without a reply
                     return
+                if swap.unanswered:
+                    exc.add_note(
+                        f"another writer replaced the info on {swap.subject!r} while a "
+                        "copy of this put's info had got no reply: not published over it"
+                    )
+                    raise
                 if attempt + 1 >= _MAX_CONFLICTS:
                     exc.add_note(_conflict_note(swap.subject))
                     raise
                 swap.current, swap.seq = current, seq
                 continue
             except (JetStreamTimeoutError, DisconnectedError, DuplicateMsgIdInProcessError):
-                swap.unsure[swap.seq] = swap.current
+                swap.unanswered = True
                 raise
-            if ack.duplicate:
-                swap.stored_earlier(ack.seq)
-            else:
-                swap.replaced = swap.current
+            # A duplicate: a copy without a reply was stored over the same info.
+            swap.replaced = swap.current
             return
 
     async def _settle_info(self, swap: _InfoSwap, wait: float) -> Exception | None:
@@ -1065,30 +1081,64 @@ class ObjectStore:
 
         subject = self._meta_subject(name)
         if new_name == name:
-            _, stored = await self._replace_info(subject, timeout, updated)
+            _, (stored, _) = await self._replace_info(subject, timeout, updated)
         else:
-            # Renamed: the info goes to the new name (which must hold no live object),
-            # then the old name's info, as read, is purged (a newer one put meanwhile
-            # stays).
+            stored = await self._rename(subject, self._meta_subject(new_name), timeout, updated)
+        assert stored is not None
+        return stored.model_copy(update={"mtime": datetime.now(UTC)})
+
+    async def _rename(
+        self,
+        subject: str,
+        new_subject: str,
+        timeout: float | None,
+        updated: Callable[[ObjectInfo | None], ObjectInfo],
+    ) -> ObjectInfo:
+        """Move the info on ``subject`` to ``new_subject`` (which holds no live object).
+
+        The info goes to the new name, then a deleted info with a nuid of its
+        own (no chunks) replaces the old name's, expecting the version moved:
+        from then on no write of the old name can purge the moved chunks.
+        When another writer changed the old name in between (a put, which
+        purges the chunks moved, a delete, an update), the new name's info is
+        taken back (unless another writer replaced it too) and the rename
+        starts again from the old name's new version. Last, the old name's
+        infos up to that deleted one are purged (a put of the old name
+        stored since then stays).
+        """
+        for attempt in range(_MAX_CONFLICTS):
             info, seq = await self._entry(subject, timeout)
             new = updated(info)
+            assert info is not None
 
-            def onto(existing: ObjectInfo | None) -> ObjectInfo:
+            def onto(
+                existing: ObjectInfo | None, new: ObjectInfo = new, old: str = info.name
+            ) -> ObjectInfo:
                 if existing is not None and not existing.deleted:
                     raise ObjectExistsError(
-                        f"can not rename {name!r} to {new_name!r}: that object exists"
+                        f"can not rename {old!r} to {new.name!r}: that object exists"
                     )
                 return new
 
-            _, stored = await self._replace_info(self._meta_subject(new_name), timeout, onto)
-            await self._stream.purge(subject=subject, sequence=seq + 1, timeout=timeout)
-        assert stored is not None
-        return stored.model_copy(update={"mtime": datetime.now(UTC)})
+            _, (_, new_seq) = await self._replace_info(new_subject, timeout, onto)
+            try:
+                moved = await self._publish_info(_deleted(info), timeout, expected=seq)
+            except WrongLastSequenceError as exc:
+                with contextlib.suppress(WrongLastSequenceError):
+                    await self._publish_info(_deleted(new), timeout, expected=new_seq)
+                if attempt + 1 >= _MAX_CONFLICTS:
+                    exc.add_note(_conflict_note(subject))
+                    raise
+                continue
+            await self._stream.purge(subject=subject, sequence=moved.seq + 1, timeout=timeout)
+            return new
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def delete(self, name: str, *, timeout: float | None = None) -> None:
         """Delete the object ``name``: a deleted info replaces its info, its chunks are purged.
 
-        Deleting a deleted object does nothing. Deleting a link deletes the link only.
+        Deleting a deleted object purges its chunks again (a delete whose reply
+        was lost can be tried again). Deleting a link deletes the link only.
 
         Raises:
             ObjectNotFoundError: no such object.
@@ -1105,8 +1155,10 @@ class ObjectStore:
                 update={"deleted": True, "size": 0, "chunks": 0, "digest": None, "mtime": None}
             )
 
-        replaced, marker = await self._replace_info(self._meta_subject(name), timeout, deleted)
-        if marker is not None and replaced is not None and replaced.nuid:
+        (replaced, _), _ = await self._replace_info(self._meta_subject(name), timeout, deleted)
+        if replaced is not None and replaced.nuid:
+            # Also when it was deleted already: a delete whose reply was lost, tried
+            # again, purges the chunks it did not get to (purging is idempotent).
             await self._stream.purge(subject=self._chunk_subject(replaced.nuid), timeout=timeout)
 
     async def add_link(
@@ -1309,9 +1361,9 @@ class _Reconnected:
 
 
 class _InfoSwap:
-    """A put's info on its way: the info it replaces, and its attempts without a reply."""
+    """A put's info on its way: the info it replaces, and whether a copy got no reply."""
 
-    __slots__ = ("current", "info", "msg_id", "replaced", "seq", "subject", "unsure")
+    __slots__ = ("current", "info", "msg_id", "replaced", "seq", "subject", "unanswered")
 
     def __init__(
         self, info: ObjectInfo, subject: str, current: ObjectInfo | None, seq: int
@@ -1319,23 +1371,28 @@ class _InfoSwap:
         assert info.nuid is not None
         self.info = info
         self.subject = subject
-        #: The info to replace and its sequence (what the next attempt expects).
+        #: The info to replace and its sequence (what the next copy expects). Once a
+        #: copy got no reply they stay as they are: every later copy expects the same.
         self.current = current
         self.seq = seq
         self.msg_id = _PUT_MSG_ID_PREFIX + info.nuid
         #: Once stored: the info it replaced (its chunks are the put's to purge).
         self.replaced: ObjectInfo | None = None
-        #: The attempts without a reply: the sequence each expected, and that info.
-        self.unsure: dict[int, ObjectInfo | None] = {}
+        self.unanswered = False
 
-    def stored_earlier(self, seq: int) -> None:
-        """An attempt without a reply stored the info at ``seq``: note what it replaced.
 
-        That is the attempt that expected the latest sequence before ``seq``
-        (the stream stores an info only over the one it expected).
-        """
-        before = [expected for expected in self.unsure if expected < seq]
-        self.replaced = self.unsure[max(before)] if before else None
+def _deleted(info: ObjectInfo) -> ObjectInfo:
+    """A deleted info for ``info``'s name that names no chunks (a nuid of its own)."""
+    return info.model_copy(
+        update={
+            "deleted": True,
+            "nuid": new_nuid(),
+            "size": 0,
+            "chunks": 0,
+            "digest": None,
+            "mtime": None,
+        }
+    )
 
 
 def _conflict_note(subject: str) -> str:
@@ -1358,7 +1415,10 @@ async def _settled(fut: asyncio.Future[PubAck]) -> PubAck:
 
 
 def _kept_note(name: str, chunk_subject: str, settle_error: Exception | None) -> str:
-    tried = "" if settle_error is None else f" (publishing it again failed: {settle_error!r})"
+    tried = ""
+    if settle_error is not None:
+        why = "; ".join([repr(settle_error), *getattr(settle_error, "__notes__", ())])
+        tried = f" (publishing it again failed: {why})"
     return (
         f"object {name!r}: its info may or may not have been stored{tried}; its chunks "
         f"on {chunk_subject!r} were kept (purge them if the object does not show this put)"

@@ -164,18 +164,61 @@ async def test_rename_racing_a_put_onto_the_new_name_is_refused(js: JetStreamCon
     assert await store.get_bytes("b") == b"data of b"
 
 
-async def test_rename_leaves_a_version_of_the_old_name_put_after_it_read(
+async def test_rename_racing_a_put_of_the_old_name_renames_the_new_version(
     js: JetStreamContext,
 ) -> None:
-    """The old name's info is purged up to the version renamed: a put of the old name
-    stored after the rename read it stays."""
+    """The put replaced (and purged) the version the rename read: the rename takes back
+    the new name's info and renames the put's version instead; nothing points at
+    purged chunks."""
     store, other = await stores(js)
-    await store.put("a", b"renamed data")
-    renamed = await store.info("a")
-    before_publishing(store, lambda: other.put("a", b"put meanwhile"))
-    await store.update_meta("a", ObjectMeta(name="b"))
-    assert await store.get_bytes("a") == b"put meanwhile"
+    await store.put("a", b"first data")
+    outcomes = before_publishing(store, lambda: other.put("a", b"put meanwhile"))
+    renamed = await store.update_meta("a", ObjectMeta(name="b", description="moved"))
+    assert outcomes == ["stored", "refused", "stored", "stored", "stored"]
+    assert await store.get_bytes("b") == b"put meanwhile"
     assert (await store.info("b")).nuid == renamed.nuid
+    with pytest.raises(ObjectNotFoundError):
+        await store.info("a", include_deleted=True)  # no trace of the old name
+    assert await chunk_subjects(store) == [chunks_of(store, renamed.nuid)]
+
+
+async def test_rename_racing_an_update_of_the_old_name_renames_the_updated_version(
+    js: JetStreamContext,
+) -> None:
+    store, other = await stores(js)
+    await store.put("a", b"data")
+    before_publishing(store, lambda: other.update_meta("a", ObjectMeta(name="a", description="x")))
+    await store.update_meta("a", ObjectMeta(name="b", description="renamed"))
+    info = await store.info("b")
+    assert info.description == "renamed"
+    assert await store.get_bytes("b") == b"data"
+    with pytest.raises(ObjectNotFoundError):
+        await store.info("a")
+    # Deleting the old name (nothing there) can not reach the renamed object's chunks.
+    with pytest.raises(ObjectNotFoundError):
+        await store.delete("a")
+    assert await store.get_bytes("b") == b"data"
+
+
+@pytest.mark.parametrize("what", ["delete", "rename"])
+async def test_rename_racing_a_delete_or_rename_of_the_old_name_is_not_found(
+    js: JetStreamContext, what: str
+) -> None:
+    """The old name is gone by the time the rename marks it: the new name's info is taken
+    back, and the rename raises ObjectNotFoundError; the other write's outcome stands."""
+    store, other = await stores(js)
+    await store.put("a", b"data")
+    if what == "delete":
+        before_publishing(store, lambda: other.delete("a"))
+    else:
+        before_publishing(store, lambda: other.update_meta("a", ObjectMeta(name="c")))
+    with pytest.raises(ObjectNotFoundError):
+        await store.update_meta("a", ObjectMeta(name="b"))
+    assert (await store.info("b", include_deleted=True)).deleted
+    if what == "rename":
+        assert await store.get_bytes("c") == b"data"
+    else:
+        assert await chunk_subjects(store) == []
 
 
 async def test_a_write_that_keeps_losing_gives_up_with_a_typed_error(
