@@ -96,7 +96,7 @@ Left = Callable[[], float]
 class ApiClient:
     """Sends JetStream API requests: subject building, timeouts, error mapping."""
 
-    __slots__ = ("conn", "level", "prefix", "timeout")
+    __slots__ = ("conn", "level", "level_unknown", "prefix", "timeout")
 
     def __init__(self, conn: Conn, prefix: str, timeout: float) -> None:
         self.conn = conn
@@ -104,6 +104,8 @@ class ApiClient:
         self.timeout = timeout
         #: The server's JetStream API level, once known (account info).
         self.level: int | None = None
+        #: Account info went unanswered for a data-plane call (see ``_features.require``).
+        self.level_unknown = False
 
     async def api_level(self, timeout: float | None = None) -> int:
         """The server's JetStream API level (from account info, fetched once and cached)."""

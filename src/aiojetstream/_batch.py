@@ -21,6 +21,7 @@ tested without a server.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from types import TracebackType
@@ -36,9 +37,12 @@ from ._errors import (
     InvalidHeaderError,
     InvalidOptionError,
     InvalidResponseError,
+    JetStreamError,
     NoRespondersError,
 )
 from ._validation import check_timeout, validate_publish_subject
+
+logger = logging.getLogger("aiojetstream")
 
 __all__ = [
     "BATCH_COMMIT",
@@ -107,12 +111,16 @@ def batch_ack(data: bytes) -> BatchAck:
 class BatchState:
     """The pure bookkeeping of one atomic batch: id, sequence, limit, open or closed."""
 
-    __slots__ = ("batch_id", "closed", "size")
+    __slots__ = ("batch_id", "closed", "limit", "size")
 
-    def __init__(self, batch_id: str) -> None:
+    def __init__(self, batch_id: str, limit: int = MAX_BATCH_MESSAGES) -> None:
         if not isinstance(batch_id, str) or not 0 < len(batch_id) <= MAX_BATCH_ID:
             raise InvalidOptionError(f"a batch id has 1 to {MAX_BATCH_ID} characters")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidOptionError(f"max_messages must be an int >= 1, got {limit!r}")
         _, self.batch_id = H.validate_header(BATCH_ID, batch_id)
+        #: The most messages the batch may hold (the server's limit, 1,000 by default).
+        self.limit = int(limit)
         #: Messages sent so far.
         self.size = 0
         #: True once committed, discarded or failed.
@@ -123,19 +131,20 @@ class BatchState:
 
         Raises:
             BatchClosedError: the batch was committed, discarded or failed.
-            BatchTooLargeError: it would exceed :data:`MAX_BATCH_MESSAGES`.
+            BatchTooLargeError: it would exceed ``limit`` messages.
             InvalidOptionError: ``expected_last_sequence`` on a message other
                 than the first (the server checks it only there).
 
         """
         if self.closed:
             raise BatchClosedError(f"batch {self.batch_id!r} is closed")
-        if self.size >= MAX_BATCH_MESSAGES:
+        if self.size >= self.limit:
             raise BatchTooLargeError(
                 400,
                 10199,
-                f"atomic publish batch is too large: at most {MAX_BATCH_MESSAGES} messages, "
-                "the commit included (checked before sending)",
+                f"atomic publish batch is too large: at most {self.limit} messages, the "
+                "commit included (checked before sending; a server configured for more "
+                "takes atomic_batch(max_messages=...))",
             )
         if expected_last_sequence is not None and self.size > 0:
             raise InvalidOptionError(
@@ -181,9 +190,17 @@ class AtomicBatch:
     batch left without a commit is discarded.
     """
 
-    def __init__(self, api: ApiClient, *, batch_id: str | None = None) -> None:
+    def __init__(
+        self,
+        api: ApiClient,
+        *,
+        batch_id: str | None = None,
+        max_messages: int = MAX_BATCH_MESSAGES,
+    ) -> None:
         self._api = api
-        self._state = BatchState(uuid.uuid4().hex if batch_id is None else batch_id)
+        self._state = BatchState(uuid.uuid4().hex if batch_id is None else batch_id, max_messages)
+        #: The subject of the last message sent (a subject of the batch's stream).
+        self._subject: str | None = None
 
     @property
     def batch_id(self) -> str:
@@ -215,11 +232,29 @@ class AtomicBatch:
         self.discard()
 
     def discard(self) -> None:
-        """Abandon the batch: nothing of it is stored (the server drops it after 10 s idle).
+        """Abandon the batch: nothing of it is stored.
 
-        Idempotent; a committed batch stays committed.
+        The server would hold an open batch for 10 s after its last message,
+        and a stream takes at most 50 open batches, so a batch with messages
+        sent is released on the server at once: a message that skips a batch
+        sequence makes the server drop the batch (it is not stored either).
+        That message is queued without waiting; when it can not be sent (the
+        connection is down or closed) the server drops the batch after its
+        10 s. Idempotent; a committed batch stays committed.
         """
-        self._state.closed = True
+        state = self._state
+        if state.closed:
+            return
+        state.closed = True
+        if not state.size or self._subject is None:
+            return  # nothing of it reached the server
+        gap = {BATCH_ID: state.batch_id, BATCH_SEQUENCE: str(state.size + 2)}
+        try:
+            self._api.conn.publish_nowait(
+                self._subject.encode(), b"", header_block=P.header_block(gap)
+            )
+        except JetStreamError as exc:
+            logger.debug("batch %s is left for the server to drop: %s", state.batch_id, exc)
 
     def _prepare(
         self,
@@ -251,6 +286,7 @@ class AtomicBatch:
 
     async def _send(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         self._state.sent()
+        self._subject = subject
         try:
             await self._api.conn.publish(subject, data, headers=headers)
         except BaseException:
@@ -338,6 +374,7 @@ class AtomicBatch:
             await self._send(subject, data, hdrs)
             return
         self._state.sent()
+        self._subject = subject
         try:
             reply = await self._request(subject, data, hdrs, timeout)
             if reply:

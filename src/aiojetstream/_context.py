@@ -17,7 +17,12 @@ from . import _publish as P
 from . import _ttl_rules as T
 from ._api import ApiClient
 from ._conn import Conn, NatsClient, connect_nats
-from ._errors import ConnectionClosedError, InvalidOptionError, StreamNotFoundError
+from ._errors import (
+    ConnectionClosedError,
+    InvalidOptionError,
+    MessageNotFoundError,
+    StreamNotFoundError,
+)
 from ._models import (
     AccountInfo,
     ConsumerConfig,
@@ -961,34 +966,65 @@ class JetStreamContext:
         seconds = P.duration_seconds(timeout, "timeout")
         await self._publisher.complete(self._timeout if seconds is None else seconds)
 
-    def atomic_batch(self) -> AtomicBatch:
+    def atomic_batch(self, *, max_messages: int = 1000) -> AtomicBatch:
         """A new atomic batch publish (ADR-50; nats-server >= 2.12, stream ``allow_atomic``).
 
         ``await batch.add(...)`` messages, then ``ack = await batch.commit(...)``:
         the stream stores all of them or none. See :class:`AtomicBatch` and
         ``docs/atomic-batch.md``.
+
+        Args:
+            max_messages: the most messages a batch may hold, checked before
+                sending: the server's limit, 1,000 unless its configuration
+                (``jetstream.limits.batch.max_msgs``) raises it.
+
+        Raises:
+            InvalidOptionError: ``max_messages`` is not an int >= 1.
+
         """
         from ._batch import AtomicBatch
 
-        return AtomicBatch(self._api)
+        return AtomicBatch(self._api, max_messages=max_messages)
 
     async def cancel_schedule(self, subject: str, *, timeout: float | None = None) -> bool:
         """Cancel the message schedule published on ``subject`` (ADR-51; nats-server >= 2.12).
 
-        Purges the schedule subject in the stream that captures it, which stops
-        the schedule. Returns whether there was a schedule to remove.
+        Reads the last message on ``subject`` in the stream that captures it;
+        when that is a schedule (it has a ``Nats-Schedule`` header), purges the
+        subject up to it, which stops the schedule. Returns whether there was a
+        schedule to remove (False: the subject holds nothing).
 
         Raises:
             InvalidSubjectError: ``subject`` is not a plain subject.
+            InvalidOptionError: the last message on ``subject`` is no schedule
+                (say, the schedule's target subject was given): nothing is purged.
             StreamNotFoundError: no stream captures ``subject``.
             FeatureNotSupportedError: the server is older than 2.12.
 
         """
+        from . import _schedule as S
+        from ._stream import stored_message
+
         subject = validate_publish_subject(subject)
         await F.require(self._api, F.SCHEDULES, timeout)
         name = await self.stream_name_by_subject(subject, timeout=timeout)
+        try:
+            reply = await self._api.call(
+                _api.STREAM_MSG_GET, {"last_by_subj": subject}, timeout=timeout, stream=name
+            )
+        except MessageNotFoundError:
+            return False
+        last = stored_message(reply)
+        if S.SCHEDULE not in (last.headers or {}):
+            raise InvalidOptionError(
+                f"{subject!r} holds no schedule: its last message (sequence {last.seq} of "
+                f"stream {name!r}) has no {S.SCHEDULE} header; nothing was purged"
+            )
         reply = await self._api.call(
-            _api.STREAM_PURGE, {"filter": subject}, timeout=timeout, stream=name
+            _api.STREAM_PURGE,
+            {"filter": subject, "seq": last.seq + 1},
+            timeout=timeout,
+            stream=name,
         )
         return int(reply.get("purged", 0)) > 0
 

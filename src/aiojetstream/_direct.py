@@ -177,12 +177,16 @@ class BatchCursor:
 
     """
 
-    __slots__ = ("delivered", "last_seq", "up_to_ns", "up_to_seq")
+    __slots__ = ("delivered", "last_seq", "received", "up_to_ns", "up_to_seq")
 
     def __init__(self, up_to_seq: int | None = None, up_to_time: datetime | None = None) -> None:
         self.up_to_seq = up_to_seq
         self.up_to_ns = None if up_to_time is None else time_ns(up_to_time)
-        #: Sequence of the last message received (0 before the first).
+        #: Sequence of the last message received (0 before the first): what the next
+        #: reply must name as the one before it.
+        self.received = 0
+        #: Sequence of the last message within the bounds (0 before the first): a
+        #: message past them, which ends the batch, is not one.
         self.last_seq = 0
         #: Messages received so far.
         self.delivered = 0
@@ -202,16 +206,19 @@ class BatchCursor:
                 "a batch direct get reply without Nats-Last-Sequence: the server "
                 f"does not support batch gets (nats-server >= {F.BATCH_GET.version})"
             )
-        if previous != self.last_seq:  # the first reply names 0
+        if previous != self.received:  # the first reply names 0
             raise DirectBatchGapError(
                 f"a reply was dropped: message {seq} follows {previous}, "
-                f"but the last one received was {self.last_seq}"
+                f"but the last one received was {self.received}"
             )
-        self.last_seq = seq
+        self.received = seq
         self.delivered += 1
         if self.up_to_seq is not None and seq > self.up_to_seq:
             return False
-        return not (self.up_to_ns is not None and time_ns(time) >= self.up_to_ns)
+        if self.up_to_ns is not None and time_ns(time) >= self.up_to_ns:
+            return False
+        self.last_seq = seq
+        return True
 
     def on_eob(self, last: int | None) -> None:
         """Check the EOB's ``Nats-Last-Sequence`` against the last message received.
@@ -220,10 +227,10 @@ class BatchCursor:
             DirectBatchGapError: the batch's last reply(s) were dropped.
 
         """
-        if last is not None and last != self.last_seq:
+        if last is not None and last != self.received:
             raise DirectBatchGapError(
                 f"a reply was dropped: the batch ended at {last}, "
-                f"but the last message received was {self.last_seq}"
+                f"but the last message received was {self.received}"
             )
 
 
@@ -398,7 +405,11 @@ class DirectBatch:
 
     @property
     def last_seq(self) -> int:
-        """The stream sequence of the last message received (0 before the first)."""
+        """The stream sequence of the last message yielded (0 before the first).
+
+        A message past ``up_to_seq`` / ``up_to_time``, which ends the batch, is
+        not counted: a next batch from ``last_seq + 1`` starts with it.
+        """
         return self._cursor.last_seq
 
     @property

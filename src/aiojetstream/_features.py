@@ -9,17 +9,20 @@ older server would silently ignore a field it does not know).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Final
 
 from ._api import ApiClient
-from ._errors import FeatureNotSupportedError
+from ._errors import FeatureNotSupportedError, JetStreamTimeoutError
 from ._models import ConsumerConfig, PriorityPolicy, StreamConfig
+from ._validation import check_timeout
 
 __all__ = [
     "ATOMIC_BATCH",
     "BATCH_GET",
     "COUNTERS",
+    "LEVEL_PROBE",
     "PRIORITIZED",
     "PRIORITY_GROUPS",
     "SCHEDULES",
@@ -29,6 +32,11 @@ __all__ = [
     "require",
     "stream_config_features",
 ]
+
+
+logger = logging.getLogger("aiojetstream")
+#: Seconds a data-plane call waits for the server's API level before leaving the check to it.
+LEVEL_PROBE: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +64,32 @@ def check_level(feature: Feature, level: int) -> None:
 
 
 async def require(api: ApiClient, feature: Feature, timeout: float | None = None) -> None:
-    """Check the server's API level (read once per context) for ``feature``."""
-    check_level(feature, await api.api_level(timeout))
+    """Check the server's API level (read once per context) for ``feature``: data-plane calls.
+
+    A user allowed to publish and read but not to ask for account info (a
+    common least-privilege set-up: ``$JS.API.INFO`` denied) gets no reply to
+    it, only nats-py's asynchronous permissions error. So the level is asked
+    for at most ``LEVEL_PROBE`` seconds (within the call's ``timeout``); when
+    no answer comes, the check is left to the server, for this call and every
+    later one of the context (as the Go and JavaScript clients leave it), and
+    the call goes on with the rest of its time. Administrative calls (stream
+    and consumer create or update) keep the strict check.
+    """
+    if api.level is None and not api.level_unknown:
+        allowed = check_timeout(timeout)
+        probe = min(api.timeout if allowed is None else allowed, LEVEL_PROBE)
+        try:
+            await api.api_level(probe)
+        except JetStreamTimeoutError:
+            api.level_unknown = True
+            logger.info(
+                "the server did not tell its JetStream API level within %g s (is $JS.API.INFO "
+                "denied to this user?): %s is not checked before sending",
+                probe,
+                feature.name,
+            )
+    if api.level is not None:
+        check_level(feature, api.level)
 
 
 def stream_config_features(config: StreamConfig) -> list[Feature]:

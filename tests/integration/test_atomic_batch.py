@@ -30,6 +30,7 @@ from aiojetstream import (
     TooManyInflightBatchesError,
     WrongLastSequenceError,
 )
+from aiojetstream.testing import NatsServer
 from helpers import unique_name
 
 
@@ -108,6 +109,55 @@ async def test_discard_and_context_manager(js: JetStreamContext) -> None:
         await other.add(f"{p}.a", b"1")
     assert other.is_closed
     assert await last_seq(stream) == 0
+
+
+async def test_a_discarded_batch_is_released_on_the_server_at_once(
+    js: JetStreamContext,
+) -> None:
+    """A stream takes 50 open batches, and the server would hold each discarded one for
+    10 s: discarding releases it, so 50 discarded batches do not block a 51st."""
+    stream, p = await atomic_stream(js)
+    for i in range(50):
+        if i % 2:
+            batch = js.atomic_batch()
+            await batch.add(f"{p}.a", b"1")
+            await batch.add(f"{p}.b", b"2")
+            batch.discard()
+        else:
+            async with js.atomic_batch() as batch:
+                await batch.add(f"{p}.a", b"1")
+    again = js.atomic_batch()
+    await again.add(f"{p}.a", b"kept")  # TooManyInflightBatchesError if they were open
+    ack = await again.commit(f"{p}.b", b"kept")
+    assert ack.batch_size == 2
+    assert await last_seq(stream) == 2  # nothing of the discarded batches was stored
+
+
+async def test_a_server_configured_for_larger_batches_takes_max_messages() -> None:
+    """jetstream.limits.batch.max_msgs raises the server's limit; max_messages the check's."""
+    config = "jetstream { limits { batch { max_msgs: 2000 } } }"
+    async with NatsServer(config=config) as server:
+        js = await aiojetstream.connect(server.url)
+        try:
+            stream, p = await atomic_stream(js)
+            batch = js.atomic_batch(max_messages=1500)
+            for _ in range(1499):
+                await batch.add(f"{p}.m", b"x")
+            ack = await batch.commit(f"{p}.m", b"last")
+            assert (ack.seq, ack.batch_size) == (1500, 1500)
+            assert (await stream.info()).state.messages == 1500
+            small = js.atomic_batch(max_messages=2)
+            await small.add(f"{p}.n")
+            await small.add(f"{p}.n")
+            with pytest.raises(BatchTooLargeError, match="at most 2 messages"):
+                await small.commit(f"{p}.n")  # refused before sending
+            small.discard()
+            assert (await stream.info()).state.messages == 1500
+        finally:
+            await js.close()
+    for bad in (0, -1, 1.5, True, "10"):
+        with pytest.raises(InvalidOptionError, match="max_messages"):
+            js.atomic_batch(max_messages=bad)  # type: ignore[arg-type]
 
 
 async def test_limit_is_checked_before_sending(js: JetStreamContext) -> None:

@@ -74,12 +74,19 @@ async def test_get_batch_start_time(js: JetStreamContext) -> None:
 
 async def test_get_batch_up_to_is_enforced_client_side(js: JetStreamContext) -> None:
     stream, _p = await dg_stream(js)
-    msgs = await collect(stream.get_batch(10, up_to_seq=4))
+    batch = stream.get_batch(10, up_to_seq=4)
+    msgs = await collect(batch)
     assert [m.seq for m in msgs] == [1, 2, 3, 4]
+    # The message past the bound (5), which ended the batch, was not yielded: a
+    # next batch from last_seq + 1 starts with it.
+    assert batch.last_seq == 4
+    assert [m.seq for m in await collect(stream.get_batch(1, seq=batch.last_seq + 1))] == [5]
     # up_to_time is exclusive, as the server's own (multi_last) is.
     third = await stream.get_msg(3)
-    msgs = await collect(stream.get_batch(10, up_to_time=third.time))
+    batch = stream.get_batch(10, up_to_time=third.time)
+    msgs = await collect(batch)
     assert [m.seq for m in msgs] == [1, 2]
+    assert batch.last_seq == 2
 
 
 async def test_get_batch_keeps_nanoseconds(js: JetStreamContext) -> None:

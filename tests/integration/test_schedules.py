@@ -8,6 +8,7 @@ import pytest
 
 from aiojetstream import (
     FeatureNotSupportedError,
+    InvalidOptionError,
     InvalidScheduleError,
     JetStreamContext,
     MessageNotFoundError,
@@ -93,6 +94,32 @@ async def test_every_repeats_until_cancelled(js: JetStreamContext) -> None:
     assert await js.cancel_schedule(f"{p}.sched.tick") is False
     with pytest.raises(MessageNotFoundError):
         await stream.get_last_msg_for_subject(f"{p}.sched.tick")
+
+
+async def test_cancel_schedule_refuses_a_subject_that_holds_no_schedule(
+    js: JetStreamContext,
+) -> None:
+    """Given the target subject (or any other) by mistake, cancel_schedule purges nothing."""
+    stream, p = await schedule_stream(js)
+    await js.publish(f"{p}.orders.kept", b"data")
+    with pytest.raises(InvalidOptionError, match="holds no schedule"):
+        await js.cancel_schedule(f"{p}.orders.kept")
+    assert (await stream.get_last_msg_for_subject(f"{p}.orders.kept")).data == b"data"
+
+
+async def test_cancel_schedule_purges_up_to_the_schedule(js: JetStreamContext) -> None:
+    """Older messages on the schedule subject go with it; the purge stops at the schedule."""
+    stream, p = await schedule_stream(js)
+    await js.publish(f"{p}.sched.later", b"old")
+    await js.publish(
+        f"{p}.sched.later",
+        b"later",
+        schedule=Schedule.at(datetime.now(UTC) + timedelta(hours=1)),
+        schedule_target=f"{p}.orders.later",
+    )
+    assert await js.cancel_schedule(f"{p}.sched.later") is True
+    assert await count(stream, f"{p}.sched.later") == 0
+    assert await js.cancel_schedule(f"{p}.sched.later") is False
 
 
 async def _at_least(stream: Stream, subject: str, n: int) -> bool:
