@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 import nkeys  # type: ignore[import-untyped]  # no type hints
 import pytest
+import typer
 from typer.testing import CliRunner, Result
 
 import aiojetstream
@@ -259,6 +260,40 @@ def test_empty_subject_lists_are_usage_errors(cli: Cli, stream: str, nats_url: s
         assert "names no subject" in usage_error_line(invoke(nowhere, args, None, 2))
 
 
+def test_invalid_subjects_are_usage_errors(cli: Cli, stream: str, nats_url: str) -> None:
+    """A subject the library would refuse is refused before connecting (exit 2)."""
+    other = unique_name("CLI")
+    cases = [
+        (("stream", "add", other, "--subjects", f"{other}..b"), "--subjects", "empty token"),
+        (("stream", "add", other, "--subjects", f"{other}.a b"), "--subjects", "whitespace"),
+        (("stream", "edit", stream, "--subjects", f"{stream}.>.x"), "--subjects", "last token"),
+        (("stream", "edit", stream, "--subject", f"{stream}.ok,.x"), "--subjects", "empty"),
+        (("consumer", "add", stream, "c", "--filter", f"{stream}..x"), "--filter", "empty"),
+        (("consumer", "add", stream, "c", "--filter", "a,b\tc"), "--filter", "whitespace"),
+        (("consume", stream, "--subject", f"{stream}.>.x"), "--subject", "last token"),
+    ]
+    nowhere = unreachable_url()
+    for args, option, reason in cases:
+        line = usage_error_line(cli(*args, expect=2))
+        assert line.startswith(f"Error: Invalid value for '{option}': invalid subject "), line
+        assert reason in line
+        assert usage_error_line(invoke(nowhere, args, None, 2)) == line  # nothing was sent
+
+    async def state(js: JetStreamContext) -> tuple[list[str], list[str], list[str] | None]:
+        streams = [name async for name in js.stream_names()]
+        handle = await js.stream(stream)
+        consumers = [name async for name in handle.consumer_names()]
+        return streams, consumers, handle.cached_info.config.subjects
+
+    streams, consumers, subjects = query(nats_url, state)
+    assert other not in streams
+    assert consumers == []
+    assert subjects == [f"{stream}.>"]
+    # Wildcards stay allowed.
+    cli("stream", "edit", stream, "--subjects", f"{stream}.*.x,{stream}.y.z.>")
+    cli("consumer", "add", stream, "c", "--filter", f"{stream}.*.x")
+
+
 def test_stream_purge_and_rm(cli: Cli, stream: str) -> None:
     for subject in ("a", "a", "b", "b", "b"):
         cli("pub", f"{stream}.{subject}", "x")
@@ -275,6 +310,90 @@ def test_stream_purge_and_rm(cli: Cli, stream: str) -> None:
     cli("stream", "rm", stream, input="y\n")
     cli("stream", "info", stream, expect=1)
     cli("stream", "add", stream, "--subjects", f"{stream}.>")  # for the fixture's rm
+
+
+def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
+    """Every command of the command line: ``("stream rm", its Click command)``, ..."""
+    children = getattr(command, "commands", None)
+    if children is None:
+        yield " ".join(path), command
+        return
+    for name, child in children.items():
+        yield from _commands(child, (*path, name))
+
+
+def test_rm_del_and_purge_take_json(cli: Cli) -> None:
+    """Every command takes --json, those that remove something too (docs/cli.md)."""
+    without = [
+        name
+        for name, command in _commands(typer.main.get_command(app))
+        if not any("--json" in getattr(param, "opts", []) for param in command.params)
+    ]
+    assert without == ["server"]
+    name = unique_name("CLI")
+    cli("stream", "add", name, "--subjects", f"{name}.>")
+    cli("consumer", "add", name, "c")
+    removed = cli("consumer", "rm", name, "c", "-f", "--json")
+    assert as_json(removed) == {"stream": name, "consumer": "c", "deleted": True}
+    assert removed.stderr == ""  # the JSON is the whole answer
+    removed = cli("--json", "stream", "rm", name, "-f")
+    assert as_json(removed) == {"stream": name, "deleted": True}
+    assert removed.stderr == ""
+    cli("stream", "add", name)
+    assert cli("stream", "rm", name, "-f").stderr == f"Deleted stream {name}.\n"  # as before
+
+    bucket = unique_name("KV")
+    cli("kv", "add", bucket, "--history", "3")
+    cli("kv", "put", bucket, "k", "v")
+    assert as_json(cli("kv", "del", bucket, "k", "--json")) == {
+        "bucket": bucket,
+        "key": "k",
+        "deleted": True,
+    }
+    assert as_json(cli("kv", "purge", bucket, "k", "--json")) == {
+        "bucket": bucket,
+        "key": "k",
+        "purged": True,
+    }
+    assert as_json(cli("kv", "rm", bucket, "-f", "--json")) == {"bucket": bucket, "deleted": True}
+
+    store = unique_name("OBJ")
+    cli("obj", "add", store)
+    cli("obj", "put", store, "-", "--name", "a/b.txt", input="x")
+    removed = cli("obj", "rm", store, "a/b.txt", "-f", "--json")
+    assert as_json(removed) == {"bucket": store, "name": "a/b.txt", "deleted": True}
+    assert as_json(cli("obj", "rm", store, "-f", "--json")) == {"bucket": store, "deleted": True}
+
+
+#: Keys of the API reply around an info, not part of it.
+ENVELOPE = {"type", "total", "offset", "limit", "did_create"}
+
+
+def test_infos_have_one_json_shape(cli: Cli) -> None:
+    """stream/consumer add, edit, info and ls print the same objects, without envelope keys."""
+    name = unique_name("CLI")
+    added = as_json(cli("stream", "add", name, "--subjects", f"{name}.>", "--json"))
+    edited = as_json(cli("stream", "edit", name, "--max-msgs", "9", "--json"))
+    shown = as_json(cli("stream", "info", name, "--json"))
+    (listed,) = [i for i in as_json(cli("stream", "ls", "--json")) if i["config"]["name"] == name]
+    for info in (added, edited, shown, listed):
+        assert not ENVELOPE & set(info), sorted(info)
+    assert set(added) == set(edited) == set(listed) == {"config", "created", "state", "ts"}
+    assert set(shown) - {"cluster"} == set(listed)  # the cluster: what the server says
+
+    c_added = as_json(cli("consumer", "add", name, "c", "--json"))
+    c_shown = as_json(cli("consumer", "info", name, "c", "--json"))
+    (c_listed,) = as_json(cli("consumer", "ls", name, "--json"))
+    for info in (c_added, c_shown, c_listed):
+        assert not ENVELOPE & set(info), sorted(info)
+    assert set(c_added) == set(c_shown) == set(c_listed)
+    paused = as_json(cli("consumer", "pause", name, "c", "1h", "--json"))
+    assert set(paused) == {"paused", "pause_until", "pause_remaining"}
+
+    bucket = unique_name("KV")
+    status = as_json(cli("kv", "add", bucket, "--json"))
+    assert not ENVELOPE & set(status["stream_info"])
+    assert not ENVELOPE & set(as_json(cli("kv", "info", bucket, "--json"))["stream_info"])
 
 
 def test_errors_are_one_line_and_debug_raises(cli: Cli) -> None:
@@ -383,6 +502,12 @@ def test_tls(tmp_path: Path) -> None:
 def test_usage_errors_exit_2(cli: Cli) -> None:
     result = cli("stream", "add", expect=2)
     assert "Missing argument" in result.stderr
+    result = cli("stream", "add", "X", "--max-age", "9999999999999d", expect=2)
+    assert "is too long a duration" in usage_error_line(result)
+    result = cli("stream", "add", "X", "--max-bytes", "9" * 400, expect=2)
+    assert "is too large a size" in usage_error_line(result)
+    result = cli("server", "--port", "65536", expect=2)
+    assert "'--port'" in usage_error_line(result)
     result = cli("stream", "add", "X", "--max-age", "soon", expect=2)
     assert "is not a duration" in result.stderr
     result = cli("stream", "add", "X", "--storage", "tape", expect=2)
@@ -452,12 +577,39 @@ def test_pub_ttl(cli: Cli) -> None:
     cli("stream", "add", name, "--subjects", f"{name}.>", "--allow-msg-ttl")
     cli("pub", f"{name}.t", "short-lived", "--ttl", "1h")
     assert as_json(cli("get", name, "1", "--json"))["headers"] == {"Nats-TTL": "3600"}
-    bad = cli("pub", f"{name}.t", "x", "--ttl", "soon", expect=1)
-    assert "ttl" in one_error_line(bad).lower()
+    # A usage error (exit 2), as for the other durations: not a server or library error.
+    bad = cli("pub", f"{name}.t", "x", "--ttl", "soon", expect=2)
+    assert usage_error_line(bad) == (
+        "Error: Invalid value for '--ttl': 'soon' is not a TTL (examples: 30s, 1h, 2d, never)"
+    )
+    cli("pub", f"{name}.t", "kept", "--ttl", "never")
+    cli("pub", f"{name}.t", "two days", "--ttl", "2d")  # the CLI's units, as --max-age
+    assert as_json(cli("get", name, "2", "--json"))["headers"] == {"Nats-TTL": "never"}
+    assert as_json(cli("get", name, "3", "--json"))["headers"] == {"Nats-TTL": "172800"}
     plain = unique_name("CLI")
     cli("stream", "add", plain, "--subjects", f"{plain}.>")
     refused = cli("pub", f"{plain}.t", "x", "--ttl", "10s", expect=1)
     assert "10166" in one_error_line(refused)
+
+
+def test_ttl_is_checked_before_connecting() -> None:
+    """A bad --ttl is a usage error (exit 2) before connecting, not a connection error."""
+    nowhere = unreachable_url()
+    for args, value, reason in (
+        (("pub", "x", "y", "--ttl", "abc"), "abc", "is not a TTL"),
+        (("pub", "x", "y", "--count", "3", "--async", "--ttl", "1x"), "1x", "is not a TTL"),
+        (("pub", "x", "y", "--ttl", "500ms"), "500ms", "is under 1 second"),
+        (("kv", "create", "B", "k", "v", "--ttl", "soon"), "soon", "is not a TTL"),
+        (("kv", "purge", "B", "k", "--ttl", "0.5"), "0.5", "is under 1 second"),
+    ):
+        usage = invoke(nowhere, args, None, 2)
+        line = usage_error_line(usage)
+        assert line.startswith(f"Error: Invalid value for '--ttl': {value!r} {reason}"), line
+        assert "could not connect" not in usage.output
+    # A good one gets as far as connecting (and fails there: nobody listens).
+    assert "could not connect" in one_error_line(
+        invoke(nowhere, ("pub", "x", "y", "--ttl", "1h"), None, 1)
+    )
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -818,6 +970,36 @@ def test_obj_commands(cli: Cli, tmp_path: Path) -> None:
     assert bucket not in cli("obj", "ls").stdout.split()
 
 
+def test_obj_get_into_a_directory(cli: Cli, tmp_path: Path) -> None:
+    """``-o DIR`` writes DIR/NAME (the name's last part); refusals come before fetching."""
+    bucket = unique_name("OBJ")
+    cli("obj", "add", bucket)
+    blob = bytes(range(256)) * 1000
+    cli("obj", "put", bucket, "-", "--name", "build/app.bin", input=blob)
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    fetched = cli("obj", "get", bucket, "build/app.bin", "-o", str(folder), "--json")
+    assert as_json(fetched)["file"] == str(folder / "app.bin")
+    assert (folder / "app.bin").read_bytes() == blob
+    assert sorted(p.name for p in folder.iterdir()) == ["app.bin"]  # no part file left
+    # There already: refused without --force, before anything is fetched.
+    again = cli("obj", "get", bucket, "build/app.bin", "-o", str(folder), expect=1)
+    assert (
+        one_error_line(again) == f"error: {folder / 'app.bin'} exists (use --force to overwrite it)"
+    )
+    assert "Fetching" not in again.stderr
+    (folder / "app.bin").write_bytes(b"old")
+    cli("obj", "get", bucket, "build/app.bin", "-o", str(folder), "--force")
+    assert (folder / "app.bin").read_bytes() == blob
+    # DIR/NAME is itself a directory: refused, even with --force, before fetching.
+    (folder / "app.bin").unlink()
+    (folder / "app.bin").mkdir()
+    clash = cli("obj", "get", bucket, "build/app.bin", "-o", str(folder), "-f", expect=1)
+    assert one_error_line(clash) == f"error: {folder / 'app.bin'} is a directory"
+    assert "Fetching" not in clash.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["app.bin"]
+
+
 # --------------------------------------------------------------------------- bench
 
 
@@ -846,6 +1028,16 @@ def test_bench_pub(cli: Cli, nats_url: str) -> None:
     assert "200/200" in table.stderr
     assert_fits(table.stdout)
     assert query(nats_url, exists)  # --keep
+
+
+def test_bench_size_is_not_negative() -> None:
+    """``--size -1`` (unlimited, for limits) is no payload size: a usage error, not a crash."""
+    nowhere = unreachable_url()
+    for command in ("pub", "consume"):
+        usage = invoke(nowhere, ("bench", command, "--size", "-1"), None, 2)
+        assert usage_error_line(usage) == (
+            "Error: Invalid value for '--size': '-1' is negative: give a size of 0 or more bytes"
+        )
 
 
 def test_bench_consume(cli: Cli) -> None:

@@ -6,6 +6,7 @@ themselves are covered in-process by ``test_cli.py``.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import json
@@ -16,6 +17,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -26,8 +28,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import aiojetstream
 from aiojetstream.cli._app import app
-from helpers import unique_name
+from helpers import unique_name, wait_until_sync
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 BOUND = 60.0  # seconds: generous, for a loaded two-core machine
@@ -259,3 +262,218 @@ def test_payload_reaches_a_terminal_as_it_is(nats_url: str) -> None:
     screen = run_in_terminal(nats_url, "get", stream, "1")
     assert b"\x1b[1m" in screen  # the table's setting names are bold: Rich saw a terminal
     assert screen.endswith(b"\n" + payload.encode() + b"\r\n")  # the terminal's own \r\n
+
+
+def aj(*args: str) -> list[str]:
+    """The command line ``python -m aiojetstream ARGS`` (run with ``env(NATS_URL=...)``)."""
+    return [sys.executable, "-m", "aiojetstream", *args]
+
+
+def setup(url: str, *args: str, input: str | bytes | None = None) -> None:
+    """Run a command in-process (to prepare a test); it must succeed."""
+    done = CliRunner().invoke(app, ["--server", url, *args], input=input)
+    assert done.exit_code == 0, done.output
+
+
+def assert_quiet(stderr: str) -> None:
+    """No traceback and no asyncio complaint about failures nobody looked at."""
+    # Counted, not ``not in``: pytest's diff of a long stderr takes minutes.
+    noise = ("Traceback", "never retrieved", "Exception ignored")
+    found = {text: stderr.count(text) for text in noise}
+    assert found == dict.fromkeys(noise, 0), stderr[:2000]
+
+
+def test_failed_async_publishes_are_reported_once(nats_url: str) -> None:
+    """Every publish of the window fails: one error line, not one traceback per future."""
+    stream = unique_name("PROC")
+    setup(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")  # no --allow-msg-ttl
+    pub = subprocess.run(
+        aj("pub", f"{stream}.x", "m{n}", "--count", "1000", "--async", "--ttl", "1h"),
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        env=env(NATS_URL=nats_url),
+    )
+    assert pub.returncode == 1, pub.stderr
+    assert_quiet(pub.stderr)
+    errors = [line for line in pub.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: per-message TTL is disabled (code=400, err_code=10166)"]
+
+    full = unique_name("PROC")
+    setup(
+        nats_url, "stream", "add", full, "--subjects", f"{full}.x", "--max-msgs", "10",
+        "--discard", "new",
+    )  # fmt: skip
+    bench = subprocess.run(
+        aj("bench", "pub", "--stream", full, "--subject", f"{full}.x", "--msgs", "1000"),
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        env=env(NATS_URL=nats_url),
+    )
+    assert bench.returncode == 1, bench.stderr
+    assert_quiet(bench.stderr)
+    errors = [line for line in bench.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: maximum messages exceeded (code=503, err_code=10077)"]
+    for name in (stream, full):
+        setup(nats_url, "stream", "rm", name, "-f")
+
+
+def stored(url: str, stream: str) -> int:
+    """How many messages ``stream`` holds (asked on a connection of the test's own)."""
+
+    async def main() -> int:
+        async with await aiojetstream.connect(url) as js:
+            return (await js.stream(stream)).cached_info.state.messages
+
+    return asyncio.run(main())
+
+
+def test_interrupted_async_publish_is_quiet(nats_url: str) -> None:
+    """Ctrl-C while a window of publishes is in flight: exit 130, nothing on stderr but the bar."""
+    stream = unique_name("PROC")
+    setup(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>", "--storage", "memory")
+    proc = subprocess.Popen(
+        aj("pub", f"{stream}.x", "m{n}", "--count", "10000000", "--async"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(NATS_URL=nats_url),
+    )
+    try:
+        wait_until_sync(lambda: stored(nats_url, stream) >= 1000, timeout=BOUND)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=BOUND)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert_quiet(stderr)
+    assert "error" not in stderr
+    setup(nats_url, "stream", "rm", stream, "-f")
+
+
+def test_broken_pipe_ends_quietly(nats_url: str) -> None:
+    """``consume | head`` and ``obj get -o - | head -c``: exit 141, no message; cleaned up."""
+    stream = unique_name("PROC")
+    setup(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")
+    setup(nats_url, "pub", f"{stream}.x", "m{n}", "--count", "2")
+    consume = subprocess.Popen(
+        aj("consume", stream, "--raw"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(NATS_URL=nats_url),
+    )
+    try:
+        assert consume.stdout is not None
+        assert consume.stderr is not None
+        assert consume.stdout.readline() == b"m1\n"
+        assert consume.stdout.readline() == b"m2\n"
+        consume.stdout.close()  # as head does when it has its lines
+        setup(nats_url, "pub", f"{stream}.x", "m3")  # the next write finds no reader
+        assert consume.wait(timeout=BOUND) == 141
+        stderr = consume.stderr.read().decode()
+    finally:
+        if consume.poll() is None:
+            consume.kill()
+            consume.wait()
+    assert stderr == ""
+    listed = CliRunner().invoke(app, ["--server", nats_url, "consumer", "ls", stream, "-n"])
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout == ""  # the ordered consumer was deleted on the way out
+
+    bucket = unique_name("OBJ")
+    setup(nats_url, "obj", "add", bucket)
+    setup(nats_url, "obj", "put", bucket, "-", "--name", "big", input=os.urandom(1 << 20))
+    fetch = subprocess.Popen(
+        aj("obj", "get", bucket, "big", "-o", "-"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(NATS_URL=nats_url),
+    )
+    try:
+        assert fetch.stdout is not None
+        assert fetch.stderr is not None
+        assert len(fetch.stdout.read(10)) == 10
+        fetch.stdout.close()  # 1 MiB does not fit in the pipe: the object is still coming
+        assert fetch.wait(timeout=BOUND) == 141
+        stderr = fetch.stderr.read().decode()
+    finally:
+        if fetch.poll() is None:
+            fetch.kill()
+            fetch.wait()
+    assert_quiet(stderr)
+    assert "error" not in stderr.lower()
+
+    # Printed after the work is done (outside its error handling): the same.
+    for args in (("get", stream, "1", "--raw"), ("stream", "ls", "--names")):
+        late = subprocess.Popen(
+            aj(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(NATS_URL=nats_url)
+        )
+        try:
+            assert late.stdout is not None
+            assert late.stderr is not None
+            late.stdout.close()  # before it prints: no reader at all
+            assert late.wait(timeout=BOUND) == 141, args
+            stderr = late.stderr.read().decode()
+        finally:
+            if late.poll() is None:
+                late.kill()
+                late.wait()
+        assert stderr == "", args
+    setup(nats_url, "obj", "rm", bucket, "-f")
+    setup(nats_url, "stream", "rm", stream, "-f")
+
+
+def test_obj_get_file_mode_follows_the_umask(nats_url: str, tmp_path: Path) -> None:
+    """A downloaded file gets 0o666 less the umask; --force keeps the replaced file's mode."""
+    bucket = unique_name("OBJ")
+    setup(nats_url, "obj", "add", bucket)
+    setup(nats_url, "obj", "put", bucket, "-", "--name", "f.txt", input="content")
+    target = tmp_path / "f.txt"
+    for umask, mode in ((0o027, 0o640), (0o002, 0o664)):
+        target.unlink(missing_ok=True)
+        subprocess.run(
+            aj("obj", "get", bucket, "f.txt", "-o", str(target)),
+            capture_output=True,
+            timeout=BOUND,
+            check=True,
+            env=env(NATS_URL=nats_url),
+            umask=umask,
+        )
+        assert target.read_text() == "content"
+        assert stat.S_IMODE(target.stat().st_mode) == mode, oct(target.stat().st_mode)
+    target.chmod(0o604)
+    subprocess.run(
+        aj("obj", "get", bucket, "f.txt", "-o", str(target), "--force"),
+        capture_output=True,
+        timeout=BOUND,
+        check=True,
+        env=env(NATS_URL=nats_url),
+        umask=0o077,
+    )
+    assert stat.S_IMODE(target.stat().st_mode) == 0o604
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
+    setup(nats_url, "obj", "rm", bucket, "-f")
+
+
+def test_server_on_a_busy_port_is_one_error_line() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            aj("server", "--port", str(port)),
+            capture_output=True,
+            text=True,
+            timeout=BOUND,
+            env=env(),
+        )
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    assert re.fullmatch(
+        rf"error: nats-server on port {port} exited with code 1 during startup: "
+        r"[^\n]*address already in use[^\n]*\n",
+        result.stderr,
+    ), result.stderr

@@ -28,7 +28,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments (``sys.argv[1:]`` when None).
 
     Returns:
-        0 on success, 1 for an error, 2 for a usage error, 130 when interrupted.
+        0 on success, 1 for an error, 2 for a usage error, 130 when interrupted,
+        141 when standard output was closed (``... | head``).
         Without Typer or Rich installed, prints how to install them and returns 1.
 
     """

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 import aiojetstream
 
 from ._bench import app as bench_app
-from ._common import DEFAULT_SERVER, Options
+from ._common import DEFAULT_SERVER, Options, exit_on_broken_pipe
 from ._consumer import app as consumer_app
 from ._kv import app as kv_app
 from ._messages import register as register_messages
@@ -20,7 +21,25 @@ from ._stream import app as stream_app
 
 __all__ = ["app", "run_app"]
 
+
+class _Root(TyperGroup):
+    """The root command: a closed standard output ends any command quietly (exit 141).
+
+    Commands print after their work too (tables, JSON): outside the error
+    handling of :func:`~._common.guarded`, where ``... | head`` also breaks
+    the pipe.
+    """
+
+    def invoke(self, ctx: Any) -> Any:  # Any: Typer's own (vendored) click.Context
+        """Run the command; a broken pipe ends it with ``BROKEN_PIPE_EXIT`` and no message."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            exit_on_broken_pipe()
+
+
 app = typer.Typer(
+    cls=_Root,
     name="aiojetstream",
     help=(
         "Manage and use NATS JetStream: streams, consumers, publishing, consuming, "

@@ -26,8 +26,8 @@ from aiojetstream import (
 )
 
 from ._common import CliError, JsonFlag, Output, kv_table, options, output, run
-from ._messages import Countdown, progress_bar
-from ._units import format_bytes, format_rate, parse_size
+from ._messages import Countdown, progress_bar, retrieve_outcome
+from ._units import format_bytes, format_rate, parse_payload_size
 
 __all__ = ["BenchResult", "app", "percentile"]
 
@@ -49,7 +49,9 @@ SubjectOpt = Annotated[
 Msgs = Annotated[int, typer.Option("--msgs", "-n", min=1, help="How many messages.")]
 Size = Annotated[
     int,
-    typer.Option(parser=parse_size, metavar="SIZE", help="Payload size (128, 1KiB, 64KiB)."),
+    typer.Option(
+        parser=parse_payload_size, metavar="SIZE", help="Payload size (128, 1KiB, 64KiB)."
+    ),
 ]
 Storage = Annotated[StorageType, typer.Option(case_sensitive=False, help="file or memory.")]
 Keep = Annotated[bool, typer.Option("--keep", help="Keep a stream the benchmark created.")]
@@ -171,7 +173,8 @@ async def _publish_all(
 
     completed = Countdown(count)
 
-    def done(t0: int, _fut: asyncio.Future[PubAck]) -> None:
+    def done(t0: int, fut: asyncio.Future[PubAck]) -> None:
+        retrieve_outcome(fut)  # every failure is seen; the first is raised below
         latencies.append((time.perf_counter_ns() - t0) / 1e6)
         progress.advance(task)
         completed.tick()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import re
 import ssl
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -20,11 +22,19 @@ from rich.console import Console
 from rich.table import Table
 
 import aiojetstream
-from aiojetstream import BucketNotFoundError, JetStreamContext, StorageType
+from aiojetstream import (
+    BucketNotFoundError,
+    ConsumerInfo,
+    ConsumerPauseResponse,
+    JetStreamContext,
+    StorageType,
+    StreamInfo,
+)
 
 from ._units import format_duration, format_time, parse_size
 
 __all__ = [
+    "BROKEN_PIPE_EXIT",
     "DEFAULT_SERVER",
     "BucketMaxBytes",
     "BucketReplicas",
@@ -36,8 +46,11 @@ __all__ = [
     "NamesFlag",
     "Options",
     "Output",
+    "check_subject",
     "confirm",
     "describe_error",
+    "done",
+    "exit_on_broken_pipe",
     "guarded",
     "kv_table",
     "list_table",
@@ -54,6 +67,10 @@ __all__ = [
 T = TypeVar("T")
 
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
+
+#: The exit code when the reader of standard output went away (``... | head``):
+#: 128 + SIGPIPE, what a shell reports for ``nats`` and other programs it ends.
+BROKEN_PIPE_EXIT = 141
 
 JsonFlag = Annotated[
     bool, typer.Option("--json", help="Print JSON instead of tables (for scripts).")
@@ -189,16 +206,36 @@ def _fail(exc: BaseException, opts: Options) -> NoReturn:
     raise typer.Exit(1) from None
 
 
+def exit_on_broken_pipe() -> NoReturn:
+    """End quietly, with :data:`BROKEN_PIPE_EXIT`: standard output's reader is gone.
+
+    Standard output is pointed at the null device first, so that nothing left
+    in its buffer makes the interpreter report a failed flush at exit.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a file descriptor (a test's captured output): nothing to flush into a pipe
+    raise typer.Exit(BROKEN_PIPE_EXIT)
+
+
 def guarded(opts: Options, fn: Callable[[], T]) -> T:
     """Call ``fn``, turning errors into one line on stderr and exit code 1.
 
     With ``--debug`` the error is raised as it is (with its traceback).
-    Ctrl-C ends with exit code 130 and no traceback.
+    Ctrl-C ends with exit code 130 and no traceback; a closed standard output
+    (``... | head``) with :data:`BROKEN_PIPE_EXIT` and no message.
     """
     try:
         return fn()
     except (typer.Exit, typer.Abort, typer.BadParameter):
         raise  # the command line's own exits and usage errors
+    except BrokenPipeError:
+        exit_on_broken_pipe()
     except KeyboardInterrupt:
         if opts.debug:
             raise
@@ -244,6 +281,38 @@ def confirm(question: str, force: bool) -> None:
 
 # --------------------------------------------------------------------------- input
 
+# Whitespace (Unicode's too), control characters and lone surrogates: never in a subject.
+_BAD_SUBJECT_CHARS = re.compile(r"[\s\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def check_subject(subject: str, option: str) -> str:
+    """Refuse a subject (wildcards allowed) the library would refuse as a subject filter.
+
+    The library's rules: not empty, no whitespace or control characters, no
+    empty token (``a..b``), ``>`` only as the last token.
+
+    Raises:
+        typer.BadParameter: the subject is not valid (a usage error of ``option``).
+
+    """
+    hint = f"'{option}'"
+    if not subject:
+        raise typer.BadParameter(f"{subject!r} names no subject", param_hint=hint)
+    if _BAD_SUBJECT_CHARS.search(subject):
+        raise typer.BadParameter(
+            f"invalid subject {subject!r}: whitespace and control characters are not allowed",
+            param_hint=hint,
+        )
+    tokens = subject.split(".")
+    for i, token in enumerate(tokens):
+        if not token:
+            raise typer.BadParameter(f"invalid subject {subject!r}: empty token", param_hint=hint)
+        if token == ">" and i != len(tokens) - 1:
+            raise typer.BadParameter(
+                f"invalid subject {subject!r}: '>' must be the last token", param_hint=hint
+            )
+    return subject
+
 
 def read_data(data: str | None) -> bytes:
     """A payload argument: ``-`` reads standard input, None is empty, else its UTF-8 bytes."""
@@ -279,11 +348,17 @@ def to_jsonable(value: Any) -> Any:
     """Turn models, bytes, datetimes and timedeltas into JSON values.
 
     Models are dumped as the server writes them (durations in nanoseconds,
-    timestamps in RFC 3339); bytes become text when they are UTF-8, else base64
-    (messages and entries use :func:`payload_fields`, which names the encoding).
+    timestamps in RFC 3339), stream and consumer infos without the API reply's
+    own keys (``type``, ``total``, ``offset``, ``limit``, ``did_create``);
+    bytes become text when they are UTF-8, else base64 (messages and entries
+    use :func:`payload_fields`, which names the encoding).
     """
     if isinstance(value, pydantic.BaseModel):
-        return value.model_dump(mode="json", exclude_none=True)
+        dumped = value.model_dump(mode="json", exclude_none=True)
+        if isinstance(value, _SERVER_INFOS):
+            for key in _ENVELOPE_KEYS:
+                dumped.pop(key, None)
+        return dumped
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -295,6 +370,12 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode() if _is_text(value) else base64.b64encode(value).decode("ascii")
     return value
+
+
+#: Replies printed as JSON without the keys of the API reply around them: the same
+#: shape from every command (``stream info`` and ``stream ls``, ``add`` and ``info``).
+_SERVER_INFOS = (StreamInfo, ConsumerInfo, ConsumerPauseResponse)
+_ENVELOPE_KEYS = ("type", "total", "offset", "limit", "did_create")
 
 
 def _is_text(data: bytes) -> bool:
@@ -356,6 +437,14 @@ class Output:
 def output(ctx: typer.Context, json_flag: bool = False) -> Output:
     """The output of this invocation (JSON if the global or the command's ``--json`` is set)."""
     return Output(json_flag or options(ctx).json)
+
+
+def done(out: Output, record: dict[str, Any], note: str) -> None:
+    """What a command without a result prints (``rm``, ``del``): ``record`` as JSON, or ``note``."""
+    if out.json:
+        out.emit_json(record)
+    else:
+        out.note(note)
 
 
 def list_table(title: str) -> Table:

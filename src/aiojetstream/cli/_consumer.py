@@ -25,6 +25,7 @@ from ._common import (
     JsonFlag,
     NamesFlag,
     confirm,
+    done,
     kv_table,
     list_table,
     listed,
@@ -260,15 +261,23 @@ def add(
 
 
 @app.command("rm")
-def rm(ctx: typer.Context, stream: Stream, name: Name, force: Force = False) -> None:
+def rm(
+    ctx: typer.Context,
+    stream: Stream,
+    name: Name,
+    force: Force = False,
+    json_flag: JsonFlag = False,
+) -> None:
     """Delete a consumer."""
+    out = output(ctx, json_flag)
     confirm(f"Delete consumer {stream} > {name}?", force)
 
     async def work(js: JetStreamContext) -> None:
         await js.delete_consumer(stream, name)
 
     run(ctx, work)
-    output(ctx).note(f"Deleted consumer {stream} > {name}.")
+    record = {"stream": stream, "consumer": name, "deleted": True}
+    done(out, record, f"Deleted consumer {stream} > {name}.")
 
 
 def _pause_result(out_json: bool, ctx: typer.Context, result: ConsumerPauseResponse) -> None:

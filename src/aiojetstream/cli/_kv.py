@@ -31,6 +31,7 @@ from ._common import (
     Output,
     bucket_existed,
     confirm,
+    done,
     kv_table,
     list_table,
     listed,
@@ -40,7 +41,14 @@ from ._common import (
     read_data,
     run,
 )
-from ._units import format_bytes, format_duration, format_time, parse_duration, parse_size
+from ._units import (
+    format_bytes,
+    format_duration,
+    format_time,
+    parse_duration,
+    parse_size,
+    parse_ttl,
+)
 
 __all__ = ["app", "entry_record"]
 
@@ -58,7 +66,11 @@ Value = Annotated[
 ]
 TTL = Annotated[
     str | None,
-    typer.Option(help="Remove the key after this long (30s, 1h; needs --limit-marker-ttl)."),
+    typer.Option(
+        parser=parse_ttl,
+        metavar="DURATION",
+        help="Remove the key after this long (30s, 1h; needs --limit-marker-ttl).",
+    ),
 ]
 
 
@@ -235,15 +247,18 @@ def add(
 
 
 @app.command("rm")
-def rm(ctx: typer.Context, bucket: Bucket, force: Force = False) -> None:
+def rm(
+    ctx: typer.Context, bucket: Bucket, force: Force = False, json_flag: JsonFlag = False
+) -> None:
     """Delete a bucket and all its keys."""
+    out = output(ctx, json_flag)
     confirm(f"Delete bucket {bucket} and all its keys?", force)
 
     async def work(js: JetStreamContext) -> None:
         await js.delete_key_value(bucket)
 
     run(ctx, work)
-    output(ctx).note(f"Deleted bucket {bucket}.")
+    done(out, {"bucket": bucket, "deleted": True}, f"Deleted bucket {bucket}.")
 
 
 @app.command("get")
@@ -315,25 +330,29 @@ def create(
 
 
 @app.command("del")
-def delete(ctx: typer.Context, bucket: Bucket, key: Key) -> None:
+def delete(ctx: typer.Context, bucket: Bucket, key: Key, json_flag: JsonFlag = False) -> None:
     """Delete a key (its history stays, with a delete marker)."""
+    out = output(ctx, json_flag)
 
     async def work(js: JetStreamContext) -> None:
         await (await js.key_value(bucket)).delete(key)
 
     run(ctx, work)
-    output(ctx).note(f"Deleted {key}.")
+    done(out, {"bucket": bucket, "key": key, "deleted": True}, f"Deleted {key}.")
 
 
 @app.command("purge")
-def purge(ctx: typer.Context, bucket: Bucket, key: Key, ttl: TTL = None) -> None:
+def purge(
+    ctx: typer.Context, bucket: Bucket, key: Key, ttl: TTL = None, json_flag: JsonFlag = False
+) -> None:
     """Purge a key: remove all its revisions, leaving a purge marker (kept --ttl long)."""
+    out = output(ctx, json_flag)
 
     async def work(js: JetStreamContext) -> None:
         await (await js.key_value(bucket)).purge(key, ttl=ttl)
 
     run(ctx, work)
-    output(ctx).note(f"Purged {key}.")
+    done(out, {"bucket": bucket, "key": key, "purged": True}, f"Purged {key}.")
 
 
 @app.command("history")

@@ -30,10 +30,20 @@ from aiojetstream import (
     RawStreamMessage,
 )
 
-from ._common import CliError, JsonFlag, Output, kv_table, output, payload_fields, read_data, run
-from ._units import format_bytes, format_rate, format_time
+from ._common import (
+    CliError,
+    JsonFlag,
+    Output,
+    check_subject,
+    kv_table,
+    output,
+    payload_fields,
+    read_data,
+    run,
+)
+from ._units import format_bytes, format_rate, format_time, parse_ttl
 
-__all__ = ["Countdown", "parse_headers", "progress_bar", "register"]
+__all__ = ["Countdown", "parse_headers", "progress_bar", "register", "retrieve_outcome"]
 
 
 _PULL_BATCH = 100
@@ -124,6 +134,17 @@ class PubSummary:
         }
 
 
+def retrieve_outcome(fut: asyncio.Future[Any]) -> None:
+    """A done callback: mark a future's failure as seen (it is reported once, elsewhere).
+
+    Without it, each publish of a window that failed (a full stream, Ctrl-C,
+    the connection closed) but was not awaited logs "Future exception was
+    never retrieved" with a traceback when it is garbage collected.
+    """
+    if not fut.cancelled():
+        fut.exception()
+
+
 class Countdown:
     """An event set once ``tick`` was called ``count`` times (done callbacks of futures)."""
 
@@ -164,7 +185,11 @@ def pub(
     ] = 1,
     ttl: Annotated[
         str | None,
-        typer.Option(help="Per-message TTL (30s, 1h, never; the stream needs --allow-msg-ttl)."),
+        typer.Option(
+            parser=parse_ttl,
+            metavar="DURATION",
+            help="Per-message TTL (30s, 1h, never; the stream needs --allow-msg-ttl).",
+        ),
     ] = None,
     msg_id: Annotated[
         str | None, typer.Option("--msg-id", help="Deduplication id (Nats-Msg-Id).")
@@ -214,7 +239,8 @@ def pub(
                 pending: list[asyncio.Future[PubAck]] = []
                 completed = Countdown(count)
 
-                def acked(_fut: asyncio.Future[PubAck]) -> None:
+                def acked(fut: asyncio.Future[PubAck]) -> None:
+                    retrieve_outcome(fut)  # every failure is seen; the first is raised below
                     progress.advance(task)
                     completed.tick()
 
@@ -364,6 +390,7 @@ def consume(
     for item in subject or []:
         if not item.strip():  # an empty filter would replay every subject
             raise typer.BadParameter(f"{item!r} names no subject", param_hint="'--subject'")
+        check_subject(item, "--subject")
     do_ack = consumer is not None and ack is not False
     config: OrderedConsumerConfig | None = None
     if consumer is None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
+import stat
 import sys
-import tempfile
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -40,6 +41,7 @@ from ._common import (
     Output,
     bucket_existed,
     confirm,
+    done,
     kv_table,
     list_table,
     note_added,
@@ -298,6 +300,60 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
+def _target(output_path: Path | None, name: str) -> Path:
+    """Where ``obj get`` writes: ``--output``, inside it if it is a directory, else ``./NAME``.
+
+    ``NAME`` stands for the object name's last path part (``notes/a.txt``: ``a.txt``).
+    """
+    own = Path(Path(name).name or "object")
+    if output_path is None:
+        return own
+    return output_path / own if output_path.is_dir() else output_path
+
+
+_CREATE_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def _open_part(target: Path) -> tuple[int, str]:
+    """A new file beside ``target`` to download into, and its path.
+
+    Created as a new file is (``0o666`` less the umask: not ``mkstemp``'s ``0o600``);
+    when ``target`` exists (``--force``), with its permissions.
+
+    Raises:
+        OSError: it can not be created; named after ``target``, not the part file.
+
+    """
+    try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    for _ in range(100):
+        part = target.parent / f".{target.name}.{secrets.token_hex(4)}.part"
+        try:
+            fd = os.open(part, _CREATE_FLAGS, 0o666)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise type(exc)(exc.errno, exc.strerror, str(target)) from exc
+        if mode is not None:
+            try:
+                os.chmod(part, mode)
+            except BaseException:
+                os.close(fd)
+                os.remove(part)
+                raise
+        return fd, str(part)
+    raise FileExistsError(f"{target}: no free name for a temporary file beside it")
+
+
 @app.command("get")
 def get(
     ctx: typer.Context,
@@ -306,7 +362,10 @@ def get(
     output_path: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="Where to write it; '-': standard output (default: ./NAME)."
+            "--output",
+            "-o",
+            help="Where to write it: a file, or a directory (DIR/NAME); '-': standard output "
+            "(default: ./NAME, NAME being the object name's last part).",
         ),
     ] = None,
     force: Annotated[
@@ -317,11 +376,14 @@ def get(
     """Fetch an object (its size and SHA-256 digest are checked), with a progress bar."""
     out = output(ctx, json_flag)
     to_stdout = output_path is not None and str(output_path) == "-"
-    target = output_path if output_path is not None else Path(Path(name).name or "object")
     if to_stdout and out.json:
         raise typer.BadParameter("--json and --output - both want standard output")
+    target = Path("-") if to_stdout else _target(output_path, name)
 
     async def work(js: JetStreamContext) -> ObjectInfo:
+        # Checked before anything is fetched.
+        if not to_stdout and await asyncio.to_thread(target.is_dir):
+            raise CliError(f"{target} is a directory")
         if not to_stdout and not force and await asyncio.to_thread(target.exists):
             raise CliError(f"{target} exists (use --force to overwrite it)")
         if not to_stdout and not await asyncio.to_thread(target.parent.is_dir):
@@ -336,13 +398,7 @@ def get(
                         progress.advance(task, len(chunk))
                 sys.stdout.buffer.flush()
                 return result.info
-            directory = target.parent
-            try:
-                fd, tmp = await asyncio.to_thread(
-                    tempfile.mkstemp, prefix=f".{target.name}.", suffix=".part", dir=directory
-                )
-            except OSError as exc:  # named after the file asked for, not the temporary one
-                raise type(exc)(exc.errno, exc.strerror, str(target)) from exc
+            fd, tmp = await asyncio.to_thread(_open_part, target)
             try:
                 with os.fdopen(fd, "wb") as f, _transfer_bar(out) as progress:
                     task = progress.add_task(f"Fetching {name}", total=result.info.size)
@@ -370,8 +426,10 @@ def rm(
         str | None, typer.Argument(help="The object; none: delete the whole bucket.")
     ] = None,
     force: Force = False,
+    json_flag: JsonFlag = False,
 ) -> None:
     """Delete an object, or (without NAME) the whole bucket."""
+    out = output(ctx, json_flag)
     if name is None:
         confirm(f"Delete object store {bucket} and all its objects?", force)
     else:
@@ -384,4 +442,7 @@ def rm(
             await (await js.object_store(bucket)).delete(name)
 
     run(ctx, work)
-    output(ctx).note(f"Deleted {bucket if name is None else name}.")
+    record: dict[str, Any] = {"bucket": bucket, "deleted": True}
+    if name is not None:
+        record = {"bucket": bucket, "name": name, "deleted": True}
+    done(out, record, f"Deleted {bucket if name is None else name}.")

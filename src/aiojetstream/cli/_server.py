@@ -9,11 +9,24 @@ import typer
 
 from aiojetstream import testing
 
+from ._common import CliError, guarded, options
+
 __all__ = ["register"]
 
 
+def _start_error(exc: RuntimeError) -> CliError:
+    """One line for a server that did not start: why, from the fatal line of its log."""
+    head, _, log = str(exc).partition("\n")
+    head = head.partition("; log tail")[0]
+    fatal = [line.partition("[FTL] ")[2] for line in log.splitlines() if "[FTL] " in line]
+    return CliError(f"{head}: {fatal[-1]}" if fatal else str(exc))
+
+
 def server(
-    port: Annotated[int, typer.Option(min=0, help="Client port (default: a free one).")] = 0,
+    ctx: typer.Context,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Client port (default: a free one).")
+    ] = 0,
     cluster: Annotated[
         int, typer.Option(min=0, metavar="N", help="Run an N-node cluster (3 for quorum).")
     ] = 0,
@@ -41,7 +54,14 @@ def server(
         args.append("--no-jetstream")
     if verbose:
         args.append("--debug")
-    raise typer.Exit(testing.main(args))
+
+    def serve() -> int:
+        try:
+            return testing.main(args)
+        except RuntimeError as exc:  # nats-server exited while starting (a busy port, ...)
+            raise _start_error(exc) from exc
+
+    raise typer.Exit(guarded(options(ctx), serve))
 
 
 def register(app: typer.Typer) -> None:

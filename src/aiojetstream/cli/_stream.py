@@ -27,7 +27,9 @@ from ._common import (
     JsonFlag,
     NamesFlag,
     Output,
+    check_subject,
     confirm,
+    done,
     kv_table,
     list_table,
     listed,
@@ -137,10 +139,13 @@ def list_values(values: list[str] | None, option: str = "--subjects") -> list[st
 
     Empty parts are left out (``a,,b``), but values that hold none at all
     (``--subjects ''``) are refused: an empty list would replace the
-    setting instead of leaving it as it is.
+    setting instead of leaving it as it is. Each subject is checked as the
+    library checks a subject filter (:func:`~._common.check_subject`), so a
+    bad one (``a..b``, ``a b``) is a usage error before anything is sent.
 
     Raises:
-        typer.BadParameter: ``option`` was given, with nothing in it.
+        typer.BadParameter: ``option`` was given, with nothing in it, or with
+            a subject that is not valid.
 
     """
     if not values:
@@ -150,7 +155,7 @@ def list_values(values: list[str] | None, option: str = "--subjects") -> list[st
     if not found:
         given = ", ".join(repr(value) for value in values)
         raise typer.BadParameter(f"{given} names no subject", param_hint=f"'{option}'")
-    return found
+    return [check_subject(part, option) for part in found]
 
 
 def config_from(base: dict[str, Any], changes: dict[str, Any]) -> StreamConfig:
@@ -400,15 +405,16 @@ def _show(out: Output, result: StreamInfo, done: str | None = None) -> None:
 
 
 @app.command("rm")
-def rm(ctx: typer.Context, name: Name, force: Force = False) -> None:
+def rm(ctx: typer.Context, name: Name, force: Force = False, json_flag: JsonFlag = False) -> None:
     """Delete a stream, its messages and its consumers."""
+    out = output(ctx, json_flag)
     confirm(f"Delete stream {name} and all its messages?", force)
 
     async def work(js: JetStreamContext) -> None:
         await js.delete_stream(name)
 
     run(ctx, work)
-    output(ctx).note(f"Deleted stream {name}.")
+    done(out, {"stream": name, "deleted": True}, f"Deleted stream {name}.")
 
 
 @app.command("purge")

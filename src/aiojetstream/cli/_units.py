@@ -15,7 +15,9 @@ __all__ = [
     "format_rate",
     "format_time",
     "parse_duration",
+    "parse_payload_size",
     "parse_size",
+    "parse_ttl",
 ]
 
 _DURATION_UNITS: Final = {
@@ -47,7 +49,7 @@ def parse_duration(text: str | timedelta) -> timedelta:
         return text
     value = text.strip()
     if _NUMBER.fullmatch(value):
-        return timedelta(seconds=float(value))
+        return _seconds(text, float(value))
     pos = 0
     seconds = 0.0
     for match in _DURATION_PART.finditer(value):
@@ -59,7 +61,38 @@ def parse_duration(text: str | timedelta) -> timedelta:
         raise typer.BadParameter(
             f"{text!r} is not a duration (examples: 30, 500ms, 90s, 1h30m, 2d)"
         )
-    return timedelta(seconds=seconds)
+    return _seconds(text, seconds)
+
+
+def _seconds(text: str, seconds: float) -> timedelta:
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise typer.BadParameter(f"{text!r} is too long a duration") from None
+
+
+def parse_ttl(text: str | None) -> str | None:
+    """A message TTL: a duration as :func:`parse_duration` reads it, or ``never``.
+
+    Returns what the library takes: ``"never"``, or whole seconds (``"3600"``);
+    a fraction of a second is dropped, as the server does (ADR-43).
+
+    Raises:
+        typer.BadParameter: neither a duration nor ``never``, or under 1 second
+            (the library's and the server's minimum).
+
+    """
+    if text is None:
+        return None
+    if text.strip().lower() == "never":
+        return "never"
+    try:
+        seconds = parse_duration(text).total_seconds()
+    except typer.BadParameter:
+        raise typer.BadParameter(f"{text!r} is not a TTL (examples: 30s, 1h, 2d, never)") from None
+    if seconds < 1:
+        raise typer.BadParameter(f"{text!r} is under 1 second, the shortest TTL")
+    return str(int(seconds))
 
 
 _SIZE: Final = re.compile(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(i?)(b?)", re.IGNORECASE)
@@ -90,7 +123,23 @@ def parse_size(text: str | int) -> int:
     if binary and not prefix:
         raise typer.BadParameter(f"{text!r} is not a size (examples: 512, 64KiB, 10MB, 1G)")
     base = 1000 if (prefix and unit_b and not binary) else 1024
-    return int(float(number) * base**power)
+    try:
+        return int(float(number) * base**power)
+    except OverflowError:  # float("9" * 400) is inf
+        raise typer.BadParameter(f"{text!r} is too large a size") from None
+
+
+def parse_payload_size(text: str | int) -> int:
+    """:func:`parse_size` for an amount of bytes to send: ``-1`` (unlimited) is refused.
+
+    Raises:
+        typer.BadParameter: the text is not a size, or is negative.
+
+    """
+    size = parse_size(text)
+    if size < 0:
+        raise typer.BadParameter(f"{text!r} is negative: give a size of 0 or more bytes")
+    return size
 
 
 def format_bytes(size: int | float) -> str:
