@@ -24,6 +24,7 @@ import sys
 import termios
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -269,6 +270,18 @@ def aj(*args: str) -> list[str]:
     return [sys.executable, "-m", "aiojetstream", *args]
 
 
+def run_aj(url: str, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m aiojetstream ARGS`` against ``url``, capturing its text output."""
+    return subprocess.run(
+        aj(*args),
+        capture_output=True,
+        text=True,
+        timeout=BOUND,
+        env=env(NATS_URL=url),
+        **options,
+    )
+
+
 def setup(url: str, *args: str, input: str | bytes | None = None) -> None:
     """Run a command in-process (to prepare a test); it must succeed."""
     done = CliRunner().invoke(app, ["--server", url, *args], input=input)
@@ -287,12 +300,8 @@ def test_failed_async_publishes_are_reported_once(nats_url: str) -> None:
     """Every publish of the window fails: one error line, not one traceback per future."""
     stream = unique_name("PROC")
     setup(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")  # no --allow-msg-ttl
-    pub = subprocess.run(
-        aj("pub", f"{stream}.x", "m{n}", "--count", "1000", "--async", "--ttl", "1h"),
-        capture_output=True,
-        text=True,
-        timeout=BOUND,
-        env=env(NATS_URL=nats_url),
+    pub = run_aj(
+        nats_url, "pub", f"{stream}.x", "m{n}", "--count", "1000", "--async", "--ttl", "1h"
     )
     assert pub.returncode == 1, pub.stderr
     assert_quiet(pub.stderr)
@@ -304,12 +313,8 @@ def test_failed_async_publishes_are_reported_once(nats_url: str) -> None:
         nats_url, "stream", "add", full, "--subjects", f"{full}.x", "--max-msgs", "10",
         "--discard", "new",
     )  # fmt: skip
-    bench = subprocess.run(
-        aj("bench", "pub", "--stream", full, "--subject", f"{full}.x", "--msgs", "1000"),
-        capture_output=True,
-        text=True,
-        timeout=BOUND,
-        env=env(NATS_URL=nats_url),
+    bench = run_aj(
+        nats_url, "bench", "pub", "--stream", full, "--subject", f"{full}.x", "--msgs", "1000"
     )
     assert bench.returncode == 1, bench.stderr
     assert_quiet(bench.stderr)
@@ -434,23 +439,20 @@ def test_obj_get_file_mode_follows_the_umask(nats_url: str, tmp_path: Path) -> N
     target = tmp_path / "f.txt"
     for umask, mode in ((0o027, 0o640), (0o002, 0o664)):
         target.unlink(missing_ok=True)
-        subprocess.run(
-            aj("obj", "get", bucket, "f.txt", "-o", str(target)),
-            capture_output=True,
-            timeout=BOUND,
-            check=True,
-            env=env(NATS_URL=nats_url),
-            umask=umask,
-        )
+        run_aj(nats_url, "obj", "get", bucket, "f.txt", "-o", str(target), check=True, umask=umask)
         assert target.read_text() == "content"
         assert stat.S_IMODE(target.stat().st_mode) == mode, oct(target.stat().st_mode)
     target.chmod(0o604)
-    subprocess.run(
-        aj("obj", "get", bucket, "f.txt", "-o", str(target), "--force"),
-        capture_output=True,
-        timeout=BOUND,
+    run_aj(
+        nats_url,
+        "obj",
+        "get",
+        bucket,
+        "f.txt",
+        "-o",
+        str(target),
+        "--force",
         check=True,
-        env=env(NATS_URL=nats_url),
         umask=0o077,
     )
     assert stat.S_IMODE(target.stat().st_mode) == 0o604
