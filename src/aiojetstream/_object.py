@@ -722,11 +722,12 @@ class ObjectStore:
         ``Nats-Msg-Id`` unique to this put. When no reply came (a timeout or a
         dropped connection), the outcome is settled by publishing it again
         (:meth:`_settle_info`): a copy that was stored shows as the current
-        info (the expected sequence no longer matches) or, when another writer
-        replaced it since, as a duplicate. When it can not be settled, or the
-        put was cancelled, the chunks are kept: purging them while the info may
-        be (or may still become) stored would leave an object pointing at
-        nothing, with the previous version gone.
+        info (the expected sequence no longer matches; a server that checks
+        the msg id first acknowledges it as a duplicate). When it can not be
+        settled (another writer's info is found in its place, or no reply
+        comes), or the put was cancelled, the chunks are kept: purging them
+        while the info may be (or may still become) stored would leave an
+        object pointing at nothing, with the previous version gone.
         """
         try:
             await self._try_store(swap, timeout)
