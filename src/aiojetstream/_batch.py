@@ -53,6 +53,7 @@ __all__ = [
     "BatchAck",
     "BatchState",
     "batch_ack",
+    "check_first_reply",
 ]
 
 BATCH_ID: Final = "Nats-Batch-Id"
@@ -106,6 +107,22 @@ def batch_ack(data: bytes) -> BatchAck:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidResponseError(f"not a batch acknowledgement: {data[:200]!r}") from exc
+
+
+def check_first_reply(reply: bytes) -> None:
+    """Check the answer to a batch's first message: empty while the batch is open.
+
+    Raises:
+        APIError: the stream refused it (its typed subclass, such as
+            ``AtomicPublishDisabledError``).
+        FeatureNotSupportedError: it was acknowledged as a message of its own:
+            a server without atomic batches (whose API level was not known, see
+            ``_features.require``) stored it alone.
+
+    """
+    if reply:
+        check_reply(reply)  # raises the typed error
+        raise F.old_server(F.ATOMIC_BATCH, "it stored the batch's first message alone")
 
 
 class BatchState:
@@ -376,9 +393,7 @@ class AtomicBatch:
         self._state.sent()
         self._subject = subject
         try:
-            reply = await self._request(subject, data, hdrs, timeout)
-            if reply:
-                check_reply(reply)  # raises the typed error
+            check_first_reply(await self._request(subject, data, hdrs, timeout))
         except BaseException:
             self._state.closed = True
             raise

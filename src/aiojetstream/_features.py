@@ -29,6 +29,7 @@ __all__ = [
     "Feature",
     "check_level",
     "consumer_config_features",
+    "old_server",
     "require",
     "stream_config_features",
 ]
@@ -90,6 +91,17 @@ async def require(api: ApiClient, feature: Feature, timeout: float | None = None
             )
     if api.level is not None:
         check_level(feature, api.level)
+
+
+def old_server(feature: Feature, what: str) -> FeatureNotSupportedError:
+    """The error for a server that turned out not to have ``feature`` (its level unknown).
+
+    For a data-plane call that went ahead without the level (see
+    :func:`require`) and got an answer only an older server gives.
+    """
+    error = FeatureNotSupportedError(feature.name, feature.level, 0, feature.version)
+    error.add_note(f"the server's API level is unknown, but {what}")
+    return error
 
 
 def stream_config_features(config: StreamConfig) -> list[Feature]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -998,6 +999,14 @@ def test_obj_get_into_a_directory(cli: Cli, tmp_path: Path) -> None:
     assert one_error_line(clash) == f"error: {folder / 'app.bin'} is a directory"
     assert "Fetching" not in clash.stderr
     assert sorted(p.name for p in folder.iterdir()) == ["app.bin"]
+    # Always inside DIR: a last part that is no file name ("logs/..") becomes "object".
+    for name, file in (("logs/..", "object"), ("tmp/", "tmp"), ("../../up", "up")):
+        cli("obj", "put", bucket, "-", "--name", name, input=name.encode())
+        shutil.rmtree(folder)
+        folder.mkdir()
+        cli("obj", "get", bucket, name, "-o", str(folder))
+        assert [p.name for p in folder.iterdir()] == [file]
+        assert (folder / file).read_bytes() == name.encode()
 
 
 # --------------------------------------------------------------------------- bench

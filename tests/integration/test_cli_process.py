@@ -272,14 +272,9 @@ def aj(*args: str) -> list[str]:
 
 def run_aj(url: str, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
     """Run ``python -m aiojetstream ARGS`` against ``url``, capturing its text output."""
-    return subprocess.run(
-        aj(*args),
-        capture_output=True,
-        text=True,
-        timeout=BOUND,
-        env=env(NATS_URL=url),
-        **options,
-    )
+    if "stdout" not in options:
+        options["capture_output"] = True
+    return subprocess.run(aj(*args), text=True, timeout=BOUND, env=env(NATS_URL=url), **options)
 
 
 def setup(url: str, *args: str, input: str | bytes | None = None) -> None:
@@ -428,6 +423,21 @@ def test_broken_pipe_ends_quietly(nats_url: str) -> None:
                 late.wait()
         assert stderr == "", args
     setup(nats_url, "obj", "rm", bucket, "-f")
+    setup(nats_url, "stream", "rm", stream, "-f")
+
+
+@pytest.mark.parametrize("shape", [[], ["--json"]])
+def test_a_table_into_a_closed_pipe_ends_quietly(nats_url: str, shape: list[str]) -> None:
+    """Rich's tables too: Rich catches the broken pipe itself (and would exit 1)."""
+    stream = unique_name("PROC")
+    setup(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read: the first write breaks the pipe
+    try:
+        listed = run_aj(nats_url, "stream", "ls", *shape, stdout=write_end, stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    assert (listed.returncode, listed.stderr) == (141, "")
     setup(nats_url, "stream", "rm", stream, "-f")
 
 

@@ -9,13 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiojetstream import (
+    AtomicPublishDisabledError,
     BatchClosedError,
     BatchDuplicateMsgIdError,
     BatchTooLargeError,
+    FeatureNotSupportedError,
     InvalidOptionError,
     InvalidResponseError,
 )
-from aiojetstream._batch import MAX_BATCH_MESSAGES, BatchState, batch_ack
+from aiojetstream._batch import MAX_BATCH_MESSAGES, BatchState, batch_ack, check_first_reply
 
 
 def take(state: BatchState, **kwargs: int) -> int:
@@ -93,3 +95,21 @@ def test_ack() -> None:
         batch_ack(json.dumps(error).encode())
     with pytest.raises(InvalidResponseError):
         batch_ack(b'{"stream":"AB","seq":4}')
+
+
+def test_the_first_reply_of_an_open_batch_is_empty() -> None:
+    check_first_reply(b"")  # the batch is open on the server: nothing to say
+
+
+def test_a_refused_first_message_raises_its_typed_error() -> None:
+    refusal = {"error": {"code": 400, "err_code": 10174, "description": "disabled"}}
+    with pytest.raises(AtomicPublishDisabledError):
+        check_first_reply(json.dumps(refusal).encode())
+
+
+def test_a_first_message_stored_alone_means_an_old_server() -> None:
+    """A plain acknowledgement: a server without atomic batches stored the message."""
+    with pytest.raises(FeatureNotSupportedError) as info:
+        check_first_reply(b'{"stream":"S","seq":7}')
+    assert info.value.required_level == 2
+    assert any("stored the batch's first message alone" in n for n in info.value.__notes__)

@@ -393,6 +393,19 @@ def payload_fields(data: bytes, key: str = "data") -> dict[str, str]:
     return {f"{key}_base64": base64.b64encode(data).decode("ascii")}
 
 
+class _Stdout(Console):
+    """Rich's console on standard output, ending a broken pipe as every command does.
+
+    Rich catches a ``BrokenPipeError`` itself and exits with 1; here it is
+    :func:`exit_on_broken_pipe` (exit 141, no message), as for JSON and raw output.
+    """
+
+    def on_broken_pipe(self) -> None:
+        """Standard output's reader is gone: end quietly with ``BROKEN_PIPE_EXIT``."""
+        self.quiet = True
+        exit_on_broken_pipe()
+
+
 class Output:
     """Where a command prints: JSON for scripts, or Rich tables for people.
 
@@ -403,7 +416,7 @@ class Output:
 
     def __init__(self, as_json: bool) -> None:
         self.json = as_json
-        self.console = Console(highlight=False, markup=False, emoji=False)
+        self.console = _Stdout(highlight=False, markup=False, emoji=False)
         self.err = Console(stderr=True, highlight=False, markup=False, emoji=False)
 
     def emit_json(self, value: Any) -> None:

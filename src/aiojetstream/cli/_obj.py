@@ -305,7 +305,8 @@ def _target(output_path: Path | None, name: str) -> Path:
 
     ``NAME`` stands for the object name's last path part (``notes/a.txt``: ``a.txt``).
     """
-    own = Path(Path(name).name or "object")
+    last = Path(name).name
+    own = Path(last if last not in ("", ".", "..") else "object")
     if output_path is None:
         return own
     return output_path / own if output_path.is_dir() else output_path
@@ -345,7 +346,7 @@ def _open_part(target: Path) -> tuple[int, str]:
             raise type(exc)(exc.errno, exc.strerror, str(target)) from exc
         if mode is not None:
             try:
-                os.chmod(part, mode)
+                os.fchmod(fd, mode)
             except BaseException:
                 os.close(fd)
                 os.remove(part)
