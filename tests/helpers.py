@@ -10,12 +10,15 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from aiojetstream import WrongLastSequenceError
+
 if TYPE_CHECKING:
-    from aiojetstream import JetStreamContext
+    from aiojetstream import JetStreamContext, PubAck
 
 __all__ = [
     "assert_watch_start_fails_cleanly",
     "library_tasks",
+    "recorded_publish",
     "unique_name",
     "wait_pullable",
     "wait_routable",
@@ -190,3 +193,21 @@ def assert_same_model(fast: Any, slow: Any, update: dict[str, Any]) -> None:
     assert pickle.loads(pickle.dumps(fast)) == slow
     assert copy.deepcopy(fast) == slow
     assert fast.model_copy(update=update) == slow.model_copy(update=update)
+
+
+async def recorded_publish(
+    outcomes: list[str], publish: Callable[..., Awaitable[PubAck]], *args: Any, **kwargs: Any
+) -> PubAck:
+    """``await publish(*args, **kwargs)``, noting "stored", "duplicate" or "refused".
+
+    "refused" is a ``WrongLastSequenceError`` (raised on); for the object store
+    tests that wrap ``ObjectStore._publish_info`` to watch its expected-sequence
+    checks.
+    """
+    try:
+        ack = await publish(*args, **kwargs)
+    except WrongLastSequenceError:
+        outcomes.append("refused")
+        raise
+    outcomes.append("duplicate" if ack.duplicate else "stored")
+    return ack

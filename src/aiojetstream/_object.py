@@ -511,10 +511,6 @@ class ObjectStore:
             raise BucketNotFoundError(f"object store {self._bucket!r} not found") from exc
         return parse_info(msg.data, msg.time, self._bucket, subject), msg.seq
 
-    async def _raw_info(self, subject: str, timeout: float | None) -> ObjectInfo | None:
-        """The info stored on ``subject`` (deleted ones too), or None."""
-        return (await self._entry(subject, timeout))[0]
-
     async def info(
         self, name: str, *, include_deleted: bool = False, timeout: float | None = None
     ) -> ObjectInfo:
@@ -532,7 +528,7 @@ class ObjectStore:
 
         """
         name = validate_object_name(name)
-        info = await self._raw_info(self._meta_subject(name), timeout)
+        info, _ = await self._entry(self._meta_subject(name), timeout)
         if info is None or (info.deleted and not include_deleted):
             raise ObjectNotFoundError(f"object {name!r} not found in bucket {self._bucket!r}")
         return info

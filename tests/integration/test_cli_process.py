@@ -7,6 +7,7 @@ themselves are covered in-process by ``test_cli.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import json
@@ -23,8 +24,9 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from typer.testing import CliRunner
@@ -354,30 +356,53 @@ def test_interrupted_async_publish_is_quiet(nats_url: str) -> None:
     setup(nats_url, "stream", "rm", stream, "-f")
 
 
+@contextlib.contextmanager
+def cli_process(url: str, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], IO[bytes]]]:
+    """``python -m aiojetstream ARGS`` running with piped output: the process and its stdout.
+
+    Killed if it still runs when the block ends.
+    """
+    proc = subprocess.Popen(
+        aj(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(NATS_URL=url)
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc, proc.stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def ended(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
+    """Wait for the process: its exit code and its standard error."""
+    code = proc.wait(timeout=BOUND)
+    assert proc.stderr is not None
+    return code, proc.stderr.read().decode()
+
+
+def into_closed_pipe(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the command with a standard output nobody reads: its first write breaks the pipe."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return run_aj(url, *args, stdout=write_end, stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+
+
 def test_broken_pipe_ends_quietly(nats_url: str) -> None:
     """``consume | head`` and ``obj get -o - | head -c``: exit 141, no message; cleaned up."""
     stream = unique_name("PROC")
     setup(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")
     setup(nats_url, "pub", f"{stream}.x", "m{n}", "--count", "2")
-    consume = subprocess.Popen(
-        aj("consume", stream, "--raw"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env(NATS_URL=nats_url),
-    )
-    try:
-        assert consume.stdout is not None
-        assert consume.stderr is not None
-        assert consume.stdout.readline() == b"m1\n"
-        assert consume.stdout.readline() == b"m2\n"
-        consume.stdout.close()  # as head does when it has its lines
+    with cli_process(nats_url, "consume", stream, "--raw") as (consume, out):
+        assert out.readline() == b"m1\n"
+        assert out.readline() == b"m2\n"
+        out.close()  # as head does when it has its lines
         setup(nats_url, "pub", f"{stream}.x", "m3")  # the next write finds no reader
-        assert consume.wait(timeout=BOUND) == 141
-        stderr = consume.stderr.read().decode()
-    finally:
-        if consume.poll() is None:
-            consume.kill()
-            consume.wait()
+        code, stderr = ended(consume)
+    assert code == 141
     assert stderr == ""
     listed = CliRunner().invoke(app, ["--server", nats_url, "consumer", "ls", stream, "-n"])
     assert listed.exit_code == 0, listed.output
@@ -386,44 +411,20 @@ def test_broken_pipe_ends_quietly(nats_url: str) -> None:
     bucket = unique_name("OBJ")
     setup(nats_url, "obj", "add", bucket)
     setup(nats_url, "obj", "put", bucket, "-", "--name", "big", input=os.urandom(1 << 20))
-    fetch = subprocess.Popen(
-        aj("obj", "get", bucket, "big", "-o", "-"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env(NATS_URL=nats_url),
-    )
-    try:
-        assert fetch.stdout is not None
-        assert fetch.stderr is not None
-        assert len(fetch.stdout.read(10)) == 10
-        fetch.stdout.close()  # 1 MiB does not fit in the pipe: the object is still coming
-        assert fetch.wait(timeout=BOUND) == 141
-        stderr = fetch.stderr.read().decode()
-    finally:
-        if fetch.poll() is None:
-            fetch.kill()
-            fetch.wait()
+    with cli_process(nats_url, "obj", "get", bucket, "big", "-o", "-") as (fetch, out):
+        assert len(out.read(10)) == 10
+        out.close()  # 1 MiB does not fit in the pipe: the object is still coming
+        code, stderr = ended(fetch)
+    assert code == 141
     assert_quiet(stderr)
     assert "error" not in stderr.lower()
 
     # Printed after the work is done (outside its error handling): the same.
     for args in (("get", stream, "1", "--raw"), ("stream", "ls", "--names")):
-        late = subprocess.Popen(
-            aj(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env(NATS_URL=nats_url)
-        )
-        try:
-            assert late.stdout is not None
-            assert late.stderr is not None
-            late.stdout.close()  # before it prints: no reader at all
-            assert late.wait(timeout=BOUND) == 141, args
-            stderr = late.stderr.read().decode()
-        finally:
-            if late.poll() is None:
-                late.kill()
-                late.wait()
-        assert stderr == "", args
+        late = into_closed_pipe(nats_url, *args)  # no reader at all
+        assert late.returncode == 141, args
+        assert late.stderr == "", args
     setup(nats_url, "obj", "rm", bucket, "-f")
-    setup(nats_url, "stream", "rm", stream, "-f")
 
 
 @pytest.mark.parametrize("shape", [[], ["--json"]])
@@ -431,12 +432,7 @@ def test_a_table_into_a_closed_pipe_ends_quietly(nats_url: str, shape: list[str]
     """Rich's tables too: Rich catches the broken pipe itself (and would exit 1)."""
     stream = unique_name("PROC")
     setup(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")
-    read_end, write_end = os.pipe()
-    os.close(read_end)  # nobody will read: the first write breaks the pipe
-    try:
-        listed = run_aj(nats_url, "stream", "ls", *shape, stdout=write_end, stderr=subprocess.PIPE)
-    finally:
-        os.close(write_end)
+    listed = into_closed_pipe(nats_url, "stream", "ls", *shape)
     assert (listed.returncode, listed.stderr) == (141, "")
     setup(nats_url, "stream", "rm", stream, "-f")
 

@@ -26,7 +26,7 @@ from aiojetstream import (
     PubAck,
     WrongLastSequenceError,
 )
-from helpers import unique_name
+from helpers import recorded_publish, unique_name
 
 
 async def stores(js: JetStreamContext) -> tuple[ObjectStore, ObjectStore]:
@@ -57,13 +57,7 @@ def before_publishing(
     async def racing(*args: Any, **kwargs: Any) -> PubAck:
         if len(outcomes) < times:
             await other_write()
-        try:
-            ack = await original(*args, **kwargs)
-        except WrongLastSequenceError:
-            outcomes.append("refused")
-            raise
-        outcomes.append("stored")
-        return ack
+        return await recorded_publish(outcomes, original, *args, **kwargs)
 
     store._publish_info = racing  # type: ignore[method-assign]
     return outcomes

@@ -21,9 +21,8 @@ from aiojetstream import (
     ObjectStore,
     ObjectStoreConfig,
     PubAck,
-    WrongLastSequenceError,
 )
-from helpers import unique_name, wait_until
+from helpers import recorded_publish, unique_name, wait_until
 
 OLD = b"previous good version"
 
@@ -97,13 +96,7 @@ async def test_info_without_reply_is_settled_by_publishing_it_again(js: JetStrea
 
     async def attempt(*args: Any, **kwargs: Any) -> PubAck:
         calls.append(kwargs.get("msg_id"))
-        try:
-            ack = await original(*args, **kwargs)
-        except WrongLastSequenceError:
-            outcomes.append("refused")
-            raise
-        outcomes.append("duplicate" if ack.duplicate else "stored")
-        return ack
+        return await recorded_publish(outcomes, original, *args, **kwargs)
 
     async def reply_lost(*args: Any, **kwargs: Any) -> PubAck:
         ack = await attempt(*args, **kwargs)
@@ -166,12 +159,7 @@ async def test_info_without_reply_is_not_published_over_another_writers(
     theirs = os.urandom(2000)
 
     async def reply_lost_then_replaced(*args: Any, **kwargs: Any) -> PubAck:
-        try:
-            ack = await original(*args, **kwargs)
-        except WrongLastSequenceError:
-            outcomes.append("refused")
-            raise
-        outcomes.append("stored")
+        ack = await recorded_publish(outcomes, original, *args, **kwargs)
         if len(outcomes) == 1:
             await other.put("obj", theirs)  # replaces this put's info, purges its chunks
             raise JetStreamTimeoutError("simulated: the acknowledgement was lost")
