@@ -39,6 +39,7 @@ import pytest
 import aiojetstream
 from aiojetstream import (
     ConnectionClosedError,
+    Consumer,
     ConsumerConfig,
     ConsumerDeletedError,
     ConsumerNotFoundError,
@@ -1017,8 +1018,21 @@ async def test_outage_jetstream_unavailable_request_rate() -> None:
                 js = await connect(proxy.url, timeout=1.0)
                 try:
                     # The 1 s default is for the checks during the outage; this lookup
-                    # comes before it and may be slow on a loaded machine.
-                    consumer = await js.consumer(stream, "c", timeout=10)
+                    # comes before it. On a loaded machine its reply can be lost: the
+                    # consumer's node may answer before this new connection's reply
+                    # interest has reached it (the request and the interest travel on
+                    # different routes), so it is asked again until answered.
+                    found: list[Consumer] = []
+
+                    async def looked_up() -> bool:
+                        try:
+                            found.append(await js.consumer(stream, "c", timeout=2))
+                        except JetStreamTimeoutError:
+                            return False
+                        return True
+
+                    await wait_until(looked_up, 30, message="the consumer lookup never answered")
+                    consumer = found[0]
                     errors = Errors()
                     got: list[bytes] = []
                     arrived = asyncio.Event()
