@@ -126,8 +126,10 @@ async def test_data_lost_between_the_check_and_the_consumer(
     real_bounds = _read.stream_bounds
     purge_next: list[str] = []
 
-    async def checked_then_purged(js_: JetStreamContext, opts: object) -> _read.Bounds:
-        bounds = await real_bounds(js_, opts)  # type: ignore[arg-type]
+    async def checked_then_purged(
+        js_: JetStreamContext, opts: object, stream: str | None = None
+    ) -> _read.Bounds:
+        bounds = await real_bounds(js_, opts, stream)  # type: ignore[arg-type]
         if purge_next:  # just after the check
             await (await js_.stream(purge_next.pop())).purge(sequence=201)
         return bounds

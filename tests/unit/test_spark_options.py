@@ -18,6 +18,7 @@ from aiojetstream import InvalidOptionError
 from aiojetstream._message import Msg
 from aiojetstream.spark import DataLossError, JetStreamSparkWarning
 from aiojetstream.spark._options import (
+    SEQUENCES_PER_PARTITION,
     parse_kv_options,
     parse_sink_options,
     parse_source_options,
@@ -98,8 +99,40 @@ def test_bad_json_offsets(offset: str) -> None:
 @pytest.mark.parametrize(
     ("options", "names"),
     [
-        ({}, "'stream' is required"),
-        ({"stream": "  "}, "'stream' is required"),
+        ({}, "exactly one of the options 'stream'.*got none"),
+        ({"stream": "  "}, "exactly one of the options 'stream'.*got none"),
+        ({"stream": "A", "streams": "A,B"}, "exactly one of .*got 'stream' and 'streams'"),
+        ({"streams": "A,B", "streamPattern": "A.*"}, "got 'streams' and 'streamPattern'"),
+        ({"streams": "A,,B"}, "option 'streams': invalid stream name ''"),
+        ({"streamPattern": "A(["}, "option 'streamPattern': invalid regular expression"),
+        ({"streams": "A,B", "startingOffsets": '{"C": 5}'}, "names stream 'C', which is not"),
+        ({"streamPattern": "A-.*", "startingOffsets": '{"B": 5}'}, "'B', which 'streamPattern'"),
+        ({"streams": "A", "startingOffsets": '{"A": 0}'}, "stream 'A': expected earliest"),
+        ({"streams": "A", "startingOffsets": '{"A": true}'}, "stream 'A': expected earliest"),
+        ({"streams": "A", "endingOffsets": '{"A": "earliest"}'}, "stream 'A': expected latest"),
+        ({"streams": "A", "startingOffsets": "{nope"}, "'startingOffsets': not valid JSON"),
+        (
+            {"streams": "A,B", "startingOffsets": '{"A": 9}', "endingOffsets": '{"A": 3}'},
+            r"\(3\) is before 'startingOffsets' \(9\) of stream 'A'",
+        ),
+        ({"stream": "S", "endingTimestamp": "later"}, "'endingTimestamp'"),
+        ({"stream": "S", "minPartitions": "0"}, "'minPartitions'"),
+        ({"stream": "S", "maxOffsetsPerTrigger": "x"}, "'maxOffsetsPerTrigger'"),
+        (
+            {"stream": "S", "maxOffsetsPerTrigger": "5", "maxRecordsPerTrigger": "6"},
+            "same setting",
+        ),
+        (
+            {"stream": "S", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"},
+            "'minOffsetsPerTrigger' \\(6\\) is above",
+        ),
+        ({"stream": "S", "maxTriggerDelay": "soon"}, "'maxTriggerDelay'"),
+        ({"stream": "S", "maxTriggerDelay": "0s"}, "'maxTriggerDelay'"),
+        ({"stream": "S", "maxBytesPerTrigger": "-5"}, "'maxBytesPerTrigger'"),
+        ({"stream": "S", "retryTimeout": "0"}, "'retryTimeout'"),
+        ({"stream": "S", "consumerNamePrefix": "a.b"}, "'consumerNamePrefix'"),
+        ({"stream": "S", "consumerNamePrefix": "x" * 33}, "'consumerNamePrefix'"),
+        ({"stream": "S", "startingTimestamp": "99999999999999999999"}, "out of range"),
         ({"stream": "a.b"}, "option 'stream': invalid name"),
         ({"stream": "S", "startingOffsets": "first"}, "'startingOffsets'"),
         ({"stream": "S", "startingOffsets": "1.5"}, "'startingOffsets'"),
@@ -133,11 +166,26 @@ def test_ending_offsets_batch_only() -> None:
         parse_source_options({"stream": "S", "endingOffsets": "5"}, streaming=True)
 
 
-def test_unknown_option_warns_naming_it() -> None:
-    with pytest.warns(JetStreamSparkWarning, match="'startingoffset'"):
+def test_unknown_option_fails_naming_it_and_the_valid_ones() -> None:
+    with pytest.raises(
+        InvalidOptionError, match="'startingoffset' \\(did you mean 'startingOffsets'"
+    ) as err:
         parse_source_options({"stream": "S", "startingOffset": "earliest"}, streaming=False)
-    with pytest.warns(JetStreamSparkWarning, match="'bucket'"):
+    assert "Valid options: apiPrefix, consumerNamePrefix," in str(err.value)
+    assert "ignoreUnknownOptions=true" in str(err.value)
+    with pytest.raises(InvalidOptionError, match="option 'bucket'. Valid options") as err:
         parse_sink_options({"bucket": "x"})
+    assert "did you mean" not in str(err.value)
+    with pytest.raises(InvalidOptionError, match="'buckett' \\(did you mean 'bucket'"):
+        parse_kv_options({"buckett": "x"})
+    # ignoreUnknownOptions=true: a warning instead, as before.
+    with pytest.warns(JetStreamSparkWarning, match="'startingoffset' is ignored"):
+        parse_source_options(
+            {"stream": "S", "startingOffset": "earliest", "ignoreUnknownOptions": "true"},
+            streaming=False,
+        )
+    with pytest.warns(JetStreamSparkWarning, match="'bucket'"):
+        parse_sink_options({"bucket": "x", "IGNOREUNKNOWNOPTIONS": "TRUE"})
     # Keys Spark adds itself are not warned about.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -204,7 +252,7 @@ def test_split_is_contiguous_and_balanced(start: int, total: int, parts: int | N
         assert len(ranges) == min(parts, total)
     else:
         assert 1 <= len(ranges) <= 64
-        assert len(ranges) == min(64, -(-total // 250_000))
+        assert len(ranges) == min(64, -(-total // SEQUENCES_PER_PARTITION))
 
 
 def test_check_loss() -> None:

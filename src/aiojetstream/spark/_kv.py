@@ -22,7 +22,7 @@ from aiojetstream import (
 )
 
 from ._options import KVOptions, lower_keys, parse_kv_options
-from ._runtime import Session, run_once
+from ._runtime import run_once, shared_session
 from ._source import check_read_schema
 from ._write import BatchWriterBase, WriteResult, arrow_schema, record_batches
 
@@ -158,14 +158,14 @@ class KVReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the live entries in Arrow batches, each key once (see :class:`_Snapshot`)."""
         opts = self.opts
-        with Session(opts.connect) as session:
-            kv = session.run(_bucket(session.js, opts))
-            snapshot = _Snapshot(kv)
-            session.run(snapshot.start())
-            while not snapshot.ended:
-                entries = session.run(snapshot.next_entries())
-                if entries:
-                    yield _arrow(opts.bucket, snapshot.prefix, entries)
+        session = shared_session(opts.connect)  # the worker process's connection
+        kv = session.run(_bucket(session.js, opts))
+        snapshot = _Snapshot(kv)
+        session.run(snapshot.start())
+        while not snapshot.ended:
+            entries = session.run(snapshot.next_entries())
+            if entries:
+                yield _arrow(opts.bucket, snapshot.prefix, entries)
 
 
 class _Snapshot:
@@ -267,11 +267,11 @@ class KVWriter(BatchWriterBase):
         """Write a partition's rows; return once every put is acknowledged."""
         opts = self.opts
         result = WriteResult()
-        with Session(opts.connect) as session:
-            kv = session.run(_bucket(session.js, opts))
-            for batch in record_batches(iterator, self.schema):
-                session.run(_put_batch(kv, batch, opts.max_pending))
-                result.rows += batch.num_rows
+        session = shared_session(opts.connect)  # the worker process's connection
+        kv = session.run(_bucket(session.js, opts))
+        for batch in record_batches(iterator, self.schema):
+            session.run(_put_batch(kv, batch, opts.max_pending))
+            result.rows += batch.num_rows
         return result
 
 

@@ -1,16 +1,21 @@
 """Reading stream-sequence ranges into Arrow record batches (no pyspark here).
 
 Planning resolves the options against ``stream info`` into a half-open range
-``[start, end)`` of stream sequences and splits it into contiguous partitions.
-A partition is read with an ephemeral ``AckNone`` pull consumer starting at its
-first sequence (memory storage, one replica, an inactivity threshold so an
-abandoned read cleans up after itself), in fetches sized to what the next Arrow
-batch needs, and the consumer is deleted at the end.
+``[start, end)`` of stream sequences per stream read, and splits the ranges into
+contiguous partitions (:func:`split_ranges`). A partition is read with an
+ephemeral ``AckNone`` pull consumer starting at its first sequence (memory
+storage, one replica, an inactivity threshold so an abandoned read cleans up
+after itself; named ``<consumerNamePrefix>-<unique>`` when a prefix is given),
+in fetches sized to what the next Arrow batch needs, and the consumer is
+deleted at the end. Every server call retries what a leader election causes
+within ``retryTimeout`` (:func:`~aiojetstream.spark._runtime.retrying`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import uuid
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,7 +46,7 @@ from ._options import (
     JetStreamSparkWarning,
     SourceOptions,
 )
-from ._runtime import Session
+from ._runtime import TRANSIENT, discard, retrying, shared_session
 
 __all__ = [
     "SCHEMA",
@@ -50,7 +55,9 @@ __all__ = [
     "check_loss",
     "plan_range",
     "read_range",
+    "resolve_streams",
     "split",
+    "split_ranges",
     "stream_bounds",
 ]
 
@@ -104,26 +111,51 @@ class Bounds:
     first: int
     next: int
     created: str = ""
+    #: The average stored size of its messages in bytes (for ``maxBytesPerTrigger``).
+    size: int = 0
 
 
-async def stream_bounds(js: JetStreamContext, opts: SourceOptions) -> Bounds:
-    """The stream's current bounds (``first == next`` when it is empty)."""
+async def resolve_streams(js: JetStreamContext, opts: SourceOptions) -> list[str]:
+    """The streams the read selects now, sorted (``streamPattern`` is matched every time)."""
+    if opts.stream is not None:
+        return [opts.stream]
+    if opts.stream_pattern is None:
+        return sorted(opts.streams)
+    return sorted([name async for name in js.stream_names() if opts.matches(name)])
+
+
+async def stream_bounds(
+    js: JetStreamContext, opts: SourceOptions, stream: str | None = None
+) -> Bounds:
+    """The bounds of ``stream`` (the single ``stream`` option's by default) now.
+
+    ``first == next`` when it is empty.
+
+    Raises:
+        InvalidOptionError: the stream does not exist.
+
+    """
+    name = stream if stream is not None else opts.stream
+    assert name is not None
     try:
-        stream = await js.stream(opts.stream)
+        info = (await js.stream(name)).cached_info
     except StreamNotFoundError as exc:
         raise InvalidOptionError(
-            f"option 'stream': stream {opts.stream!r} does not exist at {opts.connect.describe()}"
+            f"option '{'stream' if opts.stream is not None else 'streams'}': stream {name!r} "
+            f"does not exist at {opts.connect.describe()}"
         ) from exc
-    info = stream.cached_info
     state = info.state
     nxt = state.last_seq + 1
     first = nxt if state.messages == 0 else max(state.first_seq, 1)
-    return Bounds(first, nxt, info.created.isoformat())
+    size = state.bytes // state.messages if state.messages else 0
+    return Bounds(first, nxt, info.created.isoformat(), size)
 
 
 def _consumer_config(opts: SourceOptions, **start: object) -> ConsumerConfig:
     subjects = opts.subjects
+    prefix = opts.consumer_name_prefix
     return ConsumerConfig(
+        name=f"{prefix}-{uuid.uuid4().hex[:16]}" if prefix else None,
         ack_policy=AckPolicy.NONE,
         filter_subject=subjects[0] if len(subjects) == 1 else None,
         filter_subjects=list(subjects) if len(subjects) > 1 else None,
@@ -134,10 +166,14 @@ def _consumer_config(opts: SourceOptions, **start: object) -> ConsumerConfig:
     )
 
 
-async def sequence_at(js: JetStreamContext, opts: SourceOptions, when: datetime) -> int:
-    """The first sequence stored at or after ``when`` (the stream's next one if none)."""
+async def sequence_at(
+    js: JetStreamContext, opts: SourceOptions, when: datetime, stream: str | None = None
+) -> int:
+    """The first sequence of ``stream`` stored at or after ``when`` (its next one if none)."""
+    name = stream if stream is not None else opts.stream
+    assert name is not None
     consumer = await js.create_consumer(
-        opts.stream,
+        name,
         _consumer_config(opts, deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=when),
     )
     try:
@@ -147,30 +183,39 @@ async def sequence_at(js: JetStreamContext, opts: SourceOptions, when: datetime)
 
 
 async def plan_range(
-    js: JetStreamContext, opts: SourceOptions, *, streaming: bool
+    js: JetStreamContext, opts: SourceOptions, *, streaming: bool, stream: str | None = None
 ) -> tuple[int, int, Bounds]:
-    """Resolve the options into ``[start, end)`` and the stream's bounds now.
+    """Resolve the options into ``[start, end)`` of ``stream`` and its bounds now.
 
-    Kafka's conventions: ``startingTimestamp`` wins over ``startingOffsets``;
-    the default start is ``earliest`` for batch reads and ``latest`` for streams.
+    Kafka's conventions: ``startingTimestamp`` wins over ``startingOffsets``
+    (and ``endingTimestamp`` over ``endingOffsets``); the default start is
+    ``earliest`` for batch reads and ``latest`` for streams.
     """
-    bounds = await stream_bounds(js, opts)
+    name = stream if stream is not None else opts.stream
+    assert name is not None
+    bounds = await stream_bounds(js, opts, name)
     if opts.starting_timestamp is not None:
-        start = await sequence_at(js, opts, opts.starting_timestamp)
+        start = await sequence_at(js, opts, opts.starting_timestamp, name)
     else:
-        starting = opts.starting or ("latest" if streaming else "earliest")
+        starting = opts.starting_for(name) or ("latest" if streaming else "earliest")
         if starting == "earliest":
             start = bounds.first
         elif starting == "latest":
             start = bounds.next
         else:
             start = int(starting)
-    # A sequence past the stream's end means its end now: the range stays repeatable.
-    end = bounds.next if opts.ending == "latest" else min(int(opts.ending), bounds.next)
+    if opts.ending_timestamp is not None:
+        end = await sequence_at(js, opts, opts.ending_timestamp, name)
+    else:
+        ending = opts.ending_for(name)
+        # A sequence past the stream's end means its end now: the range stays repeatable.
+        end = bounds.next if ending == "latest" else min(int(ending), bounds.next)
     return start, max(start, end), bounds
 
 
-def check_loss(opts: SourceOptions, start: int, first: int, what: str) -> int:
+def check_loss(
+    opts: SourceOptions, start: int, first: int, what: str, stream: str | None = None
+) -> int:
     """Compare a start with the stream's first sequence; return where reading may start.
 
     Raises:
@@ -179,8 +224,9 @@ def check_loss(opts: SourceOptions, start: int, first: int, what: str) -> int:
     """
     if start >= first:
         return start
+    name = stream if stream is not None else opts.stream
     text = (
-        f"stream {opts.stream!r} no longer holds sequences {start}..{first - 1} "
+        f"stream {name!r} no longer holds sequences {start}..{first - 1} "
         f"({what}); they were purged, expired or removed by limits"
     )
     if opts.fail_on_data_loss:
@@ -194,7 +240,7 @@ def check_loss(opts: SourceOptions, start: int, first: int, what: str) -> int:
 def split(start: int, end: int, partitions: int | None) -> list[tuple[int, int]]:
     """Cut ``[start, end)`` into at most ``partitions`` contiguous, nearly equal ranges.
 
-    Without ``partitions``: one range per 250,000 sequences, at least 1, at most 64.
+    Without ``partitions``: one range per 10,000 sequences, at least 1, at most 64.
     An empty range gives no partitions.
     """
     total = end - start
@@ -211,6 +257,58 @@ def split(start: int, end: int, partitions: int | None) -> list[tuple[int, int]]
         ranges.append((lo, hi))
         lo = hi
     return ranges
+
+
+Range = tuple[str, int, int]
+
+
+def split_ranges(
+    ranges: list[Range], num_partitions: int | None = None, min_partitions: int | None = None
+) -> list[Range]:
+    """Cut the ranges of several streams (``(stream, start, end)``) into partitions.
+
+    * ``num_partitions``: that many in all (never fewer than one per non-empty
+      stream, never more than there are sequences), shared in proportion to
+      each stream's range.
+    * Otherwise one partition per 10,000 sequences (``SEQUENCES_PER_PARTITION``),
+      at most 64 in all (``MAX_DEFAULT_PARTITIONS``; the parts grow past that).
+    * ``min_partitions`` (Kafka's ``minPartitions``): the largest parts are
+      halved until there are at least that many (or each holds one sequence).
+
+    Empty ranges give no partitions; the result keeps the streams' order and
+    each stream's parts in sequence order.
+    """
+    ranges = [r for r in ranges if r[2] > r[1]]
+    if not ranges:
+        return []
+    total = sum(hi - lo for _, lo, hi in ranges)
+    target = num_partitions
+    if target is None:
+        target = min(MAX_DEFAULT_PARTITIONS, -(-total // SEQUENCES_PER_PARTITION))
+    target = max(target, len(ranges))
+    # One part each, then each further part to the range whose parts are largest.
+    shares = [1] * len(ranges)
+    heap: list[tuple[float, int]] = [(float(lo - hi), i) for i, (_, lo, hi) in enumerate(ranges)]
+    heapq.heapify(heap)
+    for _ in range(min(target, total) - len(ranges)):
+        _size, i = heapq.heappop(heap)
+        shares[i] += 1
+        name, lo, hi = ranges[i]
+        heapq.heappush(heap, ((lo - hi) / shares[i], i))
+    parts = [
+        (name, a, b)
+        for (name, lo, hi), share in zip(ranges, shares, strict=True)
+        for a, b in split(lo, hi, share)
+    ]
+    if min_partitions is not None:
+        while len(parts) < min_partitions:
+            i = max(range(len(parts)), key=lambda j: parts[j][2] - parts[j][1])
+            name, lo, hi = parts[i]
+            if hi - lo < 2:
+                break  # every part holds one sequence
+            mid = lo + (hi - lo + 1) // 2
+            parts[i : i + 1] = [(name, lo, mid), (name, mid, hi)]
+    return parts
 
 
 # ----------------------------------------------------------------------------- reading
@@ -254,9 +352,19 @@ def _nanos(when: datetime) -> int:
 class RangeReader:
     """Reads ``[start, end)`` of a stream (its filtered messages) in Arrow batches."""
 
-    def __init__(self, js: JetStreamContext, opts: SourceOptions, start: int, end: int) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        opts: SourceOptions,
+        start: int,
+        end: int,
+        stream: str | None = None,
+    ) -> None:
+        name = stream if stream is not None else opts.stream
+        assert name is not None
         self._js = js
         self._opts = opts
+        self._stream = name
         self._start = start
         self._next = start
         self._end = end
@@ -267,10 +375,10 @@ class RangeReader:
     async def _open(self) -> JSConsumer:
         # Whenever a consumer is (re)created, whatever it would start past is lost:
         # check before a consumer with nothing pending ends the read.
-        bounds = await stream_bounds(self._js, self._opts)
-        self._next = max(self._next, check_loss(self._opts, self._next, bounds.first, "read"))
+        bounds = await stream_bounds(self._js, self._opts, self._stream)
+        self._next = max(self._next, self._check_loss(self._next, bounds.first))
         consumer = await self._js.create_consumer(
-            self._opts.stream,
+            self._stream,
             _consumer_config(
                 self._opts,
                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -282,13 +390,32 @@ class RangeReader:
         if started > self._next:
             # The stream lost [next, started) between the check and the creation (its
             # limits at work): the server started the consumer at its new first message.
-            self._next = check_loss(self._opts, self._next, started, "read")
+            self._next = self._check_loss(self._next, started)
         if consumer.cached_info.num_pending == 0 or self._next >= self._end:
             self._done = True  # nothing (matching) from here on
         return consumer
 
+    def _check_loss(self, start: int, first: int) -> int:
+        return check_loss(self._opts, start, first, "read", self._stream)
+
     async def next_batch(self) -> pa.RecordBatch | None:
-        """The next Arrow batch, or None once the range is read."""
+        """The next Arrow batch, or None once the range is read.
+
+        A leader election's errors are retried within ``retryTimeout``: the
+        consumer is given up and created again at the next sequence.
+        """
+        return await retrying(
+            self._next_batch,
+            self._opts.retry_timeout,
+            f"reading stream {self._stream!r} from sequence {self._next}",
+            on_error=self._forget,
+        )
+
+    def _forget(self, exc: Exception) -> None:
+        # Its node may be gone: no delete (its inactivity threshold removes it).
+        self._consumer = None
+
+    async def _next_batch(self) -> pa.RecordBatch | None:
         while not self._done:
             consumer = self._consumer or await self._open()
             if self._done:
@@ -316,9 +443,9 @@ class RangeReader:
         purge or the stream's limits removing what the read had not reached is
         data loss, as before the consumer was created (``_open``).
         """
-        bounds = await stream_bounds(self._js, self._opts)
+        bounds = await stream_bounds(self._js, self._opts, self._stream)
         if bounds.first > self._next:
-            check_loss(self._opts, self._next, min(bounds.first, upto), "read")
+            self._check_loss(self._next, min(bounds.first, upto))
 
     async def _pull(self, consumer: JSConsumer, want: int, max_bytes: int | None) -> list[Msg]:
         async with await consumer.fetch_no_wait(want, max_bytes=max_bytes) as fetched:
@@ -366,7 +493,7 @@ class RangeReader:
         headers = [m.headers for m in msgs]
         return pa.RecordBatch.from_arrays(
             [
-                pa.repeat(self._opts.stream, n).cast(pa.string()),
+                pa.repeat(self._stream, n).cast(pa.string()),
                 pa.array([m.subject for m in msgs], pa.string()),
                 seqs,
                 stamps,
@@ -386,17 +513,28 @@ class RangeReader:
             await _delete(self._js, consumer)
 
 
-def read_range(opts: SourceOptions, start: int, end: int) -> Iterator[pa.RecordBatch]:
-    """Yield the Arrow batches of ``[start, end)``: the body of ``read()`` on an executor."""
+def read_range(
+    opts: SourceOptions, start: int, end: int, stream: str | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Yield the Arrow batches of ``[start, end)``: the body of ``read()`` on an executor.
+
+    Uses the worker process's shared connection (:func:`shared_session`); the
+    consumer is the task's own and is deleted at the end.
+    """
     if start >= end:
         return
-    with Session(opts.connect) as session:
-        reader = RangeReader(session.js, opts, start, end)
-        try:
-            while True:
+    session = shared_session(opts.connect)
+    reader = RangeReader(session.js, opts, start, end, stream)
+    try:
+        while True:
+            try:
                 batch = session.run(reader.next_batch())
-                if batch is None:
-                    return
-                yield batch
-        finally:
+            except TRANSIENT:
+                discard(session)  # gave up after retryTimeout: do not hand it to the next task
+                raise
+            if batch is None:
+                return
+            yield batch
+    finally:
+        if session.usable:
             session.run(reader.aclose())

@@ -10,24 +10,43 @@ closed as stale after ``ping_interval x ping_max``, 4-6 minutes by default:
 a long trigger interval, or a partition generator paused by slow work
 downstream) and reconnects after a failure. Callers still only ask the server
 for what they are about to consume.
+
+:func:`shared_session` keeps one such session per set of connection options
+in each Python process (Spark reuses its Python workers across tasks and
+micro-batches), closed when the process exits. :func:`retrying` rides out
+what a stream-leader election causes for a while (timeouts, "cluster not
+available", a dropped connection) within the ``retryTimeout`` option.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import logging
+import os
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
 import aiojetstream
-from aiojetstream import ConnectionClosedError, InvalidOptionError, JetStreamContext, TLSError
+from aiojetstream import (
+    ClusterUnavailableError,
+    ConnectionClosedError,
+    DisconnectedError,
+    InvalidOptionError,
+    JetStreamContext,
+    JetStreamTimeoutError,
+    NoHeartbeatError,
+    TLSError,
+)
 
 from ._options import ConnectOptions
 
-__all__ = ["Session", "run_once"]
+__all__ = ["TRANSIENT", "Session", "retrying", "run_once", "run_shared", "shared_session"]
 
 logger = logging.getLogger("aiojetstream.spark")
 
@@ -127,6 +146,16 @@ class Session:
             ) from exc
 
     @property
+    def usable(self) -> bool:
+        """Whether the loop runs and the connection is open (nats-py may have given up)."""
+        return (
+            bool(self._held)
+            and self._thread.is_alive()
+            and not self._loop.is_closed()
+            and not self._held[0].nc.is_closed
+        )
+
+    @property
     def js(self) -> JetStreamContext:
         """The connected context."""
         if not self._held:
@@ -187,3 +216,137 @@ def run_once(
     """Connect, run ``work(js)``, close: one synchronous call."""
     with Session(options) as session:
         return session.run(work(session.js))
+
+
+# ----------------------------------------------------------------------------- one per process
+
+_SHARED: dict[tuple[ConnectOptions, int | None], Session] = {}
+_SHARED_LOCK = threading.Lock()
+_SHARED_PID = [os.getpid()]
+
+
+def shared_session(options: ConnectOptions, *, max_pending: int | None = None) -> Session:
+    """The session of the calling process for ``options``: connected on first use, then reused.
+
+    Spark runs the tasks and micro-batches of a Python worker one after the
+    other in the same process, so they share one connection instead of opening
+    one each. A session whose connection closed for good is replaced. All are
+    closed when the process exits.
+    """
+    with _SHARED_LOCK:
+        if _SHARED_PID[0] != os.getpid():
+            # Forked (Spark's daemon forks its workers): the parent's loop threads
+            # do not exist here; its sockets are the parent's to close.
+            _SHARED.clear()
+            _SHARED_PID[0] = os.getpid()
+        key = (options, max_pending)
+        session = _SHARED.get(key)
+        if session is not None and session.usable:
+            return session
+        if session is not None:
+            del _SHARED[key]
+            _close_quietly(session)
+        session = Session(options, max_pending=max_pending)
+        _SHARED[key] = session
+        return session
+
+
+def discard(session: Session) -> None:
+    """Stop sharing ``session`` and close it (after a failure that may have broken it)."""
+    with _SHARED_LOCK:
+        for key, held in list(_SHARED.items()):
+            if held is session:
+                del _SHARED[key]
+    _close_quietly(session)
+
+
+def _close_quietly(session: Session) -> None:
+    try:
+        session.close()
+    except Exception as exc:  # nobody is left to raise to: the session is given up
+        logger.warning("closing a Spark session's connection failed: %r", exc)
+
+
+@atexit.register
+def _close_shared() -> None:
+    with _SHARED_LOCK:
+        sessions = list(_SHARED.values()) if _SHARED_PID[0] == os.getpid() else []
+        _SHARED.clear()
+    for session in sessions:
+        _close_quietly(session)
+
+
+# ----------------------------------------------------------------------------- retries
+
+#: What a stream-leader election or a lost node causes for a while: worth asking again.
+TRANSIENT: tuple[type[Exception], ...] = (
+    JetStreamTimeoutError,
+    ClusterUnavailableError,
+    DisconnectedError,
+    NoHeartbeatError,
+)
+_FIRST_DELAY = 0.1
+_MAX_DELAY = 2.0
+
+
+async def retrying(
+    work: Callable[[], Awaitable[T]],
+    timeout: float,
+    what: str,
+    *,
+    on_error: Callable[[Exception], None] | None = None,
+) -> T:
+    """Await ``work()`` until it succeeds, retrying :data:`TRANSIENT` errors within ``timeout``.
+
+    The delay between attempts doubles from 0.1 s up to 2 s. After ``timeout``
+    seconds the last error is raised, with a note naming ``what`` and the
+    ``retryTimeout`` option. ``on_error`` sees each transient error first (to
+    drop state the failure may have broken).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = _FIRST_DELAY
+    while True:
+        try:
+            return await work()
+        except TRANSIENT as exc:
+            if on_error is not None:
+                on_error(exc)
+            left = deadline - loop.time()
+            if left <= 0:
+                exc.add_note(
+                    f"aiojetstream.spark: {what} still failed after retrying for {timeout:g} s "
+                    "(option 'retryTimeout')"
+                )
+                raise
+            logger.info("aiojetstream.spark: %s failed (%r); retrying", what, exc)
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, _MAX_DELAY)
+
+
+def run_shared(
+    options: ConnectOptions,
+    work: Callable[[JetStreamContext], Awaitable[T]],
+    *,
+    timeout: float,
+    what: str,
+) -> T:
+    """Run ``work(js)`` on this process's shared session, retrying transient errors.
+
+    A connection closed for good (nats-py gave up reconnecting) is replaced
+    by a new one within the same ``timeout``.
+    """
+    loop_deadline = _now() + timeout
+    while True:
+        session = shared_session(options)
+        left = max(0.0, loop_deadline - _now())
+        try:
+            return session.run(retrying(functools.partial(work, session.js), left, what))
+        except ConnectionClosedError:
+            discard(session)
+            if _now() >= loop_deadline:
+                raise
+
+
+def _now() -> float:
+    return time.monotonic()

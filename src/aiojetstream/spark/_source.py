@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any, Final, TypeVar
 
 import pyarrow as pa
@@ -17,15 +20,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from aiojetstream import (
-    ConnectionClosedError,
-    DisconnectedError,
-    InvalidOptionError,
-    JetStreamContext,
-    JetStreamTimeoutError,
-    StreamNotFoundError,
-)
+from aiojetstream import InvalidOptionError, JetStreamContext, StreamNotFoundError
 
+from ._filters import Narrowing, push
+from ._offsets import Position, allot, decode, encode
 from ._options import (
     JetStreamSparkWarning,
     SinkOptions,
@@ -41,17 +39,21 @@ from ._read import (
     check_loss,
     plan_range,
     read_range,
-    split,
+    resolve_streams,
+    sequence_at,
+    split_ranges,
     stream_bounds,
 )
-from ._runtime import Session, run_once
+from ._runtime import run_once, run_shared
 from ._write import StreamWriter, Writer, check_sink_schema
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadLimit,
+        ReadMaxBytes,
         ReadMaxRows,
+        ReadMinRows,
         SupportsTriggerAvailableNow,
     )
 
@@ -70,19 +72,23 @@ T = TypeVar("T")
 
 
 class SequenceRange(InputPartition):
-    """A partition: the stream sequences ``[start, end)``."""
+    """A partition: the sequences ``[start, end)`` of one stream."""
 
-    def __init__(self, start: int, end: int) -> None:
-        super().__init__((start, end))
+    def __init__(self, start: int, end: int, stream: str | None = None) -> None:
+        super().__init__((stream, start, end))
         self.start = start
         self.end = end
+        self.stream = stream
 
     def __repr__(self) -> str:
-        return f"SequenceRange({self.start}, {self.end})"
+        return f"SequenceRange({self.start}, {self.end}, {self.stream!r})"
 
 
-def _partitions(opts: SourceOptions, start: int, end: int) -> list[SequenceRange]:
-    return [SequenceRange(lo, hi) for lo, hi in split(start, end, opts.num_partitions)]
+def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]]) -> list[SequenceRange]:
+    return [
+        SequenceRange(lo, hi, name)
+        for name, lo, hi in split_ranges(ranges, opts.num_partitions, opts.min_partitions)
+    ]
 
 
 #: The read schema as Spark prints it (``StructType.simpleString()``).
@@ -121,9 +127,10 @@ class JetStreamDataSource(DataSource):
         return DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        """A batch reader."""
+        """A batch reader (one that takes pushed filters when Spark pushes them)."""
         check_read_schema(schema, READ_SCHEMA, "jetstream")
-        return BatchReader(parse_source_options(self.options, streaming=False))
+        opts = parse_source_options(self.options, streaming=False)
+        return FilteringBatchReader(opts) if _pushing_filters() else BatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader (offsets ``{"stream": name, "seq": next}``)."""
@@ -172,126 +179,225 @@ def _check_sink_subject(opts: SinkOptions) -> None:
     run_once(opts.connect, check)
 
 
+def _pushing_filters() -> bool:
+    """Whether ``reader()`` is called by Spark's filter push-down step (Spark >= 4.1).
+
+    Spark refuses a reader that defines ``pushFilters`` unless
+    ``spark.sql.python.filterPushdown.enabled`` is true (so that filters are not
+    ignored silently), and does not tell the source which it is. It calls
+    ``reader()`` from its push-down worker module only when the setting is on,
+    so the reader with ``pushFilters`` is returned there and the plain one
+    everywhere else: reads work with the setting off (Spark filters every row)
+    and are narrowed with it on.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").endswith(".data_source_pushdown_filters"):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 class BatchReader(DataSourceReader):
-    """Plans contiguous sequence ranges and reads each with an ephemeral consumer."""
+    """Plans contiguous sequence ranges of each stream and reads each with an ephemeral consumer."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
+        self.narrowing = Narrowing()
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Resolve the offsets against the stream now and cut the range."""
-        opts = self.opts
+        """Resolve the offsets against the streams now and cut the ranges."""
+        opts, narrow = self.opts, self.narrowing
+        if narrow.empty:
+            return [SequenceRange(1, 1, opts.stream)]
 
-        async def plan(js: JetStreamContext) -> list[SequenceRange]:
-            start, end, bounds = await plan_range(js, opts, streaming=False)
-            start = check_loss(opts, start, bounds.first, "startingOffsets")
-            return _partitions(opts, start, end) or [SequenceRange(start, start)]
+        async def plan(js: JetStreamContext) -> list[tuple[str, int, int]]:
+            ranges = []
+            for name in await resolve_streams(js, opts):
+                if narrow.streams is not None and name not in narrow.streams:
+                    continue
+                start, end, bounds = await plan_range(js, opts, streaming=False, stream=name)
+                start = check_loss(opts, start, bounds.first, "startingOffsets", name)
+                if narrow.lo is not None:
+                    start = max(start, narrow.lo)
+                if narrow.hi is not None:
+                    end = min(end, narrow.hi)
+                if narrow.after is not None and start < end:
+                    start = max(start, await sequence_at(js, opts, narrow.after, name))
+                ranges.append((name, start, end))
+            return ranges
 
-        return run_once(opts.connect, plan)
+        ranges = run_shared(
+            opts.connect, plan, timeout=opts.retry_timeout, what="planning the read"
+        )
+        return _partitions(opts, ranges) or [SequenceRange(1, 1, opts.stream)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (on an executor)."""
         assert isinstance(partition, SequenceRange)
-        return read_range(self.opts, partition.start, partition.end)
+        return read_range(self.opts, partition.start, partition.end, partition.stream)
 
 
-def _offset(opts: SourceOptions, seq: int, created: str) -> dict[str, Any]:
-    # "created" tells a stream deleted and created again from the one the offset is of
-    # (offsets checkpointed before it was added have none and are taken as they are).
-    return {"stream": opts.stream, "seq": seq, "created": created}
+class FilteringBatchReader(BatchReader):
+    """:class:`BatchReader` taking the filters that narrow the read (see ``_filters``)."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        """Take the filters that narrow the read; yield the ones Spark must still evaluate."""
+        narrowing, left = push(filters, self.opts.subjects)
+        self.narrowing = narrowing
+        if narrowing.subjects is not None:
+            self.opts = replace(self.opts, subjects=narrowing.subjects)
+        yield from left
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches of sequence ranges; the checkpointed offsets are the whole state.
+    """Micro-batches of sequence ranges of one or more streams; the offsets are the whole state.
 
     Nothing depends on ``commit()`` or ``stop()`` being called: reads are
-    ``AckNone`` and each partition deletes its own consumer.
+    ``AckNone`` and each partition deletes its own consumer. The per-trigger
+    limits are enforced here on every Spark version: Spark >= 4.2 passes the
+    batch's start to :meth:`latestOffset`; before, the reader keeps the last
+    end it saw (the initial offset, every batch's end, and the offset Spark
+    hands over at a restart through ``partitions(latest, latest)``).
     """
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self._available_now: int | None = None
-        # One connection for the offset calls of the query's driver-side process
-        # (Spark asks for the latest offset many times a second when idle).
-        self._session: Session | None = None
+        self._available_now: dict[str, int] | None = None
+        #: The end of the last batch planned (for limits on Spark < 4.2).
+        self._cursor: dict[str, Position] | None = None
+        #: When the last batch was planned (monotonic; ``maxTriggerDelay``).
+        self._last_batch: float | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_session"] = None  # connections do not travel
-        return state
+    def _run(self, work: Callable[[JetStreamContext], Awaitable[T]], what: str) -> T:
+        # The driver-side process's shared connection; a leader election is retried.
+        return run_shared(self.opts.connect, work, timeout=self.opts.retry_timeout, what=what)
 
-    def _run(self, work: Callable[[JetStreamContext], Awaitable[T]]) -> T:
-        session = self._session
-        if session is None:
-            session = self._session = Session(self.opts.connect)
-        try:
-            return session.run(work(session.js))
-        except (ConnectionClosedError, DisconnectedError, JetStreamTimeoutError):
-            self._session = None  # reconnect on the next call
-            session.close()
-            raise
-
-    def _seq(self, offset: dict[str, Any] | None) -> int | None:
-        if offset is None:
-            return None
-        if offset.get("stream") != self.opts.stream:
-            raise InvalidOptionError(
-                f"option 'stream' is {self.opts.stream!r} but the checkpoint holds offsets of "
-                f"stream {offset.get('stream')!r}: use a new checkpoint location"
-            )
-        return int(offset["seq"])
-
-    def _bounds(self) -> Bounds:
+    def _all_bounds(self, names: Sequence[str] = ()) -> dict[str, Bounds]:
+        """The bounds of ``names`` and of every stream the read selects now."""
         opts = self.opts
 
-        async def bounds(js: JetStreamContext) -> Bounds:
-            return await stream_bounds(js, opts)
+        async def bounds(js: JetStreamContext) -> dict[str, Bounds]:
+            found = {}
+            selected = await resolve_streams(js, opts)
+            for name in dict.fromkeys([*selected, *names]):
+                try:
+                    found[name] = await stream_bounds(js, opts, name)
+                except InvalidOptionError:
+                    if name in selected and opts.stream_pattern is None:
+                        raise  # a stream named in the options is gone
+            return found
 
-        return self._run(bounds)
+        return self._run(bounds, f"reading the info of {opts.selection()}")
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts (``startingOffsets``, default ``latest``)."""
         opts = self.opts
 
-        async def initial(js: JetStreamContext) -> tuple[int, Bounds]:
-            start, _end, bounds = await plan_range(js, opts, streaming=True)
-            return start, bounds
+        async def initial(js: JetStreamContext) -> dict[str, Position]:
+            positions = {}
+            for name in await resolve_streams(js, opts):
+                start, _end, bounds = await plan_range(js, opts, streaming=True, stream=name)
+                positions[name] = Position(start, bounds.created)
+            return positions
 
-        start, bounds = self._run(initial)
-        return _offset(opts, start, bounds.created)
+        positions = self._run(initial, f"planning the start of {opts.selection()}")
+        self._cursor = positions
+        return encode(opts, positions)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """``maxRecordsPerTrigger`` as a read limit (Spark >= 4.2)."""
-        if self.opts.max_records_per_trigger is not None:
-            return ReadMaxRows(self.opts.max_records_per_trigger)
+        """The per-trigger option as Spark's read limit (Spark >= 4.2).
+
+        ``maxOffsetsPerTrigger`` / ``maxRecordsPerTrigger`` as ``ReadMaxRows``,
+        else ``minOffsetsPerTrigger`` as ``ReadMinRows``, else
+        ``maxBytesPerTrigger`` as ``ReadMaxBytes``. Every option given is
+        enforced by :meth:`latestOffset` whichever of them Spark passes back.
+        """
+        opts = self.opts
+        if opts.max_records_per_trigger is not None:
+            return ReadMaxRows(opts.max_records_per_trigger)
+        if opts.min_records_per_trigger is not None:
+            return ReadMinRows(opts.min_records_per_trigger)
+        if opts.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(opts.max_bytes_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Fix the end of an ``availableNow`` run: what the stream holds now."""
-        self._available_now = self._bounds().next
+        """Fix the end of an ``availableNow`` run: what the streams hold now."""
+        self._available_now = {name: b.next for name, b in self._all_bounds().items()}
+
+    @property
+    def _limited(self) -> bool:
+        opts = self.opts
+        return (
+            opts.max_records_per_trigger is not None
+            or opts.min_records_per_trigger is not None
+            or opts.max_bytes_per_trigger is not None
+        )
 
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
     ) -> dict[str, Any]:
-        """The end of the next micro-batch: the stream's last sequence + 1, capped by limits."""
-        bounds = self._bounds()
-        stream_next = latest = bounds.next
-        if self._available_now is not None:
-            latest = min(latest, self._available_now)
-        begin = self._seq(start)
-        if begin is not None and self._recreated(start, bounds):
-            begin = bounds.first  # failOnDataLoss=false: the new stream from its start
-        elif begin is not None and begin > stream_next:
-            self._behind(begin, stream_next)
-        if begin is not None:
-            if ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
-                # Counted from what the stream still holds: a lost gap costs no batches.
-                latest = min(latest, max(begin, bounds.first) + limit.max_rows)
-            latest = max(latest, begin)
-        return _offset(self.opts, latest, bounds.created)
+        """The end of the next micro-batch: each stream's last sequence + 1, within the limits."""
+        opts = self.opts
+        begin = decode(opts, start) if start is not None else self._cursor
+        if begin is None and self._limited:
+            raise InvalidOptionError(_unknown_start_message())
+        bounds = self._all_bounds(list(begin or ()))
+        los: dict[str, int] = {}  # where each stream's next batch starts
+        his: dict[str, int] = {}  # the most it may read to
+        created: dict[str, str] = {}
+        for name, b in bounds.items():
+            position = (begin or {}).get(name)
+            lo = position.seq if position is not None else 1  # a new stream: from its start
+            if position is not None and self._recreated(name, position, b):
+                lo = b.first  # failOnDataLoss=false: the new stream from its start
+            elif lo > b.next:
+                self._behind(name, lo, b.next)
+            hi = b.next
+            if self._available_now is not None:
+                if name not in self._available_now:
+                    continue  # created after the availableNow run started
+                hi = min(hi, self._available_now[name])
+            los[name], his[name], created[name] = lo, max(lo, hi), b.created
+        for name in begin or ():
+            if name not in bounds:
+                self._deleted(name)
+        ends = his
+        if begin is not None and not (ADMISSION_CONTROL and isinstance(limit, ReadAllAvailable)):
+            waiting = {n: (max(lo, bounds[n].first), his[n]) for n, lo in los.items()}
+            total = sum(hi - lo for lo, hi in waiting.values())
+            if self._wait_for_more(total):
+                ends = {n: begin[n].seq for n in los if n in begin}
+                created = {n: created[n] for n in ends}
+            else:
+                ends = allot(
+                    waiting,
+                    max_rows=_max_rows(opts, limit),
+                    max_bytes=opts.max_bytes_per_trigger,
+                    sizes={n: b.size for n, b in bounds.items()},
+                )
+                ends = {n: max(los[n], end) for n, end in ends.items()}
+        positions = {n: Position(end, created[n]) for n, end in ends.items()}
+        if begin is None or positions != begin:
+            self._last_batch = time.monotonic()
+        self._cursor = positions
+        return encode(opts, positions)
 
-    def _recreated(self, offset: dict[str, Any] | None, bounds: Bounds) -> bool:
-        """Whether ``offset`` is of an earlier stream of the same name (data loss allowed).
+    def _wait_for_more(self, waiting: int) -> bool:
+        """``minOffsetsPerTrigger``: too few waiting and ``maxTriggerDelay`` not yet passed."""
+        opts = self.opts
+        if opts.min_records_per_trigger is None or self._available_now is not None:
+            return False
+        now = time.monotonic()
+        if self._last_batch is None:
+            self._last_batch = now  # the delay counts from the query's first trigger
+        if waiting >= opts.min_records_per_trigger:
+            return False
+        return now - self._last_batch < opts.max_trigger_delay
+
+    def _recreated(self, name: str, position: Position, bounds: Bounds) -> bool:
+        """Whether ``position`` is of an earlier stream of the same name (data loss allowed).
 
         Raises :class:`DataLossError` for such an offset with ``failOnDataLoss=true``.
 
@@ -299,12 +405,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         again read on from the old offset once the new stream had grown past it,
         and never read the new stream's first messages.
         """
-        created = None if offset is None else offset.get("created")
-        if created is None or created == bounds.created:
+        if position.created is None or position.created == bounds.created:
             return False
         text = (
-            f"stream {self.opts.stream!r} was deleted and created again: the offset is of the "
-            f"stream created at {created}, the stream now was created at {bounds.created}"
+            f"stream {name!r} was deleted and created again: the offset is of the "
+            f"stream created at {position.created}, the stream now was created at "
+            f"{bounds.created}"
         )
         if self.opts.fail_on_data_loss:
             raise DataLossError(
@@ -318,10 +424,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return True
 
-    def _behind(self, begin: int, stream_next: int) -> None:
+    def _deleted(self, name: str) -> None:
+        """A stream matching ``streamPattern`` that the offsets hold is gone."""
+        text = f"stream {name!r} ({self.opts.selection()}) was deleted"
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(
+                text + ": its unread messages are lost. Set failOnDataLoss=false to go on "
+                "without it (with a warning)."
+            )
+        warnings.warn(
+            text + "; going on without it (failOnDataLoss=false).",
+            JetStreamSparkWarning,
+            stacklevel=3,
+        )
+
+    def _behind(self, name: str, begin: int, stream_next: int) -> None:
         """The stream ends before the offset: deleted and created again, as Kafka reports it."""
         text = (
-            f"stream {self.opts.stream!r} ends at sequence {stream_next - 1} but the offset is "
+            f"stream {name!r} ends at sequence {stream_next - 1} but the offset is "
             f"{begin}: was the stream deleted and created again? Use a new checkpoint location"
         )
         if self.opts.fail_on_data_loss:
@@ -333,39 +453,68 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def reportLatestOffset(self) -> dict[str, Any]:
-        """The stream's last sequence + 1 (for the query's progress)."""
-        bounds = self._bounds()
-        return _offset(self.opts, bounds.next, bounds.created)
+        """Each stream's last sequence + 1 (the query progress's ``latestOffset``: lag)."""
+        bounds = self._all_bounds()
+        return encode(self.opts, {n: Position(b.next, b.created) for n, b in bounds.items()})
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """Ranges of ``[start, end)``; checks the start is still in the stream."""
-        begin, stop = self._seq(start), self._seq(end)
-        assert begin is not None
-        assert stop is not None
-        bounds = self._bounds()
-        if self._recreated(start, bounds):
-            begin = bounds.first
-            if self._recreated(end, bounds):
-                return []  # recreated again since the end was chosen: the next batch
-        if stop < begin:
-            # Offsets went backwards (Spark < 4.2 asks latestOffset() without a start).
-            self._behind(begin, stop)
+        """Ranges of ``[start, end)`` per stream; checks each start is still in its stream.
+
+        Spark calls ``partitions(latest, latest)`` at a restart to hand over the
+        offset it last planned: it becomes the start of the next batch.
+        """
+        opts = self.opts
+        begin, stop = decode(opts, start), decode(opts, end)
+        self._cursor = stop
+        moving = [n for n, p in stop.items() if n not in begin or begin[n].seq != p.seq]
+        moving += [n for n, p in stop.items() if n in begin and begin[n].created != p.created]
+        if not moving:
             return []
-        if stop == begin:
-            return []
-        begin = check_loss(self.opts, begin, bounds.first, "offset")
-        return _partitions(self.opts, begin, stop)
+        bounds = self._all_bounds(moving)
+        ranges: list[tuple[str, int, int]] = []
+        for name in dict.fromkeys(moving):
+            b = bounds.get(name)
+            if b is None:
+                continue  # deleted since the batch was planned: reported by latestOffset
+            lo, hi = (begin[name].seq if name in begin else 1), stop[name].seq
+            if name in begin and self._recreated(name, begin[name], b):
+                lo = b.first
+                if self._recreated(name, stop[name], b):
+                    continue  # recreated again since the end was chosen: the next batch
+            if hi < lo:
+                # Offsets went backwards (the stream was deleted and created again).
+                self._behind(name, lo, hi)
+                continue
+            if name not in begin:
+                lo = max(lo, b.first)  # a new stream: from what it holds
+            ranges.append((name, check_loss(opts, lo, b.first, "offset", name), hi))
+        return _partitions(opts, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (on an executor)."""
         assert isinstance(partition, SequenceRange)
-        return read_range(self.opts, partition.start, partition.end)
+        return read_range(self.opts, partition.start, partition.end, partition.stream)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: reads do not acknowledge, the offsets are in the checkpoint."""
 
     def stop(self) -> None:
-        """Close the offset calls' connection (Spark may never call this; nothing depends on it)."""
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
+        """Nothing to release: the connection is the process's (closed when it exits)."""
+
+
+def _max_rows(opts: SourceOptions, limit: ReadLimit | None) -> int | None:
+    """The row cap: what Spark passed (>= 4.2), else ``maxOffsetsPerTrigger``."""
+    if ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
+        return int(limit.max_rows)
+    return opts.max_records_per_trigger
+
+
+def _unknown_start_message() -> str:
+    import pyspark
+
+    return (
+        f"aiojetstream.spark: Spark {pyspark.__version__} asked for the end of a micro-batch "
+        "without its start, so maxOffsetsPerTrigger / minOffsetsPerTrigger / "
+        "maxBytesPerTrigger cannot be enforced; the query stops rather than ignore them. "
+        "Please report this with your Spark version."
+    )

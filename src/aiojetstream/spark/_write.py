@@ -45,7 +45,7 @@ from pyspark.sql.types import (
 from aiojetstream import InvalidOptionError, JetStreamContext, PublishSummary
 
 from ._options import ConnectOptions, JetStreamSparkWarning, SinkOptions
-from ._runtime import Session
+from ._runtime import TRANSIENT, discard, shared_session
 
 try:
     from pyspark.sql.datasource import DataSourceArrowWriter as BatchWriterBase
@@ -330,11 +330,16 @@ def _write(
     iterator: Iterable[Any],
     schema: pa.Schema,
 ) -> WriteResult:
-    with Session(connect, max_pending=opts.max_pending) as session:
+    # The worker process's connection for these options, shared by its tasks.
+    session = shared_session(connect, max_pending=opts.max_pending)
+    try:
         publisher = _Publisher(session.js, opts, id_prefix)
         for batch in record_batches(iterator, schema):
             session.run(publisher.publish(batch))
         return session.run(publisher.finish())
+    except TRANSIENT:
+        discard(session)  # the next task (Spark's retry) starts on a new connection
+        raise
 
 
 def _partition() -> TaskContext | None:

@@ -1,0 +1,247 @@
+"""The streaming reader's offset calls, driven as Spark's driver drives them, on a real server.
+
+No Spark here: the calls Spark makes (``initialOffset``, ``latestOffset`` with
+or without a start, ``partitions`` including the ``partitions(latest, latest)``
+hand-over of a restart) are made directly, so the per-trigger limits can be
+checked for both the Spark >= 4.2 protocol and the 4.0/4.1 one. The real-Spark
+tests are in tests/spark/.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from aiojetstream import JetStreamContext, StreamConfig
+from aiojetstream.spark import DataLossError, JetStreamSparkWarning
+from aiojetstream.spark._options import parse_source_options
+from aiojetstream.spark._source import SequenceRange, StreamReader
+from aiojetstream.testing import NatsServer
+from helpers import unique_name, wait_until_sync
+from spark.spark_helpers import Nats
+
+
+@pytest.fixture
+def nats(nats_server: NatsServer) -> Iterator[Nats]:
+    helper = Nats(nats_server.url)
+    try:
+        yield helper
+    finally:
+        helper.close()
+
+
+def create(nats: Nats, *streams: str, count: int = 0, size: int = 1) -> None:
+    async def work(js: JetStreamContext) -> None:
+        for stream in streams:
+            await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+            for i in range(count):
+                await js.publish_async(f"{stream}.e", b"%d" % i + b"x" * (size - 1))
+        await js.publish_async_complete()
+
+    nats.run(work)
+
+
+def publish(nats: Nats, stream: str, count: int) -> None:
+    async def work(js: JetStreamContext) -> None:
+        for i in range(count):
+            await js.publish_async(f"{stream}.e", b"%d" % i)
+        await js.publish_async_complete()
+
+    nats.run(work)
+
+
+def reader(url: str, **options: str) -> StreamReader:
+    return StreamReader(parse_source_options({"servers": url, **options}, streaming=True))
+
+
+def seqs(offset: dict[str, Any]) -> dict[str, int]:
+    if "stream" in offset:
+        return {offset["stream"]: offset["seq"]}
+    return {name: p["seq"] for name, p in offset["streams"].items()}
+
+
+def ranges(parts: Any) -> list[tuple[str | None, int, int]]:
+    return [(p.stream, p.start, p.end) for p in parts]
+
+
+def test_pattern_picks_up_new_streams_from_their_first_message(nats: Nats) -> None:
+    base = unique_name("PAT")
+    a, b = f"{base}-A", f"{base}-B"
+    create(nats, a, count=5)
+    r = reader(nats.url, streamPattern=f"{base}-.*", startingOffsets="earliest")
+    start = r.initialOffset()
+    assert seqs(start) == {a: 1}
+    end = r.latestOffset(start, None)
+    assert seqs(end) == {a: 6}
+    assert ranges(r.partitions(start, end)) == [(a, 1, 6)]
+    create(nats, b, count=3)  # created after the query started
+    nxt = r.latestOffset(end, None)
+    assert seqs(nxt) == {a: 6, b: 4}
+    assert ranges(r.partitions(end, nxt)) == [(b, 1, 4)]  # from its first message
+    # A stream that does not match is never read.
+    create(nats, f"X{base}-C", count=2)
+    assert seqs(r.latestOffset(nxt, None)) == {a: 6, b: 4}
+
+
+def test_pattern_stream_deleted_is_data_loss(nats: Nats) -> None:
+    base = unique_name("DEL")
+    a, b = f"{base}-A", f"{base}-B"
+    create(nats, a, b, count=2)
+    strict = reader(nats.url, streamPattern=f"{base}-.*", startingOffsets="earliest")
+    start = strict.initialOffset()
+    end = strict.latestOffset(start, None)
+    nats.run(lambda js: js.delete_stream(b))
+    with pytest.raises(DataLossError, match=f"stream '{b}'.*was deleted"):
+        strict.latestOffset(end, None)
+    lenient = reader(
+        nats.url, streamPattern=f"{base}-.*", startingOffsets="earliest", failOnDataLoss="false"
+    )
+    with pytest.warns(JetStreamSparkWarning, match=f"'{b}'.*going on without it"):
+        after = lenient.latestOffset(end, None)
+    assert seqs(after) == {a: 3}
+
+
+def test_each_stream_keeps_its_recreated_detection(nats: Nats) -> None:
+    base = unique_name("REC")
+    a, b = f"{base}-A", f"{base}-B"
+    create(nats, a, b, count=3)
+    r = reader(nats.url, streams=f"{a},{b}", startingOffsets="earliest")
+    end = r.latestOffset(r.initialOffset(), None)
+    nats.run(lambda js: js.delete_stream(b))
+    create(nats, b, count=5)
+    with pytest.raises(DataLossError, match=f"stream '{b}' was deleted and created again"):
+        r.latestOffset(end, None)
+    lenient = reader(
+        nats.url, streams=f"{a},{b}", startingOffsets="earliest", failOnDataLoss="false"
+    )
+    with pytest.warns(JetStreamSparkWarning, match="from its first sequence"):
+        nxt = lenient.latestOffset(end, None)
+    assert seqs(nxt) == {a: 4, b: 6}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", JetStreamSparkWarning)
+        assert ranges(lenient.partitions(end, nxt)) == [(b, 1, 6)]
+
+
+def test_json_starting_offsets_per_stream(nats: Nats) -> None:
+    base = unique_name("JS")
+    a, b = f"{base}-A", f"{base}-B"
+    create(nats, a, b, count=10)
+    r = reader(nats.url, streams=f"{a},{b}", startingOffsets=f'{{"{a}": 4, "{b}": "latest"}}')
+    start = r.initialOffset()
+    assert seqs(start) == {a: 4, b: 11}
+
+
+@pytest.mark.parametrize("protocol", ["4.2+", "4.0/4.1"])
+def test_max_offsets_per_trigger_on_every_protocol(nats: Nats, protocol: str) -> None:
+    base = unique_name("CAP")
+    a, b = f"{base}-A", f"{base}-B"
+    create(nats, a, count=300)
+    create(nats, b, count=100)
+    opts = {"streams": f"{a},{b}", "startingOffsets": "earliest", "maxOffsetsPerTrigger": "40"}
+    r = reader(nats.url, **opts)
+    start = r.initialOffset()
+    seen = {a: 0, b: 0}
+    batches = 0
+    while True:
+        # Spark >= 4.2 passes the start; 4.0/4.1 do not (the reader keeps it).
+        end = (
+            r.latestOffset(start, r.getDefaultReadLimit())
+            if protocol == "4.2+"
+            else (r.latestOffset())
+        )
+        if end == start:
+            break
+        parts = ranges(r.partitions(start, end))
+        assert sum(hi - lo for _s, lo, hi in parts) <= 40
+        for stream, lo, hi in parts:
+            assert stream is not None
+            seen[stream] += hi - lo
+        start = end
+        batches += 1
+    assert seen == {a: 300, b: 100}
+    assert batches == 10  # 400 / 40, shared 3:1 while both have messages waiting
+
+
+def test_restart_hands_the_offset_over_on_4_0(nats: Nats) -> None:
+    stream = unique_name("RST")
+    create(nats, stream, count=100)
+    first = reader(nats.url, stream=stream, startingOffsets="earliest", maxRecordsPerTrigger="30")
+    start = first.initialOffset()
+    end = first.latestOffset()
+    assert seqs(end) == {stream: 31}
+    # A new driver process (restart): Spark 4.0/4.1 call setLatestSeenOffset,
+    # which the Python runner turns into partitions(latest, latest).
+    again = reader(nats.url, stream=stream, startingOffsets="earliest", maxRecordsPerTrigger="30")
+    assert again.partitions(end, end) == []
+    assert seqs(again.latestOffset()) == {stream: 61}
+    del start
+
+
+def test_no_start_and_no_handover_fails_with_the_version(nats: Nats) -> None:
+    stream = unique_name("NOS")
+    create(nats, stream, count=10)
+    r = reader(nats.url, stream=stream, maxRecordsPerTrigger="3")
+    with pytest.raises(ValueError, match=r"Spark 4\.\d+\.\d+ asked .* without its start"):
+        r.latestOffset()
+    # Without a cap the start is not needed.
+    assert seqs(reader(nats.url, stream=stream).latestOffset()) == {stream: 11}
+
+
+def test_min_offsets_waits_until_max_trigger_delay(nats: Nats) -> None:
+    stream = unique_name("MIN")
+    create(nats, stream, count=5)
+    r = reader(
+        nats.url,
+        stream=stream,
+        startingOffsets="earliest",
+        minOffsetsPerTrigger="50",
+        maxTriggerDelay="1s",
+    )
+    start = r.initialOffset()
+    assert r.latestOffset(start, r.getDefaultReadLimit()) == start  # 5 < 50: wait
+    publish(nats, stream, 60)
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    assert seqs(end) == {stream: 66}  # enough now
+    publish(nats, stream, 5)
+    assert r.latestOffset(end, r.getDefaultReadLimit()) == end
+    # Past maxTriggerDelay since the last batch, what is there is taken.
+    released: list[dict[str, Any]] = []
+
+    def trigger() -> bool:
+        released.append(r.latestOffset(end, r.getDefaultReadLimit()))
+        return released[-1] != end
+
+    wait_until_sync(trigger, timeout=10, message="maxTriggerDelay never released the batch")
+    assert seqs(released[-1]) == {stream: 71}
+    # The delay counts again from that batch.
+    assert r.latestOffset(released[-1], r.getDefaultReadLimit()) == released[-1]
+
+
+def test_max_bytes_per_trigger(nats: Nats) -> None:
+    stream = unique_name("BYT")
+    create(nats, stream, count=100, size=1000)
+    r = reader(nats.url, stream=stream, startingOffsets="earliest", maxBytesPerTrigger="10000")
+    start = r.initialOffset()
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    taken = seqs(end)[stream] - 1
+    # About 10 messages of ~1 KB stored (with headers and subject): never the whole stream.
+    assert 5 <= taken <= 10
+
+
+def test_available_now_excludes_later_streams_and_messages(nats: Nats) -> None:
+    base = unique_name("AVN")
+    a, b = f"{base}-A", f"{base}-B"
+    create(nats, a, count=10)
+    r = reader(nats.url, streamPattern=f"{base}-.*", startingOffsets="earliest")
+    start = r.initialOffset()
+    r.prepareForTriggerAvailableNow()
+    publish(nats, a, 5)
+    create(nats, b, count=5)
+    assert seqs(r.latestOffset(start, r.getDefaultReadLimit())) == {a: 11}
+
+
+def test_partition_repr_names_the_stream() -> None:
+    assert repr(SequenceRange(1, 5, "S")) == "SequenceRange(1, 5, 'S')"

@@ -1,0 +1,97 @@
+"""``consumerNamePrefix``: reading with a user that may create only named consumers.
+
+NATS permissions match whole subject tokens, so no permission can say "names
+starting with ``etl-``"; what they can say is "named consumers of stream
+PERMS only" (``$JS.API.CONSUMER.CREATE.PERMS.*``), refusing the unnamed
+create (``$JS.API.CONSUMER.CREATE.PERMS``) that reads use by default. Such a
+``reader`` user (and nothing else of the API but that stream's info) reads
+with ``consumerNamePrefix=etl``: every consumer the read creates is named
+``etl-<unique>`` and none is left behind; without the prefix the read fails.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+
+from aiojetstream import JetStreamContext, StreamConfig
+from aiojetstream.testing import NatsServer
+from helpers import wait_until_sync
+from spark.spark_helpers import CreateSpy, Nats
+
+STREAM = "PERMS"
+CONFIG = f"""
+accounts: {{
+  A: {{
+    jetstream: enabled
+    users: [
+      {{user: admin, password: admin}},
+      {{user: reader, password: reader, permissions: {{
+         publish: {{allow: [
+           "$JS.API.INFO",
+           "$JS.API.STREAM.INFO.{STREAM}",
+           "$JS.API.CONSUMER.CREATE.{STREAM}.*",
+           "$JS.API.CONSUMER.CREATE.{STREAM}.*.>",
+           "$JS.API.CONSUMER.MSG.NEXT.{STREAM}.*",
+           "$JS.API.CONSUMER.INFO.{STREAM}.*",
+           "$JS.API.CONSUMER.DELETE.{STREAM}.*"
+         ]}},
+         subscribe: {{allow: ["_INBOX.>"]}}}}}}
+    ]
+  }}
+}}
+"""
+
+
+@pytest.fixture
+def server() -> Iterator[NatsServer]:
+    with NatsServer(config=CONFIG) as srv:
+        yield srv
+
+
+def test_reader_limited_to_prefixed_consumers(spark: SparkSession, server: NatsServer) -> None:
+    admin = Nats(server.url.replace("nats://", "nats://admin:admin@"))
+    try:
+
+        async def fill(js: JetStreamContext) -> None:
+            await js.create_stream(StreamConfig(name=STREAM, subjects=["perms.>"]))
+            for i in range(100):
+                await js.publish_async("perms.a", b"%d" % i)
+            await js.publish_async_complete()
+
+        admin.run(fill)
+
+        def read(**options: str) -> list[int]:
+            r = (
+                spark.read.format("jetstream")
+                .option("servers", server.url)
+                .option("user", "reader")
+                .option("password", "reader")
+                .option("stream", STREAM)
+                .option("numPartitions", "3")
+            )
+            for key, value in options.items():
+                r = r.option(key, value)
+            return sorted(row["seq"] for row in r.load().select("seq").collect())
+
+        spy = CreateSpy(server.url.replace("nats://", "nats://admin:admin@"), STREAM)
+        try:
+            assert read(consumerNamePrefix="etl") == list(range(1, 101))
+            wait_until_sync(lambda: len(spy.requests) >= 3)
+        finally:
+            spy.close()
+        names = [config["name"] for config in spy.configs()]
+        assert all(re.fullmatch(r"etl-[0-9a-f]{16}", n) for n in names), names
+
+        async def consumers(js: JetStreamContext) -> list[str]:
+            return [name async for name in js.consumer_names(STREAM)]
+
+        wait_until_sync(lambda: admin.run(consumers) == [], message="read consumers left behind")
+        with pytest.raises(PySparkException):
+            read(timeout="1", retryTimeout="1")  # unnamed consumers: not allowed
+    finally:
+        admin.close()
