@@ -144,7 +144,7 @@ def run_totals_job(spark: SparkSession, url: str, checkpoint: str) -> None:
         .option("servers", url)
         .option("stream", STREAM)
         .option("startingOffsets", "earliest")  # only for a new checkpoint
-        .option("maxRecordsPerTrigger", 250)  # sequences per micro-batch (Spark >= 4.2)
+        .option("maxRecordsPerTrigger", 250)  # sequences per micro-batch
         .load()
         .select(F.from_json(F.col("data").cast("string"), ORDER_SCHEMA).alias("order"))
         .select("order.*")

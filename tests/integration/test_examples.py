@@ -25,7 +25,7 @@ import pytest
 from aiojetstream.testing import NatsServer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-TIMEOUT = {"spark_pipeline.py": 300.0}
+TIMEOUT = {"spark_pipeline.py": 300.0, "spark_shards.py": 300.0}
 """Seconds an example may take (default ``DEFAULT_TIMEOUT``)."""
 DEFAULT_TIMEOUT = 120.0
 
@@ -142,6 +142,20 @@ def check_spark_pipeline(out: str, url: str) -> None:
     assert "MISMATCH" not in out
 
 
+def check_spark_shards(out: str, url: str) -> None:
+    assert f"Published 100 orders to each of SHARD-0..SHARD-3 at {url}" in out
+    # At most 150 a micro-batch over all shards (maxOffsetsPerTrigger).
+    assert "  400 orders copied in micro-batches of [150, 150, 100]" in out
+    assert "  70 orders copied in micro-batches of [70]" in out  # only the new ones
+    assert (
+        "  checkpointed: SHARD-0 next 121, SHARD-1 next 101, SHARD-2 next 101, "
+        "SHARD-3 next 101, SHARD-4 next 51"
+    ) in out  # the new shard from its first message
+    for shard, copies in (("SHARD-0", 120), ("SHARD-4", 50)):
+        assert f"  {shard}: {copies} copies" in out
+    assert out.rstrip().endswith("OK: 470 orders from 5 shards, each copied exactly once")
+
+
 CHECKS: dict[str, Callable[[str, str], None]] = {
     "quickstart.py": check_quickstart,
     "worker.py": check_worker,
@@ -151,6 +165,7 @@ CHECKS: dict[str, Callable[[str, str], None]] = {
     "object_store.py": check_object_store,
     "pulsar_style.py": check_pulsar_style,
     "spark_pipeline.py": check_spark_pipeline,
+    "spark_shards.py": check_spark_shards,
 }
 """What each example must print, given its output and the server's URL."""
 
