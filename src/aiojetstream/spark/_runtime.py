@@ -28,6 +28,7 @@ import os
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
@@ -220,7 +221,11 @@ def run_once(
 
 # ----------------------------------------------------------------------------- one per process
 
-_SHARED: dict[tuple[ConnectOptions, int | None], Session] = {}
+#: Sessions kept per process; the least recently used beyond it is closed (a worker
+#: that served jobs against many servers does not keep reconnecting to all of them).
+MAX_SHARED = 8
+
+_SHARED: OrderedDict[tuple[ConnectOptions, int | None], Session] = OrderedDict()
 _SHARED_LOCK = threading.Lock()
 _SHARED_PID = [os.getpid()]
 
@@ -231,24 +236,37 @@ def shared_session(options: ConnectOptions, *, max_pending: int | None = None) -
     Spark runs the tasks and micro-batches of a Python worker one after the
     other in the same process, so they share one connection instead of opening
     one each. A session whose connection closed for good is replaced. All are
-    closed when the process exits.
+    closed when the process exits; at most :data:`MAX_SHARED` are kept.
     """
-    with _SHARED_LOCK:
-        if _SHARED_PID[0] != os.getpid():
-            # Forked (Spark's daemon forks its workers): the parent's loop threads
-            # do not exist here; its sockets are the parent's to close.
-            _SHARED.clear()
-            _SHARED_PID[0] = os.getpid()
-        key = (options, max_pending)
-        session = _SHARED.get(key)
-        if session is not None and session.usable:
-            return session
-        if session is not None:
-            del _SHARED[key]
-            _close_quietly(session)
-        session = Session(options, max_pending=max_pending)
-        _SHARED[key] = session
+    evicted: list[Session] = []
+    try:
+        with _SHARED_LOCK:
+            return _shared(options, max_pending, evicted)
+    finally:
+        for old in evicted:
+            _close_quietly(old)
+
+
+def _shared(options: ConnectOptions, max_pending: int | None, evicted: list[Session]) -> Session:
+    """:func:`shared_session` under the lock; sessions to close go to ``evicted``."""
+    if _SHARED_PID[0] != os.getpid():
+        # Forked (Spark's daemon forks its workers): the parent's loop threads
+        # do not exist here; its sockets are the parent's to close.
+        _SHARED.clear()
+        _SHARED_PID[0] = os.getpid()
+    key = (options, max_pending)
+    session = _SHARED.get(key)
+    if session is not None and session.usable:
+        _SHARED.move_to_end(key)
         return session
+    if session is not None:
+        del _SHARED[key]
+        evicted.append(session)
+    session = Session(options, max_pending=max_pending)
+    _SHARED[key] = session
+    while len(_SHARED) > MAX_SHARED:
+        evicted.append(_SHARED.popitem(last=False)[1])
+    return session
 
 
 def discard(session: Session) -> None:

@@ -363,30 +363,32 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name in begin or ():
             if name not in bounds:
                 self._deleted(name)
-        ends = his
-        if begin is not None and not (ADMISSION_CONTROL and isinstance(limit, ReadAllAvailable)):
-            waiting = {n: (max(lo, bounds[n].first), his[n]) for n, lo in los.items()}
-            total = sum(hi - lo for lo, hi in waiting.values())
-            if self._wait_for_more(total):
-                ends = {n: begin[n].seq for n in los if n in begin}
-                created = {n: created[n] for n in ends}
-            else:
+        capped = begin is not None and not (
+            ADMISSION_CONTROL and isinstance(limit, ReadAllAvailable)  # Spark: take everything
+        )
+        waiting = {n: (max(lo, bounds[n].first), his[n]) for n, lo in los.items()}
+        if capped and begin is not None and self._wait_for_more(waiting):
+            # Too few waiting: the same offsets, so Spark plans no batch yet.
+            positions = {n: p for n, p in begin.items() if n in bounds}
+        else:
+            ends = his
+            if capped:
                 ends = allot(
                     waiting,
                     max_rows=_max_rows(opts, limit),
                     max_bytes=opts.max_bytes_per_trigger,
                     sizes={n: b.size for n, b in bounds.items()},
                 )
-                ends = {n: max(los[n], end) for n, end in ends.items()}
-        positions = {n: Position(end, created[n]) for n, end in ends.items()}
+            positions = {n: Position(max(los[n], end), created[n]) for n, end in ends.items()}
         if begin is None or positions != begin:
             self._last_batch = time.monotonic()
         self._cursor = positions
         return encode(opts, positions)
 
-    def _wait_for_more(self, waiting: int) -> bool:
+    def _wait_for_more(self, ranges: dict[str, tuple[int, int]]) -> bool:
         """``minOffsetsPerTrigger``: too few waiting and ``maxTriggerDelay`` not yet passed."""
         opts = self.opts
+        waiting = sum(hi - lo for lo, hi in ranges.values())
         if opts.min_records_per_trigger is None or self._available_now is not None:
             return False
         now = time.monotonic()
