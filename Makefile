@@ -10,7 +10,7 @@ LINT_PATHS := $(wildcard src tests examples benchmarks tools)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install test test-fallback reliability soak lint format typecheck docs demo spark-demo bench clean distclean
+.PHONY: help venv install test test-fallback reliability soak lint format typecheck docs demo spark-demo spark-matrix bench clean distclean
 
 help:
 	@echo "make venv       create $(VENV) (PYTHON=$(PYTHON))"
@@ -24,6 +24,7 @@ help:
 	@echo "make soak       10 minutes of mixed load with a fault every 30 s (SOAK_MINUTES=n)"
 	@echo "make demo       run examples/quickstart.py (embedded nats-server unless NATS_URL is set)"
 	@echo "make spark-demo run examples/spark_pipeline.py (needs Java 17; embedded nats-server unless NATS_URL is set)"
+	@echo "make spark-matrix the Spark tests under pyspark $(SPARK_MATRIX) (a .venv-spark-X.Y each; not in make test)"
 	@echo "make bench      run benchmarks/run.py"
 	@echo "make clean      remove caches and build output (distclean also removes $(VENV))"
 
@@ -99,6 +100,16 @@ spark-demo: install
 		$(PY) -m aiojetstream.testing run -- $(PY) examples/spark_pipeline.py; \
 	fi
 
+# The Spark tests (tests/spark and the Spark example) under each pyspark version, in
+# virtualenvs of their own (.venv-spark-4.0 ...); one line per version, and
+# build-artifacts/spark-matrix.txt. SPARK_MATRIX_FIND_LINKS: a directory of
+# already downloaded pyspark sdists (each is about 450 MB). About 10 minutes a version.
+SPARK_MATRIX ?= 4.0.5 4.1.4 4.2.1 4.3.0
+SPARK_MATRIX_FIND_LINKS ?=
+spark-matrix: install
+	$(PY) tools/spark_matrix.py --python $(PYTHON) $(SPARK_MATRIX) \
+		$(foreach d,$(SPARK_MATRIX_FIND_LINKS),--find-links $(d))
+
 bench: install
 	$(PY) benchmarks/run.py
 
@@ -108,4 +119,4 @@ clean:
 		| xargs rm -rf
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-spark-*
