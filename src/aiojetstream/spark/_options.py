@@ -16,12 +16,11 @@ import math
 import re
 import ssl
 import warnings
+from collections import UserString
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
-
-from nats.aio.client import RawCredentials
 
 from aiojetstream import InvalidOptionError
 
@@ -278,7 +277,7 @@ _CREDS_LAYOUT: Final = (
     "-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
 )
 _JWT_RE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
-#: An encoded NKey seed: 'S', the key's role, then base32 of 36 bytes in all.
+#: An encoded NKey seed: 58 base32 characters ('S', the key's role, the seed, a checksum).
 _SEED_RE: Final = re.compile(r"S[A-Z2-7]{57}")
 _PUBLIC_USER_KEY_RE: Final = re.compile(r"U[A-Z2-7]{55}")
 _SEED_ROLES: Final = {"A": "an account", "O": "an operator", "N": "a server", "C": "a cluster"}
@@ -374,8 +373,13 @@ def _needs_nkeys(display: str) -> None:
         )
 
 
-class _Credentials(RawCredentials):
-    """nats-py's in-memory .creds text, with a repr that does not show it."""
+class _Credentials(UserString):
+    """In-memory .creds text, with a repr that does not show it.
+
+    nats-py reads a ``UserString`` given as ``user_credentials`` as the text of
+    a .creds file (its ``RawCredentials`` is one); a plain one keeps this
+    extension off nats-py's modules (only the core's boundary imports them).
+    """
 
     def __repr__(self) -> str:
         return "RawCredentials(<redacted>)"
