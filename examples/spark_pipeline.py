@@ -8,7 +8,7 @@
    ``order_totals`` with ``format("jetstream_kv")`` inside ``foreachBatch``
    (one key per minute, such as ``2026-11-24T05-47``).
    ``Trigger.AvailableNow`` makes the query read what the stream holds when it
-   starts, in micro-batches of at most ``maxRecordsPerTrigger`` sequences, and stop.
+   starts, and stop (``examples/spark_shards.py`` caps micro-batches too).
 3. More orders arrive and the job runs again from its checkpoint: it reads only
    the new orders and updates the minutes they fall in.
 4. The service reads the totals back with ``aiojetstream`` and checks that they
@@ -144,7 +144,6 @@ def run_totals_job(spark: SparkSession, url: str, checkpoint: str) -> None:
         .option("servers", url)
         .option("stream", STREAM)
         .option("startingOffsets", "earliest")  # only for a new checkpoint
-        .option("maxRecordsPerTrigger", 250)  # sequences per micro-batch
         .load()
         .select(F.from_json(F.col("data").cast("string"), ORDER_SCHEMA).alias("order"))
         .select("order.*")

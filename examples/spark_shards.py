@@ -7,8 +7,10 @@
    all shards (``maxOffsetsPerTrigger``, on every Spark version), each split
    into at least 4 tasks (``minPartitions``), and copies the orders into the
    stream ``ALL_ORDERS`` with a header naming the shard they came from
-   (``dedupe=auto``: a retried task stores nothing twice).
-   ``Trigger.AvailableNow`` reads what the shards hold, then stops.
+   (``dedupe=auto``: a retried task stores nothing twice). The job stops once
+   it has read what the shards hold (``processAllAvailable``; a scheduled job
+   would use ``Trigger.AvailableNow``, which Spark 4.0 and 4.1 run as one
+   micro-batch, cap or not).
 3. A fifth shard appears and ``SHARD-0`` gets 20 more orders. The job runs
    again from its checkpoint: it copies only the new orders, and reads the new
    shard from its first message.
@@ -102,10 +104,13 @@ def copy_shards(spark: SparkSession, url: str, checkpoint: str) -> None:
         .option("subject", "all.orders")
         .option("dedupe", "auto")
         .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
+        .trigger(processingTime="500 milliseconds")
         .start()
     )
-    query.awaitTermination()
+    try:
+        query.processAllAvailable()  # until the shards hold nothing unread
+    finally:
+        query.stop()
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     sizes = [int(p["numInputRows"]) for p in batches]
     print(f"  {sum(sizes)} orders copied in micro-batches of {sizes}")

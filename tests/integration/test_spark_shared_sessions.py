@@ -1,14 +1,19 @@
-"""One connection per Spark Python worker process: the shared sessions of ``_runtime``."""
+"""The Spark runtime: one connection per worker process, refused requests, consumer clean-up."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from aiojetstream.spark import _runtime
-from aiojetstream.spark._options import ConnectOptions
+from aiojetstream import AuthorizationError, JetStreamTimeoutError, StreamConfig
+from aiojetstream.spark import _read, _runtime
+from aiojetstream.spark._options import ConnectOptions, parse_source_options
+from aiojetstream.spark._read import read_range
 from aiojetstream.testing import NatsServer
+from helpers import unique_name
 
 
 @pytest.fixture
@@ -65,3 +70,62 @@ def test_exit_closes_every_session(nats_server: NatsServer, clean: None) -> None
     session = _runtime.shared_session(ConnectOptions(servers=nats_server.url))
     _runtime._close_shared()  # what atexit runs
     assert not session.usable
+
+
+PERMS = """
+accounts: {
+  A: {
+    jetstream: enabled
+    users: [
+      {user: admin, password: admin},
+      {user: reader, password: reader, permissions: {
+         publish: {allow: ["$JS.API.INFO", "$JS.API.STREAM.INFO.>"]},
+         subscribe: {allow: ["_INBOX.>"]}}}
+    ]
+  }
+}
+"""
+
+
+def test_a_permission_violation_is_not_retried(clean: None) -> None:
+    with NatsServer(config=PERMS) as server:
+        admin = ConnectOptions(servers=server.url, user="admin", password="admin")
+        _runtime.run_once(
+            admin, lambda js: js.create_stream(StreamConfig(name="PV", subjects=["pv.>"]))
+        )
+        _runtime.run_once(admin, lambda js: js.publish("pv.a", b"x"))
+        opts = parse_source_options(
+            {
+                "servers": server.url,
+                "user": "reader",
+                "password": "reader",
+                "stream": "PV",
+                "timeout": "1",
+            },
+            streaming=False,
+        )
+        started = time.monotonic()
+        with pytest.raises(AuthorizationError, match=r"ermissions violation.*consumer\.create"):
+            list(read_range(opts, 1, 2))  # the consumer create is not allowed
+        # Not retried for retryTimeout (30 s): one request timeout, with a margin.
+        assert time.monotonic() - started < 10
+
+
+def test_a_failed_consumer_delete_does_not_fail_the_read(
+    nats_server: NatsServer, clean: None, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    admin = ConnectOptions(servers=nats_server.url)
+    stream = unique_name("DELF")
+    _runtime.run_once(
+        admin, lambda js: js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    )
+    _runtime.run_once(admin, lambda js: js.publish(f"{stream}.a", b"x"))
+
+    async def refused(js: Any, consumer: Any) -> None:
+        raise JetStreamTimeoutError("no reply (a leader election)")
+
+    monkeypatch.setattr(_read, "_delete", refused)
+    opts = parse_source_options({"servers": nats_server.url, "stream": stream}, streaming=False)
+    batches = list(read_range(opts, 1, 2))
+    assert sum(b.num_rows for b in batches) == 1  # every row, and no error
+    assert "could not delete a read consumer" in caplog.text

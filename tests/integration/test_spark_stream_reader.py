@@ -142,18 +142,16 @@ def test_max_offsets_per_trigger_on_every_protocol(nats: Nats, protocol: str) ->
     create(nats, b, count=100)
     opts = {"streams": f"{a},{b}", "startingOffsets": "earliest", "maxOffsetsPerTrigger": "40"}
     r = reader(nats.url, **opts)
-    start = r.initialOffset()
+    if protocol == "4.2+":
+        start = r.initialOffset()
+        end = r.latestOffset(start, r.getDefaultReadLimit())
+    else:
+        # Spark 4.0/4.1 ask for the first batch's end first, then for the start.
+        end = r.latestOffset()
+        start = r.initialOffset()
     seen = {a: 0, b: 0}
     batches = 0
-    while True:
-        # Spark >= 4.2 passes the start; 4.0/4.1 do not (the reader keeps it).
-        end = (
-            r.latestOffset(start, r.getDefaultReadLimit())
-            if protocol == "4.2+"
-            else (r.latestOffset())
-        )
-        if end == start:
-            break
+    while end != start:
         parts = ranges(r.partitions(start, end))
         assert sum(hi - lo for _s, lo, hi in parts) <= 40
         for stream, lo, hi in parts:
@@ -161,8 +159,57 @@ def test_max_offsets_per_trigger_on_every_protocol(nats: Nats, protocol: str) ->
             seen[stream] += hi - lo
         start = end
         batches += 1
+        # Spark >= 4.2 passes the start; 4.0/4.1 do not (the reader keeps it).
+        end = (
+            r.latestOffset(start, r.getDefaultReadLimit())
+            if protocol == "4.2+"
+            else (r.latestOffset())
+        )
     assert seen == {a: 300, b: 100}
     assert batches == 10  # 400 / 40, shared 3:1 while both have messages waiting
+
+
+@pytest.mark.parametrize("protocol", ["4.2+", "4.0/4.1"])
+def test_a_replayed_first_batch_reads_the_same_range(nats: Nats, protocol: str) -> None:
+    stream = unique_name("RPL")
+    create(nats, stream, count=10)
+    first = reader(nats.url, stream=stream, maxOffsetsPerTrigger="4")  # startingOffsets=latest
+    if protocol == "4.2+":
+        start = first.initialOffset()
+        end = first.latestOffset(start, first.getDefaultReadLimit())
+    else:
+        end = first.latestOffset()
+        start = first.initialOffset()
+    assert seqs(start) == {stream: 11}
+    publish(nats, stream, 6)  # 11..16
+    end = (
+        first.latestOffset(start, first.getDefaultReadLimit())
+        if protocol == "4.2+"
+        else (first.latestOffset())
+    )
+    assert seqs(end) == {stream: 15}
+    # The batch failed before its commit; after a restart Spark replays it from a
+    # new initialOffset(), which has moved on ("latest"): still [11, 15).
+    publish(nats, stream, 5)
+    again = reader(nats.url, stream=stream, maxOffsetsPerTrigger="4")
+    replay_start = again.initialOffset()
+    assert seqs(replay_start) == {stream: 22}
+    assert ranges(again.partitions(replay_start, end)) == [(stream, 11, 15)]
+    # The next batch goes on from the replayed end.
+    nxt = again.latestOffset(end, again.getDefaultReadLimit())
+    assert seqs(nxt) == {stream: 19}
+    assert ranges(again.partitions(end, nxt)) == [(stream, 15, 19)]
+
+
+def test_nothing_new_returns_the_start_itself(nats: Nats) -> None:
+    stream = unique_name("SAME")
+    create(nats, stream, count=3)
+    r = reader(nats.url, stream=stream, startingOffsets="earliest")
+    start = r.initialOffset()
+    end = r.latestOffset(start, None)
+    assert end["from"] == 1
+    assert r.latestOffset(end, None) == end  # Spark then plans no batch
+    assert r.latestOffset() == end
 
 
 def test_restart_hands_the_offset_over_on_4_0(nats: Nats) -> None:
@@ -180,16 +227,6 @@ def test_restart_hands_the_offset_over_on_4_0(nats: Nats) -> None:
     del start
 
 
-def test_no_start_and_no_handover_fails_with_the_version(nats: Nats) -> None:
-    stream = unique_name("NOS")
-    create(nats, stream, count=10)
-    r = reader(nats.url, stream=stream, maxRecordsPerTrigger="3")
-    with pytest.raises(ValueError, match=r"Spark 4\.\d+\.\d+ asked .* without its start"):
-        r.latestOffset()
-    # Without a cap the start is not needed.
-    assert seqs(reader(nats.url, stream=stream).latestOffset()) == {stream: 11}
-
-
 def test_min_offsets_waits_until_max_trigger_delay(nats: Nats) -> None:
     stream = unique_name("MIN")
     create(nats, stream, count=5)
@@ -201,10 +238,14 @@ def test_min_offsets_waits_until_max_trigger_delay(nats: Nats) -> None:
         maxTriggerDelay="1s",
     )
     start = r.initialOffset()
-    assert r.latestOffset(start, r.getDefaultReadLimit()) == start  # 5 < 50: wait
+    # As Kafka's: the first trigger of a (re)started query does not wait.
+    first = r.latestOffset(start, r.getDefaultReadLimit())
+    assert seqs(first) == {stream: 6}
+    publish(nats, stream, 5)
+    assert r.latestOffset(first, r.getDefaultReadLimit()) == first  # 5 < 50: wait
     publish(nats, stream, 60)
-    end = r.latestOffset(start, r.getDefaultReadLimit())
-    assert seqs(end) == {stream: 66}  # enough now
+    end = r.latestOffset(first, r.getDefaultReadLimit())
+    assert seqs(end) == {stream: 71}  # enough now
     publish(nats, stream, 5)
     assert r.latestOffset(end, r.getDefaultReadLimit()) == end
     # Past maxTriggerDelay since the last batch, what is there is taken.
@@ -215,7 +256,7 @@ def test_min_offsets_waits_until_max_trigger_delay(nats: Nats) -> None:
         return released[-1] != end
 
     wait_until_sync(trigger, timeout=10, message="maxTriggerDelay never released the batch")
-    assert seqs(released[-1]) == {stream: 71}
+    assert seqs(released[-1]) == {stream: 76}
     # The delay counts again from that batch.
     assert r.latestOffset(released[-1], r.getDefaultReadLimit()) == released[-1]
 

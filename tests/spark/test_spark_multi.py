@@ -277,7 +277,18 @@ def test_max_offsets_per_trigger_over_streams(
     df = stream_df(
         spark, nats.url, streams=f"{a},{b}", startingOffsets="earliest", maxOffsetsPerTrigger=25
     )
-    run_available_now(df, sink, tmp_path / "cp")
+    # A processing-time trigger: Spark 4.0/4.1 run Trigger.AvailableNow as one batch.
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        wait_until_sync(lambda: len(sink.rows) >= 120 or not query.isActive, timeout=120)
+    finally:
+        query.stop()
+    assert query.exception() is None
     assert sink.rows == [(a, i) for i in range(1, 91)] + [(b, i) for i in range(1, 31)]
     assert max(len(batch) for batch in sink.batches) <= 25
     assert len([b for b in sink.batches if b]) == 5  # 120 / 25, rounded up

@@ -12,6 +12,7 @@ with ``consumerNamePrefix=etl``: every consumer the read creates is named
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -91,7 +92,11 @@ def test_reader_limited_to_prefixed_consumers(spark: SparkSession, server: NatsS
             return [name async for name in js.consumer_names(STREAM)]
 
         wait_until_sync(lambda: admin.run(consumers) == [], message="read consumers left behind")
-        with pytest.raises(PySparkException):
-            read(timeout="1", retryTimeout="1")  # unnamed consumers: not allowed
+        # Unnamed consumers are not allowed: the refused create is not retried for
+        # retryTimeout (30 s by default) but fails at once, naming the violation.
+        started = time.monotonic()
+        with pytest.raises(PySparkException, match=r"AuthorizationError.*ermissions violation"):
+            read(timeout="2")
+        assert time.monotonic() - started < 60  # 4 task attempts x a 2 s request timeout
     finally:
         admin.close()

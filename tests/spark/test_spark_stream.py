@@ -135,8 +135,36 @@ def test_processing_time_trigger(
     assert sink.seqs == list(range(1, 201))
 
 
-@pytest.mark.skipif(not ADMISSION_CONTROL, reason="maxRecordsPerTrigger needs Spark >= 4.2")
 def test_max_records_per_trigger(
+    spark: SparkSession, nats: Nats, name: str, tmp_path: Path
+) -> None:
+    """Every Spark version (4.0/4.1 included): at most 100 per micro-batch."""
+    create(nats, name)
+    publish(nats, name, 0, 350)
+    sink = Collector()
+    df = stream_df(spark, nats.url, name, startingOffsets="earliest", maxRecordsPerTrigger=100)
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        wait_until_sync(
+            lambda: len(sink.seqs) >= 350 or not query.isActive, timeout=120, interval=0.1
+        )
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert [len(b) for b in sink.batches if b] == [100, 100, 100, 50]
+    assert sink.seqs == list(range(1, 351))
+
+
+@pytest.mark.skipif(
+    not ADMISSION_CONTROL,
+    reason="Trigger.AvailableNow in several micro-batches needs Spark >= 4.2 (4.0/4.1 run one)",
+)
+def test_max_records_per_trigger_available_now(
     spark: SparkSession, nats: Nats, name: str, tmp_path: Path
 ) -> None:
     create(nats, name)

@@ -37,9 +37,18 @@ __all__ = [
 def register(spark: Any) -> None:
     """Register the formats ``jetstream`` and ``jetstream_kv`` on a ``SparkSession``.
 
+    Harmless when the installed ``pyspark_jetstream*`` modules registered them
+    already (Spark 4.0 refuses a second registration of a name; later versions
+    replace it).
+
     Args:
         spark: the ``pyspark.sql.SparkSession``.
 
     """
-    spark.dataSource.register(JetStreamDataSource)
-    spark.dataSource.register(JetStreamKVDataSource)
+    for source in (JetStreamDataSource, JetStreamKVDataSource):
+        try:
+            spark.dataSource.register(source)
+        except Exception as exc:
+            if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+                raise
+            # Spark 4.0: found through the pyspark_jetstream* modules already.

@@ -13,7 +13,10 @@ whole range:
   its smallest and largest, left to Spark);
 * ``stream =`` / ``IN`` (taken), for ``streams`` / ``streamPattern`` reads;
 * ``timestamp >=`` / ``>``: the read starts at the first message stored at or
-  after that time (left to Spark, which checks each row's exact time).
+  after that time less :data:`CLOCK_MARGIN` (left to Spark, which checks each
+  row's exact time). The margin: a stream's messages are stamped by its
+  leader's clock, so after a leader change to a node whose clock is behind, a
+  later message can carry an earlier time.
 
 A filter is recognised by its class name and attributes, so this module needs
 no pyspark (Spark 4.0 has no filter classes).
@@ -23,13 +26,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
-__all__ = ["Narrowing", "push", "subject_matches"]
+__all__ = ["CLOCK_MARGIN", "Narrowing", "push", "subject_matches"]
 
 #: The most literal subjects pushed as consumer filters (more are left to Spark).
 MAX_SUBJECTS: Final = 256
+#: How far before a pushed ``timestamp >=`` the read starts (clock differences
+#: between the nodes that stamped the messages).
+CLOCK_MARGIN: Final = timedelta(seconds=60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +162,7 @@ def push(filters: Sequence[Any], option_subjects: tuple[str, ...]) -> tuple[Narr
         elif column == "timestamp" and kind in ("GreaterThan", "GreaterThanOrEqual"):
             when = _aware(value)
             if when is not None:
+                when -= CLOCK_MARGIN
                 after = when if after is None else max(after, when)
             took = False
         elif column == "stream" and kind == "EqualTo" and isinstance(value, str):

@@ -9,6 +9,9 @@ the one the offset is of). Its JSON form depends on how the streams are named:
 * ``streams`` / ``streamPattern``: ``{"streams": {"ORDERS-0": {"seq": 1001,
   "created": "..."}, ...}}``.
 
+A micro-batch's end offset also holds, as ``"from"``, where the batch starts
+in each stream (see :class:`Position`).
+
 Either form is read by either kind of query as long as it names streams the
 query reads, so a single-stream checkpoint can be continued by a query that
 names the same stream with ``streams``.
@@ -29,22 +32,37 @@ __all__ = ["Position", "allot", "decode", "encode"]
 
 @dataclass(frozen=True, slots=True)
 class Position:
-    """Where a stream's reading stands: the next sequence, and the stream's creation time."""
+    """Where a stream's reading stands: the next sequence, and the stream's creation time.
+
+    ``start``: in a micro-batch's end offset, where that batch starts in this
+    stream. Spark replays a batch from the previous batch's end, except for a
+    first batch that never committed: it asks for the initial offset again,
+    which has moved when it was ``latest``. The batch's own start, kept in its
+    end offset, makes the replay read the same range.
+    """
 
     seq: int
     created: str | None = None
+    start: int | None = None
+
+    def same_place(self, other: Position | None) -> bool:
+        """Whether ``other`` is at the same sequence of the same stream (``start`` aside)."""
+        return other is not None and (self.seq, self.created) == (other.seq, other.created)
 
 
 def encode(opts: SourceOptions, positions: Mapping[str, Position]) -> dict[str, Any]:
     """The JSON-able offset of ``positions`` in the form the query's options call for."""
     if opts.stream is not None:
         position = positions.get(opts.stream, Position(1))
-        return {"stream": opts.stream, "seq": position.seq, "created": position.created}
-    return {
-        "streams": {
-            name: {"seq": p.seq, "created": p.created} for name, p in sorted(positions.items())
-        }
-    }
+        return {"stream": opts.stream, **_fields(position)}
+    return {"streams": {name: _fields(p) for name, p in sorted(positions.items())}}
+
+
+def _fields(position: Position) -> dict[str, Any]:
+    fields: dict[str, Any] = {"seq": position.seq, "created": position.created}
+    if position.start is not None:
+        fields["from"] = position.start
+    return fields
 
 
 def decode(opts: SourceOptions, offset: Mapping[str, Any]) -> dict[str, Position]:
@@ -74,7 +92,14 @@ def decode(opts: SourceOptions, offset: Mapping[str, Any]) -> dict[str, Position
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             raise InvalidOptionError(f"the checkpoint's offset of stream {name!r} is invalid")
         created = value.get("created")
-        positions[name] = Position(seq, created if isinstance(created, str) else None)
+        start = value.get("from")
+        positions[name] = Position(
+            seq,
+            created if isinstance(created, str) else None,
+            start
+            if isinstance(start, int) and not isinstance(start, bool) and start >= 1
+            else None,
+        )
     return positions
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import logging
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ from ._options import (
     JetStreamSparkWarning,
     SourceOptions,
 )
-from ._runtime import TRANSIENT, discard, retrying, shared_session
+from ._runtime import TRANSIENT, Refusals, discard, retrying, shared_session
 
 __all__ = [
     "SCHEMA",
@@ -60,6 +61,8 @@ __all__ = [
     "split_ranges",
     "stream_bounds",
 ]
+
+logger = logging.getLogger("aiojetstream.spark")
 
 SCHEMA: Final = pa.schema(
     [
@@ -272,8 +275,8 @@ def split_ranges(
       each stream's range.
     * Otherwise one partition per 10,000 sequences (``SEQUENCES_PER_PARTITION``),
       at most 64 in all (``MAX_DEFAULT_PARTITIONS``; the parts grow past that).
-    * ``min_partitions`` (Kafka's ``minPartitions``): the largest parts are
-      halved until there are at least that many (or each holds one sequence).
+    * ``min_partitions`` (Kafka's ``minPartitions``): at least that many in all
+      (or one per sequence), shared the same way, the largest ranges cut first.
 
     Empty ranges give no partitions; the result keeps the streams' order and
     each stream's parts in sequence order.
@@ -285,7 +288,7 @@ def split_ranges(
     target = num_partitions
     if target is None:
         target = min(MAX_DEFAULT_PARTITIONS, -(-total // SEQUENCES_PER_PARTITION))
-    target = max(target, len(ranges))
+    target = max(target, len(ranges), min_partitions or 0)
     # One part each, then each further part to the range whose parts are largest.
     shares = [1] * len(ranges)
     heap: list[tuple[float, int]] = [(float(lo - hi), i) for i, (_, lo, hi) in enumerate(ranges)]
@@ -293,21 +296,13 @@ def split_ranges(
     for _ in range(min(target, total) - len(ranges)):
         _size, i = heapq.heappop(heap)
         shares[i] += 1
-        name, lo, hi = ranges[i]
+        _name, lo, hi = ranges[i]
         heapq.heappush(heap, ((lo - hi) / shares[i], i))
     parts = [
         (name, a, b)
         for (name, lo, hi), share in zip(ranges, shares, strict=True)
         for a, b in split(lo, hi, share)
     ]
-    if min_partitions is not None:
-        while len(parts) < min_partitions:
-            i = max(range(len(parts)), key=lambda j: parts[j][2] - parts[j][1])
-            name, lo, hi = parts[i]
-            if hi - lo < 2:
-                break  # every part holds one sequence
-            mid = lo + (hi - lo + 1) // 2
-            parts[i : i + 1] = [(name, lo, mid), (name, mid, hi)]
     return parts
 
 
@@ -359,9 +354,11 @@ class RangeReader:
         start: int,
         end: int,
         stream: str | None = None,
+        refusals: Refusals | None = None,
     ) -> None:
         name = stream if stream is not None else opts.stream
         assert name is not None
+        self._refusals = refusals
         self._js = js
         self._opts = opts
         self._stream = name
@@ -395,6 +392,11 @@ class RangeReader:
             self._done = True  # nothing (matching) from here on
         return consumer
 
+    @property
+    def stream(self) -> str:
+        """The stream read."""
+        return self._stream
+
     def _check_loss(self, start: int, first: int) -> int:
         return check_loss(self._opts, start, first, "read", self._stream)
 
@@ -409,6 +411,7 @@ class RangeReader:
             self._opts.retry_timeout,
             f"reading stream {self._stream!r} from sequence {self._next}",
             on_error=self._forget,
+            refusals=self._refusals,
         )
 
     def _forget(self, exc: Exception) -> None:
@@ -524,7 +527,7 @@ def read_range(
     if start >= end:
         return
     session = shared_session(opts.connect)
-    reader = RangeReader(session.js, opts, start, end, stream)
+    reader = RangeReader(session.js, opts, start, end, stream, session.refusals)
     try:
         while True:
             try:
@@ -537,4 +540,15 @@ def read_range(
             yield batch
     finally:
         if session.usable:
-            session.run(reader.aclose())
+            try:
+                session.run(reader.aclose())
+            except JetStreamError as exc:
+                # Every row was read (or the task failed already): not worth failing
+                # (or hiding) that for; the consumer's inactivity threshold removes it.
+                logger.warning(
+                    "aiojetstream.spark: could not delete a read consumer of stream %r "
+                    "(its inactiveThreshold of %g s removes it): %r",
+                    reader.stream,
+                    opts.inactive_threshold,
+                    exc,
+                )

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 import aiojetstream
 from aiojetstream import (
+    AuthorizationError,
     ClusterUnavailableError,
     ConnectionClosedError,
     DisconnectedError,
@@ -47,7 +48,15 @@ from aiojetstream import (
 
 from ._options import ConnectOptions
 
-__all__ = ["TRANSIENT", "Session", "retrying", "run_once", "run_shared", "shared_session"]
+__all__ = [
+    "TRANSIENT",
+    "Refusals",
+    "Session",
+    "retrying",
+    "run_once",
+    "run_shared",
+    "shared_session",
+]
 
 logger = logging.getLogger("aiojetstream.spark")
 
@@ -109,12 +118,34 @@ def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, js: li
         thread.join(CLOSE_TIMEOUT)
 
 
+class Refusals:
+    """The permission violations the server reported on a connection (nats-py's error callback).
+
+    A request the user may not publish gets no reply, only an asynchronous
+    ``-ERR 'Permissions Violation ...'``: :func:`retrying` consults this to
+    fail at once with the cause instead of retrying a timeout.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = ""
+
+    async def record(self, exc: Exception) -> None:
+        """nats-py's ``error_cb``: count permission violations; log every error once."""
+        text = str(exc) or type(exc).__name__
+        if "permissions violation" in text.lower():
+            self.count += 1
+            self.last = text
+        logger.warning("nats connection error: %s", text)
+
+
 class Session:
     """A private event loop, served by its own thread, with one JetStream connection on it."""
 
     def __init__(self, options: ConnectOptions, *, max_pending: int | None = None) -> None:
         self._options = options
         self._max_pending = max_pending
+        self.refusals = Refusals()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=_serve, args=(self._loop,), name="aiojetstream-spark-session", daemon=True
@@ -132,6 +163,7 @@ class Session:
         opts = self._options
         try:
             kwargs = opts.connect_kwargs()
+            kwargs["error_cb"] = self.refusals.record
             if self._max_pending is not None:
                 kwargs["publish_async_max_pending"] = self._max_pending
         except (OSError, ValueError) as exc:
@@ -313,21 +345,30 @@ async def retrying(
     what: str,
     *,
     on_error: Callable[[Exception], None] | None = None,
+    refusals: Refusals | None = None,
 ) -> T:
     """Await ``work()`` until it succeeds, retrying :data:`TRANSIENT` errors within ``timeout``.
 
     The delay between attempts doubles from 0.1 s up to 2 s. After ``timeout``
     seconds the last error is raised, with a note naming ``what`` and the
     ``retryTimeout`` option. ``on_error`` sees each transient error first (to
-    drop state the failure may have broken).
+    drop state the failure may have broken). A timeout while the server
+    reported a permission violation on the connection (``refusals``) is not
+    retried: :class:`~aiojetstream.AuthorizationError` names the violation.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     delay = _FIRST_DELAY
     while True:
+        refused = refusals.count if refusals is not None else 0
         try:
             return await work()
         except TRANSIENT as exc:
+            if refusals is not None and refusals.count > refused:
+                raise AuthorizationError(
+                    f"aiojetstream.spark: {what}: the server refused it ({refusals.last}); "
+                    "check the user's permissions (and consumerNamePrefix)"
+                ) from exc
             if on_error is not None:
                 on_error(exc)
             left = deadline - loop.time()
@@ -359,7 +400,9 @@ def run_shared(
         session = shared_session(options)
         left = max(0.0, loop_deadline - _now())
         try:
-            return session.run(retrying(functools.partial(work, session.js), left, what))
+            return session.run(
+                retrying(functools.partial(work, session.js), left, what, refusals=session.refusals)
+            )
         except ConnectionClosedError:
             discard(session)
             if _now() >= loop_deadline:

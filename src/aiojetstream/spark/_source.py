@@ -257,14 +257,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``AckNone`` and each partition deletes its own consumer. The per-trigger
     limits are enforced here on every Spark version: Spark >= 4.2 passes the
     batch's start to :meth:`latestOffset`; before, the reader keeps the last
-    end it saw (the initial offset, every batch's end, and the offset Spark
-    hands over at a restart through ``partitions(latest, latest)``).
+    end it planned (the initial offset first, which Spark 4.0/4.1 ask for only
+    after the first batch's end, and at a restart the offset Spark hands over
+    through ``partitions(latest, latest)``). Each end offset holds its batch's
+    start (``"from"``), so a replayed batch reads the same range.
     """
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._available_now: dict[str, int] | None = None
-        #: The end of the last batch planned (for limits on Spark < 4.2).
+        #: Where a new query starts, once asked (``initialOffset``, or the first
+        #: ``latestOffset`` of Spark 4.0/4.1, which comes before it).
+        self._initial: dict[str, Position] | None = None
+        #: The end of the last batch planned (the start of the next on Spark < 4.2).
         self._cursor: dict[str, Position] | None = None
         #: When the last batch was planned (monotonic; ``maxTriggerDelay``).
         self._last_batch: float | None = None
@@ -290,20 +295,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         return self._run(bounds, f"reading the info of {opts.selection()}")
 
+    def _initial_positions(self) -> dict[str, Position]:
+        """Where a new query starts (asked once: ``latest`` moves with every call)."""
+        if self._initial is None:
+            opts = self.opts
+
+            async def initial(js: JetStreamContext) -> dict[str, Position]:
+                positions = {}
+                for name in await resolve_streams(js, opts):
+                    start, _end, bounds = await plan_range(js, opts, streaming=True, stream=name)
+                    positions[name] = Position(start, bounds.created)
+                return positions
+
+            self._initial = self._run(initial, f"planning the start of {opts.selection()}")
+        return self._initial
+
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts (``startingOffsets``, default ``latest``)."""
-        opts = self.opts
-
-        async def initial(js: JetStreamContext) -> dict[str, Position]:
-            positions = {}
-            for name in await resolve_streams(js, opts):
-                start, _end, bounds = await plan_range(js, opts, streaming=True, stream=name)
-                positions[name] = Position(start, bounds.created)
-            return positions
-
-        positions = self._run(initial, f"planning the start of {opts.selection()}")
-        self._cursor = positions
-        return encode(opts, positions)
+        positions = self._initial_positions()
+        if self._cursor is None:
+            self._cursor = positions
+        return encode(self.opts, positions)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """The per-trigger option as Spark's read limit (Spark >= 4.2).
@@ -326,29 +338,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Fix the end of an ``availableNow`` run: what the streams hold now."""
         self._available_now = {name: b.next for name, b in self._all_bounds().items()}
 
-    @property
-    def _limited(self) -> bool:
-        opts = self.opts
-        return (
-            opts.max_records_per_trigger is not None
-            or opts.min_records_per_trigger is not None
-            or opts.max_bytes_per_trigger is not None
-        )
-
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
     ) -> dict[str, Any]:
-        """The end of the next micro-batch: each stream's last sequence + 1, within the limits."""
+        """The end of the next micro-batch: each stream's last sequence + 1, within the limits.
+
+        Returns ``start`` itself when there is nothing to read yet, so Spark
+        plans no batch.
+        """
         opts = self.opts
-        begin = decode(opts, start) if start is not None else self._cursor
-        if begin is None and self._limited:
-            raise InvalidOptionError(_unknown_start_message())
-        bounds = self._all_bounds(list(begin or ()))
+        if start is not None:
+            begin = decode(opts, start)
+        else:  # Spark 4.0 / 4.1: the last end planned, or where a new query starts
+            begin = self._cursor if self._cursor is not None else self._initial_positions()
+        bounds = self._all_bounds(list(begin))
         los: dict[str, int] = {}  # where each stream's next batch starts
         his: dict[str, int] = {}  # the most it may read to
-        created: dict[str, str] = {}
         for name, b in bounds.items():
-            position = (begin or {}).get(name)
+            position = begin.get(name)
             lo = position.seq if position is not None else 1  # a new stream: from its start
             if position is not None and self._recreated(name, position, b):
                 lo = b.first  # failOnDataLoss=false: the new stream from its start
@@ -359,44 +366,49 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if name not in self._available_now:
                     continue  # created after the availableNow run started
                 hi = min(hi, self._available_now[name])
-            los[name], his[name], created[name] = lo, max(lo, hi), b.created
-        for name in begin or ():
+            los[name], his[name] = lo, max(lo, hi)
+        for name in begin:
             if name not in bounds:
                 self._deleted(name)
-        capped = begin is not None and not (
-            ADMISSION_CONTROL and isinstance(limit, ReadAllAvailable)  # Spark: take everything
-        )
         waiting = {n: (max(lo, bounds[n].first), his[n]) for n, lo in los.items()}
-        if capped and begin is not None and self._wait_for_more(waiting):
-            # Too few waiting: the same offsets, so Spark plans no batch yet.
-            positions = {n: p for n, p in begin.items() if n in bounds}
-        else:
-            ends = his
-            if capped:
+        ends = his
+        if not (ADMISSION_CONTROL and isinstance(limit, ReadAllAvailable)):
+            if self._wait_for_more(waiting):
+                ends = {n: p.seq for n, p in begin.items() if n in los}  # no batch yet
+            else:
                 ends = allot(
                     waiting,
                     max_rows=_max_rows(opts, limit),
                     max_bytes=opts.max_bytes_per_trigger,
                     sizes={n: b.size for n, b in bounds.items()},
                 )
-            positions = {n: Position(max(los[n], end), created[n]) for n, end in ends.items()}
-        if begin is None or positions != begin:
+        positions = {
+            n: Position(max(los[n], end), bounds[n].created, los[n]) for n, end in ends.items()
+        }
+        if positions.keys() == begin.keys() and all(
+            p.same_place(begin[n]) for n, p in positions.items()
+        ):
+            positions = begin  # nothing new: the very same offset
+        else:
             self._last_batch = time.monotonic()
         self._cursor = positions
         return encode(opts, positions)
 
     def _wait_for_more(self, ranges: dict[str, tuple[int, int]]) -> bool:
-        """``minOffsetsPerTrigger``: too few waiting and ``maxTriggerDelay`` not yet passed."""
+        """``minOffsetsPerTrigger``: too few waiting and ``maxTriggerDelay`` not yet passed.
+
+        As with Kafka's source, the first trigger of a (re)started query does not wait.
+        """
         opts = self.opts
-        waiting = sum(hi - lo for lo, hi in ranges.values())
-        if opts.min_records_per_trigger is None or self._available_now is not None:
+        if (
+            opts.min_records_per_trigger is None
+            or self._available_now is not None
+            or self._last_batch is None
+        ):
             return False
-        now = time.monotonic()
-        if self._last_batch is None:
-            self._last_batch = now  # the delay counts from the query's first trigger
-        if waiting >= opts.min_records_per_trigger:
+        if sum(hi - lo for lo, hi in ranges.values()) >= opts.min_records_per_trigger:
             return False
-        return now - self._last_batch < opts.max_trigger_delay
+        return time.monotonic() - self._last_batch < opts.max_trigger_delay
 
     def _recreated(self, name: str, position: Position, bounds: Bounds) -> bool:
         """Whether ``position`` is of an earlier stream of the same name (data loss allowed).
@@ -462,30 +474,42 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Ranges of ``[start, end)`` per stream; checks each start is still in its stream.
 
-        Spark calls ``partitions(latest, latest)`` at a restart to hand over the
-        offset it last planned: it becomes the start of the next batch.
+        Each stream's range starts where ``end`` says its batch starts
+        (``"from"``), else at ``start``'s position. Spark calls
+        ``partitions(latest, latest)`` at a restart to hand over the offset it
+        last planned: it becomes the start of the next batch.
         """
         opts = self.opts
         begin, stop = decode(opts, start), decode(opts, end)
         self._cursor = stop
-        moving = [n for n, p in stop.items() if n not in begin or begin[n].seq != p.seq]
-        moving += [n for n, p in stop.items() if n in begin and begin[n].created != p.created]
-        if not moving:
+        wanted: dict[str, int] = {}
+        for name, p in stop.items():
+            if begin.get(name) == p:
+                continue  # the restart hand-over, partitions(latest, latest): nothing to read
+            if p.start is not None:
+                lo = p.start
+            elif name in begin:  # an end offset written before "from" existed
+                same = begin[name].created in (None, p.created)
+                lo = begin[name].seq if same else 0
+            else:
+                lo = 1  # a stream new in this batch: from its start
+            if lo != p.seq:
+                wanted[name] = lo
+        if not wanted:
             return []
-        bounds = self._all_bounds(moving)
+        bounds = self._all_bounds(list(wanted))
         ranges: list[tuple[str, int, int]] = []
-        for name in dict.fromkeys(moving):
+        for name, lo in wanted.items():
             b = bounds.get(name)
             if b is None:
                 continue  # deleted since the batch was planned: reported by latestOffset
-            lo, hi = (begin[name].seq if name in begin else 1), stop[name].seq
-            if name in begin and self._recreated(name, begin[name], b):
+            if self._recreated(name, stop[name], b):
+                continue  # created again since the batch was planned: the next batch
+            if lo == 0:  # created again before this batch (an old end offset)
                 lo = b.first
-                if self._recreated(name, stop[name], b):
-                    continue  # recreated again since the end was chosen: the next batch
+            hi = stop[name].seq
             if hi < lo:
-                # Offsets went backwards (the stream was deleted and created again).
-                self._behind(name, lo, hi)
+                self._behind(name, lo, hi)  # offsets went backwards (an old end offset)
                 continue
             if name not in begin:
                 lo = max(lo, b.first)  # a new stream: from what it holds
@@ -509,14 +533,3 @@ def _max_rows(opts: SourceOptions, limit: ReadLimit | None) -> int | None:
     if ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
         return int(limit.max_rows)
     return opts.max_records_per_trigger
-
-
-def _unknown_start_message() -> str:
-    import pyspark
-
-    return (
-        f"aiojetstream.spark: Spark {pyspark.__version__} asked for the end of a micro-batch "
-        "without its start, so maxOffsetsPerTrigger / minOffsetsPerTrigger / "
-        "maxBytesPerTrigger cannot be enforced; the query stops rather than ignore them. "
-        "Please report this with your Spark version."
-    )
