@@ -88,15 +88,15 @@ def test_available_now_and_restart_from_checkpoint(
     before = len(sink.seqs)
     run_available_now(df, sink, tmp_path / "cp")
     assert len(sink.seqs) == before
-    # The offsets Spark checkpointed are {"stream", "seq", "created"} with seq = next
-    # sequence and the stream's creation time.
+    # The offsets Spark checkpointed are {"stream", "seq", "created", "from"} with seq =
+    # next sequence, the stream's creation time and where that batch started.
     offsets = sorted(
         (p for p in (tmp_path / "cp" / "offsets").iterdir() if p.name.isdigit()),
         key=lambda p: int(p.name),
     )
     last = json.loads(offsets[-1].read_text().splitlines()[-1])
     created = nats.run(lambda js: js.stream(name)).cached_info.created.isoformat()
-    assert last == {"stream": name, "seq": 401, "created": created}
+    assert last == {"stream": name, "seq": 401, "created": created, "from": 371}
 
 
 def test_default_start_is_latest(
