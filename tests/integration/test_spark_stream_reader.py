@@ -286,3 +286,23 @@ def test_available_now_excludes_later_streams_and_messages(nats: Nats) -> None:
 
 def test_partition_repr_names_the_stream() -> None:
     assert repr(SequenceRange(1, 5, "S")) == "SequenceRange(1, 5, 'S')"
+
+
+def test_offsets_of_the_previous_format_still_restart(nats: Nats) -> None:
+    """Checkpoints written before multi-stream reads: no "from" (and, older, no "created")."""
+    stream = unique_name("OLD")
+    create(nats, stream, count=30)
+    created = nats.run(lambda js: js.stream(stream)).cached_info.created.isoformat()
+    r = reader(nats.url, stream=stream)
+    old_start = {"stream": stream, "seq": 11, "created": created}
+    old_end = {"stream": stream, "seq": 21, "created": created}
+    # A batch planned before the upgrade, replayed after it.
+    assert ranges(r.partitions(old_start, old_end)) == [(stream, 11, 21)]
+    # The next batch, planned now, goes on from the old end.
+    end = r.latestOffset(old_end, r.getDefaultReadLimit())
+    assert end == {"stream": stream, "seq": 31, "created": created, "from": 21}
+    assert ranges(r.partitions(old_end, end)) == [(stream, 21, 31)]
+    # Without "created" (older still): read as it is.
+    assert ranges(r.partitions({"stream": stream, "seq": 5}, {"stream": stream, "seq": 9})) == [
+        (stream, 5, 9)
+    ]
