@@ -57,6 +57,22 @@ def reader(url: str, **options: str) -> StreamReader:
     return StreamReader(parse_source_options({"servers": url, **options}, streaming=True))
 
 
+def first_batch(r: StreamReader, protocol: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The first batch's start and end, asked in the order the Spark version asks."""
+    if protocol == "4.2+":
+        start = r.initialOffset()
+        return start, r.latestOffset(start, r.getDefaultReadLimit())
+    end = r.latestOffset()  # Spark 4.0/4.1 ask for the first batch's end first
+    return r.initialOffset(), end
+
+
+def next_end(r: StreamReader, start: dict[str, Any], protocol: str) -> dict[str, Any]:
+    """The next batch's end: Spark >= 4.2 passes the start; 4.0/4.1 do not."""
+    if protocol == "4.2+":
+        return r.latestOffset(start, r.getDefaultReadLimit())
+    return r.latestOffset()
+
+
 def seqs(offset: dict[str, Any]) -> dict[str, int]:
     if "stream" in offset:
         return {offset["stream"]: offset["seq"]}
@@ -142,13 +158,7 @@ def test_max_offsets_per_trigger_on_every_protocol(nats: Nats, protocol: str) ->
     create(nats, b, count=100)
     opts = {"streams": f"{a},{b}", "startingOffsets": "earliest", "maxOffsetsPerTrigger": "40"}
     r = reader(nats.url, **opts)
-    if protocol == "4.2+":
-        start = r.initialOffset()
-        end = r.latestOffset(start, r.getDefaultReadLimit())
-    else:
-        # Spark 4.0/4.1 ask for the first batch's end first, then for the start.
-        end = r.latestOffset()
-        start = r.initialOffset()
+    start, end = first_batch(r, protocol)
     seen = {a: 0, b: 0}
     batches = 0
     while end != start:

@@ -6,10 +6,12 @@ import asyncio
 import json
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from nats.aio.msg import Msg as NatsMsg
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 import aiojetstream
 from aiojetstream import JetStreamContext, RawStreamMessage
@@ -131,3 +133,31 @@ class CreateSpy:
         loop.call_soon_threadsafe(loop.stop)
         self._thread.join(10)
         self._nats.close()
+
+
+def run_available_now(
+    df: DataFrame, sink: Callable[[DataFrame, int], None], checkpoint: Path
+) -> None:
+    """Run ``df`` into the foreachBatch ``sink`` (Trigger.AvailableNow); raise any error."""
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(180)
+    exc = query.exception()
+    if exc is not None:
+        raise exc
+
+
+def start_query(
+    df: DataFrame, sink: Callable[[DataFrame, int], None], checkpoint: Path, interval: str
+) -> StreamingQuery:
+    """Start ``df`` into the ``foreachBatch`` ``sink`` with a processing-time trigger."""
+    return (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=interval)
+        .start()
+    )

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from aiojetstream import JetStreamContext, StreamConfig
 from helpers import wait_until_sync
-from spark.spark_helpers import CreateSpy, Nats
+from spark.spark_helpers import CreateSpy, Nats, run_available_now, start_query
 
 
 def create(nats_: Nats, stream: str, count: int, subject: str = "e") -> None:
@@ -229,19 +229,6 @@ def stream_df(spark: SparkSession, url: str, **options: Any) -> DataFrame:
     return r.load()
 
 
-def run_available_now(df: DataFrame, sink: Collector, checkpoint: Path) -> None:
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(180)
-    exc = query.exception()
-    if exc is not None:
-        raise exc
-
-
 def test_pattern_query_picks_up_new_streams_and_fails_on_a_deleted_one(
     spark: SparkSession, nats: Nats, name: str, tmp_path: Path
 ) -> None:
@@ -249,12 +236,7 @@ def test_pattern_query_picks_up_new_streams_and_fails_on_a_deleted_one(
     create(nats, a, 4)
     sink = Collector()
     df = stream_df(spark, nats.url, streamPattern=f"{name}-.*", startingOffsets="earliest")
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    query = start_query(df, sink, tmp_path / "cp", "200 milliseconds")
     try:
         wait_until_sync(lambda: len(sink.rows) == 4, timeout=60)
         create(nats, b, 3)  # after the query started: read from its first message
@@ -278,12 +260,7 @@ def test_max_offsets_per_trigger_over_streams(
         spark, nats.url, streams=f"{a},{b}", startingOffsets="earliest", maxOffsetsPerTrigger=25
     )
     # A processing-time trigger: Spark 4.0/4.1 run Trigger.AvailableNow as one batch.
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
+    query = start_query(df, sink, tmp_path / "cp", "100 milliseconds")
     try:
         wait_until_sync(lambda: len(sink.rows) >= 120 or not query.isActive, timeout=120)
     finally:

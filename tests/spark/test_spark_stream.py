@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from aiojetstream import JetStreamContext, StreamConfig
 from aiojetstream.spark._source import ADMISSION_CONTROL
 from helpers import wait_until_sync
-from spark.spark_helpers import Nats
+from spark.spark_helpers import Nats, run_available_now, start_query
 
 
 def create(nats: Nats, stream: str) -> None:
@@ -54,19 +54,6 @@ def stream_df(spark: SparkSession, url: str, stream: str, **options: Any) -> Dat
     for key, value in options.items():
         r = r.option(key, str(value))
     return r.load()
-
-
-def run_available_now(df: DataFrame, sink: Collector, checkpoint: Path) -> None:
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    exc = query.exception()
-    if exc is not None:
-        raise exc
 
 
 def test_available_now_and_restart_from_checkpoint(
@@ -118,12 +105,7 @@ def test_processing_time_trigger(
     create(nats, name)
     sink = Collector()
     df = stream_df(spark, nats.url, name, startingOffsets="earliest")
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
+    query = start_query(df, sink, tmp_path / "cp", "500 milliseconds")
     try:
         publish(nats, name, 0, 100)
         wait_until_sync(lambda: len(sink.seqs) >= 100, timeout=60, message="first 100")
@@ -143,12 +125,7 @@ def test_max_records_per_trigger(
     publish(nats, name, 0, 350)
     sink = Collector()
     df = stream_df(spark, nats.url, name, startingOffsets="earliest", maxRecordsPerTrigger=100)
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
+    query = start_query(df, sink, tmp_path / "cp", "100 milliseconds")
     try:
         wait_until_sync(
             lambda: len(sink.seqs) >= 350 or not query.isActive, timeout=120, interval=0.1
