@@ -39,7 +39,6 @@ def orders() -> DataFrame:
         .option("servers", NATS_URL)
         .option("stream", ORDERS_STREAM)
         .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", 10_000)
     )
     if ORDERS_SUBJECT:
         reader = reader.option("subject", ORDERS_SUBJECT)
