@@ -184,6 +184,8 @@ def run_totals_job(spark: SparkSession, url: str, checkpoint: str) -> None:
     query.awaitTermination()
     progress = query.lastProgress
     end = progress["sources"][0]["endOffset"] if progress else None
+    if isinstance(end, dict):  # Spark 4.0 hands the offset over parsed; later, as JSON text
+        end = json.dumps(end)
     print(f"  query done; checkpointed offset {end}")
 
 

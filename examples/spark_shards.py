@@ -114,7 +114,10 @@ def copy_shards(spark: SparkSession, url: str, checkpoint: str) -> None:
     batches = [p for p in query.recentProgress if p["numInputRows"]]
     sizes = [int(p["numInputRows"]) for p in batches]
     print(f"  {sum(sizes)} orders copied in micro-batches of {sizes}")
-    end = json.loads(batches[-1]["sources"][0]["endOffset"])["streams"]
+    end = batches[-1]["sources"][0]["endOffset"]
+    if isinstance(end, str):  # JSON text, except on Spark 4.0 (parsed already)
+        end = json.loads(end)
+    end = end["streams"]
     print("  checkpointed: " + ", ".join(f"{s} next {p['seq']}" for s, p in sorted(end.items())))
 
 
