@@ -178,6 +178,7 @@ def test_stream_reader_offsets_going_backwards_and_lost_gaps(nats_server: NatsSe
             "stream": rr5,
             "seq": 911,
             "created": created,
+            "from": 1,  # the batch's start: partitions() reports the gap (1..900)
         }
         # 4.0/4.1: latestOffset() has no start; a checkpoint past the end shows in partitions().
         end = reader.latestOffset()

@@ -71,7 +71,7 @@ def test_stream_reader_offsets_after_an_idle_trigger_interval(server: NatsServer
     reader = StreamReader(opts)
     try:
         start = reader.initialOffset()
-        end = {"stream": stream, "seq": 11, "created": start["created"]}
+        end = {"stream": stream, "seq": 11, "created": start["created"], "from": 1}
         assert reader.latestOffset(start) == end
         wait_for_a_stale_connection(server)
         # Was: JetStreamTimeoutError (the server had closed the unserved connection).

@@ -506,6 +506,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._recreated(name, stop[name], b):
                 continue  # created again since the batch was planned: the next batch
             if lo == 0:  # created again before this batch (an old end offset)
+                self._recreated(name, begin[name], b)  # raises, or warns (failOnDataLoss)
                 lo = b.first
             hi = stop[name].seq
             if hi < lo:
