@@ -282,3 +282,12 @@ def test_guarded_turns_errors_into_one_line_and_an_exit_code(
         guarded(Options(), fail(typer.Exit(3)))
     assert exited.value.exit_code == 3
     assert guarded(Options(), lambda: 42) == 42
+
+
+def test_global_options_repr_shows_no_secret() -> None:
+    from aiojetstream.cli._common import Options
+
+    shown = repr(Options(user="alice", password="pa:ss/w@rd", token="t0ken-42"))
+    assert "alice" in shown
+    assert "pa:ss/w@rd" not in shown
+    assert "t0ken-42" not in shown

@@ -10,7 +10,7 @@ import re
 import ssl
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -97,8 +97,8 @@ class Options:
 
     servers: str = DEFAULT_SERVER
     user: str | None = None
-    password: str | None = None
-    token: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
     creds: Path | None = None
     nkey: Path | None = None
     tls_ca: Path | None = None
