@@ -22,14 +22,13 @@ def pytest_configure(config: pytest.Config) -> None:
 #: Test files whose tests share one xdist worker (``make test`` runs ``-n 2
 #: --dist loadgroup``): the Spark tests share one SparkSession (a JVM of its own)
 #: and the Spark example starts another, so they run one after the other on one
-#: worker; the Spark tests that start JVMs of their own in subprocesses (a
-#: standalone cluster, Spark Connect, ``spark-pipelines``) form another group,
-#: beside it (at most one such set of JVMs at a time; Connect's port is fixed);
+#: worker, and so do the Spark tests that start JVMs of their own in subprocesses
+#: (a standalone cluster, Spark Connect, ``spark-pipelines``; Connect's port is
+#: fixed): two sets of JVMs at once starve the other worker's time-bound tests
+#: on a 2-core machine (seen: CLI process tests timing out);
 #: a three-node cluster is the heaviest server set-up, so at most one runs at a
 #: time. The first matching prefix wins.
 _GROUPS = {
-    "tests/spark/test_spark_deployments.py": "spark-deployments",
-    "tests/spark/test_spark_pipeline_example.py": "spark-deployments",
     "tests/spark/": "spark",
     "tests/integration/test_examples.py": "spark",
     "tests/reliability/": "cluster",

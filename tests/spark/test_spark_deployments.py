@@ -4,9 +4,9 @@ Each test runs ``drivers/three_ways.py`` in a process of its own (one Python
 process holds one SparkContext; the session's is a ``local[2,4]`` one): a
 batch read of a stream, a batch write into a second stream and a streaming
 copy into a third, then checks the three streams with its own connection and
-that the reads left no consumer behind. These tests have an xdist group of
-their own ("spark-deployments", ``tests/conftest.py``): they start JVMs of
-their own and run beside the session's.
+that the reads left no consumer behind. They start JVMs of their own, one
+after the other with the other Spark tests (the "spark" xdist group,
+``tests/conftest.py``).
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ _SOURCE_KEYS: Final = _CONNECT_KEYS | {
     "consumernameprefix",
     "retrytimeout",
 }
-_SINK_KEYS: Final = _CONNECT_KEYS | {"subject", "dedupe", "maxpending"}
+_SINK_KEYS: Final = _CONNECT_KEYS | {"subject", "dedupe", "maxpending", "retrytimeout"}
 _KV_KEYS: Final = _CONNECT_KEYS | {"bucket", "maxpending"}
 #: Keys Spark itself adds to a source's or sink's options: never refused.
 _SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation", "queryname"})
@@ -869,6 +869,8 @@ class SinkOptions:
     subject: str | None = None
     dedupe: Dedupe = "none"
     max_pending: int = 4000
+    #: Seconds the driver-side check of the sink retries through a leader election.
+    retry_timeout: float = DEFAULT_RETRY_TIMEOUT
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -894,6 +896,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         subject=subject,
         dedupe=dedupe,  # type: ignore[arg-type]
         max_pending=_positive_int(opts, "maxpending", "maxPending") or 4000,
+        retry_timeout=_positive_float(opts, "retrytimeout", "retryTimeout", DEFAULT_RETRY_TIMEOUT),
     )
 
 

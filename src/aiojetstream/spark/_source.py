@@ -44,7 +44,7 @@ from ._read import (
     split_ranges,
     stream_bounds,
 )
-from ._runtime import run_once, run_shared
+from ._runtime import run_shared
 from ._write import StreamWriter, Writer, check_sink_schema
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
@@ -176,7 +176,8 @@ def _check_sink_subject(opts: SinkOptions) -> None:
                 f"{opts.subject!r}"
             ) from exc
 
-    run_once(opts.connect, check)
+    # Spark calls this again for every micro-batch's commit: ride out a leader election.
+    run_shared(opts.connect, check, timeout=opts.retry_timeout, what="checking the sink's subject")
 
 
 def _pushing_filters() -> bool:
