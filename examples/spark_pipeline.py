@@ -24,6 +24,7 @@ again at the start.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import json
@@ -184,7 +185,9 @@ def run_totals_job(spark: SparkSession, url: str, checkpoint: str) -> None:
     query.awaitTermination()
     progress = query.lastProgress
     end = progress["sources"][0]["endOffset"] if progress else None
-    if isinstance(end, dict):  # Spark 4.0 hands the offset over parsed; later, as JSON text
+    if isinstance(end, str) and end.startswith("{'"):  # Spark 4.0: the offset's Python repr
+        end = ast.literal_eval(end)
+    if isinstance(end, dict):
         end = json.dumps(end)
     print(f"  query done; checkpointed offset {end}")
 

@@ -26,6 +26,7 @@ streams ``SHARD-*`` and ``ALL_ORDERS`` are deleted and created again at the star
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import json
@@ -115,8 +116,8 @@ def copy_shards(spark: SparkSession, url: str, checkpoint: str) -> None:
     sizes = [int(p["numInputRows"]) for p in batches]
     print(f"  {sum(sizes)} orders copied in micro-batches of {sizes}")
     end = batches[-1]["sources"][0]["endOffset"]
-    if isinstance(end, str):  # JSON text, except on Spark 4.0 (parsed already)
-        end = json.loads(end)
+    if isinstance(end, str):  # JSON text (Spark 4.0 may give the offset's Python repr)
+        end = ast.literal_eval(end) if end.startswith("{'") else json.loads(end)
     end = end["streams"]
     print("  checkpointed: " + ", ".join(f"{s} next {p['seq']}" for s, p in sorted(end.items())))
 
