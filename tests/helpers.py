@@ -211,3 +211,16 @@ async def recorded_publish(
         raise
     outcomes.append("duplicate" if ack.duplicate else "stored")
     return ack
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a subprocess a test interrupts: SIGINT as a shell starts it.
+
+    A child inherits ignored and blocked signals from the test process; a pytest
+    worker may have SIGINT ignored or blocked (seen with the full suite under
+    pytest-xdist), and a program started from a shell never does.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

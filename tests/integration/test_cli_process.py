@@ -33,7 +33,7 @@ from typer.testing import CliRunner
 
 import aiojetstream
 from aiojetstream.cli._app import app
-from helpers import unique_name, wait_until_sync
+from helpers import interruptible, unique_name, wait_until_sync
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 BOUND = 60.0  # seconds: generous, for a loaded two-core machine
@@ -163,6 +163,7 @@ def test_server_command_runs_until_interrupted() -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=env(),
+        preexec_fn=interruptible,
     )
     try:
         assert proc.stderr is not None
@@ -341,6 +342,7 @@ def test_interrupted_async_publish_is_quiet(nats_url: str) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=env(NATS_URL=nats_url),
+        preexec_fn=interruptible,
     )
     try:
         wait_until_sync(lambda: stored(nats_url, stream) >= 1000, timeout=BOUND)

@@ -20,6 +20,7 @@ import pytest
 from nats.aio.client import Client
 
 from aiojetstream.testing import NatsCluster, NatsServer
+from helpers import interruptible
 
 # Generous bounds: these tests must pass on a loaded 2-core machine.
 REQUEST_TIMEOUT = 10.0
@@ -543,6 +544,7 @@ def test_cli_serve_until_interrupted() -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     try:
         assert proc.stderr is not None
