@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -307,3 +308,65 @@ async def test_a_message_larger_than_a_pull_s_bytes_is_read_alone() -> None:
         finally:
             await reader.aclose()
         assert sizes == [huge, 5]
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("the task failed"), KeyboardInterrupt()])
+def test_clean_up_after_a_failure_is_short_and_keeps_the_failure(
+    failure: BaseException, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task that fails while its server hangs: the consumer delete in the clean-up
+    gets CLEANUP_TIMEOUT (not a 10 s request timeout), the task's own error is what
+    is raised, and the clean-up's failure is a note on it (and a warning)."""
+    from aiojetstream.spark._read import CLEANUP_TIMEOUT, read_range
+    from aiojetstream.spark._runtime import _close_shared
+
+    with NatsServer() as server:
+
+        async def setup() -> str:
+            async with await aiojetstream.connect(server.url) as js:
+                return await fill(js, "CLEAN", 5000)
+
+        name = asyncio.run(setup())
+        opts = parse_source_options(
+            {"stream": name, "servers": server.url, "timeout": "10"}, streaming=False
+        )
+        batches = read_range(opts, 1, 5001)
+        try:
+            assert next(batches).num_rows > 0
+            server.freeze()
+            started = time.monotonic()
+            with pytest.raises(type(failure)) as raised:
+                batches.throw(failure)  # fails where Spark holds the task
+            took = time.monotonic() - started
+            server.thaw()
+        finally:
+            _close_shared()
+    assert raised.value is failure
+    assert took < CLEANUP_TIMEOUT + 3  # a 10 s request timeout before the fix
+    (note,) = raised.value.__notes__
+    assert f"could not delete a read consumer of stream {name!r}" in note
+    assert "no reply within 2 s" in note
+    assert any(note in r.getMessage() for r in caplog.records)
+
+
+def test_clean_up_after_success_deletes_the_consumer(nats_server: NatsServer) -> None:
+    """The control: a read that ends normally (or that Spark closes early) deletes its
+    consumer and raises nothing."""
+    from aiojetstream.spark._read import read_range
+
+    async def setup() -> str:
+        async with await aiojetstream.connect(nats_server.url) as js:
+            return await fill(js, "CLEAN2", 5000)
+
+    async def consumers(name: str) -> list[str]:
+        async with await aiojetstream.connect(nats_server.url) as js:
+            return [n async for n in js.consumer_names(name)]
+
+    name = asyncio.run(setup())
+    opts = parse_source_options({"stream": name, "servers": nats_server.url}, streaming=False)
+    assert sum(b.num_rows for b in read_range(opts, 1, 5001)) == 5000
+    batches = read_range(opts, 1, 5001)
+    assert next(batches).num_rows > 0
+    assert len(asyncio.run(consumers(name))) == 1
+    batches.close()  # Spark's limit reached
+    assert asyncio.run(consumers(name)) == []

@@ -13,6 +13,7 @@ within ``retryTimeout`` (:func:`~aiojetstream.spark._runtime.retrying`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import heapq
 import logging
@@ -47,7 +48,7 @@ from ._options import (
     JetStreamSparkWarning,
     SourceOptions,
 )
-from ._runtime import TRANSIENT, Refusals, discard, retrying, shared_session
+from ._runtime import TRANSIENT, Refusals, Session, discard, retrying, shared_session
 
 __all__ = [
     "SCHEMA",
@@ -93,6 +94,8 @@ _TARGET_BYTES: Final = 8 << 20
 #: client (``max_pending``, 64 MiB) it drops the connection as a slow consumer,
 #: which 2,000 messages of 40 KB could do.
 _PULL_BYTES: Final = 32 << 20
+#: Seconds a read task's clean-up may take after a failure (the consumer delete).
+CLEANUP_TIMEOUT: Final = 2.0
 
 
 class DataLossError(JetStreamError):
@@ -528,6 +531,7 @@ def read_range(
         return
     session = shared_session(opts.connect)
     reader = RangeReader(session.js, opts, start, end, stream, session.refusals)
+    failure: BaseException | None = None
     try:
         while True:
             try:
@@ -538,17 +542,37 @@ def read_range(
             if batch is None:
                 return
             yield batch
+    except GeneratorExit:
+        raise  # Spark closed the iterator early (a limit reached): an ordinary end
+    except BaseException as exc:
+        failure = exc
+        raise
     finally:
-        if session.usable:
-            try:
-                session.run(reader.aclose())
-            except JetStreamError as exc:
-                # Every row was read (or the task failed already): not worth failing
-                # (or hiding) that for; the consumer's inactivity threshold removes it.
-                logger.warning(
-                    "aiojetstream.spark: could not delete a read consumer of stream %r "
-                    "(its inactiveThreshold of %g s removes it): %r",
-                    reader.stream,
-                    opts.inactive_threshold,
-                    exc,
-                )
+        _close_reader(session, reader, opts, failure)
+
+
+def _close_reader(
+    session: Session, reader: RangeReader, opts: SourceOptions, failure: BaseException | None
+) -> None:
+    """Delete the task's consumer; never fail (or hide) the task for it.
+
+    After a failure (``failure``) the delete gets :data:`CLEANUP_TIMEOUT`
+    seconds at most, so a lost server does not hold the task for a request
+    timeout, and a clean-up error becomes a note on ``failure`` (which stays
+    the error raised) as well as a warning. Either way the consumer's
+    ``inactiveThreshold`` removes what was not deleted.
+    """
+    if not session.usable:
+        return  # the connection is gone: its consumer goes with its inactivity threshold
+    limit = CLEANUP_TIMEOUT if failure is not None else opts.connect.timeout
+    try:
+        session.run(asyncio.wait_for(reader.aclose(), limit))
+    except Exception as exc:
+        why = f"no reply within {limit:g} s" if isinstance(exc, TimeoutError) else repr(exc)
+        what = (
+            f"aiojetstream.spark: could not delete a read consumer of stream {reader.stream!r} "
+            f"(its inactiveThreshold of {opts.inactive_threshold:g} s removes it): {why}"
+        )
+        logger.warning("%s", what)
+        if failure is not None:
+            failure.add_note(what)
