@@ -198,6 +198,38 @@ async def test_clear_backlog_on_limits_and_interest_streams(js: JetStreamContext
     await wait_until(emptied, timeout=5)
 
 
+async def test_clear_backlog_drops_delivered_unacknowledged_messages(
+    js: JetStreamContext,
+) -> None:
+    """Everything delivered is past the end, but three messages wait for an ack: the
+    reset must still happen, or they are redelivered after ack_wait and an interest
+    stream never removes them."""
+    stream = await stream_with(js, "CU", 0, retention=RetentionPolicy.INTEREST)
+    consumer = await durable(js, stream, "u", ack_wait=1)
+    for i in range(3):
+        await js.publish(f"{stream}.a", b"%d" % i)
+    async with await consumer.fetch(3, expires=5) as fetched:
+        got = await fetched.collect()
+    assert [m.metadata.sequence.stream for m in got] == [1, 2, 3]  # never acknowledged
+    before = await consumer.info()
+    assert (before.num_pending, before.num_ack_pending) == (0, 3)
+    assert await consumer.clear_backlog() == 4
+    after = await consumer.info()
+    assert (after.num_pending, after.num_ack_pending) == (0, 0)
+    with pytest.raises(FetchTimeoutError):
+        await consumer.next(expires=2)  # twice ack_wait: nothing is redelivered
+
+    async def emptied() -> bool:
+        return (await js.stream(stream)).cached_info.state.messages == 0
+
+    await wait_until(emptied, timeout=5)
+    # The consumer is live: the next message arrives, and only it.
+    await js.publish(f"{stream}.a", b"next")
+    msg = await consumer.next(expires=5)
+    assert (msg.metadata.sequence.stream, msg.data) == (4, b"next")
+    await msg.ack()
+
+
 async def test_clear_backlog_of_a_consumer_starting_after_the_end_is_a_no_op(
     js: JetStreamContext,
 ) -> None:

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 import aiojetstream
 from aiojetstream import KeyNotFoundError, KeyValueConfig, StreamConfig
 from aiojetstream.testing import NatsServer
-from docblocks import DOCS, nats_url_env, page_namespace, run_blocks
+from docblocks import DOCS, nats_url_env, page_namespace, run_block, run_blocks, runnable_blocks
 
 PAGE = DOCS / "spark.md"
 MIN_BLOCKS = 6
@@ -39,9 +39,10 @@ async def test_spark_page_blocks_run_in_order(spark: SparkSession) -> None:
             # for the session's later tests): first prove they were found without it.
             seen = spark.read.format("jetstream").option("servers", server.url)
             assert seen.option("stream", "ORDERS").load().count() == len(ORDERS)
+            namespace = page_namespace(PAGE, js)
             with nats_url_env(server.url):
                 try:
-                    await run_blocks(PAGE, page_namespace(PAGE, js), MIN_BLOCKS, in_thread=False)
+                    await run_blocks(PAGE, namespace, MIN_BLOCKS, in_thread=False)
                 finally:
                     spark.sparkContext.setLogLevel("ERROR")  # the setup block sets WARN
             # What the blocks claim to have done.
@@ -50,6 +51,15 @@ async def test_spark_page_blocks_run_in_order(spark: SparkSession) -> None:
             eu = sum(1 for region, _ in ORDERS if region == "eu") + 1  # and o-1 of the write
             archive = await js.stream("ARCHIVE")
             assert (await archive.info()).state.messages == eu  # the streaming copy
+            # Run the copy again after two more EU orders: its next micro-batch (same
+            # query, partitions and row numbers, another batch id) copies exactly those.
+            for n in (6, 7):
+                order = {"order_id": f"o-{n}", "amount": 1.0, "ts": "2026-11-24T05:49:00Z"}
+                await js.publish("orders.eu", json.dumps(order).encode())
+            (copy,) = [b for b in runnable_blocks(PAGE) if '"archive.orders.eu"' in b.source]
+            with nats_url_env(server.url):
+                await run_block(copy.source, copy.number, namespace, PAGE.name, in_thread=False)
+            assert (await archive.info()).state.messages == eu + 2
             entry = await totals.get("2026-11-24T05-47")
             assert json.loads(entry.value) == {"orders": 104, "amount": "11554.92"}
             with pytest.raises(KeyNotFoundError):  # a null value deletes the key

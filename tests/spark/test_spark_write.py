@@ -164,6 +164,9 @@ def test_failed_ack_fails_the_write(spark: SparkSession, nats: Nats, name: str) 
 def test_streaming_write_dedupe_auto_with_retries_and_replay(
     spark: SparkSession, nats: Nats, name: str, tmp_path: Path, small_arrow_batches: None
 ) -> None:
+    """Several micro-batches (maxRecordsPerTrigger), failed task attempts and a
+    replayed batch store every row exactly once: the ids hold the batch id, so the
+    batches' equal partition and row numbers are not taken for duplicates."""
     source, target = name + "SRC", name + "DST"
     create(nats, source)
     create(nats, target)
@@ -180,33 +183,41 @@ def test_streaming_write_dedupe_auto_with_retries_and_replay(
         .option("stream", source)
         .option("startingOffsets", "earliest")
         .option("numPartitions", "2")
+        .option("maxRecordsPerTrigger", str(ROWS // 4))
         .load()
         .select(fail_first_attempt(col("seq") - 1).alias("n"), col("data"))
         .select("data")
     )
 
-    def run() -> None:
+    def run() -> int:
+        """Run the query until it has copied what the source holds; its batches."""
         query = (
             df.writeStream.format("jetstream")
             .option("servers", nats.url)
             .option("subject", f"{target}.copy")
             .option("dedupe", "auto")
             .option("checkpointLocation", str(tmp_path / "cp"))
-            .trigger(availableNow=True)
+            .trigger(processingTime="0 seconds")  # several capped batches on every version
             .start()
         )
-        query.awaitTermination(120)
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
         assert query.exception() is None
+        return sum(1 for p in query.recentProgress if p["numInputRows"])
 
-    run()
+    assert run() >= 4
     assert stored(nats, target) == ROWS
+    copied = rows(reader(spark, nats.url, target).load())
+    assert sorted(int(r["data"]) for r in copied) == list(range(ROWS))
     # Replay the last micro-batch, as after a crash between the write and the commit
     # log: the same query and batch ids, so the stream drops every copy.
     commits = [p for p in (tmp_path / "cp" / "commits").iterdir() if p.name.isdigit()]
     last = max(commits, key=lambda p: int(p.name))
     last.unlink()
     (tmp_path / "cp" / "commits" / f".{last.name}.crc").unlink(missing_ok=True)
-    run()
+    assert run() >= 1
     assert stored(nats, target) == ROWS
 
 
