@@ -13,7 +13,8 @@ import re
 from datetime import timedelta
 from typing import Final
 
-from ._errors import InvalidNameError, InvalidOptionError, InvalidSubjectError
+from . import _bounds as B
+from ._errors import InvalidNameError, InvalidSubjectError
 
 MAX_NAME_LEN: Final = 255
 
@@ -61,7 +62,7 @@ MAX_SUBJECT_BYTES: Final = 3800
 
 
 #: The largest stream sequence (nats-server's uint64; it reads larger ones modulo 2**64).
-MAX_SEQUENCE: Final = 2**64 - 1
+MAX_SEQUENCE: Final = B.MAX_UINT64
 
 
 def check_sequence(value: object, name: str, minimum: int = 0) -> int:
@@ -72,35 +73,19 @@ def check_sequence(value: object, name: str, minimum: int = 0) -> int:
             expected sequence of 2**64 + 2 matched sequence 2).
 
     """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not minimum <= value <= MAX_SEQUENCE
-    ):
-        raise InvalidOptionError(
-            f"{name} must be an int from {minimum} to 2**64 - 1, got {value!r}"
-        )
-    return int(value)
+    return B.sequence(value, name, minimum)
 
 
 def check_timeout(timeout: object) -> float | None:
-    """A caller's ``timeout``: None, or a finite number of seconds above 0.
+    """A caller's ``timeout``: None, or positive seconds up to ``_bounds.MAX_WAIT`` (292 years).
 
     Raises:
         InvalidOptionError: anything else (0 or less sent the request and then
-            reported it failed; NaN or infinity never timed out).
+            reported it failed; NaN or infinity never timed out; 1e300 meant
+            forever, and a giant int raised OverflowError).
 
     """
-    if timeout is None:
-        return None
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise InvalidOptionError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    return float(timeout)
+    return B.timeout(timeout)
 
 
 def validate_publish_subject(subject: object) -> str:
