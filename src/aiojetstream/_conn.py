@@ -75,6 +75,7 @@ from ._errors import (
     NoRespondersError,
     TLSError,
 )
+from ._redact import connection_secrets, mentions, redact_servers, redact_url, scrub
 from ._validation import check_timeout
 
 __all__ = [
@@ -175,7 +176,10 @@ CONNECT_RETRY_WAIT = 0.25
 
 
 async def _log_connection_error(exc: Exception) -> None:
-    """Default nats-py error callback: one log line, not a traceback per attempt."""
+    """Default nats-py error callback: one log line, not a traceback per attempt.
+
+    The error comes screened (:func:`_initial_error_cb`): no secret in its text.
+    """
     logger.warning("nats connection error: %s", exc or type(exc).__name__)
 
 
@@ -204,7 +208,7 @@ def _guard_tls(nc: NatsClient, reasons: list[str]) -> None:
             and server.uri.scheme == "tls"
             and not info.get("tls_required")
         ):
-            where = f"{server.uri.hostname}:{server.uri.port}"  # never the credentials
+            where = redact_url(server.uri.geturl())  # never the credentials
             reason = f"{where} does not offer TLS but was given as a tls:// URL"
             reasons.append(reason)
             raise nats_errors.SecureConnRequiredError(reason)
@@ -229,12 +233,21 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       :class:`TLSError` at once, without a second attempt (nats-py would then
       wait forever for the socket of the failed upgrade to close).
     * Refused credentials raise :class:`AuthorizationError`.
+    * No error, log line or error callback shows a secret: the servers are
+      named through :func:`~._redact.redact_servers` (never credentials), and
+      what nats-py reports is screened for the password, token, NKey seed and
+      in-memory credentials given (the user's ``error_cb`` gets a
+      :class:`JetStreamError` in place of an error that shows one). A
+      chained cause that shows one is left out, as is nats-py's reason for
+      refusing a URL (it quotes the URL).
     * A reconnect never starts with the server just lost and never waits to
       flush the connection it gives up (:class:`NextServer`,
       :func:`drop_unsent_on_reconnect`), unless ``reconnect_to_server_handler``
       is given.
     """
     urls = _split_urls(servers)
+    shown = redact_servers(servers)
+    secrets = connection_secrets(servers, options)
     options.setdefault("ping_interval", DEFAULT_PING_INTERVAL)
     options.setdefault("max_outstanding_pings", DEFAULT_MAX_OUTSTANDING_PINGS)
     reconnect_attempts = options.pop("max_reconnect_attempts", 60)
@@ -260,43 +273,36 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     options["error_cb"] = _initial_error_cb(
         _logging_errors(user_error_cb, "error_cb") if user_error_cb else _log_connection_error,
         connect_errors,
-        urls,
+        shown,
+        secrets,
     )
+    failure: JetStreamError | None = None
     try:
         # nats-py annotates reconnect_time_wait as int but sleeps on any number.
         options["max_reconnect_attempts"] = CONNECT_ATTEMPTS - 1
         options["reconnect_time_wait"] = CONNECT_RETRY_WAIT
         await nc.connect(servers=urls, **options)
     except (OSError, TimeoutError, nats_errors.Error) as exc:
-        last = nc.last_error
-        shown = _redact(urls)
-        refused = next((e for e in reversed(connect_errors) if _is_auth_error(e)), None)
-        if refused is not None:
-            raise AuthorizationError(f"{shown} refused the credentials: {refused}") from exc
-        if tls_refusals:
-            raise TLSError(f"refusing a plaintext connection: {tls_refusals[-1]}") from exc
-        if isinstance(last, ssl.SSLError) or isinstance(exc, ssl.SSLError):
-            raise TLSError(f"TLS handshake with {shown} failed: {last or exc}") from exc
-        if isinstance(exc, nats_errors.Error) and "invalid connect url" in str(exc):
-            raise InvalidOptionError(f"invalid server URL in {shown}: {exc}") from exc
-        if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError):
-            # Why the last attempt failed (refused, unknown host...), rather than
-            # nats-py's closing "no servers available".
-            cause = next(
-                (
-                    e
-                    for e in reversed(connect_errors)
-                    if not isinstance(e, nats_errors.NoServersError)
-                ),
-                None,
-            )
-            raise ConnectionClosedError(
-                f"could not connect to {shown}: {cause or last or exc}"
-            ) from exc
-        with translate():
+        failure = _connect_failure(exc, nc.last_error, connect_errors, tls_refusals, shown)
+        # The cause is chained unless something in it shows a secret; nats-py's
+        # reason for refusing a URL quotes it (a ValueError from urllib).
+        if failure is None:
+            if not mentions(exc, secrets):
+                with translate():
+                    raise
+            failure = JetStreamError(f"connection error: {scrub(str(exc), secrets)}")
+        elif not _is_invalid_url(exc) and not mentions(exc, secrets):
+            raise _screened(failure, secrets) from exc
+    except TLSError as exc:  # raised by the error callback out of nats-py's connect
+        if mentions(exc, secrets):
+            failure = exc
+        else:
             raise
     finally:
         connect_errors.append(_CONNECTED)  # the callback only forwards from now on
+    if failure is not None:
+        # Raised here, outside the except clause: no __context__ either.
+        raise _screened(failure, secrets)
     nc.options["max_reconnect_attempts"] = reconnect_attempts
     nc.options["reconnect_time_wait"] = reconnect_wait
     if next_server is not None:
@@ -305,12 +311,67 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     return nc
 
 
-_USERINFO = re.compile(r"(?<=://)[^/@]*@")
+#: What a URL nats-py refuses may hold, where it is not for the URL (see :func:`_connect_failure`).
+_URL_HINT = (
+    "a password or token holding '/', '?', '#', ',' or unicode that stands for one of "
+    "them cannot go in a URL: give it with the user and password or token options"
+)
 
 
-def _redact(urls: list[str]) -> str:
-    """The URLs for an error message, without any ``user:password@`` or ``token@``."""
-    return ", ".join(_USERINFO.sub("***@", url) for url in urls)
+def _is_invalid_url(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, nats_errors.Error) and (
+        "invalid connect url" in text or "invalid hostname in connect url" in text
+    )
+
+
+def _connect_failure(
+    exc: BaseException,
+    last: BaseException | None,
+    connect_errors: list[Exception],
+    tls_refusals: list[str],
+    shown: str,
+) -> JetStreamError | None:
+    """The error a failed first connection raises (None: :func:`translate` maps ``exc``).
+
+    ``shown`` names the servers without credentials; the text of an error
+    nats-py reports is quoted (the caller screens it for secrets), except for
+    a refused URL: nats-py's reason quotes the URL.
+    """
+    refused = next((e for e in reversed(connect_errors) if _is_auth_error(e)), None)
+    if refused is not None:
+        return AuthorizationError(f"{shown} refused the credentials: {refused}")
+    if tls_refusals:
+        return TLSError(f"refusing a plaintext connection: {tls_refusals[-1]}")
+    if isinstance(last, ssl.SSLError) or isinstance(exc, ssl.SSLError):
+        return TLSError(f"TLS handshake with {shown} failed: {last or exc}")
+    if _is_invalid_url(exc):
+        hint = f" ({_URL_HINT})" if "***@" in shown else ""
+        return InvalidOptionError(f"invalid server URL in {shown}{hint}")
+    if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError):
+        # Why the last attempt failed (refused, unknown host...), rather than
+        # nats-py's closing "no servers available".
+        cause = next(
+            (e for e in reversed(connect_errors) if not isinstance(e, nats_errors.NoServersError)),
+            None,
+        )
+        return ConnectionClosedError(f"could not connect to {shown}: {cause or last or exc}")
+    return None
+
+
+def _screened(error: JetStreamError, secrets: list[str]) -> JetStreamError:
+    """``error`` if neither it nor what it chains shows a secret.
+
+    Else a new error of its type, chaining nothing, with the secrets of its
+    message hidden (:func:`scrub`).
+    """
+    if not mentions(error, secrets):
+        return error
+    text = scrub(str(error), secrets)
+    try:
+        return type(error)(text)
+    except TypeError:  # an error type that takes more than a message
+        return JetStreamError(text)
 
 
 def _logging_errors(
@@ -351,26 +412,40 @@ _CONNECTED = Exception("connected")
 
 
 def _initial_error_cb(
-    forward: Callable[[Exception], Awaitable[None]], seen: list[Exception], urls: list[str]
+    forward: Callable[[Exception], Awaitable[None]],
+    seen: list[Exception],
+    shown: str,
+    secrets: list[str],
 ) -> Callable[[Exception], Awaitable[None]]:
     """nats-py's error callback: forwards every error, and ends a failed TLS handshake.
+
+    An error that shows one of the connection's ``secrets`` is forwarded (to
+    the log, or the user's ``error_cb``) as a :class:`JetStreamError` naming
+    its type, with the secrets hidden and nothing chained.
 
     During the initial connection it records the errors (an authorization
     error is only told apart there), and raises :class:`TLSError` out of
     nats-py's connect on an ``ssl.SSLError``: asyncio closed the socket, and
     nats-py would otherwise retry and then wait forever for the stream of
-    the failed TLS upgrade to close.
+    the failed TLS upgrade to close. ``shown`` names the servers.
     """
 
     async def error_cb(exc: Exception) -> None:
-        await forward(exc)
+        await forward(_screened_error(exc, secrets))
         if seen and seen[-1] is _CONNECTED:
             return
         seen.append(exc)
         if isinstance(exc, ssl.SSLError):
-            raise TLSError(f"TLS handshake with {_redact(urls)} failed: {exc}") from exc
+            raise TLSError(f"TLS handshake with {shown} failed: {exc}") from exc
 
     return error_cb
+
+
+def _screened_error(exc: Exception, secrets: list[str]) -> Exception:
+    """``exc``, or, when it (or what it chains) shows a secret, a safe stand-in."""
+    if not mentions(exc, secrets):
+        return exc
+    return JetStreamError(f"{type(exc).__name__}: {scrub(str(exc), secrets)}")
 
 
 #: The server's -ERR texts of refused credentials (nats-py raises them as a plain Error).

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
 from aiojetstream import InvalidOptionError
+from aiojetstream._redact import AT_SIGNS, redact_url
 
 __all__ = [
     "ConnectOptions",
@@ -348,8 +349,9 @@ def _servers(raw: str) -> str:
     urls = [url.strip() for url in raw.split(",")]
     for index, url in enumerate(urls, 1):
         # The userinfo ends at the last '@' before the host, and a password may hold
-        # '@', '/', ':' or ','; a host never holds '@': any '@' means credentials.
-        if "@" in url:
+        # '@', '/', ':' or ','; a host never holds '@': any '@' means credentials
+        # (or a character urllib reads as one, such as the fullwidth '\uff20').
+        if any(sign in url for sign in AT_SIGNS):
             raise InvalidOptionError(
                 f"option 'servers': URL {index} of {len(urls)} has credentials in it "
                 "(user:password@, user@ or token@ before the host). They would show in "
@@ -467,15 +469,13 @@ class ConnectOptions:
         """The servers, for error messages: never credentials (``user:password@`` becomes ``***@``).
 
         :func:`_connect` refuses URLs with credentials; this also holds for
-        options made otherwise. The userinfo ends at the *last* ``@``, and a
-        password may hold ``@``, ``/``, ``:`` and even ``,`` (so the URLs cannot
-        be told apart safely): everything after the first scheme up to the last
-        ``@`` goes, servers listed before it included.
+        options made otherwise. The library's one rule (:func:`redact_url`):
+        the userinfo ends at the *last* ``@``, and a password may hold ``@``,
+        ``/``, ``:`` and even ``,`` (so the URLs cannot be told apart safely):
+        everything after the first scheme up to the last ``@`` goes, servers
+        listed before it included.
         """
-        if "@" not in self.servers:
-            return self.servers
-        scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", self.servers)
-        return f"{scheme.group(0) if scheme else ''}***@{self.servers.rpartition('@')[2]}"
+        return redact_url(self.servers)
 
 
 def _connect(options: Mapping[str, str]) -> ConnectOptions:
