@@ -10,7 +10,7 @@ LINT_PATHS := $(wildcard src tests examples benchmarks tools)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install test test-fallback reliability soak lint format typecheck docs demo spark-demo spark-matrix bench clean distclean
+.PHONY: help venv install test test-fallback reliability reliability-ci mutants soak lint format typecheck docs demo spark-demo spark-matrix bench clean distclean
 
 help:
 	@echo "make venv       create $(VENV) (PYTHON=$(PYTHON))"
@@ -21,6 +21,8 @@ help:
 	@echo "make typecheck  mypy --strict src tests tools"
 	@echo "make docs       build the documentation site into site/ (mkdocs --strict)"
 	@echo "make reliability the whole fault set, cluster included (RUNS=n repeats each test n times)"
+	@echo "make reliability-ci the fault tests make test leaves out (-m reliability); .ci/run runs it"
+	@echo "make mutants    the curated mutation check (tools/mutants.toml): every mutant must be killed"
 	@echo "make soak       10 minutes of mixed load with a fault every 30 s (SOAK_MINUTES=n)"
 	@echo "make demo       run examples/quickstart.py (embedded nats-server unless NATS_URL is set)"
 	@echo "make spark-demo run examples/spark_pipeline.py (needs Java 17; embedded nats-server unless NATS_URL is set)"
@@ -80,6 +82,18 @@ RELIABILITY_TESTS := tests/reliability tests/integration/test_consume_faults.py 
 reliability: install
 	$(BIN)/pytest -q -rs -m "reliability or not reliability" --count=$(RUNS) $(PYTEST_ARGS) \
 		$(RELIABILITY_TESTS)
+
+# What `make test` leaves out (-m "not reliability"): P1's repeated kills, P2, P4,
+# P5, C6, K3, S1. .ci/run runs it after `make test`, so a broken fault contract
+# fails the submission.
+reliability-ci: install
+	$(BIN)/pytest -q -rs -m reliability $(PYTEST_ARGS) $(RELIABILITY_TESTS)
+
+# One-line mutations that would cause silent data errors (tools/mutants.toml), each
+# against only the tests named for it; fails if any survives. MUTANTS=id... for some.
+MUTANTS ?=
+mutants: install
+	$(PY) tools/mutants.py $(if $(MUTANTS),--only $(MUTANTS))
 
 soak: install
 	$(PY) tests/reliability/soak.py --minutes $(SOAK_MINUTES)

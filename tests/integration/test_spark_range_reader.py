@@ -70,6 +70,15 @@ async def test_range_end_and_filter(js: JetStreamContext, nats_url: str) -> None
     assert await read_all(reader) == list(range(90, 101, 2))
     assert loop.time() - started < 2.5
     await reader.aclose()
+    # The end is exclusive: a range ending at a matching message's sequence (100, the
+    # last the consumer delivers) leaves it to the next range.
+    for end in (100, 99):
+        reader = RangeReader(js, opts, 90, end)
+        assert await read_all(reader) == list(range(90, end, 2))
+        await reader.aclose()
+        reader = RangeReader(js, opts, end, 101)
+        assert await read_all(reader) == list(range(100, 101, 2))
+        await reader.aclose()
     # Nothing matches from here on: the read ends at once, without waiting for a fetch.
     opts = parse_source_options(
         {"stream": rr2, "servers": nats_url, "subject": f"{rr2}.none"}, streaming=False

@@ -19,12 +19,14 @@ import nats.errors
 import pytest
 from nats.aio.client import Client
 
+import aiojetstream.testing
 from aiojetstream.testing import NatsCluster, NatsServer
 from helpers import interruptible
 
 # Generous bounds: these tests must pass on a loaded 2-core machine.
 REQUEST_TIMEOUT = 10.0
-SRC_DIR = Path(__file__).resolve().parents[2] / "src"
+#: The source directory of the package these tests import (children import the same).
+SRC_DIR = Path(aiojetstream.testing.__file__).resolve().parents[1]
 
 
 def pid_gone(pid: int) -> bool:

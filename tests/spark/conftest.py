@@ -20,6 +20,17 @@ from aiojetstream.testing import NatsServer
 from spark.spark_helpers import Nats
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fail a test of a feature newer than the installed pyspark (spark_helpers.requires_spark)."""
+    mark = item.get_closest_marker("spark_minimum")
+    if mark is not None and mark.kwargs["too_old"]:
+        pytest.fail(
+            f"{mark.kwargs['reason']}: `make test` tests the pyspark the dev extra pins "
+            "(run `make install`); older versions are `make spark-matrix`'s job",
+            pytrace=False,
+        )
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """The session's SparkSession (about 10 s to start)."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pyspark
+import pytest
 from nats.aio.msg import Msg as NatsMsg
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -18,6 +21,27 @@ from aiojetstream import JetStreamContext, RawStreamMessage
 from helpers import wait_until_sync
 
 T = TypeVar("T")
+
+#: The installed pyspark's (major, minor).
+SPARK_VERSION = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
+#: Set by `make spark-matrix` (tools/spark_matrix.py) for the tests it runs.
+SPARK_MATRIX_ENV = "AIOJETSTREAM_SPARK_MATRIX"
+
+
+def requires_spark(minimum: tuple[int, int], what: str) -> pytest.MarkDecorator:
+    """Mark a test of ``what``, which needs Spark >= ``minimum``.
+
+    Under `make spark-matrix` (older versions on purpose) such a test is skipped
+    there. Anywhere else (`make test`) it *fails* on an older pyspark: the dev
+    extra pins the version the suite tests, so an older one is a broken
+    environment, not a reason to test less.
+    """
+    reason = f"{what} needs Spark >= {minimum[0]}.{minimum[1]} (installed: {pyspark.__version__})"
+    too_old = minimum > SPARK_VERSION
+    if os.environ.get(SPARK_MATRIX_ENV) == "1":
+        return pytest.mark.skipif(too_old, reason=reason)
+    # tests/spark/conftest.py fails a test so marked when too_old.
+    return pytest.mark.spark_minimum(reason=reason, too_old=too_old)
 
 
 class Nats:

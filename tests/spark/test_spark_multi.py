@@ -9,17 +9,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyspark
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from aiojetstream import JetStreamContext, StreamConfig
 from helpers import wait_until_sync
-from spark.spark_helpers import CreateSpy, Nats, run_available_now, start_query
+from spark.spark_helpers import CreateSpy, Nats, requires_spark, run_available_now, start_query
 
 #: Python data sources take pushed filters from Spark 4.1 on.
-PUSH_DOWN = tuple(int(p) for p in pyspark.__version__.split(".")[:2]) >= (4, 1)
 
 
 def create(nats_: Nats, stream: str, count: int, subject: str = "e") -> None:
@@ -158,7 +156,7 @@ async def get_time(js: JetStreamContext, stream: str, seq: int) -> datetime:
     return (await (await js.stream(stream)).get_msg(seq)).time
 
 
-@pytest.mark.skipif(not PUSH_DOWN, reason="filter push-down (pushFilters) needs Spark >= 4.1")
+@requires_spark((4, 1), "filter push-down (pushFilters)")
 def test_filter_push_down_narrows_the_read(
     spark: SparkSession, nats: Nats, name: str, spy_factory: Any
 ) -> None:

@@ -18,12 +18,10 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 
 from aiojetstream import JetStreamContext, StreamConfig
-from spark.spark_helpers import Nats, stored, wait_no_consumers
+from spark.spark_helpers import Nats, requires_spark, stored, wait_no_consumers
 from spark.spark_processes import (
-    SPARK_VERSION,
     assert_connect_port_free,
     run_process,
     spark_env,
@@ -34,10 +32,7 @@ SPARK_PIPELINES = Path(sys.executable).parent / "spark-pipelines"
 REGIONS = ("eu", "us", "asia")
 RUN_TIMEOUT = 400.0
 
-pytestmark = pytest.mark.skipif(
-    SPARK_VERSION < (4, 1),
-    reason="Spark Declarative Pipelines (pyspark.pipelines) need Spark >= 4.1",
-)
+pytestmark = requires_spark((4, 1), "Spark Declarative Pipelines (pyspark.pipelines)")
 
 
 def publish_orders(nats: Nats, stream: str, first: int, count: int) -> None:

@@ -13,9 +13,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from aiojetstream import JetStreamContext, StreamConfig
-from aiojetstream.spark._source import ADMISSION_CONTROL
 from helpers import wait_until_sync
-from spark.spark_helpers import Nats, run_available_now, start_query
+from spark.spark_helpers import Nats, requires_spark, run_available_now, start_query
 
 
 def create(nats: Nats, stream: str) -> None:
@@ -137,10 +136,7 @@ def test_max_records_per_trigger(
     assert sink.seqs == list(range(1, 351))
 
 
-@pytest.mark.skipif(
-    not ADMISSION_CONTROL,
-    reason="Trigger.AvailableNow in several micro-batches needs Spark >= 4.2 (4.0/4.1 run one)",
-)
+@requires_spark((4, 2), "Trigger.AvailableNow in several micro-batches (4.0/4.1 run one)")
 def test_max_records_per_trigger_available_now(
     spark: SparkSession, nats: Nats, name: str, tmp_path: Path
 ) -> None:
