@@ -54,6 +54,7 @@ async def test_put_cancelled_after_its_info_was_sent_leaves_an_intact_object(
 
     outcomes: dict[str, int] = {}
     unnoted: list[int] = []
+    cancelled = 0
     for i in range(30):
         name = f"obj{i}"
         await store.put(name, OLD)
@@ -62,6 +63,7 @@ async def test_put_cancelled_after_its_info_was_sent_leaves_an_intact_object(
         try:
             await store.put(name, new, chunk_size=1000)
         except asyncio.CancelledError as exc:
+            cancelled += 1
             if not any("were kept" in note for note in getattr(exc, "__notes__", [])):
                 unnoted.append(i)
         finally:
@@ -81,9 +83,19 @@ async def test_put_cancelled_after_its_info_was_sent_leaves_an_intact_object(
                 return await store.get_bytes(name) == new
 
             await wait_until(is_new, 5, message=f"{name} never became its new version")
-    print(f"\noutcomes over 30 cancelled puts (first read): {outcomes}")
+    print(f"\noutcomes over 30 cancelled puts (first read): {outcomes}; {cancelled} cancelled")
+    assert cancelled >= 1, "no put was cancelled: the test exercised nothing"
     assert "corrupt" not in outcomes, outcomes
     assert not unnoted, f"cancelled without a note: iterations {unnoted}"
+    # What was left: every object is its new version, whole (3 chunks of 1,000 bytes).
+    chunks = await chunk_subjects(store)
+    for i in range(30):
+        info = await store.info(f"obj{i}")
+        assert (info.size, info.chunks) == (3000, 3)
+        assert chunks.pop(f"$O.{store.bucket}.C.{info.nuid}") == 3
+    # And the previous version's chunk of each cancelled put: the cancellation came
+    # before the put purged it (storage left behind, no object points at it).
+    assert sorted(chunks.values()) == [1] * cancelled, chunks
 
 
 async def test_info_without_reply_is_settled_by_publishing_it_again(js: JetStreamContext) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -127,26 +128,40 @@ async def _at_least(stream: Stream, subject: str, n: int) -> bool:
 
 
 async def test_cron_with_time_zone_fires(js: JetStreamContext) -> None:
+    """A cron for the current minute in Asia/Kolkata (UTC+05:30, no daylight saving)
+    fires; the same cron in UTC names a time 5.5 hours away and does not."""
     stream, p = await schedule_stream(js)
-    await js.publish(
-        f"{p}.sched.cron",
-        b"c",
-        schedule=Schedule.cron("* * * * * *", time_zone="Europe/Amsterdam"),
-        schedule_target=f"{p}.orders.cron",
-    )
-    await wait_until(lambda: _at_least(stream, f"{p}.orders.cron", 1), timeout=10)
-    await js.cancel_schedule(f"{p}.sched.cron")
+    now = datetime.now(ZoneInfo("Asia/Kolkata"))
+    soon = now + timedelta(minutes=1)  # in case the minute ends before the server looks
+    cron = f"* {now.minute},{soon.minute} {now.hour},{soon.hour} * * *"
+    for zone, target in (("Asia/Kolkata", "kolkata"), ("UTC", "utc")):
+        await js.publish(
+            f"{p}.sched.{target}",
+            b"c",
+            schedule=Schedule.cron(cron, time_zone=zone),
+            schedule_target=f"{p}.orders.{target}",
+        )
+    await wait_until(lambda: _at_least(stream, f"{p}.orders.kolkata", 2), timeout=10)
+    assert await count(stream, f"{p}.orders.utc") == 0  # fired twice meanwhile in Kolkata
+    await js.cancel_schedule(f"{p}.sched.kolkata")
+    await js.cancel_schedule(f"{p}.sched.utc")
 
 
 async def test_shorthand_is_accepted(js: JetStreamContext) -> None:
-    _, p = await schedule_stream(js)
+    stream, p = await schedule_stream(js)
     for shorthand in ("@hourly", "@daily", "@weekly", "@monthly", "@yearly"):
-        await js.publish(
-            f"{p}.sched.s",
+        ack = await js.publish(
+            f"{p}.sched.{shorthand[1:]}",
             b"",
             schedule=Schedule.cron(shorthand),
             schedule_target=f"{p}.orders.s",
         )
+        stored = await stream.get_msg(ack.seq)
+        assert stored.subject == f"{p}.sched.{shorthand[1:]}"
+        assert stored.headers is not None
+        assert stored.headers["Nats-Schedule"] == shorthand
+        assert stored.headers["Nats-Schedule-Target"] == f"{p}.orders.s"
+    assert (await stream.info()).state.messages == 5  # five schedules, all held
 
 
 async def test_client_side_checks(js: JetStreamContext) -> None:

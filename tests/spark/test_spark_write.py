@@ -248,7 +248,9 @@ def test_kv_write_and_read(spark: SparkSession, nats: Nats, name: str) -> None:
     }
     assert {r["bucket"] for r in table.values()} == {name}
     assert table["a"]["revision"] == nats.run(kv.get("a")).revision
-    assert table["a"]["created"] is not None
+    # Spark's timestamps are microseconds; collect() gives them naive, in local time.
+    created = nats.run(kv.get("a")).created
+    assert table["a"]["created"].timestamp() == pytest.approx(created.timestamp(), abs=1e-6)
     # String values are written as UTF-8.
     spark.createDataFrame([("s", "text")], "key string, value string").write.format(
         "jetstream_kv"

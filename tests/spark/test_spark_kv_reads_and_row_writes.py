@@ -1,4 +1,4 @@
-"""Review fixes of ``format("jetstream_kv")`` reads and of writes that receive ``Row`` objects.
+"""``format("jetstream_kv")`` reads under change, and writes that receive ``Row`` objects.
 
 The reader and writer objects are driven directly (as Spark's Python worker
 does): a KV read is a generator of Arrow batches, so a test can change the

@@ -1,5 +1,5 @@
-"""Ordered consumer and KV watch fixes from a review, against a real nats-server:
-resets before the first message, and ending while a reset is retrying."""
+"""Ordered consumers and KV watches against a real nats-server: resets before the
+first message, ending while a reset is retrying, and what a failing reset bounds."""
 
 from __future__ import annotations
 

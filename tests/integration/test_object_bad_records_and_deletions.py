@@ -1,5 +1,5 @@
-"""Object store fixes from a review, against a real nats-server: records another client
-wrote badly, deleted buckets, and reads dropped unfinished."""
+"""Object stores against a real nats-server: records another client wrote badly,
+objects and buckets deleted under reads and watches, and reads dropped unfinished."""
 
 from __future__ import annotations
 
@@ -163,7 +163,9 @@ async def test_a_bucket_deleted_under_a_watch_or_a_read_is_bucket_not_found(
     await store.put("obj", b"x" * 10)
     result = await store.get("obj", timeout=STEP)
     async with store.watch() as w:
-        assert await asyncio.wait_for(anext(w), STEP) is not None
+        entry = await asyncio.wait_for(anext(w), STEP)
+        assert entry is not None
+        assert (entry.name, entry.size, entry.bucket) == ("obj", 10, store.bucket)
         assert await asyncio.wait_for(anext(w), STEP) is None
         await js.delete_object_store(store.bucket)
         with pytest.raises(BucketNotFoundError, match="object store") as caught:
