@@ -301,6 +301,7 @@ class Ordered:
         self.redelivered: list[int] = []
         self.times: list[float] = []
         self.errors: list[JetStreamError] = []
+        self.acked = 0  # deliveries whose double_ack the server confirmed
         self._changed = asyncio.Event()
         self._it: MessagesContext | None = None
         self._task: asyncio.Task[None] | None = None
@@ -320,12 +321,14 @@ class Ordered:
             self.times.append(now())
             # Confirmed acks: the durable state before the restart is exact.
             await msg.double_ack(timeout=10)
+            self.acked += 1
             self._changed.set()
 
     async def wait_for(self, count: int, timeout: float) -> None:
+        """Wait until ``count`` deliveries were acknowledged (confirmed by the server)."""
         try:
             async with asyncio.timeout(timeout):
-                while len(self.seqs) < count:
+                while self.acked < count:
                     self._changed.clear()
                     await self._changed.wait()
         except TimeoutError:
