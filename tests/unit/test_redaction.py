@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiojetstream import AuthorizationError, JetStreamError, _conn
+from aiojetstream import AuthorizationError, InvalidOptionError, JetStreamError, _conn
 from aiojetstream._redact import (
     AT_SIGNS,
     HIDDEN,
@@ -30,7 +30,7 @@ from aiojetstream._redact import (
     redact_url,
     scrub,
 )
-from aiojetstream.spark._options import ConnectOptions
+from aiojetstream.spark._options import ConnectOptions, parse_source_options
 
 #: Passwords of every kind the issue names; none of them may show.
 PASSWORDS = [
@@ -108,6 +108,17 @@ def test_a_string_of_urls_is_hidden_to_its_last_at(servers: str, shown: str) -> 
 def test_a_scheme_nats_py_does_not_know_is_hidden_too(scheme: str) -> None:
     """``tok://en@host`` may be a token holding ``://``: only nats-py's schemes show."""
     assert redact_url(f"{scheme}secret@h:1") == f"{HIDDEN}@h:1"
+    assert ConnectOptions(servers=f"{scheme}secret@h:1").describe() == f"{HIDDEN}@h:1"
+
+
+@pytest.mark.parametrize("sign", sorted(AT_SIGNS))
+def test_spark_refuses_credentials_behind_any_at_sign(sign: str) -> None:
+    """A servers URL whose '@' is one urllib normalises to: refused, quoting nothing of it."""
+    with pytest.raises(InvalidOptionError, match="URL 1 of 1 has credentials") as info:
+        parse_source_options(
+            {"stream": "S", "servers": f"nats://bob:Sekr1t{sign}h:1"}, streaming=False
+        )
+    assert "Sekr1t" not in str(info.value)
 
 
 def test_at_signs_are_every_character_urllib_reads_as_one() -> None:
