@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from . import _api
+from . import _bounds as B
 from ._api import ApiClient, Left
 from ._errors import (
     FeatureNotSupportedError,
@@ -185,10 +186,9 @@ async def reset(
     """
     validate_name(stream, "stream")
     validate_name(name, "consumer")
-    if sequence is not None and (
-        isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 1
-    ):
-        raise InvalidOptionError(f"reset sequence must be an integer >= 1, got {sequence!r}")
+    if sequence is not None:
+        # Before anything is sent: over 2**64 - 1 it was refused after two requests.
+        sequence = B.sequence(sequence, "reset sequence")
     left = api.budget(timeout)
     await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset", left)
     return await _reset(api, stream, name, sequence, left)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
+from . import _bounds as B
 from . import _features as F
 from . import _headers as H
 from . import _publish as P
@@ -133,8 +134,7 @@ class BatchState:
     def __init__(self, batch_id: str, limit: int = MAX_BATCH_MESSAGES) -> None:
         if not isinstance(batch_id, str) or not 0 < len(batch_id) <= MAX_BATCH_ID:
             raise InvalidOptionError(f"a batch id has 1 to {MAX_BATCH_ID} characters")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidOptionError(f"max_messages must be an int >= 1, got {limit!r}")
+        limit = B.count(limit, "max_messages")  # (a giant int's message raised ValueError)
         _, self.batch_id = H.validate_header(BATCH_ID, batch_id)
         #: The most messages the batch may hold (the server's limit, 1,000 by default).
         self.limit = int(limit)

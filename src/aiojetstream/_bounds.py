@@ -103,8 +103,7 @@ def count(
     """
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise error(
-            f"{name} must be an int from {_bound(minimum)} to {_bound(maximum)}, "
-            f"got {shown(value)}"
+            f"{name} must be an int from {_bound(minimum)} to {_bound(maximum)}, got {shown(value)}"
         )
     return int.__int__(value)
 
@@ -187,6 +186,7 @@ _FIELD_RANGES: Final = {
     "opt_start_seq": (0, MAX_UINT64),
     "rate_limit_bps": (0, MAX_UINT64),
     "max_msg_size": (-MAX_INT32 - 1, MAX_INT32),
+    "max_reset_attempts": (1, MAX_INT64),  # (OrderedConsumerConfig: the client's own count)
 }
 _INT64: Final = (-MAX_INT64 - 1, MAX_INT64)
 #: Configs whose ``name`` is a stream's name (a mirror's or a source's origin too).

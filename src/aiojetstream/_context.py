@@ -111,7 +111,7 @@ class JetStreamContext:
         self._publisher = P.AsyncPublisher(
             self._conn,
             publish_async_max_pending,
-            self._timeout if publish_async_timeout is None else float(publish_async_timeout),
+            self._timeout if publish_async_timeout is None else publish_async_timeout,
         )
         self._owns_connection = False
         self._closed = False

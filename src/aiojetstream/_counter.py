@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
@@ -30,6 +31,7 @@ from . import _direct as D
 from . import _features as F
 from . import _publish as P
 from ._api import ApiClient
+from ._bounds import decimal_digits, shown
 from ._errors import (
     CounterNotFoundError,
     InvalidOptionError,
@@ -40,7 +42,7 @@ from ._errors import (
 )
 from ._models import PubAck, RawStreamMessage
 from ._stream import direct_message, stored_message
-from ._validation import validate_name, validate_publish_subject
+from ._validation import check_timeout, validate_name, validate_publish_subject
 
 __all__ = [
     "INCR",
@@ -54,16 +56,35 @@ INCR: Final = "Nats-Incr"
 """The header carrying a counter increment (``+1``, ``-10``)."""
 
 
+def _digit_limit() -> str:
+    limit = sys.get_int_max_str_digits()
+    return f"{limit:,} digits" if limit else "no limit"
+
+
 def increment_header(delta: object) -> str:
     """The ``Nats-Incr`` value of an increment (pure): ``+5``, ``-3``, ``+0``.
 
+    nats-server takes an increment of any size (a Go ``big.Int``; only the
+    server's ``max_payload`` bounds the header). The bound here is the one of
+    turning ``delta`` into its digits: Python's int-to-str digit limit
+    (``sys.get_int_max_str_digits()``, 4,300 digits by default; raise or lift it
+    with ``sys.set_int_max_str_digits``).
+
     Raises:
-        InvalidOptionError: ``delta`` is not an ``int`` (``bool`` included).
+        InvalidOptionError: ``delta`` is not an ``int`` (``bool`` included), or
+            has more digits than the limit.
 
     """
     if isinstance(delta, bool) or not isinstance(delta, int):
-        raise InvalidOptionError(f"a counter increment must be an int, got {delta!r}")
-    return int.__format__(delta, "+d")  # not an int subclass's own __format__
+        raise InvalidOptionError(f"a counter increment must be an int, got {shown(delta)}")
+    try:
+        return int.__format__(delta, "+d")  # not an int subclass's own __format__
+    except ValueError:  # Python's digit limit (the message says nothing of the counter)
+        raise InvalidOptionError(
+            f"a counter increment of about {decimal_digits(delta):,} digits is over Python's "
+            f"int-to-str limit ({_digit_limit()}; sys.set_int_max_str_digits() raises it): "
+            "it can not be sent"
+        ) from None
 
 
 #: A counter value as the server writes it: a decimal integer of any size.
@@ -72,8 +93,15 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 def _to_int(value: object, what: str) -> int:
     if isinstance(value, str) and _INTEGER.fullmatch(value):
-        return int(value)
-    raise InvalidResponseError(f"{what} holds no counter value: {value!r}")
+        try:
+            return int(value)
+        except ValueError:  # Python's int-to-str digit limit
+            raise InvalidResponseError(
+                f"{what} holds a counter value of {len(value.lstrip('+-')):,} digits, over "
+                f"Python's int-to-str limit ({_digit_limit()}; sys.set_int_max_str_digits() "
+                "raises it)"
+            ) from None
+    raise InvalidResponseError(f"{what} holds no counter value: {shown(value)}")
 
 
 def counter_value(data: bytes) -> int:
@@ -129,7 +157,15 @@ class Counter:
         the increment was applied there and :class:`StreamNotMatchError` says so.
 
         Raises:
-            InvalidOptionError: ``delta`` is not an int, or a bad subject.
+            InvalidOptionError: ``delta`` is not an int, or has more digits
+                than Python turns into text (``sys.get_int_max_str_digits()``,
+                4,300 by default; the server itself takes any size), or a bad
+                subject.
+            MaxPayloadExceededError: the increment's header is over the
+                server's ``max_payload`` (with the digit limit lifted), refused
+                before sending (the server closed the connection).
+            InvalidResponseError: the new total has more digits than that limit
+                (the increment was stored: a note on the error says where).
             StreamNotMatchError: another stream captured ``subject`` and
                 stored the increment (its total is in the message).
             CountersDisabledError: the counter stream is no counter.
@@ -139,8 +175,11 @@ class Counter:
         """
         block = P.header_block({INCR: increment_header(delta)})
         subject = validate_publish_subject(subject)
-        await F.require(self._api, F.COUNTERS, timeout)
-        wait = self._api.timeout if timeout is None else timeout
+        checked = check_timeout(timeout)
+        # A header over max_payload made the server close the connection.
+        P.check_size(self._api.conn, b"", block)
+        await F.require(self._api, F.COUNTERS, checked)
+        wait = self._api.timeout if checked is None else checked
         ack = await P.publish(self._api.conn, subject, b"", block, wait)
         if ack.stream != self._stream:
             total = (ack.model_extra or {}).get("val")
@@ -151,7 +190,11 @@ class Counter:
                 f"{ack.seq}, total there now {total!r}), not to the counter stream "
                 f"{self._stream!r}",
             )
-        return ack_value(ack)
+        try:
+            return ack_value(ack)
+        except InvalidResponseError as exc:
+            exc.add_note(f"the increment was stored: stream {ack.stream!r}, sequence {ack.seq}")
+            raise
 
     async def get(self, subject: str, *, timeout: float | None = None) -> int:
         """The current total of ``subject``.
@@ -163,6 +206,7 @@ class Counter:
 
         """
         subject = validate_publish_subject(subject)
+        timeout = check_timeout(timeout)
         await F.require(self._api, F.COUNTERS, timeout)
         try:
             msg = await self._last(subject, timeout)

@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from . import _api
+from . import _bounds as B
 from . import _features as F
 from . import _headers as H
 from ._api import ApiClient
@@ -238,9 +239,13 @@ class BatchCursor:
 
 
 def _positive(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOptionError(f"{name} must be an int >= 1, got {value!r}")
-    return value
+    """A count of the request: ``batch``, ``max_bytes`` (a Go int on the server)."""
+    return B.count(value, name)
+
+
+def _sequence(value: object, name: str) -> int:
+    """A stream sequence of the request (a uint64 on the server, which answered 408 past it)."""
+    return B.sequence(value, name)
 
 
 def _aware(value: object, name: str) -> datetime:
@@ -253,7 +258,7 @@ def _up_to(up_to_seq: int | None, up_to_time: datetime | None) -> None:
     if up_to_seq is not None and up_to_time is not None:
         raise InvalidOptionError("give up_to_seq or up_to_time, not both")
     if up_to_seq is not None:
-        _positive(up_to_seq, "up_to_seq")
+        _sequence(up_to_seq, "up_to_seq")
     if up_to_time is not None:
         _aware(up_to_time, "up_to_time")
 
@@ -285,7 +290,7 @@ def batch_request(
     if start_time is not None:
         body["start_time"] = format_timestamp(_aware(start_time, "start_time"))
     else:
-        body["seq"] = 1 if seq is None else _positive(seq, "seq")
+        body["seq"] = 1 if seq is None else _sequence(seq, "seq")
     body["batch"] = _positive(batch, "batch")
     if subject is not None:
         body["next_by_subj"] = validate_filter_subject(subject)
@@ -322,13 +327,13 @@ def last_msgs_request(
     body: dict[str, Any] = {"multi_last": [validate_filter_subject(s) for s in items]}
     _up_to(up_to_seq, up_to_time)
     if up_to_seq is not None:
-        body["up_to_seq"] = up_to_seq
+        body["up_to_seq"] = _sequence(up_to_seq, "up_to_seq")
     if up_to_time is not None:
         body["up_to_time"] = format_timestamp(up_to_time)
     if batch is not None:
         body["batch"] = _positive(batch, "batch")
     if seq is not None:
-        body["seq"] = _positive(seq, "seq")
+        body["seq"] = _sequence(seq, "seq")
     if max_bytes is not None:
         body["max_bytes"] = _positive(max_bytes, "max_bytes")
     return body
@@ -381,14 +386,11 @@ class DirectBatch:
         up_to_time: datetime | None = None,
         timeout: float | None = None,
     ) -> None:
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
-        ):
-            raise InvalidOptionError(f"timeout must be positive seconds, got {timeout!r}")
+        checked = B.timeout(timeout)  # (NaN, infinity and 1e300 waited forever)
         self._api = api
         self._stream = stream
         self._body = body
-        self._timeout = api.timeout if timeout is None else float(timeout)
+        self._timeout = api.timeout if checked is None else checked
         self._cursor = BatchCursor(up_to_seq, up_to_time)
         self._replies: _Replies | None = None
         self._sub: RawSubscription | None = None

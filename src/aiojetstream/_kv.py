@@ -20,7 +20,9 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar
 
+from . import _bounds as B
 from . import _headers as H
+from ._bounds import shown
 from ._cleanup import close_when_collected
 from ._errors import (
     BucketNotFoundError,
@@ -241,15 +243,23 @@ def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
     """The configuration of the stream backing a bucket (ADR-8, ADR-48; as nats.go).
 
     Raises:
+        InvalidNameError: the bucket's name, or a mirror's or source's, is invalid.
+        InvalidOptionError: ``max_value_size`` is out of the server's range.
         InvalidStreamConfigError: ``limit_marker_ttl`` was set on a mirror (the
             server does not allow markers on mirrors).
 
     """
     if not isinstance(config, KeyValueConfig):
         raise InvalidOptionError(f"config must be a KeyValueConfig, got {type(config).__name__}")
+    bucket = validate_bucket_name(config.bucket)
+    # The stream's max_msg_size: a Go int32.
+    B.count(config.max_value_size, "max_value_size", -1, B.MAX_INT32)
+    for origin in [config.mirror, *(config.sources or [])]:
+        if origin is not None and not origin.subject_transforms:
+            validate_bucket_name(_bucket_of(origin.name))  # (others: any stream, as sent)
     ttl = config.ttl if config.ttl else None
     fields: dict[str, object] = {
-        "name": STREAM_PREFIX + config.bucket,
+        "name": STREAM_PREFIX + bucket,
         "description": config.description,
         "max_msgs_per_subject": config.history,
         "max_msgs": -1,
@@ -282,7 +292,7 @@ def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
         fields["mirror"] = config.mirror.model_copy(update={"name": _stream_of(config.mirror.name)})
         fields["mirror_direct"] = True
     else:
-        fields["subjects"] = [f"$KV.{config.bucket}.>"]
+        fields["subjects"] = [f"$KV.{bucket}.>"]
         fields["sources"] = _sources(config)
     return StreamConfig(**{k: v for k, v in fields.items() if v is not None})
 
@@ -850,6 +860,8 @@ class KeyValue:
 
         """
         subject, subject_bytes, get_subject, body = self._key(key)
+        if revision is not None:
+            revision = check_sequence(revision, "revision", 1)
         stream = self._stream
         try:
             if revision is None and stream._direct():
@@ -1074,6 +1086,15 @@ class KeyValue:
                 finite, beyond ``timedelta.max``, not a number), before anything is sent.
 
         """
+        if (
+            isinstance(older_than, int | float)
+            and not isinstance(older_than, bool)
+            and older_than
+            > _MAX_AGE_SECONDS  # (a giant int: coerce_duration failed on its message)
+        ):
+            raise InvalidOptionError(
+                f"invalid older_than {shown(older_than)}: beyond timedelta.max"
+            )
         try:
             limit = (
                 DEFAULT_PURGE_DELETES_OLDER_THAN
@@ -1081,7 +1102,7 @@ class KeyValue:
                 else coerce_duration(older_than)
             )
         except (TypeError, ValueError) as exc:
-            raise InvalidOptionError(f"invalid older_than {older_than!r}: {exc}") from None
+            raise InvalidOptionError(f"invalid older_than {shown(older_than)}: {exc}") from None
         stall = self._stall(timeout)
         reader = self._reader([">"], DeliverPolicy.LAST_PER_SUBJECT, True, stall)
         markers: list[tuple[str, datetime, int]] = []
@@ -1105,6 +1126,10 @@ class KeyValue:
             else:
                 # Up to the marker only: a put made since the listing stays.
                 await self._stream.purge(subject=subject, sequence=revision + 1, timeout=timeout)
+
+
+#: The longest ``older_than`` (``timedelta.max``), in seconds.
+_MAX_AGE_SECONDS: Final = timedelta.max.total_seconds()
 
 
 def _exists(exc: WrongLastSequenceError, what: str) -> KeyExistsError:

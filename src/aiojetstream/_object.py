@@ -49,6 +49,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, TypeAlias
 
 from pydantic import ValidationError
 
+from . import _bounds as B
 from . import _headers as H
 from ._cleanup import close_when_collected
 from ._errors import (
@@ -230,12 +231,17 @@ def _stream_name(bucket: str) -> str:
 
 
 def object_stream_config(config: ObjectStoreConfig) -> StreamConfig:
-    """The configuration of the stream backing a bucket (ADR-20, as nats.go and nats.js)."""
+    """The configuration of the stream backing a bucket (ADR-20, as nats.go and nats.js).
+
+    Raises:
+        InvalidNameError: the bucket name is invalid.
+
+    """
     if not isinstance(config, ObjectStoreConfig):
         raise InvalidOptionError(
             f"config must be an ObjectStoreConfig, got {type(config).__name__}"
         )
-    bucket = config.bucket
+    bucket = validate_bucket_name(config.bucket)
     fields: dict[str, object] = {
         "name": _stream_name(bucket),
         "description": config.description,
@@ -487,13 +493,12 @@ class ObjectStore:
         limit = self._js.nc.max_payload or 0
         if chunk_size is None:
             return min(DEFAULT_CHUNK_SIZE, limit) if limit else DEFAULT_CHUNK_SIZE
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise InvalidOptionError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
-        if limit and chunk_size > limit:
+        size = B.count(chunk_size, "chunk_size")  # (a giant int's message raised ValueError)
+        if limit and size > limit:
             raise InvalidOptionError(
-                f"chunk_size {chunk_size} exceeds the server's max_payload of {limit} bytes"
+                f"chunk_size {size} exceeds the server's max_payload of {limit} bytes"
             )
-        return chunk_size
+        return size
 
     # ------------------------------------------------------------- infos
 
@@ -1171,8 +1176,16 @@ class ObjectStore:
             target_info: the info of the object to link to (from ``info``, ``put`` or ``list``).
             timeout: seconds to wait for each reply.
 
+        ``target_info`` may be old: the target's current info is read first (in
+        its own bucket), and the link is refused if the target was deleted (or
+        replaced by a link) since, rather than stored dangling. (nats.go checks
+        only the info it is given.) A delete racing this call can still leave
+        the link dangling: reading it then raises :class:`ObjectNotFoundError`.
+
         Raises:
-            ObjectLinkError: ``target_info`` is a link or a deleted object.
+            ObjectLinkError: ``target_info`` is a link or a deleted object, or
+                the target is one now (deleted, never stored, its bucket gone,
+                or a link); checked before the link is stored.
             ObjectExistsError: a live object (not a link) is named ``name``.
 
         """
@@ -1185,10 +1198,27 @@ class ObjectStore:
             raise ObjectLinkError(f"can not link to {target_info.name!r}: it is deleted")
         if target_info.is_link:
             raise ObjectLinkError(f"can not link to {target_info.name!r}: it is a link itself")
-        validate_bucket_name(target_info.bucket)
-        return await self._store_link(
-            name, ObjectLink(bucket=target_info.bucket, name=target_info.name), timeout
-        )
+        bucket = validate_bucket_name(target_info.bucket)
+        target = validate_object_name(target_info.name)
+        await self._check_target(bucket, target, timeout)
+        return await self._store_link(name, ObjectLink(bucket=bucket, name=target), timeout)
+
+    async def _check_target(self, bucket: str, name: str, timeout: float | None) -> None:
+        """Refuse a link to what is not a live object now (:class:`ObjectLinkError`)."""
+        what = f"can not link to {name!r} of bucket {bucket!r}"
+        try:
+            store = (
+                self
+                if bucket == self._bucket
+                else await self._js.object_store(bucket, timeout=timeout)
+            )
+            current = await store.info(name, timeout=timeout)
+        except BucketNotFoundError as exc:
+            raise ObjectLinkError(f"{what}: the bucket does not exist") from exc
+        except ObjectNotFoundError as exc:
+            raise ObjectLinkError(f"{what}: it is deleted (or was never stored)") from exc
+        if current.is_link:
+            raise ObjectLinkError(f"{what}: it is a link itself now")
 
     async def add_bucket_link(
         self, name: str, bucket: ObjectStore | str, *, timeout: float | None = None
@@ -1198,12 +1228,24 @@ class ObjectStore:
         ``get`` refuses such a link (:class:`ObjectLinkError`); read its
         ``info().link.bucket`` and open that bucket.
 
+        The bucket must exist (it is looked up first): a link to a missing
+        bucket would only ever read as :class:`BucketNotFoundError`.
+
         Raises:
             ObjectExistsError: a live object (not a link) is named ``name``.
+            ObjectLinkError: the bucket does not exist (checked before the
+                link is stored).
 
         """
         name = validate_object_name(name)
         target = bucket.bucket if isinstance(bucket, ObjectStore) else validate_bucket_name(bucket)
+        if target != self._bucket:
+            try:
+                await self._js.object_store(target, timeout=timeout)
+            except BucketNotFoundError as exc:
+                raise ObjectLinkError(
+                    f"can not link to bucket {target!r}: it does not exist"
+                ) from exc
         return await self._store_link(name, ObjectLink(bucket=target), timeout)
 
     async def _store_link(self, name: str, link: ObjectLink, timeout: float | None) -> ObjectInfo:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Final
 
+from . import _bounds as B
 from . import _consumer as C
 from ._api import ApiClient
 from ._errors import (
@@ -470,6 +471,9 @@ class OrderedConsumer:
         """
         seconds = C._secs(expires, "expires")
         beat = C._secs(heartbeat, "heartbeat")
+        # Checked as a fetch's before its deadline is computed (a negative one was
+        # taken as 1 s, a giant int raised OverflowError).
+        resolve_fetch(max_messages=1, expires=seconds, heartbeat=beat)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (DEFAULT_EXPIRES if seconds is None else seconds)
         while True:
@@ -911,4 +915,5 @@ def make_ordered(
         validate_name(config.name_prefix, "consumer name prefix")
     if config.max_reset_attempts is not None and config.max_reset_attempts < 1:
         raise InvalidOptionError("max_reset_attempts must be at least 1")
+    B.check_config(config)  # opt_start_seq 0 to 2**64 - 1 (was refused by the server, as JSON)
     return OrderedConsumer(api, stream, config)

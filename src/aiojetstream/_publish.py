@@ -6,7 +6,6 @@ import asyncio
 import bisect
 import functools
 import heapq
-import math
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Final
 
 from pydantic import ValidationError
 
+from . import _bounds as B
 from . import _headers as H
 from ._api import check_reply
 from ._conn import MAX_SUBJECT_LINE, Conn, RawSubscription, check_line, enqueue_many, pub_command
@@ -222,18 +222,17 @@ async def publish(
 
 
 def duration_seconds(value: float | timedelta | None, name: str) -> float | None:
-    """Convert a user duration argument to float seconds (None stays None)."""
+    """A client-side wait as float seconds (None stays None; 0 allowed).
+
+    Raises:
+        InvalidOptionError: not seconds or a timedelta, NaN (its own message),
+            negative, or longer than the server's int64 nanoseconds (about 292
+            years; ``inf`` and ``1e300`` included: nothing means "forever").
+
+    """
     if value is None:
         return None
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise InvalidOptionError(f"{name} must be seconds or a timedelta, got {value!r}")
-    if seconds != seconds or seconds < 0:
-        raise InvalidOptionError(f"{name} must not be negative, got {value!r}")
-    return seconds
+    return B.seconds(value, name, zero=True)
 
 
 def _stream_full(data: bytes, hdr: bytes | None, subject: bytes) -> StreamFullError | None:
@@ -362,11 +361,11 @@ class AsyncPublisher:
     """
 
     def __init__(self, conn: Conn, max_pending: int, ack_timeout: float) -> None:
-        if max_pending < 1:
-            raise InvalidOptionError(f"max_pending must be at least 1, got {max_pending}")
+        # (A float max_pending, NaN or inf, never filled the window; a negative, NaN
+        # or infinite ack timeout was taken, a giant int raised OverflowError.)
         self._conn = conn
-        self.max_pending = max_pending
-        self.ack_timeout = ack_timeout
+        self.max_pending = B.count(max_pending, "publish_async_max_pending")
+        self.ack_timeout = B.seconds(ack_timeout, "publish_async_timeout", delta=False)
         self._futures: dict[bytes, tuple[AckTarget, float, str]] = {}
         self._deadlines: list[tuple[float, bytes]] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -955,11 +954,16 @@ HOLD_FIRST_WAIT: Final = 0.1
 
 
 def hold_seconds(value: float | timedelta | None) -> float | None:
-    """Validate ``hold_when_full`` (positive seconds or a timedelta)."""
-    seconds = duration_seconds(value, "hold_when_full")
-    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
-        raise InvalidOptionError(f"hold_when_full must be positive seconds, got {value!r}")
-    return seconds
+    """Validate ``hold_when_full``: positive seconds or a timedelta, at most ``B.MAX_WAIT``.
+
+    Raises:
+        InvalidOptionError: anything else; NaN says so (it said "must not be
+            negative"), and ``1e300`` is refused as ``inf`` is.
+
+    """
+    if value is None:
+        return None
+    return B.seconds(value, "hold_when_full")
 
 
 def new_msg_id() -> str:

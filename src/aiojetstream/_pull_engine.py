@@ -52,6 +52,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
+from . import _bounds as B
 from ._errors import (
     ConsumerDeletedError,
     DisconnectedError,
@@ -96,26 +97,17 @@ MISSED_TICKS: Final = 2 * TICKS_PER_HEARTBEAT
 #: The largest number the server takes in a pull request (a Go int64): counts, and
 #: durations in nanoseconds.
 MAX_INT64: Final = 2**63 - 1
-#: The longest ``expires`` or ``heartbeat`` the server takes (int64 nanoseconds).
-MAX_SECONDS: Final = MAX_INT64 // 1_000_000_000
+#: (The longest ``expires`` or ``heartbeat`` the server takes is ``_bounds.MAX_WAIT``.)
 
 
 def _seconds(value: float | None, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidOptionError(f"{name} must be a finite number of seconds, got {value!r}")
-    if value > MAX_SECONDS:
-        raise InvalidOptionError(f"{name} must be at most {MAX_SECONDS} s, got {value!r}")
-    return float(value)
+    # NaN has its own message; a giant int is compared, never converted (OverflowError).
+    return None if value is None else B.seconds(value, name, zero=True, delta=False)
 
 
 def _positive_int(value: int | None, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT64:
-        raise InvalidOptionError(f"{name} must be an int from 1 to 2**63 - 1, got {value!r}")
-    return value
+    # (A giant int's own message raised ValueError.)
+    return None if value is None else B.count(value, name, 1, MAX_INT64)
 
 
 @dataclass(frozen=True, slots=True)

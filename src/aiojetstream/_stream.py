@@ -235,7 +235,7 @@ class Stream:
             MessageNotFoundError: the stream holds no message on that subject.
 
         """
-        validate_filter_subject(subject)
+        subject = validate_filter_subject(subject)  # (an exact str from here)
         return await self._get({"last_by_subj": subject}, f"subject {subject!r}", timeout)
 
     async def _get(

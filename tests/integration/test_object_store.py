@@ -141,8 +141,8 @@ async def test_invalid_bucket_names(js: JetStreamContext) -> None:
             await js.object_store(bad)
         with pytest.raises(InvalidNameError):
             await js.delete_object_store(bad)
-        with pytest.raises(ValueError, match="invalid bucket name"):  # a ValidationError
-            ObjectStoreConfig(bucket=bad)
+        with pytest.raises(InvalidNameError, match="invalid bucket name"):  # when sent
+            await js.create_object_store(ObjectStoreConfig(bucket=bad))
 
 
 # --------------------------------------------------------------------------- put and get
@@ -560,8 +560,12 @@ async def test_links(js: JetStreamContext) -> None:
     with pytest.raises(ObjectNotFoundError):
         await other.get_bytes("remote")
     assert remote.is_link
-    # A link to a missing bucket.
-    await store.add_link("lost", ObjectInfo(name="x", bucket=unique_name("NOBUCKET"), size=1))
+    # A link to a missing bucket is refused; one whose bucket went away reads as that.
+    with pytest.raises(ObjectLinkError, match="bucket"):
+        await store.add_link("lost", ObjectInfo(name="x", bucket=unique_name("NOBUCKET"), size=1))
+    gone = await new_store(js)
+    await store.add_link("lost", await gone.put("x", b"x"))
+    await js.delete_object_store(gone.bucket)
     with pytest.raises(BucketNotFoundError):
         await store.get("lost")
     # Deleting a link deletes the link only.

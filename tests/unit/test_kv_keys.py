@@ -122,8 +122,8 @@ def test_bucket_names_match_the_adr8_rule(bucket: str) -> None:
     else:
         with pytest.raises(InvalidNameError):
             validate_bucket_name(bucket)
-        with pytest.raises(ValidationError):
-            KeyValueConfig(bucket=bucket)
+        with pytest.raises(InvalidNameError):  # when the config is sent, not when built
+            kv_stream_config(KeyValueConfig(bucket=bucket))
 
 
 @given(

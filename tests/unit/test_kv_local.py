@@ -16,15 +16,24 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from aiojetstream import DeliverPolicy, JetStreamTimeoutError, KeyValueConfig, KeyValueOp, _kv
+from aiojetstream import (
+    DeliverPolicy,
+    InvalidNameError,
+    JetStreamTimeoutError,
+    KeyValueConfig,
+    KeyValueOp,
+    _kv,
+)
 
 STEP = 10.0  # bound of any single wait
 
 
 def test_config_validation() -> None:
     for bad in ("", "a.b", "a b", "a*", ">", "ä"):
-        with pytest.raises(ValidationError):
-            KeyValueConfig(bucket=bad)
+        # Checked when the config is sent, as a stream's name: InvalidNameError.
+        config = KeyValueConfig(bucket=bad)
+        with pytest.raises(InvalidNameError, match="invalid bucket name"):
+            _kv.kv_stream_config(config)
     for history in (0, 65):
         with pytest.raises(ValidationError):
             KeyValueConfig(bucket="b", history=history)

@@ -45,6 +45,8 @@ from pydantic import (
     model_validator,
 )
 
+from .._bounds import check_config
+
 __all__ = [
     "WIRE",
     "ConfigModel",
@@ -640,7 +642,20 @@ def to_wire(model: BaseModel) -> dict[str, Any]:
 
     Durations become integer nanoseconds, timestamps RFC 3339 strings, ``None``
     fields are left out, unknown fields kept from the server are included.
+
+    A config (:class:`ConfigModel`) is checked first, being about to be sent:
+    its names (a stream's, a mirror's, a source's, a consumer's) and the
+    range of its int fields (sequences 0 to 2**64 - 1, counts 64-bit), which
+    the models themselves leave to this point so that each is reported as the
+    library's error rather than pydantic's (see ``_bounds.check_config``).
+
+    Raises:
+        InvalidNameError: a name in the config is invalid.
+        InvalidOptionError: an int field is out of the server's range.
+
     """
+    if isinstance(model, ConfigModel):
+        check_config(model)
     return model.model_dump(mode="json", exclude_none=True, by_alias=True)
 
 

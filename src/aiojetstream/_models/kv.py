@@ -9,7 +9,9 @@ from typing import Any, Final
 
 from pydantic import ConfigDict, Field, field_validator
 
+from .._bounds import shown
 from .._errors import InvalidNameError
+from .._validation import exact_str
 from ._base import ConfigModel, DocumentedModel, Duration, construct_checked
 from .stream import (
     Placement,
@@ -46,10 +48,10 @@ def validate_bucket_name(bucket: object) -> str:
     """
     if not isinstance(bucket, str) or not _BUCKET_RE.fullmatch(bucket):
         raise InvalidNameError(
-            f"invalid bucket name {bucket!r}: use only letters, digits, '_' and '-' "
+            f"invalid bucket name {shown(bucket)}: use only letters, digits, '_' and '-' "
             "(ADR-8: ^[a-zA-Z0-9_-]+$)"
         )
-    return bucket
+    return exact_str(bucket)
 
 
 class KeyValueOp(StrEnum):
@@ -78,7 +80,8 @@ class KeyValueConfig(ConfigModel):
     model_config = ConfigDict(extra="forbid")
 
     bucket: str
-    """The bucket name (letters, digits, ``_`` and ``-``)."""
+    """The bucket name (letters, digits, ``_`` and ``-``; checked when the config is sent:
+    :class:`InvalidNameError`)."""
     description: str | None = None
     """A human readable description."""
     max_value_size: int = -1
@@ -115,10 +118,8 @@ class KeyValueConfig(ConfigModel):
     metadata: dict[str, str] | None = None
     """Application metadata of the backing stream."""
 
-    @field_validator("bucket")
-    @classmethod
-    def _check_bucket(cls, value: str) -> str:
-        return validate_bucket_name(value)
+    # The bucket name is checked when the config is sent (kv_stream_config), as a
+    # stream's name is: InvalidNameError then, not pydantic's ValidationError now.
 
     @field_validator("limit_marker_ttl")
     @classmethod

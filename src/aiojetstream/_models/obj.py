@@ -15,7 +15,6 @@ from typing import Any, Final
 from pydantic import ConfigDict, Field, field_validator
 
 from ._base import ConfigModel, DocumentedModel, Duration, ResponseModel, Timestamp
-from .kv import validate_bucket_name
 from .stream import Placement, StorageType, StoreCompression, StreamInfo
 
 __all__ = [
@@ -78,7 +77,8 @@ class ObjectStoreConfig(ConfigModel):
     model_config = ConfigDict(extra="forbid")
 
     bucket: str
-    """The bucket name (letters, digits, ``_`` and ``-``)."""
+    """The bucket name (letters, digits, ``_`` and ``-``; checked when the config is sent:
+    :class:`InvalidNameError`)."""
     description: str | None = None
     """A human readable description."""
     ttl: Duration | None = None
@@ -96,10 +96,8 @@ class ObjectStoreConfig(ConfigModel):
     metadata: dict[str, str] | None = None
     """Application metadata of the backing stream (nats-server >= 2.10)."""
 
-    @field_validator("bucket")
-    @classmethod
-    def _check_bucket(cls, value: str) -> str:
-        return validate_bucket_name(value)
+    # The bucket name is checked when the config is sent (object_stream_config), as
+    # a stream's name is: InvalidNameError then, not pydantic's ValidationError now.
 
 
 class ObjectStoreStatus(DocumentedModel):
