@@ -30,6 +30,7 @@ from aiojetstream._redact import (
     redact_url,
     scrub,
 )
+from aiojetstream.spark import _options
 from aiojetstream.spark._options import ConnectOptions, parse_source_options
 
 #: Passwords of every kind the issue names; none of them may show.
@@ -126,6 +127,23 @@ def test_at_signs_are_every_character_urllib_reads_as_one() -> None:
         chr(c) for c in range(sys.maxunicode + 1) if "@" in unicodedata.normalize("NFKC", chr(c))
     )
     assert sorted(found) == sorted(AT_SIGNS)
+
+
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from("ab:/,@\uff20\ufe6b%40 é"), max_size=8)
+        | st.sampled_from(["nats://", "tls://", "WS://", "wss://", "tok://", ""]),
+        max_size=6,
+    )
+)
+def test_spark_describe_is_the_same_rule(parts: list[str]) -> None:
+    """The Spark extension may not import ``_redact`` (public API only): its copy must agree."""
+    servers = "".join(parts)
+    assert ConnectOptions(servers=servers).describe() == redact_url(servers)
+
+
+def test_spark_knows_every_at_sign() -> None:
+    assert set(_options._AT_SIGNS) == set(AT_SIGNS)
 
 
 # --------------------------------------------------------------------------- secrets
