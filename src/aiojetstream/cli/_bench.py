@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,10 +27,10 @@ from aiojetstream import (
 )
 
 from ._common import CliError, JsonFlag, Output, kv_table, options, output, run
-from ._messages import Countdown, progress_bar, retrieve_outcome
+from ._messages import AckWindow, progress_bar
 from ._units import format_bytes, format_rate, parse_payload_size
 
-__all__ = ["BenchResult", "app", "percentile"]
+__all__ = ["BenchResult", "LatencySample", "app", "percentile"]
 
 app = typer.Typer(
     help="Benchmarks: publish and consume rates, latency percentiles.",
@@ -39,6 +40,9 @@ app = typer.Typer(
 )
 
 _STAMP = 8  # bytes of send time (perf_counter_ns) at the start of a consume-bench payload
+#: Latencies kept for the percentiles: every one up to this many messages, then
+#: a uniform sample of this many (``--msgs`` does not grow the memory used).
+SAMPLE_SIZE = 100_000
 
 StreamOpt = Annotated[
     str, typer.Option("--stream", help="The stream (created if missing, deleted after).")
@@ -55,6 +59,34 @@ Size = Annotated[
 ]
 Storage = Annotated[StorageType, typer.Option(case_sensitive=False, help="file or memory.")]
 Keep = Annotated[bool, typer.Option("--keep", help="Keep a stream the benchmark created.")]
+
+
+class LatencySample:
+    """Latencies (ms) for percentiles, in bounded memory: all of them, or a uniform sample.
+
+    The first ``size`` are kept; after that each new one replaces a random
+    kept one with the probability that keeps the sample uniform (reservoir
+    sampling, Algorithm R). The largest is tracked exactly.
+    """
+
+    def __init__(self, size: int = SAMPLE_SIZE, rng: random.Random | None = None) -> None:
+        self.size = size
+        self.values: list[float] = []
+        self.seen = 0
+        self.largest: float | None = None
+        self._rng = rng or random.Random()
+
+    def add(self, value: float) -> None:
+        """Take one latency."""
+        self.seen += 1
+        if self.largest is None or value > self.largest:
+            self.largest = value
+        if len(self.values) < self.size:
+            self.values.append(value)
+            return
+        slot = self._rng.randrange(self.seen)
+        if slot < self.size:
+            self.values[slot] = value
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:
@@ -76,6 +108,18 @@ class BenchResult:
     latencies_ms: list[float] = field(default_factory=list)
     latency_name: str = "latency"
     """Names the latency in the table; in JSON it is ``<name>_ms`` with ``_`` for spaces."""
+    latency_max_ms: float | None = None
+    """The largest latency, when ``latencies_ms`` is a sample (default: their largest)."""
+
+    @classmethod
+    def sampled(
+        cls, kind: str, messages: int, size: int, seconds: float, sample: LatencySample, name: str
+    ) -> BenchResult:
+        """A result whose latencies are ``sample``'s."""
+        return cls(kind, messages, size, seconds, sample.values, name, sample.largest)
+
+    def _largest(self, values: list[float]) -> float:
+        return values[-1] if self.latency_max_ms is None else self.latency_max_ms
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form (rates per second, latencies in milliseconds)."""
@@ -96,7 +140,7 @@ class BenchResult:
                 "p50": round(percentile(values, 0.50), 3),
                 "p90": round(percentile(values, 0.90), 3),
                 "p99": round(percentile(values, 0.99), 3),
-                "max": round(values[-1], 3),
+                "max": round(self._largest(values), 3),
             }
         return data
 
@@ -123,7 +167,7 @@ class BenchResult:
                 rows.append(
                     (f"{self.latency_name} {label}", f"{percentile(values, fraction):.3f} ms")
                 )
-            rows.append((f"{self.latency_name} max", f"{values[-1]:.3f} ms"))
+            rows.append((f"{self.latency_name} max", f"{self._largest(values):.3f} ms"))
         out.table(kv_table(f"bench {self.kind}", rows))
 
 
@@ -155,40 +199,37 @@ async def _publish_all(
     *,
     sync: bool,
     stamp: bool,
-) -> tuple[float, list[float]]:
+) -> tuple[float, LatencySample]:
     """Publish ``count`` messages; return the seconds taken and the ack latencies (ms).
 
     With ``stamp``, each payload starts with its send time (``perf_counter_ns``).
+    Asynchronous publishes go through the library's window and keep no future
+    each; the first failed acknowledgement stops the sending with its error.
     """
-    latencies: list[float] = []
+    latencies = LatencySample()
     start = time.perf_counter()
     if sync:
         for _ in range(count):
             t0 = time.perf_counter_ns()
             body = t0.to_bytes(_STAMP, "big") + payload[_STAMP:] if stamp else payload
             await js.publish(subject, body)
-            latencies.append((time.perf_counter_ns() - t0) / 1e6)
+            latencies.add((time.perf_counter_ns() - t0) / 1e6)
             progress.advance(task)
         return time.perf_counter() - start, latencies
 
-    completed = Countdown(count)
+    window = AckWindow()
 
-    def done(t0: int, fut: asyncio.Future[PubAck]) -> None:
-        retrieve_outcome(fut)  # every failure is seen; the first is raised below
-        latencies.append((time.perf_counter_ns() - t0) / 1e6)
+    def acked(t0: int, ack: PubAck) -> None:
+        latencies.add((time.perf_counter_ns() - t0) / 1e6)
         progress.advance(task)
-        completed.tick()
 
-    futures: list[asyncio.Future[PubAck]] = []
     for _ in range(count):
+        window.check()
         t0 = time.perf_counter_ns()
         body = t0.to_bytes(_STAMP, "big") + payload[_STAMP:] if stamp else payload
         fut = await js.publish_async(subject, body)
-        fut.add_done_callback(functools.partial(done, t0))
-        futures.append(fut)
-    for fut in futures:
-        await fut  # raises the first failed publish's error
-    await completed.wait()  # every done callback has run
+        window.track(fut, functools.partial(acked, t0))
+    await window.wait()  # raises the first failed publish's error
     return time.perf_counter() - start, latencies
 
 
@@ -223,7 +264,7 @@ def bench_pub(
             if created and not keep:
                 await js.delete_stream(stream)
         kind = "pub (sync)" if sync else "pub (async)"
-        return BenchResult(kind, msgs, size, seconds, latencies, "ack latency")
+        return BenchResult.sampled(kind, msgs, size, seconds, latencies, "ack latency")
 
     run(ctx, work).show(out)
 
@@ -282,11 +323,11 @@ def bench_consume(
                 ),
             )
             try:
-                latencies: list[float] = []
+                latencies = LatencySample()
                 received = 0
                 reading = progress.add_task("Consuming", total=msgs)
                 start = time.perf_counter()
-                publisher: asyncio.Task[tuple[float, list[float]]] | None = None
+                publisher: asyncio.Task[tuple[float, LatencySample]] | None = None
                 async with consumer.messages() as it:
                     if not backlog:
                         sending = progress.add_task("Publishing", total=msgs)
@@ -308,7 +349,7 @@ def bench_consume(
                                 ) from None
                             if not backlog:
                                 sent = int.from_bytes(msg.data[:_STAMP], "big")
-                                latencies.append((time.perf_counter_ns() - sent) / 1e6)
+                                latencies.add((time.perf_counter_ns() - sent) / 1e6)
                             if ack:
                                 await msg.ack()
                             received += 1
@@ -324,6 +365,6 @@ def bench_consume(
             finally:
                 await js.delete_consumer(stream, name)
         kind = "consume (backlog)" if backlog else "consume (live)"
-        return BenchResult(kind, msgs, size, seconds, latencies, "end-to-end")
+        return BenchResult.sampled(kind, msgs, size, seconds, latencies, "end-to-end")
 
     run(ctx, work).show(out)

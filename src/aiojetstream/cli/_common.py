@@ -20,6 +20,7 @@ import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 import aiojetstream
 from aiojetstream import (
@@ -59,8 +60,13 @@ __all__ = [
     "options",
     "output",
     "payload_fields",
+    "printable",
+    "printable_text",
     "read_data",
+    "read_stdin",
     "run",
+    "safe_file_name",
+    "stdin_usable",
     "to_jsonable",
 ]
 
@@ -183,7 +189,7 @@ def describe_error(exc: BaseException) -> str:
         text = "timed out"
     else:
         text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
+    return printable(" ".join(text.split()))
 
 
 _EXPECTED = (
@@ -271,10 +277,26 @@ def run(ctx: typer.Context, work: Callable[[JetStreamContext], Awaitable[T]]) ->
 
 
 def confirm(question: str, force: bool) -> None:
-    """Ask ``question`` unless ``force``; stop with exit code 1 on "no" (or end of input)."""
+    """Ask ``question`` unless ``force``; stop with exit code 1 on "no" (or end of input).
+
+    A question that can not be asked (standard input closed or not readable)
+    is a refusal: one error line and exit code 2, as for a usage error.
+    """
     if force:
         return
-    if not typer.confirm(question, default=False, err=True):
+    question = printable(question)
+    problem = _stdin_problem()
+    if problem is not None:
+        _stdin_error(f"standard input {problem}: can not ask {question!r} (use --force)")
+    try:
+        agreed = typer.confirm(question, default=False, err=True)
+    except (OSError, RuntimeError, ValueError) as exc:  # EIO, "lost sys.stdin", closed file
+        print(file=sys.stderr)  # end the line of the question
+        _stdin_error(
+            f"standard input can not be read ({_stdin_reason(exc)}): can not ask "
+            f"{question!r} (use --force)"
+        )
+    if not agreed:
         print("error: not confirmed (use --force to skip the question)", file=sys.stderr)
         raise typer.Exit(1)
 
@@ -314,12 +336,83 @@ def check_subject(subject: str, option: str) -> str:
     return subject
 
 
+#: The most ``-`` reads from standard input: 64 MiB, the largest ``max_payload``
+#: nats-server takes, so more can never be sent as one message (or one value).
+STDIN_LIMIT = 64 * 1024 * 1024
+
+
+def _stdin_reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _stdin_error(text: str) -> NoReturn:
+    """Standard input can not be used: one error line, exit code 2 (as a usage error)."""
+    print(f"error: {printable(text)}", file=sys.stderr, flush=True)
+    raise typer.Exit(2)
+
+
+def _stdin_problem() -> str | None:
+    """Why standard input can not be read, or None (as far as a read of no bytes tells).
+
+    Closed (``0<&-``: Python then has no ``sys.stdin``) or not open for
+    reading (``0>/dev/null``: EBADF).
+    """
+    stream = sys.stdin
+    if stream is None:
+        return "is closed"
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # not a file descriptor (a test's input): readable
+        return None
+    try:
+        os.read(fd, 0)
+    except OSError as exc:
+        return f"can not be read ({_stdin_reason(exc)})"
+    return None
+
+
+def stdin_usable(what: str) -> None:
+    """End the command (one error line, exit code 2) unless standard input can be read.
+
+    For a command that reads it later, in pieces (``obj put -``): checked
+    before anything is sent.
+    """
+    problem = _stdin_problem()
+    if problem is not None:
+        _stdin_error(f"standard input {problem}: nothing to read for {what}")
+
+
+def read_stdin(what: str = "'-'") -> bytes:
+    """All of standard input (for ``what``), at most :data:`STDIN_LIMIT` bytes.
+
+    A closed or unreadable standard input (``0<&-``, ``0>/dev/null``) ends
+    the command with one error line and exit code 2; so does more than
+    :data:`STDIN_LIMIT` bytes (it is not kept in memory). Ctrl-C while
+    waiting for input ends it with 130, as everywhere else.
+    """
+    stdin_usable(what)
+    try:
+        data = sys.stdin.buffer.read(STDIN_LIMIT + 1)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except (OSError, ValueError, AttributeError) as exc:  # EIO; a closed or text-only stream
+        _stdin_error(f"standard input can not be read ({_stdin_reason(exc)}) for {what}")
+    if len(data) > STDIN_LIMIT:
+        _stdin_error(
+            f"standard input holds more than {STDIN_LIMIT >> 20} MiB for {what}: "
+            "more than a NATS message can"
+        )
+    return data
+
+
 def read_data(data: str | None) -> bytes:
     """A payload argument: ``-`` reads standard input, None is empty, else its UTF-8 bytes."""
     if data is None:
         return b""
     if data == "-":
-        return sys.stdin.buffer.read()
+        return read_stdin()
     return data.encode()
 
 
@@ -331,7 +424,7 @@ def load_json_file(path: Path) -> dict[str, Any]:
         OSError: the file can not be read.
 
     """
-    text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    text = read_stdin("--config -").decode() if str(path) == "-" else path.read_text()
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -342,6 +435,67 @@ def load_json_file(path: Path) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- output
+
+#: What the printable form escapes. C0 controls but tab (ESC, BEL, CR, NUL,
+#: backspace...), DEL and C1 controls (0x9B is a CSI on some terminals); the
+#: Unicode format characters (category Cf: the bidi overrides and isolates
+#: U+202A-U+202E and U+2066-U+2069, zero-width spaces, tag characters) but
+#: the joiners ZWNJ and ZWJ, which scripts and emoji need; line and paragraph
+#: separators (U+2028, U+2029); lone surrogates, which can not be written.
+_FORMAT_CHARS = (
+    r"\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b\u200e\u200f"
+    r"\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+    r"\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    r"\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+)
+_UNPRINTABLE_BODY = re.compile(  # a CR ending a line (CRLF) is kept in bodies
+    r"\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + _FORMAT_CHARS + r"\ud800-\udfff]"
+)
+_UNPRINTABLE_LINE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f" + _FORMAT_CHARS + r"\ud800-\udfff]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED_ESCAPES.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    r"""``text`` as it may reach a terminal: what could control it written as escapes.
+
+    ESC becomes ``\x1b``, BEL ``\x07``, NUL ``\x00``, CR ``\r``, a newline
+    ``\n`` (kept with ``lines``: payloads and values keep their lines, CRLF
+    endings included), U+202E ``\u202e``; tabs are kept. Backslashes are not
+    doubled: the form is for reading (``--json`` and ``--raw`` are exact).
+    """
+    pattern = _UNPRINTABLE_BODY if lines else _UNPRINTABLE_LINE
+    if pattern.search(text) is None:
+        return text
+    return pattern.sub(_escape, text)
+
+
+def printable_text(data: bytes, *, lines: bool = True) -> str:
+    r"""A payload or value as text for a terminal: UTF-8, other bytes as ``\xNN``.
+
+    Then :func:`printable` (with ``lines``, by default: its lines are kept).
+    """
+    return printable(data.decode("utf-8", "backslashreplace"), lines=lines)
+
+
+_FILE_NAME_UNSAFE = re.compile(_UNPRINTABLE_LINE.pattern[:-1] + r"\t]")
+
+
+def safe_file_name(name: str) -> str:
+    """A file name from server data: characters :func:`printable` escapes and tabs become ``_``."""
+    return _FILE_NAME_UNSAFE.sub("_", name)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -393,7 +547,20 @@ def payload_fields(data: bytes, key: str = "data") -> dict[str, str]:
     return {f"{key}_base64": base64.b64encode(data).decode("ascii")}
 
 
-class _Stdout(Console):
+class _PrintableConsole(Console):
+    """A Rich console that writes every string it renders in :func:`printable` form.
+
+    Table cells, titles and notes (server data among them: names,
+    descriptions, subjects, values) reach it as strings, through
+    :meth:`render_str`; Rich itself leaves ESC, NUL and C1 controls in them.
+    """
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        """Rich's :meth:`~rich.console.Console.render_str` of :func:`printable` ``text``."""
+        return super().render_str(printable(text), **kwargs)
+
+
+class _Stdout(_PrintableConsole):
     """Rich's console on standard output, ending a broken pipe as every command does.
 
     Rich catches a ``BrokenPipeError`` itself and exits with 1; here it is
@@ -409,15 +576,17 @@ class _Stdout(Console):
 class Output:
     """Where a command prints: JSON for scripts, or Rich tables for people.
 
-    Text is written as it is: Rich renders the tables and notes, but neither
+    Text is written in :func:`printable` form (control characters escaped),
+    but otherwise as it is: Rich renders the tables and notes, but neither
     interprets markup (``[bold]``) nor emoji codes (``:smile:``) in them, and
-    :meth:`print` does not go through Rich at all.
+    :meth:`print` does not go through Rich at all. ``--json`` and ``--raw``
+    output is exact.
     """
 
     def __init__(self, as_json: bool) -> None:
         self.json = as_json
         self.console = _Stdout(highlight=False, markup=False, emoji=False)
-        self.err = Console(stderr=True, highlight=False, markup=False, emoji=False)
+        self.err = _PrintableConsole(stderr=True, highlight=False, markup=False, emoji=False)
 
     def emit_json(self, value: Any) -> None:
         """Print ``value`` as indented JSON on standard output."""
@@ -430,12 +599,17 @@ class Output:
         sys.stdout.flush()
 
     def print(self, text: str) -> None:
-        """Print ``text`` and a newline on standard output, exactly as it is.
+        """Print one line: ``text`` in :func:`printable` form (newlines escaped too).
 
         Not through Rich: payloads, values, subjects and names keep their
-        emoji codes, brackets, tabs and control characters.
+        emoji codes, brackets and tabs; control characters are escaped.
         """
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(printable(text) + "\n")
+        sys.stdout.flush()
+
+    def body(self, data: bytes) -> None:
+        """Print a payload or value and a newline: :func:`printable_text`, lines kept."""
+        sys.stdout.write(printable_text(data) + "\n")
         sys.stdout.flush()
 
     def note(self, text: str) -> None:

@@ -38,6 +38,7 @@ from ._common import (
     note_added,
     output,
     payload_fields,
+    printable_text,
     read_data,
     run,
 )
@@ -127,8 +128,8 @@ def _show_entry(out: Output, entry: KeyValueEntry, raw: bool = False) -> None:
     elif raw:
         sys.stdout.buffer.write(entry.value + b"\n")
         sys.stdout.buffer.flush()
-    elif entry.operation is KeyValueOp.PUT:
-        value = entry.value.decode("utf-8", "replace")
+    elif entry.operation is KeyValueOp.PUT:  # one line an entry: the value's newlines escaped
+        value = printable_text(entry.value, lines=False)
         out.print(f"[{entry.operation}] {entry.key} revision {entry.revision}: {value}")
     else:
         out.print(f"[{entry.operation}] {entry.key} revision {entry.revision}")
@@ -287,7 +288,7 @@ def get(
             f"{bucket} > {key} revision {entry.revision}, {format_time(entry.created)}, "
             f"{len(entry.value)} bytes"
         )
-        out.print(entry.value.decode("utf-8", "replace"))
+        out.body(entry.value)
 
 
 def _revision_result(ctx: typer.Context, json_flag: bool, what: str, key: str, rev: int) -> None:
@@ -379,7 +380,7 @@ def history(ctx: typer.Context, bucket: Bucket, key: Key, json_flag: JsonFlag = 
             str(entry.operation),
             format_time(entry.created),
             str(len(entry.value)),
-            entry.value.decode("utf-8", "replace"),
+            printable_text(entry.value, lines=False),
         )
     out.table(table)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any
@@ -14,11 +15,13 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    Task,
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 from aiojetstream import (
     AckPolicy,
@@ -38,12 +41,19 @@ from ._common import (
     kv_table,
     output,
     payload_fields,
+    printable,
     read_data,
     run,
 )
 from ._units import format_bytes, format_rate, format_time, parse_ttl
 
-__all__ = ["Countdown", "parse_headers", "progress_bar", "register", "retrieve_outcome"]
+__all__ = [
+    "AckWindow",
+    "DescriptionColumn",
+    "parse_headers",
+    "progress_bar",
+    "register",
+]
 
 
 _PULL_BATCH = 100
@@ -73,10 +83,25 @@ def parse_headers(values: list[str] | None) -> dict[str, str] | None:
     return headers
 
 
+class DescriptionColumn(TextColumn):
+    """A progress bar's description in :func:`~._common.printable` form, without markup.
+
+    Rich's ``TextColumn`` writes it as it is: an object name or a subject with
+    ESC in it would reach the terminal.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("{task.description}", markup=False)
+
+    def render(self, task: Task) -> Text:
+        """The task's description, control characters escaped."""
+        return Text(printable(task.description), style=self.style, justify=self.justify)
+
+
 def progress_bar(out: Output, what: str) -> Progress:
     """A Rich progress bar on standard error (standard output stays for results)."""
     return Progress(
-        TextColumn("{task.description}", markup=False),
+        DescriptionColumn(),
         BarColumn(bar_width=24),
         MofNCompleteColumn(),
         TaskProgressColumn(),
@@ -134,35 +159,54 @@ class PubSummary:
         }
 
 
-def retrieve_outcome(fut: asyncio.Future[Any]) -> None:
-    """A done callback: mark a future's failure as seen (it is reported once, elsewhere).
+class AckWindow:
+    """The outcomes of asynchronous publishes, taken as they come; no future is kept.
 
-    Without it, each publish of a window that failed (a full stream, Ctrl-C,
-    the connection closed) but was not awaited logs "Future exception was
-    never retrieved" with a traceback when it is garbage collected.
+    ``publish_async`` waits while the library's window
+    (``publish_async_max_pending``) is full, so at most that many publishes
+    are outstanding; this only counts them. Each acknowledgement goes to the
+    callback given to :meth:`track`; the first failure is kept in
+    :attr:`error`, which :meth:`check` raises, so that a sender can stop at
+    once instead of after its last message (later failures of the same window
+    are marked seen and dropped).
     """
-    if not fut.cancelled():
-        fut.exception()
 
+    def __init__(self) -> None:
+        self.outstanding = 0
+        self.error: BaseException | None = None
+        self._settled = asyncio.Event()
+        self._settled.set()
 
-class Countdown:
-    """An event set once ``tick`` was called ``count`` times (done callbacks of futures)."""
+    def track(self, fut: asyncio.Future[PubAck], on_ack: Callable[[PubAck], None]) -> None:
+        """Count ``fut`` until it completes; then ``on_ack(ack)``, or keep its failure."""
+        self.outstanding += 1
+        self._settled.clear()
 
-    def __init__(self, count: int) -> None:
-        self._left = count
-        self._event = asyncio.Event()
-        if count <= 0:
-            self._event.set()
+        def done(fut: asyncio.Future[PubAck]) -> None:
+            self.outstanding -= 1
+            if fut.cancelled():
+                failure: BaseException | None = CliError("a publish was cancelled")
+            else:
+                failure = fut.exception()  # seen: no "exception was never retrieved"
+            if failure is None:
+                on_ack(fut.result())
+            elif self.error is None:
+                self.error = failure
+            if failure is not None or self.outstanding == 0:
+                self._settled.set()
 
-    def tick(self) -> None:
-        """Count one; set the event at zero."""
-        self._left -= 1
-        if self._left <= 0:
-            self._event.set()
+        fut.add_done_callback(done)
+
+    def check(self) -> None:
+        """Raise the first failure, if there was one."""
+        if self.error is not None:
+            raise self.error
 
     async def wait(self) -> None:
-        """Wait until the count reached zero."""
-        await self._event.wait()
+        """Wait until every tracked publish completed, or one failed (then raise its error)."""
+        while self.outstanding and self.error is None:
+            await self._settled.wait()
+        self.check()
 
 
 def _fill(template: bytes, number: int) -> bytes:
@@ -236,25 +280,23 @@ def pub(
             task = progress.add_task(f"Publishing to {subject}", total=count)
             start = time.perf_counter()
             if use_async:
-                pending: list[asyncio.Future[PubAck]] = []
-                completed = Countdown(count)
+                # The library's window bounds what is outstanding; nothing is
+                # kept per message, and the first failure stops the sending.
+                window = AckWindow()
 
-                def acked(fut: asyncio.Future[PubAck]) -> None:
-                    retrieve_outcome(fut)  # every failure is seen; the first is raised below
+                def acked(ack: PubAck) -> None:
+                    summary.add(ack)
                     progress.advance(task)
-                    completed.tick()
 
                 for n in range(1, count + 1):
+                    window.check()
                     body = _fill(payload, n)
                     summary.payload_bytes += len(body)
                     fut = await js.publish_async(
                         subject, body, headers=headers, msg_id=_fill_id(msg_id, n), ttl=ttl
                     )
-                    fut.add_done_callback(acked)
-                    pending.append(fut)
-                for fut in pending:
-                    summary.add(await fut)  # raises the first failed publish's error
-                await completed.wait()  # every done callback has run
+                    window.track(fut, acked)
+                await window.wait()  # raises the first failed publish's error
             else:
                 for n in range(1, count + 1):
                     body = _fill(payload, n)
@@ -333,7 +375,7 @@ def _show(out: Output, record: dict[str, Any], data: bytes, raw: bool, show_head
     if show_headers and record["headers"]:
         for key, value in record["headers"].items():
             out.print(f"  {key}: {value}")
-    out.print(data.decode("utf-8", "replace"))
+    out.body(data)
 
 
 def consume(
@@ -515,7 +557,7 @@ def get(
     for key, value in (msg.headers or {}).items():
         rows.append((f"Header {key}", value))
     out.table(kv_table(None, rows))
-    out.print(msg.data.decode("utf-8", "replace"))
+    out.body(msg.data)
 
 
 def register(app: typer.Typer) -> None:

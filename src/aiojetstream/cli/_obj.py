@@ -17,7 +17,6 @@ from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
-    TextColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
@@ -47,7 +46,10 @@ from ._common import (
     note_added,
     output,
     run,
+    safe_file_name,
+    stdin_usable,
 )
+from ._messages import DescriptionColumn
 from ._units import format_bytes, format_duration, format_time, parse_duration, parse_size
 
 __all__ = ["app"]
@@ -65,7 +67,7 @@ _READ_SIZE = 1 << 20
 
 def _transfer_bar(out: Output) -> Progress:
     return Progress(
-        TextColumn("{task.description}", markup=False),
+        DescriptionColumn(),
         BarColumn(bar_width=24),
         DownloadColumn(),
         TransferSpeedColumn(),
@@ -262,6 +264,8 @@ def put(
     from_stdin = str(file) == "-"
     if from_stdin and name is None:
         raise typer.BadParameter("reading standard input needs --name")
+    if from_stdin:
+        stdin_usable("'-'")
     object_name = name if name is not None else file.name
 
     async def work(js: JetStreamContext) -> ObjectInfo:
@@ -303,9 +307,10 @@ def _remove(path: str) -> None:
 def _target(output_path: Path | None, name: str) -> Path:
     """Where ``obj get`` writes: ``--output``, inside it if it is a directory, else ``./NAME``.
 
-    ``NAME`` stands for the object name's last path part (``notes/a.txt``: ``a.txt``).
+    ``NAME`` stands for the object name's last path part (``notes/a.txt``: ``a.txt``),
+    with control and format characters (ESC, U+202E, ...) and tabs as ``_``.
     """
-    last = Path(name).name
+    last = safe_file_name(Path(name).name)
     own = Path(last if last not in ("", ".", "..") else "object")
     if output_path is None:
         return own
