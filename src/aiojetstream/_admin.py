@@ -38,6 +38,7 @@ from ._models import (
     format_timestamp,
     parse_timestamp,
 )
+from ._models._ranges import check_server_duration, check_server_time
 from ._validation import positive_duration, validate_name
 
 __all__ = [
@@ -261,11 +262,13 @@ async def clear_backlog(
 
 def _cutoff(age: float | timedelta) -> datetime:
     """``now - age``: when the messages ``age`` old were stored (InvalidOptionError)."""
-    value = positive_duration(age, "age", InvalidOptionError)
+    value = check_server_duration(positive_duration(age, "age", InvalidOptionError), "age")
     try:
-        return datetime.now(UTC) - value
+        cutoff = datetime.now(UTC) - value
     except OverflowError:
         raise InvalidOptionError(f"age: {age!r} reaches before year 1") from None
+    # Before 1677-09-21 the server wraps the time to after every message: all skipped.
+    return check_server_time(cutoff, "age: the cutoff")
 
 
 async def skip_older_than(

@@ -311,7 +311,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     return nc
 
 
-#: What a URL nats-py refuses may hold, where it is not for the URL (see :func:`_connect_failure`).
+#: Why nats-py may refuse a URL with credentials in it, said without quoting them.
 _URL_HINT = (
     "a password or token holding '/', '?', '#', ',' or unicode that stands for one of "
     "them cannot go in a URL: give it with the user and password or token options"

@@ -19,6 +19,7 @@ from ._cleanup import close_when_collected
 from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError
 from ._message import Msg
 from ._models import ConsumerConfig, ConsumerInfo, ConsumerPauseResponse, to_wire
+from ._models._ranges import check_config_ranges
 from ._priority import PinState, check_group_name
 from ._pull_driver import ErrorHandler, PullDriver, in_error_handler
 from ._pull_engine import (
@@ -60,6 +61,7 @@ async def upsert_consumer(
     validate_name(stream, "stream")
     if not isinstance(config, ConsumerConfig):
         raise InvalidOptionError(f"config must be a ConsumerConfig, got {type(config).__name__}")
+    check_config_ranges(config)  # times and durations the server would wrap or refuse
     name = _consumer_name(config)
     body: dict[str, Any] = {"stream_name": stream, "config": to_wire(config)}
     for feature in F.consumer_config_features(config):
@@ -456,6 +458,12 @@ class Consumer:
         the ack floor was acknowledged, nothing moves (the old messages still
         unacknowledged stay pending). Returns the sequence it continues at.
         nats-server >= 2.14.
+
+        Raises:
+            InvalidOptionError: ``age`` is not positive seconds or a timedelta,
+                or longer than the server's durations (about 292 years; the
+                server wrapped a cutoff before 1677 and skipped everything).
+
         """
         seq, self._info = await A.skip_older_than(self._api, self._stream, self._name, age, timeout)
         return seq

@@ -34,6 +34,7 @@ from ._models import (
     StreamInfo,
     to_wire,
 )
+from ._models._ranges import check_config_ranges
 from ._ordered import OrderedConsumer
 from ._stream import Stream
 from ._validation import (
@@ -256,6 +257,7 @@ class JetStreamContext:
         if not isinstance(config, StreamConfig):
             raise InvalidOptionError(f"config must be a StreamConfig, got {type(config).__name__}")
         validate_name(config.name, "stream")
+        check_config_ranges(config)  # times and durations the server would wrap or refuse
         return to_wire(config)
 
     async def _checked_stream_config(
@@ -264,8 +266,9 @@ class JetStreamContext:
         """Validate ``config`` and return what to send (ADR-43 rules and defaults)."""
         if not isinstance(pedantic, bool):
             raise InvalidOptionError(f"pedantic must be a bool, got {pedantic!r}")
+        if isinstance(config, StreamConfig):
+            T.check_stream_config(config)  # first: a marker TTL is InvalidStreamConfigError
         self._stream_body(config)
-        T.check_stream_config(config)
         if pedantic or T.uses_ttl_settings(config):
             T.check_api_level(config, await self._level(left), pedantic=pedantic)
         for feature in F.stream_config_features(config):

@@ -50,6 +50,7 @@ from ._errors import (
     TooManyResultsError,
 )
 from ._models import NanoDatetime, RawStreamMessage, format_timestamp, parse_timestamp
+from ._models._ranges import check_server_time
 from ._models.message import raw_message
 from ._validation import validate_filter_subject
 
@@ -249,9 +250,12 @@ def _sequence(value: object, name: str) -> int:
 
 
 def _aware(value: object, name: str) -> datetime:
-    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidOptionError(f"{name} must be a timezone-aware datetime, got {value!r}")
-    return value
+    """A timezone-aware datetime within the server's clock (1677-09-21 to 2262-04-11).
+
+    The server reads a time as int64 nanoseconds since 1970 and wraps one
+    outside: a ``start_time`` after 2262-04-11 read from the first message.
+    """
+    return check_server_time(value, name)
 
 
 def _up_to(up_to_seq: int | None, up_to_time: datetime | None) -> None:

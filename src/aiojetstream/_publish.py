@@ -33,6 +33,7 @@ from ._errors import (
     StreamFullError,
 )
 from ._models import PubAck
+from ._models._ranges import check_ttl_from_now
 from ._validation import check_sequence
 
 #: How often ``publish`` retries when no stream answers, and how long it waits
@@ -71,7 +72,8 @@ def build_headers(
     if msg_id is not None:
         out[H.MSG_ID] = _msg_id(H.MSG_ID, msg_id, "msg_id")
     if ttl is not None:
-        out[H.TTL] = H.ttl_header_value(ttl)
+        # Counted from when the message is stored: past the server's clock, expired at once.
+        out[H.TTL] = check_ttl_from_now(H.ttl_header_value(ttl))
     if expected_stream is not None:
         _, out[H.EXPECTED_STREAM] = H.validate_header(H.EXPECTED_STREAM, expected_stream)
     if expected_last_sequence is not None:

@@ -28,7 +28,8 @@ from typing import Final
 
 from . import _headers as H
 from ._errors import InvalidHeaderError, InvalidScheduleError, InvalidSubjectError
-from ._models import format_timestamp
+from ._models import format_timestamp, parse_timestamp
+from ._models._ranges import check_from_now, check_server_time, check_ttl_from_now
 from ._validation import positive_duration, validate_publish_subject
 
 __all__ = [
@@ -109,9 +110,17 @@ class Schedule:
         """Once, at ``when`` (a timezone-aware datetime; sent in UTC).
 
         A time in the past fires at once.
+
+        Raises:
+            InvalidScheduleError: not a timezone-aware datetime, or outside the
+                server's clock (int64 nanoseconds since 1970: after
+                2262-04-11T23:47:16.854775807Z it fired at once, before
+                1677-09-21T00:12:43.145224192Z it never fired).
+
         """
         if not isinstance(when, datetime) or when.tzinfo is None or when.utcoffset() is None:
             raise InvalidScheduleError(f"Schedule.at needs a timezone-aware datetime, got {when!r}")
+        check_server_time(when, "Schedule.at: the time", InvalidScheduleError)
         return cls(f"@at {format_timestamp(when)}")
 
     @classmethod
@@ -126,7 +135,10 @@ class Schedule:
         Raises:
             InvalidScheduleError: under 1 s, not a whole number of seconds,
                 over a Go duration (about 292 years), not finite, a ``bool`` or
-                another type.
+                another type, or so long that the first firing would be past the
+                end of the server's clock (2262-04-11, less a day): there the
+                server wrapped it into the past and fired it over and over. The
+                publish checks that again.
 
         """
         delta = positive_duration(interval, "Schedule.every: the interval", InvalidScheduleError)
@@ -148,6 +160,7 @@ class Schedule:
                 f"Schedule.every: the interval {interval!r} is longer than a Go duration "
                 f"(at most {MAX_INTERVAL.total_seconds():.0f} s, about 292 years)"
             )
+        check_from_now(delta.total_seconds(), "Schedule.every: the interval", InvalidScheduleError)
         return cls(f"@every {H.format_go_duration(delta)}")
 
     @classmethod
@@ -184,6 +197,29 @@ class Schedule:
         return cls(text, time_zone)
 
 
+def _check_clock(spec: str) -> None:
+    """Check an ``@at`` time or ``@every`` interval against the server's clock again.
+
+    An interval's end is counted from now, and the Schedule may be old; a
+    Schedule made with its constructor was not checked at all. What does not
+    parse is left to the server.
+    """
+    try:
+        if spec.startswith("@every "):
+            interval: float | None = H.parse_go_duration(spec.removeprefix("@every "))
+            when = None
+        elif spec.startswith("@at "):
+            interval, when = None, parse_timestamp(spec.removeprefix("@at "))
+        else:
+            return
+    except ValueError:
+        return
+    if interval is not None:
+        check_from_now(interval, "Schedule.every: the interval", InvalidScheduleError)
+    if when is not None:
+        check_server_time(when, "Schedule.at: the time", InvalidScheduleError)
+
+
 def schedule_headers(
     subject: str,
     headers: Mapping[str, str] | None,
@@ -196,7 +232,8 @@ def schedule_headers(
     Raises:
         InvalidScheduleError: ``schedule_target`` / ``schedule_ttl`` without a
             schedule, no target, a target with wildcards or equal to the
-            schedule subject.
+            schedule subject, an ``@every`` interval that now runs past the end
+            of the server's clock.
         InvalidTTLError: ``schedule_ttl`` under 1 s or unparsable.
         InvalidHeaderError: ``headers`` is not a mapping.
 
@@ -209,6 +246,7 @@ def schedule_headers(
         )
     if schedule.time_zone is not None and schedule.spec.startswith(("@at ", "@every ")):
         raise InvalidScheduleError("a time zone goes only with a cron schedule")
+    _check_clock(schedule.spec)
     if target is None:
         raise InvalidScheduleError("a schedule needs a schedule_target")
     try:
@@ -229,5 +267,5 @@ def schedule_headers(
     if schedule.time_zone is not None:
         out[SCHEDULE_TIME_ZONE] = schedule.time_zone
     if ttl is not None:
-        out[SCHEDULE_TTL] = H.ttl_header_value(ttl)
+        out[SCHEDULE_TTL] = check_ttl_from_now(H.ttl_header_value(ttl), "the schedule TTL")
     return out

@@ -6,7 +6,8 @@ breaks a rule never reaches the server:
 
 * :func:`check_stream_config`: ``subject_delete_marker_ttl`` is at least
   1 second when set (zero and negative values are refused, ``None`` means
-  unset) and is not allowed on a mirror.
+  unset), ends before the server's clock does (2262-04-11, less a day, counted
+  from now) and is not allowed on a mirror.
 * :func:`check_api_level`: either setting (and ``pedantic``) needs JetStream
   API level >= 1, i.e. nats-server >= 2.11.
 * :func:`check_not_disabling`: ``allow_msg_ttl`` can be turned on for an
@@ -28,6 +29,7 @@ from typing import Any, Final
 
 from ._errors import FeatureNotSupportedError, InvalidStreamConfigError
 from ._models import StreamConfig
+from ._models._ranges import check_from_now
 
 __all__ = [
     "MIN_MARKER_TTL",
@@ -73,7 +75,9 @@ def check_stream_config(config: StreamConfig) -> None:
 
     Raises:
         InvalidStreamConfigError: ``subject_delete_marker_ttl`` is set under
-            1 second (zero and negative included) or on a mirror.
+            1 second (zero and negative included), runs past the end of the
+            server's clock counted from now (a marker would expire at once), or
+            is set on a mirror.
 
     """
     marker_ttl = config.subject_delete_marker_ttl
@@ -85,6 +89,9 @@ def check_stream_config(config: StreamConfig) -> None:
             f"subject_delete_marker_ttl must be at least 1 second, got {marker_ttl!r} "
             "(leave it None to turn markers off)"
         )
+    # A marker's TTL is counted from when it is written: past the end of the server's
+    # clock it wraps into the past and the marker expired at once.
+    check_from_now(seconds, "subject_delete_marker_ttl", InvalidStreamConfigError)
     if config.mirror is not None:
         raise InvalidStreamConfigError(
             f"stream {config.name!r}: subject_delete_marker_ttl is not allowed on a mirror "

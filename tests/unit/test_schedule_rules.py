@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from aiojetstream import InvalidOptionError, InvalidScheduleError, InvalidTTLError, Schedule
 from aiojetstream._headers import format_go_duration, parse_go_duration
+from aiojetstream._models._ranges import seconds_left_on_server_clock
 from aiojetstream._schedule import PREDEFINED, schedule_headers
 
 DURATIONS = st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=400))
@@ -73,7 +74,12 @@ def test_every_whole_and_fractional_seconds() -> None:
     for long in (10**10, timedelta(days=365 * 300)):
         with pytest.raises(InvalidScheduleError, match="Go duration"):
             Schedule.every(long)
-    assert Schedule.every(9_223_372_036).spec.startswith("@every ")  # the longest
+    # The longest: the first firing (now + interval) within the server's clock, less a day;
+    # a Go duration past it (9,223,372,036 s) fired at once and over and over.
+    longest = seconds_left_on_server_clock() - 60
+    assert Schedule.every(longest).spec.startswith("@every ")
+    with pytest.raises(InvalidScheduleError, match="end of the server's clock"):
+        Schedule.every(9_223_372_036)
 
 
 @given(st.timedeltas(min_value=timedelta(days=-5), max_value=timedelta(microseconds=999_999)))

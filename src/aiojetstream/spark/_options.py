@@ -49,6 +49,24 @@ DEFAULT_RETRY_TIMEOUT: Final = 30.0
 #: Kafka's default ``maxTriggerDelay`` (15 minutes), in seconds.
 DEFAULT_MAX_TRIGGER_DELAY: Final = 900.0
 
+# Upper bounds of the numeric options, checked when the read or write is planned.
+#: ``numPartitions`` and ``minPartitions``: Spark tasks per batch (or micro-batch).
+MAX_PARTITIONS: Final = 10_000
+#: A stream sequence: nats-server's uint64 (it reads a larger one modulo 2**64).
+MAX_SEQUENCE: Final = 2**64 - 1
+#: The sequences and bytes per trigger: Spark's read limits are Java longs.
+MAX_PER_TRIGGER: Final = 2**63 - 1
+#: Seconds (``timeout``, ``retryTimeout``, ``inactiveThreshold``, ``maxTriggerDelay``):
+#: the server's durations are int64 nanoseconds, 9,223,372,036 s (about 292 years).
+MAX_SECONDS: Final = (2**63 - 1) // 1_000_000_000
+#: ``maxPending``: publishes or puts in flight per task.
+MAX_PENDING: Final = 1_000_000
+#: The server's clock, in nanoseconds since 1970 (Go's int64 ``UnixNano``; it wraps
+#: a time outside: a later ``startingTimestamp`` read from the first message).
+MIN_TIME_NS: Final = -(2**63)
+MAX_TIME_NS: Final = 2**63 - 1
+_TIME_RANGE: Final = "1677-09-21T00:12:43.145224192Z to 2262-04-11T23:47:16.854775807Z"
+
 #: Every option by its lower-case key, spelled as the documentation spells it.
 _DISPLAY: Final = {
     key.lower(): key
@@ -188,22 +206,36 @@ def _name(options: Mapping[str, str], key: str, display: str) -> str:
     return value
 
 
-def _positive_int(options: Mapping[str, str], key: str, display: str) -> int | None:
+def _shown(raw: str) -> str:
+    """``repr(raw)``, cut: an option may be a giant number."""
+    return repr(raw) if len(raw) <= 60 else repr(raw[:60]) + f"... ({len(raw)} characters)"
+
+
+def _positive_int(
+    options: Mapping[str, str], key: str, display: str, maximum: int = MAX_PER_TRIGGER
+) -> int | None:
     raw = options.get(key)
     if raw is None or raw.strip() == "":
         return None
+    text = raw.strip()
     try:
-        value = int(raw.strip())
+        value = int(text) if len(text) <= 40 else 0  # (int() refuses 4,300 digits itself)
     except ValueError:
+        value = 0
+    if not 0 < value <= maximum:
         raise InvalidOptionError(
-            f"option {display!r}: expected a positive integer, got {raw!r}"
-        ) from None
-    if value <= 0:
-        raise InvalidOptionError(f"option {display!r}: expected a positive integer, got {raw!r}")
+            f"option {display!r}: expected a positive integer up to {maximum:,}, got {_shown(raw)}"
+        )
     return value
 
 
-def _positive_float(options: Mapping[str, str], key: str, display: str, default: float) -> float:
+def _positive_float(
+    options: Mapping[str, str],
+    key: str,
+    display: str,
+    default: float,
+    maximum: float = MAX_SECONDS,
+) -> float:
     raw = options.get(key)
     if raw is None or raw.strip() == "":
         return default
@@ -211,8 +243,11 @@ def _positive_float(options: Mapping[str, str], key: str, display: str, default:
         value = float(raw.strip())
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise InvalidOptionError(f"option {display!r}: expected positive seconds, got {raw!r}")
+    if not (math.isfinite(value) and 0 < value <= maximum):
+        raise InvalidOptionError(
+            f"option {display!r}: expected positive seconds up to {maximum:,.0f} "
+            f"(about 292 years, the server's int64 nanoseconds), got {_shown(raw)}"
+        )
     return value
 
 
@@ -566,12 +601,18 @@ def _offset(raw: str, display: str, words: tuple[str, ...], stream: str | None =
                 raise InvalidOptionError(
                     f"option {display!r}: the offset is of stream {name!r}, not {stream!r}"
                 )
-    if digits.isascii() and digits.isdigit() and int(digits) >= 1:
+    if (
+        digits.isascii()
+        and digits.isdigit()
+        and len(digits) <= 40  # (int() refuses 4,300 digits itself)
+        and 1 <= int(digits) <= MAX_SEQUENCE
+    ):
         return int(digits)
     allowed = " | ".join(words)
     raise InvalidOptionError(
-        f"option {display!r}: expected {allowed}, a stream sequence >= 1 or a JSON object of "
-        f'them per stream such as {{"ORDERS-0": 1001, "ORDERS-1": "{words[0]}"}}, got {raw!r}'
+        f"option {display!r}: expected {allowed}, a stream sequence from 1 to 2**64 - 1 "
+        "(the server's uint64) or a JSON object of them per stream such as "
+        f'{{"ORDERS-0": 1001, "ORDERS-1": "{words[0]}"}}, got {_shown(raw)}'
     )
 
 
@@ -614,13 +655,13 @@ def _per_stream(raw: str, display: str, words: tuple[str, ...]) -> dict[str, str
             raise InvalidOptionError(f"option {display!r}: invalid stream name {name!r}")
         if isinstance(seq, str) and seq.strip().lower() in words:
             result[name] = seq.strip().lower()
-        elif isinstance(seq, int) and not isinstance(seq, bool) and seq >= 1:
+        elif isinstance(seq, int) and not isinstance(seq, bool) and 1 <= seq <= MAX_SEQUENCE:
             result[name] = seq
         else:
             allowed = " | ".join(words)
             raise InvalidOptionError(
                 f"option {display!r}: stream {name!r}: expected {allowed} or a stream "
-                f"sequence >= 1, got {seq!r}"
+                f"sequence from 1 to 2**64 - 1 (the server's uint64), got {_shown(str(seq))}"
             )
     return result
 
@@ -632,20 +673,33 @@ def _timestamp(raw: str | None, display: str) -> datetime | None:
     text = raw.strip()
     if text.isascii() and text.isdigit():
         try:
-            return _EPOCH + timedelta(milliseconds=int(text))
+            value = _EPOCH + timedelta(milliseconds=int(text) if len(text) <= 40 else 10**40)
         except OverflowError:
             raise InvalidOptionError(
-                f"option {display!r}: {text} epoch milliseconds is out of range"
+                f"option {display!r}: {_shown(text)} epoch milliseconds is out of range: "
+                f"the server's clock runs from {_TIME_RANGE}"
             ) from None
+    else:
+        try:
+            value = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            raise InvalidOptionError(
+                f"option {display!r}: expected an ISO-8601 time such as 2026-01-31T12:00:00Z "
+                f"or epoch milliseconds such as 1769860800000, got {_shown(raw)}"
+            ) from None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
+        ns = (value - _EPOCH) // timedelta(microseconds=1) * 1_000
+    except OverflowError:
+        ns = MAX_TIME_NS + 1
+    if not MIN_TIME_NS <= ns <= MAX_TIME_NS:
+        # The server reads a time as int64 nanoseconds since 1970 and wraps one outside:
+        # 9999-12-31 as startingTimestamp read every row instead of none.
         raise InvalidOptionError(
-            f"option {display!r}: expected an ISO-8601 time such as 2026-01-31T12:00:00Z "
-            f"or epoch milliseconds such as 1769860800000, got {raw!r}"
-        ) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
+            f"option {display!r}: {value.isoformat()} is out of range: the server counts "
+            f"time in int64 nanoseconds since 1970, from {_TIME_RANGE}"
+        )
     return value
 
 
@@ -658,9 +712,10 @@ def _duration(options: Mapping[str, str], key: str, display: str, default: float
     value = math.nan
     if match is not None:
         value = float(match[1]) * _DURATION_UNITS[match[2] or "s"]
-    if not (math.isfinite(value) and value > 0):
+    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
         raise InvalidOptionError(
-            f"option {display!r}: expected a duration such as 15m, 30s or 500ms, got {raw!r}"
+            f"option {display!r}: expected a duration such as 15m, 30s or 500ms, up to "
+            f"{MAX_SECONDS:,} s (about 292 years), got {_shown(raw)}"
         )
     return value
 
@@ -832,8 +887,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         ending=ending,
         ending_by_stream=tuple(sorted(ending_by.items())),  # type: ignore[arg-type]
         ending_timestamp=_timestamp(opts.get("endingtimestamp"), "endingTimestamp"),
-        num_partitions=_positive_int(opts, "numpartitions", "numPartitions"),
-        min_partitions=_positive_int(opts, "minpartitions", "minPartitions"),
+        num_partitions=_positive_int(opts, "numpartitions", "numPartitions", MAX_PARTITIONS),
+        min_partitions=_positive_int(opts, "minpartitions", "minPartitions", MAX_PARTITIONS),
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
         max_records_per_trigger=max_rows,
         min_records_per_trigger=min_rows,
@@ -907,7 +962,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         connect=_connect(opts),
         subject=subject,
         dedupe=dedupe,  # type: ignore[arg-type]
-        max_pending=_positive_int(opts, "maxpending", "maxPending") or 4000,
+        max_pending=_positive_int(opts, "maxpending", "maxPending", MAX_PENDING) or 4000,
         retry_timeout=_positive_float(opts, "retrytimeout", "retryTimeout", DEFAULT_RETRY_TIMEOUT),
     )
 
@@ -936,5 +991,5 @@ def parse_kv_options(options: Mapping[str, str]) -> KVOptions:
     return KVOptions(
         bucket=bucket,
         connect=_connect(opts),
-        max_pending=_positive_int(opts, "maxpending", "maxPending") or 1000,
+        max_pending=_positive_int(opts, "maxpending", "maxPending", MAX_PENDING) or 1000,
     )
