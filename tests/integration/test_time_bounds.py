@@ -30,7 +30,10 @@ from aiojetstream import (
     InvalidStreamConfigError,
     InvalidTTLError,
     JetStreamContext,
+    KeyValueConfig,
     MessageNotFoundError,
+    ObjectStoreConfig,
+    OrderedConsumerConfig,
     Schedule,
     Stream,
     StreamConfig,
@@ -191,6 +194,40 @@ async def test_sample_freq_past_a_percentage_is_refused(
     assert await consumer_count(stream) == 0
     consumer = await js.create_consumer(stream.name, ConsumerConfig(sample_freq="100%"))
     assert consumer.cached_info.config.sample_freq == "100%"
+
+
+async def test_ordered_consumer_start_time_past_the_clock_is_refused(
+    js: JetStreamContext,
+) -> None:
+    stream, _ = await three_messages(js, "COC")
+    ordered = await js.ordered_consumer(
+        stream.name,
+        OrderedConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=PAST_LAST),
+    )
+    with pytest.raises(InvalidOptionError, match=PAST_LAST_TEXT):
+        await ordered.fetch(1, expires=2)
+    assert await consumer_count(stream) == 0
+    ordered = await js.ordered_consumer(
+        stream.name,
+        OrderedConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=FIRST),
+    )
+    assert [m.data async for m in await ordered.fetch(3, expires=2)] == [b"a", b"b", b"c"]
+
+
+async def test_bucket_durations_past_the_server_are_refused(js: JetStreamContext) -> None:
+    with pytest.raises(InvalidOptionError, match=r"max_age \(10,000,000,000 s\) is too long"):
+        await js.create_key_value(KeyValueConfig(bucket=unique_name("KV"), ttl=1e10))
+    with pytest.raises(InvalidStreamConfigError, match="end of the server's clock"):
+        await js.create_key_value(
+            KeyValueConfig(
+                bucket=unique_name("KV"), limit_marker_ttl=seconds_left_on_server_clock() + 60
+            )
+        )
+    with pytest.raises(InvalidOptionError, match="max_age"):
+        await js.create_object_store(ObjectStoreConfig(bucket=unique_name("OB"), ttl=1e10))
+    assert [name async for name in js.stream_names()] == []
+    kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("KV"), ttl=LONGEST))
+    assert (await kv.status()).ttl == LONGEST
 
 
 # --------------------------------------------------------------------------- streams

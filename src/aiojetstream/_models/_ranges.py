@@ -29,7 +29,7 @@ from typing import Any, Final
 from pydantic import BaseModel
 
 from .._errors import InvalidOptionError, InvalidTTLError
-from ._base import NanoDatetime, coerce_duration, duration_to_ns
+from ._base import NanoDatetime, coerce_duration, duration_to_ns, format_timestamp
 
 __all__ = [
     "CLOCK_MARGIN_SECONDS",
@@ -98,7 +98,11 @@ def check_server_time(
     except OverflowError:  # an offset that takes it past datetime's own range
         ns = MAX_SERVER_TIME_NS + 1 if value.year > 1970 else MIN_SERVER_TIME_NS - 1
     if not MIN_SERVER_TIME_NS <= ns <= MAX_SERVER_TIME_NS:
-        raise error(f"{what} {value.isoformat()} is out of range: {_CLOCK_RANGE}")
+        try:
+            shown = format_timestamp(value)  # in UTC, with its nanoseconds
+        except OverflowError:
+            shown = value.isoformat()
+        raise error(f"{what} {shown} is out of range: {_CLOCK_RANGE}")
     return value
 
 
