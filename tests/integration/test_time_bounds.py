@@ -20,6 +20,7 @@ from typing import Any
 import nats
 import pytest
 from nats.aio.client import Client as NatsClient
+from typer.testing import CliRunner
 
 from aiojetstream import (
     AckPolicy,
@@ -45,6 +46,7 @@ from aiojetstream._models._ranges import (
     MAX_SERVER_TIME_TEXT,
     seconds_left_on_server_clock,
 )
+from aiojetstream.cli._app import app
 from aiojetstream.spark._options import parse_source_options
 from aiojetstream.spark._read import plan_range
 from helpers import unique_name, wait_until
@@ -536,3 +538,32 @@ async def test_spark_starting_timestamp_at_the_clock_end_reads_nothing(
     )
     assert (await plan_range(js, opts, streaming=False))[:2] == (1, 4)
     assert await consumer_count(stream) == 0  # the planning's consumers are gone
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_durations_past_the_server_are_one_line_errors(nats_url: str) -> None:
+    """The CLI's durations go through the library's checks: an error line, exit 1."""
+    runner = CliRunner()
+    env = {"NATS_URL": nats_url, "COLUMNS": "80"}
+    name = unique_name("CLI")
+    for args, message in (
+        (
+            ["stream", "add", name, "--subjects", f"{name}.>", "--max-age", "200000d"],
+            "max_age (17,280,000,000 s) is too long",
+        ),
+        (["stream", "add", name, "--subjects", f"{name}.>", "--max-age", "106751d"], None),
+        (["pub", f"{name}.a", "x", "--ttl", "9000000000s"], "end of the server's clock"),
+        (
+            ["consumer", "add", name, "C", "--ack-wait", "200000d"],
+            "ack_wait (17,280,000,000 s) is too long",
+        ),
+    ):
+        result = runner.invoke(app, args, env=env)
+        if message is None:
+            assert result.exit_code == 0, result.output
+        else:
+            assert result.exit_code == 1, result.output
+            assert message in result.stderr
+            assert "Traceback" not in result.output + result.stderr
