@@ -88,6 +88,14 @@ class ConsumerConfig(ConfigModel):
     ``durable_name`` and ``name`` is ephemeral. Unknown fields raise a
     ``ValidationError``; a config read back from the server keeps them.
 
+    Before the config is sent, each duration must fit the server's int64
+    nanoseconds (at most 2**63 - 1 ns, about 292 years) and ``opt_start_time``
+    its clock (1677-09-21T00:12:43.145224192Z to 2262-04-11T23:47:16.854775807Z:
+    the server wraps a time outside, so a start after it started at the first
+    message); ``pause_until`` may be any year. ``sample_freq`` is a percentage
+    from 0 to 100. Anything else raises :class:`InvalidOptionError`, naming the
+    field, and nothing is sent.
+
     Example:
         >>> ConsumerConfig(durable_name="worker", ack_wait=30, max_deliver=5)
 

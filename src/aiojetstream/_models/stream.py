@@ -151,6 +151,12 @@ class StreamConfig(ConfigModel):
     server (``StreamInfo.config``) keeps the fields this library does not know
     and sends them again on update: modify it with ``model_copy(update=...)``.
 
+    Before the config is sent, each duration must fit the server's int64
+    nanoseconds (at most 2**63 - 1 ns, about 292 years) and each source's or
+    the mirror's ``opt_start_time`` its clock (1677-09-21T00:12:43.145224192Z
+    to 2262-04-11T23:47:16.854775807Z); anything else raises
+    :class:`InvalidOptionError`, naming the field, and nothing is sent.
+
     Example:
         >>> StreamConfig(name="ORDERS", subjects=["orders.>"], max_age=3600)
 
@@ -232,7 +238,9 @@ class StreamConfig(ConfigModel):
     ``Nats-TTL``.
 
     The stream create and update calls check it before sending anything: a
-    value under 1 second (zero included) or a value on a mirror raises
+    value under 1 second (zero included), one that runs past the end of the
+    server's clock counted from now (2262-04-11 less a day: the marker expired
+    at once) or a value on a mirror raises
     :class:`InvalidStreamConfigError`, and a server below API level 1 raises
     :class:`FeatureNotSupportedError`. Unless the call passes
     ``pedantic=True``, the config sent also has ``allow_rollup_hdrs`` on,
