@@ -459,6 +459,69 @@ def test_stdin_beyond_any_message_is_refused(nats_url: str) -> None:
     run_cli(nats_url, "stream", "rm", stream, "-f")
 
 
+def run_all(
+    url: str, commands: list[tuple[str, ...]], **options: Any
+) -> list[tuple[int, str, str]]:
+    """Start the commands at once (each ``python -m aiojetstream``); exit code, stdout, stderr."""
+    procs = []
+    try:
+        for args in commands:
+            procs.append(subprocess.Popen(aj(*args), text=True, env=env(NATS_URL=url), **options))
+        results = []
+        for proc in procs:
+            stdout, stderr = proc.communicate(timeout=BOUND)
+            results.append((proc.returncode, stdout or "", stderr or ""))
+        return results
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def close_stdout() -> None:
+    """``preexec_fn``: start the child with file descriptor 1 closed (as ``>&-``)."""
+    os.close(1)
+
+
+@pytest.mark.parametrize("how", ["closed", "read-only"])
+def test_unusable_stdout_is_one_error_line_and_exit_2(nats_url: str, how: str) -> None:
+    """``>&-`` or ``1</dev/null``: an error, not a traceback, nor a table lost with exit 0."""
+    stream = unique_name("HOST")
+    run_cli(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")
+    run_cli(nats_url, "pub", f"{stream}.x", "m")
+    commands = [
+        ("stream", "ls"),  # a Rich table: Rich dropped it without a word
+        ("stream", "info", stream, "--json"),
+        ("consume", stream, "-c", "1", "--raw"),  # printed inside the command's work
+        ("get", stream, "1"),
+    ]
+    read_only = os.open(os.devnull, os.O_RDONLY)
+    try:
+        options: dict[str, Any] = (
+            {"preexec_fn": close_stdout} if how == "closed" else {"stdout": read_only}
+        )
+        results = run_all(nats_url, commands, stderr=subprocess.PIPE, **options)
+    finally:
+        os.close(read_only)
+    why = "is closed" if how == "closed" else "can not be written (Bad file descriptor)"
+    for args, (code, _, stderr) in zip(commands, results, strict=True):
+        assert (code, stderr) == (2, f"error: standard output {why}\n"), args
+    run_cli(nats_url, "stream", "rm", stream, "-f")
+
+
+def test_closed_stderr_sends_no_error_into_stdout(nats_url: str) -> None:
+    """``2>&-``: the error line goes nowhere; it went into standard output (``print``'s default)."""
+    missing = unique_name("NOPE")
+    ((code, stdout, _),) = run_all(
+        nats_url,
+        [("stream", "info", missing, "--json")],
+        stdout=subprocess.PIPE,
+        preexec_fn=lambda: os.close(2),
+    )
+    assert (code, stdout) == (1, "")
+
+
 # --------------------------------------------------------------------------- 4: pub --async
 
 #: A deadline for a command that must stop at once (measured: about 1.2 s,

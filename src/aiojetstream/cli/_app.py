@@ -11,7 +11,14 @@ from typer.core import TyperGroup
 import aiojetstream
 
 from ._bench import app as bench_app
-from ._common import DEFAULT_SERVER, Options, exit_on_broken_pipe
+from ._common import (
+    DEFAULT_SERVER,
+    Options,
+    StdoutUnusableError,
+    check_stdout,
+    exit_on_broken_pipe,
+    stdout_unusable,
+)
 from ._consumer import app as consumer_app
 from ._kv import app as kv_app
 from ._messages import register as register_messages
@@ -27,15 +34,19 @@ class _Root(TyperGroup):
 
     Commands print after their work too (tables, JSON): outside the error
     handling of :func:`~._common.guarded`, where ``... | head`` also breaks
-    the pipe.
+    the pipe. A standard output that was never usable (``>&-``) ends a
+    command that prints there with one error line and exit code 2.
     """
 
     def invoke(self, ctx: Any) -> Any:  # Any: Typer's own (vendored) click.Context
         """Run the command; a broken pipe ends it with ``BROKEN_PIPE_EXIT`` and no message."""
+        check_stdout()
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
             exit_on_broken_pipe()
+        except StdoutUnusableError as exc:
+            stdout_unusable(exc)
 
 
 app = typer.Typer(

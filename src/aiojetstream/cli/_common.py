@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import errno
 import json
 import os
 import re
@@ -47,6 +49,8 @@ __all__ = [
     "NamesFlag",
     "Options",
     "Output",
+    "StdoutUnusableError",
+    "check_stdout",
     "check_subject",
     "confirm",
     "describe_error",
@@ -67,6 +71,7 @@ __all__ = [
     "run",
     "safe_file_name",
     "stdin_usable",
+    "stdout_unusable",
     "to_jsonable",
 ]
 
@@ -202,14 +207,88 @@ _EXPECTED = (
 )
 
 
+def say(line: str) -> None:
+    """Print a line on standard error; nowhere when it is closed (``print`` would use stdout)."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    with contextlib.suppress(OSError):  # not writable either: the exit code tells
+        print(line, file=stream, flush=True)
+
+
 def _fail(exc: BaseException, opts: Options) -> NoReturn:
     if opts.debug:
         raise exc
     text = describe_error(exc)
     if not isinstance(exc, _EXPECTED):
         text = f"unexpected {type(exc).__name__}: {text} (--debug shows the traceback)"
-    print(f"error: {text}", file=sys.stderr, flush=True)
+    say(f"error: {text}")
     raise typer.Exit(1) from None
+
+
+class StdoutUnusableError(OSError):
+    """Standard output is closed, or not open for writing: nothing can be printed."""
+
+
+class _UnusableStdout:
+    """``sys.stdout`` when it can not be written (:func:`check_stdout`): each write raises.
+
+    Python has no ``sys.stdout`` at all when descriptor 1 is closed (``>&-``):
+    writes would raise ``AttributeError``, and Rich would drop its output
+    without a word.
+    """
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    @property
+    def buffer(self) -> _UnusableStdout:
+        """The binary side: the same."""
+        return self
+
+    def write(self, data: object) -> int:
+        """Raise :class:`StdoutUnusableError`."""
+        raise StdoutUnusableError(errno.EBADF, f"standard output {self.why}")
+
+    def flush(self) -> None:
+        """Nothing to flush."""
+
+    def isatty(self) -> bool:
+        """Not a terminal."""
+        return False
+
+    def writable(self) -> bool:
+        """Not writable."""
+        return False
+
+
+def check_stdout() -> None:
+    """Make every write to an unusable standard output raise :class:`StdoutUnusableError`.
+
+    Closed (``>&-``) or not open for writing (``1</dev/null``: EBADF, found by
+    writing no bytes). Commands that print nothing there still run.
+    """
+    stream = sys.stdout
+    if stream is None:
+        sys.stdout = _UnusableStdout("is closed")
+        return
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # not a file descriptor (a test's output)
+        return
+    try:
+        os.write(fd, b"")
+    except OSError as exc:
+        sys.stdout = _UnusableStdout(f"can not be written ({exc.strerror or exc})")
+
+
+def stdout_unusable(exc: StdoutUnusableError) -> NoReturn:
+    """End the command: one error line and exit code 2 (standard input's rule)."""
+    say(f"error: {exc.strerror}")
+    raise typer.Exit(2)
 
 
 def exit_on_broken_pipe() -> NoReturn:
@@ -242,6 +321,8 @@ def guarded(opts: Options, fn: Callable[[], T]) -> T:
         raise  # the command line's own exits and usage errors
     except BrokenPipeError:
         exit_on_broken_pipe()
+    except StdoutUnusableError as exc:
+        stdout_unusable(exc)
     except KeyboardInterrupt:
         if opts.debug:
             raise
@@ -260,7 +341,7 @@ def run(ctx: typer.Context, work: Callable[[JetStreamContext], Awaitable[T]]) ->
         # Failed attempts of the first connection end in one error line (or a
         # traceback with --debug); later ones (a reconnect mid-command) are shown.
         if connected or opts.debug:
-            print(f"warning: connection: {describe_error(exc)}", file=sys.stderr, flush=True)
+            say(f"warning: connection: {describe_error(exc)}")
 
     async def main() -> T:
         nonlocal connected
@@ -297,7 +378,7 @@ def confirm(question: str, force: bool) -> None:
             f"{question!r} (use --force)"
         )
     if not agreed:
-        print("error: not confirmed (use --force to skip the question)", file=sys.stderr)
+        say("error: not confirmed (use --force to skip the question)")
         raise typer.Exit(1)
 
 
@@ -349,7 +430,7 @@ def _stdin_reason(exc: BaseException) -> str:
 
 def _stdin_error(text: str) -> NoReturn:
     """Standard input can not be used: one error line, exit code 2 (as a usage error)."""
-    print(f"error: {printable(text)}", file=sys.stderr, flush=True)
+    say(f"error: {printable(text)}")
     raise typer.Exit(2)
 
 
