@@ -222,7 +222,12 @@ def ttl_header_value(ttl: TTLInput) -> str:
     if isinstance(ttl, timedelta):
         seconds = ttl.total_seconds()
     elif isinstance(ttl, int | float):
-        seconds = float(ttl)
+        try:
+            seconds = float(ttl)
+        except OverflowError:  # an int past a float's range: far past any TTL
+            raise InvalidTTLError(
+                f"invalid TTL: an int of {ttl.bit_length()} bits is too long"
+            ) from None
     elif isinstance(ttl, str):
         if _BAD_VALUE_CHARS.search(ttl):
             raise InvalidTTLError(f"invalid TTL {ttl!r}: control characters are not allowed")

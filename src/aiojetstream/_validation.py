@@ -176,12 +176,12 @@ def positive_duration(value: object, what: str, error: type[Exception]) -> timed
     if isinstance(value, timedelta):
         delta = value
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # (a giant int overflows it)
             raise error(f"{what} must be a finite number of seconds, got {value!r}")
         try:
             delta = timedelta(seconds=value)
         except OverflowError:
-            raise error(f"{what} {value!r} is out of range") from None
+            raise error(f"{what} {B.shown(value)} is out of range") from None
     else:
         raise error(f"{what} must be seconds or a timedelta, got {type(value).__name__}")
     if delta <= timedelta(0):

@@ -368,3 +368,14 @@ def test_skip_older_than_age_within_a_duration() -> None:
     for bad in (timedelta(days=365 * 400), 10**10, TOO_LONG):
         with pytest.raises(InvalidOptionError, match="age"):
             _cutoff(bad)
+
+
+def test_giant_ints_are_the_librarys_errors_not_overflow_errors() -> None:
+    """``float(10**400)`` and ``math.isfinite(10**400)`` raise OverflowError."""
+    for giant in (10**400, 10**5000):
+        with pytest.raises(InvalidTTLError, match="too long"):
+            ttl_header_value(giant)
+        with pytest.raises(InvalidScheduleError, match="out of range"):
+            Schedule.every(giant)
+        with pytest.raises(InvalidOptionError, match="out of range"):
+            _cutoff(giant)
