@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from pydantic import ValidationError
 
 from aiojetstream import (
     ConsumerConfig,
@@ -379,3 +380,10 @@ def test_giant_ints_are_the_librarys_errors_not_overflow_errors() -> None:
             Schedule.every(giant)
         with pytest.raises(InvalidOptionError, match="out of range"):
             _cutoff(giant)
+
+
+def test_a_giant_int_duration_in_a_config_is_worded() -> None:
+    with pytest.raises(
+        ValidationError, match="duration out of range: an int of about 5,001 digits"
+    ):
+        ConsumerConfig(ack_wait=10**5000)

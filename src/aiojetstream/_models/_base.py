@@ -45,7 +45,7 @@ from pydantic import (
     model_validator,
 )
 
-from .._bounds import check_config
+from .._bounds import check_config, shown
 
 __all__ = [
     "WIRE",
@@ -191,7 +191,8 @@ def coerce_duration(value: timedelta | float) -> timedelta:
         try:
             td = timedelta(seconds=value)
         except OverflowError as exc:
-            raise ValueError(f"duration out of range: {value!r}") from exc
+            # (shown: the repr of an int of over 4,300 digits raises ValueError itself)
+            raise ValueError(f"duration out of range: {shown(value)}") from exc
     if td < timedelta(0):
         raise ValueError(f"a duration can not be negative, got {value!r}")
     return td
