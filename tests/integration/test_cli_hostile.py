@@ -446,6 +446,31 @@ def test_unusable_stdin_is_one_error_line_and_exit_2(nats_url: str, how: str) ->
     run_cli(nats_url, "obj", "rm", store, "-f")
 
 
+def limit_memory() -> None:
+    """``preexec_fn``: at most 2 GiB of address space (an unbounded read fails, not the host)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def test_config_files_are_read_up_to_a_bound(nats_url: str, tmp_path: Path) -> None:
+    """``--config /dev/zero`` stops at 64 MiB; it read (and kept) all there was."""
+    if not Path("/dev/zero").exists():
+        pytest.skip("needs /dev/zero")
+    ((code, _, stderr),) = run_all(
+        nats_url,
+        [("stream", "add", unique_name("NEW"), "--config", "/dev/zero")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=limit_memory,
+    )
+    assert (code, stderr) == (1, "error: /dev/zero: larger than 64 MiB: not a config\n")
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff{}")
+    refused = run_cli(nats_url, "stream", "add", "X", "--config", str(bad), expect=1)
+    assert refused.stderr == f"error: {bad}: not UTF-8 text\n"
+
+
 def test_stdin_beyond_any_message_is_refused(nats_url: str) -> None:
     """``-`` reads at most 64 MiB (nats-server's largest max_payload), not all there is."""
     stream = unique_name("HOST")

@@ -417,9 +417,10 @@ def check_subject(subject: str, option: str) -> str:
     return subject
 
 
-#: The most ``-`` reads from standard input: 64 MiB, the largest ``max_payload``
-#: nats-server takes, so more can never be sent as one message (or one value).
-STDIN_LIMIT = 64 * 1024 * 1024
+#: The most ``-`` reads from standard input, and ``--config`` from a file:
+#: 64 MiB, the largest ``max_payload`` nats-server takes, so more can never be
+#: sent as one message, value or request (``--config /dev/zero`` ends there).
+INPUT_LIMIT = 64 * 1024 * 1024
 
 
 def _stdin_reason(exc: BaseException) -> str:
@@ -466,23 +467,23 @@ def stdin_usable(what: str) -> None:
 
 
 def read_stdin(what: str = "'-'") -> bytes:
-    """All of standard input (for ``what``), at most :data:`STDIN_LIMIT` bytes.
+    """All of standard input (for ``what``), at most :data:`INPUT_LIMIT` bytes.
 
     A closed or unreadable standard input (``0<&-``, ``0>/dev/null``) ends
     the command with one error line and exit code 2; so does more than
-    :data:`STDIN_LIMIT` bytes (it is not kept in memory). Ctrl-C while
+    :data:`INPUT_LIMIT` bytes (it is not kept in memory). Ctrl-C while
     waiting for input ends it with 130, as everywhere else.
     """
     stdin_usable(what)
     try:
-        data = sys.stdin.buffer.read(STDIN_LIMIT + 1)
+        data = sys.stdin.buffer.read(INPUT_LIMIT + 1)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     except (OSError, ValueError, AttributeError) as exc:  # EIO; a closed or text-only stream
         _stdin_error(f"standard input can not be read ({_stdin_reason(exc)}) for {what}")
-    if len(data) > STDIN_LIMIT:
+    if len(data) > INPUT_LIMIT:
         _stdin_error(
-            f"standard input holds more than {STDIN_LIMIT >> 20} MiB for {what}: "
+            f"standard input holds more than {INPUT_LIMIT >> 20} MiB for {what}: "
             "more than a NATS message can"
         )
     return data
@@ -500,12 +501,24 @@ def read_data(data: str | None) -> bytes:
 def load_json_file(path: Path) -> dict[str, Any]:
     """Read a JSON object from ``path`` (``-`` reads standard input).
 
+    At most :data:`INPUT_LIMIT` bytes are read.
+
     Raises:
-        CliError: the file does not hold a JSON object.
+        CliError: the file does not hold a JSON object, or is larger.
         OSError: the file can not be read.
 
     """
-    text = read_stdin("--config -").decode() if str(path) == "-" else path.read_text()
+    if str(path) == "-":
+        raw = read_stdin("--config -")
+    else:
+        with path.open("rb") as f:
+            raw = f.read(INPUT_LIMIT + 1)
+        if len(raw) > INPUT_LIMIT:
+            raise CliError(f"{path}: larger than {INPUT_LIMIT >> 20} MiB: not a config")
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise CliError(f"{path}: not UTF-8 text") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
