@@ -226,7 +226,7 @@ def ttl_header_value(ttl: TTLInput) -> str:
             seconds = float(ttl)
         except OverflowError:  # an int past a float's range: far past any TTL
             raise InvalidTTLError(
-                f"invalid TTL: an int of {ttl.bit_length()} bits is too long"
+                f"invalid TTL: an int of {int(ttl).bit_length()} bits is too long"
             ) from None
     elif isinstance(ttl, str):
         if _BAD_VALUE_CHARS.search(ttl):
