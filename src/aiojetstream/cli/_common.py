@@ -471,16 +471,16 @@ def read_stdin(what: str = "'-'") -> bytes:
 
     A closed or unreadable standard input (``0<&-``, ``0>/dev/null``) ends
     the command with one error line and exit code 2; so does more than
-    :data:`INPUT_LIMIT` bytes (it is not kept in memory). Ctrl-C while
-    waiting for input ends it with 130, as everywhere else.
+    :data:`INPUT_LIMIT` bytes (it is not kept in memory).
     """
-    stdin_usable(what)
+    if sys.stdin is None:
+        _stdin_error(f"standard input is closed: nothing to read for {what}")
     try:
         data = sys.stdin.buffer.read(INPUT_LIMIT + 1)
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
-    except (OSError, ValueError, AttributeError) as exc:  # EIO; a closed or text-only stream
-        _stdin_error(f"standard input can not be read ({_stdin_reason(exc)}) for {what}")
+    except (OSError, ValueError, AttributeError) as exc:  # EBADF, EIO; a closed or text stream
+        _stdin_error(
+            f"standard input can not be read ({_stdin_reason(exc)}): nothing to read for {what}"
+        )
     if len(data) > INPUT_LIMIT:
         _stdin_error(
             f"standard input holds more than {INPUT_LIMIT >> 20} MiB for {what}: "
