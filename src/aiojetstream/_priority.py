@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from . import _bounds as B
 from ._errors import InvalidOptionError
 
 __all__ = [
@@ -97,11 +98,15 @@ class PriorityOptions:
 
 
 def _count(value: int | None, name: str) -> int | None:
+    # The server's int64 (past it the pull request was malformed); a giant int's own
+    # message raised ValueError.
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOptionError(f"{name} must be a positive int, got {value!r}")
-    return value
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= B.MAX_INT64:
+        raise InvalidOptionError(
+            f"{name} must be a positive int (at most 2**63 - 1), got {B.shown(value)}"
+        )
+    return int.__int__(value)
 
 
 def resolve_priority(
@@ -141,7 +146,7 @@ def resolve_priority(
         isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9
     ):
         raise InvalidOptionError(
-            f"priority must be an int from 0 to {MAX_PRIORITY}, got {priority!r}"
+            f"priority must be an int from 0 to {MAX_PRIORITY}, got {B.shown(priority)}"
         )
     policy = None if policy in (None, "", "none") else str(policy)
     if not groups or policy is None:

@@ -46,6 +46,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Final
 
+from ._bounds import shown
 from ._errors import InvalidOptionError, InvalidSubjectError
 from ._models import (
     DiscardPolicy,
@@ -385,9 +386,9 @@ def _check_retention(time_minutes: object, size_mb: object) -> tuple[int, int]:
         or not isinstance(size_mb, int)
     ):
         raise InvalidRetentionError(
-            f"time_minutes and size_mb must be ints, got {time_minutes!r} / {size_mb!r}"
+            f"time_minutes and size_mb must be ints, got {shown(time_minutes)} / {shown(size_mb)}"
         )
-    pair = f"time_minutes={time_minutes}, size_mb={size_mb}"
+    pair = f"time_minutes={shown(time_minutes)}, size_mb={shown(size_mb)}"  # (giant ints too)
     if time_minutes < -1 or size_mb < -1:
         raise InvalidRetentionError(f"invalid retention {pair}: {_RETENTION_RULE}")
     if (time_minutes == 0) != (size_mb == 0):
@@ -420,14 +421,16 @@ def _check_policy(policy: object) -> BacklogQuotaPolicy:
 
 def _check_limit_bytes(limit_bytes: object) -> int:
     if isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int):
-        raise InvalidRetentionError(f"limit_bytes must be an int, got {limit_bytes!r}")
+        raise InvalidRetentionError(f"limit_bytes must be an int, got {shown(limit_bytes)}")
     if limit_bytes <= 0:
         raise InvalidRetentionError(
-            f"limit_bytes must be positive, got {limit_bytes} (leave it None for no size quota)"
+            f"limit_bytes must be positive, got {shown(limit_bytes)} (leave it None for no "
+            "size quota)"
         )
     if limit_bytes > _INT64_MAX:
         raise InvalidRetentionError(
-            f"limit_bytes {limit_bytes} is above {_INT64_MAX} (the server's max_bytes is an int64)"
+            f"limit_bytes {shown(limit_bytes)} is above {_INT64_MAX} (the server's max_bytes "
+            "is an int64)"
         )
     return limit_bytes
 

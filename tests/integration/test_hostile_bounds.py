@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -229,7 +230,7 @@ async def test_an_increment_past_the_digit_limit_is_refused(wire: Wire) -> None:
     """Python's int-to-str limit raised a bare ValueError (the server takes any size)."""
     counter, name = await _counter(wire.js)
     for delta in (GIANT, -GIANT):
-        error = await wire.refused(lambda delta=delta: counter.add(f"{name}.c", delta))
+        error = await wire.refused(partial(counter.add, f"{name}.c", delta))
         assert "int-to-str limit" in str(error)
     assert await counter.add(f"{name}.c", 10**4299) == 10**4299  # 4,300 digits: the limit
 
@@ -303,13 +304,13 @@ async def test_mirror_and_source_names_are_invalid_name_errors(wire: Wire) -> No
         StreamConfig(name=name, mirror=StreamSource(name="a.b")),
         StreamConfig(name=name, subjects=[f"{name}.>"], sources=[StreamSource(name="a b")]),
     ):
-        await wire.refused(lambda config=config: js.create_stream(config), InvalidNameError)
-        await wire.refused(lambda config=config: js.update_stream(config), InvalidNameError)
+        await wire.refused(partial(js.create_stream, config), InvalidNameError)
+        await wire.refused(partial(js.update_stream, config), InvalidNameError)
     for kv in (
         KeyValueConfig(bucket=unique_name("hbm"), mirror=StreamSource(name="a.b")),
         KeyValueConfig(bucket=unique_name("hbm"), sources=[StreamSource(name="KV_a b")]),
     ):
-        await wire.refused(lambda kv=kv: js.create_key_value(kv), InvalidNameError, "bucket")
+        await wire.refused(partial(js.create_key_value, kv), InvalidNameError, "bucket")
 
 
 # --------------------------------------------------------------------------- waits

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 
 import pytest
 
@@ -88,7 +89,7 @@ def test_sequences_are_uint64_counts_int64() -> None:
     assert D.batch_request(2**63 - 1)["batch"] == 2**63 - 1
     refused(lambda: D.batch_request(2**63), r"batch must be an int from 1 to 2\*\*63 - 1")
     for wrong in (1.0, True, "1", None, NAN):
-        refused(lambda wrong=wrong: check_sequence(wrong, "seq"))
+        refused(partial(check_sequence, wrong, "seq"))
 
 
 @pytest.mark.parametrize("value", [1e300, math.inf, HUGE, GIANT, 9_223_372_037], ids=ident)
@@ -111,7 +112,7 @@ def test_nan_has_a_message_of_its_own() -> None:
 def test_hold_when_full_bounds() -> None:
     """NaN said "must not be negative"; 1e300 was accepted while inf was refused."""
     for value in (1e300, math.inf, HUGE, GIANT, timedelta.max):
-        refused(lambda value=value: P.hold_seconds(value), "at most")
+        refused(partial(P.hold_seconds, value), "at most")
     refused(lambda: P.hold_seconds(-1), "negative")
     refused(lambda: P.hold_seconds(0), "positive")
     assert P.hold_seconds(timedelta(days=365)) == 365 * 86400.0
@@ -121,7 +122,7 @@ def test_hold_when_full_bounds() -> None:
 def test_publish_async_complete_timeout_bounds() -> None:
     assert P.duration_seconds(0, "timeout") == 0.0
     for value in (1e300, math.inf, HUGE):
-        refused(lambda value=value: P.duration_seconds(value, "timeout"), "at most")
+        refused(partial(P.duration_seconds, value, "timeout"), "at most")
 
 
 # --------------------------------------------------------------------------- counters
@@ -178,9 +179,9 @@ def test_batch_get_limits_are_accepted() -> None:
 def test_pull_options_with_giant_ints(resolve: Callable[..., object]) -> None:
     """max_messages raised ValueError (its message), expires/heartbeat OverflowError."""
     for name in ("max_messages", "max_bytes"):
-        refused(lambda name=name: resolve(**{name: GIANT}), "5,001 digits")
+        refused(partial(resolve, **{name: GIANT}), "5,001 digits")
     for name in ("expires", "heartbeat"):
-        refused(lambda name=name: resolve(**{name: HUGE}), "at most")
+        refused(partial(resolve, **{name: HUGE}), "at most")
 
 
 def test_atomic_batch_limit_with_giant_ints() -> None:
@@ -272,3 +273,39 @@ def test_the_servers_own_limits_pass() -> None:
     assert (wire["first_seq"], wire["max_msg_size"]) == (top, 2**31 - 1)
     assert to_wire(ConsumerConfig(opt_start_seq=top, rate_limit_bps=top))["opt_start_seq"] == top
     assert to_wire(ConsumerConfig(name=""))["name"] == ""  # empty: none, as the server reads it
+
+
+# --------------------------------------------------------------------------- priority, pulsar
+
+
+def test_priority_options_with_giant_ints() -> None:
+    """min_pending had no upper bound (the server's int64) and a giant int's message raised."""
+    from aiojetstream._priority import resolve_priority
+
+    def pull(**options: object) -> object:
+        return resolve_priority(groups=["g"], policy="overflow", group="g", **options)  # type: ignore[arg-type]
+
+    for name in ("min_pending", "min_ack_pending"):
+        refused(partial(pull, **{name: 2**63}), "2\\*\\*63 - 1")
+        refused(partial(pull, **{name: -GIANT}), "5,001 digits")
+    assert pull(min_pending=2**63 - 1) is not None
+    refused(lambda: pull(priority=GIANT), "5,001 digits")
+
+
+def test_pulsar_retention_with_giant_ints() -> None:
+    """The checks' own messages printed the int: ValueError past 4,300 digits."""
+    from aiojetstream.pulsar import BacklogQuotaPolicy, apply_backlog_quota, apply_retention
+
+    config = StreamConfig(name="S")
+    for minutes, size in ((GIANT, 1), (1, GIANT), (1, -GIANT)):
+        refused(partial(apply_retention, config, time_minutes=minutes, size_mb=size))
+    for limit in (GIANT, -GIANT):
+        refused(
+            partial(
+                apply_backlog_quota,
+                config,
+                limit_bytes=limit,
+                policy=BacklogQuotaPolicy.PRODUCER_EXCEPTION,
+            ),
+            "5,001 digits",
+        )
