@@ -372,7 +372,7 @@ def confirm(question: str, force: bool) -> None:
     try:
         agreed = typer.confirm(question, default=False, err=True)
     except (OSError, RuntimeError, ValueError) as exc:  # EIO, "lost sys.stdin", closed file
-        print(file=sys.stderr)  # end the line of the question
+        say("")  # end the line of the question
         _stdin_error(
             f"standard input can not be read ({_stdin_reason(exc)}): can not ask "
             f"{question!r} (use --force)"
