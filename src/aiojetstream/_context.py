@@ -16,6 +16,7 @@ from . import _headers as H
 from . import _publish as P
 from . import _ttl_rules as T
 from ._api import ApiClient
+from ._bounds import shown
 from ._conn import Conn, NatsClient, connect_nats
 from ._errors import (
     ConnectionClosedError,
@@ -265,7 +266,7 @@ class JetStreamContext:
     ) -> StreamConfig:
         """Validate ``config`` and return what to send (ADR-43 rules and defaults)."""
         if not isinstance(pedantic, bool):
-            raise InvalidOptionError(f"pedantic must be a bool, got {pedantic!r}")
+            raise InvalidOptionError(f"pedantic must be a bool, got {shown(pedantic)}")
         if isinstance(config, StreamConfig):
             T.check_stream_config(config)  # first: a marker TTL is InvalidStreamConfigError
         self._stream_body(config)

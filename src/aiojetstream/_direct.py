@@ -325,7 +325,9 @@ def last_msgs_request(
     elif isinstance(subjects, Iterable) and not isinstance(subjects, bytes | bytearray):
         items = list(subjects)
     else:
-        raise InvalidSubjectError(f"subjects must be a subject or a list of them, got {subjects!r}")
+        raise InvalidSubjectError(
+            f"subjects must be a subject or a list of them, got {B.shown(subjects)}"
+        )
     if not items:
         raise InvalidOptionError("get_last_msgs_for needs at least one subject")
     body: dict[str, Any] = {"multi_last": [validate_filter_subject(s) for s in items]}

@@ -9,6 +9,7 @@ import re
 from datetime import timedelta
 from typing import Final
 
+from ._bounds import shown
 from ._errors import InvalidHeaderError, InvalidTTLError
 
 # --------------------------------------------------------------------------- names
@@ -57,9 +58,11 @@ def validate_header(key: object, value: object) -> tuple[str, str]:
     subclass is copied), which is what the caller sends.
     """
     if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
-        raise InvalidHeaderError(f"invalid header key {key!r}: must be a non-empty RFC 7230 token")
+        raise InvalidHeaderError(
+            f"invalid header key {shown(key)}: must be a non-empty RFC 7230 token"
+        )
     if not isinstance(value, str):
-        raise InvalidHeaderError(f"header {key!r} has a non-str value {value!r}")
+        raise InvalidHeaderError(f"header {key!r} has a non-str value {shown(value)}")
     value = _plain(value)
     bad = _BAD_VALUE_CHARS.search(value)
     if bad is not None:

@@ -168,7 +168,7 @@ def validate_key(key: object) -> str:
     """
     problem = _key_problem(key, wildcards=False)
     if problem is not None:
-        raise InvalidKeyError(f"invalid key {key!r}: {problem}")
+        raise InvalidKeyError(f"invalid key {shown(key)}: {problem}")
     assert isinstance(key, str)
     return exact_str(key)
 
@@ -182,7 +182,7 @@ def validate_key_filter(key: object) -> str:
     """
     problem = _key_problem(key, wildcards=True)
     if problem is not None:
-        raise InvalidKeyError(f"invalid key filter {key!r}: {problem}")
+        raise InvalidKeyError(f"invalid key filter {shown(key)}: {problem}")
     assert isinstance(key, str)
     return exact_str(key)
 
@@ -1035,7 +1035,7 @@ class KeyValue:
         elif isinstance(keys, Iterable) and not isinstance(keys, bytes | bytearray):
             filters = list(keys)
         else:
-            raise InvalidKeyError(f"keys must be a key filter or a list of them, got {keys!r}")
+            raise InvalidKeyError(f"keys must be a key filter or a list of them, got {shown(keys)}")
         filters = [validate_key_filter(k) for k in filters]
         if not filters:
             filters = [">"]

@@ -169,7 +169,7 @@ def validate_object_name(name: object) -> str:
 
     """
     if not isinstance(name, str) or not name:
-        raise InvalidNameError(f"an object name must be a non-empty string, got {name!r}")
+        raise InvalidNameError(f"an object name must be a non-empty string, got {B.shown(name)}")
     if type(name) is not str:
         name = str.__str__(name)  # a subclass: only the checked text goes on the wire
     try:
@@ -308,13 +308,15 @@ def _check_metadata(metadata: object) -> dict[str, str] | None:
     if not isinstance(metadata, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
     ):
-        raise InvalidOptionError(f"metadata must be a mapping of str to str, got {metadata!r}")
+        raise InvalidOptionError(
+            f"metadata must be a mapping of str to str, got {B.shown(metadata)}"
+        )
     return dict(metadata) or None
 
 
 def _check_description(description: object) -> str | None:
     if description is not None and not isinstance(description, str):
-        raise InvalidOptionError(f"description must be a str, got {description!r}")
+        raise InvalidOptionError(f"description must be a str, got {B.shown(description)}")
     return description
 
 

@@ -67,7 +67,7 @@ def check_group_name(group: object) -> str:
     if not isinstance(group, str) or GROUP_PATTERN.fullmatch(group) is None:
         raise InvalidOptionError(
             f"a priority group name is 1 to 16 characters of A-Z, a-z, 0-9, -, _, / and =; "
-            f"got {group!r}"
+            f"got {B.shown(group)}"
         )
     return group
 

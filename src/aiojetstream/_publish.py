@@ -65,7 +65,9 @@ def build_headers(
     out: dict[str, str] = {}
     if headers is not None:
         if not isinstance(headers, Mapping):
-            raise InvalidHeaderError(f"headers must be a mapping of str to str, got {headers!r}")
+            raise InvalidHeaderError(
+                f"headers must be a mapping of str to str, got {B.shown(headers)}"
+            )
         for key, value in headers.items():
             key, value = H.validate_header(key, value)
             out[key] = value

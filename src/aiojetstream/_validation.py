@@ -41,7 +41,7 @@ def validate_name(name: object, kind: str = "stream") -> str:
 
     """
     if not isinstance(name, str) or not name:
-        raise InvalidNameError(f"{kind} name must be a non-empty string, got {name!r}")
+        raise InvalidNameError(f"{kind} name must be a non-empty string, got {B.shown(name)}")
     name = exact_str(name)
     if len(name) > MAX_NAME_LEN:
         raise InvalidNameError(f"{kind} name is longer than {MAX_NAME_LEN} characters")
@@ -100,7 +100,7 @@ def validate_publish_subject(subject: object) -> str:
 
     """
     if not isinstance(subject, str) or not subject:
-        raise InvalidSubjectError(f"subject must be a non-empty string, got {subject!r}")
+        raise InvalidSubjectError(f"subject must be a non-empty string, got {B.shown(subject)}")
     subject = exact_str(subject)
     if _BAD_SUBJECT_CHARS.search(subject):
         raise InvalidSubjectError(
@@ -129,7 +129,9 @@ def validate_filter_subject(subject: object) -> str:
 
     """
     if not isinstance(subject, str) or not subject:
-        raise InvalidSubjectError(f"subject filter must be a non-empty string, got {subject!r}")
+        raise InvalidSubjectError(
+            f"subject filter must be a non-empty string, got {B.shown(subject)}"
+        )
     subject = exact_str(subject)
     if _BAD_SUBJECT_CHARS.search(subject):
         raise InvalidSubjectError(
@@ -158,7 +160,7 @@ def validate_api_prefix(prefix: object) -> str:
 
     """
     if not isinstance(prefix, str):
-        raise InvalidSubjectError(f"api_prefix must be a string, got {prefix!r}")
+        raise InvalidSubjectError(f"api_prefix must be a string, got {B.shown(prefix)}")
     try:
         return validate_publish_subject(exact_str(prefix).rstrip("."))
     except InvalidSubjectError as exc:
