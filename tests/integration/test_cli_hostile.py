@@ -485,13 +485,17 @@ def test_stdin_beyond_any_message_is_refused(nats_url: str) -> None:
 
 
 def run_all(
-    url: str, commands: list[tuple[str, ...]], **options: Any
+    url: str,
+    commands: list[tuple[str, ...]],
+    extra_env: dict[str, str] | None = None,
+    **options: Any,
 ) -> list[tuple[int, str, str]]:
     """Start the commands at once (each ``python -m aiojetstream``); exit code, stdout, stderr."""
     procs = []
+    child_env = env(NATS_URL=url, **(extra_env or {}))
     try:
         for args in commands:
-            procs.append(subprocess.Popen(aj(*args), text=True, env=env(NATS_URL=url), **options))
+            procs.append(subprocess.Popen(aj(*args), text=True, env=child_env, **options))
         results = []
         for proc in procs:
             stdout, stderr = proc.communicate(timeout=BOUND)
@@ -545,6 +549,25 @@ def test_closed_stderr_sends_no_error_into_stdout(nats_url: str) -> None:
         preexec_fn=lambda: os.close(2),
     )
     assert (code, stdout) == (1, "")
+
+
+def test_text_an_output_encoding_lacks_is_escaped(nats_url: str) -> None:
+    """``PYTHONIOENCODING=ascii`` (or a Latin-1 locale): escapes, not ``UnicodeEncodeError``."""
+    bucket = unique_name("KVE")
+    run_cli(nats_url, "kv", "add", bucket)
+    run_cli(nats_url, "kv", "put", bucket, "k", "日本 é")
+    commands: list[tuple[str, ...]] = [("kv", "get", bucket, "k"), ("kv", "history", bucket, "k")]
+    results = run_all(
+        nats_url,
+        commands,
+        {"PYTHONIOENCODING": "ascii"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    for args, (code, stdout, stderr) in zip(commands, results, strict=True):
+        assert (code, stderr) == (0, ""), args
+        assert "\\u65e5\\u672c \\xe9" in stdout, (args, stdout)
+    run_cli(nats_url, "kv", "rm", bucket, "-f")
 
 
 # --------------------------------------------------------------------------- 4: pub --async

@@ -266,15 +266,21 @@ class _UnusableStdout:
 
 
 def check_stdout() -> None:
-    """Make every write to an unusable standard output raise :class:`StdoutUnusableError`.
+    r"""Make every write to an unusable standard output raise :class:`StdoutUnusableError`.
 
     Closed (``>&-``) or not open for writing (``1</dev/null``: EBADF, found by
-    writing no bytes). Commands that print nothing there still run.
+    writing no bytes). Commands that print nothing there still run. A usable
+    one writes what its encoding lacks (``PYTHONIOENCODING=ascii``, a Latin-1
+    locale) as ``\xe9`` / ``\u65e5`` escapes, as the printable form does,
+    instead of failing with ``UnicodeEncodeError``.
     """
     stream = sys.stdout
     if stream is None:
         sys.stdout = _UnusableStdout("is closed")
         return
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        with contextlib.suppress(OSError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     try:
         fd = stream.fileno()
     except (OSError, ValueError):  # not a file descriptor (a test's output)
