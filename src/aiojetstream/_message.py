@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Protocol
 
+from . import _bounds as B
 from ._errors import (
     InvalidOptionError,
     JetStreamError,
@@ -256,19 +257,21 @@ def _delay_ns(delay: float | timedelta) -> int:
     if isinstance(delay, timedelta):
         ns = (delay.days * 86_400 + delay.seconds) * _NS_PER_SECOND + delay.microseconds * 1000
     elif isinstance(delay, bool) or not isinstance(delay, int | float):
-        raise InvalidOptionError(f"invalid nak delay {delay!r}: expected seconds or a timedelta")
+        raise InvalidOptionError(
+            f"invalid nak delay {B.shown(delay)}: expected seconds or a timedelta"
+        )
     elif isinstance(delay, int):
         ns = delay * _NS_PER_SECOND
     elif math.isfinite(delay):
         # Huge floats are too long anyway; bounded first, their nanoseconds are exact.
         ns = round(delay * _NS_PER_SECOND) if abs(delay) < 2**63 else int(delay)
     else:
-        raise InvalidOptionError(f"invalid nak delay {delay!r}: not a finite number")
+        raise InvalidOptionError(f"invalid nak delay {B.shown(delay)}: not a finite number")
     if ns < 0:
-        raise InvalidOptionError(f"invalid nak delay {delay!r}: must not be negative")
+        raise InvalidOptionError(f"invalid nak delay {B.shown(delay)}: must not be negative")
     if ns > _MAX_DELAY_NS:
         raise InvalidOptionError(
-            f"invalid nak delay {delay!r}: over the server's int64 nanoseconds"
+            f"invalid nak delay {B.shown(delay)}: over the server's int64 nanoseconds"
         )
     return ns
 
@@ -411,9 +414,10 @@ class Msg:
             InvalidOptionError: ``timeout`` is not a positive number.
 
         """
-        wait = self._acker.timeout if timeout is None else timeout
-        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait > 0:
-            raise InvalidOptionError(f"invalid timeout {timeout!r}: must be a positive number")
+        # (NaN said "must be a positive number"; inf, 1e300 and giant ints were taken.)
+        wait = (
+            self._acker.timeout if timeout is None else B.seconds(timeout, "timeout", delta=False)
+        )
         self._claim()
         self._state = _IN_FLIGHT
         try:

@@ -397,6 +397,26 @@ async def test_odd_waits_are_refused_before_sending(wire: Wire) -> None:
     assert "negative" not in str(error)
 
 
+async def test_acknowledgement_waits_and_delays(wire: Wire) -> None:
+    """double_ack took inf, 1e300 and giant ints (NaN said "must be a positive number");
+    nak of a giant int raised ValueError from its own message."""
+    js = wire.js
+    name, stream = await _stream(js)
+    await js.publish(f"{name}.a", b"1")
+    consumer = await stream.create_consumer(ConsumerConfig(durable_name="d"))
+    [msg] = await (await consumer.fetch(1, expires=5)).collect()
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
+        "double_ack inf": lambda: msg.double_ack(timeout=math.inf),
+        "double_ack 1e300": lambda: msg.double_ack(timeout=1e300),
+        "double_ack giant": lambda: msg.double_ack(timeout=HUGE),
+        "double_ack nan": lambda: msg.double_ack(timeout=math.nan),
+        "nak giant": lambda: msg.nak(GIANT),
+        "nak negative giant": lambda: msg.nak(-GIANT),
+    }
+    await wire.all_refused(calls, "NaN", "at most", "digits")
+    await msg.double_ack(timeout=10)  # still the message's first acknowledgement
+
+
 @pytest.mark.parametrize(
     "options",
     [
