@@ -19,7 +19,7 @@ import heapq
 import logging
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -521,7 +521,7 @@ class RangeReader:
 
 def read_range(
     opts: SourceOptions, start: int, end: int, stream: str | None = None
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch, None, None]:
     """Yield the Arrow batches of ``[start, end)``: the body of ``read()`` on an executor.
 
     Uses the worker process's shared connection (:func:`shared_session`); the
