@@ -210,6 +210,10 @@ def test_stream_and_consumer_infos_are_printed_escaped(nats_url: str) -> None:
         nats_url, "stream", "purge", plain, "--subject", f"{plain}{NAME}", input="n\n", expect=1
     )
     assert_printable(asked, seen=(f"Purge messages on {plain}{NAME_ESCAPED}",))
+    # An acknowledgement naming it (the library refuses the name): one printable error line.
+    refused = run_cli(nats_url, "pub", f"{plain}odd.x", "m", expect=1)
+    assert_printable(refused, seen=("error: invalid publish acknowledgement",))
+    assert refused.stderr.count("\n") == 1
     api(nats_url, f"$JS.API.STREAM.DELETE.{odd}", {})
     run_cli(nats_url, "stream", "rm", plain, "-f")
 
