@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from . import _headers as H
+from ._bounds import shown
 from ._errors import InvalidHeaderError, InvalidScheduleError, InvalidSubjectError
 from ._models import format_timestamp, parse_timestamp
 from ._models._ranges import check_from_now, check_server_time, check_ttl_from_now
@@ -119,7 +120,9 @@ class Schedule:
 
         """
         if not isinstance(when, datetime) or when.tzinfo is None or when.utcoffset() is None:
-            raise InvalidScheduleError(f"Schedule.at needs a timezone-aware datetime, got {when!r}")
+            raise InvalidScheduleError(
+                f"Schedule.at needs a timezone-aware datetime, got {shown(when)}"
+            )
         check_server_time(when, "Schedule.at: the time", InvalidScheduleError)
         return cls(f"@at {format_timestamp(when)}")
 
@@ -148,16 +151,17 @@ class Schedule:
             whole = isinstance(interval, int) or float(interval).is_integer()
         if delta < MIN_INTERVAL:
             raise InvalidScheduleError(
-                f"Schedule.every: the interval must be at least 1 second, got {interval!r}"
+                f"Schedule.every: the interval must be at least 1 second, got {shown(interval)}"
             )
         if not whole:
             raise InvalidScheduleError(
-                f"Schedule.every: the interval must be a whole number of seconds, got "
-                f"{interval!r} (the server fires at whole seconds: every 1.5 s fires every 2 s)"
+                "Schedule.every: the interval must be a whole number of seconds, got "
+                f"{shown(interval)} (the server fires at whole seconds: every 1.5 s fires "
+                "every 2 s)"
             )
         if delta > MAX_INTERVAL:
             raise InvalidScheduleError(
-                f"Schedule.every: the interval {interval!r} is longer than a Go duration "
+                f"Schedule.every: the interval {shown(interval)} is longer than a Go duration "
                 f"(at most {MAX_INTERVAL.total_seconds():.0f} s, about 292 years)"
             )
         check_from_now(delta.total_seconds(), "Schedule.every: the interval", InvalidScheduleError)
@@ -176,7 +180,7 @@ class Schedule:
 
         """
         if not isinstance(expr, str):
-            raise InvalidScheduleError(f"a cron expression must be a str, got {expr!r}")
+            raise InvalidScheduleError(f"a cron expression must be a str, got {shown(expr)}")
         text = " ".join(expr.split())
         if text.lower() in PREDEFINED:
             text = text.lower()
@@ -192,7 +196,7 @@ class Schedule:
             not isinstance(time_zone, str) or not _TIME_ZONE.fullmatch(time_zone)
         ):
             raise InvalidScheduleError(
-                f"invalid time zone {time_zone!r}: an IANA name such as 'Europe/Amsterdam'"
+                f"invalid time zone {shown(time_zone)}: an IANA name such as 'Europe/Amsterdam'"
             )
         return cls(text, time_zone)
 
@@ -242,7 +246,7 @@ def schedule_headers(
         raise InvalidScheduleError("schedule_target and schedule_ttl need a schedule")
     if not isinstance(schedule, Schedule):
         raise InvalidScheduleError(
-            f"schedule must be a Schedule (Schedule.at/every/cron), got {schedule!r}"
+            f"schedule must be a Schedule (Schedule.at/every/cron), got {shown(schedule)}"
         )
     if schedule.time_zone is not None and schedule.spec.startswith(("@at ", "@every ")):
         raise InvalidScheduleError("a time zone goes only with a cron schedule")

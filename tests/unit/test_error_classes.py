@@ -27,8 +27,10 @@ from aiojetstream import (
     InvalidNameError,
     InvalidOptionError,
     InvalidResponseError,
+    InvalidScheduleError,
     KeyValueConfig,
     ObjectStoreConfig,
+    Schedule,
     StreamConfig,
     StreamSource,
 )
@@ -309,3 +311,22 @@ def test_pulsar_retention_with_giant_ints() -> None:
             ),
             "5,001 digits",
         )
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda giant: Schedule.cron(giant),
+        lambda giant: Schedule.at(giant),
+        lambda giant: Schedule.cron("* * * * * *", time_zone=giant),
+        lambda giant: Schedule.every(giant),
+    ],
+    ids=["cron", "at", "time_zone", "every"],
+)
+def test_a_schedule_of_a_giant_int_is_invalid_schedule_error(
+    build: Callable[[int], object],
+) -> None:
+    """Schedule's messages quoted the value with repr(): past Python's int-to-str digit
+    limit that raised its own bare ValueError instead of InvalidScheduleError."""
+    with pytest.raises(InvalidScheduleError, match="digits"):
+        build(10**5000)
