@@ -4,7 +4,10 @@
 the server plus buffered here) and pulls more once that count falls below the
 threshold (half of the maximum by default). The loop below reads a stream of
 sensor readings, acknowledges each one, and stops once the consumer reports
-nothing left (``metadata.num_pending == 0``). A second loop shows ``drain()``:
+nothing left (``metadata.num_pending == 0``); it starts only when the consumer
+has something pending, because on an empty stream no message would ever come
+to say so (for a plain "read what is there, then stop", a ``fetch_no_wait``
+loop is simpler: docs/consumers.md, "Catching up"). A second loop shows ``drain()``:
 no new pulls, the messages already buffered are still yielded, then the
 iteration ends.
 
@@ -44,6 +47,8 @@ async def main() -> None:
         # 1. Read everything there is, acknowledging each message.
         total = 0.0
         count = 0
+        if (await consumer.info()).num_pending == 0:
+            raise SystemExit("nothing to read")  # the loop below would wait forever
         async with consumer.messages(max_messages=8, error_handler=on_error) as it:
             async for msg in it:
                 meta = msg.metadata

@@ -100,16 +100,12 @@ async def main() -> None:
             STREAM, OrderedConsumerConfig(filter_subjects=["ledger.acct1"])
         )
         print("Account acct1, in pages of 3:")
-        page, done = 0, False
-        while not done:
+        page = 0
+        # fetch_no_wait takes what is there without waiting: an empty page ends the
+        # loop (at once, too, when the account has no events at all).
+        while msgs := await (await pages.fetch_no_wait(3)).collect():
             page += 1
-            async with await pages.fetch(3, expires=2) as batch:
-                events = []
-                async for msg in batch:
-                    events.append(f"#{msg.metadata.sequence.stream} {msg.data.decode()}")
-                    if msg.metadata.num_pending == 0:
-                        done = True  # the last one: do not wait for the batch to fill
-                        break
+            events = [f"#{m.metadata.sequence.stream} {m.data.decode()}" for m in msgs]
             print(f"  page {page}: {', '.join(events)}")
 
         await js.delete_stream(STREAM)
