@@ -57,6 +57,10 @@ NS = 1_000_000_000
         (0, timedelta(0)),
         (timedelta(minutes=2), timedelta(minutes=2)),
         (timedelta(microseconds=1), timedelta(microseconds=1)),
+        ("30s", timedelta(seconds=30)),
+        ("1h30m", timedelta(hours=1, minutes=30)),
+        ("2d", timedelta(days=2)),
+        ("90", timedelta(seconds=90)),
     ],
 )
 def test_user_durations_are_seconds_or_timedelta(value: Any, expected: timedelta) -> None:
@@ -88,7 +92,7 @@ def test_same_json_differs_by_context() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [-1, -0.5, timedelta(seconds=-1), math.inf, math.nan, True, "30s", "PT30S", [1], 10**30],
+    [-1, -0.5, timedelta(seconds=-1), math.inf, math.nan, True, "30x", "PT30S", [1], 10**30],
 )
 def test_bad_user_durations_are_rejected(bad: Any) -> None:
     with pytest.raises(ValidationError):

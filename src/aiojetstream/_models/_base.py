@@ -2,8 +2,10 @@
 
 Two sources of data feed the models and they differ in one way that matters:
 
-* **User input** (``StreamConfig(max_age=30)``): a bare number is a duration in
-  **seconds**, negative durations are refused and configs refuse unknown fields.
+* **User input** (``StreamConfig(max_age=30)``, ``max_age="1h30m"``): a bare
+  number is a duration in **seconds**, a string a Go duration (or ``d``/``w``,
+  see ``aiojetstream._duration``), negative durations are refused and configs
+  refuse unknown fields.
 * **Server data** (``from_wire(StreamInfo, raw)``): a bare number is a duration in
   **nanoseconds** (what Go's ``time.Duration`` marshals to), negative values are
   accepted (``active: -1`` means "never") and unknown fields are kept, so that a
@@ -46,6 +48,8 @@ from pydantic import (
 )
 
 from .._bounds import check_config, shown
+from .._duration import text_timedelta
+from .._errors import InvalidOptionError
 
 __all__ = [
     "WIRE",
@@ -171,19 +175,27 @@ def duration_to_ns(value: timedelta) -> int:
     return us * _NS_PER_US + (value.nanoseconds if isinstance(value, NanoTimedelta) else 0)
 
 
-def coerce_duration(value: timedelta | float) -> timedelta:
-    """Turn a user duration (``int``/``float`` seconds, or ``timedelta``) into a ``timedelta``.
+def coerce_duration(value: timedelta | float | str) -> timedelta:
+    """Turn a user duration (seconds, ``timedelta`` or a duration string) into a ``timedelta``.
+
+    A string is ``"1h30m"``, ``"500ms"``, ``"2d"``, ``"90"`` (see ``aiojetstream._duration``),
+    exact to the nanosecond (a :class:`NanoTimedelta` below the microsecond).
 
     Raises:
-        ValueError: for negative, infinite or NaN values.
+        ValueError: for negative, infinite or NaN values; an
+            :class:`~aiojetstream.InvalidOptionError` (a ``ValueError``) for a
+            string that is not a duration, or one past int64 nanoseconds.
         TypeError: for anything else (including ``bool``).
 
     """
     if isinstance(value, timedelta):
         td = value
+    elif isinstance(value, str):
+        td = text_timedelta(value, InvalidOptionError)
     elif isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(
-            f"a duration must be a timedelta or a number of seconds, not {type(value).__name__}"
+            "a duration must be a timedelta, a number of seconds or a string such as "
+            f"'1h30m', not {type(value).__name__}"
         )
     else:
         if isinstance(value, float) and not math.isfinite(value):
@@ -194,7 +206,7 @@ def coerce_duration(value: timedelta | float) -> timedelta:
             # (shown: the repr of an int of over 4,300 digits raises ValueError itself)
             raise ValueError(f"duration out of range: {shown(value)}") from exc
     if td < timedelta(0):
-        raise ValueError(f"a duration can not be negative, got {value!r}")
+        raise ValueError(f"a duration can not be negative, got {shown(value)}")
     return td
 
 
@@ -235,8 +247,11 @@ Duration = Annotated[
 ]
 """A duration: ``timedelta`` in Python, integer nanoseconds on the wire.
 
-User input: ``timedelta`` or a non-negative number of **seconds**. Server data
-(``context=WIRE``): integer **nanoseconds** (negative allowed).
+User input: ``timedelta``, a non-negative number of **seconds**, or a duration
+string (``"30s"``, ``"1h30m"``, ``"2d"``; see ``aiojetstream._duration``): a bad
+one is a ``ValidationError`` at construction, with the message the library and
+the CLI give. Server data (``context=WIRE``): integer **nanoseconds** (negative
+allowed).
 """
 
 
