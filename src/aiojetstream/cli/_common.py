@@ -34,6 +34,7 @@ from aiojetstream import (
     StreamInfo,
 )
 
+from . import DEFAULT_SERVER
 from ._units import format_duration, format_time, parse_size
 
 __all__ = [
@@ -76,8 +77,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-DEFAULT_SERVER = "nats://127.0.0.1:4222"
 
 #: The exit code when the reader of standard output went away (``... | head``):
 #: 128 + SIGPIPE, what a shell reports for ``nats`` and other programs it ends.
