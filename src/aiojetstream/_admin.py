@@ -95,7 +95,7 @@ async def _check_level(api: ApiClient, need: int, version: str, feature: str, le
         raise FeatureNotSupportedError(feature, need, level, version)
 
 
-def _until(until: datetime | timedelta | float) -> datetime:
+def _until(until: datetime | timedelta | float | str) -> datetime:
     now = datetime.now(UTC)
     if isinstance(until, datetime):
         if until.tzinfo is None or until.utcoffset() is None:
@@ -140,10 +140,10 @@ async def pause(
     api: ApiClient,
     stream: str,
     name: str,
-    until: datetime | timedelta | float,
+    until: datetime | timedelta | float | str,
     timeout: float | None,
 ) -> ConsumerPauseResponse:
-    """Pause a consumer until ``until`` (a datetime, or a timedelta / seconds from now)."""
+    """Pause a consumer until ``until`` (a datetime, or a duration from now)."""
     body = {"pause_until": format_timestamp(_until(until))}
     return await _pause_request(api, stream, name, body, timeout)
 
@@ -260,7 +260,7 @@ async def clear_backlog(
     return await _reset(api, stream, name, last + 1, left)
 
 
-def _cutoff(age: float | timedelta) -> datetime:
+def _cutoff(age: float | timedelta | str) -> datetime:
     """``now - age``: when the messages ``age`` old were stored (InvalidOptionError)."""
     value = check_server_duration(positive_duration(age, "age", InvalidOptionError), "age")
     try:
@@ -272,7 +272,7 @@ def _cutoff(age: float | timedelta) -> datetime:
 
 
 async def skip_older_than(
-    api: ApiClient, stream: str, name: str, age: float | timedelta, timeout: float | None
+    api: ApiClient, stream: str, name: str, age: float | timedelta | str, timeout: float | None
 ) -> tuple[int, ConsumerInfo]:
     """Move this consumer past every message older than ``age``; never backwards.
 

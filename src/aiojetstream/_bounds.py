@@ -19,6 +19,7 @@ import math
 from datetime import timedelta
 from typing import Any, Final
 
+from . import _duration as D
 from ._errors import InvalidNameError, InvalidOptionError
 
 __all__ = [
@@ -127,27 +128,36 @@ def seconds(
     delta: bool = True,
     error: type[InvalidOptionError] = InvalidOptionError,
 ) -> float:
-    """A client-side wait: a number of seconds (or a ``timedelta``) up to :data:`MAX_WAIT`.
+    """A wait or a duration in seconds: a number (or a duration) up to :data:`MAX_WAIT`.
 
     Args:
         value: the caller's value.
         name: what it is, for the message.
         zero: whether 0 is allowed (otherwise it must be positive).
-        delta: whether a ``timedelta`` is allowed.
+        delta: whether every duration form is allowed: a ``timedelta`` and a
+            duration string (``"30s"``, ``"1h30m"``, ``"2d"``:
+            :mod:`aiojetstream._duration`) as well as a number; a ``timeout=``
+            takes a number only.
         error: the error to raise.
 
     Raises:
-        InvalidOptionError: (or ``error``) not a number (or timedelta), NaN,
+        InvalidOptionError: (or ``error``) not a number (or duration), NaN,
             negative, 0 unless allowed, or longer than :data:`MAX_WAIT`
-            (infinity included).
+            (infinity included; a string past int64 nanoseconds).
 
     """
     if delta and isinstance(value, timedelta):
         amount: int | float = value.total_seconds()
+    elif delta and isinstance(value, str):
+        amount = D.text_ns(value, error, what=name) / 1_000_000_000
     elif isinstance(value, int | float) and not isinstance(value, bool):
         amount = value
     else:
-        what = "a number of seconds or a timedelta" if delta else "a number of seconds"
+        what = (
+            "a number of seconds, a timedelta or a string such as '1h30m'"
+            if delta
+            else "a number of seconds"
+        )
         raise error(f"{name} must be {what}, got {shown(value)}")
     if amount != amount:
         raise error(f"{name} is NaN (not a number): give a number of seconds")

@@ -25,7 +25,6 @@ from ._errors import (
     StreamNotFoundError,
 )
 from ._models import (
-    AccountInfo,
     ConsumerConfig,
     ConsumerInfo,
     ConsumerPauseResponse,
@@ -50,6 +49,7 @@ if TYPE_CHECKING:  # loaded by the methods that need them: connect() does not
     from ._batch import AtomicBatch
     from ._counter import Counter
     from ._kv import KeyValue
+    from ._models.account import AccountInfo
     from ._models.kv import KeyValueConfig
     from ._models.obj import ObjectStoreConfig
     from ._object import ObjectStore
@@ -158,6 +158,8 @@ class JetStreamContext:
 
     async def account_info(self, *, timeout: float | None = None) -> AccountInfo:
         """The account's JetStream usage, limits and API level (``api.level``)."""
+        from ._models.account import AccountInfo
+
         info = await self._api.call_model(_api.ACCOUNT_INFO, AccountInfo, timeout=timeout)
         self._api.level = info.api.level
         return info
@@ -424,7 +426,7 @@ class JetStreamContext:
         self,
         stream: str,
         name: str,
-        until: datetime | timedelta | float,
+        until: datetime | timedelta | float | str,
         *,
         timeout: float | None = None,
     ) -> ConsumerPauseResponse:
@@ -683,7 +685,7 @@ class JetStreamContext:
         expected_last_sequence: int | None = None,
         expected_last_subject_sequence: int | None = None,
         expected_last_msg_id: str | None = None,
-        hold_when_full: float | timedelta | None = None,
+        hold_when_full: float | timedelta | str | None = None,
         schedule: Schedule | None = None,
         schedule_target: str | None = None,
         schedule_ttl: H.TTLInput | None = None,
@@ -697,8 +699,8 @@ class JetStreamContext:
             headers: extra headers (keys are RFC 7230 tokens; no CR, LF or NUL).
             msg_id: ``Nats-Msg-Id`` for de-duplication within the stream's window.
             ttl: per-message TTL (ADR-43, nats-server >= 2.11, the stream needs
-                ``allow_msg_ttl``): seconds, a ``timedelta``, a Go duration such
-                as ``"1h30m"``, or ``"never"``; at least 1 s.
+                ``allow_msg_ttl``): seconds, a ``timedelta``, a duration string
+                such as ``"1h30m"`` or ``"1d"``, or ``"never"``; at least 1 s.
             expected_stream: the stream that must capture the subject.
             expected_last_sequence: the stream's last sequence must be this.
             expected_last_subject_sequence: the subject's last sequence must be this.
@@ -784,7 +786,7 @@ class JetStreamContext:
         expected_last_sequence: int | None = None,
         expected_last_subject_sequence: int | None = None,
         expected_last_msg_id: str | None = None,
-        hold_when_full: float | timedelta | None = None,
+        hold_when_full: float | timedelta | str | None = None,
         schedule: Schedule | None = None,
         schedule_target: str | None = None,
         schedule_ttl: H.TTLInput | None = None,
@@ -960,7 +962,7 @@ class JetStreamContext:
             raise tally.error
         return asyncio.ensure_future(_summary(tally))
 
-    async def publish_async_complete(self, timeout: float | timedelta | None = None) -> None:
+    async def publish_async_complete(self, timeout: float | timedelta | str | None = None) -> None:
         """Wait until every asynchronous publish has completed (acked or failed).
 
         Raises:

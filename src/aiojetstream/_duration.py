@@ -116,6 +116,7 @@ def text_ns(
     *,
     what: str = "",
     hint: str = "",
+    too_long: str = "",
 ) -> int:
     """The signed nanoseconds of a duration string (see the module's docstring).
 
@@ -126,6 +127,7 @@ def text_ns(
             where the caller names it (a pydantic field, a CLI option).
         hint: more text for the message of a string that is not a duration
             (``", or 'never'"``).
+        too_long: more text for the message of one past int64 nanoseconds.
 
     Raises:
         error: not a duration string (the message says which forms are), a
@@ -159,7 +161,7 @@ def text_ns(
                 )
             raise error(f"{start}{_shown(plain)} is not a duration: give {DURATION_FORMS}{hint}")
     if total is None or not MIN_NS <= sign * total <= MAX_NS:
-        raise error(f"{start}{_shown(plain)} is too long: {DURATION_RANGE}")
+        raise error(f"{start}{_shown(plain)} is too long: {DURATION_RANGE}{too_long}")
     return sign * total
 
 
@@ -169,8 +171,9 @@ def text_timedelta(
     *,
     what: str = "",
     hint: str = "",
+    too_long: str = "",
 ) -> timedelta:
     """:func:`text_ns` as an exact ``timedelta`` (a ``NanoTimedelta`` below the microsecond)."""
     from ._models._base import ns_to_duration  # (the models import this module)
 
-    return ns_to_duration(text_ns(text, error, what=what, hint=hint))
+    return ns_to_duration(text_ns(text, error, what=what, hint=hint, too_long=too_long))

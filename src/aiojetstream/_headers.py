@@ -9,6 +9,7 @@ import re
 from datetime import timedelta
 from typing import Final
 
+from . import _duration as D
 from ._bounds import shown
 from ._errors import InvalidHeaderError, InvalidTTLError
 
@@ -121,48 +122,20 @@ def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str
 # --------------------------------------------------------------------------- TTL
 
 NEVER: Final = "never"
-
-_GO_UNITS: Final = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_GO_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_INT_RE: Final = re.compile(r"\d+")
+_NS_PER_S: Final = 1_000_000_000
 
 
 def parse_go_duration(text: str) -> float:
-    """Parse a Go duration string (``"1h30m"``, ``"1.5s"``, ``"300ms"``) into seconds.
+    """Parse a duration string (``"1h30m"``, ``"1.5s"``, ``"300ms"``, ``"2d"``) into seconds.
+
+    The library's one syntax (:mod:`aiojetstream._duration`): a Go duration, with
+    ``d`` and ``w`` too, or plain seconds.
 
     Raises:
-        ValueError: the text is not a Go duration.
+        ValueError: the text is not a duration, or is past int64 nanoseconds.
 
     """
-    s = text.strip()
-    if not s:
-        raise ValueError("empty duration")
-    sign = 1.0
-    if s[0] in "+-":
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    pos = 0
-    total = 0.0
-    while pos < len(s):
-        m = _GO_PART.match(s, pos)
-        if m is None:
-            raise ValueError(f"invalid duration {text!r}")
-        total += float(m.group(1)) * _GO_UNITS[m.group(2)]
-        pos = m.end()
-    if pos == 0:
-        raise ValueError(f"invalid duration {text!r}")
-    return sign * total
+    return D.text_ns(text, ValueError) / _NS_PER_S
 
 
 def format_go_duration(value: timedelta) -> str:
@@ -209,14 +182,15 @@ TTLInput = int | float | timedelta | str
 def ttl_header_value(ttl: TTLInput) -> str:
     """Validate a message TTL and return the ``Nats-TTL`` header value to send.
 
-    Accepts seconds (int or float), a :class:`~datetime.timedelta`, a Go duration
-    string (``"1h30m"``), a string of whole seconds (``"60"``) or ``"never"``.
-    The client always sends whole seconds or ``never``; a fractional part is
+    Accepts seconds (int or float), a :class:`~datetime.timedelta`, a duration
+    string (a Go duration such as ``"1h30m"``, or with ``d``/``w``: ``"1d"``; or
+    seconds: ``"60"``; see :mod:`aiojetstream._duration`) or ``"never"``. The
+    client always sends whole seconds or ``never``; a fractional part is
     truncated, as the server itself does (ADR-43).
 
     Raises:
-        InvalidTTLError: the TTL is under 1 s, zero, negative, not a number or
-            unparsable.
+        InvalidTTLError: the TTL is under 1 s, zero, negative, not a number,
+            unparsable, or (a string) past int64 nanoseconds.
 
     """
     seconds: float
@@ -237,12 +211,16 @@ def ttl_header_value(ttl: TTLInput) -> str:
         text = _plain(ttl).strip()
         if text.lower() == NEVER:
             return NEVER
-        try:
-            seconds = float(text) if _INT_RE.fullmatch(text) else parse_go_duration(text)
-        except ValueError:
-            raise InvalidTTLError(
-                f"invalid TTL {ttl!r}: expected seconds, a Go duration such as '1h30m', or 'never'"
-            ) from None
+        ns = D.text_ns(
+            text,
+            InvalidTTLError,
+            what="TTL",
+            hint=", or 'never' for no expiry",
+            too_long="; use 'never' for no expiry",
+        )
+        if ns < _NS_PER_S:
+            raise InvalidTTLError(f"invalid TTL {ttl!r}: a message TTL must be at least 1 second")
+        return str(ns // _NS_PER_S)
     else:
         raise InvalidTTLError(f"invalid TTL {ttl!r}: expected seconds, timedelta or duration")
     if seconds != seconds or seconds in (float("inf"), float("-inf")):
@@ -256,12 +234,10 @@ def parse_ttl_header(value: str) -> timedelta | None:
     """Parse a received ``Nats-TTL`` value; ``None`` means ``never``.
 
     Raises:
-        ValueError: the value is neither whole seconds, a Go duration nor ``never``.
+        ValueError: the value is neither seconds, a duration string nor ``never``.
 
     """
     text = value.strip()
     if text.lower() == NEVER:
         return None
-    if _INT_RE.fullmatch(text):
-        return timedelta(seconds=int(text))
-    return timedelta(seconds=parse_go_duration(text))
+    return D.text_timedelta(text, ValueError)

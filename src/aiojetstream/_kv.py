@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import logging
 import re
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
@@ -30,6 +31,7 @@ from ._errors import (
     InvalidKeyError,
     InvalidOptionError,
     InvalidStreamConfigError,
+    InvalidTTLError,
     JetStreamError,
     JetStreamTimeoutError,
     KeyExistsError,
@@ -79,6 +81,8 @@ __all__ = [
     "validate_key",
     "validate_key_filter",
 ]
+
+logger = logging.getLogger("aiojetstream")
 
 Payload = bytes | bytearray | memoryview
 
@@ -406,6 +410,17 @@ def bucket_gone(stream_name: str) -> BucketNotFoundError:
     return BucketNotFoundError(f"{what} {bucket!r} not found")
 
 
+#: (bucket, key pattern) pairs whose stretched TTL was logged: each once (bounded).
+_STRETCH_TOLD: set[tuple[str, str]] = set()
+_STRETCH_TOLD_MAX: Final = 4096
+
+
+def key_pattern(key: str) -> str:
+    """The keys a TTL warning stands for: ``lock.job7`` -> ``lock.*``, ``session`` -> ``*``."""
+    head, dot, _ = key.rpartition(".")
+    return f"{head}.*" if dot else "*"
+
+
 # --------------------------------------------------------------------------- reading
 
 
@@ -660,6 +675,7 @@ class KeyValue:
         value: Payload,
         *,
         ttl: H.TTLInput | None = None,
+        pedantic: bool = False,
         timeout: float | None = None,
     ) -> int:
         """Store ``value`` only if ``key`` has no live value (absent, deleted, purged or expired).
@@ -670,7 +686,11 @@ class KeyValue:
             ttl: remove the key after this long (ADR-48; seconds, ``timedelta``,
                 a Go duration such as ``"1h"``, at least 1 s). The bucket needs
                 limit markers (``limit_marker_ttl``); when it expires, watchers
-                see a ``PURGE`` entry.
+                see a ``PURGE`` entry. With ``history`` above 1 the server
+                raises a TTL under ``limit_marker_ttl`` to it: logged as a
+                warning once per bucket and key pattern.
+            pedantic: refuse such a TTL (``InvalidTTLError``) instead of
+                letting the server stretch it.
             timeout: seconds to wait for each reply.
 
         Returns:
@@ -679,13 +699,15 @@ class KeyValue:
         Raises:
             KeyExistsError: the key has a live value.
             MessageTTLDisabledError: ``ttl`` was given but the bucket has no limit markers.
-            InvalidTTLError: ``ttl`` is under 1 s or unparsable.
+            InvalidTTLError: ``ttl`` is under 1 s or unparsable, or (``pedantic``)
+                shorter than a ``limit_marker_ttl`` the server would stretch it to.
 
         """
         subject = self._subject(key)
         if ttl is not None:
             H.ttl_header_value(ttl)
             await self._require_markers("create", timeout)
+            self._check_stretch(key, ttl, "key", pedantic)
         try:
             ack = await self._js.publish(
                 subject, value, ttl=ttl, expected_last_subject_sequence=0, timeout=timeout
@@ -752,7 +774,7 @@ class KeyValue:
                 :class:`WrongLastSequenceError`).
 
         """
-        await self._marker(key, {KV_OPERATION: OP_DEL}, None, last_revision, timeout)
+        await self._marker(key, {KV_OPERATION: OP_DEL}, None, last_revision, timeout, False)
 
     async def purge(
         self,
@@ -760,6 +782,7 @@ class KeyValue:
         *,
         ttl: H.TTLInput | None = None,
         last_revision: int | None = None,
+        pedantic: bool = False,
         timeout: float | None = None,
     ) -> None:
         """Purge ``key``: a ``PURGE`` marker replaces every revision (``Nats-Rollup: sub``).
@@ -767,18 +790,24 @@ class KeyValue:
         Args:
             key: the key.
             ttl: remove the marker itself after this long (ADR-48, needs limit
-                markers on the bucket), so the key leaves no trace.
+                markers on the bucket), so the key leaves no trace. With
+                ``history`` above 1 the server raises a TTL under
+                ``limit_marker_ttl`` to it (logged once per bucket and key pattern).
             last_revision: only if the key's latest revision is this one.
+            pedantic: refuse such a TTL (``InvalidTTLError``) instead of
+                letting the server stretch it.
             timeout: seconds to wait for each reply.
 
         Raises:
             KeyExistsError: ``last_revision`` is not the latest revision (a
                 :class:`WrongLastSequenceError`).
             MessageTTLDisabledError: ``ttl`` was given but the bucket has no limit markers.
+            InvalidTTLError: ``ttl`` is under 1 s or unparsable, or (``pedantic``)
+                shorter than a ``limit_marker_ttl`` the server would stretch it to.
 
         """
         headers = {KV_OPERATION: OP_PURGE, H.ROLLUP: ROLLUP_SUBJECT}
-        await self._marker(key, headers, ttl, last_revision, timeout)
+        await self._marker(key, headers, ttl, last_revision, timeout, pedantic)
 
     async def _marker(
         self,
@@ -787,12 +816,14 @@ class KeyValue:
         ttl: H.TTLInput | None,
         last_revision: int | None,
         timeout: float | None,
+        pedantic: bool,
     ) -> None:
         subject = self._subject(key)
         revision = None if last_revision is None else check_sequence(last_revision, "last_revision")
         if ttl is not None:
             H.ttl_header_value(ttl)
             await self._require_markers("purge", timeout)
+            self._check_stretch(key, ttl, "the purge marker of key", pedantic)
         try:
             await self._js.publish(
                 subject,
@@ -807,6 +838,50 @@ class KeyValue:
         except NoRespondersError:
             await self._check_bucket(timeout)
             raise
+
+    def _stretched_ttl(self, key: str, ttl: H.TTLInput, what: str) -> str | None:
+        """What the server does to a TTL under the bucket's ``limit_marker_ttl``, or None.
+
+        With ``history`` above 1 nats-server raises a per-message TTL under the
+        stream's ``subject_delete_marker_ttl`` to it (so a marker is never
+        missed; seen with 2.11 to 2.15; ``history=1`` keeps the TTL). Read from
+        the bucket's config as last fetched (``stream.cached_info``).
+        """
+        value = H.ttl_header_value(ttl)
+        cfg = self._stream.cached_info.config
+        marker = cfg.subject_delete_marker_ttl
+        if value == H.NEVER or not marker or cfg.max_msgs_per_subject == 1:
+            return None
+        floor = int(marker.total_seconds())  # whole seconds, as the server compares
+        asked = int(value)
+        if asked >= floor:
+            return None
+        return (
+            f"the TTL of {asked} s on {what} {key!r} becomes {floor} s: bucket "
+            f"{self._bucket!r} has history={cfg.max_msgs_per_subject} and "
+            f"limit_marker_ttl={floor} s, and with history above 1 the server raises a "
+            f"shorter TTL to limit_marker_ttl; use a TTL of at least {floor} s (or history=1)"
+        )
+
+    def _check_stretch(self, key: str, ttl: H.TTLInput, what: str, pedantic: bool) -> None:
+        """Refuse (``pedantic``) or log (once per bucket and key pattern) a stretched TTL.
+
+        Raises:
+            InvalidTTLError: ``pedantic`` and the server would store a longer TTL.
+
+        """
+        text = self._stretched_ttl(key, ttl, what)
+        if text is None:
+            return
+        if pedantic:
+            raise InvalidTTLError(f"{text} (refused: pedantic=True)")
+        told = (self._bucket, key_pattern(key))
+        if told in _STRETCH_TOLD:
+            return
+        if len(_STRETCH_TOLD) >= _STRETCH_TOLD_MAX:
+            _STRETCH_TOLD.clear()
+        _STRETCH_TOLD.add(told)
+        logger.warning("%s (logged once for keys %r of this bucket)", text, told[1])
 
     async def _check_bucket(self, timeout: float | None) -> None:
         """After a write found no stream: raise BucketNotFoundError if the bucket was deleted.
@@ -1065,7 +1140,7 @@ class KeyValue:
     async def purge_deletes(
         self,
         *,
-        older_than: float | timedelta | None = None,
+        older_than: float | timedelta | str | None = None,
         timeout: float | None = None,
     ) -> None:
         """Remove delete, purge and limit markers (and what they left of the keys' history).
@@ -1075,7 +1150,8 @@ class KeyValue:
         that watchers still see it).
 
         Args:
-            older_than: the age threshold (default 30 minutes, as nats.go); 0
+            older_than: the age threshold (seconds, a timedelta or a duration
+                string such as ``"1h"``; default 30 minutes, as nats.go); 0
                 removes every marker; one longer than any marker's age (up to
                 ``timedelta.max``) keeps them all.
             timeout: seconds to wait for each reply, and the longest wait

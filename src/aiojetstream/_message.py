@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, Protocol
 
 from . import _bounds as B
+from . import _duration as D
 from ._errors import (
     InvalidOptionError,
     JetStreamError,
@@ -253,12 +254,15 @@ class Acker(Protocol):
         ...
 
 
-def _delay_ns(delay: float | timedelta) -> int:
+def _delay_ns(delay: float | timedelta | str) -> int:
     if isinstance(delay, timedelta):
         ns = (delay.days * 86_400 + delay.seconds) * _NS_PER_SECOND + delay.microseconds * 1000
+    elif isinstance(delay, str):
+        ns = D.text_ns(delay, InvalidOptionError, what="nak delay")
     elif isinstance(delay, bool) or not isinstance(delay, int | float):
         raise InvalidOptionError(
-            f"invalid nak delay {B.shown(delay)}: expected seconds or a timedelta"
+            f"invalid nak delay {B.shown(delay)}: expected seconds, a timedelta or a string "
+            "such as '30s'"
         )
     elif isinstance(delay, int):
         ns = delay * _NS_PER_SECOND
@@ -431,11 +435,12 @@ class Msg:
             raise
         self._state = _DONE
 
-    async def nak(self, delay: float | timedelta | None = None) -> None:
+    async def nak(self, delay: float | timedelta | str | None = None) -> None:
         """Negatively acknowledge the message for redelivery (``-NAK``, ADR-15).
 
         Args:
-            delay: Redeliver no sooner than this (seconds or a timedelta); sent
+            delay: Redeliver no sooner than this (seconds, a timedelta or a
+                duration string such as ``"30s"``); sent
                 as ``-NAK {"delay": <nanoseconds>}``. None redelivers per the
                 consumer's backoff.
 

@@ -225,11 +225,11 @@ async def publish(
             raise error
 
 
-def duration_seconds(value: float | timedelta | None, name: str) -> float | None:
+def duration_seconds(value: float | timedelta | str | None, name: str) -> float | None:
     """A client-side wait as float seconds (None stays None; 0 allowed).
 
     Raises:
-        InvalidOptionError: not seconds or a timedelta, NaN (its own message),
+        InvalidOptionError: not seconds, a timedelta or a duration string, NaN (its own message),
             negative, or longer than the server's int64 nanoseconds (about 292
             years; ``inf`` and ``1e300`` included: nothing means "forever").
 
@@ -957,8 +957,8 @@ HOLD_MAX_WAIT: Final = 1.0
 HOLD_FIRST_WAIT: Final = 0.1
 
 
-def hold_seconds(value: float | timedelta | None) -> float | None:
-    """Validate ``hold_when_full``: positive seconds or a timedelta, at most ``B.MAX_WAIT``.
+def hold_seconds(value: float | timedelta | str | None) -> float | None:
+    """Validate ``hold_when_full``: a positive duration (``"30s"`` too), at most ``B.MAX_WAIT``.
 
     Raises:
         InvalidOptionError: anything else; NaN says so (it said "must not be

@@ -29,7 +29,7 @@ from typing import Final
 from . import _headers as H
 from ._bounds import shown
 from ._errors import InvalidHeaderError, InvalidScheduleError, InvalidSubjectError
-from ._models import format_timestamp, parse_timestamp
+from ._models import duration_to_ns, format_timestamp, parse_timestamp
 from ._models._ranges import check_from_now, check_server_time, check_ttl_from_now
 from ._validation import positive_duration, validate_publish_subject
 
@@ -127,11 +127,11 @@ class Schedule:
         return cls(f"@at {format_timestamp(when)}")
 
     @classmethod
-    def every(cls, interval: timedelta | float) -> Schedule:
-        """Repeatedly, every ``interval`` (a ``timedelta`` or seconds; at least 1 s).
+    def every(cls, interval: timedelta | float | str) -> Schedule:
+        """Repeatedly, every ``interval`` (a ``timedelta``, seconds or ``"5m"``; at least 1 s).
 
         The interval is a whole number of seconds (``2``, ``2.0``,
-        ``timedelta(minutes=5)``): the server accepts a fraction but does not
+        ``timedelta(minutes=5)``, ``"1h30m"``, ``"1d"``): the server accepts a fraction but does not
         keep it (``1.5`` fires every 2 s), so a fraction is refused. The
         server fires on whole multiples of the interval.
 
@@ -145,8 +145,8 @@ class Schedule:
 
         """
         delta = positive_duration(interval, "Schedule.every: the interval", InvalidScheduleError)
-        if isinstance(interval, timedelta):
-            whole = delta.microseconds == 0
+        if isinstance(interval, timedelta | str):  # (a string is exact to the nanosecond)
+            whole = duration_to_ns(delta) % 1_000_000_000 == 0
         else:  # the number itself: timedelta rounds 1.0000001 to 1 s
             whole = isinstance(interval, int) or float(interval).is_integer()
         if delta < MIN_INTERVAL:

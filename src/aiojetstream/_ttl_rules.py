@@ -27,6 +27,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Final
 
+from ._duration import text_ns
 from ._errors import FeatureNotSupportedError, InvalidStreamConfigError
 from ._models import StreamConfig
 from ._models._ranges import check_from_now
@@ -63,10 +64,13 @@ def _seconds(value: object) -> float:
     """A marker TTL in seconds; refuses anything that is not a duration."""
     if isinstance(value, timedelta):
         return value.total_seconds()
+    if isinstance(value, str):  # (set with model_copy(update=...), unvalidated)
+        return text_ns(value, InvalidStreamConfigError, what="subject_delete_marker_ttl") / 1e9
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     raise InvalidStreamConfigError(
-        f"subject_delete_marker_ttl must be a duration (timedelta or seconds), got {value!r}"
+        "subject_delete_marker_ttl must be a duration (timedelta, seconds or a string such "
+        f"as '1h'), got {value!r}"
     )
 
 

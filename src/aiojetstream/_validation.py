@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Final
 
 from . import _bounds as B
+from . import _duration as D
 from ._errors import InvalidNameError, InvalidSubjectError
 
 MAX_NAME_LEN: Final = 255
@@ -168,15 +169,21 @@ def validate_api_prefix(prefix: object) -> str:
 
 
 def positive_duration(value: object, what: str, error: type[Exception]) -> timedelta:
-    """A positive ``timedelta`` from a timedelta or a finite number of seconds.
+    """A positive ``timedelta`` from a timedelta, a finite number of seconds or a duration string.
+
+    A string is the library's one syntax (``"90s"``, ``"1h30m"``, ``"2d"``;
+    :mod:`aiojetstream._duration`), exact to the nanosecond.
 
     Raises:
-        error: (the caller's type) not a timedelta or seconds, not finite, too
-            long for a timedelta, or not positive; the message names ``what``.
+        error: (the caller's type) not a timedelta, seconds or a duration
+            string, not finite, too long for a timedelta (a string: past int64
+            nanoseconds), or not positive; the message names ``what``.
 
     """
     if isinstance(value, timedelta):
         delta = value
+    elif isinstance(value, str):
+        delta = D.text_timedelta(value, error, what=what)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         if isinstance(value, float) and not math.isfinite(value):  # (a giant int overflows it)
             raise error(f"{what} must be a finite number of seconds, got {value!r}")
@@ -185,7 +192,10 @@ def positive_duration(value: object, what: str, error: type[Exception]) -> timed
         except OverflowError:
             raise error(f"{what} {B.shown(value)} is out of range") from None
     else:
-        raise error(f"{what} must be seconds or a timedelta, got {type(value).__name__}")
+        raise error(
+            f"{what} must be seconds, a timedelta or a string such as '1h30m', "
+            f"got {type(value).__name__}"
+        )
     if delta <= timedelta(0):
-        raise error(f"{what} must be positive, got {value!r}")
+        raise error(f"{what} must be positive, got {B.shown(value)}")
     return delta

@@ -280,7 +280,7 @@ def apply_backlog_quota(
     config: StreamConfig,
     *,
     limit_bytes: int | None = None,
-    limit_time: float | timedelta | None = None,
+    limit_time: float | timedelta | str | None = None,
     policy: BacklogQuotaPolicy,
 ) -> StreamConfig:
     """Return ``config`` with a Pulsar backlog quota applied.
@@ -327,7 +327,8 @@ def apply_backlog_quota(
     Args:
         config: the stream configuration to start from (not changed).
         limit_bytes: the backlog size limit in bytes (> 0).
-        limit_time: the backlog age limit, in seconds or as a ``timedelta``
+        limit_time: the backlog age limit, in seconds, as a ``timedelta`` or a
+            duration string such as ``"3h"``
             (at least 100 ms, the server's minimum ``max_age``).
         policy: what happens when the quota is reached.
 

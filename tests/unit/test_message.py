@@ -253,9 +253,15 @@ async def test_failed_send_allows_retry(nowait: bool) -> None:
         (timedelta(seconds=2), b'-NAK {"delay": 2000000000}'),
         (timedelta(days=1, microseconds=7), b'-NAK {"delay": 86400000007000}'),
         (timedelta(milliseconds=250), b'-NAK {"delay": 250000000}'),
+        ("1s", b'-NAK {"delay": 1000000000}'),
+        ("1m30.5s", b'-NAK {"delay": 90500000000}'),
+        ("1d", b'-NAK {"delay": 86400000000000}'),
+        ("250ns", b'-NAK {"delay": 250}'),
     ],
 )
-async def test_nak_delay_in_nanoseconds(delay: float | timedelta | None, payload: bytes) -> None:
+async def test_nak_delay_in_nanoseconds(
+    delay: float | timedelta | str | None, payload: bytes
+) -> None:
     msg, acker = make()
     await msg.nak(delay)
     assert acker.sent == [(REPLY, payload)]
@@ -263,7 +269,7 @@ async def test_nak_delay_in_nanoseconds(delay: float | timedelta | None, payload
 
 @pytest.mark.parametrize(
     "delay",
-    [-1, -0.5, timedelta(seconds=-1), float("inf"), float("nan"), True, "1s", 1e300, 2**63],
+    [-1, -0.5, timedelta(seconds=-1), float("inf"), float("nan"), True, "1x", "-1s", 1e300, 2**63],
 )
 async def test_nak_rejects_bad_delays(delay: object) -> None:
     msg, acker = make()

@@ -91,7 +91,9 @@ def test_every_refuses_under_one_second(delta: timedelta) -> None:
 def test_every_takes_seconds() -> None:
     assert Schedule.every(90) == Schedule.every(timedelta(seconds=90))
     assert Schedule.every(90).spec == "@every 1m30s"
-    for bad in (0.5, float("nan"), float("inf"), True, "1s"):
+    assert Schedule.every("1m30s") == Schedule.every("90") == Schedule.every(90)
+    assert Schedule.every("1d").spec == "@every 24h0m0s"
+    for bad in (0.5, float("nan"), float("inf"), True, "1x", "1.5s", "500ms", "1h-30m"):
         with pytest.raises(InvalidScheduleError):
             Schedule.every(bad)  # type: ignore[arg-type]
 

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
+from .._duration import DURATION_RANGE
 from .._errors import InvalidOptionError, InvalidTTLError
 from ._base import NanoDatetime, coerce_duration, duration_to_ns, format_timestamp
 
@@ -64,10 +65,8 @@ MAX_SERVER_TIME_TEXT: Final = "2262-04-11T23:47:16.854775807Z"
 CLOCK_MARGIN_SECONDS: Final = 86_400
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_DURATION_RANGE: Final = (
-    f"the server's durations are int64 nanoseconds, at most {MAX_DURATION_SECONDS:,} s "
-    "(2**63 - 1 ns, about 292 years)"
-)
+#: (The words of the duration parser's own bound: a string past it is no duration.)
+_DURATION_RANGE: Final = DURATION_RANGE
 _CLOCK_RANGE: Final = (
     "the server counts time in int64 nanoseconds since 1970, from "
     f"{MIN_SERVER_TIME_TEXT} to {MAX_SERVER_TIME_TEXT}, and wraps a time outside"
