@@ -115,6 +115,7 @@ def text_ns(
     error: type[Exception] = ValueError,
     *,
     what: str = "",
+    kind: str = "duration",
     hint: str = "",
     too_long: str = "",
 ) -> int:
@@ -125,6 +126,7 @@ def text_ns(
         error: the error to raise (the caller's typed error).
         what: what the value is, to start the message (``"expires"``); none
             where the caller names it (a pydantic field, a CLI option).
+        kind: what the string is not, when it is not a duration (``"TTL"``).
         hint: more text for the message of a string that is not a duration
             (``", or 'never'"``).
         too_long: more text for the message of one past int64 nanoseconds.
@@ -156,10 +158,10 @@ def text_ns(
         if total is not None and (pos == 0 or pos != len(body)):
             if _CALENDAR.search(value):
                 raise error(
-                    f"{start}{_shown(plain)} is not a duration: months and years have no "
+                    f"{start}{_shown(plain)} is not a {kind}: months and years have no "
                     "fixed length (use d or w: '30d', '52w')"
                 )
-            raise error(f"{start}{_shown(plain)} is not a duration: give {DURATION_FORMS}{hint}")
+            raise error(f"{start}{_shown(plain)} is not a {kind}: give {DURATION_FORMS}{hint}")
     if total is None or not MIN_NS <= sign * total <= MAX_NS:
         raise error(f"{start}{_shown(plain)} is too long: {DURATION_RANGE}{too_long}")
     return sign * total

@@ -123,6 +123,7 @@ def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str
 
 NEVER: Final = "never"
 _NS_PER_S: Final = 1_000_000_000
+_UNDER_A_SECOND: Final = "{} is under 1 second: a message TTL must be at least 1 second"
 
 
 def parse_go_duration(text: str) -> float:
@@ -214,19 +215,19 @@ def ttl_header_value(ttl: TTLInput) -> str:
         ns = D.text_ns(
             text,
             InvalidTTLError,
-            what="TTL",
+            kind="TTL",
             hint=", or 'never' for no expiry",
             too_long="; use 'never' for no expiry",
         )
         if ns < _NS_PER_S:
-            raise InvalidTTLError(f"invalid TTL {ttl!r}: a message TTL must be at least 1 second")
+            raise InvalidTTLError(_UNDER_A_SECOND.format(shown(ttl)))
         return str(ns // _NS_PER_S)
     else:
         raise InvalidTTLError(f"invalid TTL {ttl!r}: expected seconds, timedelta or duration")
     if seconds != seconds or seconds in (float("inf"), float("-inf")):
         raise InvalidTTLError(f"invalid TTL {ttl!r}: not a finite duration")
     if seconds < 1.0:
-        raise InvalidTTLError(f"invalid TTL {ttl!r}: a message TTL must be at least 1 second")
+        raise InvalidTTLError(_UNDER_A_SECOND.format(shown(ttl)))
     return str(int(seconds))
 
 

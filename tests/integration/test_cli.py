@@ -400,7 +400,9 @@ def test_infos_have_one_json_shape(cli: Cli) -> None:
 def test_errors_are_one_line_and_debug_raises(cli: Cli) -> None:
     missing = unique_name("NOPE")
     result = cli("stream", "info", missing, expect=1)
-    assert one_error_line(result) == ("error: stream not found (code=404, err_code=10059)")
+    assert one_error_line(result) == (
+        f"error: stream {missing!r} not found (code=404, err_code=10059)"
+    )
     assert result.stdout == ""
     debug = cli("--debug", "stream", "info", missing, expect=1)
     assert isinstance(debug.exception, StreamNotFoundError)
@@ -504,7 +506,7 @@ def test_usage_errors_exit_2(cli: Cli) -> None:
     result = cli("stream", "add", expect=2)
     assert "Missing argument" in result.stderr
     result = cli("stream", "add", "X", "--max-age", "9999999999999d", expect=2)
-    assert "is too long a duration" in usage_error_line(result)
+    assert "is too long: the server's durations are int64" in usage_error_line(result)
     result = cli("stream", "add", "X", "--max-bytes", "9" * 400, expect=2)
     assert "is too large a size" in usage_error_line(result)
     result = cli("server", "--port", "65536", expect=2)
@@ -581,7 +583,9 @@ def test_pub_ttl(cli: Cli) -> None:
     # A usage error (exit 2), as for the other durations: not a server or library error.
     bad = cli("pub", f"{name}.t", "x", "--ttl", "soon", expect=2)
     assert usage_error_line(bad) == (
-        "Error: Invalid value for '--ttl': 'soon' is not a TTL (examples: 30s, 1h, 2d, never)"
+        "Error: Invalid value for '--ttl': 'soon' is not a TTL: give seconds (90, 1.5) or a Go "
+        "duration such as '1h30m', '500ms' or '2d' (units ns, us, ms, s, m, h, and d = 24h, "
+        "w = 7d), or 'never' for no expiry"
     )
     cli("pub", f"{name}.t", "kept", "--ttl", "never")
     cli("pub", f"{name}.t", "two days", "--ttl", "2d")  # the CLI's units, as --max-age

@@ -59,10 +59,20 @@ def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "soon", "1x", "h", "1h 30m", "-5s", "1.2.3s", "10s!"])
+@pytest.mark.parametrize("text", ["", "soon", "1x", "h", "1h 30m", "1.2.3s", "10s!", "1h-30m"])
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(typer.BadParameter, match="not a duration"):
         parse_duration(text)
+
+
+def test_parse_duration_refuses_what_the_library_refuses_in_its_words() -> None:
+    for text, words in (
+        ("-5s", "can not be negative"),
+        ("1M", "months and years have no fixed length"),
+        ("2562048h", "is too long: the server's durations are int64 nanoseconds"),
+    ):
+        with pytest.raises(typer.BadParameter, match=words):
+            parse_duration(text)
 
 
 @given(st.integers(min_value=1, max_value=10**8))

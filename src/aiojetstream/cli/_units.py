@@ -20,62 +20,35 @@ __all__ = [
     "parse_ttl",
 ]
 
-_DURATION_UNITS: Final = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-    "w": 7 * 86400.0,
-}
-_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d|w)")
-_NUMBER: Final = re.compile(r"\d+(?:\.\d*)?|\.\d+")
-
 
 def parse_duration(text: str | timedelta) -> timedelta:
     """Parse ``30`` (seconds), ``1.5``, ``500ms``, ``90s``, ``1h30m``, ``2d`` or ``1w``.
 
-    Go's duration units (``ns``, ``us``, ``ms``, ``s``, ``m``, ``h``) plus ``d``
-    (24 h) and ``w`` (7 d); a bare number is seconds.
+    The library's one syntax (``aiojetstream._duration``): Go's duration units (``ns``,
+    ``us``, ``ms``, ``s``, ``m``, ``h``) plus ``d`` (24 h) and ``w`` (7 d); a
+    bare number is seconds. The message of a bad one is the library's.
 
     Raises:
-        typer.BadParameter: the text is not a duration.
+        typer.BadParameter: the text is not a duration, is negative, or is past
+            the server's int64 nanoseconds.
 
     """
     if isinstance(text, timedelta):  # a default value
         return text
-    value = text.strip()
-    if _NUMBER.fullmatch(value):
-        return _seconds(text, float(value))
-    pos = 0
-    seconds = 0.0
-    for match in _DURATION_PART.finditer(value):
-        if match.start() != pos:
-            break
-        seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        pos = match.end()
-    if pos == 0 or pos != len(value):
-        raise typer.BadParameter(
-            f"{text!r} is not a duration (examples: 30, 500ms, 90s, 1h30m, 2d)"
-        )
-    return _seconds(text, seconds)
+    from .._models._base import coerce_duration  # (pydantic: loaded on first use)
 
-
-def _seconds(text: str, seconds: float) -> timedelta:
     try:
-        return timedelta(seconds=seconds)
-    except OverflowError:
-        raise typer.BadParameter(f"{text!r} is too long a duration") from None
+        return coerce_duration(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def parse_ttl(text: str | None) -> str | None:
     """A message TTL: a duration as :func:`parse_duration` reads it, or ``never``.
 
-    Returns what the library takes: ``"never"``, or whole seconds (``"3600"``);
-    a fraction of a second is dropped, as the server does (ADR-43).
+    Returns what the library sends: ``"never"``, or whole seconds (``"3600"``);
+    a fraction of a second is dropped, as the server does (ADR-43). The library
+    reads it (``ttl_header_value``), so its messages are the library's.
 
     Raises:
         typer.BadParameter: neither a duration nor ``never``, or under 1 second
@@ -84,15 +57,13 @@ def parse_ttl(text: str | None) -> str | None:
     """
     if text is None:
         return None
-    if text.strip().lower() == "never":
-        return "never"
+    from .._errors import InvalidTTLError
+    from .._headers import ttl_header_value
+
     try:
-        seconds = parse_duration(text).total_seconds()
-    except typer.BadParameter:
-        raise typer.BadParameter(f"{text!r} is not a TTL (examples: 30s, 1h, 2d, never)") from None
-    if seconds < 1:
-        raise typer.BadParameter(f"{text!r} is under 1 second, the shortest TTL")
-    return str(int(seconds))
+        return ttl_header_value(text)
+    except InvalidTTLError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 _SIZE: Final = re.compile(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(i?)(b?)", re.IGNORECASE)
