@@ -71,8 +71,14 @@ def dumps(body: dict[str, Any] | None) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def check_reply(data: bytes) -> dict[str, Any]:
-    """Decode an API reply and raise the typed error it carries, if any."""
+def check_reply(
+    data: bytes, *, stream: str | None = None, consumer: str | None = None
+) -> dict[str, Any]:
+    """Decode an API reply and raise the typed error it carries, if any.
+
+    ``stream`` and ``consumer`` are the names the request gave: the error
+    names them (a publish acknowledgement's error names its stream itself).
+    """
     try:
         reply = json.loads(data)
     except ValueError as exc:
@@ -81,10 +87,13 @@ def check_reply(data: bytes) -> dict[str, Any]:
         raise InvalidResponseError(f"unexpected JetStream API reply: {data[:200]!r}")
     error = reply.get("error")
     if error is not None:
+        named = reply.get("stream")
         raise api_error(
             int(error.get("code", 0)),
             int(error.get("err_code", 0)),
             str(error.get("description", "")),
+            stream=stream if stream is not None or not isinstance(named, str) else named,
+            consumer=consumer,
         )
     return reply
 
@@ -160,8 +169,13 @@ class ApiClient:
         body: dict[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        stream: str | None = None,
+        consumer: str | None = None,
     ) -> dict[str, Any]:
         """Send ``body`` to the full API ``subject`` and return the decoded reply.
+
+        ``stream`` and ``consumer``: the names in ``subject``, for the error
+        of a failed request (``stream 'ORDERS' not found``).
 
         Raises:
             InvalidOptionError: ``timeout`` is not a positive, finite number of
@@ -176,7 +190,7 @@ class ApiClient:
             raise JetStreamNotEnabledError(
                 503, 10076, f"JetStream not enabled (no responders on {subject})"
             ) from exc
-        return check_reply(data)
+        return check_reply(data, stream=stream, consumer=consumer)
 
     async def call(
         self,
@@ -187,7 +201,13 @@ class ApiClient:
         **parts: str,
     ) -> dict[str, Any]:
         """Send a request to an API template and return the decoded reply."""
-        return await self.request(self.subject(template, **parts), body, timeout=timeout)
+        return await self.request(
+            self.subject(template, **parts),
+            body,
+            timeout=timeout,
+            stream=parts.get("stream"),
+            consumer=parts.get("consumer"),
+        )
 
     async def call_model(
         self,

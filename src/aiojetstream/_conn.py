@@ -65,6 +65,7 @@ from nats.aio.subscription import Subscription as NatsSubscription
 from ._errors import (
     AuthorizationError,
     ConnectionClosedError,
+    ConnectionFailedError,
     DisconnectedError,
     InvalidHeaderError,
     InvalidOptionError,
@@ -179,6 +180,8 @@ async def _log_connection_error(exc: Exception) -> None:
     """Default nats-py error callback: one log line, not a traceback per attempt.
 
     The error comes screened (:func:`_initial_error_cb`): no secret in its text.
+    Not called for the attempts of the first connection: their errors are in
+    the exception :func:`connect_nats` raises (logged at debug level only).
     """
     logger.warning("nats connection error: %s", exc or type(exc).__name__)
 
@@ -275,6 +278,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         connect_errors,
         shown,
         secrets,
+        quiet=user_error_cb is None,
     )
     failure: JetStreamError | None = None
     try:
@@ -349,14 +353,28 @@ def _connect_failure(
         hint = f" ({_URL_HINT})" if "***@" in shown else ""
         return InvalidOptionError(f"invalid server URL in {shown}{hint}")
     if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError):
-        # Why the last attempt failed (refused, unknown host...), rather than
-        # nats-py's closing "no servers available".
-        cause = next(
-            (e for e in reversed(connect_errors) if not isinstance(e, nats_errors.NoServersError)),
-            None,
+        # Why the attempts failed (refused, unknown host...), each reason once,
+        # rather than nats-py's closing "no servers available".
+        reasons = list(
+            dict.fromkeys(
+                _reason(e) for e in connect_errors if not isinstance(e, nats_errors.NoServersError)
+            )
         )
-        return ConnectionClosedError(f"could not connect to {shown}: {cause or last or exc}")
+        if not reasons:
+            reasons = [_reason(last or exc)]
+        servers = tuple(u.strip() for u in shown.split(","))
+        tried = "tried twice" if len(servers) == 1 else "each tried twice"
+        return ConnectionFailedError(
+            f"could not connect to {shown} ({tried}): {'; '.join(reasons)}", servers
+        )
     return None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a connection attempt failed, in words (a bare ``TimeoutError`` says nothing)."""
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return "timed out"
+    return str(exc) or type(exc).__name__
 
 
 def _screened(error: JetStreamError, secrets: list[str]) -> JetStreamError:
@@ -416,6 +434,8 @@ def _initial_error_cb(
     seen: list[Exception],
     shown: str,
     secrets: list[str],
+    *,
+    quiet: bool = False,
 ) -> Callable[[Exception], Awaitable[None]]:
     """nats-py's error callback: forwards every error, and ends a failed TLS handshake.
 
@@ -427,12 +447,20 @@ def _initial_error_cb(
     error is only told apart there), and raises :class:`TLSError` out of
     nats-py's connect on an ``ssl.SSLError``: asyncio closed the socket, and
     nats-py would otherwise retry and then wait forever for the stream of
-    the failed TLS upgrade to close. ``shown`` names the servers.
+    the failed TLS upgrade to close. ``shown`` names the servers. With
+    ``quiet`` (no callback of the user's: ``forward`` logs), the errors of
+    the initial connection are not forwarded but logged at debug level: a
+    connection that never opens says why in the error it raises, not in a
+    warning per attempt before it.
     """
 
     async def error_cb(exc: Exception) -> None:
-        await forward(_screened_error(exc, secrets))
-        if seen and seen[-1] is _CONNECTED:
+        connected = bool(seen) and seen[-1] is _CONNECTED
+        if connected or not quiet:
+            await forward(_screened_error(exc, secrets))
+        else:
+            logger.debug("connecting to %s: %s", shown, _screened_error(exc, secrets))
+        if connected:
             return
         seen.append(exc)
         if isinstance(exc, ssl.SSLError):

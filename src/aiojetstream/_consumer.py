@@ -85,7 +85,7 @@ async def upsert_consumer(
             )
             if len(filtered) <= _api.MAX_SUBJECT_WITH_SUBJECT:
                 subject = filtered
-    reply = await api.request(subject, body, timeout=timeout)
+    reply = await api.request(subject, body, timeout=timeout, stream=stream, consumer=name)
     return _api.parse(ConsumerInfo, reply)
 
 

@@ -72,6 +72,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   └── FetchTimeoutError
     ├── NoRespondersError                                nothing listens (no stream for a publish)
     ├── ConnectionClosedError                            the connection is closed
+    │   └── ConnectionFailedError                        the first connection never opened
     ├── DisconnectedError                                the connection dropped while waiting
     ├── TLSError                                         TLS refused or failed (never plaintext)
     ├── AuthorizationError                               the server refused the credentials
@@ -102,6 +103,7 @@ reader of ``err_code``; the mapping lives in ``_ERR_CODES`` below and nowhere el
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 __all__ = [
@@ -121,6 +123,7 @@ __all__ = [
     "BucketNotFoundError",
     "ClusterUnavailableError",
     "ConnectionClosedError",
+    "ConnectionFailedError",
     "ConsumerCreateError",
     "ConsumerDeletedError",
     "ConsumerDoesNotExistError",
@@ -216,17 +219,37 @@ class APIError(JetStreamError):
         code: The HTTP-like status code (400, 404, 500, 503).
         err_code: The JetStream error code (for example 10059, stream not found).
         description: The server's description of the error.
+        stream: The stream the request named (its API subject, or the stream a
+            publish acknowledgement names), or None when not known.
+        consumer: The consumer the request named, or None.
 
     """
 
-    def __init__(self, code: int = 0, err_code: int = 0, description: str = "") -> None:
+    def __init__(
+        self,
+        code: int = 0,
+        err_code: int = 0,
+        description: str = "",
+        *,
+        stream: str | None = None,
+        consumer: str | None = None,
+    ) -> None:
         self.code = code
         self.err_code = err_code
         self.description = description
-        super().__init__(f"{description} (code={code}, err_code={err_code})")
+        self.stream = stream
+        self.consumer = consumer
+        super().__init__(f"{self._summary()} (code={code}, err_code={err_code})")
+
+    def _summary(self) -> str:
+        """What went wrong, in words (the server's description unless a subclass says more)."""
+        return self.description
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.code, self.err_code, self.description))
+        args = (self.code, self.err_code, self.description)
+        if self.stream is None and self.consumer is None:
+            return (type(self), args)
+        return (partial(type(self), stream=self.stream, consumer=self.consumer), args)
 
 
 class JetStreamNotEnabledError(APIError):
@@ -238,7 +261,12 @@ class BadRequestError(APIError):
 
 
 class StreamNotFoundError(APIError):
-    """The stream does not exist."""
+    """The stream does not exist; ``stream`` names it when the request did."""
+
+    def _summary(self) -> str:
+        if self.stream is None:
+            return self.description
+        return f"stream {self.stream!r} not found"
 
 
 class StreamNameInUseError(APIError):
@@ -296,7 +324,20 @@ class MessageTTLInvalidError(APIError):
 
 
 class MessageTTLDisabledError(APIError):
-    """The message has a TTL but the stream does not allow them (ADR-43, err_code 10166)."""
+    """The message has a TTL but the stream does not allow them (ADR-43, err_code 10166).
+
+    ``stream`` names the stream when the server's reply did; the message then
+    says how to allow TTLs (``allow_msg_ttl=True``).
+    """
+
+    def _summary(self) -> str:
+        if self.stream is None:
+            return self.description
+        return (
+            f"a message TTL needs allow_msg_ttl, and stream {self.stream!r} has it off: set "
+            "allow_msg_ttl=True (update_stream can enable it, never disable it; CLI: "
+            f"aiojetstream stream edit {self.stream} --allow-msg-ttl)"
+        )
 
 
 class CounterNotFoundError(MessageNotFoundError):
@@ -457,7 +498,13 @@ class UnknownPriorityGroupError(PriorityGroupError):
 
 
 class ConsumerNotFoundError(APIError):
-    """The consumer does not exist."""
+    """The consumer does not exist; ``consumer`` and ``stream`` name it when the request did."""
+
+    def _summary(self) -> str:
+        if self.consumer is None:
+            return self.description
+        where = "" if self.stream is None else f" on stream {self.stream!r}"
+        return f"consumer {self.consumer!r} not found{where}"
 
 
 class ConsumerExistsError(APIError):
@@ -550,6 +597,25 @@ class NoRespondersError(JetStreamError):
 
 class ConnectionClosedError(JetStreamError):
     """The connection is closed."""
+
+
+class ConnectionFailedError(ConnectionClosedError):
+    """The first connection never opened: no server of the list could be reached.
+
+    Raised by :func:`aiojetstream.connect` after trying each server twice
+    (refused, unreachable, an unknown host, a timeout). The message names
+    the servers tried (without credentials) and why each attempt failed. A
+    :class:`ConnectionClosedError`, so ``except ConnectionClosedError`` still
+    catches it.
+
+    Attributes:
+        servers: The server URLs tried, with credentials hidden.
+
+    """
+
+    def __init__(self, message: str, servers: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.servers = servers
 
 
 class DisconnectedError(JetStreamError):
@@ -792,12 +858,24 @@ _STREAM_FULL: tuple[tuple[str, type[StreamFullError]], ...] = (
 )
 
 
-def api_error(code: int, err_code: int, description: str) -> APIError:
-    """Return the typed exception for a server error reply (the err_code registry)."""
+def api_error(
+    code: int,
+    err_code: int,
+    description: str,
+    *,
+    stream: str | None = None,
+    consumer: str | None = None,
+) -> APIError:
+    """Return the typed exception for a server error reply (the err_code registry).
+
+    ``stream`` and ``consumer`` are the names the request gave (its API
+    subject holds them): a not-found error then names what was not found.
+    """
     cls = _ERR_CODES.get(err_code, APIError)
     if cls is StreamStoreFailedError:
         text = description.lower()
         for marker, full in _STREAM_FULL:
             if marker in text:
-                return full(code, err_code, description)
-    return cls(code, err_code, description)
+                cls = full
+                break
+    return cls(code, err_code, description, stream=stream, consumer=consumer)

@@ -90,8 +90,9 @@ def test_python_m_and_one_line_errors(nats_url: str) -> None:
         env=env(),
     )
     assert "Usage: aiojetstream" in help_text.stdout
+    nope = unique_name("NOPE")
     missing = subprocess.run(
-        [sys.executable, "-m", "aiojetstream", "stream", "info", unique_name("NOPE")],
+        [sys.executable, "-m", "aiojetstream", "stream", "info", nope],
         capture_output=True,
         text=True,
         timeout=BOUND,
@@ -99,7 +100,7 @@ def test_python_m_and_one_line_errors(nats_url: str) -> None:
     )
     assert missing.returncode == 1
     assert missing.stdout == ""
-    assert missing.stderr == "error: stream not found (code=404, err_code=10059)\n"
+    assert missing.stderr == f"error: stream {nope!r} not found (code=404, err_code=10059)\n"
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         nobody = f"nats://127.0.0.1:{sock.getsockname()[1]}"  # nobody listens there
@@ -305,7 +306,11 @@ def test_failed_async_publishes_are_reported_once(nats_url: str) -> None:
     assert pub.returncode == 1, pub.stderr
     assert_quiet(pub.stderr)
     errors = [line for line in pub.stderr.splitlines() if line.startswith("error: ")]
-    assert errors == ["error: per-message TTL is disabled (code=400, err_code=10166)"]
+    assert errors == [
+        f"error: a message TTL needs allow_msg_ttl, and stream {stream!r} has it off: set "
+        "allow_msg_ttl=True (update_stream can enable it, never disable it; CLI: "
+        f"aiojetstream stream edit {stream} --allow-msg-ttl) (code=400, err_code=10166)"
+    ]
 
     full = unique_name("PROC")
     setup(

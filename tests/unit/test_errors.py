@@ -10,6 +10,7 @@ import aiojetstream
 from aiojetstream import (
     APIError,
     ConsumerExistsError,
+    ConsumerNotFoundError,
     FetchTimeoutError,
     InvalidOptionError,
     InvalidTTLError,
@@ -90,3 +91,48 @@ def test_stream_full_subclass_by_description() -> None:
         assert isinstance(err, StreamStoreFailedError)
         assert isinstance(err, StreamFullError) is (cls is not StreamStoreFailedError)
         assert err.err_code == 10077
+
+
+def test_not_found_errors_name_what_is_missing() -> None:
+    """Issue 26: the names the request gave are in the message; the codes stay."""
+    stream = api_error(404, 10059, "stream not found", stream="ORDRES")
+    assert type(stream) is StreamNotFoundError
+    assert str(stream) == "stream 'ORDRES' not found (code=404, err_code=10059)"
+    assert (stream.code, stream.err_code, stream.description) == (404, 10059, "stream not found")
+    assert stream.stream == "ORDRES"
+    consumer = api_error(404, 10014, "consumer not found", stream="ORDERS", consumer="NEW")
+    assert type(consumer) is ConsumerNotFoundError
+    assert str(consumer) == (
+        "consumer 'NEW' not found on stream 'ORDERS' (code=404, err_code=10014)"
+    )
+    # Without a name the server's description, as before.
+    assert str(api_error(404, 10059, "stream not found")) == (
+        "stream not found (code=404, err_code=10059)"
+    )
+    # Other errors keep the server's text, and carry the names too.
+    other = api_error(400, 10058, "stream name already in use", stream="ORDERS")
+    assert str(other) == "stream name already in use (code=400, err_code=10058)"
+    assert other.stream == "ORDERS"
+
+
+def test_ttl_disabled_says_how_to_enable_it() -> None:
+    err = api_error(400, 10166, "per-message TTL is disabled", stream="EVENTS")
+    assert type(err) is MessageTTLDisabledError
+    assert str(err) == (
+        "a message TTL needs allow_msg_ttl, and stream 'EVENTS' has it off: set "
+        "allow_msg_ttl=True (update_stream can enable it, never disable it; CLI: "
+        "aiojetstream stream edit EVENTS --allow-msg-ttl) (code=400, err_code=10166)"
+    )
+    assert err.description == "per-message TTL is disabled"
+
+
+def test_named_api_errors_pickle_with_their_names() -> None:
+    for err in (
+        api_error(404, 10014, "consumer not found", stream="S", consumer="C"),
+        api_error(404, 10059, "stream not found", stream="S"),
+        KeyExistsError(400, 10071, "key 'k' exists: wrong last sequence: 2"),
+    ):
+        copy = pickle.loads(pickle.dumps(err))
+        assert type(copy) is type(err)
+        assert str(copy) == str(err)
+        assert (copy.stream, copy.consumer) == (err.stream, err.consumer)

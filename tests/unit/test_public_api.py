@@ -32,6 +32,7 @@ EXPECTED = [
     "ClusterInfo",
     "ClusterUnavailableError",
     "ConnectionClosedError",
+    "ConnectionFailedError",
     "ConsumeContext",
     "Consumer",
     "ConsumerConfig",

@@ -38,6 +38,7 @@ from aiojetstream import (
     AuthorizationError,
     ClusterUnavailableError,
     ConnectionClosedError,
+    ConnectionFailedError,
     DisconnectedError,
     InvalidOptionError,
     JetStreamContext,
@@ -129,6 +130,9 @@ class Refusals:
     def __init__(self) -> None:
         self.count = 0
         self.last = ""
+        #: Set once the first connection opened: until then an error is the failed
+        #: attempt the connect error names (debug level, not a warning per attempt).
+        self.connected = False
 
     async def record(self, exc: Exception) -> None:
         """nats-py's ``error_cb``: count permission violations; log every error once."""
@@ -136,7 +140,10 @@ class Refusals:
         if "permissions violation" in text.lower():
             self.count += 1
             self.last = text
-        logger.warning("nats connection error: %s", text)
+        if self.connected:
+            logger.warning("nats connection error: %s", text)
+        else:
+            logger.debug("connecting: %s", text)
 
 
 class Session:
@@ -158,6 +165,7 @@ class Session:
         except BaseException:
             self._closer()
             raise
+        self.refusals.connected = True
 
     async def _connect(self) -> JetStreamContext:
         opts = self._options
@@ -173,7 +181,7 @@ class Session:
         try:
             return await aiojetstream.connect(opts.urls(), **kwargs)
         except (ConnectionClosedError, TLSError) as exc:
-            raise ConnectionClosedError(
+            raise ConnectionFailedError(
                 f"aiojetstream.spark: cannot reach NATS at {opts.describe()} "
                 f"(option 'servers'): {exc}"
             ) from exc
