@@ -617,9 +617,9 @@ def test_ttl_is_checked_before_connecting() -> None:
     )
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["pipelined", "sync", "async"])
 def test_pub_count_summary_counts_duplicates(cli: Cli, stream: str, mode: str) -> None:
-    flags = ["--async"] if mode == "async" else []
+    flags = {"pipelined": [], "sync": ["--sync"], "async": ["--async"]}[mode]  # --async: an alias
     args = ("pub", f"{stream}.n", "msg {n}", "--count", "50", "--msg-id", "id-{n}", *flags)
     first = as_json(cli(*args, "--json"))
     assert first["count"] == 50
@@ -637,6 +637,36 @@ def test_pub_count_summary_counts_duplicates(cli: Cli, stream: str, mode: str) -
     assert_fits(table.stdout)
     assert as_json(cli("get", stream, "7", "--json"))["data"] == "msg 7"
     assert as_json(cli("get", stream, "60", "--json"))["data"] == "more 10"
+
+
+def test_pub_count_pipelines_by_default(
+    cli: Cli, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pub --count`` keeps acks in flight (``--sync``: one at a time), in order, all counted."""
+    in_flight: list[int] = []
+    pending: set[asyncio.Future[Any]] = set()
+    publish_async = JetStreamContext.publish_async
+
+    async def counted(self: JetStreamContext, *args: Any, **kwargs: Any) -> Any:
+        pending.difference_update([fut for fut in pending if fut.done()])
+        fut = await publish_async(self, *args, **kwargs)
+        pending.add(fut)
+        in_flight.append(len(pending))
+        return fut
+
+    monkeypatch.setattr(JetStreamContext, "publish_async", counted)
+    pipelined = as_json(cli("pub", f"{stream}.p", "m{n}", "--count", "500", "--json"))
+    assert len(in_flight) == 500
+    assert max(in_flight) > 1  # the old default waited for each ack: never two
+    assert (pipelined["acked"], pipelined["first_seq"], pipelined["last_seq"]) == (500, 1, 500)
+    for seq in (1, 2, 250, 500):  # stored in the order sent
+        assert as_json(cli("get", stream, str(seq), "--json"))["data"] == f"m{seq}"
+    in_flight.clear()
+    one_by_one = as_json(cli("pub", f"{stream}.p", "s{n}", "--count", "20", "--sync", "--json"))
+    assert in_flight == []  # each with publish(), its ack awaited
+    assert (one_by_one["acked"], one_by_one["first_seq"], one_by_one["last_seq"]) == (20, 501, 520)
+    both = cli("pub", f"{stream}.p", "x", "--count", "2", "--sync", "--async", expect=2)
+    assert usage_error_line(both).endswith("--sync and --async can not be combined")
 
 
 def test_get_last_for_subject_and_errors(cli: Cli, stream: str) -> None:

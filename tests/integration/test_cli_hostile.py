@@ -2,7 +2,7 @@
 
 Server data that would control a terminal (ESC sequences, BEL, CR, NUL, a
 bidi override) is printed escaped by every command, and is never read as Rich
-markup; ``--raw`` and ``--json`` stay exact. ``pub --count --async`` and
+markup; ``--raw`` and ``--json`` stay exact. ``pub --count`` (pipelined) and
 ``bench pub`` keep memory flat and stop at the first failed acknowledgement.
 A closed or unreadable standard input is one error line and exit code 2.
 """
@@ -574,7 +574,7 @@ def test_text_an_output_encoding_lacks_is_escaped(nats_url: str) -> None:
     run_cli(nats_url, "kv", "rm", bucket, "-f")
 
 
-# --------------------------------------------------------------------------- 4: pub --async
+# --------------------------------------------------------------------------- 4: pub --count
 
 #: A deadline for a command that must stop at once (measured: about 1.2 s,
 #: interpreter start-up included); the unbounded version ran to the end of its
@@ -583,9 +583,12 @@ STOP_DEADLINE = 10.0
 
 
 def publish_forever(stream: str) -> dict[str, tuple[str, ...]]:
-    """``pub --async`` and ``bench pub`` of (nearly) endless messages into ``stream``."""
+    """``pub --count`` and ``bench pub`` of (nearly) endless messages into ``stream``.
+
+    Both are pipelined by default (``pub --async`` is an alias of the default).
+    """
     return {
-        "pub": ("pub", f"{stream}.x", "m{n}", "--count", "100000000", "--async"),
+        "pub": ("pub", f"{stream}.x", "m{n}", "--count", "100000000"),
         "bench": (
             "bench", "pub", "--stream", stream, "--subject", f"{stream}.x", "--msgs", "100000000",
         ),
@@ -604,7 +607,7 @@ def resident_bytes(pid: int) -> int:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("command", ["pub", "bench"])
 def test_async_publishing_keeps_memory_flat(nats_url: str, command: str) -> None:
-    """The memory of an endless ``--async`` run does not grow with the messages sent.
+    """The memory of an endless pipelined run does not grow with the messages sent.
 
     It kept every future: about 0.8 KB a message (50,000 messages: 40 MB more).
     """

@@ -59,6 +59,7 @@ __all__ = [
 _PULL_BATCH = 100
 _PULL_EXPIRES = 30.0
 MIN_EXPIRES = 1.0  # the shortest pull the library allows
+_PROGRESS_EVERY = 256  # pipelined publishes between two updates of the progress bar
 
 
 def parse_headers(values: list[str] | None) -> dict[str, str] | None:
@@ -242,19 +243,28 @@ def pub(
         list[str] | None,
         typer.Option("--header", "-H", help="A header NAME:VALUE (repeat).", show_default=False),
     ] = None,
+    sync: Annotated[
+        bool,
+        typer.Option("--sync", help="With --count: wait for each ack before the next message."),
+    ] = False,
     use_async: Annotated[
         bool,
-        typer.Option("--async", help="Publish without waiting for each ack (a window of acks)."),
+        typer.Option(
+            "--async", hidden=True, help="Accepted for scripts: pipelining is the default."
+        ),
     ] = False,
     json_flag: JsonFlag = False,
 ) -> None:
     """Publish a message to a stream and print its acknowledgement.
 
     With --count, the payload and --msg-id may contain {n}, replaced by the
-    message's number (1, 2, ...); a progress bar runs and a summary of acks,
-    duplicates and rate is printed.
+    message's number (1, 2, ...); the messages are pipelined (a window of acks
+    in flight, each one checked: the first failure stops the sending), a
+    progress bar runs and a summary of acks, duplicates and rate is printed.
     """
     out = output(ctx, json_flag)
+    if sync and use_async:
+        raise typer.BadParameter("--sync and --async can not be combined")
     headers = parse_headers(header)
     payload = read_data(data)
     if count == 1 and not use_async:
@@ -279,14 +289,10 @@ def pub(
         with progress_bar(out, "pub") as progress:
             task = progress.add_task(f"Publishing to {subject}", total=count)
             start = time.perf_counter()
-            if use_async:
+            if not sync:
                 # The library's window bounds what is outstanding; nothing is
                 # kept per message, and the first failure stops the sending.
                 window = AckWindow()
-
-                def acked(ack: PubAck) -> None:
-                    summary.add(ack)
-                    progress.advance(task)
 
                 for n in range(1, count + 1):
                     window.check()
@@ -295,8 +301,13 @@ def pub(
                     fut = await js.publish_async(
                         subject, body, headers=headers, msg_id=_fill_id(msg_id, n), ttl=ttl
                     )
-                    window.track(fut, acked)
-                await window.wait()  # raises the first failed publish's error
+                    window.track(fut, summary.add)
+                    if n % _PROGRESS_EVERY == 0:  # not per ack: the bar redraws 10 times a second
+                        progress.update(task, completed=summary.acked)
+                try:
+                    await window.wait()  # raises the first failed publish's error
+                finally:
+                    progress.update(task, completed=summary.acked)
             else:
                 for n in range(1, count + 1):
                     body = _fill(payload, n)
