@@ -12,6 +12,7 @@ from typing import Any, Final, Protocol
 
 from . import _admin as A
 from . import _api
+from . import _bounds as B
 from . import _features as F
 from ._admin import Backlog
 from ._api import ApiClient
@@ -395,9 +396,9 @@ class Consumer:
     # ------------------------------------------------------------ administration
 
     async def pause(
-        self, until: datetime | timedelta | float, *, timeout: float | None = None
+        self, until: datetime | timedelta | float | str, *, timeout: float | None = None
     ) -> ConsumerPauseResponse:
-        """Pause the consumer until ``until`` (a datetime, or a timedelta from now).
+        """Pause the consumer until ``until`` (a datetime, or a duration from now: ``"1h"``).
 
         Pulls get nothing while it is paused; on an interest stream it keeps
         its backlog. nats-server >= 2.11.
@@ -449,7 +450,9 @@ class Consumer:
         seq, self._info = await A.clear_backlog(self._api, self._stream, self._name, timeout)
         return seq
 
-    async def skip_older_than(self, age: float | timedelta, *, timeout: float | None = None) -> int:
+    async def skip_older_than(
+        self, age: float | timedelta | str, *, timeout: float | None = None
+    ) -> int:
         """Pulsar's per-subscription message TTL: skip this consumer's messages older than ``age``.
 
         Only this consumer moves (``max_age`` and ``Nats-TTL`` delete for
@@ -460,9 +463,10 @@ class Consumer:
         nats-server >= 2.14.
 
         Raises:
-            InvalidOptionError: ``age`` is not positive seconds or a timedelta,
-                or longer than the server's durations (about 292 years; the
-                server wrapped a cutoff before 1677 and skipped everything).
+            InvalidOptionError: ``age`` is not a positive duration (seconds, a
+                timedelta or a string such as ``"1h"``), or longer than the
+                server's durations (about 292 years; the server wrapped a
+                cutoff before 1677 and skipped everything).
 
         """
         seq, self._info = await A.skip_older_than(self._api, self._stream, self._name, age, timeout)
@@ -536,8 +540,8 @@ class Consumer:
         self,
         max_messages: int,
         *,
-        expires: float | timedelta = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
         group: str | None = None,
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
@@ -577,8 +581,8 @@ class Consumer:
         self,
         max_bytes: int,
         *,
-        expires: float | timedelta = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
         group: str | None = None,
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
@@ -637,8 +641,8 @@ class Consumer:
     async def next(
         self,
         *,
-        expires: float | timedelta = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
         group: str | None = None,
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
@@ -673,8 +677,8 @@ class Consumer:
         *,
         max_messages: int | None = None,
         max_bytes: int | None = None,
-        expires: float | timedelta = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
         error_handler: ErrorHandler | None = None,
@@ -718,8 +722,8 @@ class Consumer:
         error_handler: ErrorHandler | None = None,
         max_messages: int | None = None,
         max_bytes: int | None = None,
-        expires: float | timedelta = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
         group: str | None = None,
@@ -755,7 +759,8 @@ class Consumer:
         return ctx
 
 
-def _secs(value: float | timedelta | None, name: str) -> float | None:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
+def _secs(value: float | timedelta | str | None, name: str) -> float | None:
+    """A pull option's duration in seconds (a timedelta or a duration string too)."""
+    if isinstance(value, timedelta | str):
+        return B.seconds(value, name, zero=True)
     return value

@@ -421,8 +421,8 @@ class OrderedConsumer:
         self,
         max_messages: int,
         *,
-        expires: float | timedelta = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
     ) -> OrderedBatch:
         """Fetch up to ``max_messages`` in order (see :meth:`Consumer.fetch`)."""
         return await self._fetch(
@@ -437,8 +437,8 @@ class OrderedConsumer:
         self,
         max_bytes: int,
         *,
-        expires: float | timedelta = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
     ) -> OrderedBatch:
         """Fetch up to ``max_bytes`` of messages in order (see :meth:`Consumer.fetch_bytes`)."""
         return await self._fetch(
@@ -460,8 +460,8 @@ class OrderedConsumer:
     async def next(
         self,
         *,
-        expires: float | timedelta = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
     ) -> Msg:
         """The next message in order.
 
@@ -501,8 +501,8 @@ class OrderedConsumer:
         *,
         max_messages: int | None = None,
         max_bytes: int | None = None,
-        expires: float | timedelta = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
         error_handler: ErrorHandler | None = None,
@@ -526,8 +526,8 @@ class OrderedConsumer:
         error_handler: ErrorHandler | None = None,
         max_messages: int | None = None,
         max_bytes: int | None = None,
-        expires: float | timedelta = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
     ) -> C.ConsumeContext:

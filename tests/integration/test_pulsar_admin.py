@@ -119,7 +119,7 @@ async def test_pause_errors(js: JetStreamContext) -> None:
         datetime.max.replace(tzinfo=timezone(timedelta(hours=-5))),
     ):
         with pytest.raises(InvalidOptionError):
-            await consumer.pause(bad)  # type: ignore[arg-type]
+            await consumer.pause(bad)
     for bad_age in (float("nan"), float("inf"), 1e300, timedelta.max):
         with pytest.raises(InvalidOptionError):
             await consumer.skip_older_than(bad_age)
@@ -419,9 +419,9 @@ async def test_full_stream_errors_and_hold_when_full(js: JetStreamContext) -> No
 async def test_hold_when_full_validation(js: JetStreamContext) -> None:
     stream = await stream_with(js, "HV", 0)
     before = js.nc.stats["out_msgs"]
-    for bad in (0, -1, float("nan"), "1s"):
+    for bad in (0, -1, float("nan"), "1x", "-1s"):
         with pytest.raises(InvalidOptionError):
-            await js.publish(f"{stream}.a", b"x", hold_when_full=bad)  # type: ignore[arg-type]
+            await js.publish(f"{stream}.a", b"x", hold_when_full=bad)
     assert js.nc.stats["out_msgs"] == before
 
 
