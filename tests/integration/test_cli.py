@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import shutil
 import socket
 from collections.abc import Awaitable, Callable, Iterator
@@ -1004,6 +1005,37 @@ def test_obj_commands(cli: Cli, tmp_path: Path) -> None:
     assert [o["name"] for o in as_json(cli("obj", "ls", bucket, "--json"))] == ["notes/hi.txt"]
     cli("obj", "rm", bucket, "-f")
     assert bucket not in cli("obj", "ls").stdout.split()
+
+
+#: A size in decimal units (kB, MB: Rich's progress columns) rather than KiB, MiB.
+DECIMAL_UNITS = re.compile(r"\d ?[kKMGT]B\b")
+
+
+def test_sizes_are_in_binary_units_everywhere(cli: Cli, tmp_path: Path) -> None:
+    """Progress bars, summaries, tables and bench say KiB/MiB: the bar said 3.0 MB over 2.9 MiB."""
+    bucket = unique_name("UNITS")
+    cli("obj", "add", bucket)
+    source = tmp_path / "three.bin"
+    source.write_bytes(b"u" * 3_000_000)
+    stored = cli("obj", "put", bucket, str(source))
+    assert "2.9/2.9 MiB" in stored.stderr  # the progress bar
+    assert re.search(r"\d MiB/s", stored.stderr), stored.stderr
+    assert "three.bin in " + bucket + ": 2.9 MiB" in stored.stdout
+    fetched = cli("obj", "get", bucket, "three.bin", "-o", str(tmp_path / "back.bin"))
+    assert "2.9/2.9 MiB" in fetched.stderr
+    assert "(2.9 MiB)" in fetched.stderr
+    info = cli("obj", "info", bucket, "three.bin")
+    assert "2.9 MiB (3,000,000 bytes)" in info.stdout
+    name = unique_name("UNITS")
+    cli("stream", "add", name, "--subjects", f"{name}.>", "--storage", "memory")
+    published = cli("pub", f"{name}.x", "y" * 2048, "--count", "200")
+    assert re.search(r"Throughput +[\d.]+ [KMG]iB/s", published.stdout), published.stdout
+    bench = cli("bench", "pub", "--stream", unique_name("UNITS"), "--msgs", "500", "--size", "1KiB")
+    assert re.search(r"Throughput +[\d.]+ [KMG]iB/s", bench.stdout), bench.stdout
+    for result in (stored, fetched, info, published, bench):
+        assert not DECIMAL_UNITS.search(result.output), result.output
+    cli("stream", "rm", name, "-f")
+    cli("obj", "rm", bucket, "-f")
 
 
 def test_obj_get_into_a_directory(cli: Cli, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 import typer
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.progress import Progress
 
 import aiojetstream
 from aiojetstream.cli._bench import BenchResult, percentile
@@ -26,6 +27,7 @@ from aiojetstream.cli._common import (
 )
 from aiojetstream.cli._consumer import parse_until
 from aiojetstream.cli._messages import parse_headers
+from aiojetstream.cli._obj import ByteRateColumn, BytesColumn
 from aiojetstream.cli._stream import config_from, list_values
 from aiojetstream.cli._units import (
     format_age,
@@ -133,6 +135,25 @@ def test_format_bytes_time_and_age() -> None:
     assert format_age(moment, moment + timedelta(hours=3, minutes=5)) == "3h"
     assert format_age(moment, moment - timedelta(seconds=5)) == "0s"  # clock skew
     assert format_age(None) == "-"
+
+
+@pytest.mark.parametrize(
+    ("done", "total", "shown"),
+    [
+        (0, None, "0 B"),
+        (1536, None, "1.5 KiB"),
+        (900, 900, "900/900 B"),
+        (1_500_000, 3_000_000, "1.4/2.9 MiB"),  # Rich's own columns: 1.5/3.0 MB
+        (1 << 30, 3 << 30, "1.0/3.0 GiB"),
+    ],
+)
+def test_transfer_bar_sizes_are_format_bytes_units(
+    done: int, total: int | None, shown: str
+) -> None:
+    progress = Progress()
+    task = progress.add_task("x", total=total, completed=done)
+    assert BytesColumn().render(progress.tasks[task]).plain == shown
+    assert ByteRateColumn().render(progress.tasks[task]).plain == "?"  # no rate yet
 
 
 def test_parse_headers() -> None:

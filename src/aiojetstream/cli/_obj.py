@@ -15,11 +15,12 @@ from typing import IO, Annotated, Any
 import typer
 from rich.progress import (
     BarColumn,
-    DownloadColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TimeRemainingColumn,
-    TransferSpeedColumn,
 )
+from rich.text import Text
 
 from aiojetstream import (
     JetStreamContext,
@@ -52,7 +53,7 @@ from ._common import (
 from ._messages import DescriptionColumn
 from ._units import format_bytes, format_duration, format_time, parse_duration, parse_size
 
-__all__ = ["app"]
+__all__ = ["ByteRateColumn", "BytesColumn", "app"]
 
 app = typer.Typer(
     help="Object stores: buckets of large objects, stored in chunks.",
@@ -65,12 +66,46 @@ Bucket = Annotated[str, typer.Argument(help="The bucket.", show_default=False)]
 _READ_SIZE = 1 << 20
 
 
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")  # format_bytes' units, by power of 1024
+
+
+class BytesColumn(ProgressColumn):
+    """Bytes done and the total, in the binary units of every table and summary (MiB).
+
+    Rich's ``DownloadColumn`` and ``TransferSpeedColumn`` use decimal units
+    (MB): a bar said 3.0 MB where the summary under it said 2.9 MiB.
+    """
+
+    def render(self, task: Task) -> Text:
+        """``1.5/2.9 MiB``, in the total's unit (or what is done, for an unknown total)."""
+        if task.total is None:
+            return Text(format_bytes(int(task.completed)), style="progress.download")
+        unit = format_bytes(int(task.total)).rpartition(" ")[2]  # the unit tables would use
+        if unit == "B":
+            shown = f"{int(task.completed)}/{int(task.total)} B"
+        else:
+            scale = 1024 ** _UNITS.index(unit)
+            shown = f"{task.completed / scale:.1f}/{task.total / scale:.1f} {unit}"
+        return Text(shown, style="progress.download")
+
+
+class ByteRateColumn(ProgressColumn):
+    """The transfer rate in binary units (``12.3 MiB/s``), as :class:`BytesColumn`."""
+
+    def render(self, task: Task) -> Text:
+        """The rate so far (the average once finished); ``?`` until there is one."""
+        speed = task.finished_speed or task.speed
+        if speed is None:
+            return Text("?", style="progress.data.speed")
+        return Text(f"{format_bytes(speed)}/s", style="progress.data.speed")
+
+
 def _transfer_bar(out: Output) -> Progress:
     return Progress(
         DescriptionColumn(),
         BarColumn(bar_width=24),
-        DownloadColumn(),
-        TransferSpeedColumn(),
+        BytesColumn(),
+        ByteRateColumn(),
         TimeRemainingColumn(),
         console=out.err,
         disable=out.json,
