@@ -90,6 +90,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "rss_growth_1m_msgs_mib": ("<", 50),
     "import_ms_over_nats": ("<=", 150),
     "import_ratio_over_nats": ("<=", 0.5),
+    # Issue 26: the command line answers --version and --help in under half a second.
+    "cli_version_ms": ("<=", 500),
+    "cli_help_ms": ("<=", 500),
     "spark_read_vs_noop": (">=", 0.3),
     "spark_write_vs_noop": (">=", 0.4),
 }
@@ -724,6 +727,37 @@ def import_times(rounds: int) -> tuple[list[float], list[float], list[float]]:
     return [m[0] for m in measured], [m[1] for m in measured], [m[2] for m in measured]
 
 
+#: The command line's start-up cases: row name -> arguments of ``python -m aiojetstream``.
+CLI_STARTUP: Final = {"cli_version_ms": ("--version",), "cli_help_ms": ("--help",)}
+
+
+def cli_startup_times(rounds: int) -> dict[str, list[float]]:
+    """Milliseconds from starting ``python -m aiojetstream --version`` (``--help``) to its exit.
+
+    Wall time of a fresh process, interpreter start-up included (bytecode
+    cached, as :func:`import_times`); the cases alternate, one of each a round.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+    def once(args: tuple[str, ...]) -> float:
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "aiojetstream", *args],
+            check=True,
+            capture_output=True,
+            env=env,
+        )
+        return (time.perf_counter() - start) * 1000
+
+    for args in CLI_STARTUP.values():
+        once(args)  # warm the file system cache and the bytecode caches
+    times: dict[str, list[float]] = {name: [] for name in CLI_STARTUP}
+    for _ in range(max(rounds, IMPORT_ROUNDS)):
+        for name, args in CLI_STARTUP.items():
+            times[name].append(once(args))
+    return times
+
+
 # --------------------------------------------------------------------------- spark
 
 
@@ -1085,6 +1119,7 @@ def group_of(case: str) -> str:
         ("kv_", "kv"),
         ("rss_", "memory"),
         ("import_", "import"),
+        ("cli_", "import"),
         ("spark_", "spark"),
     ):
         if case.startswith(prefix):
@@ -1161,6 +1196,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
             )
         rows.append(Row("import_ms_over_nats", ours_ms, None, "ms"))
         rows.append(Row("import_ratio_over_nats", ours_ms, nats_ms, "ms"))
+        for name, times in cli_startup_times(args.rounds).items():
+            rows.append(Row(name, times, None, "ms"))
     return rows
 
 
