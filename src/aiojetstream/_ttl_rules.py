@@ -24,9 +24,11 @@ refuses any ``Nats-TTL`` under 1 second before a publish is sent.
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any, Final
 
+from ._bounds import shown
 from ._duration import text_ns
 from ._errors import FeatureNotSupportedError, InvalidStreamConfigError
 from ._models import StreamConfig
@@ -67,10 +69,13 @@ def _seconds(value: object) -> float:
     if isinstance(value, str):  # (set with model_copy(update=...), unvalidated)
         return text_ns(value, InvalidStreamConfigError, what="subject_delete_marker_ttl") / 1e9
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # a giant int: past any duration the server holds
+            return math.inf
     raise InvalidStreamConfigError(
         "subject_delete_marker_ttl must be a duration (timedelta, seconds or a string such "
-        f"as '1h'), got {value!r}"
+        f"as '1h'), got {shown(value)}"
     )
 
 

@@ -157,6 +157,27 @@ def test_ack_window_wait_returns_once_all_are_acknowledged() -> None:
     asyncio.run(main())
 
 
+def test_ack_window_keeps_a_failing_callback_s_error_and_wakes_its_waiter() -> None:
+    """A callback that raised while wait() waited left wait() waiting for good (its
+    error only reached asyncio's log): it is the window's error now."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        window = AckWindow()
+        fut: asyncio.Future[PubAck] = loop.create_future()
+
+        def broken(ack: PubAck) -> None:
+            raise ValueError("the callback failed")
+
+        window.track(fut, broken)
+        loop.call_soon(fut.set_result, PubAck(stream="S", seq=1))
+        with pytest.raises(ValueError, match="the callback failed"):
+            await asyncio.wait_for(window.wait(), 5)
+        assert window.outstanding == 0
+
+    asyncio.run(main())
+
+
 def test_redirected_output_is_escaped_too() -> None:
     buffer = io.StringIO()
     with redirect_stdout(buffer):

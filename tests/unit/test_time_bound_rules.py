@@ -387,3 +387,42 @@ def test_a_giant_int_duration_in_a_config_is_worded() -> None:
         ValidationError, match="duration out of range: an int of about 5,001 digits"
     ):
         ConsumerConfig(ack_wait=10**5000)
+
+
+def test_a_giant_int_as_a_batch_get_time_is_invalid_option_error() -> None:
+    """check_server_time quoted the value with repr(): a giant int raised Python's
+    own ValueError from the message instead of InvalidOptionError."""
+    from aiojetstream import InvalidOptionError
+    from aiojetstream._models._ranges import check_server_time
+
+    with pytest.raises(InvalidOptionError, match="digits"):
+        check_server_time(10**5000, "start_time")
+
+
+@pytest.mark.parametrize(
+    "seconds", [10**14, 2**64, 10**5000, 1e300], ids=["1e14", "2**64", "giant", "1e300"]
+)
+def test_a_config_duration_past_timedelta_s_range_is_refused_naming_the_field(
+    seconds: float,
+) -> None:
+    """Seconds set with model_copy beyond timedelta's range were skipped by the check
+    (the serialiser then failed with PydanticSerializationError, or a bound in the
+    wrong unit)."""
+    from aiojetstream import ConsumerConfig, InvalidOptionError
+    from aiojetstream._models._ranges import check_config_ranges
+
+    config = ConsumerConfig(durable_name="d").model_copy(update={"ack_wait": seconds})
+    with pytest.raises(InvalidOptionError, match=r"ConsumerConfig\.ack_wait .* too long"):
+        check_config_ranges(config, "ConsumerConfig")
+
+
+def test_the_short_ttl_path_still_checks_long_ttls() -> None:
+    """Up to 9 digits a TTL skips the clock (31.7 years end before 2262 until ~2230);
+    ten digits are checked against it."""
+    from aiojetstream import InvalidTTLError
+    from aiojetstream._models._ranges import check_ttl_from_now
+
+    assert check_ttl_from_now("999999999") == "999999999"
+    assert check_ttl_from_now("never") == "never"
+    with pytest.raises(InvalidTTLError, match="end of the server's clock"):
+        check_ttl_from_now("9999999999")

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
+from .._bounds import shown as _shown
 from .._duration import DURATION_RANGE
 from .._errors import InvalidOptionError, InvalidTTLError
 from ._base import NanoDatetime, coerce_duration, duration_to_ns, format_timestamp
@@ -91,7 +92,7 @@ def check_server_time(
 
     """
     if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
-        raise error(f"{what} must be a timezone-aware datetime, got {value!r}")
+        raise error(f"{what} must be a timezone-aware datetime, got {_shown(value)}")
     try:
         ns = unix_ns(value)
     except OverflowError:  # an offset that takes it past datetime's own range
@@ -153,6 +154,10 @@ def check_from_now(
         )
 
 
+#: A ``Nats-TTL`` of at most this many digits cannot reach the end of the clock yet.
+_SHORT_TTL_DIGITS: Final = 9
+
+
 def check_ttl_from_now(header: str, what: str = "the message TTL") -> str:
     """A ``Nats-TTL`` value (whole seconds or ``never``) that ends within the server's clock.
 
@@ -164,7 +169,9 @@ def check_ttl_from_now(header: str, what: str = "the message TTL") -> str:
         InvalidTTLError: the TTL runs past the end of the server's clock from now.
 
     """
-    if header != "never":
+    # Up to 9 digits (under 31.7 years) a TTL ends before 2262 until about 2230: the
+    # common case skips the clock (this runs for every publish with a TTL).
+    if len(header) > _SHORT_TTL_DIGITS and header != "never":
         check_from_now(int(header), what, InvalidTTLError, "; use 'never' for no expiry")
     return header
 
@@ -244,6 +251,14 @@ def _check_value(value: object, kind: str | None, where: str) -> None:
         for key, item in value.items():
             _check_value(item, kind, f"{where}[{key!r}]")
     elif kind == "duration":
+        # Seconds set with model_copy(update=...): past timedelta's own range
+        # coerce_duration fails, so the bound is checked on the number itself.
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not -MAX_DURATION_SECONDS - 1 <= value <= MAX_DURATION_SECONDS
+        ):
+            raise InvalidOptionError(f"{where} ({_shown(value)} s) is too long: {_DURATION_RANGE}")
         try:
             delta = coerce_duration(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):

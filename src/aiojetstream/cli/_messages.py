@@ -189,12 +189,16 @@ class AckWindow:
                 failure: BaseException | None = CliError("a publish was cancelled")
             else:
                 failure = fut.exception()  # seen: no "exception was never retrieved"
-            if failure is None:
-                on_ack(fut.result())
-            elif self.error is None:
-                self.error = failure
-            if failure is not None or self.outstanding == 0:
-                self._settled.set()
+            try:
+                if failure is None:
+                    on_ack(fut.result())
+            except Exception as exc:  # the callback's own failure ends the window too
+                failure = exc
+            finally:
+                if failure is not None and self.error is None:
+                    self.error = failure
+                if failure is not None or self.outstanding == 0:
+                    self._settled.set()  # wait() must never be left waiting
 
         fut.add_done_callback(done)
 
