@@ -755,7 +755,16 @@ class KeyExistsError(KeyValueError, WrongLastSequenceError):
 
 
 class BucketNotFoundError(KeyValueError, ObjectStoreError):
-    """The key-value or object store bucket does not exist."""
+    """The key-value or object store bucket does not exist.
+
+    Attributes:
+        bucket: The bucket's name, when known (the message names it too).
+
+    """
+
+    def __init__(self, message: str = "", bucket: str | None = None) -> None:
+        super().__init__(message)
+        self.bucket = bucket
 
 
 class ObjectNotFoundError(ObjectStoreError):

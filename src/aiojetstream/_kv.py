@@ -82,7 +82,8 @@ __all__ = [
     "validate_key_filter",
 ]
 
-logger = logging.getLogger("aiojetstream")
+#: A per-key TTL the server stretches is logged here (the command line says it itself).
+logger = logging.getLogger("aiojetstream.kv")
 
 Payload = bytes | bytearray | memoryview
 
@@ -352,12 +353,12 @@ async def update_key_value(
     scfg = await _prepare(js, config, timeout)
     current = await _existing(js, config.bucket, timeout)
     if current is None:
-        raise BucketNotFoundError(f"bucket {config.bucket!r} not found")
+        raise BucketNotFoundError(f"bucket {config.bucket!r} not found", config.bucket)
     scfg = _for_update(current.cached_info.config, config, scfg)
     try:
         stream = await js.update_stream(scfg, timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"bucket {config.bucket!r} not found") from exc
+        raise BucketNotFoundError(f"bucket {config.bucket!r} not found", config.bucket) from exc
     return KeyValue(js, stream)
 
 
@@ -378,7 +379,7 @@ async def key_value(js: JetStreamContext, bucket: str, timeout: float | None) ->
     validate_bucket_name(bucket)
     stream = await _existing(js, bucket, timeout)
     if stream is None:
-        raise BucketNotFoundError(f"bucket {bucket!r} not found")
+        raise BucketNotFoundError(f"bucket {bucket!r} not found", bucket)
     return KeyValue(js, stream)
 
 
@@ -388,7 +389,7 @@ async def delete_key_value(js: JetStreamContext, bucket: str, timeout: float | N
     try:
         await js.delete_stream(STREAM_PREFIX + bucket, timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"bucket {bucket!r} not found") from exc
+        raise BucketNotFoundError(f"bucket {bucket!r} not found", bucket) from exc
 
 
 async def key_value_store_names(js: JetStreamContext, timeout: float | None) -> AsyncIterator[str]:
@@ -407,12 +408,23 @@ def bucket_gone(stream_name: str) -> BucketNotFoundError:
     """The error for a bucket whose backing stream is gone (raised from StreamNotFoundError)."""
     kind, _, bucket = stream_name.partition("_")
     what = "object store" if kind == "OBJ" else "bucket"
-    return BucketNotFoundError(f"{what} {bucket!r} not found")
+    return BucketNotFoundError(f"{what} {bucket!r} not found", bucket)
 
 
 #: (bucket, key pattern) pairs whose stretched TTL was logged: each once (bounded).
 _STRETCH_TOLD: set[tuple[str, str]] = set()
 _STRETCH_TOLD_MAX: Final = 4096
+
+
+def stretch_told(bucket: str, key: str) -> bool:
+    """Whether a stretched TTL on ``key``'s pattern in ``bucket`` was told; marks it told."""
+    told = (bucket, key_pattern(key))
+    if told in _STRETCH_TOLD:
+        return True
+    if len(_STRETCH_TOLD) >= _STRETCH_TOLD_MAX:
+        _STRETCH_TOLD.clear()
+    _STRETCH_TOLD.add(told)
+    return False
 
 
 def key_pattern(key: str) -> str:
@@ -839,13 +851,17 @@ class KeyValue:
             await self._check_bucket(timeout)
             raise
 
-    def _stretched_ttl(self, key: str, ttl: H.TTLInput, what: str) -> str | None:
-        """What the server does to a TTL under the bucket's ``limit_marker_ttl``, or None.
+    def _ttl_stretch(self, ttl: H.TTLInput) -> tuple[int, int] | None:
+        """``(asked, stored)`` seconds when the server stretches ``ttl``, else None.
 
         With ``history`` above 1 nats-server raises a per-message TTL under the
         stream's ``subject_delete_marker_ttl`` to it (so a marker is never
         missed; seen with 2.11 to 2.15; ``history=1`` keeps the TTL). Read from
         the bucket's config as last fetched (``stream.cached_info``).
+
+        Raises:
+            InvalidTTLError: ``ttl`` is not a TTL.
+
         """
         value = H.ttl_header_value(ttl)
         cfg = self._stream.cached_info.config
@@ -854,14 +870,7 @@ class KeyValue:
             return None
         floor = int(marker.total_seconds())  # whole seconds, as the server compares
         asked = int(value)
-        if asked >= floor:
-            return None
-        return (
-            f"the TTL of {asked} s on {what} {key!r} becomes {floor} s: bucket "
-            f"{self._bucket!r} has history={cfg.max_msgs_per_subject} and "
-            f"limit_marker_ttl={floor} s, and with history above 1 the server raises a "
-            f"shorter TTL to limit_marker_ttl; use a TTL of at least {floor} s (or history=1)"
-        )
+        return (asked, floor) if asked < floor else None
 
     def _check_stretch(self, key: str, ttl: H.TTLInput, what: str, pedantic: bool) -> None:
         """Refuse (``pedantic``) or log (once per bucket and key pattern) a stretched TTL.
@@ -870,18 +879,20 @@ class KeyValue:
             InvalidTTLError: ``pedantic`` and the server would store a longer TTL.
 
         """
-        text = self._stretched_ttl(key, ttl, what)
-        if text is None:
+        stretch = self._ttl_stretch(ttl)
+        if stretch is None:
             return
+        asked, floor = stretch
+        text = (
+            f"the TTL of {asked} s on {what} {key!r} becomes {floor} s: bucket "
+            f"{self._bucket!r} has history={self._stream.cached_info.config.max_msgs_per_subject}"
+            f" and limit_marker_ttl={floor} s, and with history above 1 the server raises a "
+            f"shorter TTL to limit_marker_ttl; use a TTL of at least {floor} s (or history=1)"
+        )
         if pedantic:
             raise InvalidTTLError(f"{text} (refused: pedantic=True)")
-        told = (self._bucket, key_pattern(key))
-        if told in _STRETCH_TOLD:
-            return
-        if len(_STRETCH_TOLD) >= _STRETCH_TOLD_MAX:
-            _STRETCH_TOLD.clear()
-        _STRETCH_TOLD.add(told)
-        logger.warning("%s (logged once for keys %r of this bucket)", text, told[1])
+        if not stretch_told(self._bucket, key):
+            logger.warning("%s (logged once for keys %r of this bucket)", text, key_pattern(key))
 
     async def _check_bucket(self, timeout: float | None) -> None:
         """After a write found no stream: raise BucketNotFoundError if the bucket was deleted.

@@ -417,7 +417,9 @@ async def update_object_store(
     try:
         stream = await js.update_stream(scfg, timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"object store {config.bucket!r} not found") from exc
+        raise BucketNotFoundError(
+            f"object store {config.bucket!r} not found", config.bucket
+        ) from exc
     return ObjectStore(js, stream)
 
 
@@ -427,7 +429,7 @@ async def object_store(js: JetStreamContext, bucket: str, timeout: float | None)
     try:
         stream = await js.stream(_stream_name(bucket), timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"object store {bucket!r} not found") from exc
+        raise BucketNotFoundError(f"object store {bucket!r} not found", bucket) from exc
     return ObjectStore(js, stream)
 
 
@@ -437,7 +439,7 @@ async def delete_object_store(js: JetStreamContext, bucket: str, timeout: float 
     try:
         await js.delete_stream(_stream_name(bucket), timeout=timeout)
     except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"object store {bucket!r} not found") from exc
+        raise BucketNotFoundError(f"object store {bucket!r} not found", bucket) from exc
 
 
 async def object_store_names(js: JetStreamContext, timeout: float | None) -> AsyncIterator[str]:
@@ -515,7 +517,9 @@ class ObjectStore:
         except MessageNotFoundError:
             return None, 0
         except StreamNotFoundError as exc:
-            raise BucketNotFoundError(f"object store {self._bucket!r} not found") from exc
+            raise BucketNotFoundError(
+                f"object store {self._bucket!r} not found", self._bucket
+            ) from exc
         return parse_info(msg.data, msg.time, self._bucket, subject), msg.seq
 
     async def info(
@@ -1380,7 +1384,9 @@ class ObjectStore:
         try:
             yield
         except StreamNotFoundError as exc:
-            raise BucketNotFoundError(f"object store {self._bucket!r} not found") from exc
+            raise BucketNotFoundError(
+                f"object store {self._bucket!r} not found", self._bucket
+            ) from exc
 
 
 class _Reconnected:

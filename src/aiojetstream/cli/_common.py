@@ -35,6 +35,7 @@ from aiojetstream import (
 )
 
 from . import DEFAULT_SERVER
+from ._hints import Hint, add_hint
 from ._units import format_duration, format_time, parse_size
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "Options",
     "Output",
     "StdoutUnusableError",
+    "USAGE_ERRORS",
     "check_stdout",
     "check_subject",
     "confirm",
@@ -74,6 +76,7 @@ __all__ = [
     "stdin_usable",
     "stdout_unusable",
     "to_jsonable",
+    "usage_error",
 ]
 
 T = TypeVar("T")
@@ -193,6 +196,9 @@ def describe_error(exc: BaseException) -> str:
         text = "timed out"
     else:
         text = str(exc) or type(exc).__name__
+    hints = [note for note in getattr(exc, "__notes__", ()) if isinstance(note, Hint)]
+    if hints:
+        text = "; ".join([text, *hints])
     return printable(" ".join(text.split()))
 
 
@@ -356,10 +362,48 @@ def run(ctx: typer.Context, work: Callable[[JetStreamContext], Awaitable[T]]) ->
         connected = True
         try:
             return await work(js)
+        except USAGE_ERRORS as exc:  # a name, key or subject of the command line refused
+            if opts.debug:
+                raise
+            raise usage_error(ctx, exc) from None
+        except aiojetstream.JetStreamError as exc:  # a name not found: the closest ones
+            obj = ctx.command_path.split()[1:2] == ["obj"]
+            await add_hint(js, exc, object_store=obj, timeout=opts.timeout)
+            raise
         finally:
             await js.close()
 
     return guarded(opts, lambda: asyncio.run(main()))
+
+
+#: The library's refusals of a value as written (before anything is sent): usage
+#: errors of the command line, exit code 2. Not those that depend on the server
+#: (``MaxPayloadExceededError``) or on what a stream is (``InvalidStreamConfigError``).
+USAGE_ERRORS = (
+    aiojetstream.InvalidNameError,
+    aiojetstream.InvalidSubjectError,
+    aiojetstream.InvalidKeyError,
+    aiojetstream.InvalidHeaderError,
+    aiojetstream.InvalidTTLError,
+    aiojetstream.InvalidScheduleError,
+)
+
+
+def usage_error(ctx: typer.Context, exc: BaseException) -> typer.BadParameter:
+    """A usage error (exit code 2) for a value the library refused, naming its parameter.
+
+    The parameter is the one whose value the message quotes (``invalid
+    subject 'a b'`` is SUBJECT's), if any.
+    """
+    text = describe_error(exc)
+    message = str(exc)
+    param: Any  # Typer's own (vendored) click.Parameter
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        values = value if isinstance(value, list | tuple) else [value]
+        if any(isinstance(v, str) and v and repr(v) in message for v in values):
+            return typer.BadParameter(text, ctx=ctx, param=param)
+    return typer.BadParameter(text, ctx=ctx)
 
 
 def confirm(question: str, force: bool) -> None:

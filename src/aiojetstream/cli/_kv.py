@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import sys
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -13,6 +16,7 @@ from rich.table import Table
 from aiojetstream import (
     BucketNotFoundError,
     JetStreamContext,
+    KeyValue,
     KeyValueConfig,
     KeyValueEntry,
     KeyValueOp,
@@ -38,6 +42,7 @@ from ._common import (
     note_added,
     output,
     payload_fields,
+    printable,
     printable_text,
     read_data,
     run,
@@ -323,11 +328,17 @@ def create(
 ) -> None:
     """Store a value only if the key has none (fails if it exists)."""
     data = read_data(value)
+    stretched: list[str] = []
 
     async def work(js: JetStreamContext) -> int:
-        return await (await js.key_value(bucket)).create(key, data, ttl=ttl)
+        kv = await js.key_value(bucket)
+        with _library_ttl_log_quiet():
+            return await kv.create(key, data, ttl=_noted(kv, key, ttl, key, stretched))
 
-    _revision_result(ctx, json_flag, "Created", key, run(ctx, work))
+    revision = run(ctx, work)
+    for note in stretched:
+        output(ctx, json_flag).note(note)
+    _revision_result(ctx, json_flag, "Created", key, revision)
 
 
 @app.command("del")
@@ -348,12 +359,56 @@ def purge(
 ) -> None:
     """Purge a key: remove all its revisions, leaving a purge marker (kept --ttl long)."""
     out = output(ctx, json_flag)
+    stretched: list[str] = []
 
     async def work(js: JetStreamContext) -> None:
-        await (await js.key_value(bucket)).purge(key, ttl=ttl)
+        kv = await js.key_value(bucket)
+        what = f"the purge marker of {key}"
+        with _library_ttl_log_quiet():
+            await kv.purge(key, ttl=_noted(kv, key, ttl, what, stretched))
 
     run(ctx, work)
+    for note in stretched:
+        out.note(note)
     done(out, {"bucket": bucket, "key": key, "purged": True}, f"Purged {key}.")
+
+
+def _noted(kv: KeyValue, key: str, ttl: str | None, what: str, notes: list[str]) -> str | None:
+    """``ttl``; a note in ``notes`` when the server will keep it longer.
+
+    With ``--history`` above 1 the server raises a TTL under the bucket's
+    ``--limit-marker-ttl`` to it (``ttl`` is whole seconds or ``never``).
+    """
+    cfg = kv.stream.cached_info.config
+    marker = cfg.subject_delete_marker_ttl
+    if ttl is None or ttl == "never" or not marker or cfg.max_msgs_per_subject == 1:
+        return ttl
+    if int(ttl) >= int(marker.total_seconds()):
+        return ttl
+    asked, kept = format_duration(timedelta(seconds=int(ttl))), format_duration(marker)
+    notes.append(
+        printable(
+            f"note: {what} expires after {kept}, not {asked}: bucket {kv.bucket} has "
+            f"--history {cfg.max_msgs_per_subject} and --limit-marker-ttl {kept}, and the "
+            f"server raises a shorter TTL to the marker TTL (use --ttl {kept} or more, or a "
+            "bucket with --history 1)"
+        )
+    )
+    return ttl
+
+
+@contextlib.contextmanager
+def _library_ttl_log_quiet() -> Iterator[None]:
+    """The library's log line for a stretched TTL left out: the command's note says it."""
+    def quiet(record: logging.LogRecord) -> bool:
+        return False
+
+    log = logging.getLogger("aiojetstream.kv")
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
 
 
 @app.command("history")
