@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _load() below
     from ._context import JetStreamContext, connect
     from ._counter import Counter
     from ._direct import DirectBatch
+    from ._duration import parse_duration
     from ._errors import (
         APIError,
         AtomicPublishDisabledError,
@@ -335,6 +336,7 @@ __all__ = [
     "WrongLastSequenceError",
     "__version__",
     "connect",
+    "parse_duration",
 ]
 
 #: The private module of every public name but ``__version__``. Loaded on first
@@ -503,6 +505,7 @@ _SOURCES: dict[str, str] = {
     "WrongLastMsgIdError": "_errors",
     "WrongLastSequenceError": "_errors",
     "connect": "_context",
+    "parse_duration": "_duration",
 }
 
 

@@ -31,14 +31,15 @@ meets the same rules with the same messages as a number or a timedelta.
 
 :func:`text_ns` is the parser; every module that takes a duration string calls
 it (configs through ``_models._base.coerce_duration``, TTLs through
-``_headers.ttl_header_value``, the CLI through those two).
+``_headers.ttl_header_value``). :func:`parse_duration`, public, gives both to
+tools built on the library, such as its CLI.
 """
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Final
+from typing import Final, Literal, overload
 
 __all__ = [
     "DURATION_FORMS",
@@ -47,6 +48,7 @@ __all__ = [
     "MAX_NS",
     "MIN_NS",
     "UNIT_NS",
+    "parse_duration",
     "text_ns",
     "text_timedelta",
 ]
@@ -179,3 +181,53 @@ def text_timedelta(
     from ._models._base import ns_to_duration  # (the models import this module)
 
     return ns_to_duration(text_ns(text, error, what=what, hint=hint, too_long=too_long))
+
+
+@overload
+def parse_duration(value: timedelta | float | str) -> timedelta: ...
+@overload
+def parse_duration(value: timedelta | float | str, *, ttl: Literal[True]) -> timedelta | None: ...
+
+
+def parse_duration(value: timedelta | float | str, *, ttl: bool = False) -> timedelta | None:
+    """Read a duration as every argument and config field of the library reads one.
+
+    ``value`` is a ``timedelta``, a number of seconds, or a string: a Go
+    duration (``"1h30m"``, ``"500ms"``, ``"1.5h"``; units ``ns``, ``us``/``µs``,
+    ``ms``, ``s``, ``m``, ``h``), with ``d`` (24 hours) and ``w`` (7 days) too
+    (``"2d"``, ``"1w3d"``), or plain seconds (``"90"``). A string is exact to
+    the nanosecond. For tools that take durations the way the library does
+    (its CLI reads every duration option with it); a config field, a TTL and
+    an interval read the same forms themselves.
+
+    Args:
+        value: the duration.
+        ttl: read it as a message TTL instead (``ttl=`` of ``publish``):
+            ``"never"`` too (returned as None), at least 1 second, and whole
+            seconds (a fraction is dropped, as the library and the server do).
+
+    Returns:
+        The duration (None for a TTL of ``"never"``).
+
+    Raises:
+        InvalidOptionError: not a duration (the message says which forms are),
+            negative, NaN or infinite, months or years (``"1M"``), or a string
+            past the server's int64 nanoseconds (about 292 years).
+        InvalidTTLError: (``ttl=True``) what ``publish(ttl=...)`` refuses,
+            with its message.
+
+    """
+    if ttl:
+        from ._headers import NEVER, ttl_header_value
+
+        header = ttl_header_value(value)
+        return None if header == NEVER else timedelta(seconds=int(header))
+    from ._errors import InvalidOptionError
+    from ._models._base import coerce_duration
+
+    try:
+        return coerce_duration(value)
+    except InvalidOptionError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise InvalidOptionError(str(exc)) from None

@@ -402,6 +402,23 @@ def test_waits_and_ages_take_a_string() -> None:
         _cutoff("1x")
 
 
+def test_the_public_parser_is_the_librarys() -> None:
+    """``aiojetstream.parse_duration``: what the CLI (a client of the public API) reads with."""
+    import aiojetstream
+
+    assert aiojetstream.parse_duration("1h30m") == timedelta(hours=1, minutes=30)
+    assert aiojetstream.parse_duration(90) == timedelta(seconds=90)
+    assert aiojetstream.parse_duration(timedelta(days=1)) == timedelta(days=1)
+    assert aiojetstream.parse_duration("2d", ttl=True) == timedelta(days=2)
+    assert aiojetstream.parse_duration("1.9", ttl=True) == timedelta(seconds=1)
+    assert aiojetstream.parse_duration("never", ttl=True) is None
+    for bad in ("1x", -1, True, None, float("nan"), "1M", "2562048h"):
+        with pytest.raises(InvalidOptionError):
+            aiojetstream.parse_duration(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidTTLError, match="under 1 second"):
+        aiojetstream.parse_duration("500ms", ttl=True)
+
+
 def test_client_side_timeouts_stay_seconds() -> None:
     """``timeout=`` of a network call is a number of seconds (API.md), not a duration."""
     from aiojetstream._validation import check_timeout

@@ -171,6 +171,7 @@ EXPECTED = [
     "WrongLastSequenceError",
     "__version__",
     "connect",
+    "parse_duration",
 ]
 
 

@@ -24,9 +24,10 @@ __all__ = [
 def parse_duration(text: str | timedelta) -> timedelta:
     """Parse ``30`` (seconds), ``1.5``, ``500ms``, ``90s``, ``1h30m``, ``2d`` or ``1w``.
 
-    The library's one syntax (``aiojetstream._duration``): Go's duration units (``ns``,
-    ``us``, ``ms``, ``s``, ``m``, ``h``) plus ``d`` (24 h) and ``w`` (7 d); a
-    bare number is seconds. The message of a bad one is the library's.
+    The library's one syntax (``aiojetstream.parse_duration``): Go's duration
+    units (``ns``, ``us``, ``ms``, ``s``, ``m``, ``h``) plus ``d`` (24 h) and
+    ``w`` (7 d); a bare number is seconds. The message of a bad one is the
+    library's.
 
     Raises:
         typer.BadParameter: the text is not a duration, is negative, or is past
@@ -35,11 +36,11 @@ def parse_duration(text: str | timedelta) -> timedelta:
     """
     if isinstance(text, timedelta):  # a default value
         return text
-    from .._models._base import coerce_duration  # (pydantic: loaded on first use)
+    import aiojetstream  # (its models load pydantic: on first use, not for --help)
 
     try:
-        return coerce_duration(text)
-    except ValueError as exc:
+        return aiojetstream.parse_duration(text)
+    except aiojetstream.InvalidOptionError as exc:
         raise typer.BadParameter(str(exc)) from None
 
 
@@ -48,7 +49,8 @@ def parse_ttl(text: str | None) -> str | None:
 
     Returns what the library sends: ``"never"``, or whole seconds (``"3600"``);
     a fraction of a second is dropped, as the server does (ADR-43). The library
-    reads it (``ttl_header_value``), so its messages are the library's.
+    reads it (``parse_duration(text, ttl=True)``), so its messages are the
+    library's.
 
     Raises:
         typer.BadParameter: neither a duration nor ``never``, or under 1 second
@@ -57,13 +59,13 @@ def parse_ttl(text: str | None) -> str | None:
     """
     if text is None:
         return None
-    from .._errors import InvalidTTLError
-    from .._headers import ttl_header_value
+    import aiojetstream
 
     try:
-        return ttl_header_value(text)
-    except InvalidTTLError as exc:
+        ttl = aiojetstream.parse_duration(text, ttl=True)
+    except aiojetstream.InvalidTTLError as exc:
         raise typer.BadParameter(str(exc)) from None
+    return "never" if ttl is None else str(int(ttl.total_seconds()))
 
 
 _SIZE: Final = re.compile(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(i?)(b?)", re.IGNORECASE)
