@@ -1208,6 +1208,27 @@ class _Router:
                 if not hsize:
                     to = sinks.get(sid)
                     if to is not None:
+                        bulk = to.bulk
+                        if bulk is not None:
+                            # Column mode: the run of plain messages starting here, framed
+                            # in bulk (no object per message), when there is one.
+                            try:
+                                run = bulk(view, pos, size, sid_text, stop + 2)
+                            except Exception:
+                                logger.exception("framing messages on %r in bulk failed", subject)
+                                to.bulk = run = None  # the loop below from now on
+                            if run is not None:
+                                if to is not sink:
+                                    if sunk:
+                                        sunk = _hand_on(sink, sunk)
+                                    sink = to
+                                    append, make, context = to.append, to.factory, to.context
+                                pos = run.end
+                                in_msgs += run.count
+                                in_bytes += run.payload_bytes
+                                append(run)  # type: ignore[misc]
+                                sunk += run.count
+                                continue
                         pos = stop + 2
                         # A plain message for a sink: built and buffered right here.
                         in_msgs += 1
@@ -1426,9 +1447,15 @@ class RawSink:
     counted. Messages with headers, and every message nats-py's parser frames
     (and on the fallback), still go to the handler, which must buffer plain
     messages the same way.
+
+    ``bulk`` (column mode, see ``_columns``; None: off) frames a whole run of
+    plain messages at once: called as ``bulk(view, pos, size, sid_text,
+    first_end)`` at a plain message of the sink, it returns None (the loop
+    goes on as without it) or a run of ``count`` messages ending at ``end``,
+    appended with ``append`` as one item and counted as ``count``.
     """
 
-    __slots__ = ("append", "arrived", "context", "factory")
+    __slots__ = ("append", "arrived", "bulk", "context", "factory")
 
     def __init__(
         self,
@@ -1436,11 +1463,13 @@ class RawSink:
         factory: Callable[[bytes, bytes, bytes, bytes | None, Any], Any],
         context: Any,
         arrived: Callable[[int], None],
+        bulk: Callable[[bytes, int, int, bytes, int], Any] | None = None,
     ) -> None:
         self.append = append
         self.factory = factory
         self.context = context
         self.arrived = arrived
+        self.bulk = bulk
 
 
 def _hand_on(sink: RawSink | None, count: int) -> int:

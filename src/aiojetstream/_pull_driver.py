@@ -158,7 +158,12 @@ class PullDriver:
         ).encode()
         self._inbox = b""
         self._sub: RawSubscription | None = None
+        # Messages, and in column mode also runs of them (``_columns.Run``; see
+        # collect_columns): _has_runs says when runs may be buffered.
         self._buffer: deque[Msg] = deque()
+        self._sink: RawSink | None = None
+        self._columns = False
+        self._has_runs = False
         self._byte_mode = bool(settings.max_bytes)
         self._byte_cap = bool(settings.byte_cap)
         # Batched accounting (message-mode messages()/consume()): arrivals are told
@@ -194,6 +199,7 @@ class PullDriver:
         if not self._byte_mode and not self._pinned:
             # The router builds and buffers plain messages itself (told per read).
             sink = RawSink(self._buffer.append, Msg, self._acker, self._on_arrivals)
+        self._sink = sink
         self._sub = await self._conn.subscribe_raw(inbox, self._on_raw, sink=sink)
         try:
             self._conn.add_listener(self)
@@ -206,6 +212,7 @@ class PullDriver:
 
     def stop(self) -> None:
         """Stop now: buffered messages are dropped (they will be redelivered)."""
+        self._has_runs = False
         if self.finished:
             self._buffer.clear()
             return
@@ -266,10 +273,14 @@ class PullDriver:
     @property
     def buffered(self) -> int:
         """Messages waiting in the buffer."""
+        if self._has_runs:
+            self._materialize()
         return len(self._buffer)
 
     def buffer_ends(self) -> tuple[int, Msg | None, Msg | None]:
         """How many messages are buffered, the first of them and the last (None when empty)."""
+        if self._has_runs:
+            self._materialize()
         buffer = self._buffer
         if not buffer:
             return 0, None, None
@@ -277,6 +288,8 @@ class PullDriver:
 
     def take(self) -> Msg | None:
         """The next buffered message, or None (never waits)."""
+        if self._has_runs:
+            self._materialize()
         buffer = self._buffer
         if not buffer:
             return None
@@ -366,6 +379,8 @@ class PullDriver:
 
         """
         await self.wait_finished()
+        if self._has_runs:
+            self._materialize()
         buffer = self._buffer
         if not buffer:
             if self.error is not None:
@@ -376,6 +391,63 @@ class PullDriver:
         self._settle()
         self._run(self.engine.on_consumed_many(len(msgs)))
         return msgs
+
+    async def collect_columns(self) -> Any:
+        """:meth:`collect`, as one Arrow record batch (``_columns.COLUMNS``; needs pyarrow).
+
+        Switches a fetch into column mode first: on the fast path, plain
+        messages arriving from then on are framed in bulk into Arrow columns,
+        with no :class:`Msg` each (see ``_columns``).
+
+        Raises:
+            JetStreamError: the run ended with this (terminal) error and no
+                message is left to return.
+
+        """
+        try:
+            from . import _columns  # pyarrow: only for column mode
+        except ImportError as exc:
+            raise ImportError(
+                f"collect_columns() needs pyarrow (pip install pyarrow): {exc}"
+            ) from exc
+
+        sink = self._sink
+        if (
+            not self._columns
+            and sink is not None
+            and self.settings.single
+            and not self._batching
+            and not self.finished
+        ):
+            self._columns = True
+            sink.bulk = _columns.Framer()
+        await self.wait_finished()
+        buffer = self._buffer
+        if not buffer:
+            if self.error is not None:
+                raise self.error
+            return _columns.empty()
+        items: list[Any] = list(buffer)
+        buffer.clear()
+        self._has_runs = False
+        count = sum([1 if type(item) is Msg else len(item) for item in items])
+        self._settle()
+        self._run(self.engine.on_consumed_many(count))
+        return _columns.build(items)
+
+    def _materialize(self) -> None:
+        """Turn the buffered runs (column mode) into messages, in place and in order."""
+        self._has_runs = False
+        buffer = self._buffer
+        if not any(type(item) is not Msg for item in buffer):
+            return
+        items = list(buffer)
+        buffer.clear()
+        for item in items:
+            if type(item) is Msg:
+                buffer.append(item)
+            else:
+                buffer.extend(item.messages(self._acker))  # type: ignore[attr-defined]
 
     async def wait_finished(self) -> None:
         """Until the run ended (its messages stay buffered)."""
@@ -434,12 +506,19 @@ class PullDriver:
             cmds = engine.on_messages(count)
             taken = engine.delivered - before
             buffer = self._buffer
-            for _ in range(count - taken):
-                buffer.pop()
-            if self._byte_cap and taken and not engine.done:
-                # Sizes only for a byte-capped fetch still running: its pull may have
-                # ended without a word (the cap used up exactly).
-                cmds += engine.on_fetched_bytes(total_size(islice(reversed(buffer), taken)))
+            if self._columns:
+                self._has_runs = True  # runs among them, maybe
+                if count > taken:
+                    _drop_last(buffer, count - taken)
+                if self._byte_cap and taken and not engine.done:
+                    cmds += engine.on_fetched_bytes(_tail_size(buffer, taken))
+            else:
+                for _ in range(count - taken):
+                    buffer.pop()
+                if self._byte_cap and taken and not engine.done:
+                    # Sizes only for a byte-capped fetch still running: its pull may have
+                    # ended without a word (the cap used up exactly).
+                    cmds += engine.on_fetched_bytes(total_size(islice(reversed(buffer), taken)))
             if cmds:
                 self._run(cmds)
         waiter = self._waiter
@@ -600,6 +679,37 @@ class PullDriver:
         if not self.finished:
             self._settle()
             self._run(self.engine.on_consumer_checked(self._now(), result, error))
+
+
+def _drop_last(buffer: deque[Any], count: int) -> None:
+    """Drop the last ``count`` messages of a buffer of messages and runs."""
+    while count > 0:
+        item = buffer[-1]
+        if type(item) is Msg:
+            buffer.pop()
+            count -= 1
+        elif len(item) <= count:
+            buffer.pop()
+            count -= len(item)
+        else:
+            item.truncate(len(item) - count)
+            count = 0
+
+
+def _tail_size(buffer: deque[Any], count: int) -> int:
+    """The summed :attr:`Msg.size` of the last ``count`` messages of messages and runs."""
+    total = 0
+    for item in reversed(buffer):
+        if count <= 0:
+            break
+        if type(item) is Msg:
+            total += item.size
+            count -= 1
+        else:
+            last = min(count, len(item))
+            total += item.tail_size(last)
+            count -= last
+    return total
 
 
 async def _as_coroutine(aw: Awaitable[None]) -> None:

@@ -9,9 +9,11 @@ the pull and a terminal error after the messages received before it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
+import aiojetstream
 from aiojetstream import (
     AckPolicy,
     Consumer,
@@ -19,9 +21,11 @@ from aiojetstream import (
     ConsumerDeletedError,
     ConsumerNotFoundError,
     JetStreamContext,
+    Msg,
     StorageType,
     StreamConfig,
 )
+from aiojetstream._message import parse_metadata
 from helpers import unique_name, wait_until
 
 
@@ -143,3 +147,125 @@ async def test_ordered_fetch_closed_early_restarts_at_the_cursor(js: JetStreamCo
                 break
     msgs = await (await ordered.fetch(100, expires=1)).collect()
     assert got + [m.metadata.sequence.stream for m in msgs] == list(range(1, 21))
+
+
+# --------------------------------------------------------------------------- columns
+
+
+@pytest.fixture(params=["fast", "fallback"])
+async def path_js(
+    request: pytest.FixtureRequest, nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[JetStreamContext]:
+    """A context on the path named by the parameter (the fallback builds columns from Msgs)."""
+    from aiojetstream import _conn
+
+    fast = request.param == "fast"
+    monkeypatch.setenv(_conn.FAST_PATH_ENV, "1" if fast else "0")
+    js = await aiojetstream.connect(nats_url)
+    try:
+        assert js._conn.fast is fast
+        yield js
+    finally:
+        await js.close()
+
+
+#: Payloads that look like the protocol to a bulk framer, an empty one, and large ones.
+ODD_PAYLOADS = [
+    b"",
+    b"\r\n",
+    b"a\r\nMSG x 1 $JS.ACK.X.c.1.1.1.1.0 1\r\nb",
+    b"\r\nMSG ",
+    b"x" * 70_000,
+    bytes(range(256)) * 3,
+    b"MSG s 1 r 2\r\nhi\r\n",
+]
+
+
+async def test_collect_columns_is_collect_as_columns(path_js: JetStreamContext) -> None:
+    """The same messages, in order, as collect() returns: subjects, replies, headers, data."""
+    pytest.importorskip("pyarrow")
+    js = path_js
+    stream = unique_name("COLS")
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=[f"{stream}.>"], storage=StorageType.MEMORY)
+    )
+    sent: list[tuple[str, bytes, dict[str, str] | None]] = []
+    for i in range(3000):
+        payload = ODD_PAYLOADS[i % 50] if i % 50 < len(ODD_PAYLOADS) else b"%d" % i
+        headers = (
+            {"n": str(i), "Nats-Msg-Id": f"id{i}"} if i % 97 == 0 else None
+        )  # headers among plain messages
+        subject = f"{stream}.{i % 3}"
+        sent.append((subject, payload, headers))
+        await js.publish_async(subject, payload, headers=headers)
+    await js.publish_async_complete(timeout=30)
+    columns_consumer = await js.create_consumer(
+        stream, ConsumerConfig(durable_name="cols", ack_policy=AckPolicy.NONE)
+    )
+    msgs_consumer = await js.create_consumer(
+        stream, ConsumerConfig(durable_name="msgs", ack_policy=AckPolicy.NONE)
+    )
+    got: list[dict[str, object]] = []
+    want: list[Msg] = []
+    while len(got) < len(sent):
+        async with await columns_consumer.fetch_no_wait(1000, max_bytes=1 << 20) as fetched:
+            batch = await fetched.collect_columns()
+            assert batch.schema.names == ["subject", "reply", "headers", "data"]
+            assert batch.num_rows > 0
+            got += batch.to_pylist()
+        async with await msgs_consumer.fetch_no_wait(1000, max_bytes=1 << 20) as fetched:
+            want += await fetched.collect()
+    assert len(got) == len(want) == len(sent)
+    for row, msg, (subject, payload, headers) in zip(got, want, sent, strict=True):
+        assert row["subject"] == msg.subject == subject
+        assert row["data"] == msg.data == payload
+        assert (dict(row["headers"]) if row["headers"] is not None else None) == msg.headers
+        assert msg.headers == headers
+        meta = parse_metadata(str(row["reply"]))
+        assert meta.sequence.stream == msg.metadata.sequence.stream
+        assert meta.timestamp == msg.metadata.timestamp
+        assert meta.consumer == "cols"
+    assert [parse_metadata(str(r["reply"])).sequence.stream for r in got] == list(range(1, 3001))
+
+
+async def test_collect_columns_keeps_the_batch_limit_and_the_error(js: JetStreamContext) -> None:
+    """Messages past the fetch's batch are not taken; a terminal error after the messages."""
+    pytest.importorskip("pyarrow")
+    stream = await _stream(js, 500)
+    consumer = await _consumer(js, stream, AckPolicy.NONE)
+    batch = await (await consumer.fetch(120, expires=2)).collect_columns()
+    assert batch.num_rows == 120
+    seqs = [parse_metadata(r).sequence.stream for r in batch.column("reply").to_pylist()]
+    assert seqs == list(range(1, 121))
+    rest = await (await consumer.fetch_no_wait(1000)).collect_columns()
+    seqs = [parse_metadata(r).sequence.stream for r in rest.column("reply").to_pylist()]
+    assert seqs == list(range(121, 501))
+    # Nothing left: an empty batch (no_wait ends at once).
+    empty = await (await consumer.fetch_no_wait(10)).collect_columns()
+    assert empty.num_rows == 0
+    assert empty.schema.names == ["subject", "reply", "headers", "data"]
+    # The consumer deleted while a fetch waits: the error comes from the call.
+    fetched = await consumer.fetch(10, expires=5)
+    await js.delete_consumer(stream, consumer.name)
+    with pytest.raises((ConsumerDeletedError, ConsumerNotFoundError)):
+        await fetched.collect_columns()
+    await fetched.aclose()
+
+
+async def test_iterating_a_batch_in_column_mode_yields_messages(js: JetStreamContext) -> None:
+    """Runs buffered in column mode become messages again for iteration and collect()."""
+    pytest.importorskip("pyarrow")
+    stream = await _stream(js, 300)
+    consumer = await _consumer(js, stream, AckPolicy.NONE)
+    fetched = await consumer.fetch(300, expires=2)
+    driver = fetched._driver
+    # Column mode on as collect_columns() switches it, then read as messages.
+    from aiojetstream import _columns
+
+    assert driver._sink is not None
+    driver._columns = True
+    driver._sink.bulk = _columns.Framer()
+    await driver.wait_finished()
+    first = [m async for m in fetched]
+    assert [m.data for m in first] == [str(i).encode() for i in range(300)]
+    assert [m.metadata.sequence.stream for m in first] == list(range(1, 301))

@@ -33,13 +33,21 @@ from nats.protocol.parser import HMSG_RE
 from aiojetstream import _conn
 from aiojetstream._status import is_status, parse_status
 
+try:  # column mode's bulk framing needs pyarrow (not in the light install)
+    from aiojetstream import _columns
+except ImportError:  # pragma: no cover - the light install
+    _columns = None  # type: ignore[assignment]
+
 Event = tuple[Any, ...]
 
 ROUTED = (1, 2, 3)
 INTERNAL = (4, 5)
 OTHER = (6, 7, 70000)
 #: Routed sids with a RawSink: the fast loop buffers their plain messages itself.
-SUNK = (8, 9)
+#: Those of BULK frame them in bulk too (column mode: ``_columns``), in windows
+#: of at most 64 bytes (10: runs cut short everywhere) or of the default size (11).
+BULK = (10, 11) if _columns is not None else ()
+SUNK = (8, 9, *BULK)
 BLANKS = b" \t\n\r\x0b\x0c"
 
 
@@ -148,6 +156,28 @@ def _sink(sid: int, events: list[Event], unhanded: list[Event]) -> _conn.RawSink
         assert count == len(unhanded), "the count is what the sink buffered"
         unhanded.clear()
 
+    def bulk(view: bytes, pos: int, size: int, sid_text: bytes, first_end: int) -> Any:
+        window = 64 if sid == BULK[0] else _columns.WINDOW
+        run = _columns.frame(view, pos, min(size, max(pos + window, first_end)), sid_text)
+        if run is not None:
+            assert run.count == len(run.subjects) == len(run.replies) == len(run.data) > 0
+            assert pos < run.end <= size
+        return run
+
+    def append_any(item: Any) -> None:
+        if _columns is not None and type(item) is _columns.Run:
+            # A run: its messages, in order, as the events the loop would make.
+            payloads = item.data.to_pylist()
+            assert item.payload_bytes == sum(map(len, payloads))
+            for subject, reply, data in zip(
+                item.subjects.to_pylist(), item.replies.to_pylist(), payloads, strict=True
+            ):
+                append(make(subject, reply, data, None, ("context", sid)))
+        else:
+            append(item)
+
+    if sid in BULK:
+        return _conn.RawSink(append_any, make, ("context", sid), arrived, bulk)
     return _conn.RawSink(append, make, ("context", sid), arrived)
 
 
@@ -285,6 +315,60 @@ async def test_well_formed_streams_parse_as_nats_py(frames: list[bytes], cuts: l
     assert error is None
     # Every frame came out (+OK has no event).
     assert len(events) == sum(1 for f in frames if not f.startswith(b"+OK"))
+
+
+# --------------------------------------------------------------------------- bulk runs
+
+#: Payloads of a run: anything, and what may look like the protocol to a bulk framer.
+RUN_PAYLOAD = st.binary(max_size=60) | st.sampled_from(
+    [
+        b"",
+        b"\r\n",
+        b"\r",
+        b"\n",
+        b"\r\nMSG ",
+        b"x\r\nMSG s 10 r 1\r\ny",
+        b"MSG s 10 r 2\r\nhi\r\n",
+        b"MSG s 11 r 2\r\nhi",
+        b"\r\n\r\n",
+    ]
+)
+RUN_SUBJECT = st.sampled_from([b"a.b", b"orders.1", b"\xff\xfe"]) | NAME
+RUN_REPLY = st.sampled_from([b"$JS.ACK.S.C.1.2.3.1767225600123456789.0", b"r"]) | NAME
+
+
+@st.composite
+def run_frame(draw: st.DrawFn) -> bytes:
+    """A plain message of a bulk sink, mostly canonical (a run of them frames in bulk)."""
+    payload = draw(RUN_PAYLOAD)
+    sid = draw(st.sampled_from(BULK or (8,)))
+    subject, reply = draw(RUN_SUBJECT), draw(RUN_REPLY)
+    return b"MSG %b %d %b %d\r\n%b\r\n" % (subject, sid, reply, len(payload), payload)
+
+
+RUN_FRAMES = st.lists(
+    st.one_of(*[run_frame()] * 8, msg_frame(NUMBER), hmsg_frame(), CONTROL),
+    min_size=1,
+    max_size=40,
+)
+
+
+@pytest.mark.skipif(not BULK, reason="needs pyarrow")
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(RUN_FRAMES, CUTS)
+@example([b"MSG s 10 r 3\r\na\r\n\r\n", b"MSG s 10 r 0\r\n\r\n"], [])  # CRLF ends a payload
+@example([b"MSG s 11 r 5\r\nx\r\nMSG\r\n", b"MSG s 11 r 1\r\ny\r\n"], [])
+@example([b"MSG s 11 r 2\r\nhi\r\n" * 30, b"MSG s 11 r 2\r\nhi\r\nPING\r\n"], [7, 333])
+async def test_runs_framed_in_bulk_parse_as_nats_py(frames: list[bytes], cuts: list[int]) -> None:
+    """Plain messages framed in bulk (column mode) come out as nats-py's parser reads them.
+
+    Runs of them with any subject, reply and payload (empty, CRLF inside or
+    at the end, text that looks like a MSG line), other frames in between,
+    cut into random reads: the same messages in the same order.
+    """
+    stream = b"".join(frames)
+    assume(not _nats_py_misreads(stream))
+    await _compare(stream, cuts)  # (a mutated number may fail both the same way)
 
 
 # --------------------------------------------------------------------------- direct reads

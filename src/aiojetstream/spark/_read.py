@@ -37,10 +37,10 @@ from aiojetstream import (
     JetStreamContext,
     JetStreamError,
     MessageTooLargeError,
-    Msg,
     StreamNotFoundError,
 )
 from aiojetstream import Consumer as JSConsumer
+from aiojetstream._message import parse_metadata
 
 from ._options import (
     MAX_DEFAULT_PARTITIONS,
@@ -78,7 +78,6 @@ SCHEMA: Final = pa.schema(
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND: Final = timedelta(microseconds=1)
-_HEADERS: Final = pa.map_(pa.string(), pa.string())
 #: The Spark DDL of :data:`SCHEMA`.
 DDL: Final = (
     "stream string, subject string, seq long, timestamp timestamp_ltz, "
@@ -318,7 +317,7 @@ async def _delete(js: JetStreamContext, consumer: JSConsumer) -> None:
         await js.delete_consumer(consumer.stream_name, consumer.name)
 
 
-def _numbers(msgs: list[Msg]) -> tuple[pa.Array, pa.Array, int]:
+def _numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int]:
     """Stream sequences and timestamps (Arrow columns) and the last message's pending count.
 
     Parsed from the ``$JS.ACK`` reply subjects column-wise (ADR-15):
@@ -326,16 +325,16 @@ def _numbers(msgs: list[Msg]) -> tuple[pa.Array, pa.Array, int]:
     v2 ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<r>``
     (more tokens may follow). A server sends one form; a mix is parsed one by one.
     """
-    tokens = pc.split_pattern(pa.array([m.reply for m in msgs], pa.string()), ".")
+    tokens = pc.split_pattern(replies, ".")
     lengths = pc.min_max(pc.list_value_length(tokens)).as_py()
     shortest, longest = lengths["min"], lengths["max"]
     if shortest == longest == 9 or shortest >= 12:
         base = 2 if shortest == 9 else 4
         seqs = pc.cast(pc.list_element(tokens, base + 3), pa.int64())
         nanos = pc.cast(pc.list_element(tokens, base + 5), pa.int64())
-        pending = int(tokens[len(msgs) - 1][base + 6].as_py())
+        pending = int(tokens[len(replies) - 1][base + 6].as_py())
     else:
-        metas = [m.metadata for m in msgs]
+        metas = [parse_metadata(reply) for reply in replies.to_pylist()]
         seqs = pa.array([meta.sequence.stream for meta in metas], pa.int64())
         nanos = pa.array([_nanos(meta.timestamp) for meta in metas], pa.int64())
         pending = metas[-1].num_pending
@@ -453,12 +452,13 @@ class RangeReader:
         if bounds.first > self._next:
             self._check_loss(self._next, min(bounds.first, upto))
 
-    async def _pull(self, consumer: JSConsumer, want: int, max_bytes: int | None) -> list[Msg]:
+    async def _pull(self, consumer: JSConsumer, want: int, max_bytes: int | None) -> pa.RecordBatch:
+        # Columns straight from the read buffer: no Msg per row (see collect_columns).
         async with await consumer.fetch_no_wait(want, max_bytes=max_bytes) as fetched:
-            msgs = await fetched.collect()
-            if msgs:
+            msgs = await fetched.collect_columns()
+            if msgs.num_rows:
                 try:
-                    await fetched.collect()  # an error that ended the pull after them
+                    await fetched.collect_columns()  # an error that ended the pull after them
                 except (ConsumerNotFoundError, ConsumerDeletedError):
                     self._consumer = None  # recreated at the next sequence
         return msgs
@@ -471,13 +471,13 @@ class RangeReader:
         except MessageTooLargeError:
             # One message larger than the bound (a max_payload raised past it): alone.
             msgs = await self._pull(consumer, 1, None)
-        if not msgs:
+        if not msgs.num_rows:
             return None
-        seqs, stamps, pending = _numbers(msgs)
+        seqs, stamps, pending = _numbers(msgs.column(1))
         first = seqs[0].as_py()
         if first > self._next:
             await self._check_skipped(first)
-        n = len(msgs)
+        n = msgs.num_rows
         end = self._end
         if seqs[n - 1].as_py() >= end:
             # Past the range (the consumer does not know where it ends): cut there.
@@ -485,7 +485,7 @@ class RangeReader:
             self._done = True
             if n == 0:
                 return None
-            msgs = msgs[:n]
+            msgs = msgs.slice(0, n)
             seqs = seqs.slice(0, n)
             stamps = stamps.slice(0, n)
         elif pending == 0:
@@ -493,19 +493,16 @@ class RangeReader:
         self._next = seqs[n - 1].as_py() + 1
         if self._next >= end:
             self._done = True
-        data = pa.array([m.data for m in msgs], pa.binary())
-        average = max(1, pc.sum(pc.binary_length(data)).as_py() // n)
+        data = msgs.column(3)
+        average = max(1, (pc.sum(pc.binary_length(data)).as_py() or 0) // n)
         self._rows = max(1, min(_MAX_ROWS, _TARGET_BYTES // average))
-        headers = [m.headers for m in msgs]
         return pa.RecordBatch.from_arrays(
             [
                 pa.repeat(self._stream, n).cast(pa.string()),
-                pa.array([m.subject for m in msgs], pa.string()),
+                msgs.column(0),
                 seqs,
                 stamps,
-                pa.array(headers, _HEADERS)
-                if any(h is not None for h in headers)
-                else pa.nulls(n, _HEADERS),
+                msgs.column(2),
                 data,
             ],
             schema=SCHEMA,

@@ -1,0 +1,255 @@
+"""A fetch's messages as Arrow columns (:meth:`MessageBatch.collect_columns`; needs pyarrow).
+
+On the fast path the router hands a fetch in column mode whole runs of its
+plain messages (``MSG``, no headers) instead of one :class:`Msg` each: a
+:class:`Framer` frames them in bulk with pyarrow kernels, straight from the
+read buffer, into a :class:`Run` (subjects, reply subjects and payloads as
+Arrow arrays). Messages with headers, and every message on the fallback,
+stay :class:`Msg` objects; :func:`build` puts both into one record batch, in
+arrival order.
+
+Bulk framing splits the bytes at every CRLF and takes the segments as
+alternating control lines and payloads. A run is the longest prefix of
+messages for which that reading is the protocol's own: each line is
+``MSG <subject> <sid> <reply> <size>`` with single blanks, the sink's sid
+written as the router found it, a reply, a size of 1 to 18 ASCII digits and
+no other whitespace (the lines the router's own loop parses the same way),
+and each payload segment exactly ``<size>`` bytes long and followed by a
+CRLF, so no CRLF lies inside a payload. By induction each accepted message
+starts where the size-based framing says it does. Anything else (a payload
+containing a CRLF, a header message, another subscription's message, a
+message not all in yet) ends the run, and the router's own loop goes on
+from there.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from itertools import repeat
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ._message import Acker, Msg
+
+__all__ = ["COLUMNS", "Framer", "Run", "build"]
+
+#: The schema of :meth:`MessageBatch.collect_columns`.
+COLUMNS: Final = pa.schema(
+    [
+        pa.field("subject", pa.string()),
+        pa.field("reply", pa.string()),
+        pa.field("headers", pa.map_(pa.string(), pa.string())),
+        pa.field("data", pa.binary()),
+    ]
+)
+_HEADERS: Final = COLUMNS.field("headers").type
+_CRLF: Final = b"\r\n"
+#: A field of a control line: no ASCII whitespace (what ``bytes.split()`` splits at).
+_TOKEN: Final = "[^ \\t\\n\\x0b\\x0c\\r]+"
+#: The most bytes one framing looks at past its first message (a run needs no
+#: more: the rest is framed by the next call).
+WINDOW: Final = 1 << 20
+#: Failed framings in a row make the next ones wait: 1, 2, 4, ... messages, at most this.
+_MAX_SKIP: Final = 64
+_INT32: Final = (1 << 31) - 1
+
+
+class Run:
+    """Plain messages of one subscription framed in bulk, in order (see the module docstring)."""
+
+    __slots__ = ("count", "data", "end", "payload_bytes", "replies", "subjects")
+
+    def __init__(
+        self, subjects: pa.Array, replies: pa.Array, data: pa.Array, end: int, payload_bytes: int
+    ) -> None:
+        self.subjects = subjects
+        self.replies = replies
+        self.data = data
+        #: How many messages.
+        self.count = len(data)
+        #: Where the read buffer's next frame starts.
+        self.end = end
+        #: Their payloads' bytes in all.
+        self.payload_bytes = payload_bytes
+
+    def __len__(self) -> int:
+        return self.count
+
+    def truncate(self, keep: int) -> None:
+        """Keep the first ``keep`` messages only."""
+        self.subjects = self.subjects.slice(0, keep)
+        self.replies = self.replies.slice(0, keep)
+        self.data = self.data.slice(0, keep)
+        self.count = keep
+
+    def tail_size(self, last: int) -> int:
+        """The summed :attr:`Msg.size` of the last ``last`` messages."""
+        start = self.count - last
+        total = 0
+        for column in (self.subjects, self.replies, self.data):
+            total += pc.sum(pc.binary_length(column.slice(start, last))).as_py() or 0
+        return total
+
+    def messages(self, acker: Acker) -> list[Msg]:
+        """The messages as :class:`Msg` objects."""
+        return list(
+            map(
+                Msg,
+                self.subjects.to_pylist(),
+                self.replies.to_pylist(),
+                self.data.to_pylist(),
+                repeat(None),
+                repeat(acker),
+            )
+        )
+
+
+_EVENS: list[pa.Array] = [pa.array([], pa.int64())]
+
+
+def _evens(count: int) -> pa.Array:
+    """``0, 2, 4, ...``: ``count`` of them (a slice of a cached array)."""
+    evens = _EVENS[0]
+    if len(evens) < count:
+        evens = _EVENS[0] = pa.array(range(0, 4 * count, 2), pa.int64())
+    return evens.slice(0, count)
+
+
+def _prefix(good: pa.Array, count: int) -> int:
+    """How many of the first ``count`` entries of ``good`` are true before the first false."""
+    first = pc.index(good, False).as_py()
+    return count if first < 0 else min(first, count)
+
+
+def frame(view: bytes, pos: int, end: int, sid: bytes) -> Run | None:
+    """The run of plain messages for ``sid`` that starts at ``view[pos]`` (None: not one).
+
+    Only bytes before ``end`` are looked at; a message not all in before it
+    ends the run.
+    """
+    end = min(end, len(view))
+    if end > _INT32 or not sid.isdigit():
+        return None
+    offsets = pa.py_buffer(struct.pack("<ii", pos, end))
+    whole = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(view)])
+    segments = pc.split_pattern(whole, _CRLF).flatten()
+    # Segment pairs (line, payload), each followed by a CRLF: the last segment
+    # (after the last CRLF) belongs to no complete message.
+    count = (len(segments) - 1) // 2
+    if count <= 0:
+        return None
+    # Every other segment from the first: the lines, and the payloads after them.
+    lines_at = _evens(count)
+    lines = pc.take(segments, lines_at)
+    # The whole line in one pass: "MSG", the sid, single blanks, no other
+    # whitespace (bytes.split() would split there), a size of ASCII digits.
+    line = f"^MSG {_TOKEN} {sid.decode()} {_TOKEN} [0-9]{{1,18}}$"
+    count = _prefix(pc.match_substring_regex(lines, line), count)
+    if not count:
+        return None
+    fields = pc.split_pattern(lines.slice(0, count), b" ")
+    sizes = pc.cast(pc.list_element(fields, 4), pa.int64())
+    data = pc.take(segments, pc.add(lines_at.slice(0, count), 1))
+    count = _prefix(pc.equal(pc.binary_length(data), sizes), count)
+    if not count:
+        return None
+    subjects = pc.list_element(fields, 1)
+    replies = pc.list_element(fields, 3)
+    if count < len(data):
+        data = data.slice(0, count)
+        sizes = sizes.slice(0, count)
+    payload_bytes = pc.sum(sizes).as_py()
+    line_bytes = pc.sum(pc.binary_length(lines.slice(0, count))).as_py()
+    return Run(
+        subjects.slice(0, count),
+        replies.slice(0, count),
+        data,
+        pos + line_bytes + payload_bytes + 4 * count,
+        payload_bytes,
+    )
+
+
+class Framer:
+    """Frames runs for a sink (``RawSink.bulk``); backs off after failures.
+
+    A run that cannot start where asked (the first message's payload holds a
+    CRLF, say) costs a framing of up to :data:`WINDOW` bytes: after one, the
+    next 1, 2, 4, ... (at most 64) messages of the sink are left to the
+    router's loop before framing is tried again; a run of two or more messages
+    resets that.
+    """
+
+    __slots__ = ("_backoff", "_skip")
+
+    def __init__(self) -> None:
+        self._skip = 0
+        self._backoff = 0
+
+    def __call__(self, view: bytes, pos: int, size: int, sid: bytes, first_end: int) -> Run | None:
+        """The run at ``view[pos:size]`` (``first_end``: where its first message ends)."""
+        if self._skip:
+            self._skip -= 1
+            return None
+        run = frame(view, pos, min(size, max(pos + WINDOW, first_end)), sid)
+        if run is None or run.count < 2:
+            self._backoff = min(_MAX_SKIP, 2 * self._backoff + 1)
+            self._skip = self._backoff
+        else:
+            self._backoff = 0
+        return run
+
+
+def _text(column: pa.Array) -> pa.Array:
+    """Binary as UTF-8 strings; bytes that are not UTF-8 replaced (as :class:`Msg` decodes)."""
+    try:
+        return column.cast(pa.string())
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return pa.array(
+            [None if b is None else b.decode("utf-8", "replace") for b in column.to_pylist()],
+            pa.string(),
+        )
+
+
+def _message_columns(msgs: list[Msg]) -> list[pa.Array]:
+    headers = [m.headers for m in msgs]
+    return [
+        pa.array([m._subject for m in msgs], pa.binary()),
+        pa.array([m._reply for m in msgs], pa.binary()),
+        pa.array(headers, _HEADERS)
+        if any(h is not None for h in headers)
+        else pa.nulls(len(msgs), _HEADERS),
+        pa.array([m.data for m in msgs], pa.binary()),
+    ]
+
+
+def build(items: Iterable[Any]) -> pa.RecordBatch:
+    """One record batch (:data:`COLUMNS`) of buffered :class:`Run` and :class:`Msg` items."""
+    parts: list[list[pa.Array]] = []
+    msgs: list[Msg] = []
+    for item in items:
+        if type(item) is Run:
+            if msgs:
+                parts.append(_message_columns(msgs))
+                msgs = []
+            parts.append([item.subjects, item.replies, pa.nulls(item.count, _HEADERS), item.data])
+        else:
+            msgs.append(item)
+    if msgs:
+        parts.append(_message_columns(msgs))
+    if not parts:
+        return empty()
+    columns = [
+        pa.concat_arrays([part[i] for part in parts]) if len(parts) > 1 else parts[0][i]
+        for i in range(4)
+    ]
+    columns[0] = _text(columns[0])
+    columns[1] = _text(columns[1])
+    return pa.RecordBatch.from_arrays(columns, schema=COLUMNS)
+
+
+def empty() -> pa.RecordBatch:
+    """A record batch of :data:`COLUMNS` without rows."""
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in COLUMNS], schema=COLUMNS)

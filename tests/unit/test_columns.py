@@ -1,0 +1,166 @@
+"""Column mode's bulk framing (``_columns``) against the size-based framing it stands for.
+
+``frame`` takes the bytes after a sink's plain message and returns the
+longest run of messages whose framing by CRLFs is the protocol's (framing by
+sizes): these tests compare it with a plain size-based parser on random
+messages, and pin where a run must stop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+pa = pytest.importorskip("pyarrow")
+
+from aiojetstream import _columns, _conn  # noqa: E402
+from aiojetstream._message import Msg  # noqa: E402
+
+Message = tuple[bytes, bytes, bytes]  # subject, reply, payload
+
+
+def _frames(messages: list[Message], sid: bytes = b"7") -> bytes:
+    return b"".join(b"MSG %b %b %b %d\r\n%b\r\n" % (s, sid, r, len(p), p) for s, r, p in messages)
+
+
+def _canonical(message: Message) -> bool:
+    """What a run may hold: fields without whitespace, no CRLF in the payload."""
+    subject, reply, payload = message
+    blanks = b" \t\n\x0b\x0c\r"
+    fields_ok = all(f and not any(c in blanks for c in f) for f in (subject, reply))
+    return fields_ok and b"\r\n" not in payload
+
+
+def _run_messages(run: _columns.Run) -> list[Message]:
+    return list(
+        zip(run.subjects.to_pylist(), run.replies.to_pylist(), run.data.to_pylist(), strict=True)
+    )
+
+
+SUBJECT = st.binary(min_size=1, max_size=12) | st.sampled_from([b"a.b", b"orders.>", b"\xff"])
+REPLY = st.binary(min_size=1, max_size=20) | st.just(b"$JS.ACK.S.C.1.5.5.1767225600123456789.0")
+PAYLOAD = st.binary(max_size=40) | st.sampled_from(
+    [b"", b"\r\n", b"a\r\n", b"\r\nMSG ", b"MSG s 7 r 1\r\nx\r\n", b"\r", b"\n", b"x" * 3000]
+)
+MESSAGES = st.lists(st.tuples(SUBJECT, REPLY, PAYLOAD), min_size=1, max_size=30)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(MESSAGES, st.integers(min_value=0, max_value=200), st.integers(min_value=1, max_value=8))
+@example([(b"s", b"r", b"x\r\n")], 0, 8)
+@example([(b"s", b"r", b""), (b"s", b"r", b"\r\nMSG s 7 r 0\r\n")], 0, 8)
+def test_a_run_is_the_size_framing_of_its_messages(
+    messages: list[Message], cut: int, window_shift: int
+) -> None:
+    """The run holds the first messages exactly as sent, up to the first one it may not hold.
+
+    It stops at a message that is not canonical (whitespace in a field, a
+    CRLF in the payload), at a read cut short (``cut`` bytes missing) or at
+    the window's end; it never holds a wrong message.
+    """
+    data = _frames(messages)
+    size = len(data) - cut if cut < len(data) else len(data)
+    end = min(size, 1 << (4 + 2 * window_shift))
+    run = _columns.frame(data, 0, end, b"7")
+    got = [] if run is None else _run_messages(run)
+    assert got == messages[: len(got)]
+    # The longest run allowed: canonical messages wholly before `end`.
+    allowed, pos = 0, 0
+    for message in messages:
+        pos += len(_frames([message]))
+        if pos > end or not _canonical(message):
+            break
+        allowed += 1
+    assert len(got) == allowed
+    if run is not None:
+        assert run.end == len(_frames(messages[: len(got)]))
+        assert run.payload_bytes == sum(len(p) for _, _, p in got)
+        assert run.count == len(got)
+
+
+def test_a_run_stops_at_another_sid_a_header_message_or_odd_lines() -> None:
+    plain = b"MSG s 7 r 2\r\nhi\r\n"
+    for other in (
+        b"MSG s 8 r 2\r\nhi\r\n",  # another subscription
+        b"MSG s 07 r 2\r\nhi\r\n",  # the sid written otherwise
+        b"HMSG s 7 r 12 14\r\nNATS/1.0\r\n\r\nhi\r\n",
+        b"MSG s 7 2\r\nhi\r\n",  # no reply
+        b"MSG s 7 r +2\r\nhi\r\n",
+        b"MSG s\t7 r 2\r\nhi\r\n",
+        b"MSG s 7 r  2\r\nhi\r\n",
+        b"MSG s 7 r 2 \r\nhi\r\n",
+        b"MSG s 7 r\x0b 2\r\nhi\r\n",
+        b"PING\r\n",
+    ):
+        run = _columns.frame(plain * 3 + other + plain, 0, 10_000, b"7")
+        assert run is not None, other
+        assert run.count == 3, other
+        assert run.end == 3 * len(plain)
+    assert _columns.frame(plain, 0, len(plain), b"+7") is None  # only a sid of digits
+
+
+def test_the_framer_backs_off_after_failures_and_runs_reset_it() -> None:
+    framer = _columns.Framer()
+    bad = b"MSG s 7 r 3\r\na\r\n\r\n"  # a CRLF in the payload: no run
+    good = b"MSG s 7 r 1\r\nx\r\n" * 5
+    calls = [framer(bad, 0, len(bad), b"7", len(bad)) for _ in range(8)]
+    # Tried, skipped once, tried, skipped 3 times, tried, ...
+    assert [c is None for c in calls] == [True] * 8
+    assert framer._backoff == 7
+    while framer._skip:
+        assert framer(good, 0, len(good), b"7", 15) is None
+    run = framer(good, 0, len(good), b"7", 15)
+    assert run is not None
+    assert run.count == 5
+    assert framer._backoff == 0
+    assert framer._skip == 0
+
+
+def test_the_router_hands_a_sink_whole_runs() -> None:
+    """One read of 500 plain messages: one run, counted as 500, around a header message."""
+    router = object.__new__(_conn._Router)
+    router.routes, router.internal, router.sinks = {}, {}, {}
+    router.last_subject = b""
+    router.stats = {"in_msgs": 0, "in_bytes": 0}
+    router._awaiting = 0
+    items: list[Any] = []
+    counts: list[int] = []
+    handled: list[bytes] = []
+    router.sinks[7] = _conn.RawSink(items.append, Msg, None, counts.append, _columns.Framer())
+    router.routes[7] = lambda subject, reply, data, hdr: handled.append(data)
+    plain = b"MSG s 7 $JS.ACK.S.C.1.1.1.1.0 3\r\nabc\r\n"
+    header = b"HMSG s 7 r 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+    view = plain * 500 + header + plain * 2
+    pos, _, what, _ = router._scan(view, 0, len(view))
+    assert (pos, what) == (len(view), _conn._SCAN_END)
+    assert [type(i) for i in items] == [_columns.Run, _columns.Run]
+    assert [len(i) for i in items] == [500, 2]
+    assert counts == [500, 2]  # handed on before the header message, and at the end
+    assert handled == [b"hi"]
+    assert router.stats == {"in_msgs": 503, "in_bytes": 503 * 3 - 1}
+
+
+def test_build_keeps_order_headers_and_undecodable_subjects() -> None:
+    run = _columns.frame(b"MSG a.b 7 r1 1\r\nx\r\nMSG \xff 7 r2 0\r\n\r\n", 0, 100, b"7")
+    assert run is not None
+    assert run.count == 2
+    with_headers = Msg(b"h", b"r3", b"y", b"NATS/1.0\r\nK: 1\r\nK: 2\r\n\r\n", None)  # type: ignore[arg-type]
+    plain = Msg(b"p", b"r4", b"z", None, None)  # type: ignore[arg-type]
+    batch = _columns.build([run, with_headers, plain])
+    assert batch.schema == _columns.COLUMNS
+    assert batch.column("subject").to_pylist() == ["a.b", "\ufffd", "h", "p"]
+    assert batch.column("reply").to_pylist() == ["r1", "r2", "r3", "r4"]
+    assert batch.column("data").to_pylist() == [b"x", b"", b"y", b"z"]
+    assert batch.column("headers").to_pylist() == [None, None, [("K", "1, 2")], None]
+    assert _columns.build([]).num_rows == 0
+    msgs = run.messages(None)  # type: ignore[arg-type]
+    assert [(m._subject, m._reply, m.data) for m in msgs] == [
+        (b"a.b", b"r1", b"x"),
+        (b"\xff", b"r2", b""),
+    ]
+    run.truncate(1)
+    assert len(run) == 1
+    assert run.tail_size(1) == len(b"a.b") + len(b"r1") + 1
