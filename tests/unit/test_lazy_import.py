@@ -122,3 +122,67 @@ def test_connect_leaves_key_value_and_object_store_unloaded() -> None:
         "aiojetstream._schedule",
     ):
         assert deferred not in modules
+
+
+def test_first_program_import_builds_no_model_and_loads_no_extra() -> None:
+    # What `import_ratio_over_nats` (benchmarks/run.py) times: the names of the
+    # README's first program. No pydantic model is built (validators and
+    # serializers come on first use, pydantic's plugin scan with them), and
+    # neither the account models, key-value, object store, CLI, Spark nor
+    # Pulsar modules are loaded.
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from aiojetstream import connect, StreamConfig, ConsumerConfig, Msg
+        from pydantic import BaseModel
+
+        def models(cls):
+            for sub in cls.__subclasses__():
+                yield sub
+                yield from models(sub)
+
+        built = sorted(
+            c.__qualname__ for c in models(BaseModel)
+            if c.__module__.startswith("aiojetstream") and c.__pydantic_complete__
+        )
+        print(json.dumps([built, sorted(sys.modules)]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    built, modules = json.loads(done.stdout.strip().splitlines()[-1])
+    assert built == []
+    assert "aiojetstream._context" in modules
+    assert "aiojetstream._models.stream" in modules
+    assert "aiojetstream._models.consumer" in modules
+    for absent in (
+        "aiojetstream._models.account",
+        "aiojetstream._models.kv",
+        "aiojetstream._models.obj",
+        "aiojetstream._kv",
+        "aiojetstream._object",
+        "aiojetstream.cli",
+        "aiojetstream.spark",
+        "aiojetstream.pulsar",
+        "aiojetstream.testing",
+        "pydantic.plugin._loader",
+        "pyarrow",
+        "pyspark",
+        "typer",
+        "click",
+        "email_validator",
+    ):
+        assert absent not in modules, absent
+
+
+def test_account_models_load_on_first_use() -> None:
+    modules = loaded_after("from aiojetstream._models import AccountInfo, APIStats, Tier")
+    assert "aiojetstream._models.account" in modules
+    from aiojetstream._models import AccountInfo
+    from aiojetstream._models.account import AccountInfo as Defined
+
+    assert AccountInfo is Defined
+    assert aiojetstream.AccountInfo is Defined
+    with pytest.raises(AttributeError, match="NoSuchModel"):
+        __import__("aiojetstream._models", fromlist=["x"]).NoSuchModel  # noqa: B018

@@ -2,7 +2,13 @@
 
 Server data is validated with the :data:`WIRE` context (see :func:`from_wire`):
 durations are nanoseconds there, seconds or ``timedelta`` in user code.
+
+The account models (``account``) load on first use: a program that never asks
+for account info does not build them (``AccountInfo``'s ``api`` default would
+build ``APIStats``'s validator, and pydantic's plugin scan with it, at import).
 """
+
+from typing import TYPE_CHECKING
 
 from ._base import (
     WIRE,
@@ -23,7 +29,6 @@ from ._base import (
     parse_utc_timestamp,
     to_wire,
 )
-from .account import AccountInfo, AccountLimits, APIStats, Tier
 from .consumer import (
     AckPolicy,
     ConsumerConfig,
@@ -37,6 +42,9 @@ from .consumer import (
     SequenceInfo,
 )
 from .message import RawStreamMessage
+
+if TYPE_CHECKING:
+    from .account import AccountInfo, AccountLimits, APIStats, Tier
 from .puback import PubAck
 from .stream import (
     ClusterInfo,
@@ -112,3 +120,20 @@ __all__ = [
     "parse_utc_timestamp",
     "to_wire",
 ]
+
+_ACCOUNT = frozenset({"AccountInfo", "AccountLimits", "APIStats", "Tier"})
+
+
+def _load_account(name: str) -> object:
+    """The account models, imported on first use (PEP 562)."""
+    if name in _ACCOUNT:
+        from . import account
+
+        value = getattr(account, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if not TYPE_CHECKING:  # hidden from type checkers: an unknown name stays an error there
+    __getattr__ = _load_account

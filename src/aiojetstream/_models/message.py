@@ -19,7 +19,7 @@ class RawStreamMessage(BaseModel):
     kinds of get return the same message.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)  # built on first validation
 
     subject: str
     seq: int
