@@ -143,7 +143,7 @@ def seconds(
     Raises:
         InvalidOptionError: (or ``error``) not a number (or duration), NaN,
             negative, 0 unless allowed, or longer than :data:`MAX_WAIT`
-            (infinity included; a string past int64 nanoseconds).
+            (infinity included; a string as the number it equals).
 
     """
     if delta and isinstance(value, timedelta):

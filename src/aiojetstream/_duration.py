@@ -23,11 +23,15 @@ takes the same forms:
   Digits are ASCII only.
 
 A string is read exactly to the nanosecond (digits of a fraction below the
-nanosecond are dropped, as Go does) and, as in Go, refused past int64
-nanoseconds (2**63 - 1 ns, about 292 years): no such string is a duration the
-server could take. Whether a negative or a zero duration is allowed, and any
-other bound, is the caller's rule, checked on the parsed value, so a string
-meets the same rules with the same messages as a number or a timedelta.
+nanosecond are dropped, as Go does). Whether a negative or a zero duration is
+allowed, and every bound, is the caller's rule, checked on the parsed value,
+so a string meets the same rules with the same messages, at the same moment,
+as the number or timedelta it equals: past the server's int64 nanoseconds
+(2**63 - 1 ns, about 292 years) a config's duration is refused before it is
+sent, a message TTL when it is published, a wait or an interval when it is
+given (``_models._ranges``, ``_bounds``). Only a string too long to read
+(past 10**30 ns, or a ``timedelta``'s range where one is made) is refused as
+it is read.
 
 :func:`text_ns` is the parser; every module that takes a duration string calls
 it (configs through ``_models._base.coerce_duration``, TTLs through
@@ -90,8 +94,11 @@ _SECONDS: Final = re.compile(r"([0-9]*)(?:\.([0-9]*))?")
 _CALENDAR: Final = re.compile(r"[0-9.](?:M|[yY]|mo)")
 #: Digits of a fraction kept: far below a nanosecond of a week (Go keeps fewer).
 _FRACTION_DIGITS: Final = 30
-#: Digits of a whole number past which any unit is past int64 nanoseconds.
-_WHOLE_DIGITS: Final = 20
+#: A string past this many nanoseconds (about 3 * 10**13 years) is refused as it is
+#: read, without building a giant number: far past any bound the server has.
+_LIMIT_NS: Final = 10**30
+#: Digits of a whole number past which any unit is past :data:`_LIMIT_NS`.
+_WHOLE_DIGITS: Final = 31
 _SHOWN_CHARS: Final = 60
 
 
@@ -101,7 +108,7 @@ def _shown(text: str) -> str:
 
 
 def _amount(whole: str, fraction: str | None, unit_ns: int) -> int | None:
-    """Nanoseconds of ``whole.fraction`` units (fraction truncated), None past int64."""
+    """Nanoseconds of ``whole.fraction`` units (fraction truncated), None when far too long."""
     whole = whole.lstrip("0")
     if len(whole) > _WHOLE_DIGITS:
         return None  # (never converted: a giant digit string is past int() 's limit)
@@ -131,11 +138,12 @@ def text_ns(
         kind: what the string is not, when it is not a duration (``"TTL"``).
         hint: more text for the message of a string that is not a duration
             (``", or 'never'"``).
-        too_long: more text for the message of one past int64 nanoseconds.
+        too_long: more text for the message of one far too long to read.
 
     Raises:
         error: not a duration string (the message says which forms are), a
-            month or a year, or past int64 nanoseconds.
+            month or a year, or far too long to be read (past 10**30 ns; the
+            server's bound, int64 nanoseconds, is the caller's to apply).
 
     """
     plain = str.__str__(text)
@@ -155,7 +163,7 @@ def text_ns(
             if part is None or not (part.group(1) or part.group(2)):
                 break
             amount = _amount(part.group(1), part.group(2), UNIT_NS[part.group(3)])
-            total = None if amount is None or total + amount > 2**63 else total + amount
+            total = None if amount is None or total + amount > _LIMIT_NS else total + amount
             pos = part.end()
         if total is not None and (pos == 0 or pos != len(body)):
             if _CALENDAR.search(value):
@@ -164,7 +172,7 @@ def text_ns(
                     "fixed length (use d or w: '30d', '52w')"
                 )
             raise error(f"{start}{_shown(plain)} is not a {kind}: give {DURATION_FORMS}{hint}")
-    if total is None or not MIN_NS <= sign * total <= MAX_NS:
+    if total is None or total > _LIMIT_NS:
         raise error(f"{start}{_shown(plain)} is too long: {DURATION_RANGE}{too_long}")
     return sign * total
 
@@ -180,7 +188,12 @@ def text_timedelta(
     """:func:`text_ns` as an exact ``timedelta`` (a ``NanoTimedelta`` below the microsecond)."""
     from ._models._base import ns_to_duration  # (the models import this module)
 
-    return ns_to_duration(text_ns(text, error, what=what, hint=hint, too_long=too_long))
+    ns = text_ns(text, error, what=what, hint=hint, too_long=too_long)
+    try:
+        return ns_to_duration(ns)
+    except OverflowError:  # past timedelta.max (2.7 million years)
+        start = f"{what} " if what else ""
+        raise error(f"{start}{_shown(str.__str__(text))} is too long: {DURATION_RANGE}") from None
 
 
 @overload
@@ -212,7 +225,8 @@ def parse_duration(value: timedelta | float | str, *, ttl: bool = False) -> time
     Raises:
         InvalidOptionError: not a duration (the message says which forms are),
             negative, NaN or infinite, months or years (``"1M"``), or a string
-            past the server's int64 nanoseconds (about 292 years).
+            too long for a ``timedelta``. (The server's bound, int64
+            nanoseconds, applies where a duration is used, as for a number.)
         InvalidTTLError: (``ttl=True``) what ``publish(ttl=...)`` refuses,
             with its message.
 

@@ -133,7 +133,7 @@ def parse_go_duration(text: str) -> float:
     ``d`` and ``w`` too, or plain seconds.
 
     Raises:
-        ValueError: the text is not a duration, or is past int64 nanoseconds.
+        ValueError: the text is not a duration, or is too long to read.
 
     """
     return D.text_ns(text, ValueError) / _NS_PER_S
@@ -191,7 +191,8 @@ def ttl_header_value(ttl: TTLInput) -> str:
 
     Raises:
         InvalidTTLError: the TTL is under 1 s, zero, negative, not a number,
-            unparsable, or (a string) past int64 nanoseconds.
+            unparsable, or (a string) too long to read (past 10**30 ns); the
+            server's clock is checked when the message is published.
 
     """
     seconds: float

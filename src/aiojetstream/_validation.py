@@ -176,8 +176,8 @@ def positive_duration(value: object, what: str, error: type[Exception]) -> timed
 
     Raises:
         error: (the caller's type) not a timedelta, seconds or a duration
-            string, not finite, too long for a timedelta (a string: past int64
-            nanoseconds), or not positive; the message names ``what``.
+            string, not finite, too long for a timedelta, or not positive; the
+            message names ``what``.
 
     """
     if isinstance(value, timedelta):

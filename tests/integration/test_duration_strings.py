@@ -180,7 +180,7 @@ def test_cli_takes_the_same_strings(nats_url: str) -> None:
     asyncio.run(check())
 
 
-@pytest.mark.parametrize("bad", ["1x", "1h-30m", "1M", "-5s", "2562048h"])
+@pytest.mark.parametrize("bad", ["1x", "1h-30m", "1M", "-5s", "9999999999d"])
 def test_cli_refuses_a_bad_string_in_the_librarys_words(nats_url: str, bad: str) -> None:
     with pytest.raises(ValidationError) as library:
         ConsumerConfig(ack_wait=bad)

@@ -184,7 +184,7 @@ def coerce_duration(value: timedelta | float | str) -> timedelta:
     Raises:
         ValueError: for negative, infinite or NaN values; an
             :class:`~aiojetstream.InvalidOptionError` (a ``ValueError``) for a
-            string that is not a duration, or one past int64 nanoseconds.
+            string that is not a duration, or too long for a ``timedelta``.
         TypeError: for anything else (including ``bool``).
 
     """

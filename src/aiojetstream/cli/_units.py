@@ -30,8 +30,8 @@ def parse_duration(text: str | timedelta) -> timedelta:
     library's.
 
     Raises:
-        typer.BadParameter: the text is not a duration, is negative, or is past
-            the server's int64 nanoseconds.
+        typer.BadParameter: the text is not a duration, is negative, or is too
+            long for a ``timedelta``.
 
     """
     if isinstance(text, timedelta):  # a default value
