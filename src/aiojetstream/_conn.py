@@ -1808,6 +1808,11 @@ def enqueue_many(nc: NatsClient, cmds: list[bytes], payload_size: int) -> None:
     _enqueue(nc, b"".join(cmds), payload_size, len(cmds))
 
 
+def enqueue(nc: NatsClient, cmds: bytes, payload_size: int, count: int) -> None:
+    """Queue ``count`` ready-made PUB/HPUB commands, joined, as one write (fast path)."""
+    _enqueue(nc, cmds, payload_size, count)
+
+
 def _enqueue(nc: NatsClient, cmd: bytes, payload_size: int, msgs: int = 1) -> None:
     """Append a ready-made command to nats-py's pending buffer and wake its flusher.
 

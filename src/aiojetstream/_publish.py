@@ -18,7 +18,16 @@ from pydantic import ValidationError
 from . import _bounds as B
 from . import _headers as H
 from ._api import check_reply
-from ._conn import MAX_SUBJECT_LINE, Conn, RawSubscription, check_line, enqueue_many, pub_command
+from ._conn import (
+    MAX_SUBJECT_LINE,
+    Conn,
+    RawSink,
+    RawSubscription,
+    check_line,
+    enqueue,
+    enqueue_many,
+    pub_command,
+)
 from ._errors import (
     ConnectionClosedError,
     DisconnectedError,
@@ -315,6 +324,20 @@ class AckTally:
         if not self.outstanding:
             self._wake()
 
+    def count_many(self, stored: int) -> None:
+        """``stored`` publishes were stored (none a duplicate)."""
+        self.stored += stored
+        self.outstanding -= stored
+        if not self.outstanding:
+            self._wake()
+
+    def fail_many(self, exc: BaseException, count: int) -> None:
+        """``count`` publishes failed with ``exc`` (the first failure is kept)."""
+        if self.error is None:
+            self.error = exc
+        self.outstanding -= count
+        self._wake()
+
     def set_result(self, ack: PubAck) -> None:
         """One publish was stored, with this acknowledgement."""
         self.count(ack.duplicate)
@@ -347,8 +370,36 @@ class AckTally:
             raise self.error
 
 
-#: What stands for a publish until its acknowledgement: its future, or a tally of many.
-AckTarget = asyncio.Future[PubAck] | AckTally
+class _Span:
+    """The publishes of one :meth:`AsyncPublisher.send_many`, under one reply subject.
+
+    The server answers each of them on that subject: the span counts the
+    answers into its tally (``left``: how many are still unanswered) and fails
+    what is left at once when its deadline passes or the connection goes.
+    """
+
+    __slots__ = ("left", "tally")
+
+    def __init__(self, tally: AckTally, count: int) -> None:
+        self.tally = tally
+        self.left = count
+
+    def done(self) -> bool:
+        """True once every publish of it was answered or failed."""
+        return self.left <= 0
+
+    def set_exception(self, exc: BaseException) -> None:
+        """Every publish still unanswered failed with ``exc``."""
+        left, self.left = self.left, 0
+        if left > 0:
+            self.tally.fail_many(exc, left)
+
+
+#: What stands for a publish until its acknowledgement: its future, or a tally of
+#: many (a span: the publishes of one send_many under one reply subject).
+AckTarget = asyncio.Future[PubAck] | AckTally | _Span
+#: The first byte of a span's token (the others are hex: never this).
+_SPAN: Final = b"z"
 
 
 class AsyncPublisher:
@@ -371,6 +422,10 @@ class AsyncPublisher:
         self.max_pending = B.count(max_pending, "publish_async_max_pending")
         self.ack_timeout = B.seconds(ack_timeout, "publish_async_timeout", delta=False)
         self._futures: dict[bytes, tuple[AckTarget, float, str]] = {}
+        #: Publishes of spans beyond the one entry each has in _futures: what is
+        #: outstanding is len(_futures) + _extra (see _load).
+        self._extra = 0
+        self._sink: RawSink | None = None
         self._deadlines: list[tuple[float, bytes]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -400,14 +455,22 @@ class AsyncPublisher:
     @property
     def pending(self) -> int:
         """Publishes still waiting for their acknowledgement."""
-        return len(self._futures)
+        return len(self._futures) + self._extra
+
+    def _load(self) -> int:
+        """Publishes outstanding (each publish of a span counts)."""
+        return len(self._futures) + self._extra
 
     async def _ensure_sub(self) -> None:
         async with self._starting:
             if self._sub is not None:
                 return
             prefix = self._conn.new_inbox() + "."
-            sub = await self._conn.subscribe_raw(prefix + "*", self._on_reply, internal=True)
+            # A sink: the replies of a span are counted by runs (see use_bulk_acks).
+            self._sink = RawSink(_ignore, self._sunk_reply, None, _ignore, None)
+            sub = await self._conn.subscribe_raw(
+                prefix + "*", self._on_reply, internal=True, sink=self._sink
+            )
             if self._closed:  # closed meanwhile: nothing may stay behind
                 await sub.unsubscribe()
                 return
@@ -425,7 +488,7 @@ class AsyncPublisher:
     @property
     def has_room(self) -> bool:
         """True when :meth:`send` may be called right away (no wait for the window)."""
-        return self._started and len(self._futures) < self.max_pending
+        return self._started and self._load() < self.max_pending
 
     async def publish(
         self,
@@ -462,19 +525,18 @@ class AsyncPublisher:
             await self._ensure_sub()
             if self._closed:
                 raise ConnectionClosedError("the JetStream context is closed")
-        futures = self._futures
-        while len(futures) >= self.max_pending:
+        while self._load() >= self.max_pending:
             try:
                 async with asyncio.timeout(self.ack_timeout if timeout is None else timeout):
                     await self._space.wait()
             except TimeoutError:
                 raise JetStreamTimeoutError(
-                    f"{len(futures)} asynchronous publishes still await their "
+                    f"{self._load()} asynchronous publishes still await their "
                     f"acknowledgement (max_pending={self.max_pending})"
                 ) from None
             if self._closed:
                 raise ConnectionClosedError("the JetStream context is closed")
-        return self.max_pending - len(futures)
+        return self.max_pending - self._load()
 
     def send(
         self,
@@ -561,63 +623,96 @@ class AsyncPublisher:
         if one is None and (subjects is None or len(subjects) != count):
             raise InvalidOptionError("send_many needs a subject, or one per payload")
         many: Sequence[bytes] = subjects or ()
-        prefix = self._prefix
-        first = self._next + 1
-        last_reply = prefix + b"%x" % (first + count - 1)
+        # One reply subject for all of them (a span): the server answers each there.
+        token = _SPAN + b"%x" % (self._next + 1)
+        reply = self._prefix + token
         longest = one if one is not None else max(many, key=len)
-        if len(longest) + len(last_reply) > MAX_SUBJECT_LINE:
-            check_line(longest, last_reply)
+        if len(longest) + len(reply) > MAX_SUBJECT_LINE:
+            check_line(longest, reply)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.ack_timeout if timeout is None else timeout)
-        tokens = [b"%x" % n for n in range(first, first + count)]
         if conn.fast:
             if blocks is None and one is not None:
-                cmds = [
-                    b"PUB %b %b%b %d\r\n%b\r\n" % (one, prefix, token, len(payload), payload)
-                    for token, payload in zip(tokens, payloads, strict=True)
-                ]
+                head = b"PUB %b %b " % (one, reply)
+                cmds = [b"%b%d\r\n%b\r\n" % (head, len(payload), payload) for payload in payloads]
             else:
                 cmds = [
                     pub_command(
                         one if one is not None else many[i],
-                        prefix + token,
+                        reply,
                         payload,
                         blocks[i] if blocks is not None else None,
                     )
-                    for i, (token, payload) in enumerate(zip(tokens, payloads, strict=True))
+                    for i, payload in enumerate(payloads)
                 ]
             # Raises (disconnected, reconnect buffer full) before anything is registered.
             # One write of the chunk (the join briefly holds it twice); while
             # disconnected it fits into the reconnect buffer whole, or fails whole.
             enqueue_many(nc, cmds, sum(map(len, payloads)))
         else:
-            for i, (token, payload) in enumerate(zip(tokens, payloads, strict=True)):
+            not_sent = functools.partial(self._not_sent, token)
+            for i, payload in enumerate(payloads):
                 conn.publish_nowait(
                     one if one is not None else many[i],
                     payload,
-                    prefix + token,
+                    reply,
                     blocks[i] if blocks is not None else None,
-                    functools.partial(self._not_sent, token),
+                    not_sent,
                 )
-        self._next = first + count - 1
+        self._register_span(token, tally, count, deadline, one if one is not None else many[0])
+
+    def send_commands(
+        self,
+        reply_token: bytes,
+        commands: bytes,
+        count: int,
+        payload_size: int,
+        label: bytes,
+        tally: AckTally,
+        timeout: float | None = None,
+    ) -> None:
+        """Queue ``count`` ready-made publishes whose reply subject is ``reply_token``'s.
+
+        The bulk form of :meth:`send_many` for commands built a batch at a
+        time (``_columns.pub_commands``): ``reply_token`` came from
+        :meth:`next_span_reply` right before. Fast path only.
+
+        Raises:
+            ConnectionClosedError: the connection is closed or draining.
+            DisconnectedError: disconnected, and the reconnect buffer is full.
+
+        """
+        nc = self._conn.nc
+        if self._closed or nc.is_closed or nc.is_draining_pubs:
+            raise ConnectionClosedError("the connection is closed or draining")
+        if not self._started:
+            raise InvalidOptionError("send_commands before wait_for_room: no reply subscription")
+        deadline = asyncio.get_running_loop().time() + (
+            self.ack_timeout if timeout is None else timeout
+        )
+        enqueue(nc, commands, payload_size, count)
+        self._register_span(reply_token, tally, count, deadline, label)
+
+    def next_span_reply(self) -> tuple[bytes, bytes]:
+        """The token and reply subject the next span will have (see :meth:`send_commands`)."""
+        token = _SPAN + b"%x" % (self._next + 1)
+        return token, self._prefix + token
+
+    def _register_span(
+        self, token: bytes, tally: AckTally, count: int, deadline: float, subject: bytes
+    ) -> None:
+        """Publishes sent under the reply token: one entry, one deadline, ``count`` counted."""
+        self._next += 1
         tally.outstanding += count
-        futures = self._futures
-        heap = self._deadlines
-        if one is not None:
-            label = one.decode("utf-8", "replace")
-            for token in tokens:
-                futures[token] = (tally, deadline, label)
-                heapq.heappush(heap, (deadline, token))
-        else:
-            for token, each in zip(tokens, many, strict=True):
-                futures[token] = (tally, deadline, each.decode("utf-8", "replace"))
-                heapq.heappush(heap, (deadline, token))
+        self._futures[token] = (_Span(tally, count), deadline, subject.decode("utf-8", "replace"))
+        self._extra += count - 1
+        heapq.heappush(self._deadlines, (deadline, token))
         self._registered(deadline)
 
     def _registered(self, deadline: float) -> None:
         """After publishes were registered (futures and deadline heap): window and timer."""
         futures = self._futures
-        if len(futures) >= self.max_pending:
+        if self._load() >= self.max_pending:
             self._full = True
             self._space.clear()
         if not self._busy:
@@ -637,7 +732,9 @@ class AsyncPublisher:
     def _forget(self, token: bytes) -> tuple[AckTarget, float, str] | None:
         futures = self._futures
         entry = futures.pop(token, None)
-        if self._full and len(futures) < self.max_pending:
+        if entry is not None and type(entry[0]) is _Span:
+            self._extra -= max(entry[0].left - 1, 0)
+        if self._full and len(futures) + self._extra < self.max_pending:
             self._full = False
             self._space.set()
         if self._busy and not futures:
@@ -647,14 +744,17 @@ class AsyncPublisher:
 
     def _on_reply(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
         token = subject[self._prefix_len :]
+        if token[:1] == _SPAN:
+            self._span_reply(token, data, hdr)
+            return
         if self._held and token in self._held and self._still_held(token, data, hdr):
             return
         entry = self._forget(token)
         if entry is None:
             return  # late reply after a timeout or a disconnect
         fut, _, target = entry
-        if fut.done():
-            return
+        if isinstance(fut, _Span) or fut.done():
+            return  # (a span's replies never come here: their tokens are told apart)
         if (
             type(fut) is AckTally
             and hdr is None
@@ -682,6 +782,78 @@ class AsyncPublisher:
             fut.set_exception(exc)
         else:
             fut.set_result(ack)
+
+    # ----------------------------------------------------------------- spans
+
+    def _sunk_reply(
+        self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None, context: object
+    ) -> None:
+        """A plain reply the router's loop took for the sink: as any reply."""
+        self._on_reply(subject, reply, data, hdr)
+
+    def _span_answered(self, token: bytes, span: _Span, count: int) -> int:
+        """``count`` publishes of ``span`` were answered; how many of them it still awaited."""
+        before = span.left
+        count = min(count, before)
+        span.left = before - count
+        if span.left <= 0:
+            self._extra -= max(before - 1, 0)  # its share of _extra
+            self._forget(token)
+        else:
+            self._extra -= count
+            if self._full and len(self._futures) + self._extra < self.max_pending:
+                self._full = False
+                self._space.set()
+        return count
+
+    def _span_reply(self, token: bytes, data: bytes, hdr: bytes | None) -> None:
+        """One reply to a publish of a span: counted as :meth:`_on_reply` counts a tally's."""
+        entry = self._futures.get(token)
+        if entry is None:
+            return  # late reply after a timeout or a disconnect
+        span = entry[0]
+        assert type(span) is _Span
+        if not self._span_answered(token, span, 1):
+            return
+        tally = span.tally
+        if (
+            hdr is None
+            and data.startswith(b'{"stream":"')
+            and b'"seq":' in data
+            and b'"error"' not in data
+            and b'"duplicate"' not in data
+        ):
+            tally.count(False)
+            return
+        try:
+            ack = ack_from_reply(data, hdr, entry[2])
+        except ValidationError:
+            tally.set_exception(
+                InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}")
+            )
+        except JetStreamError as exc:
+            tally.set_exception(exc)
+        else:
+            tally.count(ack.duplicate)
+
+    def span_acks(self, token: bytes, count: int) -> None:
+        """``count`` plain acknowledgements (no duplicate, no error) of the span ``token``."""
+        entry = self._futures.get(token)
+        if entry is None or type(entry[0]) is not _Span:
+            return  # late replies after a timeout or a disconnect
+        span = entry[0]
+        answered = self._span_answered(token, span, count)
+        if answered:
+            span.tally.count_many(answered)
+
+    def use_bulk_acks(self) -> None:
+        """Count the plain acknowledgements of spans by runs, framed in bulk (needs pyarrow)."""
+        sink = self._sink
+        if sink is not None and sink.bulk is None and self._conn.fast:
+            from ._columns import AckFramer
+
+            sink.append = AckFramer.appender(self.span_acks)
+            sink.bulk = AckFramer(self._prefix, _SPAN)
 
     # ----------------------------------------------------------------- held publishes
 
@@ -886,6 +1058,7 @@ class AsyncPublisher:
     def _fail_all(self, make_error: type[JetStreamError], text: str) -> None:
         entries = list(self._futures.values())
         self._futures.clear()
+        self._extra = 0
         self._held.clear()
         self._hold_queue.clear()
         self._resent_answered()
@@ -932,7 +1105,7 @@ class AsyncPublisher:
                 await self._idle.wait()
         except TimeoutError:
             raise JetStreamTimeoutError(
-                f"{len(self._futures)} asynchronous publishes still pending after {timeout} s"
+                f"{self._load()} asynchronous publishes still pending after {timeout} s"
             ) from None
 
     async def aclose(self) -> None:
@@ -946,6 +1119,10 @@ class AsyncPublisher:
             self._conn.remove_listener(self)
             sub, self._sub = self._sub, None
             await sub.unsubscribe()
+
+
+def _ignore(_: object) -> None:
+    """A sink's ``append`` and ``arrived`` that keep nothing (replies are handled at once)."""
 
 
 # --------------------------------------------------------------------------- hold when full

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import cast
 
 import pytest
 
@@ -219,7 +220,8 @@ async def test_collect_columns_is_collect_as_columns(path_js: JetStreamContext) 
     for row, msg, (subject, payload, headers) in zip(got, want, sent, strict=True):
         assert row["subject"] == msg.subject == subject
         assert row["data"] == msg.data == payload
-        assert (dict(row["headers"]) if row["headers"] is not None else None) == msg.headers
+        pairs = cast(list[tuple[str, str]] | None, row["headers"])
+        assert (dict(pairs) if pairs is not None else None) == msg.headers
         assert msg.headers == headers
         meta = parse_metadata(str(row["reply"]))
         assert meta.sequence.stream == msg.metadata.sequence.stream

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -256,3 +257,152 @@ async def test_sending_before_the_window_is_up_is_refused(nats_server: NatsServe
         with pytest.raises(InvalidOptionError, match="wait_for_room"):
             _window(js).send_many(b"any.subject", None, [b"x"], None, tally)
         assert tally.outstanding == 0
+
+
+# ----------------------------------------------------------------------------- Arrow payloads
+
+
+def _arrow(payloads: list[bytes]) -> Any:
+    pa = pytest.importorskip("pyarrow")
+    return pa.array(payloads, pa.binary())
+
+
+async def _datas(js: JetStreamContext, name: str, count: int) -> list[bytes]:
+    """What the stream stores, in order (an AckNone fetch of all of it)."""
+    from aiojetstream import AckPolicy, ConsumerConfig
+
+    consumer = await js.create_consumer(name, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    got: list[bytes] = []
+    while len(got) < count:
+        batch = await (await consumer.fetch_no_wait(count - len(got))).collect()
+        assert batch, "the stream holds fewer messages than published"
+        got += [m.data for m in batch]
+    return got
+
+
+ODD = [b"", b"\r\n", b"x\r\nPUB a b 1\r\ny", b"MSG s 1 2\r\nhi\r\n", bytes(range(256))]
+
+
+async def test_arrow_payloads_all_stored_in_order(nats_server: NatsServer) -> None:
+    """Commands built a batch at a time; acknowledgements counted by runs; every one stored."""
+    async with await aiojetstream.connect(nats_server.url, publish_async_max_pending=700) as js:
+        name = await _stream(js, "BULKAR")
+        payloads = [ODD[i % 100] if i % 100 < len(ODD) else b"%d" % i for i in range(5000)]
+        summary = await asyncio.wait_for(js.publish_many(f"{name}.a", _arrow(payloads)), 60)
+        assert summary == PublishSummary(stored=5000, duplicates=0)
+        assert js.publish_async_pending == 0
+        sink = _window(js)._sink
+        assert sink is not None
+        assert sink.bulk is not None, "acknowledgements counted by runs on the fast path"
+        assert await _datas(js, name, 5000) == payloads
+        # Subjects one per payload; a chunked array; large_binary.
+        pa = pytest.importorskip("pyarrow")
+        subjects = [f"{name}.{'abc'[i % 3]}" for i in range(3000)]
+        chunked = pa.chunked_array([pa.array(payloads[:1000]), pa.array(payloads[1000:3000])])
+        assert await js.publish_many(subjects, chunked) == PublishSummary(3000, 0)
+        big = pa.array(payloads[:10], pa.large_binary())
+        assert await js.publish_many(f"{name}.b", big) == PublishSummary(10, 0)
+        stream = await js.stream(name)
+        assert stream.cached_info.state.messages == 8010
+        for seq in (5001, 5002, 5003, 8000):
+            msg = await stream.get_msg(seq)
+            assert msg.subject == subjects[seq - 5001]
+            assert msg.data == payloads[seq - 5001]
+
+
+async def test_arrow_payloads_bad_input_sends_nothing(js: JetStreamContext) -> None:
+    pa = pytest.importorskip("pyarrow")
+    name = await _stream(js, "BULKAB")
+    subject = f"{name}.a"
+    limit = js.nc.max_payload
+    bad_calls: dict[str, tuple[type[Exception], Callable[[], Awaitable[object]]]] = {
+        "a null": (InvalidOptionError, lambda: js.publish_many(subject, pa.array([b"a", None]))),
+        "a string column": (InvalidOptionError, lambda: js.publish_many(subject, pa.array(["a"]))),
+        "payload over max_payload": (
+            MaxPayloadExceededError,
+            lambda: js.publish_many(subject, pa.array([b"ok", b"x" * (limit + 1)])),
+        ),
+        "a wildcard subject": (
+            InvalidSubjectError,
+            lambda: js.publish_many(f"{name}.*", pa.array([b"ok"])),
+        ),
+        "one bad subject of many": (
+            InvalidSubjectError,
+            lambda: js.publish_many([subject, f"{name} x"], pa.array([b"ok", b"ok"])),
+        ),
+        "a subject too long for the protocol line": (
+            InvalidSubjectError,
+            lambda: js.publish_many("s." * 2100 + "x", pa.array([b"ok"])),
+        ),
+        "fewer subjects than payloads": (
+            InvalidOptionError,
+            lambda: js.publish_many([subject], pa.array([b"ok", b"ok"])),
+        ),
+    }
+    for what, (error, call) in bad_calls.items():
+        with pytest.raises(error):
+            await call()
+        assert js.publish_async_pending == 0, what
+    assert (await js.stream(name)).cached_info.state.messages == 0
+
+
+async def test_arrow_payloads_server_errors_are_typed(js: JetStreamContext) -> None:
+    pa = pytest.importorskip("pyarrow")
+    name = await _stream(js, "BULKAF", max_msgs=3, discard=DiscardPolicy.NEW)
+    with pytest.raises(StreamFullError) as info:
+        await asyncio.wait_for(js.publish_many(f"{name}.x", pa.array([b"m"] * 50)), 30)
+    assert info.value.err_code == 10077
+    await asyncio.wait_for(js.publish_async_complete(), 30)
+    assert js.publish_async_pending == 0
+    assert (await js.stream(name)).cached_info.state.messages == 3
+    with pytest.raises(NoRespondersError):
+        await asyncio.wait_for(js.publish_many("nobody.listens.here", pa.array([b"x"] * 5)), 30)
+
+
+async def test_duplicates_are_counted_after_runs_were_counted(js: JetStreamContext) -> None:
+    """Once acknowledgements are counted by runs, a duplicate is still told apart."""
+    name = await _stream(js, "BULKAD")
+    subject = f"{name}.d"
+    assert await js.publish_many(subject, _arrow([b"x"] * 300)) == PublishSummary(300, 0)
+    ids = [f"id-{i % 150}" for i in range(400)]  # 250 repeats within the window
+    summary = await asyncio.wait_for(
+        js.publish_many(subject, _arrow([b"y"] * 400), msg_ids=ids), 30
+    )
+    assert summary == PublishSummary(stored=400, duplicates=250)
+    assert (await js.stream(name)).cached_info.state.messages == 450
+
+
+async def test_arrow_payloads_ack_timeout_and_close(nats_server: NatsServer) -> None:
+    pa = pytest.importorskip("pyarrow")
+    js = await aiojetstream.connect(nats_server.url)
+    sub = await js.nc.subscribe("silent.bulk.arrow")  # receives, never replies
+    with pytest.raises(JetStreamTimeoutError):
+        await asyncio.wait_for(
+            js.publish_many("silent.bulk.arrow", pa.array([b"a", b"b"]), timeout=0.5), 10
+        )
+    await asyncio.wait_for(js.publish_async_complete(), 10)
+    assert js.publish_async_pending == 0
+    task = asyncio.create_task(
+        js.publish_many("silent.bulk.arrow", pa.array([b"a"] * 3), timeout=60)
+    )
+    await wait_until(lambda: js.publish_async_pending == 3, 10)
+    await js.close()
+    with pytest.raises(ConnectionClosedError):
+        await asyncio.wait_for(task, 10)
+    del sub
+
+
+async def test_arrow_payloads_on_the_fallback(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AIOJETSTREAM_FAST_PATH=0: the payloads go out one by one, with the same outcome."""
+    from aiojetstream import _conn
+
+    monkeypatch.setenv(_conn.FAST_PATH_ENV, "0")
+    async with await aiojetstream.connect(nats_server.url) as js:
+        assert not js._conn.fast
+        name = await _stream(js, "BULKAFB")
+        payloads = [b"%d" % i for i in range(500)] + ODD
+        summary = await asyncio.wait_for(js.publish_many(f"{name}.f", _arrow(payloads)), 60)
+        assert summary == PublishSummary(len(payloads), 0)
+        assert await _datas(js, name, len(payloads)) == payloads
