@@ -183,14 +183,13 @@ class MessageBatch:
         and :attr:`Msg.reply` are), ``headers`` (``map<string, string>``, as
         :attr:`Msg.headers`; null without headers) and ``data`` (binary), one
         row per message, in order. The stream sequence, timestamp and the
-        other :class:`MsgMetadata` are the tokens of ``reply``
-        (:func:`parse_metadata`). Read this way, plain messages (without
-        headers) are framed in bulk straight from the connection's read
-        buffer into the columns, which costs a fraction of building a
-        :class:`Msg` each; the messages are not acknowledged (for ``AckNone``
-        consumers, or acknowledge by ``reply``). On the fallback path
-        (``AIOJETSTREAM_FAST_PATH=0``) the columns are built from messages,
-        with the same result.
+        rest of :attr:`Msg.metadata` are the tokens of ``reply`` (ADR-15).
+        Read this way, plain messages (without headers) are framed in bulk
+        straight from the connection's read buffer into the columns, which
+        costs a fraction of building a :class:`Msg` each; nothing is
+        acknowledged (meant for ``AckNone`` consumers; else acknowledge by
+        ``reply``). On the fallback path (``AIOJETSTREAM_FAST_PATH=0``) the
+        columns are built from messages, with the same result.
 
         Errors as for :meth:`collect`: when the pull ended with a terminal
         error, the messages that arrived before it are returned and the next
