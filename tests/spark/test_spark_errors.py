@@ -217,3 +217,38 @@ def test_kv_read_from_a_server_before_2_11(
     reader = KVReader(parse_kv_options({"servers": nats.url, "bucket": name}))
     with pytest.raises(FeatureNotSupportedError, match=r"nats-server >= 2\.11"):
         reader.partitions()
+
+
+def _first_lines(error: BaseException, count: int) -> list[str]:
+    return str(error).splitlines()[:count]
+
+
+def test_errors_show_the_message_first(spark: SparkSession, nats: Nats, name: str) -> None:
+    """Issue 26: the message is in the first lines, not under 17 frames (was 1,538 characters).
+
+    Spark shows a data source's error as its formatted traceback: the entry
+    point re-raises it with a traceback of one frame, without its chain.
+    """
+    missing = name  # no such stream or bucket
+    with pytest.raises(PySparkException) as read:
+        reader(spark, nats.url, missing).load().collect()
+    lines = _first_lines(read.value, 4)
+    assert lines[0].endswith("Traceback (most recent call last):")
+    assert lines[3] == (
+        f"aiojetstream._errors.InvalidOptionError: option 'stream': stream {missing!r} "
+        f"does not exist at {nats.url}"
+    )
+    assert len(str(read.value)) < 500, str(read.value)
+    with pytest.raises(PySparkException) as unreachable:
+        reader(spark, UNREACHABLE, name).load().collect()
+    assert _first_lines(unreachable.value, 4)[3].startswith(
+        "aiojetstream._errors.ConnectionFailedError: aiojetstream.spark: cannot reach NATS at "
+        f"{UNREACHABLE} (option 'servers'): could not connect to {UNREACHABLE} (tried twice): "
+    )
+    with pytest.raises(PySparkException) as kv:
+        spark.read.format("jetstream_kv").option("servers", nats.url).option(
+            "bucket", missing
+        ).load().collect()
+    assert _first_lines(kv.value, 4)[3].endswith(
+        f"option 'bucket': bucket {missing!r} does not exist at {nats.url}"
+    )

@@ -24,6 +24,7 @@ from aiojetstream import (
 from ._options import KVOptions, lower_keys, parse_kv_options
 from ._runtime import run_once, shared_session
 from ._source import check_read_schema
+from ._surface import surfaced, surfaced_iter
 from ._write import BatchWriterBase, WriteResult, arrow_schema, record_batches
 
 __all__ = ["JetStreamKVDataSource"]
@@ -81,6 +82,7 @@ class JetStreamKVDataSource(DataSource):
         """The format name."""
         return "jetstream_kv"
 
+    @surfaced
     def schema(self) -> str:
         """The fixed read schema.
 
@@ -92,6 +94,7 @@ class JetStreamKVDataSource(DataSource):
             parse_kv_options(self.options)
         return KV_DDL
 
+    @surfaced
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader of the bucket's live keys (one partition)."""
         check_read_schema(
@@ -101,6 +104,7 @@ class JetStreamKVDataSource(DataSource):
         )
         return KVReader(parse_kv_options(self.options))
 
+    @surfaced
     def writer(self, schema: StructType, overwrite: bool) -> KVWriter:
         """A batch writer: ``key``, ``value`` (null deletes the key)."""
         if overwrite:
@@ -131,6 +135,7 @@ class KVReader(DataSourceReader):
     def __init__(self, opts: KVOptions) -> None:
         self.opts = opts
 
+    @surfaced
     def partitions(self) -> Sequence[InputPartition]:
         """One partition; checks the bucket and the server can be read (before the job)."""
         opts = self.opts
@@ -155,6 +160,7 @@ class KVReader(DataSourceReader):
         run_once(opts.connect, check)
         return [InputPartition(opts.bucket)]
 
+    @surfaced_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Yield the live entries in Arrow batches, each key once (see :class:`_Snapshot`)."""
         opts = self.opts
@@ -263,6 +269,7 @@ class KVWriter(BatchWriterBase):
         self.opts = opts
         self.schema = schema  # ``key`` and ``value``: the types of Row conversion
 
+    @surfaced
     def write(self, iterator: Iterator[Any]) -> WriteResult:
         """Write a partition's rows; return once every put is acknowledged."""
         opts = self.opts

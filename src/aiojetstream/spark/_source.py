@@ -45,6 +45,7 @@ from ._read import (
     stream_bounds,
 )
 from ._runtime import run_shared
+from ._surface import surfaced, surfaced_iter
 from ._write import StreamWriter, Writer, check_sink_schema
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
@@ -115,6 +116,7 @@ class JetStreamDataSource(DataSource):
         """The format name."""
         return "jetstream"
 
+    @surfaced
     def schema(self) -> str:
         """The fixed read schema.
 
@@ -126,17 +128,20 @@ class JetStreamDataSource(DataSource):
             parse_source_options(self.options, streaming=False)
         return DDL
 
+    @surfaced
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader (one that takes pushed filters when Spark pushes them)."""
         check_read_schema(schema, READ_SCHEMA, "jetstream")
         opts = parse_source_options(self.options, streaming=False)
         return FilteringBatchReader(opts) if _pushing_filters() else BatchReader(opts)
 
+    @surfaced
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader (offsets ``{"stream": name, "seq": next}``)."""
         check_read_schema(schema, READ_SCHEMA, "jetstream")
         return StreamReader(parse_source_options(self.options, streaming=True))
 
+    @surfaced
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """A batch writer (``mode("append")``)."""
         if overwrite:
@@ -148,6 +153,7 @@ class JetStreamDataSource(DataSource):
         _check_sink_subject(opts)
         return Writer(opts, columns)
 
+    @surfaced
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         """A streaming writer (``outputMode("append")`` or ``"update"``)."""
         if overwrite:
@@ -206,6 +212,7 @@ class BatchReader(DataSourceReader):
         self.opts = opts
         self.narrowing = Narrowing()
 
+    @surfaced
     def partitions(self) -> Sequence[InputPartition]:
         """Resolve the offsets against the streams now and cut the ranges."""
         opts, narrow = self.opts, self.narrowing
@@ -233,6 +240,7 @@ class BatchReader(DataSourceReader):
         )
         return _partitions(opts, ranges) or [SequenceRange(1, 1, opts.stream)]
 
+    @surfaced_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (on an executor)."""
         assert isinstance(partition, SequenceRange)
@@ -311,6 +319,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._initial = self._run(initial, f"planning the start of {opts.selection()}")
         return self._initial
 
+    @surfaced
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts (``startingOffsets``, default ``latest``)."""
         positions = self._initial_positions()
@@ -339,6 +348,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Fix the end of an ``availableNow`` run: what the streams hold now."""
         self._available_now = {name: b.next for name, b in self._all_bounds().items()}
 
+    @surfaced
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
     ) -> dict[str, Any]:
@@ -472,6 +482,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bounds = self._all_bounds()
         return encode(self.opts, {n: Position(b.next, b.created) for n, b in bounds.items()})
 
+    @surfaced
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Ranges of ``[start, end)`` per stream; checks each start is still in its stream.
 
@@ -518,11 +529,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ranges.append((name, check_loss(opts, lo, b.first, "offset", name), hi))
         return _partitions(opts, ranges)
 
+    @surfaced_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (on an executor)."""
         assert isinstance(partition, SequenceRange)
         return read_range(self.opts, partition.start, partition.end, partition.stream)
 
+    @surfaced
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: reads do not acknowledge, the offsets are in the checkpoint."""
 

@@ -46,6 +46,7 @@ from aiojetstream import InvalidOptionError, JetStreamContext, PublishSummary
 
 from ._options import ConnectOptions, JetStreamSparkWarning, SinkOptions
 from ._runtime import TRANSIENT, discard, shared_session
+from ._surface import surfaced
 
 try:
     from pyspark.sql.datasource import DataSourceArrowWriter as BatchWriterBase
@@ -360,6 +361,7 @@ class Writer(BatchWriterBase):
         # the same message ids as the attempt it replaces.
         self.write_id = uuid.uuid4().hex
 
+    @surfaced
     def write(self, iterator: Iterator[Any]) -> WriteResult:
         """Publish a partition's rows; return once every ack arrived."""
         prefix = None
@@ -369,6 +371,7 @@ class Writer(BatchWriterBase):
             prefix = f"{self.write_id}-{part}"
         return _write(self.opts.connect, self.opts, prefix, iterator, self.columns.arrow)
 
+    @surfaced
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Log what the write stored."""
         results = [m for m in messages if isinstance(m, WriteResult)]
@@ -388,6 +391,7 @@ class StreamWriter(StreamWriterBase):
         self.opts = opts
         self.columns = columns
 
+    @surfaced
     def write(self, iterator: Iterator[Any]) -> WriteResult:
         """Publish a micro-batch partition; ``dedupe=auto`` ids are query-batch-partition-row."""
         prefix = None
@@ -405,6 +409,7 @@ class StreamWriter(StreamWriterBase):
             prefix = f"{query}-{batch}-{ctx.partitionId()}"
         return _write(self.opts.connect, self.opts, prefix, iterator, self.columns.arrow)
 
+    @surfaced
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Log what the micro-batch stored."""
         rows = sum(m.rows for m in messages if isinstance(m, WriteResult))
