@@ -412,10 +412,11 @@ def test_errors_are_one_line_and_debug_raises(cli: Cli) -> None:
 def test_connection_errors_are_one_line(nats_url: str) -> None:
     result = invoke(unreachable_url(), ("stream", "ls"), None, 1)
     assert "could not connect" in one_error_line(result)
-    result = invoke(nats_url, ("--password", "p", "stream", "ls"), None, 1)
-    assert one_error_line(result) == "error: --password needs --user"
-    result = invoke(nats_url, ("--tls-key", "k.pem", "stream", "ls"), None, 1)
-    assert one_error_line(result) == "error: --tls-key needs --tls-cert"
+    # Options that do not go together: usage errors (issue 26; were exit 1).
+    result = invoke(nats_url, ("--password", "p", "stream", "ls"), None, 2)
+    assert usage_error_line(result) == "Error: Invalid value: --password needs --user"
+    result = invoke(nats_url, ("--tls-key", "k.pem", "stream", "ls"), None, 2)
+    assert usage_error_line(result) == "Error: Invalid value: --tls-key needs --tls-cert"
 
 
 def test_user_and_password() -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "BucketReplicas",
     "BucketStorage",
     "CliError",
+    "CliUsageError",
     "Description",
     "Force",
     "JsonFlag",
@@ -104,6 +105,10 @@ class CliError(Exception):
     """An error of the command line itself (bad input): printed as one line, exit code 1."""
 
 
+class CliUsageError(CliError, typer.BadParameter):
+    """Options that do not go together: a usage error (Click's usage lines, exit code 2)."""
+
+
 @dataclass(frozen=True)
 class Options:
     """The global options: where and how to connect, and how to print."""
@@ -126,14 +131,14 @@ class Options:
         """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context).
 
         Raises:
-            CliError: inconsistent options, or a certificate file that can not
-                be read or is not valid.
+            CliUsageError: inconsistent options (a usage error).
+            CliError: a certificate file that can not be read or is not valid.
 
         """
         if self.password is not None and self.user is None:
-            raise CliError("--password needs --user")
+            raise CliUsageError("--password needs --user")
         if self.tls_key is not None and self.tls_cert is None:
-            raise CliError("--tls-key needs --tls-cert")
+            raise CliUsageError("--tls-key needs --tls-cert")
         kwargs: dict[str, Any] = {"timeout": self.timeout, "domain": self.domain}
         if self.user is not None:
             kwargs["user"] = self.user
