@@ -46,12 +46,12 @@ async def test_missing_stream_and_consumer_are_named(js: JetStreamContext) -> No
         f"consumer 'NEW' not found on stream {name!r} (code=404, err_code=10014)"
     )
     assert (gone.value.stream, gone.value.consumer) == (name, "NEW")
-    with pytest.raises(ConsumerNotFoundError, match="^consumer 'NEW' not found on stream"):
+    with pytest.raises(ConsumerNotFoundError, match=r"^consumer 'NEW' not found on stream"):
         await js.delete_consumer(name, "NEW")
     # Pulling through a handle whose consumer was deleted names it too.
     consumer = await js.create_consumer(name, ConsumerConfig(durable_name="gone"))
     await js.delete_consumer(name, "gone")
-    with pytest.raises(ConsumerNotFoundError, match="^consumer 'gone' not found on stream"):
+    with pytest.raises(ConsumerNotFoundError, match=r"^consumer 'gone' not found on stream"):
         await consumer.info()
 
 
@@ -110,7 +110,7 @@ async def test_kv_ttl_under_the_marker_ttl_is_stretched_warned_once_or_refused(
     last = (await kv.stream.info()).state.last_seq
     with pytest.raises(InvalidTTLError, match=r"becomes 60 s: .* \(refused: pedantic=True\)$"):
         await kv.create("lock.job9", b"w5", ttl=30, pedantic=True)
-    with pytest.raises(InvalidTTLError, match="purge marker of key 'lock.job7' becomes 60 s"):
+    with pytest.raises(InvalidTTLError, match=r"purge marker of key 'lock\.job7' becomes 60 s"):
         await kv.purge("lock.job7", ttl=30, pedantic=True)
     assert (await kv.stream.info()).state.last_seq == last
     # A TTL of at least limit_marker_ttl, or "never", is kept: no warning, pedantic or not.
