@@ -9,12 +9,22 @@ median of the per-round ratios, and its spread the interquartile range of the
 per-round ratios over their median (see :data:`SPREAD_WARNING`). The table is
 also written to ``benchmarks/results/latest.json``. Memory figures are
 measured in fresh subprocesses and have no baseline; import times in fresh
-interpreters, ``import nats`` and then ``import aiojetstream`` in each.
+interpreters, alternately one that imports ``nats`` and one that imports what
+the README's first program uses (:data:`IMPORT_NAMES`).
+
+The ``*_vs_socket`` and ``*_vs_server`` rows set the library against what the
+server itself delivers and stores on this machine: ``bare_reader.py`` and
+``bare_publisher.py``, minimal asyncio socket clients (no nats-py, no parsing
+beyond message boundaries and counting acknowledgements), measured in the same
+rounds.
 
 The Spark cases (group ``spark``, skipped with ``--no-spark``) run in a
 subprocess with one ``local[2]`` SparkSession: ``format("jetstream")`` reads
 and writes 1M rows against a no-op Python Data Source (``spark_noop.py``), the
-same way into the same sinks, ``--spark-rounds`` alternating rounds (at least 3).
+same way into the same sinks, and against the bare-socket clients with as many
+consumers (connections) as partitions, ``--spark-rounds`` alternating rounds
+(at least 3); the Python workers' CPU time per row comes from ``/proc``
+(``spark_cpu.py``'s :func:`cpu_seconds`).
 
 Run with ``make bench`` (``python benchmarks/run.py --help`` for the options).
 """
@@ -38,6 +48,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Final
 
+import bare_publisher
+import bare_reader
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg as NatsMsg
@@ -53,6 +65,7 @@ from aiojetstream import (
     StorageType,
     StreamConfig,
 )
+from aiojetstream._context import DEFAULT_MAX_PENDING
 from aiojetstream.testing import NatsServer, find_nats_server
 
 PAYLOAD = b"x" * 128
@@ -70,6 +83,11 @@ SPARK_STREAM = "BSPARK"  # the same names as in spark_noop.py
 SPARK_SUBJECT = "bspark.data"
 SPARK_SINK_STREAM = "BSPARKW"
 SPARK_SINK_SUBJECT = "bsparkw.data"
+#: The Spark reads' numPartitions: as many consumers for the bare-socket reader,
+#: as many connections (each with its own window) for the bare-socket publisher.
+SPARK_PARTITIONS = 2
+PUBLISH_MANY_STREAM = "BPUBMANY"
+PUBLISH_MANY_SUBJECT = "bpubmany.data"
 
 #: Targets: case -> (comparison, threshold); ratios for cases with a baseline.
 TARGETS: dict[str, tuple[str, float]] = {
@@ -83,6 +101,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "messages_ack_none_vs_core": (">=", 1.25),
     "consume_vs_core": (">=", 1.25),
     "messages_ack_explicit_vs_core": (">=", 0.7),
+    # Issue 27: against what the server delivers and stores (bare-socket clients).
+    "messages_vs_socket": (">=", 0.8),
+    "publish_many_vs_socket": (">=", 0.6),
     "ordered": (">=", 1.5),
     "kv_put": (">=", 1.0),
     "kv_get_p50": ("<=", 0.6),
@@ -93,8 +114,12 @@ TARGETS: dict[str, tuple[str, float]] = {
     # Issue 26: the command line answers --version and --help in under half a second.
     "cli_version_ms": ("<=", 500),
     "cli_help_ms": ("<=", 500),
-    "spark_read_vs_noop": (">=", 0.3),
-    "spark_write_vs_noop": (">=", 0.4),
+    # Issue 27 (issue 8's spark_*_vs_noop targets withdrawn: those rows are information).
+    # CPU rows: Python-worker CPU per row over the no-op source's; lower is better.
+    "spark_read_cpu_vs_noop": ("<=", 3.0),
+    "spark_write_cpu_vs_noop": ("<=", 5.0),
+    "spark_read_vs_server": (">=", 0.7),
+    "spark_write_vs_server": (">=", 0.6),
 }
 
 #: Above this spread (the interquartile range of a row's per-round ratios over
@@ -260,6 +285,51 @@ async def bench_publish(libs: Libraries, storage: str, count: int, rounds: int) 
     ]
 
 
+async def bench_publish_many(libs: Libraries, url: str, count: int, rounds: int) -> list[Row]:
+    """``publish_many`` of ``count`` 128-byte messages against the bare-socket publisher.
+
+    Both publish into the same memory stream, purged before every round (not
+    timed), with the same window (the library's default
+    ``publish_async_max_pending``) over one connection; every round checks
+    that the stream stored all of them.
+    """
+    js = libs.js
+    subject = PUBLISH_MANY_SUBJECT
+    window = js._publisher.max_pending
+    if window != DEFAULT_MAX_PENDING:
+        raise RuntimeError(f"the context's publish window is {window}, not the default")
+    await js.create_stream(
+        StreamConfig(name=PUBLISH_MANY_STREAM, subjects=[subject], storage=StorageType.MEMORY)
+    )
+    payloads = [PAYLOAD] * count
+    stream = await js.stream(PUBLISH_MANY_STREAM)
+
+    async def stored(n: int, what: str) -> None:
+        if (got := (await stream.info()).state.messages) != n:
+            raise RuntimeError(f"{what} stored {got} of {n} messages")
+
+    async def ours(n: int) -> float:
+        await stream.purge()
+        batch = payloads[:n]
+        start = time.perf_counter()
+        await js.publish_many(subject, batch)
+        value = rate(n, start)
+        await stored(n, "publish_many")
+        return value
+
+    async def socket(n: int) -> float:
+        await stream.purge()
+        value = await bare_publisher.publish(url, subject, n, window=window)
+        await stored(n, "the bare-socket publisher")
+        return value
+
+    try:
+        figures = await compare(ours, socket, count, rounds)
+    finally:
+        await js.delete_stream(PUBLISH_MANY_STREAM)
+    return [Row("publish_many_vs_socket", *figures, "msgs/s")]
+
+
 # --------------------------------------------------------------------------- consuming
 
 
@@ -302,12 +372,13 @@ class Consumers:
         return value
 
 
-async def bench_consume(libs: Libraries, count: int, rounds: int) -> list[Row]:
+async def bench_consume(libs: Libraries, url: str, count: int, rounds: int) -> list[Row]:
     """messages() without and with acks, consume(), fetch() and the ordered consumer.
 
-    One round measures every side once: ours, nats-py's and the core
-    subscription's (the baseline of the ``*_vs_core`` rows), so each row pairs
-    figures taken in the same round.
+    One round measures every side once: ours, nats-py's, the core
+    subscription's (the baseline of the ``*_vs_core`` rows) and the
+    bare-socket reader's through one AckNone consumer (``messages_vs_socket``),
+    so each row pairs figures taken in the same round.
     """
     js, theirs = libs.js, libs.theirs
     consumers = Consumers(libs)
@@ -343,6 +414,9 @@ async def bench_consume(libs: Libraries, count: int, rounds: int) -> list[Row]:
 
     async def core(n: int) -> float:
         return await core_subscription_rate(libs, n)
+
+    async def socket(n: int) -> float:
+        return await bare_reader.read(url, CONSUME_STREAM, n, consumers=1)
 
     async def ours_consume(n: int) -> float:
         name = await consumers.create(AckPolicy.NONE)
@@ -424,6 +498,7 @@ async def bench_consume(libs: Libraries, count: int, rounds: int) -> list[Row]:
             "base_none": base_none,
             "ours_none": ours_none,
             "core": core,
+            "socket": socket,
             "ours_explicit": ours_explicit,
             "base_explicit": base_explicit,
             "ours_consume": ours_consume,
@@ -441,6 +516,7 @@ async def bench_consume(libs: Libraries, count: int, rounds: int) -> list[Row]:
         Row("messages_ack_explicit", f["ours_explicit"], f["base_explicit"], unit),
         Row("messages_ack_none_vs_core", f["ours_none"], f["core"], unit),
         Row("messages_ack_explicit_vs_core", f["ours_explicit"], f["core"], unit),
+        Row("messages_vs_socket", f["ours_none"], f["socket"], unit),
         Row("consume_callback", f["ours_consume"], f["base_consume"], unit),
         Row("consume_vs_core", f["ours_consume"], f["core"], unit),
         Row("fetch_loop", f["ours_fetch"], f["base_none"], unit),
@@ -683,48 +759,89 @@ async def child_growth(url: str, count: int) -> dict[str, float]:
         await js.close()
 
 
-IMPORT_SNIPPET = (
+#: The names the README's first program imports: what ``import_ratio_over_nats`` times.
+IMPORT_NAMES: Final = "connect, StreamConfig, ConsumerConfig, Msg"
+
+#: The baseline's interpreter: ``import nats`` (timed), then a bare ``import
+#: aiojetstream`` after it (``import_ms_over_nats``; it loads the package's
+#: ``__init__`` only). Wall and CPU milliseconds.
+NATS_SNIPPET: Final = (
     "import time\n"
-    "t0 = time.perf_counter()\n"
+    "w0, c0 = time.perf_counter(), time.process_time()\n"
     "import nats\n"
-    "t1 = time.perf_counter()\n"
+    "w1, c1 = time.perf_counter(), time.process_time()\n"
     "import aiojetstream\n"
-    "t2 = time.perf_counter()\n"
-    "from aiojetstream import connect\n"
-    "t3 = time.perf_counter()\n"
-    "print((t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000)\n"
+    "w2 = time.perf_counter()\n"
+    "print((w1 - w0) * 1000, (c1 - c0) * 1000, (w2 - w1) * 1000)\n"
+)
+
+#: Our interpreter: only ``from aiojetstream import <IMPORT_NAMES>`` (timed).
+IMPORT_SNIPPET: Final = (
+    "import time\n"
+    "w0, c0 = time.perf_counter(), time.process_time()\n"
+    f"from aiojetstream import {IMPORT_NAMES}\n"
+    "w1, c1 = time.perf_counter(), time.process_time()\n"
+    "print((w1 - w0) * 1000, (c1 - c0) * 1000)\n"
 )
 
 #: Fresh interpreters of the import cases (at least; more with more --rounds).
 IMPORT_ROUNDS = 10
 
 
-def import_times(rounds: int) -> tuple[list[float], list[float], list[float]]:
-    """Milliseconds of ``import nats``, then of ``import aiojetstream``: one interpreter a round.
+def import_times(rounds: int) -> dict[str, list[float]]:
+    """Milliseconds of ``import nats`` and of our first program's import, in fresh interpreters.
 
-    Returns the rounds' ``import nats`` times, the times ``import
-    aiojetstream`` added after it (the same interpreters), and what the first
-    ``from aiojetstream import connect`` added then (the modules loaded on
-    first use).
+    Each round runs two interpreters back to back, in the opposite order every
+    other round: one times ``import nats`` (and then a bare ``import
+    aiojetstream``), the other only ``from aiojetstream import`` the names of
+    :data:`IMPORT_NAMES` (which loads nats too). Returns each round's figures:
+    ``nats`` and ``first`` (wall ms), ``nats_cpu`` and ``first_cpu`` (CPU ms of
+    the same imports, for --verbose) and ``bare`` (the bare import's wall ms).
     """
     # Measured as installed packages are used: with bytecode caches (the warm-up
     # run writes them even where PYTHONDONTWRITEBYTECODE is set).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
-    def once() -> tuple[float, float, float]:
+    def once(snippet: str) -> list[float]:
         out = subprocess.run(
-            [sys.executable, "-c", IMPORT_SNIPPET],
+            [sys.executable, "-c", snippet],
             check=True,
             capture_output=True,
             text=True,
             env=env,
         )
-        nats_ms, ours_ms, connect_ms = out.stdout.split()
-        return float(nats_ms), float(ours_ms), float(connect_ms)
+        return [float(x) for x in out.stdout.split()]
 
-    once()  # warm the file system cache and the bytecode caches
-    measured = [once() for _ in range(max(rounds, IMPORT_ROUNDS))]
-    return [m[0] for m in measured], [m[1] for m in measured], [m[2] for m in measured]
+    figures: dict[str, list[float]] = {
+        "nats": [],
+        "nats_cpu": [],
+        "bare": [],
+        "first": [],
+        "first_cpu": [],
+    }
+
+    def nats_side() -> None:
+        wall, cpu, bare = once(NATS_SNIPPET)
+        figures["nats"].append(wall)
+        figures["nats_cpu"].append(cpu)
+        figures["bare"].append(bare)
+
+    def ours_side() -> None:
+        wall, cpu = once(IMPORT_SNIPPET)
+        figures["first"].append(wall)
+        figures["first_cpu"].append(cpu)
+
+    once(NATS_SNIPPET)  # warm the file system cache and the bytecode caches
+    once(IMPORT_SNIPPET)
+    for i in range(max(rounds, IMPORT_ROUNDS)):
+        for side in (nats_side, ours_side) if i % 2 == 0 else (ours_side, nats_side):
+            side()
+    return figures
+
+
+def extra(ours: list[float], baseline: list[float]) -> list[float]:
+    """Each round's ``ours - baseline`` (what our import adds to ``import nats``)."""
+    return [o - b for o, b in zip(ours, baseline, strict=True)]
 
 
 #: The command line's start-up cases: row name -> arguments of ``python -m aiojetstream``.
@@ -774,10 +891,14 @@ def spark_missing() -> str | None:
 def spark_cases(url: str, args: argparse.Namespace) -> list[Row]:
     """The Spark cases, measured in a subprocess (its JVM ends with it)."""
     extra = ("--spark-rounds", str(args.spark_rounds))
-    result = child("spark", url, args.spark_rows, *extra, timeout=1200)
+    result = child("spark", url, args.spark_rows, *extra, timeout=1800)
     rows: list[Row] = []
     for case in ("read", "write"):
         ours = result[case]["ours"]
+        cpu = result.get(f"{case}_cpu")
+        if cpu is not None:  # Linux: from /proc
+            rows.append(Row(f"spark_{case}_cpu_vs_noop", cpu["ours"], cpu["noop"], "CPU µs/row"))
+        rows.append(Row(f"spark_{case}_vs_server", ours, result[case]["server"], "rows/s"))
         for level in ("noop", "ceiling", "row_noop"):
             base = result[case][level]
             name = f"spark_{case}_vs_{level}"
@@ -840,10 +961,35 @@ def child_spark(url: str, count: int, rounds: int) -> dict[str, Any]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     import spark_noop
     from pyspark.sql import SparkSession
+    from spark_cpu import cpu_seconds
 
     import aiojetstream.spark
+    from aiojetstream.spark._options import SinkOptions
 
     admin = Admin(url)
+    # The bare-socket publisher's window: each Spark task's (the sink's maxPending default).
+    window = SinkOptions().max_pending
+    measure_cpu = Path("/proc/self/stat").exists()
+    cpu: dict[str, dict[str, list[float]]] = {"read_cpu": {}, "write_cpu": {}}
+
+    def with_cpu(case: str, side: str, measure: Callable[[int], float]) -> Callable[[int], float]:
+        """``measure``, also noting the Python workers' CPU microseconds per row (not warm-up)."""
+        if not measure_cpu:
+            return measure
+
+        def run(n: int) -> float:
+            before = cpu_seconds()
+            value = measure(n)
+            used = 0.0
+            for pid, (group, seconds) in cpu_seconds().items():
+                if group == "python workers":
+                    # A worker that ended meanwhile is missed: Spark keeps its workers.
+                    used += seconds - before.get(pid, (group, 0.0))[1]
+            if n == count:
+                cpu[case].setdefault(side, []).append(used / n * 1e6)
+            return value
+
+        return run
 
     async def setup(js: JetStreamContext) -> None:
         for name, subject in (
@@ -874,7 +1020,7 @@ def child_spark(url: str, count: int, rounds: int) -> dict[str, Any]:
                 spark.read.format("jetstream")
                 .option("servers", url)
                 .option("stream", SPARK_STREAM)
-                .option("numPartitions", 2)
+                .option("numPartitions", SPARK_PARTITIONS)
                 .option("endingOffsets", n + 1)
                 .load()
             )
@@ -898,13 +1044,18 @@ def child_spark(url: str, count: int, rounds: int) -> dict[str, Any]:
             df.write.format("noop").mode("overwrite").save()
             return rate(n, start)
 
-        results = {
+        def server_read(n: int) -> float:
+            # As many AckNone consumers as the read has partitions, sequences 1..n.
+            return asyncio.run(bare_reader.read(url, SPARK_STREAM, n, SPARK_PARTITIONS))
+
+        results: dict[str, Any] = {
             "read": alternate(
                 {
-                    "noop": lambda n: timed(noop_read(n), n),
+                    "noop": with_cpu("read_cpu", "noop", lambda n: timed(noop_read(n), n)),
                     "ceiling": lambda n: timed(noop_read(n, "ceiling"), n),
                     "row_noop": lambda n: timed(noop_read(n, "rows"), n),
-                    "ours": lambda n: timed(jetstream_read(n), n),
+                    "server": server_read,
+                    "ours": with_cpu("read_cpu", "ours", lambda n: timed(jetstream_read(n), n)),
                 },
                 count,
                 rounds,
@@ -912,7 +1063,7 @@ def child_spark(url: str, count: int, rounds: int) -> dict[str, Any]:
         }
 
         def rows(n: int) -> Any:
-            return spark.range(n, numPartitions=2).selectExpr(
+            return spark.range(n, numPartitions=SPARK_PARTITIONS).selectExpr(
                 "cast(repeat('x', 128) as binary) as data"
             )
 
@@ -950,16 +1101,30 @@ def child_spark(url: str, count: int, rounds: int) -> dict[str, Any]:
             writer.save()
             return rate(n, start)
 
+        def server_write(n: int) -> float:
+            admin(purge)
+            value = asyncio.run(
+                bare_publisher.publish(
+                    url, SPARK_SINK_SUBJECT, n, window=window, connections=SPARK_PARTITIONS
+                )
+            )
+            if (got := admin(stored)) != n:
+                raise RuntimeError(f"the bare-socket publisher stored {got} of {n} rows")
+            return value
+
         results["write"] = alternate(
             {
-                "noop": noop_write,
+                "noop": with_cpu("write_cpu", "noop", noop_write),
                 "ceiling": lambda n: noop_write(n, "ceiling"),
                 "row_noop": lambda n: noop_write(n, "rows"),
-                "ours": jetstream_write,
+                "server": server_write,
+                "ours": with_cpu("write_cpu", "ours", jetstream_write),
             },
             count,
             rounds,
         )
+        if measure_cpu:
+            results.update(cpu)
     finally:
         spark.stop()
 
@@ -1087,7 +1252,7 @@ def print_table(machine_text: str, rows: list[Row]) -> None:
     print(f"machine: {machine_text}")
     print(
         f"{'case':<30}{'ours':>12}{'baseline':>12}{'ratio':>8}{'spread':>8}  "
-        f"{'unit':<8}{'target':<15}"
+        f"{'unit':<11}{'target':<15}"
     )
     for r in rows:
         ratio = r.ratio
@@ -1099,7 +1264,7 @@ def print_table(machine_text: str, rows: list[Row]) -> None:
         print(
             f"{r.name:<30}{_number(r.ours):>12}{_number(r.baseline):>12}"
             f"{_ratio(ratio):>8}"
-            f"{'-' if spread is None else f'{spread:.0%}':>8}  {r.unit:<8}{text:<15}{mark}"
+            f"{'-' if spread is None else f'{spread:.0%}':>8}  {r.unit:<11}{text:<15}{mark}"
         )
     noisy = [r for r in rows if r.noisy()]
     for r in noisy:
@@ -1153,6 +1318,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 for storage in ("memory", "file"):
                     rows += await bench_publish(libs, storage, args.count, args.rounds)
                     progress(args, rows)
+                rows += await bench_publish_many(
+                    libs, server.url, args.publish_many_count, args.rounds
+                )
+                progress(args, rows)
             if groups & {"consume", "memory"}:
                 await js.create_stream(
                     StreamConfig(
@@ -1161,7 +1330,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 )
                 await fill(js, CONSUME_SUBJECT, args.messages)
             if "consume" in groups:
-                rows += await bench_consume(libs, args.messages, args.rounds)
+                rows += await bench_consume(libs, server.url, args.messages, args.rounds)
                 progress(args, rows)
             if "kv" in groups:
                 rows += await bench_kv(libs, server.url, args.kv_count, args.rounds)
@@ -1184,18 +1353,21 @@ async def run(args: argparse.Namespace) -> list[Row]:
             await libs.close()
         if "spark" in groups:  # no client of this process is connected meanwhile
             rows += spark_cases(server.url, args)
-            progress(args, rows[-2:])
+            progress(args, rows)
     if "import" in groups:
-        nats_ms, ours_ms, connect_ms = import_times(args.rounds)
+        f = import_times(args.rounds)
         if args.verbose:
+            cpu = Row("cpu", extra(f["first_cpu"], f["nats_cpu"]), f["nats_cpu"], "ms")
             print(
-                f"  import nats {spread(nats_ms)} ms, then import aiojetstream "
-                f"{spread(ours_ms)} ms, then from aiojetstream import connect "
-                f"{spread(connect_ms)} ms",
+                f"  import nats {spread(f['nats'])} ms, then import aiojetstream "
+                f"{spread(f['bare'])} ms; from aiojetstream import {IMPORT_NAMES} "
+                f"{spread(f['first'])} ms; CPU: import nats {spread(f['nats_cpu'])} ms, "
+                f"ours {spread(f['first_cpu'])} ms, extra ratio {_ratio(cpu.ratio)}",
                 file=sys.stderr,
             )
-        rows.append(Row("import_ms_over_nats", ours_ms, None, "ms"))
-        rows.append(Row("import_ratio_over_nats", ours_ms, nats_ms, "ms"))
+        rows.append(Row("import_ms_over_nats", f["bare"], None, "ms"))
+        # (ours - nats) / nats per round: the extra ratio (0.5: half again import nats).
+        rows.append(Row("import_ratio_over_nats", extra(f["first"], f["nats"]), f["nats"], "ms"))
         for name, times in cli_startup_times(args.rounds).items():
             rows.append(Row(name, times, None, "ms"))
     return rows
@@ -1216,6 +1388,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds a case (min 5)")
     parser.add_argument("--count", type=int, default=5000, help="sequential publishes a round")
     parser.add_argument("--messages", type=int, default=200_000, help="messages a consume round")
+    parser.add_argument(
+        "--publish-many-count", type=int, default=1_000_000, help="publish_many messages a round"
+    )
     parser.add_argument("--kv-count", type=int, default=3000, help="KV puts / gets a round")
     parser.add_argument("--buffer", type=int, default=100_000, help="buffered messages (RSS)")
     parser.add_argument("--growth", type=int, default=1_000_000, help="messages (RSS growth)")
