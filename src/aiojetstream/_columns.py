@@ -25,7 +25,7 @@ from there.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from itertools import repeat
 from typing import Any, Final
 
@@ -256,121 +256,6 @@ def empty() -> pa.RecordBatch:
 
 
 # --------------------------------------------------------------------------- publishing
-
-
-class AckRun:
-    """A run of plain acknowledgements on one reply subject (a span of publishes)."""
-
-    __slots__ = ("count", "end", "payload_bytes", "token")
-
-    def __init__(self, token: bytes, count: int, end: int, payload_bytes: int) -> None:
-        self.token = token
-        self.count = count
-        self.end = end
-        self.payload_bytes = payload_bytes
-
-
-#: A plain acknowledgement: stored, not a duplicate, no error (what the publisher
-#: counts without parsing; anything else is parsed one by one).
-_PLAIN_ACK: Final = r'^\{"stream":"[^"\\]*","seq":[0-9]+(,"domain":"[^"\\]*")?\}$'
-
-
-def frame_acks(view: bytes, pos: int, end: int, head: bytes) -> tuple[int, int, int]:
-    """The plain acknowledgements at ``view[pos:end]``, each on the line ``head + <size>``.
-
-    ``head`` is ``b"MSG <subject> <sid> "`` (a reply without reply subject nor
-    headers). Returns how many, where they end and their payloads' bytes;
-    ``(0, pos, 0)`` for none.
-    """
-    none = (0, pos, 0)
-    end = min(end, len(view))
-    if end > _INT32:
-        return none
-    offsets = pa.py_buffer(struct.pack("<ii", pos, end))
-    whole = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(view)])
-    segments = pc.split_pattern(whole, _CRLF).flatten()
-    count = (len(segments) - 1) // 2
-    if count <= 0:
-        return none
-    lines_at = _evens(count)
-    lines = pc.take(segments, lines_at)
-    good = pc.starts_with(lines, head.decode("ascii"))
-    count = _prefix(good, count)
-    if not count:
-        return none
-    sizes_text = pc.binary_slice(lines.slice(0, count), len(head), len(head) + 20)
-    count = _prefix(pc.match_substring_regex(sizes_text, "^[0-9]{1,18}$"), count)
-    if not count:
-        return none
-    sizes = pc.cast(sizes_text.slice(0, count), pa.int64())
-    data = pc.take(segments, pc.add(lines_at.slice(0, count), 1))
-    good = pc.and_(
-        pc.equal(pc.binary_length(data), sizes), pc.match_substring_regex(data, _PLAIN_ACK)
-    )
-    count = _prefix(good, count)
-    if not count:
-        return none
-    payload_bytes = pc.sum(sizes.slice(0, count)).as_py()
-    line_bytes = pc.sum(pc.binary_length(lines.slice(0, count))).as_py()
-    return count, pos + line_bytes + payload_bytes + 4 * count, payload_bytes
-
-
-class AckFramer:
-    """Frames runs of plain acknowledgements of spans for the publisher's sink (``bulk``).
-
-    ``prefix``: the publisher's reply prefix; ``mark``: the first byte of a
-    span's token (other replies are left to the router's loop). Backs off
-    after failures as :class:`Framer` does.
-    """
-
-    __slots__ = ("_backoff", "_mark", "_prefix", "_skip")
-
-    def __init__(self, prefix: bytes, mark: bytes) -> None:
-        self._prefix = prefix
-        self._mark = mark
-        self._skip = 0
-        self._backoff = 0
-
-    @staticmethod
-    def appender(count: Callable[[bytes, int], None]) -> Callable[[Any], None]:
-        """The sink's ``append``: runs counted with ``count(token, n)``, other items dropped."""
-
-        def append(item: Any) -> None:
-            if type(item) is AckRun:
-                count(item.token, item.count)
-
-        return append
-
-    def __call__(self, view: bytes, pos: int, size: int, sid: bytes, first_end: int) -> Any:
-        """The run of acknowledgements at ``view[pos:size]``, or None."""
-        if self._skip:
-            self._skip -= 1
-            return None
-        eol = view.find(_CRLF, pos, first_end)
-        blank = view.rfind(b" ", pos, eol)
-        head = view[pos : blank + 1]  # "MSG <subject> <sid> "
-        subject = head[4 : -len(sid) - 2]
-        prefix = self._prefix
-        token = subject[len(prefix) :]
-        if (
-            blank < 0
-            or not subject.startswith(prefix)
-            or token[:1] != self._mark
-            or head != b"MSG %b %b " % (subject, sid)
-            or not head.isascii()
-        ):
-            return None
-        count, end, payload_bytes = frame_acks(
-            view, pos, min(size, max(pos + WINDOW, first_end)), head
-        )
-        if count < 2:
-            self._backoff = min(_MAX_SKIP, 2 * self._backoff + 1)
-            self._skip = self._backoff
-            if not count:
-                return None
-        else:
-            self._backoff = 0
-        return AckRun(token, count, end, payload_bytes)
 
 
 def is_arrow(column: object) -> bool:

@@ -1018,7 +1018,6 @@ class JetStreamContext:
             room = await publisher.wait_for_room(timeout)
             if tally.error is not None:
                 raise tally.error  # known meanwhile: send no more
-            publisher.use_bulk_acks()
             upto = min(count, sent + room)
             token, reply = publisher.next_span_reply()
             if len(longest) + len(reply) > MAX_SUBJECT_LINE:

@@ -7,6 +7,7 @@ import bisect
 import functools
 import heapq
 import random
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -466,8 +467,10 @@ class AsyncPublisher:
             if self._sub is not None:
                 return
             prefix = self._conn.new_inbox() + "."
-            # A sink: the replies of a span are counted by runs (see use_bulk_acks).
-            self._sink = RawSink(_ignore, self._sunk_reply, None, _ignore, None)
+            # A sink: on the fast path the plain replies of a span are counted by runs
+            # (AckRuns), the others handled one by one (_sunk_reply).
+            bulk = AckRuns(prefix.encode(), _SPAN) if self._conn.fast else None
+            self._sink = RawSink(self._sunk_run, self._sunk_reply, None, _ignore, bulk)
             sub = await self._conn.subscribe_raw(
                 prefix + "*", self._on_reply, internal=True, sink=self._sink
             )
@@ -846,14 +849,10 @@ class AsyncPublisher:
         if answered:
             span.tally.count_many(answered)
 
-    def use_bulk_acks(self) -> None:
-        """Count the plain acknowledgements of spans by runs, framed in bulk (needs pyarrow)."""
-        sink = self._sink
-        if sink is not None and sink.bulk is None and self._conn.fast:
-            from ._columns import AckFramer
-
-            sink.append = AckFramer.appender(self.span_acks)
-            sink.bulk = AckFramer(self._prefix, _SPAN)
+    def _sunk_run(self, item: object) -> None:
+        """The sink's ``append``: a run of plain acknowledgements (others: handled already)."""
+        if type(item) is AckRun:
+            self.span_acks(item.token, item.count)
 
     # ----------------------------------------------------------------- held publishes
 
@@ -1122,7 +1121,111 @@ class AsyncPublisher:
 
 
 def _ignore(_: object) -> None:
-    """A sink's ``append`` and ``arrived`` that keep nothing (replies are handled at once)."""
+    """A sink's ``arrived``: nothing to do (replies are handled as they come)."""
+
+
+class AckRun:
+    """A run of plain acknowledgements on one span's reply subject."""
+
+    __slots__ = ("count", "end", "payload_bytes", "token")
+
+    def __init__(self, token: bytes, count: int, end: int, payload_bytes: int) -> None:
+        self.token = token
+        self.count = count
+        self.end = end
+        self.payload_bytes = payload_bytes
+
+
+#: The stream a plain acknowledgement names (to build the run pattern for it).
+_ACK_STREAM: Final = re.compile(rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":[0-9]')
+#: The most digits of a sequence (a uint64).
+_SEQ_DIGITS: Final = 20
+
+
+class AckRuns:
+    """The publisher sink's ``bulk``: runs of plain acknowledgements of a span, in one match.
+
+    A run is the replies, one after the other in a read, on one span's reply
+    subject (``<prefix><mark><hex>``) whose payloads are plain acknowledgements
+    ``{"stream":"<S>","seq":<n>}`` of one stream (no duplicate, error, domain
+    or status): one regular expression matches all of them at once, with each
+    message's size written into it for each count of digits of ``<n>``, so it
+    matches exactly what framing by sizes reads, and nothing else. Anything
+    else ends the run, and the router's loop takes it one by one. Pure
+    Python: no object per message.
+    """
+
+    __slots__ = ("_mark", "_patterns", "_prefix")
+
+    def __init__(self, prefix: bytes, mark: bytes) -> None:
+        self._prefix = prefix
+        self._mark = mark
+        #: (sid, stream) -> the run pattern and the digits of its sizes.
+        self._patterns: dict[tuple[bytes, bytes], tuple[re.Pattern[bytes], int] | None] = {}
+
+    def _pattern(self, sid: bytes, stream: bytes) -> tuple[re.Pattern[bytes], int] | None:
+        key = (sid, stream)
+        found = self._patterns.get(key, False)
+        if found is not False:
+            return found  # type: ignore[return-value]
+        if len(self._patterns) >= 64:
+            self._patterns.clear()
+        sizes = [20 + len(stream) + digits for digits in range(1, _SEQ_DIGITS + 1)]
+        width = len(str(sizes[0]))
+        pattern: tuple[re.Pattern[bytes], int] | None = None
+        if width == len(str(sizes[-1])):  # else its bytes are not simply counted: none
+            escaped = re.escape(stream)
+            payloads = b"|".join(
+                b'%d\\r\\n\\{"stream":"%b","seq":[0-9]{%d}\\}'
+                % (size, escaped, size - 20 - len(stream))
+                for size in sizes
+            )
+            head = (
+                b"MSG "
+                + re.escape(self._prefix)
+                + b"(%b[0-9a-f]+) %b "
+                % (
+                    re.escape(self._mark),
+                    re.escape(sid),
+                )
+            )
+            again = b"MSG " + re.escape(self._prefix) + b"\\1 %b " % re.escape(sid)
+            pattern = (
+                re.compile(
+                    head
+                    + b"(?:"
+                    + payloads
+                    + b")\\r\\n(?:"
+                    + again
+                    + b"(?:"
+                    + payloads
+                    + b")\\r\\n)*"
+                ),
+                width,
+            )
+        self._patterns[key] = pattern
+        return pattern
+
+    def __call__(
+        self, view: bytes, pos: int, size: int, sid: bytes, first_end: int
+    ) -> AckRun | None:
+        """The run of plain acknowledgements at ``view[pos:size]``, or None."""
+        eol = view.find(b"\r\n", pos, first_end)
+        stream = _ACK_STREAM.match(view, eol + 2, first_end - 2)
+        if stream is None or not sid.isdigit():
+            return None
+        found = self._pattern(sid, stream.group(1))
+        if found is None:
+            return None
+        pattern, width = found
+        run = pattern.match(view, pos, size)
+        if run is None:
+            return None
+        token = run.group(1)
+        head = b"MSG %b%b %b " % (self._prefix, token, sid)
+        end = run.end()
+        count = view.count(head, pos, end)
+        return AckRun(token, count, end, end - pos - count * (len(head) + width + 4))
 
 
 # --------------------------------------------------------------------------- hold when full

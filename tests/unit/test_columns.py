@@ -166,67 +166,7 @@ def test_build_keeps_order_headers_and_undecodable_subjects() -> None:
     assert run.tail_size(1) == len(b"a.b") + len(b"r1") + 1
 
 
-# --------------------------------------------------------------------------- acknowledgements
-
-HEAD = b"MSG _INBOX.abc.z1f 5 "
-ACK_PAYLOAD = st.sampled_from(
-    [
-        b'{"stream":"S","seq":1}',
-        b'{"stream":"ORDERS","seq":123456789}',
-        b'{"stream":"S","seq":7,"domain":"hub"}',
-        b'{"stream":"S","seq":7,"duplicate":true}',
-        b'{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}',
-        b'{"stream":"a\r\nb","seq":1}',
-        b'{"stream":"S","seq":1} ',
-        b"",
-        b"\r\n",
-    ]
-) | st.binary(max_size=30)
-ACK_HEAD = st.sampled_from([HEAD] * 6 + [b"MSG _INBOX.abc.z20 5 ", b"MSG _INBOX.abc.z1f 6 "])
-
-
-def _plain(payload: bytes) -> bool:
-    import re
-
-    return (
-        b"\r\n" not in payload and re.fullmatch(_columns._PLAIN_ACK.encode(), payload) is not None
-    )
-
-
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(ACK_HEAD, ACK_PAYLOAD), min_size=1, max_size=30), st.integers(0, 50))
-def test_acks_counted_by_runs_are_the_plain_ones_in_front(
-    replies: list[tuple[bytes, bytes]], cut: int
-) -> None:
-    """frame_acks counts the leading replies on the span's line that are plain acknowledgements."""
-    view = b"".join(b"%b%d\r\n%b\r\n" % (head, len(p), p) for head, p in replies)
-    size = max(0, len(view) - cut)
-    count, end, payload_bytes = _columns.frame_acks(view, 0, size, HEAD)
-    expected, pos = 0, 0
-    for head, payload in replies:
-        pos += len(head) + len(b"%d" % len(payload)) + len(payload) + 4
-        if head != HEAD or not _plain(payload) or pos > size:
-            break
-        expected += 1
-    assert count == expected
-    framed = replies[:count]
-    assert end == sum(len(h) + len(b"%d" % len(p)) + len(p) + 4 for h, p in framed)
-    assert payload_bytes == sum(len(p) for _, p in framed)
-
-
-def test_the_ack_framer_takes_its_spans_only() -> None:
-    framer = _columns.AckFramer(b"_INBOX.abc.", b"z")
-    acks = b"".join(b'%b22\r\n{"stream":"S","seq":%d}\r\n' % (HEAD, i) for i in range(1, 10))
-    run = framer(acks, 0, len(acks), b"5", len(HEAD) + 28)
-    assert isinstance(run, _columns.AckRun)
-    assert (run.token, run.count, run.end) == (b"z1f", 9, len(acks))
-    other = acks.replace(b".z1f", b".1f0")  # a publish_async token: one by one
-    assert framer(other, 0, len(other), b"5", len(HEAD) + 28) is None
-    counted: list[tuple[bytes, int]] = []
-    append = _columns.AckFramer.appender(lambda token, n: counted.append((token, n)))
-    append(None)
-    append(run)
-    assert counted == [(b"z1f", 9)]
+# --------------------------------------------------------------------------- publishing
 
 
 def test_pub_commands_are_those_of_pub_command() -> None:

@@ -1,0 +1,123 @@
+"""The publisher's runs of plain acknowledgements (``_publish.AckRuns``) against size framing.
+
+On the fast path the publisher's reply sink counts the plain
+acknowledgements of a span (one reply subject for the publishes of one
+``send_many``) by runs: one regular expression with every size written
+into it matches them all at once. These tests compare it with a plain
+size-based parser that classifies each reply as the publisher does.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from aiojetstream._publish import AckRun, AckRuns
+
+PREFIX = b"_INBOX.abc."
+SID = b"5"
+HEAD = b"MSG _INBOX.abc.z1f 5 "
+
+PAYLOAD = (
+    st.sampled_from(
+        [
+            b'{"stream":"S","seq":1}',
+            b'{"stream":"S","seq":12345678901234567890}',
+            b'{"stream":"S","seq":0123}',
+            b'{"stream":"ORDERS","seq":7}',
+            b'{"stream":"S","seq":7,"domain":"hub"}',
+            b'{"stream":"S","seq":7,"duplicate":true}',
+            b'{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}',
+            b'{"stream":"a\r\nb","seq":1}',
+            b'{"stream":"S","seq":1} ',
+            b'{"stream":"S","seq":}',
+            b"",
+            b"\r\n",
+        ]
+    )
+    | st.builds(lambda n: b'{"stream":"S","seq":%d}' % n, st.integers(0, 2**64 - 1))
+    | st.binary(max_size=30)
+)
+LINE_HEAD = st.sampled_from(
+    [HEAD] * 8
+    + [
+        b"MSG _INBOX.abc.z20 5 ",  # another span
+        b"MSG _INBOX.abc.1f0 5 ",  # a publish_async token
+        b"MSG _INBOX.abc.z1f 6 ",  # another subscription
+        b"MSG _INBOX.abc.z1f  5 ",  # two blanks
+    ]
+)
+#: How a size is written: mostly as it is, sometimes as the protocol's digits do not say it.
+SIZE = st.sampled_from([b"%d"] * 10 + [b"0%d", b"+%d"])
+
+
+def _plain(payload: bytes, stream: bytes) -> bool:
+    return (
+        re.fullmatch(rb'\{"stream":"%b","seq":[0-9]{1,20}\}' % re.escape(stream), payload)
+        is not None
+    )
+
+
+def _stream(payload: bytes) -> bytes | None:
+    found = re.match(rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":[0-9]', payload)
+    return None if found is None else found.group(1)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(LINE_HEAD, SIZE, PAYLOAD), min_size=1, max_size=30),
+    st.integers(0, 60),
+)
+@example([(HEAD, b"%d", b'{"stream":"S","seq":1}')] * 3, 0)
+@example([(HEAD, b"%d", b'{"stream":"S","seq":1}'), (HEAD, b"0%d", b'{"stream":"S","seq":2}')], 0)
+def test_a_run_is_the_leading_plain_acks_of_the_first_span(
+    replies: list[tuple[bytes, bytes, bytes]], cut: int
+) -> None:
+    frames = [b"%b%b\r\n%b\r\n" % (head, size % len(p), p) for head, size, p in replies]
+    view = b"".join(frames)
+    size = max(0, len(view) - cut)
+    first_end = len(frames[0])
+    if first_end > size:
+        return  # the router frames a first message only once it is all in
+    run = AckRuns(PREFIX, b"z")(view, 0, size, SID, first_end)
+    # The reference: what framing by sizes reads, classified as the publisher does.
+    head0, _, payload0 = replies[0]
+    stream = _stream(payload0)
+    span = re.fullmatch(rb"MSG _INBOX\.abc\.(z[0-9a-f]+) 5 ", head0)
+    expected, pos, payload_bytes = 0, 0, 0
+    for frame, (head, size_form, payload) in zip(frames, replies, strict=True):
+        pos += len(frame)
+        if (
+            pos > size
+            or head != head0
+            or span is None
+            or size_form != b"%d"
+            or stream is None
+            or not _plain(payload, stream)
+        ):
+            break
+        expected += 1
+        payload_bytes += len(payload)
+    if not expected:
+        assert run is None
+        return
+    assert isinstance(run, AckRun)
+    assert span is not None
+    assert (run.token, run.count) == (span.group(1), expected)
+    assert run.end == sum(len(f) for f in frames[:expected])
+    assert run.payload_bytes == payload_bytes
+
+
+def test_a_long_stream_name_whose_sizes_change_width_is_left_to_the_loop() -> None:
+    stream = b"S" * 70  # sizes 91..110: two and three digits
+    payload = b'{"stream":"%b","seq":1}' % stream
+    frame = b"%b%d\r\n%b\r\n" % (HEAD, len(payload), payload)
+    assert AckRuns(PREFIX, b"z")(frame * 3, 0, 3 * len(frame), SID, len(frame)) is None
+    stream = b"S" * 50
+    payload = b'{"stream":"%b","seq":1}' % stream
+    frame = b"%b%d\r\n%b\r\n" % (HEAD, len(payload), payload)
+    run = AckRuns(PREFIX, b"z")(frame * 3, 0, 3 * len(frame), SID, len(frame))
+    assert run is not None
+    assert run.count == 3
