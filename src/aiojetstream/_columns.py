@@ -177,9 +177,8 @@ class Framer:
 
     A run that cannot start where asked (the first message's payload holds a
     CRLF, say) costs a framing of up to :data:`WINDOW` bytes: after one, the
-    next 1, 2, 4, ... (at most 64) messages of the sink are left to the
-    router's loop before framing is tried again; a run of two or more messages
-    resets that.
+    next 1, 3, 7, ... (at most 64) messages of the sink are left to the
+    router's loop before framing is tried again; any run resets that.
     """
 
     __slots__ = ("_backoff", "_skip")
@@ -194,10 +193,11 @@ class Framer:
             self._skip -= 1
             return None
         run = frame(view, pos, min(size, max(pos + WINDOW, first_end)), sid)
-        if run is None or run.count < 2:
+        if run is None:
             self._backoff = min(_MAX_SKIP, 2 * self._backoff + 1)
             self._skip = self._backoff
         else:
+            # (A run of one is no failure: a read may hold no more of them.)
             self._backoff = 0
         return run
 

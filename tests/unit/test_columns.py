@@ -111,12 +111,20 @@ def test_the_framer_backs_off_after_failures_and_runs_reset_it() -> None:
     assert [c is None for c in calls] == [True] * 8
     assert framer._backoff == 7
     while framer._skip:
-        assert framer(good, 0, len(good), b"7", 15) is None
-    run = framer(good, 0, len(good), b"7", 15)
+        assert framer(good, 0, len(good), b"7", 16) is None
+    run = framer(good, 0, len(good), b"7", 16)
     assert run is not None
     assert run.count == 5
     assert framer._backoff == 0
     assert framer._skip == 0
+    # A run of one (the read holds no more) is no failure.
+    framer(bad, 0, len(bad), b"7", len(bad))
+    assert framer._skip == 1
+    framer(good, 0, len(good), b"7", 16)  # skipped
+    one = framer(good, 0, 16, b"7", 16)
+    assert one is not None
+    assert one.count == 1
+    assert (framer._backoff, framer._skip) == (0, 0)
 
 
 def test_the_router_hands_a_sink_whole_runs() -> None:
