@@ -1117,6 +1117,7 @@ async def connect(
     timeout: float = DEFAULT_TIMEOUT,
     publish_async_max_pending: int = DEFAULT_MAX_PENDING,
     publish_async_timeout: float | None = None,
+    telemetry: bool = False,
     **nats_options: Any,
 ) -> JetStreamContext:
     """Connect to NATS and return a :class:`JetStreamContext` that owns the connection.
@@ -1128,6 +1129,9 @@ async def connect(
     connection it gives up; a ``tls://`` URL always uses TLS.
     Close with ``await js.close()`` or ``async with await
     aiojetstream.connect(...) as js:``.
+
+    ``telemetry=True`` turns on OpenTelemetry traces and metrics with the global
+    providers (:func:`aiojetstream.otel.instrument`; needs the ``otel`` extra).
     """
     nc = await connect_nats(servers, **nats_options)
     try:
@@ -1143,4 +1147,8 @@ async def connect(
         await Conn(nc).close()  # an invalid option: leave no connection behind
         raise
     js._owns_connection = True
+    if telemetry:
+        from .otel import instrument
+
+        instrument(js)
     return js

@@ -1,0 +1,292 @@
+"""OpenTelemetry traces and metrics against a real server (issue 28).
+
+The OTel SDK's in-memory span exporter and metric reader record what an
+instrumented context emits; the global propagator (W3C trace context) carries
+the context in the message headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import aiojetstream
+from aiojetstream import (
+    AckPolicy,
+    ConsumerConfig,
+    JetStreamContext,
+    StreamConfig,
+    WrongLastSequenceError,
+)
+from aiojetstream.otel import instrument
+from aiojetstream.testing import NatsServer
+from helpers import unique_name
+
+
+class Recorded:
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def spans(self, prefix: str = "") -> list[ReadableSpan]:
+        return [s for s in self.exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+    def metrics(self) -> dict[str, list[Any]]:
+        found: dict[str, list[Any]] = {}
+        data = self.reader.get_metrics_data()
+        assert data is not None
+        for resource in data.resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    found.setdefault(metric.name, []).extend(metric.data.data_points)
+        return found
+
+    def total(self, name: str, **labels: str) -> float:
+        points = self.metrics().get(name, [])
+        return float(
+            sum(p.value for p in points if all(p.attributes.get(k) == v for k, v in labels.items()))
+        )
+
+
+@pytest.fixture
+def rec() -> Recorded:
+    return Recorded()
+
+
+@pytest.fixture
+async def tjs(nats_server: NatsServer, rec: Recorded) -> AsyncIterator[JetStreamContext]:
+    js = await aiojetstream.connect(nats_server.url)
+    instrument(js, tracer_provider=rec.tracer_provider, meter_provider=rec.meter_provider)
+    try:
+        yield js
+    finally:
+        await js.close()
+
+
+async def setup(js: JetStreamContext, **cfg: Any) -> tuple[str, str]:
+    stream = unique_name("OT")
+    await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    consumer = await js.create_consumer(
+        stream, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT, **cfg)
+    )
+    return stream, consumer.name
+
+
+async def test_publish_fetch_ack_trace_and_metrics(tjs: JetStreamContext, rec: Recorded) -> None:
+    stream, name = await setup(tjs)
+    ack = await tjs.publish(f"{stream}.a", b"hello", headers={"X-Mine": "1"})
+    [send] = rec.spans("send ")
+    assert send.name == f"send {stream}.a"
+    assert send.kind is SpanKind.PRODUCER
+    assert send.attributes is not None
+    assert send.attributes["messaging.system"] == "nats"
+    assert send.attributes["messaging.destination.name"] == f"{stream}.a"
+    assert send.attributes["messaging.operation.type"] == "send"
+    assert send.attributes["messaging.message.body.size"] == 5
+    assert send.attributes["messaging.nats.stream"] == stream
+    assert send.attributes["messaging.message.id"] == str(ack.seq)
+
+    consumer = await tjs.consumer(stream, name)
+    batch = await consumer.fetch(1, expires=2)
+    async for msg in batch:
+        assert msg.headers is not None
+        assert msg.headers["X-Mine"] == "1"
+        assert msg.headers["traceparent"].split("-")[1] == format(send.context.trace_id, "032x")
+        assert rec.spans("process ") == []  # open until settled
+        await msg.ack()
+    [receive] = rec.spans("receive ")
+    assert receive.kind is SpanKind.CLIENT
+    assert receive.attributes is not None
+    assert receive.attributes["messaging.batch.message_count"] == 1
+    assert receive.attributes["messaging.consumer.group.name"] == name
+    [process] = rec.spans("process ")
+    assert process.kind is SpanKind.CONSUMER
+    assert process.attributes is not None
+    assert process.attributes["messaging.operation.type"] == "process"
+    assert process.attributes["messaging.nats.stream"] == stream
+    assert process.attributes["messaging.consumer.group.name"] == name
+    assert process.attributes["messaging.nats.message.sequence"] == ack.seq
+    assert process.attributes["messaging.nats.delivery_count"] == 1
+    assert process.attributes["messaging.message.body.size"] == 5
+    assert process.attributes["messaging.nats.settlement"] == "ack"
+    # Linked to the send span, not its child (the default).
+    assert [link.context.span_id for link in process.links] == [send.context.span_id]
+    assert process.context.trace_id != send.context.trace_id
+
+    assert rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": stream}) == 1
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": name}
+    assert rec.total("messaging.client.consumed.messages", **labels) == 1
+    assert rec.total("aiojetstream.acks", **labels) == 1
+    assert rec.total("aiojetstream.consumer.pending", **labels) == 0
+    [duration] = rec.metrics()["messaging.client.operation.duration"]
+    assert duration.count == 1
+
+
+async def test_messages_nak_term_redelivery_and_next_ends_the_span(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    stream, name = await setup(tjs)
+    for i in range(3):
+        await (await tjs.publish_async(f"{stream}.m", str(i).encode()))
+    assert len(rec.spans("send ")) == 3
+    consumer = await tjs.consumer(stream, name)
+    seen: list[tuple[bytes, int]] = []
+    async with consumer.messages(expires=2) as it:
+        async for msg in it:
+            seen.append((msg.data, msg.metadata.num_delivered))
+            if msg.data == b"0":
+                pass  # not settled: ended when the next is taken
+            elif msg.data == b"1" and msg.metadata.num_delivered == 1:
+                await msg.nak()
+            elif msg.data == b"1":
+                await msg.term()
+            else:
+                await msg.ack()
+            if len(seen) == 4:
+                break
+    assert sorted(seen) == [(b"0", 1), (b"1", 1), (b"1", 2), (b"2", 1)]
+    processes = rec.spans("process ")
+    assert len(processes) == 4
+    settlements = sorted(
+        str((s.attributes or {}).get("messaging.nats.settlement")) for s in processes
+    )
+    assert settlements == ["None", "ack", "nak", "term"]
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": name}
+    assert rec.total("aiojetstream.naks", **labels) == 1
+    assert rec.total("aiojetstream.terms", **labels) == 1
+    assert rec.total("aiojetstream.acks", **labels) == 1
+    assert rec.total("aiojetstream.redeliveries", **labels) == 1
+    assert rec.total("messaging.client.consumed.messages", **labels) == 4
+
+
+async def test_consume_with_parent_option(nats_server: NatsServer, rec: Recorded) -> None:
+    js = await aiojetstream.connect(nats_server.url)
+    instrument(
+        js, tracer_provider=rec.tracer_provider, meter_provider=rec.meter_provider, parent=True
+    )
+    try:
+        stream, name = await setup(js)
+        await js.publish(f"{stream}.c", b"x")
+        [send] = rec.spans("send ")
+        consumer = await js.consumer(stream, name)
+        tracer = rec.tracer_provider.get_tracer("handler")
+        done = asyncio.Event()
+
+        async def handler(msg: aiojetstream.Msg) -> None:
+            with tracer.start_as_current_span("work"):
+                pass
+            await msg.ack()
+            done.set()
+
+        ctx = await consumer.consume(handler, expires=2)
+        await asyncio.wait_for(done.wait(), 10)
+        ctx.stop()
+        await ctx.closed()
+    finally:
+        await js.close()
+    [process] = rec.spans("process ")
+    [work] = rec.spans("work")
+    assert process.parent is not None
+    assert process.parent.span_id == send.context.span_id
+    assert process.context.trace_id == send.context.trace_id
+    assert work.parent is not None
+    assert work.parent.span_id == process.context.span_id
+
+
+async def test_publish_many_is_one_span_with_the_count(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    stream, name = await setup(tjs)
+    await tjs.publish_many(f"{stream}.b", [b"a", b"b", b"c"], headers=[{"K": "v"}, None, None])
+    [send] = rec.spans("send ")
+    assert send.attributes is not None
+    assert send.attributes["messaging.batch.message_count"] == 3
+    consumer = await tjs.consumer(stream, name)
+    batch = await consumer.fetch(3, expires=2)
+    parents = []
+    async for msg in batch:
+        assert msg.headers is not None
+        parents.append(msg.headers["traceparent"].split("-")[2])
+        await msg.ack()
+    assert parents == [format(send.context.span_id, "016x")] * 3
+    assert rec.total("messaging.client.sent.messages") == 3
+
+
+async def test_next_is_a_receive_span(tjs: JetStreamContext, rec: Recorded) -> None:
+    stream, name = await setup(tjs)
+    await tjs.publish(f"{stream}.n", b"1")
+    consumer = await tjs.consumer(stream, name)
+    msg = await consumer.next(expires=2)
+    [receive] = rec.spans("receive ")
+    assert receive.attributes is not None
+    assert receive.attributes["messaging.batch.message_count"] == 1
+    await msg.double_ack()
+    [process] = rec.spans("process ")
+    assert (process.attributes or {})["messaging.nats.settlement"] == "ack"
+
+
+async def test_a_refused_publish_records_the_error_code(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    stream, _ = await setup(tjs)
+    with pytest.raises(WrongLastSequenceError):
+        await tjs.publish(f"{stream}.e", b"x", expected_last_sequence=5)
+    [send] = rec.spans("send ")
+    assert send.status.status_code is StatusCode.ERROR
+    assert send.attributes is not None
+    assert send.attributes["error.type"] == "WrongLastSequenceError"
+    assert send.attributes["messaging.nats.error_code"] == 10071
+
+
+async def test_connect_telemetry_true_instruments(nats_server: NatsServer) -> None:
+    js = await aiojetstream.connect(nats_server.url, telemetry=True)
+    try:
+        assert getattr(js, "_telemetry", None) is not None
+    finally:
+        await js.close()
+    assert js._conn.listener_count() == 0
+
+
+def test_without_telemetry_opentelemetry_is_never_imported(nats_server: NatsServer) -> None:
+    script = textwrap.dedent(
+        f"""
+        import asyncio, json, sys
+        import aiojetstream
+        from aiojetstream import StreamConfig, ConsumerConfig, AckPolicy
+
+        async def main():
+            js = await aiojetstream.connect({nats_server.url!r})
+            await js.create_stream(StreamConfig(name="NOOTEL", subjects=["nootel.>"]))
+            await js.publish("nootel.a", b"x")
+            await (await js.publish_async("nootel.a", b"y"))
+            c = await js.create_consumer("NOOTEL", ConsumerConfig(ack_policy=AckPolicy.EXPLICIT))
+            batch = await c.fetch(2, expires=2)
+            async for msg in batch:
+                await msg.ack()
+            await js.delete_stream("NOOTEL")
+            await js.close()
+
+        asyncio.run(main())
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("opentelemetry"))))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
