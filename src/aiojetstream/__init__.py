@@ -18,6 +18,7 @@ from ._version import __version__
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _load() below
     from ._admin import Backlog
     from ._batch import AtomicBatch, BatchAck
+    from ._codec import Codec, JsonCodec, RawCodec
     from ._consumer import ConsumeContext, Consumer, MessageBatch, MessagesContext
     from ._context import JetStreamContext, connect
     from ._counter import Counter
@@ -92,6 +93,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _load() below
         ObjectNotFoundError,
         ObjectStoreError,
         OrderedConsumerResetError,
+        PayloadValidationError,
         PinIdMismatchError,
         PriorityGroupConfigError,
         PriorityGroupError,
@@ -120,7 +122,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _load() below
         WrongLastSequenceError,
     )
     from ._kv import KeyValue, KeyWatcher
-    from ._message import Msg, MsgMetadata, SequencePair
+    from ._message import Msg, MsgMetadata, SequencePair, TypedMsg
     from ._models import (
         AccountInfo,
         AccountLimits,
@@ -196,6 +198,7 @@ __all__ = [
     "BucketNotFoundError",
     "ClusterInfo",
     "ClusterUnavailableError",
+    "Codec",
     "ConnectionClosedError",
     "ConnectionFailedError",
     "ConsumeContext",
@@ -237,6 +240,7 @@ __all__ = [
     "JetStreamError",
     "JetStreamNotEnabledError",
     "JetStreamTimeoutError",
+    "JsonCodec",
     "KeyExistsError",
     "KeyNotFoundError",
     "KeyValue",
@@ -283,6 +287,7 @@ __all__ = [
     "OrderedConsumer",
     "OrderedConsumerConfig",
     "OrderedConsumerResetError",
+    "PayloadValidationError",
     "PeerInfo",
     "PersistMode",
     "PinIdMismatchError",
@@ -293,6 +298,7 @@ __all__ = [
     "PriorityPolicy",
     "PubAck",
     "PublishSummary",
+    "RawCodec",
     "RawStreamMessage",
     "RePublish",
     "ReplayPolicy",
@@ -331,6 +337,7 @@ __all__ = [
     "Tier",
     "TooManyInflightBatchesError",
     "TooManyResultsError",
+    "TypedMsg",
     "UnknownPriorityGroupError",
     "WrongLastMsgIdError",
     "WrongLastSequenceError",
@@ -366,6 +373,7 @@ _SOURCES: dict[str, str] = {
     "BucketNotFoundError": "_errors",
     "ClusterInfo": "_models",
     "ClusterUnavailableError": "_errors",
+    "Codec": "_codec",
     "ConnectionClosedError": "_errors",
     "ConnectionFailedError": "_errors",
     "ConsumeContext": "_consumer",
@@ -406,6 +414,7 @@ _SOURCES: dict[str, str] = {
     "JetStreamError": "_errors",
     "JetStreamNotEnabledError": "_errors",
     "JetStreamTimeoutError": "_errors",
+    "JsonCodec": "_codec",
     "KeyExistsError": "_errors",
     "KeyNotFoundError": "_errors",
     "KeyValue": "_kv",
@@ -452,6 +461,7 @@ _SOURCES: dict[str, str] = {
     "OrderedConsumer": "_ordered",
     "OrderedConsumerConfig": "_models",
     "OrderedConsumerResetError": "_errors",
+    "PayloadValidationError": "_errors",
     "PeerInfo": "_models",
     "PersistMode": "_models",
     "PinIdMismatchError": "_errors",
@@ -462,6 +472,7 @@ _SOURCES: dict[str, str] = {
     "PriorityPolicy": "_models",
     "PubAck": "_models",
     "PublishSummary": "_publish",
+    "RawCodec": "_codec",
     "RawStreamMessage": "_models",
     "RePublish": "_models",
     "ReplayPolicy": "_models",
@@ -501,6 +512,7 @@ _SOURCES: dict[str, str] = {
     "Tier": "_models",
     "TooManyInflightBatchesError": "_errors",
     "TooManyResultsError": "_errors",
+    "TypedMsg": "_message",
     "UnknownPriorityGroupError": "_errors",
     "WrongLastMsgIdError": "_errors",
     "WrongLastSequenceError": "_errors",

@@ -8,7 +8,7 @@ import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, TypeVar, overload
 
 from . import _admin as A
 from . import _api
@@ -17,8 +17,14 @@ from . import _features as F
 from ._admin import Backlog
 from ._api import ApiClient
 from ._cleanup import close_when_collected
-from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError
-from ._message import Msg
+from ._codec import Codec, JsonCodec, invalid
+from ._errors import (
+    FetchTimeoutError,
+    InvalidOptionError,
+    JetStreamError,
+    PayloadValidationError,
+)
+from ._message import Msg, TypedMsg, typed, where
 from ._models import ConsumerConfig, ConsumerInfo, ConsumerPauseResponse, to_wire
 from ._models._ranges import check_config_ranges
 from ._priority import PinState, check_group_name
@@ -40,6 +46,8 @@ logger = logging.getLogger("aiojetstream")
 ACTION_CREATE: Final = "create"
 ACTION_UPDATE: Final = "update"
 ACTION_CREATE_OR_UPDATE: Final = ""
+
+T = TypeVar("T")
 
 
 def _consumer_name(config: ConsumerConfig) -> str | None:
@@ -312,6 +320,128 @@ class MessagesContext:
 Handler = Callable[[Msg], Any]
 
 
+OnInvalid = Literal["term", "nak", "raise"]
+"""What a typed consumer does with a message whose payload does not validate."""
+
+_ON_INVALID: Final = ("term", "nak", "raise")
+
+
+def _decoder(model: type[T], codec: Codec | None) -> Callable[[bytes], T]:
+    """The payload decoder of a typed consumer (raises ValueError on a bad payload)."""
+    if codec is None:
+        validate = getattr(model, "model_validate_json", None)
+        if validate is not None:
+            return validate  # type: ignore[no-any-return]
+        codec = JsonCodec()
+    elif not callable(getattr(codec, "decode", None)):
+        raise InvalidOptionError(f"codec must have encode() and decode(), got {codec!r}")
+    decode = codec.decode
+    return lambda data: decode(data, model)
+
+
+def _check_on_invalid(on_invalid: str) -> None:
+    if on_invalid not in _ON_INVALID:
+        raise InvalidOptionError(f"on_invalid must be 'term', 'nak' or 'raise', not {on_invalid!r}")
+
+
+async def _refuse(msg: Msg, exc: ValueError, model: type[Any], on_invalid: str) -> None:
+    """Settle a message whose payload does not validate: term (with a reason) or nak it.
+
+    Raises:
+        PayloadValidationError: with ``on_invalid="raise"`` (the message is left
+            unacknowledged: redelivered after ``ack_wait``).
+
+    """
+    error = invalid(exc, model, *where(msg))
+    if on_invalid == "raise":
+        raise error from exc
+    if on_invalid == "term":
+        first = str(error).replace("\r", " ").replace("\n", " ")
+        await msg.term(first[:400])
+        logger.warning("%s; the message was terminated", error)
+    else:
+        await msg.nak()
+        logger.warning("%s; the message was nak'ed", error)
+
+
+class TypedMessagesContext(MessagesContext, Generic[T]):
+    """``consumer.messages(model=...)``: a :class:`MessagesContext` handing out :class:`TypedMsg`.
+
+    A message whose payload does not validate is terminated with the reason
+    (``on_invalid="term"``, the default), nak'ed (``"nak"``: redelivered), or
+    raised as :class:`PayloadValidationError` (``"raise"``: left unacknowledged,
+    iteration can go on); each is logged as a WARNING. None is dropped silently.
+    """
+
+    def __init__(
+        self, driver: MessageSource, model: type[T], codec: Codec | None, on_invalid: str
+    ) -> None:
+        super().__init__(driver)
+        self._decode = _decoder(model, codec)
+        self._model = model
+        self._on_invalid = on_invalid
+
+    async def __aenter__(self) -> TypedMessagesContext[T]:
+        await self._ensure_started()
+        return self
+
+    def __aiter__(self) -> TypedMessagesContext[T]:
+        return self
+
+    async def __anext__(self) -> TypedMsg[T]:
+        if not self._started:
+            self._finalizer = close_when_collected(self, self._driver.aclose)
+            await self._ensure_started()
+        driver = self._driver
+        decode = self._decode
+        while True:
+            msg = driver.take()
+            if msg is None:
+                msg = await driver.next_msg()
+                if msg is None:
+                    raise StopAsyncIteration
+            try:
+                value = decode(msg.data)
+            except ValueError as exc:
+                await _refuse(msg, exc, self._model, self._on_invalid)
+                continue
+            return typed(msg, value)
+
+    async def next(self) -> TypedMsg[T]:
+        """The next message (StopAsyncIteration once stopped or drained)."""
+        return await self.__anext__()
+
+
+def _typed_handler(
+    handler: Callable[[TypedMsg[T]], Any],
+    model: type[T],
+    codec: Codec | None,
+    on_invalid: str,
+    ctx: list[ConsumeContext],
+) -> Handler:
+    """``handler`` called with a :class:`TypedMsg` of each message (see ``consume``)."""
+    decode = _decoder(model, codec)
+    is_async = inspect.iscoroutinefunction(handler)
+
+    async def typed_handler(msg: Msg) -> None:
+        try:
+            value = decode(msg.data)
+        except ValueError as exc:
+            try:
+                await _refuse(msg, exc, model, on_invalid)
+            except PayloadValidationError as error:  # on_invalid="raise": the end
+                ctx[0]._fail(error)
+            return
+        if is_async:
+            await handler(typed(msg, value))
+        else:
+            result = handler(typed(msg, value))
+            if inspect.isawaitable(result):
+                await result
+
+    return typed_handler
+
+
 class ConsumeContext:
     """A running ``consume``: the handler is called for each message until stopped."""
 
@@ -354,6 +484,13 @@ class ConsumeContext:
 
     def stop(self) -> None:
         """Stop: no further handler calls once the current one returns."""
+        self._driver.stop()
+
+    def _fail(self, error: JetStreamError) -> None:
+        """End consumption with ``error`` (reported to the error handler, returned by closed())."""
+        if self.error is None:
+            self.error = error
+        self._driver.report(error)
         self._driver.stop()
 
     async def drain(self) -> None:
@@ -703,6 +840,7 @@ class Consumer:
                 return msg
         raise FetchTimeoutError(f"no message from {self._stream}/{self._name} before expiry")
 
+    @overload
     def messages(
         self,
         *,
@@ -717,6 +855,48 @@ class Consumer:
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> MessagesContext: ...
+
+    @overload
+    def messages(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        error_handler: ErrorHandler | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> TypedMessagesContext[T]: ...
+
+    def messages(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        error_handler: ErrorHandler | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
     ) -> MessagesContext:
         """Pull continuously into a bounded buffer (ADR-37 ``Messages``).
 
@@ -727,10 +907,20 @@ class Consumer:
         reported to ``error_handler`` as :class:`PinIdMismatchError` and pulling
         goes on without the pin.
 
+        With ``model`` (a pydantic model, or any type ``codec`` decodes), the
+        iterator hands out :class:`TypedMsg` (``msg.value``), the payload
+        validated by ``model.model_validate_json`` (or ``codec.decode``). A
+        message that does not validate is, by ``on_invalid``, terminated with
+        the validation error as reason (``"term"``, the default), nak'ed
+        (``"nak"``), or raised as :class:`PayloadValidationError` (``"raise"``,
+        the message left unacknowledged); term and nak are logged as warnings.
+
         Raises:
             InvalidOptionError: bad options (before anything is sent).
 
         """
+        if model is not None or codec is not None:
+            _check_on_invalid(on_invalid)
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,
@@ -744,11 +934,15 @@ class Consumer:
             min_ack_pending=min_ack_pending,
             priority=priority,
         )
+        if model is not None:
+            return TypedMessagesContext(
+                self._driver(settings, error_handler), model, codec, on_invalid
+            )
         return MessagesContext(self._driver(settings, error_handler))
 
     async def consume(
         self,
-        handler: Handler,
+        handler: Callable[[Any], Any],
         *,
         error_handler: ErrorHandler | None = None,
         max_messages: int | None = None,
@@ -761,6 +955,9 @@ class Consumer:
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
     ) -> ConsumeContext:
         """Call ``handler(msg)`` (sync or async) for every message (ADR-37 ``Consume``).
 
@@ -769,9 +966,19 @@ class Consumer:
         consumption; warnings and missed heartbeats go to ``error_handler`` too
         (or a WARNING log) and consumption goes on; so does a lost pin
         (:class:`PinIdMismatchError`, priority groups).
+
+        With ``model``, ``handler`` gets a :class:`TypedMsg` (``msg.value``);
+        ``codec`` and ``on_invalid`` as for :meth:`messages`, except that
+        ``on_invalid="raise"`` ends consumption with the
+        :class:`PayloadValidationError` (reported to ``error_handler``,
+        returned by ``closed()``; the message is left unacknowledged).
         """
         if not callable(handler):
             raise InvalidOptionError("handler must be callable")
+        holder: list[ConsumeContext] = []
+        if model is not None:
+            _check_on_invalid(on_invalid)
+            handler = _typed_handler(handler, model, codec, on_invalid, holder)
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,
@@ -786,6 +993,7 @@ class Consumer:
             priority=priority,
         )
         ctx = ConsumeContext(self._driver(settings, error_handler), handler)
+        holder.append(ctx)
         await ctx._start()
         return ctx
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _admin as A
 from . import _api
+from . import _codec as PC
 from . import _consumer as C
 from . import _features as F
 from . import _headers as H
@@ -17,6 +18,7 @@ from . import _publish as P
 from . import _ttl_rules as T
 from ._api import ApiClient
 from ._bounds import shown
+from ._codec import Codec
 from ._conn import MAX_SUBJECT_LINE, Conn, NatsClient, check_line, connect_nats
 from ._errors import (
     ConnectionClosedError,
@@ -60,7 +62,8 @@ DEFAULT_MAX_PENDING = 4000
 #: How many validated publish subjects a context remembers (validation is skipped for them).
 _SUBJECT_CACHE = 1024
 
-Payload = bytes | bytearray | memoryview
+Payload = bytes | bytearray | memoryview | object
+"""bytes-like, a pydantic model (JSON), or any value with ``codec=``; not ``str``."""
 
 
 def _arrow_payloads(payloads: object) -> Any:
@@ -650,13 +653,17 @@ class JetStreamContext:
         expected_last_sequence: int | None,
         expected_last_subject_sequence: int | None,
         expected_last_msg_id: str | None,
+        codec: Codec | None = None,
     ) -> tuple[str, bytes, bytes | None]:
         """Validate a publish; return its subject (an exact str), payload and header block.
 
         The header block is None without headers.
         """
         subject = self._valid_subject(subject)
-        data = payload if type(payload) is bytes else P.payload_bytes(payload)
+        if type(payload) is bytes and codec is None:
+            data = payload
+        else:
+            data, headers = PC.encode(payload, codec, headers)
         if (
             headers is None
             and msg_id is None
@@ -701,12 +708,16 @@ class JetStreamContext:
         schedule_target: str | None = None,
         schedule_ttl: H.TTLInput | None = None,
         timeout: float | None = None,
+        codec: Codec | None = None,
     ) -> PubAck:
         """Publish a message and wait for the stream's acknowledgement.
 
         Args:
             subject: where to publish (no wildcards, whitespace or control characters).
-            payload: the message body.
+            payload: the message body: bytes-like; a pydantic model (encoded
+                as JSON by its compiled serializer, with ``Content-Type:
+                application/json`` unless ``headers`` set one); or any value
+                with ``codec``. A ``str`` is refused (``text.encode()``).
             headers: extra headers (keys are RFC 7230 tokens; no CR, LF or NUL).
             msg_id: ``Nats-Msg-Id`` for de-duplication within the stream's window.
             ttl: per-message TTL (ADR-43, nats-server >= 2.11, the stream needs
@@ -740,6 +751,9 @@ class JetStreamContext:
                 doubling to 1 s apart, until the copy's duplicate
                 acknowledgement comes. A retry is made only while the
                 timeout leaves room for it.
+            codec: encodes ``payload`` (a :class:`Codec`, for example
+                ``JsonCodec()`` or your msgpack codec); its ``content_type``,
+                if it has one, is sent as ``Content-Type``.
 
         Raises:
             InvalidSubjectError: a bad subject, refused before anything is sent.
@@ -775,6 +789,7 @@ class JetStreamContext:
             expected_last_sequence,
             expected_last_subject_sequence,
             expected_last_msg_id,
+            codec,
         )
         if schedule is not None:  # checked once the input is (the check may ask the server)
             await F.require(self._api, F.SCHEDULES, timeout)
@@ -802,6 +817,7 @@ class JetStreamContext:
         schedule_target: str | None = None,
         schedule_ttl: H.TTLInput | None = None,
         timeout: float | None = None,
+        codec: Codec | None = None,
     ) -> asyncio.Future[PubAck]:
         """Publish without waiting for the acknowledgement; return its future.
 
@@ -833,6 +849,7 @@ class JetStreamContext:
             expected_last_sequence,
             expected_last_subject_sequence,
             expected_last_msg_id,
+            codec,
         )
         if schedule is not None:  # checked once the input is (the check may ask the server)
             await F.require(self._api, F.SCHEDULES, timeout)
@@ -850,6 +867,7 @@ class JetStreamContext:
         msg_ids: Sequence[str | None] | None = None,
         ttls: Sequence[H.TTLInput | None] | None = None,
         timeout: float | None = None,
+        codec: Codec | None = None,
     ) -> P.PublishSummary:
         """Publish many messages in order; return once every one is acknowledged.
 
@@ -875,6 +893,9 @@ class JetStreamContext:
             timeout: each acknowledgement's deadline (default: the context's
                 ``publish_async_timeout``); it also bounds each wait for room
                 in the window.
+            codec: encodes every payload (as for :meth:`publish`). Without
+                it, pydantic models are encoded as JSON with ``Content-Type:
+                application/json``.
 
         Returns:
             How many messages the stream acknowledged, and how many of them
@@ -893,7 +914,13 @@ class JetStreamContext:
 
         """
         done = await self.publish_many_async(
-            subject, payloads, headers=headers, msg_ids=msg_ids, ttls=ttls, timeout=timeout
+            subject,
+            payloads,
+            headers=headers,
+            msg_ids=msg_ids,
+            ttls=ttls,
+            timeout=timeout,
+            codec=codec,
         )
         return await done
 
@@ -906,6 +933,7 @@ class JetStreamContext:
         msg_ids: Sequence[str | None] | None = None,
         ttls: Sequence[H.TTLInput | None] | None = None,
         timeout: float | None = None,
+        codec: Codec | None = None,
     ) -> asyncio.Future[P.PublishSummary]:
         """Send many messages in order; return a future of their :class:`PublishSummary`.
 
@@ -942,11 +970,21 @@ class JetStreamContext:
                     f"publish_many: {len(subject)} subjects for {count} payloads"
                 )
             many = [self._valid_subject(each).encode() for each in subject]
-        data: Sequence[bytes] = (
-            payloads  # type: ignore[assignment]
-            if all(type(p) is bytes for p in payloads)
-            else [P.payload_bytes(p) for p in payloads]
-        )
+        data: Sequence[bytes]
+        typed: list[Mapping[str, str] | None] | None = None
+        if codec is None and all(type(p) is bytes for p in payloads):
+            data = payloads  # type: ignore[assignment]
+        else:
+            data = []
+            typed = []
+            for i, p in enumerate(payloads):
+                each, hdrs = PC.encode(p, codec, headers[i] if headers is not None else None)
+                data.append(each)
+                typed.append(hdrs)
+            if all(h is None for h in typed):
+                typed = None
+        if typed is not None:
+            headers = typed
         blocks: list[bytes | None] | None = None
         if headers is not None or msg_ids is not None or ttls is not None:
             blocks = [

@@ -68,6 +68,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── InvalidKeyError
     │   ├── InvalidStreamConfigError                     ADR-43 stream settings (client-side)
     │   └── MaxPayloadExceededError
+    ├── PayloadValidationError  (also a ValueError)      a payload is not the type asked for
     ├── JetStreamTimeoutError  (also a TimeoutError)     no reply before the deadline
     │   └── FetchTimeoutError
     ├── NoRespondersError                                nothing listens (no stream for a publish)
@@ -174,6 +175,7 @@ __all__ = [
     "ObjectNotFoundError",
     "ObjectStoreError",
     "OrderedConsumerResetError",
+    "PayloadValidationError",
     "PinIdMismatchError",
     "PriorityGroupConfigError",
     "PriorityGroupError",
@@ -543,6 +545,38 @@ class InvalidOptionError(JetStreamError, ValueError):
 
 class InvalidNameError(InvalidOptionError):
     """A stream, consumer or bucket name is invalid."""
+
+
+class PayloadValidationError(JetStreamError, ValueError):
+    """A payload did not validate as the type asked for (``decode``, typed consumers).
+
+    Attributes:
+        subject: The message's subject.
+        sequence: The message's stream sequence (the entry's revision), or None
+            when not known.
+        errors: pydantic's errors (``ValidationError.errors()``), or one
+            ``{"msg": ...}`` for a codec's other ``ValueError``.
+
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        subject: str = "",
+        sequence: int | None = None,
+        errors: list[Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.sequence = sequence
+        self.errors: list[Any] = errors if errors is not None else []
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            partial(type(self), subject=self.subject, sequence=self.sequence, errors=self.errors),
+            self.args,
+        )
 
 
 class InvalidSubjectError(InvalidOptionError):

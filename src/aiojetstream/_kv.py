@@ -22,9 +22,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar
 
 from . import _bounds as B
+from . import _codec as PC
 from . import _headers as H
 from ._bounds import shown
 from ._cleanup import close_when_collected
+from ._codec import Codec
 from ._errors import (
     BucketNotFoundError,
     FeatureNotSupportedError,
@@ -85,7 +87,8 @@ __all__ = [
 #: A per-key TTL the server stretches is logged here (the command line says it itself).
 logger = logging.getLogger("aiojetstream.kv")
 
-Payload = bytes | bytearray | memoryview
+Payload = bytes | bytearray | memoryview | object
+"""bytes-like, a pydantic model (JSON), or any value with ``codec=``; not ``str``."""
 
 STREAM_PREFIX: Final = "KV_"
 KV_OPERATION: Final = "KV-Operation"
@@ -664,8 +667,13 @@ class KeyValue:
 
     # ------------------------------------------------------------- writing
 
-    async def put(self, key: str, value: Payload, *, timeout: float | None = None) -> int:
+    async def put(
+        self, key: str, value: Payload, *, timeout: float | None = None, codec: Codec | None = None
+    ) -> int:
         """Store ``value`` as the new revision of ``key``.
+
+        ``value`` is bytes-like, a pydantic model (stored as JSON), or any
+        value with ``codec``; read it back with ``entry.decode(Model)``.
 
         Returns:
             The new revision.
@@ -675,7 +683,7 @@ class KeyValue:
 
         """
         try:
-            ack = await self._js.publish(self._subject(key), value, timeout=timeout)
+            ack = await self._js.publish(self._subject(key), value, timeout=timeout, codec=codec)
         except NoRespondersError:
             await self._check_bucket(timeout)
             raise
@@ -689,6 +697,7 @@ class KeyValue:
         ttl: H.TTLInput | None = None,
         pedantic: bool = False,
         timeout: float | None = None,
+        codec: Codec | None = None,
     ) -> int:
         """Store ``value`` only if ``key`` has no live value (absent, deleted, purged or expired).
 
@@ -704,6 +713,7 @@ class KeyValue:
             pedantic: refuse such a TTL (``InvalidTTLError``) instead of
                 letting the server stretch it.
             timeout: seconds to wait for each reply.
+            codec: encodes ``value`` (as for :meth:`put`).
 
         Returns:
             The new revision.
@@ -716,6 +726,9 @@ class KeyValue:
 
         """
         subject = self._subject(key)
+        if codec is not None or type(value) is not bytes:
+            value = PC.encode(value, codec, None)[0]  # once, before anything is sent
+            codec = None
         if ttl is not None:
             H.ttl_header_value(ttl)
             await self._require_markers("create", timeout)
@@ -746,7 +759,13 @@ class KeyValue:
         return ack.seq
 
     async def update(
-        self, key: str, value: Payload, last_revision: int, *, timeout: float | None = None
+        self,
+        key: str,
+        value: Payload,
+        last_revision: int,
+        *,
+        timeout: float | None = None,
+        codec: Codec | None = None,
     ) -> int:
         """Store ``value`` only if the key's latest revision is ``last_revision``.
 
@@ -762,7 +781,11 @@ class KeyValue:
         revision = check_sequence(last_revision, "last_revision")
         try:
             ack = await self._js.publish(
-                subject, value, expected_last_subject_sequence=revision, timeout=timeout
+                subject,
+                value,
+                expected_last_subject_sequence=revision,
+                timeout=timeout,
+                codec=codec,
             )
         except WrongLastSequenceError as exc:
             raise _exists(exc, f"key {key!r} is not at revision {revision}") from None

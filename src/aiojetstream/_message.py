@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from . import _bounds as B
 from . import _duration as D
@@ -26,6 +26,11 @@ from ._errors import (
     NotJetStreamMessageError,
 )
 from ._headers import decode_headers
+
+if TYPE_CHECKING:
+    from ._codec import Codec
+
+T = TypeVar("T")
 
 __all__ = [
     "Acker",
@@ -358,6 +363,22 @@ class Msg:
     def __repr__(self) -> str:
         return f"<Msg subject={self.subject!r} data={len(self.data)}B acked={self.acked}>"
 
+    def decode(self, type_: type[T], codec: Codec | None = None) -> T:
+        """The payload validated as ``type_`` (``type_.model_validate_json(data)`` for a model).
+
+        Args:
+            type_: a pydantic model (or any type pydantic validates JSON as).
+            codec: decode with this :class:`Codec` instead of JSON.
+
+        Raises:
+            PayloadValidationError: the payload is not a valid ``type_`` (with
+                the subject, the stream sequence and pydantic's errors).
+
+        """
+        from ._codec import decode
+
+        return decode(self.data, type_, codec, lambda: where(self))
+
     # ----------------------------------------------------------------- acks
 
     def _claim(self) -> None:
@@ -543,3 +564,44 @@ def next_in_order(msg: Msg, expected: int) -> int:
 def total_size(msgs: Iterable[Msg]) -> int:
     """The summed :attr:`Msg.size` of ``msgs`` (one pass, no property call each)."""
     return sum([len(m._subject) + len(m._reply) + len(m._hdr or b"") + len(m.data) for m in msgs])
+
+
+class TypedMsg(Msg, Generic[T]):
+    """A :class:`Msg` whose payload was validated: ``value`` is the decoded ``T``.
+
+    Handed out by ``consumer.messages(model=...)`` and ``consume(handler,
+    model=...)``; everything else (``data``, ``headers``, ``metadata``, the
+    acknowledgements) is the message's.
+
+    Attributes:
+        value: The payload as a ``T``.
+
+    """
+
+    __slots__ = ("value",)
+
+    value: T
+
+    def __repr__(self) -> str:
+        return f"<TypedMsg subject={self.subject!r} value={self.value!r} acked={self.acked}>"
+
+
+def typed(msg: Msg, value: T) -> TypedMsg[T]:
+    """``msg`` as a :class:`TypedMsg` of ``value`` (a new object sharing its state)."""
+    out: TypedMsg[T] = TypedMsg.__new__(TypedMsg)
+    out._subject = msg._subject
+    out._reply = msg._reply
+    out.data = msg.data
+    out._hdr = msg._hdr
+    out._headers = msg._headers
+    out._acker = msg._acker
+    out._state = msg._state
+    out._meta = msg._meta
+    out.value = value
+    return out
+
+
+def where(msg: Msg) -> tuple[str, int | None]:
+    """The subject and stream sequence of ``msg`` (None when not a JetStream message)."""
+    sequences = ack_sequences(msg._reply)
+    return msg.subject, sequences[0] if sequences is not None else None

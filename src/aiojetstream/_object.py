@@ -50,8 +50,10 @@ from typing import IO, TYPE_CHECKING, Any, Final, TypeAlias
 from pydantic import ValidationError
 
 from . import _bounds as B
+from . import _codec as PC
 from . import _headers as H
 from ._cleanup import close_when_collected
+from ._codec import Codec
 from ._errors import (
     APIError,
     BucketNotFoundError,
@@ -612,13 +614,14 @@ class ObjectStore:
     async def put(
         self,
         name: str,
-        data: Data,
+        data: Data | object,
         *,
         description: str | None = None,
         headers: Mapping[str, str | list[str]] | None = None,
         metadata: Mapping[str, str] | None = None,
         chunk_size: int | None = None,
         timeout: float | None = None,
+        codec: Codec | None = None,
     ) -> ObjectInfo:
         """Store ``data`` as the object ``name``, replacing any previous version.
 
@@ -654,6 +657,10 @@ class ObjectStore:
             chunk_size: bytes per chunk (default 128 KiB, at most the server's
                 ``max_payload``).
             timeout: seconds to wait for each acknowledgement and reply.
+            codec: encode ``data`` (any value) with this :class:`Codec`. A
+                pydantic model is stored as JSON without one. Either way the
+                object's headers get the codec's ``Content-Type`` (a model's:
+                ``application/json``) unless ``headers`` has one.
 
         Returns:
             The new info (``mtime`` is the client's clock; :meth:`info` has the
@@ -668,6 +675,10 @@ class ObjectStore:
 
         """
         name = validate_object_name(name)
+        if codec is not None or (
+            hasattr(type(data), "__pydantic_serializer__") and not isinstance(data, type)
+        ):  # before the iterable check: a model iterates over its fields
+            data, headers = PC.encode(data, codec, headers)
         size = self._chunk_size(chunk_size)
         info = ObjectInfo(
             name=name,

@@ -44,6 +44,7 @@ MIN_RUNNABLE = {
     "security.md": 3,
     "testing.md": 4,
     "ttl.md": 2,
+    "typed-payloads.md": 5,
 }
 """The least number of blocks each page runs (pages not listed: any number)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import ConfigDict, Field, field_validator
 
@@ -21,6 +21,11 @@ from .stream import (
     StreamInfo,
     StreamSource,
 )
+
+if TYPE_CHECKING:
+    from .._codec import Codec
+
+_T = TypeVar("_T")
 
 __all__ = [
     "KV_MAX_HISTORY",
@@ -234,6 +239,24 @@ class KeyValueEntry(DocumentedModel):
     """How many newer entries matching the read followed this one (0: the latest)."""
     operation: KeyValueOp = KeyValueOp.PUT
     """What the entry records."""
+
+    def decode(self, type_: type[_T], codec: Codec | None = None) -> _T:
+        """The value validated as ``type_`` (``type_.model_validate_json(value)`` for a model).
+
+        Args:
+            type_: a pydantic model (or any type pydantic validates JSON as).
+            codec: decode with this :class:`Codec` instead of JSON.
+
+        Raises:
+            PayloadValidationError: the value is not a valid ``type_`` (with
+                the key's subject ``$KV.<bucket>.<key>``, the revision and pydantic's errors).
+
+        """
+        from .._codec import decode
+
+        return decode(
+            self.value, type_, codec, lambda: (f"$KV.{self.bucket}.{self.key}", self.revision)
+        )
 
 
 def kv_entry(

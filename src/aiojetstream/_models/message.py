@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from ._base import construct_checked
+
+if TYPE_CHECKING:
+    from .._codec import Codec
+
+_T = TypeVar("_T")
 
 
 class RawStreamMessage(BaseModel):
@@ -26,6 +32,17 @@ class RawStreamMessage(BaseModel):
     headers: dict[str, str] | None = None
     data: bytes = b""
     time: datetime
+
+    def decode(self, type_: type[_T], codec: Codec | None = None) -> _T:
+        """``data`` validated as ``type_`` (``type_.model_validate_json(data)`` for a model).
+
+        Raises:
+            PayloadValidationError: ``data`` is not a valid ``type_``.
+
+        """
+        from .._codec import decode
+
+        return decode(self.data, type_, codec, lambda: (self.subject, self.seq))
 
 
 def raw_message(

@@ -1,0 +1,205 @@
+"""Typed payloads: the :class:`Codec` protocol, its two built-ins, and the encode/decode steps.
+
+A payload is published as is when it is ``bytes`` (checked first: the hot path
+pays one type test), copied when ``bytearray`` or ``memoryview``, encoded by
+pydantic's compiled serializer when a ``BaseModel`` (with ``Content-Type:
+application/json`` unless the caller set one), and encoded by ``codec`` when
+one is given. A ``str`` is refused: text has no single encoding.
+
+Decoding validates straight from bytes (``Model.model_validate_json``); a
+payload that does not validate raises :class:`PayloadValidationError`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
+
+from ._errors import InvalidOptionError, PayloadValidationError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+T = TypeVar("T")
+
+CONTENT_TYPE: Final = "Content-Type"
+JSON: Final = "application/json"
+
+
+@runtime_checkable
+class Codec(Protocol):
+    """Turns values into payload bytes and back (for example msgpack or protobuf).
+
+    Pass one as ``codec=`` to the publish calls, ``kv.put`` / ``create`` /
+    ``update``, object ``put``, ``decode`` and ``messages`` / ``consume``.
+    A codec may also have a ``content_type`` attribute: publishes then carry it
+    as their ``Content-Type`` header (unless the caller set one).
+    """
+
+    def encode(self, value: Any) -> bytes:
+        """The payload of ``value``."""
+        ...
+
+    def decode(self, data: bytes, type_: type[T]) -> T:
+        """The value of type ``type_`` that ``data`` encodes.
+
+        Raise ``ValueError`` (pydantic's ``ValidationError`` is one) when
+        ``data`` is not one: it is reported as :class:`PayloadValidationError`.
+        """
+        ...
+
+
+class JsonCodec:
+    """JSON through pydantic: models by their compiled serializer, other values by a TypeAdapter.
+
+    The default for ``BaseModel`` payloads and types.
+    """
+
+    content_type: Final = JSON
+
+    def encode(self, value: Any) -> bytes:
+        """``value`` as JSON (``model_dump_json`` for a model)."""
+        serializer = getattr(type(value), "__pydantic_serializer__", None)
+        if serializer is not None:
+            data: bytes = serializer.to_json(value)
+            return data
+        from pydantic_core import to_json
+
+        return to_json(value)
+
+    def decode(self, data: bytes, type_: type[T]) -> T:
+        """``data`` validated as ``type_`` (``model_validate_json`` for a model)."""
+        validate = getattr(type_, "model_validate_json", None)
+        if validate is not None:
+            value: T = validate(data)
+            return value
+        return _adapter(type_).validate_json(data)  # type: ignore[no-any-return]
+
+
+class RawCodec:
+    """Bytes as they are: ``encode`` accepts bytes-like values, ``decode`` returns bytes."""
+
+    def encode(self, value: Any) -> bytes:
+        """``value`` as bytes (bytes, bytearray or memoryview; ``str`` is refused)."""
+        if type(value) is bytes:
+            return value
+        if isinstance(value, bytearray | memoryview):
+            return bytes(value)
+        raise InvalidOptionError(_refusal(value))
+
+    def decode(self, data: bytes, type_: type[T]) -> T:
+        """``data`` itself (``type_`` must be ``bytes``)."""
+        return data  # type: ignore[return-value]
+
+
+_JSON: Final = JsonCodec()
+_ADAPTERS: dict[Any, Any] = {}
+
+
+def _adapter(type_: Any) -> Any:
+    adapter = _ADAPTERS.get(type_)
+    if adapter is None:
+        from pydantic import TypeAdapter
+
+        adapter = _ADAPTERS[type_] = TypeAdapter(type_)
+    return adapter
+
+
+def _refusal(payload: object) -> str:
+    if isinstance(payload, str):
+        return (
+            "payload must be bytes, a pydantic model, or any value with codec=; got str: "
+            "publish text as bytes, for example payload.encode() (UTF-8)"
+        )
+    got = (
+        f"the class {payload.__name__} (pass an instance)"
+        if isinstance(payload, type)
+        else type(payload).__name__
+    )
+    return (
+        "payload must be bytes, bytearray, memoryview, a pydantic model, "
+        f"or any value with codec=; got {got}"
+    )
+
+
+def encode(
+    payload: object, codec: Codec | None, headers: Mapping[str, Any] | None
+) -> tuple[bytes, dict[str, Any] | None]:
+    """The payload bytes of a non-``bytes`` payload (or any with ``codec``), and its headers.
+
+    A model (or a codec with a ``content_type``) adds ``Content-Type`` to the
+    headers unless they have one (any case).
+
+    Raises:
+        InvalidOptionError: a ``str`` (how to publish text is in the message),
+            or another value no codec was given for.
+
+    """
+    if codec is None:
+        if isinstance(payload, bytes | bytearray | memoryview):
+            return bytes(payload), None if headers is None else dict(headers)
+        serializer = getattr(type(payload), "__pydantic_serializer__", None)
+        if serializer is None or isinstance(payload, type):
+            raise InvalidOptionError(_refusal(payload))
+        data: bytes = serializer.to_json(payload)
+        content_type: str | None = JSON
+    else:
+        if not callable(getattr(codec, "encode", None)):
+            raise InvalidOptionError(f"codec must have encode() and decode(), got {codec!r}")
+        data = codec.encode(payload)
+        if type(data) is not bytes:
+            if not isinstance(data, bytearray | memoryview):
+                raise InvalidOptionError(
+                    f"codec {type(codec).__name__}.encode returned {type(data).__name__}, not bytes"
+                )
+            data = bytes(data)
+        content_type = getattr(codec, "content_type", None)
+    if content_type and not (headers and any(k.lower() == "content-type" for k in headers)):
+        return data, {**headers, CONTENT_TYPE: content_type} if headers else {
+            CONTENT_TYPE: content_type
+        }
+    return data, None if headers is None else dict(headers)
+
+
+def decode(
+    data: bytes,
+    type_: type[T],
+    codec: Codec | None,
+    where: Callable[[], tuple[str, int | None]],
+) -> T:
+    """``data`` as a ``type_``: by ``codec``, else JSON through pydantic.
+
+    ``where()`` gives the subject and sequence an error reports (asked only then).
+
+    Raises:
+        PayloadValidationError: the payload is not a valid ``type_``.
+
+    """
+    try:
+        if codec is None:
+            validate = getattr(type_, "model_validate_json", None)
+            if validate is not None:
+                value: T = validate(data)
+                return value
+            codec = _JSON
+        return codec.decode(data, type_)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        raise invalid(exc, type_, *where()) from exc
+
+
+def invalid(
+    exc: ValueError, type_: object, subject: str, sequence: int | None
+) -> PayloadValidationError:
+    """The :class:`PayloadValidationError` of a payload ``exc`` refused."""
+    errors_of = getattr(exc, "errors", None)
+    errors: list[Any] = (
+        list(errors_of(include_url=False)) if callable(errors_of) else [{"msg": str(exc)}]
+    )
+    name = getattr(type_, "__name__", repr(type_))
+    where = f"{subject!r}" + (f" (sequence {sequence})" if sequence is not None else "")
+    first = errors[0].get("msg", "") if errors and isinstance(errors[0], dict) else ""
+    return PayloadValidationError(
+        f"payload on {where} is not a valid {name}: {len(errors)} error(s), first: {first}",
+        subject=subject,
+        sequence=sequence,
+        errors=errors,
+    )

@@ -1,0 +1,286 @@
+"""Typed payloads (issue 28) against a real nats-server: models and codecs in, TypedMsg out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, TypeVar
+
+import pytest
+from pydantic import BaseModel
+
+from aiojetstream import (
+    AckPolicy,
+    Codec,
+    Consumer,
+    ConsumerConfig,
+    InvalidOptionError,
+    JetStreamContext,
+    JetStreamError,
+    JsonCodec,
+    KeyValueConfig,
+    Msg,
+    ObjectStoreConfig,
+    PayloadValidationError,
+    RawCodec,
+    StorageType,
+    StreamConfig,
+    TypedMsg,
+)
+from helpers import unique_name, wait_until
+
+T = TypeVar("T")
+STEP = 10.0
+
+
+class Order(BaseModel):
+    id: int
+    item: str
+    qty: int = 1
+
+
+class CsvCodec:
+    """A toy codec: a tuple of strings as one comma-separated line."""
+
+    content_type = "text/csv"
+
+    def encode(self, value: Any) -> bytes:
+        return ",".join(value).encode()
+
+    def decode(self, data: bytes, type_: type[T]) -> T:
+        if not data:
+            raise ValueError("empty line")
+        return type_(data.decode().split(","))  # type: ignore[call-arg]
+
+
+async def make(js: JetStreamContext, **cfg: Any) -> tuple[str, Consumer]:
+    stream = unique_name("TYPED")
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=[f"{stream}.>"], storage=StorageType.MEMORY)
+    )
+    config = ConsumerConfig(durable_name="worker", ack_policy=AckPolicy.EXPLICIT, **cfg)
+    return stream, await js.create_consumer(stream, config)
+
+
+async def test_publish_a_model_and_read_it_back_typed(js: JetStreamContext) -> None:
+    stream, consumer = await make(js)
+    await js.publish(f"{stream}.a", Order(id=1, item="book"))
+    fut = await js.publish_async(f"{stream}.b", Order(id=2, item="pen", qty=3))
+    await fut
+    summary = await js.publish_many(
+        f"{stream}.c", [Order(id=3, item="ink"), b'{"id":4,"item":"x"}']
+    )
+    assert summary.stored == 2
+    await js.publish(f"{stream}.d", Order(id=5, item="cup"), headers={"content-type": "x/y"})
+    got: list[TypedMsg[Order]] = []
+    async with consumer.messages(model=Order) as it:
+        async for msg in it:
+            assert isinstance(msg, Msg)
+            got.append(msg)
+            await msg.ack()
+            if len(got) == 5:
+                break
+    assert [m.value for m in got] == [
+        Order(id=1, item="book"),
+        Order(id=2, item="pen", qty=3),
+        Order(id=3, item="ink"),
+        Order(id=4, item="x"),
+        Order(id=5, item="cup"),
+    ]
+    assert [(m.headers or {}).get("Content-Type") for m in got[:3]] == ["application/json"] * 3
+    assert got[3].headers is None  # bytes: as they were
+    assert got[4].headers == {"content-type": "x/y"}  # the caller's one is kept, none added
+    assert got[0].data == b'{"id":1,"item":"book","qty":1}'
+    assert got[0].decode(Order) == got[0].value
+    assert got[1].metadata.sequence.stream == 2
+    assert "TypedMsg" in repr(got[0])
+
+
+async def test_str_is_refused_with_how_to_publish_text(js: JetStreamContext) -> None:
+    stream, _ = await make(js)
+    for call in (
+        lambda: js.publish(f"{stream}.a", "hello"),
+        lambda: js.publish_async(f"{stream}.a", "hello"),
+        lambda: js.publish_many(f"{stream}.a", ["hello"]),
+    ):
+        with pytest.raises(InvalidOptionError, match=r"got str.*\.encode\(\)"):
+            await call()
+    with pytest.raises(InvalidOptionError, match="got int"):
+        await js.publish(f"{stream}.a", 5)
+    with pytest.raises(InvalidOptionError, match="got the class Order"):
+        await js.publish(f"{stream}.a", Order)  # the class, not a model
+    assert (await (await js.stream(stream)).info()).state.messages == 0
+
+
+async def test_decode_failure_carries_subject_sequence_and_errors(js: JetStreamContext) -> None:
+    stream, consumer = await make(js)
+    await js.publish(f"{stream}.bad", b'{"id":"nope"}')
+    msg = await consumer.next(expires=5)
+    with pytest.raises(PayloadValidationError) as info:
+        msg.decode(Order)
+    err = info.value
+    assert isinstance(err, JetStreamError)
+    assert (err.subject, err.sequence) == (f"{stream}.bad", 1)
+    assert {e["loc"][0] for e in err.errors} == {"id", "item"}
+    assert f"{stream}.bad" in str(err)
+    assert "Order" in str(err)
+    raw = await (await js.stream(stream)).get_msg(1)
+    with pytest.raises(PayloadValidationError) as info:
+        raw.decode(Order)
+    assert info.value.sequence == 1
+    await msg.ack()
+
+
+async def test_on_invalid_term_sends_the_reason(
+    js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream, consumer = await make(js)
+    advisories: list[dict[str, Any]] = []
+
+    async def advisory(m: Any) -> None:
+        advisories.append(json.loads(m.data))
+
+    sub = await js.nc.subscribe(
+        f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{stream}.worker", cb=advisory
+    )
+    await js.nc.flush()
+    await js.publish(f"{stream}.a", b"not json")
+    await js.publish(f"{stream}.a", Order(id=2, item="ok"))
+    with caplog.at_level(logging.WARNING, logger="aiojetstream"):
+        async with consumer.messages(model=Order) as it:
+            msg = await asyncio.wait_for(it.next(), STEP)
+            assert msg.value.id == 2
+            await msg.ack()
+    await wait_until(lambda: bool(advisories), timeout=STEP)
+    await sub.unsubscribe()
+    assert advisories[0]["stream_seq"] == 1
+    assert "not a valid Order" in advisories[0]["reason"]
+    info = await consumer.info()
+    assert (info.num_ack_pending, info.num_redelivered) == (0, 0)
+    assert "terminated" in caplog.text
+
+
+async def test_on_invalid_nak_redelivers(js: JetStreamContext) -> None:
+    stream, consumer = await make(js, max_deliver=3)
+    await js.publish(f"{stream}.a", b"{}")
+    async with consumer.messages(model=Order, on_invalid="nak") as it:
+        taking = asyncio.ensure_future(it.next())  # naks each delivery, up to max_deliver
+
+        async def delivered_thrice() -> bool:
+            info = await consumer.info()
+            return info.num_redelivered >= 1 and info.num_ack_pending == 0
+
+        await wait_until(delivered_thrice, timeout=STEP)
+        taking.cancel()
+    info = await consumer.info()
+    assert (info.delivered.stream_seq, info.num_redelivered) == (1, 1)
+
+
+async def test_on_invalid_raise_leaves_the_message_unacked(js: JetStreamContext) -> None:
+    stream, consumer = await make(js)
+    await js.publish(f"{stream}.a", b'{"id": 1}')
+    await js.publish(f"{stream}.a", Order(id=2, item="ok"))
+    async with consumer.messages(model=Order, on_invalid="raise") as it:
+        with pytest.raises(PayloadValidationError) as info:
+            await asyncio.wait_for(it.next(), STEP)
+        assert (info.value.subject, info.value.sequence) == (f"{stream}.a", 1)
+        ok = await asyncio.wait_for(it.next(), STEP)  # iteration goes on
+        assert ok.value.id == 2
+        await ok.ack()
+    info2 = await consumer.info()
+    assert info2.num_ack_pending == 1
+
+
+async def test_consume_typed_and_its_failure_options(js: JetStreamContext) -> None:
+    stream, consumer = await make(js)
+    await js.publish(f"{stream}.a", Order(id=1, item="a"))
+    await js.publish(f"{stream}.a", b"[]")
+    await js.publish(f"{stream}.a", Order(id=3, item="c"))
+    seen: list[Order] = []
+
+    async def handle(msg: TypedMsg[Order]) -> None:
+        seen.append(msg.value)
+        await msg.ack()
+
+    async with await consumer.consume(handle, model=Order):
+        await wait_until(lambda: len(seen) == 2, timeout=STEP)
+    assert [o.id for o in seen] == [1, 3]
+    await wait_until(lambda: True)
+    info = await consumer.info()
+    assert info.num_ack_pending == 0  # the bad one was terminated
+
+    stream2, consumer2 = await make(js)
+    await js.publish(f"{stream2}.a", b"oops")
+    errors: list[JetStreamError] = []
+    ctx = await consumer2.consume(
+        lambda m: seen.append(m.value), model=Order, on_invalid="raise", error_handler=errors.append
+    )
+    error = await asyncio.wait_for(ctx.closed(), STEP)
+    assert isinstance(error, PayloadValidationError)
+    assert errors == [error]
+    assert (await consumer2.info()).num_ack_pending == 1
+    with pytest.raises(InvalidOptionError, match="on_invalid"):
+        await consumer2.consume(handle, model=Order, on_invalid="drop")  # type: ignore[arg-type]
+
+
+async def test_codec_protocol_with_a_toy_codec(js: JetStreamContext) -> None:
+    codec = CsvCodec()
+    assert isinstance(codec, Codec)
+    stream, consumer = await make(js)
+    await js.publish(f"{stream}.a", ("a", "b"), codec=codec)
+    await js.publish_many(f"{stream}.a", [("c",), ("d", "e")], codec=codec)
+    await js.publish(f"{stream}.a", b"", codec=RawCodec())  # invalid for the csv codec
+    await js.publish(f"{stream}.a", Order(id=9, item="z"), codec=JsonCodec())
+    got: list[TypedMsg[list[str]]] = []
+    async with consumer.messages(model=list, codec=codec) as it:
+        async for msg in it:
+            got.append(msg)
+            await msg.ack()
+            if len(got) == 4:
+                break
+    assert [m.value for m in got] == [
+        ["a", "b"],
+        ["c"],
+        ["d", "e"],
+        ['{"id":9', '"item":"z"', '"qty":1}'],
+    ]
+    assert got[0].headers == {"Content-Type": "text/csv"}
+    assert got[3].headers == {"Content-Type": "application/json"}
+    assert got[0].decode(list, codec) == ["a", "b"]
+    assert got[3].decode(Order, JsonCodec()) == Order(id=9, item="z")
+    assert got[3].decode(bytes, RawCodec()) == got[3].data
+    assert got[3].decode(dict[str, int | str]) == {"id": 9, "item": "z", "qty": 1}
+    with pytest.raises(InvalidOptionError, match="got str"):
+        await js.publish(f"{stream}.a", "x", codec=RawCodec())
+
+
+async def test_kv_round_trip(js: JetStreamContext) -> None:
+    kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("kv"), history=5))
+    rev = await kv.put("o1", Order(id=1, item="a"))
+    entry = await kv.get("o1")
+    assert entry.revision == rev
+    assert entry.decode(Order) == Order(id=1, item="a")
+    rev2 = await kv.update("o1", Order(id=1, item="b"), rev)
+    assert (await kv.get("o1")).decode(Order).item == "b"
+    await kv.create("o2", Order(id=2, item="c"))
+    assert (await kv.get("o2")).decode(Order).id == 2
+    await kv.put("csv", ("x", "y"), codec=CsvCodec())
+    assert (await kv.get("csv")).decode(list, CsvCodec()) == ["x", "y"]
+    await kv.put("bad", b"{")
+    with pytest.raises(PayloadValidationError) as info:
+        (await kv.get("bad")).decode(Order)
+    assert info.value.subject == f"$KV.{kv.bucket}.bad"
+    assert info.value.sequence == rev2 + 3
+    with pytest.raises(InvalidOptionError, match=r"\.encode\(\)"):
+        await kv.put("s", "text")
+
+
+async def test_object_store_round_trip(js: JetStreamContext) -> None:
+    store = await js.create_object_store(ObjectStoreConfig(bucket=unique_name("OB")))
+    info = await store.put("order", Order(id=7, item="obj"))
+    assert info.headers == {"Content-Type": ["application/json"]}
+    data = await store.get_bytes("order")
+    assert Order.model_validate_json(data) == Order(id=7, item="obj")
+    await store.put("csv", ("p", "q"), codec=CsvCodec())
+    assert await store.get_bytes("csv") == b"p,q"
