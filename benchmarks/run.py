@@ -51,6 +51,7 @@ from typing import Any, Final
 import bare_publisher
 import bare_reader
 import nats
+import otel_rows
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg as NatsMsg
 from nats.js import JetStreamContext as NatsJetStream
@@ -120,6 +121,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "spark_write_cpu_vs_noop": ("<=", 5.0),
     "spark_read_vs_server": (">=", 0.7),
     "spark_write_vs_server": (">=", 0.6),
+    # Issue 28: an instrumented context (OpenTelemetry SDK) against a plain one.
+    "publish_async_otel_vs_plain": (">=", 0.7),
+    "messages_otel_vs_plain": (">=", 0.7),
 }
 
 #: Above this spread (the interquartile range of a row's per-round ratios over
@@ -1331,6 +1335,11 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 await fill(js, CONSUME_SUBJECT, args.messages)
             if "consume" in groups:
                 rows += await bench_consume(libs, server.url, args.messages, args.rounds)
+                progress(args, rows)
+            if groups & {"publish", "consume"} and otel_rows.available():
+                rows += await otel_rows.bench_otel(
+                    server.url, args.count, args.messages, args.rounds, compare, Row, groups
+                )
                 progress(args, rows)
             if "kv" in groups:
                 rows += await bench_kv(libs, server.url, args.kv_count, args.rounds)

@@ -49,6 +49,32 @@ _MAX_OPEN = 10_000  # process spans never settled are ended past this many
 _CONSUMER_METHODS = ("consumer", "create_consumer", "update_consumer", "create_or_update_consumer")
 
 
+class _Counts:
+    """Counters of one set of labels, read by the observable instruments at collection.
+
+    Counting is an integer increment per message; the SDK's synchronous
+    instruments would hash the labels on every call.
+    """
+
+    __slots__ = (
+        "acks",
+        "consumed",
+        "labels",
+        "naks",
+        "pending",
+        "reconnects",
+        "redeliveries",
+        "sent",
+        "terms",
+    )
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
+        self.sent = self.consumed = self.acks = self.naks = self.terms = 0
+        self.redeliveries = self.reconnects = 0
+        self.pending: int | None = None
+
+
 class _Telemetry:
     """The tracer, the instruments and the options of one instrumented context."""
 
@@ -56,33 +82,52 @@ class _Telemetry:
         self.tracer = trace.get_tracer("aiojetstream", __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter("aiojetstream", __version__, meter_provider=meter_provider)
         self.parent = parent
+        self.counts: dict[tuple[str, str | None], _Counts] = {}
         self.publish_duration = meter.create_histogram(
             "messaging.client.operation.duration",
             unit="s",
             description="Duration of a publish until its acknowledgement",
         )
-        self.sent = meter.create_counter(
-            "messaging.client.sent.messages", unit="{message}", description="Messages published"
-        )
-        self.consumed = meter.create_counter(
-            "messaging.client.consumed.messages",
-            unit="{message}",
-            description="Messages taken from consumers",
-        )
-        self.acks = meter.create_counter("aiojetstream.acks", unit="{message}")
-        self.naks = meter.create_counter("aiojetstream.naks", unit="{message}")
-        self.terms = meter.create_counter("aiojetstream.terms", unit="{message}")
-        self.redeliveries = meter.create_counter(
-            "aiojetstream.redeliveries",
-            unit="{message}",
-            description="Messages delivered more than once",
-        )
-        self.pending = meter.create_gauge(
+        for name, field, description in (
+            ("messaging.client.sent.messages", "sent", "Messages published"),
+            ("messaging.client.consumed.messages", "consumed", "Messages taken from consumers"),
+            ("aiojetstream.acks", "acks", "Messages acknowledged"),
+            ("aiojetstream.naks", "naks", "Messages negatively acknowledged"),
+            ("aiojetstream.terms", "terms", "Messages terminated"),
+            ("aiojetstream.redeliveries", "redeliveries", "Messages delivered more than once"),
+            ("aiojetstream.reconnects", "reconnects", "Reconnects of the connection"),
+        ):
+            meter.create_observable_counter(
+                name, callbacks=[self._observe(field)], unit="1", description=description
+            )
+        meter.create_observable_gauge(
             "aiojetstream.consumer.pending",
+            callbacks=[self._observe("pending")],
             unit="{message}",
             description="Messages left for the consumer, from the last message's metadata",
         )
-        self.reconnects = meter.create_counter("aiojetstream.reconnects", unit="{reconnect}")
+
+    def _observe(self, field: str) -> Callable[[Any], list[metrics.Observation]]:
+        def observe(options: Any) -> list[metrics.Observation]:
+            found = []
+            for counts in list(self.counts.values()):
+                value = getattr(counts, field)
+                if value if field != "pending" else value is not None:
+                    found.append(metrics.Observation(value, counts.labels))
+            return found
+
+        return observe
+
+    def of(self, stream: str | None, consumer: str | None = None) -> _Counts:
+        """The counts of a stream (publishing) or of one of its consumers."""
+        key = (stream or "", consumer)
+        counts = self.counts.get(key)
+        if counts is None:
+            labels = {"messaging.system": _SYSTEM, "messaging.nats.stream": stream or ""}
+            if consumer is not None:
+                labels["messaging.consumer.group.name"] = consumer
+            counts = self.counts[key] = _Counts(labels)
+        return counts
 
 
 def _body_size(payload: object) -> int | None:
@@ -128,9 +173,6 @@ class _Publishing:
         self.publish_async = js.publish_async
         self.publish_many = js.publish_many
 
-    def _labels(self, stream: str | None) -> dict[str, str]:
-        return {"messaging.system": _SYSTEM, "messaging.nats.stream": stream or ""}
-
     def _start(self, subject: object, payload: object) -> trace.Span:
         name = f"send {subject}" if isinstance(subject, str) else "send"
         span = self.tel.tracer.start_span(
@@ -143,20 +185,17 @@ class _Publishing:
 
     def _acked(self, span: trace.Span, start: float, ack: Any, count: int = 1) -> None:
         stream = getattr(ack, "stream", None)
-        if stream is not None:
-            span.set_attribute("messaging.nats.stream", stream)
         seq = getattr(ack, "seq", None)
-        if seq is not None:
-            span.set_attribute("messaging.message.id", str(seq))
-        labels = self._labels(stream)
-        self.tel.publish_duration.record(time.perf_counter() - start, labels)
-        self.tel.sent.add(count, labels)
+        if stream is not None and seq is not None:
+            span.set_attributes({"messaging.nats.stream": stream, "messaging.message.id": str(seq)})
+        counts = self.tel.of(stream)
+        self.tel.publish_duration.record(time.perf_counter() - start, counts.labels)
+        counts.sent += count
         span.end()
 
     def _failed(self, span: trace.Span, start: float, exc: BaseException) -> None:
         _error(span, exc)
-        labels = self._labels(None)
-        labels["error.type"] = type(exc).__name__
+        labels = {**self.tel.of(None).labels, "error.type": type(exc).__name__}
         self.tel.publish_duration.record(time.perf_counter() - start, labels)
         span.end()
 
@@ -220,9 +259,9 @@ class _Publishing:
         except BaseException as exc:
             self._failed(span, start, exc)
             raise
-        labels = self._labels(getattr(summary, "stream", None))
-        self.tel.publish_duration.record(time.perf_counter() - start, labels)
-        self.tel.sent.add(count, labels)
+        counts = self.tel.of(getattr(summary, "stream", None))
+        self.tel.publish_duration.record(time.perf_counter() - start, counts.labels)
+        counts.sent += count
         span.end()
         return summary
 
@@ -234,11 +273,7 @@ class _ConsumerState:
         self.tel = tel
         self.stream = stream
         self.consumer = consumer
-        self.labels = {
-            "messaging.system": _SYSTEM,
-            "messaging.nats.stream": stream,
-            "messaging.consumer.group.name": consumer,
-        }
+        self.counts = tel.of(stream, consumer)
         self.open: dict[bytes, trace.Span] = {}
 
     def start_process(self, msg: Msg) -> trace.Span:
@@ -254,8 +289,8 @@ class _ConsumerState:
             "messaging.nats.stream": self.stream,
             "messaging.message.body.size": len(msg.data),
         }
-        labels = self.labels
-        tel.consumed.add(1, labels)
+        counts = self.counts
+        counts.consumed += 1
         if msg._reply:
             try:
                 meta = msg.metadata
@@ -266,8 +301,8 @@ class _ConsumerState:
                 attrs["messaging.nats.message.sequence"] = meta.sequence.stream
                 attrs["messaging.nats.delivery_count"] = meta.num_delivered
                 if meta.num_delivered > 1:
-                    tel.redeliveries.add(1, labels)
-                tel.pending.set(meta.num_pending, labels)
+                    counts.redeliveries += 1
+                counts.pending = meta.num_pending
         headers = msg.headers
         links = None
         parent: otel_context.Context | None = None
@@ -301,15 +336,15 @@ class _ConsumerState:
                 span.end()
 
     def settled(self, reply: bytes, payload: bytes) -> None:
-        tel = self.tel
+        counts = self.counts
         if payload == ACK:
-            tel.acks.add(1, self.labels)
+            counts.acks += 1
             kind = "ack"
         elif payload.startswith(NAK):
-            tel.naks.add(1, self.labels)
+            counts.naks += 1
             kind = "nak"
         elif payload.startswith(TERM):
-            tel.terms.add(1, self.labels)
+            counts.terms += 1
             kind = "term"
         else:  # +WPI (in progress), +NXT: the message is not settled
             return
@@ -527,7 +562,7 @@ class _Reconnects:
         pass
 
     def on_reconnected(self) -> None:
-        self.tel.reconnects.add(1, {"messaging.system": _SYSTEM})
+        self.tel.of(None).reconnects += 1
 
     def on_closed(self) -> None:
         pass

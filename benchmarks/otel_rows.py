@@ -1,0 +1,125 @@
+"""The telemetry rows of ``make bench`` (issue 28): an instrumented context against a plain one.
+
+* ``publish_async_otel_vs_plain``: pipelined ``publish_async`` plus the
+  completion barrier, instrumented (a send span, the trace context injected
+  into the headers, the publish metrics per message) over plain. Target >= 0.7.
+* ``messages_otel_vs_plain``: ``messages()`` with an explicit ack per message,
+  instrumented (a process span linked to the send span, the consume and ack
+  metrics) over plain, both reading the same stream of messages that carry a
+  ``traceparent``. Target >= 0.7.
+
+The instrumented side uses the OpenTelemetry SDK with recording spans and
+metrics (a TracerProvider without a processor: what an exporter costs is the
+application's choice, not the library's) and the global W3C propagator.
+Without the SDK installed the rows are skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiojetstream
+from aiojetstream import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+STREAM = "BOTEL"
+SUBJECT = "botel.data"
+PAYLOAD = b"x" * 128
+
+
+def available() -> bool:
+    """Whether the OpenTelemetry SDK is installed (the rows need it)."""
+    return importlib.util.find_spec("opentelemetry.sdk") is not None
+
+
+def _rate(count: int, start: float) -> float:
+    return count / (time.perf_counter() - start)
+
+
+async def bench_otel(
+    url: str,
+    count: int,
+    messages: int,
+    rounds: int,
+    compare: Callable[..., Awaitable[tuple[list[float], list[float]]]],
+    row: Callable[..., Any],
+    groups: set[str],
+) -> list[Any]:
+    """The rows of the selected groups (``publish``, ``consume``).
+
+    ``compare`` and ``row`` are run.py's (alternating rounds, the row type).
+    """
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from aiojetstream.otel import instrument
+
+    plain = await aiojetstream.connect(url)
+    traced = await aiojetstream.connect(url)
+    instrument(
+        traced,
+        tracer_provider=TracerProvider(),
+        meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
+    )
+    rows: list[Any] = []
+    try:
+        await plain.create_stream(
+            StreamConfig(
+                name=STREAM,
+                subjects=[SUBJECT],
+                storage=StorageType.MEMORY,
+                max_msgs=max(100_000, messages),
+            )
+        )
+
+        def publisher(js: aiojetstream.JetStreamContext) -> Callable[[int], Awaitable[float]]:
+            async def measure(n: int) -> float:
+                start = time.perf_counter()
+                for _ in range(n):
+                    await js.publish_async(SUBJECT, PAYLOAD)
+                await js.publish_async_complete(timeout=120)
+                return _rate(n, start)
+
+            return measure
+
+        if "publish" in groups:
+            ours, base = await compare(publisher(traced), publisher(plain), count * 10, rounds)
+            rows.append(row("publish_async_otel_vs_plain", ours, base, "msgs/s"))
+        if "consume" in groups:
+            await (await plain.stream(STREAM)).purge()
+            await publisher(traced)(messages)  # every message carries a traceparent
+
+            def reader(js: aiojetstream.JetStreamContext) -> Callable[[int], Awaitable[float]]:
+                async def measure(n: int) -> float:
+                    consumer = await js.create_consumer(
+                        STREAM, ConsumerConfig(ack_policy=AckPolicy.EXPLICIT)
+                    )
+                    n = min(n, messages)
+                    start = time.perf_counter()
+                    got = 0
+                    async with consumer.messages() as it:
+                        async for msg in it:
+                            await msg.ack()
+                            got += 1
+                            if got == n:
+                                break
+                    figure = _rate(n, start)
+                    await js.delete_consumer(STREAM, consumer.name)
+                    return figure
+
+                return measure
+
+            ours, base = await compare(reader(traced), reader(plain), messages, rounds)
+            rows.append(row("messages_otel_vs_plain", ours, base, "msgs/s"))
+    finally:
+        try:
+            await plain.delete_stream(STREAM)
+        finally:
+            await traced.close()
+            await plain.close()
+    return rows
