@@ -45,8 +45,10 @@ __all__ = ["instrument"]
 _SYSTEM = "nats"
 _MAX_OPEN = 10_000  # process spans never settled are ended past this many
 
-# Methods of JetStreamContext that return a Consumer.
+# Methods of JetStreamContext and Stream that return a Consumer.
 _CONSUMER_METHODS = ("consumer", "create_consumer", "update_consumer", "create_or_update_consumer")
+# Methods of JetStreamContext that return a Stream (whose consumers are traced too).
+_STREAM_METHODS = ("stream", "create_stream", "update_stream", "create_or_update_stream")
 
 
 class _Counts:
@@ -585,7 +587,8 @@ def instrument(
             (default: linked to it, as the messaging conventions recommend).
 
     Consumers obtained from ``js`` afterwards (``consumer``, ``create_consumer``,
-    ``update_consumer``, ``create_or_update_consumer``) are traced too.
+    ``update_consumer``, ``create_or_update_consumer``, and the same methods of
+    the :class:`Stream` handles ``js`` returns) are traced too.
 
     """
     if getattr(js, "_telemetry", None) is not None:
@@ -603,8 +606,19 @@ def instrument(
 
         return get
 
+    def traced_stream(method: Callable[..., Any]) -> Callable[..., Any]:
+        async def get(*args: Any, **kwargs: Any) -> Any:
+            stream = await method(*args, **kwargs)
+            for name in _CONSUMER_METHODS:
+                setattr(stream, name, traced_getter(getattr(stream, name)))
+            return stream
+
+        return get
+
     for name in _CONSUMER_METHODS:
         setattr(js, name, traced_getter(getattr(js, name)))
+    for name in _STREAM_METHODS:
+        setattr(js, name, traced_stream(getattr(js, name)))
 
     listener = _Reconnects(tel)
     conn = js._conn

@@ -290,3 +290,47 @@ def test_without_telemetry_opentelemetry_is_never_imported(nats_server: NatsServ
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
     )
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+async def test_consumers_of_stream_handles_are_traced(tjs: JetStreamContext, rec: Recorded) -> None:
+    stream_name = unique_name("OT")
+    stream = await tjs.create_stream(StreamConfig(name=stream_name, subjects=[f"{stream_name}.>"]))
+    consumer = await stream.create_consumer(ConsumerConfig(ack_policy=AckPolicy.EXPLICIT))
+    await tjs.publish(f"{stream_name}.s", b"1")
+    msg = await consumer.next(expires=2)
+    await msg.term()
+    [process] = rec.spans("process ")
+    assert (process.attributes or {})["messaging.nats.settlement"] == "term"
+    again = await (await tjs.stream(stream_name)).consumer(consumer.name)
+    assert getattr(again, "_telemetry_state", None) is not None
+
+
+async def test_reconnects_are_counted(rec: Recorded) -> None:
+    server = NatsServer()
+    await server.start()
+    try:
+        js = await aiojetstream.connect(server.url, reconnect_time_wait=0.1)
+        instrument(js, tracer_provider=rec.tracer_provider, meter_provider=rec.meter_provider)
+        reconnected = asyncio.Event()
+
+        class Watch:
+            def on_disconnected(self) -> None:
+                pass
+
+            def on_reconnected(self) -> None:
+                reconnected.set()
+
+            def on_closed(self) -> None:
+                pass
+
+        watch = Watch()
+        js._conn.add_listener(watch)
+        try:
+            await server.restart()
+            await asyncio.wait_for(reconnected.wait(), 30)
+            assert rec.total("aiojetstream.reconnects") == 1
+        finally:
+            js._conn.remove_listener(watch)
+            await js.close()
+    finally:
+        await server.stop()
