@@ -156,6 +156,21 @@ def check_spark_shards(out: str, url: str) -> None:
     assert out.rstrip().endswith("OK: 470 orders from 5 shards, each copied exactly once")
 
 
+def check_traced_pipeline(out: str, url: str) -> None:
+    assert "Reader got: invoice for order 42" in out
+    # One trace from the checkout to the invoice's processing, each span under the last.
+    assert (
+        "  checkout  (internal)\n"
+        "    send pipeline.orders  (producer)\n"
+        "      process pipeline.orders  (consumer)\n"
+        "        compute invoice  (internal)\n"
+        "        send pipeline.invoices  (producer)\n"
+        "          process pipeline.invoices  (consumer)\n"
+    ) in out
+    assert "  receive TRACED_PIPELINE  (client)" in out
+    assert out.rstrip().endswith("Done.")
+
+
 CHECKS: dict[str, Callable[[str, str], None]] = {
     "quickstart.py": check_quickstart,
     "worker.py": check_worker,
@@ -166,6 +181,7 @@ CHECKS: dict[str, Callable[[str, str], None]] = {
     "pulsar_style.py": check_pulsar_style,
     "spark_pipeline.py": check_spark_pipeline,
     "spark_shards.py": check_spark_shards,
+    "traced_pipeline.py": check_traced_pipeline,
 }
 """What each example must print, given its output and the server's URL."""
 
