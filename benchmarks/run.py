@@ -52,6 +52,7 @@ import bare_publisher
 import bare_reader
 import nats
 import otel_rows
+import typed_rows
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg as NatsMsg
 from nats.js import JetStreamContext as NatsJetStream
@@ -124,6 +125,8 @@ TARGETS: dict[str, tuple[str, float]] = {
     # Issue 28: an instrumented context (OpenTelemetry SDK) against a plain one.
     "publish_async_otel_vs_plain": (">=", 0.7),
     "messages_otel_vs_plain": (">=", 0.7),
+    # Issue 28: messages(model=...) over messages() plus a hand-written model_validate_json.
+    "typed_messages_vs_manual": (">=", 0.95),
 }
 
 #: Above this spread (the interquartile range of a row's per-round ratios over
@@ -1335,6 +1338,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 await fill(js, CONSUME_SUBJECT, args.messages)
             if "consume" in groups:
                 rows += await bench_consume(libs, server.url, args.messages, args.rounds)
+                progress(args, rows)
+                rows += await typed_rows.bench_typed(
+                    server.url, min(args.messages, 100_000), args.rounds, compare, Row
+                )
                 progress(args, rows)
             if groups & {"publish", "consume"} and otel_rows.available():
                 rows += await otel_rows.bench_otel(

@@ -296,7 +296,18 @@ class Msg:
 
     """
 
-    __slots__ = ("_acker", "_hdr", "_headers", "_meta", "_reply", "_state", "_subject", "data")
+    # "value" is TypedMsg's: a typed consumer turns the message into one in place.
+    __slots__ = (
+        "_acker",
+        "_hdr",
+        "_headers",
+        "_meta",
+        "_reply",
+        "_state",
+        "_subject",
+        "data",
+        "value",
+    )
 
     def __init__(
         self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None, acker: Acker
@@ -578,7 +589,7 @@ class TypedMsg(Msg, Generic[T]):
 
     """
 
-    __slots__ = ("value",)
+    __slots__ = ()  # the layout of Msg (whose "value" slot this fills): see typed()
 
     value: T
 
@@ -587,16 +598,13 @@ class TypedMsg(Msg, Generic[T]):
 
 
 def typed(msg: Msg, value: T) -> TypedMsg[T]:
-    """``msg`` as a :class:`TypedMsg` of ``value`` (a new object sharing its state)."""
-    out: TypedMsg[T] = TypedMsg.__new__(TypedMsg)
-    out._subject = msg._subject
-    out._reply = msg._reply
-    out.data = msg.data
-    out._hdr = msg._hdr
-    out._headers = msg._headers
-    out._acker = msg._acker
-    out._state = msg._state
-    out._meta = msg._meta
+    """``msg``, turned into a :class:`TypedMsg` of ``value`` in place (no copy).
+
+    The two classes share one layout, so the message keeps its identity (and
+    whatever refers to it, such as a tracing span) and costs two stores.
+    """
+    msg.__class__ = TypedMsg
+    out: TypedMsg[T] = msg  # type: ignore[assignment]
     out.value = value
     return out
 
