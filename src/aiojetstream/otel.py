@@ -36,7 +36,6 @@ from ._message import ACK, NAK, TERM
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._consumer import Consumer
     from ._context import JetStreamContext
     from ._message import Msg
 
@@ -49,6 +48,8 @@ _MAX_OPEN = 10_000  # process spans never settled are ended past this many
 _CONSUMER_METHODS = ("consumer", "create_consumer", "update_consumer", "create_or_update_consumer")
 # Methods of JetStreamContext that return a Stream (whose consumers are traced too).
 _STREAM_METHODS = ("stream", "create_stream", "update_stream", "create_or_update_stream")
+# The consumer label of ordered consumers (their server-side name changes with each reset).
+_ORDERED = "(ordered)"
 
 
 class _Counts:
@@ -427,6 +428,19 @@ class _TracedBatch:
         await self._inner.__aenter__()
         return self
 
+    async def collect(self) -> list[Msg]:
+        """Every message of the batch (a process span each, open until settled)."""
+        try:
+            msgs: list[Msg] = await self._inner.collect()
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+        for msg in msgs:
+            self._state.start_process(msg)
+        self._count += len(msgs)
+        self._finish()
+        return msgs
+
     async def __aexit__(self, *exc_info: Any) -> None:
         self._finish()
         await self._inner.__aexit__(*exc_info)
@@ -477,34 +491,41 @@ class _TracedMessages:
         return getattr(self._inner, name)
 
 
-def _instrument_consumer(consumer: Consumer, tel: _Telemetry) -> Consumer:
+def _instrument_consumer(consumer: Any, tel: _Telemetry, *, ordered: bool = False) -> Any:
+    """Trace ``consumer`` (a :class:`Consumer`, or an ``OrderedConsumer`` when ``ordered``)."""
     if getattr(consumer, "_telemetry_state", None) is not None:
         return consumer
-    state = _ConsumerState(tel, consumer.stream_name, consumer.name)
-    consumer._telemetry_state = state  # type: ignore[attr-defined]
-    make_driver = consumer._driver
+    # An ordered consumer's server-side name changes with every reset: one label for all.
+    name = _ORDERED if ordered else consumer.name
+    state = _ConsumerState(tel, consumer.stream_name, name)
+    consumer._telemetry_state = state
+    if not ordered:  # an ordered consumer acknowledges nothing
+        make_driver = consumer._driver
 
-    def driver(settings: Any, error_handler: Any = None) -> Any:
-        made = make_driver(settings, error_handler)
-        made._acker = _TracedAcker(made._acker, state)  # type: ignore[assignment]
-        return made
+        def driver(settings: Any, error_handler: Any = None) -> Any:
+            made = make_driver(settings, error_handler)
+            made._acker = _TracedAcker(made._acker, state)
+            return made
 
-    consumer._driver = driver  # type: ignore[method-assign]
+        consumer._driver = driver
+
+    def receive_span() -> trace.Span:
+        return tel.tracer.start_span(
+            f"receive {consumer.stream_name}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "messaging.system": _SYSTEM,
+                "messaging.operation.name": "receive",
+                "messaging.operation.type": "receive",
+                "messaging.consumer.group.name": name,
+                "messaging.destination.subscription.name": name,
+                "messaging.nats.stream": consumer.stream_name,
+            },
+        )
 
     def traced_fetch(method: Callable[..., Any]) -> Callable[..., Any]:
         async def fetch(*args: Any, **kwargs: Any) -> Any:
-            span = tel.tracer.start_span(
-                f"receive {consumer.stream_name}",
-                kind=SpanKind.CLIENT,
-                attributes={
-                    "messaging.system": _SYSTEM,
-                    "messaging.operation.name": "receive",
-                    "messaging.operation.type": "receive",
-                    "messaging.consumer.group.name": consumer.name,
-                    "messaging.destination.subscription.name": consumer.name,
-                    "messaging.nats.stream": consumer.stream_name,
-                },
-            )
+            span = receive_span()
             try:
                 batch = await method(*args, **kwargs)
             except BaseException as exc:
@@ -515,15 +536,34 @@ def _instrument_consumer(consumer: Consumer, tel: _Telemetry) -> Consumer:
 
         return fetch
 
-    for name in ("fetch", "fetch_bytes", "fetch_no_wait"):
-        setattr(consumer, name, traced_fetch(getattr(consumer, name)))
+    for method in ("fetch", "fetch_bytes", "fetch_no_wait"):
+        setattr(consumer, method, traced_fetch(getattr(consumer, method)))
+
+    if ordered:  # its next() pulls by itself, not through fetch()
+        take_next = consumer.next
+
+        async def traced_next(*args: Any, **kwargs: Any) -> Msg:
+            span = receive_span()
+            try:
+                msg: Msg = await take_next(*args, **kwargs)
+            except BaseException as exc:
+                _error(span, exc)
+                span.end()
+                raise
+            span.set_attribute("messaging.batch.message_count", 1)
+            span.end()
+            state.start_process(msg)
+            state.end(msg)  # nothing settles it: a mark of the delivery
+            return msg
+
+        consumer.next = traced_next
 
     messages = consumer.messages
 
     def traced_messages(*args: Any, **kwargs: Any) -> Any:
         return _TracedMessages(messages(*args, **kwargs), state)
 
-    consumer.messages = traced_messages  # type: ignore[method-assign]
+    consumer.messages = traced_messages
 
     consume = consumer.consume
 
@@ -550,7 +590,7 @@ def _instrument_consumer(consumer: Consumer, tel: _Telemetry) -> Consumer:
             return await consume(handler, *args, **kwargs)  # the library's own error
         return await consume(traced_handler, *args, **kwargs)
 
-    consumer.consume = traced_consume  # type: ignore[method-assign]
+    consumer.consume = traced_consume
     return consumer
 
 
@@ -619,6 +659,12 @@ def instrument(
         setattr(js, name, traced_getter(getattr(js, name)))
     for name in _STREAM_METHODS:
         setattr(js, name, traced_stream(getattr(js, name)))
+    ordered_consumer = js.ordered_consumer
+
+    async def traced_ordered(*args: Any, **kwargs: Any) -> Any:
+        return _instrument_consumer(await ordered_consumer(*args, **kwargs), tel, ordered=True)
+
+    js.ordered_consumer = traced_ordered  # type: ignore[method-assign]
 
     listener = _Reconnects(tel)
     conn = js._conn

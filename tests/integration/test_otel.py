@@ -334,3 +334,33 @@ async def test_reconnects_are_counted(rec: Recorded) -> None:
             await js.close()
     finally:
         await server.stop()
+
+
+async def test_ordered_consumer_and_collect(tjs: JetStreamContext, rec: Recorded) -> None:
+    stream, name = await setup(tjs)
+    for i in range(3):
+        await tjs.publish(f"{stream}.o", str(i).encode())
+    sends = {s.context.span_id for s in rec.spans("send ")}
+    oc = await tjs.ordered_consumer(stream)
+    first = await oc.next(expires=2)
+    assert first.data == b"0"
+    oc = await tjs.ordered_consumer(stream)  # a fetch-mode one can not also loop
+    async with oc.messages() as it:
+        async for msg in it:
+            if msg.data == b"1":
+                break
+    processes = rec.spans("process ")
+    assert len(processes) == 3  # next() marks its delivery; the loop ended its last on exit
+    assert all(s.links and s.links[0].context.span_id in sends for s in processes)
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": "(ordered)"}
+    assert rec.total("messaging.client.consumed.messages", **labels) == 3
+    assert len(rec.spans("receive ")) == 1
+
+    consumer = await tjs.consumer(stream, name)
+    batch = await consumer.fetch(3, expires=2)
+    msgs = await batch.collect()
+    assert [m.data for m in msgs] == [b"0", b"1", b"2"]
+    for m in msgs:
+        await m.ack()
+    assert len(rec.spans("process ")) == 6
+    assert (rec.spans("receive ")[-1].attributes or {})["messaging.batch.message_count"] == 3
