@@ -364,3 +364,31 @@ async def test_ordered_consumer_and_collect(tjs: JetStreamContext, rec: Recorded
         await m.ack()
     assert len(rec.spans("process ")) == 6
     assert (rec.spans("receive ")[-1].attributes or {})["messaging.batch.message_count"] == 3
+
+
+async def test_key_value_and_object_store_work_and_send_spans(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    from aiojetstream import KeyValueConfig, ObjectStoreConfig
+
+    bucket = unique_name("KV")
+    kv = await tjs.create_key_value(KeyValueConfig(bucket=bucket, history=2))
+    seen = []
+    async with kv.watch("k") as watcher:
+        await kv.put("k", b"v1")
+        revision = await kv.update("k", b"v2", 1)
+        entry = await kv.get("k")
+        assert (entry.value, entry.revision) == (b"v2", revision)
+        async for update in watcher:
+            if update is None:
+                continue
+            seen.append(update.value)
+            if len(seen) == 2:
+                break
+    assert seen == [b"v1", b"v2"]
+    assert [s.name for s in rec.spans("send ")] == [f"send $KV.{bucket}.k"] * 2
+
+    store = await tjs.create_object_store(ObjectStoreConfig(bucket=unique_name("OB")))
+    await store.put("o", b"x" * 1000)
+    assert await (await store.get("o")).read() == b"x" * 1000
+    assert any(s.name.startswith("send $O.") for s in rec.spans("send "))
