@@ -392,3 +392,10 @@ async def test_key_value_and_object_store_work_and_send_spans(
     await store.put("o", b"x" * 1000)
     assert await (await store.get("o")).read() == b"x" * 1000
     assert any(s.name.startswith("send $O.") for s in rec.spans("send "))
+
+
+async def test_off_by_default_the_context_runs_its_own_methods(js: JetStreamContext) -> None:
+    # Nothing is replaced on a context that was not instrumented: the hot paths are the class's.
+    assert getattr(js, "_telemetry", None) is None
+    swapped = {"publish", "publish_async", "publish_many", "consumer", "create_consumer", "close"}
+    assert swapped.isdisjoint(vars(js))
