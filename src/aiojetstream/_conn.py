@@ -1248,6 +1248,8 @@ class _Router:
                             logger.exception("buffering a message on %r failed", subject)
                             continue
                         sunk += 1
+                        if to.bulk is not None:
+                            continue  # the next one may start a run framed in bulk
                         # The rest of a run of them (the usual read: a consumer's messages
                         # one after the other): lines that start as this one did, "MSG
                         # <subject> <sid> ", are parsed from there on with the same checks

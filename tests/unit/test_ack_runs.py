@@ -121,3 +121,55 @@ def test_a_long_stream_name_whose_sizes_change_width_is_left_to_the_loop() -> No
     run = AckRuns(PREFIX, b"z")(frame * 3, 0, 3 * len(frame), SID, len(frame))
     assert run is not None
     assert run.count == 3
+
+
+def test_the_router_counts_runs_and_hands_the_rest_on_one_by_one() -> None:
+    """Spans' plain acks by runs; a duplicate, another token and a status one by one, in order."""
+    from typing import Any
+
+    from aiojetstream import _conn
+
+    router = object.__new__(_conn._Router)
+    router.routes, router.internal, router.sinks = {}, {}, {}
+    router.last_subject = b""
+    router.stats = {"in_msgs": 0, "in_bytes": 0}
+    router._awaiting = 0
+    events: list[Any] = []
+
+    def one(subject: bytes, reply: bytes, data: bytes, hdr: bytes | None, context: Any) -> None:
+        events.append(("one", subject[len(PREFIX) :], data))
+
+    def run(item: object) -> None:
+        if isinstance(item, AckRun):
+            events.append(("run", item.token, item.count))
+
+    router.internal[5] = lambda s, r, d, h: events.append(("handler", s[len(PREFIX) :], h))
+    router.sinks[5] = _conn.RawSink(run, one, None, lambda n: None, AckRuns(PREFIX, b"z"))
+
+    def ack(token: bytes, payload: bytes) -> bytes:
+        return b"MSG %b%b 5 %d\r\n%b\r\n" % (PREFIX, token, len(payload), payload)
+
+    plain = [b'{"stream":"S","seq":%d}' % n for n in (9, 10, 11, 12, 13, 14, 15)]
+    duplicate = b'{"stream":"S","seq":12,"duplicate":true}'
+    view = b"".join(
+        [
+            *(ack(b"z1", p) for p in plain[:3]),
+            ack(b"z1", duplicate),
+            *(ack(b"z1", p) for p in plain[3:5]),
+            *(ack(b"z2", p) for p in plain[5:]),
+            ack(b"a3", plain[0]),
+            b"HMSG %bz2 5 16 16\r\nNATS/1.0 503\r\n\r\n\r\n" % PREFIX,
+        ]
+    )
+    pos, _, what, _ = router._scan(view, 0, len(view))
+    assert (pos, what) == (len(view), _conn._SCAN_END)
+    assert events == [
+        ("run", b"z1", 3),
+        ("one", b"z1", duplicate),
+        ("run", b"z1", 2),
+        ("run", b"z2", 2),
+        ("one", b"a3", plain[0]),
+        ("handler", b"z2", b"NATS/1.0 503\r\n\r\n"),
+    ]
+    assert router.stats["in_msgs"] == 10
+    assert router.stats["in_bytes"] == sum(map(len, plain)) + len(duplicate) + len(plain[0])
