@@ -186,7 +186,7 @@ async def test_put_sources(js: JetStreamContext, tmp_path: Path) -> None:
         "async": pieces(data, 77_777),
     }
     for name, source in sources.items():
-        info = await store.put(name, source)  # type: ignore[arg-type]
+        info = await store.put(name, source)
         assert (info.size, info.chunks, info.digest) == (300_000, 3, digest_of(data)), name
         assert await store.get_bytes(name) == data, name
     path = tmp_path / "data.bin"
@@ -276,7 +276,7 @@ async def test_names_and_input_checked_before_sending(js: JetStreamContext) -> N
             await store.put("obj", b"x", **kwargs)  # type: ignore[arg-type]
     for data in ("text", 42, io.StringIO("text"), None):
         with pytest.raises(InvalidOptionError):
-            await store.put("obj", data)  # type: ignore[arg-type]
+            await store.put("obj", data)
     assert (await store.status()).stream_info.state.messages == 2  # the long name: chunk, info
     with pytest.raises(InvalidOptionError):
         await store.update_meta("obj", {"name": "x"})  # type: ignore[arg-type]
@@ -317,7 +317,7 @@ async def test_failing_source_leaves_nothing(js: JetStreamContext) -> None:
     with pytest.raises(RuntimeError, match="source failed"):
         await store.put("obj", broken(), chunk_size=1000)
     with pytest.raises(InvalidOptionError):
-        await store.put("obj", [b"ok", "not bytes"])  # type: ignore[list-item]
+        await store.put("obj", [b"ok", "not bytes"])
     assert await chunk_subjects(store) == before
     assert await store.get_bytes("obj") == b"v1"
 

@@ -145,7 +145,7 @@ async def test_bad_input_sends_nothing(js: JetStreamContext) -> None:
             lambda: js.publish_many(subject, [b"ok", b"ok"], headers=[None, {"Bad Key": "v"}]),
         ),
         "a bad ttl": (InvalidTTLError, lambda: js.publish_many(subject, [b"ok"], ttls=["soon"])),
-        "a str payload": (InvalidOptionError, lambda: js.publish_many(subject, [b"ok", "text"])),  # type: ignore[list-item]
+        "a str payload": (InvalidOptionError, lambda: js.publish_many(subject, [b"ok", "text"])),
         "fewer subjects than payloads": (
             InvalidOptionError,
             lambda: js.publish_many([subject], [b"ok", b"ok"]),
