@@ -285,39 +285,97 @@ def payload_column(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return column
 
 
-def longest_payload(column: pa.Array) -> int:
-    """The length of the longest payload (0 for none)."""
-    return pc.max(pc.binary_length(column)).as_py() or 0
+#: A msg id's header block is this, the id and a blank line (``header_block`` of it).
+_MSG_ID_HEAD: Final = b"NATS/1.0\r\nNats-Msg-Id: "
+_MSG_ID_TAIL: Final = b"\r\n\r\n"
+#: Msg ids taken as a column as they are: printable ASCII, no blank (so the
+#: header checks pass and stripping changes nothing). Others go one by one.
+_PLAIN_ID: Final = "^[\\x21-\\x7e]+$"
 
 
-def first_longer(column: pa.Array, limit: int) -> int:
-    """The index of the first payload longer than ``limit``."""
-    return int(pc.index(pc.greater(pc.binary_length(column), limit), True).as_py())
+def plain_msg_ids(ids: object) -> pa.Array | None:
+    """The msg ids as a string array when every one is plain (see ``_PLAIN_ID``), else None.
+
+    None also for a null, a value that is not a string, or an id the per-id
+    checks must judge (their errors are the ones raised).
+    """
+    column: Any
+    try:
+        column = ids if is_arrow(ids) else pa.array(ids, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return None
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_large_string(column.type):
+        column = column.cast(pa.string())
+    if not pa.types.is_string(column.type) or column.null_count:
+        return None
+    if len(column) and not pc.all(pc.match_substring_regex(column, _PLAIN_ID)).as_py():
+        return None
+    return column
 
 
-def pub_commands(subject: bytes | pa.Array, reply: bytes, data: pa.Array) -> tuple[bytes, int]:
+def msg_id_block(msg_id: str) -> bytes:
+    """The header block of a plain msg id."""
+    return _MSG_ID_HEAD + msg_id.encode() + _MSG_ID_TAIL
+
+
+def _message_sizes(data: pa.Array, ids: pa.Array | None) -> pa.Array:
+    lengths = pc.binary_length(data)
+    if ids is None:
+        return lengths
+    return pc.add(lengths, pc.add(pc.binary_length(ids), len(_MSG_ID_HEAD) + len(_MSG_ID_TAIL)))
+
+
+def longest_message(data: pa.Array, ids: pa.Array | None = None) -> int:
+    """The size of the largest message, its msg id's header block included (0 for none)."""
+    return pc.max(_message_sizes(data, ids)).as_py() or 0
+
+
+def first_longer(data: pa.Array, ids: pa.Array | None, limit: int) -> int:
+    """The index of the first message larger than ``limit``."""
+    return int(pc.index(pc.greater(_message_sizes(data, ids), limit), True).as_py())
+
+
+def pub_commands(
+    subject: bytes | pa.Array, reply: bytes, data: pa.Array, ids: pa.Array | None = None
+) -> tuple[bytes, int]:
     """The PUB commands of ``data`` (one reply subject for all), joined; and the payload bytes.
 
-    ``subject``: one for all, or a binary array with one per payload. Built
-    with pyarrow kernels: no Python object per message.
+    ``subject``: one for all, or a binary array with one per payload.
+    ``ids``: plain msg ids (:func:`plain_msg_ids`), one per payload: HPUB
+    commands with a ``Nats-Msg-Id`` header each, as ``pub_command`` builds
+    them. Built with pyarrow kernels: no Python object per message.
     """
     lengths = pc.binary_length(data)
     payload_bytes = pc.sum(lengths).as_py() or 0
     count = len(data)
-    big = payload_bytes + count * (64 + len(reply)) > _INT32 // 2
+    big = payload_bytes + count * (160 + len(reply)) > _INT32 // 2
     kind = pa.large_binary() if big else pa.binary()
     data = data.cast(kind)
     crlf = pa.scalar(_CRLF, kind)
-    sizes = pc.cast(pc.cast(lengths, pa.string()), kind)
+    if ids is None:
+        verb = b"PUB"
+        sizes = [pc.cast(pc.cast(lengths, pa.string()), kind), crlf]
+    else:
+        verb = b"HPUB"
+        header = pc.add(pc.binary_length(ids), len(_MSG_ID_HEAD) + len(_MSG_ID_TAIL))
+        sizes = [
+            pc.cast(pc.cast(header, pa.string()), kind),
+            pa.scalar(b" ", kind),
+            pc.cast(pc.cast(pc.add(header, lengths), pa.string()), kind),
+            pa.scalar(_CRLF + _MSG_ID_HEAD, kind),
+            ids.cast(kind),
+            pa.scalar(_MSG_ID_TAIL, kind),
+        ]
     if isinstance(subject, bytes):
-        parts = [pa.scalar(b"PUB %b %b " % (subject, reply), kind), sizes, crlf, data, crlf]
+        parts = [pa.scalar(b"%b %b %b " % (verb, subject, reply), kind), *sizes, data, crlf]
     else:
         parts = [
-            pa.scalar(b"PUB ", kind),
+            pa.scalar(verb + b" ", kind),
             subject.cast(kind),
             pa.scalar(b" %b " % reply, kind),
-            sizes,
-            crlf,
+            *sizes,
             data,
             crlf,
         ]

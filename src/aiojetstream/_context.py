@@ -884,11 +884,12 @@ class JetStreamContext:
                 a ``pyarrow`` binary array (or chunked array) of them: its
                 publishes are then built a batch at a time with pyarrow
                 kernels, without a Python object per message (on the fast
-                path, with no ``headers``, ``msg_ids`` nor ``ttls``), and the
-                plain acknowledgements are counted by runs. A null there is
-                refused as a ``None`` payload is.
+                path, with no ``headers`` nor ``ttls``, and ``msg_ids`` none
+                or all plain: printable ASCII without blanks). A null there
+                is refused as a ``None`` payload is.
             headers: per message, extra headers or None (one entry per payload).
-            msg_ids: per message, a ``Nats-Msg-Id`` or None.
+            msg_ids: per message, a ``Nats-Msg-Id`` or None (a list, or with
+                Arrow payloads also a ``pyarrow`` string array).
             ttls: per message, a per-message TTL or None (as :meth:`publish`).
             timeout: each acknowledgement's deadline (default: the context's
                 ``publish_async_timeout``); it also bounds each wait for room
@@ -951,9 +952,20 @@ class JetStreamContext:
             raise ConnectionClosedError("the JetStream context is closed")
         arrow = _arrow_payloads(payloads)
         if arrow is not None:
-            if headers is None and msg_ids is None and ttls is None and self._conn.fast:
-                return await self._publish_arrow(subject, arrow, timeout)
+            if headers is None and ttls is None and self._conn.fast:
+                from . import _columns
+
+                if msg_ids is not None and len(msg_ids) != len(arrow):
+                    raise InvalidOptionError(
+                        f"publish_many: msg_ids has {len(msg_ids)} entries "
+                        f"for {len(arrow)} payloads"
+                    )
+                ids = None if msg_ids is None else _columns.plain_msg_ids(msg_ids)
+                if msg_ids is None or ids is not None:
+                    return await self._publish_arrow(subject, arrow, timeout, ids)
             payloads = arrow.to_pylist()
+        if msg_ids is not None and not isinstance(msg_ids, Sequence):
+            msg_ids = msg_ids.to_pylist()  # an Arrow column (the checks below are per id)
         count = len(payloads)
         for name, column in (("headers", headers), ("msg_ids", msg_ids), ("ttls", ttls)):
             if column is not None and len(column) != count:
@@ -1023,9 +1035,12 @@ class JetStreamContext:
         return asyncio.ensure_future(_summary(tally))
 
     async def _publish_arrow(
-        self, subject: str | Sequence[str], data: Any, timeout: float | None
+        self, subject: str | Sequence[str], data: Any, timeout: float | None, ids: Any = None
     ) -> asyncio.Future[P.PublishSummary]:
-        """:meth:`publish_many_async` of an Arrow payload column (fast path, no headers)."""
+        """:meth:`publish_many_async` of an Arrow payload column (fast path, no headers).
+
+        ``ids``: a ``Nats-Msg-Id`` per payload (``_columns.plain_msg_ids``), or None.
+        """
         import pyarrow as pa
 
         from . import _columns
@@ -1047,9 +1062,11 @@ class JetStreamContext:
             many = pa.array(encoded, pa.binary())
             longest = max(encoded, key=len, default=b"")
         limit = self._conn.max_payload
-        if limit and count and _columns.longest_payload(data) > limit:
+        if limit and count and _columns.longest_message(data, ids) > limit:
             # The first one too large, with the message every publish gives.
-            P.check_size(self._conn, data[_columns.first_longer(data, limit)].as_py(), None)
+            first = _columns.first_longer(data, ids, limit)
+            block = None if ids is None else _columns.msg_id_block(ids[first].as_py())
+            P.check_size(self._conn, data[first].as_py(), block)
         tally = P.AckTally()
         sent = 0
         while sent < count:
@@ -1061,7 +1078,12 @@ class JetStreamContext:
             if len(longest) + len(reply) > MAX_SUBJECT_LINE:
                 check_line(longest, reply)
             subjects = one if one is not None else many.slice(sent, upto - sent)
-            commands, size = _columns.pub_commands(subjects, reply, data.slice(sent, upto - sent))
+            commands, size = _columns.pub_commands(
+                subjects,
+                reply,
+                data.slice(sent, upto - sent),
+                None if ids is None else ids.slice(sent, upto - sent),
+            )
             label = one if one is not None else encoded[sent]
             publisher.send_commands(token, commands, upto - sent, size, label, tally, timeout)
             sent = upto

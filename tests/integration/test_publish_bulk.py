@@ -406,3 +406,39 @@ async def test_arrow_payloads_on_the_fallback(
         summary = await asyncio.wait_for(js.publish_many(f"{name}.f", _arrow(payloads)), 60)
         assert summary == PublishSummary(len(payloads), 0)
         assert await _datas(js, name, len(payloads)) == payloads
+
+
+async def test_arrow_payloads_with_msg_ids(js: JetStreamContext) -> None:
+    """Plain msg ids go as a column (HPUB a batch at a time); others are checked one by one."""
+    pa = pytest.importorskip("pyarrow")
+    name = await _stream(js, "BULKAI")
+    subject = f"{name}.i"
+    ids = [f"id-{i % 300}" for i in range(500)]  # 200 repeats
+    summary = await asyncio.wait_for(
+        js.publish_many(subject, _arrow([b"%d" % i for i in range(500)]), msg_ids=ids), 30
+    )
+    assert summary == PublishSummary(stored=500, duplicates=200)
+    again = await js.publish_many(subject, _arrow([b"x"] * 3), msg_ids=pa.array(ids[:3]))
+    assert again == PublishSummary(stored=3, duplicates=3)
+    stream = await js.stream(name)
+    assert stream.cached_info.state.messages == 300
+    for seq in (1, 150, 300):
+        msg = await stream.get_msg(seq)
+        assert msg.headers == {"Nats-Msg-Id": f"id-{seq - 1}"}
+        assert msg.data == b"%d" % (seq - 1)
+    # Ids that are not plain: one by one, with the per-message rules.
+    odd = await js.publish_many(subject, _arrow([b"o", b"p"]), msg_ids=[" spaced id ", None])
+    assert odd == PublishSummary(stored=2, duplicates=0)
+    assert (await stream.get_msg(301)).headers == {"Nats-Msg-Id": "spaced id"}
+    assert (await stream.get_msg(302)).headers is None
+    with pytest.raises(InvalidHeaderError):
+        await js.publish_many(subject, _arrow([b"o"]), msg_ids=["a\r\nb"])
+    with pytest.raises(InvalidOptionError):
+        await js.publish_many(subject, _arrow([b"o"]), msg_ids=[""])
+    with pytest.raises(InvalidOptionError):
+        await js.publish_many(subject, _arrow([b"o", b"p"]), msg_ids=["a"])
+    limit = js.nc.max_payload
+    with pytest.raises(MaxPayloadExceededError):  # the header block makes it too large
+        await js.publish_many(subject, _arrow([b"ok", b"x" * (limit - 10)]), msg_ids=["a", "b"])
+    assert js.publish_async_pending == 0
+    assert (await js.stream(name)).cached_info.state.messages == 302

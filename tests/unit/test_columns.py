@@ -115,11 +115,10 @@ def test_the_framer_backs_off_after_failures_and_runs_reset_it() -> None:
     run = framer(good, 0, len(good), b"7", 16)
     assert run is not None
     assert run.count == 5
-    assert framer._backoff == 0
-    assert framer._skip == 0
+    assert (framer._backoff, framer._skip) == (0, 0)
     # A run of one (the read holds no more) is no failure.
     framer(bad, 0, len(bad), b"7", len(bad))
-    assert framer._skip == 1
+    assert (framer._backoff, framer._skip) == (1, 1)
     framer(good, 0, len(good), b"7", 16)  # skipped
     one = framer(good, 0, 16, b"7", 16)
     assert one is not None
@@ -190,3 +189,61 @@ def test_pub_commands_are_those_of_pub_command() -> None:
     )
     sliced, _ = _columns.pub_commands(b"s", b"r", data.slice(1, 2))
     assert sliced == b"".join(_conn.pub_command(b"s", b"r", p, None) for p in payloads[1:3])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.from_regex(r"[\x21-\x7e]{1,40}", fullmatch=True),
+            st.binary(max_size=40) | st.sampled_from([b"", b"\r\n", b"\r\n\r\n"]),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_hpub_commands_with_msg_ids_are_those_of_pub_command(rows: list[tuple[str, bytes]]) -> None:
+    """Plain msg ids as a column: the HPUB commands the per-message path builds, byte for byte."""
+    from aiojetstream import _publish as P
+
+    ids = _columns.plain_msg_ids([i for i, _ in rows])
+    assert ids is not None
+    data = pa.array([p for _, p in rows], pa.binary())
+    commands, size = _columns.pub_commands(b"s.a", b"_I.z1", data, ids)
+    expected = b"".join(
+        _conn.pub_command(
+            b"s.a",
+            b"_I.z1",
+            p,
+            P.header_block(P.build_headers(None, i, None, None, None, None, None)),
+        )
+        for i, p in rows
+    )
+    assert commands == expected
+    assert size == sum(len(p) for _, p in rows)
+    sizes = [len(p) + len(_columns.msg_id_block(i)) for i, p in rows]
+    assert _columns.longest_message(data, ids) == max(sizes)
+
+
+def test_only_plain_msg_ids_are_taken_as_a_column() -> None:
+    assert _columns.plain_msg_ids(["a-1", "b"]) is not None
+    assert _columns.plain_msg_ids(pa.array(["x"], pa.large_string())) is not None
+    # Judged one by one (their errors, or header_block's stripping): not plain.
+    for ids in (["a b"], [" a"], [""], [None], [1], ["é"], ["a\r\nb"], ["a\t"]):
+        assert _columns.plain_msg_ids(ids) is None, ids
+
+
+def test_the_sinks_msg_ids() -> None:
+    """dedupe=auto: <prefix>-<row> where the msg_id column is null (as before, as a column)."""
+    pytest.importorskip("pyspark")
+    from aiojetstream.spark._write import _msg_ids
+
+    plain = pa.RecordBatch.from_pydict({"data": [b"a", b"b", b"c"]})
+    assert _msg_ids(plain, None, 7) is None
+    ids: Any = _msg_ids(plain, "w-3", 7)
+    assert ids.to_pylist() == ["w-3-7", "w-3-8", "w-3-9"]
+    given = pa.RecordBatch.from_pydict({"data": [b"a", b"b"], "msg_id": ["x", None]})
+    ids = _msg_ids(given, "w-3", 0)
+    assert ids.to_pylist() == ["x", "w-3-1"]
+    ids = _msg_ids(given, None, 0)
+    assert ids.to_pylist() == ["x", None]

@@ -258,14 +258,7 @@ class _Publisher:
                 f"row {row} has a null 'subject' and no option('subject') is set"
             )
         headers = _column(batch, "headers")
-        msg_ids = _column(batch, "msg_id")
-        prefix = self._id_prefix
-        if prefix is not None:
-            ids = msg_ids or [None] * n
-            msg_ids = [
-                f"{prefix}-{first_row + i}" if given is None else given
-                for i, given in enumerate(ids)
-            ]
+        msg_ids = _msg_ids(batch, self._id_prefix, first_row)
         ttls = _column(batch, "ttl")
         if ttls is not None:
             ttls = [t if t is None or type(t) is str else float(t) for t in ttls]
@@ -310,6 +303,27 @@ class _Publisher:
 def _retrieve(done: asyncio.Future[PublishSummary]) -> None:
     if not done.cancelled():
         done.exception()
+
+
+def _msg_ids(batch: pa.RecordBatch, prefix: str | None, first_row: int) -> pa.Array | None:
+    """The ``msg_id`` column; with ``dedupe=auto`` ``<prefix>-<row>`` where it is null.
+
+    As Arrow: ``publish_many_async`` takes plain ids as a column (HPUB
+    commands built a batch at a time) and checks any other one by one.
+    """
+    index = batch.schema.get_field_index("msg_id")
+    given = None if index < 0 else batch.column(index)
+    if given is not None and not pa.types.is_string(given.type):
+        given = given.cast(pa.string())
+    if prefix is None:
+        return given
+    rows = pa.array(range(first_row, first_row + batch.num_rows), pa.int64())
+    generated = pc.binary_join_element_wise(
+        pa.scalar(f"{prefix}-"), pc.cast(rows, pa.string()), pa.scalar("")
+    )
+    if given is None or not given.null_count:
+        return generated if given is None else given
+    return pc.if_else(pc.is_null(given), generated, given)
 
 
 def _payloads(batch: pa.RecordBatch) -> pa.Array:
