@@ -325,9 +325,10 @@ class AckTally:
         if not self.outstanding:
             self._wake()
 
-    def count_many(self, stored: int) -> None:
-        """``stored`` publishes were stored (none a duplicate)."""
+    def count_many(self, stored: int, duplicates: int = 0) -> None:
+        """``stored`` publishes were stored, ``duplicates`` of them duplicates."""
         self.stored += stored
+        self.duplicates += duplicates
         self.outstanding -= stored
         if not self.outstanding:
             self._wake()
@@ -839,20 +840,20 @@ class AsyncPublisher:
         else:
             tally.count(ack.duplicate)
 
-    def span_acks(self, token: bytes, count: int) -> None:
-        """``count`` plain acknowledgements (no duplicate, no error) of the span ``token``."""
+    def span_acks(self, token: bytes, count: int, duplicate: bool = False) -> None:
+        """``count`` plain acknowledgements of the span ``token`` (all duplicates, or none)."""
         entry = self._futures.get(token)
         if entry is None or type(entry[0]) is not _Span:
             return  # late replies after a timeout or a disconnect
         span = entry[0]
         answered = self._span_answered(token, span, count)
         if answered:
-            span.tally.count_many(answered)
+            span.tally.count_many(answered, answered if duplicate else 0)
 
     def _sunk_run(self, item: object) -> None:
         """The sink's ``append``: a run of plain acknowledgements (others: handled already)."""
         if type(item) is AckRun:
-            self.span_acks(item.token, item.count)
+            self.span_acks(item.token, item.count, item.duplicate)
 
     # ----------------------------------------------------------------- held publishes
 
@@ -1125,19 +1126,27 @@ def _ignore(_: object) -> None:
 
 
 class AckRun:
-    """A run of plain acknowledgements on one span's reply subject."""
+    """A run of plain acknowledgements on one span's reply subject (all duplicates, or none)."""
 
-    __slots__ = ("count", "end", "payload_bytes", "token")
+    __slots__ = ("count", "duplicate", "end", "payload_bytes", "token")
 
-    def __init__(self, token: bytes, count: int, end: int, payload_bytes: int) -> None:
+    def __init__(
+        self, token: bytes, count: int, end: int, payload_bytes: int, duplicate: bool = False
+    ) -> None:
         self.token = token
         self.count = count
         self.end = end
         self.payload_bytes = payload_bytes
+        self.duplicate = duplicate
 
 
-#: The stream a plain acknowledgement names (to build the run pattern for it).
-_ACK_STREAM: Final = re.compile(rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":[0-9]')
+#: The stream a plain acknowledgement names (to build the run pattern for it), and
+#: whether it is a duplicate's.
+_ACK_STREAM: Final = re.compile(
+    rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":[0-9]{1,20}(\}|,"duplicate":true\})'
+)
+_DUPLICATE: Final = b',"duplicate":true'
+
 #: The most digits of a sequence (a uint64).
 _SEQ_DIGITS: Final = 20
 
@@ -1147,8 +1156,9 @@ class AckRuns:
 
     A run is the replies, one after the other in a read, on one span's reply
     subject (``<prefix><mark><hex>``) whose payloads are plain acknowledgements
-    ``{"stream":"<S>","seq":<n>}`` of one stream (no duplicate, error, domain
-    or status): one regular expression matches all of them at once, with each
+    ``{"stream":"<S>","seq":<n>}`` of one stream, or all duplicates'
+    ``{"stream":"<S>","seq":<n>,"duplicate":true}`` (no error, domain or
+    status): one regular expression matches all of them at once, with each
     message's size written into it for each count of digits of ``<n>``, so it
     matches exactly what framing by sizes reads, and nothing else. Anything
     else ends the run, and the router's loop takes it one by one. Pure
@@ -1160,49 +1170,34 @@ class AckRuns:
     def __init__(self, prefix: bytes, mark: bytes) -> None:
         self._prefix = prefix
         self._mark = mark
-        #: (sid, stream) -> the run pattern and the digits of its sizes.
-        self._patterns: dict[tuple[bytes, bytes], tuple[re.Pattern[bytes], int] | None] = {}
+        #: (sid, stream, duplicate) -> the run pattern and the digits of its sizes.
+        self._patterns: dict[tuple[bytes, bytes, bool], tuple[re.Pattern[bytes], int] | None] = {}
 
-    def _pattern(self, sid: bytes, stream: bytes) -> tuple[re.Pattern[bytes], int] | None:
-        key = (sid, stream)
+    def _pattern(
+        self, sid: bytes, stream: bytes, duplicate: bool
+    ) -> tuple[re.Pattern[bytes], int] | None:
+        key = (sid, stream, duplicate)
         found = self._patterns.get(key, False)
         if found is not False:
             return found  # type: ignore[return-value]
         if len(self._patterns) >= 64:
             self._patterns.clear()
-        sizes = [20 + len(stream) + digits for digits in range(1, _SEQ_DIGITS + 1)]
+        tail = _DUPLICATE if duplicate else b""
+        # {"stream":"<S>","seq":<n><tail>}: 20 bytes besides <S>, <n> and <tail>.
+        sizes = [20 + len(stream) + len(tail) + digits for digits in range(1, _SEQ_DIGITS + 1)]
         width = len(str(sizes[0]))
         pattern: tuple[re.Pattern[bytes], int] | None = None
         if width == len(str(sizes[-1])):  # else its bytes are not simply counted: none
-            escaped = re.escape(stream)
             payloads = b"|".join(
-                b'%d\\r\\n\\{"stream":"%b","seq":[0-9]{%d}\\}'
-                % (size, escaped, size - 20 - len(stream))
-                for size in sizes
+                b'%d\\r\\n\\{"stream":"%b","seq":[0-9]{%d}%b\\}'
+                % (size, re.escape(stream), digits, re.escape(tail))
+                for digits, size in enumerate(sizes, 1)
             )
-            head = (
-                b"MSG "
-                + re.escape(self._prefix)
-                + b"(%b[0-9a-f]+) %b "
-                % (
-                    re.escape(self._mark),
-                    re.escape(sid),
-                )
-            )
+            head = b"MSG " + re.escape(self._prefix)
+            head += b"(%b[0-9a-f]+) %b " % (re.escape(self._mark), re.escape(sid))
             again = b"MSG " + re.escape(self._prefix) + b"\\1 %b " % re.escape(sid)
-            pattern = (
-                re.compile(
-                    head
-                    + b"(?:"
-                    + payloads
-                    + b")\\r\\n(?:"
-                    + again
-                    + b"(?:"
-                    + payloads
-                    + b")\\r\\n)*"
-                ),
-                width,
-            )
+            one = b"(?:" + payloads + b")\\r\\n"
+            pattern = (re.compile(head + one + b"(?:" + again + one + b")*"), width)
         self._patterns[key] = pattern
         return pattern
 
@@ -1214,7 +1209,8 @@ class AckRuns:
         stream = _ACK_STREAM.match(view, eol + 2, first_end - 2)
         if stream is None or not sid.isdigit():
             return None
-        found = self._pattern(sid, stream.group(1))
+        duplicate = stream.group(2) != b"}"
+        found = self._pattern(sid, stream.group(1), duplicate)
         if found is None:
             return None
         pattern, width = found
@@ -1225,7 +1221,8 @@ class AckRuns:
         head = b"MSG %b%b %b " % (self._prefix, token, sid)
         end = run.end()
         count = view.count(head, pos, end)
-        return AckRun(token, count, end, end - pos - count * (len(head) + width + 4))
+        payload_bytes = end - pos - count * (len(head) + width + 4)
+        return AckRun(token, count, end, payload_bytes, duplicate)
 
 
 # --------------------------------------------------------------------------- hold when full

@@ -37,7 +37,13 @@ PAYLOAD = (
             b"\r\n",
         ]
     )
-    | st.builds(lambda n: b'{"stream":"S","seq":%d}' % n, st.integers(0, 2**64 - 1))
+    | st.builds(
+        lambda n, duplicate: (
+            b'{"stream":"S","seq":%d%b}' % (n, b',"duplicate":true' if duplicate else b"")
+        ),
+        st.integers(0, 2**64 - 1),
+        st.booleans(),
+    )
     | st.binary(max_size=30)
 )
 LINE_HEAD = st.sampled_from(
@@ -53,16 +59,21 @@ LINE_HEAD = st.sampled_from(
 SIZE = st.sampled_from([b"%d"] * 10 + [b"0%d", b"+%d"])
 
 
-def _plain(payload: bytes, stream: bytes) -> bool:
-    return (
-        re.fullmatch(rb'\{"stream":"%b","seq":[0-9]{1,20}\}' % re.escape(stream), payload)
-        is not None
-    )
+def _plain(payload: bytes, stream: bytes, duplicate: bool) -> bool:
+    tail = b',"duplicate":true' if duplicate else b""
+    shape = rb'\{"stream":"%b","seq":[0-9]{1,20}%b\}' % (re.escape(stream), re.escape(tail))
+    return re.fullmatch(shape, payload) is not None
 
 
-def _stream(payload: bytes) -> bytes | None:
-    found = re.match(rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":[0-9]', payload)
-    return None if found is None else found.group(1)
+def _kind(payload: bytes) -> tuple[bytes, bool] | None:
+    """The stream of a plain acknowledgement or a duplicate's, and whether a duplicate's."""
+    found = re.match(rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":', payload)
+    if found is None:
+        return None
+    for duplicate in (False, True):
+        if _plain(payload, found.group(1), duplicate):
+            return found.group(1), duplicate
+    return None
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -84,7 +95,7 @@ def test_a_run_is_the_leading_plain_acks_of_the_first_span(
     run = AckRuns(PREFIX, b"z")(view, 0, size, SID, first_end)
     # The reference: what framing by sizes reads, classified as the publisher does.
     head0, _, payload0 = replies[0]
-    stream = _stream(payload0)
+    kind = _kind(payload0)
     span = re.fullmatch(rb"MSG _INBOX\.abc\.(z[0-9a-f]+) 5 ", head0)
     expected, pos, payload_bytes = 0, 0, 0
     for frame, (head, size_form, payload) in zip(frames, replies, strict=True):
@@ -94,8 +105,8 @@ def test_a_run_is_the_leading_plain_acks_of_the_first_span(
             or head != head0
             or span is None
             or size_form != b"%d"
-            or stream is None
-            or not _plain(payload, stream)
+            or kind is None
+            or not _plain(payload, *kind)
         ):
             break
         expected += 1
@@ -105,7 +116,8 @@ def test_a_run_is_the_leading_plain_acks_of_the_first_span(
         return
     assert isinstance(run, AckRun)
     assert span is not None
-    assert (run.token, run.count) == (span.group(1), expected)
+    assert kind is not None
+    assert (run.token, run.count, run.duplicate) == (span.group(1), expected, kind[1])
     assert run.end == sum(len(f) for f in frames[:expected])
     assert run.payload_bytes == payload_bytes
 
@@ -124,7 +136,7 @@ def test_a_long_stream_name_whose_sizes_change_width_is_left_to_the_loop() -> No
 
 
 def test_the_router_counts_runs_and_hands_the_rest_on_one_by_one() -> None:
-    """Spans' plain acks by runs; a duplicate, another token and a status one by one, in order."""
+    """Spans' plain acks and duplicates by runs; a domain, another token, a status one by one."""
     from typing import Any
 
     from aiojetstream import _conn
@@ -141,7 +153,7 @@ def test_the_router_counts_runs_and_hands_the_rest_on_one_by_one() -> None:
 
     def run(item: object) -> None:
         if isinstance(item, AckRun):
-            events.append(("run", item.token, item.count))
+            events.append(("run", item.token, item.count, item.duplicate))
 
     router.internal[5] = lambda s, r, d, h: events.append(("handler", s[len(PREFIX) :], h))
     router.sinks[5] = _conn.RawSink(run, one, None, lambda n: None, AckRuns(PREFIX, b"z"))
@@ -151,10 +163,12 @@ def test_the_router_counts_runs_and_hands_the_rest_on_one_by_one() -> None:
 
     plain = [b'{"stream":"S","seq":%d}' % n for n in (9, 10, 11, 12, 13, 14, 15)]
     duplicate = b'{"stream":"S","seq":12,"duplicate":true}'
+    domain = b'{"stream":"S","seq":16,"domain":"hub"}'
     view = b"".join(
         [
             *(ack(b"z1", p) for p in plain[:3]),
             ack(b"z1", duplicate),
+            ack(b"z1", domain),
             *(ack(b"z1", p) for p in plain[3:5]),
             *(ack(b"z2", p) for p in plain[5:]),
             ack(b"a3", plain[0]),
@@ -164,12 +178,15 @@ def test_the_router_counts_runs_and_hands_the_rest_on_one_by_one() -> None:
     pos, _, what, _ = router._scan(view, 0, len(view))
     assert (pos, what) == (len(view), _conn._SCAN_END)
     assert events == [
-        ("run", b"z1", 3),
-        ("one", b"z1", duplicate),
-        ("run", b"z1", 2),
-        ("run", b"z2", 2),
+        ("run", b"z1", 3, False),
+        ("run", b"z1", 1, True),
+        ("one", b"z1", domain),
+        ("run", b"z1", 2, False),
+        ("run", b"z2", 2, False),
         ("one", b"a3", plain[0]),
         ("handler", b"z2", b"NATS/1.0 503\r\n\r\n"),
     ]
-    assert router.stats["in_msgs"] == 10
-    assert router.stats["in_bytes"] == sum(map(len, plain)) + len(duplicate) + len(plain[0])
+    assert router.stats["in_msgs"] == 11
+    assert router.stats["in_bytes"] == (
+        sum(map(len, plain)) + len(duplicate) + len(domain) + len(plain[0])
+    )
