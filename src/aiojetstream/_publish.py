@@ -1143,9 +1143,8 @@ class AckRun:
 #: The stream a plain acknowledgement names (to build the run pattern for it), and
 #: whether it is a duplicate's.
 _ACK_STREAM: Final = re.compile(
-    rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":[0-9]{1,20}(\}|,"duplicate":true\})'
+    rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":[0-9]{1,20}(\}|,"duplicate": ?true\})'
 )
-_DUPLICATE: Final = b',"duplicate":true'
 
 #: The most digits of a sequence (a uint64).
 _SEQ_DIGITS: Final = 20
@@ -1157,8 +1156,9 @@ class AckRuns:
     A run is the replies, one after the other in a read, on one span's reply
     subject (``<prefix><mark><hex>``) whose payloads are plain acknowledgements
     ``{"stream":"<S>","seq":<n>}`` of one stream, or all duplicates'
-    ``{"stream":"<S>","seq":<n>,"duplicate":true}`` (no error, domain or
-    status): one regular expression matches all of them at once, with each
+    ``{"stream":"<S>","seq":<n>,"duplicate": true}`` (as nats-server writes
+    it; without the blank too), no error, domain or status: one regular
+    expression matches all of them at once, with each
     message's size written into it for each count of digits of ``<n>``, so it
     matches exactly what framing by sizes reads, and nothing else. Anything
     else ends the run, and the router's loop takes it one by one. Pure
@@ -1170,19 +1170,18 @@ class AckRuns:
     def __init__(self, prefix: bytes, mark: bytes) -> None:
         self._prefix = prefix
         self._mark = mark
-        #: (sid, stream, duplicate) -> the run pattern and the digits of its sizes.
-        self._patterns: dict[tuple[bytes, bytes, bool], tuple[re.Pattern[bytes], int] | None] = {}
+        #: (sid, stream, the duplicate flag or b"") -> the run pattern and its sizes' digits.
+        self._patterns: dict[tuple[bytes, bytes, bytes], tuple[re.Pattern[bytes], int] | None] = {}
 
     def _pattern(
-        self, sid: bytes, stream: bytes, duplicate: bool
+        self, sid: bytes, stream: bytes, tail: bytes
     ) -> tuple[re.Pattern[bytes], int] | None:
-        key = (sid, stream, duplicate)
+        key = (sid, stream, tail)
         found = self._patterns.get(key, False)
         if found is not False:
             return found  # type: ignore[return-value]
         if len(self._patterns) >= 64:
             self._patterns.clear()
-        tail = _DUPLICATE if duplicate else b""
         # {"stream":"<S>","seq":<n><tail>}: 20 bytes besides <S>, <n> and <tail>.
         sizes = [20 + len(stream) + len(tail) + digits for digits in range(1, _SEQ_DIGITS + 1)]
         width = len(str(sizes[0]))
@@ -1209,8 +1208,9 @@ class AckRuns:
         stream = _ACK_STREAM.match(view, eol + 2, first_end - 2)
         if stream is None or not sid.isdigit():
             return None
-        duplicate = stream.group(2) != b"}"
-        found = self._pattern(sid, stream.group(1), duplicate)
+        tail = stream.group(2)[:-1]  # b"", or the duplicate flag as the server writes it
+        duplicate = bool(tail)
+        found = self._pattern(sid, stream.group(1), tail)
         if found is None:
             return None
         pattern, width = found
