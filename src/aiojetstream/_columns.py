@@ -58,16 +58,29 @@ _INT32: Final = (1 << 31) - 1
 
 
 class Run:
-    """Plain messages of one subscription framed in bulk, in order (see the module docstring)."""
+    """Messages of one subscription framed in bulk, in order (see the module docstring).
 
-    __slots__ = ("count", "data", "end", "payload_bytes", "replies", "subjects")
+    Plain ones, or (``keys`` and ``values`` set) ones with one header each.
+    """
+
+    __slots__ = ("count", "data", "end", "keys", "payload_bytes", "replies", "subjects", "values")
 
     def __init__(
-        self, subjects: pa.Array, replies: pa.Array, data: pa.Array, end: int, payload_bytes: int
+        self,
+        subjects: pa.Array,
+        replies: pa.Array,
+        data: pa.Array,
+        end: int,
+        payload_bytes: int,
+        keys: pa.Array | None = None,
+        values: pa.Array | None = None,
     ) -> None:
         self.subjects = subjects
         self.replies = replies
         self.data = data
+        #: Each message's one header, when they have one (binary).
+        self.keys = keys
+        self.values = values
         #: How many messages.
         self.count = len(data)
         #: Where the read buffer's next frame starts.
@@ -83,31 +96,52 @@ class Run:
         self.subjects = self.subjects.slice(0, keep)
         self.replies = self.replies.slice(0, keep)
         self.data = self.data.slice(0, keep)
+        if self.keys is not None and self.values is not None:
+            self.keys = self.keys.slice(0, keep)
+            self.values = self.values.slice(0, keep)
         self.count = keep
 
     def tail_size(self, last: int) -> int:
         """The summed :attr:`Msg.size` of the last ``last`` messages."""
         start = self.count - last
         total = 0
-        for column in (self.subjects, self.replies, self.data):
+        columns = [self.subjects, self.replies, self.data]
+        if self.keys is not None and self.values is not None:
+            columns += [self.keys, self.values]
+            total += last * _HEADER_BYTES
+        for column in columns:
             total += pc.sum(pc.binary_length(column.slice(start, last))).as_py() or 0
         return total
 
     def messages(self, acker: Acker) -> list[Msg]:
         """The messages as :class:`Msg` objects."""
+        blocks: Iterable[bytes | None] = repeat(None)
+        if self.keys is not None and self.values is not None:
+            blocks = [
+                b"NATS/1.0\r\n%b: %b\r\n\r\n" % (key, value)
+                for key, value in zip(self.keys.to_pylist(), self.values.to_pylist(), strict=True)
+            ]
         return list(
             map(
                 Msg,
                 self.subjects.to_pylist(),
                 self.replies.to_pylist(),
                 self.data.to_pylist(),
-                repeat(None),
+                blocks,
                 repeat(acker),
             )
         )
 
 
 _EVENS: list[pa.Array] = [pa.array([], pa.int64())]
+#: The bytes of a one-header block besides its key and value ("NATS/1.0", ": ", CRLFs).
+_HEADER_BYTES: Final = 16
+#: One header line whose key and value decode_headers reads as they are: a token,
+#: ": ", then printable ASCII without blanks around it (anything else: one by one).
+_HEADER_LINE: Final = (
+    "^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+: [\\x21-\\x7e](?:[\\x20-\\x7e]*[\\x21-\\x7e])?$"
+)
+_NATS: Final = b"NATS/1.0"
 
 
 def _evens(count: int) -> pa.Array:
@@ -116,6 +150,11 @@ def _evens(count: int) -> pa.Array:
     if len(evens) < count:
         evens = _EVENS[0] = pa.array(range(0, 4 * count, 2), pa.int64())
     return evens.slice(0, count)
+
+
+def _strided(count: int, stride: int, start: int = 0) -> pa.Array:
+    """``start, start + stride, ...``: ``count`` of them."""
+    return pc.add(pc.multiply(pc.divide(_evens(count), 2), stride), start)
 
 
 def _prefix(good: pa.Array, count: int) -> int:
@@ -172,33 +211,100 @@ def frame(view: bytes, pos: int, end: int, sid: bytes) -> Run | None:
     )
 
 
+def frame_headers(view: bytes, pos: int, end: int, sid: bytes) -> Run | None:
+    """As :func:`frame`, for messages with one header each (``HMSG``; a msg id, say).
+
+    Each is then five CRLF-ended segments: the line ``HMSG <subject> <sid>
+    <reply> <header size> <total size>``, ``NATS/1.0`` (no status), the header
+    line (``_HEADER_LINE``), an empty line and the payload; the sizes must be
+    those of the segments. Anything else ends the run.
+    """
+    end = min(end, len(view))
+    if end > _INT32 or not sid.isdigit():
+        return None
+    offsets = pa.py_buffer(struct.pack("<ii", pos, end))
+    whole = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(view)])
+    segments = pc.split_pattern(whole, _CRLF).flatten()
+    count = (len(segments) - 1) // 5
+    if count <= 0:
+        return None
+    lines_at = _strided(count, 5)
+    lines = pc.take(segments, lines_at)
+    line = f"^HMSG {_TOKEN} {sid.decode()} {_TOKEN} [0-9]{{1,18}} [0-9]{{1,18}}$"
+    count = _prefix(pc.match_substring_regex(lines, line), count)
+    if not count:
+        return None
+    lines_at = lines_at.slice(0, count)
+    lines = lines.slice(0, count)
+    fields = pc.split_pattern(lines, b" ")
+    header_size = pc.cast(pc.list_element(fields, 4), pa.int64())
+    total_size = pc.cast(pc.list_element(fields, 5), pa.int64())
+    first = pc.take(segments, pc.add(lines_at, 1))
+    header = pc.take(segments, pc.add(lines_at, 2))
+    blank = pc.take(segments, pc.add(lines_at, 3))
+    data = pc.take(segments, pc.add(lines_at, 4))
+    good = pc.and_(
+        pc.and_(
+            pc.equal(first, pa.scalar(_NATS, pa.binary())),
+            pc.equal(pc.binary_length(blank), 0),
+        ),
+        pc.and_(
+            pc.match_substring_regex(header, _HEADER_LINE),
+            pc.and_(
+                pc.equal(header_size, pc.add(pc.binary_length(header), _HEADER_BYTES - 2)),
+                pc.equal(pc.subtract(total_size, header_size), pc.binary_length(data)),
+            ),
+        ),
+    )
+    count = _prefix(good, count)
+    if not count:
+        return None
+    pairs = pc.split_pattern(header.slice(0, count), b": ", max_splits=1)
+    payload_bytes = pc.sum(pc.binary_length(data.slice(0, count))).as_py()
+    line_bytes = pc.sum(pc.binary_length(lines.slice(0, count))).as_py()
+    message_bytes = pc.sum(total_size.slice(0, count)).as_py()
+    return Run(
+        pc.list_element(fields, 1).slice(0, count),
+        pc.list_element(fields, 3).slice(0, count),
+        data.slice(0, count),
+        pos + line_bytes + message_bytes + 4 * count,
+        payload_bytes,
+        pc.list_element(pairs, 0),
+        pc.list_element(pairs, 1),
+    )
+
+
 class Framer:
     """Frames runs for a sink (``RawSink.bulk``); backs off after failures.
 
     A run that cannot start where asked (the first message's payload holds a
     CRLF, say) costs a framing of up to :data:`WINDOW` bytes: after one, the
-    next 1, 3, 7, ... (at most 64) messages of the sink are left to the
-    router's loop before framing is tried again; any run resets that.
+    next 1, 3, 7, ... (at most 64) messages of the sink of that kind (plain,
+    or with headers) are left to the router's loop before framing is tried
+    again; any run resets that.
     """
 
     __slots__ = ("_backoff", "_skip")
 
     def __init__(self) -> None:
-        self._skip = 0
-        self._backoff = 0
+        # [plain, with headers]
+        self._skip = [0, 0]
+        self._backoff = [0, 0]
 
     def __call__(self, view: bytes, pos: int, size: int, sid: bytes, first_end: int) -> Run | None:
         """The run at ``view[pos:size]`` (``first_end``: where its first message ends)."""
-        if self._skip:
-            self._skip -= 1
+        kind = 1 if view.startswith(b"HMSG ", pos) else 0
+        if self._skip[kind]:
+            self._skip[kind] -= 1
             return None
-        run = frame(view, pos, min(size, max(pos + WINDOW, first_end)), sid)
+        framing = frame_headers if kind else frame
+        run = framing(view, pos, min(size, max(pos + WINDOW, first_end)), sid)
         if run is None:
-            self._backoff = min(_MAX_SKIP, 2 * self._backoff + 1)
-            self._skip = self._backoff
+            self._backoff[kind] = min(_MAX_SKIP, 2 * self._backoff[kind] + 1)
+            self._skip[kind] = self._backoff[kind]
         else:
             # (A run of one is no failure: a read may hold no more of them.)
-            self._backoff = 0
+            self._backoff[kind] = 0
         return run
 
 
@@ -225,6 +331,16 @@ def _message_columns(msgs: list[Msg]) -> list[pa.Array]:
     ]
 
 
+def _run_headers(run: Run) -> pa.Array:
+    """The headers column of a run: nulls, or a map of each message's one header."""
+    if run.keys is None or run.values is None:
+        return pa.nulls(run.count, _HEADERS)
+    offsets = pc.cast(pc.divide(_evens(run.count + 1), 2), pa.int32())
+    return pa.MapArray.from_arrays(
+        offsets, run.keys.cast(pa.string()), run.values.cast(pa.string()), type=_HEADERS
+    )
+
+
 def build(items: Iterable[Any]) -> pa.RecordBatch:
     """One record batch (:data:`COLUMNS`) of buffered :class:`Run` and :class:`Msg` items."""
     parts: list[list[pa.Array]] = []
@@ -234,7 +350,7 @@ def build(items: Iterable[Any]) -> pa.RecordBatch:
             if msgs:
                 parts.append(_message_columns(msgs))
                 msgs = []
-            parts.append([item.subjects, item.replies, pa.nulls(item.count, _HEADERS), item.data])
+            parts.append([item.subjects, item.replies, _run_headers(item), item.data])
         else:
             msgs.append(item)
     if msgs:

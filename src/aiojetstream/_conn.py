@@ -1205,94 +1205,92 @@ class _Router:
                 else:
                     hdr = None
                     payload = view[start:stop]
-                if not hsize:
-                    to = sinks.get(sid)
-                    if to is not None:
-                        bulk = to.bulk
-                        if bulk is not None:
-                            # Column mode: the run of plain messages starting here, framed
-                            # in bulk (no object per message), when there is one.
-                            try:
-                                run = bulk(view, pos, size, sid_text, stop + 2)
-                            except Exception:
-                                logger.exception("framing messages on %r in bulk failed", subject)
-                                to.bulk = run = None  # the loop below from now on
-                            if run is not None:
-                                if to is not sink:
-                                    if sunk:
-                                        sunk = _hand_on(sink, sunk)
-                                    sink = to
-                                    append, make, context = to.append, to.factory, to.context
-                                pos = run.end
-                                in_msgs += run.count
-                                in_bytes += run.payload_bytes
-                                append(run)  # type: ignore[misc]
-                                sunk += run.count
-                                continue
-                        pos = stop + 2
-                        # A plain message for a sink: built and buffered right here.
-                        in_msgs += 1
-                        in_bytes += needed
-                        if subject == last_subject:
-                            subject = last_subject
-                        else:
-                            last_subject = subject
+                to = sinks.get(sid)
+                if to is not None and to.bulk is not None:
+                    # Column mode: the run of messages starting here (plain ones, or with
+                    # one header each), framed in bulk (no object per message), if any.
+                    try:
+                        run = to.bulk(view, pos, size, sid_text, stop + 2)
+                    except Exception:
+                        logger.exception("framing messages on %r in bulk failed", subject)
+                        to.bulk = run = None  # the loop below from now on
+                    if run is not None:
                         if to is not sink:
                             if sunk:
                                 sunk = _hand_on(sink, sunk)
                             sink = to
                             append, make, context = to.append, to.factory, to.context
+                        pos = run.end
+                        in_msgs += run.count
+                        in_bytes += run.payload_bytes
+                        append(run)  # type: ignore[misc]
+                        sunk += run.count
+                        continue
+                if not hsize and to is not None:
+                    pos = stop + 2
+                    # A plain message for a sink: built and buffered right here.
+                    in_msgs += 1
+                    in_bytes += needed
+                    if subject == last_subject:
+                        subject = last_subject
+                    else:
+                        last_subject = subject
+                    if to is not sink:
+                        if sunk:
+                            sunk = _hand_on(sink, sunk)
+                        sink = to
+                        append, make, context = to.append, to.factory, to.context
+                    try:
+                        append(make(subject, reply, payload, None, context))  # type: ignore[misc]
+                    except Exception:
+                        logger.exception("buffering a message on %r failed", subject)
+                        continue
+                    sunk += 1
+                    if to.bulk is not None:
+                        continue  # the next one may start a run framed in bulk
+                    # The rest of a run of them (the usual read: a consumer's messages
+                    # one after the other): lines that start as this one did, "MSG
+                    # <subject> <sid> ", are parsed from there on with the same checks
+                    # as above; anything else goes back to the loop above.
+                    prefix = b"MSG %b %b " % (subject, sid_text)
+                    skip = len(prefix)
+                    while view.startswith(prefix, pos):
+                        end = view.find(b"\r\n", pos + skip)
+                        if end < 0:
+                            break
+                        rest = view[pos + skip : end]
+                        args = rest.split()
+                        count = len(args)
+                        if count == 2:
+                            reply, size_text = args
+                        elif count == 1:
+                            reply = b""
+                            size_text = args[0]
+                        else:
+                            break
+                        if (
+                            13 in rest
+                            or 10 in rest
+                            or not 47 < rest[-1] < 58
+                            or not size_text.isdigit()
+                            or len(size_text) > _MAX_SIZE_DIGITS
+                        ):
+                            break
+                        start = end + 2
+                        needed = int(size_text)
+                        stop = start + needed
+                        if stop + 2 > size:
+                            break
+                        pos = stop + 2
+                        in_msgs += 1
+                        in_bytes += needed
                         try:
-                            append(make(subject, reply, payload, None, context))  # type: ignore[misc]
+                            append(make(subject, reply, view[start:stop], None, context))  # type: ignore[misc]
                         except Exception:
                             logger.exception("buffering a message on %r failed", subject)
                             continue
                         sunk += 1
-                        if to.bulk is not None:
-                            continue  # the next one may start a run framed in bulk
-                        # The rest of a run of them (the usual read: a consumer's messages
-                        # one after the other): lines that start as this one did, "MSG
-                        # <subject> <sid> ", are parsed from there on with the same checks
-                        # as above; anything else goes back to the loop above.
-                        prefix = b"MSG %b %b " % (subject, sid_text)
-                        skip = len(prefix)
-                        while view.startswith(prefix, pos):
-                            end = view.find(b"\r\n", pos + skip)
-                            if end < 0:
-                                break
-                            rest = view[pos + skip : end]
-                            args = rest.split()
-                            count = len(args)
-                            if count == 2:
-                                reply, size_text = args
-                            elif count == 1:
-                                reply = b""
-                                size_text = args[0]
-                            else:
-                                break
-                            if (
-                                13 in rest
-                                or 10 in rest
-                                or not 47 < rest[-1] < 58
-                                or not size_text.isdigit()
-                                or len(size_text) > _MAX_SIZE_DIGITS
-                            ):
-                                break
-                            start = end + 2
-                            needed = int(size_text)
-                            stop = start + needed
-                            if stop + 2 > size:
-                                break
-                            pos = stop + 2
-                            in_msgs += 1
-                            in_bytes += needed
-                            try:
-                                append(make(subject, reply, view[start:stop], None, context))  # type: ignore[misc]
-                            except Exception:
-                                logger.exception("buffering a message on %r failed", subject)
-                                continue
-                            sunk += 1
-                        continue
+                    continue
                 if sunk:
                     sunk = _hand_on(sink, sunk)  # before anything else sees the sink's owner
                 handler = routes.get(sid)
@@ -1451,10 +1449,11 @@ class RawSink:
     messages the same way.
 
     ``bulk`` (column mode, see ``_columns``; None: off) frames a whole run of
-    plain messages at once: called as ``bulk(view, pos, size, sid_text,
-    first_end)`` at a plain message of the sink, it returns None (the loop
-    goes on as without it) or a run of ``count`` messages ending at ``end``,
-    appended with ``append`` as one item and counted as ``count``.
+    messages at once: called as ``bulk(view, pos, size, sid_text,
+    first_end)`` at a message of the sink (plain or with headers), it returns
+    None (the loop goes on as without it) or a run of ``count`` messages
+    ending at ``end``, appended with ``append`` as one item and counted as
+    ``count``.
     """
 
     __slots__ = ("append", "arrived", "bulk", "context", "factory")

@@ -271,3 +271,41 @@ async def test_iterating_a_batch_in_column_mode_yields_messages(js: JetStreamCon
     first = [m async for m in fetched]
     assert [m.data for m in first] == [str(i).encode() for i in range(300)]
     assert [m.metadata.sequence.stream for m in first] == list(range(1, 301))
+
+
+async def test_collect_columns_of_messages_with_one_header(path_js: JetStreamContext) -> None:
+    """Msg ids on every message (as a deduplicated write stores them): the same as collect()."""
+    pytest.importorskip("pyarrow")
+    js = path_js
+    stream = unique_name("COLH")
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=[f"{stream}.>"], storage=StorageType.MEMORY)
+    )
+    payloads = [
+        ODD_PAYLOADS[i % 40] if i % 40 < len(ODD_PAYLOADS) else b"%d" % i for i in range(2000)
+    ]
+    headers: list[dict[str, str] | None] = [
+        {"A": "1", "B": "2"} if i % 301 == 0 else None for i in range(2000)
+    ]
+    ids = [f"id {i}" if i % 211 == 0 else f"id-{i}" for i in range(2000)]
+    await js.publish_many(f"{stream}.h", payloads, headers=headers, msg_ids=ids)
+    cols = await js.create_consumer(stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    msgs = await js.create_consumer(stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    got: list[dict[str, object]] = []
+    want: list[Msg] = []
+    while len(got) < 2000:
+        async with await cols.fetch_no_wait(700, max_bytes=1 << 20) as fetched:
+            got += (await fetched.collect_columns()).to_pylist()
+        async with await msgs.fetch_no_wait(700, max_bytes=1 << 20) as fetched:
+            want += await fetched.collect()
+    assert len(got) == len(want) == 2000
+    for row, msg in zip(got, want, strict=True):
+        assert row["data"] == msg.data
+        assert row["subject"] == msg.subject
+        pairs = cast(list[tuple[str, str]] | None, row["headers"])
+        assert (dict(pairs) if pairs is not None else None) == msg.headers
+        assert parse_metadata(str(row["reply"])).sequence == msg.metadata.sequence
+    assert [m.headers for m in want[:2]] == [
+        {"A": "1", "B": "2", "Nats-Msg-Id": "id 0"},
+        {"Nats-Msg-Id": "id-1"},
+    ]

@@ -8,7 +8,7 @@ messages, and pin where a run must stop.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -109,21 +109,21 @@ def test_the_framer_backs_off_after_failures_and_runs_reset_it() -> None:
     calls = [framer(bad, 0, len(bad), b"7", len(bad)) for _ in range(8)]
     # Tried, skipped once, tried, skipped 3 times, tried, ...
     assert [c is None for c in calls] == [True] * 8
-    assert framer._backoff == 7
-    while framer._skip:
+    assert framer._backoff[0] == 7
+    while framer._skip[0]:
         assert framer(good, 0, len(good), b"7", 16) is None
     run = framer(good, 0, len(good), b"7", 16)
     assert run is not None
     assert run.count == 5
-    assert (framer._backoff, framer._skip) == (0, 0)
+    assert (framer._backoff[0], framer._skip[0]) == (0, 0)
     # A run of one (the read holds no more) is no failure.
     framer(bad, 0, len(bad), b"7", len(bad))
-    assert (framer._backoff, framer._skip) == (1, 1)
+    assert (framer._backoff[0], framer._skip[0]) == (1, 1)
     framer(good, 0, len(good), b"7", 16)  # skipped
     one = framer(good, 0, 16, b"7", 16)
     assert one is not None
     assert one.count == 1
-    assert (framer._backoff, framer._skip) == (0, 0)
+    assert (framer._backoff[0], framer._skip[0]) == (0, 0)
 
 
 def test_the_router_hands_a_sink_whole_runs() -> None:
@@ -247,3 +247,79 @@ def test_the_sinks_msg_ids() -> None:
     assert ids.to_pylist() == ["x", "w-3-1"]
     ids = _msg_ids(given, None, 0)
     assert ids.to_pylist() == ["x", None]
+
+
+# --------------------------------------------------------------------------- one header each
+
+HeaderMessage = tuple[bytes, bytes, bytes, bytes]  # subject, reply, header block, payload
+
+HEADER_BLOCK = st.sampled_from(
+    [
+        b"NATS/1.0\r\nNats-Msg-Id: id-1\r\n\r\n",
+        b"NATS/1.0\r\nX: a b\r\n\r\n",
+        b"NATS/1.0\r\nK:v\r\n\r\n",  # read by decode_headers as K: v, but not as written
+        b"NATS/1.0\r\nK: v \r\n\r\n",
+        b"NATS/1.0\r\nA: 1\r\nB: 2\r\n\r\n",
+        b"NATS/1.0 100 Idle Heartbeat\r\n\r\n",
+        b"NATS/1.0\r\n\r\n",
+    ]
+) | st.builds(lambda v: b"NATS/1.0\r\nNats-Msg-Id: %b\r\n\r\n" % v, st.binary(max_size=8))
+
+
+def _hframes(messages: list[HeaderMessage]) -> bytes:
+    return b"".join(
+        b"HMSG %b 7 %b %d %d\r\n%b%b\r\n" % (s, r, len(h), len(h) + len(p), h, p)
+        for s, r, h, p in messages
+    )
+
+
+def _one_header(block: bytes) -> bool:
+    import re
+
+    line = block[len(b"NATS/1.0\r\n") : -4]
+    return (
+        block.startswith(b"NATS/1.0\r\n")
+        and block.endswith(b"\r\n\r\n")
+        and re.fullmatch(
+            rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+: [\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?", line
+        )
+        is not None
+    )
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(SUBJECT, REPLY, HEADER_BLOCK, PAYLOAD), min_size=1, max_size=20),
+    st.integers(min_value=0, max_value=200),
+)
+def test_a_run_with_headers_is_the_size_framing_of_its_messages(
+    messages: list[HeaderMessage], cut: int
+) -> None:
+    """One header each: the run holds the first messages exactly, their headers as decoded."""
+    from aiojetstream._headers import decode_headers
+
+    data = _hframes(messages)
+    size = len(data) - cut if cut < len(data) else len(data)
+    run = _columns.frame_headers(data, 0, size, b"7")
+    msgs = [] if run is None else run.messages(cast(Any, None))
+    got = [(m._subject, m._reply, m._hdr or b"", m.data) for m in msgs]
+    assert all(m._hdr for m in msgs)
+    assert got == messages[: len(got)]
+    allowed, pos = 0, 0
+    for message in messages:
+        pos += len(_hframes([message]))
+        subject, reply, block, payload = message
+        if pos > size or not _canonical((subject, reply, payload)) or not _one_header(block):
+            break
+        allowed += 1
+    assert len(got) == allowed
+    if run is not None:
+        assert run.end == len(_hframes(messages[: len(got)]))
+        assert run.payload_bytes == sum(len(p) for *_, p in got)
+        batch = _columns.build([run])
+        assert [dict(h) for h in batch.column("headers").to_pylist()] == [
+            decode_headers(h)[0] for _, _, h, _ in got
+        ]
+        assert run.tail_size(run.count) == sum(
+            len(s) + len(r) + len(h) + len(p) for s, r, h, p in got
+        )
