@@ -400,6 +400,7 @@ def _noted(kv: KeyValue, key: str, ttl: str | None, what: str, notes: list[str])
 @contextlib.contextmanager
 def _library_ttl_log_quiet() -> Iterator[None]:
     """The library's log line for a stretched TTL left out: the command's note says it."""
+
     def quiet(record: logging.LogRecord) -> bool:
         return False
 
