@@ -288,7 +288,7 @@ def test_reply_numbers_column_wise(forms: list[str]) -> None:
         _msg(form.format(seq=seq, ns=_ns(seq), pending=50 - seq))
         for seq, form in enumerate(forms, 40)
     ]
-    seqs, stamps, pending = _numbers(msgs)
+    seqs, stamps, pending = _numbers(pa.array([m.reply for m in msgs], pa.string()))
     assert seqs.to_pylist() == [40, 41, 42]
     assert seqs.type == pa.int64()
     # whole microseconds of the nanosecond timestamps, as UTC timestamps
@@ -374,3 +374,11 @@ def test_kv_read_leaves_out_what_kv_get_treats_as_no_value(headers: dict[str, st
     from aiojetstream.spark._kv import _marker
 
     assert _marker(headers) == (entry_operation(headers) is not KeyValueOp.PUT)
+
+
+def test_a_reply_that_is_no_ack_subject_is_an_invalid_response() -> None:
+    from aiojetstream import InvalidResponseError
+
+    replies = [V1.format(seq=1, ns=_ns(1), pending=1), "$JS.ACK.S.C.1.2"]
+    with pytest.raises(InvalidResponseError, match="6 tokens"):
+        _numbers(pa.array(replies, pa.string()))

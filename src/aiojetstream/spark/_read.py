@@ -21,7 +21,7 @@ import uuid
 import warnings
 from collections.abc import Generator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Final
 
 import pyarrow as pa
@@ -34,13 +34,13 @@ from aiojetstream import (
     ConsumerNotFoundError,
     DeliverPolicy,
     InvalidOptionError,
+    InvalidResponseError,
     JetStreamContext,
     JetStreamError,
     MessageTooLargeError,
     StreamNotFoundError,
 )
 from aiojetstream import Consumer as JSConsumer
-from aiojetstream._message import parse_metadata
 
 from ._options import (
     MAX_DEFAULT_PARTITIONS,
@@ -76,8 +76,6 @@ SCHEMA: Final = pa.schema(
     ]
 )
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND: Final = timedelta(microseconds=1)
 #: The Spark DDL of :data:`SCHEMA`.
 DDL: Final = (
     "stream string, subject string, seq long, timestamp timestamp_ltz, "
@@ -317,6 +315,17 @@ async def _delete(js: JetStreamContext, consumer: JSConsumer) -> None:
         await js.delete_consumer(consumer.stream_name, consumer.name)
 
 
+def _ack_base(tokens: int) -> int:
+    """Where a ``$JS.ACK`` subject of ``tokens`` tokens holds its stream name (v1 or v2)."""
+    if tokens == 9:
+        return 2
+    if tokens >= 12:
+        return 4
+    raise InvalidResponseError(
+        f"aiojetstream.spark: a reply subject of {tokens} tokens is no $JS.ACK subject"
+    )
+
+
 def _numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int]:
     """Stream sequences and timestamps (Arrow columns) and the last message's pending count.
 
@@ -333,17 +342,14 @@ def _numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int]:
         seqs = pc.cast(pc.list_element(tokens, base + 3), pa.int64())
         nanos = pc.cast(pc.list_element(tokens, base + 5), pa.int64())
         pending = int(tokens[len(replies) - 1][base + 6].as_py())
-    else:
-        metas = [parse_metadata(reply) for reply in replies.to_pylist()]
-        seqs = pa.array([meta.sequence.stream for meta in metas], pa.int64())
-        nanos = pa.array([_nanos(meta.timestamp) for meta in metas], pa.int64())
-        pending = metas[-1].num_pending
+    else:  # a mix of the two forms: each reply by its own number of tokens
+        rows = [(_ack_base(len(t)), t) for t in tokens.to_pylist()]
+        seqs = pa.array([int(t[base + 3]) for base, t in rows], pa.int64())
+        nanos = pa.array([int(t[base + 5]) for base, t in rows], pa.int64())
+        base, last = rows[-1]
+        pending = int(last[base + 6])
     micros = pc.divide(nanos, 1000)  # integer division: whole microseconds
     return seqs, pc.cast(micros, _TIMESTAMP), pending
-
-
-def _nanos(when: datetime) -> int:
-    return (when - _EPOCH) // _MICROSECOND * 1000
 
 
 class RangeReader:
