@@ -726,16 +726,21 @@ class KeyValue:
 
         """
         subject = self._subject(key)
+        headers = None  # a model's (or codec's) Content-Type, as put and update send
         if codec is not None or type(value) is not bytes:
-            value = PC.encode(value, codec, None)[0]  # once, before anything is sent
-            codec = None
+            value, headers = PC.encode(value, codec, None)  # once, before anything is sent
         if ttl is not None:
             H.ttl_header_value(ttl)
             await self._require_markers("create", timeout)
             self._check_stretch(key, ttl, "key", pedantic)
         try:
             ack = await self._js.publish(
-                subject, value, ttl=ttl, expected_last_subject_sequence=0, timeout=timeout
+                subject,
+                value,
+                headers=headers,
+                ttl=ttl,
+                expected_last_subject_sequence=0,
+                timeout=timeout,
             )
             return ack.seq
         except WrongLastSequenceError as exc:
@@ -749,7 +754,12 @@ class KeyValue:
             raise _exists(first, f"key {key!r} exists") from None
         try:
             ack = await self._js.publish(
-                subject, value, ttl=ttl, expected_last_subject_sequence=last.seq, timeout=timeout
+                subject,
+                value,
+                headers=headers,
+                ttl=ttl,
+                expected_last_subject_sequence=last.seq,
+                timeout=timeout,
             )
         except WrongLastSequenceError as exc:
             raise _exists(exc, f"key {key!r} exists") from None

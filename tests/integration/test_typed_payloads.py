@@ -32,6 +32,7 @@ from helpers import unique_name, wait_until
 
 T = TypeVar("T")
 STEP = 10.0
+JSON_TYPE = "application/json"
 
 
 class Order(BaseModel):
@@ -284,3 +285,24 @@ async def test_object_store_round_trip(js: JetStreamContext) -> None:
     assert Order.model_validate_json(data) == Order(id=7, item="obj")
     await store.put("csv", ("p", "q"), codec=CsvCodec())
     assert await store.get_bytes("csv") == b"p,q"
+
+
+async def test_kv_create_and_update_send_the_content_type_put_sends(js: JetStreamContext) -> None:
+    kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("kvct"), history=5))
+    stored = await js.stream(f"KV_{kv.bucket}")
+
+    async def content_type(revision: int) -> str | None:
+        return ((await stored.get_msg(revision)).headers or {}).get("Content-Type")
+
+    put = await kv.put("p", Order(id=1, item="put"))
+    created = await kv.create("c", Order(id=2, item="create"))
+    updated = await kv.update("c", Order(id=2, item="update"), created)
+    csv = await kv.create("csv", ("x", "y"), codec=CsvCodec())
+    await kv.delete("csv")
+    recreated = await kv.create("csv", ("z",), codec=CsvCodec())  # over a delete marker
+    raw = await kv.create("raw", b"{}")
+    assert [await content_type(r) for r in (put, created, updated)] == [JSON_TYPE] * 3
+    assert [await content_type(r) for r in (csv, recreated)] == ["text/csv"] * 2
+    assert await content_type(raw) is None  # bytes: as they were
+    assert (await kv.get("c")).decode(Order).item == "update"
+    assert (await kv.get("csv")).decode(list, CsvCodec()) == ["z"]
