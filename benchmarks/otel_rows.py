@@ -123,3 +123,30 @@ async def bench_otel(
             await traced.close()
             await plain.close()
     return rows
+
+
+async def _main(count: int, messages: int, rounds: int) -> None:
+    """Run the telemetry rows alone on a fresh server and print them."""
+    import run
+
+    from aiojetstream.testing import NatsServer
+
+    async with NatsServer() as server:
+        rows = await bench_otel(
+            server.url, count, messages, rounds, run.compare, run.Row, {"publish", "consume"}
+        )
+    for r in rows:
+        ratio = "" if r.ratio is None else f"{r.ratio:.3f}"
+        print(f"{r.name:40s} ours {r.ours:12.1f}  base {r.baseline or 0:12.1f}  ratio {ratio}")
+
+
+if __name__ == "__main__":
+    import argparse
+    import asyncio
+
+    parser = argparse.ArgumentParser(description="The telemetry rows of make bench, alone.")
+    parser.add_argument("--count", type=int, default=10_000, help="publish_async a round / 10")
+    parser.add_argument("--messages", type=int, default=100_000, help="messages a consume round")
+    parser.add_argument("--rounds", type=int, default=5)
+    ns = parser.parse_args()
+    asyncio.run(_main(ns.count, ns.messages, ns.rounds))

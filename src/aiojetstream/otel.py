@@ -24,15 +24,26 @@ send span (or its child with ``parent=True``).
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import baggage, metrics, propagate, trace
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, propagate, trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+)
 
 from ._message import ACK, NAK, TERM
+from ._status import StatusKind, parse_status
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -48,8 +59,13 @@ _MAX_OPEN = 10_000  # process spans never settled are ended past this many
 _CONSUMER_METHODS = ("consumer", "create_consumer", "update_consumer", "create_or_update_consumer")
 # Methods of JetStreamContext that return a Stream (whose consumers are traced too).
 _STREAM_METHODS = ("stream", "create_stream", "update_stream", "create_or_update_stream")
+# Methods of JetStreamContext that return a KeyValue, and an ObjectStore.
+_KV_METHODS = ("key_value", "create_key_value", "update_key_value", "create_or_update_key_value")
+_OBJECT_METHODS = ("object_store", "create_object_store", "update_object_store")
 # The consumer label of ordered consumers (their server-side name changes with each reset).
 _ORDERED = "(ordered)"
+# The consumer label of key-value and object-store watches.
+_WATCH = "(watch)"
 
 
 class _Counts:
@@ -65,6 +81,8 @@ class _Counts:
         "labels",
         "naks",
         "pending",
+        "pull_pending",
+        "pull_pending_bytes",
         "reconnects",
         "redeliveries",
         "sent",
@@ -76,6 +94,117 @@ class _Counts:
         self.sent = self.consumed = self.acks = self.naks = self.terms = 0
         self.redeliveries = self.reconnects = 0
         self.pending: int | None = None
+        self.pull_pending: int | None = None
+        self.pull_pending_bytes: int | None = None
+
+
+#: The traceparent of a W3C trace context (version 00).
+_TRACEPARENT = "traceparent"
+_TRACESTATE = "tracestate"
+_CACHE = 4096  # attribute dicts cached per subject (and size): cleared past this many
+
+
+def _is_default_propagator(propagator: object) -> bool:
+    """Whether ``propagator`` is W3C trace context, alone or with W3C baggage (the default)."""
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    if type(propagator) is TraceContextTextMapPropagator:
+        return True
+    if type(propagator) is not CompositePropagator:
+        return False
+    inner = getattr(propagator, "_propagators", None)
+    if not isinstance(inner, list | tuple):
+        return False
+    kinds = {type(p) for p in inner}
+    return TraceContextTextMapPropagator in kinds and kinds <= {
+        TraceContextTextMapPropagator,
+        W3CBaggagePropagator,
+    }
+
+
+class _Propagation:
+    """The trace context in and out of headers, through the global propagator.
+
+    When the global propagator is the default one (W3C trace context, with or
+    without W3C baggage) and there is no baggage to carry, the ``traceparent``
+    and ``tracestate`` headers are written and read here directly: the same
+    bytes the propagator would write, for a fraction of its cost. Any other
+    propagator (B3, Jaeger, a custom one) or any baggage goes through
+    ``opentelemetry.propagate`` as it is.
+    """
+
+    __slots__ = ("_fast", "_seen")
+
+    def __init__(self) -> None:
+        self._seen: object = None
+        self._fast = False
+
+    def fast(self) -> bool:
+        propagator = propagate.get_global_textmap()
+        if propagator is not self._seen:
+            self._seen = propagator
+            self._fast = _is_default_propagator(propagator)
+        return self._fast
+
+    def inject(self, headers: Mapping[str, str] | None, span: trace.Span) -> dict[str, str]:
+        """``headers`` (copied) with the trace context of ``span``."""
+        carrier = dict(headers) if headers else {}
+        if self.fast() and not baggage.get_all():
+            sc = span.get_span_context()
+            if sc.is_valid:
+                carrier[_TRACEPARENT] = (
+                    f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"
+                )
+                if sc.trace_state:
+                    carrier[_TRACESTATE] = sc.trace_state.to_header()
+            return carrier
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier
+
+    def extract(
+        self, headers: Mapping[str, str], parent: bool
+    ) -> tuple[SpanContext | None, otel_context.Context | None]:
+        """The remote span context in ``headers`` (None: none valid), and a parent context.
+
+        The context (to start a child span in) comes only with ``parent``.
+        """
+        if self.fast() and not (parent and "baggage" in headers):
+            value = headers.get(_TRACEPARENT)
+            if value is None:
+                return None, None
+            parts = value.split("-")
+            if (
+                len(parts) == 4
+                and parts[0] == "00"
+                and len(parts[1]) == 32
+                and len(parts[2]) == 16
+                and len(parts[3]) == 2
+            ):
+                try:
+                    trace_id, span_id = int(parts[1], 16), int(parts[2], 16)
+                    flags = int(parts[3], 16)
+                except ValueError:
+                    return None, None
+                if not trace_id or not span_id:
+                    return None, None
+                state = headers.get(_TRACESTATE)
+                sc = SpanContext(
+                    trace_id,
+                    span_id,
+                    is_remote=True,
+                    trace_flags=TraceFlags(flags),
+                    trace_state=TraceState.from_header([state]) if state else None,
+                )
+                ctx = trace.set_span_in_context(NonRecordingSpan(sc)) if parent else None
+                return sc, ctx
+            # another version or a malformed value: the propagator decides
+        extracted = propagate.extract(headers)
+        sc = trace.get_current_span(extracted).get_span_context()
+        if not sc.is_valid:
+            return None, None
+        return sc, extracted if parent else None
 
 
 class _Telemetry:
@@ -85,6 +214,7 @@ class _Telemetry:
         self.tracer = trace.get_tracer("aiojetstream", __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter("aiojetstream", __version__, meter_provider=meter_provider)
         self.parent = parent
+        self.propagation = _Propagation()
         self.counts: dict[tuple[str, str | None], _Counts] = {}
         self.publish_duration = meter.create_histogram(
             "messaging.client.operation.duration",
@@ -103,19 +233,38 @@ class _Telemetry:
             meter.create_observable_counter(
                 name, callbacks=[self._observe(field)], unit="1", description=description
             )
-        meter.create_observable_gauge(
-            "aiojetstream.consumer.pending",
-            callbacks=[self._observe("pending")],
-            unit="{message}",
-            description="Messages left for the consumer, from the last message's metadata",
-        )
+        for name, field, unit, description in (
+            (
+                "aiojetstream.consumer.pending",
+                "pending",
+                "{message}",
+                "Messages left for the consumer on the server, from the last message's metadata",
+            ),
+            (
+                "aiojetstream.consumer.pull.pending",
+                "pull_pending",
+                "{message}",
+                "Messages the open pull request still waits for, from the last heartbeat",
+            ),
+            (
+                "aiojetstream.consumer.pull.pending_bytes",
+                "pull_pending_bytes",
+                "By",
+                "Bytes the open pull request still waits for, from the last heartbeat",
+            ),
+        ):
+            meter.create_observable_gauge(
+                name, callbacks=[self._observe(field)], unit=unit, description=description
+            )
 
     def _observe(self, field: str) -> Callable[[Any], list[metrics.Observation]]:
+        gauge = field.startswith(("pending", "pull_"))
+
         def observe(options: Any) -> list[metrics.Observation]:
             found = []
             for counts in list(self.counts.values()):
                 value = getattr(counts, field)
-                if value if field != "pending" else value is not None:
+                if value is not None if gauge else value:
                     found.append(metrics.Observation(value, counts.labels))
             return found
 
@@ -161,10 +310,17 @@ def _send_attrs(subject: object) -> dict[str, Any]:
     return attrs
 
 
-def _with_context(headers: Mapping[str, str] | None, ctx: otel_context.Context) -> dict[str, str]:
-    carrier = dict(headers) if headers else {}
-    propagate.inject(carrier, context=ctx)
-    return carrier
+#: The send span of the object-store put running in this task: its chunks are
+#: published without a span of their own, its info (the meta message) carries
+#: the put's trace context.
+_OBJECT_PUT: contextvars.ContextVar[trace.Span | None] = contextvars.ContextVar(
+    "aiojetstream_otel_object_put", default=None
+)
+#: Where a traced read (key-value or object-store get) collects the headers of
+#: the stored messages it reads.
+_READ: contextvars.ContextVar[list[Mapping[str, str] | None] | None] = contextvars.ContextVar(
+    "aiojetstream_otel_read", default=None
+)
 
 
 class _Publishing:
@@ -175,16 +331,24 @@ class _Publishing:
         self.publish = js.publish
         self.publish_async = js.publish_async
         self.publish_many = js.publish_many
+        # (subject, body size) -> (span name, attributes): no dict built per message.
+        self._sends: dict[tuple[str, int | None], tuple[str, dict[str, Any]]] = {}
 
-    def _start(self, subject: object, payload: object) -> trace.Span:
-        name = f"send {subject}" if isinstance(subject, str) else "send"
-        span = self.tel.tracer.start_span(
-            name, kind=SpanKind.PRODUCER, attributes=_send_attrs(subject)
-        )
-        size = _body_size(payload)
-        if size is not None:
-            span.set_attribute("messaging.message.body.size", size)
-        return span
+    def _start(self, subject: object, size: int | None) -> trace.Span:
+        if type(subject) is str:
+            key = (subject, size)
+            cached = self._sends.get(key)
+            if cached is None:
+                attrs = _send_attrs(subject)
+                if size is not None:
+                    attrs["messaging.message.body.size"] = size
+                if len(self._sends) >= _CACHE:
+                    self._sends.clear()
+                cached = self._sends[key] = (f"send {subject}", attrs)
+            name, attrs = cached
+        else:
+            name, attrs = "send", _send_attrs(subject)
+        return self.tel.tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attrs)
 
     def _acked(self, span: trace.Span, start: float, ack: Any, count: int = 1) -> None:
         stream = getattr(ack, "stream", None)
@@ -202,14 +366,41 @@ class _Publishing:
         self.tel.publish_duration.record(time.perf_counter() - start, labels)
         span.end()
 
+    def _encoded(self, payload: Any, kwargs: dict[str, Any]) -> tuple[Any, int | None]:
+        """The payload as bytes (a model or a ``codec=`` value encoded here, once) and its size.
+
+        The body size is known only once encoded: encoding here (as ``publish``
+        would, headers included) gives the send span its size without a second
+        encoding.
+        """
+        if type(payload) is bytes and kwargs.get("codec") is None:
+            return payload, len(payload)
+        size = _body_size(payload)
+        if size is not None and kwargs.get("codec") is None:
+            return payload, size
+        from ._codec import encode
+
+        data, headers = encode(payload, kwargs.pop("codec", None), kwargs.get("headers"))
+        kwargs["headers"] = headers
+        return data, len(data)
+
     async def traced_publish(
         self, subject: str, payload: Any = b"", *args: Any, **kwargs: Any
     ) -> Any:
-        span = self._start(subject, payload)
-        ctx = trace.set_span_in_context(span)
-        kwargs["headers"] = _with_context(kwargs.get("headers"), ctx)
+        put = _OBJECT_PUT.get()
+        if put is not None:  # an object's info: the put's span is its send span
+            if isinstance(subject, str):
+                put.update_name(f"send {subject}")
+                put.set_attribute("messaging.destination.name", subject)
+            kwargs["headers"] = self.tel.propagation.inject(kwargs.get("headers"), put)
+            return await self.publish(subject, payload, *args, **kwargs)
+        span = self._start(subject, _body_size(payload))
         start = time.perf_counter()
         try:
+            if type(payload) is not bytes or kwargs.get("codec") is not None:
+                payload, size = self._encoded(payload, kwargs)
+                span.set_attribute("messaging.message.body.size", size)
+            kwargs["headers"] = self.tel.propagation.inject(kwargs.get("headers"), span)
             ack = await self.publish(subject, payload, *args, **kwargs)
         except BaseException as exc:
             self._failed(span, start, exc)
@@ -220,11 +411,15 @@ class _Publishing:
     async def traced_publish_async(
         self, subject: str, payload: Any = b"", *args: Any, **kwargs: Any
     ) -> Any:
-        span = self._start(subject, payload)
-        ctx = trace.set_span_in_context(span)
-        kwargs["headers"] = _with_context(kwargs.get("headers"), ctx)
+        if _OBJECT_PUT.get() is not None:  # an object's chunk: no span of its own
+            return await self.publish_async(subject, payload, *args, **kwargs)
+        span = self._start(subject, _body_size(payload))
         start = time.perf_counter()
         try:
+            if type(payload) is not bytes or kwargs.get("codec") is not None:
+                payload, size = self._encoded(payload, kwargs)
+                span.set_attribute("messaging.message.body.size", size)
+            kwargs["headers"] = self.tel.propagation.inject(kwargs.get("headers"), span)
             future = await self.publish_async(subject, payload, *args, **kwargs)
         except BaseException as exc:
             self._failed(span, start, exc)
@@ -248,8 +443,7 @@ class _Publishing:
         count = len(payloads)
         span = self._start(subject, None)
         span.set_attribute("messaging.batch.message_count", count)
-        ctx = trace.set_span_in_context(span)
-        carrier = _with_context(None, ctx)
+        carrier = self.tel.propagation.inject(None, span)
         if carrier:
             given = kwargs.get("headers")
             if given is None:
@@ -278,20 +472,33 @@ class _ConsumerState:
         self.consumer = consumer
         self.counts = tel.of(stream, consumer)
         self.open: dict[bytes, trace.Span] = {}
+        # subject -> (span name, the attributes every message on it shares)
+        self._subjects: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def _base(self, subject: str) -> tuple[str, dict[str, Any]]:
+        cached = self._subjects.get(subject)
+        if cached is None:
+            if len(self._subjects) >= _CACHE:
+                self._subjects.clear()
+            cached = self._subjects[subject] = (
+                f"process {subject}",
+                {
+                    "messaging.system": _SYSTEM,
+                    "messaging.destination.name": subject,
+                    "messaging.operation.name": "process",
+                    "messaging.operation.type": "process",
+                    "messaging.consumer.group.name": self.consumer,
+                    "messaging.destination.subscription.name": self.consumer,
+                    "messaging.nats.stream": self.stream,
+                },
+            )
+        return cached
 
     def start_process(self, msg: Msg) -> trace.Span:
         tel = self.tel
-        subject = msg.subject
-        attrs: dict[str, Any] = {
-            "messaging.system": _SYSTEM,
-            "messaging.destination.name": subject,
-            "messaging.operation.name": "process",
-            "messaging.operation.type": "process",
-            "messaging.consumer.group.name": self.consumer,
-            "messaging.destination.subscription.name": self.consumer,
-            "messaging.nats.stream": self.stream,
-            "messaging.message.body.size": len(msg.data),
-        }
+        name, attrs = self._base(msg.subject)
+        attrs = attrs.copy()
+        attrs["messaging.message.body.size"] = len(msg.data)
         counts = self.counts
         counts.consumed += 1
         if msg._reply:
@@ -300,29 +507,23 @@ class _ConsumerState:
             except Exception:  # not a $JS.ACK reply: no metadata
                 meta = None
             if meta is not None:
-                attrs["messaging.message.id"] = str(meta.sequence.stream)
-                attrs["messaging.nats.message.sequence"] = meta.sequence.stream
-                attrs["messaging.nats.delivery_count"] = meta.num_delivered
-                if meta.num_delivered > 1:
+                seq = meta.sequence.stream
+                delivered = meta.num_delivered
+                attrs["messaging.message.id"] = str(seq)
+                attrs["messaging.nats.message.sequence"] = seq
+                attrs["messaging.nats.delivery_count"] = delivered
+                if delivered > 1:
                     counts.redeliveries += 1
                 counts.pending = meta.num_pending
         headers = msg.headers
         links = None
         parent: otel_context.Context | None = None
         if headers:
-            extracted = propagate.extract(headers)
-            sent = trace.get_current_span(extracted).get_span_context()
-            if sent.is_valid:
-                if tel.parent:
-                    parent = extracted
-                else:
-                    links = [Link(sent)]
+            sent, parent = tel.propagation.extract(headers, tel.parent)
+            if sent is not None and parent is None:
+                links = [Link(sent)]
         span = tel.tracer.start_span(
-            f"process {subject}",
-            context=parent,
-            kind=SpanKind.CONSUMER,
-            attributes=attrs,
-            links=links,
+            name, context=parent, kind=SpanKind.CONSUMER, attributes=attrs, links=links
         )
         if msg._reply:
             open_spans = self.open
@@ -330,6 +531,18 @@ class _ConsumerState:
                 open_spans.pop(next(iter(open_spans))).end()
             open_spans[msg._reply] = span
         return span
+
+    def on_status(self, hdr: bytes) -> None:
+        """A status message of a pull: a heartbeat's pending messages and bytes feed the gauges.
+
+        An idle heartbeat of a pull request carries ``Nats-Pending-Messages``
+        and ``Nats-Pending-Bytes``: what that request still waits for.
+        """
+        status = parse_status(hdr)
+        if status is not None and status.kind is StatusKind.HEARTBEAT:
+            counts = self.counts
+            counts.pull_pending = status.pending_messages
+            counts.pull_pending_bytes = status.pending_bytes
 
     def end(self, msg: Msg | None) -> None:
         """End the process span of ``msg`` if it is still open (taken over, not settled)."""
@@ -499,15 +712,22 @@ def _instrument_consumer(consumer: Any, tel: _Telemetry, *, ordered: bool = Fals
     name = _ORDERED if ordered else consumer.name
     state = _ConsumerState(tel, consumer.stream_name, name)
     consumer._telemetry_state = state
-    if not ordered:  # an ordered consumer acknowledges nothing
-        make_driver = consumer._driver
+    make_driver = consumer._driver
 
-        def driver(settings: Any, error_handler: Any = None) -> Any:
-            made = make_driver(settings, error_handler)
+    def driver(settings: Any, error_handler: Any = None) -> Any:
+        made = make_driver(settings, error_handler)
+        if not ordered:  # an ordered consumer acknowledges nothing
             made._acker = _TracedAcker(made._acker, state)
-            return made
+        on_status = made._on_status
 
-        consumer._driver = driver
+        def traced_status(hdr: bytes) -> None:  # status messages only: no message pays
+            state.on_status(hdr)
+            on_status(hdr)
+
+        made._on_status = traced_status
+        return made
+
+    consumer._driver = driver
 
     def receive_span() -> trace.Span:
         return tel.tracer.start_span(
@@ -594,6 +814,204 @@ def _instrument_consumer(consumer: Any, tel: _Telemetry, *, ordered: bool = Fals
     return consumer
 
 
+class _Stores:
+    """Key-value buckets and object stores of an instrumented context.
+
+    * A key-value write is a publish: its send span and trace context come from
+      the traced ``publish``.
+    * A key-value ``get`` is a ``process <subject>`` span, linked to (or, with
+      ``parent=True``, the child of) the send span of the revision it returns.
+    * An object-store ``put`` is one ``send`` span: its chunks are published
+      without spans of their own, and its info (the meta message) carries the
+      put's trace context. ``messaging.batch.message_count`` is the number of
+      chunks, ``messaging.message.body.size`` the object's size.
+    * An object-store ``get`` is a ``process`` span linked to the put that
+      stored the object's info.
+    * Every entry or info a ``watch`` yields is a ``process`` span linked to its
+      write (consumer label ``(watch)``).
+    """
+
+    def __init__(self, tel: _Telemetry) -> None:
+        self.tel = tel
+
+    def _read_span(
+        self,
+        subject: str,
+        stream: str,
+        started: int,
+        headers: Mapping[str, str] | None,
+        attrs: dict[str, Any],
+    ) -> trace.Span:
+        tel = self.tel
+        links = None
+        parent = None
+        if headers:
+            sent, parent = tel.propagation.extract(headers, tel.parent)
+            if sent is not None and parent is None:
+                links = [Link(sent)]
+        return tel.tracer.start_span(
+            f"process {subject}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": _SYSTEM,
+                "messaging.destination.name": subject,
+                "messaging.operation.name": "process",
+                "messaging.operation.type": "process",
+                "messaging.nats.stream": stream,
+                **attrs,
+            },
+            links=links,
+            start_time=started,
+        )
+
+    def _watched(self, watcher: Any, stream: str) -> Any:
+        state = _ConsumerState(self.tel, stream, _WATCH)
+        item = watcher._item
+
+        def traced_item(msg: Msg) -> Any:
+            made = item(msg)
+            if made is not None:
+                state.start_process(msg)
+                state.end(msg)  # nothing settles it: a mark of the delivery
+            return made
+
+        watcher._item = traced_item
+        return watcher
+
+    def key_value(self, kv: Any) -> Any:
+        """Trace the reads of the key-value handle ``kv`` (its writes are publishes)."""
+        if getattr(kv, "_telemetry", None) is not None:
+            return kv
+        kv._telemetry = self.tel
+        stream = kv.stream.name
+        get, found, watch = kv.get, kv._found, kv.watch
+
+        def traced_found(
+            key: str,
+            subject: str,
+            revision: Any,
+            found_subject: str,
+            seq: int,
+            headers: Mapping[str, str] | None,
+            *rest: Any,
+        ) -> Any:
+            reads = _READ.get()
+            if reads is not None:
+                reads.append(headers)
+            return found(key, subject, revision, found_subject, seq, headers, *rest)
+
+        async def traced_get(key: str, *args: Any, **kwargs: Any) -> Any:
+            started = time.time_ns()
+            reads: list[Mapping[str, str] | None] = []
+            token = _READ.set(reads)
+            try:
+                entry = await get(key, *args, **kwargs)
+            except BaseException as exc:
+                span = self._read_span(kv._prefix + str(key), stream, started, None, {})
+                _error(span, exc)
+                span.end()
+                raise
+            finally:
+                _READ.reset(token)
+            span = self._read_span(
+                kv._prefix + entry.key,
+                stream,
+                started,
+                reads[-1] if reads else None,
+                {
+                    "messaging.message.id": str(entry.revision),
+                    "messaging.nats.message.sequence": entry.revision,
+                    "messaging.message.body.size": len(entry.value),
+                },
+            )
+            span.end()
+            return entry
+
+        def traced_watch(*args: Any, **kwargs: Any) -> Any:
+            return self._watched(watch(*args, **kwargs), stream)
+
+        kv._found = traced_found
+        kv.get = traced_get
+        kv.watch = traced_watch
+        return kv
+
+    def object_store(self, store: Any) -> Any:
+        """Trace the puts, gets and watches of the object store ``store``."""
+        if getattr(store, "_telemetry", None) is not None:
+            return store
+        store._telemetry = self.tel
+        tel = self.tel
+        put, get, watch = store.put, store.get, store.watch
+
+        async def traced_put(name: Any, *args: Any, **kwargs: Any) -> Any:
+            stream = store.stream.name
+            span = tel.tracer.start_span(
+                f"send {stream}",
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    "messaging.system": _SYSTEM,
+                    "messaging.operation.name": "send",
+                    "messaging.operation.type": "send",
+                    "messaging.nats.stream": stream,
+                },
+            )
+            token = _OBJECT_PUT.set(span)
+            try:
+                info = await put(name, *args, **kwargs)
+            except BaseException as exc:
+                _error(span, exc)
+                span.end()
+                raise
+            finally:
+                _OBJECT_PUT.reset(token)
+            span.set_attributes(
+                {
+                    "messaging.batch.message_count": info.chunks,
+                    "messaging.message.body.size": info.size,
+                }
+            )
+            tel.of(stream).sent += info.chunks + 1
+            span.end()
+            return info
+
+        async def traced_get(name: Any, *args: Any, **kwargs: Any) -> Any:
+            stream = store.stream.name
+            started = time.time_ns()
+            reads: list[Mapping[str, str] | None] = []
+            token = _READ.set(reads)
+            try:
+                result = await get(name, *args, **kwargs)
+            except BaseException as exc:
+                span = self._read_span(f"$O.{store.bucket}.M", stream, started, None, {})
+                _error(span, exc)
+                span.end()
+                raise
+            finally:
+                _READ.reset(token)
+            info = result.info
+            span = self._read_span(
+                store._meta_subject(info.name),
+                stream,
+                started,
+                reads[-1] if reads else None,
+                {
+                    "messaging.batch.message_count": info.chunks,
+                    "messaging.message.body.size": info.size,
+                },
+            )
+            span.end()
+            return result
+
+        def traced_watch(*args: Any, **kwargs: Any) -> Any:
+            return self._watched(watch(*args, **kwargs), store.stream.name)
+
+        store.put = traced_put
+        store.get = traced_get
+        store.watch = traced_watch
+        return store
+
+
 class _Reconnects:
     """A connection listener counting reconnects."""
 
@@ -651,7 +1069,25 @@ def instrument(
             stream = await method(*args, **kwargs)
             for name in _CONSUMER_METHODS:
                 setattr(stream, name, traced_getter(getattr(stream, name)))
+            last_msg = stream.get_last_msg_for_subject
+
+            async def traced_last_msg(*args: Any, **kwargs: Any) -> Any:
+                msg = await last_msg(*args, **kwargs)
+                reads = _READ.get()
+                if reads is not None:  # an object-store get: the info's headers
+                    reads.append(msg.headers)
+                return msg
+
+            stream.get_last_msg_for_subject = traced_last_msg
             return stream
+
+        return get
+
+    stores = _Stores(tel)
+
+    def traced_store(method: Callable[..., Any], wrap: Callable[[Any], Any]) -> Callable[..., Any]:
+        async def get(*args: Any, **kwargs: Any) -> Any:
+            return wrap(await method(*args, **kwargs))
 
         return get
 
@@ -659,6 +1095,10 @@ def instrument(
         setattr(js, name, traced_getter(getattr(js, name)))
     for name in _STREAM_METHODS:
         setattr(js, name, traced_stream(getattr(js, name)))
+    for name in _KV_METHODS:
+        setattr(js, name, traced_store(getattr(js, name), stores.key_value))
+    for name in _OBJECT_METHODS:
+        setattr(js, name, traced_store(getattr(js, name), stores.object_store))
     ordered_consumer = js.ordered_consumer
 
     async def traced_ordered(*args: Any, **kwargs: Any) -> Any:
