@@ -24,12 +24,8 @@ extra nanoseconds, so parse -> dump reproduces the server's JSON exactly.
 
 from __future__ import annotations
 
-import ast
-import difflib
-import inspect
 import math
 import re
-import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, ClassVar, Final, TypeVar
@@ -50,6 +46,7 @@ from pydantic import (
 from .._bounds import check_config, shown
 from .._duration import text_timedelta
 from .._errors import InvalidOptionError
+from ._docstrings import DOCSTRINGS
 
 __all__ = [
     "WIRE",
@@ -464,74 +461,27 @@ Timestamp = Annotated[
 # --------------------------------------------------------------------------- attribute docstrings
 
 
-class _DocstringVisitor(ast.NodeVisitor):
-    """Finds what pydantic's ``use_attribute_docstrings`` extracts.
-
-    That is an annotated attribute followed by a string literal; nested classes
-    and functions are skipped.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.target: str | None = None
-        self.attrs: dict[str, str] = {}
-        self.previous: type[ast.AST] | None = None
-
-    def visit(self, node: ast.AST) -> Any:
-        result = super().visit(node)
-        self.previous = type(node)
-        return result
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> Any:
-        if isinstance(node.target, ast.Name):
-            self.target = node.target.id
-
-    def visit_Expr(self, node: ast.Expr) -> Any:
-        value = node.value
-        if (
-            isinstance(value, ast.Constant)
-            and isinstance(value.value, str)
-            and self.previous is ast.AnnAssign
-        ):
-            if self.target:
-                self.attrs[self.target] = inspect.cleandoc(value.value)
-            self.target = None
-
-    def visit_ClassDef(self, node: ast.ClassDef) -> Any:
-        pass
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
-        pass
-
-    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> Any:
-        pass
-
-
 _MODULE_DOCSTRINGS: dict[str, dict[str, dict[str, str]]] = {}
 
 
 def attribute_docstrings(cls: type) -> dict[str, str]:
     """The attribute docstrings of a module-level class, by attribute name.
 
-    The same as pydantic's ``use_attribute_docstrings`` finds, but each module's
-    source is parsed once instead of searching it class by class (which made
-    up a fifth of ``import aiojetstream``). Empty when the source is unavailable.
+    The same as pydantic's ``use_attribute_docstrings`` finds. The package's
+    models take them from the generated table of ``_docstrings`` (importing
+    them parses no source; a unit test keeps the table current); a class of
+    any other module has its module's source parsed, once per module (see
+    ``_docgen``). Empty when the source is unavailable.
     """
     name = cls.__module__
     classes = _MODULE_DOCSTRINGS.get(name)
     if classes is None:
-        classes = _MODULE_DOCSTRINGS[name] = {}
-        module = sys.modules.get(name)
-        try:
-            source = inspect.getsource(module) if module is not None else ""
-            tree = ast.parse(source)
-        except (OSError, TypeError, SyntaxError):
-            return {}
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef):
-                visitor = _DocstringVisitor()
-                visitor.generic_visit(node)
-                classes[node.name] = visitor.attrs
+        classes = DOCSTRINGS.get(name)
+        if classes is None:
+            from ._docgen import module_docstrings
+
+            classes = module_docstrings(name)
+        _MODULE_DOCSTRINGS[name] = classes
     if cls.__qualname__ != cls.__name__:
         return {}  # not a module-level class
     return classes.get(cls.__name__, {})
@@ -642,6 +592,8 @@ class ConfigModel(WireModel):
             return data
         unknown = [key for key in data if key not in cls.model_fields]
         if unknown:
+            import difflib  # only for the error
+
             hints = []
             for key in unknown:
                 close = difflib.get_close_matches(str(key), cls.model_fields, n=1)
