@@ -43,7 +43,7 @@ from opentelemetry.trace import (
 )
 
 from ._message import ACK, NAK, TERM
-from ._status import StatusKind, parse_status
+from ._status import parse_status
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -244,13 +244,13 @@ class _Telemetry:
                 "aiojetstream.consumer.pull.pending",
                 "pull_pending",
                 "{message}",
-                "Messages the open pull request still waits for, from the last heartbeat",
+                "Messages the last pull request still waited for, from the server's status",
             ),
             (
                 "aiojetstream.consumer.pull.pending_bytes",
                 "pull_pending_bytes",
                 "By",
-                "Bytes the open pull request still waits for, from the last heartbeat",
+                "Bytes the last pull request still waited for, from the server's status",
             ),
         ):
             meter.create_observable_gauge(
@@ -533,13 +533,19 @@ class _ConsumerState:
         return span
 
     def on_status(self, hdr: bytes) -> None:
-        """A status message of a pull: a heartbeat's pending messages and bytes feed the gauges.
+        """A status message of a pull: its pending messages and bytes feed the pull gauges.
 
-        An idle heartbeat of a pull request carries ``Nats-Pending-Messages``
-        and ``Nats-Pending-Bytes``: what that request still waits for.
+        The server reports in ``Nats-Pending-Messages`` / ``Nats-Pending-Bytes``
+        what a pull request still waited for when it ended (408 Request
+        Timeout, 409 statuses) or, when a server adds them, at an idle
+        heartbeat. nats-server's idle heartbeats (2.10 to 2.15) carry
+        ``Nats-Last-Consumer`` / ``Nats-Last-Stream`` only, so they leave the
+        gauges as they are. Status messages are rare: no message pays for this.
         """
+        if b"pending-messages" not in hdr.lower():
+            return
         status = parse_status(hdr)
-        if status is not None and status.kind is StatusKind.HEARTBEAT:
+        if status is not None:
             counts = self.counts
             counts.pull_pending = status.pending_messages
             counts.pull_pending_bytes = status.pending_bytes

@@ -33,7 +33,7 @@ from aiojetstream import (
 )
 from aiojetstream.otel import instrument
 from aiojetstream.testing import NatsServer
-from helpers import unique_name
+from helpers import unique_name, wait_until
 
 
 class Recorded:
@@ -399,3 +399,135 @@ async def test_off_by_default_the_context_runs_its_own_methods(js: JetStreamCont
     assert getattr(js, "_telemetry", None) is None
     swapped = {"publish", "publish_async", "publish_many", "consumer", "create_consumer", "close"}
     assert swapped.isdisjoint(vars(js))
+
+
+def _link_ids(span: ReadableSpan) -> list[int]:
+    return [link.context.span_id for link in span.links]
+
+
+async def test_key_value_get_and_watch_are_process_spans_linked_to_the_put(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    from aiojetstream import KeyValueConfig
+
+    bucket = unique_name("KV")
+    kv = await tjs.create_key_value(KeyValueConfig(bucket=bucket))
+    async with kv.watch("k", updates_only=True) as watcher:
+        revision = await kv.put("k", b"v1")
+        [send] = rec.spans("send ")
+        entry = await kv.get("k")
+        assert entry.value == b"v1"
+        update = await watcher.__anext__()
+        assert update is not None
+        assert update.value == b"v1"
+    subject = f"$KV.{bucket}.k"
+    get_span, watched = sorted(
+        rec.spans(f"process {subject}"),
+        key=lambda s: str((s.attributes or {}).get("messaging.consumer.group.name", "")),
+    )
+    for span in (get_span, watched):
+        assert span.kind is SpanKind.CONSUMER
+        assert _link_ids(span) == [send.context.span_id]
+        assert span.attributes is not None
+        assert span.attributes["messaging.nats.message.sequence"] == revision
+        assert span.attributes["messaging.nats.stream"] == f"KV_{bucket}"
+        assert span.attributes["messaging.message.body.size"] == 2
+    assert (watched.attributes or {})["messaging.consumer.group.name"] == "(watch)"
+    assert "messaging.consumer.group.name" not in (get_span.attributes or {})
+
+
+async def test_object_put_is_one_send_span_carried_by_its_info_and_get_watch_link_to_it(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    from aiojetstream import ObjectStoreConfig
+
+    bucket = unique_name("OB")
+    store = await tjs.create_object_store(ObjectStoreConfig(bucket=bucket))
+    data = bytes(range(256)) * 10  # 2560 bytes: 10 chunks of 256
+    async with store.watch(updates_only=True) as watcher:
+        info = await store.put("o", data, chunk_size=256)
+        assert info.chunks == 10
+        [send] = rec.spans("send ")  # one for the whole put: no span per chunk
+        watched_info = await watcher.__anext__()
+        assert watched_info is not None
+        assert watched_info.name == "o"
+    meta_subject = store._meta_subject("o")
+    assert send.name == f"send {meta_subject}"
+    assert send.kind is SpanKind.PRODUCER
+    assert send.attributes is not None
+    assert send.attributes["messaging.batch.message_count"] == 10
+    assert send.attributes["messaging.message.body.size"] == 2560
+    assert send.attributes["messaging.destination.name"] == meta_subject
+    # The info (meta message) carries the put's trace context; chunks carry none.
+    stored = await store.stream.get_last_msg_for_subject(meta_subject)
+    assert stored.headers is not None
+    assert stored.headers["traceparent"].split("-")[2] == format(send.context.span_id, "016x")
+    chunk = await store.stream.get_last_msg_for_subject(f"$O.{bucket}.C.{info.nuid}")
+    assert "traceparent" not in (chunk.headers or {})
+
+    assert await (await store.get("o")).read() == data
+    processes = rec.spans(f"process {meta_subject}")
+    assert len(processes) == 2  # the watch's and the get's
+    for span in processes:
+        assert _link_ids(span) == [send.context.span_id]
+    assert (
+        sum(
+            s.attributes.get("messaging.message.body.size") == 2560
+            for s in processes
+            if s.attributes
+        )
+        >= 1
+    )
+
+
+async def test_a_model_payload_send_span_has_its_body_size(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    from pydantic import BaseModel
+
+    class Order(BaseModel):
+        id: int
+        item: str
+
+    stream, name = await setup(tjs)
+    order = Order(id=7, item="book")
+    body = order.model_dump_json().encode()
+    await tjs.publish(f"{stream}.m", order)
+    await (await tjs.publish_async(f"{stream}.m", order))
+    sizes = [(s.attributes or {}).get("messaging.message.body.size") for s in rec.spans("send ")]
+    assert sizes == [len(body), len(body)]
+    consumer = await tjs.consumer(stream, name)
+    batch = await consumer.fetch(2, expires=2)
+    async for msg in batch:
+        assert msg.data == body
+        assert msg.headers is not None
+        assert msg.headers["Content-Type"] == "application/json"
+        assert "traceparent" in msg.headers
+        await msg.ack()
+
+
+async def test_pull_statuses_feed_the_pull_pending_gauges(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    stream, name = await setup(tjs)
+    consumer = await tjs.consumer(stream, name)
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": name}
+
+    def pulled() -> bool:
+        if rec.reader.get_metrics_data() is None:  # nothing recorded yet
+            return False
+        points = rec.metrics().get("aiojetstream.consumer.pull.pending", [])
+        return any(all(p.attributes.get(k) == v for k, v in labels.items()) for p in points)
+
+    async with consumer.messages(max_messages=50, expires=1):
+        # The expired pull's 408 Request Timeout says it still waited for all 50.
+        await wait_until(pulled, timeout=10, message="no pull status reached the gauge")
+        assert rec.total("aiojetstream.consumer.pull.pending", **labels) == 50
+        assert rec.total("aiojetstream.consumer.pull.pending_bytes", **labels) == 0
+        assert "aiojetstream.consumer.pending" not in rec.metrics()  # no message yet
+    for i in range(3):
+        await tjs.publish(f"{stream}.p", str(i).encode())
+    msg = await consumer.next(expires=2)
+    await msg.ack()
+    # Message metadata: two more messages were left on the server when the first came.
+    assert rec.total("aiojetstream.consumer.pending", **labels) == 2
