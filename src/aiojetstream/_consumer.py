@@ -8,7 +8,7 @@ import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, overload
 
 from . import _admin as A
 from . import _api
@@ -17,14 +17,9 @@ from . import _features as F
 from ._admin import Backlog
 from ._api import ApiClient
 from ._cleanup import close_when_collected
-from ._codec import Codec, JsonCodec, invalid
-from ._errors import (
-    FetchTimeoutError,
-    InvalidOptionError,
-    JetStreamError,
-    PayloadValidationError,
-)
-from ._message import Msg, TypedMsg, typed, where
+from ._codec import Codec
+from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError
+from ._message import Msg, TypedMsg, typed
 from ._models import ConsumerConfig, ConsumerInfo, ConsumerPauseResponse, to_wire
 from ._models._ranges import check_config_ranges
 from ._priority import PinState, check_group_name
@@ -35,6 +30,15 @@ from ._pull_engine import (
     PullSettings,
     resolve_consume,
     resolve_fetch,
+)
+from ._typed import (
+    OnInvalid,
+    TypedMessageBatch,
+    check_on_invalid,
+    decoder,
+    next_valid,
+    refuse,
+    typed_handler,
 )
 from ._validation import validate_name
 
@@ -320,50 +324,6 @@ class MessagesContext:
 Handler = Callable[[Msg], Any]
 
 
-OnInvalid = Literal["term", "nak", "raise"]
-"""What a typed consumer does with a message whose payload does not validate."""
-
-_ON_INVALID: Final = ("term", "nak", "raise")
-
-
-def _decoder(model: type[T], codec: Codec | None) -> Callable[[bytes], T]:
-    """The payload decoder of a typed consumer (raises ValueError on a bad payload)."""
-    if codec is None:
-        validate = getattr(model, "model_validate_json", None)
-        if validate is not None:
-            return validate  # type: ignore[no-any-return]
-        codec = JsonCodec()
-    elif not callable(getattr(codec, "decode", None)):
-        raise InvalidOptionError(f"codec must have encode() and decode(), got {codec!r}")
-    decode = codec.decode
-    return lambda data: decode(data, model)
-
-
-def _check_on_invalid(on_invalid: str) -> None:
-    if on_invalid not in _ON_INVALID:
-        raise InvalidOptionError(f"on_invalid must be 'term', 'nak' or 'raise', not {on_invalid!r}")
-
-
-async def _refuse(msg: Msg, exc: ValueError, model: type[Any], on_invalid: str) -> None:
-    """Settle a message whose payload does not validate: term (with a reason) or nak it.
-
-    Raises:
-        PayloadValidationError: with ``on_invalid="raise"`` (the message is left
-            unacknowledged: redelivered after ``ack_wait``).
-
-    """
-    error = invalid(exc, model, *where(msg))
-    if on_invalid == "raise":
-        raise error from exc
-    if on_invalid == "term":
-        first = str(error).replace("\r", " ").replace("\n", " ")
-        await msg.term(first[:400])
-        logger.warning("%s; the message was terminated", error)
-    else:
-        await msg.nak()
-        logger.warning("%s; the message was nak'ed", error)
-
-
 class TypedMessagesContext(MessagesContext, Generic[T]):
     """``consumer.messages(model=...)``: a :class:`MessagesContext` handing out :class:`TypedMsg`.
 
@@ -377,7 +337,7 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
         self, driver: MessageSource, model: type[T], codec: Codec | None, on_invalid: str
     ) -> None:
         super().__init__(driver)
-        self._decode = _decoder(model, codec)
+        self._decode = decoder(model, codec)
         self._model = model
         self._on_invalid = on_invalid
 
@@ -403,43 +363,13 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
             try:
                 value = decode(msg.data)
             except ValueError as exc:
-                await _refuse(msg, exc, self._model, self._on_invalid)
+                await refuse(msg, exc, self._model, self._on_invalid)
                 continue
             return typed(msg, value)
 
     async def next(self) -> TypedMsg[T]:
         """The next message (StopAsyncIteration once stopped or drained)."""
         return await self.__anext__()
-
-
-def _typed_handler(
-    handler: Callable[[TypedMsg[T]], Any],
-    model: type[T],
-    codec: Codec | None,
-    on_invalid: str,
-    ctx: list[ConsumeContext],
-) -> Handler:
-    """``handler`` called with a :class:`TypedMsg` of each message (see ``consume``)."""
-    decode = _decoder(model, codec)
-    is_async = inspect.iscoroutinefunction(handler)
-
-    async def typed_handler(msg: Msg) -> None:
-        try:
-            value = decode(msg.data)
-        except ValueError as exc:
-            try:
-                await _refuse(msg, exc, model, on_invalid)
-            except PayloadValidationError as error:  # on_invalid="raise": the end
-                ctx[0]._fail(error)
-            return
-        if is_async:
-            await handler(typed(msg, value))
-        else:
-            result = handler(typed(msg, value))
-            if inspect.isawaitable(result):
-                await result
-
-    return typed_handler
 
 
 class ConsumeContext:
@@ -704,6 +634,7 @@ class Consumer:
         await driver.start()
         return MessageBatch(driver)
 
+    @overload
     async def fetch(
         self,
         max_messages: int,
@@ -714,7 +645,41 @@ class Consumer:
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
-    ) -> MessageBatch:
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> MessageBatch: ...
+
+    @overload
+    async def fetch(
+        self,
+        max_messages: int,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> TypedMessageBatch[T]: ...
+
+    async def fetch(
+        self,
+        max_messages: int,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> MessageBatch | TypedMessageBatch[Any]:
         """Pull up to ``max_messages`` with one request (ADR-37 ``Fetch``).
 
         Returns at once; iterate the batch to receive the messages. The pull
@@ -728,11 +693,20 @@ class Consumer:
         values first. A pinned client's pin is sent along; a ``423`` ends the
         fetch with :class:`PinIdMismatchError` and the next pull goes without it.
 
+        With ``model`` (and ``codec``, ``on_invalid`` as for :meth:`messages`)
+        the fetch returns a :class:`TypedMessageBatch`: the same calls
+        (iteration, ``collect()``, ``done``, ``aclose()``) handing out
+        :class:`TypedMsg`; a message that does not validate is terminated
+        (the default) or nak'ed and left out, or raised.
+
         Raises:
             InvalidOptionError: bad options (before anything is sent).
 
         """
-        return await self._fetch(
+        if model is not None:
+            check_on_invalid(on_invalid)
+            decoder(model, codec)  # a codec without decode: refused before sending
+        batch = await self._fetch(
             resolve_fetch(
                 max_messages=max_messages,
                 expires=_secs(expires, "expires"),
@@ -744,6 +718,9 @@ class Consumer:
                 priority=priority,
             )
         )
+        if model is None:
+            return batch
+        return TypedMessageBatch(batch, model, codec, on_invalid)
 
     async def fetch_bytes(
         self,
@@ -806,6 +783,7 @@ class Consumer:
             )
         )
 
+    @overload
     async def next(
         self,
         *,
@@ -815,17 +793,93 @@ class Consumer:
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> Msg: ...
+
+    @overload
+    async def next(
+        self,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> TypedMsg[T]: ...
+
+    async def next(
+        self,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
     ) -> Msg:
         """Pull one message; the request is sent only now (ADR-37 ``Next``).
 
         Priority-group options as for :meth:`fetch`.
 
+        With ``model`` it returns a :class:`TypedMsg` (``codec`` as for
+        :meth:`messages`). A message that does not validate is terminated
+        (``on_invalid="term"``, the default) or nak'ed (``"nak"``) and the next
+        one is pulled, within ``expires``; with ``"raise"`` its
+        :class:`PayloadValidationError` is raised (left unacknowledged).
+
         Raises:
-            FetchTimeoutError: nothing arrived before ``expires`` (a TimeoutError).
+            FetchTimeoutError: nothing arrived before ``expires`` (a TimeoutError);
+                with ``model``, nothing that validates.
+            PayloadValidationError: ``on_invalid="raise"`` and the payload does
+                not validate.
             ConsumerNotFoundError, ConsumerDeletedError: the consumer is gone.
             PinIdMismatchError: the pinned client lost its pin (pull again).
 
         """
+        if model is None:
+            return await self._next(
+                expires, heartbeat, group, min_pending, min_ack_pending, priority
+            )
+        check_on_invalid(on_invalid)
+        seconds = _secs(expires, "expires")
+        beat = _secs(heartbeat, "heartbeat")
+        settings = resolve_fetch(  # checked before anything is sent
+            max_messages=1,
+            expires=seconds,
+            heartbeat=beat,
+            consumer=self._priority(),
+            group=group,
+            min_pending=min_pending,
+            min_ack_pending=min_ack_pending,
+            priority=priority,
+        )
+
+        def take(left: float) -> Awaitable[Msg]:
+            # A pull after an invalid message gets what is left of expires.
+            hb = beat if not beat else min(beat, left / 2)
+            return self._next(left, hb, group, min_pending, min_ack_pending, priority)
+
+        source = f"{self._stream}/{self._name}"
+        return await next_valid(take, settings.expires, model, codec, on_invalid, source)
+
+    async def _next(
+        self,
+        expires: float | timedelta | str,
+        heartbeat: float | timedelta | str | None,
+        group: str | None,
+        min_pending: int | None,
+        min_ack_pending: int | None,
+        priority: int | None,
+    ) -> Msg:
         batch = await self.fetch(
             1,
             expires=expires,
@@ -920,7 +974,7 @@ class Consumer:
 
         """
         if model is not None or codec is not None:
-            _check_on_invalid(on_invalid)
+            check_on_invalid(on_invalid)
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,
@@ -939,6 +993,48 @@ class Consumer:
                 self._driver(settings, error_handler), model, codec, on_invalid
             )
         return MessagesContext(self._driver(settings, error_handler))
+
+    @overload
+    async def consume(
+        self,
+        handler: Callable[[Msg], Any],
+        *,
+        error_handler: ErrorHandler | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> ConsumeContext: ...
+
+    @overload
+    async def consume(
+        self,
+        handler: Callable[[TypedMsg[T]], Any],
+        *,
+        error_handler: ErrorHandler | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> ConsumeContext: ...
 
     async def consume(
         self,
@@ -977,8 +1073,8 @@ class Consumer:
             raise InvalidOptionError("handler must be callable")
         holder: list[ConsumeContext] = []
         if model is not None:
-            _check_on_invalid(on_invalid)
-            handler = _typed_handler(handler, model, codec, on_invalid, holder)
+            check_on_invalid(on_invalid)
+            handler = typed_handler(handler, model, codec, on_invalid, holder)
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,

@@ -19,13 +19,15 @@ import dataclasses
 import functools
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Final
+from typing import Any, Final, TypeVar, overload
 
 from . import _bounds as B
 from . import _consumer as C
 from ._api import ApiClient
+from ._codec import Codec
 from ._errors import (
     ConnectionClosedError,
     ConsumerDeletedError,
@@ -37,7 +39,7 @@ from ._errors import (
     OrderedConsumerResetError,
     StreamNotFoundError,
 )
-from ._message import Msg, ack_sequences, next_in_order
+from ._message import Msg, TypedMsg, ack_sequences, next_in_order
 from ._models import (
     AckPolicy,
     ConsumerConfig,
@@ -47,9 +49,19 @@ from ._models import (
 )
 from ._pull_driver import ErrorHandler, PullDriver, in_error_handler, spawn_error_handler
 from ._pull_engine import DEFAULT_EXPIRES, MIN_EXPIRES, PullSettings, resolve_consume, resolve_fetch
+from ._typed import (
+    OrderedOnInvalid,
+    TypedMessageBatch,
+    check_on_invalid,
+    decoder,
+    next_valid,
+    typed_handler,
+)
 from ._validation import validate_name
 
 logger = logging.getLogger("aiojetstream")
+
+T = TypeVar("T")
 
 RESET_BACKOFF_FIRST: Final = 1.0
 RESET_BACKOFF_MAX: Final = 10.0
@@ -417,21 +429,58 @@ class OrderedConsumer:
         except _OutOfTime as out:
             raise out.error from out.error.__cause__
 
+    @overload
     async def fetch(
         self,
         max_messages: int,
         *,
         expires: float | timedelta | str = DEFAULT_EXPIRES,
         heartbeat: float | timedelta | str | None = None,
-    ) -> OrderedBatch:
-        """Fetch up to ``max_messages`` in order (see :meth:`Consumer.fetch`)."""
-        return await self._fetch(
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> OrderedBatch: ...
+
+    @overload
+    async def fetch(
+        self,
+        max_messages: int,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> TypedMessageBatch[T]: ...
+
+    async def fetch(
+        self,
+        max_messages: int,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> OrderedBatch | TypedMessageBatch[Any]:
+        """Fetch up to ``max_messages`` in order (see :meth:`Consumer.fetch`).
+
+        With ``model``, a :class:`TypedMessageBatch` of :class:`TypedMsg`; a
+        payload that does not validate raises :class:`PayloadValidationError`
+        (``on_invalid="raise"``, the only option: nothing is acknowledged).
+        """
+        if model is not None:
+            _check_typed(model, codec, on_invalid)
+        batch = await self._fetch(
             resolve_fetch(
                 max_messages=max_messages,
                 expires=C._secs(expires, "expires"),
                 heartbeat=C._secs(heartbeat, "heartbeat"),
             )
         )
+        if model is None:
+            return batch
+        return TypedMessageBatch(batch, model, codec, on_invalid)
 
     async def fetch_bytes(
         self,
@@ -457,18 +506,67 @@ class OrderedConsumer:
             resolve_fetch(max_messages=max_messages, max_bytes=max_bytes, no_wait=True)
         )
 
+    @overload
     async def next(
         self,
         *,
         expires: float | timedelta | str = DEFAULT_EXPIRES,
         heartbeat: float | timedelta | str | None = None,
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> Msg: ...
+
+    @overload
+    async def next(
+        self,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> TypedMsg[T]: ...
+
+    async def next(
+        self,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
     ) -> Msg:
         """The next message in order.
 
+        With ``model``, a :class:`TypedMsg`; a payload that does not validate
+        raises :class:`PayloadValidationError` (``on_invalid="raise"``, the
+        only option). The cursor has moved past that message: the next call
+        returns the one after it.
+
         Raises:
             FetchTimeoutError: nothing arrived before ``expires``.
+            PayloadValidationError: with ``model``, the payload does not validate.
 
         """
+        if model is None:
+            return await self._next(expires, heartbeat)
+        _check_typed(model, codec, on_invalid)
+        seconds = C._secs(expires, "expires")
+        beat = C._secs(heartbeat, "heartbeat")
+        settings = resolve_fetch(max_messages=1, expires=seconds, heartbeat=beat)
+        return await next_valid(
+            lambda left: self._next(left, beat),
+            settings.expires,
+            model,
+            codec,
+            on_invalid,
+            f"ordered consumer on {self._stream}",
+        )
+
+    async def _next(
+        self, expires: float | timedelta | str, heartbeat: float | timedelta | str | None
+    ) -> Msg:
         seconds = C._secs(expires, "expires")
         beat = C._secs(heartbeat, "heartbeat")
         # Checked as a fetch's before its deadline is computed (a negative one was
@@ -496,6 +594,7 @@ class OrderedConsumer:
 
     # ------------------------------------------------------------- continuous
 
+    @overload
     def messages(
         self,
         *,
@@ -506,8 +605,55 @@ class OrderedConsumer:
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
         error_handler: ErrorHandler | None = None,
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> C.MessagesContext: ...
+
+    @overload
+    def messages(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        error_handler: ErrorHandler | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> C.TypedMessagesContext[T]: ...
+
+    def messages(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        error_handler: ErrorHandler | None = None,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
     ) -> C.MessagesContext:
-        """Iterate every message in order, across consumer resets (as :meth:`Consumer.messages`)."""
+        """Iterate every message in order, across consumer resets (as :meth:`Consumer.messages`).
+
+        With ``model``, the iterator hands out :class:`TypedMsg`. A payload
+        that does not validate is raised as :class:`PayloadValidationError`
+        (``on_invalid="raise"``, the only option: an ordered consumer
+        acknowledges nothing, so ``"term"`` / ``"nak"`` are refused with
+        :class:`InvalidOptionError`); iteration can go on with the next message.
+
+        Raises:
+            InvalidOptionError: bad options (before anything is sent).
+
+        """
+        if model is not None:
+            _check_typed(model, codec, on_invalid)
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,
@@ -517,11 +663,15 @@ class OrderedConsumer:
             threshold_bytes=threshold_bytes,
         )
         self._check_mode("consume")
-        return C.MessagesContext(OrderedSource(self, settings, error_handler))
+        source = OrderedSource(self, settings, error_handler)
+        if model is not None:
+            return C.TypedMessagesContext(source, model, codec, on_invalid)
+        return C.MessagesContext(source)
 
+    @overload
     async def consume(
         self,
-        handler: C.Handler,
+        handler: Callable[[Msg], Any],
         *,
         error_handler: ErrorHandler | None = None,
         max_messages: int | None = None,
@@ -530,10 +680,60 @@ class OrderedConsumer:
         heartbeat: float | timedelta | str | None = None,
         threshold_messages: int | None = None,
         threshold_bytes: int | None = None,
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> C.ConsumeContext: ...
+
+    @overload
+    async def consume(
+        self,
+        handler: Callable[[TypedMsg[T]], Any],
+        *,
+        error_handler: ErrorHandler | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> C.ConsumeContext: ...
+
+    async def consume(
+        self,
+        handler: Callable[[Any], Any],
+        *,
+        error_handler: ErrorHandler | None = None,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        threshold_messages: int | None = None,
+        threshold_bytes: int | None = None,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
     ) -> C.ConsumeContext:
-        """Call ``handler`` for every message in order (see :meth:`Consumer.consume`)."""
+        """Call ``handler`` for every message in order (see :meth:`Consumer.consume`).
+
+        With ``model``, ``handler`` gets a :class:`TypedMsg`; a payload that
+        does not validate ends consumption with its
+        :class:`PayloadValidationError` (``on_invalid="raise"``, the only
+        option), reported to ``error_handler`` and returned by ``closed()``.
+
+        Raises:
+            InvalidOptionError: bad options (before anything is sent).
+
+        """
         if not callable(handler):
             raise InvalidOptionError("handler must be callable")
+        holder: list[C.ConsumeContext] = []
+        if model is not None:
+            _check_typed(model, codec, on_invalid)
+            handler = typed_handler(handler, model, codec, on_invalid, holder)
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,
@@ -544,6 +744,7 @@ class OrderedConsumer:
         )
         self._check_mode("consume")
         ctx = C.ConsumeContext(OrderedSource(self, settings, error_handler), handler)
+        holder.append(ctx)
         await ctx._start()
         return ctx
 
@@ -898,6 +1099,12 @@ def _shortened(settings: PullSettings, left: float) -> PullSettings:
         return settings
     heartbeat = min(settings.heartbeat, expires / 2) if settings.heartbeat else 0.0
     return dataclasses.replace(settings, expires=expires, heartbeat=heartbeat)
+
+
+def _check_typed(model: type[Any], codec: Codec | None, on_invalid: str) -> None:
+    """Refuse, before anything is sent, ``on_invalid`` term/nak and a codec without decode."""
+    check_on_invalid(on_invalid, acks=False)
+    decoder(model, codec)
 
 
 def make_ordered(

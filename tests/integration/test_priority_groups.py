@@ -65,7 +65,7 @@ async def priority_consumer(
 
 
 async def collect(consumer: Consumer, n: int, **options: object) -> list[Msg]:
-    batch = await consumer.fetch(n, **options)  # type: ignore[arg-type]
+    batch = await consumer.fetch(n, **options)  # type: ignore[call-overload]
     return [msg async for msg in batch]
 
 
@@ -289,9 +289,9 @@ async def test_bad_pull_options_are_refused_before_sending(js: JetStreamContext)
     ]
     for consumer, options, match in cases:
         with pytest.raises(InvalidOptionError, match=match):
-            await consumer.fetch(1, expires=1, **options)  # type: ignore[arg-type]
+            await consumer.fetch(1, expires=1, **options)  # type: ignore[call-overload]
         with pytest.raises(InvalidOptionError, match=match):
-            await consumer.next(expires=1, **options)  # type: ignore[arg-type]
+            await consumer.next(expires=1, **options)  # type: ignore[call-overload]
         with pytest.raises(InvalidOptionError, match=match):
             await consumer.fetch_no_wait(1, **options)  # type: ignore[arg-type]
         with pytest.raises(InvalidOptionError, match=match):
@@ -299,7 +299,7 @@ async def test_bad_pull_options_are_refused_before_sending(js: JetStreamContext)
         with pytest.raises(InvalidOptionError, match=match):
             consumer.messages(expires=5, **options)  # type: ignore[call-overload]
         with pytest.raises(InvalidOptionError, match=match):
-            await consumer.consume(lambda m: None, expires=5, **options)  # type: ignore[arg-type]
+            await consumer.consume(lambda m: None, expires=5, **options)  # type: ignore[call-overload]
     with pytest.raises(InvalidOptionError, match="1 to 16"):
         await pinned.unpin("no spaces")
     assert js.nc.stats["out_msgs"] == before

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_type
 
 import pytest
 from pydantic import BaseModel
@@ -15,6 +15,7 @@ from aiojetstream import (
     Codec,
     Consumer,
     ConsumerConfig,
+    FetchTimeoutError,
     InvalidOptionError,
     JetStreamContext,
     JetStreamError,
@@ -28,6 +29,8 @@ from aiojetstream import (
     StreamConfig,
     TypedMsg,
 )
+from aiojetstream._consumer import TypedMessagesContext
+from aiojetstream._typed import TypedMessageBatch
 from helpers import unique_name, wait_until
 
 T = TypeVar("T")
@@ -152,7 +155,7 @@ async def test_on_invalid_term_sends_the_reason(
         async with consumer.messages(model=Order) as it:
             msg = await asyncio.wait_for(it.next(), STEP)
             assert msg.value.id == 2
-            await msg.ack()
+            await msg.double_ack()  # confirmed: the info below counts it (a plain ack raced it)
     await wait_until(lambda: bool(advisories), timeout=STEP)
     await sub.unsubscribe()
     assert advisories[0]["stream_seq"] == 1
@@ -222,7 +225,7 @@ async def test_consume_typed_and_its_failure_options(js: JetStreamContext) -> No
     assert errors == [error]
     assert (await consumer2.info()).num_ack_pending == 1
     with pytest.raises(InvalidOptionError, match="on_invalid"):
-        await consumer2.consume(handle, model=Order, on_invalid="drop")  # type: ignore[arg-type]
+        await consumer2.consume(handle, model=Order, on_invalid="drop")  # type: ignore[call-overload]
 
 
 async def test_codec_protocol_with_a_toy_codec(js: JetStreamContext) -> None:
@@ -306,3 +309,199 @@ async def test_kv_create_and_update_send_the_content_type_put_sends(js: JetStrea
     assert await content_type(raw) is None  # bytes: as they were
     assert (await kv.get("c")).decode(Order).item == "update"
     assert (await kv.get("csv")).decode(list, CsvCodec()) == ["z"]
+
+
+async def publish_mixed(js: JetStreamContext, stream: str) -> None:
+    """Order 1, an invalid payload (sequence 2), Order 3."""
+    await js.publish(f"{stream}.a", Order(id=1, item="a"))
+    await js.publish(f"{stream}.a", b'{"id": "two"}')
+    await js.publish(f"{stream}.a", Order(id=3, item="c"))
+
+
+async def terminated_advisories(js: JetStreamContext, stream: str) -> list[dict[str, Any]]:
+    """A list the server's MSG_TERMINATED advisories of ``stream``'s consumer fill."""
+    seen: list[dict[str, Any]] = []
+
+    async def advisory(m: Any) -> None:
+        seen.append(json.loads(m.data))
+
+    await js.nc.subscribe(
+        f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{stream}.worker", cb=advisory
+    )
+    await js.nc.flush()
+    return seen
+
+
+async def test_fetch_typed_terms_the_invalid_and_hands_out_the_rest(js: JetStreamContext) -> None:
+    stream, consumer = await make(js)
+    advisories = await terminated_advisories(js, stream)
+    await publish_mixed(js, stream)
+    batch = await consumer.fetch(3, expires=STEP, model=Order)
+    assert_type(batch, TypedMessageBatch[Order])
+    got: list[TypedMsg[Order]] = []
+    async with batch:
+        async for msg in batch:
+            assert_type(msg, TypedMsg[Order])
+            got.append(msg)
+            await msg.double_ack()
+    assert [m.value.id for m in got] == [1, 3]
+    assert batch.done
+    await wait_until(lambda: bool(advisories), timeout=STEP)
+    assert advisories[0]["stream_seq"] == 2
+    assert "not a valid Order" in advisories[0]["reason"]
+    assert (await consumer.info()).num_ack_pending == 0
+
+    stream2, consumer2 = await make(js)  # collect() settles them the same way
+    await publish_mixed(js, stream2)
+    collected = await (await consumer2.fetch(3, expires=STEP, model=Order)).collect()
+    assert_type(collected, list[TypedMsg[Order]])
+    assert [m.value for m in collected] == [Order(id=1, item="a"), Order(id=3, item="c")]
+    for msg in collected:
+        await msg.double_ack()
+    assert (await consumer2.info()).num_ack_pending == 0  # the invalid one was terminated
+
+
+async def test_fetch_typed_nak_redelivers_the_invalid(js: JetStreamContext) -> None:
+    stream, consumer = await make(js)
+    await publish_mixed(js, stream)
+    batch = await consumer.fetch(3, expires=STEP, model=Order, on_invalid="nak")
+    got = await batch.collect()
+    assert [m.value.id for m in got] == [1, 3]
+    again = await consumer.next(expires=STEP)  # the nak'ed one, delivered a second time
+    assert (again.metadata.sequence.stream, again.metadata.num_delivered) == (2, 2)
+    await again.term()
+
+
+async def test_fetch_typed_raise_hands_out_the_messages_around_it(js: JetStreamContext) -> None:
+    stream, consumer = await make(js)
+    await publish_mixed(js, stream)
+    batch = await consumer.fetch(3, expires=STEP, model=Order, on_invalid="raise")
+    assert [m.value.id for m in await batch.collect()] == [1]  # those before it
+    with pytest.raises(PayloadValidationError) as info:
+        await batch.collect()  # then the error
+    assert (info.value.subject, info.value.sequence) == (f"{stream}.a", 2)
+    assert [m.value.id for m in await batch.collect()] == [3]  # then the rest
+    assert await batch.collect() == []
+    assert batch.done
+    assert (await consumer.info()).num_ack_pending == 3  # nothing settled: the user's to ack
+
+    stream2, consumer2 = await make(js)  # iteration: raises, then goes on
+    await publish_mixed(js, stream2)
+    iterated = await consumer2.fetch(3, expires=STEP, model=Order, on_invalid="raise")
+    first = await anext(iterated)
+    with pytest.raises(PayloadValidationError):
+        await anext(iterated)
+    third = await anext(iterated)
+    assert (first.value.id, third.value.id) == (1, 3)
+    await iterated.aclose()
+    for bad in ("drop", "TERM"):
+        with pytest.raises(InvalidOptionError, match="on_invalid"):
+            await consumer2.fetch(1, model=Order, on_invalid=bad)  # type: ignore[call-overload]
+
+
+async def test_next_typed(js: JetStreamContext) -> None:
+    stream, consumer = await make(js)
+    await publish_mixed(js, stream)
+    first = await consumer.next(expires=STEP, model=Order)
+    assert_type(first, TypedMsg[Order])
+    assert first.value == Order(id=1, item="a")
+    await first.ack()
+    # The invalid one is terminated and the next pulled within the same expires.
+    third = await consumer.next(expires=STEP, model=Order)
+    assert third.value.id == 3
+    assert third.metadata.sequence.stream == 3
+    await third.double_ack()
+    assert (await consumer.info()).num_ack_pending == 0
+
+    stream2, consumer2 = await make(js)
+    advisories = await terminated_advisories(js, stream2)
+    await js.publish(f"{stream2}.a", b"[]")
+    await js.publish(f"{stream2}.a", b"{}")
+    with pytest.raises(PayloadValidationError) as info:
+        await consumer2.next(expires=STEP, model=Order, on_invalid="raise")
+    assert info.value.sequence == 1  # left unacknowledged
+    # Nothing valid before expires: the second is terminated, then a FetchTimeoutError.
+    with pytest.raises(FetchTimeoutError, match="terminated"):
+        await consumer2.next(expires=1, model=Order)
+    await wait_until(lambda: bool(advisories), timeout=STEP)
+    assert [a["stream_seq"] for a in advisories] == [2]
+    assert (await consumer2.info()).num_ack_pending == 1
+
+
+async def test_ordered_consumer_typed_messages_raise_and_go_on(js: JetStreamContext) -> None:
+    stream, _ = await make(js)
+    await publish_mixed(js, stream)
+    ordered = await js.ordered_consumer(stream)
+    async with ordered.messages(model=Order) as it:
+        assert_type(it, TypedMessagesContext[Order])
+        first = await asyncio.wait_for(it.next(), STEP)
+        assert_type(first, TypedMsg[Order])
+        with pytest.raises(PayloadValidationError) as info:
+            await asyncio.wait_for(it.next(), STEP)
+        assert (info.value.subject, info.value.sequence) == (f"{stream}.a", 2)
+        third = await asyncio.wait_for(it.next(), STEP)  # the cursor moved past it
+    assert (first.value.id, third.value.id) == (1, 3)
+    assert ordered.cursor == 3
+
+
+async def test_ordered_consumer_refuses_term_and_nak_before_sending(js: JetStreamContext) -> None:
+    stream, _ = await make(js)
+    ordered = await js.ordered_consumer(stream)
+    for on_invalid in ("term", "nak"):
+        with pytest.raises(InvalidOptionError, match="acknowledges nothing"):
+            ordered.messages(model=Order, on_invalid=on_invalid)  # type: ignore[call-overload]
+        with pytest.raises(InvalidOptionError, match="acknowledges nothing"):
+            await ordered.consume(print, model=Order, on_invalid=on_invalid)  # type: ignore[call-overload]
+        with pytest.raises(InvalidOptionError, match="acknowledges nothing"):
+            await ordered.fetch(1, model=Order, on_invalid=on_invalid)  # type: ignore[call-overload]
+        with pytest.raises(InvalidOptionError, match="acknowledges nothing"):
+            await ordered.next(model=Order, on_invalid=on_invalid)  # type: ignore[call-overload]
+    assert ordered.name is None  # no consumer was created
+    assert (await (await js.stream(stream)).info()).state.consumer_count == 1  # "worker" only
+
+
+async def test_ordered_consumer_typed_consume_ends_on_an_invalid_payload(
+    js: JetStreamContext,
+) -> None:
+    stream, _ = await make(js)
+    await publish_mixed(js, stream)
+    seen: list[Order] = []
+    errors: list[JetStreamError] = []
+
+    def handle(msg: TypedMsg[Order]) -> None:
+        seen.append(msg.value)
+
+    ordered = await js.ordered_consumer(stream)
+    ctx = await ordered.consume(handle, model=Order, error_handler=errors.append)
+    error = await asyncio.wait_for(ctx.closed(), STEP)
+    assert isinstance(error, PayloadValidationError)
+    assert error.sequence == 2
+    assert errors == [error]
+    assert seen == [Order(id=1, item="a")]
+
+
+async def test_ordered_consumer_typed_fetch_and_next(js: JetStreamContext) -> None:
+    stream, _ = await make(js)
+    await publish_mixed(js, stream)
+    await js.publish(f"{stream}.a", Order(id=4, item="d"))
+    ordered = await js.ordered_consumer(stream)
+    batch = await ordered.fetch(2, expires=STEP, model=Order)
+    assert_type(batch, TypedMessageBatch[Order])
+    assert [m.value.id for m in await batch.collect()] == [1]
+    with pytest.raises(PayloadValidationError):
+        await batch.collect()
+    assert await batch.collect() == []
+    nxt = await ordered.next(expires=STEP, model=Order)
+    assert_type(nxt, TypedMsg[Order])
+    assert nxt.value.id == 3
+    assert (await ordered.next(expires=STEP, model=Order)).value.id == 4
+
+
+async def test_next_typed_nak_ends_at_expires(js: JetStreamContext) -> None:
+    stream, consumer = await make(js)  # max_deliver unlimited: the nak'ed one comes back
+    await js.publish(f"{stream}.a", b"{}")
+    with pytest.raises(FetchTimeoutError, match="nak'ed"):
+        await consumer.next(expires=1, model=Order, on_invalid="nak")
+    info = await consumer.info()
+    assert info.delivered.stream_seq == 1
+    assert info.num_redelivered == 1

@@ -1,0 +1,285 @@
+"""Typed consumption, shared by :class:`Consumer` and :class:`OrderedConsumer`.
+
+A typed consumer decodes each payload (``model.model_validate_json``, or a
+:class:`Codec`) and hands out the message turned into a :class:`TypedMsg` in
+place. A payload that does not validate is never dropped silently: by
+``on_invalid`` it is terminated with the reason (``"term"``), nak'ed
+(``"nak"``), or raised as :class:`PayloadValidationError` (``"raise"``, left
+unacknowledged). An ordered consumer acknowledges nothing (AckNone): only
+``"raise"`` applies to it, ``"term"`` / ``"nak"`` are refused before anything
+is sent.
+
+Here: the decoder, the ``on_invalid`` checks and handling, the typed handler
+of ``consume``, the typed batch of ``fetch`` and the typed ``next``. The typed
+``messages()`` iterator is :class:`TypedMessagesContext` (in ``_consumer``, a
+subclass of ``MessagesContext``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, TypeVar
+
+from ._codec import Codec, JsonCodec, invalid
+from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError, PayloadValidationError
+from ._message import Msg, TypedMsg, typed, where
+from ._pull_engine import MIN_EXPIRES
+
+if TYPE_CHECKING:
+    from ._consumer import MessageBatch
+
+logger = logging.getLogger("aiojetstream")
+
+T = TypeVar("T")
+
+OnInvalid = Literal["term", "nak", "raise"]
+"""What a typed consumer does with a message whose payload does not validate."""
+
+OrderedOnInvalid = Literal["raise"]
+"""The one ``on_invalid`` of an ordered consumer: it acknowledges nothing."""
+
+_ON_INVALID: Final = ("term", "nak", "raise")
+
+Decode = Callable[[bytes], Any]
+
+
+def decoder(model: type[T], codec: Codec | None) -> Callable[[bytes], T]:
+    """The payload decoder of a typed consumer (raises ValueError on a bad payload).
+
+    Raises:
+        InvalidOptionError: ``codec`` has no ``decode``.
+
+    """
+    if codec is None:
+        validate = getattr(model, "model_validate_json", None)
+        if validate is not None:
+            return validate  # type: ignore[no-any-return]
+        codec = JsonCodec()
+    elif not callable(getattr(codec, "decode", None)):
+        raise InvalidOptionError(f"codec must have encode() and decode(), got {codec!r}")
+    decode = codec.decode
+    return lambda data: decode(data, model)
+
+
+def check_on_invalid(on_invalid: str, *, acks: bool = True) -> None:
+    """Check ``on_invalid`` (``acks=False``: an ordered consumer, where only ``"raise"`` applies).
+
+    Raises:
+        InvalidOptionError: an unknown value, or term/nak without acknowledgements.
+
+    """
+    if on_invalid not in _ON_INVALID:
+        raise InvalidOptionError(f"on_invalid must be 'term', 'nak' or 'raise', not {on_invalid!r}")
+    if not acks and on_invalid != "raise":
+        raise InvalidOptionError(
+            f"on_invalid={on_invalid!r} does not apply to an ordered consumer: it acknowledges "
+            "nothing (AckNone), so a message can be neither terminated nor nak'ed; use "
+            "on_invalid='raise' (the default) and catch PayloadValidationError"
+        )
+
+
+async def refuse(msg: Msg, exc: ValueError, model: object, on_invalid: str) -> None:
+    """Settle a message whose payload does not validate: term (with a reason) or nak it.
+
+    Raises:
+        PayloadValidationError: with ``on_invalid="raise"`` (the message is left
+            unacknowledged: redelivered after ``ack_wait``).
+
+    """
+    error = invalid(exc, model, *where(msg))
+    if on_invalid == "raise":
+        raise error from exc
+    if on_invalid == "term":
+        first = str(error).replace("\r", " ").replace("\n", " ")
+        await msg.term(first[:400])
+        logger.warning("%s; the message was terminated", error)
+    else:
+        await msg.nak()
+        logger.warning("%s; the message was nak'ed", error)
+
+
+class _Failing(Protocol):
+    def _fail(self, error: JetStreamError) -> None: ...
+
+
+def typed_handler(
+    handler: Callable[[TypedMsg[T]], Any],
+    model: type[T],
+    codec: Codec | None,
+    on_invalid: str,
+    ctx: list[Any],
+) -> Callable[[Msg], Awaitable[None]]:
+    """``handler`` called with a :class:`TypedMsg` of each message (see ``consume``).
+
+    ``ctx`` holds the ``ConsumeContext`` once started: ``on_invalid="raise"``
+    ends it with the :class:`PayloadValidationError`.
+    """
+    decode = decoder(model, codec)
+    is_async = inspect.iscoroutinefunction(handler)
+
+    async def handle(msg: Msg) -> None:
+        try:
+            value = decode(msg.data)
+        except ValueError as exc:
+            try:
+                await refuse(msg, exc, model, on_invalid)
+            except PayloadValidationError as error:  # on_invalid="raise": the end
+                running: _Failing = ctx[0]
+                running._fail(error)
+            return
+        if is_async:
+            await handler(typed(msg, value))
+        else:
+            result = handler(typed(msg, value))
+            if inspect.isawaitable(result):
+                await result
+
+    return handle
+
+
+async def next_valid(
+    take: Callable[[float], Awaitable[Msg]],
+    expires: float,
+    model: type[T],
+    codec: Codec | None,
+    on_invalid: str,
+    source: str,
+) -> TypedMsg[T]:
+    """The next message whose payload validates, as a :class:`TypedMsg` (``next(model=...)``).
+
+    ``take(seconds)`` pulls one message within ``seconds`` (raising
+    :class:`FetchTimeoutError`). A message that does not validate is settled
+    by ``on_invalid`` and the next one is pulled, within what is left of
+    ``expires`` (at least a pull's minimum); ``"raise"`` raises at once.
+
+    Raises:
+        PayloadValidationError: ``on_invalid="raise"`` and the payload does not validate.
+        FetchTimeoutError: no valid message before ``expires``.
+
+    """
+    decode = decoder(model, codec)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + expires
+    left = expires
+    refused = 0
+
+    def out_of_time() -> FetchTimeoutError:
+        settled = "terminated" if on_invalid == "term" else "nak'ed"
+        return FetchTimeoutError(
+            f"no valid message from {source} before expiry: "
+            f"{refused} that did not validate were {settled}"
+        )
+
+    while True:
+        try:
+            msg = await take(left)
+        except FetchTimeoutError as exc:
+            if not refused:
+                raise
+            raise out_of_time() from exc
+        try:
+            value = decode(msg.data)
+        except ValueError as exc:
+            await refuse(msg, exc, model, on_invalid)
+            refused += 1
+            left = deadline - loop.time()
+            if left <= 0:  # (a nak'ed message may come back at once, for ever)
+                raise out_of_time() from None
+            # The next pull gets what is left of expires (at least a pull's minimum).
+            left = max(left, MIN_EXPIRES)
+            continue
+        return typed(msg, value)
+
+
+class TypedMessageBatch(Generic[T]):
+    """The messages of one ``fetch(model=...)``: an async iterator of :class:`TypedMsg`.
+
+    Wraps the fetch's :class:`MessageBatch` (an ``OrderedBatch`` for an ordered
+    consumer) and offers the same calls but ``collect_columns`` (columns are
+    not decoded): iteration, :meth:`collect`, :attr:`done`, :meth:`aclose` and
+    ``async with``. A message that does not validate is terminated or nak'ed
+    (and left out), or raised as :class:`PayloadValidationError` (``"raise"``:
+    by iteration, which can go on, or by :meth:`collect` once the valid
+    messages before it were returned).
+    """
+
+    __slots__ = ("_batch", "_decode", "_held", "_model", "_on_invalid")
+
+    def __init__(
+        self, batch: MessageBatch, model: type[T], codec: Codec | None, on_invalid: str
+    ) -> None:
+        self._batch = batch
+        self._decode = decoder(model, codec)
+        self._model = model
+        self._on_invalid = on_invalid
+        #: Taken from the batch, not handed out yet (after an invalid one, with "raise").
+        self._held: deque[Msg] = deque()
+
+    def __aiter__(self) -> TypedMessageBatch[T]:
+        return self
+
+    async def __anext__(self) -> TypedMsg[T]:
+        decode = self._decode
+        while True:
+            msg = self._held.popleft() if self._held else await self._batch.__anext__()
+            try:
+                value = decode(msg.data)
+            except ValueError as exc:
+                await refuse(msg, exc, self._model, self._on_invalid)
+                continue
+            return typed(msg, value)
+
+    @property
+    def done(self) -> bool:
+        """True once the pull ended and no message is held back."""
+        return self._batch.done and not self._held
+
+    async def collect(self) -> list[TypedMsg[T]]:
+        """Wait for the pull to end and return its valid messages at once, in order.
+
+        As :meth:`MessageBatch.collect`, each message decoded. With
+        ``on_invalid="term"`` / ``"nak"`` an invalid message is settled and
+        left out. With ``"raise"`` the valid messages before the first invalid
+        one are returned and the next call (or iteration) raises its
+        :class:`PayloadValidationError`, then goes on with the rest.
+
+        Raises:
+            PayloadValidationError: ``on_invalid="raise"``, and the first
+                message left does not validate (it is left unacknowledged).
+            JetStreamError: as :meth:`MessageBatch.collect`.
+
+        """
+        if self._held:
+            raw = list(self._held)  # what a call before held back: the pull has ended
+            self._held.clear()
+        else:
+            raw = await self._batch.collect()
+        decode = self._decode
+        out: list[TypedMsg[T]] = []
+        for index, msg in enumerate(raw):
+            try:
+                value = decode(msg.data)
+            except ValueError as exc:
+                if self._on_invalid == "raise":
+                    if out:  # returned first; the next call raises
+                        self._held.extend(raw[index:])
+                        return out
+                    self._held.extend(raw[index + 1 :])
+                await refuse(msg, exc, self._model, self._on_invalid)
+                continue
+            out.append(typed(msg, value))
+        return out
+
+    async def aclose(self) -> None:
+        """Stop the pull and release its subscription (idempotent)."""
+        await self._batch.aclose()
+
+    async def __aenter__(self) -> TypedMessageBatch[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
