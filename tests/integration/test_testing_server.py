@@ -26,7 +26,7 @@ from helpers import interruptible
 # Generous bounds: these tests must pass on a loaded 2-core machine.
 REQUEST_TIMEOUT = 10.0
 #: The source directory of the package these tests import (children import the same).
-SRC_DIR = Path(aiojetstream.testing.__file__).resolve().parents[1]
+SRC_DIR = Path(aiojetstream.testing.__file__).resolve().parents[2]
 
 
 def pid_gone(pid: int) -> bool:

@@ -101,6 +101,14 @@ def test_testing_module_loads_neither_pydantic_nor_nats() -> None:
         "aiojetstream",
         "aiojetstream._version",
         "aiojetstream.testing",
+        "aiojetstream.testing._binary",
+        "aiojetstream.testing._cli",
+        "aiojetstream.testing._cluster",
+        "aiojetstream.testing._config",
+        "aiojetstream.testing._plugin",
+        "aiojetstream.testing._probes",
+        "aiojetstream.testing._process",
+        "aiojetstream.testing._server",
     ]
 
 
