@@ -9,7 +9,7 @@ acknowledgement that comes back lets one more out. It counts the replies
 ``HMSG`` reply (no responders) is an error too.
 
 The rate is ``count`` over the time from the first ``PUB`` to the last
-acknowledgement. ``benchmarks/run.py`` uses it as the ceiling of
+acknowledgement. ``make bench`` (``benchmarks/run.py``) uses it as the ceiling of
 ``publish_many_vs_socket`` (one connection) and ``spark_write_vs_server`` (one
 connection a Spark partition, each with its own window, as each Spark task has).
 
@@ -24,22 +24,22 @@ import asyncio
 import functools
 import time
 import uuid
-from typing import Final
+from typing import Any, Final
+
+from bare_socket import BareConnection, host_port
 
 PAYLOAD: Final = b"x" * 128
-#: The library's default publish window (``publish_async_max_pending``; run.py checks it).
+#: The library's default publish window (``publish_async_max_pending``; the
+#: ``publish`` group, ``cases/publish.py``, checks it).
 WINDOW: Final = 4000
 
 
-class _Publisher(asyncio.Protocol):
+class _Publisher(BareConnection):
     """One connection publishing ``count`` messages with ``window`` in flight."""
 
     def __init__(self, subject: str, count: int, window: int, payload: bytes) -> None:
-        loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
-        self.buffer = b""
-        self.ready: asyncio.Future[None] = loop.create_future()
-        self.done: asyncio.Future[float] = loop.create_future()
+        super().__init__()
+        self.done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         inbox = b"_BP." + uuid.uuid4().hex.encode()
         self.inbox = inbox
         self.command = b"PUB %b %b %d\r\n%b\r\n" % (subject.encode(), inbox, len(payload), payload)
@@ -48,21 +48,11 @@ class _Publisher(asyncio.Protocol):
         self.sent = 0
         self.acked = 0
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.write(
-            b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,'
-            b'"protocol":1}\r\nSUB ' + self.inbox + b" 1\r\nPING\r\n"
-        )
+    def subscriptions(self) -> bytes:
+        return b"SUB " + self.inbox + b" 1\r\n"
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(ConnectionError(f"the server closed the connection: {exc}"))
-
-    def _fail(self, error: Exception) -> None:
-        for future in (self.ready, self.done):
-            if not future.done():
-                future.set_exception(error)
+    def futures(self) -> tuple[asyncio.Future[Any] | None, ...]:
+        return (self.ready, self.done)
 
     def start(self) -> None:
         """Send the first window of messages."""
@@ -91,22 +81,14 @@ class _Publisher(asyncio.Protocol):
                 if stop + 2 > end:
                     break
                 if head == b"HMSG" or b'"error"' in buf[eol + 2 : stop]:
-                    self._fail(RuntimeError(f"publish failed: {buf[pos : stop + 2]!r}"))
+                    self.fail(RuntimeError(f"publish failed: {buf[pos : stop + 2]!r}"))
                     return
                 acks += 1
                 pos = stop + 2
                 continue
-            line = buf[pos:eol]
+            if not self.control(buf[pos:eol]):
+                return  # -ERR: failed
             pos = eol + 2
-            if line == b"PING":
-                assert self.transport is not None
-                self.transport.write(b"PONG\r\n")
-            elif line == b"PONG":
-                if not self.ready.done():
-                    self.ready.set_result(None)
-            elif line.startswith(b"-ERR"):
-                self._fail(ConnectionError(line.decode(errors="replace")))
-                return
         self.buffer = buf[pos:]
         if acks:
             self.acked += acks
@@ -115,11 +97,6 @@ class _Publisher(asyncio.Protocol):
                 self._send(more)
             if self.acked >= self.count and not self.done.done():
                 self.done.set_result(time.perf_counter())
-
-
-def _host_port(url: str) -> tuple[str, int]:
-    host, _, port = url.removeprefix("nats://").rpartition(":")
-    return host, int(port)
 
 
 async def publish(
@@ -136,7 +113,7 @@ async def publish(
     clock runs from the first ``PUB`` to the last acknowledgement.
     """
     loop = asyncio.get_running_loop()
-    host, port = _host_port(url)
+    host, port = host_port(url)
     shares = [count * (i + 1) // connections - count * i // connections for i in range(connections)]
     conns: list[_Publisher] = []
     try:

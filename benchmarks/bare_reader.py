@@ -13,8 +13,8 @@ messages; status frames have none) until its part is in. A pull that ends
 short (a ``408``/``409`` status) is replaced. The payloads are never looked at.
 
 The rate is ``count`` over the time from the first pull to the last message
-(consumer creation and deletion are outside it). ``benchmarks/run.py`` uses it
-as the ceiling of ``messages_vs_socket`` (one consumer) and
+(consumer creation and deletion are outside it). ``make bench`` uses it as
+the ceiling of ``messages_vs_socket`` (one consumer) and
 ``spark_read_vs_server`` (as many consumers as Spark has partitions).
 
 ``python benchmarks/bare_reader.py --url nats://127.0.0.1:4222 --stream S --count N
@@ -30,7 +30,9 @@ import json
 import time
 import uuid
 from collections import deque
-from typing import Final
+from typing import Any, Final
+
+from bare_socket import BareConnection, host_port
 
 #: Messages a pull asks for, and pulls in flight per consumer: the fastest tried here
 #: (pulls of 500 to 50,000 messages, 2 or 4 in flight; larger pulls were slower).
@@ -44,13 +46,11 @@ _API_SID: Final = b"1"
 _MSG_SID: Final = b"2"
 
 
-class _Reader(asyncio.Protocol):
+class _Reader(BareConnection):
     """One connection: API requests and replies on sid 1, the consumer's messages on sid 2."""
 
     def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.buffer = b""
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        super().__init__()
         self.reply: asyncio.Future[bytes] | None = None
         self.done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self.inbox = b"_BR." + uuid.uuid4().hex.encode()
@@ -62,20 +62,11 @@ class _Reader(asyncio.Protocol):
 
     # ---------------------------------------------------------------- protocol
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.write(
-            b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,'
-            b'"protocol":1}\r\n'
-            b"SUB " + self.inbox + b".api 1\r\nSUB " + self.inbox + b".msg 2\r\nPING\r\n"
-        )
+    def subscriptions(self) -> bytes:
+        return b"SUB " + self.inbox + b".api 1\r\nSUB " + self.inbox + b".msg 2\r\n"
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        error = ConnectionError(f"the server closed the connection: {exc}")
-        for future in (self.ready, self.reply, self.done):
-            if future is not None and not future.done():
-                future.set_exception(error)
+    def futures(self) -> tuple[asyncio.Future[Any] | None, ...]:
+        return (self.ready, self.reply, self.done)
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer + data if self.buffer else data
@@ -103,20 +94,8 @@ class _Reader(asyncio.Protocol):
                     self.reply.set_result(buf[eol + 2 : stop])
                 pos = stop + 2
                 continue
-            line = buf[pos:eol]
+            self.control(buf[pos:eol])
             pos = eol + 2
-            if line == b"PING":
-                assert self.transport is not None
-                self.transport.write(b"PONG\r\n")
-            elif line == b"PONG":
-                if not self.ready.done():
-                    self.ready.set_result(None)
-            elif line.startswith(b"-ERR"):
-                error = ConnectionError(line.decode(errors="replace"))
-                for future in (self.ready, self.reply, self.done):
-                    if future is not None and not future.done():
-                        future.set_exception(error)
-            # INFO and +OK: nothing to do
         self.buffer = buf[pos:]
         if counted:
             self._received(counted)
@@ -183,11 +162,6 @@ class _Reader(asyncio.Protocol):
             self._pull()
 
 
-def _host_port(url: str) -> tuple[str, int]:
-    host, _, port = url.removeprefix("nats://").rpartition(":")
-    return host, int(port)
-
-
 async def read(url: str, stream: str, count: int, consumers: int = 1, first: int = 1) -> float:
     """Messages a second that ``consumers`` AckNone consumers receive of ``[first, first + count)``.
 
@@ -195,7 +169,7 @@ async def read(url: str, stream: str, count: int, consumers: int = 1, first: int
     range; the clock runs from the first pull to the last message.
     """
     loop = asyncio.get_running_loop()
-    host, port = _host_port(url)
+    host, port = host_port(url)
     conns: list[_Reader] = []
     names: list[str] = []
     try:

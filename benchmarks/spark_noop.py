@@ -19,8 +19,8 @@ Arrow batches Spark hands it. Two levels of "no-op" (option ``level``):
   ``jetstream`` itself reads and writes Arrow batches.
 
 Spark pickles the data source classes by reference, so this module must be
-importable by the Python workers: ``run.py`` puts ``benchmarks/`` on their
-``PYTHONPATH`` before it starts the session.
+importable by the Python workers: ``run.py``'s Spark cases (``cases/spark.py``)
+put ``benchmarks/`` on their ``PYTHONPATH`` before they start the session.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-#: The read schema of ``format("jetstream")`` (run.py checks that it is the same).
+#: The read schema of ``format("jetstream")`` (cases/spark.py checks that it is the same).
 DDL = (
     "stream string, subject string, seq long, timestamp timestamp_ltz, "
     "headers map<string,string>, data binary"

@@ -1,4 +1,4 @@
-"""The typed-payload row of ``make bench`` (issue 28).
+"""Group ``consume``: the typed-payload row (issue 28).
 
 * ``typed_messages_vs_manual``: ``consumer.messages(model=Small)`` handing out
   ``TypedMsg[Small]`` over ``consumer.messages()`` plus a hand-written
@@ -10,15 +10,14 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 import aiojetstream
 from aiojetstream import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+from .measure import compare, rate
+from .report import Row
 
 STREAM = "BTYPED"
 SUBJECT = "btyped.data"
@@ -33,18 +32,8 @@ class Small(BaseModel):
     tags: list[str]
 
 
-def _rate(count: int, start: float) -> float:
-    return count / (time.perf_counter() - start)
-
-
-async def bench_typed(
-    url: str,
-    messages: int,
-    rounds: int,
-    compare: Callable[..., Awaitable[tuple[list[float], list[float]]]],
-    row: Callable[..., Any],
-) -> list[Any]:
-    """The ``typed_messages_vs_manual`` row (``compare`` and ``row`` are run.py's)."""
+async def bench_typed(url: str, messages: int, rounds: int) -> list[Row]:
+    """The ``typed_messages_vs_manual`` row."""
     js = await aiojetstream.connect(url)
     try:
         await js.create_stream(
@@ -74,7 +63,7 @@ async def bench_typed(
                     got += 1
                     if got >= n:
                         break
-            value = _rate(n, start)
+            value = rate(n, start)
             await js.delete_consumer(STREAM, c.name)
             return value
 
@@ -88,7 +77,7 @@ async def bench_typed(
                     got += 1
                     if got >= n:
                         break
-            value = _rate(n, start)
+            value = rate(n, start)
             await js.delete_consumer(STREAM, c.name)
             return value
 
@@ -96,4 +85,4 @@ async def bench_typed(
         await js.delete_stream(STREAM)
     finally:
         await js.close()
-    return [row("typed_messages_vs_manual", ours, baseline, "msgs/s")]
+    return [Row("typed_messages_vs_manual", ours, baseline, "msgs/s")]

@@ -1,4 +1,4 @@
-"""The telemetry rows of ``make bench`` (issue 28): an instrumented context against a plain one.
+"""Groups ``publish`` and ``consume``: an instrumented context against a plain one (issue 28).
 
 * ``publish_async_otel_vs_plain``: pipelined ``publish_async`` plus the
   completion barrier, instrumented (a send span, the trace context injected
@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from typing import TYPE_CHECKING, Any
 
 import aiojetstream
 from aiojetstream import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+from .measure import PAYLOAD, Measure, compare, rate
+from .report import Row
 
 STREAM = "BOTEL"
 SUBJECT = "botel.data"
-PAYLOAD = b"x" * 128
 
 
 def available() -> bool:
@@ -36,23 +34,10 @@ def available() -> bool:
     return importlib.util.find_spec("opentelemetry.sdk") is not None
 
 
-def _rate(count: int, start: float) -> float:
-    return count / (time.perf_counter() - start)
-
-
 async def bench_otel(
-    url: str,
-    count: int,
-    messages: int,
-    rounds: int,
-    compare: Callable[..., Awaitable[tuple[list[float], list[float]]]],
-    row: Callable[..., Any],
-    groups: set[str],
-) -> list[Any]:
-    """The rows of the selected groups (``publish``, ``consume``).
-
-    ``compare`` and ``row`` are run.py's (alternating rounds, the row type).
-    """
+    url: str, count: int, messages: int, rounds: int, groups: set[str]
+) -> list[Row]:
+    """The rows of the selected groups (``publish``, ``consume``)."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
@@ -66,7 +51,7 @@ async def bench_otel(
         tracer_provider=TracerProvider(),
         meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
     )
-    rows: list[Any] = []
+    rows: list[Row] = []
     try:
         await plain.create_stream(
             StreamConfig(
@@ -77,24 +62,24 @@ async def bench_otel(
             )
         )
 
-        def publisher(js: aiojetstream.JetStreamContext) -> Callable[[int], Awaitable[float]]:
+        def publisher(js: aiojetstream.JetStreamContext) -> Measure:
             async def measure(n: int) -> float:
                 start = time.perf_counter()
                 for _ in range(n):
                     await js.publish_async(SUBJECT, PAYLOAD)
                 await js.publish_async_complete(timeout=120)
-                return _rate(n, start)
+                return rate(n, start)
 
             return measure
 
         if "publish" in groups:
             ours, base = await compare(publisher(traced), publisher(plain), count * 10, rounds)
-            rows.append(row("publish_async_otel_vs_plain", ours, base, "msgs/s"))
+            rows.append(Row("publish_async_otel_vs_plain", ours, base, "msgs/s"))
         if "consume" in groups:
             await (await plain.stream(STREAM)).purge()
             await publisher(traced)(messages)  # every message carries a traceparent
 
-            def reader(js: aiojetstream.JetStreamContext) -> Callable[[int], Awaitable[float]]:
+            def reader(js: aiojetstream.JetStreamContext) -> Measure:
                 async def measure(n: int) -> float:
                     consumer = await js.create_consumer(
                         STREAM, ConsumerConfig(ack_policy=AckPolicy.EXPLICIT)
@@ -108,14 +93,14 @@ async def bench_otel(
                             got += 1
                             if got == n:
                                 break
-                    figure = _rate(n, start)
+                    figure = rate(n, start)
                     await js.delete_consumer(STREAM, consumer.name)
                     return figure
 
                 return measure
 
             ours, base = await compare(reader(traced), reader(plain), messages, rounds)
-            rows.append(row("messages_otel_vs_plain", ours, base, "msgs/s"))
+            rows.append(Row("messages_otel_vs_plain", ours, base, "msgs/s"))
     finally:
         try:
             await plain.delete_stream(STREAM)
