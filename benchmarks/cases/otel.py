@@ -12,6 +12,9 @@ The instrumented side uses the OpenTelemetry SDK with recording spans and
 metrics (a TracerProvider without a processor: what an exporter costs is the
 application's choice, not the library's) and the global W3C propagator.
 Without the SDK installed the rows are skipped.
+
+Alone, on a fresh server: ``cd benchmarks && python -m cases.otel [--count N]
+[--messages N] [--rounds R]``.
 """
 
 from __future__ import annotations
@@ -112,14 +115,10 @@ async def bench_otel(
 
 async def _main(count: int, messages: int, rounds: int) -> None:
     """Run the telemetry rows alone on a fresh server and print them."""
-    import run
-
     from aiojetstream.testing import NatsServer
 
     async with NatsServer() as server:
-        rows = await bench_otel(
-            server.url, count, messages, rounds, run.compare, run.Row, {"publish", "consume"}
-        )
+        rows = await bench_otel(server.url, count, messages, rounds, {"publish", "consume"})
     for r in rows:
         ratio = "" if r.ratio is None else f"{r.ratio:.3f}"
         print(f"{r.name:40s} ours {r.ours:12.1f}  base {r.baseline or 0:12.1f}  ratio {ratio}")
