@@ -549,14 +549,21 @@ class OrderedConsumer:
             PayloadValidationError: with ``model``, the payload does not validate.
 
         """
+        if model is not None:
+            _check_typed(model, codec, on_invalid)
+        # The caller's options are checked once, here, before anything is sent (a
+        # negative expires was taken as 1 s, a giant int raised OverflowError); each
+        # pull gets what is left of expires, its heartbeat clamped to fit (the time
+        # left was checked against heartbeat again: heartbeat=5, expires=10 raised).
+        settings = resolve_fetch(
+            max_messages=1,
+            expires=C._secs(expires, "expires"),
+            heartbeat=C._secs(heartbeat, "heartbeat"),
+        )
         if model is None:
-            return await self._next(expires, heartbeat)
-        _check_typed(model, codec, on_invalid)
-        seconds = C._secs(expires, "expires")
-        beat = C._secs(heartbeat, "heartbeat")
-        settings = resolve_fetch(max_messages=1, expires=seconds, heartbeat=beat)
+            return await self._next(settings)
         return await next_valid(
-            lambda left: self._next(left, beat),
+            lambda left: self._next(_shortened(settings, left)),
             settings.expires,
             model,
             codec,
@@ -564,19 +571,12 @@ class OrderedConsumer:
             f"ordered consumer on {self._stream}",
         )
 
-    async def _next(
-        self, expires: float | timedelta | str, heartbeat: float | timedelta | str | None
-    ) -> Msg:
-        seconds = C._secs(expires, "expires")
-        beat = C._secs(heartbeat, "heartbeat")
-        # Checked as a fetch's before its deadline is computed (a negative one was
-        # taken as 1 s, a giant int raised OverflowError).
-        resolve_fetch(max_messages=1, expires=seconds, heartbeat=beat)
+    async def _next(self, checked: PullSettings) -> Msg:
+        """One message within ``checked.expires`` (options checked), across resets."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (DEFAULT_EXPIRES if seconds is None else seconds)
+        deadline = loop.time() + checked.expires
         while True:
-            remaining = max(deadline - loop.time(), MIN_EXPIRES)
-            settings = resolve_fetch(max_messages=1, expires=remaining, heartbeat=beat)
+            settings = _shortened(checked, deadline - loop.time())
             try:
                 batch = await self._start_fetch(settings, deadline)
             except _OutOfTime as out:

@@ -505,3 +505,43 @@ async def test_next_typed_nak_ends_at_expires(js: JetStreamContext) -> None:
     info = await consumer.info()
     assert info.delivered.stream_seq == 1
     assert info.num_redelivered == 1
+
+
+async def _pull_waiting(js: JetStreamContext, stream: str, name: str) -> bool:
+    return (await js.consumer(stream, name)).cached_info.num_waiting > 0
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["plain", "typed"])
+async def test_ordered_next_retry_after_a_reset_keeps_the_heartbeat_it_was_given(
+    js: JetStreamContext, typed: bool
+) -> None:
+    """``next(heartbeat=5, expires=10)``: 5 s is half of expires, so valid. Its
+    consumer is deleted while it waits: the retry after the reset pulls with what
+    is left of expires and the heartbeat clamped to half of that (it re-checked
+    heartbeat=5 against the time left and raised InvalidOptionError)."""
+    stream, _ = await make(js)
+    await js.publish(f"{stream}.a", Order(id=1, item="a"))
+    ordered = await js.ordered_consumer(stream)
+    assert (await ordered.next(expires=STEP, model=Order)).value.id == 1
+    first = ordered.name
+    assert first is not None
+    if typed:
+        task: asyncio.Task[Msg] = asyncio.ensure_future(
+            ordered.next(heartbeat=5, expires=10, model=Order)
+        )
+    else:
+        task = asyncio.ensure_future(ordered.next(heartbeat=5, expires=10))
+    # The pull is waiting on the server: delete the consumer under it.
+    await wait_until(lambda: task.done() or _pull_waiting(js, stream, first), timeout=STEP)
+    assert not task.done(), task.exception()
+    await js.delete_consumer(stream, first)
+    # The retry recreated the consumer (a new name) and pulls again: publish for it.
+    await wait_until(lambda: task.done() or ordered.name not in (None, first), timeout=STEP)
+    assert not task.done(), task.exception()
+    await js.publish(f"{stream}.a", Order(id=2, item="b"))
+    msg = await asyncio.wait_for(task, STEP)
+    assert msg.data == Order(id=2, item="b").model_dump_json().encode()
+    if typed:
+        assert isinstance(msg, TypedMsg)
+        assert msg.value.id == 2
+    assert ordered.cursor == 2
