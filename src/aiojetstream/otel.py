@@ -463,6 +463,21 @@ class _Publishing:
         return summary
 
 
+def _ack_numbers(reply: bytes) -> tuple[int, int, int] | None:
+    """Delivery count, stream sequence and pending of a v1 ``$JS.ACK`` reply; None otherwise.
+
+    The v1 form (9 tokens, what nats-server writes without a domain) is read
+    here without building a ``MsgMetadata``; any other goes to ``msg.metadata``.
+    """
+    tokens = reply.split(b".")
+    if len(tokens) != 9 or tokens[0] != b"$JS" or tokens[1] != b"ACK":
+        return None
+    delivered, seq, pending = tokens[4], tokens[5], tokens[8]
+    if not (delivered.isdigit() and seq.isdigit() and pending.isdigit()):
+        return None
+    return int(delivered), int(seq), int(pending)
+
+
 class _ConsumerState:
     """The open process spans and the labels of one instrumented consumer."""
 
@@ -501,20 +516,23 @@ class _ConsumerState:
         attrs["messaging.message.body.size"] = len(msg.data)
         counts = self.counts
         counts.consumed += 1
-        if msg._reply:
-            try:
-                meta = msg.metadata
-            except Exception:  # not a $JS.ACK reply: no metadata
-                meta = None
-            if meta is not None:
-                seq = meta.sequence.stream
-                delivered = meta.num_delivered
+        reply = msg._reply
+        if reply:
+            numbers = _ack_numbers(reply)
+            if numbers is None:  # not the v1 form: parsed in full (None: not a $JS.ACK reply)
+                try:
+                    meta = msg.metadata
+                    numbers = meta.num_delivered, meta.sequence.stream, meta.num_pending
+                except Exception:
+                    numbers = None
+            if numbers is not None:
+                delivered, seq, pending = numbers
                 attrs["messaging.message.id"] = str(seq)
                 attrs["messaging.nats.message.sequence"] = seq
                 attrs["messaging.nats.delivery_count"] = delivered
                 if delivered > 1:
                     counts.redeliveries += 1
-                counts.pending = meta.num_pending
+                counts.pending = pending
         headers = msg.headers
         links = None
         parent: otel_context.Context | None = None
