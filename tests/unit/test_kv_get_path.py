@@ -1,6 +1,6 @@
 """The pieces of ``kv.get``'s fast path give what the general path gives.
 
-``_kv._plain_reply`` reads only nats-server's canonical header block of a plain
+``_kv.plain_reply`` reads only nats-server's canonical header block of a plain
 value and must agree with ``_stream.direct_fields`` (plus the operation check)
 wherever it answers; ``kv_entry`` builds without validation what the validated
 constructor builds. The round trip itself is tested against a real server in
@@ -47,7 +47,7 @@ def general(block: bytes, subject: str) -> tuple[int, datetime] | None:
 
 
 def test_canonical_reply() -> None:
-    plain = _kv._plain_reply(canonical(), SUBJECT.encode())
+    plain = _kv.plain_reply(canonical(), SUBJECT.encode())
     assert plain is not None
     assert plain == general(canonical(), SUBJECT)
     seq, created = plain
@@ -75,7 +75,7 @@ def test_canonical_reply() -> None:
     ],
 )
 def test_other_blocks_take_the_general_path(block: bytes) -> None:
-    assert _kv._plain_reply(block, SUBJECT.encode()) is None
+    assert _kv.plain_reply(block, SUBJECT.encode()) is None
 
 
 def test_an_invalid_time_is_still_an_error() -> None:
@@ -116,7 +116,7 @@ def test_plain_reply_agrees_with_the_general_path(
     status: bytes, lines: list[bytes], end: bytes
 ) -> None:
     block = b"\r\n".join([status, *lines]) + end
-    plain = _kv._plain_reply(block, SUBJECT.encode())
+    plain = _kv.plain_reply(block, SUBJECT.encode())
     if plain is not None:
         assert plain == general(block, SUBJECT)
 
@@ -140,7 +140,7 @@ def test_canonical_blocks_take_the_fast_path(
         + "Z"
     )
     block = canonical(seq=str(seq), stamp=stamp)
-    plain = _kv._plain_reply(block, SUBJECT.encode())
+    plain = _kv.plain_reply(block, SUBJECT.encode())
     assert plain is not None
     assert plain == general(block, SUBJECT)
     assert plain[1] == parse_timestamp(stamp)

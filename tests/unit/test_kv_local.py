@@ -23,6 +23,7 @@ from aiojetstream import (
     KeyValueConfig,
     KeyValueOp,
     _kv,
+    _watch,
 )
 
 STEP = 10.0  # bound of any single wait
@@ -99,22 +100,22 @@ class _Stream:
 async def test_initial_values_that_vanished_still_end_with_none(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_kv, "IDLE_CHECK", 0.05)
+    monkeypatch.setattr(_watch, "IDLE_CHECK", 0.05)
     silent = _Silent()
-    reader = _kv._Reader(_Stream(silent), ["$KV.b.>"], DeliverPolicy.ALL, False)  # type: ignore[arg-type]
+    reader = _watch.Reader(_Stream(silent), ["$KV.b.>"], DeliverPolicy.ALL, False)  # type: ignore[arg-type]
     await reader.start()
     assert not reader.caught_up
-    assert await asyncio.wait_for(reader.next(), STEP) is _kv._Event.CAUGHT_UP
+    assert await asyncio.wait_for(reader.next(), STEP) is _watch.ReaderEvent.CAUGHT_UP
     await reader.aclose()
     assert silent.closed.is_set()
-    assert await reader.next() is _kv._Event.END
+    assert await reader.next() is _watch.ReaderEvent.END
 
 
 async def test_one_shot_reads_time_out_without_progress(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_kv, "IDLE_CHECK", 0.05)
+    monkeypatch.setattr(_watch, "IDLE_CHECK", 0.05)
     silent = _Silent()
     silent.pending = 3  # values pending that never arrive
-    reader = _kv._Reader(_Stream(silent), ["$KV.b.>"], DeliverPolicy.ALL, False, stall=0.2)  # type: ignore[arg-type]
+    reader = _watch.Reader(_Stream(silent), ["$KV.b.>"], DeliverPolicy.ALL, False, stall=0.2)  # type: ignore[arg-type]
     await reader.start()
     with pytest.raises(JetStreamTimeoutError, match="still pending"):
         await asyncio.wait_for(reader.next(), STEP)

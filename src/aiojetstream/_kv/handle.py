@@ -1,41 +1,27 @@
-"""Key-value buckets over JetStream (ADR-8), with per-key TTLs and limit markers (ADR-48).
+"""The key-value bucket handle (:class:`KeyValue`) and its watcher (:class:`KeyWatcher`).
 
-A bucket ``B`` is the stream ``KV_B`` listening on ``$KV.B.>``; key ``k`` is the
-subject ``$KV.B.k``. Every revision is a message: a value (``PUT``), or a marker
-written by a client (``KV-Operation: DEL`` / ``PURGE``) or by the server when a
-limit removed the key's last value (``Nats-Marker-Reason: MaxAge`` / ``Purge`` /
-``Remove``). Reads go through direct get; listings (keys, history, watch) through
-an ordered consumer filtered on the server.
+Writes go through the context's publish (with the expected-revision headers of
+ADR-8), reads through direct get, listings and watches through the shared
+:class:`~aiojetstream._watch.Reader`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import enum
 import json
 import logging
-import re
-import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Final
 
-from . import _bounds as B
-from . import _codec as PC
-from . import _headers as H
-from ._bounds import shown
-from ._cleanup import close_when_collected
-from ._codec import Codec
-from ._errors import (
-    BucketNotFoundError,
-    FeatureNotSupportedError,
+from .. import _codec as PC
+from .. import _headers as H
+from .._bounds import shown
+from .._codec import Codec
+from .._errors import (
     InvalidKeyError,
     InvalidOptionError,
-    InvalidStreamConfigError,
     InvalidTTLError,
     JetStreamError,
-    JetStreamTimeoutError,
     KeyExistsError,
     KeyNotFoundError,
     KeyValueError,
@@ -45,563 +31,51 @@ from ._errors import (
     StreamNotFoundError,
     WrongLastSequenceError,
 )
-from ._message import Msg
-from ._models import (
+from .._message import Msg
+from .._models import (
     DeliverPolicy,
-    DiscardPolicy,
-    OrderedConsumerConfig,
     RawStreamMessage,
-    StoreCompression,
-    StreamConfig,
     StreamInfo,
-    StreamSource,
-    SubjectTransformConfig,
     coerce_duration,
-    parse_utc_timestamp,
 )
-from ._models.kv import (
-    KeyValueConfig,
+from .._models.kv import (
     KeyValueEntry,
     KeyValueOp,
     KeyValueStatus,
     kv_entry,
-    validate_bucket_name,
 )
-from ._stream import Stream, direct_fields
-from ._validation import check_sequence, check_timeout, exact_str
+from .._stream import Stream, direct_fields
+from .._validation import check_sequence, check_timeout
+from .._watch import Reader, Watcher, bucket_gone
+from .keys import (
+    DEFAULT_PURGE_DELETES_OLDER_THAN,
+    KV_OPERATION,
+    OP_DEL,
+    OP_PURGE,
+    ROLLUP_SUBJECT,
+    bucket_of,
+    entry_operation,
+    key_pattern,
+    plain_reply,
+    stretch_told,
+    validate_key,
+    validate_key_filter,
+)
 
 if TYPE_CHECKING:
-    from ._consumer import MessagesContext
-    from ._context import JetStreamContext
-    from ._ordered import OrderedConsumer
-
-__all__ = [
-    "KeyValue",
-    "KeyWatcher",
-    "entry_operation",
-    "kv_stream_config",
-    "validate_key",
-    "validate_key_filter",
-]
+    from .._context import JetStreamContext
 
 #: A per-key TTL the server stretches is logged here (the command line says it itself).
 logger = logging.getLogger("aiojetstream.kv")
 
 Payload = bytes | bytearray | memoryview | object
 """bytes-like, a pydantic model (JSON), or any value with ``codec=``; not ``str``."""
-
-STREAM_PREFIX: Final = "KV_"
-KV_OPERATION: Final = "KV-Operation"
-OP_DEL: Final = "DEL"
-OP_PURGE: Final = "PURGE"
-ROLLUP_SUBJECT: Final = "sub"
-#: ``purge_deletes`` keeps (as the only revision) markers younger than this (as nats.go).
-DEFAULT_PURGE_DELETES_OLDER_THAN: Final = timedelta(minutes=30)
-#: The longest duplicate window of a bucket (ADR-8: the TTL when shorter).
-MAX_DUPLICATE_WINDOW: Final = timedelta(minutes=2)
-#: The JetStream API level limit markers need (nats-server 2.11, ADR-48).
-MARKERS_API_LEVEL: Final = 1
 #: How many validated keys a bucket handle remembers (subject and get request).
 _KEY_CACHE: Final = 4096
-#: Seconds without a message after which a listing asks the server whether it is
-#: already past the initial values (they may have expired before delivery).
-IDLE_CHECK: Final = 1.0
-#: The heartbeat of a watcher's (and listing's) pulls: a watcher whose consumer
-#: died with its node is reset after 2 x this of silence (the ``messages()``
-#: default, half of the 30 s expiry, took 30 s; nats.go's ordered consumers use 5 s).
-WATCH_HEARTBEAT: Final = 5.0
-
-# ADR-8: ^[-/_=\.a-zA-Z0-9]+$, no leading or trailing '.', no '..'.
-_KEY_TOKEN_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+")
-
-
-#: The whole header block of a direct get of a value stored without headers (a
-#: plain put): nats-server's four lines and nothing else. Such a reply is a
-#: ``PUT`` (no ``KV-Operation``, no ``Nats-Marker-Reason``) and parses exactly
-#: as :func:`~aiojetstream._stream.direct_fields` parses it (each key once, no
-#: blanks to strip); any other block (a status, user headers, a marker) takes
-#: that general path.
-_PLAIN_REPLY: Final = re.compile(
-    rb"NATS/1\.0\r\nNats-Stream: [^\r\n]*\r\nNats-Subject: ([^\r\n]*)\r\n"
-    rb"Nats-Sequence: ([0-9]{1,20})\r\n"
-    rb"Nats-Time-Stamp: ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.([0-9]{1,9}))?Z)"
-    rb"\r\n\r\n"
-)
-
-
-def _plain_reply(block: bytes, subject: bytes) -> tuple[int, datetime] | None:
-    """Revision and time of a plain direct get reply on ``subject`` (None: the general path)."""
-    match = _PLAIN_REPLY.fullmatch(block)
-    if match is None or match[1] != subject:
-        return None
-    fraction = match[4]
-    created = parse_utc_timestamp(
-        match[3].decode("ascii"), None if fraction is None else fraction.decode("ascii")
-    )
-    if created is None:
-        return None  # out of range: the general path words the error
-    return int(match[2]), created
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def _key_problem(key: object, wildcards: bool) -> str | None:
-    if not isinstance(key, str) or not key:
-        return "a key must be a non-empty string"
-    tokens = key.split(".")
-    for i, token in enumerate(tokens):
-        if not token:
-            return "a key may not start or end with '.' nor contain '..'"
-        if wildcards and (token == "*" or (token == ">" and i == len(tokens) - 1)):
-            continue
-        if not _KEY_TOKEN_RE.fullmatch(token):
-            if token in ("*", ">"):
-                return (
-                    "wildcards are only allowed in watch filters, as whole tokens ('>' only last)"
-                )
-            return "a key may only contain letters, digits and '-', '/', '_', '=', '.'"
-    return None
-
-
-def validate_key(key: object) -> str:
-    r"""Return ``key`` if it is a valid key (ADR-8), else raise.
-
-    Valid keys match ``^[-/_=\\.a-zA-Z0-9]+$``, do not start or end with ``.``
-    and contain no ``..``.
-
-    Raises:
-        InvalidKeyError: the key is not valid (a ``ValueError``).
-
-    """
-    problem = _key_problem(key, wildcards=False)
-    if problem is not None:
-        raise InvalidKeyError(f"invalid key {shown(key)}: {problem}")
-    assert isinstance(key, str)
-    return exact_str(key)
-
-
-def validate_key_filter(key: object) -> str:
-    """Return ``key`` if it is a valid watch filter: tokens may also be ``*`` or a final ``>``.
-
-    Raises:
-        InvalidKeyError: the filter is not valid (a ``ValueError``).
-
-    """
-    problem = _key_problem(key, wildcards=True)
-    if problem is not None:
-        raise InvalidKeyError(f"invalid key filter {shown(key)}: {problem}")
-    assert isinstance(key, str)
-    return exact_str(key)
-
-
-def entry_operation(headers: dict[str, str] | None) -> KeyValueOp:
-    """The operation a stored revision records, from its headers.
-
-    ``KV-Operation: DEL`` / ``PURGE`` are the client markers (ADR-8). Server limit
-    markers (ADR-48) carry ``Nats-Marker-Reason``: ``Remove`` is a ``DEL``;
-    ``MaxAge``, ``Purge`` (and any reason a newer server may add) a ``PURGE``.
-    """
-    if not headers:
-        return KeyValueOp.PUT
-    op = headers.get(KV_OPERATION)
-    if op == OP_DEL:
-        return KeyValueOp.DEL
-    if op == OP_PURGE:
-        return KeyValueOp.PURGE
-    reason = headers.get(H.MARKER_REASON)
-    if reason:
-        return KeyValueOp.DEL if reason == "Remove" else KeyValueOp.PURGE
-    return KeyValueOp.PUT
-
-
-# --------------------------------------------------------------------------- bucket <-> stream
-
-
-def _bucket_of(stream_name: str) -> str:
-    return (
-        stream_name[len(STREAM_PREFIX) :] if stream_name.startswith(STREAM_PREFIX) else stream_name
-    )
-
-
-def _stream_of(name: str) -> str:
-    return name if name.startswith(STREAM_PREFIX) else STREAM_PREFIX + name
-
-
-def _sources(config: KeyValueConfig) -> list[StreamSource] | None:
-    if not config.sources:
-        return None
-    out: list[StreamSource] = []
-    for src in config.sources:
-        if src.subject_transforms:
-            # Used as given: the source may be any stream.
-            out.append(src)
-            continue
-        origin = _bucket_of(src.name)
-        update: dict[str, object] = {"name": _stream_of(src.name)}
-        if src.external is None or origin != config.bucket:
-            update["subject_transforms"] = [
-                SubjectTransformConfig(src=f"$KV.{origin}.>", dest=f"$KV.{config.bucket}.>")
-            ]
-        out.append(src.model_copy(update=update))
-    return out
-
-
-def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
-    """The configuration of the stream backing a bucket (ADR-8, ADR-48; as nats.go).
-
-    Raises:
-        InvalidNameError: the bucket's name, or a mirror's or source's, is invalid.
-        InvalidOptionError: ``max_value_size`` is out of the server's range.
-        InvalidStreamConfigError: ``limit_marker_ttl`` was set on a mirror (the
-            server does not allow markers on mirrors).
-
-    """
-    if not isinstance(config, KeyValueConfig):
-        raise InvalidOptionError(f"config must be a KeyValueConfig, got {type(config).__name__}")
-    bucket = validate_bucket_name(config.bucket)
-    # The stream's max_msg_size: a Go int32.
-    B.count(config.max_value_size, "max_value_size", -1, B.MAX_INT32)
-    for origin in [config.mirror, *(config.sources or [])]:
-        if origin is not None and not origin.subject_transforms:
-            validate_bucket_name(_bucket_of(origin.name))  # (others: any stream, as sent)
-    ttl = config.ttl if config.ttl else None
-    fields: dict[str, object] = {
-        "name": STREAM_PREFIX + bucket,
-        "description": config.description,
-        "max_msgs_per_subject": config.history,
-        "max_msgs": -1,
-        "max_bytes": config.max_bytes,
-        "max_age": ttl or timedelta(0),
-        "max_msg_size": config.max_value_size,
-        "max_consumers": -1,
-        "storage": config.storage,
-        "num_replicas": config.replicas,
-        "discard": DiscardPolicy.NEW,
-        "duplicate_window": min(ttl, MAX_DUPLICATE_WINDOW) if ttl else MAX_DUPLICATE_WINDOW,
-        "allow_rollup_hdrs": True,
-        "deny_delete": True,
-        "deny_purge": False,
-        "allow_direct": True,
-        "compression": StoreCompression.S2 if config.compression else StoreCompression.NONE,
-        "placement": config.placement,
-        "republish": config.republish,
-        "metadata": config.metadata,
-    }
-    if config.limit_marker_ttl is not None:
-        if config.mirror is not None:
-            raise InvalidStreamConfigError(
-                "limit_marker_ttl can not be set on a mirror bucket (the server refuses "
-                "subject delete markers on mirrors)"
-            )
-        fields["allow_msg_ttl"] = True
-        fields["subject_delete_marker_ttl"] = config.limit_marker_ttl
-    if config.mirror is not None:
-        fields["mirror"] = config.mirror.model_copy(update={"name": _stream_of(config.mirror.name)})
-        fields["mirror_direct"] = True
-    else:
-        fields["subjects"] = [f"$KV.{bucket}.>"]
-        fields["sources"] = _sources(config)
-    return StreamConfig(**{k: v for k, v in fields.items() if v is not None})
-
-
-async def _prepare(
-    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
-) -> StreamConfig:
-    scfg = kv_stream_config(config)
-    if config.limit_marker_ttl is not None:
-        level = await js.api_level(timeout=timeout)
-        if level < MARKERS_API_LEVEL:
-            raise FeatureNotSupportedError(
-                "limit markers (limit_marker_ttl)", MARKERS_API_LEVEL, level, "2.11"
-            )
-    return scfg
-
-
-def _for_update(existing: StreamConfig, config: KeyValueConfig, scfg: StreamConfig) -> StreamConfig:
-    """Refuse disabling limit markers; keep ``allow_msg_ttl`` on if the bucket has it."""
-    if existing.subject_delete_marker_ttl and config.limit_marker_ttl is None:
-        raise KeyValueError(
-            f"bucket {config.bucket!r} has limit markers (limit_marker_ttl="
-            f"{existing.subject_delete_marker_ttl}); they can be enabled on an existing "
-            "bucket but never disabled (ADR-48): keep limit_marker_ttl set"
-        )
-    if existing.allow_msg_ttl and not scfg.allow_msg_ttl:
-        # Per-message TTLs without markers (nats-py turns them on for every bucket):
-        # the server never turns allow_msg_ttl off, so keep it rather than fail.
-        return scfg.model_copy(update={"allow_msg_ttl": True})
-    return scfg
-
-
-async def _existing(js: JetStreamContext, bucket: str, timeout: float | None) -> Stream | None:
-    try:
-        return await js.stream(STREAM_PREFIX + bucket, timeout=timeout)
-    except StreamNotFoundError:
-        return None
-
-
-async def create_key_value(
-    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
-) -> KeyValue:
-    """Create a bucket (see :meth:`JetStreamContext.create_key_value`)."""
-    scfg = await _prepare(js, config, timeout)
-    stream = await js.create_stream(scfg, timeout=timeout)
-    return KeyValue(js, stream)
-
-
-async def update_key_value(
-    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
-) -> KeyValue:
-    """Update a bucket (see :meth:`JetStreamContext.update_key_value`)."""
-    scfg = await _prepare(js, config, timeout)
-    current = await _existing(js, config.bucket, timeout)
-    if current is None:
-        raise BucketNotFoundError(f"bucket {config.bucket!r} not found", config.bucket)
-    scfg = _for_update(current.cached_info.config, config, scfg)
-    try:
-        stream = await js.update_stream(scfg, timeout=timeout)
-    except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"bucket {config.bucket!r} not found", config.bucket) from exc
-    return KeyValue(js, stream)
-
-
-async def create_or_update_key_value(
-    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
-) -> KeyValue:
-    """Create a bucket or update it (see :meth:`JetStreamContext.create_or_update_key_value`)."""
-    scfg = await _prepare(js, config, timeout)
-    current = await _existing(js, config.bucket, timeout)
-    if current is None:
-        return KeyValue(js, await js.create_stream(scfg, timeout=timeout))
-    scfg = _for_update(current.cached_info.config, config, scfg)
-    return KeyValue(js, await js.update_stream(scfg, timeout=timeout))
-
-
-async def key_value(js: JetStreamContext, bucket: str, timeout: float | None) -> KeyValue:
-    """Bind to an existing bucket (see :meth:`JetStreamContext.key_value`)."""
-    validate_bucket_name(bucket)
-    stream = await _existing(js, bucket, timeout)
-    if stream is None:
-        raise BucketNotFoundError(f"bucket {bucket!r} not found", bucket)
-    return KeyValue(js, stream)
-
-
-async def delete_key_value(js: JetStreamContext, bucket: str, timeout: float | None) -> None:
-    """Delete a bucket (see :meth:`JetStreamContext.delete_key_value`)."""
-    validate_bucket_name(bucket)
-    try:
-        await js.delete_stream(STREAM_PREFIX + bucket, timeout=timeout)
-    except StreamNotFoundError as exc:
-        raise BucketNotFoundError(f"bucket {bucket!r} not found", bucket) from exc
-
-
-async def key_value_store_names(js: JetStreamContext, timeout: float | None) -> AsyncIterator[str]:
-    """Async-iterate bucket names (see :meth:`JetStreamContext.key_value_store_names`)."""
-    async for name in js.stream_names("$KV.*.>", timeout=timeout):
-        if name.startswith(STREAM_PREFIX):
-            yield name[len(STREAM_PREFIX) :]
-
 
 #: Seconds for the look-up that tells a deleted bucket from a server that did not answer
 #: a write (no responders).
 BUCKET_CHECK_TIMEOUT: Final = 1.0
-
-
-def bucket_gone(stream_name: str) -> BucketNotFoundError:
-    """The error for a bucket whose backing stream is gone (raised from StreamNotFoundError)."""
-    kind, _, bucket = stream_name.partition("_")
-    what = "object store" if kind == "OBJ" else "bucket"
-    return BucketNotFoundError(f"{what} {bucket!r} not found", bucket)
-
-
-#: (bucket, key pattern) pairs whose stretched TTL was logged: each once (bounded).
-_STRETCH_TOLD: set[tuple[str, str]] = set()
-_STRETCH_TOLD_MAX: Final = 4096
-
-
-def stretch_told(bucket: str, key: str) -> bool:
-    """Whether a stretched TTL on ``key``'s pattern in ``bucket`` was told; marks it told."""
-    told = (bucket, key_pattern(key))
-    if told in _STRETCH_TOLD:
-        return True
-    if len(_STRETCH_TOLD) >= _STRETCH_TOLD_MAX:
-        _STRETCH_TOLD.clear()
-    _STRETCH_TOLD.add(told)
-    return False
-
-
-def key_pattern(key: str) -> str:
-    """The keys a TTL warning stands for: ``lock.job7`` -> ``lock.*``, ``session`` -> ``*``."""
-    head, dot, _ = key.rpartition(".")
-    return f"{head}.*" if dot else "*"
-
-
-# --------------------------------------------------------------------------- reading
-
-
-class _Event(enum.Enum):
-    CAUGHT_UP = enum.auto()  # every message present when the read started was handed out
-    END = enum.auto()  # the reader was closed
-
-
-class _Reader:
-    """An ordered consumer over a bucket that knows when the initial values were read.
-
-    The end of the initial values is the first message with ``num_pending == 0``,
-    or right away when the consumer had nothing pending when created (ADR-8). As
-    a safety net for values removed between the consumer's creation and their
-    delivery, after :data:`IDLE_CHECK` seconds without a message the consumer's
-    info is checked: nothing pending and nothing undelivered is the end too.
-
-    With ``stall`` (one-shot reads: keys, history), starting and every wait
-    for an initial value are bounded: :class:`JetStreamTimeoutError` after
-    ``stall`` seconds without progress. A watch (``stall=None``) waits forever
-    for its messages, but its start is bounded by ``start_timeout`` (as nats.go's
-    Watch fails when it can not create its consumer). A failed start leaves
-    nothing running (the reader is closed); a deleted bucket (its stream gone)
-    raises :class:`BucketNotFoundError`, when starting or reading, and closes
-    the reader.
-    """
-
-    def __init__(
-        self,
-        stream: Stream,
-        filters: list[str],
-        deliver_policy: DeliverPolicy,
-        headers_only: bool,
-        stall: float | None = None,
-        start_timeout: float | None = None,
-    ) -> None:
-        self._stream = stream
-        self._stall = stall
-        #: The longest wait for the consumer's creation: ``stall`` for a one-shot read
-        #: (the caller's timeout), ``start_timeout`` for a watch (None: unbounded).
-        self._start_timeout = start_timeout if stall is None else stall
-        self._config = OrderedConsumerConfig(
-            filter_subjects=filters, deliver_policy=deliver_policy, headers_only=headers_only
-        )
-        self._oc: OrderedConsumer | None = None
-        self._it: MessagesContext | None = None
-        self._task: asyncio.Task[Msg] | None = None
-        self._announce = False
-        self._closed = False
-        self.caught_up = False
-
-    async def start(self) -> None:
-        try:
-            try:
-                await self._start()
-            except StreamNotFoundError as exc:
-                # A bucket's backing stream is gone: the bucket was deleted.
-                raise bucket_gone(self._stream.name) from exc
-        except BaseException:
-            # Nothing stays behind a failed start: the messages context (and with
-            # it any retry of the consumer's creation) is stopped and closed.
-            await self.aclose()
-            raise
-
-    async def _start(self) -> None:
-        oc = await self._stream.ordered_consumer(self._config)
-        it = oc.messages(heartbeat=WATCH_HEARTBEAT)
-        self._oc, self._it = oc, it
-        bound = self._start_timeout
-        if bound is None:
-            await it.__aenter__()
-        else:
-            try:
-                await asyncio.wait_for(it.__aenter__(), bound)
-            except TimeoutError:
-                raise JetStreamTimeoutError(
-                    f"could not start reading stream {self._stream.name!r} within {bound:g} s"
-                ) from None
-        info = oc.cached_info
-        if info is not None and info.num_pending == 0:
-            self.caught_up = True
-            self._announce = True
-
-    async def _idle_caught_up(self) -> bool:
-        oc = self._oc
-        assert oc is not None
-        try:
-            info = await oc.info()
-        except JetStreamError:
-            return False
-        if info.num_pending:
-            return False
-        delivered = info.delivered.consumer_seq
-        # Everything the consumer delivered was handed out (or skipped as handed out
-        # before a reset: the ordered consumer counts those too).
-        return delivered == 0 or (info.name == oc.name and oc._expected - 1 >= delivered)
-
-    async def next(self) -> Msg | _Event:
-        """The next message, ``CAUGHT_UP`` once (after the last initial message), or ``END``."""
-        if self._announce:
-            self._announce = False
-            return _Event.CAUGHT_UP
-        it = self._it
-        if it is None or self._closed:
-            return _Event.END
-        loop = asyncio.get_running_loop()
-        since = loop.time()
-        while True:
-            task = self._task
-            if task is None:
-                task = self._task = asyncio.ensure_future(it.__anext__())
-            if self.caught_up:
-                await asyncio.wait({task})
-            else:
-                await asyncio.wait({task}, timeout=IDLE_CHECK)
-                if not task.done():
-                    if await self._idle_caught_up():
-                        self.caught_up = True
-                        return _Event.CAUGHT_UP
-                    if self._stall is not None and loop.time() - since >= self._stall:
-                        raise JetStreamTimeoutError(
-                            f"no message from stream {self._stream.name!r} for "
-                            f"{self._stall:g} s while values were still pending"
-                        )
-                    continue
-            self._task = None
-            try:
-                msg = task.result()
-            except StopAsyncIteration:
-                return _Event.END
-            except StreamNotFoundError as exc:
-                # The consumer was recreated (reset) after the bucket was deleted:
-                # the reader ends here (iterating it again ends, it does not retry).
-                await self.aclose()
-                raise bucket_gone(self._stream.name) from exc
-            except asyncio.CancelledError:
-                if self._closed and task.cancelled():
-                    return _Event.END  # closed meanwhile (aclose cancelled the read), not us
-                raise
-            meta = msg.metadata
-            if not self.caught_up and meta.num_pending == 0:
-                self.caught_up = True
-                self._announce = True
-            return msg
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        it, task = self._it, self._task
-        self._task = None
-        if it is not None:
-            it.stop()
-        if task is not None:
-            if not task.done():
-                await asyncio.wait({task}, timeout=IDLE_CHECK)
-                if not task.done():
-                    task.cancel()
-                    await asyncio.wait({task})
-            if not task.cancelled():
-                task.exception()  # retrieved: no "never retrieved" warning
-        if it is not None:
-            await it.aclose()
-
-
-# --------------------------------------------------------------------------- the handle
 
 
 class KeyValue:
@@ -620,9 +94,9 @@ class KeyValue:
             )
         self._js = js
         self._stream = stream
-        self._bucket = _bucket_of(stream.name)
+        self._bucket = bucket_of(stream.name)
         # A mirror holds its origin's subjects; writes go to the origin.
-        origin = _bucket_of(cfg.mirror.name) if cfg.mirror is not None else self._bucket
+        origin = bucket_of(cfg.mirror.name) if cfg.mirror is not None else self._bucket
         self._prefix = f"$KV.{origin}."
         # Validated keys: their subject, the subject as bytes (what a direct get
         # reply names), and the subject and body of a direct get of their last value.
@@ -989,7 +463,7 @@ class KeyValue:
                 if reply is not None:
                     data, block = reply
                     if block is not None:
-                        plain = _plain_reply(block, subject_bytes)
+                        plain = plain_reply(block, subject_bytes)
                         if plain is not None:
                             name = subject[len(self._prefix) :]  # the key as a plain str
                             return kv_entry(self._bucket, name, data, plain[0], plain[1])
@@ -1049,10 +523,10 @@ class KeyValue:
         policy: DeliverPolicy,
         headers_only: bool,
         stall: float | None = None,
-    ) -> _Reader:
+    ) -> Reader:
         subjects = [self._prefix + k for k in filters]
         # A watch (no stall) waits for its messages forever, for its start the context's timeout.
-        return _Reader(self._stream, subjects, policy, headers_only, stall, self._js.timeout)
+        return Reader(self._stream, subjects, policy, headers_only, stall, self._js.timeout)
 
     def _stall(self, timeout: float | None) -> float:
         checked = check_timeout(timeout)
@@ -1256,73 +730,6 @@ def _exists(exc: WrongLastSequenceError, what: str) -> KeyExistsError:
     return KeyExistsError(exc.code, exc.err_code, f"{what}: {exc.description}")
 
 
-T = TypeVar("T")
-
-
-class Watcher(Generic[T]):
-    """What key-value and object-store watchers share: ``_Reader`` events to items.
-
-    Yields what :meth:`_item` makes of each message (skipping None), and
-    exactly one ``None`` after the initial values (none with ``updates_only``).
-    """
-
-    def __init__(self, reader: _Reader, ignore_deletes: bool, updates_only: bool) -> None:
-        self._reader = reader
-        self._ignore_deletes = ignore_deletes
-        self._updates_only = updates_only
-        self._started = False
-        self._none_sent = False
-        self._finalizer: weakref.finalize[Any, Any] | None = None
-
-    def _item(self, msg: Msg) -> T | None:
-        """The item of a watched message; None to skip it."""
-        raise NotImplementedError
-
-    async def _ensure_started(self) -> None:
-        if not self._started:
-            self._started = True
-            # Dropped unfinished without ``async with``: its consumer is deleted anyway.
-            self._finalizer = close_when_collected(self, self._reader.aclose)
-            await self._reader.start()
-
-    async def __aenter__(self) -> Self:
-        await self._ensure_started()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> T | None:
-        await self._ensure_started()
-        while True:
-            item = await self._reader.next()
-            if item is _Event.END:
-                raise StopAsyncIteration
-            if item is _Event.CAUGHT_UP:
-                if self._updates_only or self._none_sent:
-                    continue
-                self._none_sent = True
-                return None
-            assert isinstance(item, Msg)
-            made = self._item(item)
-            if made is not None:
-                return made
-
-    async def aclose(self) -> None:
-        """Stop watching and delete the server-side consumer (idempotent)."""
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        await self._reader.aclose()
-
-
 class KeyWatcher(Watcher[KeyValueEntry]):
     """A running watch: ``async with kv.watch(...) as w: async for entry in w``.
 
@@ -1332,7 +739,7 @@ class KeyWatcher(Watcher[KeyValueEntry]):
     """
 
     def __init__(
-        self, kv: KeyValue, reader: _Reader, ignore_deletes: bool, updates_only: bool
+        self, kv: KeyValue, reader: Reader, ignore_deletes: bool, updates_only: bool
     ) -> None:
         super().__init__(reader, ignore_deletes, updates_only)
         self._kv = kv

@@ -1,0 +1,212 @@
+"""Key-value buckets: the backing stream's configuration, and creating, binding and deleting.
+
+The context (``js.create_key_value`` and the rest) calls these functions; it
+imports this module lazily, and this module imports the context for types only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from .. import _bounds as B
+from .._errors import (
+    BucketNotFoundError,
+    FeatureNotSupportedError,
+    InvalidOptionError,
+    InvalidStreamConfigError,
+    KeyValueError,
+    StreamNotFoundError,
+)
+from .._models import (
+    DiscardPolicy,
+    StoreCompression,
+    StreamConfig,
+    StreamSource,
+    SubjectTransformConfig,
+)
+from .._models.kv import (
+    KeyValueConfig,
+    validate_bucket_name,
+)
+from .._stream import Stream
+from .handle import KeyValue
+from .keys import MARKERS_API_LEVEL, MAX_DUPLICATE_WINDOW, STREAM_PREFIX, bucket_of, stream_of
+
+if TYPE_CHECKING:
+    from .._context import JetStreamContext
+
+
+def _sources(config: KeyValueConfig) -> list[StreamSource] | None:
+    if not config.sources:
+        return None
+    out: list[StreamSource] = []
+    for src in config.sources:
+        if src.subject_transforms:
+            # Used as given: the source may be any stream.
+            out.append(src)
+            continue
+        origin = bucket_of(src.name)
+        update: dict[str, object] = {"name": stream_of(src.name)}
+        if src.external is None or origin != config.bucket:
+            update["subject_transforms"] = [
+                SubjectTransformConfig(src=f"$KV.{origin}.>", dest=f"$KV.{config.bucket}.>")
+            ]
+        out.append(src.model_copy(update=update))
+    return out
+
+
+def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
+    """The configuration of the stream backing a bucket (ADR-8, ADR-48; as nats.go).
+
+    Raises:
+        InvalidNameError: the bucket's name, or a mirror's or source's, is invalid.
+        InvalidOptionError: ``max_value_size`` is out of the server's range.
+        InvalidStreamConfigError: ``limit_marker_ttl`` was set on a mirror (the
+            server does not allow markers on mirrors).
+
+    """
+    if not isinstance(config, KeyValueConfig):
+        raise InvalidOptionError(f"config must be a KeyValueConfig, got {type(config).__name__}")
+    bucket = validate_bucket_name(config.bucket)
+    # The stream's max_msg_size: a Go int32.
+    B.count(config.max_value_size, "max_value_size", -1, B.MAX_INT32)
+    for origin in [config.mirror, *(config.sources or [])]:
+        if origin is not None and not origin.subject_transforms:
+            validate_bucket_name(bucket_of(origin.name))  # (others: any stream, as sent)
+    ttl = config.ttl if config.ttl else None
+    fields: dict[str, object] = {
+        "name": STREAM_PREFIX + bucket,
+        "description": config.description,
+        "max_msgs_per_subject": config.history,
+        "max_msgs": -1,
+        "max_bytes": config.max_bytes,
+        "max_age": ttl or timedelta(0),
+        "max_msg_size": config.max_value_size,
+        "max_consumers": -1,
+        "storage": config.storage,
+        "num_replicas": config.replicas,
+        "discard": DiscardPolicy.NEW,
+        "duplicate_window": min(ttl, MAX_DUPLICATE_WINDOW) if ttl else MAX_DUPLICATE_WINDOW,
+        "allow_rollup_hdrs": True,
+        "deny_delete": True,
+        "deny_purge": False,
+        "allow_direct": True,
+        "compression": StoreCompression.S2 if config.compression else StoreCompression.NONE,
+        "placement": config.placement,
+        "republish": config.republish,
+        "metadata": config.metadata,
+    }
+    if config.limit_marker_ttl is not None:
+        if config.mirror is not None:
+            raise InvalidStreamConfigError(
+                "limit_marker_ttl can not be set on a mirror bucket (the server refuses "
+                "subject delete markers on mirrors)"
+            )
+        fields["allow_msg_ttl"] = True
+        fields["subject_delete_marker_ttl"] = config.limit_marker_ttl
+    if config.mirror is not None:
+        fields["mirror"] = config.mirror.model_copy(update={"name": stream_of(config.mirror.name)})
+        fields["mirror_direct"] = True
+    else:
+        fields["subjects"] = [f"$KV.{bucket}.>"]
+        fields["sources"] = _sources(config)
+    return StreamConfig(**{k: v for k, v in fields.items() if v is not None})
+
+
+async def _prepare(
+    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+) -> StreamConfig:
+    scfg = kv_stream_config(config)
+    if config.limit_marker_ttl is not None:
+        level = await js.api_level(timeout=timeout)
+        if level < MARKERS_API_LEVEL:
+            raise FeatureNotSupportedError(
+                "limit markers (limit_marker_ttl)", MARKERS_API_LEVEL, level, "2.11"
+            )
+    return scfg
+
+
+def _for_update(existing: StreamConfig, config: KeyValueConfig, scfg: StreamConfig) -> StreamConfig:
+    """Refuse disabling limit markers; keep ``allow_msg_ttl`` on if the bucket has it."""
+    if existing.subject_delete_marker_ttl and config.limit_marker_ttl is None:
+        raise KeyValueError(
+            f"bucket {config.bucket!r} has limit markers (limit_marker_ttl="
+            f"{existing.subject_delete_marker_ttl}); they can be enabled on an existing "
+            "bucket but never disabled (ADR-48): keep limit_marker_ttl set"
+        )
+    if existing.allow_msg_ttl and not scfg.allow_msg_ttl:
+        # Per-message TTLs without markers (nats-py turns them on for every bucket):
+        # the server never turns allow_msg_ttl off, so keep it rather than fail.
+        return scfg.model_copy(update={"allow_msg_ttl": True})
+    return scfg
+
+
+async def _existing(js: JetStreamContext, bucket: str, timeout: float | None) -> Stream | None:
+    try:
+        return await js.stream(STREAM_PREFIX + bucket, timeout=timeout)
+    except StreamNotFoundError:
+        return None
+
+
+async def create_key_value(
+    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+) -> KeyValue:
+    """Create a bucket (see :meth:`JetStreamContext.create_key_value`)."""
+    scfg = await _prepare(js, config, timeout)
+    stream = await js.create_stream(scfg, timeout=timeout)
+    return KeyValue(js, stream)
+
+
+async def update_key_value(
+    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+) -> KeyValue:
+    """Update a bucket (see :meth:`JetStreamContext.update_key_value`)."""
+    scfg = await _prepare(js, config, timeout)
+    current = await _existing(js, config.bucket, timeout)
+    if current is None:
+        raise BucketNotFoundError(f"bucket {config.bucket!r} not found", config.bucket)
+    scfg = _for_update(current.cached_info.config, config, scfg)
+    try:
+        stream = await js.update_stream(scfg, timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(f"bucket {config.bucket!r} not found", config.bucket) from exc
+    return KeyValue(js, stream)
+
+
+async def create_or_update_key_value(
+    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+) -> KeyValue:
+    """Create a bucket or update it (see :meth:`JetStreamContext.create_or_update_key_value`)."""
+    scfg = await _prepare(js, config, timeout)
+    current = await _existing(js, config.bucket, timeout)
+    if current is None:
+        return KeyValue(js, await js.create_stream(scfg, timeout=timeout))
+    scfg = _for_update(current.cached_info.config, config, scfg)
+    return KeyValue(js, await js.update_stream(scfg, timeout=timeout))
+
+
+async def key_value(js: JetStreamContext, bucket: str, timeout: float | None) -> KeyValue:
+    """Bind to an existing bucket (see :meth:`JetStreamContext.key_value`)."""
+    validate_bucket_name(bucket)
+    stream = await _existing(js, bucket, timeout)
+    if stream is None:
+        raise BucketNotFoundError(f"bucket {bucket!r} not found", bucket)
+    return KeyValue(js, stream)
+
+
+async def delete_key_value(js: JetStreamContext, bucket: str, timeout: float | None) -> None:
+    """Delete a bucket (see :meth:`JetStreamContext.delete_key_value`)."""
+    validate_bucket_name(bucket)
+    try:
+        await js.delete_stream(STREAM_PREFIX + bucket, timeout=timeout)
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(f"bucket {bucket!r} not found", bucket) from exc
+
+
+async def key_value_store_names(js: JetStreamContext, timeout: float | None) -> AsyncIterator[str]:
+    """Async-iterate bucket names (see :meth:`JetStreamContext.key_value_store_names`)."""
+    async for name in js.stream_names("$KV.*.>", timeout=timeout):
+        if name.startswith(STREAM_PREFIX):
+            yield name[len(STREAM_PREFIX) :]

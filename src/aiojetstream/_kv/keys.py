@@ -1,0 +1,181 @@
+"""Key-value keys, revisions and names: what a bucket's handle and its creation share.
+
+Key validation (ADR-8), the operation a stored revision records, the fast parse
+of a plain direct-get reply, and the mapping between a bucket and its backing
+stream (``B`` <-> ``KV_B``). Pure: nothing here talks to a server.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Final
+
+from .. import _headers as H
+from .._bounds import shown
+from .._errors import (
+    InvalidKeyError,
+)
+from .._models import (
+    parse_utc_timestamp,
+)
+from .._models.kv import (
+    KeyValueOp,
+)
+from .._validation import exact_str
+
+if TYPE_CHECKING:
+    pass
+
+
+STREAM_PREFIX: Final = "KV_"
+KV_OPERATION: Final = "KV-Operation"
+OP_DEL: Final = "DEL"
+OP_PURGE: Final = "PURGE"
+ROLLUP_SUBJECT: Final = "sub"
+#: ``purge_deletes`` keeps (as the only revision) markers younger than this (as nats.go).
+DEFAULT_PURGE_DELETES_OLDER_THAN: Final = timedelta(minutes=30)
+#: The longest duplicate window of a bucket (ADR-8: the TTL when shorter).
+MAX_DUPLICATE_WINDOW: Final = timedelta(minutes=2)
+#: The JetStream API level limit markers need (nats-server 2.11, ADR-48).
+MARKERS_API_LEVEL: Final = 1
+
+# ADR-8: ^[-/_=\.a-zA-Z0-9]+$, no leading or trailing '.', no '..'.
+_KEY_TOKEN_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+")
+
+
+#: The whole header block of a direct get of a value stored without headers (a
+#: plain put): nats-server's four lines and nothing else. Such a reply is a
+#: ``PUT`` (no ``KV-Operation``, no ``Nats-Marker-Reason``) and parses exactly
+#: as :func:`~aiojetstream._stream.direct_fields` parses it (each key once, no
+#: blanks to strip); any other block (a status, user headers, a marker) takes
+#: that general path.
+_PLAIN_REPLY: Final = re.compile(
+    rb"NATS/1\.0\r\nNats-Stream: [^\r\n]*\r\nNats-Subject: ([^\r\n]*)\r\n"
+    rb"Nats-Sequence: ([0-9]{1,20})\r\n"
+    rb"Nats-Time-Stamp: ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.([0-9]{1,9}))?Z)"
+    rb"\r\n\r\n"
+)
+
+
+def plain_reply(block: bytes, subject: bytes) -> tuple[int, datetime] | None:
+    """Revision and time of a plain direct get reply on ``subject`` (None: the general path)."""
+    match = _PLAIN_REPLY.fullmatch(block)
+    if match is None or match[1] != subject:
+        return None
+    fraction = match[4]
+    created = parse_utc_timestamp(
+        match[3].decode("ascii"), None if fraction is None else fraction.decode("ascii")
+    )
+    if created is None:
+        return None  # out of range: the general path words the error
+    return int(match[2]), created
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _key_problem(key: object, wildcards: bool) -> str | None:
+    if not isinstance(key, str) or not key:
+        return "a key must be a non-empty string"
+    tokens = key.split(".")
+    for i, token in enumerate(tokens):
+        if not token:
+            return "a key may not start or end with '.' nor contain '..'"
+        if wildcards and (token == "*" or (token == ">" and i == len(tokens) - 1)):
+            continue
+        if not _KEY_TOKEN_RE.fullmatch(token):
+            if token in ("*", ">"):
+                return (
+                    "wildcards are only allowed in watch filters, as whole tokens ('>' only last)"
+                )
+            return "a key may only contain letters, digits and '-', '/', '_', '=', '.'"
+    return None
+
+
+def validate_key(key: object) -> str:
+    r"""Return ``key`` if it is a valid key (ADR-8), else raise.
+
+    Valid keys match ``^[-/_=\\.a-zA-Z0-9]+$``, do not start or end with ``.``
+    and contain no ``..``.
+
+    Raises:
+        InvalidKeyError: the key is not valid (a ``ValueError``).
+
+    """
+    problem = _key_problem(key, wildcards=False)
+    if problem is not None:
+        raise InvalidKeyError(f"invalid key {shown(key)}: {problem}")
+    assert isinstance(key, str)
+    return exact_str(key)
+
+
+def validate_key_filter(key: object) -> str:
+    """Return ``key`` if it is a valid watch filter: tokens may also be ``*`` or a final ``>``.
+
+    Raises:
+        InvalidKeyError: the filter is not valid (a ``ValueError``).
+
+    """
+    problem = _key_problem(key, wildcards=True)
+    if problem is not None:
+        raise InvalidKeyError(f"invalid key filter {shown(key)}: {problem}")
+    assert isinstance(key, str)
+    return exact_str(key)
+
+
+def entry_operation(headers: dict[str, str] | None) -> KeyValueOp:
+    """The operation a stored revision records, from its headers.
+
+    ``KV-Operation: DEL`` / ``PURGE`` are the client markers (ADR-8). Server limit
+    markers (ADR-48) carry ``Nats-Marker-Reason``: ``Remove`` is a ``DEL``;
+    ``MaxAge``, ``Purge`` (and any reason a newer server may add) a ``PURGE``.
+    """
+    if not headers:
+        return KeyValueOp.PUT
+    op = headers.get(KV_OPERATION)
+    if op == OP_DEL:
+        return KeyValueOp.DEL
+    if op == OP_PURGE:
+        return KeyValueOp.PURGE
+    reason = headers.get(H.MARKER_REASON)
+    if reason:
+        return KeyValueOp.DEL if reason == "Remove" else KeyValueOp.PURGE
+    return KeyValueOp.PUT
+
+
+# --------------------------------------------------------------------------- bucket <-> stream
+
+
+def bucket_of(stream_name: str) -> str:
+    """The bucket a backing stream holds: ``KV_B`` -> ``B`` (any other name as it is)."""
+    return (
+        stream_name[len(STREAM_PREFIX) :] if stream_name.startswith(STREAM_PREFIX) else stream_name
+    )
+
+
+def stream_of(name: str) -> str:
+    """The backing stream of a bucket: ``B`` -> ``KV_B`` (``KV_B`` as it is)."""
+    return name if name.startswith(STREAM_PREFIX) else STREAM_PREFIX + name
+
+
+#: (bucket, key pattern) pairs whose stretched TTL was logged: each once (bounded).
+_STRETCH_TOLD: set[tuple[str, str]] = set()
+_STRETCH_TOLD_MAX: Final = 4096
+
+
+def stretch_told(bucket: str, key: str) -> bool:
+    """Whether a stretched TTL on ``key``'s pattern in ``bucket`` was told; marks it told."""
+    told = (bucket, key_pattern(key))
+    if told in _STRETCH_TOLD:
+        return True
+    if len(_STRETCH_TOLD) >= _STRETCH_TOLD_MAX:
+        _STRETCH_TOLD.clear()
+    _STRETCH_TOLD.add(told)
+    return False
+
+
+def key_pattern(key: str) -> str:
+    """The keys a TTL warning stands for: ``lock.job7`` -> ``lock.*``, ``session`` -> ``*``."""
+    head, dot, _ = key.rpartition(".")
+    return f"{head}.*" if dot else "*"

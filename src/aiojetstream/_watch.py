@@ -1,0 +1,286 @@
+"""What key-value and object-store listings and watches share: the reader and the watcher base.
+
+A :class:`Reader` is an ordered consumer over a bucket's stream that tells when
+the initial values were read (ADR-8); a :class:`Watcher` turns its events into
+items (a key-value entry, an object info) and one ``None`` after the initial
+ones. Both stores import this module; it imports neither of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import weakref
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar
+
+from ._cleanup import close_when_collected
+from ._errors import (
+    BucketNotFoundError,
+    JetStreamError,
+    JetStreamTimeoutError,
+    StreamNotFoundError,
+)
+from ._message import Msg
+from ._models import (
+    DeliverPolicy,
+    OrderedConsumerConfig,
+)
+from ._stream import Stream
+
+if TYPE_CHECKING:
+    from ._consumer import MessagesContext
+    from ._ordered import OrderedConsumer
+
+#: Seconds without a message after which a listing asks the server whether it is
+#: already past the initial values (they may have expired before delivery).
+IDLE_CHECK: Final = 1.0
+#: The heartbeat of a watcher's (and listing's) pulls: a watcher whose consumer
+#: died with its node is reset after 2 x this of silence (the ``messages()``
+#: default, half of the 30 s expiry, took 30 s; nats.go's ordered consumers use 5 s).
+WATCH_HEARTBEAT: Final = 5.0
+
+
+def bucket_gone(stream_name: str) -> BucketNotFoundError:
+    """The error for a bucket whose backing stream is gone (raised from StreamNotFoundError)."""
+    kind, _, bucket = stream_name.partition("_")
+    what = "object store" if kind == "OBJ" else "bucket"
+    return BucketNotFoundError(f"{what} {bucket!r} not found", bucket)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class ReaderEvent(enum.Enum):
+    """What :meth:`Reader.next` returns besides a message."""
+
+    CAUGHT_UP = enum.auto()  # every message present when the read started was handed out
+    END = enum.auto()  # the reader was closed
+
+
+class Reader:
+    """An ordered consumer over a bucket that knows when the initial values were read.
+
+    The end of the initial values is the first message with ``num_pending == 0``,
+    or right away when the consumer had nothing pending when created (ADR-8). As
+    a safety net for values removed between the consumer's creation and their
+    delivery, after :data:`IDLE_CHECK` seconds without a message the consumer's
+    info is checked: nothing pending and nothing undelivered is the end too.
+
+    With ``stall`` (one-shot reads: keys, history), starting and every wait
+    for an initial value are bounded: :class:`JetStreamTimeoutError` after
+    ``stall`` seconds without progress. A watch (``stall=None``) waits forever
+    for its messages, but its start is bounded by ``start_timeout`` (as nats.go's
+    Watch fails when it can not create its consumer). A failed start leaves
+    nothing running (the reader is closed); a deleted bucket (its stream gone)
+    raises :class:`BucketNotFoundError`, when starting or reading, and closes
+    the reader.
+    """
+
+    def __init__(
+        self,
+        stream: Stream,
+        filters: list[str],
+        deliver_policy: DeliverPolicy,
+        headers_only: bool,
+        stall: float | None = None,
+        start_timeout: float | None = None,
+    ) -> None:
+        self._stream = stream
+        self._stall = stall
+        #: The longest wait for the consumer's creation: ``stall`` for a one-shot read
+        #: (the caller's timeout), ``start_timeout`` for a watch (None: unbounded).
+        self._start_timeout = start_timeout if stall is None else stall
+        self._config = OrderedConsumerConfig(
+            filter_subjects=filters, deliver_policy=deliver_policy, headers_only=headers_only
+        )
+        self._oc: OrderedConsumer | None = None
+        self._it: MessagesContext | None = None
+        self._task: asyncio.Task[Msg] | None = None
+        self._announce = False
+        self._closed = False
+        self.caught_up = False
+
+    async def start(self) -> None:
+        """Create the consumer (BucketNotFoundError once the bucket is deleted)."""
+        try:
+            try:
+                await self._start()
+            except StreamNotFoundError as exc:
+                # A bucket's backing stream is gone: the bucket was deleted.
+                raise bucket_gone(self._stream.name) from exc
+        except BaseException:
+            # Nothing stays behind a failed start: the messages context (and with
+            # it any retry of the consumer's creation) is stopped and closed.
+            await self.aclose()
+            raise
+
+    async def _start(self) -> None:
+        oc = await self._stream.ordered_consumer(self._config)
+        it = oc.messages(heartbeat=WATCH_HEARTBEAT)
+        self._oc, self._it = oc, it
+        bound = self._start_timeout
+        if bound is None:
+            await it.__aenter__()
+        else:
+            try:
+                await asyncio.wait_for(it.__aenter__(), bound)
+            except TimeoutError:
+                raise JetStreamTimeoutError(
+                    f"could not start reading stream {self._stream.name!r} within {bound:g} s"
+                ) from None
+        info = oc.cached_info
+        if info is not None and info.num_pending == 0:
+            self.caught_up = True
+            self._announce = True
+
+    async def _idle_caught_up(self) -> bool:
+        oc = self._oc
+        assert oc is not None
+        try:
+            info = await oc.info()
+        except JetStreamError:
+            return False
+        if info.num_pending:
+            return False
+        delivered = info.delivered.consumer_seq
+        # Everything the consumer delivered was handed out (or skipped as handed out
+        # before a reset: the ordered consumer counts those too).
+        return delivered == 0 or (info.name == oc.name and oc._expected - 1 >= delivered)
+
+    async def next(self) -> Msg | ReaderEvent:
+        """The next message, ``CAUGHT_UP`` once (after the last initial message), or ``END``."""
+        if self._announce:
+            self._announce = False
+            return ReaderEvent.CAUGHT_UP
+        it = self._it
+        if it is None or self._closed:
+            return ReaderEvent.END
+        loop = asyncio.get_running_loop()
+        since = loop.time()
+        while True:
+            task = self._task
+            if task is None:
+                task = self._task = asyncio.ensure_future(it.__anext__())
+            if self.caught_up:
+                await asyncio.wait({task})
+            else:
+                await asyncio.wait({task}, timeout=IDLE_CHECK)
+                if not task.done():
+                    if await self._idle_caught_up():
+                        self.caught_up = True
+                        return ReaderEvent.CAUGHT_UP
+                    if self._stall is not None and loop.time() - since >= self._stall:
+                        raise JetStreamTimeoutError(
+                            f"no message from stream {self._stream.name!r} for "
+                            f"{self._stall:g} s while values were still pending"
+                        )
+                    continue
+            self._task = None
+            try:
+                msg = task.result()
+            except StopAsyncIteration:
+                return ReaderEvent.END
+            except StreamNotFoundError as exc:
+                # The consumer was recreated (reset) after the bucket was deleted:
+                # the reader ends here (iterating it again ends, it does not retry).
+                await self.aclose()
+                raise bucket_gone(self._stream.name) from exc
+            except asyncio.CancelledError:
+                if self._closed and task.cancelled():
+                    return ReaderEvent.END  # closed meanwhile (aclose cancelled the read), not us
+                raise
+            meta = msg.metadata
+            if not self.caught_up and meta.num_pending == 0:
+                self.caught_up = True
+                self._announce = True
+            return msg
+
+    async def aclose(self) -> None:
+        """Stop reading and delete the consumer (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        it, task = self._it, self._task
+        self._task = None
+        if it is not None:
+            it.stop()
+        if task is not None:
+            if not task.done():
+                await asyncio.wait({task}, timeout=IDLE_CHECK)
+                if not task.done():
+                    task.cancel()
+                    await asyncio.wait({task})
+            if not task.cancelled():
+                task.exception()  # retrieved: no "never retrieved" warning
+        if it is not None:
+            await it.aclose()
+
+
+# --------------------------------------------------------------------------- watching
+
+T = TypeVar("T")
+
+
+class Watcher(Generic[T]):
+    """What key-value and object-store watchers share: ``Reader`` events to items.
+
+    Yields what :meth:`_item` makes of each message (skipping None), and
+    exactly one ``None`` after the initial values (none with ``updates_only``).
+    """
+
+    def __init__(self, reader: Reader, ignore_deletes: bool, updates_only: bool) -> None:
+        self._reader = reader
+        self._ignore_deletes = ignore_deletes
+        self._updates_only = updates_only
+        self._started = False
+        self._none_sent = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    def _item(self, msg: Msg) -> T | None:
+        """The item of a watched message; None to skip it."""
+        raise NotImplementedError
+
+    async def _ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            # Dropped unfinished without ``async with``: its consumer is deleted anyway.
+            self._finalizer = close_when_collected(self, self._reader.aclose)
+            await self._reader.start()
+
+    async def __aenter__(self) -> Self:
+        await self._ensure_started()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> T | None:
+        await self._ensure_started()
+        while True:
+            item = await self._reader.next()
+            if item is ReaderEvent.END:
+                raise StopAsyncIteration
+            if item is ReaderEvent.CAUGHT_UP:
+                if self._updates_only or self._none_sent:
+                    continue
+                self._none_sent = True
+                return None
+            assert isinstance(item, Msg)
+            made = self._item(item)
+            if made is not None:
+                return made
+
+    async def aclose(self) -> None:
+        """Stop watching and delete the server-side consumer (idempotent)."""
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        await self._reader.aclose()
