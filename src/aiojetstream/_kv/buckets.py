@@ -35,7 +35,7 @@ from .handle import KeyValue
 from .keys import MARKERS_API_LEVEL, MAX_DUPLICATE_WINDOW, STREAM_PREFIX, bucket_of, stream_of
 
 if TYPE_CHECKING:
-    from .._context import JetStreamContext
+    from .._store_context import StoreContext
 
 
 def _sources(config: KeyValueConfig) -> list[StreamSource] | None:
@@ -115,9 +115,7 @@ def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
     return StreamConfig(**{k: v for k, v in fields.items() if v is not None})
 
 
-async def _prepare(
-    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
-) -> StreamConfig:
+async def _prepare(js: StoreContext, config: KeyValueConfig, timeout: float | None) -> StreamConfig:
     scfg = kv_stream_config(config)
     if config.limit_marker_ttl is not None:
         level = await js.api_level(timeout=timeout)
@@ -143,7 +141,7 @@ def _for_update(existing: StreamConfig, config: KeyValueConfig, scfg: StreamConf
     return scfg
 
 
-async def _existing(js: JetStreamContext, bucket: str, timeout: float | None) -> Stream | None:
+async def _existing(js: StoreContext, bucket: str, timeout: float | None) -> Stream | None:
     try:
         return await js.stream(STREAM_PREFIX + bucket, timeout=timeout)
     except StreamNotFoundError:
@@ -151,7 +149,7 @@ async def _existing(js: JetStreamContext, bucket: str, timeout: float | None) ->
 
 
 async def create_key_value(
-    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+    js: StoreContext, config: KeyValueConfig, timeout: float | None
 ) -> KeyValue:
     """Create a bucket (see :meth:`JetStreamContext.create_key_value`)."""
     scfg = await _prepare(js, config, timeout)
@@ -160,7 +158,7 @@ async def create_key_value(
 
 
 async def update_key_value(
-    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+    js: StoreContext, config: KeyValueConfig, timeout: float | None
 ) -> KeyValue:
     """Update a bucket (see :meth:`JetStreamContext.update_key_value`)."""
     scfg = await _prepare(js, config, timeout)
@@ -176,7 +174,7 @@ async def update_key_value(
 
 
 async def create_or_update_key_value(
-    js: JetStreamContext, config: KeyValueConfig, timeout: float | None
+    js: StoreContext, config: KeyValueConfig, timeout: float | None
 ) -> KeyValue:
     """Create a bucket or update it (see :meth:`JetStreamContext.create_or_update_key_value`)."""
     scfg = await _prepare(js, config, timeout)
@@ -187,7 +185,7 @@ async def create_or_update_key_value(
     return KeyValue(js, await js.update_stream(scfg, timeout=timeout))
 
 
-async def key_value(js: JetStreamContext, bucket: str, timeout: float | None) -> KeyValue:
+async def key_value(js: StoreContext, bucket: str, timeout: float | None) -> KeyValue:
     """Bind to an existing bucket (see :meth:`JetStreamContext.key_value`)."""
     validate_bucket_name(bucket)
     stream = await _existing(js, bucket, timeout)
@@ -196,7 +194,7 @@ async def key_value(js: JetStreamContext, bucket: str, timeout: float | None) ->
     return KeyValue(js, stream)
 
 
-async def delete_key_value(js: JetStreamContext, bucket: str, timeout: float | None) -> None:
+async def delete_key_value(js: StoreContext, bucket: str, timeout: float | None) -> None:
     """Delete a bucket (see :meth:`JetStreamContext.delete_key_value`)."""
     validate_bucket_name(bucket)
     try:
@@ -205,7 +203,7 @@ async def delete_key_value(js: JetStreamContext, bucket: str, timeout: float | N
         raise BucketNotFoundError(f"bucket {bucket!r} not found", bucket) from exc
 
 
-async def key_value_store_names(js: JetStreamContext, timeout: float | None) -> AsyncIterator[str]:
+async def key_value_store_names(js: StoreContext, timeout: float | None) -> AsyncIterator[str]:
     """Async-iterate bucket names (see :meth:`JetStreamContext.key_value_store_names`)."""
     async for name in js.stream_names("$KV.*.>", timeout=timeout):
         if name.startswith(STREAM_PREFIX):

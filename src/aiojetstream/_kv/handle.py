@@ -63,7 +63,7 @@ from .keys import (
 )
 
 if TYPE_CHECKING:
-    from .._context import JetStreamContext
+    from .._store_context import StoreContext
 
 #: A per-key TTL the server stretches is logged here (the command line says it itself).
 logger = logging.getLogger("aiojetstream.kv")
@@ -86,7 +86,7 @@ class KeyValue:
     is sent. Values are bytes.
     """
 
-    def __init__(self, js: JetStreamContext, stream: Stream) -> None:
+    def __init__(self, js: StoreContext, stream: Stream) -> None:
         cfg = stream.cached_info.config
         if (cfg.max_msgs_per_subject or 0) < 1:
             raise KeyValueError(

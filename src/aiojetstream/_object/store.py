@@ -63,7 +63,7 @@ from .read import ObjectResult, ObjectWatcher, write_file
 from .write import MAX_CONFLICTS, Data, ObjectWriter, conflict_note
 
 if TYPE_CHECKING:
-    from .._context import JetStreamContext
+    from .._store_context import StoreContext
 
 logger = logging.getLogger("aiojetstream")
 #: How many links a get follows before giving up (a longer chain is a loop).
@@ -71,7 +71,7 @@ MAX_LINK_DEPTH: Final = 8
 
 
 async def create_object_store(
-    js: JetStreamContext, config: ObjectStoreConfig, timeout: float | None
+    js: StoreContext, config: ObjectStoreConfig, timeout: float | None
 ) -> ObjectStore:
     """Create a bucket (see :meth:`JetStreamContext.create_object_store`)."""
     stream = await js.create_stream(object_stream_config(config), timeout=timeout)
@@ -79,7 +79,7 @@ async def create_object_store(
 
 
 async def update_object_store(
-    js: JetStreamContext, config: ObjectStoreConfig, timeout: float | None
+    js: StoreContext, config: ObjectStoreConfig, timeout: float | None
 ) -> ObjectStore:
     """Update a bucket (see :meth:`JetStreamContext.update_object_store`)."""
     scfg = object_stream_config(config)
@@ -92,7 +92,7 @@ async def update_object_store(
     return ObjectStore(js, stream)
 
 
-async def object_store(js: JetStreamContext, bucket: str, timeout: float | None) -> ObjectStore:
+async def object_store(js: StoreContext, bucket: str, timeout: float | None) -> ObjectStore:
     """Bind to an existing bucket (see :meth:`JetStreamContext.object_store`)."""
     bucket = validate_bucket_name(bucket)
     try:
@@ -102,7 +102,7 @@ async def object_store(js: JetStreamContext, bucket: str, timeout: float | None)
     return ObjectStore(js, stream)
 
 
-async def delete_object_store(js: JetStreamContext, bucket: str, timeout: float | None) -> None:
+async def delete_object_store(js: StoreContext, bucket: str, timeout: float | None) -> None:
     """Delete a bucket (see :meth:`JetStreamContext.delete_object_store`)."""
     bucket = validate_bucket_name(bucket)
     try:
@@ -111,7 +111,7 @@ async def delete_object_store(js: JetStreamContext, bucket: str, timeout: float 
         raise BucketNotFoundError(f"object store {bucket!r} not found", bucket) from exc
 
 
-async def object_store_names(js: JetStreamContext, timeout: float | None) -> AsyncIterator[str]:
+async def object_store_names(js: StoreContext, timeout: float | None) -> AsyncIterator[str]:
     """Async-iterate bucket names (see :meth:`JetStreamContext.object_store_names`)."""
     async for name in js.stream_names("$O.*.C.>", timeout=timeout):
         if name.startswith(STREAM_PREFIX):

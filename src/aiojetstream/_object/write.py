@@ -71,7 +71,7 @@ from .names import (
 )
 
 if TYPE_CHECKING:
-    from .._context import JetStreamContext
+    from .._store_context import StoreContext
 
 logger = logging.getLogger("aiojetstream")
 #: Chunk bytes one put keeps awaiting their acknowledgement (at least 2 chunks).
@@ -186,7 +186,7 @@ class ObjectWriter:
     extends it with the public API; nothing else uses it.
     """
 
-    def __init__(self, js: JetStreamContext, stream: Stream) -> None:
+    def __init__(self, js: StoreContext, stream: Stream) -> None:
         name = stream.name
         self._js = js
         self._stream = stream
