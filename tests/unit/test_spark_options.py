@@ -382,3 +382,23 @@ def test_a_reply_that_is_no_ack_subject_is_an_invalid_response() -> None:
     replies = [V1.format(seq=1, ns=_ns(1), pending=1), "$JS.ACK.S.C.1.2"]
     with pytest.raises(InvalidResponseError, match="6 tokens"):
         _numbers(pa.array(replies, pa.string()))
+
+
+def test_the_spark_telemetry_option() -> None:
+    from aiojetstream.spark._options import parse_sink_options
+
+    def parsed(value: str | None) -> str | None:
+        options = {"subject": "a.b"} if value is None else {"subject": "a.b", "telemetry": value}
+        return parse_sink_options(options).connect.telemetry
+
+    assert parsed(None) is None
+    assert parsed("false") is None
+    assert parsed("True") == "true"
+    assert parsed(" mypkg.otel:configure ") == "mypkg.otel:configure"
+    for bad in ("yes", "mypkg.otel", "mypkg:", "my-pkg:configure"):
+        with pytest.raises(InvalidOptionError, match="option 'telemetry'"):
+            parsed(bad)
+    # Not part of the connection's identity: one shared connection either way.
+    assert parse_sink_options({"subject": "a.b", "telemetry": "true"}).connect == (
+        parse_sink_options({"subject": "a.b"}).connect
+    )

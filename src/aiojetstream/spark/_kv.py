@@ -25,6 +25,7 @@ from ._options import KVOptions, lower_keys, parse_kv_options
 from ._runtime import run_once, shared_session
 from ._source import check_read_schema
 from ._surface import surfaced, surfaced_iter
+from ._telemetry import counted
 from ._write import BatchWriterBase, WriteResult, arrow_schema, record_batches
 
 __all__ = ["JetStreamKVDataSource"]
@@ -40,6 +41,8 @@ KV_SCHEMA: Final = pa.schema(
     ]
 )
 _BATCH_ROWS: Final = 10_000
+#: The format name, the label of its row and batch metrics.
+_FORMAT: Final = "jetstream_kv"
 #: The JetStream API level of nats-server 2.11: batch direct gets.
 _BATCH_GET_LEVEL: Final = 1
 #: Keys a batch direct get asks for (the server answers at most 1,024 subjects).
@@ -168,10 +171,15 @@ class KVReader(DataSourceReader):
         kv = session.run(_bucket(session.js, opts))
         snapshot = _Snapshot(kv)
         session.run(snapshot.start())
+        yield from counted(
+            self._batches(session, snapshot), opts.connect.telemetry, "read", _FORMAT, opts.bucket
+        )
+
+    def _batches(self, session: Any, snapshot: _Snapshot) -> Iterator[pa.RecordBatch]:
         while not snapshot.ended:
             entries = session.run(snapshot.next_entries())
             if entries:
-                yield _arrow(opts.bucket, snapshot.prefix, entries)
+                yield _arrow(self.opts.bucket, snapshot.prefix, entries)
 
 
 class _Snapshot:
@@ -276,7 +284,8 @@ class KVWriter(BatchWriterBase):
         result = WriteResult()
         session = shared_session(opts.connect)  # the worker process's connection
         kv = session.run(_bucket(session.js, opts))
-        for batch in record_batches(iterator, self.schema):
+        batches = record_batches(iterator, self.schema)
+        for batch in counted(batches, opts.connect.telemetry, "write", _FORMAT, opts.bucket):
             session.run(_put_batch(kv, batch, opts.max_pending))
             result.rows += batch.num_rows
         return result

@@ -24,6 +24,8 @@ from typing import Any, Final, Literal
 
 from aiojetstream import InvalidOptionError
 
+from ._telemetry import check_telemetry
+
 __all__ = [
     "ConnectOptions",
     "JetStreamSparkWarning",
@@ -125,6 +127,7 @@ _CONNECT_KEYS: Final = frozenset(
         "apiprefix",
         "timeout",
         "ignoreunknownoptions",
+        "telemetry",
     }
 )
 _SOURCE_KEYS: Final = _CONNECT_KEYS | {
@@ -449,6 +452,9 @@ class ConnectOptions:
     creds_secret: str | None = field(default=None, repr=False)
     #: An NKey user seed (``SU...``).
     nkey_secret: str | None = field(default=None, repr=False)
+    #: Row and batch metrics (see ``_telemetry``): None (off), ``"true"`` or
+    #: ``"module:function"``. Not part of the connection's identity.
+    telemetry: str | None = field(default=None, compare=False)
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context)."""
@@ -575,6 +581,7 @@ def _connect(options: Mapping[str, str]) -> ConnectOptions:
         domain=domain,
         api_prefix=options.get("apiprefix") or None,
         timeout=_positive_float(options, "timeout", "timeout", 10.0),
+        telemetry=check_telemetry(options.get("telemetry")),
     )
 
 

@@ -46,6 +46,7 @@ from ._read import (
 )
 from ._runtime import run_shared
 from ._surface import surfaced, surfaced_iter
+from ._telemetry import counted
 from ._write import StreamWriter, Writer, check_sink_schema
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow
@@ -244,7 +245,8 @@ class BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (on an executor)."""
         assert isinstance(partition, SequenceRange)
-        return read_range(self.opts, partition.start, partition.end, partition.stream)
+        batches = read_range(self.opts, partition.start, partition.end, partition.stream)
+        return counted(batches, self.opts.connect.telemetry, "read", "jetstream", partition.stream)
 
 
 class FilteringBatchReader(BatchReader):
@@ -533,7 +535,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (on an executor)."""
         assert isinstance(partition, SequenceRange)
-        return read_range(self.opts, partition.start, partition.end, partition.stream)
+        batches = read_range(self.opts, partition.start, partition.end, partition.stream)
+        return counted(batches, self.opts.connect.telemetry, "read", "jetstream", partition.stream)
 
     @surfaced
     def commit(self, end: dict[str, Any]) -> None:

@@ -47,6 +47,7 @@ from aiojetstream import InvalidOptionError, JetStreamContext, PublishSummary
 from ._options import ConnectOptions, JetStreamSparkWarning, SinkOptions
 from ._runtime import TRANSIENT, discard, shared_session
 from ._surface import surfaced
+from ._telemetry import counted
 
 try:
     from pyspark.sql.datasource import DataSourceArrowWriter as BatchWriterBase
@@ -353,7 +354,8 @@ def _write(
     session = shared_session(connect, max_pending=opts.max_pending)
     try:
         publisher = _Publisher(session.js, opts, id_prefix)
-        for batch in record_batches(iterator, schema):
+        batches = record_batches(iterator, schema)
+        for batch in counted(batches, connect.telemetry, "write", "jetstream", opts.subject):
             session.run(publisher.publish(batch))
         return session.run(publisher.finish())
     except TRANSIENT:
