@@ -25,8 +25,6 @@ from ._conn import (
     RawSink,
     RawSubscription,
     check_line,
-    enqueue,
-    enqueue_many,
     pub_command,
 )
 from ._errors import (
@@ -652,7 +650,7 @@ class AsyncPublisher:
             # Raises (disconnected, reconnect buffer full) before anything is registered.
             # One write of the chunk (the join briefly holds it twice); while
             # disconnected it fits into the reconnect buffer whole, or fails whole.
-            enqueue_many(nc, cmds, sum(map(len, payloads)))
+            conn.enqueue_many(cmds, sum(map(len, payloads)))
         else:
             not_sent = functools.partial(self._not_sent, token)
             for i, payload in enumerate(payloads):
@@ -686,7 +684,8 @@ class AsyncPublisher:
             DisconnectedError: disconnected, and the reconnect buffer is full.
 
         """
-        nc = self._conn.nc
+        conn = self._conn
+        nc = conn.nc
         if self._closed or nc.is_closed or nc.is_draining_pubs:
             raise ConnectionClosedError("the connection is closed or draining")
         if not self._started:
@@ -694,7 +693,7 @@ class AsyncPublisher:
         deadline = asyncio.get_running_loop().time() + (
             self.ack_timeout if timeout is None else timeout
         )
-        enqueue(nc, commands, payload_size, count)
+        conn.enqueue(commands, payload_size, count)
         self._register_span(reply_token, tally, count, deadline, label)
 
     def next_span_reply(self) -> tuple[bytes, bytes]:

@@ -63,6 +63,6 @@ def test_only_the_boundary_module_imports_nats() -> None:
     offenders = sorted(
         path.name
         for path in SRC.rglob("*.py")
-        if "nats" in _imports(path) and path.name not in {"_conn.py", "testing.py"}
+        if "nats" in _imports(path) and path.name not in {"_nats.py", "testing.py"}
     )
     assert offenders == []

@@ -1,0 +1,326 @@
+"""``Conn``: the typed facade over one nats-py client, and its connection listeners."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol
+
+from .._errors import ConnectionClosedError, JetStreamError
+from ._connect import logging_errors
+from ._fallback import publish_in_task
+from ._nats import (
+    NatsClient,
+    NatsMsg,
+    NatsSubscription,
+    bound_close_waits,
+    enqueue,
+    enqueue_many,
+    nats_errors,
+    set_state_callbacks,
+    state_callbacks,
+    write_pending,
+)
+from ._nats import (
+    ack_nowait as queue_ack,
+)
+from ._paths import choose_path
+from ._raw import RawSubscription, subscribe_raw
+from ._requests import fail_requests, request
+from ._scan import RawSink
+from ._translate import translate
+from ._wire import MAX_SUBJECT_LINE, RawHandler, Reply, check_line, pub_command
+
+__all__ = ["CLOSE_FLUSH_TIMEOUT", "HUBS", "Conn", "ConnectionListener", "Hub"]
+
+logger = logging.getLogger("aiojetstream")
+
+#: How long closing may flush and wait for the socket before aborting it (``_reconnect``).
+CLOSE_FLUSH_TIMEOUT: Final = 5.0
+
+
+class ConnectionListener(Protocol):
+    """Receives connection state changes (called synchronously, must not block)."""
+
+    def on_disconnected(self) -> None:
+        """The connection dropped; nats-py is reconnecting (or closing)."""
+
+    def on_reconnected(self) -> None:
+        """The connection is back."""
+
+    def on_closed(self) -> None:
+        """The connection is closed for good."""
+
+
+class Hub:
+    """Chains itself in front of a nats-py client's state callbacks."""
+
+    def __init__(self, nc: NatsClient) -> None:
+        self.nc = nc
+        self.listeners: dict[int, ConnectionListener] = {}
+        self._orig_disconnected, self._orig_reconnected, self._orig_closed = state_callbacks(nc)
+        set_state_callbacks(nc, self._disconnected, self._reconnected, self._closed)
+
+    def restore(self) -> None:
+        set_state_callbacks(
+            self.nc, self._orig_disconnected, self._orig_reconnected, self._orig_closed
+        )
+
+    def _fan_out(self, name: str) -> None:
+        # Each listener on its own: one that raises must not keep the others, nor
+        # nats-py (which awaits these callbacks inside its reconnect task), from
+        # hearing of the change.
+        for listener in list(self.listeners.values()):
+            try:
+                getattr(listener, name)()
+            except Exception:
+                logger.exception("a connection listener's %s raised", name)
+
+    @staticmethod
+    async def _user_callback(callback: Callable[[], Awaitable[None]] | None, name: str) -> None:
+        if callback is not None:
+            await logging_errors(callback, f"{name}_cb")()
+
+    async def _disconnected(self) -> None:
+        self._fan_out("on_disconnected")
+        await self._user_callback(self._orig_disconnected, "disconnected")
+
+    async def _reconnected(self) -> None:
+        self._fan_out("on_reconnected")
+        await self._user_callback(self._orig_reconnected, "reconnected")
+
+    async def _closed(self) -> None:
+        self._fan_out("on_closed")
+        await self._user_callback(self._orig_closed, "closed")
+
+
+HUBS: weakref.WeakKeyDictionary[NatsClient, Hub] = weakref.WeakKeyDictionary()
+
+
+class Conn:
+    """A thin, typed facade over one nats-py client."""
+
+    __slots__ = ("__weakref__", "fast", "nc")
+
+    def __init__(self, nc: NatsClient) -> None:
+        self.nc = nc
+        #: True on the fast path, False on the fallback (see the module docstring).
+        self.fast = choose_path(nc)
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def max_payload(self) -> int:
+        """The server's ``max_payload`` (0 when unknown)."""
+        return int(self.nc.max_payload or 0)
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the connection is closed for good."""
+        return bool(self.nc.is_closed)
+
+    @property
+    def is_connected(self) -> bool:
+        """True while connected to a server."""
+        return bool(self.nc.is_connected)
+
+    def add_listener(self, listener: ConnectionListener) -> None:
+        """Start delivering connection state changes to ``listener``."""
+        hub = HUBS.get(self.nc)
+        if hub is None:
+            hub = HUBS[self.nc] = Hub(self.nc)
+        hub.listeners[id(listener)] = listener
+
+    def remove_listener(self, listener: ConnectionListener) -> None:
+        """Stop delivering to ``listener``; the last one out restores nats-py's callbacks."""
+        hub = HUBS.get(self.nc)
+        if hub is None:
+            return
+        hub.listeners.pop(id(listener), None)
+        if not hub.listeners:
+            hub.restore()
+            del HUBS[self.nc]
+
+    def listener_count(self) -> int:
+        """How many listeners are registered on this client (for leak checks)."""
+        hub = HUBS.get(self.nc)
+        return 0 if hub is None else len(hub.listeners)
+
+    # ----------------------------------------------------------------- I/O
+
+    def new_inbox(self) -> str:
+        """A new unique inbox subject."""
+        return self.nc.new_inbox()
+
+    async def request(
+        self,
+        subject: str,
+        payload: bytes,
+        timeout: float,
+        header_block: bytes | None = None,
+    ) -> Reply:
+        """Send a request and return the reply's payload and raw header block.
+
+        Raises:
+            ConnectionClosedError: the connection is closed (or draining).
+            DisconnectedError: disconnected and the reconnect buffer is full.
+            NoRespondersError: nobody listens on ``subject``.
+            JetStreamTimeoutError: no reply within ``timeout`` seconds.
+
+        """
+        return await request(self, subject, payload, timeout, header_block)
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes,
+        reply: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Publish a message (errors translated)."""
+        if len(subject) + len(reply) > MAX_SUBJECT_LINE // 4:  # else short in any encoding
+            check_line(subject.encode(), reply.encode())
+        with translate(subject):
+            await self.nc.publish(subject, payload, reply=reply, headers=headers)
+
+    async def subscribe(
+        self,
+        subject: str,
+        cb: Callable[[NatsMsg], Awaitable[None]],
+        *,
+        pending_msgs_limit: int = 0,
+        pending_bytes_limit: int = 0,
+    ) -> NatsSubscription:
+        """Subscribe with a callback; limits of 0 mean unlimited (no client-side drops)."""
+        with translate(subject):
+            return await self.nc.subscribe(
+                subject,
+                cb=cb,
+                pending_msgs_limit=pending_msgs_limit,
+                pending_bytes_limit=pending_bytes_limit,
+            )
+
+    async def subscribe_raw(
+        self,
+        subject: str,
+        handler: RawHandler,
+        *,
+        internal: bool = False,
+        sink: RawSink | None = None,
+    ) -> RawSubscription:
+        """Subscribe; each message goes to ``handler(subject, reply, payload, header_block)``.
+
+        The handler runs synchronously in the connection's read loop, so it
+        must be quick and must not block. ``internal`` marks a long-lived
+        subscription of the library itself (reply inboxes), kept apart from the
+        consumers' routes. With a ``sink`` (fast path only), the plain messages
+        the router frames itself are buffered through it instead (see
+        :class:`RawSink`); the handler gets the others.
+        """
+        return await subscribe_raw(self, subject, handler, internal, sink)
+
+    def publish_nowait(
+        self,
+        subject: bytes,
+        payload: bytes,
+        reply: bytes = b"",
+        header_block: bytes | None = None,
+        on_error: Callable[[JetStreamError], None] | None = None,
+    ) -> None:
+        """Queue a publish without awaiting (pull requests, acks, asynchronous publishes).
+
+        On the fast path the command is in nats-py's outgoing buffer when this
+        returns, and every failure is raised here. On the fallback nats-py's
+        ``publish`` runs in a task: a failure found there (the reconnect buffer
+        filled up meanwhile, the connection closed, nats-py refused the
+        message) goes to ``on_error``, or is logged as a warning without one.
+
+        Raises:
+            ConnectionClosedError: the connection is closed (or draining, on the fallback).
+            DisconnectedError: disconnected and the reconnect buffer is full.
+
+        """
+        nc = self.nc
+        if nc.is_closed:
+            raise ConnectionClosedError("the connection is closed")
+        if len(subject) + len(reply) > MAX_SUBJECT_LINE:
+            check_line(subject, reply)
+        if not self.fast:
+            publish_in_task(nc, subject, payload, reply, header_block, on_error)
+            return
+        if header_block is not None:
+            cmd = pub_command(subject, reply, payload, header_block)
+        elif reply:
+            cmd = b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, len(payload), payload)
+        else:
+            cmd = b"PUB %b %d\r\n%b\r\n" % (subject, len(payload), payload)
+        enqueue(nc, cmd, len(payload))
+
+    def write_queued(self) -> None:
+        """Write what is queued now rather than when nats-py's flusher task next runs.
+
+        For a pull request: it is sent while the consumer goes on with its
+        buffer, not once the consumer loop yields (the server would sit idle
+        meanwhile). Fast path only (the fallback writes from tasks anyway);
+        while disconnected the queue is the reconnect buffer and stays.
+        """
+        if self.fast:
+            write_pending(self.nc)
+
+    #: Queue an acknowledgement (fast path only): :func:`._nats.ack_nowait`.
+    ack_nowait = queue_ack
+
+    def enqueue(self, cmds: bytes, payload_size: int, count: int) -> None:
+        """Queue ``count`` ready-made PUB/HPUB commands, joined, as one write (fast path).
+
+        Raises:
+            DisconnectedError: disconnected and the reconnect buffer is full.
+
+        """
+        enqueue(self.nc, cmds, payload_size, count)
+
+    def enqueue_many(self, cmds: list[bytes], payload_size: int) -> None:
+        """Queue ready-made PUB/HPUB commands as one write (fast path; as :meth:`enqueue`).
+
+        Raises:
+            DisconnectedError: disconnected and the reconnect buffer is full.
+
+        """
+        enqueue_many(self.nc, cmds, payload_size)
+
+    @property
+    def is_draining_pubs(self) -> bool:
+        """True while nats-py drains publishes (the last step before closing)."""
+        return bool(self.nc.is_draining_pubs)
+
+    async def unsubscribe(self, sub: NatsSubscription) -> None:
+        """Unsubscribe; a closed connection is not an error here."""
+        if self.nc.is_closed:
+            return
+        with contextlib.suppress(
+            nats_errors.ConnectionClosedError,
+            nats_errors.ConnectionDrainingError,  # the drain removes it anyway
+            nats_errors.BadSubscriptionError,
+        ):
+            await sub.unsubscribe()
+
+    async def flush(self, timeout: float) -> None:
+        """Flush and wait for the server's PONG."""
+        with translate():
+            # nats-py annotates an int but waits on any positive number.
+            await self.nc.flush(timeout=timeout)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        """Close the connection, flushing for at most ``CLOSE_FLUSH_TIMEOUT`` seconds.
+
+        Requests still waiting for a reply fail with :class:`ConnectionClosedError`.
+        """
+        if not self.nc.is_closed:
+            bound_close_waits(self.nc, CLOSE_FLUSH_TIMEOUT)
+        try:
+            with translate():
+                await self.nc.close()
+        finally:
+            fail_requests(self.nc)

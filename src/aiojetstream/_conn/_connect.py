@@ -1,0 +1,341 @@
+"""Connecting: nats-py's ``connect`` with aiojetstream's options, errors and defaults.
+
+Safer defaults (keep-alive, a bounded first connection), ``tls://`` always
+meaning TLS (``_tls``), errors that name what failed without a secret in
+them, and user callbacks whose exceptions are logged, not raised into
+nats-py.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .._errors import (
+    AuthorizationError,
+    ConnectionFailedError,
+    InvalidOptionError,
+    JetStreamError,
+    TLSError,
+)
+from .._redact import connection_secrets, mentions, redact_servers, scrub
+from ._nats import NatsClient, drop_unsent_on_reconnect, nats_errors
+from ._reconnect import NextServer
+from ._requests import fail_requests
+from ._tls import guard_tls
+from ._translate import translate
+
+__all__ = [
+    "CONNECT_ATTEMPTS",
+    "CONNECT_RETRY_WAIT",
+    "DEFAULT_MAX_OUTSTANDING_PINGS",
+    "DEFAULT_PING_INTERVAL",
+    "connect_nats",
+    "logging_errors",
+]
+
+logger = logging.getLogger("aiojetstream")
+
+#: Our default keep-alive: a dead or hung server is noticed within
+#: ping_interval * (max_outstanding_pings + 1) = 15 s (nats-py's default is 360 s).
+DEFAULT_PING_INTERVAL = 5
+DEFAULT_MAX_OUTSTANDING_PINGS = 2
+
+
+#: then fails (as the Go client does by default) instead of nats-py's 60 x 2 s.
+CONNECT_ATTEMPTS = 2
+CONNECT_RETRY_WAIT = 0.25
+
+
+async def _log_connection_error(exc: Exception) -> None:
+    """Default nats-py error callback: one log line, not a traceback per attempt.
+
+    The error comes screened (:func:`initial_error_cb`): no secret in its text.
+    Not called for the attempts of the first connection: their errors are in
+    the exception :func:`connect_nats` raises (logged at debug level only).
+    """
+    logger.warning("nats connection error: %s", exc or type(exc).__name__)
+
+
+def _split_urls(servers: str | list[str]) -> list[str]:
+    items = [servers] if isinstance(servers, str) else list(servers)
+    urls = [u.strip() for item in items for u in item.split(",") if u.strip()]
+    if not urls:
+        raise InvalidOptionError("no server URL given")
+    return urls
+
+
+async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
+    """Connect with nats-py, applying aiojetstream's safer defaults.
+
+    * ``servers`` may be a list or a comma-separated string of URLs.
+    * ``ping_interval=5`` and ``max_outstanding_pings=2`` unless given, so a hung
+      server is detected in about 15 s instead of 6 minutes.
+    * The first connection fails after trying each server twice, 250 ms apart
+      (nats-py alone would retry for two minutes); reconnects afterwards follow
+      ``max_reconnect_attempts`` / ``reconnect_time_wait`` as usual.
+    * A ``tls://`` URL always means TLS: it gets a default verifying context
+      unless ``tls`` is given, and a server that does not offer TLS is refused
+      with :class:`TLSError` before anything (credentials included) is sent.
+    * A failed TLS handshake (untrusted certificate, hostname mismatch) raises
+      :class:`TLSError` at once, without a second attempt (nats-py would then
+      wait forever for the socket of the failed upgrade to close).
+    * Refused credentials raise :class:`AuthorizationError`.
+    * No error, log line or error callback shows a secret: the servers are
+      named through :func:`~._redact.redact_servers` (never credentials), and
+      what nats-py reports is screened for the password, token, NKey seed and
+      in-memory credentials given (the user's ``error_cb`` gets a
+      :class:`JetStreamError` in place of an error that shows one). A
+      chained cause that shows one is left out, as is nats-py's reason for
+      refusing a URL (it quotes the URL).
+    * A reconnect never starts with the server just lost and never waits to
+      flush the connection it gives up (:class:`NextServer`,
+      :func:`drop_unsent_on_reconnect`), unless ``reconnect_to_server_handler``
+      is given.
+    """
+    urls = _split_urls(servers)
+    shown = redact_servers(servers)
+    secrets = connection_secrets(servers, options)
+    options.setdefault("ping_interval", DEFAULT_PING_INTERVAL)
+    options.setdefault("max_outstanding_pings", DEFAULT_MAX_OUTSTANDING_PINGS)
+    reconnect_attempts = options.pop("max_reconnect_attempts", 60)
+    reconnect_wait = options.pop("reconnect_time_wait", 2)
+    wants_tls = any(u.lower().startswith("tls://") for u in urls)
+    if wants_tls and options.get("tls") is None:
+        options["tls"] = ssl.create_default_context()
+    nc = NatsClient()
+    tls_refusals: list[str] = []
+    if wants_tls:
+        guard_tls(nc, tls_refusals)
+    next_server: NextServer | None = None
+    if options.get("reconnect_to_server_handler") is None:
+        next_server = options["reconnect_to_server_handler"] = NextServer()
+    connect_errors: list[Exception] = []
+    # nats-py awaits these inside its read loop and reconnect task: one that raised
+    # ended the reconnect for good. Theirs to log, not to end the connection with.
+    for key in ("disconnected_cb", "reconnected_cb", "closed_cb", "discovered_server_cb"):
+        if options.get(key) is not None:
+            options[key] = logging_errors(options[key], key)
+    options["closed_cb"] = _failing_requests(nc, options.get("closed_cb"))
+    user_error_cb = options.get("error_cb")
+    options["error_cb"] = initial_error_cb(
+        logging_errors(user_error_cb, "error_cb") if user_error_cb else _log_connection_error,
+        connect_errors,
+        shown,
+        secrets,
+        quiet=user_error_cb is None,
+    )
+    failure: JetStreamError | None = None
+    try:
+        # nats-py annotates reconnect_time_wait as int but sleeps on any number.
+        options["max_reconnect_attempts"] = CONNECT_ATTEMPTS - 1
+        options["reconnect_time_wait"] = CONNECT_RETRY_WAIT
+        await nc.connect(servers=urls, **options)
+    except (OSError, TimeoutError, nats_errors.Error) as exc:
+        failure = _connect_failure(exc, nc.last_error, connect_errors, tls_refusals, shown)
+        # The cause is chained unless something in it shows a secret; nats-py's
+        # reason for refusing a URL quotes it (a ValueError from urllib).
+        if failure is None:
+            if not mentions(exc, secrets):
+                with translate():
+                    raise
+            failure = JetStreamError(f"connection error: {scrub(str(exc), secrets)}")
+        elif not _is_invalid_url(exc) and not mentions(exc, secrets):
+            raise screened(failure, secrets) from exc
+    except TLSError as exc:  # raised by the error callback out of nats-py's connect
+        if mentions(exc, secrets):
+            failure = exc
+        else:
+            raise
+    finally:
+        connect_errors.append(_CONNECTED)  # the callback only forwards from now on
+    if failure is not None:
+        # Raised here, outside the except clause: no __context__ either.
+        raise screened(failure, secrets)
+    nc.options["max_reconnect_attempts"] = reconnect_attempts
+    nc.options["reconnect_time_wait"] = reconnect_wait
+    if next_server is not None:
+        next_server.attach(nc)
+    drop_unsent_on_reconnect(nc)
+    return nc
+
+
+#: Why nats-py may refuse a URL with credentials in it, said without quoting them.
+_URL_HINT = (
+    "a password or token holding '/', '?', '#', ',' or unicode that stands for one of "
+    "them cannot go in a URL: give it with the user and password or token options"
+)
+
+
+def _is_invalid_url(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, nats_errors.Error) and (
+        "invalid connect url" in text or "invalid hostname in connect url" in text
+    )
+
+
+def _connect_failure(
+    exc: BaseException,
+    last: BaseException | None,
+    connect_errors: list[Exception],
+    tls_refusals: list[str],
+    shown: str,
+) -> JetStreamError | None:
+    """The error a failed first connection raises (None: :func:`translate` maps ``exc``).
+
+    ``shown`` names the servers without credentials; the text of an error
+    nats-py reports is quoted (the caller screens it for secrets), except for
+    a refused URL: nats-py's reason quotes the URL.
+    """
+    refused = next((e for e in reversed(connect_errors) if _is_auth_error(e)), None)
+    if refused is not None:
+        return AuthorizationError(f"{shown} refused the credentials: {refused}")
+    if tls_refusals:
+        return TLSError(f"refusing a plaintext connection: {tls_refusals[-1]}")
+    if isinstance(last, ssl.SSLError) or isinstance(exc, ssl.SSLError):
+        return TLSError(f"TLS handshake with {shown} failed: {last or exc}")
+    if _is_invalid_url(exc):
+        hint = f" ({_URL_HINT})" if "***@" in shown else ""
+        return InvalidOptionError(f"invalid server URL in {shown}{hint}")
+    if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError):
+        # Why the attempts failed (refused, unknown host...), each reason once,
+        # rather than nats-py's closing "no servers available".
+        reasons = list(
+            dict.fromkeys(
+                _reason(e) for e in connect_errors if not isinstance(e, nats_errors.NoServersError)
+            )
+        )
+        if not reasons:
+            reasons = [_reason(last or exc)]
+        servers = tuple(u.strip() for u in shown.split(","))
+        tried = "tried twice" if len(servers) == 1 else "each tried twice"
+        return ConnectionFailedError(
+            f"could not connect to {shown} ({tried}): {'; '.join(reasons)}", servers
+        )
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a connection attempt failed, in words (a bare ``TimeoutError`` says nothing)."""
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
+def screened(error: JetStreamError, secrets: list[str]) -> JetStreamError:
+    """``error`` if neither it nor what it chains shows a secret.
+
+    Else a new error of its type, chaining nothing, with the secrets of its
+    message hidden (:func:`scrub`).
+    """
+    if not mentions(error, secrets):
+        return error
+    text = scrub(str(error), secrets)
+    try:
+        return type(error)(text)
+    except TypeError:  # an error type that takes more than a message
+        return JetStreamError(text)
+
+
+def logging_errors(
+    callback: Callable[..., Awaitable[None]], name: str
+) -> Callable[..., Awaitable[None]]:
+    """``callback``, with whatever it raises logged instead of raised into nats-py."""
+
+    async def call(*args: Any) -> None:
+        try:
+            await callback(*args)
+        except Exception:
+            logger.exception("the connection's %s raised", name)
+
+    return call
+
+
+def _failing_requests(
+    nc: NatsClient, user_cb: Callable[[], Awaitable[None]] | None
+) -> Callable[[], Awaitable[None]]:
+    """A ``closed_cb`` that fails the requests in flight, then calls the user's.
+
+    nats-py closes by itself too (reconnect attempts used up, credentials refused).
+    """
+    client = weakref.ref(nc)  # the callback is kept by the client itself
+
+    async def closed() -> None:
+        target = client()
+        if target is not None:
+            fail_requests(target)
+        if user_cb is not None:
+            await user_cb()
+
+    return closed
+
+
+#: Marks the end of the initial connection in the error list of initial_error_cb.
+_CONNECTED = Exception("connected")
+
+
+def initial_error_cb(
+    forward: Callable[[Exception], Awaitable[None]],
+    seen: list[Exception],
+    shown: str,
+    secrets: list[str],
+    *,
+    quiet: bool = False,
+) -> Callable[[Exception], Awaitable[None]]:
+    """nats-py's error callback: forwards every error, and ends a failed TLS handshake.
+
+    An error that shows one of the connection's ``secrets`` is forwarded (to
+    the log, or the user's ``error_cb``) as a :class:`JetStreamError` naming
+    its type, with the secrets hidden and nothing chained.
+
+    During the initial connection it records the errors (an authorization
+    error is only told apart there), and raises :class:`TLSError` out of
+    nats-py's connect on an ``ssl.SSLError``: asyncio closed the socket, and
+    nats-py would otherwise retry and then wait forever for the stream of
+    the failed TLS upgrade to close. ``shown`` names the servers. With
+    ``quiet`` (no callback of the user's: ``forward`` logs), the errors of
+    the initial connection are not forwarded but logged at debug level: a
+    connection that never opens says why in the error it raises, not in a
+    warning per attempt before it.
+    """
+
+    async def error_cb(exc: Exception) -> None:
+        connected = bool(seen) and seen[-1] is _CONNECTED
+        if connected or not quiet:
+            await forward(_screened_error(exc, secrets))
+        else:
+            logger.debug("connecting to %s: %s", shown, _screened_error(exc, secrets))
+        if connected:
+            return
+        seen.append(exc)
+        if isinstance(exc, ssl.SSLError):
+            raise TLSError(f"TLS handshake with {shown} failed: {exc}") from exc
+
+    return error_cb
+
+
+def _screened_error(exc: Exception, secrets: list[str]) -> Exception:
+    """``exc``, or, when it (or what it chains) shows a secret, a safe stand-in."""
+    if not mentions(exc, secrets):
+        return exc
+    return JetStreamError(f"{type(exc).__name__}: {scrub(str(exc), secrets)}")
+
+
+#: The server's -ERR texts of refused credentials (nats-py raises them as a plain Error).
+_AUTH_ERRORS = (
+    "authorization violation",
+    "user authentication expired",
+    "user authentication revoked",
+    "account authentication expired",
+)
+
+
+def _is_auth_error(exc: Exception) -> bool:
+    """An ``-ERR`` of refused credentials, such as ``'Authorization Violation'``."""
+    if isinstance(exc, nats_errors.AuthorizationError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, nats_errors.Error) and any(marker in text for marker in _AUTH_ERRORS)

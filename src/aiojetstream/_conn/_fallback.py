@@ -1,0 +1,135 @@
+"""The fallback: nats-py's public API only (``AIOJETSTREAM_FAST_PATH=0``, or internals missing).
+
+Publishes that must not wait run nats-py's ``publish`` in a task whose
+failure goes to the caller; raw handlers get their pieces rebuilt from
+nats-py's ``Msg``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from .._errors import ConnectionClosedError, JetStreamError
+from ._nats import NatsClient, NatsMsg
+from ._translate import as_jetstream_error
+from ._wire import RawHandler
+
+__all__ = [
+    "BACKGROUND",
+    "FallbackDelivery",
+    "decode_header_block",
+    "publish_in_task",
+    "rebuild_header_block",
+]
+
+logger = logging.getLogger("aiojetstream")
+
+#: The publish tasks still running (a task nobody holds may be collected mid-way).
+BACKGROUND: set[asyncio.Task[None]] = set()
+_CRLF = b"\r\n"
+
+
+def rebuild_header_block(headers: dict[str, str] | None) -> bytes | None:
+    """Header block as sent by the server, from nats-py's parsed dict (fallback path).
+
+    nats-py puts a status line's code and description into the ``Status`` and
+    ``Description`` keys; a ``Status`` of three ASCII digits becomes the status
+    line again. What nats-py's dict loses stays lost: of a repeated key only
+    the last value is left, and a user header ``Status: 200`` reads as a status.
+    """
+    if not headers:
+        return None
+    status = headers.get("Status")
+    first = b"NATS/1.0"
+    is_status = status is not None and len(status) == 3 and status.isascii() and status.isdigit()
+    if is_status:
+        first += b" " + status.encode()  # type: ignore[union-attr]
+        desc = headers.get("Description")
+        if desc:
+            first += b" " + desc.encode()
+    lines = [first]
+    for key, value in headers.items():
+        if is_status and key in ("Status", "Description"):
+            continue
+        lines.append(f"{key}: {value}".encode())
+    return _CRLF.join(lines) + _CRLF + _CRLF
+
+
+def decode_header_block(block: bytes | None) -> dict[str, str] | None:
+    """The user headers of a header block, for nats-py (fallback path only)."""
+    if not block:
+        return None
+    headers: dict[str, str] = {}
+    for line in block.decode().split("\r\n")[1:]:
+        key, sep, value = line.partition(": ")
+        if sep:
+            headers[key] = value
+    return headers or None
+
+
+def publish_in_task(
+    nc: NatsClient,
+    subject: bytes,
+    payload: bytes,
+    reply: bytes,
+    header_block: bytes | None,
+    on_error: Callable[[JetStreamError], None] | None,
+) -> None:
+    """The fallback of :meth:`Conn.publish_nowait`: nats-py's ``publish`` in a task.
+
+    Tasks start in creation order and nats-py queues the command before its
+    first suspension, so publishes keep their order. The task's failure (or
+    cancellation) goes to ``on_error``; nothing is dropped silently.
+    """
+    if nc.is_draining_pubs:
+        raise ConnectionClosedError("the connection is draining")
+    text = subject.decode()
+    coro = nc.publish(
+        text, payload, reply=reply.decode(), headers=decode_header_block(header_block)
+    )
+    task = asyncio.get_running_loop().create_task(coro)
+    BACKGROUND.add(task)
+
+    def done(task: asyncio.Task[None]) -> None:
+        BACKGROUND.discard(task)
+        if task.cancelled():
+            error: JetStreamError = ConnectionClosedError(
+                f"the publish on {text!r} was cancelled before it was written"
+            )
+        else:
+            exc = task.exception()
+            if exc is None:
+                return
+            error = as_jetstream_error(exc, text)
+        if on_error is None:
+            logger.warning("a publish on %r failed: %s", text, error)
+        else:
+            on_error(error)
+
+    task.add_done_callback(done)
+
+
+class FallbackDelivery:
+    """The fallback's nats-py callback: rebuilds the raw pieces for the raw handler.
+
+    nats-py runs it in the subscription's task and hands its exceptions to the
+    connection's error callback (aiojetstream's default logs them).
+    """
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: RawHandler) -> None:
+        self.handler: RawHandler | None = handler
+
+    async def deliver(self, msg: NatsMsg) -> None:
+        """Hand one message to the raw handler (nothing once detached)."""
+        handler = self.handler
+        if handler is not None:  # None once detached
+            handler(
+                msg.subject.encode(),
+                msg.reply.encode(),
+                msg.data,
+                rebuild_header_block(msg.headers),
+            )

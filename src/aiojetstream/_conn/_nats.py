@@ -1,0 +1,696 @@
+"""The boundary to nats-py: the one module that imports it and reaches into its internals.
+
+Every read or write of nats-py's private attributes (``nc._...``, the
+protocol parser's state, the transports' insides) is in this module, and
+nowhere else in aiojetstream (``tests/unit/test_nats_boundary.py`` pins
+that by scanning the source). The other modules of ``_conn`` use nats-py's
+public API, and the names re-exported here (:data:`NatsClient`,
+:data:`nats_errors`, ...), only; what they need beyond it is a function of
+this module: a hook (``_process_info``, ``_process_op_err``, the state
+callbacks, ``_process_msg`` and the parser's ``parse``), the outgoing
+buffer (:func:`enqueue`, :func:`write_pending`, :func:`ack_nowait`), the
+transports (:func:`abort_transport`, :func:`bound_close_waits`), and
+:func:`fast_path_missing`, the check that all of it has the shape relied on.
+
+What the fast path relies on, verified on the nats-py versions
+``pyproject.toml`` allows (2.16.x): the protocol parser (``Client._ps``:
+its ``parse``, ``nc``, ``buf``, ``state``, ``needed``, ``header_needed``,
+``msg_arg``; ``Client._process_ping`` and ``_process_pong``;
+``AWAITING_CONTROL_LINE`` and ``AWAITING_MSG_PAYLOAD`` of
+``nats.protocol.parser``), ``Client._process_msg``, the outgoing buffer
+(``_pending``, ``_pending_data_size``, ``_max_pending_size``,
+``_flush_queue``, ``_transport``), ``_max_payload`` and
+``Subscription._id``; for reading where the socket delivers, also
+``nats.aio.client.DEFAULT_BUFFER_SIZE`` (what the read loop asks for) and
+``TcpTransport._io_writer`` (its asyncio transport), without which the read
+loop parses everything.
+
+Below 800 lines? Not quite a small module: it holds :class:`Router`, the
+half of the fast-path router that hooks nats-py's parser and drives the
+scan from its read buffer (the scan itself is ``_scan.Scanner``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import nats.errors as nats_errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.client import Server, Srv
+from nats.aio.msg import Msg as NatsMsg
+from nats.aio.subscription import Subscription as NatsSubscription
+
+from .._errors import ConnectionClosedError, DisconnectedError
+from ._reads import DirectReads
+from ._scan import SCAN_END, SCAN_OTHER, SCAN_PING, SCAN_PONG, Scanner
+from ._wire import ACK_TAILS, ACK_WRITE_BYTES
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = [
+    "FAST_PATH_ATTRIBUTES",
+    "NatsClient",
+    "NatsMsg",
+    "NatsParser",
+    "NatsSubscription",
+    "Router",
+    "Server",
+    "Srv",
+    "abort_transport",
+    "ack_nowait",
+    "asyncio_transport",
+    "bound_close_waits",
+    "current_server",
+    "drop_unsent_on_reconnect",
+    "enqueue",
+    "enqueue_many",
+    "fail_nats_requests",
+    "fast_path_missing",
+    "guard_process_info",
+    "nats_errors",
+    "payload_limit",
+    "send_now",
+    "set_state_callbacks",
+    "state_callbacks",
+    "subscription_id",
+    "write_pending",
+]
+
+logger = logging.getLogger("aiojetstream")
+
+
+def _parser_internals() -> tuple[Any, Any, Any]:
+    """nats-py's protocol ``Parser`` class and its two states (None where they moved)."""
+    try:
+        from nats.protocol import parser
+    except ImportError:
+        return None, None, None
+    return (
+        getattr(parser, "Parser", None),
+        getattr(parser, "AWAITING_CONTROL_LINE", None),
+        getattr(parser, "AWAITING_MSG_PAYLOAD", None),
+    )
+
+
+# Looked up defensively: a nats-py that moved them gets the fallback, not an ImportError.
+NatsParser, _AWAITING_CONTROL, _AWAITING_PAYLOAD = _parser_internals()
+
+
+def _tcp_transport_class() -> Any:
+    """nats-py's TCP transport class (None where it moved: nothing is written directly)."""
+    try:
+        from nats.aio import transport
+    except ImportError:
+        return None
+    return getattr(transport, "TcpTransport", None)
+
+
+_TcpTransport = _tcp_transport_class()
+
+
+def _client_read_size() -> int | None:
+    """How much nats-py's read loop asks its stream reader for (None where it moved)."""
+    try:
+        from nats.aio import client
+    except ImportError:
+        return None
+    size = getattr(client, "DEFAULT_BUFFER_SIZE", None)
+    return size if type(size) is int and size > 0 else None
+
+
+_READ_SIZE = _client_read_size()
+
+
+def asyncio_transport(nc: NatsClient) -> asyncio.Transport | None:
+    """The asyncio transport under nats-py's TCP transport (TLS included), else None.
+
+    Only the standard library's transports (another event loop's, uvloop's
+    say, gets no :class:`DirectReads`; see :func:`abort_transport` for any).
+    """
+    under = _socket_transport(nc)
+    return under if isinstance(under, asyncio.Transport) else None
+
+
+def _socket_transport(nc: NatsClient) -> Any:
+    """Whatever transport nats-py's TCP transport (TLS included) writes to, else None."""
+    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+    return getattr(writer, "transport", None)
+
+
+def _parser_hook_available(nc: NatsClient) -> bool:
+    """True when nats-py's parser is unhooked and has the shape :meth:`Router._parse` needs."""
+    return _parser_shape_ok(nc) and "parse" not in vars(nc._ps)
+
+
+def _parser_shape_ok(nc: NatsClient) -> bool:
+    """True when nats-py's parser has the shape :meth:`Router._parse` relies on."""
+    ps = getattr(nc, "_ps", None)
+    return (
+        NatsParser is not None
+        and type(ps) is NatsParser
+        and getattr(ps, "nc", None) is nc
+        and callable(getattr(nc, "_process_ping", None))
+        and callable(getattr(nc, "_process_pong", None))
+        and callable(getattr(NatsParser, "parse", None))
+        and isinstance(getattr(ps, "buf", None), bytearray)
+        and isinstance(getattr(ps, "msg_arg", None), dict)
+        and all(
+            isinstance(getattr(ps, name, None), int)
+            for name in ("state", "needed", "header_needed")
+        )
+        and _AWAITING_CONTROL == 1
+        and _AWAITING_PAYLOAD == 2
+    )
+
+
+#: The nats-py client attributes the fast path uses, with the types they must have.
+FAST_PATH_ATTRIBUTES: dict[str, type | tuple[type, ...]] = {
+    "_pending": list,
+    "_pending_data_size": int,
+    "_max_pending_size": int,
+    "_max_payload": int,
+    "_flush_queue": (asyncio.Queue, type(None)),
+    "stats": dict,
+}
+
+
+def fast_path_missing(nc: NatsClient) -> list[str]:
+    """What the fast path needs and this nats-py client lacks (empty: all there)."""
+    missing = [
+        name
+        for name, kind in FAST_PATH_ATTRIBUTES.items()
+        if not isinstance(getattr(nc, name, None), kind)
+    ]
+    if not callable(getattr(nc, "_process_msg", None)):
+        missing.append("_process_msg")
+    if not hasattr(nc, "_transport"):
+        missing.append("_transport")
+    if not _parser_shape_ok(nc):
+        missing.append("_ps (the protocol parser and its states)")
+    init = getattr(NatsSubscription, "__init__", None)
+    if "_id" not in getattr(getattr(init, "__code__", None), "co_names", ()):
+        missing.append("Subscription._id")
+    return missing
+
+
+# --------------------------------------------------------------------------- hooks and small reads
+
+
+def guard_process_info(
+    nc: NatsClient, check: Callable[[Srv | None, dict[str, Any], bool], None]
+) -> None:
+    """Call ``check(server, info, initial_connection)`` before nats-py processes an INFO.
+
+    ``server`` is the server nats-py is connected (or connecting) to. What
+    ``check`` raises ends nats-py's processing of the INFO (and, on the
+    initial connection, the connection) before anything is sent in reply.
+    """
+    original = nc._process_info
+
+    async def guarded(info: dict[str, Any], initial_connection: bool = False) -> None:
+        check(nc._current_server, info, initial_connection)
+        await original(info, initial_connection=initial_connection)
+
+    nc._process_info = guarded  # type: ignore[method-assign]
+
+
+def current_server(nc: NatsClient) -> Srv | None:
+    """The server nats-py is connected to, or the one it tried last."""
+    server: Srv | None = nc._current_server
+    return server
+
+
+StateCallback = Callable[[], Awaitable[None]] | None
+
+
+def state_callbacks(nc: NatsClient) -> tuple[StateCallback, StateCallback, StateCallback]:
+    """nats-py's disconnected, reconnected and closed callbacks, as they are now."""
+    return nc._disconnected_cb, nc._reconnected_cb, nc._closed_cb
+
+
+def set_state_callbacks(
+    nc: NatsClient,
+    disconnected: StateCallback,
+    reconnected: StateCallback,
+    closed: StateCallback,
+) -> None:
+    """Replace nats-py's disconnected, reconnected and closed callbacks."""
+    nc._disconnected_cb = disconnected
+    nc._reconnected_cb = reconnected
+    nc._closed_cb = closed
+
+
+def subscription_id(sub: NatsSubscription) -> int:
+    """The sid of a nats-py subscription (what its messages carry)."""
+    return sub._id
+
+
+def payload_limit(nc: NatsClient) -> int:
+    """The server's ``max_payload`` as nats-py's publish checks it."""
+    return nc._max_payload
+
+
+def fail_nats_requests(nc: NatsClient) -> None:
+    """Fail the requests waiting in nats-py's own response map (where it has one).
+
+    nats-py's error there is translated by the request (the fallback path).
+    """
+    theirs = getattr(nc, "_resp_map", None)
+    if isinstance(theirs, dict):
+        for fut in list(theirs.values()):
+            if isinstance(fut, asyncio.Future) and not fut.done():
+                fut.set_exception(nats_errors.ConnectionClosedError())
+
+
+# --------------------------------------------------------------------------- the outgoing buffer
+
+
+def write_pending(nc: NatsClient) -> bool:
+    """Write nats-py's outgoing buffer now, as its flusher task would; True if written.
+
+    The flusher finds the buffer empty afterwards. Only over nats-py's TCP
+    transport (TLS included), whose writes go out at once: other transports
+    (websockets) send in the flusher's ``drain()``. While disconnected the
+    buffer is the reconnect buffer and stays for nats-py to send.
+    """
+    transport = nc._transport
+    pending = nc._pending
+    if (
+        not pending
+        or _TcpTransport is None
+        or not isinstance(transport, _TcpTransport)
+        or not nc.is_connected
+    ):
+        return False
+    nc._pending = []
+    nc._pending_data_size = 0
+    transport.writelines(pending)
+    return True
+
+
+def enqueue_many(nc: NatsClient, cmds: list[bytes], payload_size: int) -> None:
+    """Queue ready-made PUB/HPUB commands as one write (fast path; as :func:`enqueue`)."""
+    enqueue(nc, b"".join(cmds), payload_size, len(cmds))
+
+
+def enqueue(nc: NatsClient, cmd: bytes, payload_size: int, msgs: int = 1) -> None:
+    """Append a ready-made command to nats-py's pending buffer and wake its flusher.
+
+    While disconnected the command waits in the reconnect buffer (written after
+    the re-subscriptions once reconnected), as nats-py's own publish does.
+    ``msgs``: how many messages ``cmd`` holds (for nats-py's statistics).
+    """
+    connected = nc.is_connected
+    if not connected:
+        limit = nc._max_pending_size
+        if limit <= 0 or nc._pending_data_size + len(cmd) > limit:
+            raise DisconnectedError("disconnected: the reconnect buffer is full")
+    nc._pending.append(cmd)
+    nc._pending_data_size += len(cmd)
+    stats = nc.stats
+    stats["out_msgs"] += msgs
+    stats["out_bytes"] += payload_size
+    queue = nc._flush_queue
+    if connected and queue is not None and queue.empty():
+        queue.put_nowait(asyncio.get_running_loop().create_future())
+
+
+class HasClient(Protocol):
+    """What :func:`ack_nowait` needs of its ``Conn``: the nats-py client."""
+
+    nc: NatsClient
+
+
+def ack_nowait(self: HasClient, subject: bytes, payload: bytes) -> None:
+    """Queue an acknowledgement: a PUB of ``payload`` to ``subject`` (fast path only).
+
+    ``Conn.ack_nowait`` is this function (no call more per acknowledgement).
+
+    Acks pile up in nats-py's outgoing buffer while a consumer loop hands
+    out buffered messages without yielding to the event loop (so nats-py's
+    flusher task does not run). Once :data:`ACK_WRITE_BYTES` are queued
+    they are written at once, all in one write: the server hears of acks
+    within that many bytes, not only when the loop next waits.
+
+    Raises:
+        ConnectionClosedError: the connection is closed.
+        DisconnectedError: disconnected and the reconnect buffer is full.
+
+    """
+    nc = self.nc
+    tail = ACK_TAILS.get(payload)
+    if tail is None:
+        tail = b" %d\r\n%b\r\n" % (len(payload), payload)
+    cmd = b"PUB " + subject + tail
+    if not nc.is_connected:
+        if nc.is_closed:
+            raise ConnectionClosedError("the connection is closed")
+        enqueue(nc, cmd, len(payload))
+        return
+    # enqueue, connected, and a write instead of a wake-up once enough is queued.
+    nc._pending.append(cmd)
+    size = nc._pending_data_size = nc._pending_data_size + len(cmd)
+    stats = nc.stats
+    stats["out_msgs"] += 1
+    stats["out_bytes"] += len(payload)
+    if size >= ACK_WRITE_BYTES and write_pending(nc):
+        return
+    queue = nc._flush_queue
+    if queue is not None and queue.empty():
+        queue.put_nowait(asyncio.get_running_loop().create_future())
+
+
+def send_now(nc: NatsClient, cmd: bytes, payload_size: int) -> None:
+    """Write a request's command at once when nothing is queued before it, else queue it."""
+    transport = nc._transport
+    if (
+        not nc._pending
+        and _TcpTransport is not None
+        and isinstance(transport, _TcpTransport)
+        and nc.is_connected
+    ):
+        # Nothing is queued before it: write it now rather than wake the
+        # flusher task first (one event-loop round trip less per request).
+        # Only over TCP (TLS included): a websocket transport sends in the
+        # flusher's drain(), so there the command is queued and the flusher woken.
+        transport.write(cmd)
+        stats = nc.stats
+        stats["out_msgs"] += 1
+        stats["out_bytes"] += payload_size
+    else:
+        enqueue(nc, cmd, payload_size)
+
+
+# --------------------------------------------------------------------------- reconnects and close
+#
+# See ``_reconnect`` for why a reconnect aborts the connection it gives up
+# (:func:`drop_unsent_on_reconnect`) and a close is bounded
+# (:func:`bound_close_waits`): both hook nats-py here.
+
+
+def abort_transport(nc: NatsClient) -> None:
+    """Abort nats-py's socket at once (unsent data is dropped; TCP and TLS transports)."""
+    transport = _socket_transport(nc)
+    if transport is not None:
+        transport.abort()
+
+
+def bound_close_waits(nc: NatsClient, timeout: float) -> None:
+    """Bound the flush and the wait for the socket that nats-py's ``close()`` does."""
+    transport = nc._transport
+    if transport is None:
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    aborted: list[bool] = []
+
+    def bounded(original: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        async def wait() -> None:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await original()
+            except TimeoutError:
+                if not aborted:
+                    aborted.append(True)
+                    logger.warning(
+                        "closing: the server took nothing for %.1f s; the connection is "
+                        "aborted and what it had not taken is lost",
+                        timeout,
+                    )
+                abort_transport(nc)
+            except OSError as exc:
+                # The connection was already lost (the client was reconnecting):
+                # nothing more can be sent, and raising would end nats-py's close
+                # half way.
+                logger.debug("closing: the connection was already lost (%s)", exc)
+                abort_transport(nc)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the caller's close was cancelled
+                # nats-py's reconnect task waited on the same close waiter (a TLS
+                # close takes a while) and the close cancelled that task, and with it
+                # the waiter: the socket is closing all the same. Raised, it ended
+                # nats-py's close half way and reached the caller as a cancellation.
+                logger.debug(
+                    "closing: the wait for the socket was cancelled with nats-py's reconnect"
+                )
+                abort_transport(nc)
+
+        return wait
+
+    for name in ("drain", "wait_closed"):
+        original = getattr(transport, name, None)
+        if original is not None:
+            setattr(transport, name, bounded(original))
+
+
+def drop_unsent_on_reconnect(nc: NatsClient) -> None:
+    """Abort, instead of flushing, the connection nats-py gives up to reconnect.
+
+    Wraps nats-py's ``_process_op_err``, the one way into a reconnect after
+    an error (a read or write error, a stale connection after unanswered
+    pings, the server's ``-ERR 'Stale Connection'``).
+    """
+    original: Callable[[Exception], Awaitable[None]] | None = getattr(nc, "_process_op_err", None)
+    if original is None:  # another nats-py: keep its own reconnect
+        return
+
+    async def process_op_err(error: Exception) -> None:
+        if (
+            nc.options.get("allow_reconnect")
+            and (nc.is_connected or nc.is_connecting)
+            and not (nc.is_closed or nc.is_reconnecting)
+        ):
+            abort_transport(nc)
+        await original(error)
+
+    nc._process_op_err = process_op_err  # type: ignore[method-assign,assignment]
+
+
+class Router(Scanner):
+    """Takes the messages of routed sids from nats-py's parser (see ``_raw``).
+
+    Two hooks: ``nc._process_msg`` (every message nats-py's own parser hands
+    on), and, when nats-py's parser has the expected shape, its ``parse``
+    method: the MSG / HMSG lines of routed subscriptions are then parsed here,
+    straight from the read buffer and without a coroutine per message, while
+    any other protocol line (PING, PONG, INFO, -ERR, ...) and everything after
+    it in the same read goes to nats-py's parser unchanged.
+
+    With the parser hooked, the router also stands in front of the
+    connection's asyncio protocol (:class:`~._reads.DirectReads`, over nats-py's TCP
+    transport, TLS included): while nats-py's read loop has nothing left to
+    parse, the bytes the socket delivers are scanned right where they arrive,
+    so a reply or a consumer's messages reach their handler without waiting
+    for the read loop's task to be woken (one event-loop pass less per read).
+    Anything that needs nats-py's parser or an await, and everything after it,
+    goes to the read loop as before.
+    """
+
+    def __init__(self, nc: NatsClient) -> None:
+        # No strong reference to the client (it is the key of ROUTERS).
+        super().__init__(nc.stats)
+        #: True while nats-py's read loop is inside the parser (it may await there).
+        self._in_parse = False
+        #: The protocol in front of the current transport (None: not (yet) installed).
+        self._reads: DirectReads | None = None
+        process = nc._process_msg
+        if getattr(process, "__self__", None) is nc:
+            self._original: Callable[[], Callable[..., Awaitable[None]] | None] = (
+                weakref.WeakMethod(process)
+            )
+        else:  # already replaced by someone else: keep what we found
+            self._original = lambda: process
+        nc._process_msg = self._process  # type: ignore[method-assign]
+        self._ps: weakref.ReferenceType[Any] | None = None
+        if _parser_hook_available(nc):
+            self._ps = weakref.ref(nc._ps)
+            nc._ps.parse = self._parse  # type: ignore[method-assign]
+
+    @property
+    def ps(self) -> Any:
+        """nats-py's parser when its ``parse`` is hooked, else None."""
+        return None if self._ps is None else self._ps()
+
+    async def original(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> None:
+        """nats-py's own processing of a message that is not routed here.
+
+        Its exceptions are logged, not raised: in the read loop they would stop
+        nats-py reading from the socket (nats-py 2.16 raises, for example, on a
+        status line or a subject that is not UTF-8).
+        """
+        process = self._original()
+        if process is None:
+            return
+        try:
+            await process(sid, subject, reply, data, headers)
+        except Exception:
+            logger.exception("nats-py failed to process a message on %r", subject)
+
+    async def _process(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> None:
+        handler = self.routes.get(sid)
+        if handler is None:
+            handler = self.internal.get(sid)
+            if handler is None:
+                await self.original(sid, subject, reply, data, headers)
+                return
+        stats = self.stats
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
+        try:
+            handler(subject, reply, data, headers or None)
+        except Exception:
+            logger.exception("the handler of a message on %r failed", subject)
+
+    async def _parse(self, data: bytes = b"") -> None:
+        """nats-py's ``Parser.parse``, with a fast path for MSG and HMSG.
+
+        Parses every input exactly as nats-py's parser does (it is nats-py's
+        parser for anything but the canonical MSG / HMSG lines nats-server
+        sends), with one difference: malformed protocol raises nats-py's
+        ``ProtocolError`` only, which nats-py's read loop answers with a
+        reconnect. Other exceptions of nats-py's parser (an ``INFO`` that is not
+        JSON, a bare ``-ERR``) would end its read loop and leave the connection
+        silent; they are logged and raised as ``ProtocolError`` instead.
+        """
+        self._in_parse = True
+        try:
+            self._track_read(len(data))
+            await self._parse_frames(data)
+        except nats_errors.ProtocolError:
+            raise
+        except Exception as exc:
+            logger.warning("malformed protocol from the server (%r): reconnecting", exc)
+            raise nats_errors.ProtocolError(f"nats: malformed protocol: {exc!r}") from exc
+        finally:
+            self._in_parse = False
+
+    def _track_read(self, size: int) -> None:
+        """Count a read of nats-py's read loop; stand in front of a new transport.
+
+        :class:`~._reads.DirectReads` is installed only when this read emptied the
+        stream reader (it returned less than the read loop asks for): from
+        then on every byte the reader gets passes through it and is counted.
+        """
+        reads = self._reads
+        ps = self.ps
+        if ps is None:
+            return
+        transport = asyncio_transport(ps.nc)
+        if reads is not None and reads.transport is transport:
+            reads.handed -= size
+            return
+        self._reads = None  # a transport of before a reconnect
+        if transport is not None and _READ_SIZE is not None and size < _READ_SIZE:
+            self._reads = DirectReads.install(self, transport)
+
+    def direct(self, data: bytes) -> bytes:
+        """Scan ``data`` as the socket delivered it; return what the read loop must parse.
+
+        Called by :class:`~._reads.DirectReads` while nats-py's read loop has nothing
+        left to parse. A message not all in stays in the parser's buffer (the
+        read loop would continue it there just as well); at a frame that needs
+        nats-py's parser or an await the rest is returned, for the read loop.
+        """
+        ps = self.ps
+        if ps is None or self._in_parse or ps.state != _AWAITING_CONTROL:
+            return data
+        buf: bytearray = ps.buf
+        if buf or self._awaiting:
+            buf.extend(data)
+            if self._still_coming(buf):
+                return b""
+            view = bytes(buf)
+            buf.clear()
+        else:
+            view = data if type(data) is bytes else bytes(data)
+        size = len(view)
+        pos, _, what, _ = self._scan(view, 0, size)
+        if what != SCAN_END:
+            return view[pos:]
+        if pos < size:
+            buf.extend(memoryview(view)[pos:])
+            if self._awaiting:
+                self._awaiting_buf = buf
+        return b""
+
+    async def _parse_frames(self, data: bytes) -> None:
+        ps = self.ps
+        if ps is None:
+            return
+        buf: bytearray = ps.buf
+        if data:
+            buf.extend(data)
+        if self._still_coming(buf):
+            return
+        if ps.state == _AWAITING_PAYLOAD:
+            # nats-py's parser read the control line of this message: finish it as it would.
+            needed = ps.needed
+            if len(buf) < needed + 2:
+                return
+            hsize = ps.header_needed
+            arg = ps.msg_arg
+            if hsize > 0:
+                hdr: bytes | None = bytes(buf[:hsize])
+                payload = bytes(buf[hsize:needed])
+            else:
+                hdr = None
+                payload = bytes(buf[:needed])
+            del buf[: needed + 2]
+            ps.header_needed = 0
+            ps.state = _AWAITING_CONTROL
+            await self._process(arg["sid"], arg["subject"], arg["reply"], payload, hdr)
+            if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
+                return  # reset by a reconnect meanwhile
+        view = bytes(buf)
+        size = len(view)
+        pos = 0
+        dropped = 0  # how much of view was already removed from buf
+        while True:
+            pos, after, what, message = self._scan(view, pos, size)
+            if what <= SCAN_OTHER:  # the end, or a line for nats-py's parser
+                break
+            # A frame that needs an await: consume what was parsed first.
+            pos = after
+            del buf[: pos - dropped]
+            dropped = pos
+            if what == SCAN_PING:
+                await ps.nc._process_ping()
+            elif what == SCAN_PONG:
+                await ps.nc._process_pong()
+            else:
+                # Not ours: nats-py's own processing (callbacks, futures, JetStream
+                # control messages).
+                await self.original(*message)
+            if ps.buf is not buf or ps.state != _AWAITING_CONTROL:
+                return  # reset by a reconnect meanwhile
+        if pos > dropped:
+            del buf[: pos - dropped]
+        if self._awaiting:
+            self._awaiting_buf = buf
+        if what == SCAN_OTHER:
+            # INFO, -ERR, odd lines: nats-py's parser takes the rest.
+            await NatsParser.parse(ps)
+
+    def restore(self, nc: NatsClient) -> None:
+        """Give nats-py its own ``_process_msg``, ``parse`` and transport protocol back."""
+        original = self._original()
+        if original is not None:
+            nc._process_msg = original  # type: ignore[method-assign,assignment]
+        ps = self.ps
+        if ps is not None and "parse" in vars(ps):
+            del ps.parse
+        reads = self._reads
+        if reads is not None:
+            self._reads = None
+            reads.uninstall()

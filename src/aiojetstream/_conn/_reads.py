@@ -1,0 +1,86 @@
+"""Direct socket reads: the router scans the bytes where the socket delivers them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._nats import Router
+
+__all__ = ["DirectReads"]
+
+logger = logging.getLogger("aiojetstream")
+
+
+class DirectReads(asyncio.Protocol):
+    """Stands in front of nats-py's ``StreamReaderProtocol`` on one transport.
+
+    The bytes the socket delivers go to :meth:`Router.direct` while nats-py's
+    read loop has parsed everything the stream reader was given (``handed``
+    is 0) and is not inside the parser; what the router returns, and every
+    byte while the read loop has some left, goes to the stream reader as
+    before. Everything else (end of file, connection lost, write flow
+    control) is passed on unchanged.
+    """
+
+    def __init__(
+        self, router: Router, transport: asyncio.Transport, inner: asyncio.Protocol
+    ) -> None:
+        self.router = router
+        self.transport = transport
+        self.inner = inner
+        #: Bytes given to the stream reader that nats-py's read loop has not read yet.
+        self.handed = 0
+
+    @classmethod
+    def install(cls, router: Router, transport: asyncio.Transport) -> DirectReads | None:
+        """Put one in front of ``transport``'s stream reader protocol (None: not that kind)."""
+        if transport.is_closing():
+            return None
+        inner = transport.get_protocol()
+        if type(inner) is not asyncio.StreamReaderProtocol:
+            return None
+        reads = cls(router, transport, inner)
+        transport.set_protocol(reads)
+        return reads
+
+    def uninstall(self) -> None:
+        """Give the transport its stream reader protocol back (a closed one delivers nothing).
+
+        A TLS transport closed twice (by the server, then by nats-py) has no
+        protocol any more: ``get_protocol()`` raises there.
+        """
+        transport = self.transport
+        if not transport.is_closing() and transport.get_protocol() is self:
+            transport.set_protocol(self.inner)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.handed:
+            try:
+                data = self.router.direct(data)
+            except Exception as exc:
+                # The read loop would turn this into a reconnect (ProtocolError);
+                # raised here it would close the socket under nats-py's read loop,
+                # which then ends without one. Drop the connection: nats-py sees
+                # its end and reconnects.
+                logger.warning("malformed protocol from the server (%r): reconnecting", exc)
+                self.transport.abort()
+                return
+            if not data:
+                return
+        self.handed += len(data)
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()

@@ -1,0 +1,363 @@
+"""The router's scanner: MSG / HMSG frames parsed straight from the read buffer.
+
+:class:`Scanner` is the half of the fast-path router that needs nothing of
+nats-py: it frames the messages of routed subscriptions from bytes and hands
+them to their handlers or sinks (:class:`RawSink`). The other half, which
+hooks nats-py's parser and drives the scan from its read buffer, is
+``_nats.Router`` (the boundary module). This module stays above 300 lines
+because :meth:`Scanner._scan` is one loop on purpose: it is the per-message
+hot path, and a call per frame would cost more than the loop's length.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+from ._wire import RawHandler
+
+__all__ = [
+    "SCAN_END",
+    "SCAN_ORIGINAL",
+    "SCAN_OTHER",
+    "SCAN_PING",
+    "SCAN_PONG",
+    "RawSink",
+    "Scanner",
+]
+
+logger = logging.getLogger("aiojetstream")
+
+# What Scanner._scan stopped at.
+SCAN_END: Final = 0  # the end of what is complete
+SCAN_OTHER: Final = 1  # a line for nats-py's parser
+SCAN_PING: Final = 2
+SCAN_PONG: Final = 3
+SCAN_ORIGINAL: Final = 4  # a message for nats-py's own processing
+#: Longer sizes go to nats-py's parser (its ProtocolError): int() refuses more
+#: than 4,300 digits with a ValueError, and no message is that large anyway.
+_MAX_SIZE_DIGITS: Final = 18
+
+
+class Scanner:
+    """The routes of one nats-py client, and the scan of the frames in a read buffer.
+
+    No reference to the client: ``stats`` is its statistics dict (nats-py's
+    ``stats``), counted here for the messages framed here.
+    """
+
+    def __init__(self, stats: dict[str, int]) -> None:
+        self.stats = stats
+        #: Consumers' subscriptions (come and go).
+        self.routes: dict[int, RawHandler] = {}
+        #: Long-lived reply inboxes: requests, asynchronous publishes.
+        self.internal: dict[int, RawHandler] = {}
+        #: Routes whose plain messages the fast loop builds and buffers itself.
+        self.sinks: dict[int, RawSink] = {}
+        self.last_subject = b""
+        #: A message whose payload was not all in: the bytes its read buffer must
+        #: hold (from its start) before parsing it again is worth it, and that buffer.
+        self._awaiting = 0
+        self._awaiting_buf: bytearray | None = None
+
+    def _still_coming(self, buf: bytearray) -> bool:
+        """True while the large message the last scan stopped at is not all in ``buf``.
+
+        Copying and parsing the buffer again on every read until it is cost
+        time quadratic in its size.
+        """
+        if not self._awaiting:
+            return False
+        if buf is self._awaiting_buf and len(buf) < self._awaiting:
+            return True
+        self._awaiting = 0
+        self._awaiting_buf = None
+        return False
+
+    def _scan(self, view: bytes, pos: int, size: int) -> tuple[int, int, int, Any]:
+        """Handle the frames of ``view[pos:size]`` that need no await.
+
+        Messages of routed subscriptions go to their handlers (or sinks), ``+OK``
+        lines are skipped. Stops at the end of what is complete and at the
+        first frame that needs an await or nats-py's parser. Returns the
+        position of that frame, the position after it, what it is (a
+        ``SCAN_*`` value) and, for a message of nats-py's own, its
+        ``(sid, subject, reply, payload, header block)``. At ``SCAN_END`` a
+        payload not yet all in sets :attr:`_awaiting` (relative to the position).
+        """
+        routes = self.routes
+        internal = self.internal
+        sinks = self.sinks
+        last_subject = self.last_subject
+        # Counted here and handed on in one go (in the finally clause, and before
+        # anything else may see them): nats-py's statistics, and the messages put
+        # into the current sink's buffer (sink.arrived(count)).
+        in_msgs = in_bytes = 0
+        sink: RawSink | None = None
+        sunk = 0
+        append: Callable[[Any], None] | None = None
+        make: Callable[..., Any] | None = None
+        context: Any = None
+        try:
+            while pos < size:
+                if view.startswith(b"MSG ", pos):
+                    head = 4
+                elif view.startswith(b"HMSG ", pos):
+                    head = 5
+                elif (
+                    view.startswith(b"PING\r\n", pos) or view.startswith(b"PONG\r\n", pos)
+                ) and _ends_op(view, pos + 6, size):
+                    # As nats-py's parser does (so the rest of the read stays here).
+                    ping = view[pos + 1] == 0x49  # I
+                    return pos, pos + 6, SCAN_PING if ping else SCAN_PONG, None
+                elif view.startswith(b"+OK\r\n", pos) and _ends_op(view, pos + 5, size):
+                    pos += 5
+                    continue
+                else:
+                    return pos, pos, SCAN_OTHER, None
+                end = view.find(b"\r\n", pos)
+                if end < 0:
+                    break  # an incomplete line: wait for more
+                line = view[pos + head : end]
+                args = line.split()
+                # Only the canonical lines are parsed here; nats-py's parser decides
+                # on any other (a lone CR or LF, trailing blanks, a size that is not
+                # ASCII digits, a header larger than the message, ...), so every
+                # input parses as it does there. (The membership tests of ints are
+                # memchr calls: far cheaper than those of one-byte bytes.) One
+                # exception: nats-py's HMSG pattern lets the blank between the sizes
+                # span a CRLF, so it misreads "HMSG s 1 3 3\r\n5\r\n\r\n" (a header
+                # block b"5\r\n", which nats-server relays) as reply "3", sizes 3
+                # and 5 and misframes the stream; this reads the line to its CRLF.
+                count = len(args)
+                if head == 4:
+                    if count == 3:
+                        subject, sid_text, size_text = args
+                        reply = b""
+                    elif count == 4:
+                        subject, sid_text, reply, size_text = args
+                    else:
+                        return pos, pos, SCAN_OTHER, None
+                    if (
+                        13 in line
+                        or 10 in line
+                        or not 47 < line[-1] < 58
+                        or not size_text.isdigit()
+                        or len(size_text) > _MAX_SIZE_DIGITS
+                    ):
+                        return pos, pos, SCAN_OTHER, None
+                    hsize = 0
+                    needed = int(size_text)
+                else:
+                    if count == 4:
+                        subject, sid_text, hsize_text, size_text = args
+                        reply = b""
+                    elif count == 5:
+                        subject, sid_text, reply, hsize_text, size_text = args
+                    else:
+                        return pos, pos, SCAN_OTHER, None
+                    if (
+                        13 in line
+                        or 10 in line
+                        or not 47 < line[-1] < 58
+                        or not size_text.isdigit()
+                        or not hsize_text.isdigit()
+                        or len(size_text) > _MAX_SIZE_DIGITS
+                    ):
+                        return pos, pos, SCAN_OTHER, None
+                    hsize = int(hsize_text)
+                    needed = int(size_text)
+                    if hsize > needed:
+                        return pos, pos, SCAN_OTHER, None
+                try:
+                    sid = int(sid_text)
+                except ValueError:
+                    return pos, pos, SCAN_OTHER, None  # nats-py reports its "malformed MSG"
+                start = end + 2
+                stop = start + needed
+                if stop + 2 > size:
+                    # The payload is not all here yet: wait for more (the read buffer
+                    # starts at this line once the consumed part is removed).
+                    self._awaiting = stop + 2 - pos
+                    break
+                if hsize:
+                    hdr = view[start : start + hsize]
+                    payload = view[start + hsize : stop]
+                else:
+                    hdr = None
+                    payload = view[start:stop]
+                to = sinks.get(sid)
+                if to is not None and to.bulk is not None:
+                    # Column mode: the run of messages starting here (plain ones, or with
+                    # one header each), framed in bulk (no object per message), if any.
+                    try:
+                        run = to.bulk(view, pos, size, sid_text, stop + 2)
+                    except Exception:
+                        logger.exception("framing messages on %r in bulk failed", subject)
+                        to.bulk = run = None  # the loop below from now on
+                    if run is not None:
+                        if to is not sink:
+                            if sunk:
+                                sunk = _hand_on(sink, sunk)
+                            sink = to
+                            append, make, context = to.append, to.factory, to.context
+                        pos = run.end
+                        in_msgs += run.count
+                        in_bytes += run.payload_bytes
+                        append(run)  # type: ignore[misc]
+                        sunk += run.count
+                        continue
+                if not hsize and to is not None:
+                    pos = stop + 2
+                    # A plain message for a sink: built and buffered right here.
+                    in_msgs += 1
+                    in_bytes += needed
+                    if subject == last_subject:
+                        subject = last_subject
+                    else:
+                        last_subject = subject
+                    if to is not sink:
+                        if sunk:
+                            sunk = _hand_on(sink, sunk)
+                        sink = to
+                        append, make, context = to.append, to.factory, to.context
+                    try:
+                        append(make(subject, reply, payload, None, context))  # type: ignore[misc]
+                    except Exception:
+                        logger.exception("buffering a message on %r failed", subject)
+                        continue
+                    sunk += 1
+                    if to.bulk is not None:
+                        continue  # the next one may start a run framed in bulk
+                    # The rest of a run of them (the usual read: a consumer's messages
+                    # one after the other): lines that start as this one did, "MSG
+                    # <subject> <sid> ", are parsed from there on with the same checks
+                    # as above; anything else goes back to the loop above.
+                    prefix = b"MSG %b %b " % (subject, sid_text)
+                    skip = len(prefix)
+                    while view.startswith(prefix, pos):
+                        end = view.find(b"\r\n", pos + skip)
+                        if end < 0:
+                            break
+                        rest = view[pos + skip : end]
+                        args = rest.split()
+                        count = len(args)
+                        if count == 2:
+                            reply, size_text = args
+                        elif count == 1:
+                            reply = b""
+                            size_text = args[0]
+                        else:
+                            break
+                        if (
+                            13 in rest
+                            or 10 in rest
+                            or not 47 < rest[-1] < 58
+                            or not size_text.isdigit()
+                            or len(size_text) > _MAX_SIZE_DIGITS
+                        ):
+                            break
+                        start = end + 2
+                        needed = int(size_text)
+                        stop = start + needed
+                        if stop + 2 > size:
+                            break
+                        pos = stop + 2
+                        in_msgs += 1
+                        in_bytes += needed
+                        try:
+                            append(make(subject, reply, view[start:stop], None, context))  # type: ignore[misc]
+                        except Exception:
+                            logger.exception("buffering a message on %r failed", subject)
+                            continue
+                        sunk += 1
+                    continue
+                if sunk:
+                    sunk = _hand_on(sink, sunk)  # before anything else sees the sink's owner
+                handler = routes.get(sid)
+                if handler is None:
+                    handler = internal.get(sid)
+                    if handler is None:
+                        return pos, stop + 2, SCAN_ORIGINAL, (sid, subject, reply, payload, hdr)
+                pos = stop + 2
+                in_msgs += 1
+                in_bytes += needed - hsize
+                # Messages of a consumer mostly share their subject: keep one copy of it
+                # (buffered messages hold on to it).
+                if subject == last_subject:
+                    subject = last_subject
+                else:
+                    last_subject = subject
+                try:
+                    handler(subject, reply, payload, hdr)
+                except Exception:
+                    logger.exception("the handler of a message on %r failed", subject)
+        finally:
+            self.last_subject = last_subject
+            if in_msgs:
+                stats = self.stats
+                stats["in_msgs"] += in_msgs
+                stats["in_bytes"] += in_bytes
+            if sunk:
+                _hand_on(sink, sunk)
+        return pos, pos, SCAN_END, None
+
+
+class RawSink:
+    """Where the router's fast loop buffers the plain messages of a subscription itself.
+
+    For a plain message (MSG: no headers) on the subscription it appends
+    ``factory(subject, reply, payload, None, context)`` with ``append``
+    instead of calling the handler, and tells ``arrived(count)`` how many it
+    appended, before anything else (a message for the handler, a PING, the
+    end of the read) is handled: the owner sees its messages in order and
+    counted. Messages with headers, and every message nats-py's parser frames
+    (and on the fallback), still go to the handler, which must buffer plain
+    messages the same way.
+
+    ``bulk`` (column mode, see ``_columns``; None: off) frames a whole run of
+    messages at once: called as ``bulk(view, pos, size, sid_text,
+    first_end)`` at a message of the sink (plain or with headers), it returns
+    None (the loop goes on as without it) or a run of ``count`` messages
+    ending at ``end``, appended with ``append`` as one item and counted as
+    ``count``.
+    """
+
+    __slots__ = ("append", "arrived", "bulk", "context", "factory")
+
+    def __init__(
+        self,
+        append: Callable[[Any], None],
+        factory: Callable[[bytes, bytes, bytes, bytes | None, Any], Any],
+        context: Any,
+        arrived: Callable[[int], None],
+        bulk: Callable[[bytes, int, int, bytes, int], Any] | None = None,
+    ) -> None:
+        self.append = append
+        self.factory = factory
+        self.context = context
+        self.arrived = arrived
+        self.bulk = bulk
+
+
+def _hand_on(sink: RawSink | None, count: int) -> int:
+    """Tell ``sink`` how many messages the fast loop put into its buffer; 0 (none left)."""
+    if sink is not None:
+        try:
+            sink.arrived(count)
+        except Exception:
+            logger.exception("the arrival callback of a raw sink failed")
+    return 0
+
+
+def _ends_op(view: bytes, end: int, size: int) -> bool:
+    r"""True unless ASCII whitespace follows a PING, PONG or +OK line at ``end``.
+
+    nats-py's patterns for them end in ``\s*\r\n``: blank lines after the
+    line belong to it there.
+    """
+    if end == size:
+        return True
+    after = view[end]
+    return after != 32 and not 9 <= after <= 13
