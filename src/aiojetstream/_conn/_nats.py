@@ -25,9 +25,9 @@ its ``parse``, ``nc``, ``buf``, ``state``, ``needed``, ``header_needed``,
 ``TcpTransport._io_writer`` (its asyncio transport), without which the read
 loop parses everything.
 
-Below 800 lines? Not quite a small module: it holds :class:`Router`, the
-half of the fast-path router that hooks nats-py's parser and drives the
-scan from its read buffer (the scan itself is ``_scan.Scanner``).
+It also holds :class:`Router`, the half of the fast-path router that hooks
+nats-py's parser and drives the scan from its read buffer (the scan itself,
+which needs nothing of nats-py, is ``_scan.Scanner``).
 """
 
 from __future__ import annotations

@@ -3,14 +3,15 @@
 Pull consumers receive every message through one inbox subscription, and
 requests their replies through one wildcard inbox per client. Instead of
 letting nats-py build a Msg, queue it and wake a task per message, the router
-below takes the messages of our subscriptions straight from the protocol
-parser (raw subject, reply, payload and header block) and hands them to a
-synchronous handler. Outgoing messages are written as ready-made PUB / HPUB
-commands into nats-py's pending buffer, which its flusher task writes out.
-nats-py still owns the subscriptions themselves (SUB, re-subscription after a
-reconnect, UNSUB). If a future nats-py changes the internals this relies on,
-``subscribe_raw`` falls back to an ordinary callback subscription that
-rebuilds the raw pieces, and requests to ``nc.request``.
+(``_nats.Router``, scanning with ``_scan.Scanner``) takes the messages of our
+subscriptions straight from the protocol parser (raw subject, reply, payload
+and header block) and hands them to a synchronous handler. Outgoing messages
+are written as ready-made PUB / HPUB commands into nats-py's pending buffer,
+which its flusher task writes out. nats-py still owns the subscriptions
+themselves (SUB, re-subscription after a reconnect, UNSUB). If a future
+nats-py changes the internals this relies on, ``subscribe_raw`` falls back to an
+ordinary callback subscription that rebuilds the raw pieces, and requests to
+``nc.request``.
 """
 
 from __future__ import annotations

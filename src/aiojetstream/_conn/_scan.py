@@ -4,9 +4,8 @@
 nats-py: it frames the messages of routed subscriptions from bytes and hands
 them to their handlers or sinks (:class:`RawSink`). The other half, which
 hooks nats-py's parser and drives the scan from its read buffer, is
-``_nats.Router`` (the boundary module). This module stays above 300 lines
-because :meth:`Scanner._scan` is one loop on purpose: it is the per-message
-hot path, and a call per frame would cost more than the loop's length.
+``_nats.Router`` (the boundary module). :meth:`Scanner._scan` is one loop on
+purpose: it is the per-message hot path.
 """
 
 from __future__ import annotations
