@@ -35,6 +35,7 @@ from ._typed import (
     OnInvalid,
     TypedMessageBatch,
     check_on_invalid,
+    check_typed,
     decoder,
     next_valid,
     refuse,
@@ -629,10 +630,22 @@ class Consumer:
             consumer=self._name,
         )
 
-    async def _fetch(self, settings: PullSettings) -> MessageBatch:
+    async def _fetch(
+        self,
+        settings: PullSettings,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> MessageBatch | TypedMessageBatch[Any]:
+        """Start the pull of ``settings``; with ``model``, its batch typed (checked first)."""
+        if model is not None:
+            check_typed(model, codec, on_invalid)  # refused before anything is sent
         driver = self._driver(settings)
         await driver.start()
-        return MessageBatch(driver)
+        batch = MessageBatch(driver)
+        if model is None:
+            return batch
+        return TypedMessageBatch(batch, model, codec, on_invalid)
 
     @overload
     async def fetch(
@@ -703,10 +716,7 @@ class Consumer:
             InvalidOptionError: bad options (before anything is sent).
 
         """
-        if model is not None:
-            check_on_invalid(on_invalid)
-            decoder(model, codec)  # a codec without decode: refused before sending
-        batch = await self._fetch(
+        return await self._fetch(
             resolve_fetch(
                 max_messages=max_messages,
                 expires=_secs(expires, "expires"),
@@ -716,11 +726,43 @@ class Consumer:
                 min_pending=min_pending,
                 min_ack_pending=min_ack_pending,
                 priority=priority,
-            )
+            ),
+            model,
+            codec,
+            on_invalid,
         )
-        if model is None:
-            return batch
-        return TypedMessageBatch(batch, model, codec, on_invalid)
+
+    @overload
+    async def fetch_bytes(
+        self,
+        max_bytes: int,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> MessageBatch: ...
+
+    @overload
+    async def fetch_bytes(
+        self,
+        max_bytes: int,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> TypedMessageBatch[T]: ...
 
     async def fetch_bytes(
         self,
@@ -732,12 +774,21 @@ class Consumer:
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
-    ) -> MessageBatch:
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> MessageBatch | TypedMessageBatch[Any]:
         """Pull up to ``max_bytes`` of messages with one request.
 
         A message larger than ``max_bytes`` can never be delivered: when nothing
         fits, iteration raises :class:`MessageTooLargeError`. Priority-group
-        options as for :meth:`fetch`.
+        options as for :meth:`fetch`; so are ``model``, ``codec`` and
+        ``on_invalid`` (a :class:`TypedMessageBatch`; ``max_bytes`` counts the
+        raw messages, the invalid ones too).
+
+        Raises:
+            InvalidOptionError: bad options (before anything is sent).
+
         """
         return await self._fetch(
             resolve_fetch(
@@ -749,8 +800,41 @@ class Consumer:
                 min_pending=min_pending,
                 min_ack_pending=min_ack_pending,
                 priority=priority,
-            )
+            ),
+            model,
+            codec,
+            on_invalid,
         )
+
+    @overload
+    async def fetch_no_wait(
+        self,
+        max_messages: int,
+        *,
+        max_bytes: int | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> MessageBatch: ...
+
+    @overload
+    async def fetch_no_wait(
+        self,
+        max_messages: int,
+        *,
+        max_bytes: int | None = None,
+        group: str | None = None,
+        min_pending: int | None = None,
+        min_ack_pending: int | None = None,
+        priority: int | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> TypedMessageBatch[T]: ...
 
     async def fetch_no_wait(
         self,
@@ -761,14 +845,23 @@ class Consumer:
         min_pending: int | None = None,
         min_ack_pending: int | None = None,
         priority: int | None = None,
-    ) -> MessageBatch:
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OnInvalid = "term",
+    ) -> MessageBatch | TypedMessageBatch[Any]:
         """Pull up to ``max_messages`` of what is available now, without waiting.
 
         ``max_bytes`` also bounds what the server sends for the pull (sizes as
         :attr:`Msg.size`): it stops before the message that would exceed it, so
         a pull of large messages can not overrun the connection. When not even
         the first message fits, iteration raises :class:`MessageTooLargeError`.
-        Priority-group options as for :meth:`fetch`.
+        Priority-group options as for :meth:`fetch`; so are ``model``,
+        ``codec`` and ``on_invalid`` (a :class:`TypedMessageBatch`; an invalid
+        message counts against ``max_messages``: no other is pulled for it).
+
+        Raises:
+            InvalidOptionError: bad options (before anything is sent).
+
         """
         return await self._fetch(
             resolve_fetch(
@@ -780,7 +873,10 @@ class Consumer:
                 min_pending=min_pending,
                 min_ack_pending=min_ack_pending,
                 priority=priority,
-            )
+            ),
+            model,
+            codec,
+            on_invalid,
         )
 
     @overload

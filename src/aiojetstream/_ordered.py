@@ -52,8 +52,7 @@ from ._pull_engine import DEFAULT_EXPIRES, MIN_EXPIRES, PullSettings, resolve_co
 from ._typed import (
     OrderedOnInvalid,
     TypedMessageBatch,
-    check_on_invalid,
-    decoder,
+    check_typed,
     next_valid,
     typed_handler,
 )
@@ -420,14 +419,25 @@ class OrderedConsumer:
         self._active = batch
         return batch
 
-    async def _fetch(self, settings: PullSettings) -> OrderedBatch:
+    async def _fetch(
+        self,
+        settings: PullSettings,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> OrderedBatch | TypedMessageBatch[Any]:
+        if model is not None:
+            check_typed(model, codec, on_invalid, acks=False)  # before anything is sent
         # The consumer's recreation counts against the fetch's expires (fetch_no_wait:
         # the API timeout): out of time, the creation's own error is raised.
         wait = self._api.timeout if settings.no_wait else settings.expires
         try:
-            return await self._start_fetch(settings, asyncio.get_running_loop().time() + wait)
+            batch = await self._start_fetch(settings, asyncio.get_running_loop().time() + wait)
         except _OutOfTime as out:
             raise out.error from out.error.__cause__
+        if model is None:
+            return batch
+        return TypedMessageBatch(batch, model, codec, on_invalid)
 
     @overload
     async def fetch(
@@ -469,18 +479,40 @@ class OrderedConsumer:
         payload that does not validate raises :class:`PayloadValidationError`
         (``on_invalid="raise"``, the only option: nothing is acknowledged).
         """
-        if model is not None:
-            _check_typed(model, codec, on_invalid)
-        batch = await self._fetch(
+        return await self._fetch(
             resolve_fetch(
                 max_messages=max_messages,
                 expires=C._secs(expires, "expires"),
                 heartbeat=C._secs(heartbeat, "heartbeat"),
-            )
+            ),
+            model,
+            codec,
+            on_invalid,
         )
-        if model is None:
-            return batch
-        return TypedMessageBatch(batch, model, codec, on_invalid)
+
+    @overload
+    async def fetch_bytes(
+        self,
+        max_bytes: int,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> OrderedBatch: ...
+
+    @overload
+    async def fetch_bytes(
+        self,
+        max_bytes: int,
+        *,
+        expires: float | timedelta | str = DEFAULT_EXPIRES,
+        heartbeat: float | timedelta | str | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> TypedMessageBatch[T]: ...
 
     async def fetch_bytes(
         self,
@@ -488,22 +520,65 @@ class OrderedConsumer:
         *,
         expires: float | timedelta | str = DEFAULT_EXPIRES,
         heartbeat: float | timedelta | str | None = None,
-    ) -> OrderedBatch:
-        """Fetch up to ``max_bytes`` of messages in order (see :meth:`Consumer.fetch_bytes`)."""
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> OrderedBatch | TypedMessageBatch[Any]:
+        """Fetch up to ``max_bytes`` of messages in order (see :meth:`Consumer.fetch_bytes`).
+
+        ``model``, ``codec`` and ``on_invalid`` as for :meth:`fetch`.
+        """
         return await self._fetch(
             resolve_fetch(
                 max_bytes=max_bytes,
                 expires=C._secs(expires, "expires"),
                 heartbeat=C._secs(heartbeat, "heartbeat"),
-            )
+            ),
+            model,
+            codec,
+            on_invalid,
         )
 
+    @overload
     async def fetch_no_wait(
-        self, max_messages: int, *, max_bytes: int | None = None
-    ) -> OrderedBatch:
-        """Fetch what is available now, in order (see :meth:`Consumer.fetch_no_wait`)."""
+        self,
+        max_messages: int,
+        *,
+        max_bytes: int | None = None,
+        model: None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> OrderedBatch: ...
+
+    @overload
+    async def fetch_no_wait(
+        self,
+        max_messages: int,
+        *,
+        max_bytes: int | None = None,
+        model: type[T],
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> TypedMessageBatch[T]: ...
+
+    async def fetch_no_wait(
+        self,
+        max_messages: int,
+        *,
+        max_bytes: int | None = None,
+        model: type[Any] | None = None,
+        codec: Codec | None = None,
+        on_invalid: OrderedOnInvalid = "raise",
+    ) -> OrderedBatch | TypedMessageBatch[Any]:
+        """Fetch what is available now, in order (see :meth:`Consumer.fetch_no_wait`).
+
+        ``model``, ``codec`` and ``on_invalid`` as for :meth:`fetch`.
+        """
         return await self._fetch(
-            resolve_fetch(max_messages=max_messages, max_bytes=max_bytes, no_wait=True)
+            resolve_fetch(max_messages=max_messages, max_bytes=max_bytes, no_wait=True),
+            model,
+            codec,
+            on_invalid,
         )
 
     @overload
@@ -550,7 +625,7 @@ class OrderedConsumer:
 
         """
         if model is not None:
-            _check_typed(model, codec, on_invalid)
+            check_typed(model, codec, on_invalid, acks=False)
         # The caller's options are checked once, here, before anything is sent (a
         # negative expires was taken as 1 s, a giant int raised OverflowError); each
         # pull gets what is left of expires, its heartbeat clamped to fit (the time
@@ -653,7 +728,7 @@ class OrderedConsumer:
 
         """
         if model is not None:
-            _check_typed(model, codec, on_invalid)
+            check_typed(model, codec, on_invalid, acks=False)
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,
@@ -732,7 +807,7 @@ class OrderedConsumer:
             raise InvalidOptionError("handler must be callable")
         holder: list[C.ConsumeContext] = []
         if model is not None:
-            _check_typed(model, codec, on_invalid)
+            check_typed(model, codec, on_invalid, acks=False)
             handler = typed_handler(handler, model, codec, on_invalid, holder)
         settings = resolve_consume(
             max_messages=max_messages,
@@ -1099,12 +1174,6 @@ def _shortened(settings: PullSettings, left: float) -> PullSettings:
         return settings
     heartbeat = min(settings.heartbeat, expires / 2) if settings.heartbeat else 0.0
     return dataclasses.replace(settings, expires=expires, heartbeat=heartbeat)
-
-
-def _check_typed(model: type[Any], codec: Codec | None, on_invalid: str) -> None:
-    """Refuse, before anything is sent, ``on_invalid`` term/nak and a codec without decode."""
-    check_on_invalid(on_invalid, acks=False)
-    decoder(model, codec)
 
 
 def make_ordered(

@@ -82,6 +82,21 @@ def check_on_invalid(on_invalid: str, *, acks: bool = True) -> None:
         )
 
 
+def check_typed(
+    model: type[Any], codec: Codec | None, on_invalid: str, *, acks: bool = True
+) -> None:
+    """Refuse, before anything is sent, a bad ``on_invalid`` and a codec without ``decode``.
+
+    ``acks=False``: an ordered consumer (``"raise"`` only).
+
+    Raises:
+        InvalidOptionError: as :func:`check_on_invalid` and :func:`decoder`.
+
+    """
+    check_on_invalid(on_invalid, acks=acks)
+    decoder(model, codec)
+
+
 async def refuse(msg: Msg, exc: ValueError, model: object, on_invalid: str) -> None:
     """Settle a message whose payload does not validate: term (with a reason) or nak it.
 

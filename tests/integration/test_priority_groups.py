@@ -293,9 +293,9 @@ async def test_bad_pull_options_are_refused_before_sending(js: JetStreamContext)
         with pytest.raises(InvalidOptionError, match=match):
             await consumer.next(expires=1, **options)  # type: ignore[call-overload]
         with pytest.raises(InvalidOptionError, match=match):
-            await consumer.fetch_no_wait(1, **options)  # type: ignore[arg-type]
+            await consumer.fetch_no_wait(1, **options)  # type: ignore[call-overload]
         with pytest.raises(InvalidOptionError, match=match):
-            await consumer.fetch_bytes(100, expires=1, **options)  # type: ignore[arg-type]
+            await consumer.fetch_bytes(100, expires=1, **options)  # type: ignore[call-overload]
         with pytest.raises(InvalidOptionError, match=match):
             consumer.messages(expires=5, **options)  # type: ignore[call-overload]
         with pytest.raises(InvalidOptionError, match=match):

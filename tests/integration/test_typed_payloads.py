@@ -29,7 +29,8 @@ from aiojetstream import (
     StreamConfig,
     TypedMsg,
 )
-from aiojetstream._consumer import TypedMessagesContext
+from aiojetstream._consumer import MessageBatch, TypedMessagesContext
+from aiojetstream._ordered import OrderedBatch
 from aiojetstream._typed import TypedMessageBatch
 from helpers import unique_name, wait_until
 
@@ -545,3 +546,125 @@ async def test_ordered_next_retry_after_a_reset_keeps_the_heartbeat_it_was_given
         assert isinstance(msg, TypedMsg)
         assert msg.value.id == 2
     assert ordered.cursor == 2
+
+
+def fetch_bytes_or_no_wait(how: str) -> Any:
+    """``fetch_bytes`` (room for all three) or ``fetch_no_wait(3)``, of either consumer.
+
+    The messages are stored before: the byte pull gets them at once, then waits out
+    its ``expires`` for more (kept short).
+    """
+    if how == "fetch_bytes":
+        return lambda c, **kw: c.fetch_bytes(1 << 20, expires=2, **kw)
+    return lambda c, **kw: c.fetch_no_wait(3, **kw)
+
+
+@pytest.mark.parametrize("how", ["fetch_bytes", "fetch_no_wait"])
+async def test_fetch_bytes_and_no_wait_typed_term(js: JetStreamContext, how: str) -> None:
+    stream, consumer = await make(js)
+    advisories = await terminated_advisories(js, stream)
+    await publish_mixed(js, stream)
+    pull = fetch_bytes_or_no_wait(how)
+    got: list[TypedMsg[Order]] = []
+    async with await pull(consumer, model=Order) as batch:
+        assert isinstance(batch, TypedMessageBatch)
+        async for msg in batch:
+            got.append(msg)
+            await msg.double_ack()
+    assert [m.value for m in got] == [Order(id=1, item="a"), Order(id=3, item="c")]
+    await wait_until(lambda: bool(advisories), timeout=STEP)
+    assert advisories[0]["stream_seq"] == 2
+    assert "not a valid Order" in advisories[0]["reason"]
+    assert (await consumer.info()).num_ack_pending == 0
+
+
+@pytest.mark.parametrize("how", ["fetch_bytes", "fetch_no_wait"])
+async def test_fetch_bytes_and_no_wait_typed_nak(js: JetStreamContext, how: str) -> None:
+    stream, consumer = await make(js)
+    await publish_mixed(js, stream)
+    batch = await fetch_bytes_or_no_wait(how)(consumer, model=Order, on_invalid="nak")
+    got = await batch.collect()
+    assert [m.value.id for m in got] == [1, 3]
+    again = await consumer.next(expires=STEP)  # the nak'ed one, delivered a second time
+    assert (again.metadata.sequence.stream, again.metadata.num_delivered) == (2, 2)
+    await again.term()
+
+
+@pytest.mark.parametrize("how", ["fetch_bytes", "fetch_no_wait"])
+async def test_fetch_bytes_and_no_wait_typed_raise(js: JetStreamContext, how: str) -> None:
+    stream, consumer = await make(js)
+    await publish_mixed(js, stream)
+    batch = await fetch_bytes_or_no_wait(how)(consumer, model=Order, on_invalid="raise")
+    assert [m.value.id for m in await batch.collect()] == [1]  # those before it
+    with pytest.raises(PayloadValidationError) as info:
+        await batch.collect()
+    assert (info.value.subject, info.value.sequence) == (f"{stream}.a", 2)
+    assert [m.value.id for m in await batch.collect()] == [3]  # then the rest
+    assert batch.done
+    assert (await consumer.info()).num_ack_pending == 3  # nothing settled
+
+
+async def test_fetch_bytes_and_no_wait_typed_types_and_checks(js: JetStreamContext) -> None:
+    """mypy infers TypedMessageBatch[Model] (plain MessageBatch without a model);
+    a bad on_invalid or a codec without decode is refused before anything is sent."""
+    stream, consumer = await make(js)
+    await js.publish(f"{stream}.a", b"x,y")
+    for bad in ({"on_invalid": "drop"}, {"codec": object()}):
+        with pytest.raises(InvalidOptionError):
+            await consumer.fetch_no_wait(1, model=Order, **bad)
+        with pytest.raises(InvalidOptionError):
+            await consumer.fetch_bytes(1 << 20, model=Order, **bad)
+    assert (await consumer.info()).delivered.stream_seq == 0  # no pull was sent
+    by_bytes = await consumer.fetch_bytes(1 << 20, expires=2, model=list, codec=CsvCodec())
+    assert_type(by_bytes, TypedMessageBatch[list[Any]])
+    collected = await by_bytes.collect()
+    assert_type(collected, list[TypedMsg[list[Any]]])
+    assert [m.value for m in collected] == [["x", "y"]]
+    await collected[0].double_ack()
+    await js.publish(f"{stream}.a", Order(id=9, item="z"))
+    await js.publish(f"{stream}.a", b"{}")
+    no_wait = await consumer.fetch_no_wait(2, max_bytes=1 << 20, model=Order, on_invalid="nak")
+    assert_type(no_wait, TypedMessageBatch[Order])
+    ids = []
+    async for msg in no_wait:
+        assert_type(msg, TypedMsg[Order])
+        ids.append(msg.value.id)
+        await msg.double_ack()
+    assert ids == [9]
+    plain = await consumer.fetch_bytes(1 << 20, expires=2)
+    assert_type(plain, MessageBatch)
+    back = await plain.collect()  # nak'ed by the typed batch: delivered again
+    assert [(m.data, m.metadata.num_delivered) for m in back] == [(b"{}", 2)]
+
+
+async def test_ordered_fetch_bytes_and_no_wait_typed(js: JetStreamContext) -> None:
+    stream, _ = await make(js)
+    await publish_mixed(js, stream)
+    ordered = await js.ordered_consumer(stream)
+    for on_invalid in ("term", "nak"):
+        with pytest.raises(InvalidOptionError, match="acknowledges nothing"):
+            await ordered.fetch_bytes(1 << 20, model=Order, on_invalid=on_invalid)  # type: ignore[call-overload]
+        with pytest.raises(InvalidOptionError, match="acknowledges nothing"):
+            await ordered.fetch_no_wait(3, model=Order, on_invalid=on_invalid)  # type: ignore[call-overload]
+    assert ordered.name is None  # no consumer was created
+    by_bytes = await ordered.fetch_bytes(1 << 20, expires=2, model=Order)
+    assert_type(by_bytes, TypedMessageBatch[Order])
+    assert [m.value.id for m in await by_bytes.collect()] == [1]
+    with pytest.raises(PayloadValidationError) as info:
+        await by_bytes.collect()
+    assert info.value.sequence == 2
+    assert [m.value.id for m in await by_bytes.collect()] == [3]
+    assert ordered.cursor == 3
+
+    again = await js.ordered_consumer(stream)
+    no_wait = await again.fetch_no_wait(3, model=Order)
+    assert_type(no_wait, TypedMessageBatch[Order])
+    first = await anext(no_wait)
+    assert_type(first, TypedMsg[Order])
+    with pytest.raises(PayloadValidationError):
+        await anext(no_wait)
+    assert [m.value.id async for m in no_wait] == [3]
+    assert (first.value.id, again.cursor) == (1, 3)
+    plain = await again.fetch_no_wait(1)
+    assert_type(plain, OrderedBatch)
+    await plain.aclose()
