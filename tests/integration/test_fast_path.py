@@ -432,6 +432,25 @@ async def test_replies_and_messages_are_taken_where_the_socket_delivers_them(
         await js.close()
 
 
+async def test_socket_reads_take_up_to_a_mebibyte(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read holding more messages frames them in longer column runs (_columns).
+    from aiojetstream._conn._reads import READ_SIZE
+
+    monkeypatch.delenv(_conn.FAST_PATH_ENV, raising=False)
+    js = await _connect(nats_server.url)
+    try:
+        await js.account_info()  # a request: the router is in front from the next read on
+        await js.account_info()
+        reads = _direct_reads(js)
+        assert reads is not None
+        assert READ_SIZE == 1 << 20
+        assert reads.transport.max_size == READ_SIZE
+    finally:
+        await js.close()
+
+
 @pytest.mark.parametrize(
     "garbage",
     [

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from ._nats import Router
 
-__all__ = ["DirectReads"]
+__all__ = ["READ_SIZE", "DirectReads"]
 
 logger = logging.getLogger("aiojetstream")
+
+#: The most bytes one socket read takes (asyncio's default is 256 KiB): a read
+#: holding more messages lets column mode frame them in longer runs (each run
+#: costs a few dozen Arrow calls, see ``_columns``), and takes fewer reads and
+#: router passes for a large fetch. A read returns what the socket holds.
+READ_SIZE: Final = 1 << 20
 
 
 class DirectReads(asyncio.Protocol):
@@ -44,6 +50,8 @@ class DirectReads(asyncio.Protocol):
             return None
         reads = cls(router, transport, inner)
         transport.set_protocol(reads)
+        if isinstance(getattr(transport, "max_size", None), int):  # a selector socket transport
+            transport.max_size = max(transport.max_size, READ_SIZE)  # type: ignore[attr-defined]
         return reads
 
     def uninstall(self) -> None:
