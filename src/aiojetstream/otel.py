@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import baggage, metrics, propagate, trace
@@ -425,17 +426,19 @@ class _Publishing:
             self._failed(span, start, exc)
             raise
 
-        def done(fut: Any) -> None:
-            if fut.cancelled():
-                span.set_attribute("error.type", "cancelled")
-                span.end()
-            elif fut.exception() is not None:
-                self._failed(span, start, fut.exception())
-            else:
-                self._acked(span, start, fut.result())
-
-        future.add_done_callback(done)
+        # A partial, not a closure: fewer objects per message for the cyclic GC
+        # to traverse while the acknowledgement is outstanding.
+        future.add_done_callback(partial(self._done, span, start))
         return future
+
+    def _done(self, span: trace.Span, start: float, fut: Any) -> None:
+        if fut.cancelled():
+            span.set_attribute("error.type", "cancelled")
+            span.end()
+        elif fut.exception() is not None:
+            self._failed(span, start, fut.exception())
+        else:
+            self._acked(span, start, fut.result())
 
     async def traced_publish_many(
         self, subject: Any, payloads: Any, *args: Any, **kwargs: Any
