@@ -298,6 +298,60 @@ def test_reply_numbers_column_wise(forms: list[str]) -> None:
     assert pending == 50 - 42
 
 
+def _generic_numbers(replies: pa.Array) -> tuple[list[int], list[int], int]:
+    # _numbers split token by token: what its shared-prefix shortcut must give.
+    rows = [r.split(".") for r in replies.to_pylist()]
+    bases = [2 if len(t) == 9 else 4 for t in rows]
+    seqs = [int(t[b + 3]) for b, t in zip(bases, rows, strict=True)]
+    micros = [int(t[b + 5]) // 1000 for b, t in zip(bases, rows, strict=True)]
+    return seqs, micros, int(rows[-1][bases[-1] + 6])
+
+
+@pytest.mark.parametrize(
+    ("replies", "shortcut"),
+    [
+        ([V1.format(seq=s, ns=_ns(s), pending=9 - s) for s in range(1, 5)], True),
+        ([V2.format(seq=s, ns=_ns(s), pending=9 - s) for s in range(1, 5)], True),
+        # v2 with more tokens after the random one, not the same number on each
+        (
+            [V2.format(seq=1, ns=_ns(1), pending=1) + ".a.b", V2.format(seq=2, ns=5, pending=0)],
+            True,
+        ),
+        # stream and consumer names of any characters (the prefix is cut in bytes)
+        (["$JS.ACK.Strøm.Ç.1.3.3.5000.1", "$JS.ACK.Strøm.Ç.1.4.4.6000.0"], True),
+        # a redelivery: the delivery count differs, the prefix with it
+        (["$JS.ACK.S.C.1.3.3.5000.1", "$JS.ACK.S.C.2.4.4.6000.0"], False),
+        # another consumer's reply (no prefix shared)
+        (["$JS.ACK.S.C.1.3.3.5000.1", "$JS.ACK.S.D.1.4.4.6000.0"], False),
+        # a v2 reply that starts like the first (v1) one: its rest has more tokens
+        (["$JS.ACK.S.C.1.3.3.5000.1", "$JS.ACK.S.C.1.S.C.1.4.4.6000.0.r"], False),
+        # a reply after a v2 one whose prefix it shares, its rest too short (10 tokens)
+        (["$JS.ACK.h.A.S.C.1.3.3.5000.1.r", "$JS.ACK.h.A.S.C.1.3.5000.1"], False),
+    ],
+    ids=["v1", "v2", "v2-more-tokens", "non-ascii", "redelivery", "mixed", "v1-v2", "v2-v1"],
+)
+def test_reply_numbers_by_a_shared_prefix(replies: list[str], shortcut: bool) -> None:
+    from aiojetstream.spark._read import _same_prefix_numbers
+
+    column = pa.array(replies, pa.string())
+    fast = _same_prefix_numbers(column)
+    assert (fast is not None) is shortcut
+    if replies[-1].count(".") == 9:  # 10 tokens: no $JS.ACK subject, as without the shortcut
+        from aiojetstream import InvalidResponseError
+
+        with pytest.raises(InvalidResponseError, match="10 tokens"):
+            _numbers(column)
+        return
+    seqs, stamps, pending = _numbers(column)
+    assert (seqs.to_pylist(), pc.cast(stamps, pa.int64()).to_pylist(), pending) == (
+        _generic_numbers(column)
+    )
+    if fast is not None:
+        assert fast[0].equals(seqs)
+        assert fast[1].equals(stamps)
+        assert fast[2] == pending
+
+
 def test_extension_uses_only_the_public_api() -> None:
     """ARCHITECTURE.md: extensions import aiojetstream as a user would, never ``_private``."""
     offenders = []

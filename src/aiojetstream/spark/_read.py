@@ -76,6 +76,7 @@ SCHEMA: Final = pa.schema(
     ]
 )
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
+_INT32: Final = (1 << 31) - 1
 #: The Spark DDL of :data:`SCHEMA`.
 DDL: Final = (
     "stream string, subject string, seq long, timestamp timestamp_ltz, "
@@ -334,6 +335,9 @@ def _numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int]:
     v2 ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<r>``
     (more tokens may follow). A server sends one form; a mix is parsed one by one.
     """
+    fast = _same_prefix_numbers(replies)
+    if fast is not None:
+        return fast
     tokens = pc.split_pattern(replies, ".")
     lengths = pc.min_max(pc.list_value_length(tokens)).as_py()
     shortest, longest = lengths["min"], lengths["max"]
@@ -348,6 +352,39 @@ def _numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int]:
         nanos = pa.array([int(t[base + 5]) for base, t in rows], pa.int64())
         base, last = rows[-1]
         pending = int(last[base + 6])
+    micros = pc.divide(nanos, 1000)  # integer division: whole microseconds
+    return seqs, pc.cast(micros, _TIMESTAMP), pending
+
+
+def _same_prefix_numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int] | None:
+    """:func:`_numbers` when every reply shares the first one's tokens up to the stream sequence.
+
+    What one consumer's deliveries of one round usually do (the stream, the
+    consumer and the delivery count the same): only the rest of each reply,
+    ``<sseq>.<cseq>.<ts>.<pending>...``, is split (about half the work). None
+    when a reply does not share the prefix or its rest has another number of
+    tokens than the first reply's form has (:func:`_numbers` parses them).
+    """
+    first = replies[0].as_py().split(".")
+    if len(first) != 9 and len(first) < 12:
+        return None
+    base = 2 if len(first) == 9 else 4
+    prefix = ".".join(first[: base + 3]) + "."
+    if not pc.all(pc.starts_with(replies, prefix)).as_py():
+        return None
+    rest = pc.binary_slice(replies.view(pa.binary()), len(prefix.encode()), _INT32)
+    tokens = pc.split_pattern(rest, b".")
+    lengths = pc.min_max(pc.list_value_length(tokens)).as_py()
+    # v1: exactly <sseq>.<cseq>.<ts>.<pending>; v2: those, <random> and maybe more.
+    if base == 2:
+        fits = lengths["min"] == lengths["max"] == 4
+    else:
+        fits = lengths["min"] >= 5
+    if not fits:
+        return None
+    seqs = pc.cast(pc.list_element(tokens, 0), pa.int64())
+    nanos = pc.cast(pc.list_element(tokens, 2), pa.int64())
+    pending = int(tokens[len(replies) - 1][3].as_py())
     micros = pc.divide(nanos, 1000)  # integer division: whole microseconds
     return seqs, pc.cast(micros, _TIMESTAMP), pending
 
