@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from . import _bounds as B
@@ -290,6 +290,23 @@ def _check_heartbeat(hb: float, expires: float) -> None:
         raise InvalidOptionError(
             f"heartbeat ({hb:g} s) can not be more than half of expires ({expires:g} s)"
         )
+
+
+def fit_heartbeat(heartbeat: float, expires: float) -> float:
+    """``heartbeat`` clamped to half of ``expires`` (for a shortened pull); 0 stays off."""
+    return min(heartbeat, expires / 2) if heartbeat else heartbeat
+
+
+def shortened(settings: PullSettings, left: float) -> PullSettings:
+    """``settings`` with ``expires`` cut to ``left`` (at least MIN_EXPIRES), heartbeat to fit.
+
+    For a pull that gets what is left of a caller's time: the options were
+    checked once, up front, and are not checked again against the time left.
+    """
+    expires = max(left, MIN_EXPIRES)
+    if expires >= settings.expires:
+        return settings
+    return replace(settings, expires=expires, heartbeat=fit_heartbeat(settings.heartbeat, expires))
 
 
 # --------------------------------------------------------------------------- commands

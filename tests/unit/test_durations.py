@@ -37,7 +37,7 @@ from aiojetstream import (
     StreamConfig,
 )
 from aiojetstream._admin import _cutoff, _until
-from aiojetstream._consumer import _secs
+from aiojetstream._consumer import secs as _secs
 from aiojetstream._headers import format_go_duration, ttl_header_value
 from aiojetstream._message import _delay_ns
 from aiojetstream._models import duration_to_ns, to_wire

@@ -1,4 +1,4 @@
-"""``OrderedConsumer``: in-order, gap-free delivery over recreated ephemeral consumers (ADR-17).
+"""The ordered consumer's cursor, its consumer's recreation, and the readers over it (ADR-17).
 
 The ordered consumer keeps a cursor (the stream sequence of the last message it
 handed out). Its server-side consumer is ephemeral, AckNone, memory-stored, one
@@ -9,58 +9,51 @@ restart) it drops that consumer and creates the next one starting at
 ``cursor + 1``, retrying (under the same name) with backoff (1 s doubling to
 10 s) up to ``max_reset_attempts``. A message is handed out only if its consumer sequence
 is exactly the next one, so no gap and no duplicate can reach the user.
+
+:class:`OrderedCursor` holds that state and the resets; :class:`OrderedBatch`
+(a fetch) and :class:`OrderedSource` (``messages`` / ``consume``) read through
+it. The public calls are ``OrderedConsumer``'s (:mod:`.handle`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import timedelta
-from typing import Any, Final, TypeVar, overload
+from typing import Final
 
-from . import _bounds as B
-from . import _consumer as C
-from ._api import ApiClient
-from ._codec import Codec
-from ._errors import (
+from .. import _consumer as C
+from .._api import ApiClient
+from .._errors import (
     ConnectionClosedError,
     ConsumerDeletedError,
     ConsumerNotFoundError,
-    FetchTimeoutError,
     InvalidOptionError,
     JetStreamError,
     NoHeartbeatError,
     OrderedConsumerResetError,
     StreamNotFoundError,
 )
-from ._message import Msg, TypedMsg, ack_sequences, next_in_order
-from ._models import (
+from .._message import Msg, ack_sequences, next_in_order
+from .._models import (
     AckPolicy,
     ConsumerConfig,
     ConsumerInfo,
     DeliverPolicy,
     OrderedConsumerConfig,
 )
-from ._pull_driver import ErrorHandler, PullDriver, in_error_handler, spawn_error_handler
-from ._pull_engine import DEFAULT_EXPIRES, MIN_EXPIRES, PullSettings, resolve_consume, resolve_fetch
-from ._typed import (
-    OrderedOnInvalid,
-    TypedMessageBatch,
-    check_typed,
-    next_valid,
-    typed_handler,
+from .._pull_driver import ErrorHandler, PullDriver, in_error_handler, spawn_error_handler
+from .._pull_engine import (
+    MIN_EXPIRES,
+    PullSettings,
+    shortened,
 )
-from ._validation import validate_name
 
 logger = logging.getLogger("aiojetstream")
 
-T = TypeVar("T")
 
 RESET_BACKOFF_FIRST: Final = 1.0
 RESET_BACKOFF_MAX: Final = 10.0
@@ -69,7 +62,7 @@ _FROM_THE_END: Final = frozenset((DeliverPolicy.NEW, DeliverPolicy.LAST))
 #: How long closing waits for the ephemeral consumer's deletion.
 DELETE_TIMEOUT: Final = 2.0
 #: Errors after which the ordered consumer recreates its consumer.
-_RESETTABLE = (ConsumerDeletedError, ConsumerNotFoundError, NoHeartbeatError)
+RESETTABLE = (ConsumerDeletedError, ConsumerNotFoundError, NoHeartbeatError)
 
 
 @dataclass(slots=True)
@@ -87,7 +80,7 @@ class _ResetState:
     """The last attempt's error."""
 
 
-class _OutOfTime(Exception):
+class OutOfTime(Exception):
     """A reset bounded by a caller's deadline could not recreate the consumer in time."""
 
     def __init__(self, error: JetStreamError) -> None:
@@ -95,14 +88,8 @@ class _OutOfTime(Exception):
         self.error = error
 
 
-class OrderedConsumer:
-    """An ordered consumer on a stream (ADR-17). Get one with ``await js.ordered_consumer(...)``.
-
-    Offers the :class:`Consumer` calls (``fetch``, ``fetch_bytes``,
-    ``fetch_no_wait``, ``next``, ``messages``, ``consume``); one ordered
-    consumer is used either with the fetch calls or with messages/consume, and
-    one operation at a time.
-    """
+class OrderedCursor:
+    """The state of an ordered consumer and the recreation of its server-side consumer."""
 
     def __init__(self, api: ApiClient, stream: str, config: OrderedConsumerConfig) -> None:
         self._api = api
@@ -134,28 +121,6 @@ class OrderedConsumer:
         #: A reset whose creation failed and is being retried (None otherwise).
         self._resetting: _ResetState | None = None
 
-    # ------------------------------------------------------------- properties
-
-    @property
-    def stream_name(self) -> str:
-        """The stream read."""
-        return self._stream
-
-    @property
-    def name(self) -> str | None:
-        """The name of the current server-side consumer (None before first use)."""
-        return self._name
-
-    @property
-    def cached_info(self) -> ConsumerInfo | None:
-        """The info of the current server-side consumer, as last fetched."""
-        return self._info
-
-    @property
-    def cursor(self) -> int:
-        """The stream sequence of the last message handed out (0 before any)."""
-        return self._cursor
-
     @property
     def _cursor(self) -> int:
         # Messages handed out from a run checked at its ends (see OrderedSource.take)
@@ -172,18 +137,6 @@ class OrderedConsumer:
     def _cursor(self, value: int) -> None:
         self._cursor_msg = None
         self._cursor_value = value
-
-    async def info(self, *, timeout: float | None = None) -> ConsumerInfo:
-        """Fetch the current server-side consumer's info.
-
-        Raises:
-            InvalidOptionError: no consumer was created yet.
-
-        """
-        if self._name is None:
-            raise InvalidOptionError("the ordered consumer has not created its consumer yet")
-        self._info = await C.consumer_info(self._api, self._stream, self._name, timeout)
-        return self._info
 
     # ------------------------------------------------------------- consumers
 
@@ -245,7 +198,7 @@ class OrderedConsumer:
         With ``stop``: once it is set, give up (no consumer) instead of retrying.
         With ``deadline`` (a loop time; a fetch's end): each attempt waits at most
         until then, and when the next retry would come after it, the call waits
-        until the deadline and raises :class:`_OutOfTime` carrying the last error.
+        until the deadline and raises :class:`OutOfTime` carrying the last error.
         """
         loop = asyncio.get_running_loop()
         state = self._resetting
@@ -267,7 +220,7 @@ class OrderedConsumer:
                 return  # stopped
             if out_of_time:
                 assert state.error is not None
-                raise _OutOfTime(state.error)
+                raise OutOfTime(state.error)
             state.attempts += 1
             timeout = None
             if deadline is not None:
@@ -401,7 +354,7 @@ class OrderedConsumer:
     async def _start_fetch(self, settings: PullSettings, deadline: float) -> OrderedBatch:
         """Start a fetch; a reset it needs first is bounded by ``deadline``.
 
-        Raises :class:`_OutOfTime` when it could not recreate the consumer by then.
+        Raises :class:`OutOfTime` when it could not recreate the consumer by then.
         """
         self._claim("fetch")
         try:
@@ -409,7 +362,7 @@ class OrderedConsumer:
                 await self._reset(deadline=deadline)
                 if not settings.no_wait:
                     # The pull gets what the recreation left of the fetch's time.
-                    settings = _shortened(settings, deadline - asyncio.get_running_loop().time())
+                    settings = shortened(settings, deadline - asyncio.get_running_loop().time())
             driver = self._driver(settings, None)
             await driver.start()
         except BaseException:
@@ -418,413 +371,6 @@ class OrderedConsumer:
         batch = OrderedBatch(self, driver, settings, deadline)
         self._active = batch
         return batch
-
-    async def _fetch(
-        self,
-        settings: PullSettings,
-        model: type[Any] | None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> OrderedBatch | TypedMessageBatch[Any]:
-        if model is not None:
-            check_typed(model, codec, on_invalid, acks=False)  # before anything is sent
-        # The consumer's recreation counts against the fetch's expires (fetch_no_wait:
-        # the API timeout): out of time, the creation's own error is raised.
-        wait = self._api.timeout if settings.no_wait else settings.expires
-        try:
-            batch = await self._start_fetch(settings, asyncio.get_running_loop().time() + wait)
-        except _OutOfTime as out:
-            raise out.error from out.error.__cause__
-        if model is None:
-            return batch
-        return TypedMessageBatch(batch, model, codec, on_invalid)
-
-    @overload
-    async def fetch(
-        self,
-        max_messages: int,
-        *,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        model: None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> OrderedBatch: ...
-
-    @overload
-    async def fetch(
-        self,
-        max_messages: int,
-        *,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        model: type[T],
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> TypedMessageBatch[T]: ...
-
-    async def fetch(
-        self,
-        max_messages: int,
-        *,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        model: type[Any] | None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> OrderedBatch | TypedMessageBatch[Any]:
-        """Fetch up to ``max_messages`` in order (see :meth:`Consumer.fetch`).
-
-        With ``model``, a :class:`TypedMessageBatch` of :class:`TypedMsg`; a
-        payload that does not validate raises :class:`PayloadValidationError`
-        (``on_invalid="raise"``, the only option: nothing is acknowledged).
-        """
-        return await self._fetch(
-            resolve_fetch(
-                max_messages=max_messages,
-                expires=C._secs(expires, "expires"),
-                heartbeat=C._secs(heartbeat, "heartbeat"),
-            ),
-            model,
-            codec,
-            on_invalid,
-        )
-
-    @overload
-    async def fetch_bytes(
-        self,
-        max_bytes: int,
-        *,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        model: None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> OrderedBatch: ...
-
-    @overload
-    async def fetch_bytes(
-        self,
-        max_bytes: int,
-        *,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        model: type[T],
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> TypedMessageBatch[T]: ...
-
-    async def fetch_bytes(
-        self,
-        max_bytes: int,
-        *,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        model: type[Any] | None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> OrderedBatch | TypedMessageBatch[Any]:
-        """Fetch up to ``max_bytes`` of messages in order (see :meth:`Consumer.fetch_bytes`).
-
-        ``model``, ``codec`` and ``on_invalid`` as for :meth:`fetch`.
-        """
-        return await self._fetch(
-            resolve_fetch(
-                max_bytes=max_bytes,
-                expires=C._secs(expires, "expires"),
-                heartbeat=C._secs(heartbeat, "heartbeat"),
-            ),
-            model,
-            codec,
-            on_invalid,
-        )
-
-    @overload
-    async def fetch_no_wait(
-        self,
-        max_messages: int,
-        *,
-        max_bytes: int | None = None,
-        model: None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> OrderedBatch: ...
-
-    @overload
-    async def fetch_no_wait(
-        self,
-        max_messages: int,
-        *,
-        max_bytes: int | None = None,
-        model: type[T],
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> TypedMessageBatch[T]: ...
-
-    async def fetch_no_wait(
-        self,
-        max_messages: int,
-        *,
-        max_bytes: int | None = None,
-        model: type[Any] | None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> OrderedBatch | TypedMessageBatch[Any]:
-        """Fetch what is available now, in order (see :meth:`Consumer.fetch_no_wait`).
-
-        ``model``, ``codec`` and ``on_invalid`` as for :meth:`fetch`.
-        """
-        return await self._fetch(
-            resolve_fetch(max_messages=max_messages, max_bytes=max_bytes, no_wait=True),
-            model,
-            codec,
-            on_invalid,
-        )
-
-    @overload
-    async def next(
-        self,
-        *,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        model: None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> Msg: ...
-
-    @overload
-    async def next(
-        self,
-        *,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        model: type[T],
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> TypedMsg[T]: ...
-
-    async def next(
-        self,
-        *,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        model: type[Any] | None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> Msg:
-        """The next message in order.
-
-        With ``model``, a :class:`TypedMsg`; a payload that does not validate
-        raises :class:`PayloadValidationError` (``on_invalid="raise"``, the
-        only option). The cursor has moved past that message: the next call
-        returns the one after it.
-
-        Raises:
-            FetchTimeoutError: nothing arrived before ``expires``.
-            PayloadValidationError: with ``model``, the payload does not validate.
-
-        """
-        if model is not None:
-            check_typed(model, codec, on_invalid, acks=False)
-        # The caller's options are checked once, here, before anything is sent (a
-        # negative expires was taken as 1 s, a giant int raised OverflowError); each
-        # pull gets what is left of expires, its heartbeat clamped to fit (the time
-        # left was checked against heartbeat again: heartbeat=5, expires=10 raised).
-        settings = resolve_fetch(
-            max_messages=1,
-            expires=C._secs(expires, "expires"),
-            heartbeat=C._secs(heartbeat, "heartbeat"),
-        )
-        if model is None:
-            return await self._next(settings)
-        return await next_valid(
-            lambda left: self._next(_shortened(settings, left)),
-            settings.expires,
-            model,
-            codec,
-            on_invalid,
-            f"ordered consumer on {self._stream}",
-        )
-
-    async def _next(self, checked: PullSettings) -> Msg:
-        """One message within ``checked.expires`` (options checked), across resets."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + checked.expires
-        while True:
-            settings = _shortened(checked, deadline - loop.time())
-            try:
-                batch = await self._start_fetch(settings, deadline)
-            except _OutOfTime as out:
-                raise FetchTimeoutError(
-                    f"no message from ordered consumer on {self._stream}: "
-                    f"could not recreate its consumer in time ({out.error})"
-                ) from out.error
-            async with batch:
-                async for msg in batch:
-                    return msg
-            # A fetch cut short by a reset (gap, deletion) is retried within expires;
-            # the reset itself is quick, so once more even with little time left.
-            if not self._needs_reset or loop.time() >= deadline:
-                raise FetchTimeoutError(f"no message from ordered consumer on {self._stream}")
-
-    # ------------------------------------------------------------- continuous
-
-    @overload
-    def messages(
-        self,
-        *,
-        max_messages: int | None = None,
-        max_bytes: int | None = None,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        threshold_messages: int | None = None,
-        threshold_bytes: int | None = None,
-        error_handler: ErrorHandler | None = None,
-        model: None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> C.MessagesContext: ...
-
-    @overload
-    def messages(
-        self,
-        *,
-        max_messages: int | None = None,
-        max_bytes: int | None = None,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        threshold_messages: int | None = None,
-        threshold_bytes: int | None = None,
-        error_handler: ErrorHandler | None = None,
-        model: type[T],
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> C.TypedMessagesContext[T]: ...
-
-    def messages(
-        self,
-        *,
-        max_messages: int | None = None,
-        max_bytes: int | None = None,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        threshold_messages: int | None = None,
-        threshold_bytes: int | None = None,
-        error_handler: ErrorHandler | None = None,
-        model: type[Any] | None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> C.MessagesContext:
-        """Iterate every message in order, across consumer resets (as :meth:`Consumer.messages`).
-
-        With ``model``, the iterator hands out :class:`TypedMsg`. A payload
-        that does not validate is raised as :class:`PayloadValidationError`
-        (``on_invalid="raise"``, the only option: an ordered consumer
-        acknowledges nothing, so ``"term"`` / ``"nak"`` are refused with
-        :class:`InvalidOptionError`); iteration can go on with the next message.
-
-        Raises:
-            InvalidOptionError: bad options (before anything is sent).
-
-        """
-        if model is not None:
-            check_typed(model, codec, on_invalid, acks=False)
-        settings = resolve_consume(
-            max_messages=max_messages,
-            max_bytes=max_bytes,
-            expires=C._secs(expires, "expires"),
-            heartbeat=C._secs(heartbeat, "heartbeat"),
-            threshold_messages=threshold_messages,
-            threshold_bytes=threshold_bytes,
-        )
-        self._check_mode("consume")
-        source = OrderedSource(self, settings, error_handler)
-        if model is not None:
-            return C.TypedMessagesContext(source, model, codec, on_invalid)
-        return C.MessagesContext(source)
-
-    @overload
-    async def consume(
-        self,
-        handler: Callable[[Msg], Any],
-        *,
-        error_handler: ErrorHandler | None = None,
-        max_messages: int | None = None,
-        max_bytes: int | None = None,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        threshold_messages: int | None = None,
-        threshold_bytes: int | None = None,
-        model: None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> C.ConsumeContext: ...
-
-    @overload
-    async def consume(
-        self,
-        handler: Callable[[TypedMsg[T]], Any],
-        *,
-        error_handler: ErrorHandler | None = None,
-        max_messages: int | None = None,
-        max_bytes: int | None = None,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        threshold_messages: int | None = None,
-        threshold_bytes: int | None = None,
-        model: type[T],
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> C.ConsumeContext: ...
-
-    async def consume(
-        self,
-        handler: Callable[[Any], Any],
-        *,
-        error_handler: ErrorHandler | None = None,
-        max_messages: int | None = None,
-        max_bytes: int | None = None,
-        expires: float | timedelta | str = DEFAULT_EXPIRES,
-        heartbeat: float | timedelta | str | None = None,
-        threshold_messages: int | None = None,
-        threshold_bytes: int | None = None,
-        model: type[Any] | None = None,
-        codec: Codec | None = None,
-        on_invalid: OrderedOnInvalid = "raise",
-    ) -> C.ConsumeContext:
-        """Call ``handler`` for every message in order (see :meth:`Consumer.consume`).
-
-        With ``model``, ``handler`` gets a :class:`TypedMsg`; a payload that
-        does not validate ends consumption with its
-        :class:`PayloadValidationError` (``on_invalid="raise"``, the only
-        option), reported to ``error_handler`` and returned by ``closed()``.
-
-        Raises:
-            InvalidOptionError: bad options (before anything is sent).
-
-        """
-        if not callable(handler):
-            raise InvalidOptionError("handler must be callable")
-        holder: list[C.ConsumeContext] = []
-        if model is not None:
-            check_typed(model, codec, on_invalid, acks=False)
-            handler = typed_handler(handler, model, codec, on_invalid, holder)
-        settings = resolve_consume(
-            max_messages=max_messages,
-            max_bytes=max_bytes,
-            expires=C._secs(expires, "expires"),
-            heartbeat=C._secs(heartbeat, "heartbeat"),
-            threshold_messages=threshold_messages,
-            threshold_bytes=threshold_bytes,
-        )
-        self._check_mode("consume")
-        ctx = C.ConsumeContext(OrderedSource(self, settings, error_handler), handler)
-        holder.append(ctx)
-        await ctx._start()
-        return ctx
-
-    def __repr__(self) -> str:
-        return f"<OrderedConsumer {self._stream} cursor={self._cursor}>"
 
 
 class _Busy:
@@ -844,7 +390,7 @@ class OrderedBatch(C.MessageBatch):
     __slots__ = ("_deadline", "_owner", "_settings", "_skipped", "_skipped_bytes")
 
     def __init__(
-        self, owner: OrderedConsumer, driver: PullDriver, settings: PullSettings, deadline: float
+        self, owner: OrderedCursor, driver: PullDriver, settings: PullSettings, deadline: float
     ) -> None:
         super().__init__(driver)
         self._owner = owner
@@ -872,7 +418,7 @@ class OrderedBatch(C.MessageBatch):
             left = self._deadline - asyncio.get_running_loop().time()
             if left < MIN_EXPIRES:
                 return False
-            settings = _shortened(settings, left)
+            settings = shortened(settings, left)
         if settings.max_bytes:
             settings = replace(settings, max_bytes=nbytes)
         else:
@@ -892,7 +438,7 @@ class OrderedBatch(C.MessageBatch):
         while True:
             try:
                 msg = await self._driver.next_msg()
-            except _RESETTABLE:
+            except RESETTABLE:
                 self._owner._needs_reset = True
                 await self.aclose()
                 raise StopAsyncIteration from None
@@ -963,7 +509,7 @@ class OrderedBatch(C.MessageBatch):
             break
         await self.aclose()
         error = driver.error
-        if isinstance(error, _RESETTABLE):
+        if isinstance(error, RESETTABLE):
             self._owner._needs_reset = True
             return out
         if error is None or out:
@@ -989,7 +535,7 @@ class OrderedSource:
 
     def __init__(
         self,
-        owner: OrderedConsumer,
+        owner: OrderedCursor,
         settings: PullSettings,
         error_handler: ErrorHandler | None,
     ) -> None:
@@ -1040,7 +586,7 @@ class OrderedSource:
     def report(self, error: JetStreamError) -> None:
         """Hand an error to the user's error handler (or log it)."""
         if self._user_handler is None:
-            logger.warning("ordered consumer on %s: %s", self._owner.stream_name, error)
+            logger.warning("ordered consumer on %s: %s", self._owner._stream, error)
             return
         try:
             result = self._user_handler(error)
@@ -1107,7 +653,7 @@ class OrderedSource:
                 continue
             try:
                 msg = await driver.next_msg()
-            except _RESETTABLE:
+            except RESETTABLE:
                 if self._draining:
                     return None
                 self._owner._needs_reset = True
@@ -1165,31 +711,3 @@ def _run_in_order(driver: PullDriver, expected: int) -> int:
     if next_in_order(first, expected) < 0 or next_in_order(last, expected + count - 1) < 0:
         return 0
     return count
-
-
-def _shortened(settings: PullSettings, left: float) -> PullSettings:
-    """``settings`` with ``expires`` cut to ``left`` (at least MIN_EXPIRES), heartbeat to fit."""
-    expires = max(left, MIN_EXPIRES)
-    if expires >= settings.expires:
-        return settings
-    heartbeat = min(settings.heartbeat, expires / 2) if settings.heartbeat else 0.0
-    return dataclasses.replace(settings, expires=expires, heartbeat=heartbeat)
-
-
-def make_ordered(
-    api: ApiClient, stream: str, config: OrderedConsumerConfig | None
-) -> OrderedConsumer:
-    """Validate the arguments and build an :class:`OrderedConsumer`."""
-    validate_name(stream, "stream")
-    if config is None:
-        config = OrderedConsumerConfig()
-    elif not isinstance(config, OrderedConsumerConfig):
-        raise InvalidOptionError(
-            f"config must be an OrderedConsumerConfig, got {type(config).__name__}"
-        )
-    if config.name_prefix is not None:
-        validate_name(config.name_prefix, "consumer name prefix")
-    if config.max_reset_attempts is not None and config.max_reset_attempts < 1:
-        raise InvalidOptionError("max_reset_attempts must be at least 1")
-    B.check_config(config)  # opt_start_seq 0 to 2**64 - 1 (was refused by the server, as JSON)
-    return OrderedConsumer(api, stream, config)

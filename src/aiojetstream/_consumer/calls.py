@@ -1,0 +1,103 @@
+"""The consumer management calls: create / update, info, delete, list, names."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+from .. import _api
+from .. import _features as F
+from .._api import ApiClient
+from .._errors import InvalidOptionError
+from .._models import ConsumerConfig, ConsumerInfo, to_wire
+from .._models._ranges import check_config_ranges
+from .._validation import validate_name
+
+ACTION_CREATE: Final = "create"
+ACTION_UPDATE: Final = "update"
+ACTION_CREATE_OR_UPDATE: Final = ""
+
+
+def consumer_name(config: ConsumerConfig) -> str | None:
+    name, durable = config.name, config.durable_name
+    if name and durable and name != durable:
+        raise InvalidOptionError(
+            f"consumer name {name!r} and durable_name {durable!r} must match when both are set"
+        )
+    chosen = name or durable
+    if chosen is not None:
+        validate_name(chosen, "consumer")
+    return chosen
+
+
+async def upsert_consumer(
+    api: ApiClient,
+    stream: str,
+    config: ConsumerConfig,
+    action: str,
+    timeout: float | None,
+) -> ConsumerInfo:
+    """Create and/or update a consumer; ``action`` is create, update or both ("")."""
+    validate_name(stream, "stream")
+    if not isinstance(config, ConsumerConfig):
+        raise InvalidOptionError(f"config must be a ConsumerConfig, got {type(config).__name__}")
+    check_config_ranges(config)  # times and durations the server would wrap or refuse
+    name = consumer_name(config)
+    body: dict[str, Any] = {"stream_name": stream, "config": to_wire(config)}
+    for feature in F.consumer_config_features(config):
+        F.check_level(feature, await api.api_level(timeout))
+    if action:
+        body["action"] = action
+    if name is None:
+        if action == ACTION_UPDATE:
+            raise InvalidOptionError("updating a consumer needs its name or durable_name")
+        subject = api.subject(_api.CONSUMER_CREATE_EPHEMERAL, stream=stream)
+    else:
+        subject = api.subject(_api.CONSUMER_CREATE, stream=stream, consumer=name)
+        if config.filter_subject and not config.filter_subjects:
+            # The filter in the subject too (permissions can match it), unless that makes
+            # the request line too long (it would cost the connection): body only then.
+            filtered = api.subject(
+                _api.CONSUMER_CREATE_FILTERED,
+                stream=stream,
+                consumer=name,
+                filter=config.filter_subject,
+            )
+            if len(filtered) <= _api.MAX_SUBJECT_WITH_SUBJECT:
+                subject = filtered
+    reply = await api.request(subject, body, timeout=timeout, stream=stream, consumer=name)
+    return _api.parse(ConsumerInfo, reply)
+
+
+async def consumer_info(
+    api: ApiClient, stream: str, name: str, timeout: float | None
+) -> ConsumerInfo:
+    """Fetch a consumer's info (raises ConsumerNotFoundError when it does not exist)."""
+    validate_name(stream, "stream")
+    validate_name(name, "consumer")
+    return await api.call_model(
+        _api.CONSUMER_INFO, ConsumerInfo, timeout=timeout, stream=stream, consumer=name
+    )
+
+
+async def delete_consumer(api: ApiClient, stream: str, name: str, timeout: float | None) -> None:
+    """Delete a consumer (raises ConsumerNotFoundError when it does not exist)."""
+    validate_name(stream, "stream")
+    validate_name(name, "consumer")
+    await api.call(_api.CONSUMER_DELETE, timeout=timeout, stream=stream, consumer=name)
+
+
+async def list_consumers(
+    api: ApiClient, stream: str, timeout: float | None
+) -> AsyncIterator[ConsumerInfo]:
+    """Every consumer of a stream, over all pages."""
+    validate_name(stream, "stream")
+    async for item in _api.paged(api, _api.CONSUMER_LIST, "consumers", {}, timeout, stream=stream):
+        yield _api.parse(ConsumerInfo, item)
+
+
+async def consumer_names(api: ApiClient, stream: str, timeout: float | None) -> AsyncIterator[str]:
+    """Every consumer name of a stream, over all pages."""
+    validate_name(stream, "stream")
+    async for item in _api.paged(api, _api.CONSUMER_NAMES, "consumers", {}, timeout, stream=stream):
+        yield str(item)
