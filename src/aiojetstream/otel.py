@@ -17,9 +17,16 @@ Spans follow OpenTelemetry's messaging semantic conventions
   fetched batch, or handed to a ``consume()`` handler; ended by its ack, nak or
   term, when the next message is taken, or when the handler returns.
 
+* key-value: ``process <subject>`` per ``get`` and per entry a ``watch``
+  yields (writes are publishes: send spans);
+* object store: one ``send`` span per ``put`` (chunk count and size; its
+  context in the object's info, no span per chunk), ``process`` per ``get``
+  and per info a ``watch`` yields.
+
 The trace context travels in the ``traceparent`` / ``tracestate`` headers
-through the globally configured propagator; a process span is linked to the
-send span (or its child with ``parent=True``).
+through the globally configured propagator (written and read directly when
+it is the default W3C one and there is no baggage); a process span is linked
+to the send span (or its child with ``parent=True``).
 """
 
 from __future__ import annotations
