@@ -10,7 +10,8 @@ Spans follow OpenTelemetry's messaging semantic conventions
 (``messaging.system`` = ``nats``):
 
 * ``send <subject>`` (PRODUCER) per ``publish`` / ``publish_async`` and per
-  ``publish_many`` batch (``messaging.batch.message_count``);
+  ``publish_many`` / ``publish_many_async`` batch
+  (``messaging.batch.message_count``; ended when the whole batch is acknowledged);
 * ``receive <stream>`` (CLIENT) per ``fetch`` / ``fetch_bytes`` /
   ``fetch_no_wait`` / ``next``, ended when the batch ends;
 * ``process <subject>`` (CONSUMER) per message taken from ``messages()`` or a
@@ -338,7 +339,7 @@ class _Publishing:
         self.tel = tel
         self.publish = js.publish
         self.publish_async = js.publish_async
-        self.publish_many = js.publish_many
+        self.publish_many_async = js.publish_many_async
         # (subject, body size) -> (span name, attributes): no dict built per message.
         self._sends: dict[tuple[str, int | None], tuple[str, dict[str, Any]]] = {}
 
@@ -447,9 +448,8 @@ class _Publishing:
         else:
             self._acked(span, start, fut.result())
 
-    async def traced_publish_many(
-        self, subject: Any, payloads: Any, *args: Any, **kwargs: Any
-    ) -> Any:
+    def _start_many(self, subject: Any, payloads: Any, kwargs: dict[str, Any]) -> trace.Span:
+        """The send span of a batch, its trace context added to every message's headers."""
         count = len(payloads)
         span = self._start(subject, None)
         span.set_attribute("messaging.batch.message_count", count)
@@ -460,17 +460,49 @@ class _Publishing:
                 kwargs["headers"] = [carrier] * count
             else:
                 kwargs["headers"] = [{**h, **carrier} if h else carrier for h in given]
-        start = time.perf_counter()
-        try:
-            summary = await self.publish_many(subject, payloads, *args, **kwargs)
-        except BaseException as exc:
-            self._failed(span, start, exc)
-            raise
+        return span
+
+    def _summed(self, span: trace.Span, start: float, count: int, summary: Any) -> None:
         counts = self.tel.of(getattr(summary, "stream", None))
         self.tel.publish_duration.record(time.perf_counter() - start, counts.labels)
         counts.sent += count
         span.end()
+
+    async def traced_publish_many(
+        self, subject: Any, payloads: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        span = self._start_many(subject, payloads, kwargs)
+        start = time.perf_counter()
+        try:
+            # The original publish_many_async, not this context's (traced) one: one span.
+            summary = await (await self.publish_many_async(subject, payloads, *args, **kwargs))
+        except BaseException as exc:
+            self._failed(span, start, exc)
+            raise
+        self._summed(span, start, len(payloads), summary)
         return summary
+
+    async def traced_publish_many_async(
+        self, subject: Any, payloads: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        span = self._start_many(subject, payloads, kwargs)
+        start = time.perf_counter()
+        try:
+            future = await self.publish_many_async(subject, payloads, *args, **kwargs)
+        except BaseException as exc:
+            self._failed(span, start, exc)
+            raise
+        future.add_done_callback(partial(self._many_done, span, start, len(payloads)))
+        return future
+
+    def _many_done(self, span: trace.Span, start: float, count: int, fut: Any) -> None:
+        if fut.cancelled():
+            span.set_attribute("error.type", "cancelled")
+            span.end()
+        elif fut.exception() is not None:
+            self._failed(span, start, fut.exception())
+        else:
+            self._summed(span, start, count, fut.result())
 
 
 def _ack_numbers(reply: bytes) -> tuple[int, int, int] | None:
@@ -1091,6 +1123,7 @@ def instrument(
     js.publish = publishing.traced_publish  # type: ignore[method-assign]
     js.publish_async = publishing.traced_publish_async  # type: ignore[method-assign]
     js.publish_many = publishing.traced_publish_many  # type: ignore[method-assign]
+    js.publish_many_async = publishing.traced_publish_many_async  # type: ignore[method-assign]
 
     def traced_getter(method: Callable[..., Any]) -> Callable[..., Any]:
         async def get(*args: Any, **kwargs: Any) -> Any:

@@ -228,6 +228,42 @@ async def test_publish_many_is_one_span_with_the_count(
     assert rec.total("messaging.client.sent.messages") == 3
 
 
+async def test_publish_many_async_is_one_span_ended_by_the_last_ack(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    stream, name = await setup(tjs)
+    done = await tjs.publish_many_async(f"{stream}.b", [b"a", b"b"], msg_ids=["1", "2"])
+    summary = await done
+    assert summary.stored == 2
+    await wait_until(lambda: len(rec.spans("send ")) == 1)
+    [send] = rec.spans("send ")
+    assert send.name == f"send {stream}.b"
+    assert send.kind is SpanKind.PRODUCER
+    assert send.attributes is not None
+    assert send.attributes["messaging.batch.message_count"] == 2
+    consumer = await tjs.consumer(stream, name)
+    batch = await consumer.fetch(2, expires=2)
+    parents = []
+    async for msg in batch:
+        assert msg.headers is not None
+        parents.append(msg.headers["traceparent"].split("-")[2])
+        await msg.ack()
+    assert parents == [format(send.context.span_id, "016x")] * 2
+    assert rec.total("messaging.client.sent.messages") == 2
+    [duration] = rec.metrics()["messaging.client.operation.duration"]
+    assert duration.count == 1
+
+    # A batch nobody stores (no stream listens): the span ends with the error.
+    failed = await tjs.publish_many_async(unique_name("nowhere"), [b"x"], timeout=2)
+    with pytest.raises(aiojetstream.JetStreamError):
+        await failed
+    await wait_until(lambda: len(rec.spans("send ")) == 2)
+    error = rec.spans("send ")[1]
+    assert error.status.status_code is StatusCode.ERROR
+    assert error.attributes is not None
+    assert error.attributes["messaging.batch.message_count"] == 1
+
+
 async def test_next_is_a_receive_span(tjs: JetStreamContext, rec: Recorded) -> None:
     stream, name = await setup(tjs)
     await tjs.publish(f"{stream}.n", b"1")
