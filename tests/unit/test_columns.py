@@ -323,3 +323,53 @@ def test_a_run_with_headers_is_the_size_framing_of_its_messages(
         assert run.tail_size(run.count) == sum(
             len(s) + len(r) + len(h) + len(p) for s, r, h, p in got
         )
+
+
+FIELD = st.binary(max_size=6) | st.sampled_from(
+    [
+        b"",
+        b"MSG",
+        b"MSGS",
+        b"M",
+        b"7",
+        b"07",
+        b"a.b",
+        b"\xff",
+        b"\xc3\xa9",
+        b"1" * 18,
+        b"1" * 19,
+        b"\xd9\xa3",
+    ]
+)
+LINE = st.lists(FIELD, min_size=1, max_size=7).map(b" ".join) | st.builds(
+    lambda s, r, n: b"MSG %b 7 %b %b" % (s, r, n),
+    FIELD,
+    FIELD,
+    st.sampled_from([b"0", b"12", b"1" * 18, b"1" * 19, b"", b"+1", b"1 ", b"\t1", b"\xd9\xa3"]),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(LINE, min_size=1, max_size=8))
+@example([b"MSG s 7 r 1"] * 3)
+@example([b"MSG s 7 r 1", b"MSG \xff 7 r 1"])  # not ASCII: the regex decides
+@example([b"MSG s 7 r 1", b"MSG s 7 r 1" + b"1" * 18])
+@example([b"MSG s 7 r 1", b"MSG  7 r 1"])  # no subject (two blanks)
+@example([b"MSG s 7  1"])  # no reply
+@example([b"MSGS s 7 r 1"])
+@example([b"MSG s 7 r \xd9\xa3"])  # a digit that is not ASCII
+def test_the_column_wide_line_check_is_the_regex(lines: list[bytes]) -> None:
+    """``_all_plain_lines`` accepts the lines exactly when the regex accepts every one."""
+    column = pa.array(lines, pa.binary())
+    fields = pa.compute.split_pattern(column, b" ")
+    regex = f"^MSG {_columns._TOKEN} 7 {_columns._TOKEN} [0-9]{{1,18}}$"
+    every = all(pa.compute.match_substring_regex(column, regex).to_pylist())
+    tokens = _columns._all_plain_lines(column, fields, b"7")
+    if not every:
+        assert tokens is None
+        return
+    if tokens is not None:
+        subjects, replies, sizes = (t.to_pylist() for t in tokens)
+        assert [b"MSG %b 7 %b %b" % t for t in zip(subjects, replies, sizes, strict=True)] == lines
+    else:  # only for bytes that are no printable ASCII (left to the regex)
+        assert any(any(c < 0x20 or c > 0x7E for c in line) for line in lines)
