@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from aiojetstream.otel import _Propagation
+from aiojetstream.otel.propagation import Propagation
 
 
 class Custom(TextMapPropagator):
@@ -71,7 +71,7 @@ def _span(state: TraceState | None = None, flags: int = 1) -> trace.Span:
 def test_the_fast_path_writes_and_reads_what_the_propagator_does(
     default_propagator: None, state: TraceState | None, flags: int
 ) -> None:
-    p = _Propagation()
+    p = Propagation()
     assert p.fast()
     span = _span(state, flags)
     expected: dict[str, str] = {"X-Mine": "1"}
@@ -103,13 +103,13 @@ def test_odd_traceparents_are_read_as_the_propagator_reads_them(
     default_propagator: None, value: str
 ) -> None:
     headers = {"traceparent": value}
-    sc, _ = _Propagation().extract(headers, parent=False)
+    sc, _ = Propagation().extract(headers, parent=False)
     reference = trace.get_current_span(propagate.extract(headers)).get_span_context()
     assert sc == (reference if reference.is_valid else None)
 
 
 def test_baggage_and_other_propagators_go_through_opentelemetry(default_propagator: None) -> None:
-    p = _Propagation()
+    p = Propagation()
     span = TracerProvider().get_tracer("t").start_span("s")
     token = otel_context.attach(baggage.set_baggage("tenant", "acme"))
     try:

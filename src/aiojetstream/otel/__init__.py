@@ -1,0 +1,148 @@
+"""OpenTelemetry traces and metrics for a :class:`JetStreamContext` (extra ``otel``).
+
+Off by default. :func:`instrument` (or ``connect(..., telemetry=True)``) turns
+it on for one context: it replaces, on that instance only, the publish methods
+and the methods that hand out consumers with traced versions. Nothing else
+changes, so a context that is not instrumented pays nothing, and
+``opentelemetry`` is imported only here (``import aiojetstream`` never does).
+
+Spans follow OpenTelemetry's messaging semantic conventions
+(``messaging.system`` = ``nats``):
+
+* ``send <subject>`` (PRODUCER) per ``publish`` / ``publish_async`` and per
+  ``publish_many`` / ``publish_many_async`` batch
+  (``messaging.batch.message_count``; ended when the whole batch is acknowledged);
+* ``receive <stream>`` (CLIENT) per ``fetch`` / ``fetch_bytes`` /
+  ``fetch_no_wait`` / ``next``, ended when the batch ends;
+* ``process <subject>`` (CONSUMER) per message taken from ``messages()`` or a
+  fetched batch, or handed to a ``consume()`` handler; ended by its ack, nak or
+  term, when the next message is taken, or when the handler returns.
+
+* key-value: ``process <subject>`` per ``get`` and per entry a ``watch``
+  yields (writes are publishes: send spans);
+* object store: one ``send`` span per ``put`` (chunk count and size; its
+  context in the object's info, no span per chunk), ``process`` per ``get``
+  and per info a ``watch`` yields.
+
+The trace context travels in the ``traceparent`` / ``tracestate`` headers
+through the globally configured propagator (written and read directly when
+it is the default W3C one and there is no baggage); a process span is linked
+to the send span (or its child with ``parent=True``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .consuming import instrument_consumer
+from .publishing import Publishing
+from .stores import Reconnects, Stores
+from .telemetry import READ, Telemetry
+
+if TYPE_CHECKING:
+    from .._context import JetStreamContext
+
+__all__ = ["instrument"]
+
+# Methods of JetStreamContext and Stream that return a Consumer.
+_CONSUMER_METHODS = ("consumer", "create_consumer", "update_consumer", "create_or_update_consumer")
+# Methods of JetStreamContext that return a Stream (whose consumers are traced too).
+_STREAM_METHODS = ("stream", "create_stream", "update_stream", "create_or_update_stream")
+# Methods of JetStreamContext that return a KeyValue, and an ObjectStore.
+_KV_METHODS = ("key_value", "create_key_value", "update_key_value", "create_or_update_key_value")
+_OBJECT_METHODS = ("object_store", "create_object_store", "update_object_store")
+
+
+def instrument(
+    js: JetStreamContext,
+    *,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
+    parent: bool = False,
+) -> JetStreamContext:
+    """Turn on OpenTelemetry traces and metrics for ``js``; return it.
+
+    Args:
+        js: the context to instrument (idempotent: a second call does nothing).
+        tracer_provider: the ``TracerProvider`` (default: the global one).
+        meter_provider: the ``MeterProvider`` (default: the global one).
+        parent: make a process span the child of the send span it continues
+            (default: linked to it, as the messaging conventions recommend).
+
+    Consumers obtained from ``js`` afterwards (``consumer``, ``create_consumer``,
+    ``update_consumer``, ``create_or_update_consumer``, and the same methods of
+    the :class:`Stream` handles ``js`` returns) are traced too.
+
+    """
+    if getattr(js, "_telemetry", None) is not None:
+        return js
+    tel = Telemetry(tracer_provider, meter_provider, parent)
+    js._telemetry = tel  # type: ignore[attr-defined]
+    publishing = Publishing(js, tel)
+    js.publish = publishing.traced_publish  # type: ignore[method-assign]
+    js.publish_async = publishing.traced_publish_async  # type: ignore[method-assign]
+    js.publish_many = publishing.traced_publish_many  # type: ignore[method-assign]
+    js.publish_many_async = publishing.traced_publish_many_async  # type: ignore[method-assign]
+
+    def traced_getter(method: Callable[..., Any]) -> Callable[..., Any]:
+        async def get(*args: Any, **kwargs: Any) -> Any:
+            return instrument_consumer(await method(*args, **kwargs), tel)
+
+        return get
+
+    def traced_stream(method: Callable[..., Any]) -> Callable[..., Any]:
+        async def get(*args: Any, **kwargs: Any) -> Any:
+            stream = await method(*args, **kwargs)
+            for name in _CONSUMER_METHODS:
+                setattr(stream, name, traced_getter(getattr(stream, name)))
+            last_msg = stream.get_last_msg_for_subject
+
+            async def traced_last_msg(*args: Any, **kwargs: Any) -> Any:
+                msg = await last_msg(*args, **kwargs)
+                reads = READ.get()
+                if reads is not None:  # an object-store get: the info's headers
+                    reads.append(msg.headers)
+                return msg
+
+            stream.get_last_msg_for_subject = traced_last_msg
+            return stream
+
+        return get
+
+    stores = Stores(tel)
+
+    def traced_store(method: Callable[..., Any], wrap: Callable[[Any], Any]) -> Callable[..., Any]:
+        async def get(*args: Any, **kwargs: Any) -> Any:
+            return wrap(await method(*args, **kwargs))
+
+        return get
+
+    for name in _CONSUMER_METHODS:
+        setattr(js, name, traced_getter(getattr(js, name)))
+    for name in _STREAM_METHODS:
+        setattr(js, name, traced_stream(getattr(js, name)))
+    for name in _KV_METHODS:
+        setattr(js, name, traced_store(getattr(js, name), stores.key_value))
+    for name in _OBJECT_METHODS:
+        setattr(js, name, traced_store(getattr(js, name), stores.object_store))
+    ordered_consumer = js.ordered_consumer
+
+    async def traced_ordered(*args: Any, **kwargs: Any) -> Any:
+        return instrument_consumer(await ordered_consumer(*args, **kwargs), tel, ordered=True)
+
+    js.ordered_consumer = traced_ordered  # type: ignore[method-assign]
+
+    listener = Reconnects(tel)
+    conn = js._conn
+    conn.add_listener(listener)
+    close = js.close
+
+    async def traced_close() -> None:
+        try:
+            await close()
+        finally:
+            conn.remove_listener(listener)
+
+    js.close = traced_close  # type: ignore[method-assign]
+    return js

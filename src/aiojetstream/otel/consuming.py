@@ -1,0 +1,401 @@
+"""Receive and process spans, consume metrics: traced consumers and their acks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import (
+    Link,
+    SpanKind,
+)
+
+from .._message import ACK, NAK, TERM
+from .._status import parse_status
+from .telemetry import CACHE, MAX_OPEN, ORDERED, SYSTEM, Telemetry, record_error
+
+if TYPE_CHECKING:
+    from .._message import Msg
+
+
+def ack_numbers(reply: bytes) -> tuple[int, int, int] | None:
+    """Delivery count, stream sequence and pending of a v1 ``$JS.ACK`` reply; None otherwise.
+
+    The v1 form (9 tokens, what nats-server writes without a domain) is read
+    here without building a ``MsgMetadata``; any other goes to ``msg.metadata``.
+    """
+    tokens = reply.split(b".")
+    if len(tokens) != 9 or tokens[0] != b"$JS" or tokens[1] != b"ACK":
+        return None
+    delivered, seq, pending = tokens[4], tokens[5], tokens[8]
+    if not (delivered.isdigit() and seq.isdigit() and pending.isdigit()):
+        return None
+    return int(delivered), int(seq), int(pending)
+
+
+class ConsumerState:
+    """The open process spans and the labels of one instrumented consumer."""
+
+    def __init__(self, tel: Telemetry, stream: str, consumer: str) -> None:
+        self.tel = tel
+        self.stream = stream
+        self.consumer = consumer
+        self.counts = tel.of(stream, consumer)
+        self.open: dict[bytes, trace.Span] = {}
+        # subject -> (span name, the attributes every message on it shares)
+        self._subjects: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def _base(self, subject: str) -> tuple[str, dict[str, Any]]:
+        cached = self._subjects.get(subject)
+        if cached is None:
+            if len(self._subjects) >= CACHE:
+                self._subjects.clear()
+            cached = self._subjects[subject] = (
+                f"process {subject}",
+                {
+                    "messaging.system": SYSTEM,
+                    "messaging.destination.name": subject,
+                    "messaging.operation.name": "process",
+                    "messaging.operation.type": "process",
+                    "messaging.consumer.group.name": self.consumer,
+                    "messaging.destination.subscription.name": self.consumer,
+                    "messaging.nats.stream": self.stream,
+                },
+            )
+        return cached
+
+    def start_process(self, msg: Msg) -> trace.Span:
+        """Start the process span of ``msg`` and count it as consumed."""
+        tel = self.tel
+        name, attrs = self._base(msg.subject)
+        attrs = attrs.copy()
+        attrs["messaging.message.body.size"] = len(msg.data)
+        counts = self.counts
+        counts.consumed += 1
+        reply = msg._reply
+        if reply:
+            numbers = ack_numbers(reply)
+            if numbers is None:  # not the v1 form: parsed in full (None: not a $JS.ACK reply)
+                try:
+                    meta = msg.metadata
+                    numbers = meta.num_delivered, meta.sequence.stream, meta.num_pending
+                except Exception:
+                    numbers = None
+            if numbers is not None:
+                delivered, seq, pending = numbers
+                attrs["messaging.message.id"] = str(seq)
+                attrs["messaging.nats.message.sequence"] = seq
+                attrs["messaging.nats.delivery_count"] = delivered
+                if delivered > 1:
+                    counts.redeliveries += 1
+                counts.pending = pending
+        headers = msg.headers
+        links = None
+        parent: otel_context.Context | None = None
+        if headers:
+            sent, parent = tel.propagation.extract(headers, tel.parent)
+            if sent is not None and parent is None:
+                links = [Link(sent)]
+        span = tel.tracer.start_span(
+            name, context=parent, kind=SpanKind.CONSUMER, attributes=attrs, links=links
+        )
+        if msg._reply:
+            open_spans = self.open
+            if len(open_spans) >= MAX_OPEN:
+                open_spans.pop(next(iter(open_spans))).end()
+            open_spans[msg._reply] = span
+        return span
+
+    def on_status(self, hdr: bytes) -> None:
+        """A status message of a pull: its pending messages and bytes feed the pull gauges.
+
+        The server reports in ``Nats-Pending-Messages`` / ``Nats-Pending-Bytes``
+        what a pull request still waited for when it ended (408 Request
+        Timeout, 409 statuses) or, when a server adds them, at an idle
+        heartbeat. nats-server's idle heartbeats (2.10 to 2.15) carry
+        ``Nats-Last-Consumer`` / ``Nats-Last-Stream`` only, so they leave the
+        gauges as they are. Status messages are rare: no message pays for this.
+        """
+        if b"pending-messages" not in hdr.lower():
+            return
+        status = parse_status(hdr)
+        if status is not None:
+            counts = self.counts
+            counts.pull_pending = status.pending_messages
+            counts.pull_pending_bytes = status.pending_bytes
+
+    def end(self, msg: Msg | None) -> None:
+        """End the process span of ``msg`` if it is still open (taken over, not settled)."""
+        if msg is not None:
+            span = self.open.pop(msg._reply, None)
+            if span is not None:
+                span.end()
+
+    def settled(self, reply: bytes, payload: bytes) -> None:
+        """Count an ack, nak or term sent to ``reply`` and end its message's span."""
+        counts = self.counts
+        if payload == ACK:
+            counts.acks += 1
+            kind = "ack"
+        elif payload.startswith(NAK):
+            counts.naks += 1
+            kind = "nak"
+        elif payload.startswith(TERM):
+            counts.terms += 1
+            kind = "term"
+        else:  # +WPI (in progress), +NXT: the message is not settled
+            return
+        span = self.open.pop(reply, None)
+        if span is not None:
+            span.set_attribute("messaging.nats.settlement", kind)
+            span.end()
+
+
+class TracedAcker:
+    """Wraps a driver's acker: counts acks, naks and terms and ends their process spans."""
+
+    __slots__ = ("_inner", "_state")
+
+    def __init__(self, inner: Any, state: ConsumerState) -> None:
+        self._inner = inner
+        self._state = state
+
+    @property
+    def timeout(self) -> float:
+        """The inner acker's timeout."""
+        return float(self._inner.timeout)
+
+    def send_nowait(self, subject: bytes, payload: bytes) -> bool:
+        """Send an acknowledgement without waiting; settle its span once sent."""
+        if self._inner.send_nowait(subject, payload):
+            self._state.settled(subject, payload)
+            return True
+        return False
+
+    async def send(self, subject: bytes, payload: bytes) -> None:
+        """Send an acknowledgement; settle its span."""
+        await self._inner.send(subject, payload)
+        self._state.settled(subject, payload)
+
+    async def request(self, subject: bytes, payload: bytes, timeout: float) -> bytes:
+        """Send an acknowledgement the server confirms; settle its span."""
+        data: bytes = await self._inner.request(subject, payload, timeout)
+        self._state.settled(subject, payload)
+        return data
+
+
+class TracedBatch:
+    """A fetched batch: its ``receive`` span, a ``process`` span per message."""
+
+    def __init__(self, inner: Any, state: ConsumerState, span: trace.Span) -> None:
+        self._inner = inner
+        self._state = state
+        self._span: trace.Span | None = span
+        self._count = 0
+        self._last: Msg | None = None
+
+    def _finish(self, exc: BaseException | None = None) -> None:
+        span = self._span
+        if span is not None:
+            self._span = None
+            if exc is not None:
+                record_error(span, exc)
+            span.set_attribute("messaging.batch.message_count", self._count)
+            span.end()
+
+    def __aiter__(self) -> TracedBatch:
+        return self
+
+    async def __anext__(self) -> Msg:
+        self._state.end(self._last)
+        self._last = None
+        try:
+            msg: Msg = await self._inner.__anext__()
+        except StopAsyncIteration:
+            self._finish()
+            raise
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+        self._count += 1
+        self._state.start_process(msg)
+        self._last = msg
+        return msg
+
+    async def __aenter__(self) -> TracedBatch:
+        await self._inner.__aenter__()
+        return self
+
+    async def collect(self) -> list[Msg]:
+        """Every message of the batch (a process span each, open until settled)."""
+        try:
+            msgs: list[Msg] = await self._inner.collect()
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+        for msg in msgs:
+            self._state.start_process(msg)
+        self._count += len(msgs)
+        self._finish()
+        return msgs
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self._finish()
+        await self._inner.__aexit__(*exc_info)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class TracedMessages:
+    """``messages()``: a ``process`` span per message taken."""
+
+    def __init__(self, inner: Any, state: ConsumerState) -> None:
+        self._inner = inner
+        self._state = state
+        self._last: Msg | None = None
+
+    async def __aenter__(self) -> TracedMessages:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self._state.end(self._last)
+        self._last = None
+        await self._inner.__aexit__(*exc_info)
+
+    def __aiter__(self) -> TracedMessages:
+        return self
+
+    async def __anext__(self) -> Msg:
+        self._state.end(self._last)
+        self._last = None
+        msg: Msg = await self._inner.__anext__()
+        self._state.start_process(msg)
+        self._last = msg
+        return msg
+
+    async def next(self) -> Msg:
+        """The next message (StopAsyncIteration once stopped or drained)."""
+        return await self.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop and release the subscription (idempotent)."""
+        self._state.end(self._last)
+        self._last = None
+        await self._inner.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False) -> Any:
+    """Trace ``consumer`` (a :class:`Consumer`, or an ``OrderedConsumer`` when ``ordered``)."""
+    if getattr(consumer, "_telemetry_state", None) is not None:
+        return consumer
+    # An ordered consumer's server-side name changes with every reset: one label for all.
+    name = ORDERED if ordered else consumer.name
+    state = ConsumerState(tel, consumer.stream_name, name)
+    consumer._telemetry_state = state
+    make_driver = consumer._driver
+
+    def driver(settings: Any, error_handler: Any = None) -> Any:
+        made = make_driver(settings, error_handler)
+        if not ordered:  # an ordered consumer acknowledges nothing
+            made._acker = TracedAcker(made._acker, state)
+        on_status = made._on_status
+
+        def traced_status(hdr: bytes) -> None:  # status messages only: no message pays
+            state.on_status(hdr)
+            on_status(hdr)
+
+        made._on_status = traced_status
+        return made
+
+    consumer._driver = driver
+
+    def receive_span() -> trace.Span:
+        return tel.tracer.start_span(
+            f"receive {consumer.stream_name}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.operation.name": "receive",
+                "messaging.operation.type": "receive",
+                "messaging.consumer.group.name": name,
+                "messaging.destination.subscription.name": name,
+                "messaging.nats.stream": consumer.stream_name,
+            },
+        )
+
+    def traced_fetch(method: Callable[..., Any]) -> Callable[..., Any]:
+        async def fetch(*args: Any, **kwargs: Any) -> Any:
+            span = receive_span()
+            try:
+                batch = await method(*args, **kwargs)
+            except BaseException as exc:
+                record_error(span, exc)
+                span.end()
+                raise
+            return TracedBatch(batch, state, span)
+
+        return fetch
+
+    for method in ("fetch", "fetch_bytes", "fetch_no_wait"):
+        setattr(consumer, method, traced_fetch(getattr(consumer, method)))
+
+    if ordered:  # its next() pulls by itself, not through fetch()
+        take_next = consumer.next
+
+        async def traced_next(*args: Any, **kwargs: Any) -> Msg:
+            span = receive_span()
+            try:
+                msg: Msg = await take_next(*args, **kwargs)
+            except BaseException as exc:
+                record_error(span, exc)
+                span.end()
+                raise
+            span.set_attribute("messaging.batch.message_count", 1)
+            span.end()
+            state.start_process(msg)
+            state.end(msg)  # nothing settles it: a mark of the delivery
+            return msg
+
+        consumer.next = traced_next
+
+    messages = consumer.messages
+
+    def traced_messages(*args: Any, **kwargs: Any) -> Any:
+        return TracedMessages(messages(*args, **kwargs), state)
+
+    consumer.messages = traced_messages
+
+    consume = consumer.consume
+
+    async def traced_consume(handler: Callable[[Msg], Any], *args: Any, **kwargs: Any) -> Any:
+        import inspect
+
+        async def traced_handler(msg: Msg) -> None:
+            span = state.start_process(msg)
+            token = otel_context.attach(trace.set_span_in_context(span))
+            try:
+                result = handler(msg)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as exc:
+                record_error(span, exc)
+                raise
+            finally:
+                otel_context.detach(token)
+                state.end(msg)
+                if not msg._reply:
+                    span.end()
+
+        if not callable(handler):
+            return await consume(handler, *args, **kwargs)  # the library's own error
+        return await consume(traced_handler, *args, **kwargs)
+
+    consumer.consume = traced_consume
+    return consumer

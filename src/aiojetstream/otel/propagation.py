@@ -1,0 +1,127 @@
+"""The trace context in and out of message headers (W3C ``traceparent`` / ``tracestate``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from opentelemetry import baggage, propagate, trace
+from opentelemetry import context as otel_context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    TraceFlags,
+    TraceState,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+#: The traceparent of a W3C trace context (version 00).
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+
+
+def is_default_propagator(propagator: object) -> bool:
+    """Whether ``propagator`` is W3C trace context, alone or with W3C baggage (the default)."""
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    if type(propagator) is TraceContextTextMapPropagator:
+        return True
+    if type(propagator) is not CompositePropagator:
+        return False
+    inner = getattr(propagator, "_propagators", None)
+    if not isinstance(inner, list | tuple):
+        return False
+    kinds = {type(p) for p in inner}
+    return TraceContextTextMapPropagator in kinds and kinds <= {
+        TraceContextTextMapPropagator,
+        W3CBaggagePropagator,
+    }
+
+
+class Propagation:
+    """The trace context in and out of headers, through the global propagator.
+
+    When the global propagator is the default one (W3C trace context, with or
+    without W3C baggage) and there is no baggage to carry, the ``traceparent``
+    and ``tracestate`` headers are written and read here directly: the same
+    bytes the propagator would write, for a fraction of its cost. Any other
+    propagator (B3, Jaeger, a custom one) or any baggage goes through
+    ``opentelemetry.propagate`` as it is.
+    """
+
+    __slots__ = ("_fast", "_seen")
+
+    def __init__(self) -> None:
+        self._seen: object = None
+        self._fast = False
+
+    def fast(self) -> bool:
+        """Whether the global propagator is the default W3C one (checked when it changes)."""
+        propagator = propagate.get_global_textmap()
+        if propagator is not self._seen:
+            self._seen = propagator
+            self._fast = is_default_propagator(propagator)
+        return self._fast
+
+    def inject(self, headers: Mapping[str, str] | None, span: trace.Span) -> dict[str, str]:
+        """``headers`` (copied) with the trace context of ``span``."""
+        carrier = dict(headers) if headers else {}
+        if self.fast() and not baggage.get_all():
+            sc = span.get_span_context()
+            if sc.is_valid:
+                carrier[TRACEPARENT] = (
+                    f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"
+                )
+                if sc.trace_state:
+                    carrier[TRACESTATE] = sc.trace_state.to_header()
+            return carrier
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier
+
+    def extract(
+        self, headers: Mapping[str, str], parent: bool
+    ) -> tuple[SpanContext | None, otel_context.Context | None]:
+        """The remote span context in ``headers`` (None: none valid), and a parent context.
+
+        The context (to start a child span in) comes only with ``parent``.
+        """
+        if self.fast() and not (parent and "baggage" in headers):
+            value = headers.get(TRACEPARENT)
+            if value is None:
+                return None, None
+            parts = value.split("-")
+            if (
+                len(parts) == 4
+                and parts[0] == "00"
+                and len(parts[1]) == 32
+                and len(parts[2]) == 16
+                and len(parts[3]) == 2
+            ):
+                try:
+                    trace_id, span_id = int(parts[1], 16), int(parts[2], 16)
+                    flags = int(parts[3], 16)
+                except ValueError:
+                    return None, None
+                if not trace_id or not span_id:
+                    return None, None
+                state = headers.get(TRACESTATE)
+                sc = SpanContext(
+                    trace_id,
+                    span_id,
+                    is_remote=True,
+                    trace_flags=TraceFlags(flags),
+                    trace_state=TraceState.from_header([state]) if state else None,
+                )
+                ctx = trace.set_span_in_context(NonRecordingSpan(sc)) if parent else None
+                return sc, ctx
+            # another version or a malformed value: the propagator decides
+        extracted = propagate.extract(headers)
+        sc = trace.get_current_span(extracted).get_span_context()
+        if not sc.is_valid:
+            return None, None
+        return sc, extracted if parent else None

@@ -1,0 +1,236 @@
+"""Key-value and object-store spans, and the reconnect counter."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.trace import (
+    Link,
+    SpanKind,
+)
+
+from .consuming import ConsumerState
+from .telemetry import OBJECT_PUT, READ, SYSTEM, WATCH, Telemetry, record_error
+
+if TYPE_CHECKING:
+    from .._message import Msg
+
+
+class Stores:
+    """Key-value buckets and object stores of an instrumented context.
+
+    * A key-value write is a publish: its send span and trace context come from
+      the traced ``publish``.
+    * A key-value ``get`` is a ``process <subject>`` span, linked to (or, with
+      ``parent=True``, the child of) the send span of the revision it returns.
+    * An object-store ``put`` is one ``send`` span: its chunks are published
+      without spans of their own, and its info (the meta message) carries the
+      put's trace context. ``messaging.batch.message_count`` is the number of
+      chunks, ``messaging.message.body.size`` the object's size.
+    * An object-store ``get`` is a ``process`` span linked to the put that
+      stored the object's info.
+    * Every entry or info a ``watch`` yields is a ``process`` span linked to its
+      write (consumer label ``(watch)``).
+    """
+
+    def __init__(self, tel: Telemetry) -> None:
+        self.tel = tel
+
+    def _read_span(
+        self,
+        subject: str,
+        stream: str,
+        started: int,
+        headers: Mapping[str, str] | None,
+        attrs: dict[str, Any],
+    ) -> trace.Span:
+        tel = self.tel
+        links = None
+        parent = None
+        if headers:
+            sent, parent = tel.propagation.extract(headers, tel.parent)
+            if sent is not None and parent is None:
+                links = [Link(sent)]
+        return tel.tracer.start_span(
+            f"process {subject}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.destination.name": subject,
+                "messaging.operation.name": "process",
+                "messaging.operation.type": "process",
+                "messaging.nats.stream": stream,
+                **attrs,
+            },
+            links=links,
+            start_time=started,
+        )
+
+    def _watched(self, watcher: Any, stream: str) -> Any:
+        state = ConsumerState(self.tel, stream, WATCH)
+        item = watcher._item
+
+        def traced_item(msg: Msg) -> Any:
+            made = item(msg)
+            if made is not None:
+                state.start_process(msg)
+                state.end(msg)  # nothing settles it: a mark of the delivery
+            return made
+
+        watcher._item = traced_item
+        return watcher
+
+    def key_value(self, kv: Any) -> Any:
+        """Trace the reads of the key-value handle ``kv`` (its writes are publishes)."""
+        if getattr(kv, "_telemetry", None) is not None:
+            return kv
+        kv._telemetry = self.tel
+        stream = kv.stream.name
+        get, found, watch = kv.get, kv._found, kv.watch
+
+        def traced_found(
+            key: str,
+            subject: str,
+            revision: Any,
+            found_subject: str,
+            seq: int,
+            headers: Mapping[str, str] | None,
+            *rest: Any,
+        ) -> Any:
+            reads = READ.get()
+            if reads is not None:
+                reads.append(headers)
+            return found(key, subject, revision, found_subject, seq, headers, *rest)
+
+        async def traced_get(key: str, *args: Any, **kwargs: Any) -> Any:
+            started = time.time_ns()
+            reads: list[Mapping[str, str] | None] = []
+            token = READ.set(reads)
+            try:
+                entry = await get(key, *args, **kwargs)
+            except BaseException as exc:
+                span = self._read_span(kv._prefix + str(key), stream, started, None, {})
+                record_error(span, exc)
+                span.end()
+                raise
+            finally:
+                READ.reset(token)
+            span = self._read_span(
+                kv._prefix + entry.key,
+                stream,
+                started,
+                reads[-1] if reads else None,
+                {
+                    "messaging.message.id": str(entry.revision),
+                    "messaging.nats.message.sequence": entry.revision,
+                    "messaging.message.body.size": len(entry.value),
+                },
+            )
+            span.end()
+            return entry
+
+        def traced_watch(*args: Any, **kwargs: Any) -> Any:
+            return self._watched(watch(*args, **kwargs), stream)
+
+        kv._found = traced_found
+        kv.get = traced_get
+        kv.watch = traced_watch
+        return kv
+
+    def object_store(self, store: Any) -> Any:
+        """Trace the puts, gets and watches of the object store ``store``."""
+        if getattr(store, "_telemetry", None) is not None:
+            return store
+        store._telemetry = self.tel
+        tel = self.tel
+        put, get, watch = store.put, store.get, store.watch
+
+        async def traced_put(name: Any, *args: Any, **kwargs: Any) -> Any:
+            stream = store.stream.name
+            span = tel.tracer.start_span(
+                f"send {stream}",
+                kind=SpanKind.PRODUCER,
+                attributes={
+                    "messaging.system": SYSTEM,
+                    "messaging.operation.name": "send",
+                    "messaging.operation.type": "send",
+                    "messaging.nats.stream": stream,
+                },
+            )
+            token = OBJECT_PUT.set(span)
+            try:
+                info = await put(name, *args, **kwargs)
+            except BaseException as exc:
+                record_error(span, exc)
+                span.end()
+                raise
+            finally:
+                OBJECT_PUT.reset(token)
+            span.set_attributes(
+                {
+                    "messaging.batch.message_count": info.chunks,
+                    "messaging.message.body.size": info.size,
+                }
+            )
+            tel.of(stream).sent += info.chunks + 1
+            span.end()
+            return info
+
+        async def traced_get(name: Any, *args: Any, **kwargs: Any) -> Any:
+            stream = store.stream.name
+            started = time.time_ns()
+            reads: list[Mapping[str, str] | None] = []
+            token = READ.set(reads)
+            try:
+                result = await get(name, *args, **kwargs)
+            except BaseException as exc:
+                span = self._read_span(f"$O.{store.bucket}.M", stream, started, None, {})
+                record_error(span, exc)
+                span.end()
+                raise
+            finally:
+                READ.reset(token)
+            info = result.info
+            span = self._read_span(
+                store._meta_subject(info.name),
+                stream,
+                started,
+                reads[-1] if reads else None,
+                {
+                    "messaging.batch.message_count": info.chunks,
+                    "messaging.message.body.size": info.size,
+                },
+            )
+            span.end()
+            return result
+
+        def traced_watch(*args: Any, **kwargs: Any) -> Any:
+            return self._watched(watch(*args, **kwargs), store.stream.name)
+
+        store.put = traced_put
+        store.get = traced_get
+        store.watch = traced_watch
+        return store
+
+
+class Reconnects:
+    """A connection listener counting reconnects."""
+
+    def __init__(self, tel: Telemetry) -> None:
+        self.tel = tel
+
+    def on_disconnected(self) -> None:
+        """Nothing is counted on a disconnect."""
+        pass
+
+    def on_reconnected(self) -> None:
+        """Count a reconnect."""
+        self.tel.of(None).reconnects += 1
+
+    def on_closed(self) -> None:
+        """Nothing is counted on close."""
+        pass

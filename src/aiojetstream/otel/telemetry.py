@@ -1,0 +1,178 @@
+"""The tracer, the instruments, the counters and the shared helpers of an instrumented context."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import (
+    Status,
+    StatusCode,
+)
+
+from .._version import __version__
+from .propagation import Propagation
+
+if TYPE_CHECKING:
+    pass
+
+
+SYSTEM = "nats"
+MAX_OPEN = 10_000  # process spans never settled are ended past this many
+
+# The consumer label of ordered consumers (their server-side name changes with each reset).
+ORDERED = "(ordered)"
+# The consumer label of key-value and object-store watches.
+WATCH = "(watch)"
+CACHE = 4096  # attribute dicts cached per subject (and size): cleared past this many
+
+
+class Counts:
+    """Counters of one set of labels, read by the observable instruments at collection.
+
+    Counting is an integer increment per message; the SDK's synchronous
+    instruments would hash the labels on every call.
+    """
+
+    __slots__ = (
+        "acks",
+        "consumed",
+        "labels",
+        "naks",
+        "pending",
+        "pull_pending",
+        "pull_pending_bytes",
+        "reconnects",
+        "redeliveries",
+        "sent",
+        "terms",
+    )
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
+        self.sent = self.consumed = self.acks = self.naks = self.terms = 0
+        self.redeliveries = self.reconnects = 0
+        self.pending: int | None = None
+        self.pull_pending: int | None = None
+        self.pull_pending_bytes: int | None = None
+
+
+class Telemetry:
+    """The tracer, the instruments and the options of one instrumented context."""
+
+    def __init__(self, tracer_provider: Any, meter_provider: Any, parent: bool) -> None:
+        self.tracer = trace.get_tracer("aiojetstream", __version__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter("aiojetstream", __version__, meter_provider=meter_provider)
+        self.parent = parent
+        self.propagation = Propagation()
+        self.counts: dict[tuple[str, str | None], Counts] = {}
+        self.publish_duration = meter.create_histogram(
+            "messaging.client.operation.duration",
+            unit="s",
+            description="Duration of a publish until its acknowledgement",
+        )
+        for name, field, description in (
+            ("messaging.client.sent.messages", "sent", "Messages published"),
+            ("messaging.client.consumed.messages", "consumed", "Messages taken from consumers"),
+            ("aiojetstream.acks", "acks", "Messages acknowledged"),
+            ("aiojetstream.naks", "naks", "Messages negatively acknowledged"),
+            ("aiojetstream.terms", "terms", "Messages terminated"),
+            ("aiojetstream.redeliveries", "redeliveries", "Messages delivered more than once"),
+            ("aiojetstream.reconnects", "reconnects", "Reconnects of the connection"),
+        ):
+            meter.create_observable_counter(
+                name, callbacks=[self._observe(field)], unit="1", description=description
+            )
+        for name, field, unit, description in (
+            (
+                "aiojetstream.consumer.pending",
+                "pending",
+                "{message}",
+                "Messages left for the consumer on the server, from the last message's metadata",
+            ),
+            (
+                "aiojetstream.consumer.pull.pending",
+                "pull_pending",
+                "{message}",
+                "Messages the last pull request still waited for, from the server's status",
+            ),
+            (
+                "aiojetstream.consumer.pull.pending_bytes",
+                "pull_pending_bytes",
+                "By",
+                "Bytes the last pull request still waited for, from the server's status",
+            ),
+        ):
+            meter.create_observable_gauge(
+                name, callbacks=[self._observe(field)], unit=unit, description=description
+            )
+
+    def _observe(self, field: str) -> Callable[[Any], list[metrics.Observation]]:
+        gauge = field.startswith(("pending", "pull_"))
+
+        def observe(options: Any) -> list[metrics.Observation]:
+            found = []
+            for counts in list(self.counts.values()):
+                value = getattr(counts, field)
+                if value is not None if gauge else value:
+                    found.append(metrics.Observation(value, counts.labels))
+            return found
+
+        return observe
+
+    def of(self, stream: str | None, consumer: str | None = None) -> Counts:
+        """The counts of a stream (publishing) or of one of its consumers."""
+        key = (stream or "", consumer)
+        counts = self.counts.get(key)
+        if counts is None:
+            labels = {"messaging.system": SYSTEM, "messaging.nats.stream": stream or ""}
+            if consumer is not None:
+                labels["messaging.consumer.group.name"] = consumer
+            counts = self.counts[key] = Counts(labels)
+        return counts
+
+
+def body_size(payload: object) -> int | None:
+    """The size of a bytes-like payload; None for anything else (encoded later)."""
+    if isinstance(payload, bytes | bytearray):
+        return len(payload)
+    if isinstance(payload, memoryview):
+        return payload.nbytes
+    return None
+
+
+def record_error(span: trace.Span, exc: BaseException) -> None:
+    """Record ``exc`` on ``span``: the exception, status ERROR, its type and server error code."""
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, str(exc)))
+    span.set_attribute("error.type", type(exc).__name__)
+    code = getattr(exc, "err_code", None)
+    if code is not None:
+        span.set_attribute("messaging.nats.error_code", int(code))
+
+
+def send_attrs(subject: object) -> dict[str, Any]:
+    """The attributes of a send span to ``subject`` (its name when it is a string)."""
+    attrs: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.operation.name": "send",
+        "messaging.operation.type": "send",
+    }
+    if isinstance(subject, str):
+        attrs["messaging.destination.name"] = subject
+    return attrs
+
+
+#: The send span of the object-store put running in this task: its chunks are
+#: published without a span of their own, its info (the meta message) carries
+#: the put's trace context.
+OBJECT_PUT: contextvars.ContextVar[trace.Span | None] = contextvars.ContextVar(
+    "aiojetstream_otel_object_put", default=None
+)
+#: Where a traced read (key-value or object-store get) collects the headers of
+#: the stored messages it reads.
+READ: contextvars.ContextVar[list[Mapping[str, str] | None] | None] = contextvars.ContextVar(
+    "aiojetstream_otel_read", default=None
+)
