@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from . import _admin as A
 from . import _api
 from . import _codec as PC
-from . import _consumer as C
 from . import _features as F
 from . import _headers as H
 from . import _publish as P
@@ -37,8 +36,6 @@ from ._models import (
     to_wire,
 )
 from ._models._ranges import check_config_ranges
-from ._ordered import OrderedConsumer
-from ._stream import Stream
 from ._validation import (
     check_timeout,
     validate_api_prefix,
@@ -48,6 +45,7 @@ from ._validation import (
 )
 
 if TYPE_CHECKING:  # loaded by the methods that need them: connect() does not
+    from . import _consumer as C
     from ._batch import AtomicBatch
     from ._counter import Counter
     from ._kv import KeyValue
@@ -55,7 +53,9 @@ if TYPE_CHECKING:  # loaded by the methods that need them: connect() does not
     from ._models.kv import KeyValueConfig
     from ._models.obj import ObjectStoreConfig
     from ._object import ObjectStore
+    from ._ordered import OrderedConsumer
     from ._schedule import Schedule
+    from ._stream import Stream
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_MAX_PENDING = 4000
@@ -318,6 +318,8 @@ class JetStreamContext:
         info = await self._api.call_model(
             template, StreamInfo, body, timeout=left(), stream=to_send.name
         )
+        from ._stream import Stream
+
         return Stream(self._api, info)
 
     async def stream(self, name: str, *, timeout: float | None = None) -> Stream:
@@ -331,6 +333,8 @@ class JetStreamContext:
         info = await self._api.call_model(
             _api.STREAM_INFO, StreamInfo, timeout=timeout, stream=name
         )
+        from ._stream import Stream
+
         return Stream(self._api, info)
 
     async def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
@@ -392,6 +396,8 @@ class JetStreamContext:
             ConsumerExistsError: a consumer of that name exists with another configuration.
 
         """
+        from . import _consumer as C
+
         info = await C.upsert_consumer(self._api, stream, config, C.ACTION_CREATE, timeout)
         return C.Consumer(self._api, info)
 
@@ -404,6 +410,8 @@ class JetStreamContext:
             ConsumerDoesNotExistError: there is no consumer of that name.
 
         """
+        from . import _consumer as C
+
         info = await C.upsert_consumer(self._api, stream, config, C.ACTION_UPDATE, timeout)
         return C.Consumer(self._api, info)
 
@@ -411,6 +419,8 @@ class JetStreamContext:
         self, stream: str, config: ConsumerConfig, *, timeout: float | None = None
     ) -> C.Consumer:
         """Create a consumer on ``stream``, or update it if it exists."""
+        from . import _consumer as C
+
         info = await C.upsert_consumer(
             self._api, stream, config, C.ACTION_CREATE_OR_UPDATE, timeout
         )
@@ -423,6 +433,8 @@ class JetStreamContext:
             ConsumerNotFoundError: the consumer does not exist.
 
         """
+        from . import _consumer as C
+
         return C.Consumer(self._api, await C.consumer_info(self._api, stream, name, timeout))
 
     async def delete_consumer(
@@ -434,6 +446,8 @@ class JetStreamContext:
             ConsumerNotFoundError: the consumer does not exist.
 
         """
+        from . import _consumer as C
+
         await C.delete_consumer(self._api, stream, name, timeout)
 
     async def pause_consumer(
@@ -476,10 +490,14 @@ class JetStreamContext:
         self, stream: str, *, timeout: float | None = None
     ) -> AsyncIterator[ConsumerInfo]:
         """Async-iterate the info of every consumer of ``stream`` (all pages)."""
+        from . import _consumer as C
+
         return C.list_consumers(self._api, stream, timeout)
 
     def consumer_names(self, stream: str, *, timeout: float | None = None) -> AsyncIterator[str]:
         """Async-iterate the names of every consumer of ``stream`` (all pages)."""
+        from . import _consumer as C
+
         return C.consumer_names(self._api, stream, timeout)
 
     # ------------------------------------------------------------ key-value
