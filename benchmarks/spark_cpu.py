@@ -1,6 +1,6 @@
 """Where the CPU goes in the Spark cases: seconds per process group for 1M rows.
 
-``python benchmarks/spark_cpu.py [--rows N] [--rounds R]`` starts its own
+``python benchmarks/spark_cpu.py [--rows N] [--rounds R] [--only read|write]`` starts its own
 nats-server and a ``local[2]`` session, then reads N stream messages (2
 partitions, into Spark's ``noop`` sink) and writes N rows into a stream, with
 ``format("jetstream")`` and with the ``python`` no-op source of
@@ -97,6 +97,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (after a warm-up)")
+    parser.add_argument(
+        "--only", choices=("read", "write"), help="only the read cases (or the write cases)"
+    )
     args = parser.parse_args()
     # Spark's Python workers must import spark_noop (pickled by reference).
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -180,6 +183,8 @@ def main() -> None:
                 ("write jetstream", write("jetstream")),
                 ("write no-op", write("bench_noop")),
             ]
+            if args.only:
+                cases = [case for case in cases if case[0].startswith(args.only)]
             for _, run in cases:
                 run()  # warm-up: JVM code paths, Python workers, connections
             print(f"CPU seconds per 1M rows ({rows:,} rows a round, local[2], 128-byte payloads)")
