@@ -1,4 +1,14 @@
-"""Publishing: option validation, ``publish`` and ``publish_async`` with a bounded window."""
+"""The asynchronous publish window: :class:`AsyncPublisher`.
+
+It holds the outstanding ``publish_async`` publishes (and the spans of the
+bulk ones) up to ``max_pending``, routes their replies from one raw
+subscription, fails them by one timer at their ack deadline or when the
+connection goes, and resends held publishes (``hold_when_full``) in order.
+
+The class stays whole (about 700 lines): the window, the deadlines, the spans
+and the held queue share one table of outstanding publishes, and each of
+them is changed together with it (``_forget``, ``_expire``, ``_fail_all``).
+"""
 
 from __future__ import annotations
 
@@ -7,19 +17,12 @@ import bisect
 import functools
 import heapq
 import random
-import re
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import timedelta
-from typing import Final
+from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from . import _bounds as B
-from . import _headers as H
-from ._api import check_reply
-from ._conn import (
+from .. import _bounds as B
+from .._conn import (
     MAX_SUBJECT_LINE,
     Conn,
     RawSink,
@@ -27,224 +30,22 @@ from ._conn import (
     check_line,
     pub_command,
 )
-from ._errors import (
+from .._errors import (
     ConnectionClosedError,
     DisconnectedError,
-    DuplicateMsgIdInProcessError,
-    InvalidHeaderError,
     InvalidOptionError,
     InvalidResponseError,
     JetStreamError,
     JetStreamTimeoutError,
-    MaxPayloadExceededError,
-    NoRespondersError,
     StreamFullError,
 )
-from ._models import PubAck
-from ._models._ranges import check_ttl_from_now
-from ._validation import check_sequence
+from .._models import PubAck
+from .acks import SPAN_MARK, AckRun, AckRuns, AckSpan, AckTally, AckTarget
+from .single import HOLD_FIRST_WAIT, HOLD_MAX_WAIT, HOLD_MIN_WAIT, ack_from_reply
 
-#: How often ``publish`` retries when no stream answers, and how long it waits
-#: in between (as the Go client: 2 retries, 250 ms apart), within its timeout.
-PUBLISH_RETRY_ATTEMPTS = 2
-PUBLISH_RETRY_WAIT = 0.25
-#: "duplicate message id is in process" (DuplicateMsgIdInProcessError, 10158):
-#: a copy with the same Nats-Msg-Id (an earlier attempt, a publish buffered
-#: across a reconnect) is still being stored. ``publish`` asks again, waiting
-#: 50 ms doubling to 1 s (at most 20 requests a second), until the duplicate
-#: acknowledgement or its timeout.
-IN_PROCESS_FIRST_WAIT: Final = 0.05
-IN_PROCESS_MAX_WAIT: Final = 1.0
 #: The deadline heap of publish_async is compacted once it holds this many more
 #: entries than twice the outstanding publishes.
 _HEAP_SLACK = 4096
-
-
-def build_headers(
-    headers: Mapping[str, str] | None,
-    msg_id: str | None,
-    ttl: H.TTLInput | None,
-    expected_stream: str | None,
-    expected_last_sequence: int | None,
-    expected_last_subject_sequence: int | None,
-    expected_last_msg_id: str | None,
-) -> dict[str, str] | None:
-    """Validate the publish options and return the headers to send (None for none)."""
-    out: dict[str, str] = {}
-    if headers is not None:
-        if not isinstance(headers, Mapping):
-            raise InvalidHeaderError(
-                f"headers must be a mapping of str to str, got {B.shown(headers)}"
-            )
-        for key, value in headers.items():
-            key, value = H.validate_header(key, value)
-            out[key] = value
-    if msg_id is not None:
-        out[H.MSG_ID] = _msg_id(H.MSG_ID, msg_id, "msg_id")
-    if ttl is not None:
-        # Counted from when the message is stored: past the server's clock, expired at once.
-        out[H.TTL] = check_ttl_from_now(H.ttl_header_value(ttl))
-    if expected_stream is not None:
-        _, out[H.EXPECTED_STREAM] = H.validate_header(H.EXPECTED_STREAM, expected_stream)
-    if expected_last_sequence is not None:
-        out[H.EXPECTED_LAST_SEQ] = _sequence(expected_last_sequence, "expected_last_sequence")
-    if expected_last_subject_sequence is not None:
-        out[H.EXPECTED_LAST_SUBJ_SEQ] = _sequence(
-            expected_last_subject_sequence, "expected_last_subject_sequence"
-        )
-    if expected_last_msg_id is not None:
-        out[H.EXPECTED_LAST_MSG_ID] = _msg_id(
-            H.EXPECTED_LAST_MSG_ID, expected_last_msg_id, "expected_last_msg_id"
-        )
-    return out or None
-
-
-def _msg_id(header: str, value: object, name: str) -> str:
-    """A validated msg id header value: not empty, nor only whitespace.
-
-    :func:`header_block` strips values, so a blank id would go out empty (and
-    the server would not de-duplicate on it).
-    """
-    _, value = H.validate_header(header, value)
-    if not value.strip():
-        raise InvalidOptionError(f"{name} must not be empty or only whitespace, got {value!r}")
-    return value
-
-
-def _sequence(value: object, name: str) -> str:
-    return str(check_sequence(value, name))  # the digits, whatever a subclass's __str__ says
-
-
-def header_block(headers: dict[str, str] | None) -> bytes | None:
-    """The NATS/1.0 header block of validated headers (None without headers).
-
-    Values are stripped of surrounding whitespace, as nats-py sends them.
-    """
-    if not headers:
-        return None
-    parts = [H.HEADER_LINE]
-    for key, value in headers.items():
-        parts.append(f"{key}: {value.strip()}\r\n".encode())
-    parts.append(b"\r\n")
-    return b"".join(parts)
-
-
-def check_size(conn: Conn, payload: bytes, block: bytes | None) -> None:
-    """Raise :class:`MaxPayloadExceededError` if headers plus payload exceed max_payload."""
-    limit = conn.max_payload
-    if not limit:
-        return
-    total = len(payload) + (len(block) if block else 0)
-    if total > limit:
-        raise MaxPayloadExceededError(
-            f"message of {total} bytes (headers included) exceeds the server's "
-            f"max_payload of {limit} bytes"
-        )
-
-
-def check_sizes(
-    conn: Conn, payloads: Sequence[bytes], blocks: Sequence[bytes | None] | None
-) -> None:
-    """:func:`check_size` for many messages (``blocks``: one per payload, or None for none)."""
-    limit = conn.max_payload
-    if not limit or not payloads:
-        return
-    if blocks is None:
-        check_size(conn, max(payloads, key=len), None)
-        return
-    for payload, block in zip(payloads, blocks, strict=True):
-        if len(payload) + (len(block) if block else 0) > limit:
-            check_size(conn, payload, block)
-
-
-def parse_pub_ack(data: bytes) -> PubAck:
-    """Parse a publish acknowledgement, raising the typed error it may carry."""
-    if b'"error"' in data:
-        check_reply(data)
-    try:
-        # model_validate_json without its wrapper (this runs once per publish).
-        ack: PubAck = PubAck.__pydantic_validator__.validate_json(data)
-    except ValidationError as exc:
-        raise InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}") from exc
-    return ack
-
-
-def ack_from_reply(data: bytes, hdr: bytes | None, subject: str) -> PubAck:
-    """Turn a reply (payload and raw header block) into a PubAck or raise its typed error."""
-    if hdr and not data:
-        status = H.decode_headers(hdr)[1]
-        if status == "503":
-            raise NoRespondersError(f"no stream captures subject {subject!r}")
-        if status is not None:
-            raise InvalidResponseError(f"unexpected status {status} in reply to a publish")
-    return parse_pub_ack(data)
-
-
-def payload_bytes(payload: bytes | bytearray | memoryview | str) -> bytes:
-    """Return the payload as bytes (str is refused: encode it explicitly)."""
-    if isinstance(payload, bytes):
-        return payload
-    if isinstance(payload, bytearray | memoryview):
-        return bytes(payload)
-    raise InvalidOptionError(f"payload must be bytes, got {type(payload).__name__}")
-
-
-async def publish(
-    conn: Conn,
-    subject: str,
-    payload: bytes,
-    block: bytes | None,
-    timeout: float,
-) -> PubAck:
-    """Publish and wait for the stream's acknowledgement.
-
-    ``timeout`` bounds the whole call, retries included. No responders (no
-    stream, or none during an election) is retried ``PUBLISH_RETRY_ATTEMPTS``
-    times ``PUBLISH_RETRY_WAIT`` apart; err_code 10158 (the msg id is still
-    being stored) until the duplicate acknowledgement comes, with a doubling
-    wait. A retry is made only if the deadline leaves time after its wait;
-    otherwise the last error is raised.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    left = timeout
-    no_responders = 0
-    in_process_wait = IN_PROCESS_FIRST_WAIT
-    while True:
-        error: JetStreamError
-        try:
-            data, hdr = await conn.request(subject, payload, left, block)
-            return ack_from_reply(data, hdr, subject)
-        except NoRespondersError:
-            error = NoRespondersError(f"no stream captures subject {subject!r}")
-            if no_responders >= PUBLISH_RETRY_ATTEMPTS:
-                raise error from None
-            no_responders += 1
-            wait = PUBLISH_RETRY_WAIT
-        except DuplicateMsgIdInProcessError as exc:
-            error = exc
-            wait = in_process_wait
-            in_process_wait = min(IN_PROCESS_MAX_WAIT, 2 * in_process_wait)
-        if deadline - loop.time() <= wait:
-            raise error  # no time for another attempt after the wait
-        await asyncio.sleep(wait)
-        left = deadline - loop.time()
-        if left <= 0:
-            raise error
-
-
-def duration_seconds(value: float | timedelta | str | None, name: str) -> float | None:
-    """A client-side wait as float seconds (None stays None; 0 allowed).
-
-    Raises:
-        InvalidOptionError: not seconds, a timedelta or a duration string, NaN (its own message),
-            negative, or longer than the server's int64 nanoseconds (about 292
-            years; ``inf`` and ``1e300`` included: nothing means "forever").
-
-    """
-    if value is None:
-        return None
-    return B.seconds(value, name, zero=True)
 
 
 def _stream_full(data: bytes, hdr: bytes | None, subject: bytes) -> StreamFullError | None:
@@ -273,133 +74,6 @@ class _Held:
         self.wait = wait  # how long an attempt waits for its reply
         self.error: StreamFullError | None = None
         self.unanswered = False  # its last attempt got no reply: it may be stored
-
-
-@dataclass(frozen=True, slots=True)
-class PublishSummary:
-    """What :meth:`~aiojetstream.JetStreamContext.publish_many` stored.
-
-    Attributes:
-        stored: Messages the stream acknowledged (duplicates included).
-        duplicates: Of those, how many the stream had already stored under
-            the same ``Nats-Msg-Id`` (within its ``duplicate_window``).
-
-    """
-
-    stored: int
-    duplicates: int
-
-
-class AckTally:
-    """Counts the acknowledgements of many publishes, without a future each.
-
-    For bulk writers (the Spark sink, :meth:`AsyncPublisher.send_many`): every
-    acknowledgement counts into :attr:`stored` (and :attr:`duplicates`), the
-    first failure (the server's error, a timeout, a disconnect) is kept in
-    :attr:`error`, and :meth:`wait` returns once nothing is outstanding or
-    something failed. It stands where a publish's future would (``done``,
-    ``set_result``, ``set_exception``), so every way a publish can end reaches it.
-    """
-
-    __slots__ = ("_waiter", "duplicates", "error", "outstanding", "stored")
-
-    def __init__(self) -> None:
-        self.stored = 0
-        self.duplicates = 0
-        self.outstanding = 0
-        self.error: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
-
-    def done(self) -> bool:
-        """Always False: every publish's outcome is counted."""
-        return False
-
-    def count(self, duplicate: bool) -> None:
-        """One publish was stored (``duplicate``: the stream had its msg id already)."""
-        self.stored += 1
-        if duplicate:
-            self.duplicates += 1
-        self.outstanding -= 1
-        if not self.outstanding:
-            self._wake()
-
-    def count_many(self, stored: int, duplicates: int = 0) -> None:
-        """``stored`` publishes were stored, ``duplicates`` of them duplicates."""
-        self.stored += stored
-        self.duplicates += duplicates
-        self.outstanding -= stored
-        if not self.outstanding:
-            self._wake()
-
-    def fail_many(self, exc: BaseException, count: int) -> None:
-        """``count`` publishes failed with ``exc`` (the first failure is kept)."""
-        if self.error is None:
-            self.error = exc
-        self.outstanding -= count
-        self._wake()
-
-    def set_result(self, ack: PubAck) -> None:
-        """One publish was stored, with this acknowledgement."""
-        self.count(ack.duplicate)
-
-    def set_exception(self, exc: BaseException) -> None:
-        """One publish failed: the first failure is kept, and :meth:`wait` returns."""
-        if self.error is None:
-            self.error = exc
-        self.outstanding -= 1
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self) -> None:
-        """Wait until no publish is outstanding or one failed; raise its error then.
-
-        Bounded without a timeout of its own: each publish fails by its ack
-        deadline at the latest.
-        """
-        while self.outstanding > 0 and self.error is None:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        if self.error is not None:
-            raise self.error
-
-
-class _Span:
-    """The publishes of one :meth:`AsyncPublisher.send_many`, under one reply subject.
-
-    The server answers each of them on that subject: the span counts the
-    answers into its tally (``left``: how many are still unanswered) and fails
-    what is left at once when its deadline passes or the connection goes.
-    """
-
-    __slots__ = ("left", "tally")
-
-    def __init__(self, tally: AckTally, count: int) -> None:
-        self.tally = tally
-        self.left = count
-
-    def done(self) -> bool:
-        """True once every publish of it was answered or failed."""
-        return self.left <= 0
-
-    def set_exception(self, exc: BaseException) -> None:
-        """Every publish still unanswered failed with ``exc``."""
-        left, self.left = self.left, 0
-        if left > 0:
-            self.tally.fail_many(exc, left)
-
-
-#: What stands for a publish until its acknowledgement: its future, or a tally of
-#: many (a span: the publishes of one send_many under one reply subject).
-AckTarget = asyncio.Future[PubAck] | AckTally | _Span
-#: The first byte of a span's token (the others are hex: never this).
-_SPAN: Final = b"z"
 
 
 class AsyncPublisher:
@@ -468,7 +142,7 @@ class AsyncPublisher:
             prefix = self._conn.new_inbox() + "."
             # A sink: on the fast path the plain replies of a span are counted by runs
             # (AckRuns), the others handled one by one (_sunk_reply).
-            bulk = AckRuns(prefix.encode(), _SPAN) if self._conn.fast else None
+            bulk = AckRuns(prefix.encode(), SPAN_MARK) if self._conn.fast else None
             self._sink = RawSink(self._sunk_run, self._sunk_reply, None, _ignore, bulk)
             sub = await self._conn.subscribe_raw(
                 prefix + "*", self._on_reply, internal=True, sink=self._sink
@@ -603,7 +277,7 @@ class AsyncPublisher:
         ``subject``: the one subject of all, else ``subjects`` has one per
         payload; ``blocks``: a header block (or None) per payload, or None for
         none at all. The caller checked the subjects and the sizes
-        (:func:`check_sizes`). At most the room :meth:`wait_for_room`
+        (:func:`.options.check_sizes`). At most the room :meth:`wait_for_room`
         returned. Nothing is sent when this raises.
 
         Raises:
@@ -626,7 +300,7 @@ class AsyncPublisher:
             raise InvalidOptionError("send_many needs a subject, or one per payload")
         many: Sequence[bytes] = subjects or ()
         # One reply subject for all of them (a span): the server answers each there.
-        token = _SPAN + b"%x" % (self._next + 1)
+        token = SPAN_MARK + b"%x" % (self._next + 1)
         reply = self._prefix + token
         longest = one if one is not None else max(many, key=len)
         if len(longest) + len(reply) > MAX_SUBJECT_LINE:
@@ -698,7 +372,7 @@ class AsyncPublisher:
 
     def next_span_reply(self) -> tuple[bytes, bytes]:
         """The token and reply subject the next span will have (see :meth:`send_commands`)."""
-        token = _SPAN + b"%x" % (self._next + 1)
+        token = SPAN_MARK + b"%x" % (self._next + 1)
         return token, self._prefix + token
 
     def _register_span(
@@ -707,7 +381,7 @@ class AsyncPublisher:
         """Publishes sent under the reply token: one entry, one deadline, ``count`` counted."""
         self._next += 1
         tally.outstanding += count
-        self._futures[token] = (_Span(tally, count), deadline, subject.decode("utf-8", "replace"))
+        self._futures[token] = (AckSpan(tally, count), deadline, subject.decode("utf-8", "replace"))
         self._extra += count - 1
         heapq.heappush(self._deadlines, (deadline, token))
         self._registered(deadline)
@@ -735,7 +409,7 @@ class AsyncPublisher:
     def _forget(self, token: bytes) -> tuple[AckTarget, float, str] | None:
         futures = self._futures
         entry = futures.pop(token, None)
-        if entry is not None and type(entry[0]) is _Span:
+        if entry is not None and type(entry[0]) is AckSpan:
             self._extra -= max(entry[0].left - 1, 0)
         if self._full and len(futures) + self._extra < self.max_pending:
             self._full = False
@@ -747,7 +421,7 @@ class AsyncPublisher:
 
     def _on_reply(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
         token = subject[self._prefix_len :]
-        if token[:1] == _SPAN:
+        if token[:1] == SPAN_MARK:
             self._span_reply(token, data, hdr)
             return
         if self._held and token in self._held and self._still_held(token, data, hdr):
@@ -756,7 +430,7 @@ class AsyncPublisher:
         if entry is None:
             return  # late reply after a timeout or a disconnect
         fut, _, target = entry
-        if isinstance(fut, _Span) or fut.done():
+        if isinstance(fut, AckSpan) or fut.done():
             return  # (a span's replies never come here: their tokens are told apart)
         if (
             type(fut) is AckTally
@@ -794,7 +468,7 @@ class AsyncPublisher:
         """A plain reply the router's loop took for the sink: as any reply."""
         self._on_reply(subject, reply, data, hdr)
 
-    def _span_answered(self, token: bytes, span: _Span, count: int) -> int:
+    def _span_answered(self, token: bytes, span: AckSpan, count: int) -> int:
         """``count`` publishes of ``span`` were answered; how many of them it still awaited."""
         before = span.left
         count = min(count, before)
@@ -815,7 +489,7 @@ class AsyncPublisher:
         if entry is None:
             return  # late reply after a timeout or a disconnect
         span = entry[0]
-        assert type(span) is _Span
+        assert type(span) is AckSpan
         if not self._span_answered(token, span, 1):
             return
         tally = span.tally
@@ -842,7 +516,7 @@ class AsyncPublisher:
     def span_acks(self, token: bytes, count: int, duplicate: bool = False) -> None:
         """``count`` plain acknowledgements of the span ``token`` (all duplicates, or none)."""
         entry = self._futures.get(token)
-        if entry is None or type(entry[0]) is not _Span:
+        if entry is None or type(entry[0]) is not AckSpan:
             return  # late replies after a timeout or a disconnect
         span = entry[0]
         answered = self._span_answered(token, span, count)
@@ -1122,155 +796,3 @@ class AsyncPublisher:
 
 def _ignore(_: object) -> None:
     """A sink's ``arrived``: nothing to do (replies are handled as they come)."""
-
-
-class AckRun:
-    """A run of plain acknowledgements on one span's reply subject (all duplicates, or none)."""
-
-    __slots__ = ("count", "duplicate", "end", "payload_bytes", "token")
-
-    def __init__(
-        self, token: bytes, count: int, end: int, payload_bytes: int, duplicate: bool = False
-    ) -> None:
-        self.token = token
-        self.count = count
-        self.end = end
-        self.payload_bytes = payload_bytes
-        self.duplicate = duplicate
-
-
-#: The stream a plain acknowledgement names (to build the run pattern for it), and
-#: whether it is a duplicate's.
-_ACK_STREAM: Final = re.compile(
-    rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":[0-9]{1,20}(\}|,"duplicate": ?true\})'
-)
-
-#: The most digits of a sequence (a uint64).
-_SEQ_DIGITS: Final = 20
-
-
-class AckRuns:
-    """The publisher sink's ``bulk``: runs of plain acknowledgements of a span, in one match.
-
-    A run is the replies, one after the other in a read, on one span's reply
-    subject (``<prefix><mark><hex>``) whose payloads are plain acknowledgements
-    ``{"stream":"<S>","seq":<n>}`` of one stream, or all duplicates'
-    ``{"stream":"<S>","seq":<n>,"duplicate": true}`` (as nats-server writes
-    it; without the blank too), no error, domain or status: one regular
-    expression matches all of them at once, with each
-    message's size written into it for each count of digits of ``<n>``, so it
-    matches exactly what framing by sizes reads, and nothing else. Anything
-    else ends the run, and the router's loop takes it one by one. Pure
-    Python: no object per message.
-    """
-
-    __slots__ = ("_mark", "_patterns", "_prefix")
-
-    def __init__(self, prefix: bytes, mark: bytes) -> None:
-        self._prefix = prefix
-        self._mark = mark
-        #: (sid, stream, the duplicate flag or b"") -> the run pattern and its sizes' digits.
-        self._patterns: dict[tuple[bytes, bytes, bytes], tuple[re.Pattern[bytes], int] | None] = {}
-
-    def _pattern(
-        self, sid: bytes, stream: bytes, tail: bytes
-    ) -> tuple[re.Pattern[bytes], int] | None:
-        key = (sid, stream, tail)
-        found = self._patterns.get(key, False)
-        if found is not False:
-            return found  # type: ignore[return-value]
-        if len(self._patterns) >= 64:
-            self._patterns.clear()
-        # {"stream":"<S>","seq":<n><tail>}: 20 bytes besides <S>, <n> and <tail>.
-        sizes = [20 + len(stream) + len(tail) + digits for digits in range(1, _SEQ_DIGITS + 1)]
-        width = len(str(sizes[0]))
-        pattern: tuple[re.Pattern[bytes], int] | None = None
-        if width == len(str(sizes[-1])):  # else its bytes are not simply counted: none
-            payloads = b"|".join(
-                b'%d\\r\\n\\{"stream":"%b","seq":[0-9]{%d}%b\\}'
-                % (size, re.escape(stream), digits, re.escape(tail))
-                for digits, size in enumerate(sizes, 1)
-            )
-            head = b"MSG " + re.escape(self._prefix)
-            head += b"(%b[0-9a-f]+) %b " % (re.escape(self._mark), re.escape(sid))
-            again = b"MSG " + re.escape(self._prefix) + b"\\1 %b " % re.escape(sid)
-            one = b"(?:" + payloads + b")\\r\\n"
-            pattern = (re.compile(head + one + b"(?:" + again + one + b")*"), width)
-        self._patterns[key] = pattern
-        return pattern
-
-    def __call__(
-        self, view: bytes, pos: int, size: int, sid: bytes, first_end: int
-    ) -> AckRun | None:
-        """The run of plain acknowledgements at ``view[pos:size]``, or None."""
-        eol = view.find(b"\r\n", pos, first_end)
-        stream = _ACK_STREAM.match(view, eol + 2, first_end - 2)
-        if stream is None or not sid.isdigit():
-            return None
-        tail = stream.group(2)[:-1]  # b"", or the duplicate flag as the server writes it
-        duplicate = bool(tail)
-        found = self._pattern(sid, stream.group(1), tail)
-        if found is None:
-            return None
-        pattern, width = found
-        run = pattern.match(view, pos, size)
-        if run is None:
-            return None
-        token = run.group(1)
-        head = b"MSG %b%b %b " % (self._prefix, token, sid)
-        end = run.end()
-        count = view.count(head, pos, end)
-        payload_bytes = end - pos - count * (len(head) + width + 4)
-        return AckRun(token, count, end, payload_bytes, duplicate)
-
-
-# --------------------------------------------------------------------------- hold when full
-
-#: At most 20 attempts a second: the first retry waits 50 ms, doubling to 1 s.
-HOLD_MIN_WAIT: Final = 0.05
-HOLD_MAX_WAIT: Final = 1.0
-#: The first wait is jittered in [50, 100] ms so held publishers do not retry in step.
-HOLD_FIRST_WAIT: Final = 0.1
-
-
-def hold_seconds(value: float | timedelta | str | None) -> float | None:
-    """Validate ``hold_when_full``: a positive duration (``"30s"`` too), at most ``B.MAX_WAIT``.
-
-    Raises:
-        InvalidOptionError: anything else; NaN says so (it said "must not be
-            negative"), and ``1e300`` is refused as ``inf`` is.
-
-    """
-    if value is None:
-        return None
-    return B.seconds(value, "hold_when_full")
-
-
-def new_msg_id() -> str:
-    """A ``Nats-Msg-Id`` for the retries of one held publish."""
-    return uuid.uuid4().hex
-
-
-async def hold_when_full(attempt: Callable[[], Awaitable[PubAck]], hold: float) -> PubAck:
-    """Retry ``attempt`` while the stream is full, for up to ``hold`` seconds.
-
-    Pulsar's ``producer_request_hold`` on the client: the waits are jittered,
-    start at 50-100 ms and double to 1 s, so there are at most 20 attempts a
-    second; the last :class:`StreamFullError` is raised once ``hold`` is up.
-    (``publish_async`` holds inside :class:`AsyncPublisher` instead.)
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + hold
-    wait = HOLD_FIRST_WAIT
-    pending = attempt()
-    while True:
-        try:
-            return await pending
-        except StreamFullError:
-            left = deadline - loop.time()
-            if left < HOLD_MIN_WAIT:
-                raise  # no room for another attempt at 20 a second
-        # Jitter within [HOLD_MIN_WAIT, wait]: never faster than 20 attempts a second.
-        await asyncio.sleep(min(left, random.uniform(HOLD_MIN_WAIT, wait)))
-        wait = min(HOLD_MAX_WAIT, wait * 2)
-        pending = attempt()
