@@ -85,7 +85,7 @@ def parse_headers(values: list[str] | None) -> dict[str, str] | None:
 
 
 class DescriptionColumn(TextColumn):
-    """A progress bar's description in :func:`~._common.printable` form, without markup.
+    """A progress bar's description in :func:`~._output.printable` form, without markup.
 
     Rich's ``TextColumn`` writes it as it is: an object name or a subject with
     ESC in it would reach the terminal.
