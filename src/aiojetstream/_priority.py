@@ -1,7 +1,7 @@
 """Priority groups (ADR-42): pull options checked client-side, and the pinned-client state.
 
 Pure: no asyncio, no nats-py, no clock. The pull engine resolves the options
-once (``_pull_engine.resolve_*``) with :func:`resolve_priority`, and keeps the
+once (``_pull_settings.resolve_*``) with :func:`resolve_priority`, and keeps the
 pin of a ``pinned_client`` consumer in a :class:`PinState` that the
 :class:`~aiojetstream.Consumer` handle shares between its pulls (as nats.go
 keeps the id on its pull consumer handle):
