@@ -376,10 +376,7 @@ def _same_prefix_numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int] | 
     tokens = pc.split_pattern(rest, b".")
     lengths = pc.min_max(pc.list_value_length(tokens)).as_py()
     # v1: exactly <sseq>.<cseq>.<ts>.<pending>; v2: those, <random> and maybe more.
-    if base == 2:
-        fits = lengths["min"] == lengths["max"] == 4
-    else:
-        fits = lengths["min"] >= 5
+    fits = lengths["min"] == lengths["max"] == 4 if base == 2 else lengths["min"] >= 5
     if not fits:
         return None
     seqs = pc.cast(pc.list_element(tokens, 0), pa.int64())
