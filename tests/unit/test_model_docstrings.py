@@ -48,7 +48,8 @@ def test_generated_docstrings_are_current() -> None:
     # model's docstrings, run `python -m aiojetstream._models._docgen`.
     from aiojetstream._models import _docgen, _docstrings
 
-    assert _docstrings.DOCSTRINGS == _docgen.collect()
+    table = _docstrings.DOCSTRINGS
+    assert _docgen.collect() == table
 
 
 def test_a_model_outside_the_table_has_its_source_parsed() -> None:
