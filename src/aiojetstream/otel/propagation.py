@@ -70,8 +70,8 @@ class Propagation:
 
     def inject(self, headers: Mapping[str, str] | None, span: trace.Span) -> dict[str, str]:
         """``headers`` (copied) with the trace context of ``span``."""
-        carrier = dict(headers) if headers else {}
         if self.fast() and not baggage.get_all():
+            carrier = dict(headers) if headers else {}
             sc = span.get_span_context()
             if sc.is_valid:
                 carrier[TRACEPARENT] = (
@@ -80,6 +80,29 @@ class Propagation:
                 if sc.trace_state:
                     carrier[TRACESTATE] = sc.trace_state.to_header()
             return carrier
+        return self._propagated(headers, span)
+
+    def inject_ids(
+        self,
+        headers: Mapping[str, str] | None,
+        trace_id: int,
+        span_id: int,
+        flags: int,
+        trace_state: TraceState | None,
+    ) -> dict[str, str]:
+        """``headers`` (copied) with the trace context of a span not started yet."""
+        if self.fast() and not baggage.get_all():
+            carrier = dict(headers) if headers else {}
+            carrier[TRACEPARENT] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+            if trace_state:
+                carrier[TRACESTATE] = trace_state.to_header()
+            return carrier
+        sc = SpanContext(trace_id, span_id, False, TraceFlags(flags), trace_state)
+        return self._propagated(headers, NonRecordingSpan(sc))
+
+    @staticmethod
+    def _propagated(headers: Mapping[str, str] | None, span: trace.Span) -> dict[str, str]:
+        carrier = dict(headers) if headers else {}
         propagate.inject(carrier, context=trace.set_span_in_context(span))
         return carrier
 

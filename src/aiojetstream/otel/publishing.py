@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import (
-    SpanKind,
-)
+from opentelemetry.trace import SpanKind
 
 from .telemetry import CACHE, OBJECT_PUT, Telemetry, body_size, record_error, send_attrs
 
 if TYPE_CHECKING:
+    import asyncio
+
     from .._context import JetStreamContext
+    from .deferred import DeferredSends, Slot
+
+    #: A publish_async in flight: its start time (ns) and its live span
+    #: (tracers other than the SDK's), or a deferred send's slot.
+    InFlight = tuple[int, trace.Span] | Slot
 
 
 class Publishing:
@@ -27,6 +34,30 @@ class Publishing:
         self.publish_many_async = js.publish_many_async
         # (subject, body size) -> (span name, attributes): no dict built per message.
         self._sends: dict[tuple[str, int | None], tuple[str, dict[str, Any]]] = {}
+        self.deferred: DeferredSends | None = None
+        if type(tel.tracer).__module__ == "opentelemetry.sdk.trace":
+            from .deferred import DeferredSends
+
+            self.deferred = DeferredSends.of(tel.tracer)
+        # publish_async futures not yet seen done, in publish order, and whether
+        # a done callback (on the first of them) is set.
+        self._in_flight: deque[tuple[asyncio.Future[Any], InFlight]] = deque()
+        self._armed = False
+
+    def _named(self, subject: object, size: int | None) -> tuple[str, dict[str, Any]]:
+        """The name and attributes of a send span (cached per subject and size)."""
+        if type(subject) is str:
+            key = (subject, size)
+            cached = self._sends.get(key)
+            if cached is None:
+                attrs = send_attrs(subject)
+                if size is not None:
+                    attrs["messaging.message.body.size"] = size
+                if len(self._sends) >= CACHE:
+                    self._sends.clear()
+                cached = self._sends[key] = (f"send {subject}", attrs)
+            return cached
+        return "send", send_attrs(subject)
 
     def _start(self, subject: object, size: int | None) -> trace.Span:
         if type(subject) is str:
@@ -109,8 +140,35 @@ class Publishing:
         """``publish_async`` with a send span ended by the acknowledgement."""
         if OBJECT_PUT.get() is not None:  # an object's chunk: no span of its own
             return await self.publish_async(subject, payload, *args, **kwargs)
+        deferred = self.deferred
+        if deferred is None:
+            return await self._live_publish_async(subject, payload, *args, **kwargs)
+        name, attrs = self._named(subject, body_size(payload))
+        start = time.time_ns()
+        slot: Slot | None = None
+        try:
+            if type(payload) is not bytes or kwargs.get("codec") is not None:
+                payload, size = self._encoded(payload, kwargs)
+                attrs = {**attrs, "messaging.message.body.size": size}
+            slot, flags = deferred.decide(start, name, attrs, otel_context.get_current())
+            kwargs["headers"] = self.tel.propagation.inject_ids(
+                kwargs.get("headers"), slot[3], slot[4], flags, slot[7]
+            )
+            future = await self.publish_async(subject, payload, *args, **kwargs)
+        except BaseException as exc:
+            if slot is None:  # refused before its identity was decided
+                slot, _ = deferred.decide(start, name, attrs, otel_context.get_current())
+            self._end(slot, time.time_ns(), None, exc)
+            raise
+        self._track(future, slot)
+        return future
+
+    async def _live_publish_async(
+        self, subject: str, payload: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        """``publish_async`` with a span held open (any tracer but the SDK's)."""
         span = self._start(subject, body_size(payload))
-        start = time.perf_counter()
+        start = time.time_ns()
         try:
             if type(payload) is not bytes or kwargs.get("codec") is not None:
                 payload, size = self._encoded(payload, kwargs)
@@ -118,22 +176,72 @@ class Publishing:
             kwargs["headers"] = self.tel.propagation.inject(kwargs.get("headers"), span)
             future = await self.publish_async(subject, payload, *args, **kwargs)
         except BaseException as exc:
-            self._failed(span, start, exc)
+            self._end((start, span), time.time_ns(), None, exc)
             raise
-
-        # A partial, not a closure: fewer objects per message for the cyclic GC
-        # to traverse while the acknowledgement is outstanding.
-        future.add_done_callback(partial(self._done, span, start))
+        self._track(future, (start, span))
         return future
 
-    def _done(self, span: trace.Span, start: float, fut: Any) -> None:
-        if fut.cancelled():
-            span.set_attribute("error.type", "cancelled")
-            span.end()
-        elif fut.exception() is not None:
-            self._failed(span, start, fut.exception())
+    def _track(self, future: asyncio.Future[Any], slot: InFlight) -> None:
+        """Keep ``future`` until done; one done callback at a time, on the oldest."""
+        self._in_flight.append((future, slot))
+        if not self._armed:
+            self._armed = True
+            future.add_done_callback(self._drain)
+
+    def _drain(self, _: object) -> None:
+        """End the spans of the publishes done, oldest first, up to the first not done.
+
+        Acknowledgements come in publish order: one callback ends the spans of
+        all the publishes a read of replies completed, instead of one callback
+        (a loop handle and a call) per publish. A publish done out of order
+        waits for the older ones and is ended with them.
+        """
+        now = time.time_ns()
+        in_flight = self._in_flight
+        while in_flight:
+            future, slot = in_flight[0]
+            if not future.done():
+                future.add_done_callback(self._drain)
+                return
+            in_flight.popleft()
+            if future.cancelled():
+                self._end(slot, now, None, None)
+            else:
+                exc = future.exception()
+                self._end(slot, now, None if exc is not None else future.result(), exc)
+        self._armed = False
+
+    def _end(self, slot: InFlight, now: int, ack: Any, exc: BaseException | None) -> None:
+        """End the span of a publish_async: acknowledged (``ack``), failed or cancelled."""
+        start = slot[0]
+        tel = self.tel
+        stream = seq = None
+        if ack is not None:
+            stream = getattr(ack, "stream", None)
+            seq = getattr(ack, "seq", None)
+        extra = (
+            {"messaging.nats.stream": stream, "messaging.message.id": str(seq)}
+            if stream is not None and seq is not None
+            else None
+        )
+        if len(slot) == 2:
+            span = slot[1]
+            if extra:
+                span.set_attributes(extra)
         else:
-            self._acked(span, start, fut.result())
+            assert self.deferred is not None
+            span = self.deferred.start(slot, extra)
+        if ack is None and exc is None:  # cancelled
+            span.set_attribute("error.type", "cancelled")
+        elif exc is not None:
+            record_error(span, exc)
+            labels = {**tel.of(None).labels, "error.type": type(exc).__name__}
+            tel.publish_duration.record(max(now - start, 0) / 1e9, labels)
+        else:
+            counts = tel.of(stream)
+            tel.publish_duration.record(max(now - start, 0) / 1e9, counts.labels)
+            counts.sent += 1
+        span.end(end_time=now)
 
     def _start_many(self, subject: Any, payloads: Any, kwargs: dict[str, Any]) -> trace.Span:
         """The send span of a batch, its trace context added to every message's headers."""

@@ -1,0 +1,192 @@
+"""publish_async's send spans with the OpenTelemetry SDK: no live span per message in flight.
+
+The span's identity is decided (and written into the headers) at publish
+time; the span itself is started when the acknowledgement arrives, with the
+publish time as its start time (issue 28). Checked against a real server
+with the SDK's in-memory exporter.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+from opentelemetry.trace import SpanKind, StatusCode
+
+import aiojetstream
+from aiojetstream import AckPolicy, ConsumerConfig, JetStreamContext, StreamConfig
+from aiojetstream.otel import instrument
+from aiojetstream.testing import NatsServer
+from helpers import unique_name
+
+
+class Started(SpanProcessor):
+    """Counts the spans started (a live span per message in flight would show here)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.started += 1
+
+
+class Traced:
+    def __init__(self, sampler: Any = None) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.started = Started()
+        self.provider = TracerProvider(sampler=sampler) if sampler else TracerProvider()
+        self.provider.add_span_processor(self.started)
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meters = MeterProvider(metric_readers=[self.reader])
+
+    def sends(self) -> list[ReadableSpan]:
+        return [s for s in self.exporter.get_finished_spans() if s.name.startswith("send ")]
+
+
+async def connected(url: str, traced: Traced) -> JetStreamContext:
+    js = await aiojetstream.connect(url)
+    return instrument(js, tracer_provider=traced.provider, meter_provider=traced.meters)
+
+
+@pytest.fixture
+async def traced_js(nats_server: NatsServer) -> AsyncIterator[tuple[JetStreamContext, Traced]]:
+    traced = Traced()
+    js = await connected(nats_server.url, traced)
+    try:
+        yield js, traced
+    finally:
+        await js.close()
+
+
+async def headers_of(js: JetStreamContext, stream: str, count: int) -> list[dict[str, str]]:
+    consumer = await js.create_consumer(stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    found = []
+    async for msg in await consumer.fetch(count, expires=2):
+        assert msg.headers is not None
+        found.append(dict(msg.headers))
+    return found
+
+
+async def test_no_span_is_live_while_the_ack_is_outstanding(
+    traced_js: tuple[JetStreamContext, Traced],
+) -> None:
+    js, traced = traced_js
+    stream = unique_name("OD")
+    await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    parent = traced.provider.get_tracer("app").start_span("request")
+    started = traced.started.started  # the parent
+
+    before = time.time_ns()
+    with trace.use_span(parent, end_on_exit=True):
+        futures = [await js.publish_async(f"{stream}.a", b"%d" % i) for i in range(3)]
+        # Written, not acknowledged yet (the loop has not run): no span started.
+        assert not any(f.done() for f in futures)
+        assert traced.started.started == started
+        published = time.time_ns()
+    acks = [await f for f in futures]
+    sends = traced.sends()
+    assert len(sends) == 3
+    for send, ack in zip(sends, acks, strict=True):
+        assert send.kind is SpanKind.PRODUCER
+        assert send.parent is not None
+        assert send.parent.span_id == parent.get_span_context().span_id
+        assert send.context.trace_id == parent.get_span_context().trace_id
+        assert send.start_time is not None
+        assert send.end_time is not None
+        assert before <= send.start_time <= published <= send.end_time
+        assert send.attributes is not None
+        assert send.attributes["messaging.message.id"] == str(ack.seq)
+        assert send.attributes["messaging.nats.stream"] == stream
+        assert send.attributes["messaging.message.body.size"] == 1
+    # Each message carries the trace context of its own send span.
+    headers = await headers_of(js, stream, 3)
+    expected = [
+        f"00-{s.context.trace_id:032x}-{s.context.span_id:016x}-{s.context.trace_flags:02x}"
+        for s in sends
+    ]
+    assert [h["traceparent"] for h in headers] == expected
+
+
+async def test_a_failed_publish_async_is_an_error_span(
+    traced_js: tuple[JetStreamContext, Traced],
+) -> None:
+    js, traced = traced_js
+    future = await js.publish_async(unique_name("nowhere"), b"x", timeout=2)
+    with pytest.raises(aiojetstream.JetStreamError):
+        await future
+    [send] = traced.sends()
+    assert send.status.status_code is StatusCode.ERROR
+    assert send.attributes is not None
+    assert send.attributes["error.type"] == type(future.exception()).__name__
+
+
+async def test_a_sampler_that_drops_gives_unsampled_headers(nats_server: NatsServer) -> None:
+    traced = Traced(sampler=ParentBased(ALWAYS_OFF))
+    js = await connected(nats_server.url, traced)
+    try:
+        stream = unique_name("OD")
+        await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+        await (await js.publish_async(f"{stream}.a", b"x"))
+        assert traced.sends() == []
+        [headers] = await headers_of(js, stream, 1)
+        _, trace_id, span_id, flags = headers["traceparent"].split("-")
+        assert int(flags, 16) & 0x01 == 0  # not sampled
+        assert int(trace_id, 16)
+        assert int(span_id, 16)
+    finally:
+        await js.close()
+
+
+class Wrapped(trace.TracerProvider):
+    """A provider of another tracer type (the SDK's, behind a wrapper): live spans."""
+
+    def __init__(self, inner: TracerProvider) -> None:
+        self.inner = inner
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        sdk = self.inner.get_tracer(*args, **kwargs)
+
+        class Tracer(trace.Tracer):
+            def start_span(self, *a: Any, **k: Any) -> trace.Span:
+                return sdk.start_span(*a, **k)
+
+            def start_as_current_span(self, *a: Any, **k: Any) -> Any:
+                return sdk.start_as_current_span(*a, **k)
+
+        return Tracer()
+
+
+async def test_another_tracer_keeps_a_live_span_per_publish(nats_server: NatsServer) -> None:
+    traced = Traced()
+    js = instrument(
+        await aiojetstream.connect(nats_server.url),
+        tracer_provider=Wrapped(traced.provider),
+        meter_provider=traced.meters,
+    )
+    try:
+        stream = unique_name("OD")
+        await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+        futures = [await js.publish_async(f"{stream}.a", b"x") for _ in range(3)]
+        assert traced.started.started == 3  # started at publish time
+        acks = [await f for f in futures]
+        sends = traced.sends()
+        assert [(s.attributes or {})["messaging.message.id"] for s in sends] == [
+            str(a.seq) for a in acks
+        ]
+        headers = await headers_of(js, stream, 3)
+        assert [h["traceparent"].split("-")[2] for h in headers] == [
+            f"{s.context.span_id:016x}" for s in sends
+        ]
+    finally:
+        await js.close()
