@@ -4,7 +4,7 @@ Off by default. :func:`instrument` (or ``connect(..., telemetry=True)``) turns
 it on for one context: it replaces, on that instance only, the publish methods
 and the methods that hand out consumers with traced versions. Nothing else
 changes, so a context that is not instrumented pays nothing, and
-``opentelemetry`` is imported only here (``import aiojetstream`` never does).
+``opentelemetry`` is imported only in this package (``import aiojetstream`` never does).
 
 Spans follow OpenTelemetry's messaging semantic conventions
 (``messaging.system`` = ``nats``):
