@@ -27,7 +27,7 @@ import aiojetstream
 from aiojetstream import AckPolicy, ConsumerConfig, JetStreamContext, StreamConfig
 from aiojetstream.otel import instrument
 from aiojetstream.testing import NatsServer
-from helpers import unique_name
+from helpers import unique_name, wait_until
 
 
 class Started(SpanProcessor):
@@ -188,5 +188,40 @@ async def test_another_tracer_keeps_a_live_span_per_publish(nats_server: NatsSer
         assert [h["traceparent"].split("-")[2] for h in headers] == [
             f"{s.context.span_id:016x}" for s in sends
         ]
+    finally:
+        await js.close()
+
+
+class FailsOnce(SpanProcessor):
+    def __init__(self) -> None:
+        self.failed = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("exporter down")
+
+
+async def test_a_failing_processor_does_not_stop_the_other_spans(
+    nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    traced = Traced()
+    traced.provider = TracerProvider()
+    traced.provider.add_span_processor(FailsOnce())
+    traced.provider.add_span_processor(SimpleSpanProcessor(traced.exporter))
+    js = await connected(nats_server.url, traced)
+    try:
+        stream = unique_name("OD")
+        await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+        futures = [await js.publish_async(f"{stream}.a", b"x") for _ in range(3)]
+        acks = [await f for f in futures]
+        await wait_until(lambda: len(traced.sends()) == 2)
+        assert [(s.attributes or {})["messaging.message.id"] for s in traced.sends()] == [
+            str(a.seq) for a in acks[1:]
+        ]
+        assert "ending a send span failed" in caplog.text
+        # Later publishes are still traced.
+        await (await js.publish_async(f"{stream}.a", b"x"))
+        await wait_until(lambda: len(traced.sends()) == 3)
     finally:
         await js.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from functools import partial
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     #: A publish_async in flight: its start time (ns) and its live span
     #: (tracers other than the SDK's), or a deferred send's slot.
     InFlight = tuple[int, trace.Span] | Slot
+
+logger = logging.getLogger("aiojetstream")
 
 
 class Publishing:
@@ -204,11 +207,14 @@ class Publishing:
                 future.add_done_callback(self._drain)
                 return
             in_flight.popleft()
-            if future.cancelled():
-                self._end(slot, now, None, None)
-            else:
-                exc = future.exception()
-                self._end(slot, now, None if exc is not None else future.result(), exc)
+            try:
+                if future.cancelled():
+                    self._end(slot, now, None, None)
+                else:
+                    exc = future.exception()
+                    self._end(slot, now, None if exc is not None else future.result(), exc)
+            except Exception:  # a failing exporter or processor: the other spans still end
+                logger.exception("aiojetstream.otel: ending a send span failed")
         self._armed = False
 
     def _end(self, slot: InFlight, now: int, ack: Any, exc: BaseException | None) -> None:
