@@ -4,29 +4,59 @@ Spark hands a data source its options as case-insensitive strings. Everything
 here turns them into small frozen value objects once, in the planner, so a bad
 option fails before a job runs, with an error naming the option. The value
 objects are what travels (by cloudpickle) to the executors: plain data only.
+
+This module holds the options each format knows and the value objects
+(:class:`ConnectOptions`, :class:`SourceOptions`, :class:`SinkOptions`,
+:class:`KVOptions`); the bounds and the parsers of single values are in
+:mod:`._option_values`, the checks of the credential options in
+:mod:`._credentials`. It re-exports the bounds its importers use.
 """
 
 from __future__ import annotations
 
-import base64
 import difflib
-import importlib.util
-import json
-import math
 import re
 import ssl
 import warnings
-from collections import UserString
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Final, Literal
 
 from aiojetstream import InvalidOptionError
 
+from ._credentials import Credentials, check_creds_secret, needs_nkeys, seed_problem
+from ._option_values import (
+    MAX_PARTITIONS,
+    MAX_PENDING,
+    MAX_PER_TRIGGER,
+    MAX_SECONDS,
+    MAX_SEQUENCE,
+    MAX_TIME_NS,
+    MIN_TIME_NS,
+    NAME_RE,
+    End,
+    Start,
+    parse_bool,
+    parse_duration,
+    parse_name,
+    parse_offset,
+    parse_per_stream,
+    parse_positive_float,
+    parse_positive_int,
+    parse_subjects,
+    parse_timestamp,
+)
 from ._telemetry import check_telemetry
 
 __all__ = [
+    "MAX_PARTITIONS",
+    "MAX_PENDING",
+    "MAX_PER_TRIGGER",
+    "MAX_SECONDS",
+    "MAX_SEQUENCE",
+    "MAX_TIME_NS",
+    "MIN_TIME_NS",
     "ConnectOptions",
     "JetStreamSparkWarning",
     "KVOptions",
@@ -50,24 +80,6 @@ MAX_DEFAULT_PARTITIONS: Final = 64
 DEFAULT_RETRY_TIMEOUT: Final = 30.0
 #: Kafka's default ``maxTriggerDelay`` (15 minutes), in seconds.
 DEFAULT_MAX_TRIGGER_DELAY: Final = 900.0
-
-# Upper bounds of the numeric options, checked when the read or write is planned.
-#: ``numPartitions`` and ``minPartitions``: Spark tasks per batch (or micro-batch).
-MAX_PARTITIONS: Final = 10_000
-#: A stream sequence: nats-server's uint64 (it reads a larger one modulo 2**64).
-MAX_SEQUENCE: Final = 2**64 - 1
-#: The sequences and bytes per trigger: Spark's read limits are Java longs.
-MAX_PER_TRIGGER: Final = 2**63 - 1
-#: Seconds (``timeout``, ``retryTimeout``, ``inactiveThreshold``, ``maxTriggerDelay``):
-#: the server's durations are int64 nanoseconds, 9,223,372,036 s (about 292 years).
-MAX_SECONDS: Final = (2**63 - 1) // 1_000_000_000
-#: ``maxPending``: publishes or puts in flight per task.
-MAX_PENDING: Final = 1_000_000
-#: The server's clock, in nanoseconds since 1970 (Go's int64 ``UnixNano``; it wraps
-#: a time outside: a later ``startingTimestamp`` read from the first message).
-MIN_TIME_NS: Final = -(2**63)
-MAX_TIME_NS: Final = 2**63 - 1
-_TIME_RANGE: Final = "1677-09-21T00:12:43.145224192Z to 2262-04-11T23:47:16.854775807Z"
 
 #: Every option by its lower-case key, spelled as the documentation spells it.
 _DISPLAY: Final = {
@@ -155,9 +167,6 @@ _SINK_KEYS: Final = _CONNECT_KEYS | {"subject", "dedupe", "maxpending", "retryti
 _KV_KEYS: Final = _CONNECT_KEYS | {"bucket", "maxpending"}
 #: Keys Spark itself adds to a source's or sink's options: never refused.
 _SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation", "queryname"})
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-_NAME_RE: Final = re.compile(r"^[^\s.*>/\\\x00]+$")
 
 
 class JetStreamSparkWarning(UserWarning):
@@ -177,7 +186,7 @@ def _check_unknown(options: Mapping[str, str], known: frozenset[str], what: str)
     unknown = sorted(k for k in options if k not in known and k not in _SPARK_KEYS)
     if not unknown:
         return
-    lenient = _bool(options, "ignoreunknownoptions", "ignoreUnknownOptions", False)
+    lenient = parse_bool(options, "ignoreunknownoptions", "ignoreUnknownOptions", False)
     valid = sorted((_DISPLAY.get(k, k) for k in known), key=str.lower)
     for key in unknown:
         near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
@@ -196,112 +205,6 @@ def _check_unknown(options: Mapping[str, str], known: frozenset[str], what: str)
         )
 
 
-def _name(options: Mapping[str, str], key: str, display: str) -> str:
-    value = options.get(key)
-    if value is None or not value.strip():
-        raise InvalidOptionError(f"option {display!r} is required")
-    value = value.strip()
-    if not _NAME_RE.match(value):
-        raise InvalidOptionError(
-            f"option {display!r}: invalid name {value!r} "
-            "(no whitespace, '.', '*', '>', '/' or '\\')"
-        )
-    return value
-
-
-def _shown(raw: str) -> str:
-    """``repr(raw)``, cut: an option may be a giant number."""
-    return repr(raw) if len(raw) <= 60 else repr(raw[:60]) + f"... ({len(raw)} characters)"
-
-
-def _positive_int(
-    options: Mapping[str, str], key: str, display: str, maximum: int = MAX_PER_TRIGGER
-) -> int | None:
-    raw = options.get(key)
-    if raw is None or raw.strip() == "":
-        return None
-    text = raw.strip()
-    try:
-        value = int(text) if len(text) <= 40 else 0  # (int() refuses 4,300 digits itself)
-    except ValueError:
-        value = 0
-    if not 0 < value <= maximum:
-        raise InvalidOptionError(
-            f"option {display!r}: expected a positive integer up to {maximum:,}, got {_shown(raw)}"
-        )
-    return value
-
-
-def _positive_float(
-    options: Mapping[str, str],
-    key: str,
-    display: str,
-    default: float,
-    maximum: float = MAX_SECONDS,
-) -> float:
-    raw = options.get(key)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= maximum):
-        raise InvalidOptionError(
-            f"option {display!r}: expected positive seconds up to {maximum:,.0f} "
-            f"(about 292 years, the server's int64 nanoseconds), got {_shown(raw)}"
-        )
-    return value
-
-
-def _bool(options: Mapping[str, str], key: str, display: str, default: bool) -> bool:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    text = raw.strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise InvalidOptionError(f"option {display!r}: expected true or false, got {raw!r}")
-
-
-def _subjects(options: Mapping[str, str]) -> tuple[str, ...]:
-    raw = options.get("subject")
-    if raw is None or not raw.strip():
-        return ()
-    subjects = tuple(s.strip() for s in raw.split(","))
-    for subject in subjects:
-        tokens = subject.split(".")
-        if (
-            not subject
-            or any(not t for t in tokens)
-            or any(c.isspace() or c == "\x00" for c in subject)
-            or any(">" in t and t != ">" for t in tokens)
-            or any("*" in t and t != "*" for t in tokens)
-            or (">" in tokens and tokens[-1] != ">")
-        ):
-            raise InvalidOptionError(f"option 'subject': invalid subject filter {subject!r}")
-    for i, first in enumerate(subjects):
-        for second in subjects[i + 1 :]:
-            if _overlap(first.split("."), second.split(".")):
-                raise InvalidOptionError(
-                    f"option 'subject': filters {first!r} and {second!r} overlap (a subject "
-                    "can match both, which a JetStream consumer refuses); drop one of them"
-                )
-    return subjects
-
-
-def _overlap(first: list[str], second: list[str]) -> bool:
-    """Whether some subject matches both filters (their tokens)."""
-    for a, b in zip(first, second, strict=False):
-        if a == ">" or b == ">":
-            return True
-        if a != b and a != "*" and b != "*":
-            return False
-    return len(first) == len(second)
-
-
 # ----------------------------------------------------------------------------- connection
 
 #: ``@`` and the characters urllib reads as one (NFKC): each ends a URL's userinfo.
@@ -314,76 +217,6 @@ _CREDENTIAL_OPTIONS: Final = (
     "the options 'user' and 'password', 'token', 'credsSecret' (the text of a .creds file) "
     "or 'nkeySecret' (an NKey seed), or 'creds' (the path of a .creds file on every node)"
 )
-#: A .creds file as nsc writes it: nats-py reads exactly this layout (one value per line).
-_CREDS_LAYOUT: Final = (
-    "-----BEGIN NATS USER JWT-----\n{jwt}\n------END NATS USER JWT------\n\n"
-    "-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
-)
-_JWT_RE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
-#: An encoded NKey seed: 58 base32 characters ('S', the key's role, the seed, a checksum).
-_SEED_RE: Final = re.compile(r"S[A-Z2-7]{57}")
-_PUBLIC_USER_KEY_RE: Final = re.compile(r"U[A-Z2-7]{55}")
-_SEED_ROLES: Final = {"A": "an account", "O": "an operator", "N": "a server", "C": "a cluster"}
-
-
-def _crc16(data: bytes) -> int:
-    """CRC-16/XMODEM, the checksum of an encoded NKey."""
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc
-
-
-def _seed_problem(seed: str) -> str | None:
-    """Why ``seed`` is not an NKey user seed (``SU...``), or None; never quotes it."""
-    if _PUBLIC_USER_KEY_RE.fullmatch(seed):
-        return "it is a user's public key ('U...'), not its seed ('SU...')"
-    if not _SEED_RE.fullmatch(seed):
-        return "expected 58 characters A-Z and 2-7 starting with 'SU'"
-    if seed[1] != "U":
-        role = _SEED_ROLES.get(seed[1], "another kind of")
-        return f"it is the seed of {role} key ('S{seed[1]}...'), not of a user ('SU...')"
-    raw = base64.b32decode(seed + "=" * 6)
-    if _crc16(raw[:-2]) != int.from_bytes(raw[-2:], "little"):
-        return "its checksum does not match (a character is missing or mistyped)"
-    return None
-
-
-def _creds_secret(raw: str) -> str:
-    """The text of a .creds file, checked and in the layout nats-py reads; never quotes it.
-
-    nats-py looks for the line after each ``BEGIN`` marker and, without one,
-    reads forever: a malformed text must fail here.
-    """
-    if "\n" not in raw and "\\n" in raw:
-        raw = raw.replace("\\n", "\n")  # a secret store that kept the line breaks escaped
-    lines = [line.strip() for line in raw.splitlines()]
-    found: dict[str, str] = {}
-    for marker in ("BEGIN NATS USER JWT", "BEGIN USER NKEY SEED"):
-        start = next((i for i, line in enumerate(lines) if marker in line), None)
-        if start is not None:
-            found[marker] = next((line for line in lines[start + 1 :] if line), "")
-    if len(found) < 2:
-        raise InvalidOptionError(
-            "option 'credsSecret': expected the text of a .creds file (a "
-            "'-----BEGIN NATS USER JWT-----' block and a '-----BEGIN USER NKEY SEED-----' "
-            "block); for the path of a .creds file use the option 'creds'"
-        )
-    jwt, seed = found["BEGIN NATS USER JWT"], found["BEGIN USER NKEY SEED"]
-    if not _JWT_RE.fullmatch(jwt):
-        raise InvalidOptionError(
-            "option 'credsSecret': the line after '-----BEGIN NATS USER JWT-----' is not a JWT"
-        )
-    problem = _seed_problem(seed)
-    if problem is not None:
-        raise InvalidOptionError(
-            "option 'credsSecret': the line after '-----BEGIN USER NKEY SEED-----' is not "
-            f"an NKey user seed: {problem}"
-        )
-    return _CREDS_LAYOUT.format(jwt=jwt, seed=seed)
 
 
 def _servers(raw: str) -> str:
@@ -407,26 +240,6 @@ def _servers(raw: str) -> str:
                 f"{index} of {len(urls)} is empty"
             )
     return ",".join(urls)
-
-
-def _needs_nkeys(display: str) -> None:
-    if importlib.util.find_spec("nkeys") is None:
-        raise InvalidOptionError(
-            f"option {display!r} needs the Python package 'nkeys' (pip install nkeys) "
-            "wherever Spark runs Python"
-        )
-
-
-class _Credentials(UserString):
-    """In-memory .creds text, with a repr that does not show it.
-
-    nats-py reads a ``UserString`` given as ``user_credentials`` as the text of
-    a .creds file (its ``RawCredentials`` is one); a plain one keeps this
-    extension off nats-py's modules (only the core's boundary imports them).
-    """
-
-    def __repr__(self) -> str:
-        return "RawCredentials(<redacted>)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,7 +285,7 @@ class ConnectOptions:
         if self.creds is not None:
             kwargs["user_credentials"] = self.creds
         if self.creds_secret is not None:
-            kwargs["user_credentials"] = _Credentials(self.creds_secret)
+            kwargs["user_credentials"] = Credentials(self.creds_secret)
         if self.nkey_secret is not None:
             kwargs["nkeys_seed_str"] = self.nkey_secret
         if self.tls_ca_file or self.tls_cert_file:
@@ -539,7 +352,7 @@ def _connect(options: Mapping[str, str]) -> ConnectOptions:
     if options.get("password") is not None and options.get("user") is None:
         raise InvalidOptionError("option 'password' needs 'user'")
     domain = options.get("domain") or None
-    if domain is not None and not _NAME_RE.match(domain):
+    if domain is not None and not NAME_RE.match(domain):
         raise InvalidOptionError(f"option 'domain': invalid domain {domain!r}")
     creds_secret = options.get("credssecret")
     nkey_secret = options.get("nkeysecret")
@@ -554,10 +367,10 @@ def _connect(options: Mapping[str, str]) -> ConnectOptions:
             "holds the user's NKey seed itself): give one of them"
         )
     if creds_secret is not None:
-        creds_secret = _creds_secret(creds_secret)
+        creds_secret = check_creds_secret(creds_secret)
     if nkey_secret is not None:
         nkey_secret = nkey_secret.strip()
-        problem = _seed_problem(nkey_secret)
+        problem = seed_problem(nkey_secret)
         if problem is not None:
             raise InvalidOptionError(f"option 'nkeySecret': not an NKey user seed: {problem}")
     for display, value in (
@@ -566,7 +379,7 @@ def _connect(options: Mapping[str, str]) -> ConnectOptions:
         ("nkeySecret", nkey_secret),
     ):
         if value is not None:
-            _needs_nkeys(display)
+            needs_nkeys(display)
     return ConnectOptions(
         servers=servers,
         creds_secret=creds_secret,
@@ -580,151 +393,12 @@ def _connect(options: Mapping[str, str]) -> ConnectOptions:
         tls_key_file=options.get("tlskeyfile") or None,
         domain=domain,
         api_prefix=options.get("apiprefix") or None,
-        timeout=_positive_float(options, "timeout", "timeout", 10.0),
+        timeout=parse_positive_float(options, "timeout", "timeout", 10.0),
         telemetry=check_telemetry(options.get("telemetry")),
     )
 
 
 # ----------------------------------------------------------------------------- source
-
-Start = Literal["earliest", "latest"] | int
-End = Literal["latest"] | int
-
-_DURATION_RE: Final = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?")
-_DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def _offset(raw: str, display: str, words: tuple[str, ...], stream: str | None = None) -> str | int:
-    text = raw.strip()
-    if text.lower() in words:
-        return text.lower()
-    digits = text
-    if text.startswith("{"):
-        # An offset as written in a checkpoint: {"stream": ..., "seq": N, "created": ...}.
-        offset = _json_offset(text)
-        if offset is not None:
-            name, digits = offset
-            if stream is not None and name != stream:
-                raise InvalidOptionError(
-                    f"option {display!r}: the offset is of stream {name!r}, not {stream!r}"
-                )
-    if (
-        digits.isascii()
-        and digits.isdigit()
-        and len(digits) <= 40  # (int() refuses 4,300 digits itself)
-        and 1 <= int(digits) <= MAX_SEQUENCE
-    ):
-        return int(digits)
-    allowed = " | ".join(words)
-    raise InvalidOptionError(
-        f"option {display!r}: expected {allowed}, a stream sequence from 1 to 2**64 - 1 "
-        "(the server's uint64) or a JSON object of them per stream such as "
-        f'{{"ORDERS-0": 1001, "ORDERS-1": "{words[0]}"}}, got {_shown(raw)}'
-    )
-
-
-def _json_offset(text: str) -> tuple[str, str] | None:
-    """The stream and the sequence (as digits) of a JSON offset; None if it is none."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(value, dict) or not {"stream", "seq"} <= value.keys():
-        return None
-    name, seq = value["stream"], value["seq"]
-    if not isinstance(name, str) or isinstance(seq, bool) or not isinstance(seq, int):
-        return None
-    return name, str(seq)
-
-
-def _per_stream(raw: str, display: str, words: tuple[str, ...]) -> dict[str, str | int] | None:
-    """A JSON object of offsets per stream (``{"A": 5, "B": "earliest"}``); None if not one.
-
-    Also takes a multi-stream checkpoint offset (``{"streams": {"A": {"seq": 5, ...}}}``).
-    """
-    text = raw.strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise InvalidOptionError(
-            f"option {display!r}: not valid JSON ({raw!r}); expected e.g. "
-            f'{{"ORDERS-0": 1001, "ORDERS-1": "{words[0]}"}}'
-        ) from None
-    if not isinstance(value, dict) or {"stream", "seq"} <= value.keys():
-        return None  # a single stream's checkpoint offset: _offset() reads it
-    if set(value) == {"streams"} and isinstance(value["streams"], dict):
-        value = {k: v.get("seq") if isinstance(v, dict) else v for k, v in value["streams"].items()}
-    result: dict[str, str | int] = {}
-    for name, seq in value.items():
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            raise InvalidOptionError(f"option {display!r}: invalid stream name {name!r}")
-        if isinstance(seq, str) and seq.strip().lower() in words:
-            result[name] = seq.strip().lower()
-        elif isinstance(seq, int) and not isinstance(seq, bool) and 1 <= seq <= MAX_SEQUENCE:
-            result[name] = seq
-        else:
-            allowed = " | ".join(words)
-            raise InvalidOptionError(
-                f"option {display!r}: stream {name!r}: expected {allowed} or a stream "
-                f"sequence from 1 to 2**64 - 1 (the server's uint64), got {_shown(str(seq))}"
-            )
-    return result
-
-
-def _timestamp(raw: str | None, display: str) -> datetime | None:
-    """An ISO-8601 time (UTC unless it says otherwise) or epoch milliseconds, as Kafka takes."""
-    if raw is None or not raw.strip():
-        return None
-    text = raw.strip()
-    if text.isascii() and text.isdigit():
-        try:
-            value = _EPOCH + timedelta(milliseconds=int(text) if len(text) <= 40 else 10**40)
-        except OverflowError:
-            raise InvalidOptionError(
-                f"option {display!r}: {_shown(text)} epoch milliseconds is out of range: "
-                f"the server's clock runs from {_TIME_RANGE}"
-            ) from None
-    else:
-        try:
-            value = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
-            raise InvalidOptionError(
-                f"option {display!r}: expected an ISO-8601 time such as 2026-01-31T12:00:00Z "
-                f"or epoch milliseconds such as 1769860800000, got {_shown(raw)}"
-            ) from None
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-    try:
-        ns = (value - _EPOCH) // timedelta(microseconds=1) * 1_000
-    except OverflowError:
-        ns = MAX_TIME_NS + 1
-    if not MIN_TIME_NS <= ns <= MAX_TIME_NS:
-        # The server reads a time as int64 nanoseconds since 1970 and wraps one outside:
-        # 9999-12-31 as startingTimestamp read every row instead of none.
-        raise InvalidOptionError(
-            f"option {display!r}: {value.isoformat()} is out of range: the server counts "
-            f"time in int64 nanoseconds since 1970, from {_TIME_RANGE}"
-        )
-    return value
-
-
-def _duration(options: Mapping[str, str], key: str, display: str, default: float) -> float:
-    """Seconds from ``"15m"``, ``"30s"``, ``"500ms"``, ``"1h"``, ``"1d"`` or a plain number."""
-    raw = options.get(key)
-    if raw is None or not raw.strip():
-        return default
-    match = _DURATION_RE.fullmatch(raw.strip().lower())
-    value = math.nan
-    if match is not None:
-        value = float(match[1]) * _DURATION_UNITS[match[2] or "s"]
-    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
-        raise InvalidOptionError(
-            f"option {display!r}: expected a duration such as 15m, 30s or 500ms, up to "
-            f"{MAX_SECONDS:,} s (about 292 years), got {_shown(raw)}"
-        )
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -798,11 +472,11 @@ def _selection(opts: Mapping[str, str]) -> tuple[str | None, tuple[str, ...], st
             f"'streamPattern' (a regular expression) names what to read; got {which}"
         )
     if given[0] == "stream":
-        return _name(opts, "stream", "stream"), (), None
+        return parse_name(opts, "stream", "stream"), (), None
     if given[0] == "streams":
         names = tuple(dict.fromkeys(s.strip() for s in opts["streams"].split(",")))
         for name in names:
-            if not name or not _NAME_RE.match(name):
+            if not name or not NAME_RE.match(name):
                 raise InvalidOptionError(
                     f"option 'streams': invalid stream name {name!r} in the comma list "
                     "(no whitespace, '.', '*', '>', '/' or '\\')"
@@ -833,9 +507,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     starting: Start | None = None
     starting_by: dict[str, str | int] = {}
     if "startingoffsets" in opts:
-        per = _per_stream(opts["startingoffsets"], "startingOffsets", ("earliest", "latest"))
+        per = parse_per_stream(opts["startingoffsets"], "startingOffsets", ("earliest", "latest"))
         if per is None:
-            starting = _offset(  # type: ignore[assignment]
+            starting = parse_offset(  # type: ignore[assignment]
                 opts["startingoffsets"], "startingOffsets", ("earliest", "latest"), stream
             )
         else:
@@ -845,9 +519,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     if "endingoffsets" in opts:
         if streaming:
             raise InvalidOptionError("option 'endingOffsets' applies to batch reads only")
-        per = _per_stream(opts["endingoffsets"], "endingOffsets", ("latest",))
+        per = parse_per_stream(opts["endingoffsets"], "endingOffsets", ("latest",))
         if per is None:
-            ending = _offset(opts["endingoffsets"], "endingOffsets", ("latest",), stream)  # type: ignore[assignment]
+            ending = parse_offset(opts["endingoffsets"], "endingOffsets", ("latest",), stream)  # type: ignore[assignment]
         else:
             ending_by = _check_named(per, "endingOffsets", selected, pattern)
     for name in {*starting_by, *selected}:
@@ -868,14 +542,14 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
                 f"option 'consumerNamePrefix': expected 1-32 letters, digits, '-' or '_', "
                 f"got {prefix!r}"
             )
-    max_rows = _positive_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger")
-    alias = _positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    max_rows = parse_positive_int(opts, "maxrecordspertrigger", "maxRecordsPerTrigger")
+    alias = parse_positive_int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
     if max_rows is not None and alias is not None and max_rows != alias:
         raise InvalidOptionError(
             "options 'maxRecordsPerTrigger' and 'maxOffsetsPerTrigger' are the same setting "
             f"(the second is Kafka's name) and differ: {max_rows} and {alias}; give one"
         )
-    min_rows = _positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    min_rows = parse_positive_int(opts, "minoffsetspertrigger", "minOffsetsPerTrigger")
     max_rows = max_rows or alias
     if min_rows is not None and max_rows is not None and min_rows > max_rows:
         raise InvalidOptionError(
@@ -887,27 +561,29 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         streams=streams,
         stream_pattern=pattern,
         connect=_connect(opts),
-        subjects=_subjects(opts),
+        subjects=parse_subjects(opts),
         starting=starting,
         starting_by_stream=tuple(sorted(starting_by.items())),  # type: ignore[arg-type]
-        starting_timestamp=_timestamp(opts.get("startingtimestamp"), "startingTimestamp"),
+        starting_timestamp=parse_timestamp(opts.get("startingtimestamp"), "startingTimestamp"),
         ending=ending,
         ending_by_stream=tuple(sorted(ending_by.items())),  # type: ignore[arg-type]
-        ending_timestamp=_timestamp(opts.get("endingtimestamp"), "endingTimestamp"),
-        num_partitions=_positive_int(opts, "numpartitions", "numPartitions", MAX_PARTITIONS),
-        min_partitions=_positive_int(opts, "minpartitions", "minPartitions", MAX_PARTITIONS),
-        fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
+        ending_timestamp=parse_timestamp(opts.get("endingtimestamp"), "endingTimestamp"),
+        num_partitions=parse_positive_int(opts, "numpartitions", "numPartitions", MAX_PARTITIONS),
+        min_partitions=parse_positive_int(opts, "minpartitions", "minPartitions", MAX_PARTITIONS),
+        fail_on_data_loss=parse_bool(opts, "failondataloss", "failOnDataLoss", True),
         max_records_per_trigger=max_rows,
         min_records_per_trigger=min_rows,
-        max_trigger_delay=_duration(
+        max_trigger_delay=parse_duration(
             opts, "maxtriggerdelay", "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY
         ),
-        max_bytes_per_trigger=_positive_int(opts, "maxbytespertrigger", "maxBytesPerTrigger"),
-        inactive_threshold=_positive_float(
+        max_bytes_per_trigger=parse_positive_int(opts, "maxbytespertrigger", "maxBytesPerTrigger"),
+        inactive_threshold=parse_positive_float(
             opts, "inactivethreshold", "inactiveThreshold", DEFAULT_INACTIVE_THRESHOLD
         ),
         consumer_name_prefix=prefix,
-        retry_timeout=_positive_float(opts, "retrytimeout", "retryTimeout", DEFAULT_RETRY_TIMEOUT),
+        retry_timeout=parse_positive_float(
+            opts, "retrytimeout", "retryTimeout", DEFAULT_RETRY_TIMEOUT
+        ),
     )
 
 
@@ -969,8 +645,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         connect=_connect(opts),
         subject=subject,
         dedupe=dedupe,  # type: ignore[arg-type]
-        max_pending=_positive_int(opts, "maxpending", "maxPending", MAX_PENDING) or 4000,
-        retry_timeout=_positive_float(opts, "retrytimeout", "retryTimeout", DEFAULT_RETRY_TIMEOUT),
+        max_pending=parse_positive_int(opts, "maxpending", "maxPending", MAX_PENDING) or 4000,
+        retry_timeout=parse_positive_float(
+            opts, "retrytimeout", "retryTimeout", DEFAULT_RETRY_TIMEOUT
+        ),
     )
 
 
@@ -990,7 +668,7 @@ def parse_kv_options(options: Mapping[str, str]) -> KVOptions:
     """Validate the options of ``format("jetstream_kv")``."""
     opts = lower_keys(options)
     _check_unknown(opts, _KV_KEYS, "jetstream_kv")
-    bucket = _name(opts, "bucket", "bucket")
+    bucket = parse_name(opts, "bucket", "bucket")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", bucket):
         raise InvalidOptionError(
             f"option 'bucket': invalid bucket name {bucket!r} (letters, digits, '-' and '_')"
@@ -998,5 +676,5 @@ def parse_kv_options(options: Mapping[str, str]) -> KVOptions:
     return KVOptions(
         bucket=bucket,
         connect=_connect(opts),
-        max_pending=_positive_int(opts, "maxpending", "maxPending", MAX_PENDING) or 1000,
+        max_pending=parse_positive_int(opts, "maxpending", "maxPending", MAX_PENDING) or 1000,
     )
