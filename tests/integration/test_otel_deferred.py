@@ -225,3 +225,33 @@ async def test_a_failing_processor_does_not_stop_the_other_spans(
         await wait_until(lambda: len(traced.sends()) == 3)
     finally:
         await js.close()
+
+
+async def test_contexts_sharing_a_provider_leave_its_tracer_alone(
+    nats_server: NatsServer,
+) -> None:
+    traced = Traced()
+    shared = traced.provider.get_tracer("aiojetstream", aiojetstream.__version__)
+    sampler, ids = shared.sampler, shared.id_generator  # type: ignore[attr-defined]
+    first = await connected(nats_server.url, traced)
+    second = await connected(nats_server.url, traced)
+    try:
+        assert shared.sampler is sampler  # type: ignore[attr-defined]
+        assert shared.id_generator is ids  # type: ignore[attr-defined]
+        stream = unique_name("OD")
+        await first.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+        futures = []
+        for _ in range(2):
+            futures.append(await first.publish_async(f"{stream}.a", b"1"))
+            futures.append(await second.publish_async(f"{stream}.a", b"2"))
+        acks = sorted([(await f).seq for f in futures])
+        await wait_until(lambda: len(traced.sends()) == 4)
+        sends = {int((s.attributes or {})["messaging.message.id"]): s for s in traced.sends()}
+        assert sorted(sends) == acks
+        headers = await headers_of(first, stream, 4)
+        assert [h["traceparent"].split("-")[2] for h in headers] == [
+            f"{sends[seq].context.span_id:016x}" for seq in acks
+        ]
+    finally:
+        await second.close()
+        await first.close()

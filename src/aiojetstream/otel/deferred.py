@@ -7,10 +7,10 @@ own tracer, the span's identity (trace id, span id, sampling decision and
 trace state) is decided when the message is published, as the tracer decides
 it (its id generator, its sampler, the current context as parent), and
 written into the message's headers; the publish keeps only a tuple. When the
-acknowledgement arrives, the span is started through the same tracer with
-the publish time as its start time, the tracer's id generator and sampler
-handing it the identity decided before (:class:`PresetIds`,
-:class:`PresetSampler`), and ended at once. Span processors see the span
+acknowledgement arrives, the span is started through a copy of the tracer
+(same processors, resource and limits) with the publish time as its start
+time, the copy's id generator and sampler handing it the identity decided
+before (:class:`PresetIds`, :class:`PresetSampler`), and ended at once. Span processors see the span
 start then, not at publish time.
 
 Imported only when the tracer is the SDK's (the SDK is then loaded already).
@@ -18,6 +18,7 @@ Imported only when the tracer is the SDK's (the SDK is then loaded already).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -103,6 +104,7 @@ class DeferredSends:
     """Send spans decided at publish time and started at acknowledgement time."""
 
     def __init__(self, tracer: Tracer) -> None:
+        """Wrap the id generator and sampler of ``tracer`` (a copy of the context's)."""
         self.tracer = tracer
         self.ids = PresetIds(tracer.id_generator)
         self.sampler = PresetSampler(tracer.sampler)
@@ -111,27 +113,29 @@ class DeferredSends:
 
     @classmethod
     def of(cls, tracer: Any) -> DeferredSends | None:
-        """For the SDK's own tracer, and only if it builds span contexts as :meth:`decide` does."""
+        """For the SDK's own tracer, and only if it builds span contexts as :meth:`decide` does.
+
+        Works on a copy of ``tracer`` (the SDK hands out one tracer per name
+        and version, shared by every context of a provider): the tracer
+        itself is left as it is.
+        """
         if type(tracer) is not Tracer:
             return None
-        ids, sampler = tracer.id_generator, tracer.sampler
-        found = cls(tracer)
         try:
+            found = cls(copy.copy(tracer))
             # A dropped probe (no processor sees it): the trace flags the tracer
             # writes for a root span must be the ones decide() computes.
             found.ids.trace_id, found.ids.span_id = 1, 1
             found.sampler.result = SamplingResult(Decision.DROP)
-            probe = tracer.start_span("probe", context=Context())
+            probe = found.tracer.start_span("probe", context=Context())
             flags = _RANDOM if found.ids.is_trace_id_random() else 0
             sc = probe.get_span_context()
+            found.ids.trace_id = found.ids.span_id = 0
+            found.sampler.result = None
             if (sc.trace_id, sc.span_id, int(sc.trace_flags)) == (1, 1, flags):
                 return found
         except Exception:  # an SDK this does not know: live spans
             pass
-        finally:
-            found.ids.trace_id = found.ids.span_id = 0
-            found.sampler.result = None
-        tracer.id_generator, tracer.sampler = ids, sampler
         return None
 
     def decide(
