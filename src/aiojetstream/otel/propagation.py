@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
@@ -13,10 +12,6 @@ from opentelemetry.trace import (
     TraceFlags,
     TraceState,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 #: The traceparent of a W3C trace context (version 00).
 TRACEPARENT = "traceparent"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import (
@@ -14,10 +14,6 @@ from opentelemetry.trace import (
 
 from .._version import __version__
 from .propagation import Propagation
-
-if TYPE_CHECKING:
-    pass
-
 
 SYSTEM = "nats"
 MAX_OPEN = 10_000  # process spans never settled are ended past this many
