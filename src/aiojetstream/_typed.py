@@ -46,6 +46,14 @@ _ON_INVALID: Final = ("term", "nak", "raise")
 
 Decode = Callable[[bytes], Any]
 
+Refused = Callable[[Msg, PayloadValidationError, str], None]
+"""A consumer's hook on a message that did not validate: ``(msg, error, on_invalid)``.
+
+Called by :func:`refuse` before the message is raised, terminated or nak'ed
+(telemetry sets it: the message's process span, status ERROR). None (the
+default) costs a None check, on invalid messages only.
+"""
+
 
 def decoder(model: type[T], codec: Codec | None) -> Callable[[bytes], T]:
     """The payload decoder of a typed consumer (raises ValueError on a bad payload).
@@ -97,8 +105,18 @@ def check_typed(
     decoder(model, codec)
 
 
-async def refuse(msg: Msg, exc: ValueError, model: object, on_invalid: str) -> None:
+async def refuse(
+    msg: Msg,
+    exc: ValueError,
+    model: object,
+    on_invalid: str,
+    on_refused: Refused | None = None,
+) -> None:
     """Settle a message whose payload does not validate: term (with a reason) or nak it.
+
+    ``on_refused`` (the consumer's hook) is called first, with the
+    :class:`PayloadValidationError`; an error it raises is logged and the
+    message is settled all the same.
 
     Raises:
         PayloadValidationError: with ``on_invalid="raise"`` (the message is left
@@ -106,6 +124,11 @@ async def refuse(msg: Msg, exc: ValueError, model: object, on_invalid: str) -> N
 
     """
     error = invalid(exc, model, *where(msg))
+    if on_refused is not None:
+        try:
+            on_refused(msg, error, on_invalid)
+        except Exception:
+            logger.exception("the on_refused hook failed on an invalid message")
     if on_invalid == "raise":
         raise error from exc
     if on_invalid == "term":
@@ -127,11 +150,13 @@ def typed_handler(
     codec: Codec | None,
     on_invalid: str,
     ctx: list[Any],
+    on_refused: Refused | None = None,
 ) -> Callable[[Msg], Awaitable[None]]:
     """``handler`` called with a :class:`TypedMsg` of each message (see ``consume``).
 
     ``ctx`` holds the ``ConsumeContext`` once started: ``on_invalid="raise"``
-    ends it with the :class:`PayloadValidationError`.
+    ends it with the :class:`PayloadValidationError`. ``on_refused``: the
+    consumer's hook (see :func:`refuse`).
     """
     decode = decoder(model, codec)
     is_async = inspect.iscoroutinefunction(handler)
@@ -141,7 +166,7 @@ def typed_handler(
             value = decode(msg.data)
         except ValueError as exc:
             try:
-                await refuse(msg, exc, model, on_invalid)
+                await refuse(msg, exc, model, on_invalid, on_refused)
             except PayloadValidationError as error:  # on_invalid="raise": the end
                 running: _Failing = ctx[0]
                 running._fail(error)
@@ -163,6 +188,7 @@ async def next_valid(
     codec: Codec | None,
     on_invalid: str,
     source: str,
+    on_refused: Refused | None = None,
 ) -> TypedMsg[T]:
     """The next message whose payload validates, as a :class:`TypedMsg` (``next(model=...)``).
 
@@ -170,6 +196,7 @@ async def next_valid(
     :class:`FetchTimeoutError`). A message that does not validate is settled
     by ``on_invalid`` and the next one is pulled, within what is left of
     ``expires`` (at least a pull's minimum); ``"raise"`` raises at once.
+    ``on_refused``: the consumer's hook (see :func:`refuse`).
 
     Raises:
         PayloadValidationError: ``on_invalid="raise"`` and the payload does not validate.
@@ -199,7 +226,7 @@ async def next_valid(
         try:
             value = decode(msg.data)
         except ValueError as exc:
-            await refuse(msg, exc, model, on_invalid)
+            await refuse(msg, exc, model, on_invalid, on_refused)
             refused += 1
             left = deadline - loop.time()
             if left <= 0:  # (a nak'ed message may come back at once, for ever)
@@ -219,18 +246,25 @@ class TypedMessageBatch(Generic[T]):
     ``async with``. A message that does not validate is terminated or nak'ed
     (and left out), or raised as :class:`PayloadValidationError` (``"raise"``:
     by iteration, which can go on, or by :meth:`collect` once the valid
-    messages before it were returned).
+    messages before it were returned). ``on_refused``: the consumer's hook
+    (see :func:`refuse`).
     """
 
-    __slots__ = ("_batch", "_decode", "_held", "_model", "_on_invalid")
+    __slots__ = ("_batch", "_decode", "_held", "_model", "_on_invalid", "_on_refused")
 
     def __init__(
-        self, batch: MessageBatch, model: type[T], codec: Codec | None, on_invalid: str
+        self,
+        batch: MessageBatch,
+        model: type[T],
+        codec: Codec | None,
+        on_invalid: str,
+        on_refused: Refused | None = None,
     ) -> None:
         self._batch = batch
         self._decode = decoder(model, codec)
         self._model = model
         self._on_invalid = on_invalid
+        self._on_refused = on_refused
         #: Taken from the batch, not handed out yet (after an invalid one, with "raise").
         self._held: deque[Msg] = deque()
 
@@ -244,7 +278,7 @@ class TypedMessageBatch(Generic[T]):
             try:
                 value = decode(msg.data)
             except ValueError as exc:
-                await refuse(msg, exc, self._model, self._on_invalid)
+                await refuse(msg, exc, self._model, self._on_invalid, self._on_refused)
                 continue
             return typed(msg, value)
 
@@ -284,7 +318,7 @@ class TypedMessageBatch(Generic[T]):
                         self._held.extend(raw[index:])
                         return out
                     self._held.extend(raw[index + 1 :])
-                await refuse(msg, exc, self._model, self._on_invalid)
+                await refuse(msg, exc, self._model, self._on_invalid, self._on_refused)
                 continue
             out.append(typed(msg, value))
         return out

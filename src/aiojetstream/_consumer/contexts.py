@@ -15,6 +15,7 @@ from .._errors import JetStreamError
 from .._message import Msg, TypedMsg, typed
 from .._pull_driver import PullDriver, in_error_handler
 from .._typed import (
+    Refused,
     decoder,
     refuse,
 )
@@ -219,15 +220,22 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
     (``on_invalid="term"``, the default), nak'ed (``"nak"``: redelivered), or
     raised as :class:`PayloadValidationError` (``"raise"``: left unacknowledged,
     iteration can go on); each is logged as a WARNING. None is dropped silently.
+    ``on_refused``: the consumer's hook on an invalid message (see ``refuse``).
     """
 
     def __init__(
-        self, driver: MessageSource, model: type[T], codec: Codec | None, on_invalid: str
+        self,
+        driver: MessageSource,
+        model: type[T],
+        codec: Codec | None,
+        on_invalid: str,
+        on_refused: Refused | None = None,
     ) -> None:
         super().__init__(driver)
         self._decode = decoder(model, codec)
         self._model = model
         self._on_invalid = on_invalid
+        self._on_refused = on_refused
 
     async def __aenter__(self) -> TypedMessagesContext[T]:
         await self._ensure_started()
@@ -251,7 +259,7 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
             try:
                 value = decode(msg.data)
             except ValueError as exc:
-                await refuse(msg, exc, self._model, self._on_invalid)
+                await refuse(msg, exc, self._model, self._on_invalid, self._on_refused)
                 continue
             return typed(msg, value)
 

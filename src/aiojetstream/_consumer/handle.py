@@ -27,6 +27,7 @@ from .._pull_engine import (
 )
 from .._typed import (
     OnInvalid,
+    Refused,
     TypedMessageBatch,
     check_on_invalid,
     check_typed,
@@ -46,6 +47,10 @@ class Consumer:
     Get one from :meth:`JetStreamContext.consumer`, :meth:`Stream.consumer` or a
     create call; it does not keep anything open by itself.
     """
+
+    #: Called with ``(msg, error, on_invalid)`` on a typed message that does not
+    #: validate, before it is raised, terminated or nak'ed (set by telemetry).
+    _on_refused: Refused | None = None
 
     def __init__(self, api: ApiClient, info: ConsumerInfo) -> None:
         self._api = api
@@ -230,7 +235,7 @@ class Consumer:
         batch = MessageBatch(driver)
         if model is None:
             return batch
-        return TypedMessageBatch(batch, model, codec, on_invalid)
+        return TypedMessageBatch(batch, model, codec, on_invalid, self._on_refused)
 
     @overload
     async def fetch(
@@ -462,7 +467,9 @@ class Consumer:
             return self._next(left, hb, group, min_pending, min_ack_pending, priority)
 
         source = f"{self._stream}/{self._name}"
-        return await next_valid(take, settings.expires, model, codec, on_invalid, source)
+        return await next_valid(
+            take, settings.expires, model, codec, on_invalid, source, self._on_refused
+        )
 
     async def _next(
         self,
@@ -553,7 +560,7 @@ class Consumer:
         )
         if model is not None:
             return TypedMessagesContext(
-                self._driver(settings, error_handler), model, codec, on_invalid
+                self._driver(settings, error_handler), model, codec, on_invalid, self._on_refused
             )
         return MessagesContext(self._driver(settings, error_handler))
 
@@ -613,7 +620,7 @@ class Consumer:
         holder: list[ConsumeContext] = []
         if model is not None:
             check_on_invalid(on_invalid)
-            handler = typed_handler(handler, model, codec, on_invalid, holder)
+            handler = typed_handler(handler, model, codec, on_invalid, holder, self._on_refused)
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,

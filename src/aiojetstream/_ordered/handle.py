@@ -35,6 +35,7 @@ from .._pull_engine import (
 )
 from .._typed import (
     OrderedOnInvalid,
+    Refused,
     TypedMessageBatch,
     check_typed,
     next_valid,
@@ -54,6 +55,10 @@ class OrderedConsumer(OrderedCursor):
     consumer is used either with the fetch calls or with messages/consume, and
     one operation at a time.
     """
+
+    #: Called with ``(msg, error, on_invalid)`` on a typed message that does not
+    #: validate, before it is raised (set by telemetry).
+    _on_refused: Refused | None = None
 
     # ------------------------------------------------------------- properties
 
@@ -109,7 +114,7 @@ class OrderedConsumer(OrderedCursor):
             raise out.error from out.error.__cause__
         if model is None:
             return batch
-        return TypedMessageBatch(batch, model, codec, on_invalid)
+        return TypedMessageBatch(batch, model, codec, on_invalid, self._on_refused)
 
     @overload
     async def fetch(
@@ -262,6 +267,7 @@ class OrderedConsumer(OrderedCursor):
             codec,
             on_invalid,
             f"ordered consumer on {self._stream}",
+            self._on_refused,
         )
 
     async def _next(self, checked: PullSettings) -> Msg:
@@ -336,7 +342,7 @@ class OrderedConsumer(OrderedCursor):
         self._check_mode("consume")
         source = OrderedSource(self, settings, error_handler)
         if model is not None:
-            return C.TypedMessagesContext(source, model, codec, on_invalid)
+            return C.TypedMessagesContext(source, model, codec, on_invalid, self._on_refused)
         return C.MessagesContext(source)
 
     @overload
@@ -388,7 +394,7 @@ class OrderedConsumer(OrderedCursor):
         holder: list[C.ConsumeContext] = []
         if model is not None:
             check_typed(model, codec, on_invalid, acks=False)
-            handler = typed_handler(handler, model, codec, on_invalid, holder)
+            handler = typed_handler(handler, model, codec, on_invalid, holder, self._on_refused)
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,

@@ -17,6 +17,7 @@ from .._status import parse_status
 from .telemetry import CACHE, MAX_OPEN, ORDERED, SYSTEM, Telemetry, record_error
 
 if TYPE_CHECKING:
+    from .._errors import PayloadValidationError
     from .._message import Msg
 
 
@@ -38,10 +39,11 @@ def ack_numbers(reply: bytes) -> tuple[int, int, int] | None:
 class ConsumerState:
     """The open process spans and the labels of one instrumented consumer."""
 
-    def __init__(self, tel: Telemetry, stream: str, consumer: str) -> None:
+    def __init__(self, tel: Telemetry, stream: str, consumer: str, *, acks: bool = True) -> None:
         self.tel = tel
         self.stream = stream
         self.consumer = consumer
+        self.acks = acks  # False: an ordered consumer (nothing settles a message)
         self.counts = tel.of(stream, consumer)
         self.open: dict[bytes, trace.Span] = {}
         # subject -> (span name, the attributes every message on it shares)
@@ -107,6 +109,27 @@ class ConsumerState:
                 open_spans.pop(next(iter(open_spans))).end()
             open_spans[msg._reply] = span
         return span
+
+    def refused(self, msg: Msg, error: PayloadValidationError, on_invalid: str) -> None:
+        """A typed message that did not validate: its process span, status ERROR.
+
+        The consumer's ``on_refused`` hook, called before the message is
+        raised, terminated or nak'ed. The span is the one already open for the
+        message (``next(model=...)`` pulls through a traced fetch), else one
+        started here, linked to the publisher's as for a valid message. It is
+        ended at once for ``"raise"`` and on an ordered consumer; a term or
+        nak ends it when the traced acker sends it, with its settlement.
+        """
+        reply = msg._reply
+        span = self.open.get(reply) if reply else None
+        if span is None:
+            span = self.start_process(msg)
+        record_error(span, error)
+        span.set_attribute("messaging.nats.on_invalid", on_invalid)
+        if on_invalid == "raise" or not self.acks or not reply:
+            if reply:
+                self.open.pop(reply, None)
+            span.end()
 
     def on_status(self, hdr: bytes) -> None:
         """A status message of a pull: its pending messages and bytes feed the pull gauges.
@@ -297,8 +320,9 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
         return consumer
     # An ordered consumer's server-side name changes with every reset: one label for all.
     name = ORDERED if ordered else consumer.name
-    state = ConsumerState(tel, consumer.stream_name, name)
+    state = ConsumerState(tel, consumer.stream_name, name, acks=not ordered)
     consumer._telemetry_state = state
+    consumer._on_refused = state.refused  # typed messages that do not validate
     make_driver = consumer._driver
 
     def driver(settings: Any, error_handler: Any = None) -> Any:
