@@ -135,6 +135,7 @@ def check_invalid(rec: Recorded, span: ReadableSpan, seq: int, settlement: str |
     assert attrs["messaging.operation.type"] == "process"
     assert attrs["messaging.message.body.size"] == len(INVALID)
     assert attrs.get("messaging.nats.settlement") == settlement
+    assert attrs["messaging.nats.on_invalid"] == (settlement or "raise")
     [event] = [e for e in span.events if e.name == "exception"]
     assert str((event.attributes or {})["exception.type"]).endswith("PayloadValidationError")
     assert "is not a valid Order" in str((event.attributes or {})["exception.message"])
