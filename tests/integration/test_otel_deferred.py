@@ -246,7 +246,7 @@ async def test_contexts_sharing_a_provider_leave_its_tracer_alone(
             futures.append(await second.publish_async(f"{stream}.a", b"2"))
         acks = sorted([(await f).seq for f in futures])
         await wait_until(lambda: len(traced.sends()) == 4)
-        sends = {int((s.attributes or {})["messaging.message.id"]): s for s in traced.sends()}
+        sends = {int(str((s.attributes or {})["messaging.message.id"])): s for s in traced.sends()}
         assert sorted(sends) == acks
         headers = await headers_of(first, stream, 4)
         assert [h["traceparent"].split("-")[2] for h in headers] == [
