@@ -46,11 +46,12 @@ def print_tree(spans: list[ReadableSpan]) -> None:
         show(root, 0)
 
 
-async def main() -> None:
-    url = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+async def run_pipeline(url: str, provider: TracerProvider) -> None:
+    """Run the pipeline once against the server at ``url``, traced by ``provider``.
+
+    ``tools/trace_picture.py`` runs it too, to draw the trace of
+    docs/observability.md.
+    """
     tracer = provider.get_tracer("traced_pipeline")
 
     async with await aiojetstream.connect(url) as js:
@@ -100,6 +101,13 @@ async def main() -> None:
 
         await js.delete_stream(STREAM)
 
+
+async def main() -> None:
+    url = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    await run_pipeline(url, provider)
     print_tree(list(exporter.get_finished_spans()))
     print("Done.")
 
