@@ -198,7 +198,7 @@ class PullDriver:
         sink = None
         if not self._byte_mode and not self._pinned:
             # The router builds and buffers plain messages itself (told per read).
-            sink = RawSink(self._buffer.append, Msg, self._acker, self._on_arrivals)
+            sink = RawSink(self._buffer.append, Msg, self._acker, self._on_arrivals, fill=True)
         self._sink = sink
         self._sub = await self._conn.subscribe_raw(inbox, self._on_raw, sink=sink)
         try:

@@ -31,6 +31,7 @@ from nats.errors import ProtocolError
 from nats.protocol.parser import HMSG_RE
 
 from aiojetstream import _conn
+from aiojetstream._message import Msg
 from aiojetstream._status import is_status, parse_status
 
 try:  # column mode's bulk framing needs pyarrow (not in the light install)
@@ -47,7 +48,9 @@ OTHER = (6, 7, 70000)
 #: Those of BULK frame them in bulk too (column mode: ``_columns``), in windows
 #: of at most 64 bytes (10: runs cut short everywhere) or of the default size (11).
 BULK = (10, 11) if _columns is not None else ()
-SUNK = (8, 9, *BULK)
+#: Those of FILLED buffer Msg objects the fast loop fills in itself (RawSink.fill).
+FILLED = (12,)
+SUNK = (8, 9, *BULK, *FILLED)
 BLANKS = b" \t\n\r\x0b\x0c"
 
 
@@ -175,8 +178,21 @@ def _sink(sid: int, events: list[Event], unhanded: list[Event]) -> _conn.RawSink
         else:
             append(item)
 
+    def append_msg(msg: Msg) -> None:
+        # Filled in by the fast loop or built by Msg(): the same either way.
+        assert type(msg) is Msg
+        context: Any = ("context", sid)
+        built = Msg(msg._subject, msg._reply, msg.data, None, context)
+        for name in Msg.__slots__:
+            assert getattr(msg, name, None) == getattr(built, name, None), name
+        assert type(msg._subject) is bytes
+        assert type(msg.data) is bytes
+        append(("msg", sid, msg._subject, msg._reply, msg.data, msg._hdr))
+
     if sid in BULK:
         return _conn.RawSink(append_any, make, ("context", sid), arrived, bulk)
+    if sid in FILLED:
+        return _conn.RawSink(append_msg, Msg, ("context", sid), arrived, fill=True)
     return _conn.RawSink(append, make, ("context", sid), arrived)
 
 
@@ -401,6 +417,42 @@ async def test_runs_framed_in_bulk_parse_as_nats_py(frames: list[bytes], cuts: l
     stream = b"".join(frames)
     assume(not _nats_py_misreads(stream))
     await _compare(stream, cuts)  # (a mutated number may fail both the same way)
+
+
+@st.composite
+def sink_run_frame(draw: st.DrawFn) -> bytes:
+    """A plain message of a sink: consecutive ones on one subject are a run of the fast loop.
+
+    Mostly canonical, with the odd separator, number or size among them.
+    """
+    payload = draw(RUN_PAYLOAD | st.sampled_from([b"xx", b"abc"]))
+    sid = draw(st.sampled_from((8, *FILLED)))
+    parts = [b"MSG", draw(st.sampled_from([b"a.b", b"s"])), b"%d" % sid]
+    if draw(st.integers(min_value=0, max_value=5)):
+        parts.append(draw(RUN_REPLY))
+    parts.append(draw(NUMBER) % len(payload))
+    seps = [draw(SEP) if draw(st.integers(min_value=0, max_value=7)) == 0 else b" " for _ in parts]
+    line = b"".join(p + sep for p, sep in zip(parts[:-1], seps, strict=False)) + parts[-1]
+    return line + b"\r\n" + payload + b"\r\n"
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(*[sink_run_frame()] * 8, msg_frame(NUMBER), CONTROL), max_size=40), CUTS)
+@example([b"MSG s 12 r 2\r\nhi\r\n", b"MSG s 12 r 3\r\nhey\r\n", b"MSG s 12 r 2\r\nho\r\n"], [])
+@example([b"MSG s 12 r 2\r\nhi\r\n", b"MSG s 12 r 02\r\nhi\r\n", b"MSG s 12 2\r\nho\r\n"], [])
+@example([b"MSG s 12 r 2\r\nhi\r\n", b"MSG s 12 r  2\r\nhi\r\n", b"MSG s 12 r\t2\r\nho\r\n"], [])
+@example([b"MSG s 12 r 2\r\nhi\r\n", b"MSG s 12 \x0br 2\r\nhi\r\n", b"MSG s 12 r 2 \r\nho\r\n"], [])
+async def test_sink_runs_parse_as_nats_py(frames: list[bytes], cuts: list[int]) -> None:
+    """Runs of a sink's plain messages come out as nats-py's parser reads them.
+
+    The fast loop's run (one subject and sid after another, one size mostly)
+    parses canonical lines itself and leaves any other to the checks of the
+    first message: the same messages in the same order, filled-in Msg objects
+    equal to those Msg() builds.
+    """
+    stream = b"".join(frames)
+    assume(not _nats_py_misreads(stream))
+    await _compare(stream, cuts)
 
 
 # --------------------------------------------------------------------------- direct reads
