@@ -599,12 +599,11 @@ class PullDriver:
         conn = self._conn
         try:
             body = pull_request_body(cmd, self.settings)
-            conn.publish_nowait(
-                self._pull_subject, body, self._inbox, None, None if conn.fast else self._not_sent
-            )
             # At once: the consumer may go on with a full buffer for a while before
             # it yields to the event loop (and so to nats-py's flusher).
-            conn.write_queued()
+            conn.publish_now(
+                self._pull_subject, body, self._inbox, None if conn.fast else self._not_sent
+            )
         except (DisconnectedError, ConnectionClosedError) as exc:
             # The disconnect event follows and pauses the engine; nothing is lost.
             logger.debug("pull request not sent: %s", exc)

@@ -141,6 +141,52 @@ async def test_write_queued_writes_everything_in_order_at_once() -> None:
     assert len(transport.writes) == 1
 
 
+PULL = b'PUB $JS.API.CONSUMER.MSG.NEXT.S.C _INBOX.x 11\r\n{"batch":5}\r\n'
+
+
+async def test_publish_now_writes_the_queue_and_the_pull_without_waking_the_flusher() -> None:
+    conn, nc, transport = connected()
+    conn.ack_nowait(REPLY, b"+ACK")
+    assert nc._flush_queue is not None
+    while not nc._flush_queue.empty():  # the ack's wake-up (the flusher would take it)
+        nc._flush_queue.get_nowait()
+    out_msgs = nc.stats["out_msgs"]
+    conn.publish_now(b"$JS.API.CONSUMER.MSG.NEXT.S.C", b'{"batch":5}', b"_INBOX.x")
+    assert transport.writes == [ACK_CMD + PULL]
+    assert nc._pending == []
+    assert nc._pending_data_size == 0
+    assert nc._flush_queue.empty()
+    assert nc.stats["out_msgs"] == out_msgs + 1
+    conn.publish_now(b"$JS.API.CONSUMER.MSG.NEXT.S.C", b'{"batch":5}', b"_INBOX.x")
+    assert transport.writes == [ACK_CMD + PULL, PULL]
+    assert nc._flush_queue.empty()
+
+
+@pytest.mark.parametrize("status", [NatsClient.RECONNECTING, NatsClient.CLOSED])
+async def test_publish_now_queues_or_refuses_when_it_can_not_write(status: int) -> None:
+    conn, nc, transport = connected()
+    nc._status = status
+    nc._max_pending_size = 1024
+    if status == NatsClient.CLOSED:
+        with pytest.raises(ConnectionClosedError):
+            conn.publish_now(b"$JS.API.CONSUMER.MSG.NEXT.S.C", b'{"batch":5}', b"_INBOX.x")
+        assert nc._pending == []
+    else:
+        conn.publish_now(b"$JS.API.CONSUMER.MSG.NEXT.S.C", b'{"batch":5}', b"_INBOX.x")
+        assert nc._pending == [PULL]  # the reconnect buffer
+    assert transport.writes == []
+
+
+async def test_publish_now_over_another_transport_wakes_the_flusher() -> None:
+    other = OtherTransport()
+    conn, nc, _ = connected(other)
+    conn.publish_now(b"$JS.API.CONSUMER.MSG.NEXT.S.C", b'{"batch":5}', b"_INBOX.x")
+    assert other.writes == []
+    assert nc._pending == [PULL]
+    assert nc._flush_queue is not None
+    assert nc._flush_queue.qsize() == 1
+
+
 async def test_write_queued_leaves_the_reconnect_buffer_alone() -> None:
     conn, nc, transport = connected()
     nc._status = NatsClient.RECONNECTING

@@ -47,6 +47,10 @@ class FakeConn:
     def write_queued(self) -> None:
         self.sent.append((self.step, b"(written)"))
 
+    def publish_now(self, subject: bytes, payload: bytes, *args: Any) -> None:
+        self.publish_nowait(subject, payload)
+        self.write_queued()
+
     def add_listener(self, listener: object) -> None:
         pass
 

@@ -510,6 +510,51 @@ async def _run_direct(
     return None
 
 
+class _SizedTransport:
+    """A selector socket transport's read size (``max_size``), and nothing else."""
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+
+
+async def test_direct_reads_read_more_while_reads_come_full() -> None:
+    """Up to READ_SIZE while reads come full; the transport's own size once one would do."""
+    from aiojetstream._conn._reads import READ_SIZE
+
+    events: list[Event] = []
+    _, router = _router(events)
+    base = 256 * 1024
+    transport = _SizedTransport(base)
+    reads, reader = _in_front(router, transport)
+    assert reads.base == base
+    # Full, full at READ_SIZE, short but over the base, under the base, full again,
+    # under the base twice: the reads of one large message.
+    chunks = (base, READ_SIZE, READ_SIZE - 1, base - 1, base, 10, base // 2)
+    payload = b"x" * (sum(chunks) - len(b"MSG s 8 r 1234567\r\n") - 2)  # a 7-digit size
+    stream = b"MSG s 8 r %d\r\n%b\r\n" % (len(payload), payload)
+    assert len(stream) == sum(chunks)
+    sizes = []
+    pos = 0
+    for size in chunks:
+        reads.data_received(stream[pos : pos + size])
+        pos += size
+        sizes.append(transport.max_size)
+    assert sizes == [READ_SIZE, READ_SIZE, READ_SIZE, base, READ_SIZE, base, base]
+    assert events == [("msg", 8, b"s", b"r", payload, None)]
+    assert not reader.buffer
+
+
+def test_direct_reads_leave_other_transports_read_size_alone() -> None:
+    from aiojetstream._conn._reads import READ_SIZE
+
+    for transport in (None, _SizedTransport(READ_SIZE), _SizedTransport(2 * READ_SIZE)):
+        reads, _ = _in_front(_router([])[1], transport)
+        assert reads.base == 0
+        reads.data_received(b"PING\r\n")
+        if transport is not None:
+            assert transport.max_size >= READ_SIZE
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(FRAME, min_size=1, max_size=12),

@@ -21,6 +21,7 @@ from ._nats import (
     nats_errors,
     set_state_callbacks,
     state_callbacks,
+    write_now,
     write_pending,
 )
 from ._nats import (
@@ -268,6 +269,39 @@ class Conn:
         """
         if self.fast:
             write_pending(self.nc)
+
+    def publish_now(
+        self,
+        subject: bytes,
+        payload: bytes,
+        reply: bytes,
+        on_error: Callable[[JetStreamError], None] | None = None,
+    ) -> None:
+        """:meth:`publish_nowait` then :meth:`write_queued` (a pull request), in one.
+
+        On the fast path over TCP the command goes out at once, after what is
+        queued, without waking nats-py's flusher task for it.
+
+        Raises:
+            ConnectionClosedError: the connection is closed (or draining, on the fallback).
+            DisconnectedError: disconnected and the reconnect buffer is full.
+
+        """
+        nc = self.nc
+        if (
+            self.fast
+            and reply
+            and not nc.is_closed
+            and len(subject) + len(reply) <= MAX_SUBJECT_LINE
+            and write_now(
+                nc,
+                b"PUB %b %b %d\r\n%b\r\n" % (subject, reply, len(payload), payload),
+                len(payload),
+            )
+        ):
+            return
+        self.publish_nowait(subject, payload, reply, None, on_error)
+        self.write_queued()
 
     #: Queue an acknowledgement (fast path only): :func:`._nats.ack_nowait`.
     ack_nowait = queue_ack

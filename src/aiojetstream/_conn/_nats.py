@@ -293,6 +293,30 @@ def write_pending(nc: NatsClient) -> bool:
     return True
 
 
+def write_now(nc: NatsClient, cmd: bytes, payload_size: int) -> bool:
+    """Write one ready-made command now, after what is queued; True if written.
+
+    As :func:`enqueue` then :func:`write_pending`, without waking nats-py's
+    flusher task (it would find nothing left to write). False (nothing done)
+    where :func:`write_pending` would not write: the caller queues it then.
+    """
+    transport = nc._transport
+    if _TcpTransport is None or not isinstance(transport, _TcpTransport) or not nc.is_connected:
+        return False
+    pending = nc._pending
+    if pending:
+        nc._pending = []
+        nc._pending_data_size = 0
+        pending.append(cmd)
+    else:
+        pending = [cmd]
+    transport.writelines(pending)
+    stats = nc.stats
+    stats["out_msgs"] += 1
+    stats["out_bytes"] += payload_size
+    return True
+
+
 def enqueue_many(nc: NatsClient, cmds: list[bytes], payload_size: int) -> None:
     """Queue ready-made PUB/HPUB commands as one write (fast path; as :func:`enqueue`)."""
     enqueue(nc, b"".join(cmds), payload_size, len(cmds))
