@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from nats.aio.client import Client
 
 import aiojetstream.testing
 from aiojetstream.testing import NatsCluster, NatsServer
-from helpers import interruptible
+from helpers import interruptible, wait_until
 
 # Generous bounds: these tests must pass on a loaded 2-core machine.
 REQUEST_TIMEOUT = 10.0
@@ -232,6 +233,32 @@ async def test_freeze_requires_a_running_server() -> None:
 async def test_start_twice_is_an_error(server: NatsServer) -> None:
     with pytest.raises(RuntimeError, match="already running"):
         await server.start()
+
+
+async def test_the_account_directory_outlives_the_last_stream(
+    server: NatsServer, client: Client
+) -> None:
+    # After a stream delete nats-server 2.15 runs os.Remove(<account>/streams) and
+    # os.Remove(<account>) in a goroutine (stream.stop in server/stream.go): an
+    # emptied account's directories go, and a file stream created at that moment
+    # fails with 10049 "error creating store for stream" (mkdir: no such file or
+    # directory). Do what that goroutine does once the last stream's files are
+    # gone; the account directory must stay.
+    await create_stream(client, "LAST")
+    reply = await api(client, "$JS.API.STREAM.DELETE.LAST")
+    assert reply.get("success") is True, reply
+    account = server.store_dir / "jetstream" / "$G"
+    streams = account / "streams"
+
+    def stream_files_gone() -> bool:
+        return not streams.is_dir() or not any(streams.iterdir())
+
+    await wait_until(stream_files_gone, message="the deleted stream's files are removed")
+    for directory in (streams, account):
+        with contextlib.suppress(OSError):  # not empty, or gone already
+            directory.rmdir()
+    assert account.is_dir()
+    await create_stream(client, "NEXT")
 
 
 async def test_user_store_dir_is_kept(tmp_path: Path) -> None:

@@ -34,6 +34,13 @@ from ._config import (
 from ._probes import http_get_async, http_get_sync, tcp_accepts_async, tcp_accepts_sync
 from ._process import register, unregister, wait_process_exit
 
+#: The file that keeps the default account's store directory (see ``_keep_account_dir``).
+_KEEP_FILE = "aiojetstream-keep"
+_KEEP_TEXT = (
+    "Put here by aiojetstream.testing.NatsServer: keeps nats-server from removing this\n"
+    "account directory while a stream is being created (a race after stream deletes).\n"
+)
+
 
 class NatsServer:
     """A ``nats-server`` process on 127.0.0.1, for tests and fault injection.
@@ -231,6 +238,8 @@ class NatsServer:
         self._workdir.mkdir(parents=True, exist_ok=True)
         if self._jetstream:
             self._store_dir.mkdir(parents=True, exist_ok=True)
+            if self._owns_store:
+                self._keep_account_dir()
         self.config_path.write_text(self.config_text(), encoding="utf-8")
         with self.log_path.open("ab") as log:
             self._log_offset = log.tell()
@@ -247,6 +256,33 @@ class NatsServer:
         self._owner_pid = os.getpid()
         register(self)
         return proc
+
+    def _keep_account_dir(self) -> None:
+        """Put a file in the default account's store directory so that it is never removed.
+
+        After every stream delete, nats-server (2.15.1 and main as of 2026-08)
+        removes the account's ``streams`` directory and then the account's
+        directory in a goroutine of its own (``os.Remove``: a no-op unless empty;
+        ``stream.stop`` in ``server/stream.go``). When the deleted stream was
+        the account's last one and a file stream is created meanwhile, that
+        goroutine can remove the directories between the ``mkdir`` calls of the
+        new stream's store: the create fails with ``500 10049 "error creating
+        store for stream"``, the log says ``could not create storage directory
+        - mkdir .../jetstream/$G/streams: no such file or directory``. Tests
+        empty the account before each test and create a stream right after
+        (the ``js`` fixture), so they hit it now and then on a loaded machine.
+        With this file the account directory (``$G``: the account of clients
+        that give no credentials) stays, so an empty ``streams`` directory is
+        all the goroutine can remove: a much narrower window. Nothing is put
+        in ``streams`` itself, where ``/healthz`` would report it as a stream
+        that could not be recovered. Only for a temporary store this object
+        owns; a store directory passed by the caller is left as it is.
+        """
+        account_dir = self._store_dir / "jetstream" / "$G"
+        account_dir.mkdir(parents=True, exist_ok=True)
+        keep = account_dir / _KEEP_FILE
+        if not keep.exists():
+            keep.write_text(_KEEP_TEXT, encoding="utf-8")
 
     def _exit_error(self, proc: subprocess.Popen[bytes]) -> RuntimeError:
         return RuntimeError(
