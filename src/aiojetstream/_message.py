@@ -522,6 +522,29 @@ class Msg:
         await self._finish(payload)
 
 
+def filled_msg(cls: type[Msg], subject: bytes, reply: bytes, data: bytes, acker: Acker) -> Msg:
+    """``cls(subject, reply, data, None, acker)`` without its ``__init__`` call.
+
+    The router's fast loop builds a consumer's plain messages with it (about
+    30 ns a message less than calling the class); ``cls`` is :class:`Msg` or a
+    subclass adding no slot of its own. ``tests/unit/test_router_fuzz.py``
+    checks both give equal objects.
+    """
+    msg = _new(cls)
+    msg._subject = subject
+    msg._reply = reply
+    msg.data = data
+    msg._hdr = None
+    msg._headers = None
+    msg._acker = acker
+    msg._state = _OPEN
+    msg._meta = None
+    return msg
+
+
+_new = object.__new__
+
+
 def msg_sequences(msg: Msg) -> tuple[int, int, int] | None:
     """:func:`ack_sequences` of a delivered message."""
     return ack_sequences(msg._reply)

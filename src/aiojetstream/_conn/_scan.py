@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
+from .._message import filled_msg
 from ._wire import RawHandler
 
 __all__ = [
@@ -99,7 +100,7 @@ class Scanner:
         make: Callable[..., Any] | None = None
         context: Any = None
         fill = False  # make is a class whose instances the loop below fills in itself
-        new = object.__new__
+        filled = filled_msg
         try:
             while pos < size:
                 if view.startswith(b"MSG ", pos):
@@ -281,16 +282,7 @@ class Scanner:
                             if fill:
                                 # make(subject, reply, payload, None, context) without
                                 # its __init__ call (see RawSink.fill).
-                                msg = new(make)  # type: ignore[arg-type]
-                                msg._subject = subject
-                                msg._reply = reply
-                                msg.data = view[start:stop]
-                                msg._hdr = None
-                                msg._headers = None
-                                msg._acker = context
-                                msg._state = 0
-                                msg._meta = None
-                                append(msg)  # type: ignore[misc]
+                                append(filled(make, subject, reply, view[start:stop], context))  # type: ignore[misc,arg-type]
                             else:
                                 append(make(subject, reply, view[start:stop], None, context))  # type: ignore[misc]
                         except Exception:
@@ -345,7 +337,7 @@ class RawSink:
     ``__init__`` does no more than set ``_subject``, ``_reply``, ``data``,
     ``_hdr`` and ``_acker`` to its arguments, ``_headers`` and ``_meta`` to
     None and ``_state`` to 0: the fast loop then makes the instances of a run
-    with ``object.__new__`` and sets these itself (no ``__init__`` call per
+    with ``_message.filled_msg`` (no ``__init__`` call per
     message; ``tests/unit/test_router_fuzz.py`` checks both give the same).
 
     ``bulk`` (column mode, see ``_columns``; None: off) frames a whole run of
