@@ -63,19 +63,7 @@ class Publishing:
         return "send", send_attrs(subject)
 
     def _start(self, subject: object, size: int | None) -> trace.Span:
-        if type(subject) is str:
-            key = (subject, size)
-            cached = self._sends.get(key)
-            if cached is None:
-                attrs = send_attrs(subject)
-                if size is not None:
-                    attrs["messaging.message.body.size"] = size
-                if len(self._sends) >= CACHE:
-                    self._sends.clear()
-                cached = self._sends[key] = (f"send {subject}", attrs)
-            name, attrs = cached
-        else:
-            name, attrs = "send", send_attrs(subject)
+        name, attrs = self._named(subject, size)
         return self.tel.tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attrs)
 
     def _acked(self, span: trace.Span, start: float, ack: Any, count: int = 1) -> None:
