@@ -11,10 +11,11 @@ either of its two forms (ADR-15; nats.go ``parseMetadata``).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from . import _bounds as B
 from . import _duration as D
@@ -543,6 +544,61 @@ def filled_msg(cls: type[Msg], subject: bytes, reply: bytes, data: bytes, acker:
 
 
 _new = object.__new__
+
+
+class PlainRun:
+    """Plain messages of one subscription, buffered as their bytes: a :class:`Msg` each when taken.
+
+    The router's fast loop (see ``_conn.RawSink.runs``) appends the reply
+    subject and the payload of each message of a run to :attr:`replies` and
+    :attr:`payloads` (all share the subject and the acker); a consumer's
+    buffer holds the run as one item and :meth:`take` makes its messages one
+    at a time. So a buffer of thousands of messages holds no object the
+    garbage collector tracks per message: built in bulk, they outlived the
+    young generation, went on to the oldest and set off full collections
+    (about 0.1-0.2 us a message, measured with ``messages()``); made when
+    taken, each is gone before the next collection.
+    """
+
+    __slots__ = ("_acker", "_next", "_subject", "payloads", "replies")
+
+    def __init__(self, subject: bytes, acker: Acker) -> None:
+        self._subject = subject
+        self._acker = acker
+        self._next = 0
+        #: The messages' reply subjects and payloads, in order (the router appends).
+        self.replies: list[bytes] = []
+        self.payloads: list[bytes] = []
+
+    def __len__(self) -> int:
+        """The messages not taken yet."""
+        return len(self.replies) - self._next
+
+    def take(self, buffer: deque[Any]) -> Msg:
+        """The next message of the run, which is ``buffer[0]`` (popped with the last one)."""
+        i = self._next
+        self._next = i + 1
+        if i + 1 >= len(self.replies):
+            buffer.popleft()
+        msg = _new(Msg)
+        msg._subject = self._subject
+        msg._reply = self.replies[i]
+        msg.data = self.payloads[i]
+        msg._hdr = None
+        msg._headers = None
+        msg._acker = self._acker
+        msg._state = _OPEN
+        msg._meta = None
+        return msg
+
+    def messages(self, acker: Acker) -> list[Msg]:
+        """The messages not taken yet (``acker`` is the run's own), all at once."""
+        start, self._next = self._next, len(self.replies)
+        subject = self._subject
+        return [
+            filled_msg(Msg, subject, reply, data, acker)
+            for reply, data in zip(self.replies[start:], self.payloads[start:], strict=True)
+        ]
 
 
 def msg_sequences(msg: Msg) -> tuple[int, int, int] | None:

@@ -34,7 +34,7 @@ from ._errors import (
     NoRespondersError,
     StreamNotFoundError,
 )
-from ._message import Msg, total_size
+from ._message import Msg, PlainRun, total_size
 from ._priority import PinState, pin_id_from_headers
 from ._pull_engine import (
     ArmTimer,
@@ -159,8 +159,10 @@ class PullDriver:
         self._inbox = b""
         self._sub: RawSubscription | None = None
         # Messages, and in column mode also runs of them (``_columns.Run``; see
-        # collect_columns): _has_runs says when runs may be buffered.
-        self._buffer: deque[Msg] = deque()
+        # collect_columns): _has_runs says when runs may be buffered. In batched
+        # mode, plain messages arrive as runs of their bytes (_message.PlainRun),
+        # each made a Msg when taken.
+        self._buffer: deque[Any] = deque()
         self._sink: RawSink | None = None
         self._columns = False
         self._has_runs = False
@@ -171,6 +173,7 @@ class PullDriver:
         # messages are handed out before the engine hears of them (on_consumed_many).
         # Every other engine event first tells it everything (_settle).
         self._batching = not settings.single and not settings.max_bytes and not self._pinned
+        self._lazy = False  # PlainRuns may be buffered (batched mode on the fast path)
         self._arrived = 0  # arrivals the engine was not told of yet
         self._untold = 0  # consumptions the engine was not told of yet
         self._quiet = 0  # consumptions that may go untold (no pull can be due)
@@ -198,7 +201,11 @@ class PullDriver:
         sink = None
         if not self._byte_mode and not self._pinned:
             # The router builds and buffers plain messages itself (told per read).
-            sink = RawSink(self._buffer.append, Msg, self._acker, self._on_arrivals, fill=True)
+            runs = self._start_run if self._batching else None
+            self._lazy = runs is not None
+            sink = RawSink(
+                self._buffer.append, Msg, self._acker, self._on_arrivals, fill=True, runs=runs
+            )
         self._sink = sink
         self._sub = await self._conn.subscribe_raw(inbox, self._on_raw, sink=sink)
         try:
@@ -275,11 +282,19 @@ class PullDriver:
         """Messages waiting in the buffer."""
         if self._has_runs:
             self._materialize()
+        if self._lazy:
+            return sum([1 if type(item) is Msg else len(item) for item in self._buffer])
         return len(self._buffer)
+
+    def _start_run(self, subject: bytes) -> PlainRun:
+        """A new run at the end of the buffer (``RawSink.runs``)."""
+        run = PlainRun(subject, self._acker)
+        self._buffer.append(run)
+        return run
 
     def buffer_ends(self) -> tuple[int, Msg | None, Msg | None]:
         """How many messages are buffered, the first of them and the last (None when empty)."""
-        if self._has_runs:
+        if self._has_runs or self._lazy:
             self._materialize()
         buffer = self._buffer
         if not buffer:
@@ -293,7 +308,8 @@ class PullDriver:
         buffer = self._buffer
         if not buffer:
             return None
-        msg = buffer.popleft()
+        head = buffer[0]
+        msg: Msg = buffer.popleft() if type(head) is Msg else head.take(buffer)
         if self._arrived:
             self._tell()
         if self._quiet:
@@ -345,7 +361,10 @@ class PullDriver:
             # take()'s quiet path, inlined: the common case of a messages() loop.
             self._quiet -= 1
             self._untold += 1
-            return buffer.popleft()
+            msg = buffer[0]
+            if type(msg) is Msg:
+                return buffer.popleft()  # type: ignore[no-any-return]
+            return msg.take(buffer)  # type: ignore[no-any-return]
         msg = self.take()
         if msg is None:
             msg = await self.next_msg()
@@ -379,7 +398,7 @@ class PullDriver:
 
         """
         await self.wait_finished()
-        if self._has_runs:
+        if self._has_runs or self._lazy:
             self._materialize()
         buffer = self._buffer
         if not buffer:
@@ -436,7 +455,7 @@ class PullDriver:
         return _columns.build(items)
 
     def _materialize(self) -> None:
-        """Turn the buffered runs (column mode) into messages, in place and in order."""
+        """Turn the buffered runs (column mode, PlainRuns) into messages, in place and in order."""
         self._has_runs = False
         buffer = self._buffer
         if not any(type(item) is not Msg for item in buffer):
@@ -447,7 +466,7 @@ class PullDriver:
             if type(item) is Msg:
                 buffer.append(item)
             else:
-                buffer.extend(item.messages(self._acker))  # type: ignore[attr-defined]
+                buffer.extend(item.messages(self._acker))
 
     async def wait_finished(self) -> None:
         """Until the run ended (its messages stay buffered)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -31,7 +32,7 @@ from nats.errors import ProtocolError
 from nats.protocol.parser import HMSG_RE
 
 from aiojetstream import _conn
-from aiojetstream._message import Msg
+from aiojetstream._message import Msg, PlainRun
 from aiojetstream._status import is_status, parse_status
 
 try:  # column mode's bulk framing needs pyarrow (not in the light install)
@@ -50,7 +51,9 @@ OTHER = (6, 7, 70000)
 BULK = (10, 11) if _columns is not None else ()
 #: Those of FILLED buffer Msg objects the fast loop fills in itself (RawSink.fill).
 FILLED = (12,)
-SUNK = (8, 9, *BULK, *FILLED)
+#: Those of RUNS gather runs of reply subjects and payloads (RawSink.runs, PlainRun).
+RUNS = (13,)
+SUNK = (8, 9, *BULK, *FILLED, *RUNS)
 BLANKS = b" \t\n\r\x0b\x0c"
 
 
@@ -189,6 +192,35 @@ def _sink(sid: int, events: list[Event], unhanded: list[Event]) -> _conn.RawSink
         assert type(msg.data) is bytes
         append(("msg", sid, msg._subject, msg._reply, msg.data, msg._hdr))
 
+    runs: deque[PlainRun] = deque()
+
+    def start_run(subject: bytes) -> PlainRun:
+        assert type(subject) is bytes
+        run = PlainRun(subject, ("context", sid))  # type: ignore[arg-type]
+        runs.append(run)
+        return run
+
+    def arrived_in_runs(count: int) -> None:
+        # What the runs gathered since the last count, in order: the Msg objects a
+        # consumer takes from them, equal to those Msg() builds.
+        taken = 0
+        while runs:
+            run = runs[0]
+            assert len(run.replies) == len(run.payloads) >= len(run) > 0
+            msg = run.take(runs)
+            built = Msg(msg._subject, msg._reply, msg.data, None, ("context", sid))  # type: ignore[arg-type]
+            for name in Msg.__slots__:
+                assert getattr(msg, name, None) == getattr(built, name, None), name
+            assert type(msg._reply) is bytes
+            assert type(msg.data) is bytes
+            events.append(("msg", sid, msg._subject, msg._reply, msg.data, msg._hdr))
+            taken += 1
+        assert taken == count, "the count is what the runs gathered"
+
+    if sid in RUNS:
+        return _conn.RawSink(
+            append, make, ("context", sid), arrived_in_runs, fill=True, runs=start_run
+        )
     if sid in BULK:
         return _conn.RawSink(append_any, make, ("context", sid), arrived, bulk)
     if sid in FILLED:
@@ -426,7 +458,7 @@ def sink_run_frame(draw: st.DrawFn) -> bytes:
     Mostly canonical, with the odd separator, number or size among them.
     """
     payload = draw(RUN_PAYLOAD | st.sampled_from([b"xx", b"abc"]))
-    sid = draw(st.sampled_from((8, *FILLED)))
+    sid = draw(st.sampled_from((8, *FILLED, *RUNS)))
     parts = [b"MSG", draw(st.sampled_from([b"a.b", b"s"])), b"%d" % sid]
     if draw(st.integers(min_value=0, max_value=5)):
         parts.append(draw(RUN_REPLY))
@@ -442,6 +474,11 @@ def sink_run_frame(draw: st.DrawFn) -> bytes:
 @example([b"MSG s 12 r 2\r\nhi\r\n", b"MSG s 12 r 02\r\nhi\r\n", b"MSG s 12 2\r\nho\r\n"], [])
 @example([b"MSG s 12 r 2\r\nhi\r\n", b"MSG s 12 r  2\r\nhi\r\n", b"MSG s 12 r\t2\r\nho\r\n"], [])
 @example([b"MSG s 12 r 2\r\nhi\r\n", b"MSG s 12 \x0br 2\r\nhi\r\n", b"MSG s 12 r 2 \r\nho\r\n"], [])
+@example([b"MSG s 13 r 2\r\nhi\r\n", b"MSG s 13 r  2\r\nhi\r\n", b"MSG s 13 r 2\r\nho\r\n"], [])
+@example([b"MSG s 13 r 2\r\nhi\r\n", b"MSG s 13 r  2\r\nho\r\n"], [])  # one reply "r "
+@example([b"MSG s 13 r 2\r\nhi\r\n", b"MSG s 13 a\tb 2\r\nhi\r\n", b"MSG s 13 r 3\r\nhey\r\n"], [])
+@example([b"MSG s 13 r 2\r\nhi\r\n", b"MSG s 13 a\nb 2\r\nhi\r\n", b"MSG s 13 2\r\nho\r\n"], [])
+@example([b"MSG s 13 r 2\r\nhi\r\n", b"MSG s 13 r 2\n\r\nhi\r\n", b"MSG s 13 r 02\r\nho\r\n"], [])
 async def test_sink_runs_parse_as_nats_py(frames: list[bytes], cuts: list[int]) -> None:
     """Runs of a sink's plain messages come out as nats-py's parser reads them.
 

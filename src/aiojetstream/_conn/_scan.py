@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from .._message import filled_msg
 from ._wire import RawHandler
@@ -101,6 +101,13 @@ class Scanner:
         context: Any = None
         fill = False  # make is a class whose instances the loop below fills in itself
         filled = filled_msg
+        # The current sink's runs (RawSink.runs), and the current run's lists.
+        runs: Callable[[bytes], Run] | None = None
+        replies: list[bytes] = []
+        payloads: list[bytes] = []
+        # Set when a run gathered in bulk held a reply subject that is not one token:
+        # from then on this scan parses each line of a run (as for the other sinks).
+        strict = False
         try:
             while pos < size:
                 if view.startswith(b"MSG ", pos):
@@ -204,7 +211,7 @@ class Scanner:
                                 sunk = _hand_on(sink, sunk)
                             sink = to
                             append, make, context = to.append, to.factory, to.context
-                            fill = to.fill
+                            fill, runs = to.fill, to.runs
                         pos = run.end
                         in_msgs += run.count
                         in_bytes += run.payload_bytes
@@ -225,15 +232,33 @@ class Scanner:
                             sunk = _hand_on(sink, sunk)
                         sink = to
                         append, make, context = to.append, to.factory, to.context
-                        fill = to.fill
+                        fill, runs = to.fill, to.runs
                     try:
-                        append(make(subject, reply, payload, None, context))  # type: ignore[misc]
+                        if runs is not None:
+                            # A new run starts here (its messages share this subject).
+                            run = runs(subject)
+                            replies, payloads = run.replies, run.payloads
+                            replies.append(reply)
+                            payloads.append(payload)
+                        else:
+                            append(make(subject, reply, payload, None, context))  # type: ignore[misc]
                     except Exception:
                         logger.exception("buffering a message on %r failed", subject)
                         continue
                     sunk += 1
                     if to.bulk is not None:
                         continue  # the next one may start a run framed in bulk
+                    if runs is not None and reply and not strict:
+                        pos, gathered, gathered_bytes = _gather(
+                            view, pos, size, b"MSG %b %b " % (subject, sid_text), replies, payloads
+                        )
+                        if gathered < 0:
+                            strict = True  # (nothing was gathered: the loop below decides)
+                        else:
+                            in_msgs += gathered
+                            in_bytes += gathered_bytes
+                            sunk += gathered
+                            continue
                     # The rest of a run of them (the usual read: a consumer's messages
                     # one after the other): lines that start as this one did, "MSG
                     # <subject> <sid> ", and go on canonically, "<reply> <size>" or
@@ -279,7 +304,10 @@ class Scanner:
                         in_msgs += 1
                         in_bytes += needed
                         try:
-                            if fill:
+                            if runs is not None:
+                                replies.append(reply)
+                                payloads.append(view[start:stop])
+                            elif fill:
                                 # make(subject, reply, payload, None, context) without
                                 # its __init__ call (see RawSink.fill).
                                 append(filled(make, subject, reply, view[start:stop], context))  # type: ignore[misc,arg-type]
@@ -321,6 +349,80 @@ class Scanner:
         return pos, pos, SCAN_END, None
 
 
+class Run(Protocol):
+    """What ``RawSink.runs(subject)`` returns: a new run's lists (see ``_message.PlainRun``)."""
+
+    replies: list[bytes]
+    payloads: list[bytes]
+
+
+def _gather(
+    view: bytes, pos: int, size: int, prefix: bytes, replies: list[bytes], payloads: list[bytes]
+) -> tuple[int, int, int]:
+    """The rest of a run, as bytes: the reply subjects and payloads of the messages at ``pos``.
+
+    The messages that follow the first of a run (the usual read: a consumer's
+    messages one after the other), on lines that start as its line did,
+    ``prefix`` (``"MSG <subject> <sid> "``), and end in ``" <size>"``: per
+    message only the line's end is found and the size compared in place (it
+    is read again only when it changes), and two slices are kept, no other
+    object. Stops at anything else, which the loops of :meth:`Scanner._scan`
+    decide as before. The reply subjects are then checked in bulk: each must
+    be one token (no blank, tab, CR, LF, ..., not empty), as the per-line
+    parse requires; if one is not, nothing is kept and ``-1`` is returned for
+    the count (the caller parses line by line from ``pos``).
+
+    Returns the position after the last message taken, how many were taken,
+    and the sum of their payload sizes.
+    """
+    startswith = view.startswith
+    find = view.find
+    skip = len(prefix)
+    kept = len(replies)
+    start_pos = pos
+    # The line's end is found as its LF (a one-byte search is several times faster
+    # than one for CRLF); the CR before it is part of the compared tail, " <size>\r",
+    # so a lone LF earlier in the line (the search's answer then) never matches it.
+    tail = b""  # " <size>\r" of the messages read last; needed is that size
+    cut = needed = 0
+    while startswith(prefix, pos):
+        first = pos + skip
+        end = find(b"\n", first)
+        if end < 0:
+            break
+        if not cut or not startswith(tail, end - cut):
+            blank = view.rfind(b" ", first, end)
+            size_text = view[blank + 1 : end - 1]
+            if (
+                blank < first
+                or view[end - 1] != 13
+                or not size_text.isdigit()
+                or len(size_text) > _MAX_SIZE_DIGITS
+            ):
+                break
+            tail = view[blank:end]
+            cut = len(tail)
+            needed = int(size_text)
+        start = end + 1
+        stop = start + needed
+        if stop + 2 > size:
+            break
+        replies.append(view[first : end - cut])
+        payloads.append(view[start:stop])
+        pos = stop + 2
+    count = len(replies) - kept
+    if not count:
+        return pos, 0, 0
+    new = replies[kept:]
+    joined = b"".join(new)
+    tokens = joined.split()  # [joined] itself when no reply holds a whitespace byte
+    if len(tokens) != 1 or len(tokens[0]) != len(joined) or b"" in new:
+        del replies[kept:]
+        del payloads[kept:]
+        return start_pos, -1, 0
+    return pos, count, sum(map(len, payloads[kept:]))
+
+
 class RawSink:
     """Where the router's fast loop buffers the plain messages of a subscription itself.
 
@@ -340,6 +442,13 @@ class RawSink:
     with ``_message.filled_msg`` (no ``__init__`` call per
     message; ``tests/unit/test_router_fuzz.py`` checks both give the same).
 
+    ``runs`` (None: off) takes the place of ``append`` and ``factory`` for
+    plain messages: called as ``runs(subject)`` at the first message of a run
+    (those that follow one another on the subscription in one read), it puts
+    a new run into the buffer (``_message.PlainRun``) and returns it; the
+    reply subject and payload of each message of the run are appended to its
+    ``replies`` and ``payloads`` (no object per message: see ``_gather``).
+
     ``bulk`` (column mode, see ``_columns``; None: off) frames a whole run of
     messages at once: called as ``bulk(view, pos, size, sid_text,
     first_end)`` at a message of the sink (plain or with headers), it returns
@@ -348,7 +457,7 @@ class RawSink:
     ``count``.
     """
 
-    __slots__ = ("append", "arrived", "bulk", "context", "factory", "fill")
+    __slots__ = ("append", "arrived", "bulk", "context", "factory", "fill", "runs")
 
     def __init__(
         self,
@@ -358,6 +467,7 @@ class RawSink:
         arrived: Callable[[int], None],
         bulk: Callable[[bytes, int, int, bytes, int], Any] | None = None,
         fill: bool = False,
+        runs: Callable[[bytes], Run] | None = None,
     ) -> None:
         self.append = append
         self.factory = factory
@@ -365,6 +475,7 @@ class RawSink:
         self.arrived = arrived
         self.bulk = bulk
         self.fill = fill
+        self.runs = runs
 
 
 def _hand_on(sink: RawSink | None, count: int) -> int:
