@@ -303,9 +303,15 @@ class PullDriver:
 
     def take(self) -> Msg | None:
         """The next buffered message, or None (never waits)."""
+        buffer = self._buffer
+        if buffer and self._quiet and not self._arrived and not self._has_runs:
+            # The quiet path below, first: the common case of a messages() loop.
+            self._quiet -= 1
+            self._untold += 1
+            head = buffer[0]
+            return buffer.popleft() if type(head) is Msg else head.take(buffer)  # type: ignore[no-any-return]
         if self._has_runs:
             self._materialize()
-        buffer = self._buffer
         if not buffer:
             return None
         head = buffer[0]
