@@ -591,6 +591,14 @@ class PlainRun:
         msg._meta = None
         return msg
 
+    def peek(self, last: bool = False) -> Msg:
+        """The next message of the run (the last with ``last``), made for a look.
+
+        :meth:`take` makes its own object for it: nothing is taken.
+        """
+        i = len(self.replies) - 1 if last else self._next
+        return filled_msg(Msg, self._subject, self.replies[i], self.payloads[i], self._acker)
+
     def messages(self, acker: Acker) -> list[Msg]:
         """The messages not taken yet (``acker`` is the run's own), all at once."""
         start, self._next = self._next, len(self.replies)

@@ -201,7 +201,8 @@ class PullDriver:
         sink = None
         if not self._byte_mode and not self._pinned:
             # The router builds and buffers plain messages itself (told per read).
-            runs = self._start_run if self._batching else None
+            # (The fallback ignores the sink: its messages all arrive through _on_raw.)
+            runs = self._start_run if self._batching and self._conn.fast else None
             self._lazy = runs is not None
             sink = RawSink(
                 self._buffer.append, Msg, self._acker, self._on_arrivals, fill=True, runs=runs
@@ -293,13 +294,22 @@ class PullDriver:
         return run
 
     def buffer_ends(self) -> tuple[int, Msg | None, Msg | None]:
-        """How many messages are buffered, the first of them and the last (None when empty)."""
-        if self._has_runs or self._lazy:
+        """How many messages are buffered, the first of them and the last (None when empty).
+
+        With runs buffered (PlainRun), the two ends are made for a look: the
+        messages :meth:`take` hands out later are other objects, equal to them.
+        """
+        if self._has_runs:
             self._materialize()
         buffer = self._buffer
         if not buffer:
             return 0, None, None
-        return len(buffer), buffer[0], buffer[-1]
+        if not self._lazy:
+            return len(buffer), buffer[0], buffer[-1]
+        head, tail = buffer[0], buffer[-1]
+        first = head if type(head) is Msg else head.peek()
+        last = tail if type(tail) is Msg else tail.peek(last=True)
+        return self.buffered, first, last
 
     def take(self) -> Msg | None:
         """The next buffered message, or None (never waits)."""

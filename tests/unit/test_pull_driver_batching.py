@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client as NatsClient
 
@@ -87,7 +87,12 @@ class FakeSub:
 
 
 def _driver(
-    batched: bool, max_messages: int, threshold: int, now: float, single: bool = False
+    batched: bool,
+    max_messages: int,
+    threshold: int,
+    now: float,
+    single: bool = False,
+    runs: bool = False,
 ) -> tuple[PullDriver, NatsClient]:
     if single:
         settings_ = resolve_fetch(max_messages=max_messages, expires=3600.0)
@@ -99,7 +104,18 @@ def _driver(
     router = _conn._Router(nc)
     router.routes[SID] = driver._on_raw
     driver._sub = FakeSub(router)  # type: ignore[assignment]
-    if batched:
+    if batched and runs and not single:
+        # As messages() and consume() on the fast path: runs of bytes (PlainRun).
+        driver._lazy = True
+        router.sinks[SID] = _conn.RawSink(
+            driver._buffer.append,
+            Msg,
+            driver._acker,
+            driver._on_arrivals,
+            fill=True,
+            runs=driver._start_run,
+        )
+    elif batched:
         router.sinks[SID] = _conn.RawSink(
             driver._buffer.append, Msg, driver._acker, driver._on_arrivals
         )
@@ -151,12 +167,31 @@ STEP = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     max_messages=st.integers(1, 60),
     threshold=st.integers(1, 60),
     steps=st.lists(STEP, max_size=40),
     single=st.booleans(),
+)
+@example(  # runs of bytes cut by reads, a heartbeat and a 408 among them, taken in parts
+    max_messages=60,
+    threshold=30,
+    steps=[
+        ("msgs", 40),
+        ("cut", 150),
+        ("take", 5),
+        ("msgs", 30),
+        ("heartbeat", 0),
+        ("msgs", 10),
+        ("408", 3),
+        ("cut", 90),
+        ("take", 17),
+        ("take", 40),
+        ("msgs", 20),
+        ("take", 40),
+    ],
+    single=False,
 )
 async def test_batched_driver_matches_the_one_at_a_time_driver(
     max_messages: int, threshold: int, steps: list[tuple[str, int]], single: bool
@@ -168,8 +203,9 @@ async def test_batched_driver_matches_the_one_at_a_time_driver(
     drivers = [
         _driver(True, max_messages, threshold, now, single),
         _driver(False, max_messages, threshold, now, single),
+        _driver(True, max_messages, threshold, now, single, runs=True),
     ]
-    taken: list[list[bytes]] = [[], []]
+    taken: list[list[bytes]] = [[], [], []]
     seq = 0
     pending = b""  # bytes of the stream not fed yet (a read may end mid-frame)
     try:
@@ -196,8 +232,20 @@ async def test_batched_driver_matches_the_one_at_a_time_driver(
                         if msg is None:
                             break
                         taken[side].append(msg.data)
-        (batched, _), (plain, _) = drivers
-        assert taken[0] == taken[1]
+            # What is buffered, and its two ends, alike whatever holds the messages.
+            ends = [driver.buffer_ends() for driver, _ in drivers]
+            seen = {
+                (count, first and (first._reply, first.data), last and (last._reply, last.data))
+                for count, first, last in ends
+            }
+            assert len(seen) == 1, ends
+            assert {driver.buffered for driver, _ in drivers} == {ends[0][0]}
+        (batched, _), (plain, _), (lazy, _) = drivers
+        assert taken[0] == taken[1] == taken[2]
+        assert lazy._conn.sent == plain._conn.sent  # type: ignore[attr-defined]
+        assert lazy.finished == plain.finished
+        lazy._settle()
+        assert engine_state(lazy.engine) == engine_state(plain.engine)
         assert batched._conn.sent == plain._conn.sent  # type: ignore[attr-defined]
         assert batched.finished == plain.finished
         batched._settle()
@@ -205,6 +253,7 @@ async def test_batched_driver_matches_the_one_at_a_time_driver(
         assert batched.buffered == plain.buffered
         if batched.finished:
             # collect() takes the rest at once, as the same number of takes would
+            assert [m.data for m in await lazy.collect()] == [m.data for m in batched._buffer]
             collected = [m.data for m in await batched.collect()]
             took: list[bytes] = []
             while (msg := plain.take()) is not None:

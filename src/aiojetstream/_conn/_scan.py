@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from .._message import filled_msg
+from .._message import PlainRun, filled_msg
 from ._wire import RawHandler
 
 __all__ = [
@@ -102,7 +102,7 @@ class Scanner:
         fill = False  # make is a class whose instances the loop below fills in itself
         filled = filled_msg
         # The current sink's runs (RawSink.runs), and the current run's lists.
-        runs: Callable[[bytes], Run] | None = None
+        runs: Callable[[bytes], PlainRun] | None = None
         replies: list[bytes] = []
         payloads: list[bytes] = []
         # Set when a run gathered in bulk held a reply subject that is not one token:
@@ -349,13 +349,6 @@ class Scanner:
         return pos, pos, SCAN_END, None
 
 
-class Run(Protocol):
-    """What ``RawSink.runs(subject)`` returns: a new run's lists (see ``_message.PlainRun``)."""
-
-    replies: list[bytes]
-    payloads: list[bytes]
-
-
 def _gather(
     view: bytes, pos: int, size: int, prefix: bytes, replies: list[bytes], payloads: list[bytes]
 ) -> tuple[int, int, int]:
@@ -467,7 +460,7 @@ class RawSink:
         arrived: Callable[[int], None],
         bulk: Callable[[bytes, int, int, bytes, int], Any] | None = None,
         fill: bool = False,
-        runs: Callable[[bytes], Run] | None = None,
+        runs: Callable[[bytes], PlainRun] | None = None,
     ) -> None:
         self.append = append
         self.factory = factory
