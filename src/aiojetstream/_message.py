@@ -580,6 +580,8 @@ class PlainRun:
         self._next = i + 1
         if i + 1 >= len(self.replies):
             buffer.popleft()
+        # filled_msg(Msg, ...)'s stores, inline: one call less on every message taken
+        # (test_router_fuzz and test_pull_driver_batching compare them with Msg()'s).
         msg = _new(Msg)
         msg._subject = self._subject
         msg._reply = self.replies[i]
