@@ -8,18 +8,21 @@ acknowledged sequence must be on every replica (:func:`readback`, each node
 leader in turn, the faulted node back first) and nothing may leak.
 
 P1: SIGKILL the stream leader under a sequential and 100 concurrent
-publishers; writable again within 10 s. P2: API stepdown and SIGTERM of the
-leader: at most one failed attempt per publisher, writable again within
-0.5 s. P3: SIGKILL the client's own node: the client reconnects elsewhere and
-every in-flight ``publish``, ``publish_async`` future and API request
-resolves by its deadline; a retry that meets its first copy still being
-stored (10158, as after a reconnect flushed the buffered PUB) gets the
-copy's ack. P4: SIGSTOP the client's node, with 20 MB queued behind it: the
-hang is detected within ping_interval x (max_outstanding_pings + 1) = 15 s
-(our defaults) and the client is on another node within 1 s after that;
-deadlines hold meanwhile. P5: no responders (no stream yet, an election): a
-typed error, bounded retries with backoff, at most 20 requests a second,
-counted by a TCP proxy in front of the client's node.
+publishers; writable again within 10 s, and within 1 s of the server's
+announcement of the new leader (when the server's own election overruns its
+4-9 s bound, as a split vote makes it, only the latter is the client's). P2:
+API stepdown and SIGTERM of the leader: at most one failed attempt per
+publisher, writable again within 0.5 s. P3: SIGKILL the client's own node:
+the client reconnects elsewhere and every in-flight ``publish``,
+``publish_async`` future and API request resolves by its deadline; a retry
+that meets its first copy still being stored (10158, as after a reconnect
+flushed the buffered PUB) gets the copy's ack. P4: SIGSTOP the client's
+node, with 20 MB queued behind it: the hang is detected within ping_interval
+x (max_outstanding_pings + 1) = 15 s (our defaults) and the client is on
+another node within 1 s after that; deadlines hold meanwhile. P5: no
+responders (no stream yet, an election): a typed error, bounded retries with
+backoff, at most 20 requests a second, counted by a TCP proxy in front of
+the client's node.
 
 A prober starts a one-message publisher every 20 ms: when the stream takes
 writes again is measured by the probes, not by publishers whose attempts
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -56,6 +60,7 @@ from aiojetstream.testing import NatsCluster, NatsServer
 from helpers import unique_name, wait_routable
 from proxy import MAX_REQUESTS_PER_SECOND, ApiCountingProxy, max_per_second
 from reliability.harness import (
+    SERVER_ELECTION_BOUND,
     Acked,
     baseline,
     create_r3_stream,
@@ -71,6 +76,9 @@ logger = logging.getLogger("reliability")
 
 #: RELIABILITY goal 3: writable again this soon after a leader crash.
 WRITABLE_AFTER_CRASH = 10.0
+#: The client's side: publishers get an ack this soon after the new leader is
+#: announced (its LEADER_ELECTED advisory); 0.01 s is usual.
+WRITABLE_AFTER_ELECTION = 1.0
 #: The deadline of each publish attempt in the fault tests.
 ATTEMPT_TIMEOUT = 2.0
 #: The P1 stream's duplicate window (seconds). nats-server 2.15.1 sometimes keeps
@@ -308,6 +316,34 @@ class Workload:
         return max(b - a for a, b in itertools.pairwise(points))
 
 
+@dataclass
+class Elections:
+    """When each stream leader election after a crash was announced (the server's advisory)."""
+
+    times: list[tuple[float, str]] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def watch(self, js: JetStreamContext, stream: str) -> Any:
+        async def on_elected(msg: Any) -> None:
+            leader = str(json.loads(msg.data).get("leader", "?"))
+            self.times.append((now(), leader))
+            self.changed.set()
+
+        return await js.nc.subscribe(
+            f"$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.{stream}", cb=on_elected
+        )
+
+    async def first_after(self, t: float, timeout: float) -> tuple[float, str]:
+        """The first election announced at or after ``t`` (waiting for it)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                found = next(((at, who) for at, who in self.times if at >= t), None)
+                if found is not None:
+                    return found
+                self.changed.clear()
+                await self.changed.wait()
+
+
 def node_of(cluster: NatsCluster, js: JetStreamContext) -> NatsServer:
     """The node the client is connected to now."""
     url = js.nc.connected_url
@@ -339,6 +375,8 @@ async def _p1(publishers: int, kills: int) -> None:
             await create_r3_stream(
                 js, stream, [f"{stream}.>"], duplicate_window=P1_DUPLICATE_WINDOW
             )
+            elections = Elections()
+            election_sub = await elections.watch(js, stream)
             client_node = node_of(cluster, js)
             others = [s for s in cluster.servers if s is not client_node]
             for round_ in range(kills):
@@ -355,13 +393,22 @@ async def _p1(publishers: int, kills: int) -> None:
                 await target.kill()
                 first = await work.first_ack_after(now(), timeout=WRITABLE_AFTER_CRASH + 20)
                 writable = first - t_kill
+                at, leader = await elections.first_after(t_kill, timeout=WRITABLE_AFTER_ELECTION)
+                elected = at - t_kill
                 logger.warning(
-                    "FIGURE P1 writable_after_kill_s=%.2f publishers=%d failed_attempts=%s",
+                    "FIGURE P1 writable_after_kill_s=%.2f elected_after_kill_s=%.2f (%s) "
+                    "publishers=%d failed_attempts=%s",
                     writable,
+                    elected,
+                    leader,
                     publishers + 1,
                     dict(work.failures(since=t_kill)),
                 )
-                assert writable <= WRITABLE_AFTER_CRASH
+                assert writable - elected <= WRITABLE_AFTER_ELECTION
+                if elected <= SERVER_ELECTION_BOUND:
+                    assert writable <= WRITABLE_AFTER_CRASH
+                else:
+                    logger.warning("FIGURE P1 server_election_overran_s=%.2f", elected)
                 await work.settled_after(first, timeout=P1_SETTLE)
                 stuck = work.stuck_in_process(since=t_kill, longer_than=STUCK_IN_PROCESS)
                 if stuck:
@@ -374,6 +421,7 @@ async def _p1(publishers: int, kills: int) -> None:
                 await target.start()
                 await cluster.wait_ready()
             await work.finish()
+            await election_sub.unsubscribe()
             late = work.late()
             assert not late, f"{len(late)} attempts overran their deadline: {late[:5]}"
             logger.warning(
