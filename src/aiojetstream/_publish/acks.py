@@ -184,11 +184,14 @@ class AckRuns:
     Python: no object per message.
     """
 
-    __slots__ = ("_mark", "_patterns", "_prefix")
+    __slots__ = ("_head", "_mark", "_patterns", "_prefix")
 
     def __init__(self, prefix: bytes, mark: bytes) -> None:
         self._prefix = prefix
         self._mark = mark
+        #: How a message to a span's reply subject starts: any other is no run (one
+        #: comparison, not the regular expressions, for each reply to a publish_async).
+        self._head = b"MSG " + prefix + mark
         #: (sid, stream, the duplicate flag or b"") -> the run pattern and its sizes' digits.
         self._patterns: dict[tuple[bytes, bytes, bytes], tuple[re.Pattern[bytes], int] | None] = {}
 
@@ -223,6 +226,8 @@ class AckRuns:
         self, view: bytes, pos: int, size: int, sid: bytes, first_end: int
     ) -> AckRun | None:
         """The run of plain acknowledgements at ``view[pos:size]``, or None."""
+        if not view.startswith(self._head, pos):
+            return None
         eol = view.find(b"\r\n", pos, first_end)
         stream = _ACK_STREAM.match(view, eol + 2, first_end - 2)
         if stream is None or not sid.isdigit():
