@@ -567,3 +567,71 @@ async def test_pull_statuses_feed_the_pull_pending_gauges(
     await msg.ack()
     # Message metadata: two more messages were left on the server when the first came.
     assert rec.total("aiojetstream.consumer.pending", **labels) == 2
+
+
+async def test_key_value_history_and_keys_are_receive_spans_linked_to_the_puts(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    from aiojetstream import KeyNotFoundError, KeyValueConfig
+
+    bucket = unique_name("KV")
+    kv = await tjs.create_key_value(KeyValueConfig(bucket=bucket, history=5))
+    await kv.put("a", b"1")
+    await kv.put("a", b"2")
+    await kv.put("b", b"3")
+    sends = rec.spans("send ")
+    assert len(sends) == 3
+
+    history = await kv.history("a")
+    assert [e.value for e in history] == [b"1", b"2"]
+    [read] = rec.spans(f"receive $KV.{bucket}.a")
+    assert read.kind is SpanKind.CONSUMER
+    assert read.attributes is not None
+    assert read.attributes["messaging.batch.message_count"] == 2
+    assert read.attributes["messaging.operation.type"] == "receive"
+    assert read.attributes["messaging.nats.stream"] == f"KV_{bucket}"
+    assert _link_ids(read) == [sends[0].context.span_id, sends[1].context.span_id]
+
+    assert sorted([k async for k in kv.keys()]) == ["a", "b"]  # noqa: SIM118
+    [listed] = rec.spans(f"receive $KV.{bucket}.>")
+    assert (listed.attributes or {})["messaging.batch.message_count"] == 2
+    # The latest revision of each key: the second put of a, the put of b.
+    assert sorted(_link_ids(listed)) == sorted([sends[1].context.span_id, sends[2].context.span_id])
+    assert listed.status.status_code is not StatusCode.ERROR
+
+    # Stopping early ends the span without an error.
+    keys = kv.keys()
+    assert await keys.__anext__() in ("a", "b")
+    await keys.aclose()
+    early = rec.spans(f"receive $KV.{bucket}.>")
+    assert len(early) == 2
+    assert early[-1].status.status_code is not StatusCode.ERROR
+
+    # A failed read is a span with the error.
+    with pytest.raises(KeyNotFoundError):
+        await kv.history("missing")
+    [failed] = rec.spans(f"receive $KV.{bucket}.missing")
+    assert failed.status.status_code is StatusCode.ERROR
+    assert (failed.attributes or {})["messaging.batch.message_count"] == 0
+
+    # Watches and gets made later are not collected into any batch span.
+    await kv.get("a")
+    assert len(rec.spans("receive ")) == 4
+
+
+async def test_object_list_is_a_receive_span_linked_to_the_puts(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    from aiojetstream import ObjectStoreConfig
+
+    bucket = unique_name("OB")
+    store = await tjs.create_object_store(ObjectStoreConfig(bucket=bucket))
+    await store.put("o1", b"x" * 10)
+    await store.put("o2", b"y" * 10)
+    sends = rec.spans("send ")
+    assert len(sends) == 2
+    assert sorted([info.name async for info in store.list()]) == ["o1", "o2"]
+    [listed] = rec.spans(f"receive $O.{bucket}.M.>")
+    assert listed.kind is SpanKind.CONSUMER
+    assert (listed.attributes or {})["messaging.batch.message_count"] == 2
+    assert sorted(_link_ids(listed)) == sorted(s.context.span_id for s in sends)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextvars
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -12,11 +13,18 @@ from opentelemetry.trace import (
     SpanKind,
 )
 
+from .._message import Msg
 from .consuming import ConsumerState
 from .telemetry import OBJECT_PUT, READ, SYSTEM, WATCH, Telemetry, record_error
 
 if TYPE_CHECKING:
-    from .._message import Msg
+    from .._watch import Reader
+
+#: Where a traced one-shot read (key-value ``keys`` / ``history``, object-store
+#: ``list``) collects the headers of the messages its reader hands out.
+BATCH: contextvars.ContextVar[list[Mapping[str, str] | None] | None] = contextvars.ContextVar(
+    "aiojetstream_otel_batch", default=None
+)
 
 
 class Stores:
@@ -34,6 +42,10 @@ class Stores:
       stored the object's info.
     * Every entry or info a ``watch`` yields is a ``process`` span linked to its
       write (consumer label ``(watch)``).
+    * A one-shot read of many messages (key-value ``keys`` and ``history``,
+      object-store ``list``) is one ``receive`` span over the read (CONSUMER,
+      ``messaging.batch.message_count`` the messages read), linked to the write
+      of each message it read (as far as the SDK's link limit goes).
     """
 
     def __init__(self, tel: Telemetry) -> None:
@@ -69,6 +81,112 @@ class Stores:
             links=links,
             start_time=started,
         )
+
+    def _batch_span(
+        self,
+        subject: str,
+        stream: str,
+        started: int,
+        seen: list[Mapping[str, str] | None],
+        exc: BaseException | None,
+    ) -> None:
+        """End the ``receive`` span of a one-shot read that handed out ``seen``'s messages."""
+        tel = self.tel
+        links = []
+        for headers in seen:
+            if headers:
+                sent, _ = tel.propagation.extract(headers, False)
+                if sent is not None:
+                    links.append(Link(sent))
+        span = tel.tracer.start_span(
+            f"receive {subject}",
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.destination.name": subject,
+                "messaging.operation.name": "receive",
+                "messaging.operation.type": "receive",
+                "messaging.nats.stream": stream,
+                "messaging.batch.message_count": len(seen),
+            },
+            links=links,
+            start_time=started,
+        )
+        if exc is not None:
+            record_error(span, exc)
+        span.end()
+
+    @staticmethod
+    def _collecting(make: Callable[..., Reader]) -> Callable[..., Reader]:
+        """``make`` (a handle's ``_reader``), its readers reporting their messages' headers.
+
+        Only readers made inside a traced one-shot read (:data:`BATCH` set) report.
+        """
+
+        def traced_reader(*args: Any, **kwargs: Any) -> Reader:
+            reader = make(*args, **kwargs)
+            seen = BATCH.get()
+            if seen is not None:
+                next_item = reader.next
+
+                async def traced_next() -> Any:
+                    item = await next_item()
+                    if isinstance(item, Msg):
+                        seen.append(item.headers)
+                    return item
+
+                reader.next = traced_next  # type: ignore[method-assign]
+            return reader
+
+        return traced_reader
+
+    async def _read_once(self, subject: str, stream: str, read: Callable[[], Any]) -> Any:
+        """Await ``read()`` (a one-shot read) inside its ``receive`` span."""
+        started = time.time_ns()
+        seen: list[Mapping[str, str] | None] = []
+        token = BATCH.set(seen)
+        try:
+            result = await read()
+        except BaseException as exc:
+            self._batch_span(subject, stream, started, seen, exc)
+            raise
+        finally:
+            BATCH.reset(token)
+        self._batch_span(subject, stream, started, seen, None)
+        return result
+
+    async def _iterate_once(
+        self, subject: str, stream: str, items: AsyncGenerator[Any, None]
+    ) -> AsyncGenerator[Any, None]:
+        """Yield what ``items`` (a one-shot read) yields, inside its ``receive`` span.
+
+        The span covers the read from the first step to the last (or to an
+        early ``aclose``); the collecting context is set only while ``items``
+        runs, not while the caller handles what it yielded.
+        """
+        started = time.time_ns()
+        seen: list[Mapping[str, str] | None] = []
+        failed: BaseException | None = None
+        try:
+            while True:
+                token = BATCH.set(seen)
+                try:
+                    item = await items.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    BATCH.reset(token)
+                yield item
+        except GeneratorExit:  # the caller stopped early (aclose): no error
+            raise
+        except BaseException as exc:
+            failed = exc
+            raise
+        finally:
+            try:
+                await items.aclose()
+            finally:
+                self._batch_span(subject, stream, started, seen, failed)
 
     def _watched(self, watcher: Any, stream: str) -> Any:
         state = ConsumerState(self.tel, stream, WATCH)
@@ -136,9 +254,22 @@ class Stores:
         def traced_watch(*args: Any, **kwargs: Any) -> Any:
             return self._watched(watch(*args, **kwargs), stream)
 
+        history, keys = kv.history, kv.keys
+
+        async def traced_history(key: str, *args: Any, **kwargs: Any) -> Any:
+            return await self._read_once(
+                kv._prefix + str(key), stream, lambda: history(key, *args, **kwargs)
+            )
+
+        def traced_keys(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+            return self._iterate_once(kv._prefix + ">", stream, keys(*args, **kwargs))
+
         kv._found = traced_found
+        kv._reader = self._collecting(kv._reader)
         kv.get = traced_get
         kv.watch = traced_watch
+        kv.history = traced_history
+        kv.keys = traced_keys
         return kv
 
     def object_store(self, store: Any) -> Any:
@@ -211,9 +342,18 @@ class Stores:
         def traced_watch(*args: Any, **kwargs: Any) -> Any:
             return self._watched(watch(*args, **kwargs), store.stream.name)
 
+        listing = store.list
+
+        def traced_list(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+            return self._iterate_once(
+                store._meta_prefix + ">", store.stream.name, listing(*args, **kwargs)
+            )
+
+        store._reader = self._collecting(store._reader)
         store.put = traced_put
         store.get = traced_get
         store.watch = traced_watch
+        store.list = traced_list
         return store
 
 
