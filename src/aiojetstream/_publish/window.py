@@ -125,6 +125,10 @@ class AsyncPublisher:
         self._last_full: StreamFullError | None = None
         self._resending: bytes | None = None  # the held message sent again, awaiting its reply
         self._resend_timer: asyncio.TimerHandle | None = None  # its reply's deadline
+        #: The event loop, once the reply subscription started in it: asking
+        #: asyncio for the running loop costs a getpid() system call on Python
+        #: 3.11 (about 0.2 us here), once per publish_async otherwise.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def pending(self) -> int:
@@ -154,6 +158,7 @@ class AsyncPublisher:
             self._prefix = prefix.encode()
             self._prefix_len = len(self._prefix)
             self._conn.add_listener(self)
+            self._loop = asyncio.get_running_loop()
             self._started = True
 
     @property
@@ -236,7 +241,7 @@ class AsyncPublisher:
             raise ConnectionClosedError("the connection is draining")
         self._next += 1
         token = b"%x" % self._next
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         subject_b = subject.encode()
         if hold is not None and (self._hold_queue or self._resending is not None):
             self._hold_queue.append(self._next)  # behind the held ones, in order
