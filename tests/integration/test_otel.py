@@ -592,7 +592,16 @@ async def test_key_value_history_and_keys_are_receive_spans_linked_to_the_puts(
     assert read.attributes["messaging.nats.stream"] == f"KV_{bucket}"
     assert _link_ids(read) == [sends[0].context.span_id, sends[1].context.span_id]
 
-    assert sorted([k async for k in kv.keys()]) == ["a", "b"]  # noqa: SIM118
+    from aiojetstream.otel.stores import BATCH
+
+    listed_keys = []
+    async for key in kv.keys():
+        # Only the read itself is collected: not the loop's body, nor a watch made in it.
+        assert BATCH.get() is None
+        async with kv.watch(key) as watcher:
+            assert "next" not in vars(watcher._reader)
+        listed_keys.append(key)
+    assert sorted(listed_keys) == ["a", "b"]
     [listed] = rec.spans(f"receive $KV.{bucket}.>")
     assert (listed.attributes or {})["messaging.batch.message_count"] == 2
     # The latest revision of each key: the second put of a, the put of b.
@@ -614,9 +623,33 @@ async def test_key_value_history_and_keys_are_receive_spans_linked_to_the_puts(
     assert failed.status.status_code is StatusCode.ERROR
     assert (failed.attributes or {})["messaging.batch.message_count"] == 0
 
-    # Watches and gets made later are not collected into any batch span.
+    # A get is its own process span, in no batch.
     await kv.get("a")
     assert len(rec.spans("receive ")) == 4
+
+
+async def test_a_batch_read_holds_at_most_the_span_link_limit(
+    nats_server: NatsServer, rec: Recorded
+) -> None:
+    from opentelemetry.sdk.trace import SpanLimits
+
+    from aiojetstream import KeyValueConfig
+
+    provider = TracerProvider(span_limits=SpanLimits(max_links=2))
+    provider.add_span_processor(SimpleSpanProcessor(rec.exporter))
+    js = await aiojetstream.connect(nats_server.url)
+    instrument(js, tracer_provider=provider, meter_provider=rec.meter_provider)
+    try:
+        bucket = unique_name("KV")
+        kv = await js.create_key_value(KeyValueConfig(bucket=bucket))
+        for key in ("a", "b", "c"):
+            await kv.put(key, b"v")
+        assert len([k async for k in kv.keys()]) == 3  # noqa: SIM118
+        [listed] = rec.spans(f"receive $KV.{bucket}.>")
+        assert (listed.attributes or {})["messaging.batch.message_count"] == 3
+        assert len(listed.links) == 2
+    finally:
+        await js.close()
 
 
 async def test_object_list_is_a_receive_span_linked_to_the_puts(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -37,6 +38,7 @@ from aiojetstream import (
     StorageType,
     StreamConfig,
 )
+from aiojetstream._models._base import parse_timestamp
 from aiojetstream.testing import NatsCluster, NatsServer
 from helpers import wait_routable, wait_until
 from proxy import PubScanner
@@ -76,7 +78,9 @@ CREATE_ATTEMPTS = 3
 #: split vote between the two survivors, or a survivor still applying what it was
 #: sent, starts another round, and then the election alone outlasts the goal
 #: (15.5 s once in CI, in 1 of about 60 kills). The goal is then not the client's
-#: to keep; what the client must do is follow the election at once.
+#: to keep: the crash tests hold the client to following the election (timed by
+#: the server's own announcement, :class:`Elections`) and log an election past
+#: this bound.
 SERVER_ELECTION_BOUND = 9.0
 #: err_code of "no suitable peers for placement".
 NO_SUITABLE_PEERS = 10005
@@ -121,6 +125,68 @@ async def created(create: Callable[[float], Awaitable[_T]]) -> _T:
 def now() -> float:
     """The running loop's monotonic clock."""
     return asyncio.get_running_loop().time()
+
+
+class Elections:
+    """Leader elections as the server announces them, timed by the server's clock.
+
+    Subscribes to a ``LEADER_ELECTED`` advisory subject (a stream's or a
+    consumer's); each announcement is kept with its ``timestamp`` (the
+    server's wall clock when it took the leadership, on this same machine)
+    and the new leader's name. Timing elections by the server's clock, not by
+    when the client's loop got to them, keeps a stalled client from passing
+    its own delay off as the server's.
+    """
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, str]] = []  # (server time, epoch seconds; leader)
+        self.changed = asyncio.Event()
+        self._sub: Any = None
+
+    async def watch(self, js: JetStreamContext, subject: str) -> None:
+        async def on_elected(msg: NatsMsg) -> None:
+            body = json.loads(msg.data)
+            at = parse_timestamp(body["timestamp"]).timestamp()
+            self.seen.append((at, str(body.get("leader", "?"))))
+            self.changed.set()
+
+        self._sub = await js.nc.subscribe(subject, cb=on_elected)
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+
+    async def after_kill(
+        self, killed: str, killed_at: float, done_at: float, timeout: float
+    ) -> tuple[float, str]:
+        """The election that ended the outage a kill at ``killed_at`` (epoch s) caused.
+
+        The last leader other than ``killed`` announced in ``[killed_at,
+        done_at]`` (the outage's end, epoch s): if one was announced and lost
+        its leadership before taking over, the one after it ended the outage.
+        When none was announced by then (an announcement still on its way),
+        the first one after ``killed_at``, waited for up to ``timeout``.
+        Returns its time, seconds after the kill, and the leader's name.
+        """
+
+        def elected() -> list[tuple[float, str]]:
+            return [(at, who) for at, who in self.seen if at >= killed_at and who != killed]
+
+        try:
+            async with asyncio.timeout(timeout):
+                while not elected():
+                    self.changed.clear()
+                    await self.changed.wait()
+        except TimeoutError:
+            raise AssertionError(
+                f"no leader other than {killed} announced within {timeout} s of the "
+                f"outage's end; announcements: {self.seen}"
+            ) from None
+        found = elected()
+        before = [e for e in found if e[0] <= done_at]
+        at, who = before[-1] if before else found[0]
+        return at - killed_at, who
 
 
 class Acked:

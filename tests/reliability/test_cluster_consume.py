@@ -6,8 +6,10 @@ C4: an R3 stream with an R3 durable, explicit-ack consumer, read by
 Each time the new leader answers the client's waiting pull with ``409
 Leadership Change`` (seen on the client's own connection through
 :class:`InboxStatuses`); the client must pull again at once: the delivery
-gap is bounded by the election plus one second (RELIABILITY C4) and, after a
-crash, by 2 x heartbeat + 10 s (RELIABILITY goal 3). Every acknowledged
+gap is bounded by the election plus one second (RELIABILITY C4). After a
+crash, RELIABILITY goal 3's 2 x heartbeat + 10 s is the server's election
+(4-9 s, timed by its own announcement) plus the client's share, 2 x heartbeat
++ 1 s, which is held every time; an election past 9 s is logged. Every acknowledged
 message must be delivered at least once and the consumer's ack floor must
 reach the last message (acks sent to the dead leader are redelivered and
 acknowledged again).
@@ -28,6 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,6 +53,7 @@ from helpers import unique_name, wait_routable, wait_until
 from reliability.harness import (
     SERVER_ELECTION_BOUND,
     Acked,
+    Elections,
     InboxStatuses,
     baseline,
     create_r3_stream,
@@ -73,6 +77,9 @@ EXPIRES = 10.0
 CRASH_BOUND = 2 * HB + 10.0
 #: RELIABILITY C4: the gap is at most the election plus this (the re-pull on the 409).
 AFTER_ELECTION = 1.0
+#: The client's share of CRASH_BOUND after the server's election: its missed
+#: heartbeats and the re-pull.
+CLIENT_AFTER_CRASH = 2 * HB + AFTER_ELECTION
 
 
 class Deliveries:
@@ -195,6 +202,7 @@ async def test_c4_consumer_leader_stepdown_and_crash(mode: str) -> None:
         # Reconnects quickly; connected to n1, which is never killed here.
         js = await connect(n1.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
         statuses: InboxStatuses | None = None
+        elections = Elections()
         try:
             stream = unique_name("C4")
             subject = f"{stream}.x"
@@ -212,6 +220,7 @@ async def test_c4_consumer_leader_stepdown_and_crash(mode: str) -> None:
             spare = "n2" if victim.server_name == "n3" else "n3"
             await move_consumer_leader(js, stream, "d", spare)
             statuses = await InboxStatuses.start(js.nc)
+            await elections.watch(js, f"$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED.{stream}.d")
             tasks, subs = await baseline(js)
 
             acked = Acked()
@@ -221,12 +230,10 @@ async def test_c4_consumer_leader_stepdown_and_crash(mode: str) -> None:
             publisher.start()
             await deliveries.wait(lambda: deliveries.count >= 50, 15, "50 deliveries")
 
-            async def fault(
-                kind: str, inject: Callable[[], Awaitable[None]]
-            ) -> tuple[float, float]:
+            async def fault(kind: str, inject: Callable[[], Awaitable[None]]) -> float:
                 """Inject; wait for the new leader's 409 and 50 more deliveries.
 
-                Returns the gap in deliveries and how long the election took.
+                Returns how long after the fault deliveries resumed.
                 """
                 t0 = now()
                 await inject()
@@ -251,7 +258,7 @@ async def test_c4_consumer_leader_stepdown_and_crash(mode: str) -> None:
                 )
                 # No stall: pulled again at once on the 409 (RELIABILITY C4, nats.go#2063).
                 assert resumed - t409 <= AFTER_ELECTION, (kind, resumed - t409)
-                return gap, election
+                return resumed - t0
 
             # 1. A graceful stepdown through the API.
             await fault("stepdown", lambda: stepdown_consumer(js, stream, "d"))
@@ -259,11 +266,24 @@ async def test_c4_consumer_leader_stepdown_and_crash(mode: str) -> None:
             # 2. SIGKILL of the consumer leader's node (never the client's n1).
             assert victim.server_name is not None
             await move_consumer_leader(js, stream, "d", victim.server_name)
-            gap, election = await fault("kill", victim.kill)
-            if election <= SERVER_ELECTION_BOUND:
-                assert gap <= CRASH_BOUND  # RELIABILITY goal 3 (2 x heartbeat + 10 s)
-            else:  # the server's election overran its own bound (see SERVER_ELECTION_BOUND)
-                logger.warning("FIGURE C4 server_election_overran_s=%.2f", election)
+            wall_kill = time.time()
+            resumed = await fault("kill", victim.kill)
+            elected, leader = await elections.after_kill(
+                victim.server_name, wall_kill, wall_kill + resumed, AFTER_ELECTION
+            )
+            logger.warning(
+                "FIGURE C4 %s kill: elected_after_kill_s=%.2f (%s) resumed_after_kill_s=%.2f",
+                mode,
+                elected,
+                leader,
+                resumed,
+            )
+            # RELIABILITY goal 3 (2 x heartbeat + 10 s) is the server's election (4-9 s)
+            # plus the client's share (its missed heartbeats, a re-pull): that share,
+            # every time, timed from the server's own announcement.
+            assert resumed - elected <= CLIENT_AFTER_CRASH, (resumed, elected)
+            if elected > SERVER_ELECTION_BOUND:
+                logger.warning("FIGURE C4 server_election_overran_s=%.2f", elected)
 
             await publisher.stop()
             await victim.start()
@@ -292,12 +312,14 @@ async def test_c4_consumer_leader_stepdown_and_crash(mode: str) -> None:
             )
             assert not [e for e in errors if "NoHeartbeat" not in type(e).__name__], errors
             await statuses.close()
+            await elections.close()
             await wait_stream_leader(js, stream)  # the restarted node caught up
             await readback(cluster, js, stream, acked)
             await no_leaks(js, tasks, subs, [stream], {stream: ["d"]})
         finally:
             if statuses is not None:
                 await statuses.close()
+            await elections.close()
             await js.close()
 
 

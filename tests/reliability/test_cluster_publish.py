@@ -8,10 +8,10 @@ acknowledged sequence must be on every replica (:func:`readback`, each node
 leader in turn, the faulted node back first) and nothing may leak.
 
 P1: SIGKILL the stream leader under a sequential and 100 concurrent
-publishers; writable again within 10 s, and within 1 s of the server's
-announcement of the new leader (when the server's own election overruns its
-4-9 s bound, as a split vote makes it, only the latter is the client's). P2:
-API stepdown and SIGTERM of the leader: at most one failed attempt per
+publishers; writable again within 1 s of the new leader's election, timed by
+the server's own announcement (RELIABILITY's 10 s is the server's 4-9 s
+election plus that; an election past 9 s, as a split vote makes, is logged).
+P2: API stepdown and SIGTERM of the leader: at most one failed attempt per
 publisher, writable again within 0.5 s. P3: SIGKILL the client's own node:
 the client reconnects elsewhere and every in-flight ``publish``,
 ``publish_async`` future and API request resolves by its deadline; a retry
@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +62,7 @@ from proxy import MAX_REQUESTS_PER_SECOND, ApiCountingProxy, max_per_second
 from reliability.harness import (
     SERVER_ELECTION_BOUND,
     Acked,
+    Elections,
     baseline,
     create_r3_stream,
     move_stream_leader,
@@ -316,34 +317,6 @@ class Workload:
         return max(b - a for a, b in itertools.pairwise(points))
 
 
-@dataclass
-class Elections:
-    """When each stream leader election after a crash was announced (the server's advisory)."""
-
-    times: list[tuple[float, str]] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def watch(self, js: JetStreamContext, stream: str) -> Any:
-        async def on_elected(msg: Any) -> None:
-            leader = str(json.loads(msg.data).get("leader", "?"))
-            self.times.append((now(), leader))
-            self.changed.set()
-
-        return await js.nc.subscribe(
-            f"$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.{stream}", cb=on_elected
-        )
-
-    async def first_after(self, t: float, timeout: float) -> tuple[float, str]:
-        """The first election announced at or after ``t`` (waiting for it)."""
-        async with asyncio.timeout(timeout):
-            while True:
-                found = next(((at, who) for at, who in self.times if at >= t), None)
-                if found is not None:
-                    return found
-                self.changed.clear()
-                await self.changed.wait()
-
-
 def node_of(cluster: NatsCluster, js: JetStreamContext) -> NatsServer:
     """The node the client is connected to now."""
     url = js.nc.connected_url
@@ -376,7 +349,7 @@ async def _p1(publishers: int, kills: int) -> None:
                 js, stream, [f"{stream}.>"], duplicate_window=P1_DUPLICATE_WINDOW
             )
             elections = Elections()
-            election_sub = await elections.watch(js, stream)
+            await elections.watch(js, f"$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.{stream}")
             client_node = node_of(cluster, js)
             others = [s for s in cluster.servers if s is not client_node]
             for round_ in range(kills):
@@ -389,12 +362,13 @@ async def _p1(publishers: int, kills: int) -> None:
                     work.start_prober()
                 await work.wait_acks(200)
                 assert await stream_leader(js, stream) == target.server_name
-                t_kill = now()
+                t_kill, wall_kill = now(), time.time()
                 await target.kill()
                 first = await work.first_ack_after(now(), timeout=WRITABLE_AFTER_CRASH + 20)
                 writable = first - t_kill
-                at, leader = await elections.first_after(t_kill, timeout=WRITABLE_AFTER_ELECTION)
-                elected = at - t_kill
+                elected, leader = await elections.after_kill(
+                    target.server_name, wall_kill, wall_kill + writable, WRITABLE_AFTER_ELECTION
+                )
                 logger.warning(
                     "FIGURE P1 writable_after_kill_s=%.2f elected_after_kill_s=%.2f (%s) "
                     "publishers=%d failed_attempts=%s",
@@ -404,10 +378,10 @@ async def _p1(publishers: int, kills: int) -> None:
                     publishers + 1,
                     dict(work.failures(since=t_kill)),
                 )
+                # RELIABILITY goal 3 (writable within 10 s) is the server's election
+                # (4-9 s) plus the client's share: the client's share, every time.
                 assert writable - elected <= WRITABLE_AFTER_ELECTION
-                if elected <= SERVER_ELECTION_BOUND:
-                    assert writable <= WRITABLE_AFTER_CRASH
-                else:
+                if elected > SERVER_ELECTION_BOUND:
                     logger.warning("FIGURE P1 server_election_overran_s=%.2f", elected)
                 await work.settled_after(first, timeout=P1_SETTLE)
                 stuck = work.stuck_in_process(since=t_kill, longer_than=STUCK_IN_PROCESS)
@@ -421,7 +395,7 @@ async def _p1(publishers: int, kills: int) -> None:
                 await target.start()
                 await cluster.wait_ready()
             await work.finish()
-            await election_sub.unsubscribe()
+            await elections.close()
             late = work.late()
             assert not late, f"{len(late)} attempts overran their deadline: {late[:5]}"
             logger.warning(

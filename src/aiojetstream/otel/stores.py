@@ -20,9 +20,37 @@ from .telemetry import OBJECT_PUT, READ, SYSTEM, WATCH, Telemetry, record_error
 if TYPE_CHECKING:
     from .._watch import Reader
 
-#: Where a traced one-shot read (key-value ``keys`` / ``history``, object-store
-#: ``list``) collects the headers of the messages its reader hands out.
-BATCH: contextvars.ContextVar[list[Mapping[str, str] | None] | None] = contextvars.ContextVar(
+
+class Batch:
+    """What a traced one-shot read saw: how many messages, and links to their writes.
+
+    Links are taken as the messages come (their headers are not kept), up to
+    ``max_links`` (the tracer's span limit): a read of a large bucket holds
+    no more than the span can carry.
+    """
+
+    __slots__ = ("count", "links", "max_links", "propagation")
+
+    def __init__(self, tel: Telemetry) -> None:
+        self.count = 0
+        self.links: list[Link] = []
+        self.propagation = tel.propagation
+        limits = getattr(tel.tracer, "_span_limits", None)
+        found = getattr(limits, "max_links", None)
+        self.max_links = found if isinstance(found, int) and found >= 0 else 128
+
+    def add(self, headers: Mapping[str, str] | None) -> None:
+        """One more message read (with its headers)."""
+        self.count += 1
+        if headers and len(self.links) < self.max_links:
+            sent, _ = self.propagation.extract(headers, False)
+            if sent is not None:
+                self.links.append(Link(sent))
+
+
+#: The batch a traced one-shot read (key-value ``keys`` / ``history``,
+#: object-store ``list``) counts the messages its reader hands out into.
+BATCH: contextvars.ContextVar[Batch | None] = contextvars.ContextVar(
     "aiojetstream_otel_batch", default=None
 )
 
@@ -87,17 +115,11 @@ class Stores:
         subject: str,
         stream: str,
         started: int,
-        seen: list[Mapping[str, str] | None],
+        seen: Batch,
         exc: BaseException | None,
     ) -> None:
         """End the ``receive`` span of a one-shot read that handed out ``seen``'s messages."""
         tel = self.tel
-        links = []
-        for headers in seen:
-            if headers:
-                sent, _ = tel.propagation.extract(headers, False)
-                if sent is not None:
-                    links.append(Link(sent))
         span = tel.tracer.start_span(
             f"receive {subject}",
             kind=SpanKind.CONSUMER,
@@ -107,9 +129,9 @@ class Stores:
                 "messaging.operation.name": "receive",
                 "messaging.operation.type": "receive",
                 "messaging.nats.stream": stream,
-                "messaging.batch.message_count": len(seen),
+                "messaging.batch.message_count": seen.count,
             },
-            links=links,
+            links=seen.links,
             start_time=started,
         )
         if exc is not None:
@@ -132,7 +154,7 @@ class Stores:
                 async def traced_next() -> Any:
                     item = await next_item()
                     if isinstance(item, Msg):
-                        seen.append(item.headers)
+                        seen.add(item.headers)
                     return item
 
                 reader.next = traced_next  # type: ignore[method-assign]
@@ -143,7 +165,7 @@ class Stores:
     async def _read_once(self, subject: str, stream: str, read: Callable[[], Any]) -> Any:
         """Await ``read()`` (a one-shot read) inside its ``receive`` span."""
         started = time.time_ns()
-        seen: list[Mapping[str, str] | None] = []
+        seen = Batch(self.tel)
         token = BATCH.set(seen)
         try:
             result = await read()
@@ -165,7 +187,7 @@ class Stores:
         runs, not while the caller handles what it yielded.
         """
         started = time.time_ns()
-        seen: list[Mapping[str, str] | None] = []
+        seen = Batch(self.tel)
         failed: BaseException | None = None
         try:
             while True:
