@@ -55,6 +55,17 @@ BATCH: contextvars.ContextVar[Batch | None] = contextvars.ContextVar(
 )
 
 
+def _read_attrs(operation: str, subject: str, stream: str) -> dict[str, Any]:
+    """The attributes every key-value or object-store read span starts with."""
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.destination.name": subject,
+        "messaging.operation.name": operation,
+        "messaging.operation.type": operation,
+        "messaging.nats.stream": stream,
+    }
+
+
 class Stores:
     """Key-value buckets and object stores of an instrumented context.
 
@@ -98,14 +109,7 @@ class Stores:
             f"process {subject}",
             context=parent,
             kind=SpanKind.CONSUMER,
-            attributes={
-                "messaging.system": SYSTEM,
-                "messaging.destination.name": subject,
-                "messaging.operation.name": "process",
-                "messaging.operation.type": "process",
-                "messaging.nats.stream": stream,
-                **attrs,
-            },
+            attributes={**_read_attrs("process", subject, stream), **attrs},
             links=links,
             start_time=started,
         )
@@ -124,11 +128,7 @@ class Stores:
             f"receive {subject}",
             kind=SpanKind.CONSUMER,
             attributes={
-                "messaging.system": SYSTEM,
-                "messaging.destination.name": subject,
-                "messaging.operation.name": "receive",
-                "messaging.operation.type": "receive",
-                "messaging.nats.stream": stream,
+                **_read_attrs("receive", subject, stream),
                 "messaging.batch.message_count": seen.count,
             },
             links=seen.links,
