@@ -242,7 +242,19 @@ async def test_k1_watch_across_a_stream_leader_kill() -> None:
                 watching = asyncio.create_task(follow(kv, log, started))
                 await asyncio.wait_for(started.wait(), 10)
                 await log.wait_initial(10)
-                (watch_consumer,) = [c async for c in js.consumer_names(stream)]
+                # The listing can lag the watcher's consumer (an ordered consumer is
+                # recreated on a reset, and the list is the meta leader's view): once
+                # in CI it came back empty after the initial values had arrived.
+                listed: list[str] = []
+
+                async def one_listed(listed: list[str] = listed) -> bool:
+                    listed[:] = [c async for c in js.consumer_names(stream)]
+                    return len(listed) == 1
+
+                await wait_until(
+                    one_listed, timeout=10, interval=0.1, message="the watcher's consumer listed"
+                )
+                (watch_consumer,) = listed
                 where = await consumer_leader(js, stream, watch_consumer)
                 if where not in (None, "n1", meta):
                     break
