@@ -87,10 +87,18 @@ def check_reply(
         raise InvalidResponseError(f"unexpected JetStream API reply: {data[:200]!r}")
     error = reply.get("error")
     if error is not None:
+        if not isinstance(error, dict):
+            raise InvalidResponseError(f"unexpected error in a JetStream reply: {data[:200]!r}")
+        try:
+            code, err_code = int(error.get("code", 0)), int(error.get("err_code", 0))
+        except (TypeError, ValueError):
+            raise InvalidResponseError(
+                f"unexpected error in a JetStream reply: {data[:200]!r}"
+            ) from None
         named = reply.get("stream")
         raise api_error(
-            int(error.get("code", 0)),
-            int(error.get("err_code", 0)),
+            code,
+            err_code,
             str(error.get("description", "")),
             stream=stream if stream is not None or not isinstance(named, str) else named,
             consumer=consumer,

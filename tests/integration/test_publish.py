@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from aiojetstream import (
     ConnectionClosedError,
     InvalidHeaderError,
     InvalidOptionError,
+    InvalidResponseError,
     InvalidSubjectError,
     InvalidTTLError,
     JetStreamContext,
@@ -275,3 +277,36 @@ async def test_close_fails_pending_and_refuses_new(nats_server: object) -> None:
         await js.publish_async("pub.a", b"x")
     await js.close()  # idempotent
     del sub
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"error":"no such thing"}', b'{"error":{"code":"bad","err_code":1}}', b'{"error":[1]}'],
+)
+async def test_replies_no_server_writes_fail_typed_and_at_once(
+    js: JetStreamContext, body: bytes
+) -> None:
+    # A core service answers the subject with JSON whose "error" is not the API's
+    # shape: every publish form fails with InvalidResponseError at once (a
+    # publish_async future left waiting forever, a publish_many that never returned).
+    subject = f"odd.{unique_name('reply')}"
+
+    async def answer(msg: Any) -> None:
+        await msg.respond(body)
+
+    sub = await js.nc.subscribe(subject, cb=answer)
+    try:
+        with pytest.raises(InvalidResponseError):
+            await js.publish(subject, b"x")
+        fut = await js.publish_async(subject, b"x", timeout=60)
+        with pytest.raises(InvalidResponseError):
+            await asyncio.wait_for(fut, 10)
+        assert js.publish_async_pending == 0
+        held = await js.publish_async(subject, b"x", timeout=60, hold_when_full=30)
+        with pytest.raises(InvalidResponseError):
+            await asyncio.wait_for(held, 10)
+        with pytest.raises(InvalidResponseError):
+            await asyncio.wait_for(js.publish_many(subject, [b"a", b"b", b"c"], timeout=60), 10)
+        await asyncio.wait_for(js.publish_async_complete(timeout=10), 10)
+    finally:
+        await sub.unsubscribe()

@@ -54,9 +54,16 @@ def _stream_full(data: bytes, hdr: bytes | None, subject: bytes) -> StreamFullEr
         ack_from_reply(data, hdr, subject.decode())
     except StreamFullError as exc:
         return exc
-    except JetStreamError:
+    except Exception:
         return None  # another refusal: _on_reply parses the reply again and raises it
     return None
+
+
+def _invalid(data: bytes, exc: Exception) -> InvalidResponseError:
+    """The error of a reply that could not be read as a publish acknowledgement."""
+    error = InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}")
+    error.__cause__ = exc
+    return error
 
 
 class _Held:
@@ -462,6 +469,8 @@ class AsyncPublisher:
             )
         except JetStreamError as exc:
             fut.set_exception(exc)
+        except Exception as exc:  # a reply no JetStream server writes: fail, never hang
+            fut.set_exception(_invalid(data, exc))
         else:
             fut.set_result(ack)
 
@@ -515,6 +524,8 @@ class AsyncPublisher:
             )
         except JetStreamError as exc:
             tally.set_exception(exc)
+        except Exception as exc:  # a reply no JetStream server writes: fail, never hang
+            tally.set_exception(_invalid(data, exc))
         else:
             tally.count(ack.duplicate)
 
