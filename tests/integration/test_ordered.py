@@ -235,3 +235,54 @@ async def test_fetch_no_wait_max_bytes(js: JetStreamContext, stream: str) -> Non
         await (await oc.fetch_no_wait(5, max_bytes=1)).collect()
     got = await (await oc.fetch_no_wait(5, max_bytes=1 << 20)).collect()
     assert [m.data for m in got] == [str(i).encode() for i in range(5)]
+
+
+async def test_last_per_subject_reset_after_no_initial_values(
+    js: JetStreamContext, stream: str
+) -> None:
+    """A "last per subject" consumer (a KV watch's) with no initial values, recreated
+    before it handed anything out: it started "last per subject" again and delivered
+    only the last revision of each key, the updates before it lost."""
+    config = OrderedConsumerConfig(
+        filter_subjects=["ord.>"], deliver_policy=DeliverPolicy.LAST_PER_SUBJECT
+    )
+    oc = await js.ordered_consumer(stream, config)
+    assert await (await oc.fetch_no_wait(5)).collect() == []  # nothing to begin with
+    await js.publish("ord.a", b"1", timeout=10)
+    await js.publish("ord.a", b"2", timeout=10)
+    assert oc.name is not None
+    first = oc.name
+    await js.delete_consumer(stream, first)
+    # The first fetch finds the consumer gone (an empty batch); the next recreates it.
+    assert await (await oc.fetch_no_wait(5)).collect() == []
+    got = await (await oc.fetch_no_wait(5)).collect()
+    assert oc.name != first
+    assert [m.data for m in got] == [b"1", b"2"]
+
+
+async def test_last_per_subject_reset_after_initial_values_removed_before_delivery(
+    js: JetStreamContext, stream: str
+) -> None:
+    """Initial values removed before delivery (here a deleted message): fewer came
+    than the consumer had pending when created, the last with nothing pending after
+    it. A reset after that started "last per subject" again, losing updates."""
+    for subject in ("ord.a", "ord.b", "ord.c"):
+        await js.publish(subject, b"0", timeout=10)
+    config = OrderedConsumerConfig(
+        filter_subjects=["ord.>"], deliver_policy=DeliverPolicy.LAST_PER_SUBJECT
+    )
+    oc = await js.ordered_consumer(stream, config)
+    first = await (await oc.fetch_no_wait(1)).collect()
+    assert [m.subject for m in first] == ["ord.a"]
+    await (await js.stream(stream)).delete_msg(3)  # ord.c, not delivered yet
+    rest = await (await oc.fetch_no_wait(5)).collect()
+    assert [(m.subject, m.metadata.num_pending) for m in rest] == [("ord.b", 0)]
+    await js.publish("ord.a", b"1", timeout=10)
+    await js.publish("ord.a", b"2", timeout=10)
+    assert oc.name is not None
+    name = oc.name
+    await js.delete_consumer(stream, name)
+    assert await (await oc.fetch_no_wait(5)).collect() == []
+    got = await (await oc.fetch_no_wait(5)).collect()
+    assert oc.name != name
+    assert [(m.subject, m.data) for m in got] == [("ord.a", b"1"), ("ord.a", b"2")]

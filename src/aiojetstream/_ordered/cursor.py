@@ -34,6 +34,7 @@ from .._errors import (
     InvalidOptionError,
     JetStreamError,
     NoHeartbeatError,
+    NotJetStreamMessageError,
     OrderedConsumerResetError,
     StreamNotFoundError,
 )
@@ -97,10 +98,12 @@ class OrderedCursor:
         self._config = config
         self._prefix = config.name_prefix or secrets.token_hex(8)
         self._serial = 0
-        # The stream sequence of the last message handed out (see _cursor), or the
-        # message whose sequence it is, not parsed yet.
+        # The last message handed out (None before any) and the stream sequence of
+        # the last one parsed (see _cursor): a message handed out from a run checked
+        # at its ends is parsed only when asked for.
         self._cursor_value = 0
         self._cursor_msg: Msg | None = None
+        self._cursor_parsed: Msg | None = None
         # Where a "new" or "last" consumer started (its first creation): recreated before
         # the first message, it starts there again. None until then.
         self._floor: int | None = None
@@ -110,7 +113,11 @@ class OrderedCursor:
         # starts "last per subject" again, skipping what was handed out already
         # (stream sequences up to _skip_through): from cursor + 1 it would deliver
         # every older revision after the cursor too (deleted keys came back in a
-        # KV watch's initial values).
+        # KV watch's initial values). Once they are done (all handed out, none to
+        # begin with, or the last message handed out had nothing pending after it:
+        # some were removed before delivery), a reset starts at cursor + 1, as for
+        # any policy: "last per subject" again would deliver only the latest
+        # revision of each key, and the updates in between would be lost.
         self._initial_end = 0
         self._skip_through = 0
         self._name: str | None = None
@@ -126,17 +133,35 @@ class OrderedCursor:
         # Messages handed out from a run checked at its ends (see OrderedSource.take)
         # leave the last of them here: its sequence is parsed only when asked for.
         msg = self._cursor_msg
-        if msg is not None:
-            self._cursor_msg = None
+        if msg is not None and msg is not self._cursor_parsed:
+            self._cursor_parsed = msg
             sequences = ack_sequences(msg._reply)
             if sequences is not None:  # else not a delivery (forged): the last one parsed
                 self._cursor_value = sequences[0]
         return self._cursor_value
 
-    @_cursor.setter
-    def _cursor(self, value: int) -> None:
-        self._cursor_msg = None
-        self._cursor_value = value
+    def _handed_out(self, msg: Msg, stream_seq: int) -> None:
+        """``msg`` (at ``stream_seq``) was handed out: the cursor is at it."""
+        self._cursor_msg = self._cursor_parsed = msg
+        self._cursor_value = stream_seq
+
+    def _initial_done(self) -> bool:
+        """Whether the current "last per subject" consumer's initial values are all done.
+
+        True for other policies. See ``_initial_end``.
+        """
+        if self._expected - 1 >= self._initial_end:
+            return True
+        last = self._cursor_msg
+        if last is None or self._expected == 1:
+            return False
+        # The last message handed out had nothing pending after it: what was not
+        # delivered of the initial values was removed. (A message handed out by an
+        # earlier consumer never reads 0 here: that reset would have seen it.)
+        try:
+            return last.metadata.num_pending == 0
+        except NotJetStreamMessageError:
+            return False
 
     # ------------------------------------------------------------- consumers
 
@@ -160,8 +185,17 @@ class OrderedCursor:
         elif subjects:
             fields["filter_subjects"] = subjects
         after = self._cursor or self._floor
-        initial_left = self._expected - 1 < self._initial_end
-        if after is not None and not initial_left:
+        initial_done = self._initial_done()
+        if (
+            after is None
+            and initial_done
+            and self._info is not None
+            and cfg.deliver_policy is DeliverPolicy.LAST_PER_SUBJECT
+        ):
+            # Nothing handed out and no initial values left: every message the filter
+            # takes now was stored after the consumer was created.
+            after = 0
+        if after is not None and initial_done:
             fields["deliver_policy"] = DeliverPolicy.BY_START_SEQUENCE
             fields["opt_start_seq"] = after + 1
         else:
@@ -289,7 +323,7 @@ class OrderedCursor:
         self._expected += 1
         if stream_seq <= self._skip_through:
             return None
-        self._cursor = stream_seq
+        self._handed_out(msg, stream_seq)
         return True
 
     def _driver(self, settings: PullSettings, error_handler: ErrorHandler | None) -> PullDriver:
@@ -636,7 +670,9 @@ class OrderedSource:
                 return None
             owner._expected += 1
             if stream_seq > owner._skip_through:
-                owner._cursor = stream_seq
+                # owner._handed_out(msg, stream_seq), inlined
+                owner._cursor_msg = owner._cursor_parsed = msg
+                owner._cursor_value = stream_seq
                 return msg
 
     async def next_msg(self) -> Msg | None:
