@@ -96,6 +96,21 @@ def test_offsets_per_stream_as_json(spark: SparkSession, nats: Nats, name: str) 
     assert [(s, q) for s, q, _ in triples(df)] == [(a, 4), (a, 5)] + [(b, i) for i in range(1, 11)]
 
 
+def test_one_streams_checkpoint_offset_in_a_read_of_several(
+    spark: SparkSession, nats: Nats, name: str
+) -> None:
+    """A checkpoint offset naming one stream applies to that stream only (it was
+    taken as every stream's: the other one silently started at its sequence)."""
+    a, b = f"{name}-0", f"{name}-1"
+    create(nats, a, 10)
+    create(nats, b, 10)
+    offset = json.dumps({"stream": a, "seq": 7, "created": "2026-11-25T02:11:20+00:00"})
+    df = read(spark, nats.url, streams=f"{a},{b}", startingOffsets=offset)
+    assert [(s, q) for s, q, _ in triples(df)] == [(a, i) for i in range(7, 11)] + [
+        (b, i) for i in range(1, 11)
+    ]
+
+
 def test_min_partitions_and_the_default(spark: SparkSession, nats: Nats, name: str) -> None:
     a, b = f"{name}-0", f"{name}-1"
     create(nats, a, 30)

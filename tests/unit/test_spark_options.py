@@ -71,6 +71,28 @@ def test_json_offset_accepted() -> None:
         )
 
 
+def test_json_offset_of_one_stream_in_a_read_of_several() -> None:
+    """A single stream's checkpoint offset in a read of several streams: it was taken
+    as every stream's (the other streams silently started, or ended, at its sequence)."""
+    offset = '{"stream": "A", "seq": 17, "created": "2026-11-25T02:11:20.101452+00:00"}'
+    opts = parse_source_options({"streams": "A,B", "startingOffsets": offset}, streaming=True)
+    assert (opts.starting_for("A"), opts.starting_for("B")) == (17, None)
+    batch = parse_source_options({"streams": "A,B", "endingOffsets": offset}, streaming=False)
+    assert (batch.ending_for("A"), batch.ending_for("B")) == (17, "latest")
+    pattern = parse_source_options(
+        {"streamPattern": "[AB]", "startingOffsets": offset}, streaming=True
+    )
+    assert (pattern.starting_for("A"), pattern.starting_for("B")) == (17, None)
+    with pytest.raises(InvalidOptionError, match="names stream 'A', which is not read"):
+        parse_source_options({"streams": "X,Y", "startingOffsets": offset}, streaming=True)
+    with pytest.raises(InvalidOptionError, match="'A', which 'streamPattern'"):
+        parse_source_options({"streamPattern": "X.*", "endingOffsets": offset}, streaming=False)
+    with pytest.raises(InvalidOptionError, match="'startingOffsets'"):
+        parse_source_options(
+            {"streams": "A,B", "startingOffsets": '{"stream": "A", "seq": 0}'}, streaming=True
+        )
+
+
 @pytest.mark.parametrize(
     "offset",
     [

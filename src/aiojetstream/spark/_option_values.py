@@ -228,6 +228,21 @@ def _json_offset(text: str) -> tuple[str, str] | None:
     return name, str(seq)
 
 
+def parse_named_offset(
+    raw: str, display: str, words: tuple[str, ...]
+) -> dict[str, str | int] | None:
+    """A single stream's checkpoint offset as ``{stream: seq}``; None if it is not one.
+
+    For a read of several streams: such an offset is that stream's, not every one's.
+    """
+    text = raw.strip()
+    offset = _json_offset(text) if text.startswith("{") else None
+    if offset is None:
+        return None
+    name = offset[0]
+    return {name: parse_offset(text, display, words, name)}
+
+
 def parse_per_stream(raw: str, display: str, words: tuple[str, ...]) -> dict[str, str | int] | None:
     """A JSON object of offsets per stream (``{"A": 5, "B": "earliest"}``); None if not one.
 
@@ -244,7 +259,7 @@ def parse_per_stream(raw: str, display: str, words: tuple[str, ...]) -> dict[str
             f'{{"ORDERS-0": 1001, "ORDERS-1": "{words[0]}"}}'
         ) from None
     if not isinstance(value, dict) or {"stream", "seq"} <= value.keys():
-        return None  # a single stream's checkpoint offset: parseparse_offset() reads it
+        return None  # a single stream's checkpoint offset: parse_offset() reads it
     if set(value) == {"streams"} and isinstance(value["streams"], dict):
         value = {k: v.get("seq") if isinstance(v, dict) else v for k, v in value["streams"].items()}
     result: dict[str, str | int] = {}

@@ -40,6 +40,7 @@ from ._option_values import (
     parse_bool,
     parse_duration,
     parse_name,
+    parse_named_offset,
     parse_offset,
     parse_per_stream,
     parse_positive_float,
@@ -507,23 +508,25 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     starting: Start | None = None
     starting_by: dict[str, str | int] = {}
     if "startingoffsets" in opts:
-        per = parse_per_stream(opts["startingoffsets"], "startingOffsets", ("earliest", "latest"))
-        if per is None:
-            starting = parse_offset(  # type: ignore[assignment]
-                opts["startingoffsets"], "startingOffsets", ("earliest", "latest"), stream
-            )
-        else:
-            starting_by = _check_named(per, "startingOffsets", selected, pattern)
+        first, starting_by = _offsets(
+            opts["startingoffsets"],
+            "startingOffsets",
+            ("earliest", "latest"),
+            stream,
+            selected,
+            pattern,
+        )
+        starting = first  # type: ignore[assignment]
     ending: End = "latest"
     ending_by: dict[str, str | int] = {}
     if "endingoffsets" in opts:
         if streaming:
             raise InvalidOptionError("option 'endingOffsets' applies to batch reads only")
-        per = parse_per_stream(opts["endingoffsets"], "endingOffsets", ("latest",))
-        if per is None:
-            ending = parse_offset(opts["endingoffsets"], "endingOffsets", ("latest",), stream)  # type: ignore[assignment]
-        else:
-            ending_by = _check_named(per, "endingOffsets", selected, pattern)
+        last, ending_by = _offsets(
+            opts["endingoffsets"], "endingOffsets", ("latest",), stream, selected, pattern
+        )
+        if last is not None:
+            ending = last  # type: ignore[assignment]
     for name in {*starting_by, *selected}:
         first = starting_by.get(name, starting)
         last = ending_by.get(name, ending)
@@ -585,6 +588,27 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             opts, "retrytimeout", "retryTimeout", DEFAULT_RETRY_TIMEOUT
         ),
     )
+
+
+def _offsets(
+    raw: str,
+    display: str,
+    words: tuple[str, ...],
+    stream: str | None,
+    selected: tuple[str, ...],
+    pattern: str | None,
+) -> tuple[str | int | None, dict[str, str | int]]:
+    """One offset for every stream read (first), or offsets per stream (second).
+
+    A single stream's checkpoint offset (``{"stream": "A", "seq": 5}``) in a read
+    of several streams is stream A's only, as ``{"A": 5}`` would be.
+    """
+    per = parse_per_stream(raw, display, words)
+    if per is None and stream is None:
+        per = parse_named_offset(raw, display, words)
+    if per is None:
+        return parse_offset(raw, display, words, stream), {}
+    return None, _check_named(per, display, selected, pattern)
 
 
 def _check_named(
