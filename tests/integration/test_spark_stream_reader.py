@@ -141,6 +141,36 @@ def test_each_stream_keeps_its_recreated_detection(nats: Nats) -> None:
         assert ranges(lenient.partitions(end, nxt)) == [(b, 1, 6)]
 
 
+def test_waiting_for_more_after_a_recreated_stream(nats: Nats) -> None:
+    """``minOffsetsPerTrigger`` waiting while a stream was deleted and created again
+    (failOnDataLoss=false): the offset planned kept the old stream's sequence, so the
+    batch read the new stream up to it and the next one started there, skipping
+    what was stored in between."""
+    stream = unique_name("RCW")
+    create(nats, stream, count=20)
+    r = reader(
+        nats.url,
+        stream=stream,
+        startingOffsets="earliest",
+        minOffsetsPerTrigger="50",
+        maxTriggerDelay="1h",
+        failOnDataLoss="false",
+    )
+    start = r.initialOffset()
+    first = r.latestOffset(start, r.getDefaultReadLimit())  # the first trigger: no wait
+    assert seqs(first) == {stream: 21}
+    nats.run(lambda js: js.delete_stream(stream))
+    create(nats, stream, count=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", JetStreamSparkWarning)
+        waiting = r.latestOffset(first, r.getDefaultReadLimit())  # 5 < 50: no rows yet
+        assert seqs(waiting) == {stream: 1}
+        assert ranges(r.partitions(first, waiting)) == []
+        publish(nats, stream, 60)
+        end = r.latestOffset(waiting, r.getDefaultReadLimit())
+        assert ranges(r.partitions(waiting, end)) == [(stream, 1, 66)]
+
+
 def test_json_starting_offsets_per_stream(nats: Nats) -> None:
     base = unique_name("JS")
     a, b = f"{base}-A", f"{base}-B"

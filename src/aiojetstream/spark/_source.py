@@ -387,7 +387,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = his
         if not (ADMISSION_CONTROL and isinstance(limit, ReadAllAvailable)):
             if self._wait_for_more(waiting):
-                ends = {n: p.seq for n, p in begin.items() if n in los}  # no batch yet
+                # No rows yet: each stream ends where it starts (a stream created
+                # again starts at its new first sequence, not at the old offset).
+                ends = {n: los[n] for n in begin if n in los}
             else:
                 ends = allot(
                     waiting,
