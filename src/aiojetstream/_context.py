@@ -847,7 +847,10 @@ class JetStreamContext:
         :class:`ConnectionClosedError` when the context closes. Arguments are
         those of :meth:`publish`. With ``hold_when_full`` the future completes
         once the message is stored or the hold time is up; held messages keep
-        their place in the window and their order, and share one backoff.
+        their place in the window, are sent again in publish order and share
+        one backoff. A publish already sent when an earlier one is refused may
+        be stored before it (docs/publishing.md, "Publishing into a full
+        stream").
         """
         timeout = check_timeout(timeout)
         if schedule is not None or schedule_target is not None or schedule_ttl is not None:
