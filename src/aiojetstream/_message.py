@@ -363,6 +363,8 @@ class Msg:
         """The size the server counts against a pull's ``max_bytes`` (ADR-37).
 
         ``len(subject) + len(reply) + len(headers) + len(data)``, all in bytes.
+        (A pinned client's message also carries the ``Nats-Pin-Id`` header,
+        which the server adds after counting; pulls leave it out.)
         """
         hdr = self._hdr
         return len(self._subject) + len(self._reply) + (len(hdr) if hdr else 0) + len(self.data)

@@ -196,6 +196,34 @@ def pin_id_from_headers(hdr: bytes | None) -> str | None:
     return None
 
 
+def pin_header_size(hdr: bytes | None) -> int:
+    r"""The bytes of a message's header block the server's ``Nats-Pin-Id`` added.
+
+    nats-server counts a message against a pull's ``max_bytes`` before it adds
+    the pin id header of a pinned client (it appends the line to the header
+    block, or writes a block of its own when the message had none). A pinned
+    pull's byte count leaves these bytes out, as the server does.
+
+    Example:
+        >>> pin_header_size(b"NATS/1.0\r\nNats-Pin-Id: abc\r\n\r\n")
+        30
+        >>> pin_header_size(b"NATS/1.0\r\nA: b\r\nNats-Pin-Id: abc\r\n\r\n")
+        18
+
+    """
+    if hdr is None or _PIN_ID_BYTES not in hdr:
+        return 0
+    lines = bytes(hdr).split(b"\r\n")
+    if len(lines) < 4 or lines[-1] or lines[-2]:
+        return 0
+    key, sep, _ = lines[-3].partition(b":")
+    if not sep or key.strip().decode("latin-1").lower() != _PIN_ID_LOWER:
+        return 0
+    if len(lines) == 4:  # the server's own block: the message had no headers
+        return len(hdr)
+    return len(lines[-3]) + 2
+
+
 class PinState:
     """The pin of one priority group as this client knows it (``pinned_client``).
 

@@ -23,19 +23,15 @@ from . import _api
 from ._api import ApiClient
 from ._conn import RawSink, RawSubscription
 from ._errors import (
-    APIError,
     ConnectionClosedError,
     ConsumerNotFoundError,
     DisconnectedError,
     InvalidResponseError,
     JetStreamError,
-    JetStreamNotEnabledError,
-    JetStreamTimeoutError,
-    NoRespondersError,
     StreamNotFoundError,
 )
 from ._message import Msg, PlainRun, total_size
-from ._priority import PinState, pin_id_from_headers
+from ._priority import PinState, pin_header_size, pin_id_from_headers
 from ._pull_engine import (
     ArmTimer,
     CancelTimer,
@@ -335,7 +331,7 @@ class PullDriver:
             return msg
         if self._untold:
             self._tell()
-        cmds = self.engine.on_consumed(msg.size if self._byte_mode else 0)
+        cmds = self.engine.on_consumed(self._size(msg) if self._byte_mode else 0)
         if cmds:
             self._run(cmds)
         if self._batching:
@@ -520,14 +516,24 @@ class PullDriver:
                 pin_id = pin_id_from_headers(hdr)
                 if pin_id is not None:
                     self.engine.on_pin_id(pin_id)
-            cmds = self.engine.on_message(msg.size if self._byte_mode else 0)
+            cmds = self.engine.on_message(self._size(msg) if self._byte_mode else 0)
             if self._byte_cap:
-                cmds += self.engine.on_fetched_bytes(msg.size)
+                cmds += self.engine.on_fetched_bytes(self._size(msg))
             if cmds:
                 self._run(cmds)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _size(self, msg: Msg) -> int:
+        """``msg``'s size as the server counted it against the pull's ``max_bytes``.
+
+        A pinned client's messages carry a ``Nats-Pin-Id`` header the server
+        adds after counting (see :func:`pin_header_size`).
+        """
+        if self._pinned:
+            return msg.size - pin_header_size(msg._hdr)
+        return msg.size
 
     def _on_arrivals(self, count: int) -> None:
         """The router put ``count`` messages into the buffer (see RawSink)."""
@@ -702,14 +708,17 @@ class PullDriver:
         except ConnectionClosedError as exc:
             self._finish(exc)
             return
-        except (
-            JetStreamNotEnabledError,
-            JetStreamTimeoutError,
-            DisconnectedError,
-            NoRespondersError,
-            APIError,
-        ) as exc:
+        except JetStreamError as exc:
+            # Timeouts, disconnects, no responders, API errors, a reply that is not
+            # the API's: checked again later (a fetch ends with it).
             result, error = CheckResult.UNAVAILABLE, exc
+        except Exception as exc:
+            # Not expected: the run ends with it (a check task that died here left
+            # the run waiting for an answer that never came, pulling nothing).
+            failure = JetStreamError(f"checking the consumer failed: {exc!r}")
+            failure.__cause__ = exc
+            self._finish(failure)
+            return
         if not self.finished:
             self._settle()
             self._run(self.engine.on_consumer_checked(self._now(), result, error))

@@ -1561,3 +1561,64 @@ async def test_fetch_from_a_frozen_server_ends_in_bounded_time(call: str) -> Non
             assert took < bound + 1.0, f"{call} ended after {took:.2f} s (bound {bound:g} s)"
         finally:
             await js.close()
+
+
+# --------------------------------------------------------------------------- a failing check
+
+
+@pytest.mark.parametrize("fault", ["invalid reply", "unexpected"])
+async def test_a_consumer_check_that_fails_oddly_never_stalls_consume(fault: str) -> None:
+    """After a reconnect the run checks the consumer before pulling again. A check
+    failing with an error outside the expected few (a reply that is not the API's,
+    or a plain bug) ended the check task without an answer: the run pulled nothing
+    more and reported nothing, for good. Now a JetStreamError is checked again
+    later, anything else ends the run with it."""
+    async with NatsServer() as server:
+        js = await connect(server.url)
+        try:
+            stream = unique_name("CHK")
+            await js.create_stream(
+                StreamConfig(name=stream, subjects=["chk.>"], storage=StorageType.FILE)
+            )
+            consumer = await js.create_consumer(stream, ConsumerConfig(durable_name="dur"))
+            real_check = consumer._check
+            checks: list[str] = []
+
+            async def failing_once(timeout: float | None) -> Any:
+                checks.append("check")
+                if len(checks) == 1:
+                    if fault == "invalid reply":
+                        raise aiojetstream.InvalidResponseError("not a ConsumerInfo: b'<html>'")
+                    raise RuntimeError("a bug in the check")
+                return await real_check(timeout)
+
+            consumer._check = failing_once  # type: ignore[method-assign]
+            got: list[bytes] = []
+            errors = Errors()
+
+            async def handle(msg: Msg) -> None:
+                got.append(msg.data)
+                await msg.ack()
+
+            ctx = await consumer.consume(handle, error_handler=errors, expires=2, heartbeat=0.5)
+            await fill(js, "chk.x", 3)
+            await wait_until(lambda: len(got) == 3, timeout=10)
+            await asyncio.wait_for(server.restart(), 60)
+            await wait_until(lambda: len(checks) >= 1, timeout=30, message="no check")
+            if fault == "invalid reply":
+                await wait_until(
+                    lambda: len(checks) >= 2, timeout=30, message="never checked again"
+                )
+                for i in range(3, 6):
+                    await publish_when_ready(js, "chk.x", b"%d" % i)
+                await wait_until(lambda: len(got) == 6, timeout=30, message="consume stalled")
+                assert got == [b"%d" % i for i in range(6)]
+                ctx.stop()
+                assert await asyncio.wait_for(ctx.closed(), 10) is None
+            else:
+                error = await asyncio.wait_for(ctx.closed(), 10)
+                assert isinstance(error, JetStreamError)
+                assert "a bug in the check" in str(error)
+                assert isinstance(error.__cause__, RuntimeError)
+        finally:
+            await js.close()

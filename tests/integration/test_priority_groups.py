@@ -371,3 +371,36 @@ async def test_old_servers_are_refused_before_sending(js: JetStreamContext) -> N
         await priority_consumer(js, stream, PriorityPolicy.PRIORITIZED, name="z")
     assert (info.value.required_level, info.value.server_level) == (2, 1)
     assert js.nc.stats["out_msgs"] == before
+
+
+@pytest.mark.parametrize("headers", [None, {"A": "b"}])
+@pytest.mark.parametrize("call", ["fetch_bytes", "fetch_no_wait"])
+async def test_pinned_byte_bounded_fetch_hands_out_every_message_delivered(
+    js: JetStreamContext, call: str, headers: dict[str, str] | None
+) -> None:
+    """The server counts a message against a pull's max_bytes before it adds the
+    pinned client's Nats-Pin-Id header (a header block of its own, or a line added
+    to the message's). Counting with it, the client ended the fetch early and
+    dropped the messages the server still delivered for it (left to redeliver
+    after ack_wait, nothing said)."""
+    stream = await make_stream(js, "PGB")
+    for _ in range(12):
+        await js.publish(f"{stream}.x", b"0123456789", headers=headers)
+    consumer = await priority_consumer(js, stream, PriorityPolicy.PINNED_CLIENT)
+    (probe,) = await collect(consumer, 1, expires=2, group="jobs")
+    await probe.double_ack(timeout=5)
+    stored_headers = len(b"NATS/1.0\r\nA: b\r\n\r\n") if headers else 0
+    # Six messages' worth as the server counts them: the later ones are no larger
+    # (their pending counts have fewer digits), a seventh does not fit.
+    size = len(probe.subject) + len(probe.reply) + stored_headers + len(probe.data)
+    if call == "fetch_bytes":
+        batch = await consumer.fetch_bytes(6 * size, expires=2, group="jobs")
+    else:
+        batch = await consumer.fetch_no_wait(10, max_bytes=6 * size, group="jobs")
+    got = [msg async for msg in batch]
+    for msg in got:
+        await msg.double_ack(timeout=5)
+    info = await consumer.info()
+    assert info.delivered.consumer_seq == 1 + len(got)  # nothing delivered was dropped
+    assert info.num_ack_pending == 0
+    assert len(got) == 6
