@@ -741,3 +741,40 @@ async def test_connection_drop_during_put(fault: str) -> None:
             assert await store.get_bytes("obj") == b"version 1"
         finally:
             await js.close()
+
+
+async def test_a_read_that_ended_never_reads_as_a_clean_end(js: JetStreamContext) -> None:
+    """Reading an ObjectResult again after it failed (or after it was closed before
+    its end) returned b"" without an error: a cut-off object taken for an empty
+    rest. It raises its error again (or ObjectStoreError); a read that got every
+    chunk still ends with b"", as a file at its end."""
+    store = await new_store(js, storage=StorageType.MEMORY)
+    data = os.urandom(300_000)
+    await store.put("o", data, chunk_size=1024)
+
+    failed = await store.get("o")
+    first = await failed.__anext__()
+    assert first == data[:1024]
+    await store.delete("o")
+    with pytest.raises(ObjectNotFoundError):
+        await failed.read()
+    with pytest.raises(ObjectNotFoundError):
+        await failed.read()
+
+    await store.put("o", data, chunk_size=1024)
+    async with await store.get("o") as closed:
+        assert await closed.__anext__() == data[:1024]
+    with pytest.raises(ObjectStoreError, match="closed before its end"):
+        await closed.read()
+    with pytest.raises(ObjectStoreError, match="closed before its end"):
+        async for _ in closed:
+            pass
+
+    whole = await store.get("o")
+    assert await whole.read() == data
+    assert await whole.read() == b""
+    empty = await store.put("e", b"")
+    assert empty.size == 0
+    nothing = await store.get("e")
+    assert await nothing.read() == b""
+    assert await nothing.read() == b""

@@ -25,6 +25,7 @@ from .._errors import (
     JetStreamTimeoutError,
     MessageNotFoundError,
     ObjectNotFoundError,
+    ObjectStoreError,
     StreamNotFoundError,
 )
 from .._message import Msg
@@ -119,6 +120,9 @@ class ObjectResult:
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._started = False
         self._done = False
+        # How the read ended: every chunk read and checked (True), or its error.
+        self._complete = False
+        self._error: BaseException | None = None
 
     def __repr__(self) -> str:
         return f"<ObjectResult {self._store.bucket}/{self.info.name} {self.info.size} bytes>"
@@ -139,16 +143,18 @@ class ObjectResult:
 
     async def __anext__(self) -> bytes:
         if self._done:
-            raise StopAsyncIteration
+            self._ended()
         try:
             if not self._started:
                 self._started = True
                 if not await self._start():
                     await self._end()
+                    self._complete = True
                     raise StopAsyncIteration
             msg = await self._next()
             if msg is None:  # the read ended early (the chunks are gone)
                 await self._end()
+                self._complete = True
                 raise StopAsyncIteration
             data = msg.data
             self._sha.update(data)
@@ -158,14 +164,38 @@ class ObjectResult:
                 self._mismatch("more data than its size")
             if msg.metadata.num_pending == 0:
                 await self._end()
+                self._complete = True
                 await self.aclose()
             return data
         except StreamNotFoundError as exc:
             await self.aclose()
-            raise bucket_gone(self._store.stream.name) from exc
-        except BaseException:
+            self._error = bucket_gone(self._store.stream.name)
+            raise self._error from exc
+        except StopAsyncIteration:
             await self.aclose()
             raise
+        except BaseException as exc:
+            await self.aclose()
+            if self._error is None and not self._complete:
+                self._error = exc
+            raise
+
+    def _ended(self) -> None:
+        """Iterating a read that ended: the end once more, never a silent cut.
+
+        After every chunk was read and checked, the end (StopAsyncIteration, and
+        :meth:`read` returns ``b""``); after a failure, that error again; after
+        :meth:`aclose` before the end (or a cancelled read), ObjectStoreError.
+        """
+        if self._complete:
+            raise StopAsyncIteration
+        error = self._error
+        if error is not None and not isinstance(error, asyncio.CancelledError):
+            raise error
+        raise ObjectStoreError(
+            f"the read of object {self.info.name!r} was closed before its end; "
+            "get the object again to read it"
+        )
 
     async def _start(self) -> bool:
         """Start reading the chunks; False when there is nothing to read."""
