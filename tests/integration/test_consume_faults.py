@@ -1173,6 +1173,46 @@ async def test_reconnects_exhausted_during_messages() -> None:
             await js.close()
 
 
+async def test_reconnects_exhausted_with_an_ack_buffered_during_the_outage() -> None:
+    """An ack (or a pull, a publish) written during the outage is buffered. When
+    nats-py gave up reconnecting, its close wrote the buffer to the lost socket and
+    the wait for it raised ConnectionResetError before any callback ran: the
+    waiting next() got nothing until its pull expired, and no close was told."""
+    closed = asyncio.Event()
+
+    async def on_closed() -> None:
+        closed.set()
+
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(
+            server.url, max_reconnect_attempts=2, reconnect_time_wait=0.2, closed_cb=on_closed
+        )
+        try:
+            stream = unique_name("EXB")
+            await js.create_stream(StreamConfig(name=stream, subjects=["exb.>"]))
+            consumer = await js.create_consumer(stream, ConsumerConfig(durable_name="exb"))
+            await js.publish("exb.x", b"1", timeout=10)
+            async with consumer.messages(expires=30) as it:
+                first = await asyncio.wait_for(it.next(), 10)
+                waiting = asyncio.create_task(it.next())
+                await wait_until(lambda: num_waiting_ge(js, stream, "exb"), timeout=10)
+                t0 = now()
+                await server.kill()
+                await wait_until(lambda: js.nc.is_reconnecting, timeout=10)
+                await first.ack()  # buffered: the server is gone
+                with pytest.raises(ConnectionClosedError):
+                    await asyncio.wait_for(waiting, 10)
+                elapsed = now() - t0
+                await asyncio.wait_for(closed.wait(), 5)
+            logger.warning(
+                "C12 reconnects exhausted, ack buffered: ConnectionClosedError %.3fs after kill",
+                elapsed,
+            )
+            assert elapsed < 3.0
+        finally:
+            await js.close()
+
+
 # --------------------------------------------------------------------------- C13: cancellation
 
 

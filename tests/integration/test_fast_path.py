@@ -500,3 +500,21 @@ async def test_malformed_protocol_makes_the_client_reconnect(
             assert reads is not before
         finally:
             await js.close()
+
+
+async def test_a_request_counts_its_headers_against_max_payload() -> None:
+    """The connection's own check of a request's size left its header block out:
+    a request within max_payload by its payload alone went out, the server
+    answered -ERR 'Maximum Payload Violation' and closed the connection for good.
+    (The public calls check sizes first; this is the connection's backstop.)"""
+    async with NatsServer(config={"max_payload": 1024}) as server:
+        js = await aiojetstream.connect(server.url)
+        try:
+            header_block = b"NATS/1.0\r\nX: " + b"h" * 100 + b"\r\n\r\n"
+            with pytest.raises(MaxPayloadExceededError):
+                await js._conn.request("svc.x", b"x" * 1000, 1, header_block)
+            assert js.nc.is_connected
+            with pytest.raises(NoRespondersError):  # the connection still works
+                await js._conn.request("svc.x", b"x" * 10, 1, header_block)
+        finally:
+            await js.close()

@@ -6,12 +6,13 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Final, Protocol
+from typing import Protocol
 
 from .._errors import ConnectionClosedError, JetStreamError
 from ._connect import logging_errors
 from ._fallback import publish_in_task
 from ._nats import (
+    CLOSE_FLUSH_TIMEOUT,
     NatsClient,
     NatsMsg,
     NatsSubscription,
@@ -37,9 +38,6 @@ from ._wire import MAX_SUBJECT_LINE, RawHandler, Reply, check_line, pub_command
 __all__ = ["CLOSE_FLUSH_TIMEOUT", "HUBS", "Conn", "ConnectionListener", "Hub"]
 
 logger = logging.getLogger("aiojetstream")
-
-#: How long closing may flush and wait for the socket before aborting it (``_reconnect``).
-CLOSE_FLUSH_TIMEOUT: Final = 5.0
 
 
 class ConnectionListener(Protocol):

@@ -22,7 +22,7 @@ from .._errors import (
     TLSError,
 )
 from .._redact import connection_secrets, mentions, redact_servers, scrub
-from ._nats import NatsClient, drop_unsent_on_reconnect, nats_errors
+from ._nats import NatsClient, bound_internal_close, drop_unsent_on_reconnect, nats_errors
 from ._reconnect import NextServer
 from ._requests import fail_requests
 from ._tls import guard_tls
@@ -160,6 +160,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     if next_server is not None:
         next_server.attach(nc)
     drop_unsent_on_reconnect(nc)
+    bound_internal_close(nc)
     return nc
 
 

@@ -36,7 +36,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import nats.errors as nats_errors
 from nats.aio.client import Client as NatsClient
@@ -82,6 +82,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("aiojetstream")
+
+#: How long closing may flush and wait for the socket before aborting it (``_reconnect``).
+CLOSE_FLUSH_TIMEOUT: Final = 5.0
 
 
 def _parser_internals() -> tuple[Any, Any, Any]:
@@ -425,10 +428,15 @@ def abort_transport(nc: NatsClient) -> None:
 
 
 def bound_close_waits(nc: NatsClient, timeout: float) -> None:
-    """Bound the flush and the wait for the socket that nats-py's ``close()`` does."""
+    """Bound the flush and the wait for the socket that nats-py's ``close()`` does.
+
+    A socket already lost (the client was reconnecting) is aborted instead of
+    raising: nats-py's close must get to its callbacks.
+    """
     transport = nc._transport
-    if transport is None:
+    if transport is None or getattr(transport, "_aiojetstream_bounded", False):
         return
+    setattr(transport, "_aiojetstream_bounded", True)  # noqa: B010 (not an attribute of its type)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     aborted: list[bool] = []
@@ -472,6 +480,28 @@ def bound_close_waits(nc: NatsClient, timeout: float) -> None:
         original = getattr(transport, name, None)
         if original is not None:
             setattr(transport, name, bounded(original))
+
+
+def bound_internal_close(nc: NatsClient) -> None:
+    """Bound nats-py's own close as :meth:`Conn.close` bounds a user's.
+
+    When nats-py gives up reconnecting it closes the client itself, first
+    writing what was buffered during the outage (acks, pull requests,
+    publishes) to the lost socket and waiting for it to drain. That wait
+    raised ``ConnectionResetError`` out of the close before the disconnected
+    and closed callbacks ran: requests waited out their whole timeouts and
+    nothing heard that the connection was closed.
+    """
+    original: Callable[..., Awaitable[None]] | None = getattr(nc, "_close", None)
+    if original is None:  # another nats-py: its own close
+        return
+
+    async def close(*args: Any, **kwargs: Any) -> None:
+        if not nc.is_closed:
+            bound_close_waits(nc, CLOSE_FLUSH_TIMEOUT)
+        await original(*args, **kwargs)
+
+    nc._close = close  # type: ignore[method-assign]
 
 
 def drop_unsent_on_reconnect(nc: NatsClient) -> None:

@@ -151,6 +151,9 @@ async def request(
     if nc.is_closed:
         raise ConnectionClosedError("the connection is closed")
     check_timeout(timeout)  # a wrong one was sent, then reported as a failure
+    if len(payload) + (len(header_block) if header_block else 0) > payload_limit(nc):
+        # Headers count: past the limit the server closes the connection.
+        raise MaxPayloadExceededError("message exceeds the server's max_payload")
     if not conn.fast:
         if len(subject) > MAX_SUBJECT_LINE // 4 - 70:  # else short in any encoding
             check_line(subject.encode(), b"_INBOX." + b"x" * 60)  # nats-py's inbox, at most
@@ -170,8 +173,6 @@ async def request(
     subj = subject.encode()
     if len(subj) + len(mux.prefix) + 16 > MAX_SUBJECT_LINE:
         check_line(subj, mux.prefix + b"%x" % (mux.counter + 1))
-    if len(payload) > payload_limit(nc):
-        raise MaxPayloadExceededError("message exceeds the server's max_payload")
     mux.counter += 1
     token = b"%x" % mux.counter
     loop = asyncio.get_running_loop()
