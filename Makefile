@@ -87,7 +87,9 @@ typecheck: install
 # The integration tests that also run with the nats-py fast path switched off.
 FALLBACK_TESTS := tests/integration/test_publish.py tests/integration/test_publish_bulk.py tests/integration/test_consume.py tests/integration/test_fetch_collect.py \
 	tests/integration/test_kv.py tests/integration/test_error_translation.py \
-	tests/integration/test_fast_path.py tests/integration/test_connection_callbacks.py
+	tests/integration/test_fast_path.py tests/integration/test_connection_callbacks.py \
+	tests/integration/test_consume_faults.py::test_close_is_bounded_when_the_server_hangs_with_data_queued \
+	tests/integration/test_consume_faults.py::test_reconnects_exhausted_with_an_ack_buffered_during_the_outage
 RUNS ?= 1
 SOAK_MINUTES ?= 10
 

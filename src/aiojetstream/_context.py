@@ -153,8 +153,9 @@ class JetStreamContext:
         if self._closed:
             return
         self._closed = True
-        await self._publisher.aclose()
-        if self._owns_connection and not self._conn.is_closed:
+        closing = self._owns_connection and not self._conn.is_closed
+        await self._publisher.aclose(unsubscribe=not closing)
+        if closing:
             await self._conn.close()
 
     async def __aenter__(self) -> JetStreamContext:

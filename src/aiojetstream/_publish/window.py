@@ -797,8 +797,13 @@ class AsyncPublisher:
                 f"{self._load()} asynchronous publishes still pending after {timeout} s"
             ) from None
 
-    async def aclose(self) -> None:
-        """Fail outstanding futures and drop the reply subscription (idempotent)."""
+    async def aclose(self, *, unsubscribe: bool = True) -> None:
+        """Fail outstanding futures and drop the reply subscription (idempotent).
+
+        ``unsubscribe=False``: the connection is closed next (which drops the
+        subscription), so no UNSUB is written: nats-py's unsubscribe waits for
+        its pending buffer to be flushed, for as long as a stalled server takes.
+        """
         if self._closed:
             return
         self._closed = True
@@ -807,7 +812,10 @@ class AsyncPublisher:
         if self._sub is not None:
             self._conn.remove_listener(self)
             sub, self._sub = self._sub, None
-            await sub.unsubscribe()
+            if unsubscribe:
+                await sub.unsubscribe()
+            else:
+                sub.detach()
 
 
 def _ignore(_: object) -> None:
