@@ -191,8 +191,9 @@ class _Snapshot:
     ``multi_last`` and ``up_to_seq``): the bucket as it was at ``L``, keys
     whose last message is a delete or purge marker left out. A key whose
     revision at ``L`` was replaced since (a bucket with ``history=1`` keeps one
-    revision a key) is read as it is now, if it still exists. Keys created
-    after ``L`` are not read. No consumer: nothing to reset or clean up.
+    revision a key) is read as it is now, if it still exists; so is a key
+    created after ``L`` that the listing (made after ``L`` was taken) names.
+    No consumer: nothing to reset or clean up.
     """
 
     def __init__(self, kv: KeyValue) -> None:
@@ -207,8 +208,11 @@ class _Snapshot:
         self.ended = False
 
     async def start(self) -> None:
+        # L first, then the keys: a listing of more than one page (100,000 keys)
+        # takes several requests, and a key created meanwhile in a part already
+        # listed would be missing although its revision is below a later L.
+        self._last = (await self._kv.stream.info()).state.last_seq
         info = await self._kv.stream.info(subjects_filter=self.prefix + ">")
-        self._last = info.state.last_seq
         # A subject with a wildcard token is no key (puts refuse it) but a server
         # may hold one: as a multi_last filter it would match other keys.
         self._subjects = sorted(
