@@ -433,3 +433,30 @@ async def test_fetch_no_wait_with_max_bytes(js: JetStreamContext) -> None:
         await (await consumer.fetch_no_wait(10, max_bytes=sizes[0] - 1)).collect()
     with pytest.raises(InvalidOptionError, match="max_bytes"):
         await consumer.fetch_no_wait(10, max_bytes=0)
+
+
+async def test_a_raising_handler_is_logged_with_whether_it_settled_the_message(
+    js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log line said "the message was not acknowledged" also when the handler
+    had acked it before raising."""
+    consumer = await make(js, 2)
+    seen: list[bytes] = []
+
+    async def handler(msg: Msg) -> None:
+        seen.append(msg.data)
+        if msg.data == b"0":
+            await msg.ack()
+        raise RuntimeError(f"handler failed on {msg.data!r}")
+
+    with caplog.at_level("ERROR", logger="aiojetstream"):
+        ctx = await consumer.consume(handler)
+        await wait_until(lambda: len(caplog.records) >= 2, timeout=10)
+        ctx.stop()
+        await asyncio.wait_for(ctx.closed(), 10)
+    lines = [r.getMessage() for r in caplog.records if "consume handler raised" in r.getMessage()]
+    assert lines[:2] == [
+        "consume handler raised; it had settled the message (ack, nak or term)",
+        "consume handler raised; the message was not acknowledged",
+    ]
+    assert seen[:2] == [b"0", b"1"]

@@ -300,7 +300,12 @@ class ConsumeContext:
                         if inspect.isawaitable(result):
                             await result
                 except Exception:
-                    logger.exception("consume handler raised; the message was not acknowledged")
+                    logger.exception(
+                        "consume handler raised; %s",
+                        "it had settled the message (ack, nak or term)"
+                        if msg.acked
+                        else "the message was not acknowledged",
+                    )
         except JetStreamError as exc:
             self.error = exc
             driver.report(exc)
