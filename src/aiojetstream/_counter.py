@@ -11,11 +11,12 @@ Reading uses direct get (the stream should have ``allow_direct``; without it
 a single ``get`` falls back to the message-get API); :meth:`Counter.get_many`
 reads many subjects in one batch direct get (ADR-31).
 
-An increment goes to whatever stream captures its subject, so
-:meth:`Counter.add` first checks the subject against the counter stream's
-configured ``subjects`` (read once with the stream info, then cached), and
-checks the acknowledgement names the counter stream. The server does not let
-an increment carry ``Nats-Expected-Stream`` (err_code 10171).
+An increment goes to whatever stream captures its subject (the server
+decides, after its subject mappings and account imports, so the client cannot
+tell beforehand), and the server does not let an increment carry
+``Nats-Expected-Stream`` (err_code 10171): :meth:`Counter.add` checks that
+the acknowledgement names the counter stream, and otherwise raises
+:class:`StreamNotMatchError` saying where the increment went.
 """
 
 from __future__ import annotations

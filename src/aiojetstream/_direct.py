@@ -140,6 +140,8 @@ def _int(headers: dict[str, str], key: str) -> int | None:
     value = headers.get(key)
     if value is None:
         return None
+    # The server's value is the last (a stored republished message has its own).
+    value = value.rpartition(", ")[2]
     try:
         return int(value)
     except ValueError:
@@ -158,13 +160,13 @@ def time_ns(value: datetime) -> int:
 def build_message(frame: DirectFrame, data: bytes) -> RawStreamMessage:
     """The stored message of a MESSAGE frame (nanosecond timestamp kept)."""
     hdrs = frame.headers
+    meta, user = H.split_server_headers(hdrs, _META)
     try:
-        subject = hdrs[H.SUBJECT]
-        seq = int(hdrs[H.SEQUENCE])
-        time = parse_timestamp(hdrs[H.TIME_STAMP])
+        subject = meta[H.SUBJECT]
+        seq = int(meta[H.SEQUENCE])
+        time = parse_timestamp(meta[H.TIME_STAMP])
     except (KeyError, ValueError) as exc:
         raise InvalidResponseError(f"direct get reply without metadata: {hdrs!r}") from exc
-    user = {k: v for k, v in hdrs.items() if k not in _META}
     # No validation per message: every field was just parsed.
     return raw_message(subject, seq, user or None, data, time)
 

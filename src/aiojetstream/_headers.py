@@ -119,6 +119,30 @@ def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str
     return (headers or None), status, description
 
 
+def split_server_headers(
+    headers: dict[str, str], server: frozenset[str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The headers the server added to a reply (``server`` keys), and the stored ones.
+
+    The server appends its headers (``Nats-Stream``, ``Nats-Sequence``, ...) to
+    the stored message's: a stored message that already had one (a republished
+    message kept by another stream) has it twice, joined by
+    :func:`decode_headers` with ``", "``. The server's value is the last, the
+    rest is the stored message's own.
+    """
+    added: dict[str, str] = {}
+    stored: dict[str, str] = {}
+    for key, value in headers.items():
+        if key in server:
+            own, sep, last = value.rpartition(", ")
+            added[key] = last
+            if sep:
+                stored[key] = own
+        else:
+            stored[key] = value
+    return added, stored
+
+
 # --------------------------------------------------------------------------- TTL
 
 NEVER: Final = "never"

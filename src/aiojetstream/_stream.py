@@ -77,19 +77,20 @@ def stored_message(reply: dict[str, Any]) -> RawStreamMessage:
 def direct_fields(
     data: bytes, block: bytes | None, what: str
 ) -> tuple[str, int, datetime, dict[str, str]]:
-    """Subject, sequence, time and all headers of a direct get reply (or raise its status)."""
+    """Subject, sequence, time and stored headers of a direct get reply (or raise its status)."""
     parsed, status, description = H.decode_headers(block) if block else (None, None, None)
     hdrs = parsed or {}
     if status is not None:
         if status == "404":
             raise MessageNotFoundError(404, 10037, f"no message found for {what}")
         raise api_error(int(status) if status.isdigit() else 0, 0, description or status)
+    meta, user = H.split_server_headers(hdrs, _DIRECT_META)
     try:
         return (
-            hdrs[H.SUBJECT],
-            int(hdrs[H.SEQUENCE]),
-            _parse_time(hdrs[H.TIME_STAMP]),
-            hdrs,
+            meta[H.SUBJECT],
+            int(meta[H.SEQUENCE]),
+            _parse_time(meta[H.TIME_STAMP]),
+            user,
         )
     except (KeyError, ValueError) as exc:
         raise InvalidResponseError(f"direct get reply without metadata: {hdrs!r}") from exc
@@ -97,8 +98,7 @@ def direct_fields(
 
 def direct_message(data: bytes, block: bytes | None, what: str) -> RawStreamMessage:
     """Build a RawStreamMessage from a direct get reply (or raise its status)."""
-    subject, seq, time, hdrs = direct_fields(data, block, what)
-    user = {k: v for k, v in hdrs.items() if k not in _DIRECT_META}
+    subject, seq, time, user = direct_fields(data, block, what)
     return RawStreamMessage(subject=subject, seq=seq, headers=user or None, data=data, time=time)
 
 

@@ -15,6 +15,7 @@ from aiojetstream import (
     JetStreamContext,
     NoRespondersError,
     RawStreamMessage,
+    RePublish,
     Stream,
     StreamConfig,
     StreamNotFoundError,
@@ -278,3 +279,43 @@ async def test_a_missing_stream_is_stream_not_found(js: JetStreamContext) -> Non
         await collect(stream.get_batch(2))
     with pytest.raises(StreamNotFoundError):
         await collect(stream.get_last_msgs_for(f"{p}.>"))
+
+
+async def test_a_stream_of_republished_messages_reads(js: JetStreamContext) -> None:
+    """Republished messages stored by another stream carry Nats-Stream, Nats-Sequence,
+    ... of their origin; a direct get reply adds the same headers again. The two
+    values were joined ("1, 1") and every read failed with "direct get reply without
+    metadata". The reply's own values are the last; the stored ones stay headers."""
+    base = unique_name("REP")
+    dst = await js.create_stream(
+        StreamConfig(name=f"{base}-DST", subjects=[f"{base}.dst.>"], allow_direct=True)
+    )
+    await js.create_stream(
+        StreamConfig(
+            name=f"{base}-SRC",
+            subjects=[f"{base}.src.>"],
+            republish=RePublish(src=f"{base}.src.>", dest=f"{base}.dst.>"),
+        )
+    )
+    for i in range(3):
+        await js.publish(f"{base}.src.{i}", b"%d" % i)
+
+    async def stored() -> bool:
+        return (await dst.info()).state.messages == 3
+
+    await wait_until(stored, timeout=10)
+    got = await collect(dst.get_batch(10))
+    assert [(m.seq, m.subject, m.data) for m in got] == [
+        (i + 1, f"{base}.dst.{i}", b"%d" % i) for i in range(3)
+    ]
+    for i, m in enumerate(got):
+        assert m.headers is not None
+        assert m.headers["Nats-Stream"] == f"{base}-SRC"
+        assert m.headers["Nats-Sequence"] == str(i + 1)
+        assert m.headers["Nats-Subject"] == f"{base}.src.{i}"
+    one = await dst.get_msg(2)
+    assert (one.seq, one.subject, one.data) == (2, f"{base}.dst.1", b"1")
+    assert one.headers is not None
+    assert one.headers["Nats-Stream"] == f"{base}-SRC"
+    last = await dst.get_last_msg_for_subject(f"{base}.dst.2")
+    assert (last.seq, last.data) == (3, b"2")
