@@ -151,6 +151,32 @@ def test_task_retries_store_once_with_dedupe_auto(
     assert all(r["headers"]["Nats-Msg-Id"] for r in got)
 
 
+def test_dedupe_auto_keeps_a_msg_id_given_in_the_headers(
+    spark: SparkSession, nats: Nats, name: str
+) -> None:
+    """A copy job (the read side's headers carry the source's Nats-Msg-Id) written
+    with dedupe=auto: the generated id replaced the row's own, and a re-run stored
+    every row again."""
+    create(nats, name)
+    data = [
+        (b"a", {"Nats-Msg-Id": "orig-1", "X": "1"}, None),
+        (b"b", {"X": "2"}, None),
+        (b"c", {"Nats-Msg-Id": "orig-3"}, "col-3"),  # the msg_id column wins
+    ]
+    df = spark.createDataFrame(data, "data binary, headers map<string,string>, msg_id string")
+    for _ in range(2):  # a re-run of the same job
+        df.coalesce(1).write.format("jetstream").option("servers", nats.url).option(
+            "subject", f"{name}.x"
+        ).option("dedupe", "auto").mode("append").save()
+    got = {bytes(r["data"]): r["headers"] for r in rows(reader(spark, nats.url, name).load())}
+    assert got[b"a"]["Nats-Msg-Id"] == "orig-1"
+    assert got[b"c"]["Nats-Msg-Id"] == "col-3"
+    assert got[b"b"]["Nats-Msg-Id"] not in ("orig-1", "col-3")
+    # Rows with an id of their own were stored once; the row without one gets a new
+    # id per write (as documented), so it was stored twice.
+    assert stored(nats, name) == 4
+
+
 def test_failed_ack_fails_the_write(spark: SparkSession, nats: Nats, name: str) -> None:
     create(nats, name, max_msgs=5, discard="new")
     df = spark.range(0, 20, numPartitions=1).selectExpr("cast(id as string) as data")

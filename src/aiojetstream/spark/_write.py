@@ -259,7 +259,10 @@ class _Publisher:
                 f"row {row} has a null 'subject' and no option('subject') is set"
             )
         headers = _column(batch, "headers")
-        msg_ids = _msg_ids(batch, self._id_prefix, first_row)
+        header_ids = None
+        if headers is not None and self._id_prefix is not None:
+            header_ids = _header_ids(headers)
+        msg_ids = _msg_ids(batch, self._id_prefix, first_row, header_ids)
         ttls = _column(batch, "ttl")
         if ttls is not None:
             ttls = [t if t is None or type(t) is str else float(t) for t in ttls]
@@ -306,8 +309,35 @@ def _retrieve(done: asyncio.Future[PublishSummary]) -> None:
         done.exception()
 
 
-def _msg_ids(batch: pa.RecordBatch, prefix: str | None, first_row: int) -> pa.Array | None:
+#: The header the server deduplicates by (the name exactly as it reads it).
+MSG_ID_HEADER: Final = "Nats-Msg-Id"
+
+
+def _header_ids(headers: list[Any]) -> pa.Array | None:
+    """The ``Nats-Msg-Id`` of each row's ``headers`` (null where none); None if no row has one.
+
+    The name as the server reads it (exactly ``Nats-Msg-Id``).
+    """
+    ids: list[str | None] = []
+    found = False
+    for row in headers:
+        value = None
+        for key, item in row or ():
+            if key == MSG_ID_HEADER:
+                value = item
+        found = found or value is not None
+        ids.append(value)
+    return pa.array(ids, pa.string()) if found else None
+
+
+def _msg_ids(
+    batch: pa.RecordBatch, prefix: str | None, first_row: int, header_ids: pa.Array | None = None
+) -> pa.Array | None:
     """The ``msg_id`` column; with ``dedupe=auto`` ``<prefix>-<row>`` where it is null.
+
+    A row's own id, from its ``msg_id`` or else a ``Nats-Msg-Id`` in its
+    ``headers`` (``header_ids``), is kept: an id of the user's is never
+    replaced by a generated one.
 
     As Arrow: ``publish_many_async`` takes plain ids as a column (HPUB
     commands built a batch at a time) and checks any other one by one.
@@ -318,6 +348,8 @@ def _msg_ids(batch: pa.RecordBatch, prefix: str | None, first_row: int) -> pa.Ar
         given = given.cast(pa.string())
     if prefix is None:
         return given
+    if header_ids is not None:
+        given = header_ids if given is None else pc.coalesce(given, header_ids)
     rows = pa.array(range(first_row, first_row + batch.num_rows), pa.int64())
     generated = pc.binary_join_element_wise(
         pa.scalar(f"{prefix}-"), pc.cast(rows, pa.string()), pa.scalar("")
