@@ -62,6 +62,8 @@ _PIECES: Final = re.compile(r"[,/?#]")
 
 #: The keyword arguments of ``nats.connect`` that hold a secret in themselves.
 _SECRET_OPTIONS: Final = ("password", "token", "nkeys_seed_str", "user_credentials")
+#: What no file path holds but a .creds text or an NKey seed given in its place does.
+_NOT_A_PATH: Final = re.compile(r"[\r\n]|-----BEGIN|S[A-Z2-7]{57}")
 
 
 def _last_at(text: str) -> int:
@@ -122,7 +124,12 @@ def connection_secrets(servers: str | Iterable[str], options: Mapping[str, Any])
             found.extend(_PIECES.split(secret))
     for key in _SECRET_OPTIONS:
         value = options.get(key)
-        if isinstance(value, UserString):  # in-memory .creds text (nats-py's RawCredentials)
+        if isinstance(value, UserString) or (
+            # A .creds text (or a seed) given where a file's path goes: nats-py's
+            # error quotes it as the file name it could not open.
+            isinstance(value, str) and key == "user_credentials" and _NOT_A_PATH.search(value)
+        ):  # in-memory .creds text (nats-py's RawCredentials)
+            found.append(str(value))
             found.extend(line.strip() for line in str(value).splitlines() if line.strip())
         elif isinstance(value, str) and key != "user_credentials":  # else a file's path
             found.append(value)

@@ -287,6 +287,10 @@ async def _refused_nkey_and_creds(s: Servers, capture: Capture) -> list[Secret]:
         capture, AuthorizationError, s.operator.url, user_credentials=RawCredentials(text)
     )
     await refused(capture, AuthorizationError, s.operator.url, user_credentials=str(s.forged_creds))
+    # The text, or a seed, given where the file's path goes: nats-py's error quoted it as
+    # the name of the file it could not open.
+    await refused(capture, JetStreamError, s.operator.url, user_credentials=text)
+    await refused(capture, JetStreamError, s.nkey.url, user_credentials=seed.value)
     return [seed, *Secret.creds(text)]
 
 

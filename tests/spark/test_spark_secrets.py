@@ -579,6 +579,13 @@ CASES = {
         "nkey", "read", lambda r: {"nkeySecret": r.creds_text}, "option 'nkeySecret'"
     ),
     "credsSecret-without-seed": Case("creds", "read", _creds_without_seed, "option 'credsSecret'"),
+    # The text or the seed where the file's path goes: nats-py's error quoted it.
+    "creds-is-a-creds-text": Case(
+        "credsfile", "write", lambda r: {"creds": r.creds_text}, "option 'creds' takes the path"
+    ),
+    "creds-is-a-seed": Case(
+        "credsfile", "read", lambda r: {"creds": r.seed}, "option 'creds' takes the path"
+    ),
     "credsSecret-and-creds": Case(
         "creds", "write", lambda r: {"creds": str(r.creds_file)}, "exclude each other"
     ),

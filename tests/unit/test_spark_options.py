@@ -478,3 +478,25 @@ def test_the_spark_telemetry_option() -> None:
     assert parse_sink_options({"subject": "a.b", "telemetry": "true"}).connect == (
         parse_sink_options({"subject": "a.b"}).connect
     )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "-----BEGIN NATS USER JWT-----\neyJ0eXAi.eyJqdGki.sig\n------END NATS USER JWT------\n",
+        "SUAMLK2ZNL35WSMW37E7UD4VZ7ELPKW7DHC3BWBSD2GCZ7IUQQXZIORRBU",
+        "-----BEGIN NATS USER JWT----- eyJ0eXAi",
+    ],
+)
+def test_creds_text_or_seed_in_place_of_a_path_is_refused_unquoted(value: str) -> None:
+    """The option 'creds' takes a path; its text (or a seed) there reached nats-py,
+    whose error quoted it as the file name it could not open."""
+    for streaming in (True, False):
+        with pytest.raises(InvalidOptionError, match="credsSecret") as exc:
+            parse_source_options({"stream": "S", "creds": value}, streaming=streaming)
+        assert "SUAMLK2Z" not in str(exc.value)
+        assert "eyJ0eXAi" not in str(exc.value)
+    with pytest.raises(InvalidOptionError, match="credsSecret"):
+        parse_sink_options({"subject": "s", "creds": value})
+    ok = parse_source_options({"stream": "S", "creds": "/etc/nats/user.creds"}, streaming=True)
+    assert ok.connect.creds == "/etc/nats/user.creds"
