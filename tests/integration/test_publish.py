@@ -149,6 +149,10 @@ async def test_no_stream_for_subject(js: JetStreamContext) -> None:
         ({"msg_id": "\t "}, InvalidOptionError),
         ({"expected_last_msg_id": "  "}, InvalidOptionError),
         ({"expected_last_msg_id": ""}, InvalidOptionError),
+        # ... and "a " would go out as "a": two ids told apart would be one.
+        ({"msg_id": "order-7 "}, InvalidOptionError),
+        ({"msg_id": " order-7"}, InvalidOptionError),
+        ({"expected_last_msg_id": "m5\t"}, InvalidOptionError),
         ({"ttl": 0}, InvalidTTLError),
         ({"ttl": 0.5}, InvalidTTLError),
         ({"ttl": -1}, InvalidTTLError),

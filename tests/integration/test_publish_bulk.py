@@ -428,10 +428,15 @@ async def test_arrow_payloads_with_msg_ids(js: JetStreamContext) -> None:
         assert msg.headers == {"Nats-Msg-Id": f"id-{seq - 1}"}
         assert msg.data == b"%d" % (seq - 1)
     # Ids that are not plain: one by one, with the per-message rules.
-    odd = await js.publish_many(subject, _arrow([b"o", b"p"]), msg_ids=[" spaced id ", None])
+    odd = await js.publish_many(subject, _arrow([b"o", b"p"]), msg_ids=["spaced id", None])
     assert odd == PublishSummary(stored=2, duplicates=0)
     assert (await stream.get_msg(301)).headers == {"Nats-Msg-Id": "spaced id"}
     assert (await stream.get_msg(302)).headers is None
+    # Whitespace around an id: refused (sent stripped, " a" and "a" would be one id,
+    # and the second message dropped as a duplicate).
+    for spaced in (" spaced id", "spaced id "):
+        with pytest.raises(InvalidOptionError, match="whitespace"):
+            await js.publish_many(subject, _arrow([b"o"]), msg_ids=[spaced])
     with pytest.raises(InvalidHeaderError):
         await js.publish_many(subject, _arrow([b"o"]), msg_ids=["a\r\nb"])
     with pytest.raises(InvalidOptionError):

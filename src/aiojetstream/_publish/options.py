@@ -65,14 +65,21 @@ def build_headers(
 
 
 def _msg_id(header: str, value: object, name: str) -> str:
-    """A validated msg id header value: not empty, nor only whitespace.
+    """A validated msg id header value: not empty, nor with whitespace around it.
 
     :func:`header_block` strips values, so a blank id would go out empty (and
-    the server would not de-duplicate on it).
+    the server would not de-duplicate on it), and ``"a "`` would go out as
+    ``"a"``: two ids the caller told apart would be one to the server, the
+    second message dropped as its duplicate.
     """
     _, value = H.validate_header(header, value)
     if not value.strip():
         raise InvalidOptionError(f"{name} must not be empty or only whitespace, got {value!r}")
+    if value != value.strip():
+        raise InvalidOptionError(
+            f"{name} must not begin or end with whitespace, got {value!r}: header values "
+            f"are sent stripped, so it would be the same id as {value.strip()!r}"
+        )
     return value
 
 
