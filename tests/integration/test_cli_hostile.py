@@ -361,6 +361,43 @@ def test_a_terminal_gets_no_control_sequence_from_data(nats_url: str) -> None:
     run_cli(nats_url, "stream", "rm", stream, "-f")
 
 
+def run_process(url: str, *args: str, expect: int) -> subprocess.CompletedProcess[str]:
+    """``python -m aiojetstream ARGS`` as a child: its output as the user's terminal gets it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiojetstream", *args],
+        capture_output=True,
+        text=True,
+        env=env(NATS_URL=url, COLUMNS="200"),
+        timeout=BOUND,
+        check=False,
+    )
+    assert proc.returncode == expect, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def test_library_warnings_and_debug_tracebacks_are_printed_escaped(nats_url: str) -> None:
+    """The library's warnings reached standard error through Python's last-resort
+    handler, and ``--debug`` tracebacks through Python's own printing: server text in
+    them (here a stored object's metadata, a server's error description) came out raw."""
+    bucket = unique_name("OBW")
+    run_cli(nats_url, "obj", "add", bucket)
+    info = {"name": "evil", "bucket": bucket, "nuid": "N1", "size": 0, "chunks": 0}
+    info["metadata"] = {NAME: 5}  # not a string: the listing skips it with a warning
+    raw_publish(nats_url, f"$O.{bucket}.M.ZXZpbA==", json.dumps(info).encode())
+    listed = run_process(nats_url, "obj", "ls", bucket, expect=0)
+    for c in CONTROLS:
+        assert c not in listed.stdout + listed.stderr, listed.stderr
+    assert "warning:" in listed.stderr
+    assert NAME_ESCAPED in listed.stderr
+    # Reading that info fails; with --debug the traceback quotes the metadata, escaped.
+    debug = run_process(nats_url, "--debug", "obj", "info", bucket, "evil", expect=1)
+    assert "Traceback (most recent call last)" in debug.stderr
+    for c in CONTROLS:
+        assert c not in debug.stdout + debug.stderr, debug.stderr
+    assert NAME_ESCAPED in debug.stderr
+    run_cli(nats_url, "obj", "rm", bucket, "-f")
+
+
 # --------------------------------------------------------------------------- 9: stdin
 
 

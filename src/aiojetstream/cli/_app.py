@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -257,6 +258,7 @@ def root(
 def run_app(argv: list[str]) -> int:
     """Run the command line on ``argv``; return the exit code."""
     command = typer.main.get_command(app)
+    _log_printable()
     try:
         command.main(args=argv, prog_name="aiojetstream", standalone_mode=True)
     except SystemExit as exc:
@@ -264,4 +266,39 @@ def run_app(argv: list[str]) -> int:
         if code is None:
             return 0
         return code if isinstance(code, int) else 1
+    except Exception as exc:  # --debug: the traceback, printed as Python would, but printable
+        import traceback
+
+        from ._output import printable, say
+
+        say(printable("".join(traceback.format_exception(exc)).rstrip("\n"), lines=True))
+        return 1
     return 0
+
+
+class _PrintableHandler(logging.Handler):
+    """The library's warnings on standard error, in printable form.
+
+    Without a handler of the program's, Python's last-resort handler wrote
+    them as they are: a server's text in them (a stream name, a status
+    description, a stored object's metadata) reached the terminal unescaped.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from ._output import printable, say
+
+        try:
+            text = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        say(printable(f"{record.levelname.lower()}: {text}", lines=True))
+
+
+def _log_printable() -> None:
+    """Give the library's logger :class:`_PrintableHandler` unless logging is set up."""
+    logger = logging.getLogger("aiojetstream")
+    if logger.handlers or logging.getLogger().handlers:
+        return  # the program's (or a test's) own logging
+    handler = _PrintableHandler(logging.WARNING)
+    logger.addHandler(handler)
