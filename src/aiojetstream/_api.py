@@ -253,12 +253,22 @@ async def paged(
     ``total`` items were seen or a page comes back empty. In a cluster a page
     leaves out the entries whose leaders did not answer in time (its
     ``missing``) but counts them: the next page starts after them (else it
-    repeated entries), and they are logged as a warning.
+    repeated entries), and they are logged as a warning. A page the same as
+    the one before is :class:`InvalidResponseError` (no end otherwise).
     """
     offset = 0
+    previous: list[Any] = []
     while True:
         reply = await api.call(template, {**body, "offset": offset}, timeout=timeout, **parts)
         items = reply.get(key) or []
+        if offset and items and items == previous:
+            # Not a page of nats-server's (it pages by offset): a server (or a proxy)
+            # answering the same page again would be listed without end.
+            raise InvalidResponseError(
+                f"{template.split('.{')[0].lower()}: the server answered offset {offset} "
+                "with the page before it again"
+            )
+        previous = items
         for item in items:
             yield item
         missing = reply.get("missing") or []

@@ -25,6 +25,8 @@ client goes through a proxy that logs every PUB/HPUB it sends (``tests/proxy.py`
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -488,3 +490,38 @@ async def test_links_into_a_bucket_that_is_gone_are_refused(js: JetStreamContext
     for name in ("link", "dir", "dir2"):
         with pytest.raises(ObjectNotFoundError):
             await store.info(name)
+
+
+async def test_a_listing_answered_with_the_same_page_again_ends(nats_server: NatsServer) -> None:
+    """A listing followed ``offset`` as long as ``total`` said there was more: an API
+    responder (a broken proxy, a hostile server) answering every offset with the
+    same page and ``total`` 10**12 was listed without end (the command line kept it
+    all: 1.5 GB in 17 s). The same page again is an InvalidResponseError."""
+    prefix = "HOSTILE.API"
+    page = [f"S{i}" for i in range(1024)]
+    answered: list[int] = []
+
+    js = await aiojetstream.connect(nats_server.url, api_prefix=prefix)
+    try:
+
+        async def answer(msg: Any) -> None:
+            answered.append(1)
+            body = {"total": 10**12, "offset": 0, "limit": 1024, "streams": page}
+            await msg.respond(json.dumps(body).encode())
+
+        sub = await js.nc.subscribe(f"{prefix}.STREAM.NAMES", cb=answer)
+        try:
+            names: list[str] = []
+
+            async def listing() -> None:
+                async for name in js.stream_names():
+                    names.append(name)
+
+            with pytest.raises(InvalidResponseError, match="the page before it again"):
+                await asyncio.wait_for(listing(), 30)  # without end: TimeoutError, no hang
+            assert names == page
+            assert len(answered) == 2
+        finally:
+            await sub.unsubscribe()
+    finally:
+        await js.close()
