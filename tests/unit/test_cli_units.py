@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -177,6 +178,24 @@ def test_parse_until() -> None:
     assert naive.tzinfo is not None  # taken as local time
     with pytest.raises(typer.BadParameter):
         parse_until("someday")
+
+
+@pytest.mark.parametrize(
+    ("zone", "text"),
+    [("America/New_York", "9999-12-31T23:59:59"), ("Asia/Tokyo", "0001-01-01T00:00:00")],
+)
+def test_parse_until_a_local_time_past_the_calendar_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, zone: str, text: str
+) -> None:
+    """In UTC it falls outside years 1-9999: OverflowError / ValueError tracebacks."""
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        with pytest.raises(typer.BadParameter, match="outside the years 1 to 9999"):
+            parse_until(text)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_list_values() -> None:

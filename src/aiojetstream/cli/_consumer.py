@@ -60,7 +60,14 @@ def parse_until(text: str) -> datetime | timedelta:
         return parse_duration(text)
     except typer.BadParameter:
         moment = _parse_time(text)  # not a duration: a time, or neither
-    return moment.astimezone(UTC) if moment.tzinfo is None else moment
+    if moment.tzinfo is not None:
+        return moment
+    try:
+        return moment.astimezone(UTC)  # a local time
+    except (OverflowError, ValueError):  # 9999-12-31T23:59 west of UTC, 0001-01-01 east of it
+        raise typer.BadParameter(
+            f"{text!r} in local time is outside the years 1 to 9999 in UTC"
+        ) from None
 
 
 def _parse_time(text: str) -> datetime:
