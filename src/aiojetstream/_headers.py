@@ -102,6 +102,7 @@ def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str
             status, _, desc = rest.partition(" ")
             description = desc.strip() or None
     headers: dict[str, str] = {}
+    repeated: dict[str, list[str]] | None = None  # joined once at the end: linear time
     for line in lines[1:]:
         if not line:
             continue
@@ -113,9 +114,18 @@ def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str
             continue
         value = value.strip()
         if key in headers:
-            headers[key] = f"{headers[key]}, {value}"
+            if repeated is None:
+                repeated = {}
+            values = repeated.get(key)
+            if values is None:
+                repeated[key] = [headers[key], value]
+            else:
+                values.append(value)
         else:
             headers[key] = value
+    if repeated:
+        for key, values in repeated.items():
+            headers[key] = ", ".join(values)
     return (headers or None), status, description
 
 

@@ -112,7 +112,7 @@ def _base(tokens: list[str] | list[bytes], js: str | bytes, ack: str | bytes) ->
 
 
 def _uint(token: str) -> int:
-    if token.isascii() and token.isdigit():
+    if token.isascii() and token.isdigit() and len(token) <= 20:  # 2**64 has 20 digits
         value = int(token)
         if value < _UINT64_LIMIT:
             return value
@@ -203,15 +203,18 @@ def ack_sequences(reply: bytes) -> tuple[int, int, int] | None:
         or not pending.isdigit()
     ):
         return None
-    sseq, cseq, dlv = int(stream_seq), int(consumer_seq), int(delivered)
-    # 20 digits and more may exceed a uint64.
-    if (
-        sseq >= _UINT64_LIMIT
-        or cseq >= _UINT64_LIMIT
-        or dlv >= _UINT64_LIMIT
-        or (len(stamp) > 19 and int(stamp) >= _UINT64_LIMIT)
-        or (len(pending) > 19 and int(pending) >= _UINT64_LIMIT)
-    ):
+    try:  # (int() refuses over 4,300 digits: a hostile subject, not a delivery)
+        sseq, cseq, dlv = int(stream_seq), int(consumer_seq), int(delivered)
+        # 20 digits and more may exceed a uint64.
+        if (
+            sseq >= _UINT64_LIMIT
+            or cseq >= _UINT64_LIMIT
+            or dlv >= _UINT64_LIMIT
+            or (len(stamp) > 19 and int(stamp) >= _UINT64_LIMIT)
+            or (len(pending) > 19 and int(pending) >= _UINT64_LIMIT)
+        ):
+            return None
+    except ValueError:
         return None
     return sseq, cseq, dlv
 
@@ -648,17 +651,21 @@ def next_in_order(msg: Msg, expected: int) -> int:
         or not consumer_seq.isdigit()
         or not stamp.isdigit()
         or not pending.isdigit()
-        or int(consumer_seq) != expected
     ):
         return -1
-    sseq = int(stream_seq)
-    if (
-        sseq >= _UINT64_LIMIT
-        or expected >= _UINT64_LIMIT
-        or (len(delivered) > 19 and int(delivered) >= _UINT64_LIMIT)
-        or (len(stamp) > 19 and int(stamp) >= _UINT64_LIMIT)
-        or (len(pending) > 19 and int(pending) >= _UINT64_LIMIT)
-    ):
+    try:  # (int() refuses over 4,300 digits: a hostile subject, not a delivery)
+        if int(consumer_seq) != expected:
+            return -1
+        sseq = int(stream_seq)
+        if (
+            sseq >= _UINT64_LIMIT
+            or expected >= _UINT64_LIMIT
+            or (len(delivered) > 19 and int(delivered) >= _UINT64_LIMIT)
+            or (len(stamp) > 19 and int(stamp) >= _UINT64_LIMIT)
+            or (len(pending) > 19 and int(pending) >= _UINT64_LIMIT)
+        ):
+            return -1
+    except ValueError:
         return -1
     return sseq
 

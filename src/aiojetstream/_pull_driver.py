@@ -573,7 +573,13 @@ class PullDriver:
             return
         if status.kind is StatusKind.HEARTBEAT and self.on_heartbeat is not None:
             last = status.headers.get(_LAST_CONSUMER)
-            if last is not None and last.isascii() and last.isdigit() and not self.finished:
+            if (
+                last is not None
+                and last.isascii()
+                and last.isdigit()
+                and len(last) <= 20  # a uint64 (int() refuses 4,301 digits)
+                and not self.finished
+            ):
                 self.on_heartbeat(int(last))
         silent = status.severity is Severity.SILENT and status.kind is not StatusKind.PIN_MISMATCH
         error = None if silent else status.error()

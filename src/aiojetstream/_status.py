@@ -267,7 +267,7 @@ def _pending(value: str | None) -> int:
     if value is None:
         return 0
     value = value.strip()
-    if value.isascii() and value.isdigit():
+    if value.isascii() and value.isdigit() and len(value) <= 20:  # (int() refuses 4,301)
         return int(value)
     return 0
 

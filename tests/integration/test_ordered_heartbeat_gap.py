@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+import pytest
+
 from aiojetstream import JetStreamContext, StorageType, StreamConfig, connect
 from aiojetstream._ordered import OrderedSource
 from helpers import unique_name, wait_until
@@ -69,3 +71,43 @@ async def test_a_heartbeat_past_what_arrived_resets(js: JetStreamContext, nats_u
             assert msg.metadata.sequence.stream == 4
     finally:
         await other.close()
+
+
+async def test_a_heartbeat_with_a_huge_last_consumer_changes_nothing(
+    js: JetStreamContext, nats_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Nats-Last-Consumer`` past int()'s 4,300 digits raised ValueError inside the
+    connection's read path. It is no sequence: ignored, as a malformed value is."""
+    stream = unique_name("OHH")
+    subject = f"{stream}.x"
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=[subject], storage=StorageType.MEMORY)
+    )
+    await js.publish(subject, b"0")
+    oc = await js.ordered_consumer(stream)
+    other = await connect(nats_url)
+    try:
+        async with oc.messages(heartbeat=0.5, expires=5) as it:
+            assert (await asyncio.wait_for(it.next(), 5)).data == b"0"
+            first = oc.name
+            driver = cast(OrderedSource, it._driver)._driver
+            assert driver is not None
+            pending = asyncio.create_task(it.next())
+            huge = "9" * 5000
+            block = (
+                f"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: {huge}\r\n"
+                f"Nats-Last-Stream: {huge}\r\n\r\n"
+            ).encode()
+            other._api.conn.publish_nowait(driver._inbox, b"", b"", block)
+            await other.nc.flush()
+            await js.nc.flush()  # the heartbeat was read before the PONG
+            assert js.nc.is_connected
+            assert not oc._needs_reset
+            assert oc.name == first
+            await js.publish(subject, b"1")
+            assert (await asyncio.wait_for(pending, 5)).data == b"1"
+            assert oc.name == first
+    finally:
+        await other.close()
+    # The handler of the heartbeat did not fail (it logged a ValueError traceback).
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text

@@ -142,6 +142,8 @@ async def test_byte_by_byte() -> None:
         b"MSG subj x 5\r\nhello\r\n",
         b"MSG subj 7 five\r\nhello\r\n",
         b"HMSG subj 7 a 5\r\nhello\r\n",
+        # A header size past int()'s 4,300 digits: the router's scanner raised ValueError.
+        b"HMSG subj %d " % ROUTED + b"9" * 5000 + b" 5\r\nhello\r\n",
     ],
 )
 async def test_malformed_msg_is_a_protocol_error(line: bytes) -> None:

@@ -173,6 +173,7 @@ class Scanner:
                         or not size_text.isdigit()
                         or not hsize_text.isdigit()
                         or len(size_text) > _MAX_SIZE_DIGITS
+                        or len(hsize_text) > _MAX_SIZE_DIGITS
                     ):
                         return pos, pos, SCAN_OTHER, None
                     hsize = int(hsize_text)

@@ -33,6 +33,8 @@ def ack_numbers(reply: bytes) -> tuple[int, int, int] | None:
     delivered, seq, pending = tokens[4], tokens[5], tokens[8]
     if not (delivered.isdigit() and seq.isdigit() and pending.isdigit()):
         return None
+    if max(len(delivered), len(seq), len(pending)) > 20:  # no uint64 (int() refuses 4,301)
+        return None
     return int(delivered), int(seq), int(pending)
 
 
