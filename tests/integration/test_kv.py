@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -362,6 +363,33 @@ async def test_purge_deletes(kv: KeyValue) -> None:
             await kv.history(key)
     assert (await kv.get("live")).value == b"v"
     assert (await kv.status()).values == 1
+
+
+async def test_purge_deletes_keeps_revisions_put_while_it_runs(kv: KeyValue) -> None:
+    """A young marker's key was purged with keep=1: a value put after the listing (and
+    before that key's purge) took the marker and every revision but the last with it.
+    Here a writer puts two values in that window (the purge call is wrapped to do so)."""
+    await kv.put("gone", b"1")
+    await kv.delete("gone")
+    stream = kv._stream
+    purge = stream.purge
+
+    async def purge_after_a_writer(**kwargs: Any) -> Any:
+        await kv.put("gone", b"3")
+        await kv.put("gone", b"4")
+        return await purge(**kwargs)
+
+    stream.purge = purge_after_a_writer  # type: ignore[method-assign]
+    try:
+        await kv.purge_deletes()  # the marker is young: it stays, what is below it goes
+    finally:
+        stream.purge = purge  # type: ignore[method-assign]
+    entries = await kv.history("gone")
+    assert [(e.operation, e.value) for e in entries] == [
+        (KeyValueOp.DEL, b""),
+        (KeyValueOp.PUT, b"3"),
+        (KeyValueOp.PUT, b"4"),
+    ]
 
 
 async def test_purge_deletes_older_than_longer_than_any_age_keeps_every_marker(

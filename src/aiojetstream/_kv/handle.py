@@ -716,7 +716,9 @@ class KeyValue:
             # Ages, not a cutoff (now - limit): any limit a timedelta holds is valid,
             # and one longer than every marker's age simply keeps them all.
             if limit and now - created < limit:
-                await self._stream.purge(subject=subject, keep=1, timeout=timeout)
+                # The marker stays; what is below it goes (keep=1 would also take it, and
+                # any revision put since the listing but the last).
+                await self._stream.purge(subject=subject, sequence=revision, timeout=timeout)
             else:
                 # Up to the marker only: a put made since the listing stays.
                 await self._stream.purge(subject=subject, sequence=revision + 1, timeout=timeout)
