@@ -152,7 +152,7 @@ DOCSTRINGS: dict[str, dict[str, dict[str, str]]] = {
             "placement": "Placement of the backing stream in a cluster.",
             "republish": "Republish stored entries to other subjects.",
             "mirror": "Make the bucket a read-only mirror of another bucket (``name`` is the bucket or\n``KV_<bucket>``); writes go to the origin.",
-            "sources": "Buckets to source keys from (``name`` is the bucket or ``KV_<bucket>``); a source\nwithout subject transforms is mapped from ``$KV.<source>.>`` to this bucket.",
+            "sources": "Buckets to source keys from (``name`` is the bucket or ``KV_<bucket>``); a source\nwithout subject transforms is mapped from ``$KV.<source>.>`` to this bucket. One\nwith ``subject_transforms`` is used as given: its ``name`` is a stream's (a\nbucket's is ``KV_<bucket>``).",
             "metadata": "Application metadata of the backing stream.",
         },
         "KeyValueStatus": {

@@ -119,7 +119,9 @@ class KeyValueConfig(ConfigModel):
     ``KV_<bucket>``); writes go to the origin."""
     sources: list[StreamSource] | None = None
     """Buckets to source keys from (``name`` is the bucket or ``KV_<bucket>``); a source
-    without subject transforms is mapped from ``$KV.<source>.>`` to this bucket."""
+    without subject transforms is mapped from ``$KV.<source>.>`` to this bucket. One
+    with ``subject_transforms`` is used as given: its ``name`` is a stream's (a
+    bucket's is ``KV_<bucket>``)."""
     metadata: dict[str, str] | None = None
     """Application metadata of the backing stream."""
 
