@@ -91,7 +91,7 @@ def check_reply(
             raise InvalidResponseError(f"unexpected error in a JetStream reply: {data[:200]!r}")
         try:
             code, err_code = int(error.get("code", 0)), int(error.get("err_code", 0))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # (JSON takes Infinity)
             raise InvalidResponseError(
                 f"unexpected error in a JetStream reply: {data[:200]!r}"
             ) from None

@@ -35,14 +35,14 @@ from ._validation import check_sequence, validate_filter_subject
 
 # Headers a direct get adds to describe the stored message; they are moved into
 # RawStreamMessage's fields rather than repeated in its headers.
+#: The headers nats-server adds to a single direct get's reply (its ``dg`` template; a
+#: batch's replies also carry Nats-Num-Pending and Nats-Last-Sequence, see ``_direct``).
 _DIRECT_META = frozenset(
     {
         H.STREAM,
         H.SUBJECT,
         H.SEQUENCE,
         H.TIME_STAMP,
-        H.LAST_SEQUENCE,
-        H.NUM_PENDING,
     }
 )
 

@@ -313,9 +313,11 @@ async def test_a_stream_of_republished_messages_reads(js: JetStreamContext) -> N
         assert m.headers["Nats-Stream"] == f"{base}-SRC"
         assert m.headers["Nats-Sequence"] == str(i + 1)
         assert m.headers["Nats-Subject"] == f"{base}.src.{i}"
+        assert "Nats-Last-Sequence" in m.headers  # the republish's own, kept
     one = await dst.get_msg(2)
     assert (one.seq, one.subject, one.data) == (2, f"{base}.dst.1", b"1")
     assert one.headers is not None
     assert one.headers["Nats-Stream"] == f"{base}-SRC"
+    assert one.headers == got[1].headers  # a single get keeps the same stored headers
     last = await dst.get_last_msg_for_subject(f"{base}.dst.2")
     assert (last.seq, last.data) == (3, b"2")

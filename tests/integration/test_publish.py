@@ -285,7 +285,12 @@ async def test_close_fails_pending_and_refuses_new(nats_server: object) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b'{"error":"no such thing"}', b'{"error":{"code":"bad","err_code":1}}', b'{"error":[1]}'],
+    [
+        b'{"error":"no such thing"}',
+        b'{"error":{"code":"bad","err_code":1}}',
+        b'{"error":[1]}',
+        b'{"error":{"code":Infinity}}',  # Python's JSON takes it; int() overflows
+    ],
 )
 async def test_replies_no_server_writes_fail_typed_and_at_once(
     js: JetStreamContext, body: bytes

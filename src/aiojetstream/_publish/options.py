@@ -73,12 +73,13 @@ def _msg_id(header: str, value: object, name: str) -> str:
     second message dropped as its duplicate.
     """
     _, value = H.validate_header(header, value)
-    if not value.strip():
+    stripped = value.strip()
+    if not stripped:
         raise InvalidOptionError(f"{name} must not be empty or only whitespace, got {value!r}")
-    if value != value.strip():
+    if value != stripped:
         raise InvalidOptionError(
             f"{name} must not begin or end with whitespace, got {value!r}: header values "
-            f"are sent stripped, so it would be the same id as {value.strip()!r}"
+            f"are sent stripped, so it would be the same id as {stripped!r}"
         )
     return value
 

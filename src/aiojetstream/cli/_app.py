@@ -266,6 +266,8 @@ def run_app(argv: list[str]) -> int:
         if code is None:
             return 0
         return code if isinstance(code, int) else 1
+    except ModuleNotFoundError:
+        raise  # (Typer or Rich missing: main() says what to install)
     except Exception as exc:  # --debug: the traceback, printed as Python would, but printable
         import traceback
 
