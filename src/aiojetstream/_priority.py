@@ -202,7 +202,9 @@ def pin_header_size(hdr: bytes | None) -> int:
     nats-server counts a message against a pull's ``max_bytes`` before it adds
     the pin id header of a pinned client (it appends the line to the header
     block, or writes a block of its own when the message had none). A pinned
-    pull's byte count leaves these bytes out, as the server does.
+    pull's byte count leaves these bytes out, as the server does. (A message
+    stored with an empty header block, ``NATS/1.0`` and nothing else, which no
+    client of ours writes, reads as one without headers: 12 bytes short.)
 
     Example:
         >>> pin_header_size(b"NATS/1.0\r\nNats-Pin-Id: abc\r\n\r\n")

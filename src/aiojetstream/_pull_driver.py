@@ -331,7 +331,11 @@ class PullDriver:
             return msg
         if self._untold:
             self._tell()
-        cmds = self.engine.on_consumed(self._size(msg) if self._byte_mode else 0)
+        if self._byte_mode:
+            size = msg.size - pin_header_size(msg._hdr) if self._pinned else msg.size
+            cmds = self.engine.on_consumed(size)
+        else:
+            cmds = self.engine.on_consumed(0)
         if cmds:
             self._run(cmds)
         if self._batching:
@@ -512,28 +516,25 @@ class PullDriver:
         if self._batching:
             self._arrived += 1  # told at the next take or engine event
         else:
+            size = 0
+            if self._byte_mode or self._byte_cap:
+                size = msg.size
             if self._pinned:
                 pin_id = pin_id_from_headers(hdr)
                 if pin_id is not None:
                     self.engine.on_pin_id(pin_id)
-            cmds = self.engine.on_message(self._size(msg) if self._byte_mode else 0)
+                    if size:
+                        # Counted as the server counts it: before it added the pin id
+                        # header (see pin_header_size).
+                        size -= pin_header_size(hdr)
+            cmds = self.engine.on_message(size if self._byte_mode else 0)
             if self._byte_cap:
-                cmds += self.engine.on_fetched_bytes(self._size(msg))
+                cmds += self.engine.on_fetched_bytes(size)
             if cmds:
                 self._run(cmds)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-
-    def _size(self, msg: Msg) -> int:
-        """``msg``'s size as the server counted it against the pull's ``max_bytes``.
-
-        A pinned client's messages carry a ``Nats-Pin-Id`` header the server
-        adds after counting (see :func:`pin_header_size`).
-        """
-        if self._pinned:
-            return msg.size - pin_header_size(msg._hdr)
-        return msg.size
 
     def _on_arrivals(self, count: int) -> None:
         """The router put ``count`` messages into the buffer (see RawSink)."""

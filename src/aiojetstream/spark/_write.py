@@ -261,7 +261,7 @@ class _Publisher:
         headers = _column(batch, "headers")
         header_ids = None
         if headers is not None and self._id_prefix is not None:
-            header_ids = _header_ids(headers)
+            header_ids = _header_ids(batch.column(batch.schema.get_field_index("headers")))
         msg_ids = _msg_ids(batch, self._id_prefix, first_row, header_ids)
         ttls = _column(batch, "ttl")
         if ttls is not None:
@@ -313,21 +313,17 @@ def _retrieve(done: asyncio.Future[PublishSummary]) -> None:
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
 
 
-def _header_ids(headers: list[Any]) -> pa.Array | None:
+def _header_ids(headers: pa.Array) -> pa.Array | None:
     """The ``Nats-Msg-Id`` of each row's ``headers`` (null where none); None if no row has one.
 
-    The name as the server reads it (exactly ``Nats-Msg-Id``).
+    The name as the server reads it (exactly ``Nats-Msg-Id``); the value as it
+    goes out (stripped; an empty one is none).
     """
-    ids: list[str | None] = []
-    found = False
-    for row in headers:
-        value = None
-        for key, item in row or ():
-            if key == MSG_ID_HEADER:
-                value = item
-        found = found or value is not None
-        ids.append(value)
-    return pa.array(ids, pa.string()) if found else None
+    ids = pc.map_lookup(headers, pa.scalar(MSG_ID_HEADER), "last")
+    if ids.null_count == len(ids):
+        return None
+    ids = pc.utf8_trim_whitespace(ids)
+    return pc.if_else(pc.equal(ids, ""), pa.scalar(None, pa.string()), ids)
 
 
 def _msg_ids(
