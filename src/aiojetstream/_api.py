@@ -10,6 +10,7 @@ from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from ._bounds import shown
 from ._conn import Conn
 from ._errors import (
     InvalidResponseError,
@@ -261,12 +262,17 @@ async def paged(
     while True:
         reply = await api.call(template, {**body, "offset": offset}, timeout=timeout, **parts)
         items = reply.get(key) or []
-        if offset and items and items == previous:
-            # Not a page of nats-server's (it pages by offset): a server (or a proxy)
-            # answering the same page again would be listed without end.
+        answered = reply.get("offset", offset)  # nats-server echoes it
+        if answered != offset or (offset and items and items == previous):
+            # Not a page of nats-server's: a server (or a proxy) answering another
+            # offset, or the same page again, would be listed without end.
             raise InvalidResponseError(
                 f"{template.split('.{')[0].lower()}: the server answered offset {offset} "
-                "with the page before it again"
+                + (
+                    f"with the page at offset {shown(answered)}"
+                    if answered != offset
+                    else "with the page before it again"
+                )
             )
         previous = items
         for item in items:

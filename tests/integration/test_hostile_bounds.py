@@ -506,7 +506,8 @@ async def test_a_listing_answered_with_the_same_page_again_ends(nats_server: Nat
 
         async def answer(msg: Any) -> None:
             answered.append(1)
-            body = {"total": 10**12, "offset": 0, "limit": 1024, "streams": page}
+            offset = json.loads(msg.data)["offset"]  # echoed, as nats-server does
+            body = {"total": 10**12, "offset": offset, "limit": 1024, "streams": page}
             await msg.respond(json.dumps(body).encode())
 
         sub = await js.nc.subscribe(f"{prefix}.STREAM.NAMES", cb=answer)
@@ -521,6 +522,37 @@ async def test_a_listing_answered_with_the_same_page_again_ends(nats_server: Nat
                 await asyncio.wait_for(listing(), 30)  # without end: TimeoutError, no hang
             assert names == page
             assert len(answered) == 2
+        finally:
+            await sub.unsubscribe()
+    finally:
+        await js.close()
+
+
+async def test_a_listing_answered_for_another_offset_ends(nats_server: NatsServer) -> None:
+    """An answer for no offset asked for (nats-server echoes the offset it was asked
+    for; here every answer says 0, with a new page each time, so no page repeats) is
+    refused at once, not listed without end."""
+    prefix = "HOSTILE.API"
+    answered: list[int] = []
+    js = await aiojetstream.connect(nats_server.url, api_prefix=prefix)
+    try:
+
+        async def answer(msg: Any) -> None:
+            answered.append(json.loads(msg.data)["offset"])
+            page = [f"P{len(answered)}-{i}" for i in range(1024)]
+            body = {"total": 10**12, "offset": 0, "limit": 1024, "streams": page}
+            await msg.respond(json.dumps(body).encode())
+
+        sub = await js.nc.subscribe(f"{prefix}.STREAM.NAMES", cb=answer)
+        try:
+
+            async def listing() -> None:
+                async for _ in js.stream_names():
+                    pass
+
+            with pytest.raises(InvalidResponseError, match="with the page at offset 0"):
+                await asyncio.wait_for(listing(), 30)  # without end: TimeoutError, no hang
+            assert answered == [0, 1024]
         finally:
             await sub.unsubscribe()
     finally:
