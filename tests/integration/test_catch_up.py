@@ -13,6 +13,7 @@ import asyncio
 import pytest
 
 from aiojetstream import (
+    Consumer,
     ConsumerConfig,
     DeliverPolicy,
     JetStreamContext,
@@ -20,7 +21,7 @@ from aiojetstream import (
     OrderedConsumerConfig,
     StreamConfig,
 )
-from helpers import unique_name
+from helpers import unique_name, wait_until
 
 #: The loop must end at once on an empty stream: a generous bound on a loaded machine.
 BOUND = 5.0
@@ -47,6 +48,10 @@ async def new_stream(js: JetStreamContext, n: int) -> str:
     return name
 
 
+async def _pending(consumer: Consumer, count: int) -> bool:
+    return (await consumer.info()).num_pending == count
+
+
 @pytest.mark.parametrize("kind", ["durable", "ordered"])
 async def test_an_empty_stream_ends_the_loop_at_once(js: JetStreamContext, kind: str) -> None:
     name = await new_stream(js, 0)
@@ -65,6 +70,9 @@ async def test_a_durable_reads_everything_then_stops(js: JetStreamContext) -> No
     for msg in msgs:
         await msg.ack()
     await js.publish(f"{name}.x", b"later")
+    # The server tells its consumers of a stored message a moment after the publish's
+    # acknowledgement (a queue): until then a no-wait pull finds nothing (seen in CI).
+    await wait_until(lambda: _pending(consumer, 1), timeout=BOUND)
     (later,) = await asyncio.wait_for(catch_up(consumer), BOUND)
     assert (later.metadata.sequence.stream, later.data) == (251, b"later")
 
