@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -764,6 +765,18 @@ def test_consume_durable_acks(cli: Cli, stream: str, nats_url: str) -> None:
     assert "does not take acks" in line
     assert len(json_lines(cli("consume", stream, "noack", "--no-ack", "-c", "6", "--json"))) == 6
     cli("consume", stream, "work", "--subject", "x", expect=2)
+
+
+def test_consume_idle_counts_from_the_last_message(cli: Cli, stream: str) -> None:
+    """Each pull waited a whole --idle: a message at the start of one and none after it
+    ended the command after about twice --idle."""
+    cli("consumer", "add", stream, "idle", "--ack", "explicit")
+    cli("pub", f"{stream}.x", "only")
+    started = time.monotonic()
+    got = cli("consume", stream, "idle", "--idle", "3", "--raw")
+    took = time.monotonic() - started
+    assert got.stdout == "only\n"
+    assert 3.0 <= took < 5.0, took  # was about 6 s
 
 
 # --------------------------------------------------------------------------- consumer

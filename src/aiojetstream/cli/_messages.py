@@ -499,19 +499,32 @@ def consume(
             raise CliError(f"consumer {stream} > {consumer} does not take acks (use --no-ack)")
         # Batches no larger than what is still wanted: a message pulled is
         # delivered, and one left unacknowledged waits out the ack wait.
-        expires = max(idle, MIN_EXPIRES) if idle is not None else _PULL_EXPIRES
+        loop = asyncio.get_running_loop()
+        quiet_since = loop.time()  # the last message (or the start)
         seen = 0
         while count is None or seen < count:
+            expires = _PULL_EXPIRES
+            if idle is not None:
+                # The pull waits out what is left of --idle since the last message
+                # (a whole --idle each pull waited up to twice as long).
+                left = idle - (loop.time() - quiet_since)
+                if left <= 0:
+                    break  # --idle seconds without a message
+                expires = max(left, MIN_EXPIRES)
             wanted = _PULL_BATCH if count is None else min(count - seen, _PULL_BATCH)
-            got = 0
+            acks: list[asyncio.Future[None]] = []
             async for msg in await durable.fetch(wanted, expires=expires):
                 show(msg)
                 if do_ack:
-                    await msg.ack()
-                got += 1
-            seen += got
-            if got == 0 and idle is not None:
-                break  # --idle seconds without a message
+                    # Confirmed by the server (an ack that came after the ack wait, or
+                    # was lost, would be redelivered): a failure is the command's error.
+                    acks.append(asyncio.ensure_future(msg.double_ack()))
+                seen += 1
+                quiet_since = loop.time()
+            if acks:
+                for outcome in await asyncio.gather(*acks, return_exceptions=True):
+                    if isinstance(outcome, BaseException):
+                        raise outcome
         return seen
 
     seen = run(ctx, replay if consumer is None else pull)
