@@ -235,7 +235,18 @@ def parse_duration(value: timedelta | float | str, *, ttl: bool = False) -> time
         from ._headers import NEVER, ttl_header_value
 
         header = ttl_header_value(value)
-        return None if header == NEVER else timedelta(seconds=int(header))
+        if header == NEVER:
+            return None
+        try:
+            return timedelta(seconds=int(header))
+        except OverflowError:  # past timedelta.max (about 2.7 million years)
+            from ._bounds import shown
+            from ._errors import InvalidTTLError
+
+            raise InvalidTTLError(
+                f"{shown(value)} is longer than a timedelta holds (about 2.7 million "
+                "years); use 'never' for no expiry"
+            ) from None
     from ._errors import InvalidOptionError
     from ._models._base import coerce_duration
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import re
 import shutil
 import socket
@@ -576,6 +577,10 @@ def test_pub_reads_stdin_and_binary_data(cli: Cli, stream: str) -> None:
     assert raw.stdout_bytes == blob
     cli("pub", f"{stream}.empty")
     assert as_json(cli("get", stream, "2", "--json"))["data"] == ""
+    # An argument that is not UTF-8 (Python holds it with surrogates): its bytes, as
+    # given (encoding it raised UnicodeEncodeError, a traceback).
+    cli("pub", f"{stream}.latin1", os.fsdecode(b"caf\xe9"))
+    assert cli("get", stream, "3", "--raw").stdout_bytes == b"caf\xe9"
 
 
 def test_pub_ttl(cli: Cli) -> None:
@@ -609,6 +614,9 @@ def test_ttl_is_checked_before_connecting() -> None:
         (("pub", "x", "y", "--ttl", "500ms"), "500ms", "is under 1 second"),
         (("kv", "create", "B", "k", "v", "--ttl", "soon"), "soon", "is not a TTL"),
         (("kv", "purge", "B", "k", "--ttl", "0.5"), "0.5", "is under 1 second"),
+        # Past a timedelta (an OverflowError traceback, exit 1).
+        (("pub", "x", "y", "--ttl", "100000000000h"), "100000000000h", "is longer than a"),
+        (("kv", "create", "B", "k", "v", "--ttl", "100000000000h"), "100000000000h", "is lon"),
     ):
         usage = invoke(nowhere, args, None, 2)
         line = usage_error_line(usage)

@@ -424,6 +424,10 @@ def test_the_public_parser_is_the_librarys() -> None:
             aiojetstream.parse_duration(bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidTTLError, match="under 1 second"):
         aiojetstream.parse_duration("500ms", ttl=True)
+    # Past timedelta.max but within what the header takes: an OverflowError was raised.
+    for huge in ("100000000000h", 10**15, 1e300):
+        with pytest.raises(InvalidTTLError, match="longer than a timedelta holds"):
+            aiojetstream.parse_duration(huge, ttl=True)
 
 
 def test_client_side_timeouts_stay_seconds() -> None:

@@ -458,12 +458,16 @@ def read_stdin(what: str = "'-'") -> bytes:
 
 
 def read_data(data: str | None) -> bytes:
-    """A payload argument: ``-`` reads standard input, None is empty, else its UTF-8 bytes."""
+    """A payload argument: ``-`` reads standard input, None is empty, else its bytes.
+
+    The bytes as given on the command line (UTF-8, or what the shell passed: an
+    argument that is not UTF-8 reaches Python with surrogates).
+    """
     if data is None:
         return b""
     if data == "-":
         return read_stdin()
-    return data.encode()
+    return os.fsencode(data)
 
 
 def load_json_file(path: Path) -> dict[str, Any]:
