@@ -48,6 +48,30 @@ class Codec(Protocol):
         ...
 
 
+#: Per model class: whether its JSON is written by alias (see :func:`model_json`).
+_BY_ALIAS: dict[type, bool] = {}
+
+
+def model_json(serializer: Any, value: Any) -> bytes:
+    """A model's JSON from its compiled serializer, by alias unless its config says not.
+
+    Read back with ``model_validate_json``, which takes fields by alias (pydantic's
+    default): written by name, a model with ``Field(alias=...)`` did not validate.
+    A model configured with ``serialize_by_alias`` (pydantic >= 2.11) is written as
+    that says, one that validates by name only (``validate_by_alias=False``) by name.
+    """
+    cls = type(value)
+    by_alias = _BY_ALIAS.get(cls)
+    if by_alias is None:
+        config = getattr(cls, "model_config", None) or {}
+        chosen = config.get("serialize_by_alias")
+        if chosen is None:
+            chosen = config.get("validate_by_alias", True) is not False
+        by_alias = _BY_ALIAS[cls] = bool(chosen)
+    data: bytes = serializer.to_json(value, by_alias=by_alias)
+    return data
+
+
 class JsonCodec:
     """JSON through pydantic: models by their compiled serializer, other values by a TypeAdapter.
 
@@ -60,8 +84,7 @@ class JsonCodec:
         """``value`` as JSON (``model_dump_json`` for a model)."""
         serializer = getattr(type(value), "__pydantic_serializer__", None)
         if serializer is not None:
-            data: bytes = serializer.to_json(value)
-            return data
+            return model_json(serializer, value)
         from pydantic_core import to_json
 
         return to_json(value)
@@ -140,7 +163,7 @@ def encode(
         serializer = getattr(type(payload), "__pydantic_serializer__", None)
         if serializer is None or isinstance(payload, type):
             raise InvalidOptionError(_refusal(payload))
-        data: bytes = serializer.to_json(payload)
+        data = model_json(serializer, payload)
         content_type: str | None = JSON
     else:
         if not callable(getattr(codec, "encode", None)):

@@ -8,7 +8,7 @@ import logging
 from typing import Any, TypeVar, assert_type
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from aiojetstream import (
     AckPolicy,
@@ -100,6 +100,36 @@ async def test_publish_a_model_and_read_it_back_typed(js: JetStreamContext) -> N
     assert got[0].decode(Order) == got[0].value
     assert got[1].metadata.sequence.stream == 2
     assert "TypedMsg" in repr(got[0])
+
+
+class Aliased(BaseModel):
+    order_id: int = Field(alias="orderId")
+    note: str = ""
+
+
+class ByName(BaseModel):
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=False)
+    order_id: int = Field(alias="orderId")
+
+
+async def test_a_model_with_aliases_reads_back(js: JetStreamContext) -> None:
+    """Written by field name, a model with Field(alias=...) did not validate when read
+    back (model_validate_json takes aliases): every such message was terminated. It
+    goes out by alias, unless the model validates by name only."""
+    stream, consumer = await make(js)
+    await js.publish(f"{stream}.a", Aliased(orderId=7, note="n"))
+    await js.publish(f"{stream}.b", ByName(order_id=8))
+    first = await consumer.next(expires=STEP, model=Aliased)
+    assert first.data == b'{"orderId":7,"note":"n"}'
+    assert first.value == Aliased(orderId=7, note="n")
+    await first.ack()
+    second = await consumer.next(expires=STEP, model=ByName)
+    assert second.data == b'{"order_id":8}'
+    assert second.value == ByName(order_id=8)
+    await second.ack()
+    kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("typed")))
+    await kv.put("k", Aliased(orderId=9))
+    assert (await kv.get("k")).decode(Aliased) == Aliased(orderId=9)
 
 
 async def test_str_is_refused_with_how_to_publish_text(js: JetStreamContext) -> None:
