@@ -105,6 +105,20 @@ def check_typed(
     decoder(model, codec)
 
 
+def refuse_codec_alone(model: object, codec: object) -> None:
+    """Refuse ``codec=`` without ``model=`` (it was ignored: the messages came untyped).
+
+    Raises:
+        InvalidOptionError: a codec without a model.
+
+    """
+    if codec is not None and model is None:
+        raise InvalidOptionError(
+            "codec= decodes into model=: give model= too (the type to decode into; "
+            "bytes with RawCodec)"
+        )
+
+
 async def refuse(
     msg: Msg,
     exc: ValueError,

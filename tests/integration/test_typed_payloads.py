@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any, TypeVar, assert_type
 
 import pytest
@@ -698,3 +699,31 @@ async def test_ordered_fetch_bytes_and_no_wait_typed(js: JetStreamContext) -> No
     plain = await again.fetch_no_wait(1)
     assert_type(plain, OrderedBatch)
     await plain.aclose()
+
+
+async def test_a_codec_without_a_model_is_refused(js: JetStreamContext) -> None:
+    """``codec=`` without ``model=`` was ignored: the messages came untyped."""
+    stream, consumer = await make(js)
+    oc = await js.ordered_consumer(stream)
+    codec = CsvCodec()
+    before = js.nc.stats["out_msgs"]
+    for call in (
+        lambda: consumer.fetch(1, codec=codec),
+        lambda: consumer.fetch_no_wait(1, codec=codec),
+        lambda: consumer.next(codec=codec),
+        lambda: oc.fetch(1, codec=codec),
+        lambda: oc.next(codec=codec),
+    ):
+        with pytest.raises(InvalidOptionError, match="give model= too"):
+            await call()
+    sync_calls: list[Callable[[], object]] = [
+        lambda: consumer.messages(codec=codec),
+        lambda: oc.messages(codec=codec),
+    ]
+    for sync_call in sync_calls:
+        with pytest.raises(InvalidOptionError, match="give model= too"):
+            sync_call()
+    for handle in (consumer, oc):
+        with pytest.raises(InvalidOptionError, match="give model= too"):
+            await handle.consume(lambda msg: None, codec=codec)
+    assert js.nc.stats["out_msgs"] == before

@@ -32,6 +32,7 @@ from .._typed import (
     check_on_invalid,
     check_typed,
     next_valid,
+    refuse_codec_alone,
     typed_handler,
 )
 from .calls import consumer_info
@@ -228,6 +229,7 @@ class Consumer:
         on_invalid: OnInvalid = "term",
     ) -> MessageBatch | TypedMessageBatch[Any]:
         """Start the pull of ``settings``; with ``model``, its batch typed (checked first)."""
+        refuse_codec_alone(model, codec)
         if model is not None:
             check_typed(model, codec, on_invalid)  # refused before anything is sent
         driver = self._driver(settings)
@@ -443,6 +445,7 @@ class Consumer:
             PinIdMismatchError: the pinned client lost its pin (pull again).
 
         """
+        refuse_codec_alone(model, codec)
         if model is None:
             return await self._next(
                 expires, heartbeat, group, min_pending, min_ack_pending, priority
@@ -543,7 +546,8 @@ class Consumer:
             InvalidOptionError: bad options (before anything is sent).
 
         """
-        if model is not None or codec is not None:
+        refuse_codec_alone(model, codec)
+        if model is not None:
             check_on_invalid(on_invalid)
         settings = resolve_consume(
             max_messages=max_messages,
@@ -618,6 +622,7 @@ class Consumer:
         if not callable(handler):
             raise InvalidOptionError("handler must be callable")
         holder: list[ConsumeContext] = []
+        refuse_codec_alone(model, codec)
         if model is not None:
             check_on_invalid(on_invalid)
             handler = typed_handler(handler, model, codec, on_invalid, holder, self._on_refused)

@@ -39,6 +39,7 @@ from .._typed import (
     TypedMessageBatch,
     check_typed,
     next_valid,
+    refuse_codec_alone,
     typed_handler,
 )
 from .._validation import validate_name
@@ -103,6 +104,7 @@ class OrderedConsumer(OrderedCursor):
         codec: Codec | None = None,
         on_invalid: OrderedOnInvalid = "raise",
     ) -> OrderedBatch | TypedMessageBatch[Any]:
+        refuse_codec_alone(model, codec)
         if model is not None:
             check_typed(model, codec, on_invalid, acks=False)  # before anything is sent
         # The consumer's recreation counts against the fetch's expires (fetch_no_wait:
@@ -247,6 +249,7 @@ class OrderedConsumer(OrderedCursor):
             PayloadValidationError: with ``model``, the payload does not validate.
 
         """
+        refuse_codec_alone(model, codec)
         if model is not None:
             check_typed(model, codec, on_invalid, acks=False)
         # The caller's options are checked once, here, before anything is sent (a
@@ -329,6 +332,7 @@ class OrderedConsumer(OrderedCursor):
             InvalidOptionError: bad options (before anything is sent).
 
         """
+        refuse_codec_alone(model, codec)
         if model is not None:
             check_typed(model, codec, on_invalid, acks=False)
         settings = resolve_consume(
@@ -392,6 +396,7 @@ class OrderedConsumer(OrderedCursor):
         if not callable(handler):
             raise InvalidOptionError("handler must be callable")
         holder: list[C.ConsumeContext] = []
+        refuse_codec_alone(model, codec)
         if model is not None:
             check_typed(model, codec, on_invalid, acks=False)
             handler = typed_handler(handler, model, codec, on_invalid, holder, self._on_refused)
