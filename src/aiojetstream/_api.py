@@ -262,8 +262,10 @@ async def paged(
     while True:
         reply = await api.call(template, {**body, "offset": offset}, timeout=timeout, **parts)
         items = reply.get(key) or []
-        answered = reply.get("offset", offset)  # nats-server echoes it
-        if answered != offset or (offset and items and items == previous):
+        # nats-server echoes the offset, clamped to its count (a listing that shrank
+        # meanwhile gets an empty page at a lower offset: the end, not an error).
+        answered = reply.get("offset", offset)
+        if (answered != offset and items) or (offset and items and items == previous):
             # Not a page of nats-server's: a server (or a proxy) answering another
             # offset, or the same page again, would be listed without end.
             raise InvalidResponseError(

@@ -12,6 +12,7 @@ payload that does not validate raises :class:`PayloadValidationError`.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
 
 from ._errors import InvalidOptionError, PayloadValidationError
@@ -49,25 +50,43 @@ class Codec(Protocol):
 
 
 #: Per model class: whether its JSON is written by alias (see :func:`model_json`).
-_BY_ALIAS: dict[type, bool] = {}
+_BY_ALIAS: weakref.WeakKeyDictionary[type, bool | None] = weakref.WeakKeyDictionary()
+
+
+def _by_alias(cls: type) -> bool | None:
+    """How ``cls`` is written so that ``model_validate_json`` reads it back.
+
+    Its config's ``serialize_by_alias`` when it sets one; else by alias when every
+    field is written under the name it is read by (a plain ``Field(alias=...)``:
+    pydantic writes the field's name by default, then reads the alias and fails);
+    else pydantic's default (a ``serialization_alias`` of its own, or a model
+    read by name only, ``validate_by_alias=False``).
+    """
+    config = getattr(cls, "model_config", None) or getattr(cls, "__pydantic_config__", None)
+    config = config or {}
+    chosen = config.get("serialize_by_alias")
+    if chosen is not None:
+        return bool(chosen)
+    if config.get("validate_by_alias", True) is False:
+        return None
+    fields = getattr(cls, "model_fields", None) or getattr(cls, "__pydantic_fields__", {})
+    aliased = False
+    for name, field in fields.items():
+        written = field.serialization_alias or field.alias or name
+        read = field.validation_alias or field.alias or name
+        if written != read:
+            return None  # by name or by alias, one side differs: pydantic's default
+        aliased = aliased or written != name
+    return True if aliased else None
 
 
 def model_json(serializer: Any, value: Any) -> bytes:
-    """A model's JSON from its compiled serializer, by alias unless its config says not.
-
-    Read back with ``model_validate_json``, which takes fields by alias (pydantic's
-    default): written by name, a model with ``Field(alias=...)`` did not validate.
-    A model configured with ``serialize_by_alias`` (pydantic >= 2.11) is written as
-    that says, one that validates by name only (``validate_by_alias=False``) by name.
-    """
+    """A model's JSON from its compiled serializer, as :func:`_by_alias` says."""
     cls = type(value)
-    by_alias = _BY_ALIAS.get(cls)
-    if by_alias is None:
-        config = getattr(cls, "model_config", None) or {}
-        chosen = config.get("serialize_by_alias")
-        if chosen is None:
-            chosen = config.get("validate_by_alias", True) is not False
-        by_alias = _BY_ALIAS[cls] = bool(chosen)
+    try:
+        by_alias = _BY_ALIAS[cls]
+    except KeyError:
+        by_alias = _BY_ALIAS[cls] = _by_alias(cls)
     data: bytes = serializer.to_json(value, by_alias=by_alias)
     return data
 

@@ -557,3 +557,30 @@ async def test_a_listing_answered_for_another_offset_ends(nats_server: NatsServe
             await sub.unsubscribe()
     finally:
         await js.close()
+
+
+async def test_a_listing_that_shrank_meanwhile_ends(nats_server: NatsServer) -> None:
+    """nats-server clamps the offset it echoes to its count: streams deleted during a
+    listing get the next request an empty page at a lower offset. That is the end
+    of the listing, not an answer for another offset."""
+    prefix = "SHRINK.API"
+    first = [f"S{i}" for i in range(1024)]
+    js = await aiojetstream.connect(nats_server.url, api_prefix=prefix)
+    try:
+
+        async def answer(msg: Any) -> None:
+            offset = json.loads(msg.data)["offset"]
+            if offset == 0:
+                body = {"total": 2000, "offset": 0, "limit": 1024, "streams": first}
+            else:  # 1,500 streams deleted meanwhile: clamped to the 500 left
+                body = {"total": 500, "offset": 500, "limit": 1024, "streams": []}
+            await msg.respond(json.dumps(body).encode())
+
+        sub = await js.nc.subscribe(f"{prefix}.STREAM.NAMES", cb=answer)
+        try:
+            names = [name async for name in js.stream_names()]
+            assert names == first
+        finally:
+            await sub.unsubscribe()
+    finally:
+        await js.close()

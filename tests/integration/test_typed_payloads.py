@@ -108,6 +108,10 @@ class Aliased(BaseModel):
     note: str = ""
 
 
+class WrittenAs(BaseModel):
+    order_id: int = Field(serialization_alias="orderId")  # read by name
+
+
 class ByName(BaseModel):
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=False)
     order_id: int = Field(alias="orderId")
@@ -128,6 +132,12 @@ async def test_a_model_with_aliases_reads_back(js: JetStreamContext) -> None:
     assert second.data == b'{"order_id":8}'
     assert second.value == ByName(order_id=8)
     await second.ack()
+    # A serialization alias alone is read by name: written by name (pydantic's default).
+    await js.publish(f"{stream}.c", WrittenAs(order_id=10))
+    third = await consumer.next(expires=STEP, model=WrittenAs)
+    assert third.data == b'{"order_id":10}'
+    assert third.value == WrittenAs(order_id=10)
+    await third.ack()
     kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("typed")))
     await kv.put("k", Aliased(orderId=9))
     assert (await kv.get("k")).decode(Aliased) == Aliased(orderId=9)

@@ -500,3 +500,24 @@ def test_creds_text_or_seed_in_place_of_a_path_is_refused_unquoted(value: str) -
         parse_sink_options({"subject": "s", "creds": value})
     ok = parse_source_options({"stream": "S", "creds": "/etc/nats/user.creds"}, streaming=True)
     assert ok.connect.creds == "/etc/nats/user.creds"
+
+
+@pytest.mark.parametrize("text", [pa.string(), pa.large_string()])
+def test_header_ids_of_a_sink_batch(text: pa.DataType) -> None:
+    """dedupe=auto takes a row's own Nats-Msg-Id header (as it goes out: stripped, an
+    empty one is none); maps of large strings (useLargeVarTypes) raised ArrowTypeError."""
+    from aiojetstream.spark._write import _header_ids
+
+    rows = [
+        [("Nats-Msg-Id", "orig-1"), ("X", "1")],
+        [("X", "2")],
+        None,
+        [("Nats-Msg-Id", " p ")],
+        [("Nats-Msg-Id", "  ")],
+        [("nats-msg-id", "lower")],
+    ]
+    headers = pa.array(rows, pa.map_(text, text))
+    ids = _header_ids(headers)
+    assert ids is not None
+    assert ids.to_pylist() == ["orig-1", None, None, "p", None, None]
+    assert _header_ids(pa.array([[("X", "2")], None], pa.map_(text, text))) is None

@@ -717,8 +717,11 @@ class KeyValue:
             # and one longer than every marker's age simply keeps them all.
             if limit and now - created < limit:
                 # The marker stays; what is below it goes (keep=1 would also take it, and
-                # any revision put since the listing but the last).
-                await self._stream.purge(subject=subject, sequence=revision, timeout=timeout)
+                # any revision put since the listing but the last). Nothing is below the
+                # stream's first message, and servers before 2.15 take seq=1 as no
+                # sequence at all (the whole subject, marker included): no purge then.
+                if revision > 1:
+                    await self._stream.purge(subject=subject, sequence=revision, timeout=timeout)
             else:
                 # Up to the marker only: a put made since the listing stays.
                 await self._stream.purge(subject=subject, sequence=revision + 1, timeout=timeout)

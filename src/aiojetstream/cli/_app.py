@@ -266,16 +266,23 @@ def run_app(argv: list[str]) -> int:
         if code is None:
             return 0
         return code if isinstance(code, int) else 1
-    except ModuleNotFoundError:
-        raise  # (Typer or Rich missing: main() says what to install)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] in ("typer", "rich"):
+            raise  # main() says what to install
+        return _print_traceback(exc)
     except Exception as exc:  # --debug: the traceback, printed as Python would, but printable
-        import traceback
-
-        from ._output import printable, say
-
-        say(printable("".join(traceback.format_exception(exc)).rstrip("\n"), lines=True))
-        return 1
+        return _print_traceback(exc)
     return 0
+
+
+def _print_traceback(exc: BaseException) -> int:
+    """``exc``'s traceback on standard error in printable form; the exit code, 1."""
+    import traceback
+
+    from ._output import printable, say
+
+    say(printable("".join(traceback.format_exception(exc)).rstrip("\n"), lines=True))
+    return 1
 
 
 class _PrintableHandler(logging.Handler):

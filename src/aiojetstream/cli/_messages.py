@@ -513,14 +513,20 @@ def consume(
                 expires = max(left, MIN_EXPIRES)
             wanted = _PULL_BATCH if count is None else min(count - seen, _PULL_BATCH)
             acks: list[asyncio.Future[None]] = []
+            got = 0
             async for msg in await durable.fetch(wanted, expires=expires):
                 show(msg)
                 if do_ack:
                     # Confirmed by the server (an ack that came after the ack wait, or
                     # was lost, would be redelivered): a failure is the command's error.
-                    acks.append(asyncio.ensure_future(msg.double_ack()))
-                seen += 1
+                    ack = asyncio.ensure_future(msg.double_ack())
+                    ack.add_done_callback(_retrieved)  # (if show() raises meanwhile)
+                    acks.append(ack)
+                got += 1
                 quiet_since = loop.time()
+            seen += got
+            if got == 0 and idle is not None:
+                break  # the pull waited out what was left of --idle
             if acks:
                 for outcome in await asyncio.gather(*acks, return_exceptions=True):
                     if isinstance(outcome, BaseException):
@@ -530,6 +536,12 @@ def consume(
     seen = run(ctx, replay if consumer is None else pull)
     if not out.json and not raw:
         out.note(f"{seen} message{'s' if seen != 1 else ''}.")
+
+
+def _retrieved(ack: asyncio.Future[None]) -> None:
+    """Mark an acknowledgement's outcome as seen (it is raised where it is awaited)."""
+    if not ack.cancelled():
+        ack.exception()
 
 
 # --------------------------------------------------------------------------- get

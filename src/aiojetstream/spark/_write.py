@@ -319,10 +319,11 @@ def _header_ids(headers: pa.Array) -> pa.Array | None:
     The name as the server reads it (exactly ``Nats-Msg-Id``); the value as it
     goes out (stripped; an empty one is none).
     """
-    ids = pc.map_lookup(headers, pa.scalar(MSG_ID_HEADER), "last")
+    key = pa.scalar(MSG_ID_HEADER, headers.type.key_type)  # string or large_string
+    ids = pc.map_lookup(headers, key, "last")
     if ids.null_count == len(ids):
         return None
-    ids = pc.utf8_trim_whitespace(ids)
+    ids = pc.utf8_trim_whitespace(ids.cast(pa.string()))
     return pc.if_else(pc.equal(ids, ""), pa.scalar(None, pa.string()), ids)
 
 
