@@ -259,6 +259,13 @@ def test_payload_fields_and_json() -> None:
         "b": "/w==",
         "l": [1, "x"],
     }
+    # Durations as exact nanoseconds: a float lost the last ones past about 104 days,
+    # and a server duration's sub-microsecond part.
+    from aiojetstream._models._base import ns_to_duration
+
+    assert to_jsonable(timedelta(days=200, microseconds=1)) == 200 * 86_400 * 10**9 + 1000
+    assert to_jsonable(ns_to_duration(1500)) == 1500
+    assert to_jsonable(ns_to_duration(2**63 - 1)) == 2**63 - 1
 
 
 def test_connect_options() -> None:

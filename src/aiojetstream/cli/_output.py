@@ -224,7 +224,10 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
     if isinstance(value, timedelta):
-        return round(value.total_seconds() * 1e9)
+        # Exact nanoseconds (total_seconds() is a float: 2 ns short past about 104
+        # days, and a server duration's sub-microsecond part was dropped).
+        whole = (value.days * 86_400 + value.seconds) * 1_000_000_000
+        return whole + value.microseconds * 1000 + getattr(value, "nanoseconds", 0)
     if isinstance(value, bytes):
         return value.decode() if _is_text(value) else base64.b64encode(value).decode("ascii")
     return value
