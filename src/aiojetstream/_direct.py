@@ -141,7 +141,7 @@ def _int(headers: dict[str, str], key: str) -> int | None:
     if value is None:
         return None
     # The server's value is the last (a stored republished message has its own).
-    value = value.rpartition(", ")[2]
+    value = value.rpartition(H.SERVER_VALUE_SEPARATOR)[2]
     try:
         return int(value)
     except ValueError:

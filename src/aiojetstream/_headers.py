@@ -84,6 +84,11 @@ def encode_headers(headers: dict[str, str]) -> bytes:
     return b"".join(parts)
 
 
+#: What :func:`decode_headers` joins a repeated key's values with: a reply's own
+#: value of a header the server adds is the part after the last one.
+SERVER_VALUE_SEPARATOR: Final = ", "
+
+
 def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str | None]:
     """Parse a NATS/1.0 header block into ``(headers, status, description)``.
 
@@ -125,7 +130,7 @@ def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str
             headers[key] = value
     if repeated:
         for key, values in repeated.items():
-            headers[key] = ", ".join(values)
+            headers[key] = SERVER_VALUE_SEPARATOR.join(values)
     return (headers or None), status, description
 
 
@@ -144,7 +149,7 @@ def split_server_headers(
     stored: dict[str, str] = {}
     for key, value in headers.items():
         if key in server:
-            own, sep, last = value.rpartition(", ")
+            own, sep, last = value.rpartition(SERVER_VALUE_SEPARATOR)
             added[key] = last
             if sep:
                 stored[key] = own

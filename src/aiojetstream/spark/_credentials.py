@@ -26,6 +26,8 @@ _JWT_RE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 #: An encoded NKey seed: 58 base32 characters ('S', the key's role, the seed, a checksum).
 _SEED_RE: Final = re.compile(r"S[A-Z2-7]{57}")
 _PUBLIC_USER_KEY_RE: Final = re.compile(r"U[A-Z2-7]{55}")
+#: What no file path holds but a .creds text or a seed given in its place does.
+_NOT_A_PATH: Final = re.compile(rf"[\r\n]|-----BEGIN|{_SEED_RE.pattern}")
 _SEED_ROLES: Final = {"A": "an account", "O": "an operator", "N": "a server", "C": "a cluster"}
 
 
@@ -53,6 +55,21 @@ def seed_problem(seed: str) -> str | None:
     if _crc16(raw[:-2]) != int.from_bytes(raw[-2:], "little"):
         return "its checksum does not match (a character is missing or mistyped)"
     return None
+
+
+def check_creds_path(path: str) -> None:
+    """Refuse a .creds text or a seed given as ``creds`` (a path); never quotes it.
+
+    Raises:
+        InvalidOptionError: ``path`` holds a line break, a ``-----BEGIN`` line or a seed.
+
+    """
+    if _NOT_A_PATH.search(path):
+        raise InvalidOptionError(
+            "option 'creds' takes the path of a .creds file on every node, and this is "
+            "no path (it holds a line break, a '-----BEGIN' line or an NKey seed): give "
+            "the file's text as 'credsSecret', or a seed alone as 'nkeySecret'"
+        )
 
 
 def check_creds_secret(raw: str) -> str:

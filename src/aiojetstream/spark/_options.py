@@ -25,7 +25,13 @@ from typing import Any, Final, Literal
 
 from aiojetstream import InvalidOptionError
 
-from ._credentials import Credentials, check_creds_secret, needs_nkeys, seed_problem
+from ._credentials import (
+    Credentials,
+    check_creds_path,
+    check_creds_secret,
+    needs_nkeys,
+    seed_problem,
+)
 from ._option_values import (
     MAX_PARTITIONS,
     MAX_PENDING,
@@ -212,8 +218,6 @@ def _check_unknown(options: Mapping[str, str], known: frozenset[str], what: str)
 _AT_SIGNS: Final = "@\ufe6b\uff20"
 #: nats-py's schemes: shown before ``***@`` (another could be the start of a token).
 _SCHEME_RE: Final = re.compile(r"(?:nats|tls|wss?)://", re.IGNORECASE)
-#: What no file path holds but a .creds text or an NKey seed given in its place does.
-_NOT_A_PATH: Final = re.compile(r"[\r\n]|-----BEGIN|S[A-Z2-7]{57}")
 
 #: Where credentials go instead of a ``servers`` URL (for error messages).
 _CREDENTIAL_OPTIONS: Final = (
@@ -370,13 +374,8 @@ def _connect(options: Mapping[str, str]) -> ConnectOptions:
             "holds the user's NKey seed itself): give one of them"
         )
     creds = options.get("creds")
-    if creds is not None and _NOT_A_PATH.search(creds):
-        # Its text or a seed in place of a path: never quoted (nats-py's error would).
-        raise InvalidOptionError(
-            "option 'creds' takes the path of a .creds file on every node, and this is "
-            "no path (it holds a line break, a '-----BEGIN' line or an NKey seed): give "
-            "the file's text as 'credsSecret', or a seed alone as 'nkeySecret'"
-        )
+    if creds is not None:
+        check_creds_path(creds)  # (nats-py's error would quote a text or a seed)
     if creds_secret is not None:
         creds_secret = check_creds_secret(creds_secret)
     if nkey_secret is not None:
