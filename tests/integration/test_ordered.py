@@ -12,6 +12,7 @@ from aiojetstream import (
     JetStreamContext,
     MessageTooLargeError,
     Msg,
+    OrderedConsumer,
     OrderedConsumerConfig,
     StorageType,
     StreamConfig,
@@ -237,6 +238,22 @@ async def test_fetch_no_wait_max_bytes(js: JetStreamContext, stream: str) -> Non
     assert [m.data for m in got] == [str(i).encode() for i in range(5)]
 
 
+async def fetch_after_deleting_its_consumer(
+    js: JetStreamContext, stream: str, oc: OrderedConsumer
+) -> list[Msg]:
+    """Delete ``oc``'s server-side consumer; what the fetch that recreates it returns.
+
+    The first fetch finds the consumer gone (an empty batch); the next recreates it.
+    """
+    assert oc.name is not None
+    first = oc.name
+    await js.delete_consumer(stream, first)
+    assert await (await oc.fetch_no_wait(5)).collect() == []
+    got = await (await oc.fetch_no_wait(5)).collect()
+    assert oc.name != first
+    return got
+
+
 async def test_last_per_subject_reset_after_no_initial_values(
     js: JetStreamContext, stream: str
 ) -> None:
@@ -250,13 +267,7 @@ async def test_last_per_subject_reset_after_no_initial_values(
     assert await (await oc.fetch_no_wait(5)).collect() == []  # nothing to begin with
     await js.publish("ord.a", b"1", timeout=10)
     await js.publish("ord.a", b"2", timeout=10)
-    assert oc.name is not None
-    first = oc.name
-    await js.delete_consumer(stream, first)
-    # The first fetch finds the consumer gone (an empty batch); the next recreates it.
-    assert await (await oc.fetch_no_wait(5)).collect() == []
-    got = await (await oc.fetch_no_wait(5)).collect()
-    assert oc.name != first
+    got = await fetch_after_deleting_its_consumer(js, stream, oc)
     assert [m.data for m in got] == [b"1", b"2"]
 
 
@@ -279,10 +290,5 @@ async def test_last_per_subject_reset_after_initial_values_removed_before_delive
     assert [(m.subject, m.metadata.num_pending) for m in rest] == [("ord.b", 0)]
     await js.publish("ord.a", b"1", timeout=10)
     await js.publish("ord.a", b"2", timeout=10)
-    assert oc.name is not None
-    name = oc.name
-    await js.delete_consumer(stream, name)
-    assert await (await oc.fetch_no_wait(5)).collect() == []
-    got = await (await oc.fetch_no_wait(5)).collect()
-    assert oc.name != name
+    got = await fetch_after_deleting_its_consumer(js, stream, oc)
     assert [(m.subject, m.data) for m in got] == [("ord.a", b"1"), ("ord.a", b"2")]
