@@ -197,5 +197,8 @@ def positive_duration(value: object, what: str, error: type[Exception]) -> timed
             f"got {type(value).__name__}"
         )
     if delta <= timedelta(0):
+        # Positive below a timedelta's microsecond ("999ns", 1e-7): not "not positive".
+        if getattr(delta, "nanoseconds", 0) > 0 or (isinstance(value, int | float) and value > 0):
+            raise error(f"{what} must be at least 1 microsecond, got {B.shown(value)}")
         raise error(f"{what} must be positive, got {B.shown(value)}")
     return delta

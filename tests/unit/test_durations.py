@@ -381,6 +381,12 @@ def test_schedule_every_takes_a_string() -> None:
         Schedule.every("1x")
     with pytest.raises(InvalidScheduleError, match="whole number of seconds"):
         Schedule.every("1.5s")
+    # Positive but below a timedelta's microsecond: not called "not positive".
+    for tiny in ("999ns", 1e-7):
+        with pytest.raises(InvalidScheduleError, match="at least 1 microsecond"):
+            Schedule.every(tiny)
+    with pytest.raises(InvalidScheduleError, match="must be positive"):
+        Schedule.every("0s")
 
 
 def test_pull_options_take_a_string() -> None:
