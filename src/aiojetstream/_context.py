@@ -1106,8 +1106,14 @@ class JetStreamContext:
                 data.slice(sent, upto - sent),
                 None if ids is None else ids.slice(sent, upto - sent),
             )
-            label = one if one is not None else encoded[sent]
-            publisher.send_commands(token, commands, upto - sent, size, label, tally, timeout)
+            if one is not None:
+                publisher.send_commands(token, commands, upto - sent, size, one, tally, timeout)
+            else:
+                label = encoded[sent]
+                mixed = any(encoded[i] != label for i in range(sent + 1, upto))
+                publisher.send_commands(
+                    token, commands, upto - sent, size, label, tally, timeout, mixed
+                )
             sent = upto
         if tally.error is not None:
             raise tally.error

@@ -114,6 +114,14 @@ async def test_server_errors_are_typed(js: JetStreamContext) -> None:
     assert (await js.stream(name)).cached_info.state.messages == 3
     with pytest.raises(NoRespondersError):
         await asyncio.wait_for(js.publish_many("nobody.listens.here", [b"x"]), 30)
+    # Several subjects: the error does not name the first as the one no stream captures.
+    name = await _stream(js, "BULKNR")
+    with pytest.raises(NoRespondersError, match=r"'nobody\.listens\.here'$"):
+        await asyncio.wait_for(js.publish_many(["nobody.listens.here"] * 2, [b"x", b"y"]), 30)
+    with pytest.raises(NoRespondersError, match=rf"'{name}\.ok' or another subject of the batch"):
+        await asyncio.wait_for(
+            js.publish_many([f"{name}.ok", "nobody.listens.here"], [b"x", b"y"]), 30
+        )
 
 
 async def test_bad_input_sends_nothing(js: JetStreamContext) -> None:
@@ -207,13 +215,19 @@ async def test_a_failure_known_while_sending_stops_the_call(nats_server: NatsSer
 
 async def test_ack_timeout(js: JetStreamContext) -> None:
     sub = await js.nc.subscribe("silent.bulk")  # receives, never replies
+    sub2 = await js.nc.subscribe("silent.bulk2")
     try:
-        with pytest.raises(JetStreamTimeoutError):
+        with pytest.raises(JetStreamTimeoutError, match=r"to 'silent\.bulk'$"):
             await asyncio.wait_for(js.publish_many("silent.bulk", [b"a", b"b"], timeout=0.5), 10)
+        with pytest.raises(JetStreamTimeoutError, match=r"'silent\.bulk' or another subject"):
+            await asyncio.wait_for(
+                js.publish_many(["silent.bulk", "silent.bulk2"], [b"a", b"b"], timeout=0.5), 10
+            )
         await asyncio.wait_for(js.publish_async_complete(), 10)
         assert js.publish_async_pending == 0
     finally:
         await sub.unsubscribe()
+        await sub2.unsubscribe()
 
 
 async def test_close_fails_outstanding_publishes(nats_server: NatsServer) -> None:
@@ -358,6 +372,11 @@ async def test_arrow_payloads_server_errors_are_typed(js: JetStreamContext) -> N
     assert (await js.stream(name)).cached_info.state.messages == 3
     with pytest.raises(NoRespondersError):
         await asyncio.wait_for(js.publish_many("nobody.listens.here", pa.array([b"x"] * 5)), 30)
+    name = await _stream(js, "BULKANR")
+    with pytest.raises(NoRespondersError, match=rf"'{name}\.ok' or another subject of the batch"):
+        await asyncio.wait_for(
+            js.publish_many([f"{name}.ok", "nobody.listens.here"], pa.array([b"x", b"y"])), 30
+        )
 
 
 async def test_duplicates_are_counted_after_runs_were_counted(js: JetStreamContext) -> None:

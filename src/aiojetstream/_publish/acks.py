@@ -120,11 +120,19 @@ class AckSpan:
     what is left at once when its deadline passes or the connection goes.
     """
 
-    __slots__ = ("left", "tally")
+    __slots__ = ("left", "mixed", "tally")
 
-    def __init__(self, tally: AckTally, count: int) -> None:
+    def __init__(self, tally: AckTally, count: int, mixed: bool = False) -> None:
         self.tally = tally
         self.left = count
+        #: Its publishes have more than one subject (errors name the first as one of them).
+        self.mixed = mixed
+
+    def about(self, subject: str) -> str:
+        """``subject`` quoted, as its errors name the publishes (the first of several)."""
+        if self.mixed:
+            return f"{subject!r} or another subject of the batch"
+        return repr(subject)
 
     def done(self) -> bool:
         """True once every publish of it was answered or failed."""

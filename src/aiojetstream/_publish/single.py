@@ -52,12 +52,17 @@ def parse_pub_ack(data: bytes) -> PubAck:
     return ack
 
 
-def ack_from_reply(data: bytes, hdr: bytes | None, subject: str) -> PubAck:
-    """Turn a reply (payload and raw header block) into a PubAck or raise its typed error."""
+def ack_from_reply(
+    data: bytes, hdr: bytes | None, subject: str, shown: str | None = None
+) -> PubAck:
+    """Turn a reply (payload and raw header block) into a PubAck or raise its typed error.
+
+    ``shown``: how errors name the subject (default: quoted).
+    """
     if hdr and not data:
         status = H.decode_headers(hdr)[1]
         if status == "503":
-            raise NoRespondersError(f"no stream captures subject {subject!r}")
+            raise NoRespondersError(f"no stream captures subject {shown or repr(subject)}")
         if status is not None:
             raise InvalidResponseError(f"unexpected status {status} in reply to a publish")
     return parse_pub_ack(data)

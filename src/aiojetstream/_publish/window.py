@@ -347,7 +347,12 @@ class AsyncPublisher:
                     blocks[i] if blocks is not None else None,
                     not_sent,
                 )
-        self._register_span(token, tally, count, deadline, one if one is not None else many[0])
+        if one is not None:
+            self._register_span(token, tally, count, deadline, one)
+        else:
+            first = many[0]
+            mixed = any(each != first for each in many)
+            self._register_span(token, tally, count, deadline, first, mixed)
 
     def send_commands(
         self,
@@ -358,6 +363,7 @@ class AsyncPublisher:
         label: bytes,
         tally: AckTally,
         timeout: float | None = None,
+        mixed: bool = False,
     ) -> None:
         """Queue ``count`` ready-made publishes whose reply subject is ``reply_token``'s.
 
@@ -380,7 +386,7 @@ class AsyncPublisher:
             self.ack_timeout if timeout is None else timeout
         )
         conn.enqueue(commands, payload_size, count)
-        self._register_span(reply_token, tally, count, deadline, label)
+        self._register_span(reply_token, tally, count, deadline, label, mixed)
 
     def next_span_reply(self) -> tuple[bytes, bytes]:
         """The token and reply subject the next span will have (see :meth:`send_commands`)."""
@@ -388,12 +394,22 @@ class AsyncPublisher:
         return token, self._prefix + token
 
     def _register_span(
-        self, token: bytes, tally: AckTally, count: int, deadline: float, subject: bytes
+        self,
+        token: bytes,
+        tally: AckTally,
+        count: int,
+        deadline: float,
+        subject: bytes,
+        mixed: bool = False,
     ) -> None:
-        """Publishes sent under the reply token: one entry, one deadline, ``count`` counted."""
+        """Publishes sent under the reply token: one entry, one deadline, ``count`` counted.
+
+        ``subject``: theirs, or the first of theirs when they have several (``mixed``).
+        """
         self._next += 1
         tally.outstanding += count
-        self._futures[token] = (AckSpan(tally, count), deadline, subject.decode("utf-8", "replace"))
+        span = AckSpan(tally, count, mixed)
+        self._futures[token] = (span, deadline, subject.decode("utf-8", "replace"))
         self._extra += count - 1
         heapq.heappush(self._deadlines, (deadline, token))
         self._registered(deadline)
@@ -517,7 +533,7 @@ class AsyncPublisher:
             tally.count(False)
             return
         try:
-            ack = ack_from_reply(data, hdr, entry[2])
+            ack = ack_from_reply(data, hdr, entry[2], span.about(entry[2]))
         except ValidationError:
             tally.set_exception(
                 InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}")
@@ -736,7 +752,9 @@ class AsyncPublisher:
             if not entry[0].done():
                 entry[0].set_exception(
                     error
-                    or JetStreamTimeoutError(f"no acknowledgement for the publish to {entry[2]!r}")
+                    or JetStreamTimeoutError(
+                        f"no acknowledgement for the publish to {_about(entry[0], entry[2])}"
+                    )
                 )
         # Drop entries of futures that completed meanwhile once they dominate.
         if len(heap) > 2 * len(self._futures) + _HEAP_SLACK:
@@ -820,3 +838,8 @@ class AsyncPublisher:
 
 def _ignore(_: object) -> None:
     """A sink's ``arrived``: nothing to do (replies are handled as they come)."""
+
+
+def _about(target: AckTarget, subject: str) -> str:
+    """``subject`` quoted as errors name a publish (a mixed span's first of several)."""
+    return target.about(subject) if type(target) is AckSpan else repr(subject)
