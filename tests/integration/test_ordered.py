@@ -292,3 +292,34 @@ async def test_last_per_subject_reset_after_initial_values_removed_before_delive
     await js.publish("ord.a", b"2", timeout=10)
     got = await fetch_after_deleting_its_consumer(js, stream, oc)
     assert [(m.subject, m.data) for m in got] == [("ord.a", b"1"), ("ord.a", b"2")]
+
+
+async def test_a_stream_created_again_is_not_read_on_from_the_cursor(
+    js: JetStreamContext, stream: str
+) -> None:
+    """A stream deleted and created again between two of the ordered consumer's
+    consumers was read on from ``cursor + 1`` of the new stream: its first messages
+    were skipped, and nothing said so (a KV or object-store watch lost them)."""
+    await fill(js, 5)
+    oc = await js.ordered_consumer(stream)
+    assert len(await (await oc.fetch_no_wait(5)).collect()) == 5
+    await js.delete_stream(stream)
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=["ord.>"], storage=StorageType.MEMORY)
+    )
+    await fill(js, 8)
+    with pytest.raises(StreamNotFoundError, match="deleted and created again") as info:
+        for _ in range(3):  # the first finds the consumer gone, the next recreates it
+            await (await oc.fetch_no_wait(5)).collect()
+    assert info.value.stream == stream
+    assert [name async for name in js.consumer_names(stream)] == []  # none left on it
+    # A reset on the same stream is not taken for one (the check compares creation times).
+    fresh = await js.ordered_consumer(stream)
+    assert len(await (await fresh.fetch_no_wait(3)).collect()) == 3
+    assert [m.data for m in await fetch_after_deleting_its_consumer(js, stream, fresh)] == [
+        b"3",
+        b"4",
+        b"5",
+        b"6",
+        b"7",
+    ]

@@ -23,8 +23,10 @@ import functools
 import logging
 import secrets
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Final
 
+from .. import _api
 from .. import _consumer as C
 from .._api import ApiClient
 from .._errors import (
@@ -45,6 +47,7 @@ from .._models import (
     ConsumerInfo,
     DeliverPolicy,
     OrderedConsumerConfig,
+    StreamInfo,
 )
 from .._pull_driver import ErrorHandler, PullDriver, in_error_handler, spawn_error_handler
 from .._pull_engine import (
@@ -127,6 +130,9 @@ class OrderedCursor:
         self._needs_reset = False
         #: A reset whose creation failed and is being retried (None otherwise).
         self._resetting: _ResetState | None = None
+        #: When the first consumer was created (the server's clock): a stream created
+        #: after it is not the one read so far (see _same_stream).
+        self._origin: datetime | None = None
 
     @property
     def _cursor(self) -> int:
@@ -263,6 +269,8 @@ class OrderedCursor:
                 info = await C.upsert_consumer(
                     self._api, self._stream, state.config, C.ACTION_CREATE, timeout
                 )
+                if self._origin is not None:
+                    await self._same_stream(info, timeout)
             except (StreamNotFoundError, ConnectionClosedError, InvalidOptionError):
                 self._resetting = None
                 raise
@@ -287,6 +295,8 @@ class OrderedCursor:
                 state.delay = min(state.delay * 2, RESET_BACKOFF_MAX)
                 continue
             self._resetting = None
+            if self._origin is None:
+                self._origin = info.created
             self._info = info
             self._name = info.name
             self._expected = 1
@@ -299,6 +309,39 @@ class OrderedCursor:
                 # was stored in between).
                 self._floor = info.delivered.stream_seq
             return
+
+    async def _same_stream(self, info: ConsumerInfo, timeout: float | None) -> None:
+        """Check that the consumer just recreated reads the stream read so far.
+
+        A stream deleted and created again between two consumers (a KV bucket
+        or object store deleted and created again while a watch's connection
+        was down, or at once) would be read on from ``cursor + 1`` of the new
+        stream, silently skipping its first messages. The server's clock stamps
+        streams and consumers alike (the meta leader's, in a cluster): a stream
+        created after this reader's first consumer is another one.
+
+        Raises:
+            StreamNotFoundError: the stream was deleted and created again (the
+                consumer just created on it is deleted first, best effort).
+
+        """
+        assert self._origin is not None
+        stream = await self._api.call_model(
+            _api.STREAM_INFO, StreamInfo, timeout=timeout, stream=self._stream
+        )
+        if stream.created <= self._origin:
+            return
+        self._name = info.name
+        await self._delete_current()
+        error = StreamNotFoundError(
+            404,
+            10059,
+            f"stream {self._stream!r} was deleted and created again (at {stream.created}) "
+            "while the ordered consumer read it: the messages it read are gone, and the "
+            "new stream's sequences start over",
+        )
+        error.stream = self._stream
+        raise error
 
     @staticmethod
     async def _pause(seconds: float, stop: asyncio.Event | None) -> bool:
