@@ -238,9 +238,11 @@ class Counter:
     ) -> AsyncIterator[tuple[str, int]]:
         """Async-iterate ``(subject, total)`` of every counter matching ``subjects``.
 
-        One batch direct get (ADR-31, ``multi_last``) in stream order; wildcards
+        A batch direct get (ADR-31, ``multi_last``) in stream order; wildcards
         are allowed, at most 1,024 subjects may match, and subjects without a
-        counter are left out. The stream needs ``allow_direct``.
+        counter are left out. The stream needs ``allow_direct``. A reply the
+        server cuts short (its ``max_pending`` bytes) is continued where it
+        stopped, as of the same stream sequence: every counter comes once.
 
         Raises:
             TooManyResultsError: more than 1,024 subjects matched.
@@ -250,6 +252,22 @@ class Counter:
         """
         body = D.last_msgs_request(subjects)
         await F.require(self._api, F.COUNTERS, timeout)
-        async with D.DirectBatch(self._api, self._stream, body, timeout=timeout) as batch:
-            async for msg in batch:
-                yield msg.subject, counter_value(msg.data)
+        seen: set[str] = set()  # (at most 1,024) a subject updated between two pages
+        while True:
+            async with D.DirectBatch(self._api, self._stream, body, timeout=timeout) as batch:
+                async for msg in batch:
+                    if msg.subject not in seen:
+                        seen.add(msg.subject)
+                        yield msg.subject, counter_value(msg.data)
+            if not batch.num_pending:
+                return
+            start = body.get("seq", 1)
+            if batch.last_seq < start:
+                raise InvalidResponseError(
+                    f"a batch get of stream {self._stream!r} ended with {batch.num_pending} "
+                    f"counters pending and none delivered from sequence {start}"
+                )
+            # Cut short: the rest from the next sequence, as of the same sequence.
+            body = {**body, "seq": batch.last_seq + 1}
+            if batch.up_to_seq is not None:
+                body["up_to_seq"] = batch.up_to_seq

@@ -200,3 +200,28 @@ async def test_a_mapped_subject_reaches_the_counter_stream() -> None:
             assert await counter.get("cnt.home") == 5
         finally:
             await js.close()
+
+
+async def test_get_many_continues_a_reply_cut_short() -> None:
+    """A multi-last reply the server cuts at its ``max_pending`` bytes: get_many ended
+    there, silently leaving out the counters after the cut."""
+    async with NatsServer(config={"max_pending": 1 << 20, "max_payload": 1 << 20}) as server:
+        js = await aiojetstream.connect(server.url)
+        try:
+            name = await counter_stream(js)
+            counter = js.counter(name)
+            big = 10**600  # about 1.2 KB a message with its source header
+            for i in range(1_000):
+                await js.publish_async(f"{name}.{i}", b"", headers={"Nats-Incr": f"+{big + i}"})
+            await js.publish_async_complete(timeout=60)
+            # One more increment after the first page: as of the first page's sequence.
+            got = {}
+            async for subject, total in counter.get_many(f"{name}.*"):
+                if not got:
+                    await counter.add(f"{name}.999", 1)
+                got[subject] = total
+            assert len(got) == 1_000
+            assert got == {f"{name}.{i}": big + i for i in range(1_000)}
+            assert await counter.get(f"{name}.999") == big + 1_000
+        finally:
+            await js.close()

@@ -308,9 +308,13 @@ async def test_a_stream_created_again_is_not_read_on_from_the_cursor(
         StreamConfig(name=stream, subjects=["ord.>"], storage=StorageType.MEMORY)
     )
     await fill(js, 8)
-    with pytest.raises(StreamNotFoundError, match="deleted and created again") as info:
+
+    async def fetch_until_it_raises() -> None:
         for _ in range(3):  # the first finds the consumer gone, the next recreates it
             await (await oc.fetch_no_wait(5)).collect()
+
+    with pytest.raises(StreamNotFoundError, match="deleted and created again") as info:
+        await fetch_until_it_raises()
     assert info.value.stream == stream
     assert [name async for name in js.consumer_names(stream)] == []  # none left on it
     # A reset on the same stream is not taken for one (the check compares creation times).
