@@ -82,7 +82,7 @@ def check_reply(
     """
     try:
         reply = json.loads(data)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # (nesting past the parser's depth)
         raise InvalidResponseError(f"invalid JSON from the JetStream API: {data[:200]!r}") from exc
     if not isinstance(reply, dict):
         raise InvalidResponseError(f"unexpected JetStream API reply: {data[:200]!r}")

@@ -114,7 +114,7 @@ def counter_value(data: bytes) -> int:
     """
     try:
         body: Any = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nesting past the parser's depth)
         raise InvalidResponseError(f"not a counter value: {data[:100]!r}") from None
     return _to_int(body.get("val") if isinstance(body, dict) else None, "the message")
 

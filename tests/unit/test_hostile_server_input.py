@@ -4,17 +4,23 @@ Numbers of 4,301 digits and more: ``int()`` refuses them (Python's int-to-str
 limit) with a bare ``ValueError``, where these parsers promise ``None``, ``-1``,
 ``0`` or their typed error. Header blocks of many repeated keys: each value was
 joined by copying the whole string again (quadratic time, the event loop held).
+JSON nested deeper than the parser's recursion limit: a bare ``RecursionError``.
 """
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
-from aiojetstream import NotJetStreamMessageError
+from aiojetstream import InvalidOptionError, InvalidResponseError, NotJetStreamMessageError
+from aiojetstream._api import check_reply
+from aiojetstream._counter import counter_value
 from aiojetstream._headers import decode_headers
 from aiojetstream._message import Msg, ack_sequences, next_in_order, parse_metadata
+from aiojetstream._object.names import parse_info
 from aiojetstream._status import parse_status
 from aiojetstream.otel.consuming import ack_numbers
 
@@ -71,3 +77,28 @@ def test_many_repeated_header_keys_are_read_in_linear_time() -> None:
         "A": "1, 2, 3",
         "B": "x",
     }
+
+
+DEEP = b"[" * 100_000  # nested past the JSON parser's recursion limit
+
+
+def test_deeply_nested_json_is_an_invalid_response() -> None:
+    with pytest.raises(InvalidResponseError):
+        check_reply(DEEP)  # every API reply
+    with pytest.raises(InvalidResponseError):
+        counter_value(DEEP)  # a counter's stored value
+    with pytest.raises(InvalidResponseError):
+        parse_info(DEEP, datetime.now(UTC), "b", "$O.b.M.x")  # an object's stored info
+
+
+def test_deeply_nested_json_options_and_files_are_usage_errors(tmp_path: Path) -> None:
+    pytest.importorskip("typer")
+    from aiojetstream.cli._common import CliError, load_json_file
+    from aiojetstream.spark._option_values import parse_per_stream
+
+    with pytest.raises(InvalidOptionError):
+        parse_per_stream('{"S": ' + DEEP.decode(), "startingOffsets", ("earliest", "latest"))
+    config = tmp_path / "deep.json"
+    config.write_bytes(DEEP)
+    with pytest.raises(CliError):
+        load_json_file(config)

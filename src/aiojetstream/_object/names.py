@@ -207,7 +207,7 @@ def parse_info(data: bytes, when: datetime, bucket: str, subject: str) -> Object
             # purge every object's chunks.
             raise ValueError(f"nuid {nuid!r} is not a single token of [A-Za-z0-9_-]")
         return from_wire(ObjectInfo, raw)
-    except (ValueError, ValidationError) as exc:
+    except (ValueError, ValidationError, RecursionError) as exc:
         raise InvalidResponseError(f"invalid object info on {subject!r}: {exc}") from None
 
 

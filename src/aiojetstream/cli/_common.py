@@ -493,7 +493,7 @@ def load_json_file(path: Path) -> dict[str, Any]:
         raise CliError(f"{path}: not UTF-8 text") from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise CliError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise CliError(f"{path}: expected a JSON object, got {type(data).__name__}")

@@ -218,7 +218,7 @@ def _json_offset(text: str) -> tuple[str, str] | None:
     """The stream and the sequence (as digits) of a JSON offset; None if it is none."""
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(value, dict) or not {"stream", "seq"} <= value.keys():
         return None
@@ -253,7 +253,7 @@ def parse_per_stream(raw: str, display: str, words: tuple[str, ...]) -> dict[str
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InvalidOptionError(
             f"option {display!r}: not valid JSON ({raw!r}); expected e.g. "
             f'{{"ORDERS-0": 1001, "ORDERS-1": "{words[0]}"}}'
