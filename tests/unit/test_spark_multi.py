@@ -282,6 +282,24 @@ def test_push_in_like_and_contradictions() -> None:
     assert n.streams == frozenset({"B"})
 
 
+def test_push_times_outside_the_servers_clock() -> None:
+    """The server stamps int64 nanoseconds since 1970 (1677-09-21 to 2262-04-11): a
+    time filter outside it made the read fail (a bare OverflowError, or an error on
+    an option the user never set) where Spark without push-down returns the rows."""
+    for early in (datetime(1, 1, 1, tzinfo=UTC), datetime(1677, 9, 21, 0, 13, tzinfo=UTC)):
+        n, left = push([flt("GreaterThanOrEqual", "timestamp", early)], ())
+        assert n == Narrowing()  # every message is later: no narrowing
+        assert len(left) == 1
+    for late in (datetime(2262, 4, 12, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC)):
+        n, left = push([flt("GreaterThan", "timestamp", late)], ())
+        assert n.empty  # no message is stamped so late
+        assert len(left) == 1
+    last = datetime(2262, 4, 11, 23, 47, 16, 854775, tzinfo=UTC)  # the server's last µs
+    n, _ = push([flt("GreaterThanOrEqual", "timestamp", last)], ())
+    assert not n.empty
+    assert n.after == last - CLOCK_MARGIN
+
+
 @pytest.mark.parametrize(
     ("subject", "pattern", "match"),
     [

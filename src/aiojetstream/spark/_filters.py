@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 __all__ = ["CLOCK_MARGIN", "Narrowing", "push", "subject_matches"]
@@ -36,6 +36,10 @@ MAX_SUBJECTS: Final = 256
 #: How far before a pushed ``timestamp >=`` the read starts (clock differences
 #: between the nodes that stamped the messages).
 CLOCK_MARGIN: Final = timedelta(seconds=60)
+#: The server's clock: int64 nanoseconds since 1970 (whole microseconds inside it).
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_EARLIEST: Final = _EPOCH - timedelta(microseconds=2**63 // 1_000)
+_LATEST: Final = _EPOCH + timedelta(microseconds=(2**63 - 1) // 1_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,7 @@ def push(filters: Sequence[Any], option_subjects: tuple[str, ...]) -> tuple[Narr
     streams: set[str] | None = None
     left: list[Any] = []
     taken: list[str] = []
+    late = False
 
     def low(value: int) -> None:
         nonlocal lo
@@ -161,7 +166,10 @@ def push(filters: Sequence[Any], option_subjects: tuple[str, ...]) -> tuple[Narr
             took = False
         elif column == "timestamp" and kind in ("GreaterThan", "GreaterThanOrEqual"):
             when = _aware(value)
-            if when is not None:
+            if when is not None and when > _LATEST:
+                late = True  # past the server's clock: no message is stamped so late
+            elif when is not None and when - _EARLIEST > CLOCK_MARGIN:
+                # (else before the server's clock, margin and all: every message is later)
                 when -= CLOCK_MARGIN
                 after = when if after is None else max(after, when)
             took = False
@@ -182,7 +190,7 @@ def push(filters: Sequence[Any], option_subjects: tuple[str, ...]) -> tuple[Narr
             left.append(flt)
 
     subjects: tuple[str, ...] | None = None
-    empty = False
+    empty = late
     if literals is not None:
         chosen = {s for s in literals if all(s.startswith(p) for p in prefixes)}
         if option_subjects:

@@ -253,7 +253,20 @@ class FilteringBatchReader(BatchReader):
     """:class:`BatchReader` taking the filters that narrow the read (see ``_filters``)."""
 
     def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
-        """Take the filters that narrow the read; yield the ones Spark must still evaluate."""
+        """Take the filters that narrow the read; yield the ones Spark must still evaluate.
+
+        Only with the option ``pushDownPredicate=true``; else every filter is
+        Spark's and the read stays whole. Spark 4.1 to 4.3 keep the read
+        planned for the filters last pushed on the relation and use it for
+        every scan of it: a union or self-join of one DataFrame, a temporary
+        view read twice in one query, or the DataFrame used again with filters
+        Spark cannot push, read the narrowed range for each (rows missing or
+        repeated, without an error). A read that does not narrow is the same
+        for every scan.
+        """
+        if not self.opts.push_down_predicate:
+            yield from filters
+            return
         narrowing, left = push(filters, self.opts.subjects)
         self.narrowing = narrowing
         if narrowing.subjects is not None:
