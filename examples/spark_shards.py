@@ -97,7 +97,12 @@ def copy_shards(spark: SparkSession, url: str, checkpoint: str) -> None:
         .option("maxOffsetsPerTrigger", 150)  # messages per micro-batch, all shards
         .option("minPartitions", 4)  # tasks per micro-batch, at least
         .load()
-        .select("data", F.create_map(F.lit("shard"), F.col("stream")).alias("headers"))
+        .select(
+            "data",
+            F.create_map(F.lit("shard"), F.col("stream")).alias("headers"),
+            "stream",  # with seq: each row's dedupe=auto id names the message it copies
+            "seq",
+        )
     )
     query = (
         orders.writeStream.format("jetstream")

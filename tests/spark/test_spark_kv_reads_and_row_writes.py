@@ -15,12 +15,14 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyspark.sql import Row
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import (
     BinaryType,
     DecimalType,
     DoubleType,
+    LongType,
     MapType,
     StringType,
     StructField,
@@ -28,6 +30,7 @@ from pyspark.sql.types import (
 )
 
 from aiojetstream import JetStreamContext, KeyValueConfig, RawStreamMessage, StreamConfig
+from aiojetstream.spark import JetStreamSparkWarning
 from aiojetstream.spark._kv import _BATCH_ROWS, KVReader, _Snapshot
 from aiojetstream.spark._options import parse_kv_options, parse_sink_options
 from aiojetstream.spark._write import StreamWriter, check_sink_schema, record_batches
@@ -143,6 +146,25 @@ def test_record_batches_types_rows_by_the_sink_schema() -> None:
     # Arrow batches (Spark >= 4.1) pass through unchanged.
     arrow = pa.RecordBatch.from_pylist([{"data": b"z"}])
     assert list(record_batches(iter([arrow]), columns.arrow)) == [arrow]
+
+
+def test_dedupe_auto_uses_a_reads_stream_and_seq_columns() -> None:
+    """With dedupe=auto a read's ``stream`` and ``seq`` make the ids: typed into the
+    rows (Spark 4.0 streaming writes hand Row objects), and not warned as unwritten."""
+    schema = StructType(
+        [
+            StructField("data", BinaryType()),
+            StructField("stream", StringType()),
+            StructField("seq", LongType()),
+        ]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        columns = check_sink_schema(schema, parse_sink_options({"subject": "x", "dedupe": "auto"}))
+    assert columns.arrow.names == ["data", "stream", "seq"]
+    with pytest.warns(JetStreamSparkWarning, match=r"\['seq', 'stream'\] are not written"):
+        columns = check_sink_schema(schema, parse_sink_options({"subject": "x"}))
+    assert columns.arrow.names == ["data"]
 
 
 def test_kv_read_continues_a_reply_the_server_cut_at_its_byte_limit() -> None:

@@ -10,7 +10,13 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Column, SparkSession
 from pyspark.sql.functions import col, udf
 
-from aiojetstream import JetStreamContext, KeyNotFoundError, KeyValueConfig, StreamConfig
+from aiojetstream import (
+    JetStreamContext,
+    KeyNotFoundError,
+    KeyValueConfig,
+    RawStreamMessage,
+    StreamConfig,
+)
 from helpers import wait_until_sync
 from spark.spark_helpers import Nats, reader, rows
 
@@ -149,6 +155,76 @@ def test_task_retries_store_once_with_dedupe_auto(
     got = rows(reader(spark, nats.url, name).load())
     assert sorted(int(r["data"]) for r in got) == list(range(ROWS))
     assert all(r["headers"]["Nats-Msg-Id"] for r in got)
+
+
+def everything(nats: Nats, stream: str) -> list[RawStreamMessage]:
+    """Every message ``stream`` holds, gaps and all (by batch direct gets)."""
+
+    async def work(js: JetStreamContext) -> list[RawStreamMessage]:
+        handle = await js.stream(stream)
+        out: list[RawStreamMessage] = []
+        while True:
+            start = out[-1].seq + 1 if out else 1
+            page = [m async for m in handle.get_batch(500, seq=start)]
+            if not page:
+                return out
+            out += page
+
+    return nats.run(work)
+
+
+def test_dedupe_auto_ids_name_the_message_a_row_was_read_from(
+    spark: SparkSession, nats: Nats, name: str, small_arrow_batches: None
+) -> None:
+    """A copy with dedupe=auto whose retried task reads one message fewer (removed from
+    the source between the attempts, here by a per-subject limit): the ids were row
+    positions, so every later row took the id of the row before it, and the first row
+    the first attempt had not stored was dropped as a duplicate: never copied, no error.
+    With the read's ``stream`` and ``seq`` columns the ids name the message."""
+    source, target, count = f"{name}S", f"{name}T", 4_000
+    create(nats, source, max_msgs_per_subject=1, allow_direct=True)
+    create(nats, target, allow_direct=True)
+
+    async def fill(js: JetStreamContext) -> None:
+        for i in range(count):
+            await js.publish_async(f"{source}.k{i}", b"%d" % (i + 1))
+        await js.publish_async_complete(timeout=60)
+
+    nats.run(fill)
+    url = nats.url
+
+    def remove_one_then_fail(seq: int) -> int:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.attemptNumber() == 0 and seq == 3_601:
+            import asyncio
+
+            import aiojetstream
+
+            async def replace() -> None:
+                js = await aiojetstream.connect(url)
+                try:  # the per-subject limit removes sequence 10 from the source
+                    await js.publish(f"{source}.k9", b"new")
+                finally:
+                    await js.close()
+
+            asyncio.run(replace())
+            raise RuntimeError("injected task failure")
+        return seq
+
+    fail = udf(remove_one_then_fail, "long", useArrow=False)
+    df = reader(spark, url, source, numPartitions=1).load()
+    copy = df.select("data", "stream", fail(col("seq")).alias("seq"))
+    # A small publish window: rows past sequence 10 are stored before the failure.
+    copy.write.format("jetstream").option("servers", url).option(
+        "subject", f"{target}.copy"
+    ).option("dedupe", "auto").option("maxPending", "20").mode("append").save()
+    held = {m.data for m in everything(nats, source) if m.seq <= count}
+    copied = [m.data for m in everything(nats, target)]
+    assert len(held) == count - 1
+    assert held - set(copied) == set()  # every message the source still holds was copied
+    assert len(copied) == count  # and each once (sequence 10 too, by the first attempt)
 
 
 def test_dedupe_auto_keeps_a_msg_id_given_in_the_headers(

@@ -8,6 +8,7 @@ messages, and pin where a run must stop.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, cast
 
 import pytest
@@ -247,6 +248,81 @@ def test_the_sinks_msg_ids() -> None:
     assert ids.to_pylist() == ["x", "w-3-1"]
     ids = _msg_ids(given, None, 0)
     assert ids.to_pylist() == ["x", None]
+
+
+def _ids_in_batches(rows: list[tuple[str | None, int | None]], cuts: list[int]) -> list[str]:
+    """dedupe=auto ids of ``rows`` (stream, seq) written in batches split at ``cuts``."""
+    from aiojetstream.spark._write import _msg_ids, _Run
+
+    run = _Run()
+    out: list[str] = []
+    bounds = [0, *sorted({c for c in cuts if 0 < c < len(rows)}), len(rows)]
+    for lo, hi in itertools.pairwise(bounds):
+        if lo == hi:
+            continue  # (the writer sends no empty batch)
+        part = rows[lo:hi]
+        batch = pa.RecordBatch.from_pydict(
+            {
+                "data": [b"x"] * len(part),
+                "stream": pa.array([r[0] for r in part], pa.string()),
+                "seq": pa.array([r[1] for r in part], pa.int64()),
+            }
+        )
+        ids: Any = _msg_ids(batch, "q-0-1", lo, None, run)
+        out += ids.to_pylist()
+    return out
+
+
+def test_the_sinks_ids_from_a_reads_stream_and_seq() -> None:
+    """dedupe=auto with a read's ``stream`` and ``seq``: ids name the message, not the
+    row's position; rows in a row from one message (an explode) are told apart."""
+    pytest.importorskip("pyspark")
+    rows: list[tuple[str | None, int | None]] = [
+        ("S", 1),
+        ("S", 2),
+        ("S", 2),
+        ("S", 2),
+        ("T-1", 2),
+        (None, 5),
+        ("S", None),
+        ("S", 3),
+    ]
+    expected = [
+        "q-0-1-S-1",
+        "q-0-1-S-2",
+        "q-0-1-S-2.1",
+        "q-0-1-S-2.2",
+        "q-0-1-T-1-2",
+        "q-0-1-5",  # no stream: its position
+        "q-0-1-6",
+        "q-0-1-S-3",
+    ]
+    assert _ids_in_batches(rows, []) == expected
+    for cut in range(1, len(rows)):  # the same whatever the task's batches
+        assert _ids_in_batches(rows, [cut]) == expected, cut
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=3), min_size=1, max_size=30),
+    st.data(),
+)
+def test_a_retry_missing_a_message_keeps_the_others_ids(
+    repeats: list[int], data: st.DataObject
+) -> None:
+    """A retried task that reads one message fewer (removed from the source meanwhile)
+    gives every other row the id it had: with positions, each later row took the id of
+    the row before it, and a row never stored was dropped as a duplicate."""
+    pytest.importorskip("pyspark")
+    rows = [("S", seq) for seq, n in enumerate(repeats, 1) for _ in range(n)]
+    first = _ids_in_batches(rows, data.draw(st.lists(st.integers(0, len(rows)), max_size=3)))
+    assert len(set(first)) == len(first)  # every row its own id
+    gone = data.draw(st.integers(1, len(repeats)))
+    kept = [(i, r) for i, r in enumerate(rows) if r[1] != gone]
+    again = _ids_in_batches(
+        [r for _, r in kept], data.draw(st.lists(st.integers(0, len(kept)), max_size=3))
+    )
+    assert again == [first[i] for i, _ in kept]
 
 
 # --------------------------------------------------------------------------- one header each

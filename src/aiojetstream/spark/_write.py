@@ -72,6 +72,9 @@ __all__ = [
 logger = logging.getLogger("aiojetstream.spark")
 
 _SINK_COLUMNS: Final = ("data", "subject", "headers", "msg_id", "ttl")
+#: A ``jetstream`` read's columns naming each row's message: with ``dedupe=auto``
+#: the generated ids are made of them (see :func:`_msg_ids`).
+_SOURCE_ID_COLUMNS: Final = ("stream", "seq")
 _NUMERIC: Final = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType)
 #: Rows converted per step when the writer receives Row objects.
 _ROW_CHUNK: Final = 10_000
@@ -168,7 +171,13 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
             "column 'ttl' must be seconds (a number) or a duration string, "
             f"not {ttl.simpleString()}"
         )
-    extra = sorted(set(fields) - set(_SINK_COLUMNS))
+    source_ids = (
+        opts.dedupe == "auto"
+        and isinstance(fields.get("stream"), StringType)
+        and isinstance(fields.get("seq"), ByteType | ShortType | IntegerType | LongType)
+    )
+    used = (*_SINK_COLUMNS, *_SOURCE_ID_COLUMNS) if source_ids else _SINK_COLUMNS
+    extra = sorted(set(fields) - set(used))
     if extra:
         warnings.warn(
             f"aiojetstream.spark: columns {extra} are not written (the sink writes "
@@ -181,7 +190,7 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
         headers=headers is not None,
         msg_id=msg_id is not None,
         ttl=ttl is not None,
-        arrow=arrow_schema(schema, _SINK_COLUMNS),
+        arrow=arrow_schema(schema, used),
     )
 
 
@@ -228,10 +237,18 @@ def record_batches(items: Iterable[Any], schema: pa.Schema) -> Iterator[pa.Recor
 class _Publisher:
     """Publishes record batches with ``publish_many_async`` and counts what was stored."""
 
-    def __init__(self, js: JetStreamContext, opts: SinkOptions, id_prefix: str | None) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        opts: SinkOptions,
+        id_prefix: str | None,
+        source_ids: bool = False,
+    ) -> None:
         self._js = js
         self._default = opts.subject
         self._id_prefix = id_prefix
+        #: ``dedupe=auto`` ids from the rows' ``stream`` and ``seq`` (a read's columns).
+        self._run = _Run() if source_ids else None
         self._pending: list[asyncio.Future[PublishSummary]] = []
         self.result = WriteResult()
 
@@ -262,7 +279,7 @@ class _Publisher:
         header_ids = None
         if headers is not None and self._id_prefix is not None:
             header_ids = _header_ids(batch.column(batch.schema.get_field_index("headers")))
-        msg_ids = _msg_ids(batch, self._id_prefix, first_row, header_ids)
+        msg_ids = _msg_ids(batch, self._id_prefix, first_row, header_ids, self._run)
         ttls = _column(batch, "ttl")
         if ttls is not None:
             ttls = [t if t is None or type(t) is str else float(t) for t in ttls]
@@ -327,14 +344,35 @@ def _header_ids(headers: pa.Array) -> pa.Array | None:
     return pc.if_else(pc.equal(ids, ""), pa.scalar(None, pa.string()), ids)
 
 
+@dataclass(slots=True)
+class _Run:
+    """The message of a task's last row with ``stream`` and ``seq``, and its rows so far."""
+
+    stream: str | None = None
+    seq: int | None = None
+    #: How many rows before the last one came from the same message.
+    index: int = 0
+
+
 def _msg_ids(
-    batch: pa.RecordBatch, prefix: str | None, first_row: int, header_ids: pa.Array | None = None
+    batch: pa.RecordBatch,
+    prefix: str | None,
+    first_row: int,
+    header_ids: pa.Array | None = None,
+    run: _Run | None = None,
 ) -> pa.Array | None:
-    """The ``msg_id`` column; with ``dedupe=auto`` ``<prefix>-<row>`` where it is null.
+    """The ``msg_id`` column; with ``dedupe=auto`` a generated id where it is null.
 
     A row's own id, from its ``msg_id`` or else a ``Nats-Msg-Id`` in its
     ``headers`` (``header_ids``), is kept: an id of the user's is never
-    replaced by a generated one.
+    replaced by a generated one. Generated: ``<prefix>-<stream>-<seq>`` for a
+    row with the ``stream`` and ``seq`` of a ``jetstream`` read (the message
+    it came from; the k-th further row in a row from one message, as an
+    ``explode`` makes, ``.k`` added), else ``<prefix>-<row>`` (its position in
+    the task). A position shifts when a retried task reads one message fewer
+    (removed from the source meanwhile: a per-subject limit, a TTL, a delete):
+    every later row then took the id of the row before it, and the first one
+    the first attempt had not stored was dropped as a duplicate.
 
     As Arrow: ``publish_many_async`` takes plain ids as a column (HPUB
     commands built a batch at a time) and checks any other one by one.
@@ -347,13 +385,55 @@ def _msg_ids(
         return given
     if header_ids is not None:
         given = header_ids if given is None else pc.coalesce(given, header_ids)
+    if given is not None and not given.null_count:
+        return given
     rows = pa.array(range(first_row, first_row + batch.num_rows), pa.int64())
     generated = pc.binary_join_element_wise(
         pa.scalar(f"{prefix}-"), pc.cast(rows, pa.string()), pa.scalar("")
     )
-    if given is None or not given.null_count:
-        return generated if given is None else given
+    if run is not None:
+        generated = _source_ids(batch, prefix, generated, run)
+    if given is None:
+        return generated
     return pc.if_else(pc.is_null(given), generated, given)
+
+
+def _source_ids(batch: pa.RecordBatch, prefix: str, positions: pa.Array, run: _Run) -> pa.Array:
+    """``<prefix>-<stream>-<seq>[.k]`` where a row has both, else its ``positions`` id.
+
+    ``k``: how many rows before it in a row came from the same message (none
+    for the first), counted on from the task's previous batch (``run``).
+    """
+    n = batch.num_rows
+    streams = batch.column(batch.schema.get_field_index("stream")).cast(pa.string())
+    seqs = batch.column(batch.schema.get_field_index("seq")).cast(pa.int64())
+    before_streams = pa.concat_arrays([pa.array([run.stream], pa.string()), streams[: n - 1]])
+    before_seqs = pa.concat_arrays([pa.array([run.seq], pa.int64()), seqs[: n - 1]])
+    same = pc.fill_null(
+        pc.and_(pc.equal(streams, before_streams), pc.equal(seqs, before_seqs)), False
+    )
+    at = pa.array(range(n), pa.int64())
+    # Each row's distance from the first row of its message's rows in a row.
+    k = pc.subtract(at, pc.cumulative_max(pc.if_else(same, 0, at)))
+    carried = pc.index(same, False).as_py()  # the rows continuing the last batch's run
+    carried = n if carried < 0 else carried
+    if carried:
+        k = pc.add(k, pc.if_else(pc.less(at, carried), run.index + 1, 0))
+    base = pc.binary_join_element_wise(
+        pa.scalar(f"{prefix}-"), streams, pa.scalar("-"), pc.cast(seqs, pa.string()), ""
+    )
+    ids = pc.if_else(
+        pc.greater(k, 0),
+        pc.binary_join_element_wise(base, pa.scalar("."), pc.cast(k, pa.string()), ""),
+        base,
+    )
+    last_stream, last_seq = streams[n - 1].as_py(), seqs[n - 1].as_py()
+    if last_stream is None or last_seq is None:
+        run.stream = run.seq = None
+        run.index = 0
+    else:
+        run.stream, run.seq, run.index = last_stream, last_seq, k[n - 1].as_py()
+    return pc.if_else(pc.and_(pc.is_valid(streams), pc.is_valid(seqs)), ids, positions)
 
 
 def _payloads(batch: pa.RecordBatch) -> pa.Array:
@@ -382,7 +462,8 @@ def _write(
     # The worker process's connection for these options, shared by its tasks.
     session = shared_session(connect, max_pending=opts.max_pending)
     try:
-        publisher = _Publisher(session.js, opts, id_prefix)
+        source_ids = all(name in schema.names for name in _SOURCE_ID_COLUMNS)
+        publisher = _Publisher(session.js, opts, id_prefix, source_ids)
         batches = record_batches(iterator, schema)
         for batch in counted(batches, connect.telemetry, "write", "jetstream", opts.subject):
             session.run(publisher.publish(batch))
