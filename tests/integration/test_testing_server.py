@@ -21,8 +21,8 @@ import pytest
 from nats.aio.client import Client
 
 import aiojetstream.testing
-from aiojetstream.testing import NatsCluster, NatsServer
-from helpers import interruptible, wait_until
+from aiojetstream.testing import NatsCluster, NatsServer, find_nats_server
+from helpers import interruptible, unique_name, wait_until
 
 # Generous bounds: these tests must pass on a loaded 2-core machine.
 REQUEST_TIMEOUT = 10.0
@@ -385,7 +385,34 @@ def test_sync_api_outside_an_event_loop() -> None:
     assert not srv2.running
 
 
-# --------------------------------------------------------------------------- NatsCluster
+async def test_relative_store_dir_and_binary_are_taken_against_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-server runs in its temporary working directory: a relative ``store_dir``
+    named a directory inside it (removed with it on stop: the data was lost), and a
+    relative ``binary`` was not found."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nats-server").symlink_to(find_nats_server())
+    monkeypatch.chdir(tmp_path)
+    here = Path(os.getcwd())  # tmp_path may be reached through a symbolic link
+    name = unique_name("REL")
+    async with NatsServer(store_dir="js-data", binary="bin/nats-server") as srv:
+        assert srv.store_dir == here / "js-data"
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        try:
+            await create_stream(nc, name)
+            await publish_one(nc, f"{name.lower()}.a", b"kept")
+        finally:
+            await nc.close()
+    assert any((tmp_path / "js-data").rglob(name)), "the stream is stored in ./js-data"
+    async with NatsServer(store_dir="js-data", binary="bin/nats-server") as srv:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        try:
+            info = await api(nc, f"$JS.API.STREAM.INFO.{name}")
+            assert "error" not in info, info
+            assert info["state"]["messages"] == 1
+        finally:
+            await nc.close()
 
 
 @pytest.mark.cluster

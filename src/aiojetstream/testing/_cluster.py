@@ -41,7 +41,8 @@ class NatsCluster:
         jetstream: Enable JetStream on every node.
         store_root: Parent of the per-node store directories
             (``store_root/n1`` ...), kept after :meth:`stop`; None uses
-            temporary directories removed by :meth:`stop`.
+            temporary directories removed by :meth:`stop`. A relative path
+            is taken against the current directory at construction.
         name: The cluster name.
         config: Extra configuration for every node (see :class:`NatsServer`).
         debug: Verbose logging; keep working directories (see :class:`NatsServer`).
@@ -73,7 +74,9 @@ class NatsCluster:
         for index in range(size):
             extra = self._node_config(index)
             node_name = f"n{index + 1}"
-            store_dir = Path(store_root) / node_name if store_root is not None else None
+            store_dir = (
+                Path(os.path.abspath(store_root)) / node_name if store_root is not None else None
+            )
             self.servers.append(
                 NatsServer(
                     jetstream,

@@ -42,6 +42,11 @@ _KEEP_TEXT = (
 )
 
 
+def _absolute(path: str | os.PathLike[str]) -> str:
+    """``path`` made absolute against the current directory (symbolic links are kept)."""
+    return os.path.abspath(os.fspath(path))
+
+
 class NatsServer:
     """A ``nats-server`` process on 127.0.0.1, for tests and fault injection.
 
@@ -60,7 +65,9 @@ class NatsServer:
         jetstream: Enable JetStream.
         port: Client port; 0 picks a free one.
         store_dir: JetStream store directory; None uses a temporary directory
-            that :meth:`stop` removes. A directory passed here is never removed.
+            that :meth:`stop` removes. A directory passed here is never removed;
+            a relative one is taken against the current directory at
+            construction (the server itself runs in its working directory).
         config: Extra configuration. A mapping is merged into the generated
             configuration (nested mappings are merged key by key, anything
             else replaces the generated value; sizes are plain ints in
@@ -73,7 +80,9 @@ class NatsServer:
         start_timeout: Default bound, in seconds, for :meth:`start` and
             :meth:`wait_healthy`.
         binary: The ``nats-server`` executable; defaults to
-            :func:`find_nats_server`.
+            :func:`find_nats_server`. A relative path is taken against the
+            current directory at construction; a bare name is looked up on
+            ``PATH``.
 
     """
 
@@ -88,7 +97,7 @@ class NatsServer:
         server_name: str | None = None,
         http_port: int = 0,
         start_timeout: float = DEFAULT_START_TIMEOUT,
-        binary: str | None = None,
+        binary: str | os.PathLike[str] | None = None,
     ) -> None:
         self._jetstream = jetstream
         self._auto_ports = port == 0 and http_port == 0
@@ -98,10 +107,16 @@ class NatsServer:
         self._debug = debug
         self._server_name = server_name
         self._start_timeout = start_timeout
-        self._binary = binary
+        # nats-server runs in the working directory: a relative path given here
+        # would name something inside it (and go with it on stop).
+        if binary is not None and os.path.dirname(os.fspath(binary)):
+            binary = _absolute(binary)
+        self._binary = os.fspath(binary) if binary is not None else None
         self._workdir = Path(tempfile.mkdtemp(prefix="aiojetstream-nats-"))
         self._owns_store = store_dir is None
-        self._store_dir = Path(store_dir) if store_dir is not None else self._workdir / "store"
+        self._store_dir = (
+            Path(_absolute(store_dir)) if store_dir is not None else self._workdir / "store"
+        )
         self._proc: subprocess.Popen[bytes] | None = None
         self._frozen = False
         self._terminating = False
