@@ -415,6 +415,43 @@ async def test_relative_store_dir_and_binary_are_taken_against_the_current_direc
             await nc.close()
 
 
+async def test_ports_held_by_another_server_fail_the_start() -> None:
+    """The probes were answered by the other server while ours was exiting with
+    "address already in use": start() returned, clients talked to the stranger."""
+    async with NatsServer() as first:
+        second = NatsServer(port=first.port, http_port=first.http_port)
+        try:
+            with pytest.raises(RuntimeError, match=r"(?i)address already in use"):
+                await second.start()
+            assert not second.running
+        finally:
+            await second.stop()
+        assert first.running
+
+
+async def test_a_server_logging_to_a_file_still_starts(tmp_path: Path) -> None:
+    # Its log does not come to log_path: readiness cannot be read there.
+    log = tmp_path / "own.log"
+    async with NatsServer(config={"logfile": str(log)}) as srv:
+        assert accepts_connections(srv.port)
+    assert "Server is ready" in log.read_text()
+
+
+async def test_wait_healthy_keeps_to_its_timeout_on_a_frozen_server(server: NatsServer) -> None:
+    """Each probe had its own limit (1 s connect, 2 s HTTP): 0.3 s took 2 s."""
+    server.freeze()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(TimeoutError, match="not healthy"):
+        await server.wait_healthy(timeout=0.3)
+    assert loop.time() - started < 1.5
+    started = loop.time()
+    with pytest.raises(TimeoutError, match="not healthy"):
+        server.wait_healthy_sync(timeout=0.3)
+    assert loop.time() - started < 1.5
+    server.thaw()
+
+
 @pytest.mark.cluster
 async def test_cluster_elects_a_meta_leader_and_takes_r3_streams() -> None:
     cluster = NatsCluster(3)

@@ -195,14 +195,21 @@ class NatsCluster:
             return leader
         return None  # the agreed leader is not among the probed nodes
 
-    async def _probe_meta_async(self, live_only: bool = False) -> str | None:
-        """The agreed leader of every node (``live_only``: of those running, not frozen)."""
+    async def _probe_meta_async(self, deadline: float, live_only: bool = False) -> str | None:
+        """The agreed leader of every node (``live_only``: of those running, not frozen).
+
+        Each request is bounded by 2 s and by what is left until ``deadline``
+        (the loop's clock).
+        """
+        loop = asyncio.get_running_loop()
         nodes = [s for s in self.servers if s.running and not s.frozen] if live_only else None
         reports: list[tuple[str, int, Any, int]] = []
         for server in self.servers if nodes is None else nodes:
             try:
-                health, _ = await http_get_async(server.http_port, "/healthz", 2.0)
-                status, body = await http_get_async(server.http_port, "/jsz", 2.0)
+                limit = NatsServer._probe_limit(deadline - loop.time(), 2.0)
+                health, _ = await http_get_async(server.http_port, "/healthz", limit)
+                limit = NatsServer._probe_limit(deadline - loop.time(), 2.0)
+                status, body = await http_get_async(server.http_port, "/jsz", limit)
                 jsz = json.loads(body) if status == 200 else None
             except (OSError, TimeoutError, ValueError):
                 return None
@@ -210,12 +217,14 @@ class NatsCluster:
         live = None if nodes is None else [str(s.server_name) for s in nodes]
         return self._meta_ready(reports, live)
 
-    def _probe_meta_sync(self) -> str | None:
+    def _probe_meta_sync(self, deadline: float) -> str | None:
         reports: list[tuple[str, int, Any, int]] = []
         for server in self.servers:
             try:
-                health, _ = http_get_sync(server.http_port, "/healthz", 2.0)
-                status, body = http_get_sync(server.http_port, "/jsz", 2.0)
+                limit = NatsServer._probe_limit(deadline - time.monotonic(), 2.0)
+                health, _ = http_get_sync(server.http_port, "/healthz", limit)
+                limit = NatsServer._probe_limit(deadline - time.monotonic(), 2.0)
+                status, body = http_get_sync(server.http_port, "/jsz", limit)
                 jsz = json.loads(body) if status == 200 else None
             except (OSError, ValueError):
                 return None
@@ -260,7 +269,7 @@ class NatsCluster:
             return
         while True:
             self._check_nodes_running()
-            if await self._probe_meta_async() is not None:
+            if await self._probe_meta_async(deadline) is not None:
                 return
             if loop.time() >= deadline:
                 raise self._meta_timeout_error(timeout)
@@ -285,7 +294,7 @@ class NatsCluster:
             return
         while True:
             self._check_nodes_running()
-            if self._probe_meta_sync() is not None:
+            if self._probe_meta_sync(deadline) is not None:
                 return
             if time.monotonic() >= deadline:
                 raise self._meta_timeout_error(timeout)
@@ -313,7 +322,7 @@ class NatsCluster:
         timeout = self._start_timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while (leader := await self._probe_meta_async(live_only=True)) is None:
+        while (leader := await self._probe_meta_async(deadline, live_only=True)) is None:
             if loop.time() >= deadline:
                 raise RuntimeError(
                     f"cluster {self._name} has no agreed meta leader after {timeout:g} s"

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -40,6 +41,13 @@ _KEEP_TEXT = (
     "Put here by aiojetstream.testing.NatsServer: keeps nats-server from removing this\n"
     "account directory while a stream is being created (a race after stream deletes).\n"
 )
+
+#: What nats-server logs once its monitoring and client listeners are up (both
+#: are fatal to it when their port is taken, and the line follows them).
+_READY_MARK = b"Server is ready"
+#: Options that send the server's log elsewhere than standard output.
+_LOG_ELSEWHERE = ("logfile", "log_file", "syslog", "remote_syslog")
+_LOG_ELSEWHERE_TEXT = re.compile(rf"(?im)^\s*({'|'.join(_LOG_ELSEWHERE)})\s*[:=\s]")
 
 
 def _absolute(path: str | os.PathLike[str]) -> str:
@@ -122,6 +130,8 @@ class NatsServer:
         self._terminating = False
         self._started_once = False
         self._log_offset = 0
+        self._log_scanned = 0  # how far the log of this start was searched for _READY_MARK
+        self._ready_logged = False
         self._owner_pid = os.getpid()
         register(self)  # owns a temporary directory from now on
 
@@ -257,7 +267,8 @@ class NatsServer:
                 self._keep_account_dir()
         self.config_path.write_text(self.config_text(), encoding="utf-8")
         with self.log_path.open("ab") as log:
-            self._log_offset = log.tell()
+            self._log_offset = self._log_scanned = log.tell()
+            self._ready_logged = False
             proc = subprocess.Popen(
                 [binary, "-c", str(self.config_path)],
                 stdin=subprocess.DEVNULL,
@@ -271,6 +282,37 @@ class NatsServer:
         self._owner_pid = os.getpid()
         register(self)
         return proc
+
+    def _logs_to_stdout(self) -> bool:
+        """Whether the server's log comes to :attr:`log_path` (no ``logfile`` or syslog)."""
+        extra = self._extra_config
+        if isinstance(extra, Mapping):
+            return not any(str(key).lower() in _LOG_ELSEWHERE for key in extra)
+        return not (extra and _LOG_ELSEWHERE_TEXT.search(extra))
+
+    def _log_shows_ready(self) -> bool:
+        """Whether the process of this start logged that it is ready.
+
+        The readiness probes only show that *a* server answers on the ports: a
+        server of someone else's that holds both would answer them while ours
+        is exiting with "address already in use". nats-server logs
+        ``Server is ready`` after it listens on its monitoring and client ports,
+        so that line in the log of this start ties the ports to our process.
+        When the configuration sends the log elsewhere this cannot be told, and
+        the probes are trusted.
+        """
+        if self._ready_logged or not self._logs_to_stdout():
+            return True
+        start = max(self._log_offset, self._log_scanned - len(_READY_MARK))
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(start)
+                data = log.read()
+        except FileNotFoundError:
+            return False
+        self._log_scanned = start + len(data)
+        self._ready_logged = _READY_MARK in data
+        return self._ready_logged
 
     def _keep_account_dir(self) -> None:
         """Put a file in the default account's store directory so that it is never removed.
@@ -348,6 +390,11 @@ class NatsServer:
         self._frozen = False
         self._terminating = False
 
+    @staticmethod
+    def _probe_limit(remaining: float, cap: float) -> float:
+        """A probe's time limit: ``cap``, clipped to what is left of the caller's bound."""
+        return max(POLL_INTERVAL, min(cap, remaining))
+
     def _force_cleanup(self) -> None:
         """Kill the process and remove owned directories (atexit; never raises)."""
         if os.getpid() != self._owner_pid:
@@ -416,17 +463,20 @@ class NatsServer:
                 raise RuntimeError(f"{self!r} is not started")
             if proc.poll() is not None:
                 raise self._exit_error(proc)
-            if self._probe_sync():
+            if self._probe_sync(deadline) and self._log_shows_ready():
+                if proc.poll() is not None:  # the answer came from another server
+                    raise self._exit_error(proc)
                 return
             if time.monotonic() >= deadline:
                 raise self._timeout_error(timeout)
             time.sleep(POLL_INTERVAL)
 
-    def _probe_sync(self) -> bool:
-        if not tcp_accepts_sync(self._port, 1.0):
+    def _probe_sync(self, deadline: float) -> bool:
+        if not tcp_accepts_sync(self._port, self._probe_limit(deadline - time.monotonic(), 1.0)):
             return False
         try:
-            status, _ = http_get_sync(self._http_port, HEALTHZ, 2.0)
+            limit = self._probe_limit(deadline - time.monotonic(), 2.0)
+            status, _ = http_get_sync(self._http_port, HEALTHZ, limit)
         except OSError:
             return False
         return status == 200
@@ -532,17 +582,22 @@ class NatsServer:
                 raise RuntimeError(f"{self!r} is not started")
             if proc.poll() is not None:
                 raise self._exit_error(proc)
-            if await self._probe_async():
+            if await self._probe_async(deadline) and self._log_shows_ready():
+                if proc.poll() is not None:  # the answer came from another server
+                    raise self._exit_error(proc)
                 return
             if loop.time() >= deadline:
                 raise self._timeout_error(timeout)
             await asyncio.sleep(POLL_INTERVAL)
 
-    async def _probe_async(self) -> bool:
-        if not await tcp_accepts_async(self._port, 1.0):
+    async def _probe_async(self, deadline: float) -> bool:
+        loop = asyncio.get_running_loop()
+        limit = self._probe_limit(deadline - loop.time(), 1.0)
+        if not await tcp_accepts_async(self._port, limit):
             return False
         try:
-            status, _ = await http_get_async(self._http_port, HEALTHZ, 2.0)
+            limit = self._probe_limit(deadline - loop.time(), 2.0)
+            status, _ = await http_get_async(self._http_port, HEALTHZ, limit)
         except (OSError, TimeoutError):
             return False
         return status == 200
