@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -450,6 +451,68 @@ async def test_wait_healthy_keeps_to_its_timeout_on_a_frozen_server(server: Nats
         server.wait_healthy_sync(timeout=0.3)
     assert loop.time() - started < 1.5
     server.thaw()
+
+
+async def test_a_failed_first_start_leaves_no_directories() -> None:
+    srv = NatsServer(config="this is { not a valid config")
+    workdir = srv.config_path.parent
+    with pytest.raises(RuntimeError, match="exited with code"):
+        await srv.start()
+    assert not workdir.exists(), "removed at once, not at interpreter exit"
+    await srv.stop()
+
+
+async def test_a_cancelled_start_leaves_no_process_and_no_directories() -> None:
+    srv = NatsServer()
+    workdir = srv.config_path.parent
+    task = asyncio.create_task(srv.start())
+    await asyncio.sleep(0)  # the task launches the process and waits for it to be ready
+    pid = srv.pid
+    assert pid is not None
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    try:
+        assert pid_gone(pid)
+        assert not workdir.exists()
+    finally:
+        await srv.stop()
+
+
+async def test_a_cancelled_stop_reaps_the_process_and_cleans_up() -> None:
+    """The SIGTERMed process was left unreaped (a zombie) with its directories."""
+    srv = NatsServer()
+    await srv.start()
+    pid = srv.pid
+    assert pid is not None
+    workdir = srv.config_path.parent
+    task = asyncio.create_task(srv.stop())
+    await asyncio.sleep(0)  # the task sends SIGTERM and waits for the exit
+    task.cancel()
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert pid_gone(pid), "reaped, not a zombie"
+        assert not srv.running
+        assert not workdir.exists()
+    finally:
+        await srv.stop()
+
+
+async def test_debug_keeps_the_working_directory_only_of_a_started_server() -> None:
+    never = NatsServer(debug=True)
+    await never.stop()
+    assert not never.config_path.parent.exists()
+    started = NatsServer(debug=True)
+    try:
+        await started.start()
+        await started.stop()
+        assert started.log_path.is_file(), "kept for inspection"
+    finally:
+        shutil.rmtree(started.config_path.parent, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- NatsCluster
 
 
 @pytest.mark.cluster

@@ -214,6 +214,18 @@ def test_relative_paths_are_taken_against_the_directory_of_construction(
     assert not (tmp_path / "data").exists(), "nothing is created before a start"
 
 
+def test_debug_keeps_no_directory_of_a_server_never_started() -> None:
+    """``debug=True`` kept its empty working directory even when never started."""
+    srv = NatsServer(debug=True)
+    workdir = srv.config_path.parent
+    assert workdir.is_dir()
+    srv.stop_sync()
+    assert not workdir.exists()
+    left = NatsServer(debug=True)
+    left._force_cleanup()  # what the exit handler does
+    assert not left.config_path.parent.exists()
+
+
 def test_cluster_nodes_are_configured_with_routes_to_the_others(tmp_path: Path) -> None:
     cluster = NatsCluster(3, store_root=tmp_path, name="unit")
     try:

@@ -362,7 +362,7 @@ class NatsCluster:
                 raise
             break
         for server in self.servers:
-            server._started_once = True
+            server._started_once = server._has_state = True
 
     async def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop every node (SIGTERM, then SIGKILL) and clean up. Idempotent.
@@ -405,7 +405,7 @@ class NatsCluster:
                 raise
             break
         for server in self.servers:
-            server._started_once = True
+            server._started_once = server._has_state = True
 
     def stop_sync(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop every node (SIGTERM, then SIGKILL) and clean up. Idempotent.

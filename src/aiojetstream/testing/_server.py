@@ -82,7 +82,8 @@ class NatsServer:
             bytes). A string is appended verbatim to the configuration file.
         debug: Run with ``debug`` and ``trace`` logging and keep the working
             directory (configuration file, log and temporary store) after
-            :meth:`stop` for inspection; see :attr:`log_path`.
+            :meth:`stop` for inspection, once a server was launched; see
+            :attr:`log_path`.
         server_name: The ``server_name`` option (required in a cluster).
         http_port: Monitoring port; 0 picks a free one.
         start_timeout: Default bound, in seconds, for :meth:`start` and
@@ -129,6 +130,10 @@ class NatsServer:
         self._frozen = False
         self._terminating = False
         self._started_once = False
+        # Whether the directories may hold state to keep when a start fails: set
+        # by a successful start, cleared when stop() removes them.
+        self._has_state = False
+        self._launched = False  # a process was ever started (debug keeps the workdir then)
         self._log_offset = 0
         self._log_scanned = 0  # how far the log of this start was searched for _READY_MARK
         self._ready_logged = False
@@ -277,6 +282,7 @@ class NatsServer:
                 cwd=self._workdir,
             )
         self._proc = proc
+        self._launched = True
         self._frozen = False
         self._terminating = False
         self._owner_pid = os.getpid()
@@ -378,8 +384,8 @@ class NatsServer:
                     proc.send_signal(signal.SIGCONT)
 
     def _cleanup_dirs(self) -> None:
-        if self._debug:
-            return
+        if self._debug and self._launched:
+            return  # kept for inspection
         shutil.rmtree(self._workdir, ignore_errors=True)
         if not self._owns_store:
             return
@@ -389,6 +395,27 @@ class NatsServer:
         self._proc = None
         self._frozen = False
         self._terminating = False
+
+    def _reap_now(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL ``proc`` and reap it, blocking (a cancelled wait must leave no zombie)."""
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5.0)
+        if proc.poll() is not None and self._proc is proc:
+            self._after_exit()
+
+    def _discard(self) -> None:
+        """Remove the directories and forget the server (stopped, or never started)."""
+        if self._proc is not None:
+            return  # still running (a reap that did not finish): the exit handler cleans up
+        self._cleanup_dirs()
+        self._has_state = False
+        unregister(self)
+
+    def _refuse_if_running(self) -> None:
+        if self.running:
+            raise RuntimeError(f"{self!r} is already running")
 
     @staticmethod
     def _probe_limit(remaining: float, cap: float) -> float:
@@ -427,22 +454,27 @@ class NatsServer:
 
         """
         timeout = self._start_timeout if timeout is None else timeout
-        for attempt in range(PORT_RETRIES):
-            proc = self._launch()
-            try:
-                self.wait_healthy_sync(timeout)
-            except RuntimeError:
-                proc.wait()
-                self._after_exit()
-                if attempt + 1 < PORT_RETRIES and self._may_retry_ports():
-                    self._repick_ports()
-                    continue
-                raise
-            except BaseException:
-                self._kill_sync()
-                raise
-            self._started_once = True
-            return
+        self._refuse_if_running()
+        try:
+            for attempt in range(PORT_RETRIES):
+                proc = self._launch()
+                try:
+                    self.wait_healthy_sync(timeout)
+                except RuntimeError:
+                    self._reap_now(proc)  # it exited already (or a stranger answered)
+                    if attempt + 1 < PORT_RETRIES and self._may_retry_ports():
+                        self._repick_ports()
+                        continue
+                    raise
+                except BaseException:
+                    self._kill_sync()
+                    raise
+                self._started_once = self._has_state = True
+                return
+        except BaseException:
+            if not self._has_state:
+                self._discard()  # a failed first start leaves no directories behind
+            raise
 
     def wait_healthy_sync(self, timeout: float | None = None) -> None:
         """Block until the client port accepts connections and ``/healthz`` is OK.
@@ -499,9 +531,12 @@ class NatsServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            except BaseException:  # KeyboardInterrupt: do not leave the process behind
+                self._reap_now(proc)
+                self._discard()
+                raise
             self._after_exit()
-        self._cleanup_dirs()
-        unregister(self)
+        self._discard()
 
     def _kill_sync(self) -> None:
         proc = self._proc
@@ -542,22 +577,27 @@ class NatsServer:
 
         """
         timeout = self._start_timeout if timeout is None else timeout
-        for attempt in range(PORT_RETRIES):
-            proc = self._launch()
-            try:
-                await self.wait_healthy(timeout)
-            except RuntimeError:
-                await wait_process_exit(proc, None)
-                self._after_exit()
-                if attempt + 1 < PORT_RETRIES and self._may_retry_ports():
-                    self._repick_ports()
-                    continue
-                raise
-            except BaseException:
-                await self._kill_async()
-                raise
-            self._started_once = True
-            return
+        self._refuse_if_running()
+        try:
+            for attempt in range(PORT_RETRIES):
+                self._launch()
+                try:
+                    await self.wait_healthy(timeout)
+                except RuntimeError:
+                    await self._kill_async()  # it exited already (or a stranger answered)
+                    if attempt + 1 < PORT_RETRIES and self._may_retry_ports():
+                        self._repick_ports()
+                        continue
+                    raise
+                except BaseException:
+                    await self._kill_async()
+                    raise
+                self._started_once = self._has_state = True
+                return
+        except BaseException:
+            if not self._has_state:
+                self._discard()  # a failed or cancelled first start leaves no directories
+            raise
 
     async def wait_healthy(self, timeout: float | None = None) -> None:
         """Wait until the client port accepts connections and ``/healthz`` is OK.
@@ -607,10 +647,14 @@ class NatsServer:
         if proc is None:
             return
         self._begin_terminate(proc)
-        if not await wait_process_exit(proc, grace):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await wait_process_exit(proc, None)
+        try:
+            if not await wait_process_exit(proc, grace):
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await wait_process_exit(proc, None)
+        except BaseException:  # cancelled: finish the stop here, leaving no zombie
+            self._reap_now(proc)
+            raise
         self._after_exit()
 
     async def _kill_async(self) -> None:
@@ -619,7 +663,11 @@ class NatsServer:
             return
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        await wait_process_exit(proc, None)
+        try:
+            await wait_process_exit(proc, None)
+        except BaseException:  # cancelled: reap it here, leaving no zombie
+            self._reap_now(proc)
+            raise
         self._after_exit()
 
     async def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
@@ -629,13 +677,17 @@ class NatsServer:
         temporary store and working directory (unless ``debug``); a later
         :meth:`start` begins with an empty store. Idempotent.
 
+        Cancelled while waiting, it kills the process (SIGKILL), reaps it and
+        cleans up before the cancellation propagates.
+
         Args:
             timeout: Seconds to wait for a graceful exit before SIGKILL.
 
         """
-        await self._terminate_async(timeout)
-        self._cleanup_dirs()
-        unregister(self)
+        try:
+            await self._terminate_async(timeout)
+        finally:
+            self._discard()
 
     async def restart(
         self,
