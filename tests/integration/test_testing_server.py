@@ -569,6 +569,32 @@ async def test_cluster_node_restart_rejoins() -> None:
 
 
 @pytest.mark.cluster
+async def test_cluster_start_while_a_node_runs_is_refused_and_stops_nothing() -> None:
+    """The "already running" error of a node was taken for a busy port: start()
+    stopped every node and removed every temporary store."""
+    name = unique_name("KEEP")
+    async with NatsCluster(3) as cluster:
+        pids = [server.pid for server in cluster.servers]
+        nc = await nats.connect(servers=cluster.urls, allow_reconnect=False)
+        try:
+            await create_stream(nc, name, replicas=3)
+            await publish_one(nc, f"{name.lower()}.a", b"x")
+        finally:
+            await nc.close()
+        with pytest.raises(RuntimeError, match="already running"):
+            await cluster.start()
+        with pytest.raises(RuntimeError, match="already running"):
+            cluster.start_sync()
+        assert [server.pid for server in cluster.servers] == pids
+        await cluster.servers[0].kill()
+        with pytest.raises(RuntimeError, match=r"already running \(nodes n2, n3\)"):
+            await cluster.start()
+        assert [server.pid for server in cluster.servers[1:]] == pids[1:]
+        # Every store still holds the stream (killed node's included).
+        assert all(any(server.store_dir.rglob(name)) for server in cluster.servers)
+
+
+@pytest.mark.cluster
 def test_cluster_sync_api(tmp_path: Path) -> None:
     with NatsCluster(3, store_root=tmp_path) as cluster:
         pids = [server.pid for server in cluster.servers]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -332,37 +334,87 @@ class NatsCluster:
 
     # -- lifecycle ----------------------------------------------------------
 
+    def _refuse_if_running(self) -> None:
+        """Raise before anything is launched when a node runs (start() would stop it)."""
+        running = [str(server.server_name) for server in self.servers if server.running]
+        if running:
+            raise RuntimeError(
+                f"cluster {self._name} is already running (nodes {', '.join(running)}): "
+                "stop it first, or start a stopped node with its own start()"
+            )
+
+    def _has_state(self) -> bool:
+        """Whether a node's store may hold data (the cluster was started and not stopped)."""
+        return any(server._has_state for server in self.servers)
+
+    def _started(self) -> None:
+        for server in self.servers:
+            server._started_once = server._has_state = True
+
+    async def _abandon(self, launched: Sequence[NatsServer], fresh: bool) -> None:
+        """Stop the nodes this start launched; a first start also removes the directories."""
+        if fresh:
+            await self.stop()
+            return
+        for server in launched:  # signal all first: the nodes shut down in parallel
+            if server._proc is not None:
+                server._begin_terminate(server._proc)
+        for server in launched:
+            await server._terminate_async(DEFAULT_STOP_TIMEOUT)
+
+    def _abandon_sync(self, launched: Sequence[NatsServer], fresh: bool) -> None:
+        if fresh:
+            self.stop_sync()
+            return
+        for server in launched:
+            if server._proc is not None:
+                server._begin_terminate(server._proc)
+        for server in launched:
+            proc = server._proc
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(DEFAULT_STOP_TIMEOUT)
+                server._reap_now(proc)  # SIGKILL if it is still there
+
     async def start(self, timeout: float | None = None) -> None:
         """Start every node and wait until the cluster is ready.
+
+        Also starts a cluster whose nodes were all killed or stopped (their
+        stores are kept). Refused while any node runs: start a stopped node
+        with its own :meth:`NatsServer.start`.
 
         Args:
             timeout: Bound in seconds; defaults to ``start_timeout``.
 
         Raises:
-            RuntimeError: A node exited during startup.
-            TimeoutError: Not ready in time (all nodes are then stopped).
+            RuntimeError: A node is running already (nothing is started or
+                stopped), or a node exited during startup.
+            TimeoutError: Not ready in time (the nodes started are then stopped).
 
         """
+        self._refuse_if_running()
+        fresh = not self._has_state()
         for attempt in range(PORT_RETRIES):
+            launched: list[NatsServer] = []
             try:
                 for server in self.servers:
                     server._launch()
+                    launched.append(server)
                 await self.wait_ready(timeout)
             except RuntimeError:
                 # A port picked at construction was taken meanwhile (by another
                 # process): every node gets new ports, routes included.
                 retry = attempt + 1 < PORT_RETRIES and self._may_retry_ports()
-                await self.stop()
+                await self._abandon(launched, fresh)
                 if retry:
                     self._repick_ports()
                     continue
                 raise
             except BaseException:
-                await self.stop()
+                await self._abandon(launched, fresh)
                 raise
             break
-        for server in self.servers:
-            server._started_once = server._has_state = True
+        self._started()
 
     async def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop every node (SIGTERM, then SIGKILL) and clean up. Idempotent.
@@ -380,32 +432,38 @@ class NatsCluster:
     def start_sync(self, timeout: float | None = None) -> None:
         """Start every node and block until the cluster is ready.
 
+        Refused while any node runs, as :meth:`start`.
+
         Args:
             timeout: Bound in seconds; defaults to ``start_timeout``.
 
         Raises:
-            RuntimeError: A node exited during startup.
-            TimeoutError: Not ready in time (all nodes are then stopped).
+            RuntimeError: A node is running already (nothing is started or
+                stopped), or a node exited during startup.
+            TimeoutError: Not ready in time (the nodes started are then stopped).
 
         """
+        self._refuse_if_running()
+        fresh = not self._has_state()
         for attempt in range(PORT_RETRIES):
+            launched: list[NatsServer] = []
             try:
                 for server in self.servers:
                     server._launch()
+                    launched.append(server)
                 self.wait_ready_sync(timeout)
             except RuntimeError:
                 retry = attempt + 1 < PORT_RETRIES and self._may_retry_ports()
-                self.stop_sync()
+                self._abandon_sync(launched, fresh)
                 if retry:
                     self._repick_ports()  # as in start()
                     continue
                 raise
             except BaseException:
-                self.stop_sync()
+                self._abandon_sync(launched, fresh)
                 raise
             break
-        for server in self.servers:
-            server._started_once = server._has_state = True
+        self._started()
 
     def stop_sync(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop every node (SIGTERM, then SIGKILL) and clean up. Idempotent.
