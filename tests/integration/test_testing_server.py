@@ -743,3 +743,112 @@ def test_cli_serve_until_interrupted() -> None:
             proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def stoppable() -> None:
+    """``preexec_fn``: SIGINT, SIGTERM and SIGHUP act in the child (see ``interruptible``)."""
+    interruptible()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})
+
+
+def child_pids(pid: int) -> list[int]:
+    result = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(line) for line in result.stdout.split()]
+
+
+def test_cli_serve_stops_its_server_on_sighup(tmp_path: Path) -> None:
+    """A closed terminal (SIGHUP) ended the command and left nats-server running."""
+    proc = subprocess.Popen(
+        cli("serve", "--store-dir", "js-data"),
+        env=cli_env(),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=stoppable,
+    )
+    servers: list[int] = []
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # the server is ready once this is printed
+        assert "nats://127.0.0.1:" in line, line
+        port = int(line.strip().rsplit(":", 1)[1])
+        servers = child_pids(proc.pid)
+        assert servers
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=30) == 0
+        assert all(pid_gone(pid) for pid in servers)
+        assert not accepts_connections(port)
+        # A relative --store-dir is in the current directory, and kept.
+        assert (tmp_path / "js-data" / "jetstream").is_dir()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def test_cli_run_exit_codes_for_a_signal_and_an_unrunnable_command(tmp_path: Path) -> None:
+    child = "import sys, time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    proc = subprocess.Popen(
+        cli("run", "--", sys.executable, "-c", child),
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=stoppable,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM  # was 130, as for Ctrl-C
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    not_executable = tmp_path / "script"
+    not_executable.write_text("#!/bin/sh\nexit 0\n")
+    result = subprocess.run(
+        cli("run", "--", str(not_executable)),
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 126, result.stderr  # found, not runnable (was 127)
+    assert "cannot run" in result.stderr
+
+
+def test_cli_serve_that_cannot_start_is_one_error_line() -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        busy = subprocess.run(
+            cli("serve", "--port", str(port)),
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert busy.returncode == 1
+    assert busy.stderr.count("\n") == 1, busy.stderr
+    assert busy.stderr.startswith(f"error: nats-server on port {port} exited with code")
+    assert "address already in use" in busy.stderr
+    missing = subprocess.run(
+        cli("serve"),
+        env=dict(cli_env(), NATS_SERVER_BIN="/nonexistent/nats-server"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1
+    assert missing.stderr.count("\n") == 1, missing.stderr
+    assert missing.stderr.startswith("error: NATS_SERVER_BIN=")
