@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,8 +22,8 @@ import pytest
 from nats.aio.client import Client
 
 import aiojetstream.testing
-from aiojetstream.testing import NatsCluster, NatsServer
-from helpers import interruptible, wait_until
+from aiojetstream.testing import NatsCluster, NatsServer, find_nats_server
+from helpers import interruptible, unique_name, wait_until
 
 # Generous bounds: these tests must pass on a loaded 2-core machine.
 REQUEST_TIMEOUT = 10.0
@@ -385,6 +386,132 @@ def test_sync_api_outside_an_event_loop() -> None:
     assert not srv2.running
 
 
+async def test_relative_store_dir_and_binary_are_taken_against_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-server runs in its temporary working directory: a relative ``store_dir``
+    named a directory inside it (removed with it on stop: the data was lost), and a
+    relative ``binary`` was not found."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nats-server").symlink_to(find_nats_server())
+    monkeypatch.chdir(tmp_path)
+    here = Path(os.getcwd())  # tmp_path may be reached through a symbolic link
+    name = unique_name("REL")
+    async with NatsServer(store_dir="js-data", binary="bin/nats-server") as srv:
+        assert srv.store_dir == here / "js-data"
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        try:
+            await create_stream(nc, name)
+            await publish_one(nc, f"{name.lower()}.a", b"kept")
+        finally:
+            await nc.close()
+    assert any((tmp_path / "js-data").rglob(name)), "the stream is stored in ./js-data"
+    async with NatsServer(store_dir="js-data", binary="bin/nats-server") as srv:
+        nc = await nats.connect(srv.url, allow_reconnect=False)
+        try:
+            info = await api(nc, f"$JS.API.STREAM.INFO.{name}")
+            assert "error" not in info, info
+            assert info["state"]["messages"] == 1
+        finally:
+            await nc.close()
+
+
+async def test_ports_held_by_another_server_fail_the_start() -> None:
+    """The probes were answered by the other server while ours was exiting with
+    "address already in use": start() returned, clients talked to the stranger."""
+    async with NatsServer() as first:
+        second = NatsServer(port=first.port, http_port=first.http_port)
+        try:
+            with pytest.raises(RuntimeError, match=r"(?i)address already in use"):
+                await second.start()
+            assert not second.running
+        finally:
+            await second.stop()
+        assert first.running
+
+
+async def test_a_server_logging_to_a_file_still_starts(tmp_path: Path) -> None:
+    # Its log does not come to log_path: readiness cannot be read there.
+    log = tmp_path / "own.log"
+    async with NatsServer(config={"logfile": str(log)}) as srv:
+        assert accepts_connections(srv.port)
+    assert "Server is ready" in log.read_text()
+
+
+async def test_wait_healthy_keeps_to_its_timeout_on_a_frozen_server(server: NatsServer) -> None:
+    """Each probe had its own limit (1 s connect, 2 s HTTP): 0.3 s took 2 s."""
+    server.freeze()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(TimeoutError, match="not healthy"):
+        await server.wait_healthy(timeout=0.3)
+    assert loop.time() - started < 1.5
+    started = loop.time()
+    with pytest.raises(TimeoutError, match="not healthy"):
+        server.wait_healthy_sync(timeout=0.3)
+    assert loop.time() - started < 1.5
+    server.thaw()
+
+
+async def test_a_failed_first_start_leaves_no_directories() -> None:
+    srv = NatsServer(config="this is { not a valid config")
+    workdir = srv.config_path.parent
+    with pytest.raises(RuntimeError, match="exited with code"):
+        await srv.start()
+    assert not workdir.exists(), "removed at once, not at interpreter exit"
+    await srv.stop()
+
+
+async def test_a_cancelled_start_leaves_no_process_and_no_directories() -> None:
+    srv = NatsServer()
+    workdir = srv.config_path.parent
+    task = asyncio.create_task(srv.start())
+    await asyncio.sleep(0)  # the task launches the process and waits for it to be ready
+    pid = srv.pid
+    assert pid is not None
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    try:
+        assert pid_gone(pid)
+        assert not workdir.exists()
+    finally:
+        await srv.stop()
+
+
+async def test_a_cancelled_stop_reaps_the_process_and_cleans_up() -> None:
+    """The SIGTERMed process was left unreaped (a zombie) with its directories."""
+    srv = NatsServer()
+    await srv.start()
+    pid = srv.pid
+    assert pid is not None
+    workdir = srv.config_path.parent
+    task = asyncio.create_task(srv.stop())
+    await asyncio.sleep(0)  # the task sends SIGTERM and waits for the exit
+    task.cancel()
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert pid_gone(pid), "reaped, not a zombie"
+        assert not srv.running
+        assert not workdir.exists()
+    finally:
+        await srv.stop()
+
+
+async def test_debug_keeps_the_working_directory_only_of_a_started_server() -> None:
+    never = NatsServer(debug=True)
+    await never.stop()
+    assert not never.config_path.parent.exists()
+    started = NatsServer(debug=True)
+    try:
+        await started.start()
+        await started.stop()
+        assert started.log_path.is_file(), "kept for inspection"
+    finally:
+        shutil.rmtree(started.config_path.parent, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------- NatsCluster
 
 
@@ -439,6 +566,32 @@ async def test_cluster_node_restart_rejoins() -> None:
             await create_stream(nc, "AFTER", replicas=3)
         finally:
             await nc.close()
+
+
+@pytest.mark.cluster
+async def test_cluster_start_while_a_node_runs_is_refused_and_stops_nothing() -> None:
+    """The "already running" error of a node was taken for a busy port: start()
+    stopped every node and removed every temporary store."""
+    name = unique_name("KEEP")
+    async with NatsCluster(3) as cluster:
+        pids = [server.pid for server in cluster.servers]
+        nc = await nats.connect(servers=cluster.urls, allow_reconnect=False)
+        try:
+            await create_stream(nc, name, replicas=3)
+            await publish_one(nc, f"{name.lower()}.a", b"x")
+        finally:
+            await nc.close()
+        with pytest.raises(RuntimeError, match="already running"):
+            await cluster.start()
+        with pytest.raises(RuntimeError, match="already running"):
+            cluster.start_sync()
+        assert [server.pid for server in cluster.servers] == pids
+        await cluster.servers[0].kill()
+        with pytest.raises(RuntimeError, match=r"already running \(nodes n2, n3\)"):
+            await cluster.start()
+        assert [server.pid for server in cluster.servers[1:]] == pids[1:]
+        # Every store still holds the stream (killed node's included).
+        assert all(any(server.store_dir.rglob(name)) for server in cluster.servers)
 
 
 @pytest.mark.cluster
@@ -590,3 +743,112 @@ def test_cli_serve_until_interrupted() -> None:
             proc.wait()
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+def stoppable() -> None:
+    """``preexec_fn``: SIGINT, SIGTERM and SIGHUP act in the child (see ``interruptible``)."""
+    interruptible()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGHUP})
+
+
+def child_pids(pid: int) -> list[int]:
+    result = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(line) for line in result.stdout.split()]
+
+
+def test_cli_serve_stops_its_server_on_sighup(tmp_path: Path) -> None:
+    """A closed terminal (SIGHUP) ended the command and left nats-server running."""
+    proc = subprocess.Popen(
+        cli("serve", "--store-dir", "js-data"),
+        env=cli_env(),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=stoppable,
+    )
+    servers: list[int] = []
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # the server is ready once this is printed
+        assert "nats://127.0.0.1:" in line, line
+        port = int(line.strip().rsplit(":", 1)[1])
+        servers = child_pids(proc.pid)
+        assert servers
+        proc.send_signal(signal.SIGHUP)
+        assert proc.wait(timeout=30) == 0
+        assert all(pid_gone(pid) for pid in servers)
+        assert not accepts_connections(port)
+        # A relative --store-dir is in the current directory, and kept.
+        assert (tmp_path / "js-data" / "jetstream").is_dir()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def test_cli_run_exit_codes_for_a_signal_and_an_unrunnable_command(tmp_path: Path) -> None:
+    child = "import sys, time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    proc = subprocess.Popen(
+        cli("run", "--", sys.executable, "-c", child),
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=stoppable,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM  # was 130, as for Ctrl-C
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    not_executable = tmp_path / "script"
+    not_executable.write_text("#!/bin/sh\nexit 0\n")
+    result = subprocess.run(
+        cli("run", "--", str(not_executable)),
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 126, result.stderr  # found, not runnable (was 127)
+    assert "cannot run" in result.stderr
+
+
+def test_cli_serve_that_cannot_start_is_one_error_line() -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        busy = subprocess.run(
+            cli("serve", "--port", str(port)),
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert busy.returncode == 1
+    assert busy.stderr.count("\n") == 1, busy.stderr
+    assert busy.stderr.startswith(f"error: nats-server on port {port} exited with code")
+    assert "address already in use" in busy.stderr
+    missing = subprocess.run(
+        cli("serve"),
+        env=dict(cli_env(), NATS_SERVER_BIN="/nonexistent/nats-server"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1
+    assert missing.stderr.count("\n") == 1, missing.stderr
+    assert missing.stderr.startswith("error: NATS_SERVER_BIN=")

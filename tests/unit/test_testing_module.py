@@ -189,6 +189,43 @@ def test_store_dir_is_temporary_unless_given(tmp_path: Path) -> None:
     assert not auto.store_dir.exists()
 
 
+def test_relative_paths_are_taken_against_the_directory_of_construction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-server runs in its own working directory: a relative path passed on
+    named something in there (a store removed with it on stop)."""
+    monkeypatch.chdir(tmp_path)
+    here = Path.cwd()
+    srv = NatsServer(store_dir="data", binary="bin/nats-server")
+    cluster = NatsCluster(2, store_root="root")
+    monkeypatch.chdir("/")
+    try:
+        assert srv.store_dir == here / "data"
+        assert f"store_dir: {json.dumps(str(here / 'data'))}" in srv.config_text()
+        assert srv._binary == str(here / "bin" / "nats-server")
+        assert [s.store_dir for s in cluster.servers] == [
+            here / "root" / "n1",
+            here / "root" / "n2",
+        ]
+        assert NatsServer(binary="nats-server")._binary == "nats-server", "looked up on PATH"
+    finally:
+        srv.stop_sync()
+        cluster.stop_sync()
+    assert not (tmp_path / "data").exists(), "nothing is created before a start"
+
+
+def test_debug_keeps_no_directory_of_a_server_never_started() -> None:
+    """``debug=True`` kept its empty working directory even when never started."""
+    srv = NatsServer(debug=True)
+    workdir = srv.config_path.parent
+    assert workdir.is_dir()
+    srv.stop_sync()
+    assert not workdir.exists()
+    left = NatsServer(debug=True)
+    left._force_cleanup()  # what the exit handler does
+    assert not left.config_path.parent.exists()
+
+
 def test_cluster_nodes_are_configured_with_routes_to_the_others(tmp_path: Path) -> None:
     cluster = NatsCluster(3, store_root=tmp_path, name="unit")
     try:

@@ -9,17 +9,9 @@ import typer
 
 from aiojetstream import testing
 
-from ._common import CliError, guarded, options
+from ._common import guarded, options
 
 __all__ = ["register"]
-
-
-def _start_error(exc: RuntimeError) -> CliError:
-    """One line for a server that did not start: why, from the fatal line of its log."""
-    head, _, log = str(exc).partition("\n")
-    head = head.partition("; log tail")[0]
-    fatal = [line.partition("[FTL] ")[2] for line in log.splitlines() if "[FTL] " in line]
-    return CliError(f"{head}: {fatal[-1]}" if fatal else str(exc))
 
 
 def server(
@@ -55,13 +47,9 @@ def server(
     if verbose:
         args.append("--debug")
 
-    def serve() -> int:
-        try:
-            return testing.main(args)
-        except RuntimeError as exc:  # nats-server exited while starting (a busy port, ...)
-            raise _start_error(exc) from exc
-
-    raise typer.Exit(guarded(options(ctx), serve))
+    # testing.main reports a server that cannot start (a busy port, no binary) in
+    # one error line with exit code 1 itself.
+    raise typer.Exit(guarded(options(ctx), lambda: testing.main(args)))
 
 
 def register(app: typer.Typer) -> None:

@@ -17,9 +17,10 @@ port and store directory.
 
 Every process started here is killed at interpreter exit if it is still
 running, so a test run that fails or is interrupted (Ctrl-C) does not leave
-servers behind. A test process killed by a signal (SIGTERM, SIGKILL: a
-``timeout`` command, a cancelled CI job) runs no exit handlers: its servers
-and their temporary directories (``aiojetstream-nats-*``) stay.
+servers behind. A test process killed by a signal (SIGTERM, SIGHUP, SIGKILL:
+a ``timeout`` command, a closed terminal, a cancelled CI job) runs no exit
+handlers: its servers and their temporary directories (``aiojetstream-nats-*``)
+stay. The command line stops its servers on SIGTERM and SIGHUP as on Ctrl-C.
 
 Example:
     ::

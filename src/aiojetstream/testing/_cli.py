@@ -13,9 +13,36 @@ from ._cluster import NatsCluster
 from ._config import DEFAULT_STOP_TIMEOUT
 from ._server import NatsServer
 
+#: The signals that stop the command like Ctrl-C: SIGTERM (``kill``, a service
+#: manager) and SIGHUP (the terminal was closed, an ssh session dropped).
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+class _StopSignal(KeyboardInterrupt):
+    """A stop signal (see ``_STOP_SIGNALS``) arrived: unwind like Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
 
 def _sigterm_to_keyboard_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    raise _StopSignal(signum)
+
+
+def _interrupted_exit_code(exc: KeyboardInterrupt) -> int:
+    """128 plus the number of the signal that interrupted (130 for Ctrl-C)."""
+    return 128 + (exc.signum if isinstance(exc, _StopSignal) else signal.SIGINT)
+
+
+def _start_error(exc: BaseException) -> str:
+    """One line for a server that did not start: why, from the fatal line of its log."""
+    head, _, log = str(exc).partition("\n")
+    head = head.partition("; log tail")[0]
+    fatal = [line.partition("[FTL] ")[2] for line in log.splitlines() if "[FTL] " in line]
+    return f"{head}: {fatal[-1]}" if fatal else head
 
 
 def _make_parser() -> argparse.ArgumentParser:
@@ -46,9 +73,12 @@ def _exit_code(returncode: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line (``python -m aiojetstream.testing``).
 
-    ``serve`` runs a server until Ctrl-C or SIGTERM, printing its URL;
+    ``serve`` runs a server until Ctrl-C, SIGTERM or SIGHUP, printing its URL;
     ``run -- CMD ...`` starts a server, runs ``CMD`` with ``NATS_URL`` set in
-    its environment, stops the server and returns ``CMD``'s exit code.
+    its environment, stops the server and returns ``CMD``'s exit code (128 plus
+    the signal's number when a signal stops ``run``: 130 for Ctrl-C, 143 for
+    SIGTERM; 127 when ``CMD`` is not found, 126 when it cannot be run). A
+    server that cannot start is one error line on stderr and exit code 1.
 
     Args:
         argv: Arguments (defaults to ``sys.argv[1:]``).
@@ -75,10 +105,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     else:
         target = NatsServer(jetstream, args.port, args.store_dir, debug=args.debug)
-    previous = signal.signal(signal.SIGTERM, _sigterm_to_keyboard_interrupt)
+    previous = {sig: signal.signal(sig, _sigterm_to_keyboard_interrupt) for sig in _STOP_SIGNALS}
     started = False
     try:
-        target.start_sync()
+        try:
+            target.start_sync()
+        except (RuntimeError, OSError) as exc:
+            # A busy port, a missing or broken binary: one line, as for any CLI error.
+            print(f"error: {_start_error(exc)}", file=sys.stderr)
+            return 1
         started = True
         kind = f"{args.cluster}-node cluster" if args.cluster else "nats-server"
         js_text = "JetStream" if jetstream else "no JetStream"
@@ -87,11 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _run_child(cmd, target.url)
         return _serve(target)
-    except KeyboardInterrupt:
-        return 0 if started and args.command == "serve" else 130
+    except KeyboardInterrupt as exc:
+        return 0 if started and args.command == "serve" else _interrupted_exit_code(exc)
     finally:
         target.stop_sync()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run_child(cmd: list[str], url: str) -> int:
@@ -99,17 +135,18 @@ def _run_child(cmd: list[str], url: str) -> int:
         child = subprocess.Popen(cmd, env=dict(os.environ, NATS_URL=url))
     except OSError as exc:
         print(f"error: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
-        return 127
+        # The shell's codes: 127 command not found, 126 found but not runnable.
+        return 127 if isinstance(exc, FileNotFoundError) else 126
     try:
         return _exit_code(child.wait())
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         child.terminate()
         try:
             child.wait(timeout=DEFAULT_STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-        return 130
+        return _interrupted_exit_code(exc)
 
 
 def _serve(target: NatsServer | NatsCluster) -> int:
@@ -117,6 +154,6 @@ def _serve(target: NatsServer | NatsCluster) -> int:
     proc = watched.process
     if proc is None:
         raise RuntimeError("the server is not running")
-    returncode = proc.wait()  # until Ctrl-C / SIGTERM (KeyboardInterrupt) or a crash
+    returncode = proc.wait()  # until Ctrl-C / SIGTERM / SIGHUP (KeyboardInterrupt) or a crash
     print(f"nats-server exited unexpectedly with code {returncode}", file=sys.stderr)
     return 1

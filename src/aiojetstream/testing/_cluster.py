@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,7 +43,8 @@ class NatsCluster:
         jetstream: Enable JetStream on every node.
         store_root: Parent of the per-node store directories
             (``store_root/n1`` ...), kept after :meth:`stop`; None uses
-            temporary directories removed by :meth:`stop`.
+            temporary directories removed by :meth:`stop`. A relative path
+            is taken against the current directory at construction.
         name: The cluster name.
         config: Extra configuration for every node (see :class:`NatsServer`).
         debug: Verbose logging; keep working directories (see :class:`NatsServer`).
@@ -73,7 +76,9 @@ class NatsCluster:
         for index in range(size):
             extra = self._node_config(index)
             node_name = f"n{index + 1}"
-            store_dir = Path(store_root) / node_name if store_root is not None else None
+            store_dir = (
+                Path(os.path.abspath(store_root)) / node_name if store_root is not None else None
+            )
             self.servers.append(
                 NatsServer(
                     jetstream,
@@ -192,14 +197,21 @@ class NatsCluster:
             return leader
         return None  # the agreed leader is not among the probed nodes
 
-    async def _probe_meta_async(self, live_only: bool = False) -> str | None:
-        """The agreed leader of every node (``live_only``: of those running, not frozen)."""
+    async def _probe_meta_async(self, deadline: float, live_only: bool = False) -> str | None:
+        """The agreed leader of every node (``live_only``: of those running, not frozen).
+
+        Each request is bounded by 2 s and by what is left until ``deadline``
+        (the loop's clock).
+        """
+        loop = asyncio.get_running_loop()
         nodes = [s for s in self.servers if s.running and not s.frozen] if live_only else None
         reports: list[tuple[str, int, Any, int]] = []
         for server in self.servers if nodes is None else nodes:
             try:
-                health, _ = await http_get_async(server.http_port, "/healthz", 2.0)
-                status, body = await http_get_async(server.http_port, "/jsz", 2.0)
+                limit = NatsServer._probe_limit(deadline - loop.time(), 2.0)
+                health, _ = await http_get_async(server.http_port, "/healthz", limit)
+                limit = NatsServer._probe_limit(deadline - loop.time(), 2.0)
+                status, body = await http_get_async(server.http_port, "/jsz", limit)
                 jsz = json.loads(body) if status == 200 else None
             except (OSError, TimeoutError, ValueError):
                 return None
@@ -207,12 +219,14 @@ class NatsCluster:
         live = None if nodes is None else [str(s.server_name) for s in nodes]
         return self._meta_ready(reports, live)
 
-    def _probe_meta_sync(self) -> str | None:
+    def _probe_meta_sync(self, deadline: float) -> str | None:
         reports: list[tuple[str, int, Any, int]] = []
         for server in self.servers:
             try:
-                health, _ = http_get_sync(server.http_port, "/healthz", 2.0)
-                status, body = http_get_sync(server.http_port, "/jsz", 2.0)
+                limit = NatsServer._probe_limit(deadline - time.monotonic(), 2.0)
+                health, _ = http_get_sync(server.http_port, "/healthz", limit)
+                limit = NatsServer._probe_limit(deadline - time.monotonic(), 2.0)
+                status, body = http_get_sync(server.http_port, "/jsz", limit)
                 jsz = json.loads(body) if status == 200 else None
             except (OSError, ValueError):
                 return None
@@ -257,7 +271,7 @@ class NatsCluster:
             return
         while True:
             self._check_nodes_running()
-            if await self._probe_meta_async() is not None:
+            if await self._probe_meta_async(deadline) is not None:
                 return
             if loop.time() >= deadline:
                 raise self._meta_timeout_error(timeout)
@@ -282,7 +296,7 @@ class NatsCluster:
             return
         while True:
             self._check_nodes_running()
-            if self._probe_meta_sync() is not None:
+            if self._probe_meta_sync(deadline) is not None:
                 return
             if time.monotonic() >= deadline:
                 raise self._meta_timeout_error(timeout)
@@ -310,7 +324,7 @@ class NatsCluster:
         timeout = self._start_timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while (leader := await self._probe_meta_async(live_only=True)) is None:
+        while (leader := await self._probe_meta_async(deadline, live_only=True)) is None:
             if loop.time() >= deadline:
                 raise RuntimeError(
                     f"cluster {self._name} has no agreed meta leader after {timeout:g} s"
@@ -320,37 +334,87 @@ class NatsCluster:
 
     # -- lifecycle ----------------------------------------------------------
 
+    def _refuse_if_running(self) -> None:
+        """Raise before anything is launched when a node runs (start() would stop it)."""
+        running = [str(server.server_name) for server in self.servers if server.running]
+        if running:
+            raise RuntimeError(
+                f"cluster {self._name} is already running (nodes {', '.join(running)}): "
+                "stop it first, or start a stopped node with its own start()"
+            )
+
+    def _has_state(self) -> bool:
+        """Whether a node's store may hold data (the cluster was started and not stopped)."""
+        return any(server._has_state for server in self.servers)
+
+    def _started(self) -> None:
+        for server in self.servers:
+            server._started_once = server._has_state = True
+
+    async def _abandon(self, launched: Sequence[NatsServer], fresh: bool) -> None:
+        """Stop the nodes this start launched; a first start also removes the directories."""
+        if fresh:
+            await self.stop()
+            return
+        for server in launched:  # signal all first: the nodes shut down in parallel
+            if server._proc is not None:
+                server._begin_terminate(server._proc)
+        for server in launched:
+            await server._terminate_async(DEFAULT_STOP_TIMEOUT)
+
+    def _abandon_sync(self, launched: Sequence[NatsServer], fresh: bool) -> None:
+        if fresh:
+            self.stop_sync()
+            return
+        for server in launched:
+            if server._proc is not None:
+                server._begin_terminate(server._proc)
+        for server in launched:
+            proc = server._proc
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(DEFAULT_STOP_TIMEOUT)
+                server._reap_now(proc)  # SIGKILL if it is still there
+
     async def start(self, timeout: float | None = None) -> None:
         """Start every node and wait until the cluster is ready.
+
+        Also starts a cluster whose nodes were all killed or stopped (their
+        stores are kept). Refused while any node runs: start a stopped node
+        with its own :meth:`NatsServer.start`.
 
         Args:
             timeout: Bound in seconds; defaults to ``start_timeout``.
 
         Raises:
-            RuntimeError: A node exited during startup.
-            TimeoutError: Not ready in time (all nodes are then stopped).
+            RuntimeError: A node is running already (nothing is started or
+                stopped), or a node exited during startup.
+            TimeoutError: Not ready in time (the nodes started are then stopped).
 
         """
+        self._refuse_if_running()
+        fresh = not self._has_state()
         for attempt in range(PORT_RETRIES):
+            launched: list[NatsServer] = []
             try:
                 for server in self.servers:
                     server._launch()
+                    launched.append(server)
                 await self.wait_ready(timeout)
             except RuntimeError:
                 # A port picked at construction was taken meanwhile (by another
                 # process): every node gets new ports, routes included.
                 retry = attempt + 1 < PORT_RETRIES and self._may_retry_ports()
-                await self.stop()
+                await self._abandon(launched, fresh)
                 if retry:
                     self._repick_ports()
                     continue
                 raise
             except BaseException:
-                await self.stop()
+                await self._abandon(launched, fresh)
                 raise
             break
-        for server in self.servers:
-            server._started_once = True
+        self._started()
 
     async def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop every node (SIGTERM, then SIGKILL) and clean up. Idempotent.
@@ -368,32 +432,38 @@ class NatsCluster:
     def start_sync(self, timeout: float | None = None) -> None:
         """Start every node and block until the cluster is ready.
 
+        Refused while any node runs, as :meth:`start`.
+
         Args:
             timeout: Bound in seconds; defaults to ``start_timeout``.
 
         Raises:
-            RuntimeError: A node exited during startup.
-            TimeoutError: Not ready in time (all nodes are then stopped).
+            RuntimeError: A node is running already (nothing is started or
+                stopped), or a node exited during startup.
+            TimeoutError: Not ready in time (the nodes started are then stopped).
 
         """
+        self._refuse_if_running()
+        fresh = not self._has_state()
         for attempt in range(PORT_RETRIES):
+            launched: list[NatsServer] = []
             try:
                 for server in self.servers:
                     server._launch()
+                    launched.append(server)
                 self.wait_ready_sync(timeout)
             except RuntimeError:
                 retry = attempt + 1 < PORT_RETRIES and self._may_retry_ports()
-                self.stop_sync()
+                self._abandon_sync(launched, fresh)
                 if retry:
                     self._repick_ports()  # as in start()
                     continue
                 raise
             except BaseException:
-                self.stop_sync()
+                self._abandon_sync(launched, fresh)
                 raise
             break
-        for server in self.servers:
-            server._started_once = True
+        self._started()
 
     def stop_sync(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop every node (SIGTERM, then SIGKILL) and clean up. Idempotent.

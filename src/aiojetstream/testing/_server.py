@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -41,6 +42,18 @@ _KEEP_TEXT = (
     "account directory while a stream is being created (a race after stream deletes).\n"
 )
 
+#: What nats-server logs once its monitoring and client listeners are up (both
+#: are fatal to it when their port is taken, and the line follows them).
+_READY_MARK = b"Server is ready"
+#: Options that send the server's log elsewhere than standard output.
+_LOG_ELSEWHERE = ("logfile", "log_file", "syslog", "remote_syslog")
+_LOG_ELSEWHERE_TEXT = re.compile(rf"(?im)^\s*({'|'.join(_LOG_ELSEWHERE)})\s*[:=\s]")
+
+
+def _absolute(path: str | os.PathLike[str]) -> str:
+    """``path`` made absolute against the current directory (symbolic links are kept)."""
+    return os.path.abspath(os.fspath(path))
+
 
 class NatsServer:
     """A ``nats-server`` process on 127.0.0.1, for tests and fault injection.
@@ -60,20 +73,25 @@ class NatsServer:
         jetstream: Enable JetStream.
         port: Client port; 0 picks a free one.
         store_dir: JetStream store directory; None uses a temporary directory
-            that :meth:`stop` removes. A directory passed here is never removed.
+            that :meth:`stop` removes. A directory passed here is never removed;
+            a relative one is taken against the current directory at
+            construction (the server itself runs in its working directory).
         config: Extra configuration. A mapping is merged into the generated
             configuration (nested mappings are merged key by key, anything
             else replaces the generated value; sizes are plain ints in
             bytes). A string is appended verbatim to the configuration file.
         debug: Run with ``debug`` and ``trace`` logging and keep the working
             directory (configuration file, log and temporary store) after
-            :meth:`stop` for inspection; see :attr:`log_path`.
+            :meth:`stop` for inspection, once a server was launched; see
+            :attr:`log_path`.
         server_name: The ``server_name`` option (required in a cluster).
         http_port: Monitoring port; 0 picks a free one.
         start_timeout: Default bound, in seconds, for :meth:`start` and
             :meth:`wait_healthy`.
         binary: The ``nats-server`` executable; defaults to
-            :func:`find_nats_server`.
+            :func:`find_nats_server`. A relative path is taken against the
+            current directory at construction; a bare name is looked up on
+            ``PATH``.
 
     """
 
@@ -88,7 +106,7 @@ class NatsServer:
         server_name: str | None = None,
         http_port: int = 0,
         start_timeout: float = DEFAULT_START_TIMEOUT,
-        binary: str | None = None,
+        binary: str | os.PathLike[str] | None = None,
     ) -> None:
         self._jetstream = jetstream
         self._auto_ports = port == 0 and http_port == 0
@@ -98,15 +116,27 @@ class NatsServer:
         self._debug = debug
         self._server_name = server_name
         self._start_timeout = start_timeout
-        self._binary = binary
+        # nats-server runs in the working directory: a relative path given here
+        # would name something inside it (and go with it on stop).
+        if binary is not None and os.path.dirname(os.fspath(binary)):
+            binary = _absolute(binary)
+        self._binary = os.fspath(binary) if binary is not None else None
         self._workdir = Path(tempfile.mkdtemp(prefix="aiojetstream-nats-"))
         self._owns_store = store_dir is None
-        self._store_dir = Path(store_dir) if store_dir is not None else self._workdir / "store"
+        self._store_dir = (
+            Path(_absolute(store_dir)) if store_dir is not None else self._workdir / "store"
+        )
         self._proc: subprocess.Popen[bytes] | None = None
         self._frozen = False
         self._terminating = False
         self._started_once = False
+        # Whether the directories may hold state to keep when a start fails: set
+        # by a successful start, cleared when stop() removes them.
+        self._has_state = False
+        self._launched = False  # a process was ever started (debug keeps the workdir then)
         self._log_offset = 0
+        self._log_scanned = 0  # how far the log of this start was searched for _READY_MARK
+        self._ready_logged = False
         self._owner_pid = os.getpid()
         register(self)  # owns a temporary directory from now on
 
@@ -242,7 +272,8 @@ class NatsServer:
                 self._keep_account_dir()
         self.config_path.write_text(self.config_text(), encoding="utf-8")
         with self.log_path.open("ab") as log:
-            self._log_offset = log.tell()
+            self._log_offset = self._log_scanned = log.tell()
+            self._ready_logged = False
             proc = subprocess.Popen(
                 [binary, "-c", str(self.config_path)],
                 stdin=subprocess.DEVNULL,
@@ -251,11 +282,43 @@ class NatsServer:
                 cwd=self._workdir,
             )
         self._proc = proc
+        self._launched = True
         self._frozen = False
         self._terminating = False
         self._owner_pid = os.getpid()
         register(self)
         return proc
+
+    def _logs_to_stdout(self) -> bool:
+        """Whether the server's log comes to :attr:`log_path` (no ``logfile`` or syslog)."""
+        extra = self._extra_config
+        if isinstance(extra, Mapping):
+            return not any(str(key).lower() in _LOG_ELSEWHERE for key in extra)
+        return not (extra and _LOG_ELSEWHERE_TEXT.search(extra))
+
+    def _log_shows_ready(self) -> bool:
+        """Whether the process of this start logged that it is ready.
+
+        The readiness probes only show that *a* server answers on the ports: a
+        server of someone else's that holds both would answer them while ours
+        is exiting with "address already in use". nats-server logs
+        ``Server is ready`` after it listens on its monitoring and client ports,
+        so that line in the log of this start ties the ports to our process.
+        When the configuration sends the log elsewhere this cannot be told, and
+        the probes are trusted.
+        """
+        if self._ready_logged or not self._logs_to_stdout():
+            return True
+        start = max(self._log_offset, self._log_scanned - len(_READY_MARK))
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(start)
+                data = log.read()
+        except FileNotFoundError:
+            return False
+        self._log_scanned = start + len(data)
+        self._ready_logged = _READY_MARK in data
+        return self._ready_logged
 
     def _keep_account_dir(self) -> None:
         """Put a file in the default account's store directory so that it is never removed.
@@ -321,8 +384,8 @@ class NatsServer:
                     proc.send_signal(signal.SIGCONT)
 
     def _cleanup_dirs(self) -> None:
-        if self._debug:
-            return
+        if self._debug and self._launched:
+            return  # kept for inspection
         shutil.rmtree(self._workdir, ignore_errors=True)
         if not self._owns_store:
             return
@@ -332,6 +395,32 @@ class NatsServer:
         self._proc = None
         self._frozen = False
         self._terminating = False
+
+    def _reap_now(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL ``proc`` and reap it, blocking (a cancelled wait must leave no zombie)."""
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5.0)
+        if proc.poll() is not None and self._proc is proc:
+            self._after_exit()
+
+    def _discard(self) -> None:
+        """Remove the directories and forget the server (stopped, or never started)."""
+        if self._proc is not None:
+            return  # still running (a reap that did not finish): the exit handler cleans up
+        self._cleanup_dirs()
+        self._has_state = False
+        unregister(self)
+
+    def _refuse_if_running(self) -> None:
+        if self.running:
+            raise RuntimeError(f"{self!r} is already running")
+
+    @staticmethod
+    def _probe_limit(remaining: float, cap: float) -> float:
+        """A probe's time limit: ``cap``, clipped to what is left of the caller's bound."""
+        return max(POLL_INTERVAL, min(cap, remaining))
 
     def _force_cleanup(self) -> None:
         """Kill the process and remove owned directories (atexit; never raises)."""
@@ -365,22 +454,27 @@ class NatsServer:
 
         """
         timeout = self._start_timeout if timeout is None else timeout
-        for attempt in range(PORT_RETRIES):
-            proc = self._launch()
-            try:
-                self.wait_healthy_sync(timeout)
-            except RuntimeError:
-                proc.wait()
-                self._after_exit()
-                if attempt + 1 < PORT_RETRIES and self._may_retry_ports():
-                    self._repick_ports()
-                    continue
-                raise
-            except BaseException:
-                self._kill_sync()
-                raise
-            self._started_once = True
-            return
+        self._refuse_if_running()
+        try:
+            for attempt in range(PORT_RETRIES):
+                proc = self._launch()
+                try:
+                    self.wait_healthy_sync(timeout)
+                except RuntimeError:
+                    self._reap_now(proc)  # it exited already (or a stranger answered)
+                    if attempt + 1 < PORT_RETRIES and self._may_retry_ports():
+                        self._repick_ports()
+                        continue
+                    raise
+                except BaseException:
+                    self._kill_sync()
+                    raise
+                self._started_once = self._has_state = True
+                return
+        except BaseException:
+            if not self._has_state:
+                self._discard()  # a failed first start leaves no directories behind
+            raise
 
     def wait_healthy_sync(self, timeout: float | None = None) -> None:
         """Block until the client port accepts connections and ``/healthz`` is OK.
@@ -401,17 +495,20 @@ class NatsServer:
                 raise RuntimeError(f"{self!r} is not started")
             if proc.poll() is not None:
                 raise self._exit_error(proc)
-            if self._probe_sync():
+            if self._probe_sync(deadline) and self._log_shows_ready():
+                if proc.poll() is not None:  # the answer came from another server
+                    raise self._exit_error(proc)
                 return
             if time.monotonic() >= deadline:
                 raise self._timeout_error(timeout)
             time.sleep(POLL_INTERVAL)
 
-    def _probe_sync(self) -> bool:
-        if not tcp_accepts_sync(self._port, 1.0):
+    def _probe_sync(self, deadline: float) -> bool:
+        if not tcp_accepts_sync(self._port, self._probe_limit(deadline - time.monotonic(), 1.0)):
             return False
         try:
-            status, _ = http_get_sync(self._http_port, HEALTHZ, 2.0)
+            limit = self._probe_limit(deadline - time.monotonic(), 2.0)
+            status, _ = http_get_sync(self._http_port, HEALTHZ, limit)
         except OSError:
             return False
         return status == 200
@@ -434,9 +531,12 @@ class NatsServer:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            except BaseException:  # KeyboardInterrupt: do not leave the process behind
+                self._reap_now(proc)
+                self._discard()
+                raise
             self._after_exit()
-        self._cleanup_dirs()
-        unregister(self)
+        self._discard()
 
     def _kill_sync(self) -> None:
         proc = self._proc
@@ -477,22 +577,27 @@ class NatsServer:
 
         """
         timeout = self._start_timeout if timeout is None else timeout
-        for attempt in range(PORT_RETRIES):
-            proc = self._launch()
-            try:
-                await self.wait_healthy(timeout)
-            except RuntimeError:
-                await wait_process_exit(proc, None)
-                self._after_exit()
-                if attempt + 1 < PORT_RETRIES and self._may_retry_ports():
-                    self._repick_ports()
-                    continue
-                raise
-            except BaseException:
-                await self._kill_async()
-                raise
-            self._started_once = True
-            return
+        self._refuse_if_running()
+        try:
+            for attempt in range(PORT_RETRIES):
+                self._launch()
+                try:
+                    await self.wait_healthy(timeout)
+                except RuntimeError:
+                    await self._kill_async()  # it exited already (or a stranger answered)
+                    if attempt + 1 < PORT_RETRIES and self._may_retry_ports():
+                        self._repick_ports()
+                        continue
+                    raise
+                except BaseException:
+                    await self._kill_async()
+                    raise
+                self._started_once = self._has_state = True
+                return
+        except BaseException:
+            if not self._has_state:
+                self._discard()  # a failed or cancelled first start leaves no directories
+            raise
 
     async def wait_healthy(self, timeout: float | None = None) -> None:
         """Wait until the client port accepts connections and ``/healthz`` is OK.
@@ -517,17 +622,22 @@ class NatsServer:
                 raise RuntimeError(f"{self!r} is not started")
             if proc.poll() is not None:
                 raise self._exit_error(proc)
-            if await self._probe_async():
+            if await self._probe_async(deadline) and self._log_shows_ready():
+                if proc.poll() is not None:  # the answer came from another server
+                    raise self._exit_error(proc)
                 return
             if loop.time() >= deadline:
                 raise self._timeout_error(timeout)
             await asyncio.sleep(POLL_INTERVAL)
 
-    async def _probe_async(self) -> bool:
-        if not await tcp_accepts_async(self._port, 1.0):
+    async def _probe_async(self, deadline: float) -> bool:
+        loop = asyncio.get_running_loop()
+        limit = self._probe_limit(deadline - loop.time(), 1.0)
+        if not await tcp_accepts_async(self._port, limit):
             return False
         try:
-            status, _ = await http_get_async(self._http_port, HEALTHZ, 2.0)
+            limit = self._probe_limit(deadline - loop.time(), 2.0)
+            status, _ = await http_get_async(self._http_port, HEALTHZ, limit)
         except (OSError, TimeoutError):
             return False
         return status == 200
@@ -537,10 +647,14 @@ class NatsServer:
         if proc is None:
             return
         self._begin_terminate(proc)
-        if not await wait_process_exit(proc, grace):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await wait_process_exit(proc, None)
+        try:
+            if not await wait_process_exit(proc, grace):
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await wait_process_exit(proc, None)
+        except BaseException:  # cancelled: finish the stop here, leaving no zombie
+            self._reap_now(proc)
+            raise
         self._after_exit()
 
     async def _kill_async(self) -> None:
@@ -549,7 +663,11 @@ class NatsServer:
             return
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        await wait_process_exit(proc, None)
+        try:
+            await wait_process_exit(proc, None)
+        except BaseException:  # cancelled: reap it here, leaving no zombie
+            self._reap_now(proc)
+            raise
         self._after_exit()
 
     async def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
@@ -559,13 +677,17 @@ class NatsServer:
         temporary store and working directory (unless ``debug``); a later
         :meth:`start` begins with an empty store. Idempotent.
 
+        Cancelled while waiting, it kills the process (SIGKILL), reaps it and
+        cleans up before the cancellation propagates.
+
         Args:
             timeout: Seconds to wait for a graceful exit before SIGKILL.
 
         """
-        await self._terminate_async(timeout)
-        self._cleanup_dirs()
-        unregister(self)
+        try:
+            await self._terminate_async(timeout)
+        finally:
+            self._discard()
 
     async def restart(
         self,
