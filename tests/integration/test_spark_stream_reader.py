@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from aiojetstream import JetStreamContext, StreamConfig
+from aiojetstream import InvalidOptionError, JetStreamContext, StreamConfig
 from aiojetstream.spark import DataLossError, JetStreamSparkWarning
 from aiojetstream.spark._options import parse_source_options
 from aiojetstream.spark._source import SequenceRange, StreamReader
@@ -120,6 +120,32 @@ def test_pattern_stream_deleted_is_data_loss(nats: Nats) -> None:
     assert seqs(after) == {a: 3}
 
 
+def test_the_one_stream_deleted_is_data_loss(nats: Nats) -> None:
+    """The ``stream`` (or one of ``streams``) deleted under a running query was an
+    error about the option ("does not exist") whatever ``failOnDataLoss`` said."""
+    name = unique_name("DEL1")
+    create(nats, name, count=2)
+    strict = reader(nats.url, stream=name, startingOffsets="earliest")
+    start = strict.initialOffset()
+    end = strict.latestOffset(start, None)
+    nats.run(lambda js: js.delete_stream(name))
+    with pytest.raises(DataLossError, match=f"stream '{name}' was deleted"):
+        strict.latestOffset(end, None)
+    lenient = reader(nats.url, stream=name, startingOffsets="earliest", failOnDataLoss="false")
+    with pytest.warns(JetStreamSparkWarning, match="going on without it"):
+        after = lenient.latestOffset(end, None)
+    assert lenient.partitions(end, after) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once, not at every trigger
+        assert lenient.latestOffset(after, None) == after
+    create(nats, name, count=3)  # created again: read from its start
+    nxt = lenient.latestOffset(after, None)
+    assert ranges(lenient.partitions(after, nxt)) == [(name, 1, 4)]
+    # A stream of the options that never existed is still the option's error.
+    with pytest.raises(InvalidOptionError, match="does not exist"):
+        reader(nats.url, stream=unique_name("NONE"), startingOffsets="earliest").initialOffset()
+
+
 def test_each_stream_keeps_its_recreated_detection(nats: Nats) -> None:
     base = unique_name("REC")
     a, b = f"{base}-A", f"{base}-B"
@@ -139,6 +165,30 @@ def test_each_stream_keeps_its_recreated_detection(nats: Nats) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", JetStreamSparkWarning)
         assert ranges(lenient.partitions(end, nxt)) == [(b, 1, 6)]
+
+
+def test_a_stream_created_again_after_planning_is_not_read_as_the_range(nats: Nats) -> None:
+    """Deleted and created again between a micro-batch's planning and its read tasks
+    (queued, or retried): the tasks read the new stream's messages as the planned
+    range of the old one, and the next batch read them again from its start."""
+    name = unique_name("RECR")
+    create(nats, name, count=5)
+    for lenient in (False, True):
+        options = {"stream": name, "startingOffsets": "earliest"}
+        if lenient:
+            options["failOnDataLoss"] = "false"
+        r = reader(nats.url, **options)
+        start = r.initialOffset()
+        parts = r.partitions(start, r.latestOffset(start, r.getDefaultReadLimit()))
+        assert all(p.created for p in parts)
+        nats.run(lambda js: js.delete_stream(name))
+        create(nats, name, count=8)
+        if not lenient:
+            with pytest.raises(DataLossError, match="was deleted and created again"):
+                [batch for p in parts for batch in r.read(p)]
+        else:
+            with pytest.warns(JetStreamSparkWarning, match="skipped"):
+                assert [batch for p in parts for batch in r.read(p)] == []
 
 
 def test_waiting_for_more_after_a_recreated_stream(nats: Nats) -> None:

@@ -321,3 +321,28 @@ def test_epoch_milliseconds() -> None:
     assert o.starting_timestamp == EPOCH
     o = parse_source_options({"stream": "S", "startingTimestamp": "1500"}, streaming=False)
     assert o.starting_timestamp == EPOCH + timedelta(milliseconds=1500)
+
+
+def test_every_call_spark_makes_shows_the_error_first() -> None:
+    """Spark prints a source's error as its formatted traceback: each entry point Spark
+    calls re-raises an aiojetstream error with one frame (``surfaced``). Three of the
+    stream reader's did not (12 frames before the message)."""
+    pytest.importorskip("pyspark")
+    from aiojetstream.spark._kv import JetStreamKVDataSource, KVReader, KVWriter
+    from aiojetstream.spark._source import BatchReader, JetStreamDataSource, StreamReader
+    from aiojetstream.spark._write import StreamWriter, Writer
+
+    plain = {"name", "stop", "pushFilters", "abort"}  # no I/O, nothing of ours to raise
+    for cls in (
+        JetStreamDataSource,
+        BatchReader,
+        StreamReader,
+        JetStreamKVDataSource,
+        KVReader,
+        KVWriter,
+        Writer,
+        StreamWriter,
+    ):
+        for attr, value in vars(cls).items():
+            if callable(value) and not attr.startswith("_") and attr not in plain:
+                assert hasattr(value, "__wrapped__"), f"{cls.__name__}.{attr}"

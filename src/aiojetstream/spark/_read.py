@@ -397,10 +397,13 @@ class RangeReader:
         end: int,
         stream: str | None = None,
         refusals: Refusals | None = None,
+        created: str | None = None,
     ) -> None:
         name = stream if stream is not None else opts.stream
         assert name is not None
         self._refusals = refusals
+        #: When the stream the range was planned on was created (None: not checked).
+        self._created = created
         self._js = js
         self._opts = opts
         self._stream = name
@@ -415,6 +418,8 @@ class RangeReader:
         # Whenever a consumer is (re)created, whatever it would start past is lost:
         # check before a consumer with nothing pending ends the read.
         bounds = await stream_bounds(self._js, self._opts, self._stream)
+        if self._created is not None and bounds.created != self._created:
+            self._recreated(bounds.created)
         self._next = max(self._next, self._check_loss(self._next, bounds.first))
         consumer = await self._js.create_consumer(
             self._stream,
@@ -441,6 +446,33 @@ class RangeReader:
 
     def _check_loss(self, start: int, first: int) -> int:
         return check_loss(self._opts, start, first, "read", self._stream)
+
+    def _recreated(self, created: str) -> None:
+        """The stream was deleted and created again since the range was planned.
+
+        Its messages are gone; the new stream's sequences start over, so the
+        range would read other messages. With ``failOnDataLoss=false`` the
+        range is skipped (the next micro-batch reads the new stream from its
+        start).
+
+        Raises:
+            DataLossError: with ``failOnDataLoss`` on.
+
+        """
+        text = (
+            f"stream {self._stream!r} was deleted and created again (at {created}) after "
+            f"sequences {self._start}..{self._end - 1} were planned on the stream created "
+            f"at {self._created}"
+        )
+        if self._opts.fail_on_data_loss:
+            raise DataLossError(
+                text + ". Set failOnDataLoss=false to skip them with a warning instead."
+            )
+        warnings.warn(
+            text + "; skipped (failOnDataLoss=false).", JetStreamSparkWarning, stacklevel=2
+        )
+        self._next = self._end
+        self._created = created
 
     async def next_batch(self) -> pa.RecordBatch | None:
         """The next Arrow batch, or None once the range is read.
@@ -557,7 +589,11 @@ class RangeReader:
 
 
 def read_range(
-    opts: SourceOptions, start: int, end: int, stream: str | None = None
+    opts: SourceOptions,
+    start: int,
+    end: int,
+    stream: str | None = None,
+    created: str | None = None,
 ) -> Generator[pa.RecordBatch, None, None]:
     """Yield the Arrow batches of ``[start, end)``: the body of ``read()`` on an executor.
 
@@ -567,7 +603,7 @@ def read_range(
     if start >= end:
         return
     session = shared_session(opts.connect)
-    reader = RangeReader(session.js, opts, start, end, stream, session.refusals)
+    reader = RangeReader(session.js, opts, start, end, stream, session.refusals, created)
     failure: BaseException | None = None
     try:
         while True:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final, TypeVar
 
@@ -74,21 +74,31 @@ T = TypeVar("T")
 
 
 class SequenceRange(InputPartition):
-    """A partition: the sequences ``[start, end)`` of one stream."""
+    """A partition: the sequences ``[start, end)`` of one stream.
 
-    def __init__(self, start: int, end: int, stream: str | None = None) -> None:
+    ``created``: when that stream was created, as planned (``Bounds.created``):
+    a stream deleted and created again before the task reads is not read as
+    the range planned on the old one.
+    """
+
+    def __init__(
+        self, start: int, end: int, stream: str | None = None, created: str | None = None
+    ) -> None:
         super().__init__((stream, start, end))
         self.start = start
         self.end = end
         self.stream = stream
+        self.created = created
 
     def __repr__(self) -> str:
         return f"SequenceRange({self.start}, {self.end}, {self.stream!r})"
 
 
-def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]]) -> list[SequenceRange]:
+def _partitions(
+    opts: SourceOptions, ranges: list[tuple[str, int, int]], created: Mapping[str, str]
+) -> list[SequenceRange]:
     return [
-        SequenceRange(lo, hi, name)
+        SequenceRange(lo, hi, name, created.get(name) or None)
         for name, lo, hi in split_ranges(ranges, opts.num_partitions, opts.min_partitions)
     ]
 
@@ -220,12 +230,15 @@ class BatchReader(DataSourceReader):
         if narrow.empty:
             return [SequenceRange(1, 1, opts.stream)]
 
+        created: dict[str, str] = {}
+
         async def plan(js: JetStreamContext) -> list[tuple[str, int, int]]:
             ranges = []
             for name in await resolve_streams(js, opts):
                 if narrow.streams is not None and name not in narrow.streams:
                     continue
                 start, end, bounds = await plan_range(js, opts, streaming=False, stream=name)
+                created[name] = bounds.created
                 start = check_loss(opts, start, bounds.first, "startingOffsets", name)
                 if narrow.lo is not None:
                     start = max(start, narrow.lo)
@@ -239,13 +252,15 @@ class BatchReader(DataSourceReader):
         ranges = run_shared(
             opts.connect, plan, timeout=opts.retry_timeout, what="planning the read"
         )
-        return _partitions(opts, ranges) or [SequenceRange(1, 1, opts.stream)]
+        return _partitions(opts, ranges, created) or [SequenceRange(1, 1, opts.stream)]
 
     @surfaced_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (on an executor)."""
         assert isinstance(partition, SequenceRange)
-        batches = read_range(self.opts, partition.start, partition.end, partition.stream)
+        batches = read_range(
+            self.opts, partition.start, partition.end, partition.stream, partition.created
+        )
         return counted(batches, self.opts.connect.telemetry, "read", "jetstream", partition.stream)
 
 
@@ -297,14 +312,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cursor: dict[str, Position] | None = None
         #: When the last batch was planned (monotonic; ``maxTriggerDelay``).
         self._last_batch: float | None = None
+        #: Streams the offsets hold that were found deleted (reported once each).
+        self._gone: set[str] = set()
 
     def _run(self, work: Callable[[JetStreamContext], Awaitable[T]], what: str) -> T:
         # The driver-side process's shared connection; a leader election is retried.
         return run_shared(self.opts.connect, work, timeout=self.opts.retry_timeout, what=what)
 
     def _all_bounds(self, names: Sequence[str] = ()) -> dict[str, Bounds]:
-        """The bounds of ``names`` and of every stream the read selects now."""
+        """The bounds of ``names`` and of every stream the read selects now.
+
+        ``names``: the streams the query's offsets hold. One of them that is
+        gone is left out (the caller reports it as data loss); a stream named
+        in the options that the offsets do not hold must exist.
+        """
         opts = self.opts
+        held = set(names) | set(self._cursor or ())
 
         async def bounds(js: JetStreamContext) -> dict[str, Bounds]:
             found = {}
@@ -313,8 +336,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 try:
                     found[name] = await stream_bounds(js, opts, name)
                 except InvalidOptionError:
-                    if name in selected and opts.stream_pattern is None:
-                        raise  # a stream named in the options is gone
+                    if name in selected and opts.stream_pattern is None and name not in held:
+                        raise  # a stream named in the options never existed
+            for name in found:
+                self._gone.discard(name)
             return found
 
         return self._run(bounds, f"reading the info of {opts.selection()}")
@@ -342,6 +367,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._cursor = positions
         return encode(self.opts, positions)
 
+    @surfaced
     def getDefaultReadLimit(self) -> ReadLimit:
         """The per-trigger option as Spark's read limit (Spark >= 4.2).
 
@@ -359,6 +385,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(opts.max_bytes_per_trigger)
         return ReadAllAvailable()
 
+    @surfaced
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the end of an ``availableNow`` run: what the streams hold now."""
         self._available_now = {name: b.next for name, b in self._all_bounds().items()}
@@ -467,15 +494,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return True
 
     def _deleted(self, name: str) -> None:
-        """A stream matching ``streamPattern`` that the offsets hold is gone."""
-        text = f"stream {name!r} ({self.opts.selection()}) was deleted"
-        if self.opts.fail_on_data_loss:
+        """A stream the offsets hold is gone (reported once while it stays gone)."""
+        opts = self.opts
+        if name in self._gone:
+            return
+        where = "" if opts.stream is not None else f" ({opts.selection()})"
+        text = f"stream {name!r}{where} was deleted"
+        if opts.fail_on_data_loss:
             raise DataLossError(
                 text + ": its unread messages are lost. Set failOnDataLoss=false to go on "
                 "without it (with a warning)."
             )
+        self._gone.add(name)
+        again = " (a stream of that name created again is read from its start)"
         warnings.warn(
-            text + "; going on without it (failOnDataLoss=false).",
+            text + f"; going on without it{'' if opts.stream_pattern else again} "
+            "(failOnDataLoss=false).",
             JetStreamSparkWarning,
             stacklevel=3,
         )
@@ -494,6 +528,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             stacklevel=2,
         )
 
+    @surfaced
     def reportLatestOffset(self) -> dict[str, Any]:
         """Each stream's last sequence + 1 (the query progress's ``latestOffset``: lag)."""
         bounds = self._all_bounds()
@@ -544,13 +579,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if name not in begin:
                 lo = max(lo, b.first)  # a new stream: from what it holds
             ranges.append((name, check_loss(opts, lo, b.first, "offset", name), hi))
-        return _partitions(opts, ranges)
+        return _partitions(opts, ranges, {name: b.created for name, b in bounds.items()})
 
     @surfaced_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one range (on an executor)."""
         assert isinstance(partition, SequenceRange)
-        batches = read_range(self.opts, partition.start, partition.end, partition.stream)
+        batches = read_range(
+            self.opts, partition.start, partition.end, partition.stream, partition.created
+        )
         return counted(batches, self.opts.connect.telemetry, "read", "jetstream", partition.stream)
 
     @surfaced
