@@ -206,6 +206,10 @@ class Stream:
             body["filter"] = validate_filter_subject(subject)
         if sequence is not None:
             body["seq"] = check_sequence(sequence, "sequence", 1)
+            if body["seq"] == 1:
+                # Nothing is below sequence 1; servers before 2.14.2 read seq=1 as
+                # no sequence at all and purged everything (nats-server 28c298b29).
+                return 0
         if keep is not None:
             body["keep"] = check_sequence(keep, "keep")
         reply = await self._api.call(

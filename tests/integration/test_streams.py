@@ -13,6 +13,7 @@ from aiojetstream import (
     AccountInfo,
     InvalidNameError,
     InvalidOptionError,
+    InvalidSubjectError,
     JetStreamContext,
     JetStreamTimeoutError,
     MessageDeleteError,
@@ -142,6 +143,32 @@ async def test_purge_forms_return_counts(js: JetStreamContext) -> None:
     assert await stream.purge() == 1
     with pytest.raises(InvalidOptionError):
         await stream.purge(sequence=3, keep=1)
+
+
+async def test_purge_below_sequence_1_sends_nothing(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing is below sequence 1, but servers before 2.14.2 read ``seq=1`` as no
+    sequence at all and purged the whole stream (or subject)."""
+    stream = await js.create_stream(
+        StreamConfig(name=unique_name("PURGE1"), subjects=["purge1.*"], storage=StorageType.MEMORY)
+    )
+    await js.publish("purge1.a", b"x")
+    sent: list[str] = []
+    api = type(stream._api)
+    call = api.call
+
+    async def spy(self: Any, template: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(template)
+        return await call(self, template, *args, **kwargs)
+
+    monkeypatch.setattr(api, "call", spy)
+    assert await stream.purge(sequence=1) == 0
+    assert await stream.purge(subject="purge1.a", sequence=1) == 0
+    assert sent == []
+    with pytest.raises(InvalidSubjectError):
+        await stream.purge(subject="bad subject", sequence=1)  # checked all the same
+    assert (await stream.info()).state.messages == 1
 
 
 @pytest.mark.parametrize("direct", [True, False])

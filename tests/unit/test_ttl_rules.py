@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from aiojetstream import (
     FeatureNotSupportedError,
@@ -33,7 +34,10 @@ from aiojetstream._ttl_rules import (
 # Durations as pydantic accepts them from a user (timedelta or seconds).
 _under_a_second = st.one_of(
     st.timedeltas(min_value=timedelta(0), max_value=timedelta(microseconds=999_999)),
-    st.floats(min_value=0, max_value=0.999_999),
+    st.just(0.0),
+    # (a positive number under a microsecond is refused as such by the config itself:
+    # test_a_number_of_seconds_under_a_microsecond_is_refused)
+    st.floats(min_value=1e-6, max_value=0.999_999),
 )
 _at_least_a_second = st.one_of(
     st.timedeltas(min_value=timedelta(seconds=1), max_value=timedelta(days=3650)),
@@ -92,6 +96,18 @@ def test_uses_ttl_settings(kw: dict[str, object], expected: bool) -> None:
 def test_marker_ttl_under_a_second_is_refused(ttl: timedelta | float) -> None:
     with pytest.raises(InvalidStreamConfigError, match="at least 1 second"):
         check_stream_config(_cfg(subject_delete_marker_ttl=ttl))
+
+
+@given(st.floats(min_value=0, max_value=5e-7, exclude_min=True))
+def test_a_number_of_seconds_under_a_microsecond_is_refused(ttl: float) -> None:
+    """It was taken as 0 (for ``max_age``, ``ttl``, ``ack_wait``: unlimited or the
+    server's default, silently)."""
+    with pytest.raises(ValidationError, match="below a microsecond"):
+        _cfg(subject_delete_marker_ttl=ttl)
+    with pytest.raises(ValidationError, match="below a microsecond"):
+        _cfg(max_age=ttl)
+    # A string is exact to the nanosecond.
+    assert to_wire(_cfg(max_age="400ns"))["max_age"] == 400
 
 
 @given(_at_least_a_second)

@@ -202,6 +202,12 @@ def coerce_duration(value: timedelta | float | str) -> timedelta:
         except OverflowError as exc:
             # (shown: the repr of an int of over 4,300 digits raises ValueError itself)
             raise ValueError(f"duration out of range: {shown(value)}") from exc
+        if not td and value > 0:
+            # Rounded to 0, which the server reads as "unlimited" or its default.
+            raise ValueError(
+                f"a duration of {value!r} seconds is below a microsecond, the finest a "
+                "number of seconds is taken to; give a string such as '400ns' for less"
+            )
     if td < timedelta(0):
         raise ValueError(f"a duration can not be negative, got {shown(value)}")
     return td
