@@ -591,10 +591,12 @@ class ObjectStore(ObjectWriter):
     async def list(
         self, *, include_deleted: bool = False, timeout: float | None = None
     ) -> AsyncGenerator[ObjectInfo, None]:
-        """Async-iterate the infos of the objects (and links) in the bucket.
+        """Async-iterate the infos of the objects (and links) in the bucket, each once.
 
-        An empty bucket yields nothing. Stopping early: ``await it.aclose()``
-        deletes the consumer at once.
+        An object yielded, then changed before the listing ends, is not
+        yielded again (its first version read stands). An empty bucket yields
+        nothing. Stopping early: ``await it.aclose()`` deletes the consumer at
+        once.
 
         Args:
             include_deleted: also yield deleted objects (``deleted=True``).
@@ -603,14 +605,21 @@ class ObjectStore(ObjectWriter):
 
         """
         reader = self._reader(DeliverPolicy.LAST_PER_SUBJECT, self._wait(timeout))
+        # The meta subjects of the infos yielded (one per name): the listing ends at
+        # the first message with nothing pending, so an object updated after it was
+        # yielded comes again before that; it is left out.
+        seen: set[str] = set()
         try:
             await reader.start()  # BucketNotFoundError once the bucket is deleted
             while True:
                 item = await reader.next()
                 if not isinstance(item, Msg):
                     break
+                if item.subject in seen:
+                    continue
                 info = parse_or_skip(item, self._bucket)
                 if info is not None and (include_deleted or not info.deleted):
+                    seen.add(item.subject)
                     yield info
         finally:
             await reader.aclose()
