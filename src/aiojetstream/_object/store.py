@@ -26,6 +26,7 @@ from .._codec import Codec
 from .._errors import (
     BucketNotFoundError,
     DigestMismatchError,
+    InvalidNameError,
     InvalidOptionError,
     InvalidResponseError,
     ObjectExistsError,
@@ -116,6 +117,22 @@ async def object_store_names(js: StoreContext, timeout: float | None) -> AsyncIt
     async for name in js.stream_names("$O.*.C.>", timeout=timeout):
         if name.startswith(STREAM_PREFIX):
             yield name[len(STREAM_PREFIX) :]
+
+
+def _link_target(info: ObjectInfo, bucket: str) -> tuple[str, str]:
+    """The bucket and object name a stored link (``info``, of ``bucket``) points to.
+
+    The names come from a stored record (another client may have written it):
+    an invalid one is the link's fault, not the caller's (:class:`ObjectLinkError`).
+    """
+    link = info.link
+    assert link is not None
+    try:
+        return validate_bucket_name(link.bucket), validate_object_name(link.name)
+    except InvalidNameError as exc:
+        raise ObjectLinkError(
+            f"object {info.name!r} of bucket {bucket!r} is a link to an invalid target: {exc}"
+        ) from exc
 
 
 # --------------------------------------------------------------------------- the handle
@@ -302,7 +319,9 @@ class ObjectStore(ObjectWriter):
 
         Raises:
             ObjectNotFoundError: no such object, or it (or a link's target) was deleted.
-            ObjectLinkError: the object is a link to a whole bucket.
+            ObjectLinkError: the object is a link to a whole bucket, a chain of
+                more than 8 links, or a stored link whose bucket or object name
+                is invalid (another client's record).
             BucketNotFoundError: a link names a bucket that does not exist.
 
         """
@@ -319,9 +338,10 @@ class ObjectStore(ObjectWriter):
             depth += 1
             if depth > MAX_LINK_DEPTH:
                 raise ObjectLinkError(f"more than {MAX_LINK_DEPTH} links from object {name!r}")
-            if link.bucket != store.bucket:
-                store = await object_store(self._js, link.bucket, timeout)
-            info = await store.info(link.name, timeout=timeout)
+            bucket, target = _link_target(info, store.bucket)
+            if bucket != store.bucket:
+                store = await object_store(self._js, bucket, timeout)
+            info = await store.info(target, timeout=timeout)
         if info.size and info.digest is None:
             raise DigestMismatchError(f"object {info.name!r} has no digest to check its data by")
         if (info.size or info.chunks) and not info.nuid:
