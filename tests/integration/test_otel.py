@@ -516,6 +516,27 @@ async def test_object_put_is_one_send_span_carried_by_its_info_and_get_watch_lin
     )
 
 
+async def test_object_get_through_a_link_to_another_bucket_names_the_target(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """The process span of a get through a cross-bucket link names the info read:
+    the target's subject and stream, not the link's bucket."""
+    from aiojetstream import ObjectStoreConfig
+
+    a = await tjs.create_object_store(ObjectStoreConfig(bucket=unique_name("OA")))
+    b = await tjs.create_object_store(ObjectStoreConfig(bucket=unique_name("OB")))
+    info = await a.put("target", b"hello")
+    [send] = rec.spans("send ")
+    await b.add_link("lnk", info)
+    rec.exporter.clear()
+    assert await b.get_bytes("lnk") == b"hello"
+    [span] = rec.spans("process ")
+    assert span.name == f"process {a._meta_subject('target')}"
+    assert span.attributes is not None
+    assert span.attributes["messaging.nats.stream"] == a.stream.name
+    assert _link_ids(span) == [send.context.span_id]
+
+
 async def test_a_model_payload_send_span_has_its_body_size(
     tjs: JetStreamContext, rec: Recorded
 ) -> None:

@@ -348,9 +348,11 @@ class Stores:
             finally:
                 READ.reset(token)
             info = result.info
+            # The store actually read: a link's target may be in another bucket.
+            target = result._store
             span = self._read_span(
-                store._meta_subject(info.name),
-                stream,
+                target._meta_subject(info.name),
+                target.stream.name,
                 started,
                 reads[-1] if reads else None,
                 {
