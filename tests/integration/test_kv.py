@@ -492,6 +492,18 @@ async def test_watch_filters_list_order(kv: KeyValue) -> None:
         assert [(e.key, e.value) for e in got if e] == [("c.1", b"c"), ("a.2", b"a")]
 
 
+async def test_watch_filters_repeated_or_covering_one_another(kv: KeyValue) -> None:
+    """A filter given twice counts once; one covering another (the server refuses
+    that pair, with a generic APIError) is InvalidKeyError before anything is sent."""
+    await kv.put("a.b", b"1")
+    async with kv.watch(["a.b", "a.b"]) as w:
+        assert [e.key for e in await until_none(w)] == ["a.b"]
+    for filters in (["a.>", "a.b"], ["a.*", "a.b", "c"], ["c", ">"], ["a.*", "*.*"]):
+        with pytest.raises(InvalidKeyError, match="overlap"):
+            kv.watch(filters)
+    assert (await kv.status()).stream_info.state.consumer_count == 0
+
+
 async def test_watch_never_sends_a_second_none_after_a_reset(
     js: JetStreamContext, kv: KeyValue
 ) -> None:
