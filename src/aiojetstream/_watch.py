@@ -235,6 +235,7 @@ class Watcher(Generic[T]):
         self._updates_only = updates_only
         self._started = False
         self._none_sent = False
+        self._running = False  # a task is in __anext__
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
     def _item(self, msg: Msg) -> T | None:
@@ -264,20 +265,37 @@ class Watcher(Generic[T]):
         return self
 
     async def __anext__(self) -> T | None:
-        await self._ensure_started()
-        while True:
-            item = await self._reader.next()
-            if item is ReaderEvent.END:
-                raise StopAsyncIteration
-            if item is ReaderEvent.CAUGHT_UP:
-                if self._updates_only or self._none_sent:
-                    continue
-                self._none_sent = True
-                return None
-            assert isinstance(item, Msg)
-            made = self._item(item)
-            if made is not None:
-                return made
+        """The next item; one task at a time.
+
+        Raises:
+            RuntimeError: another task is waiting for the next item of this
+                watcher (as an async generator refuses a second ``anext()``:
+                both would get the same item); that wait goes on undisturbed.
+
+        """
+        if self._running:
+            raise RuntimeError(
+                "anext(): this watcher is already running (another task is waiting "
+                "for its next item); read a watcher from one task at a time"
+            )
+        self._running = True
+        try:
+            await self._ensure_started()
+            while True:
+                item = await self._reader.next()
+                if item is ReaderEvent.END:
+                    raise StopAsyncIteration
+                if item is ReaderEvent.CAUGHT_UP:
+                    if self._updates_only or self._none_sent:
+                        continue
+                    self._none_sent = True
+                    return None
+                assert isinstance(item, Msg)
+                made = self._item(item)
+                if made is not None:
+                    return made
+        finally:
+            self._running = False
 
     async def aclose(self) -> None:
         """Stop watching and delete the server-side consumer (idempotent)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 from datetime import timedelta
 from typing import Any
@@ -490,6 +491,47 @@ async def test_watch_filters_list_order(kv: KeyValue) -> None:
         await kv.put("a.2", b"a")
         got = [await next_item(w), await next_item(w)]
         assert [(e.key, e.value) for e in got if e] == [("c.1", b"c"), ("a.2", b"a")]
+
+
+async def test_watch_filters_repeated_or_covering_one_another(kv: KeyValue) -> None:
+    """A filter given twice counts once; one covering another (the server refuses
+    that pair, with a generic APIError) is InvalidKeyError before anything is sent."""
+    await kv.put("a.b", b"1")
+    async with kv.watch(["a.b", "a.b"]) as w:
+        assert [e.key for e in await until_none(w)] == ["a.b"]
+    for filters in (["a.>", "a.b"], ["a.*", "a.b", "c"], ["c", ">"], ["a.*", "*.*"]):
+        with pytest.raises(InvalidKeyError, match="overlap"):
+            kv.watch(filters)
+    assert (await kv.status()).stream_info.state.consumer_count == 0
+
+
+async def test_watch_read_by_a_second_task_at_once_is_refused(kv: KeyValue) -> None:
+    """Two tasks in anext() of one watcher got the same entry (and the next was lost):
+    the second is refused (RuntimeError, as an async generator), the first undisturbed;
+    a cancelled wait loses nothing."""
+    async with kv.watch(updates_only=True) as w:
+        first = asyncio.ensure_future(next_item(w))
+        await wait_until(lambda: w._reader._task is not None)  # the read is under way
+        with pytest.raises(RuntimeError, match="already running"):
+            await next_item(w)
+        await kv.put("a", b"1")
+        await kv.put("b", b"2")
+        got = await first
+        assert got is not None
+        assert (got.key, got.revision) == ("a", 1)
+        second = await next_item(w)
+        assert second is not None
+        assert (second.key, second.revision) == ("b", 2)
+
+        waiting = asyncio.ensure_future(w.__anext__())
+        await wait_until(lambda: w._reader._task is not None)  # the read is under way
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await kv.put("c", b"3")
+        third = await next_item(w)
+        assert third is not None
+        assert third.key == "c"
 
 
 async def test_watch_never_sends_a_second_none_after_a_reset(

@@ -4,6 +4,7 @@ objects and buckets deleted under reads and watches, and reads dropped unfinishe
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
 import json
 import os
@@ -15,6 +16,7 @@ from aiojetstream import (
     BucketNotFoundError,
     InvalidResponseError,
     JetStreamContext,
+    ObjectLinkError,
     ObjectNotFoundError,
     ObjectStore,
     ObjectStoreConfig,
@@ -61,6 +63,32 @@ async def test_an_info_whose_nuid_is_no_token_is_refused(js: JetStreamContext) -
             await store.get_bytes("bad")
     for name, data in keep.items():
         assert await store.get_bytes(name) == data
+
+
+async def test_a_stored_link_with_an_invalid_target_is_a_link_error(
+    js: JetStreamContext,
+) -> None:
+    """A link record naming an invalid bucket or object is the link's fault: the name
+    passed to get is valid, so ObjectLinkError (naming the link), not InvalidNameError."""
+    store = await new_store(js)
+    await store.put("t", b"hello")
+    await store.add_link("good", await store.info("t"))
+    _, info = await meta_subject(store, "good")
+    targets = {
+        "bad-bucket": {"bucket": "bad.name", "name": "t"},
+        "empty-bucket": {"bucket": "", "name": "t"},
+        "long-name": {"bucket": store.bucket, "name": "x" * 3000},
+    }
+    for name, link in targets.items():
+        record = {**info, "name": name, "options": {"link": link}}
+        await js.publish(
+            f"$O.{store.bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}",
+            json.dumps(record).encode(),
+        )
+    for name in targets:
+        with pytest.raises(ObjectLinkError, match=f"'{name}'.*invalid target"):
+            await store.get(name)
+    assert await store.get_bytes("good") == b"hello"
 
 
 async def test_list_and_watch_leave_out_an_entry_that_is_no_info(js: JetStreamContext) -> None:

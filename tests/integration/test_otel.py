@@ -16,9 +16,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -514,6 +515,103 @@ async def test_object_put_is_one_send_span_carried_by_its_info_and_get_watch_lin
         )
         >= 1
     )
+
+
+async def test_object_get_through_a_link_to_another_bucket_names_the_target(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """The process span of a get through a cross-bucket link names the info read:
+    the target's subject and stream, not the link's bucket."""
+    from aiojetstream import ObjectStoreConfig
+
+    a = await tjs.create_object_store(ObjectStoreConfig(bucket=unique_name("OA")))
+    b = await tjs.create_object_store(ObjectStoreConfig(bucket=unique_name("OB")))
+    info = await a.put("target", b"hello")
+    [send] = rec.spans("send ")
+    await b.add_link("lnk", info)
+    rec.exporter.clear()
+    assert await b.get_bytes("lnk") == b"hello"
+    [span] = rec.spans("process ")
+    assert span.name == f"process {a._meta_subject('target')}"
+    assert span.attributes is not None
+    assert span.attributes["messaging.nats.stream"] == a.stream.name
+    assert _link_ids(span) == [send.context.span_id]
+
+
+class FailingReads(SpanProcessor):
+    """A span processor raising at the start or the end of read spans (the SDK does not
+    catch what a processor raises)."""
+
+    def __init__(self, when: str) -> None:
+        self.when = when
+        self.on = False
+
+    def _fail(self, name: str) -> None:
+        if self.on and name.split(" ")[0] in ("process", "receive"):
+            raise RuntimeError("processor failed")
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if self.when == "start":
+            self._fail(span.name)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.when == "end":
+            self._fail(span.name)
+
+
+@pytest.mark.parametrize("when", ["start", "end"])
+async def test_a_failing_span_processor_loses_no_message(
+    nats_server: NatsServer, caplog: pytest.LogCaptureFixture, when: str
+) -> None:
+    """A telemetry error after a message was taken is logged: the message (entry, info,
+    value) still reaches the caller; raised, it was lost (a watch's entry, an ordered
+    consumer's message)."""
+    from aiojetstream import KeyValueConfig, ObjectStoreConfig
+
+    failing = FailingReads(when)
+    provider = TracerProvider()
+    provider.add_span_processor(failing)
+    js = instrument(await aiojetstream.connect(nats_server.url), tracer_provider=provider)
+    try:
+        kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("KV")))
+        await kv.put("a", b"1")
+        await kv.put("b", b"2")
+        store = await js.create_object_store(ObjectStoreConfig(bucket=unique_name("OB")))
+        await store.put("o", b"data")
+        stream, name = await setup(js)
+        for i in range(4):
+            await js.publish(f"{stream}.x", str(i).encode())
+        failing.on = True
+
+        async with kv.watch() as w:
+            entries = [await asyncio.wait_for(anext(w), 10) for _ in range(3)]
+        assert [e.key if e else None for e in entries] == ["a", "b", None]
+        assert (await kv.get("a")).value == b"1"
+        assert [k async for k in kv.keys()] == ["a", "b"]  # noqa: SIM118
+        assert len(await kv.history("a")) == 1
+        async with store.watch() as ow:
+            watched = await asyncio.wait_for(anext(ow), 10)
+        assert watched is not None
+        assert watched.name == "o"
+        assert await store.get_bytes("o") == b"data"
+        assert [i.name async for i in store.list()] == ["o"]
+
+        oc = await js.ordered_consumer(stream)
+        assert (await oc.next(expires=2)).data == b"0"
+        consumer = await js.consumer(stream, name)
+        batch = await consumer.fetch(2, expires=2)
+        taken = [m async for m in batch]
+        assert [m.data for m in taken] == [b"0", b"1"]
+        for m in taken:
+            await m.ack()
+        assert [m.data for m in await (await consumer.fetch(1, expires=2)).collect()] == [b"2"]
+        async with consumer.messages() as it:
+            msg = await asyncio.wait_for(anext(it), 10)
+        assert msg.data == b"3"
+    finally:
+        await js.close()
+    assert "aiojetstream.otel:" in caplog.text
+    assert "processor failed" in caplog.text
 
 
 async def test_a_model_payload_send_span_has_its_body_size(

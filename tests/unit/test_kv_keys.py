@@ -22,6 +22,7 @@ from aiojetstream import (
     SubjectTransformConfig,
 )
 from aiojetstream._kv import kv_stream_config, validate_key, validate_key_filter
+from aiojetstream._kv.keys import watch_filters
 from aiojetstream._models.kv import validate_bucket_name
 
 TOKEN_CHARS = string.ascii_letters + string.digits + "-/_="
@@ -88,6 +89,57 @@ def test_wildcards_only_in_filters(tokens: list[str], tail: bool) -> None:
     if "*" in tokens or tail:
         with pytest.raises(InvalidKeyError, match="wildcards"):
             validate_key(key)
+
+
+def _matches(filter_tokens: list[str], key: list[str]) -> bool:
+    for i, token in enumerate(filter_tokens):
+        if token == ">":
+            return len(key) > i
+        if i >= len(key) or (token != "*" and token != key[i]):
+            return False
+    return len(filter_tokens) == len(key)
+
+
+def _all_keys(max_len: int) -> list[list[str]]:
+    keys: list[list[str]] = [[]]
+    found = []
+    for _ in range(max_len):
+        keys = [[*k, t] for k in keys for t in ("a", "b", "z")]
+        found += keys
+    return found
+
+
+FILTER = st.builds(
+    lambda tokens, tail: [*tokens, ">"] if tail else tokens,
+    st.lists(st.sampled_from(["a", "b", "*"]), min_size=0, max_size=3),
+    st.booleans(),
+).filter(bool)
+
+
+@given(FILTER, FILTER)
+def test_watch_filters_refuse_exactly_a_filter_covering_another(
+    first: list[str], second: list[str]
+) -> None:
+    """Refused iff every key one matches the other matches too (checked on every key
+    of up to one token more than the longer filter, over its tokens and one more)."""
+    keys = _all_keys(max(len(first), len(second)) + 1)
+
+    def covers(wide: list[str], narrow: list[str]) -> bool:
+        return all(_matches(wide, k) for k in keys if _matches(narrow, k))
+
+    a, b = ".".join(first), ".".join(second)
+    if a == b:
+        assert watch_filters([a, b]) == [a]
+    elif covers(first, second) or covers(second, first):
+        with pytest.raises(InvalidKeyError, match="overlap"):
+            watch_filters([a, b])
+    else:
+        assert watch_filters([a, b]) == [a, b]
+
+
+def test_watch_filters_keep_the_order_and_drop_repeats() -> None:
+    assert watch_filters(["c", "a.*", "c", "*.b", "a.*"]) == ["c", "a.*", "*.b"]
+    assert watch_filters([]) == []
 
 
 @pytest.mark.parametrize(

@@ -97,6 +97,17 @@ def test_the_fast_path_writes_and_reads_what_the_propagator_does(
         "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",  # forbidden version
         "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-more",  # a future version
         "garbage",
+        # Fields int(x, 16) takes but the W3C format (lowercase hex) does not.
+        "00-+0000000000000000000000000000001-+0f067aa0ba902b7-+1",
+        "00--0000000000000000000000000000001-00f067aa0ba902b7-01",
+        "00-0x000000000000000000000000000001-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0_",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7- 1",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01",
+        "00-4bf92f3577b3_da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        # Flags ff and blanks around the value: the propagator takes them.
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff",
+        " 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\t",
     ],
 )
 def test_odd_traceparents_are_read_as_the_propagator_reads_them(

@@ -60,6 +60,7 @@ from .keys import (
     stretch_told,
     validate_key,
     validate_key_filter,
+    watch_filters,
 )
 
 if TYPE_CHECKING:
@@ -609,14 +610,17 @@ class KeyValue:
         it happens. Markers (``DEL``, ``PURGE``, limit markers) are entries too.
 
         Args:
-            keys: a key or filter (``*`` and a final ``>`` allowed), or a list of them.
+            keys: a key or filter (``*`` and a final ``>`` allowed), or a list of
+                them (a filter given twice counts once).
             include_history: start with every stored revision, not only the latest.
             ignore_deletes: leave out ``DEL`` and ``PURGE`` entries.
             meta_only: leave values out (entries have ``value == b""``).
             updates_only: only changes made after the watch started; no ``None``.
 
         Raises:
-            InvalidKeyError: a filter is invalid.
+            InvalidKeyError: a filter is invalid, or one filter matches every
+                key another one matches (``"a.>"`` and ``"a.b"``: a consumer
+                refuses that); before anything is sent.
             InvalidOptionError: ``updates_only`` with ``include_history`` (they
                 contradict each other; nats.go refuses the pair too).
 
@@ -629,7 +633,7 @@ class KeyValue:
             filters = list(keys)
         else:
             raise InvalidKeyError(f"keys must be a key filter or a list of them, got {shown(keys)}")
-        filters = [validate_key_filter(k) for k in filters]
+        filters = watch_filters([validate_key_filter(k) for k in filters])
         if not filters:
             filters = [">"]
         if updates_only:

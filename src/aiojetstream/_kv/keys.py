@@ -124,6 +124,47 @@ def validate_key_filter(key: object) -> str:
     return exact_str(key)
 
 
+def _covers(wide: list[str], narrow: list[str]) -> bool:
+    """Whether every key the filter ``narrow`` (its tokens) matches, ``wide`` matches too."""
+    for i, token in enumerate(wide):
+        if token == ">":
+            return len(narrow) > i
+        if i >= len(narrow) or narrow[i] == ">" or (token != "*" and token != narrow[i]):
+            return False
+    return len(wide) == len(narrow)
+
+
+def watch_filters(filters: list[str]) -> list[str]:
+    """Valid watch ``filters`` (already checked one by one), exact repeats dropped.
+
+    A JetStream consumer refuses two filters one of which matches every key the
+    other matches (``a.>`` and ``a.b``): refused here, before anything is sent.
+    Filters that merely share some keys (``a.*`` and ``*.b``) are the server's
+    to judge: recent nats-server versions accept them (a key matching both is
+    delivered once), older ones refuse them (error code 10138).
+
+    Raises:
+        InvalidKeyError: a filter covers another one.
+
+    """
+    unique = list(dict.fromkeys(filters))
+    tokens = [f.split(".") for f in unique]
+    for i, first in enumerate(tokens):
+        for j in range(i + 1, len(tokens)):
+            if _covers(first, tokens[j]):
+                wide, narrow = i, j
+            elif _covers(tokens[j], first):
+                wide, narrow = j, i
+            else:
+                continue
+            raise InvalidKeyError(
+                f"watch filters {unique[wide]!r} and {unique[narrow]!r} overlap: every key "
+                f"{unique[narrow]!r} matches, {unique[wide]!r} matches too (a consumer "
+                f"refuses that); drop {unique[narrow]!r}"
+            )
+    return unique
+
+
 def entry_operation(headers: dict[str, str] | None) -> KeyValueOp:
     """The operation a stored revision records, from its headers.
 

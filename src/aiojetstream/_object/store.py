@@ -26,6 +26,7 @@ from .._codec import Codec
 from .._errors import (
     BucketNotFoundError,
     DigestMismatchError,
+    InvalidNameError,
     InvalidOptionError,
     InvalidResponseError,
     ObjectExistsError,
@@ -116,6 +117,22 @@ async def object_store_names(js: StoreContext, timeout: float | None) -> AsyncIt
     async for name in js.stream_names("$O.*.C.>", timeout=timeout):
         if name.startswith(STREAM_PREFIX):
             yield name[len(STREAM_PREFIX) :]
+
+
+def _link_target(info: ObjectInfo, bucket: str) -> tuple[str, str]:
+    """The bucket and object name a stored link (``info``, of ``bucket``) points to.
+
+    The names come from a stored record (another client may have written it):
+    an invalid one is the link's fault, not the caller's (:class:`ObjectLinkError`).
+    """
+    link = info.link
+    assert link is not None
+    try:
+        return validate_bucket_name(link.bucket), validate_object_name(link.name)
+    except InvalidNameError as exc:
+        raise ObjectLinkError(
+            f"object {info.name!r} of bucket {bucket!r} is a link to an invalid target: {exc}"
+        ) from exc
 
 
 # --------------------------------------------------------------------------- the handle
@@ -302,7 +319,9 @@ class ObjectStore(ObjectWriter):
 
         Raises:
             ObjectNotFoundError: no such object, or it (or a link's target) was deleted.
-            ObjectLinkError: the object is a link to a whole bucket.
+            ObjectLinkError: the object is a link to a whole bucket, a chain of
+                more than 8 links, or a stored link whose bucket or object name
+                is invalid (another client's record).
             BucketNotFoundError: a link names a bucket that does not exist.
 
         """
@@ -319,9 +338,10 @@ class ObjectStore(ObjectWriter):
             depth += 1
             if depth > MAX_LINK_DEPTH:
                 raise ObjectLinkError(f"more than {MAX_LINK_DEPTH} links from object {name!r}")
-            if link.bucket != store.bucket:
-                store = await object_store(self._js, link.bucket, timeout)
-            info = await store.info(link.name, timeout=timeout)
+            bucket, target = _link_target(info, store.bucket)
+            if bucket != store.bucket:
+                store = await object_store(self._js, bucket, timeout)
+            info = await store.info(target, timeout=timeout)
         if info.size and info.digest is None:
             raise DigestMismatchError(f"object {info.name!r} has no digest to check its data by")
         if (info.size or info.chunks) and not info.nuid:
@@ -591,10 +611,12 @@ class ObjectStore(ObjectWriter):
     async def list(
         self, *, include_deleted: bool = False, timeout: float | None = None
     ) -> AsyncGenerator[ObjectInfo, None]:
-        """Async-iterate the infos of the objects (and links) in the bucket.
+        """Async-iterate the infos of the objects (and links) in the bucket, each once.
 
-        An empty bucket yields nothing. Stopping early: ``await it.aclose()``
-        deletes the consumer at once.
+        An object yielded, then changed before the listing ends, is not
+        yielded again (its first version read stands). An empty bucket yields
+        nothing. Stopping early: ``await it.aclose()`` deletes the consumer at
+        once.
 
         Args:
             include_deleted: also yield deleted objects (``deleted=True``).
@@ -603,14 +625,21 @@ class ObjectStore(ObjectWriter):
 
         """
         reader = self._reader(DeliverPolicy.LAST_PER_SUBJECT, self._wait(timeout))
+        # The meta subjects of the infos yielded (one per name): the listing ends at
+        # the first message with nothing pending, so an object updated after it was
+        # yielded comes again before that; it is left out.
+        seen: set[str] = set()
         try:
             await reader.start()  # BucketNotFoundError once the bucket is deleted
             while True:
                 item = await reader.next()
                 if not isinstance(item, Msg):
                     break
+                if item.subject in seen:
+                    continue
                 info = parse_or_skip(item, self._bucket)
                 if info is not None and (include_deleted or not info.deleted):
+                    seen.add(item.subject)
                     yield info
         finally:
             await reader.aclose()

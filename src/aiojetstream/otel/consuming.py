@@ -14,7 +14,17 @@ from opentelemetry.trace import (
 
 from .._message import ACK, NAK, TERM
 from .._status import parse_status
-from .telemetry import CACHE, MAX_OPEN, ORDERED, SYSTEM, Telemetry, record_error
+from .telemetry import (
+    CACHE,
+    MAX_OPEN,
+    ORDERED,
+    SYSTEM,
+    Telemetry,
+    end_span,
+    logger,
+    record_error,
+    start_span,
+)
 
 if TYPE_CHECKING:
     from .._errors import PayloadValidationError
@@ -71,7 +81,19 @@ class ConsumerState:
         return cached
 
     def start_process(self, msg: Msg) -> trace.Span:
-        """Start the process span of ``msg`` and count it as consumed."""
+        """Start the process span of ``msg`` and count it as consumed.
+
+        Called once the message was taken: a failing span processor, sampler or
+        propagator is logged, not raised (the message would be lost), and the
+        span is then a non-recording one.
+        """
+        try:
+            return self._start_process(msg)
+        except Exception:
+            logger.exception("aiojetstream.otel: starting a process span failed")
+            return trace.INVALID_SPAN
+
+    def _start_process(self, msg: Msg) -> trace.Span:
         tel = self.tel
         name, attrs = self._base(msg.subject)
         attrs = attrs.copy()
@@ -108,7 +130,7 @@ class ConsumerState:
         if msg._reply:
             open_spans = self.open
             if len(open_spans) >= MAX_OPEN:
-                open_spans.pop(next(iter(open_spans))).end()
+                end_span(open_spans.pop(next(iter(open_spans))))
             open_spans[msg._reply] = span
         return span
 
@@ -131,7 +153,7 @@ class ConsumerState:
         if on_invalid == "raise" or not self.acks or not reply:
             if reply:
                 self.open.pop(reply, None)
-            span.end()
+            end_span(span)
 
     def on_status(self, hdr: bytes) -> None:
         """A status message of a pull: its pending messages and bytes feed the pull gauges.
@@ -156,7 +178,7 @@ class ConsumerState:
         if msg is not None:
             span = self.open.pop(msg._reply, None)
             if span is not None:
-                span.end()
+                end_span(span)
 
     def settled(self, reply: bytes, payload: bytes) -> None:
         """Count an ack, nak or term sent to ``reply`` and end its message's span."""
@@ -175,7 +197,7 @@ class ConsumerState:
         span = self.open.pop(reply, None)
         if span is not None:
             span.set_attribute("messaging.nats.settlement", kind)
-            span.end()
+            end_span(span)  # the acknowledgement was sent: a failing span must not say otherwise
 
 
 class TracedAcker:
@@ -228,7 +250,7 @@ class TracedBatch:
             if exc is not None:
                 record_error(span, exc)
             span.set_attribute("messaging.batch.message_count", self._count)
-            span.end()
+            end_span(span)  # the batch's messages were taken: a failing span must not lose them
 
     def __aiter__(self) -> TracedBatch:
         return self
@@ -343,10 +365,11 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
     consumer._driver = driver
 
     def receive_span() -> trace.Span:
-        return tel.tracer.start_span(
+        return start_span(
+            tel,
             f"receive {consumer.stream_name}",
-            kind=SpanKind.CLIENT,
-            attributes={
+            SpanKind.CLIENT,
+            {
                 "messaging.system": SYSTEM,
                 "messaging.operation.name": "receive",
                 "messaging.operation.type": "receive",
@@ -363,7 +386,7 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
                 batch = await method(*args, **kwargs)
             except BaseException as exc:
                 record_error(span, exc)
-                span.end()
+                end_span(span)  # the error raised is the read's, not the span's
                 raise
             return TracedBatch(batch, state, span)
 
@@ -381,10 +404,10 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
                 msg: Msg = await take_next(*args, **kwargs)
             except BaseException as exc:
                 record_error(span, exc)
-                span.end()
+                end_span(span)  # the error raised is the read's, not the span's
                 raise
             span.set_attribute("messaging.batch.message_count", 1)
-            span.end()
+            end_span(span)  # the message was taken: a failing span must not lose it
             state.start_process(msg)
             state.end(msg)  # nothing settles it: a mark of the delivery
             return msg
@@ -417,7 +440,7 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
                 otel_context.detach(token)
                 state.end(msg)
                 if not msg._reply:
-                    span.end()
+                    end_span(span)
 
         if not callable(handler):
             return await consume(handler, *args, **kwargs)  # the library's own error

@@ -7,7 +7,6 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace
 from opentelemetry.trace import (
     Link,
     SpanKind,
@@ -15,7 +14,17 @@ from opentelemetry.trace import (
 
 from .._message import Msg
 from .consuming import ConsumerState
-from .telemetry import OBJECT_PUT, READ, SYSTEM, WATCH, Telemetry, record_error
+from .telemetry import (
+    OBJECT_PUT,
+    READ,
+    SYSTEM,
+    WATCH,
+    Telemetry,
+    end_span,
+    logger,
+    record_error,
+    start_span,
+)
 
 if TYPE_CHECKING:
     from .._watch import Reader
@@ -43,7 +52,11 @@ class Batch:
         """One more message read (with its headers)."""
         self.count += 1
         if headers and len(self.links) < self.max_links:
-            sent, _ = self.propagation.extract(headers, False)
+            try:
+                sent, _ = self.propagation.extract(headers, False)
+            except Exception:  # a failing propagator: the message was read, the read goes on
+                logger.exception("aiojetstream.otel: extracting a trace context failed")
+                return
             if sent is not None:
                 self.links.append(Link(sent))
 
@@ -97,22 +110,34 @@ class Stores:
         started: int,
         headers: Mapping[str, str] | None,
         attrs: dict[str, Any],
-    ) -> trace.Span:
+        exc: BaseException | None = None,
+    ) -> None:
+        """Record the ``process`` span of a get that ended (with ``exc`` when it failed).
+
+        A failing span processor, sampler or propagator is logged, not raised:
+        the get's value (or its own error) reaches the caller either way.
+        """
         tel = self.tel
-        links = None
-        parent = None
-        if headers:
-            sent, parent = tel.propagation.extract(headers, tel.parent)
-            if sent is not None and parent is None:
-                links = [Link(sent)]
-        return tel.tracer.start_span(
-            f"process {subject}",
-            context=parent,
-            kind=SpanKind.CONSUMER,
-            attributes={**_read_attrs("process", subject, stream), **attrs},
-            links=links,
-            start_time=started,
-        )
+        try:
+            links = None
+            parent = None
+            if headers:
+                sent, parent = tel.propagation.extract(headers, tel.parent)
+                if sent is not None and parent is None:
+                    links = [Link(sent)]
+            span = tel.tracer.start_span(
+                f"process {subject}",
+                context=parent,
+                kind=SpanKind.CONSUMER,
+                attributes={**_read_attrs("process", subject, stream), **attrs},
+                links=links,
+                start_time=started,
+            )
+            if exc is not None:
+                record_error(span, exc)
+            span.end()
+        except Exception:
+            logger.exception("aiojetstream.otel: recording a process span failed")
 
     def _batch_span(
         self,
@@ -122,21 +147,28 @@ class Stores:
         seen: Batch,
         exc: BaseException | None,
     ) -> None:
-        """End the ``receive`` span of a one-shot read that handed out ``seen``'s messages."""
+        """End the ``receive`` span of a one-shot read that handed out ``seen``'s messages.
+
+        A failing span processor or sampler is logged, not raised: the read's
+        result (or its own error) reaches the caller either way.
+        """
         tel = self.tel
-        span = tel.tracer.start_span(
-            f"receive {subject}",
-            kind=SpanKind.CONSUMER,
-            attributes={
-                **_read_attrs("receive", subject, stream),
-                "messaging.batch.message_count": seen.count,
-            },
-            links=seen.links,
-            start_time=started,
-        )
-        if exc is not None:
-            record_error(span, exc)
-        span.end()
+        try:
+            span = tel.tracer.start_span(
+                f"receive {subject}",
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    **_read_attrs("receive", subject, stream),
+                    "messaging.batch.message_count": seen.count,
+                },
+                links=seen.links,
+                start_time=started,
+            )
+            if exc is not None:
+                record_error(span, exc)
+            span.end()
+        except Exception:
+            logger.exception("aiojetstream.otel: recording a receive span failed")
 
     @staticmethod
     def _collecting(make: Callable[..., Reader]) -> Callable[..., Reader]:
@@ -217,6 +249,8 @@ class Stores:
         def traced_item(msg: Msg) -> Any:
             made = item(msg)
             if made is not None:
+                # Neither raises (a failing span is logged): the message was taken,
+                # an exception here would lose its entry.
                 state.start_process(msg)
                 state.end(msg)  # nothing settles it: a mark of the delivery
             return made
@@ -253,13 +287,11 @@ class Stores:
             try:
                 entry = await get(key, *args, **kwargs)
             except BaseException as exc:
-                span = self._read_span(kv._prefix + str(key), stream, started, None, {})
-                record_error(span, exc)
-                span.end()
+                self._read_span(kv._prefix + str(key), stream, started, None, {}, exc)
                 raise
             finally:
                 READ.reset(token)
-            span = self._read_span(
+            self._read_span(
                 kv._prefix + entry.key,
                 stream,
                 started,
@@ -270,7 +302,6 @@ class Stores:
                     "messaging.message.body.size": len(entry.value),
                 },
             )
-            span.end()
             return entry
 
         def traced_watch(*args: Any, **kwargs: Any) -> Any:
@@ -304,10 +335,11 @@ class Stores:
 
         async def traced_put(name: Any, *args: Any, **kwargs: Any) -> Any:
             stream = store.stream.name
-            span = tel.tracer.start_span(
+            span = start_span(
+                tel,
                 f"send {stream}",
-                kind=SpanKind.PRODUCER,
-                attributes={
+                SpanKind.PRODUCER,
+                {
                     "messaging.system": SYSTEM,
                     "messaging.operation.name": "send",
                     "messaging.operation.type": "send",
@@ -319,7 +351,7 @@ class Stores:
                 info = await put(name, *args, **kwargs)
             except BaseException as exc:
                 record_error(span, exc)
-                span.end()
+                end_span(span)  # the error raised is the put's, not the span's
                 raise
             finally:
                 OBJECT_PUT.reset(token)
@@ -330,7 +362,7 @@ class Stores:
                 }
             )
             tel.of(stream).sent += info.chunks + 1
-            span.end()
+            end_span(span)  # the object was stored: a failing span must not say otherwise
             return info
 
         async def traced_get(name: Any, *args: Any, **kwargs: Any) -> Any:
@@ -341,16 +373,16 @@ class Stores:
             try:
                 result = await get(name, *args, **kwargs)
             except BaseException as exc:
-                span = self._read_span(f"$O.{store.bucket}.M", stream, started, None, {})
-                record_error(span, exc)
-                span.end()
+                self._read_span(f"$O.{store.bucket}.M", stream, started, None, {}, exc)
                 raise
             finally:
                 READ.reset(token)
             info = result.info
-            span = self._read_span(
-                store._meta_subject(info.name),
-                stream,
+            # The store actually read: a link's target may be in another bucket.
+            target = result._store
+            self._read_span(
+                target._meta_subject(info.name),
+                target.stream.name,
                 started,
                 reads[-1] if reads else None,
                 {
@@ -358,7 +390,6 @@ class Stores:
                     "messaging.message.body.size": info.size,
                 },
             )
-            span.end()
             return result
 
         def traced_watch(*args: Any, **kwargs: Any) -> Any:

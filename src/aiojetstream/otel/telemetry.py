@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,6 +15,10 @@ from opentelemetry.trace import (
 
 from .._version import __version__
 from .propagation import Propagation
+
+#: Where a failing span (a span processor, sampler or propagator raising: the SDK
+#: does not catch them) is logged; telemetry never fails the operation it traces.
+logger = logging.getLogger("aiojetstream")
 
 SYSTEM = "nats"
 MAX_OPEN = 10_000  # process spans never settled are ended past this many
@@ -147,6 +152,25 @@ def record_error(span: trace.Span, exc: BaseException) -> None:
     code = getattr(exc, "err_code", None)
     if code is not None:
         span.set_attribute("messaging.nats.error_code", int(code))
+
+
+def start_span(
+    tel: Telemetry, name: str, kind: trace.SpanKind, attrs: dict[str, Any]
+) -> trace.Span:
+    """Start a span; a failing span processor or sampler is logged (then: a non-recording span)."""
+    try:
+        return tel.tracer.start_span(name, kind=kind, attributes=attrs)
+    except Exception:
+        logger.exception("aiojetstream.otel: starting a span failed")
+        return trace.INVALID_SPAN
+
+
+def end_span(span: trace.Span) -> None:
+    """End ``span``; a failing span processor is logged, not raised."""
+    try:
+        span.end()
+    except Exception:
+        logger.exception("aiojetstream.otel: ending a span failed")
 
 
 def send_attrs(subject: object) -> dict[str, Any]:
