@@ -90,7 +90,13 @@ class KeyValueConfig(ConfigModel):
     description: str | None = None
     """A human readable description."""
     max_value_size: int = -1
-    """The largest value accepted, in bytes (-1: the server's ``max_payload``)."""
+    """The largest message accepted, in bytes (-1: the server's ``max_payload``).
+
+    The server counts the headers too (the stream's ``max_msg_size``): ``create``
+    and ``update`` add about 45 bytes (the expected revision), a per-key TTL,
+    a model's ``Content-Type`` and the delete and purge markers' headers more;
+    leave room for them.
+    """
     history: int = Field(default=1, ge=1, le=KV_MAX_HISTORY)
     """How many revisions are kept per key (1 to 64)."""
     ttl: Duration | None = None
