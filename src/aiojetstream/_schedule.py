@@ -177,6 +177,8 @@ class Schedule:
                 :data:`PREDEFINED`.
             time_zone: the IANA zone the expression is read in (for example
                 ``"Europe/Amsterdam"``; nats-server >= 2.14); UTC when None.
+                ``"Local"`` is refused: the server would read it as the zone
+                of its own host.
 
         """
         if not isinstance(expr, str):
@@ -196,7 +198,14 @@ class Schedule:
             not isinstance(time_zone, str) or not _TIME_ZONE.fullmatch(time_zone)
         ):
             raise InvalidScheduleError(
-                f"invalid time zone {shown(time_zone)}: an IANA name such as 'Europe/Amsterdam'"
+                f"invalid time zone {shown(time_zone)}: an IANA name such as "
+                "'Europe/Amsterdam' (None for UTC)"
+            )
+        if time_zone is not None and time_zone.lower() == "local":
+            # Go's time.LoadLocation("Local") is the zone of the server's host.
+            raise InvalidScheduleError(
+                f"time zone {time_zone!r}: nats-server reads 'Local' as its own host's zone, "
+                "not yours; name an IANA zone such as 'Europe/Amsterdam' (None for UTC)"
             )
         return cls(text, time_zone)
 
