@@ -132,8 +132,15 @@ class Schedule:
 
         The interval is a whole number of seconds (``2``, ``2.0``,
         ``timedelta(minutes=5)``, ``"1h30m"``, ``"1d"``): the server accepts a fraction but does not
-        keep it (``1.5`` fires every 2 s), so a fraction is refused. The
-        server fires on whole multiples of the interval.
+        keep it (``1.5`` fires every 2 s), so a fraction is refused.
+
+        The firings are counted from when the schedule is stored, not aligned
+        to the clock: the first is one interval after that time rounded to the
+        nearest second, then one every interval (``every("1h")`` stored at
+        10:17:42.6 fires at 11:17:43, 12:17:43, ...). Publishing the schedule
+        again starts the count again; firings missed by more than an interval
+        (a server restart) are not caught up: the next is one interval after
+        the server noticed.
 
         Raises:
             InvalidScheduleError: under 1 s, not a whole number of seconds,
