@@ -24,12 +24,18 @@ from typing import Any, Final
 
 from . import _api
 from . import _bounds as B
+from . import _direct as D
 from ._api import ApiClient, Left
 from ._errors import (
+    BadRequestError,
+    DirectBatchGapError,
     FeatureNotSupportedError,
     InvalidOptionError,
+    InvalidResponseError,
     JetStreamTimeoutError,
     MessageNotFoundError,
+    NoRespondersError,
+    TooManyResultsError,
 )
 from ._models import (
     ConsumerInfo,
@@ -70,7 +76,12 @@ class Backlog:
             that the consumer still has to process (with nothing waiting for an
             ack: the next undelivered), or None without a backlog. A message that
             ran out of deliveries (``max_deliver``) while others wait for an ack
-            holds the server's ack floor and is reported until none waits.
+            holds the server's ack floor and is reported until none waits. A
+            ``last_per_subject`` consumer first delivers the last message of each
+            subject as it started, skipping the older ones; while one of those
+            comes first, the next of its initial values is found with a batch
+            direct get, so it is None when that cannot be done (a stream without
+            ``allow_direct``, nats-server < 2.11, over 1,024 subjects).
         oldest_unacked_time: When that message was stored (UTC), or None.
         oldest_unacked_age: How old it was when asked, or None.
 
@@ -331,6 +342,88 @@ def _filters(info: ConsumerInfo) -> list[str]:
     return [">"]
 
 
+async def _first_matching(
+    api: ApiClient, stream: str, filters: list[str], start: int, left: Left
+) -> tuple[int, datetime, str] | None:
+    """The first stored message from ``start`` on matching one of ``filters``.
+
+    Its sequence, time and subject; None when there is none.
+    """
+    first: tuple[int, datetime, str] | None = None
+    for subject in filters:
+        try:
+            reply = await api.call(
+                _api.STREAM_MSG_GET,
+                {"seq": start, "next_by_subj": subject},
+                timeout=left(),
+                stream=stream,
+            )
+        except MessageNotFoundError:
+            continue
+        message = reply["message"]
+        found = (
+            int(message["seq"]),
+            parse_timestamp(str(message["time"])),
+            str(message["subject"]),
+        )
+        if first is None or found[0] < first[0]:
+            first = found
+    return first
+
+
+async def _superseded_before(
+    api: ApiClient, stream: str, message: tuple[int, datetime, str], moment: datetime, left: Left
+) -> bool:
+    """True when a later message on the subject of ``message`` was stored before ``moment``."""
+    seq, _, subject = message
+    try:
+        reply = await api.call(
+            _api.STREAM_MSG_GET,
+            {"seq": seq + 1, "next_by_subj": subject},
+            timeout=left(),
+            stream=stream,
+        )
+    except MessageNotFoundError:
+        return False
+    return D.time_ns(parse_timestamp(str(reply["message"]["time"]))) < D.time_ns(moment)
+
+
+async def _first_initial_value(
+    api: ApiClient, stream: str, info: ConsumerInfo, start: int, left: Left
+) -> tuple[int, datetime] | None:
+    """For a ``last_per_subject`` consumer: its first initial value from ``start`` on.
+
+    Called when the first matching message from ``start`` on, and a later one
+    on its subject, were stored before the consumer was created: the consumer
+    is still delivering its initial values (the last message of each subject
+    as it started, in stream order: the server's skip list, not in its info)
+    and skips that message. The next initial value is the first of a batch
+    direct get ``multi_last`` from ``start`` up to the consumer's creation
+    time (the server picks them under the stream's lock after taking that
+    time; in a cluster a little later, so a message stored meanwhile can be
+    misjudged). None when it cannot be told: the stream does not allow direct
+    gets, the server is older than 2.11, over 1,024 subjects match, or none
+    is found.
+    """
+    body = D.last_msgs_request(_filters(info), up_to_time=info.created, batch=1, seq=start)
+    try:
+        async with D.DirectBatch(
+            api, stream, body, up_to_time=info.created, timeout=left()
+        ) as batch:
+            async for message in batch:
+                return message.seq, message.time
+    except (
+        FeatureNotSupportedError,  # nats-server < 2.11
+        NoRespondersError,  # the stream does not allow direct gets
+        TooManyResultsError,  # over 1,024 subjects
+        BadRequestError,
+        InvalidResponseError,
+        DirectBatchGapError,
+    ):
+        return None
+    return None
+
+
 async def backlog(api: ApiClient, stream: str, name: str, timeout: float | None) -> Backlog:
     """A consumer's backlog: its counters and the oldest message it has yet to process."""
     validate_name(stream, "stream")
@@ -346,20 +439,17 @@ async def backlog(api: ApiClient, stream: str, name: str, timeout: float | None)
         start = (
             info.ack_floor.stream_seq + 1 if info.num_ack_pending else info.delivered.stream_seq + 1
         )
-        for subject in _filters(info):
-            try:
-                reply = await api.call(
-                    _api.STREAM_MSG_GET,
-                    {"seq": start, "next_by_subj": subject},
-                    timeout=left(),
-                    stream=stream,
-                )
-            except MessageNotFoundError:
-                continue
-            message = reply["message"]
-            found = (int(message["seq"]), parse_timestamp(str(message["time"])))
-            if oldest is None or found[0] < oldest[0]:
-                oldest = found
+        first = await _first_matching(api, stream, _filters(info), start, left)
+        if first is not None:
+            oldest = first[:2]
+            if (
+                info.config.deliver_policy is DeliverPolicy.LAST_PER_SUBJECT
+                and D.time_ns(first[1]) < D.time_ns(info.created)
+                and await _superseded_before(api, stream, first, info.created, left)
+            ):
+                # Stored before the consumer and not the last of its subject then: the
+                # consumer is still delivering its initial values and skips this one.
+                oldest = await _first_initial_value(api, stream, info, start, left)
     return Backlog(
         pending=info.num_pending,
         ack_pending=info.num_ack_pending,

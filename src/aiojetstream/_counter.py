@@ -35,6 +35,7 @@ from ._api import ApiClient
 from ._bounds import decimal_digits, shown
 from ._errors import (
     CounterNotFoundError,
+    CountersDisabledError,
     InvalidOptionError,
     InvalidResponseError,
     MessageNotFoundError,
@@ -133,7 +134,11 @@ class Counter:
     """The counters of one counter stream (ADR-49; nats-server >= 2.12).
 
     Get one with :meth:`JetStreamContext.counter`. Each subject of the stream
-    is a counter; the stream is not looked up until the first call.
+    is a counter. Nothing is sent until the first call, and the stream's
+    config is never looked up: a stored message is read as a counter only when
+    it carries ``Nats-Incr``, which the server puts on every message of a
+    counter stream (and on its copies by mirror or source) and refuses on any
+    other stream; one without it raises :class:`CountersDisabledError`.
     """
 
     def __init__(self, api: ApiClient, stream: str) -> None:
@@ -203,6 +208,8 @@ class Counter:
         Raises:
             CounterNotFoundError: the subject has no counter (never incremented,
                 or purged).
+            CountersDisabledError: the stream is no counter stream (its last
+                message on ``subject`` has no ``Nats-Incr``).
             FeatureNotSupportedError: the server is older than 2.12.
 
         """
@@ -215,6 +222,18 @@ class Counter:
             raise CounterNotFoundError(
                 404, exc.err_code, f"no counter for subject {subject!r} in {self._stream!r}"
             ) from exc
+        return self._total(msg)
+
+    def _total(self, msg: RawStreamMessage) -> int:
+        """The total in a stored message, which must be a counter's (it has ``Nats-Incr``)."""
+        if msg.headers is None or INCR not in msg.headers:
+            # Not from a counter stream: a plain stream's {"val":"5"} is no total.
+            raise CountersDisabledError(
+                400,
+                10168,
+                f"stream {self._stream!r} is not a counter stream (allow_msg_counter): its "
+                f"message {msg.seq} on {msg.subject!r} has no {INCR} header",
+            )
         return counter_value(msg.data)
 
     async def _last(self, subject: str, timeout: float | None) -> RawStreamMessage:
@@ -246,6 +265,8 @@ class Counter:
 
         Raises:
             TooManyResultsError: more than 1,024 subjects matched.
+            CountersDisabledError: the stream is no counter stream (a message
+                without ``Nats-Incr``).
             NoRespondersError: the stream does not allow direct gets.
             FeatureNotSupportedError: the server is older than 2.12.
 
@@ -258,7 +279,7 @@ class Counter:
                 async for msg in batch:
                     if msg.subject not in seen:
                         seen.add(msg.subject)
-                        yield msg.subject, counter_value(msg.data)
+                        yield msg.subject, self._total(msg)
             if not batch.num_pending:
                 return
             start = body.get("seq", 1)

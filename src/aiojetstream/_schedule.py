@@ -132,8 +132,15 @@ class Schedule:
 
         The interval is a whole number of seconds (``2``, ``2.0``,
         ``timedelta(minutes=5)``, ``"1h30m"``, ``"1d"``): the server accepts a fraction but does not
-        keep it (``1.5`` fires every 2 s), so a fraction is refused. The
-        server fires on whole multiples of the interval.
+        keep it (``1.5`` fires every 2 s), so a fraction is refused.
+
+        The firings are counted from when the schedule is stored, not aligned
+        to the clock: the first is one interval after that time rounded to the
+        nearest second, then one every interval (``every("1h")`` stored at
+        10:17:42.6 fires at 11:17:43, 12:17:43, ...). Publishing the schedule
+        again starts the count again; firings missed by more than an interval
+        (a server restart) are not caught up: the next is one interval after
+        the server noticed.
 
         Raises:
             InvalidScheduleError: under 1 s, not a whole number of seconds,
@@ -177,6 +184,8 @@ class Schedule:
                 :data:`PREDEFINED`.
             time_zone: the IANA zone the expression is read in (for example
                 ``"Europe/Amsterdam"``; nats-server >= 2.14); UTC when None.
+                ``"Local"`` is refused: the server would read it as the zone
+                of its own host.
 
         """
         if not isinstance(expr, str):
@@ -196,7 +205,14 @@ class Schedule:
             not isinstance(time_zone, str) or not _TIME_ZONE.fullmatch(time_zone)
         ):
             raise InvalidScheduleError(
-                f"invalid time zone {shown(time_zone)}: an IANA name such as 'Europe/Amsterdam'"
+                f"invalid time zone {shown(time_zone)}: an IANA name such as "
+                "'Europe/Amsterdam' (None for UTC)"
+            )
+        if time_zone is not None and time_zone.lower() == "local":
+            # Go's time.LoadLocation("Local") is the zone of the server's host.
+            raise InvalidScheduleError(
+                f"time zone {time_zone!r}: nats-server reads 'Local' as its own host's zone, "
+                "not yours; name an IANA zone such as 'Europe/Amsterdam' (None for UTC)"
             )
         return cls(text, time_zone)
 

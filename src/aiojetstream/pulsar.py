@@ -166,8 +166,10 @@ def apply_retention(config: StreamConfig, *, time_minutes: int, size_mb: int) ->
             0/-1, anything below -1), a value that is not an ``int``, a value
             too large for the server, or a limits row on a config with
             ``discard_new_per_subject`` (which needs ``discard: new``).
+        InvalidOptionError: ``config`` is not a :class:`~aiojetstream.StreamConfig`.
 
     """
+    _check_config(config)
     time_minutes, size_mb = _check_retention(time_minutes, size_mb)
     update: dict[str, Any]
     if time_minutes == 0:  # and size_mb == 0: Pulsar's default, no retention
@@ -341,8 +343,10 @@ def apply_backlog_quota(
             time limit with a producer policy, an unknown policy, or
             ``consumer_backlog_eviction`` on a config with
             ``discard_new_per_subject`` (which needs ``discard: new``).
+        InvalidOptionError: ``config`` is not a :class:`~aiojetstream.StreamConfig`.
 
     """
+    _check_config(config)
     quota = _check_policy(policy)
     if limit_bytes is None and limit_time is None:
         raise InvalidRetentionError(
@@ -376,6 +380,12 @@ def apply_backlog_quota(
 
 
 # --------------------------------------------------------------------------- checks
+
+
+def _check_config(config: object) -> None:
+    # InvalidOptionError, not InvalidRetentionError: the config is wrong, not the retention.
+    if not isinstance(config, StreamConfig):
+        raise InvalidOptionError(f"config must be a StreamConfig, got {type(config).__name__}")
 
 
 def _check_retention(time_minutes: object, size_mb: object) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from aiojetstream import (
     StreamSource,
 )
 from aiojetstream.testing import NatsServer
-from helpers import unique_name
+from helpers import unique_name, wait_until
 
 
 async def counter_stream(js: JetStreamContext, *, direct: bool = True) -> str:
@@ -79,6 +79,46 @@ async def test_get_many(js: JetStreamContext) -> None:
     got = [item async for item in counter.get_many([f"{name}.a", f"{name}.c.>"])]
     assert dict(got) == {f"{name}.a": 11, f"{name}.c.x": 7}
     assert [item async for item in counter.get_many(f"{name}.none.*")] == []
+
+
+@pytest.mark.parametrize("direct", [True, False])
+async def test_reading_a_stream_that_is_no_counter(js: JetStreamContext, direct: bool) -> None:
+    """A plain stream's last message {"val":"5"} read as the total 5 (the stream's
+    config is never looked up): a counter's messages carry Nats-Incr, others do not."""
+    plain = unique_name("PLAIN")
+    await js.create_stream(StreamConfig(name=plain, subjects=[f"{plain}.>"], allow_direct=direct))
+    await js.publish(f"{plain}.a", b'{"val":"5"}')
+    counter = js.counter(plain)
+    with pytest.raises(CountersDisabledError, match="not a counter stream") as info:
+        await counter.get(f"{plain}.a")
+    assert info.value.err_code == 10168
+    if direct:
+        with pytest.raises(CountersDisabledError, match="not a counter stream"):
+            _ = [item async for item in counter.get_many(f"{plain}.*")]
+
+
+async def test_a_sourced_counter_stream_reads_as_a_counter(js: JetStreamContext) -> None:
+    """Its messages carry the Nats-Incr the server computed from the source's totals."""
+    origin = await counter_stream(js)
+    aggregate = unique_name("AGG")
+    await js.create_stream(
+        StreamConfig(
+            name=aggregate,
+            sources=[StreamSource(name=origin)],
+            allow_msg_counter=True,
+            allow_direct=True,
+        )
+    )
+    await js.counter(origin).add(f"{origin}.a", 4)
+    await js.counter(origin).add(f"{origin}.a", 3)
+    counter = js.counter(aggregate)
+
+    async def sourced() -> bool:
+        return (await (await js.stream(aggregate)).info()).state.messages == 2
+
+    await wait_until(sourced, timeout=10)
+    assert await counter.get(f"{origin}.a") == 7
+    assert [item async for item in counter.get_many(f"{origin}.*")] == [(f"{origin}.a", 7)]
 
 
 async def test_invalid_increment_is_refused_before_sending(js: JetStreamContext) -> None:

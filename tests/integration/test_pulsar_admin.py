@@ -372,6 +372,71 @@ async def test_backlog_after_a_message_ran_out_of_deliveries(js: JetStreamContex
     assert (await consumer.next(expires=5)).metadata.sequence.stream == 3
 
 
+async def last_per_subject(js: JetStreamContext, *, allow_direct: bool) -> tuple[str, Consumer]:
+    """A stream with .a .b .c .a .c (1-5), a last_per_subject consumer on it (its initial
+    values 2, 4, 5), then .b (6) stored after the consumer started."""
+    stream = unique_name("BLPS")
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=[f"{stream}.>"], storage=MEM, allow_direct=allow_direct)
+    )
+    for subject in "abcac":
+        await js.publish(f"{stream}.{subject}", b"")
+    consumer = await durable(
+        js,
+        stream,
+        "c",
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        filter_subject=f"{stream}.*",
+        ack_policy=AckPolicy.EXPLICIT,
+    )
+    await js.publish(f"{stream}.b", b"")
+    return stream, consumer
+
+
+async def test_backlog_of_a_last_per_subject_consumer(js: JetStreamContext) -> None:
+    """A last_per_subject consumer first delivers the last message of each subject as it
+    started (2, 4, 5), skipping the older ones, then all after (6, 7). backlog() named a
+    skipped message (3, an older .c) as the oldest to process once 2 was acknowledged."""
+    stream, consumer = await last_per_subject(js, allow_direct=True)
+    assert (await consumer.backlog()).oldest_unacked_sequence == 2
+    assert await take(consumer, 1) == [2]
+    backlog = await consumer.backlog()
+    assert (backlog.pending, backlog.ack_pending, backlog.oldest_unacked_sequence) == (3, 0, 4)
+    assert backlog.oldest_unacked_time == (await (await js.stream(stream)).get_msg(4)).time
+    fourth = await consumer.next(expires=2)
+    assert fourth.metadata.sequence.stream == 4
+    backlog = await consumer.backlog()  # waits for an ack: from the ack floor (3, skipped)
+    assert (backlog.ack_pending, backlog.oldest_unacked_sequence) == (1, 4)
+    await fourth.double_ack()
+    assert await take(consumer, 1) == [5]
+    await js.publish(f"{stream}.a", b"")  # 7
+    await js.publish(f"{stream}.a", b"")  # 8: all after the start are delivered, 7 too
+    assert (await consumer.backlog()).oldest_unacked_sequence == 6
+    assert await take(consumer, 1) == [6]
+    assert (await consumer.backlog()).oldest_unacked_sequence == 7
+    assert await take(consumer, 2) == [7, 8]
+    assert (await consumer.backlog()).oldest_unacked_sequence is None
+
+
+async def test_backlog_of_a_last_per_subject_consumer_without_direct_gets(
+    js: JetStreamContext,
+) -> None:
+    """Which message such a consumer skips is told by a batch direct get: on a stream
+    without allow_direct the oldest is unknown (None) while a skipped message comes
+    first, rather than the skipped message."""
+    _stream, consumer = await last_per_subject(js, allow_direct=False)
+    assert (await consumer.backlog()).oldest_unacked_sequence == 2  # no skipped one first
+    assert await take(consumer, 1) == [2]
+    backlog = await consumer.backlog()
+    assert (backlog.pending, backlog.oldest_unacked_sequence, backlog.oldest_unacked_age) == (
+        3,
+        None,
+        None,
+    )
+    assert await take(consumer, 1) == [4]
+    assert (await consumer.backlog()).oldest_unacked_sequence == 5  # the last .c: no skip
+
+
 async def test_full_stream_errors_and_hold_when_full(js: JetStreamContext) -> None:
     stream = await stream_with(
         js,

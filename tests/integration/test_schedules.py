@@ -28,6 +28,8 @@ from aiojetstream import (
     StreamConfig,
     StreamConfigError,
 )
+from aiojetstream._direct import time_ns
+from aiojetstream._models import parse_timestamp
 from helpers import unique_name, wait_until
 
 
@@ -95,6 +97,23 @@ async def test_every_repeats_until_cancelled(js: JetStreamContext) -> None:
     assert await js.cancel_schedule(f"{p}.sched.tick") is False
     with pytest.raises(MessageNotFoundError):
         await stream.get_last_msg_for_subject(f"{p}.sched.tick")
+
+
+async def test_every_counts_from_when_the_schedule_was_stored(js: JetStreamContext) -> None:
+    """Not from whole multiples of the interval (as the docs said): the firings are the
+    schedule's store time rounded to the nearest second plus 1, 2, ... intervals."""
+    stream, p = await schedule_stream(js)
+    await js.publish(
+        f"{p}.sched.tick", b"", schedule=Schedule.every(3), schedule_target=f"{p}.orders.tick"
+    )
+    stored = time_ns((await stream.get_last_msg_for_subject(f"{p}.sched.tick")).time)
+    anchor = (stored + 500_000_000) // 10**9 * 10**9  # Go's Round(time.Second)
+    await wait_until(lambda: _at_least(stream, f"{p}.orders.tick", 1), timeout=10)
+    await js.cancel_schedule(f"{p}.sched.tick")
+    fired = await stream.get_last_msg_for_subject(f"{p}.orders.tick")
+    assert fired.headers is not None
+    assert time_ns(parse_timestamp(fired.headers["Nats-Schedule-Next"])) == anchor + 6 * 10**9
+    assert anchor + 3 * 10**9 <= time_ns(fired.time) < anchor + 6 * 10**9
 
 
 async def test_cancel_schedule_refuses_a_subject_that_holds_no_schedule(

@@ -229,6 +229,19 @@ def test_retention_values_must_be_ints(bad: Any) -> None:
         apply_retention(StreamConfig(name="T"), time_minutes=-1, size_mb=bad)
 
 
+@pytest.mark.parametrize("config", [None, {"name": "T"}, "T"])
+def test_the_config_must_be_a_stream_config(config: Any) -> None:
+    """A config of another type raised a bare AttributeError."""
+    with pytest.raises(InvalidOptionError, match="config must be a StreamConfig") as info:
+        apply_retention(config, time_minutes=0, size_mb=0)
+    assert not isinstance(info.value, InvalidRetentionError)  # the config, not the retention
+    with pytest.raises(InvalidOptionError, match="config must be a StreamConfig"):
+        apply_retention(config, time_minutes=1, size_mb=1)
+    for policy in BacklogQuotaPolicy:
+        with pytest.raises(InvalidOptionError, match="config must be a StreamConfig"):
+            apply_backlog_quota(config, limit_bytes=1, policy=policy)
+
+
 def test_retention_limits_at_the_int64_edge() -> None:
     out = apply_retention(StreamConfig(name="T"), time_minutes=MAX_MINUTES, size_mb=MAX_MB)
     assert_round_trips(out)

@@ -132,6 +132,15 @@ def test_cron_shorthands_and_time_zone() -> None:
         Schedule.cron("0 0 5 * * * ;")
 
 
+@pytest.mark.parametrize("zone", ["Local", "local", "LOCAL"])
+def test_cron_refuses_the_local_time_zone(zone: str) -> None:
+    """nats-server reads "Local" (Go's time.LoadLocation) as its own host's zone, not the
+    user's: it was accepted and fired at the server's local time."""
+    with pytest.raises(InvalidScheduleError, match="host's zone"):
+        Schedule.cron("0 0 5 * * *", time_zone=zone)
+    assert Schedule.cron("@daily", time_zone="UTC").time_zone == "UTC"  # Go's UTC, as None
+
+
 def test_schedule_is_immutable_and_hashable() -> None:
     s = Schedule.every(5)
     with pytest.raises(AttributeError):
