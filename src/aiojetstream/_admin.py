@@ -27,11 +27,8 @@ from . import _bounds as B
 from . import _direct as D
 from ._api import ApiClient, Left
 from ._errors import (
-    BadRequestError,
-    DirectBatchGapError,
     FeatureNotSupportedError,
     InvalidOptionError,
-    InvalidResponseError,
     JetStreamTimeoutError,
     MessageNotFoundError,
     NoRespondersError,
@@ -416,9 +413,6 @@ async def _first_initial_value(
         FeatureNotSupportedError,  # nats-server < 2.11
         NoRespondersError,  # the stream does not allow direct gets
         TooManyResultsError,  # over 1,024 subjects
-        BadRequestError,
-        InvalidResponseError,
-        DirectBatchGapError,
     ):
         return None
     return None
