@@ -170,8 +170,14 @@ async def _info(api: ApiClient, stream: str, name: str, left: Left) -> ConsumerI
 
 
 async def _last_seq(api: ApiClient, stream: str, left: Left) -> int:
+    return (await _stream_state(api, stream, left))[0]
+
+
+async def _stream_state(api: ApiClient, stream: str, left: Left) -> tuple[int, bool]:
+    """The stream's last sequence, and whether it is a work queue."""
     reply = await api.call(_api.STREAM_INFO, timeout=left(), stream=stream)
-    return int(reply.get("state", {}).get("last_seq", 0))
+    retention = reply.get("config", {}).get("retention")
+    return int(reply.get("state", {}).get("last_seq", 0)), retention == "workqueue"
 
 
 async def reset(
@@ -208,8 +214,9 @@ async def _reset(
 ) -> tuple[int, ConsumerInfo]:
     # The server never answers a reset of a missing consumer: ask first.
     await _info(api, stream, name, left)
+    work_queue = False
     if sequence is not None:
-        last = await _last_seq(api, stream, left)
+        last, work_queue = await _stream_state(api, stream, left)
         if sequence > last + 1:
             raise InvalidOptionError(
                 f"reset sequence {sequence} is beyond stream {stream!r}'s last sequence + 1 "
@@ -230,7 +237,27 @@ async def _reset(
     seq = reply.get("reset_seq")
     if not isinstance(seq, int):
         seq = info.delivered.stream_seq + 1
+    if work_queue and seq > 1:
+        await _remove_below(api, stream, info, seq, left)
     return seq, info
+
+
+async def _remove_below(
+    api: ApiClient, stream: str, info: ConsumerInfo, seq: int, left: Left
+) -> None:
+    """On a work queue, remove what a reset to ``seq`` counts as acknowledged.
+
+    A work queue removes a message once its consumer acknowledges it, but the
+    server removes nothing when a reset moves a consumer past messages (it
+    does for interest streams only): they stayed stored, counted against the
+    limits (a stream with ``discard: new`` stayed full) and went to the next
+    consumer. A work queue gives each subject to one consumer, so what its
+    filters match below ``seq`` is this consumer's alone.
+    """
+    for subject in _filters(info):
+        await api.call(
+            _api.STREAM_PURGE, {"filter": subject, "seq": seq}, timeout=left(), stream=stream
+        )
 
 
 #: Deliver policies whose consumers the server lets reset to a sequence.

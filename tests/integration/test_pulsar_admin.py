@@ -198,6 +198,29 @@ async def test_clear_backlog_on_limits_and_interest_streams(js: JetStreamContext
     await wait_until(emptied, timeout=5)
 
 
+async def test_resets_on_a_work_queue_remove_what_they_skip(js: JetStreamContext) -> None:
+    """A work queue removes what its consumer acknowledges, but the server removes
+    nothing a reset skips (interest streams only): "cleared" messages stayed stored,
+    a full ``discard: new`` stream stayed full, and the next consumer got them again."""
+    stream = await stream_with(
+        js, "CW", 4, retention=RetentionPolicy.WORKQUEUE, max_msgs=4, discard=DiscardPolicy.NEW
+    )
+    consumer = await durable(js, stream, "w")
+    assert await consumer.clear_backlog() == 5
+    assert (await js.stream(stream)).cached_info.state.messages == 0
+    await js.publish(f"{stream}.a", b"new")  # room again
+    await js.delete_consumer(stream, "w")
+    fresh = await durable(js, stream, "w2")
+    assert await take(fresh, 5) == [5]  # not the cleared ones again
+    # A reset to a sequence and skip_older_than on a filtered consumer: its subjects only.
+    other = await stream_with(js, "CWF", 6, retention=RetentionPolicy.WORKQUEUE, allow_direct=True)
+    a = await durable(js, other, "a", filter_subject=f"{other}.a")
+    assert await a.reset(4) == 4  # sequences 1 and 3 ('a') count as acknowledged
+    held = await js.stream(other)
+    assert held.cached_info.state.messages == 4  # 2, 4, 6 ('b') and 5 ('a')
+    assert [m.seq async for m in held.get_batch(10, seq=1)] == [2, 4, 5, 6]
+
+
 async def test_clear_backlog_drops_delivered_unacknowledged_messages(
     js: JetStreamContext,
 ) -> None:
