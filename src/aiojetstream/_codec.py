@@ -13,12 +13,13 @@ payload that does not validate raises :class:`PayloadValidationError`.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
 
 from ._errors import InvalidOptionError, PayloadValidationError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
 T = TypeVar("T")
 
@@ -195,7 +196,11 @@ def encode(
                 )
             data = bytes(data)
         content_type = getattr(codec, "content_type", None)
-    if content_type and not (headers and any(k.lower() == "content-type" for k in headers)):
+    if not isinstance(headers, Mapping | None):
+        return data, headers  # refused by the publish's header check (InvalidHeaderError)
+    if content_type and not (
+        headers and any(isinstance(k, str) and k.lower() == "content-type" for k in headers)
+    ):
         return data, {**headers, CONTENT_TYPE: content_type} if headers else {
             CONTENT_TYPE: content_type
         }

@@ -796,8 +796,8 @@ class JetStreamContext:
 
             headers = S.schedule_headers(subject, headers, schedule, schedule_target, schedule_ttl)
         hold = P.hold_seconds(hold_when_full)
-        if hold is not None and msg_id is None:
-            msg_id = P.new_msg_id()
+        if hold is not None:
+            msg_id = P.held_msg_id(msg_id, headers)
         subject, data, hdrs = self._prepare(
             subject,
             payload,
@@ -859,8 +859,8 @@ class JetStreamContext:
 
             headers = S.schedule_headers(subject, headers, schedule, schedule_target, schedule_ttl)
         hold = P.hold_seconds(hold_when_full)
-        if hold is not None and msg_id is None:
-            msg_id = P.new_msg_id()
+        if hold is not None:
+            msg_id = P.held_msg_id(msg_id, headers)
         subject, data, hdrs = self._prepare(
             subject,
             payload,
@@ -1122,12 +1122,16 @@ class JetStreamContext:
     async def publish_async_complete(self, timeout: float | timedelta | str | None = None) -> None:
         """Wait until every asynchronous publish has completed (acked or failed).
 
+        Without ``timeout`` the wait ends when the last one does: each fails
+        at its own ack deadline at the latest (``publish_async_timeout``, or
+        its ``hold_when_full`` time), as nats.go's ``PublishAsyncComplete``.
+
         Raises:
             JetStreamTimeoutError: some were still pending after ``timeout``.
 
         """
         seconds = P.duration_seconds(timeout, "timeout")
-        await self._publisher.complete(self._timeout if seconds is None else seconds)
+        await self._publisher.complete(seconds)
 
     def atomic_batch(self, *, max_messages: int = 1000) -> AtomicBatch:
         """A new atomic batch publish (ADR-50; nats-server >= 2.12, stream ``allow_atomic``).

@@ -255,7 +255,7 @@ async def test_get_many_continues_a_reply_cut_short() -> None:
                 await js.publish_async(f"{name}.{i}", b"", headers={"Nats-Incr": f"+{big + i}"})
             await js.publish_async_complete(timeout=60)
             # One more increment after the first page: as of the first page's sequence.
-            got = {}
+            got: dict[str, int] = {}
             async for subject, total in counter.get_many(f"{name}.*"):
                 if not got:
                     await counter.add(f"{name}.999", 1)

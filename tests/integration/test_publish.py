@@ -264,6 +264,37 @@ async def test_publish_async_complete_timeout(js: JetStreamContext) -> None:
     await sub.unsubscribe()
 
 
+async def test_publish_async_complete_waits_for_each_publish_s_own_deadline(
+    nats_server: object, stream: str
+) -> None:
+    """Without ``timeout`` it raised after the context's ``timeout`` (5 s by default)
+    while publishes with a longer ``publish_async_timeout`` were still in flight."""
+    import aiojetstream
+    from aiojetstream.testing import NatsServer
+
+    assert isinstance(nats_server, NatsServer)
+    async with await aiojetstream.connect(
+        nats_server.url, timeout=0.3, publish_async_timeout=30
+    ) as js:
+        # Acknowledged only after the context's timeout has passed.
+        delayed = f"{stream}.delayed"
+        replies: list[asyncio.Task[None]] = []
+
+        async def late_ack(msg: Any) -> None:
+            async def reply() -> None:
+                await asyncio.sleep(1.0)  # the scenario: a slow acknowledgement
+                await js.nc.publish(msg.reply, b'{"stream":"S","seq":1}')
+
+            replies.append(asyncio.ensure_future(reply()))
+
+        sub = await js.nc.subscribe(delayed, cb=late_ack)
+        fut = await js.publish_async(delayed, b"x")
+        await js.publish_async_complete()
+        assert (await fut).seq == 1
+        await sub.unsubscribe()
+        await asyncio.gather(*replies)
+
+
 async def test_close_fails_pending_and_refuses_new(nats_server: object) -> None:
     import aiojetstream
     from aiojetstream.testing import NatsServer
@@ -273,7 +304,7 @@ async def test_close_fails_pending_and_refuses_new(nats_server: object) -> None:
     sub = await js.nc.subscribe("silent.three")
     fut = await js.publish_async("silent.three", b"x", timeout=60)
     await js.close()
-    with pytest.raises(ConnectionClosedError):
+    with pytest.raises(ConnectionClosedError, match="may still have been stored"):
         await fut
     with pytest.raises(ConnectionClosedError):
         await js.publish("pub.a", b"x")

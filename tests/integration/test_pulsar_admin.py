@@ -504,6 +504,20 @@ async def test_full_stream_errors_and_hold_when_full(js: JetStreamContext) -> No
     assert (await asyncio.wait_for(fut, 10)).seq == 4
 
 
+async def test_hold_when_full_keeps_a_msg_id_given_as_a_header(js: JetStreamContext) -> None:
+    """A ``Nats-Msg-Id`` header was replaced by a generated id when the publish was
+    held: every call got its own id, and the stream stored each copy."""
+    stream = await stream_with(js, "HID", 0, duplicate_window=timedelta(minutes=1))
+    headers = {"Nats-Msg-Id": "order-1"}
+    first = await js.publish(f"{stream}.a", b"x", headers=headers, hold_when_full=5)
+    again = await js.publish(f"{stream}.a", b"x", headers=headers, hold_when_full=5)
+    later = await (await js.publish_async(f"{stream}.a", b"x", headers=headers, hold_when_full=5))
+    assert (first.duplicate, again.duplicate, later.duplicate) == (False, True, True)
+    held = await js.stream(stream)
+    assert held.cached_info.state.messages == 1
+    assert (await held.get_msg(1)).headers == headers
+
+
 async def test_hold_when_full_validation(js: JetStreamContext) -> None:
     stream = await stream_with(js, "HV", 0)
     before = js.nc.stats["out_msgs"]

@@ -17,6 +17,7 @@ from aiojetstream import (
     Consumer,
     ConsumerConfig,
     FetchTimeoutError,
+    InvalidHeaderError,
     InvalidOptionError,
     JetStreamContext,
     JetStreamError,
@@ -156,6 +157,20 @@ async def test_str_is_refused_with_how_to_publish_text(js: JetStreamContext) -> 
         await js.publish(f"{stream}.a", 5)
     with pytest.raises(InvalidOptionError, match="got the class Order"):
         await js.publish(f"{stream}.a", Order)  # the class, not a model
+    assert (await (await js.stream(stream)).info()).state.messages == 0
+
+
+async def test_bad_headers_with_a_model_are_header_errors(js: JetStreamContext) -> None:
+    """With a model or ``codec=`` payload, headers that are not a mapping of str keys
+    raised a bare AttributeError (the Content-Type merge ran before the check)."""
+    stream, _ = await make(js)
+    order = Order(id=1, item="x", qty=1)
+    bad: list[Any] = [{1: "x"}, [("K", "v")], {b"K": "v"}]
+    for headers in bad:
+        with pytest.raises(InvalidHeaderError):
+            await js.publish(f"{stream}.a", order, headers=headers)
+        with pytest.raises(InvalidHeaderError):
+            await js.publish(f"{stream}.a", b"x", codec=RawCodec(), headers=headers)
     assert (await (await js.stream(stream)).info()).state.messages == 0
 
 

@@ -9,6 +9,7 @@ messages, and pin where a run must stop.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
@@ -250,7 +251,7 @@ def test_the_sinks_msg_ids() -> None:
     assert ids.to_pylist() == ["x", None]
 
 
-def _ids_in_batches(rows: list[tuple[str | None, int | None]], cuts: list[int]) -> list[str]:
+def _ids_in_batches(rows: Sequence[tuple[str | None, int | None]], cuts: list[int]) -> list[str]:
     """dedupe=auto ids of ``rows`` (stream, seq) written in batches split at ``cuts``."""
     from aiojetstream.spark._write import _msg_ids, _Run
 

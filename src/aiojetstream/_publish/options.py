@@ -169,3 +169,17 @@ def hold_seconds(value: float | timedelta | str | None) -> float | None:
 def new_msg_id() -> str:
     """A ``Nats-Msg-Id`` for the retries of one held publish."""
     return uuid.uuid4().hex
+
+
+def held_msg_id(msg_id: str | None, headers: object) -> str | None:
+    """The ``msg_id`` of a held publish: the one given, else a new one.
+
+    Given as the argument, or as the ``Nats-Msg-Id`` header (the server reads
+    that exact name): None then, the header stays the id (a generated one
+    replaced it, and every call was stored again).
+    """
+    if msg_id is not None:
+        return msg_id
+    if isinstance(headers, Mapping) and headers.get(H.MSG_ID):
+        return None
+    return new_msg_id()

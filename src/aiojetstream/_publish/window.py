@@ -826,7 +826,11 @@ class AsyncPublisher:
             return
         self._closed = True
         self._started = False
-        self._fail_all(ConnectionClosedError, "the JetStream context was closed")
+        self._fail_all(
+            ConnectionClosedError,
+            "the JetStream context was closed before the acknowledgement (the message may "
+            "still have been stored)",
+        )
         if self._sub is not None:
             self._conn.remove_listener(self)
             sub, self._sub = self._sub, None
