@@ -1218,7 +1218,9 @@ async def connect(
     5 s and ``max_outstanding_pings`` 2, so a hung server is noticed within
     15 s; a reconnect never starts with the server just lost (a hung one
     would hold it for ``connect_timeout``) and never waits to flush the
-    connection it gives up; a ``tls://`` URL always uses TLS.
+    connection it gives up; a ``tls://`` URL always uses TLS, and so does
+    every server when a TLS option (``tls``, ``tls_hostname``,
+    ``tls_handshake_first``) is given.
     Close with ``await js.close()`` or ``async with await
     aiojetstream.connect(...) as js:``.
 

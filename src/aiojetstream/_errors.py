@@ -661,9 +661,11 @@ class DisconnectedError(JetStreamError):
 
 
 class TLSError(JetStreamError):
-    """A ``tls://`` server offered no TLS, or the TLS handshake failed.
+    """A server that must be TLS offered no TLS, or the TLS handshake failed.
 
-    aiojetstream never falls back to plaintext for a ``tls://`` URL.
+    aiojetstream never falls back to plaintext for a ``tls://`` URL, nor for
+    any server when a TLS option (``tls``, ``tls_hostname``,
+    ``tls_handshake_first``) was given.
     """
 
 

@@ -310,7 +310,7 @@ async def _unreachable(s: Servers, capture: Capture) -> list[Secret]:
 
 
 async def _tls_failures(s: Servers, capture: Capture) -> list[Secret]:
-    plaintext, untrusted, mismatch = (Secret.joined("@") for _ in range(3))
+    plaintext, untrusted, mismatch, optioned = (Secret.joined("@") for _ in range(4))
     await refused(
         capture, TLSError, f"tls://bob:{plaintext.value}@{HOST}:{s.password.port}"
     )  # a server without TLS
@@ -325,7 +325,10 @@ async def _tls_failures(s: Servers, capture: Capture) -> list[Secret]:
         tls=context,
         tls_hostname="elsewhere.example",
     )
-    return [plaintext, untrusted, mismatch]
+    await refused(
+        capture, TLSError, f"nats://bob:{optioned.value}@{HOST}:{s.password.port}", tls=context
+    )  # a TLS option, a server without TLS
+    return [plaintext, untrusted, mismatch, optioned]
 
 
 async def _websocket(s: Servers, capture: Capture) -> list[Secret]:

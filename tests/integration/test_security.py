@@ -13,9 +13,11 @@ client is created with nats-py's ``skip_subject_validation=True``, on the fast
 path, on the nats-py fallback path (``AIOJETSTREAM_FAST_PATH=0``) and as a
 wrapped nats-py client, so the library's own checks are what is tested.
 
-G2: ``tls://`` to a plaintext server, an untrusted certificate and a hostname
-mismatch each raise ``TLSError`` promptly (and nothing, credentials included,
-is sent in the clear); user/password, token, nkey seed and creds file (JWT)
+G2: ``tls://`` to a plaintext server (or any URL with a TLS option, a
+discovered server on reconnect included), an untrusted certificate and a
+hostname mismatch each raise ``TLSError`` promptly (and nothing, credentials
+included, is sent in the clear); a server that offers TLS without requiring it
+is upgraded; user/password, token, nkey seed and creds file (JWT)
 work against a server that requires them, and wrong or missing credentials
 raise ``AuthorizationError`` promptly after at most two connection attempts,
 with no secret in the message. Certificates, nkeys and JWTs are made at test
@@ -70,6 +72,7 @@ from aiojetstream import (
 )
 from aiojetstream._conn import CONNECT_ATTEMPTS
 from aiojetstream.testing import NatsServer
+from aiojetstream.testing import _free_port as free_port
 from credentials import CertificateAuthority, Operator, new_nkey, public_key, seed_text
 from docblocks import BLOCK_TIMEOUT, DOCS, fresh_js, python_blocks, run_block
 from helpers import unique_name, wait_until
@@ -1148,6 +1151,154 @@ async def test_tls_url_to_a_plaintext_server_sends_nothing(nats_server: NatsServ
         assert proxy.connections >= 1
         assert proxy.raw() == b""
         assert "s3cret" not in str(info.value)
+
+
+@pytest.mark.parametrize("option", ["tls", "tls_hostname"])
+async def test_a_tls_option_with_a_nats_url_to_a_plaintext_server_sends_nothing(
+    nats_server: NatsServer, option: str
+) -> None:
+    """A TLS option means TLS whatever the URL's scheme (nats.go's Secure(), RootCAs())."""
+    value = ssl.create_default_context() if option == "tls" else HOST
+    async with WireCapture(nats_server.port) as proxy:
+        url = f"nats://{HOST}:{proxy.port}"
+        info, took = await _refused(
+            TLSError, url, user="alice", password="s3cret", **{option: value}
+        )
+        assert "does not offer TLS but a TLS option was given" in str(info.value)
+        assert took < PROMPT
+        # Nothing went out: no CONNECT, so no credentials in the clear.
+        assert proxy.connections >= 1
+        assert proxy.raw() == b""
+        assert "s3cret" not in str(info.value)
+
+
+def _over_tls(js: JetStreamContext) -> bool:
+    transport = _conn._asyncio_transport(js.nc)
+    return transport is not None and "SSL" in type(transport).__name__
+
+
+async def test_a_server_that_offers_tls_without_requiring_it_is_upgraded(
+    certificates: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``allow_non_tls``: INFO says ``tls_available``, not ``tls_required``.
+
+    A ``tls://`` URL or a TLS option upgrades (as nats.go does when TLS is
+    wanted and available); with neither, the connection stays plaintext, as
+    the server allows.
+    """
+    ca = certificates["ca"]
+    config = {
+        **_tls_config(certificates["good"]),
+        "allow_non_tls": True,
+        "authorization": {"user": "alice", "password": "s3cret"},
+    }
+    # The default context of a bare tls:// URL trusts the test CA.
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca.cert_file))
+    async with (
+        NatsServer(jetstream=False, config=config) as server,
+        WireCapture(server.port, strict=False) as proxy,
+    ):
+        for url, options in (
+            (f"tls://{HOST}:{proxy.port}", {}),
+            (f"tls://{HOST}:{proxy.port}", {"tls": _trusting(ca)}),
+            (f"nats://{HOST}:{proxy.port}", {"tls": _trusting(ca)}),
+            (f"nats://{HOST}:{proxy.port}", {"tls_hostname": HOST}),
+        ):
+            js = await asyncio.wait_for(
+                aiojetstream.connect(url, user="alice", password="s3cret", **options), PROMPT
+            )
+            try:
+                await js.nc.flush()
+                assert _over_tls(js), (url, options)
+            finally:
+                await js.close()
+        assert proxy.connections == 4
+        assert b"CONNECT" not in proxy.raw()
+        assert b"s3cret" not in proxy.raw()
+        # Control: without tls:// or a TLS option, nats-py's own rule (plaintext here).
+        js = await aiojetstream.connect(
+            f"nats://{HOST}:{proxy.port}", user="alice", password="s3cret"
+        )
+        try:
+            await js.nc.flush()
+            assert not _over_tls(js)
+        finally:
+            await js.close()
+        assert b"CONNECT" in proxy.raw()
+
+
+async def test_a_tls_option_holds_for_a_discovered_server_on_reconnect(
+    certificates: dict[str, Any],
+) -> None:
+    """A plaintext cluster member learnt from INFO is refused on reconnect, before CONNECT.
+
+    The client is given only the TLS node's ``nats://`` URL and a TLS option;
+    the plaintext node advertises the capture proxy in front of it.
+    """
+    routes = [free_port(), free_port()]
+    plain_port = free_port()
+    name = unique_name("C")
+
+    def cluster(index: int) -> dict[str, Any]:
+        return {
+            "name": name,
+            "listen": f"{HOST}:{routes[index]}",
+            "routes": [f"nats-route://{HOST}:{routes[1 - index]}"],
+        }
+
+    async with WireCapture(plain_port) as proxy:
+        plain = NatsServer(
+            jetstream=False,
+            port=plain_port,
+            server_name="plain",
+            config={
+                "cluster": cluster(1),
+                "client_advertise": f"{HOST}:{proxy.port}",
+            },
+        )
+        secure = NatsServer(
+            jetstream=False,
+            server_name="secure",
+            config={**_tls_config(certificates["good"]), "cluster": cluster(0)},
+        )
+        loop = asyncio.get_running_loop()
+        refused: asyncio.Future[Exception] = loop.create_future()
+        reconnected: asyncio.Future[None] = loop.create_future()
+
+        async def error_cb(exc: Exception) -> None:
+            if isinstance(exc, nats.errors.SecureConnRequiredError) and not refused.done():
+                refused.set_result(exc)
+
+        async def reconnected_cb() -> None:
+            if not reconnected.done():
+                reconnected.set_result(None)
+
+        async with plain, secure:
+            js = await aiojetstream.connect(
+                f"nats://{HOST}:{secure.port}",
+                tls=_trusting(certificates["ca"]),
+                user="alice",
+                password="s3cret",
+                error_cb=error_cb,
+                reconnected_cb=reconnected_cb,
+                reconnect_time_wait=0.1,
+            )
+            try:
+                assert _over_tls(js)
+                await wait_until(
+                    lambda: any(u.port == proxy.port for u in js.nc.discovered_servers),
+                    timeout=10,
+                )
+                await secure.stop()
+                done, _ = await asyncio.wait(
+                    [refused, reconnected], timeout=10, return_when=asyncio.FIRST_COMPLETED
+                )
+                assert refused in done, "reconnected to the plaintext server"
+                assert f"{HOST}:{proxy.port} does not offer TLS" in str(refused.result())
+                assert proxy.connections >= 1
+                assert proxy.raw() == b""  # no CONNECT: no credentials in the clear
+            finally:
+                await js.close()
 
 
 async def test_untrusted_certificate_is_a_prompt_tls_error(certificates: dict[str, Any]) -> None:

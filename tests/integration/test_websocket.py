@@ -8,11 +8,12 @@ ping interval): the default 5 s timeout failed them.
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import pytest
 
 import aiojetstream
-from aiojetstream import StorageType, StreamConfig
+from aiojetstream import StorageType, StreamConfig, TLSError
 from aiojetstream.testing import NatsServer
 from aiojetstream.testing import _free_port as free_port
 from helpers import unique_name
@@ -41,3 +42,20 @@ async def test_requests_over_websocket_are_answered_at_once() -> None:
                 assert took < 2, f"round {i}: {took:.2f} s"
         finally:
             await js.close()
+
+
+@pytest.mark.filterwarnings("ignore:parameter 'timeout' of type 'float':DeprecationWarning")
+async def test_a_tls_option_refuses_a_plaintext_websocket() -> None:
+    """``ws://`` is never upgraded: with a TLS option it is refused before CONNECT."""
+    port = free_port()
+    async with NatsServer(
+        jetstream=False, config={"websocket": {"port": port, "no_tls": True}}
+    ) as server:
+        assert server.url
+        with pytest.raises(TLSError, match="plaintext websocket"):
+            await asyncio.wait_for(
+                aiojetstream.connect(
+                    f"ws://127.0.0.1:{port}", tls=ssl.create_default_context(), token="s3cret"
+                ),
+                10,
+            )

@@ -1,9 +1,9 @@
 """Connecting: nats-py's ``connect`` with aiojetstream's options, errors and defaults.
 
-Safer defaults (keep-alive, a bounded first connection), ``tls://`` always
-meaning TLS (``_tls``), errors that name what failed without a secret in
-them, and user callbacks whose exceptions are logged, not raised into
-nats-py.
+Safer defaults (keep-alive, a bounded first connection), ``tls://`` or a
+TLS option always meaning TLS (``_tls``), errors that name what failed
+without a secret in them, and user callbacks whose exceptions are logged,
+not raised into nats-py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .._redact import connection_secrets, mentions, redact_servers, scrub
 from ._nats import NatsClient, bound_internal_close, drop_unsent_on_reconnect, nats_errors
 from ._reconnect import NextServer
 from ._requests import fail_requests
-from ._tls import guard_tls
+from ._tls import guard_tls, tls_option_given
 from ._translate import translate
 
 __all__ = [
@@ -80,6 +80,10 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     * A ``tls://`` URL always means TLS: it gets a default verifying context
       unless ``tls`` is given, and a server that does not offer TLS is refused
       with :class:`TLSError` before anything (credentials included) is sent.
+      A TLS option (``tls``, ``tls_hostname``, ``tls_handshake_first``) means
+      the same for every server, ``nats://`` URLs, discovered servers and
+      reconnects included. A server that offers TLS without requiring it
+      (``allow_non_tls``) is upgraded (:func:`~._tls.guard_tls`).
     * A failed TLS handshake (untrusted certificate, hostname mismatch) raises
       :class:`TLSError` at once, without a second attempt (nats-py would then
       wait forever for the socket of the failed upgrade to close).
@@ -103,13 +107,14 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     options.setdefault("max_outstanding_pings", DEFAULT_MAX_OUTSTANDING_PINGS)
     reconnect_attempts = options.pop("max_reconnect_attempts", 60)
     reconnect_wait = options.pop("reconnect_time_wait", 2)
-    wants_tls = any(u.lower().startswith("tls://") for u in urls)
-    if wants_tls and options.get("tls") is None:
+    tls_everywhere = tls_option_given(options)
+    wants_tls = tls_everywhere or any(u.lower().startswith("tls://") for u in urls)
+    if wants_tls and not options.get("tls"):
         options["tls"] = ssl.create_default_context()
     nc = NatsClient()
     tls_refusals: list[str] = []
     if wants_tls:
-        guard_tls(nc, tls_refusals)
+        guard_tls(nc, tls_refusals, every_server=tls_everywhere)
     next_server: NextServer | None = None
     if options.get("reconnect_to_server_handler") is None:
         next_server = options["reconnect_to_server_handler"] = NextServer()
