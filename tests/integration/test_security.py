@@ -1290,8 +1290,9 @@ async def test_a_tls_option_holds_for_a_discovered_server_on_reconnect(
                     timeout=10,
                 )
                 await secure.stop()
+                either: list[asyncio.Future[Any]] = [refused, reconnected]
                 done, _ = await asyncio.wait(
-                    [refused, reconnected], timeout=10, return_when=asyncio.FIRST_COMPLETED
+                    either, timeout=10, return_when=asyncio.FIRST_COMPLETED
                 )
                 assert refused in done, "reconnected to the plaintext server"
                 assert f"{HOST}:{proxy.port} does not offer TLS" in str(refused.result())
