@@ -141,7 +141,7 @@ DOCSTRINGS: dict[str, dict[str, dict[str, str]]] = {
         "KeyValueConfig": {
             "bucket": "The bucket name (letters, digits, ``_`` and ``-``; checked when the config is sent:\n:class:`InvalidNameError`).",
             "description": "A human readable description.",
-            "max_value_size": "The largest value accepted, in bytes (-1: the server's ``max_payload``).",
+            "max_value_size": "The largest message accepted, in bytes (-1: the server's ``max_payload``).\n\nThe server counts the headers too (the stream's ``max_msg_size``): ``create``\nand ``update`` add about 45 bytes (the expected revision), a per-key TTL,\na model's ``Content-Type`` and the delete and purge markers' headers more;\nleave room for them.",
             "history": "How many revisions are kept per key (1 to 64).",
             "ttl": "How long a value is kept (the stream's ``max_age``); None or 0: forever.",
             "max_bytes": "The most bytes the bucket may hold (-1: unlimited).",
