@@ -16,6 +16,7 @@ from aiojetstream import (
     InvalidOptionError,
     JetStreamContext,
     JetStreamError,
+    MaxPayloadExceededError,
     MessageAlreadyAckedError,
     MessageTooLargeError,
     StorageType,
@@ -275,6 +276,41 @@ async def test_acks(js: JetStreamContext) -> None:
     await again.double_ack()  # confirmed: the info below sees it
     info = await consumer.info()
     assert info.num_ack_pending == 0
+
+
+async def test_a_term_reason_over_max_payload_is_refused_before_sending(
+    js: JetStreamContext,
+) -> None:
+    """On the fast path the +TERM went out over max_payload: the server answered
+    -ERR and closed the connection for good, and term() had returned (acked True)."""
+    consumer = await make(js, 1, ack_wait=timedelta(seconds=30))
+    msg = await consumer.next(expires=5)
+    limit = js._api.conn.max_payload
+    assert limit > 0
+    with pytest.raises(MaxPayloadExceededError, match="max_payload"):
+        await msg.term("x" * limit)  # "+TERM " + reason: over the limit
+    assert not msg.acked
+    # The connection lives on, and the message can still be settled.
+    await msg.term("x" * (limit - len(b"+TERM ")))  # exactly max_payload: taken
+    assert msg.acked
+
+    async def settled() -> bool:
+        return (await consumer.info()).num_ack_pending == 0
+
+    await wait_until(settled, timeout=10)
+    assert (await consumer.info()).num_redelivered == 0
+
+
+async def test_a_term_reason_that_is_not_valid_text_is_refused(js: JetStreamContext) -> None:
+    consumer = await make(js, 1, ack_wait=timedelta(seconds=30))
+    msg = await consumer.next(expires=5)
+    with pytest.raises(InvalidOptionError, match="UTF-8"):
+        await msg.term("bad \ud800 surrogate")
+    with pytest.raises(InvalidOptionError, match="expected a string"):
+        await msg.term(123)  # type: ignore[arg-type]
+    assert not msg.acked
+    await msg.term("fine")
+    assert msg.acked
 
 
 async def test_terminal_error_reaches_error_handler(js: JetStreamContext) -> None:
