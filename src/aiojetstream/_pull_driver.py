@@ -173,7 +173,10 @@ class PullDriver:
         self._arrived = 0  # arrivals the engine was not told of yet
         self._untold = 0  # consumptions the engine was not told of yet
         self._quiet = 0  # consumptions that may go untold (no pull can be due)
+        # The reader waiting for an arrival or the end; readers sharing the run
+        # (a pool of tasks on one messages() or fetch) wait in _others meanwhile.
         self._waiter: asyncio.Future[None] | None = None
+        self._others: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._handler_tasks: set[asyncio.Task[None]] = set()
@@ -490,18 +493,44 @@ class PullDriver:
             await self._wait()
 
     async def _wait(self) -> None:
-        """Until the next arrival or the end (see :meth:`_wake`)."""
+        """Until the next arrival or the end (see :meth:`_wake`).
+
+        Several tasks may read one run (a pool of workers on one ``messages()``
+        or fetch): they take turns. The first waits in ``_waiter``, the others
+        in ``_others``; an arrival or the end wakes them all, and each takes
+        what is there (a message goes to one of them) or waits again.
+        """
         loop = self._loop or asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
+        waiter = loop.create_future()
+        if self._waiter is None:
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
+            return
+        others = self._others
+        others.append(waiter)
         try:
             await waiter
         finally:
-            self._waiter = None
+            if waiter in others:
+                others.remove(waiter)
 
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self._others:
+            self._wake_others()
+
+    def _wake_others(self) -> None:
+        """Wake the readers waiting besides the first (see :meth:`_wait`)."""
+        others, self._others = self._others, []
+        for waiter in others:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # ------------------------------------------------------------- inputs
 
@@ -535,6 +564,8 @@ class PullDriver:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self._others:
+            self._wake_others()
 
     def _on_arrivals(self, count: int) -> None:
         """The router put ``count`` messages into the buffer (see RawSink)."""
@@ -566,6 +597,8 @@ class PullDriver:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self._others:
+            self._wake_others()
 
     def _on_status(self, hdr: bytes) -> None:
         status = parse_status(hdr)

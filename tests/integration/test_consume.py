@@ -12,6 +12,8 @@ from aiojetstream import (
     AckPolicy,
     Consumer,
     ConsumerConfig,
+    ConsumerDeletedError,
+    ConsumerNotFoundError,
     FetchTimeoutError,
     InvalidOptionError,
     JetStreamContext,
@@ -186,6 +188,84 @@ async def test_messages_drain_delivers_buffered(js: JetStreamContext) -> None:
             got.append(msg)
     # Everything that was buffered (all 30 fit in the buffer) was handed out.
     assert len(got) == 30
+
+
+async def _publish(consumer: Consumer, js: JetStreamContext, count: int) -> None:
+    for i in range(count):
+        await js.publish_async(f"cons.{i % 3}", str(i).encode())
+    await js.publish_async_complete(timeout=30)
+
+
+async def test_messages_shared_by_a_pool_of_tasks(js: JetStreamContext) -> None:
+    """A second task waiting on the iterator took the first one's place: the first
+    was never woken again, not even by stop()."""
+    consumer = await make(js, 0)
+    got: list[tuple[int, bytes]] = []
+
+    async def worker(n: int, it: AsyncIterator[Msg]) -> None:
+        async for msg in it:
+            got.append((n, msg.data))
+            await msg.ack()
+            await asyncio.sleep(0)  # let the others take turns
+
+    async with consumer.messages() as it:
+        tasks = [asyncio.create_task(worker(n, it)) for n in range(3)]
+        # (The workers are waiting on the empty iterator by the time the first
+        # publish is confirmed.)
+        await _publish(consumer, js, 60)
+        await wait_until(lambda: len(got) == 60, timeout=10)
+        # Each message went to exactly one worker.
+        assert sorted(int(data) for _, data in got) == list(range(60))
+        it.stop()  # wakes every waiting worker: all of them end
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+
+
+async def test_a_terminal_error_reaches_every_task_sharing_messages(
+    js: JetStreamContext,
+) -> None:
+    consumer = await make(js, 0)
+    it = consumer.messages(expires=2)
+    await it.__aenter__()
+    try:
+
+        async def worker() -> None:
+            async for _ in it:
+                pass
+
+        tasks = [asyncio.create_task(worker()) for _ in range(3)]
+        await js.delete_consumer(consumer.stream_name, "worker")
+        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 15)
+        assert all(isinstance(r, ConsumerDeletedError | ConsumerNotFoundError) for r in results), (
+            results
+        )
+    finally:
+        await it.aclose()
+
+
+async def test_a_fetch_batch_shared_by_several_tasks(js: JetStreamContext) -> None:
+    consumer = await make(js, 0)
+    got: list[bytes] = []
+
+    async def worker(batch: AsyncIterator[Msg]) -> int:
+        n = 0
+        async for msg in batch:
+            got.append(msg.data)
+            n += 1
+        return n
+
+    # The end of the pull (filled) reaches every task.
+    batch = await consumer.fetch(10, expires=30)
+    tasks = [asyncio.create_task(worker(batch)) for _ in range(3)]
+    await _publish(consumer, js, 10)
+    counts = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert sum(counts) == 10
+    assert sorted(int(data) for data in got) == list(range(10))
+    # Closing the batch early reaches every task too.
+    batch = await consumer.fetch(10, expires=30)
+    tasks = [asyncio.create_task(worker(batch)) for _ in range(3)]
+    await js.nc.flush()  # (the workers wait by the time the round trip is over)
+    await batch.aclose()
+    assert await asyncio.wait_for(asyncio.gather(*tasks), 10) == [0, 0, 0]
 
 
 async def test_consume_sync_and_async_handlers(js: JetStreamContext) -> None:
