@@ -576,3 +576,64 @@ async def test_a_raising_handler_is_logged_with_whether_it_settled_the_message(
         "consume handler raised; the message was not acknowledged",
     ]
     assert seen[:2] == [b"0", b"1"]
+
+
+async def test_a_handler_raising_cancelled_error_is_a_failing_handler(
+    js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that awaited something cancelled ended consumption silently (no log,
+    no error), and closed() raised CancelledError into a caller nobody cancelled."""
+    consumer = await make(js, 10)
+    seen: list[bytes] = []
+    all_seen = asyncio.Event()
+
+    async def handler(msg: Msg) -> None:
+        seen.append(msg.data)
+        if len(seen) == 10:
+            all_seen.set()
+        if msg.data == b"3":
+            cancelled = asyncio.get_running_loop().create_future()
+            cancelled.cancel()
+            await cancelled  # e.g. a helper task somebody cancelled
+        await msg.ack()
+
+    with caplog.at_level("ERROR", logger="aiojetstream"):
+        ctx = await consumer.consume(handler)
+        await asyncio.wait_for(all_seen.wait(), 10)  # consumption went on
+        ctx.stop()
+        assert await asyncio.wait_for(ctx.closed(), 10) is None
+    assert ctx.error is None
+    assert seen == [str(i).encode() for i in range(10)]
+    failures = [r for r in caplog.records if "consume handler raised" in r.getMessage()]
+    assert len(failures) == 1
+    assert failures[0].getMessage().endswith("the message was not acknowledged")
+    assert failures[0].exc_info is not None
+    assert failures[0].exc_info[0] is asyncio.CancelledError
+
+
+async def test_cancelling_the_consume_task_ends_it_and_closed_returns(
+    js: JetStreamContext,
+) -> None:
+    """The consume task's own cancellation (C13) ends it; closed() returns to a caller
+    that was not cancelled instead of raising the task's CancelledError."""
+    consumer = await make(js, 5)
+    entered = asyncio.Event()
+    calls = 0
+
+    async def handler(msg: Msg) -> None:
+        nonlocal calls
+        calls += 1
+        entered.set()
+        await asyncio.Event().wait()  # until cancelled
+
+    ctx = await consumer.consume(handler)
+    await asyncio.wait_for(entered.wait(), 10)
+    task = ctx._task
+    assert task is not None
+    task.cancel()
+    assert await asyncio.wait_for(ctx.closed(), 10) is None
+    assert task.cancelled()  # the cancellation propagated: consumption ended
+    assert calls == 1
+    current = asyncio.current_task()
+    assert current is not None
+    assert current.cancelling() == 0
