@@ -138,8 +138,13 @@ class PullDriver:
         check: Callable[[float | None], Awaitable[object]],
         error_handler: ErrorHandler | None = None,
         pin: PinState | None = None,
+        *,
+        acks: bool = True,
     ) -> None:
         self._api = api
+        # The consumer wants acks (not AckPolicy.NONE): once the connection is closed
+        # its buffered messages are dropped (see on_closed).
+        self._acks = acks
         self._check = check
         self._conn = api.conn
         self._stream = stream
@@ -636,7 +641,14 @@ class PullDriver:
 
     # ConnectionListener
     def on_disconnected(self) -> None:
-        """Pause: the engine writes off outstanding pulls."""
+        """Pause: the engine writes off outstanding pulls.
+
+        A disconnect of a connection closing for good (nats-py tells "disconnected"
+        before "closed") is its close: a fetch ends with ConnectionClosedError.
+        """
+        if self._conn.is_closed:
+            self.on_closed()
+            return
         self._settle()
         self._run(self.engine.on_disconnected(self._now()))
 
@@ -646,9 +658,21 @@ class PullDriver:
         self._run(self.engine.on_reconnected(self._now()))
 
     def on_closed(self) -> None:
-        """The connection closed for good: end with ConnectionClosedError."""
-        if not self.finished:
-            self._finish(ConnectionClosedError("the connection was closed"))
+        """The connection closed for good: end with ConnectionClosedError.
+
+        A consumer that wants acks drops its buffered messages: none of them could
+        be acknowledged any more, so each handed out would be processed and then
+        redelivered (nats.go drops them too). With AckPolicy.NONE they are the
+        only copy: they are still handed out, then the error is raised.
+        """
+        if self.finished:
+            return
+        if self._acks and self._buffer:
+            self._buffer.clear()
+            self._has_runs = False
+            self._settle()
+            self.engine.discard_buffer()
+        self._finish(ConnectionClosedError("the connection was closed"))
 
     # ------------------------------------------------------------- commands
 

@@ -376,7 +376,9 @@ class OrderedCursor:
         async def check(timeout: float | None) -> ConsumerInfo:
             return await C.consumer_info(self._api, self._stream, name, timeout)
 
-        driver = PullDriver(self._api, self._stream, name, settings, check, error_handler)
+        driver = PullDriver(
+            self._api, self._stream, name, settings, check, error_handler, acks=False
+        )  # (AckPolicy.NONE)
         driver.on_heartbeat = functools.partial(self._on_heartbeat, driver)
         return driver
 
