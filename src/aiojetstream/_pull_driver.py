@@ -223,7 +223,7 @@ class PullDriver:
             raise
 
     def stop(self) -> None:
-        """Stop now: buffered messages are dropped (they will be redelivered)."""
+        """Stop now: buffered messages are dropped (redelivered unless AckPolicy.NONE)."""
         self._has_runs = False
         if self.finished:
             self._buffer.clear()

@@ -196,7 +196,13 @@ class MessagesContext:
         return await self.__anext__()
 
     def stop(self) -> None:
-        """Stop now; iteration ends. Buffered messages are not delivered (they are redelivered)."""
+        """Stop now; iteration ends. Buffered messages are not handed out.
+
+        The server redelivers them after ``ack_wait`` when the consumer wants
+        acks; with ``ack_policy=none`` it does not: they are lost to this reader
+        (an ordered consumer's next read resumes after the last message handed
+        out). Use :meth:`drain` to have them handed out.
+        """
         self._driver.stop()
 
     async def drain(self) -> None:
