@@ -89,7 +89,10 @@ FALLBACK_TESTS := tests/integration/test_publish.py tests/integration/test_publi
 	tests/integration/test_kv.py tests/integration/test_error_translation.py \
 	tests/integration/test_fast_path.py tests/integration/test_connection_callbacks.py \
 	tests/integration/test_consume_faults.py::test_close_is_bounded_when_the_server_hangs_with_data_queued \
-	tests/integration/test_consume_faults.py::test_reconnects_exhausted_with_an_ack_buffered_during_the_outage
+	tests/integration/test_consume_faults.py::test_reconnects_exhausted_with_an_ack_buffered_during_the_outage \
+	tests/integration/test_consume_faults.py::test_close_during_fetch_and_next \
+	tests/integration/test_consume_faults.py::test_close_during_consume_with_messages_buffered \
+	tests/integration/test_consume_faults.py::test_close_with_messages_buffered_in_messages_and_fetch
 RUNS ?= 1
 SOAK_MINUTES ?= 10
 

@@ -511,20 +511,35 @@ class Msg:
 
         Args:
             reason: An optional reason, sent as ``+TERM <reason>`` and shown in
-                the server's advisory. It must not contain CR or LF.
+                the server's advisory. It must not contain CR or LF, and
+                ``+TERM <reason>`` (UTF-8) must fit the server's ``max_payload``.
 
         Raises:
             MessageAlreadyAckedError: the message was already acknowledged.
             NotJetStreamMessageError: the message has no reply subject.
-            InvalidOptionError: the reason is not a string or contains CR or LF.
+            InvalidOptionError: the reason is not a string, contains CR or LF,
+                or is not encodable as UTF-8 (a lone surrogate).
+            MaxPayloadExceededError: ``+TERM <reason>`` is over the server's
+                ``max_payload`` (nothing was sent; the message stays unsettled).
 
         """
         if reason is None or reason == "":
             payload = TERM
-        elif not isinstance(reason, str) or "\r" in reason or "\n" in reason:
-            raise InvalidOptionError(f"invalid term reason {reason!r}: must not contain CR or LF")
+        elif not isinstance(reason, str):
+            raise InvalidOptionError(
+                f"invalid term reason {B.shown(reason)}: expected a string or None"
+            )
+        elif "\r" in reason or "\n" in reason:
+            raise InvalidOptionError(
+                f"invalid term reason {B.shown(reason)}: must not contain CR or LF"
+            )
         else:
-            payload = TERM + b" " + reason.encode()
+            try:
+                payload = TERM + b" " + reason.encode()
+            except UnicodeEncodeError as exc:
+                raise InvalidOptionError(
+                    f"invalid term reason {B.shown(reason)}: not encodable as UTF-8 ({exc.reason})"
+                ) from None
         await self._finish(payload)
 
 

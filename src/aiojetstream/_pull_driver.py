@@ -138,8 +138,13 @@ class PullDriver:
         check: Callable[[float | None], Awaitable[object]],
         error_handler: ErrorHandler | None = None,
         pin: PinState | None = None,
+        *,
+        acks: bool = True,
     ) -> None:
         self._api = api
+        # The consumer wants acks (not AckPolicy.NONE): once the connection is closed
+        # its buffered messages are dropped (see on_closed).
+        self._acks = acks
         self._check = check
         self._conn = api.conn
         self._stream = stream
@@ -173,7 +178,10 @@ class PullDriver:
         self._arrived = 0  # arrivals the engine was not told of yet
         self._untold = 0  # consumptions the engine was not told of yet
         self._quiet = 0  # consumptions that may go untold (no pull can be due)
+        # The reader waiting for an arrival or the end; readers sharing the run
+        # (a pool of tasks on one messages() or fetch) wait in _others meanwhile.
         self._waiter: asyncio.Future[None] | None = None
+        self._others: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._handler_tasks: set[asyncio.Task[None]] = set()
@@ -215,7 +223,7 @@ class PullDriver:
             raise
 
     def stop(self) -> None:
-        """Stop now: buffered messages are dropped (they will be redelivered)."""
+        """Stop now: buffered messages are dropped (redelivered unless AckPolicy.NONE)."""
         self._has_runs = False
         if self.finished:
             self._buffer.clear()
@@ -490,18 +498,44 @@ class PullDriver:
             await self._wait()
 
     async def _wait(self) -> None:
-        """Until the next arrival or the end (see :meth:`_wake`)."""
+        """Until the next arrival or the end (see :meth:`_wake`).
+
+        Several tasks may read one run (a pool of workers on one ``messages()``
+        or fetch): they take turns. The first waits in ``_waiter``, the others
+        in ``_others``; an arrival or the end wakes them all, and each takes
+        what is there (a message goes to one of them) or waits again.
+        """
         loop = self._loop or asyncio.get_running_loop()
-        waiter = self._waiter = loop.create_future()
+        waiter = loop.create_future()
+        if self._waiter is None:
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
+            return
+        others = self._others
+        others.append(waiter)
         try:
             await waiter
         finally:
-            self._waiter = None
+            if waiter in others:
+                others.remove(waiter)
 
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self._others:
+            self._wake_others()
+
+    def _wake_others(self) -> None:
+        """Wake the readers waiting besides the first (see :meth:`_wait`)."""
+        others, self._others = self._others, []
+        for waiter in others:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # ------------------------------------------------------------- inputs
 
@@ -535,6 +569,8 @@ class PullDriver:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self._others:
+            self._wake_others()
 
     def _on_arrivals(self, count: int) -> None:
         """The router put ``count`` messages into the buffer (see RawSink)."""
@@ -566,6 +602,8 @@ class PullDriver:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self._others:
+            self._wake_others()
 
     def _on_status(self, hdr: bytes) -> None:
         status = parse_status(hdr)
@@ -603,7 +641,14 @@ class PullDriver:
 
     # ConnectionListener
     def on_disconnected(self) -> None:
-        """Pause: the engine writes off outstanding pulls."""
+        """Pause: the engine writes off outstanding pulls.
+
+        A disconnect of a connection closing for good (nats-py tells "disconnected"
+        before "closed") is its close: a fetch ends with ConnectionClosedError.
+        """
+        if self._conn.is_closed:
+            self.on_closed()
+            return
         self._settle()
         self._run(self.engine.on_disconnected(self._now()))
 
@@ -613,9 +658,21 @@ class PullDriver:
         self._run(self.engine.on_reconnected(self._now()))
 
     def on_closed(self) -> None:
-        """The connection closed for good: end with ConnectionClosedError."""
-        if not self.finished:
-            self._finish(ConnectionClosedError("the connection was closed"))
+        """The connection closed for good: end with ConnectionClosedError.
+
+        A consumer that wants acks drops its buffered messages: none of them could
+        be acknowledged any more, so each handed out would be processed and then
+        redelivered (nats.go drops them too). With AckPolicy.NONE they are the
+        only copy: they are still handed out, then the error is raised.
+        """
+        if self.finished:
+            return
+        if self._acks and self._buffer:
+            self._buffer.clear()
+            self._has_runs = False
+            self._settle()
+            self.engine.discard_buffer()
+        self._finish(ConnectionClosedError("the connection was closed"))
 
     # ------------------------------------------------------------- commands
 

@@ -12,10 +12,13 @@ from aiojetstream import (
     AckPolicy,
     Consumer,
     ConsumerConfig,
+    ConsumerDeletedError,
+    ConsumerNotFoundError,
     FetchTimeoutError,
     InvalidOptionError,
     JetStreamContext,
     JetStreamError,
+    MaxPayloadExceededError,
     MessageAlreadyAckedError,
     MessageTooLargeError,
     StorageType,
@@ -187,6 +190,84 @@ async def test_messages_drain_delivers_buffered(js: JetStreamContext) -> None:
     assert len(got) == 30
 
 
+async def _publish(consumer: Consumer, js: JetStreamContext, count: int) -> None:
+    for i in range(count):
+        await js.publish_async(f"cons.{i % 3}", str(i).encode())
+    await js.publish_async_complete(timeout=30)
+
+
+async def test_messages_shared_by_a_pool_of_tasks(js: JetStreamContext) -> None:
+    """A second task waiting on the iterator took the first one's place: the first
+    was never woken again, not even by stop()."""
+    consumer = await make(js, 0)
+    got: list[tuple[int, bytes]] = []
+
+    async def worker(n: int, it: AsyncIterator[Msg]) -> None:
+        async for msg in it:
+            got.append((n, msg.data))
+            await msg.ack()
+            await asyncio.sleep(0)  # let the others take turns
+
+    async with consumer.messages() as it:
+        tasks = [asyncio.create_task(worker(n, it)) for n in range(3)]
+        # (The workers are waiting on the empty iterator by the time the first
+        # publish is confirmed.)
+        await _publish(consumer, js, 60)
+        await wait_until(lambda: len(got) == 60, timeout=10)
+        # Each message went to exactly one worker.
+        assert sorted(int(data) for _, data in got) == list(range(60))
+        it.stop()  # wakes every waiting worker: all of them end
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+
+
+async def test_a_terminal_error_reaches_every_task_sharing_messages(
+    js: JetStreamContext,
+) -> None:
+    consumer = await make(js, 0)
+    it = consumer.messages(expires=2)
+    await it.__aenter__()
+    try:
+
+        async def worker() -> None:
+            async for _ in it:
+                pass
+
+        tasks = [asyncio.create_task(worker()) for _ in range(3)]
+        await js.delete_consumer(consumer.stream_name, "worker")
+        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 15)
+        assert all(isinstance(r, ConsumerDeletedError | ConsumerNotFoundError) for r in results), (
+            results
+        )
+    finally:
+        await it.aclose()
+
+
+async def test_a_fetch_batch_shared_by_several_tasks(js: JetStreamContext) -> None:
+    consumer = await make(js, 0)
+    got: list[bytes] = []
+
+    async def worker(batch: AsyncIterator[Msg]) -> int:
+        n = 0
+        async for msg in batch:
+            got.append(msg.data)
+            n += 1
+        return n
+
+    # The end of the pull (filled) reaches every task.
+    batch = await consumer.fetch(10, expires=30)
+    tasks = [asyncio.create_task(worker(batch)) for _ in range(3)]
+    await _publish(consumer, js, 10)
+    counts = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert sum(counts) == 10
+    assert sorted(int(data) for data in got) == list(range(10))
+    # Closing the batch early reaches every task too.
+    batch = await consumer.fetch(10, expires=30)
+    tasks = [asyncio.create_task(worker(batch)) for _ in range(3)]
+    await js.nc.flush()  # (the workers wait by the time the round trip is over)
+    await batch.aclose()
+    assert await asyncio.wait_for(asyncio.gather(*tasks), 10) == [0, 0, 0]
+
+
 async def test_consume_sync_and_async_handlers(js: JetStreamContext) -> None:
     consumer = await make(js, 40)
     done = asyncio.Event()
@@ -275,6 +356,41 @@ async def test_acks(js: JetStreamContext) -> None:
     await again.double_ack()  # confirmed: the info below sees it
     info = await consumer.info()
     assert info.num_ack_pending == 0
+
+
+async def test_a_term_reason_over_max_payload_is_refused_before_sending(
+    js: JetStreamContext,
+) -> None:
+    """On the fast path the +TERM went out over max_payload: the server answered
+    -ERR and closed the connection for good, and term() had returned (acked True)."""
+    consumer = await make(js, 1, ack_wait=timedelta(seconds=30))
+    msg = await consumer.next(expires=5)
+    limit = js._api.conn.max_payload
+    assert limit > 0
+    with pytest.raises(MaxPayloadExceededError, match="max_payload"):
+        await msg.term("x" * limit)  # "+TERM " + reason: over the limit
+    assert not msg.acked
+    # The connection lives on, and the message can still be settled.
+    await msg.term("x" * (limit - len(b"+TERM ")))  # exactly max_payload: taken
+    assert msg.acked
+
+    async def settled() -> bool:
+        return (await consumer.info()).num_ack_pending == 0
+
+    await wait_until(settled, timeout=10)
+    assert (await consumer.info()).num_redelivered == 0
+
+
+async def test_a_term_reason_that_is_not_valid_text_is_refused(js: JetStreamContext) -> None:
+    consumer = await make(js, 1, ack_wait=timedelta(seconds=30))
+    msg = await consumer.next(expires=5)
+    with pytest.raises(InvalidOptionError, match="UTF-8"):
+        await msg.term("bad \ud800 surrogate")
+    with pytest.raises(InvalidOptionError, match="expected a string"):
+        await msg.term(123)  # type: ignore[arg-type]
+    assert not msg.acked
+    await msg.term("fine")
+    assert msg.acked
 
 
 async def test_terminal_error_reaches_error_handler(js: JetStreamContext) -> None:
@@ -460,3 +576,64 @@ async def test_a_raising_handler_is_logged_with_whether_it_settled_the_message(
         "consume handler raised; the message was not acknowledged",
     ]
     assert seen[:2] == [b"0", b"1"]
+
+
+async def test_a_handler_raising_cancelled_error_is_a_failing_handler(
+    js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that awaited something cancelled ended consumption silently (no log,
+    no error), and closed() raised CancelledError into a caller nobody cancelled."""
+    consumer = await make(js, 10)
+    seen: list[bytes] = []
+    all_seen = asyncio.Event()
+
+    async def handler(msg: Msg) -> None:
+        seen.append(msg.data)
+        if len(seen) == 10:
+            all_seen.set()
+        if msg.data == b"3":
+            cancelled = asyncio.get_running_loop().create_future()
+            cancelled.cancel()
+            await cancelled  # e.g. a helper task somebody cancelled
+        await msg.ack()
+
+    with caplog.at_level("ERROR", logger="aiojetstream"):
+        ctx = await consumer.consume(handler)
+        await asyncio.wait_for(all_seen.wait(), 10)  # consumption went on
+        ctx.stop()
+        assert await asyncio.wait_for(ctx.closed(), 10) is None
+    assert ctx.error is None
+    assert seen == [str(i).encode() for i in range(10)]
+    failures = [r for r in caplog.records if "consume handler raised" in r.getMessage()]
+    assert len(failures) == 1
+    assert failures[0].getMessage().endswith("the message was not acknowledged")
+    assert failures[0].exc_info is not None
+    assert failures[0].exc_info[0] is asyncio.CancelledError
+
+
+async def test_cancelling_the_consume_task_ends_it_and_closed_returns(
+    js: JetStreamContext,
+) -> None:
+    """The consume task's own cancellation (C13) ends it; closed() returns to a caller
+    that was not cancelled instead of raising the task's CancelledError."""
+    consumer = await make(js, 5)
+    entered = asyncio.Event()
+    calls = 0
+
+    async def handler(msg: Msg) -> None:
+        nonlocal calls
+        calls += 1
+        entered.set()
+        await asyncio.Event().wait()  # until cancelled
+
+    ctx = await consumer.consume(handler)
+    await asyncio.wait_for(entered.wait(), 10)
+    task = ctx._task
+    assert task is not None
+    task.cancel()
+    assert await asyncio.wait_for(ctx.closed(), 10) is None
+    assert task.cancelled()  # the cancellation propagated: consumption ended
+    assert calls == 1
+    current = asyncio.current_task()
+    assert current is not None
+    assert current.cancelling() == 0

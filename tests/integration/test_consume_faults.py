@@ -38,6 +38,7 @@ import pytest
 
 import aiojetstream
 from aiojetstream import (
+    AckPolicy,
     ConnectionClosedError,
     Consumer,
     ConsumerConfig,
@@ -1143,6 +1144,120 @@ async def test_close_during_consume(js: JetStreamContext, nats_url: str) -> None
         assert isinstance(error, ConnectionClosedError)
         assert elapsed < 3.0
         assert errors.kinds() == ["ConnectionClosedError"]
+    finally:
+        await client.close()
+
+
+async def test_close_during_fetch_and_next(js: JetStreamContext, nats_url: str) -> None:
+    """A fetch or next() waiting when the connection closed raised DisconnectedError
+    (nats-py tells "disconnected" before "closed"), not ConnectionClosedError."""
+    client, consumer = await _client_consumer(js, nats_url)
+    try:
+        batch = await consumer.fetch(10, expires=30)
+        fetching = asyncio.create_task(batch.collect())
+        nexting = asyncio.create_task(consumer.next(expires=30))
+        await wait_until(lambda: num_waiting_ge(js, consumer.stream_name, "cls", 2), timeout=10)
+        t0 = now()
+        await asyncio.wait_for(client.close(), 10)
+        with pytest.raises(ConnectionClosedError):
+            await asyncio.wait_for(fetching, 5)
+        with pytest.raises(ConnectionClosedError):
+            await asyncio.wait_for(nexting, 5)
+        elapsed = now() - t0
+        logger.warning("C12 fetch and next: ConnectionClosedError %.3fs after close()", elapsed)
+        assert elapsed < 3.0
+    finally:
+        await client.close()
+
+
+async def _buffered_consumer(
+    js: JetStreamContext, url: str, ack: AckPolicy, count: int
+) -> tuple[JetStreamContext, aiojetstream.Consumer]:
+    stream = unique_name("CLB")
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=[f"{stream}.>"], storage=StorageType.MEMORY)
+    )
+    await fill(js, f"{stream}.x", count)
+    await js.create_consumer(stream, ConsumerConfig(durable_name="clb", ack_policy=ack))
+    client = await aiojetstream.connect(url)
+    return client, await client.consumer(stream, "clb")
+
+
+async def _all_delivered(js: JetStreamContext, client: JetStreamContext, stream: str) -> None:
+    """Until the server sent the consumer's messages and ``client`` parsed them."""
+
+    async def sent() -> bool:
+        info = await (await js.consumer(stream, "clb")).info()
+        return info.num_pending == 0 and info.delivered.consumer_seq > 0
+
+    await wait_until(sent, timeout=10)
+    await client.nc.flush()  # a round trip: what came before it was read
+
+
+@pytest.mark.parametrize("ack", [AckPolicy.EXPLICIT, AckPolicy.NONE])
+async def test_close_during_consume_with_messages_buffered(
+    js: JetStreamContext, nats_url: str, ack: AckPolicy
+) -> None:
+    """After close(), consume() called the handler for every buffered message, none of
+    which could be acked: each was processed, then redelivered. Those of an AckNone
+    consumer (the only copy) are still handed out."""
+    client, consumer = await _buffered_consumer(js, nats_url, ack, 20)
+    calls = 0
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def handler(msg: Msg) -> None:
+        nonlocal calls
+        calls += 1
+        entered.set()
+        await release.wait()
+
+    try:
+        ctx = await consumer.consume(handler, max_messages=50)
+        await asyncio.wait_for(entered.wait(), 10)
+        await _all_delivered(js, client, consumer.stream_name)
+        await asyncio.wait_for(client.close(), 10)
+        release.set()
+        error = await asyncio.wait_for(ctx.closed(), 5)
+        assert isinstance(error, ConnectionClosedError)
+        assert calls == (1 if ack is AckPolicy.EXPLICIT else 20)
+    finally:
+        await client.close()
+
+
+async def _read_into(messages: AsyncIterator[Msg], out: list[bytes]) -> None:
+    async for msg in messages:
+        out.append(msg.data)
+
+
+@pytest.mark.parametrize("ack", [AckPolicy.EXPLICIT, AckPolicy.NONE])
+async def test_close_with_messages_buffered_in_messages_and_fetch(
+    js: JetStreamContext, nats_url: str, ack: AckPolicy
+) -> None:
+    client, consumer = await _buffered_consumer(js, nats_url, ack, 5)
+    try:
+        it = consumer.messages(max_messages=50, expires=30)
+        await it.__aenter__()
+        first = await asyncio.wait_for(it.next(), 10)
+        assert first.data == b"0"
+        await _all_delivered(js, client, consumer.stream_name)
+        await asyncio.wait_for(client.close(), 10)
+        rest: list[bytes] = []
+        with pytest.raises(ConnectionClosedError):
+            await _read_into(it, rest)
+        assert rest == ([] if ack is AckPolicy.EXPLICIT else [b"1", b"2", b"3", b"4"])
+        await it.aclose()
+    finally:
+        await client.close()
+    # A fetch still waiting for more than what it holds.
+    client, consumer = await _buffered_consumer(js, nats_url, ack, 5)
+    try:
+        batch = await consumer.fetch(10, expires=30)
+        await _all_delivered(js, client, consumer.stream_name)
+        await asyncio.wait_for(client.close(), 10)
+        got: list[bytes] = []
+        with pytest.raises(ConnectionClosedError):
+            await _read_into(batch, got)
+        assert got == ([] if ack is AckPolicy.EXPLICIT else [b"0", b"1", b"2", b"3", b"4"])
     finally:
         await client.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -67,6 +68,37 @@ async def test_resets_after_consumer_deletion(js: JetStreamContext, stream: str)
     assert seen == list(range(1, 201))
     assert len(names) >= 2
     assert all(n.startswith("oc_") for n in names)
+
+
+async def test_messages_shared_by_a_pool_of_tasks_across_resets(
+    js: JetStreamContext, stream: str
+) -> None:
+    """Tasks sharing one ordered messages() each reset the consumer after its deletion:
+    several consumers were created (messages handed out twice, consumers left
+    behind), and stop() left a task waiting."""
+    oc = await js.ordered_consumer(stream)
+    got: list[int] = []
+
+    async def worker(it: AsyncIterator[Msg]) -> None:
+        async for msg in it:
+            got.append(msg.metadata.sequence.stream)
+            await asyncio.sleep(0)  # let the others take turns
+
+    async with oc.messages(expires=2) as it:
+        tasks = [asyncio.create_task(worker(it)) for _ in range(3)]
+        await fill(js, 30)
+        await wait_until(lambda: len(got) == 30, timeout=10)
+        for round_ in range(1, 3):
+            assert oc.name is not None
+            await js.delete_consumer(stream, oc.name)  # every worker waits: all see it
+            await fill(js, 30, start=30 * round_)
+            target = 30 * (round_ + 1)
+            await wait_until(lambda target=target: len(got) >= target, timeout=15)
+        assert sorted(got) == list(range(1, 91))  # each message once
+        assert len([n async for n in js.consumer_names(stream)]) == 1
+        it.stop()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert [n async for n in js.consumer_names(stream)] == []
 
 
 async def test_consume_in_order_with_filter(js: JetStreamContext, stream: str) -> None:

@@ -294,6 +294,19 @@ async def test_term_reason_without_crlf(reason: str) -> None:
     assert not msg.acked
 
 
+@pytest.mark.parametrize(
+    ("reason", "match"),
+    [(123, "expected a string"), (b"bytes", "expected a string"), ("lone \ud800", "UTF-8")],
+)
+async def test_term_reason_of_the_wrong_kind(reason: object, match: str) -> None:
+    """term(123) said "must not contain CR or LF"; a lone surrogate raised UnicodeEncodeError."""
+    msg, acker = make()
+    with pytest.raises(InvalidOptionError, match=match):
+        await msg.term(reason)  # type: ignore[arg-type]
+    assert acker.sent == []
+    assert not msg.acked
+
+
 @pytest.mark.parametrize("call", ACKS)
 @pytest.mark.parametrize("nowait", [False, True])
 async def test_no_reply_subject(call: str, nowait: bool) -> None:

@@ -44,7 +44,7 @@ from nats.aio.client import Server, Srv
 from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription as NatsSubscription
 
-from .._errors import ConnectionClosedError, DisconnectedError
+from .._errors import ConnectionClosedError, DisconnectedError, MaxPayloadExceededError
 from ._reads import DirectReads
 from ._scan import SCAN_END, SCAN_OTHER, SCAN_PING, SCAN_PONG, Scanner
 from ._wire import ACK_TAILS, ACK_WRITE_BYTES
@@ -367,11 +367,19 @@ def ack_nowait(self: HasClient, subject: bytes, payload: bytes) -> None:
     Raises:
         ConnectionClosedError: the connection is closed.
         DisconnectedError: disconnected and the reconnect buffer is full.
+        MaxPayloadExceededError: ``payload`` (not one of the constant
+            acknowledgements: a long ``+TERM`` reason) is over the server's
+            ``max_payload``. Queued, it made the server close the connection.
 
     """
     nc = self.nc
     tail = ACK_TAILS.get(payload)
     if tail is None:
+        if len(payload) > nc._max_payload:
+            raise MaxPayloadExceededError(
+                f"acknowledgement of {len(payload)} bytes exceeds the server's "
+                f"max_payload of {nc._max_payload} bytes"
+            )
         tail = b" %d\r\n%b\r\n" % (len(payload), payload)
     cmd = b"PUB " + subject + tail
     if not nc.is_connected:

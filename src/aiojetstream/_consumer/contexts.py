@@ -196,7 +196,13 @@ class MessagesContext:
         return await self.__anext__()
 
     def stop(self) -> None:
-        """Stop now; iteration ends. Buffered messages are not delivered (they are redelivered)."""
+        """Stop now; iteration ends. Buffered messages are not handed out.
+
+        The server redelivers them after ``ack_wait`` when the consumer wants
+        acks; with ``ack_policy=none`` it does not: they are lost to this reader
+        (an ordered consumer's next read resumes after the last message handed
+        out). Use :meth:`drain` to have them handed out.
+        """
         self._driver.stop()
 
     async def drain(self) -> None:
@@ -268,6 +274,12 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
         return await self.__anext__()
 
 
+def _cancelling() -> int:
+    """How many cancellations of the current task are pending (0: none)."""
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0
+
+
 class ConsumeContext:
     """A running ``consume``: the handler is called for each message until stopped."""
 
@@ -299,7 +311,12 @@ class ConsumeContext:
                         result = handler(msg)
                         if inspect.isawaitable(result):
                             await result
-                except Exception:
+                except (Exception, asyncio.CancelledError) as exc:
+                    if isinstance(exc, asyncio.CancelledError) and _cancelling():
+                        raise  # this task is cancelled (C13): it ends
+                    # A CancelledError of the handler's own (it awaited something
+                    # cancelled) is a failure like any other: ending consumption
+                    # silently, it left closed() raising it into its caller.
                     logger.exception(
                         "consume handler raised; %s",
                         "it had settled the message (ack, nak or term)"
@@ -344,7 +361,11 @@ class ConsumeContext:
                 # Called from an async error handler, which the end waits for.
                 await self._ended.wait()
             else:
-                await asyncio.shield(task)
+                # Not shield(task): a consume task cancelled (as at the loop's
+                # shutdown) raised CancelledError into a caller nobody cancelled.
+                await asyncio.wait((task,))
+                if not task.cancelled():
+                    task.result()  # (an unexpected failure of the task: raised)
         return self.error
 
     async def __aenter__(self) -> ConsumeContext:

@@ -14,7 +14,7 @@ from .._api import ApiClient
 from .._codec import Codec
 from .._errors import FetchTimeoutError, InvalidOptionError
 from .._message import Msg, TypedMsg
-from .._models import ConsumerInfo, ConsumerPauseResponse
+from .._models import AckPolicy, ConsumerInfo, ConsumerPauseResponse
 from .._priority import PinState, check_group_name
 from .._pull_driver import ErrorHandler, PullDriver
 from .._pull_engine import (
@@ -175,8 +175,16 @@ class Consumer:
         pin = None
         if settings.priority is not None and settings.priority.pinned:
             pin = self._pins.setdefault(settings.priority.group, PinState())
+        acks = self._info.config.ack_policy is not AckPolicy.NONE
         return PullDriver(
-            self._api, self._stream, self._name, settings, self._check, error_handler, pin
+            self._api,
+            self._stream,
+            self._name,
+            settings,
+            self._check,
+            error_handler,
+            pin,
+            acks=acks,
         )
 
     def _priority(self) -> PriorityConsumer:

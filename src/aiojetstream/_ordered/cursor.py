@@ -376,7 +376,9 @@ class OrderedCursor:
         async def check(timeout: float | None) -> ConsumerInfo:
             return await C.consumer_info(self._api, self._stream, name, timeout)
 
-        driver = PullDriver(self._api, self._stream, name, settings, check, error_handler)
+        driver = PullDriver(
+            self._api, self._stream, name, settings, check, error_handler, acks=False
+        )  # (AckPolicy.NONE)
         driver.on_heartbeat = functools.partial(self._on_heartbeat, driver)
         return driver
 
@@ -627,6 +629,9 @@ class OrderedSource:
         self._tasks: set[asyncio.Task[None]] = set()
         #: Buffered messages, from the driver's first on, known to be next in order.
         self._in_order = 0
+        # Tasks sharing one messages() wait in next_msg one at a time: two resetting
+        # the consumer at once each made one (duplicates, a consumer left behind).
+        self._reading = asyncio.Lock()
 
     async def start(self) -> None:
         """Claim the ordered consumer, create its first consumer and start pulling."""
@@ -719,7 +724,14 @@ class OrderedSource:
                 return msg
 
     async def next_msg(self) -> Msg | None:
-        """The next in-order message, resetting the consumer as needed."""
+        """The next in-order message, resetting the consumer as needed.
+
+        Tasks sharing the source take turns here (one waits or resets at a time).
+        """
+        async with self._reading:
+            return await self._next_msg()
+
+    async def _next_msg(self) -> Msg | None:
         self._in_order = 0  # each message it takes is checked on its own
         while True:
             if self._stopped or self._closed:
