@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -92,13 +92,16 @@ async def test_messages_shared_by_a_pool_of_tasks_across_resets(
             assert oc.name is not None
             await js.delete_consumer(stream, oc.name)  # every worker waits: all see it
             await fill(js, 30, start=30 * round_)
-            target = 30 * (round_ + 1)
-            await wait_until(lambda target=target: len(got) >= target, timeout=15)
+            await wait_until(_at_least(got, 30 * (round_ + 1)), timeout=15)
         assert sorted(got) == list(range(1, 91))  # each message once
         assert len([n async for n in js.consumer_names(stream)]) == 1
         it.stop()
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
     assert [n async for n in js.consumer_names(stream)] == []
+
+
+def _at_least(got: list[int], count: int) -> Callable[[], bool]:
+    return lambda: len(got) >= count
 
 
 async def test_consume_in_order_with_filter(js: JetStreamContext, stream: str) -> None:
