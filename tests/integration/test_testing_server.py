@@ -466,9 +466,11 @@ async def test_a_cancelled_start_leaves_no_process_and_no_directories() -> None:
     srv = NatsServer()
     workdir = srv.config_path.parent
     task = asyncio.create_task(srv.start())
-    await asyncio.sleep(0)  # the task launches the process and waits for it to be ready
+    # The task launches the process, then waits for it to be ready.
+    await wait_until(lambda: srv.pid is not None, timeout=10)
     pid = srv.pid
     assert pid is not None
+    assert not task.done()  # (readiness takes probes: it is still waiting)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -479,15 +481,29 @@ async def test_a_cancelled_start_leaves_no_process_and_no_directories() -> None:
         await srv.stop()
 
 
-async def test_a_cancelled_stop_reaps_the_process_and_cleans_up() -> None:
+async def test_a_cancelled_stop_reaps_the_process_and_cleans_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The SIGTERMed process was left unreaped (a zombie) with its directories."""
+    from aiojetstream.testing import _server
+
     srv = NatsServer()
     await srv.start()
     pid = srv.pid
     assert pid is not None
     workdir = srv.config_path.parent
+    waiting = asyncio.Event()
+
+    async def slow_exit(proc: Any, limit: float | None) -> bool:
+        # An exit that takes long (the SIGTERMed process may exit before a cancel
+        # reaches a real wait): the stop is surely waiting when it is cancelled.
+        waiting.set()
+        await asyncio.get_running_loop().create_future()  # until cancelled
+        return True
+
+    monkeypatch.setattr(_server, "wait_process_exit", slow_exit)
     task = asyncio.create_task(srv.stop())
-    await asyncio.sleep(0)  # the task sends SIGTERM and waits for the exit
+    await asyncio.wait_for(waiting.wait(), 10)  # SIGTERM sent, waiting for the exit
     task.cancel()
     try:
         with pytest.raises(asyncio.CancelledError):
