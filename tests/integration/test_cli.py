@@ -628,6 +628,23 @@ def test_ttl_is_checked_before_connecting() -> None:
     )
 
 
+def test_pub_replaces_n_only_with_count(cli: Cli, stream: str) -> None:
+    """Without --count, ``{n}`` is sent as written (ICU, ``${n}``, ``\\d{n}``): not a template."""
+    cli("pub", f"{stream}.a", "You have {n} new messages", "--msg-id", "id-{n}")
+    cli("pub", f"{stream}.b", "-", input=b'echo "${n}" \\d{n}')
+    cli("pub", f"{stream}.c", "{n} async", "--async", "--json")  # one message, not a template
+    assert cli("get", stream, "1", "--raw").stdout == "You have {n} new messages"
+    assert as_json(cli("get", stream, "1", "--json"))["headers"] == {"Nats-Msg-Id": "id-{n}"}
+    assert cli("get", stream, "2", "--raw").stdout == 'echo "${n}" \\d{n}'
+    assert cli("get", stream, "3", "--raw").stdout == "{n} async"
+    # With --count (even 1), the argument, standard input and --msg-id are templates.
+    cli("pub", f"{stream}.d", "m{n}", "--count", "1", "--msg-id", "d-{n}")
+    cli("pub", f"{stream}.e", "-", "--count", "2", input=b"s{n}")
+    got = as_json(cli("get", stream, "4", "--json"))
+    assert (got["data"], got["headers"]) == ("m1", {"Nats-Msg-Id": "d-1"})
+    assert [cli("get", stream, str(seq), "--raw").stdout for seq in (5, 6)] == ["s1", "s2"]
+
+
 @pytest.mark.parametrize("mode", ["pipelined", "sync", "async"])
 def test_pub_count_summary_counts_duplicates(cli: Cli, stream: str, mode: str) -> None:
     flags = {"pipelined": [], "sync": ["--sync"], "async": ["--async"]}[mode]  # --async: an alias
