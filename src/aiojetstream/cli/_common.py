@@ -328,8 +328,10 @@ def usage_error(ctx: typer.Context, exc: BaseException) -> typer.BadParameter:
 def confirm(question: str, force: bool) -> None:
     """Ask ``question`` unless ``force``; stop with exit code 1 on "no" (or end of input).
 
-    A question that can not be asked (standard input closed or not readable)
-    is a refusal: one error line and exit code 2, as for a usage error.
+    End of input (Ctrl-D, ``</dev/null``) is a "no": nothing is done, exit
+    code 1. Ctrl-C ends the command quietly with exit code 130, as anywhere
+    else. A question that can not be asked (standard input closed or not
+    readable) is a refusal: one error line and exit code 2, as for a usage error.
     """
     if force:
         return
@@ -339,6 +341,13 @@ def confirm(question: str, force: bool) -> None:
         _stdin_error(f"standard input {problem}: can not ask {question!r} (use --force)")
     try:
         agreed = typer.confirm(question, default=False, err=True)
+    except typer.Abort as exc:
+        # Click turns Ctrl-C (KeyboardInterrupt) and end of input (EOFError) into
+        # Abort, raised "from None": the original is still its __context__.
+        say("")  # end the line of the question
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            raise typer.Exit(130) from None
+        agreed = False
     except (OSError, RuntimeError, ValueError) as exc:  # EIO, "lost sys.stdin", closed file
         say("")  # end the line of the question
         _stdin_error(
