@@ -316,6 +316,33 @@ def test_stream_purge_and_rm(cli: Cli, stream: str) -> None:
     cli("stream", "add", stream, "--subjects", f"{stream}.>")  # for the fixture's rm
 
 
+def test_stream_purge_question_and_count_follow_the_options(cli: Cli, stream: str) -> None:
+    """The question said "all messages" for --keep and --seq; the count was always plural."""
+    for n in range(4):
+        cli("pub", f"{stream}.{'a' if n < 2 else 'b'}", f"m{n}")
+    for options, question in (
+        ((), "Purge all messages of stream {s}?"),
+        (("--keep", "2"), "Purge all but the newest 2 messages of stream {s}?"),
+        (("--keep", "1"), "Purge all but the newest message of stream {s}?"),
+        (("--keep", "0"), "Purge all messages of stream {s}?"),
+        (("--seq", "3"), "Purge the messages below sequence 3 of stream {s}?"),
+        (("--subject", f"{stream}.a"), "Purge all messages on {s}.a of stream {s}?"),
+        (
+            ("--subject", f"{stream}.a", "--keep", "1"),
+            "Purge all but the newest message on {s}.a of stream {s}?",
+        ),
+    ):
+        refused = cli("stream", "purge", stream, *options, input="n\n", expect=1)
+        assert question.format(s=stream) in refused.stderr, refused.stderr
+    assert as_json(cli("stream", "info", stream, "--json"))["state"]["messages"] == 4
+    one = cli("stream", "purge", stream, "--seq", "2", "--force")
+    assert one.stdout.strip() == f"Purged 1 message from stream {stream}."
+    two = cli("stream", "purge", stream, "--keep", "1", "--force")
+    assert two.stdout.strip() == f"Purged 2 messages from stream {stream}."
+    none = cli("stream", "purge", stream, "--subject", f"{stream}.a", "--force")
+    assert none.stdout.strip() == f"Purged 0 messages from stream {stream}."
+
+
 def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
     """Every command of the command line: ``("stream rm", its Click command)``, ..."""
     children = getattr(command, "commands", None)
