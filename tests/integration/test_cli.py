@@ -1172,6 +1172,26 @@ def test_bench_pub(cli: Cli, nats_url: str) -> None:
     assert query(nats_url, exists)  # --keep
 
 
+def test_bench_uses_a_stream_storing_the_subject_through_a_wildcard(cli: Cli) -> None:
+    """A stream on ``NAME.>`` stores ``NAME.bench``: it was refused (an exact match only)."""
+    name = unique_name("BENCH")
+    cli("stream", "add", name, "--subjects", f"{name}.>,other.*.x")
+    for subject in (f"{name}.bench", f"{name}.a.b", "other.y.x"):
+        result = as_json(
+            cli("bench", "pub", "--stream", name, "--subject", subject, "--msgs", "5", "--json")
+        )
+        assert result["messages"] == 5
+    consumed = cli(
+        "bench", "consume", "--stream", name, "--subject", f"{name}.c", "--msgs", "5", "--json"
+    )
+    assert as_json(consumed)["messages"] == 5
+    assert as_json(cli("stream", "info", name, "--json"))["state"]["messages"] == 20
+    for subject in (name, "other.y", "other.y.x.z", "elsewhere"):
+        refused = cli("bench", "pub", "--stream", name, "--subject", subject, expect=1)
+        assert f"does not store {subject}" in one_error_line(refused)
+    cli("stream", "rm", name, "--force")
+
+
 def test_bench_size_is_not_negative() -> None:
     """``--size -1`` (unlimited, for limits) is no payload size: a usage error, not a crash."""
     nowhere = unreachable_url()

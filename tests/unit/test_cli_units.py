@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from rich.progress import Progress
 
 import aiojetstream
-from aiojetstream.cli._bench import BenchResult, percentile
+from aiojetstream.cli._bench import BenchResult, _stores, percentile
 from aiojetstream.cli._common import (
     CliError,
     Options,
@@ -348,3 +348,22 @@ def test_global_options_repr_shows_no_secret() -> None:
     assert "alice" in shown
     assert "pa:ss/w@rd" not in shown
     assert "t0ken-42" not in shown
+
+
+def test_bench_stream_subject_matching() -> None:
+    """NATS wildcards: ``*`` one token, ``>`` one or more at the end."""
+    for pattern, subject, stored in (
+        ("a.b", "a.b", True),
+        ("a.>", "a.b", True),
+        ("a.>", "a.b.c", True),
+        ("a.>", "a", False),
+        ("a.*", "a.b", True),
+        ("a.*", "a.b.c", False),
+        ("*.b", "a.b", True),
+        (">", "a.b.c", True),
+        ("a.b", "a.b.c", False),
+        ("a.*", "a.>", False),  # a filter wider than the stream's subjects
+        ("a.>", "a.*", True),
+        ("a.*", "a.*", True),
+    ):
+        assert _stores(pattern, subject) is stored, (pattern, subject)
