@@ -957,6 +957,38 @@ def test_kv_commands(cli: Cli) -> None:
     assert bucket not in cli("kv", "ls", "--names").stdout
 
 
+def test_times_say_they_are_utc(cli: Cli, stream: str, tmp_path: Path) -> None:
+    """Times are printed in UTC, and say so: a time without a zone is local for ``pause``."""
+    utc = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+    cli("pub", f"{stream}.x", "hello")
+    shown = {
+        "get": cli("get", stream, "1").stdout,
+        "consume": cli("consume", stream, "--count", "1").stdout,
+        "stream info": cli("stream", "info", stream).stdout,
+    }
+    bucket = unique_name("KV")
+    cli("kv", "add", bucket)
+    cli("kv", "put", bucket, "k", "a long value " * 6)
+    shown["kv get"] = cli("kv", "get", bucket, "k").stdout
+    history = cli("kv", "history", bucket, "k").stdout
+    shown["kv history"] = history
+    (tmp_path / "f.txt").write_text("x")
+    store = unique_name("OBJ")
+    cli("obj", "add", store)
+    cli("obj", "put", store, str(tmp_path / "f.txt"))
+    shown["obj ls"] = cli("obj", "ls", store).stdout
+    shown["obj info"] = cli("obj", "info", store, "f.txt").stdout
+    for command, text in shown.items():
+        assert utc.search(text), (command, text)
+    # The history table keeps its columns whole; a long value is what gets cut.
+    assert_fits(history)
+    assert "Revision   Operation" in history
+    assert "a long value a long" in history
+    assert "…" in history
+    cli("kv", "rm", bucket, "--force")
+    cli("obj", "rm", store, "--force")
+
+
 def test_kv_ttl_needs_limit_markers(cli: Cli) -> None:
     plain = unique_name("KV")
     cli("kv", "add", plain)

@@ -6,7 +6,7 @@ import ast
 import json
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pydantic
@@ -130,7 +130,9 @@ def test_format_bytes_time_and_age() -> None:
     assert format_bytes(1536) == "1.5 KiB"
     assert format_bytes(3 << 30) == "3.0 GiB"
     moment = datetime(2026, 1, 2, 15, 4, 5, 999, tzinfo=UTC)
-    assert format_time(moment) == "2026-01-02 15:04:05"
+    assert format_time(moment) == "2026-01-02 15:04:05 UTC"  # the zone said (it had none)
+    tokyo = timezone(timedelta(hours=9))
+    assert format_time(datetime(2026, 1, 3, 0, 4, 5, tzinfo=tokyo)) == "2026-01-02 15:04:05 UTC"
     assert format_time(None) == "-"
     assert format_age(moment, moment + timedelta(seconds=42)) == "42s"
     assert format_age(moment, moment + timedelta(hours=3, minutes=5)) == "3h"

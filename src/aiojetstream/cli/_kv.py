@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from aiojetstream import (
     BucketNotFoundError,
@@ -429,14 +430,16 @@ def history(ctx: typer.Context, bucket: Bucket, key: Key, json_flag: JsonFlag = 
     table.add_column("Operation", no_wrap=True)
     table.add_column("Created", no_wrap=True)
     table.add_column("Size", justify="right", no_wrap=True)
-    table.add_column("Value", overflow="ellipsis", no_wrap=True, max_width=30)
+    # The column may be narrowed (the other columns stay whole); each value keeps to
+    # one line, cut with an ellipsis.
+    table.add_column("Value", overflow="ellipsis", max_width=30)
     for entry in entries:
         table.add_row(
             str(entry.revision),
             str(entry.operation),
             format_time(entry.created),
             str(len(entry.value)),
-            printable_text(entry.value, lines=False),
+            Text(printable_text(entry.value, lines=False), no_wrap=True, overflow="ellipsis"),
         )
     out.table(table)
 

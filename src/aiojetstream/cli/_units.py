@@ -160,10 +160,13 @@ def format_age(value: datetime | None, now: datetime | None = None) -> str:
 
 
 def format_time(value: datetime | None) -> str:
-    """A UTC timestamp to the second: ``2026-01-02 15:04:05``; None -> ``-``."""
+    """A timestamp in UTC to the second, saying so: ``2026-01-02 15:04:05 UTC``; None -> ``-``.
+
+    The zone is printed: a time without one is read as local time (``consumer pause``).
+    """
     if value is None:
         return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def format_rate(count: float, seconds: float, unit: str = "msgs/s") -> str:
