@@ -989,6 +989,21 @@ def test_times_say_they_are_utc(cli: Cli, stream: str, tmp_path: Path) -> None:
     cli("obj", "rm", store, "--force")
 
 
+def test_kv_put_without_value_reads_piped_stdin(cli: Cli) -> None:
+    """No VALUE and a piped standard input: the value is read from it (it was empty)."""
+    bucket = unique_name("KV")
+    cli("kv", "add", bucket)
+    cli("kv", "put", bucket, "piped", input=b"secret-config\n")
+    assert cli("kv", "get", bucket, "piped", "--raw").stdout == "secret-config\n"
+    cli("kv", "create", bucket, "made", input=b"\xff binary")
+    assert cli("kv", "get", bucket, "made", "--raw").stdout_bytes == b"\xff binary"
+    cli("kv", "put", bucket, "empty")  # nothing piped (an empty input): an empty value
+    assert cli("kv", "get", bucket, "empty", "--raw").stdout == ""
+    cli("kv", "put", bucket, "given", "v", input=b"ignored")  # a VALUE wins
+    assert cli("kv", "get", bucket, "given", "--raw").stdout == "v"
+    cli("kv", "rm", bucket, "--force")
+
+
 def test_kv_ttl_needs_limit_markers(cli: Cli) -> None:
     plain = unique_name("KV")
     cli("kv", "add", plain)

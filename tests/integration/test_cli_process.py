@@ -234,6 +234,17 @@ def run_in_terminal(nats_url: str, *args: str) -> bytes:
     return screen
 
 
+def test_kv_put_without_value_in_a_terminal_is_empty(nats_url: str) -> None:
+    """In a terminal, no VALUE is an empty value: nothing waits for typed input."""
+    bucket = unique_name("PROC")
+    setup(nats_url, "kv", "add", bucket)
+    screen = run_in_terminal(nats_url, "kv", "put", bucket, "k")
+    assert b"Stored k: revision 1." in screen
+    got = CliRunner().invoke(app, ["--server", nats_url, "kv", "get", bucket, "k", "--raw"])
+    assert (got.exit_code, got.stdout) == (0, "")
+    setup(nats_url, "kv", "rm", bucket, "--force")
+
+
 def test_progress_renders_in_a_terminal(nats_url: str) -> None:
     """In a real terminal (a pty, 80x24) the progress bar draws, updates and finishes."""
     stream = unique_name("PROC")

@@ -85,6 +85,7 @@ __all__ = [
     "printable",
     "printable_text",
     "read_data",
+    "read_value",
     "read_stdin",
     "run",
     "safe_file_name",
@@ -477,6 +478,24 @@ def read_data(data: str | None) -> bytes:
     if data == "-":
         return read_stdin()
     return os.fsencode(data)
+
+
+def read_value(value: str | None) -> bytes:
+    """A value argument (``kv put``, ``kv create``): as :func:`read_data`, or standard input.
+
+    None given reads a piped standard input (``echo v | aiojetstream kv put
+    B k``, as ``nats`` does), at most :data:`INPUT_LIMIT` bytes. With no value
+    and standard input a terminal, closed or not readable, the value is empty
+    (nothing was given to read).
+    """
+    if value is not None:
+        return read_data(value)
+    try:
+        if sys.stdin is None or sys.stdin.isatty() or _stdin_problem() is not None:
+            return b""
+    except ValueError:  # a closed file object
+        return b""
+    return read_stdin("the value")
 
 
 def load_json_file(path: Path) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from ._common import (
     payload_fields,
     printable,
     printable_text,
-    read_data,
+    read_value,
     run,
 )
 from ._units import (
@@ -69,7 +69,10 @@ app = typer.Typer(
 Bucket = Annotated[str, typer.Argument(help="The bucket.", show_default=False)]
 Key = Annotated[str, typer.Argument(help="The key.", show_default=False)]
 Value = Annotated[
-    str | None, typer.Argument(help="The value; '-' reads standard input; none: empty.")
+    str | None,
+    typer.Argument(
+        help="The value; '-' reads standard input; none: standard input when piped, else empty."
+    ),
 ]
 TTL = Annotated[
     str | None,
@@ -310,7 +313,7 @@ def put(
     ctx: typer.Context, bucket: Bucket, key: Key, value: Value = None, json_flag: JsonFlag = False
 ) -> None:
     """Store a value (a new revision of the key)."""
-    data = read_data(value)
+    data = read_value(value)
 
     async def work(js: JetStreamContext) -> int:
         return await (await js.key_value(bucket)).put(key, data)
@@ -328,7 +331,7 @@ def create(
     json_flag: JsonFlag = False,
 ) -> None:
     """Store a value only if the key has none (fails if it exists)."""
-    data = read_data(value)
+    data = read_value(value)
     stretched: list[str] = []
 
     async def work(js: JetStreamContext) -> int:
