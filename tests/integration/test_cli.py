@@ -550,6 +550,43 @@ def test_usage_errors_exit_2(cli: Cli) -> None:
     assert "is not a size" in result.stderr
 
 
+def test_options_that_do_not_go_together_are_usage_errors(tmp_path: Path) -> None:
+    """Checked before connecting, naming the options: they were exit 1 with the library's
+    argument names (kv watch), after the progress bar (obj put), a server's error (server)."""
+    nowhere = unreachable_url()
+    file = tmp_path / "f.txt"
+    file.write_text("x")
+    for args, expected in (
+        (
+            ("kv", "watch", "B", "--history", "--updates-only"),
+            "--history and --updates-only can not be combined",
+        ),
+        (
+            ("obj", "put", "B", str(file), "--chunk-size", "0"),
+            "Invalid value for '--chunk-size': '0' is not a chunk size: give 1 byte or more",
+        ),
+        (
+            ("obj", "put", "B", str(file), "--chunk-size", "-1"),
+            "Invalid value for '--chunk-size': '-1' is not a chunk size: give 1 byte or more",
+        ),
+        (
+            ("server", "--cluster", "1"),
+            "Invalid value for '--cluster': a cluster has 2 nodes or more (3 for quorum); "
+            "one server is without --cluster",
+        ),
+        (
+            ("server", "--cluster", "3", "--port", "4222"),
+            "--port can not be combined with --cluster (ports are free ones)",
+        ),
+    ):
+        usage = invoke(nowhere, args, None, 2)
+        assert usage_error_line(usage).endswith(expected)
+        assert "Storing" not in usage.stderr  # no progress bar: nothing started
+    # A chunk of 1 byte is a chunk size: it gets as far as connecting.
+    one = invoke(nowhere, ("obj", "put", "B", str(file), "--chunk-size", "1"), None, 1)
+    assert "could not connect" in one_error_line(one)
+
+
 def test_help_of_every_command(cli: Cli) -> None:
     commands = [
         (),

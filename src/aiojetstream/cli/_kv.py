@@ -491,6 +491,8 @@ def watch(
 ) -> None:
     """Print the keys' current values, then every change (until Ctrl-C, --count or --idle)."""
     out = output(ctx, json_flag)
+    if include_history and updates_only:
+        raise typer.BadParameter("--history and --updates-only can not be combined")
 
     async def work(js: JetStreamContext) -> int:
         kv = await js.key_value(bucket)

@@ -51,7 +51,13 @@ from ._common import (
     stdin_usable,
 )
 from ._messages import DescriptionColumn
-from ._units import format_bytes, format_duration, format_time, parse_duration, parse_size
+from ._units import (
+    format_bytes,
+    format_duration,
+    format_time,
+    parse_chunk_size,
+    parse_duration,
+)
 
 __all__ = ["ByteRateColumn", "BytesColumn", "app"]
 
@@ -290,7 +296,9 @@ def put(
     description: Description = None,
     chunk_size: Annotated[
         int | None,
-        typer.Option(parser=parse_size, metavar="SIZE", help="Bytes per chunk (default 128KiB)."),
+        typer.Option(
+            parser=parse_chunk_size, metavar="SIZE", help="Bytes per chunk (default 128KiB)."
+        ),
     ] = None,
     json_flag: JsonFlag = False,
 ) -> None:

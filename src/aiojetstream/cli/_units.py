@@ -115,6 +115,19 @@ def parse_payload_size(text: str | int) -> int:
     return size
 
 
+def parse_chunk_size(text: str | int) -> int:
+    """:func:`parse_size` for a chunk of an object: at least 1 byte (``0``, ``-1`` refused).
+
+    Raises:
+        typer.BadParameter: the text is not a size, or is under 1 byte.
+
+    """
+    size = parse_size(text)
+    if size < 1:
+        raise typer.BadParameter(f"{text!r} is not a chunk size: give 1 byte or more")
+    return size
+
+
 def format_bytes(size: int | float) -> str:
     """``1536`` -> ``1.5 KiB``; ``-1`` -> ``unlimited``."""
     if size < 0:
