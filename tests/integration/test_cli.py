@@ -1188,6 +1188,39 @@ def test_sizes_are_in_binary_units_everywhere(cli: Cli, tmp_path: Path) -> None:
     cli("obj", "rm", bucket, "-f")
 
 
+def test_size_limits_are_shown_in_binary_units(cli: Cli) -> None:
+    """``Max msg size`` was ``1,048,576``; bucket limits were not shown; kv history's Size bare."""
+    name = unique_name("UNITS")
+    added = cli("stream", "add", name, "--max-msg-size", "1MiB", "--max-bytes", "10MB")
+    assert re.search(r"Max msg size +1\.0 MiB\s*\n", added.stdout), added.stdout
+    assert re.search(r"Max bytes +9\.5 MiB \(10,000,000 bytes\)", added.stdout), added.stdout
+    assert "1,048,576" not in added.stdout
+    info = cli("stream", "info", name).stdout
+    assert re.search(r"Max msg size +1\.0 MiB\s*\n", info), info
+    cli("stream", "rm", name, "-f")
+    bucket = unique_name("UNITS")
+    kv_added = cli("kv", "add", bucket, "--max-bytes", "1GiB", "--max-value-size", "512")
+    kv_info = cli("kv", "info", bucket).stdout
+    for text in (kv_added.stdout, kv_info):
+        assert re.search(r"Max bytes +1\.0 GiB\s*\n", text), text
+        assert re.search(r"Max value size +512 B\s*\n", text), text
+    cli("kv", "put", bucket, "k", "x" * 300)
+    history = cli("kv", "history", bucket, "k").stdout
+    assert re.search(r"PUT .* 300 B ", history), history
+    unlimited = unique_name("UNITS")
+    cli("kv", "add", unlimited)
+    assert re.search(r"Max value size +unlimited", cli("kv", "info", unlimited).stdout)
+    store = unique_name("UNITS")
+    obj_added = cli("obj", "add", store, "--max-bytes", "64MiB")
+    for text in (obj_added.stdout, cli("obj", "info", store).stdout):
+        assert re.search(r"Max bytes +64\.0 MiB\s*\n", text), text
+    for result in (added, kv_added, obj_added):
+        assert_fits(result.stdout)
+    cli("kv", "rm", bucket, "-f")
+    cli("kv", "rm", unlimited, "-f")
+    cli("obj", "rm", store, "-f")
+
+
 def test_obj_get_into_a_directory(cli: Cli, tmp_path: Path) -> None:
     """``-o DIR`` writes DIR/NAME (the name's last part); refusals come before fetching."""
     bucket = unique_name("OBJ")

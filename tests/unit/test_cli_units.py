@@ -34,6 +34,7 @@ from aiojetstream.cli._units import (
     format_age,
     format_bytes,
     format_duration,
+    format_limit,
     format_time,
     parse_duration,
     parse_size,
@@ -134,6 +135,11 @@ def test_format_bytes_time_and_age() -> None:
     tokyo = timezone(timedelta(hours=9))
     assert format_time(datetime(2026, 1, 3, 0, 4, 5, tzinfo=tokyo)) == "2026-01-02 15:04:05 UTC"
     assert format_time(None) == "-"
+    assert format_limit(None) == format_limit(-1) == "unlimited"
+    assert format_limit(1 << 20) == "1.0 MiB"
+    assert format_limit(1536) == "1.5 KiB"
+    assert format_limit(512) == "512 B"
+    assert format_limit(10_000_000) == "9.5 MiB (10,000,000 bytes)"
     assert format_age(moment, moment + timedelta(seconds=42)) == "42s"
     assert format_age(moment, moment + timedelta(hours=3, minutes=5)) == "3h"
     assert format_age(moment, moment - timedelta(seconds=5)) == "0s"  # clock skew

@@ -51,6 +51,7 @@ from ._common import (
 from ._units import (
     format_bytes,
     format_duration,
+    format_limit,
     format_time,
     parse_duration,
     parse_size,
@@ -104,6 +105,8 @@ def _status_table(status: KeyValueStatus) -> Table:
         ("Description", status.stream_info.config.description),
         ("Values", f"{status.values:,}"),
         ("Size", format_bytes(status.bytes)),
+        ("Max bytes", format_limit(status.stream_info.config.max_bytes)),
+        ("Max value size", format_limit(status.stream_info.config.max_msg_size)),
         ("History", status.history),
         ("TTL", format_duration(status.ttl) if status.ttl else "none"),
         (
@@ -441,7 +444,7 @@ def history(ctx: typer.Context, bucket: Bucket, key: Key, json_flag: JsonFlag = 
             str(entry.revision),
             str(entry.operation),
             format_time(entry.created),
-            str(len(entry.value)),
+            format_bytes(len(entry.value)),
             Text(printable_text(entry.value, lines=False), no_wrap=True, overflow="ellipsis"),
         )
     out.table(table)

@@ -54,6 +54,7 @@ from ._messages import DescriptionColumn
 from ._units import (
     format_bytes,
     format_duration,
+    format_limit,
     format_time,
     parse_chunk_size,
     parse_duration,
@@ -123,6 +124,7 @@ def _status_rows(status: ObjectStoreStatus) -> list[tuple[str, Any]]:
         ("Bucket", status.bucket),
         ("Description", status.description),
         ("Size", format_bytes(status.size)),
+        ("Max bytes", format_limit(status.stream_info.config.max_bytes)),
         ("TTL", format_duration(status.ttl) if status.ttl else "none"),
         ("Storage", str(status.storage)),
         ("Replicas", status.replicas),

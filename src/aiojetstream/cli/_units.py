@@ -11,6 +11,7 @@ import typer
 __all__ = [
     "format_age",
     "format_bytes",
+    "format_limit",
     "format_duration",
     "format_rate",
     "format_time",
@@ -138,6 +139,23 @@ def format_bytes(size: int | float) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+_UNIT_POWERS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4}
+
+
+def format_limit(size: int | None) -> str:
+    """A size limit: ``1.0 MiB``, or ``9.5 MiB (10,000,000 bytes)`` when that is not exact.
+
+    None or negative (``-1``) is ``unlimited``.
+    """
+    if size is None or size < 0:
+        return "unlimited"
+    text = format_bytes(size)
+    number, unit = text.split()
+    if float(number) * 1024 ** _UNIT_POWERS[unit] == size:
+        return text
+    return f"{text} ({size:,} bytes)"
 
 
 def format_duration(value: timedelta | None) -> str:
