@@ -448,6 +448,28 @@ def test_connection_errors_are_one_line(nats_url: str) -> None:
     assert usage_error_line(result) == "Error: Invalid value: --tls-key needs --tls-cert"
 
 
+def test_unreadable_creds_and_nkey_files_are_usage_errors(nats_url: str, tmp_path: Path) -> None:
+    """The session's server requires no authentication: a --creds or --nkey file that is
+    not there was never read, and the command succeeded (exit 0)."""
+    missing = tmp_path / "missing.creds"
+    for args, option, reason in (
+        (("--creds", str(missing)), "--creds", "No such file or directory"),
+        (("--nkey", str(tmp_path / "user.nk")), "--nkey", "No such file or directory"),
+        (("--nkey", str(tmp_path)), "--nkey", "Is a directory"),
+    ):
+        result = invoke(nats_url, (*args, "stream", "ls", "--names"), None, 2)
+        assert usage_error_line(result) == (
+            f"Error: Invalid value for '{option}': {args[1]!r}: {reason}"
+        )
+        assert result.stdout == ""
+    # From the environment too (NATS_CREDS).
+    runner = CliRunner()
+    env = {"NATS_URL": nats_url, "NATS_CREDS": str(missing)}
+    result = runner.invoke(app, ["stream", "ls", "--names"], env=env)
+    assert result.exit_code == 2, result.output
+    assert usage_error_line(result).startswith("Error: Invalid value for '--creds': ")
+
+
 def test_user_and_password() -> None:
     with NatsServer(config={"authorization": {"user": "alice", "password": "s3cret"}}) as server:
         ok = invoke(

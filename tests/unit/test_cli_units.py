@@ -20,6 +20,7 @@ import aiojetstream
 from aiojetstream.cli._bench import BenchResult, _stores, percentile
 from aiojetstream.cli._common import (
     CliError,
+    CliUsageError,
     Options,
     describe_error,
     guarded,
@@ -276,15 +277,22 @@ def test_payload_fields_and_json() -> None:
     assert to_jsonable(ns_to_duration(2**63 - 1)) == 2**63 - 1
 
 
-def test_connect_options() -> None:
+def test_connect_options(tmp_path: Path) -> None:
     assert Options().connect_kwargs() == {"timeout": 5.0, "domain": None}
-    kwargs = Options(
-        user="u", password="p", creds=Path("a.creds"), nkey=Path("u.nk")
-    ).connect_kwargs()
+    creds, seed = tmp_path / "a.creds", tmp_path / "u.nk"
+    creds.write_text("creds")
+    seed.write_text("seed")
+    kwargs = Options(user="u", password="p", creds=creds, nkey=seed).connect_kwargs()
     assert kwargs["user"] == "u"
     assert kwargs["password"] == "p"
-    assert kwargs["user_credentials"] == "a.creds"
-    assert kwargs["nkeys_seed"] == "u.nk"
+    assert kwargs["user_credentials"] == str(creds)
+    assert kwargs["nkeys_seed"] == str(seed)
+    # A file that can not be read: a usage error before connecting (it was passed on, and
+    # a server without authentication never read it).
+    with pytest.raises(CliUsageError, match=r"'/nonexistent.creds': No such file"):
+        Options(creds=Path("/nonexistent.creds")).connect_kwargs()
+    with pytest.raises(CliUsageError, match=r": Is a directory"):
+        Options(nkey=tmp_path).connect_kwargs()
     assert Options(token="t", domain="hub").connect_kwargs()["token"] == "t"
     with pytest.raises(CliError, match="--password needs --user"):
         Options(password="p").connect_kwargs()

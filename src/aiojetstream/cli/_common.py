@@ -143,7 +143,8 @@ class Options:
         """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context).
 
         Raises:
-            CliUsageError: inconsistent options (a usage error).
+            CliUsageError: inconsistent options, or a ``--creds`` or ``--nkey``
+                file that can not be read (a usage error).
             CliError: a certificate file that can not be read or is not valid.
 
         """
@@ -159,9 +160,9 @@ class Options:
         if self.token is not None:
             kwargs["token"] = self.token
         if self.creds is not None:
-            kwargs["user_credentials"] = str(self.creds)
+            kwargs["user_credentials"] = str(_readable(self.creds, "--creds"))
         if self.nkey is not None:
-            kwargs["nkeys_seed"] = str(self.nkey)
+            kwargs["nkeys_seed"] = str(_readable(self.nkey, "--nkey"))
         if self.tls_ca is not None or self.tls_cert is not None:
             kwargs["tls"] = self._tls_context()
         return kwargs
@@ -182,6 +183,24 @@ class Options:
                 files = f"{self.tls_cert}" + (f", {self.tls_key}" if self.tls_key else "")
                 raise CliError(f"--tls-cert {files}: {_reason(exc)}") from exc
         return context
+
+
+def _readable(path: Path, option: str) -> Path:
+    """``path`` if it is a file that can be read; else a usage error of ``option``.
+
+    Checked before connecting: a server that requires no authentication never
+    reads the file, and a mistyped path went unnoticed.
+
+    Raises:
+        CliUsageError: the file is missing, a directory, or not readable.
+
+    """
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise CliUsageError(f"{str(path)!r}: {_reason(exc)}", param_hint=f"'{option}'") from None
+    return path
 
 
 def _reason(exc: OSError) -> str:
