@@ -326,7 +326,7 @@ def test_stream_purge_question_and_count_follow_the_options(cli: Cli, stream: st
         (("--keep", "1"), "Purge all but the newest message of stream {s}?"),
         (("--keep", "0"), "Purge all messages of stream {s}?"),
         (("--seq", "3"), "Purge the messages below sequence 3 of stream {s}?"),
-        (("--subject", f"{stream}.a"), "Purge all messages on {s}.a of stream {s}?"),
+        (("--subject", f"{stream}.a"), "Purge messages on {s}.a of stream {s}?"),
         (
             ("--subject", f"{stream}.a", "--keep", "1"),
             "Purge all but the newest message on {s}.a of stream {s}?",

@@ -426,7 +426,7 @@ def _purged_what(subject: str | None, seq: int | None, keep: int | None) -> str:
     if keep:
         newest = "newest message" if keep == 1 else f"newest {keep:,} messages"
         return f"all but the {newest}{on}"
-    return f"all messages{on}"
+    return f"messages{on}" if subject else "all messages"
 
 
 @app.command("purge")
