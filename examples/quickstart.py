@@ -28,7 +28,7 @@ async def main() -> None:
         stream = await js.create_or_update_stream(
             StreamConfig(
                 name=STREAM,
-                subjects=["orders.>"],
+                subjects=["quickstart.>"],  # not orders.>: the CLI tutorial's ORDERS
                 storage=StorageType.MEMORY,
                 allow_msg_ttl=True,  # per-message TTLs (ADR-43, nats-server >= 2.11)
                 duplicate_window=timedelta(minutes=1),
@@ -36,16 +36,16 @@ async def main() -> None:
         )
         print(f"Created stream {stream.name} capturing {stream.cached_info.config.subjects}")
 
-        ack = await js.publish("orders.new", b'{"id": 1, "item": "tea"}', msg_id="order-1")
-        print(f"Published orders.new        -> stream {ack.stream}, sequence {ack.seq}")
-        again = await js.publish("orders.new", b'{"id": 1, "item": "tea"}', msg_id="order-1")
+        ack = await js.publish("quickstart.new", b'{"id": 1, "item": "tea"}', msg_id="order-1")
+        print(f"Published quickstart.new    -> stream {ack.stream}, sequence {ack.seq}")
+        again = await js.publish("quickstart.new", b'{"id": 1, "item": "tea"}', msg_id="order-1")
         print(f"Published it again (same id) -> duplicate={again.duplicate}, sequence {again.seq}")
 
-        ack = await js.publish("orders.hold", b'{"id": 2, "item": "cake"}', ttl="1h")
-        print(f"Published orders.hold       -> sequence {ack.seq}, expires in 1 hour (Nats-TTL)")
+        ack = await js.publish("quickstart.hold", b'{"id": 2, "item": "cake"}', ttl="1h")
+        print(f"Published quickstart.hold   -> sequence {ack.seq}, expires in 1 hour (Nats-TTL)")
 
         futures = [
-            await js.publish_async(f"orders.batch.{i}", f'{{"id": {i}}}'.encode())
+            await js.publish_async(f"quickstart.batch.{i}", f'{{"id": {i}}}'.encode())
             for i in range(3, 8)
         ]
         await js.publish_async_complete()
@@ -61,10 +61,10 @@ async def main() -> None:
             msg = await stream.get_msg(seq)
             ttl = (msg.headers or {}).get("Nats-TTL")
             note = f"  (TTL {ttl} s)" if ttl else ""
-            print(f"  #{msg.seq} {msg.subject:<16} {msg.data.decode()}{note}")
+            print(f"  #{msg.seq} {msg.subject:<18} {msg.data.decode()}{note}")
 
-        last = await stream.get_last_msg_for_subject("orders.new")
-        print(f"Last message on orders.new is #{last.seq}")
+        last = await stream.get_last_msg_for_subject("quickstart.new")
+        print(f"Last message on quickstart.new is #{last.seq}")
 
         # Read them again through a pull consumer: one fetch for every message.
         consumer = await stream.create_consumer(
@@ -75,7 +75,7 @@ async def main() -> None:
         async for delivered in batch:
             meta = delivered.metadata
             print(
-                f"  #{meta.sequence.stream} {delivered.subject:<16} {delivered.data.decode()}"
+                f"  #{meta.sequence.stream} {delivered.subject:<18} {delivered.data.decode()}"
                 f"  (delivery {meta.num_delivered}, {meta.num_pending} left)"
             )
             await delivered.double_ack()  # ack and wait for the server's confirmation

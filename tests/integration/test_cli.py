@@ -316,6 +316,33 @@ def test_stream_purge_and_rm(cli: Cli, stream: str) -> None:
     cli("stream", "add", stream, "--subjects", f"{stream}.>")  # for the fixture's rm
 
 
+def test_stream_purge_question_and_count_follow_the_options(cli: Cli, stream: str) -> None:
+    """The question said "all messages" for --keep and --seq; the count was always plural."""
+    for n in range(4):
+        cli("pub", f"{stream}.{'a' if n < 2 else 'b'}", f"m{n}")
+    for options, question in (
+        ((), "Purge all messages of stream {s}?"),
+        (("--keep", "2"), "Purge all but the newest 2 messages of stream {s}?"),
+        (("--keep", "1"), "Purge all but the newest message of stream {s}?"),
+        (("--keep", "0"), "Purge all messages of stream {s}?"),
+        (("--seq", "3"), "Purge the messages below sequence 3 of stream {s}?"),
+        (("--subject", f"{stream}.a"), "Purge messages on {s}.a of stream {s}?"),
+        (
+            ("--subject", f"{stream}.a", "--keep", "1"),
+            "Purge all but the newest message on {s}.a of stream {s}?",
+        ),
+    ):
+        refused = cli("stream", "purge", stream, *options, input="n\n", expect=1)
+        assert question.format(s=stream) in refused.stderr, refused.stderr
+    assert as_json(cli("stream", "info", stream, "--json"))["state"]["messages"] == 4
+    one = cli("stream", "purge", stream, "--seq", "2", "--force")
+    assert one.stdout.strip() == f"Purged 1 message from stream {stream}."
+    two = cli("stream", "purge", stream, "--keep", "1", "--force")
+    assert two.stdout.strip() == f"Purged 2 messages from stream {stream}."
+    none = cli("stream", "purge", stream, "--subject", f"{stream}.a", "--force")
+    assert none.stdout.strip() == f"Purged 0 messages from stream {stream}."
+
+
 def _commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, Any]]:
     """Every command of the command line: ``("stream rm", its Click command)``, ..."""
     children = getattr(command, "commands", None)
@@ -421,6 +448,28 @@ def test_connection_errors_are_one_line(nats_url: str) -> None:
     assert usage_error_line(result) == "Error: Invalid value: --tls-key needs --tls-cert"
 
 
+def test_unreadable_creds_and_nkey_files_are_usage_errors(nats_url: str, tmp_path: Path) -> None:
+    """The session's server requires no authentication: a --creds or --nkey file that is
+    not there was never read, and the command succeeded (exit 0)."""
+    missing = tmp_path / "missing.creds"
+    for args, option, reason in (
+        (("--creds", str(missing)), "--creds", "No such file or directory"),
+        (("--nkey", str(tmp_path / "user.nk")), "--nkey", "No such file or directory"),
+        (("--nkey", str(tmp_path)), "--nkey", "Is a directory"),
+    ):
+        result = invoke(nats_url, (*args, "stream", "ls", "--names"), None, 2)
+        assert usage_error_line(result) == (
+            f"Error: Invalid value for '{option}': {args[1]!r}: {reason}"
+        )
+        assert result.stdout == ""
+    # From the environment too (NATS_CREDS).
+    runner = CliRunner()
+    env = {"NATS_URL": nats_url, "NATS_CREDS": str(missing)}
+    result = runner.invoke(app, ["stream", "ls", "--names"], env=env)
+    assert result.exit_code == 2, result.output
+    assert usage_error_line(result).startswith("Error: Invalid value for '--creds': ")
+
+
 def test_user_and_password() -> None:
     with NatsServer(config={"authorization": {"user": "alice", "password": "s3cret"}}) as server:
         ok = invoke(
@@ -521,6 +570,43 @@ def test_usage_errors_exit_2(cli: Cli) -> None:
     assert "tape" in result.stderr
     result = cli("stream", "add", "X", "--max-bytes", "lots", expect=2)
     assert "is not a size" in result.stderr
+
+
+def test_options_that_do_not_go_together_are_usage_errors(tmp_path: Path) -> None:
+    """Checked before connecting, naming the options: they were exit 1 with the library's
+    argument names (kv watch), after the progress bar (obj put), a server's error (server)."""
+    nowhere = unreachable_url()
+    file = tmp_path / "f.txt"
+    file.write_text("x")
+    for args, expected in (
+        (
+            ("kv", "watch", "B", "--history", "--updates-only"),
+            "--history and --updates-only can not be combined",
+        ),
+        (
+            ("obj", "put", "B", str(file), "--chunk-size", "0"),
+            "Invalid value for '--chunk-size': '0' is not a chunk size: give 1 byte or more",
+        ),
+        (
+            ("obj", "put", "B", str(file), "--chunk-size", "-1"),
+            "Invalid value for '--chunk-size': '-1' is not a chunk size: give 1 byte or more",
+        ),
+        (
+            ("server", "--cluster", "1"),
+            "Invalid value for '--cluster': a cluster has 2 nodes or more (3 for quorum); "
+            "one server is without --cluster",
+        ),
+        (
+            ("server", "--cluster", "3", "--port", "4222"),
+            "--port can not be combined with --cluster (ports are free ones)",
+        ),
+    ):
+        usage = invoke(nowhere, args, None, 2)
+        assert usage_error_line(usage).endswith(expected)
+        assert "Storing" not in usage.stderr  # no progress bar: nothing started
+    # A chunk of 1 byte is a chunk size: it gets as far as connecting.
+    one = invoke(nowhere, ("obj", "put", "B", str(file), "--chunk-size", "1"), None, 1)
+    assert "could not connect" in one_error_line(one)
 
 
 def test_help_of_every_command(cli: Cli) -> None:
@@ -626,6 +712,23 @@ def test_ttl_is_checked_before_connecting() -> None:
     assert "could not connect" in one_error_line(
         invoke(nowhere, ("pub", "x", "y", "--ttl", "1h"), None, 1)
     )
+
+
+def test_pub_replaces_n_only_with_count(cli: Cli, stream: str) -> None:
+    """Without --count, ``{n}`` is sent as written (ICU, ``${n}``, ``\\d{n}``): not a template."""
+    cli("pub", f"{stream}.a", "You have {n} new messages", "--msg-id", "id-{n}")
+    cli("pub", f"{stream}.b", "-", input=b'echo "${n}" \\d{n}')
+    cli("pub", f"{stream}.c", "{n} async", "--async", "--json")  # one message, not a template
+    assert cli("get", stream, "1", "--raw").stdout == "You have {n} new messages"
+    assert as_json(cli("get", stream, "1", "--json"))["headers"] == {"Nats-Msg-Id": "id-{n}"}
+    assert cli("get", stream, "2", "--raw").stdout == 'echo "${n}" \\d{n}'
+    assert cli("get", stream, "3", "--raw").stdout == "{n} async"
+    # With --count (even 1), the argument, standard input and --msg-id are templates.
+    cli("pub", f"{stream}.d", "m{n}", "--count", "1", "--msg-id", "d-{n}")
+    cli("pub", f"{stream}.e", "-", "--count", "2", input=b"s{n}")
+    got = as_json(cli("get", stream, "4", "--json"))
+    assert (got["data"], got["headers"]) == ("m1", {"Nats-Msg-Id": "d-1"})
+    assert [cli("get", stream, str(seq), "--raw").stdout for seq in (5, 6)] == ["s1", "s2"]
 
 
 @pytest.mark.parametrize("mode", ["pipelined", "sync", "async"])
@@ -913,6 +1016,53 @@ def test_kv_commands(cli: Cli) -> None:
     assert bucket not in cli("kv", "ls", "--names").stdout
 
 
+def test_times_say_they_are_utc(cli: Cli, stream: str, tmp_path: Path) -> None:
+    """Times are printed in UTC, and say so: a time without a zone is local for ``pause``."""
+    utc = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+    cli("pub", f"{stream}.x", "hello")
+    shown = {
+        "get": cli("get", stream, "1").stdout,
+        "consume": cli("consume", stream, "--count", "1").stdout,
+        "stream info": cli("stream", "info", stream).stdout,
+    }
+    bucket = unique_name("KV")
+    cli("kv", "add", bucket)
+    cli("kv", "put", bucket, "k", "a long value " * 6)
+    shown["kv get"] = cli("kv", "get", bucket, "k").stdout
+    history = cli("kv", "history", bucket, "k").stdout
+    shown["kv history"] = history
+    (tmp_path / "f.txt").write_text("x")
+    store = unique_name("OBJ")
+    cli("obj", "add", store)
+    cli("obj", "put", store, str(tmp_path / "f.txt"))
+    shown["obj ls"] = cli("obj", "ls", store).stdout
+    shown["obj info"] = cli("obj", "info", store, "f.txt").stdout
+    for command, text in shown.items():
+        assert utc.search(text), (command, text)
+    # The history table keeps its columns whole; a long value is what gets cut.
+    assert_fits(history)
+    assert "Revision   Operation" in history
+    assert "a long value a long" in history
+    assert "…" in history
+    cli("kv", "rm", bucket, "--force")
+    cli("obj", "rm", store, "--force")
+
+
+def test_kv_put_without_value_reads_piped_stdin(cli: Cli) -> None:
+    """No VALUE and a piped standard input: the value is read from it (it was empty)."""
+    bucket = unique_name("KV")
+    cli("kv", "add", bucket)
+    cli("kv", "put", bucket, "piped", input=b"secret-config\n")
+    assert cli("kv", "get", bucket, "piped", "--raw").stdout == "secret-config\n"
+    cli("kv", "create", bucket, "made", input=b"\xff binary")
+    assert cli("kv", "get", bucket, "made", "--raw").stdout_bytes == b"\xff binary"
+    cli("kv", "put", bucket, "empty")  # nothing piped (an empty input): an empty value
+    assert cli("kv", "get", bucket, "empty", "--raw").stdout == ""
+    cli("kv", "put", bucket, "given", "v", input=b"ignored")  # a VALUE wins
+    assert cli("kv", "get", bucket, "given", "--raw").stdout == "v"
+    cli("kv", "rm", bucket, "--force")
+
+
 def test_kv_ttl_needs_limit_markers(cli: Cli) -> None:
     plain = unique_name("KV")
     cli("kv", "add", plain)
@@ -1060,6 +1210,39 @@ def test_sizes_are_in_binary_units_everywhere(cli: Cli, tmp_path: Path) -> None:
     cli("obj", "rm", bucket, "-f")
 
 
+def test_size_limits_are_shown_in_binary_units(cli: Cli) -> None:
+    """``Max msg size`` was ``1,048,576``; bucket limits were not shown; kv history's Size bare."""
+    name = unique_name("UNITS")
+    added = cli("stream", "add", name, "--max-msg-size", "1MiB", "--max-bytes", "10MB")
+    assert re.search(r"Max msg size +1\.0 MiB\s*\n", added.stdout), added.stdout
+    assert re.search(r"Max bytes +9\.5 MiB \(10,000,000 bytes\)", added.stdout), added.stdout
+    assert "1,048,576" not in added.stdout
+    info = cli("stream", "info", name).stdout
+    assert re.search(r"Max msg size +1\.0 MiB\s*\n", info), info
+    cli("stream", "rm", name, "-f")
+    bucket = unique_name("UNITS")
+    kv_added = cli("kv", "add", bucket, "--max-bytes", "1GiB", "--max-value-size", "512")
+    kv_info = cli("kv", "info", bucket).stdout
+    for text in (kv_added.stdout, kv_info):
+        assert re.search(r"Max bytes +1\.0 GiB\s*\n", text), text
+        assert re.search(r"Max value size +512 B\s*\n", text), text
+    cli("kv", "put", bucket, "k", "x" * 300)
+    history = cli("kv", "history", bucket, "k").stdout
+    assert re.search(r"PUT .* 300 B ", history), history
+    unlimited = unique_name("UNITS")
+    cli("kv", "add", unlimited)
+    assert re.search(r"Max value size +unlimited", cli("kv", "info", unlimited).stdout)
+    store = unique_name("UNITS")
+    obj_added = cli("obj", "add", store, "--max-bytes", "64MiB")
+    for text in (obj_added.stdout, cli("obj", "info", store).stdout):
+        assert re.search(r"Max bytes +64\.0 MiB\s*\n", text), text
+    for result in (added, kv_added, obj_added):
+        assert_fits(result.stdout)
+    cli("kv", "rm", bucket, "-f")
+    cli("kv", "rm", unlimited, "-f")
+    cli("obj", "rm", store, "-f")
+
+
 def test_obj_get_into_a_directory(cli: Cli, tmp_path: Path) -> None:
     """``-o DIR`` writes DIR/NAME (the name's last part); refusals come before fetching."""
     bucket = unique_name("OBJ")
@@ -1126,6 +1309,26 @@ def test_bench_pub(cli: Cli, nats_url: str) -> None:
     assert "200/200" in table.stderr
     assert_fits(table.stdout)
     assert query(nats_url, exists)  # --keep
+
+
+def test_bench_uses_a_stream_storing_the_subject_through_a_wildcard(cli: Cli) -> None:
+    """A stream on ``NAME.>`` stores ``NAME.bench``: it was refused (an exact match only)."""
+    name = unique_name("BENCH")
+    cli("stream", "add", name, "--subjects", f"{name}.>,other.*.x")
+    for subject in (f"{name}.bench", f"{name}.a.b", "other.y.x"):
+        result = as_json(
+            cli("bench", "pub", "--stream", name, "--subject", subject, "--msgs", "5", "--json")
+        )
+        assert result["messages"] == 5
+    consumed = cli(
+        "bench", "consume", "--stream", name, "--subject", f"{name}.c", "--msgs", "5", "--json"
+    )
+    assert as_json(consumed)["messages"] == 5
+    assert as_json(cli("stream", "info", name, "--json"))["state"]["messages"] == 20
+    for subject in (name, "other.y", "other.y.x.z", "elsewhere"):
+        refused = cli("bench", "pub", "--stream", name, "--subject", subject, expect=1)
+        assert f"does not store {subject}" in one_error_line(refused)
+    cli("stream", "rm", name, "--force")
 
 
 def test_bench_size_is_not_negative() -> None:

@@ -234,6 +234,17 @@ def run_in_terminal(nats_url: str, *args: str) -> bytes:
     return screen
 
 
+def test_kv_put_without_value_in_a_terminal_is_empty(nats_url: str) -> None:
+    """In a terminal, no VALUE is an empty value: nothing waits for typed input."""
+    bucket = unique_name("PROC")
+    setup(nats_url, "kv", "add", bucket)
+    screen = run_in_terminal(nats_url, "kv", "put", bucket, "k")
+    assert b"Stored k: revision 1." in screen
+    got = CliRunner().invoke(app, ["--server", nats_url, "kv", "get", bucket, "k", "--raw"])
+    assert (got.exit_code, got.stdout) == (0, "")
+    setup(nats_url, "kv", "rm", bucket, "--force")
+
+
 def test_progress_renders_in_a_terminal(nats_url: str) -> None:
     """In a real terminal (a pty, 80x24) the progress bar draws, updates and finishes."""
     stream = unique_name("PROC")
@@ -268,6 +279,97 @@ def test_payload_reaches_a_terminal_as_it_is(nats_url: str) -> None:
     screen = run_in_terminal(nats_url, "get", stream, "1")
     assert b"\x1b[1m" in screen  # the table's setting names are bold: Rich saw a terminal
     assert screen.endswith(b"\n" + payload.encode() + b"\r\n")  # the terminal's own \r\n
+
+
+def in_controlling_terminal() -> None:
+    """``preexec_fn``: a session of its own whose controlling terminal is standard input
+    (a pty), so that the terminal turns Ctrl-C into SIGINT and Ctrl-D into end of input."""
+    interruptible()
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+#: The number of the read system call, where /proc/PID/syscall shows it.
+_READ_SYSCALL = {"x86_64": 0, "aarch64": 63}.get(os.uname().machine)
+
+
+def reading_stdin(pid: int) -> bool:
+    """Whether process ``pid`` is blocked reading file descriptor 0 (True where /proc
+    can not tell)."""
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return True
+    if _READ_SYSCALL is None or not fields or not fields[0].isdigit():
+        return True
+    return int(fields[0]) == _READ_SYSCALL and len(fields) > 1 and int(fields[1], 16) == 0
+
+
+def answer_in_terminal(nats_url: str, keys: bytes, *args: str) -> tuple[int, str]:
+    """Run ``python -m aiojetstream ARGS`` in a terminal, type ``keys`` at its question."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiojetstream", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env(NATS_URL=nats_url, TERM="dumb", COLUMNS="200"),
+        close_fds=True,
+        preexec_fn=in_controlling_terminal,
+    )
+    os.close(slave)
+    try:
+        asked = b""
+        deadline = time.monotonic() + BOUND
+        while b"[y/N]" not in asked:
+            assert time.monotonic() < deadline, asked
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                asked += os.read(master, 65536)
+            else:
+                assert proc.poll() is None, asked
+        # The prompt is written just before the read: a Ctrl-C in between would be
+        # handled before Python blocks in read() (then waiting for a line forever).
+        wait_until_sync(lambda: reading_stdin(proc.pid), BOUND, message="reading the answer")
+        os.write(master, keys)
+        screen = asked + read_terminal(master, proc)
+        return proc.wait(timeout=BOUND), screen.decode(errors="replace")
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(("keys", "code"), [(b"\x03", 130), (b"\x04", 1)], ids=["ctrl-c", "ctrl-d"])
+def test_ctrl_c_and_ctrl_d_at_a_question(nats_url: str, keys: bytes, code: int) -> None:
+    """Ctrl-C at a question exits 130 (as anywhere), Ctrl-D is a "no" (exit 1); both
+    were "standard input can not be read (Abort)", exit 2. Nothing is deleted."""
+    stream = unique_name("PROC")
+    setup(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")
+    exit_code, screen = answer_in_terminal(nats_url, keys, "stream", "rm", stream)
+    assert exit_code == code, screen
+    assert "can not be read" not in screen
+    assert "Traceback" not in screen
+    if code == 1:
+        assert "error: not confirmed (use --force to skip the question)" in screen
+    else:
+        assert "error" not in screen  # quietly, as Ctrl-C elsewhere
+    assert stored(nats_url, stream) == 0  # the stream is still there
+    setup(nats_url, "stream", "rm", stream, "--force")
+
+
+def test_end_of_input_at_a_question_is_a_no(nats_url: str) -> None:
+    """``</dev/null``: the question gets end of input, a "no" (exit 1), not exit 2."""
+    stream = unique_name("PROC")
+    setup(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")
+    done = run_aj(nats_url, "stream", "rm", stream, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "error: not confirmed (use --force to skip the question)"
+    )
+    assert stored(nats_url, stream) == 0
+    setup(nats_url, "stream", "rm", stream, "--force")
 
 
 def aj(*args: str) -> list[str]:

@@ -13,6 +13,7 @@ known example must print. ``spark_pipeline.py`` starts a Spark JVM of its own
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+import aiojetstream
+from aiojetstream import StreamConfig
 from aiojetstream.testing import NatsServer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -33,10 +36,10 @@ DEFAULT_TIMEOUT = 120.0
 def check_quickstart(out: str, url: str) -> None:
     assert f"Connected to {url} (JetStream API level " in out
     assert "Published it again (same id) -> duplicate=True, sequence 1" in out
-    assert "Published orders.hold       -> sequence 2, expires in 1 hour (Nats-TTL)" in out
+    assert "Published quickstart.hold   -> sequence 2, expires in 1 hour (Nats-TTL)" in out
     assert "Published 5 more asynchronously -> sequences [3, 4, 5, 6, 7]" in out
-    assert '  #2 orders.hold      {"id": 2, "item": "cake"}  (TTL 3600 s)' in out
-    assert '  #7 orders.batch.7   {"id": 7}  (delivery 1, 0 left)' in out
+    assert '  #2 quickstart.hold    {"id": 2, "item": "cake"}  (TTL 3600 s)' in out
+    assert '  #7 quickstart.batch.7 {"id": 7}  (delivery 1, 0 left)' in out
     assert "Consumer reader: 0 pending, 0 awaiting ack" in out
     assert out.rstrip().endswith("Deleted stream QUICKSTART. Done.")
 
@@ -218,3 +221,47 @@ def test_example_runs(example: str, own_server: NatsServer) -> None:
     check = CHECKS.get(example)
     if check is not None:
         check(out, own_server.url)
+
+
+def readme_first_program() -> str:
+    """The README's "first program" (``app.py``)."""
+    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    start = readme.index("```python\n", readme.index("A first program.")) + len("```python\n")
+    return readme[start : readme.index("\n```\n", start)] + "\n"
+
+
+def test_quickstart_and_readme_program_leave_the_cli_tutorial_alone(
+    own_server: NatsServer, tmp_path: Path
+) -> None:
+    """After docs/cli.md's tutorial (``stream add ORDERS --subjects 'orders.>'``), ``make
+    demo`` failed (QUICKSTART on ``orders.>`` too: StreamSubjectOverlapError) and the
+    README's program rewrote the tutorial's ORDERS, then deleted it."""
+
+    async def tutorial_stream() -> int:
+        async with await aiojetstream.connect(own_server.url) as js:
+            stream = await js.create_or_update_stream(
+                StreamConfig(name="ORDERS", subjects=["orders.>"])
+            )
+            await js.publish("orders.new", b"order 1")
+            return (await stream.info()).state.messages
+
+    assert asyncio.run(tutorial_stream()) == 1
+    (tmp_path / "app.py").write_text(readme_first_program(), encoding="utf-8")
+    env = {**os.environ, "NATS_URL": own_server.url}
+    for program in (EXAMPLES / "quickstart.py", tmp_path / "app.py"):
+        done = subprocess.run(
+            [sys.executable, str(program)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEFAULT_TIMEOUT,
+            check=False,
+        )
+        assert done.returncode == 0, f"{program.name}: {done.stdout}\n{done.stderr[-5000:]}"
+
+    async def orders_left() -> tuple[int, list[str] | None]:
+        async with await aiojetstream.connect(own_server.url) as js:
+            info = (await js.stream("ORDERS")).cached_info
+            return info.state.messages, info.config.subjects
+
+    assert asyncio.run(orders_left()) == (1, ["orders.>"])

@@ -336,7 +336,7 @@ def test_quickstart_and_readme_program_run_from_the_wheel(venv: Venv, tmp_path: 
         timeout=180,
     )
     assert "100 acked" in app.stdout, app.stdout
-    assert "orders.new 1" in app.stdout, app.stdout
+    assert "app.orders.new 1" in app.stdout, app.stdout
 
 
 def first_readme_program() -> str:

@@ -6,7 +6,7 @@ import ast
 import json
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pydantic
@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from rich.progress import Progress
 
 import aiojetstream
-from aiojetstream.cli._bench import BenchResult, percentile
+from aiojetstream.cli._bench import BenchResult, _stores, percentile
 from aiojetstream.cli._common import (
     CliError,
+    CliUsageError,
     Options,
     describe_error,
     guarded,
@@ -34,6 +35,7 @@ from aiojetstream.cli._units import (
     format_age,
     format_bytes,
     format_duration,
+    format_limit,
     format_time,
     parse_duration,
     parse_size,
@@ -130,8 +132,15 @@ def test_format_bytes_time_and_age() -> None:
     assert format_bytes(1536) == "1.5 KiB"
     assert format_bytes(3 << 30) == "3.0 GiB"
     moment = datetime(2026, 1, 2, 15, 4, 5, 999, tzinfo=UTC)
-    assert format_time(moment) == "2026-01-02 15:04:05"
+    assert format_time(moment) == "2026-01-02 15:04:05 UTC"  # the zone said (it had none)
+    tokyo = timezone(timedelta(hours=9))
+    assert format_time(datetime(2026, 1, 3, 0, 4, 5, tzinfo=tokyo)) == "2026-01-02 15:04:05 UTC"
     assert format_time(None) == "-"
+    assert format_limit(None) == format_limit(-1) == "unlimited"
+    assert format_limit(1 << 20) == "1.0 MiB"
+    assert format_limit(1536) == "1.5 KiB"
+    assert format_limit(512) == "512 B"
+    assert format_limit(10_000_000) == "9.5 MiB (10,000,000 bytes)"
     assert format_age(moment, moment + timedelta(seconds=42)) == "42s"
     assert format_age(moment, moment + timedelta(hours=3, minutes=5)) == "3h"
     assert format_age(moment, moment - timedelta(seconds=5)) == "0s"  # clock skew
@@ -268,15 +277,22 @@ def test_payload_fields_and_json() -> None:
     assert to_jsonable(ns_to_duration(2**63 - 1)) == 2**63 - 1
 
 
-def test_connect_options() -> None:
+def test_connect_options(tmp_path: Path) -> None:
     assert Options().connect_kwargs() == {"timeout": 5.0, "domain": None}
-    kwargs = Options(
-        user="u", password="p", creds=Path("a.creds"), nkey=Path("u.nk")
-    ).connect_kwargs()
+    creds, seed = tmp_path / "a.creds", tmp_path / "u.nk"
+    creds.write_text("creds")
+    seed.write_text("seed")
+    kwargs = Options(user="u", password="p", creds=creds, nkey=seed).connect_kwargs()
     assert kwargs["user"] == "u"
     assert kwargs["password"] == "p"
-    assert kwargs["user_credentials"] == "a.creds"
-    assert kwargs["nkeys_seed"] == "u.nk"
+    assert kwargs["user_credentials"] == str(creds)
+    assert kwargs["nkeys_seed"] == str(seed)
+    # A file that can not be read: a usage error before connecting (it was passed on, and
+    # a server without authentication never read it).
+    with pytest.raises(CliUsageError, match=r"'/nonexistent.creds': No such file"):
+        Options(creds=Path("/nonexistent.creds")).connect_kwargs()
+    with pytest.raises(CliUsageError, match=r": Is a directory"):
+        Options(nkey=tmp_path).connect_kwargs()
     assert Options(token="t", domain="hub").connect_kwargs()["token"] == "t"
     with pytest.raises(CliError, match="--password needs --user"):
         Options(password="p").connect_kwargs()
@@ -348,3 +364,22 @@ def test_global_options_repr_shows_no_secret() -> None:
     assert "alice" in shown
     assert "pa:ss/w@rd" not in shown
     assert "t0ken-42" not in shown
+
+
+def test_bench_stream_subject_matching() -> None:
+    """NATS wildcards: ``*`` one token, ``>`` one or more at the end."""
+    for pattern, subject, stored in (
+        ("a.b", "a.b", True),
+        ("a.>", "a.b", True),
+        ("a.>", "a.b.c", True),
+        ("a.>", "a", False),
+        ("a.*", "a.b", True),
+        ("a.*", "a.b.c", False),
+        ("*.b", "a.b", True),
+        (">", "a.b.c", True),
+        ("a.b", "a.b.c", False),
+        ("a.*", "a.>", False),  # a filter wider than the stream's subjects
+        ("a.>", "a.*", True),
+        ("a.*", "a.*", True),
+    ):
+        assert _stores(pattern, subject) is stored, (pattern, subject)

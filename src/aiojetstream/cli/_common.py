@@ -85,6 +85,7 @@ __all__ = [
     "printable",
     "printable_text",
     "read_data",
+    "read_value",
     "read_stdin",
     "run",
     "safe_file_name",
@@ -142,7 +143,8 @@ class Options:
         """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context).
 
         Raises:
-            CliUsageError: inconsistent options (a usage error).
+            CliUsageError: inconsistent options, or a ``--creds`` or ``--nkey``
+                file that can not be read (a usage error).
             CliError: a certificate file that can not be read or is not valid.
 
         """
@@ -158,9 +160,9 @@ class Options:
         if self.token is not None:
             kwargs["token"] = self.token
         if self.creds is not None:
-            kwargs["user_credentials"] = str(self.creds)
+            kwargs["user_credentials"] = str(_readable(self.creds, "--creds"))
         if self.nkey is not None:
-            kwargs["nkeys_seed"] = str(self.nkey)
+            kwargs["nkeys_seed"] = str(_readable(self.nkey, "--nkey"))
         if self.tls_ca is not None or self.tls_cert is not None:
             kwargs["tls"] = self._tls_context()
         return kwargs
@@ -181,6 +183,24 @@ class Options:
                 files = f"{self.tls_cert}" + (f", {self.tls_key}" if self.tls_key else "")
                 raise CliError(f"--tls-cert {files}: {_reason(exc)}") from exc
         return context
+
+
+def _readable(path: Path, option: str) -> Path:
+    """``path`` if it is a file that can be read; else a usage error of ``option``.
+
+    Checked before connecting: a server that requires no authentication never
+    reads the file, and a mistyped path went unnoticed.
+
+    Raises:
+        CliUsageError: the file is missing, a directory, or not readable.
+
+    """
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise CliUsageError(f"{str(path)!r}: {_reason(exc)}", param_hint=f"'{option}'") from None
+    return path
 
 
 def _reason(exc: OSError) -> str:
@@ -328,8 +348,10 @@ def usage_error(ctx: typer.Context, exc: BaseException) -> typer.BadParameter:
 def confirm(question: str, force: bool) -> None:
     """Ask ``question`` unless ``force``; stop with exit code 1 on "no" (or end of input).
 
-    A question that can not be asked (standard input closed or not readable)
-    is a refusal: one error line and exit code 2, as for a usage error.
+    End of input (Ctrl-D, ``</dev/null``) is a "no": nothing is done, exit
+    code 1. Ctrl-C ends the command quietly with exit code 130, as anywhere
+    else. A question that can not be asked (standard input closed or not
+    readable) is a refusal: one error line and exit code 2, as for a usage error.
     """
     if force:
         return
@@ -339,6 +361,13 @@ def confirm(question: str, force: bool) -> None:
         _stdin_error(f"standard input {problem}: can not ask {question!r} (use --force)")
     try:
         agreed = typer.confirm(question, default=False, err=True)
+    except typer.Abort as exc:
+        # Click turns Ctrl-C (KeyboardInterrupt) and end of input (EOFError) into
+        # Abort, raised "from None": the original is still its __context__.
+        say("")  # end the line of the question
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            raise typer.Exit(130) from None
+        agreed = False
     except (OSError, RuntimeError, ValueError) as exc:  # EIO, "lost sys.stdin", closed file
         say("")  # end the line of the question
         _stdin_error(
@@ -468,6 +497,24 @@ def read_data(data: str | None) -> bytes:
     if data == "-":
         return read_stdin()
     return os.fsencode(data)
+
+
+def read_value(value: str | None) -> bytes:
+    """A value argument (``kv put``, ``kv create``): as :func:`read_data`, or standard input.
+
+    None given reads a piped standard input (``echo v | aiojetstream kv put
+    B k``, as ``nats`` does), at most :data:`INPUT_LIMIT` bytes. With no value
+    and standard input a terminal, closed or not readable, the value is empty
+    (nothing was given to read).
+    """
+    if value is not None:
+        return read_data(value)
+    try:
+        if sys.stdin is None or sys.stdin.isatty() or _stdin_problem() is not None:
+            return b""
+    except ValueError:  # a closed file object
+        return b""
+    return read_stdin("the value")
 
 
 def load_json_file(path: Path) -> dict[str, Any]:

@@ -293,7 +293,7 @@ def _pause_result(out_json: bool, ctx: typer.Context, result: ConsumerPauseRespo
         out.emit_json(result)
     elif result.paused:
         out.print(
-            f"Paused until {format_time(result.pause_until)} UTC "
+            f"Paused until {format_time(result.pause_until)} "
             f"({format_duration(result.pause_remaining)} from now)."
         )
     else:

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from aiojetstream import (
     BucketNotFoundError,
@@ -44,12 +45,13 @@ from ._common import (
     payload_fields,
     printable,
     printable_text,
-    read_data,
+    read_value,
     run,
 )
 from ._units import (
     format_bytes,
     format_duration,
+    format_limit,
     format_time,
     parse_duration,
     parse_size,
@@ -68,7 +70,10 @@ app = typer.Typer(
 Bucket = Annotated[str, typer.Argument(help="The bucket.", show_default=False)]
 Key = Annotated[str, typer.Argument(help="The key.", show_default=False)]
 Value = Annotated[
-    str | None, typer.Argument(help="The value; '-' reads standard input; none: empty.")
+    str | None,
+    typer.Argument(
+        help="The value; '-' reads standard input; none: standard input when piped, else empty."
+    ),
 ]
 TTL = Annotated[
     str | None,
@@ -100,6 +105,8 @@ def _status_table(status: KeyValueStatus) -> Table:
         ("Description", status.stream_info.config.description),
         ("Values", f"{status.values:,}"),
         ("Size", format_bytes(status.bytes)),
+        ("Max bytes", format_limit(status.stream_info.config.max_bytes)),
+        ("Max value size", format_limit(status.stream_info.config.max_msg_size)),
         ("History", status.history),
         ("TTL", format_duration(status.ttl) if status.ttl else "none"),
         (
@@ -309,7 +316,7 @@ def put(
     ctx: typer.Context, bucket: Bucket, key: Key, value: Value = None, json_flag: JsonFlag = False
 ) -> None:
     """Store a value (a new revision of the key)."""
-    data = read_data(value)
+    data = read_value(value)
 
     async def work(js: JetStreamContext) -> int:
         return await (await js.key_value(bucket)).put(key, data)
@@ -327,7 +334,7 @@ def create(
     json_flag: JsonFlag = False,
 ) -> None:
     """Store a value only if the key has none (fails if it exists)."""
-    data = read_data(value)
+    data = read_value(value)
     stretched: list[str] = []
 
     async def work(js: JetStreamContext) -> int:
@@ -429,14 +436,16 @@ def history(ctx: typer.Context, bucket: Bucket, key: Key, json_flag: JsonFlag = 
     table.add_column("Operation", no_wrap=True)
     table.add_column("Created", no_wrap=True)
     table.add_column("Size", justify="right", no_wrap=True)
-    table.add_column("Value", overflow="ellipsis", no_wrap=True, max_width=30)
+    # The column may be narrowed (the other columns stay whole); each value keeps to
+    # one line, cut with an ellipsis.
+    table.add_column("Value", overflow="ellipsis", max_width=30)
     for entry in entries:
         table.add_row(
             str(entry.revision),
             str(entry.operation),
             format_time(entry.created),
-            str(len(entry.value)),
-            printable_text(entry.value, lines=False),
+            format_bytes(len(entry.value)),
+            Text(printable_text(entry.value, lines=False), no_wrap=True, overflow="ellipsis"),
         )
     out.table(table)
 
@@ -485,6 +494,8 @@ def watch(
 ) -> None:
     """Print the keys' current values, then every change (until Ctrl-C, --count or --idle)."""
     out = output(ctx, json_flag)
+    if include_history and updates_only:
+        raise typer.BadParameter("--history and --updates-only can not be combined")
 
     async def work(js: JetStreamContext) -> int:
         kv = await js.key_value(bucket)

@@ -222,6 +222,14 @@ def _fill_id(template: str | None, number: int) -> str | None:
     return template.replace("{n}", str(number)) if template is not None else None
 
 
+def _same(payload: bytes, number: int) -> bytes:  # without --count: no template
+    return payload
+
+
+def _same_id(msg_id: str | None, number: int) -> str | None:
+    return msg_id
+
+
 def pub(
     ctx: typer.Context,
     subject: Annotated[str, typer.Argument(help="The subject.", show_default=False)],
@@ -230,8 +238,15 @@ def pub(
         typer.Argument(help="The payload; '-' reads standard input; none: empty."),
     ] = None,
     count: Annotated[
-        int, typer.Option("--count", "-c", min=1, help="Publish this many messages.")
-    ] = 1,
+        int | None,
+        typer.Option(
+            "--count",
+            "-c",
+            min=1,
+            help="Publish this many messages; {n} in the payload and --msg-id is replaced.",
+            show_default=False,
+        ),
+    ] = None,
     ttl: Annotated[
         str | None,
         typer.Option(
@@ -261,8 +276,9 @@ def pub(
 ) -> None:
     """Publish a message to a stream and print its acknowledgement.
 
-    With --count, the payload and --msg-id may contain {n}, replaced by the
-    message's number (1, 2, ...); the messages are pipelined (a window of acks
+    With --count, the payload (argument or standard input) and --msg-id may
+    contain {n}, replaced by the message's number (1, 2, ...); without it,
+    {n} is sent as it is. With --count the messages are pipelined (a window of acks
     in flight, each one checked: the first failure stops the sending), a
     progress bar runs and a summary of acks, duplicates and rate is printed.
     """
@@ -271,12 +287,11 @@ def pub(
         raise typer.BadParameter("--sync and --async can not be combined")
     headers = parse_headers(header)
     payload = read_data(data)
-    if count == 1 and not use_async:
+    if count is None and not use_async:
+        # Without --count nothing is a template: a literal {n} (ICU, ${n}, \d{n}) is kept.
 
         async def one(js: JetStreamContext) -> PubAck:
-            return await js.publish(
-                subject, _fill(payload, 1), headers=headers, msg_id=_fill_id(msg_id, 1), ttl=ttl
-            )
+            return await js.publish(subject, payload, headers=headers, msg_id=msg_id, ttl=ttl)
 
         ack = run(ctx, one)
         if out.json:
@@ -287,23 +302,28 @@ def pub(
             out.print(f"Stored in stream {ack.stream} at sequence {ack.seq}.")
         return
 
-    summary = PubSummary(subject, count)
+    # {n} is replaced only when --count was given (--async alone sends one message as is).
+    templated = count is not None
+    total = count if count is not None else 1
+    fill = _fill if templated else _same
+    fill_id = _fill_id if templated else _same_id
+    summary = PubSummary(subject, total)
 
     async def many(js: JetStreamContext) -> None:
         with progress_bar(out, "pub") as progress:
-            task = progress.add_task(f"Publishing to {subject}", total=count)
+            task = progress.add_task(f"Publishing to {subject}", total=total)
             start = time.perf_counter()
             if not sync:
                 # The library's window bounds what is outstanding; nothing is
                 # kept per message, and the first failure stops the sending.
                 window = AckWindow()
 
-                for n in range(1, count + 1):
+                for n in range(1, total + 1):
                     window.check()
-                    body = _fill(payload, n)
+                    body = fill(payload, n)
                     summary.payload_bytes += len(body)
                     fut = await js.publish_async(
-                        subject, body, headers=headers, msg_id=_fill_id(msg_id, n), ttl=ttl
+                        subject, body, headers=headers, msg_id=fill_id(msg_id, n), ttl=ttl
                     )
                     window.track(fut, summary.add)
                     if n % _PROGRESS_EVERY == 0:  # not per ack: the bar redraws 10 times a second
@@ -313,12 +333,12 @@ def pub(
                 finally:
                     progress.update(task, completed=summary.acked)
             else:
-                for n in range(1, count + 1):
-                    body = _fill(payload, n)
+                for n in range(1, total + 1):
+                    body = fill(payload, n)
                     summary.payload_bytes += len(body)
                     summary.add(
                         await js.publish(
-                            subject, body, headers=headers, msg_id=_fill_id(msg_id, n), ttl=ttl
+                            subject, body, headers=headers, msg_id=fill_id(msg_id, n), ttl=ttl
                         )
                     )
                     progress.advance(task)
@@ -333,12 +353,12 @@ def pub(
     rows: list[tuple[str, Any]] = [
         ("Subject", subject),
         ("Stream", summary.stream),
-        ("Published", f"{count:,}"),
+        ("Published", f"{total:,}"),
         ("Acknowledged", f"{summary.acked:,}"),
         ("Stored", f"{stored:,} (sequences {seqs})"),
         ("Duplicates", f"{summary.duplicates:,}"),
         ("Time", f"{summary.seconds:.3f} s"),
-        ("Rate", format_rate(count, summary.seconds)),
+        ("Rate", format_rate(total, summary.seconds)),
         (
             "Throughput",
             format_bytes(summary.payload_bytes / summary.seconds) + "/s"

@@ -51,7 +51,14 @@ from ._common import (
     stdin_usable,
 )
 from ._messages import DescriptionColumn
-from ._units import format_bytes, format_duration, format_time, parse_duration, parse_size
+from ._units import (
+    format_bytes,
+    format_duration,
+    format_limit,
+    format_time,
+    parse_chunk_size,
+    parse_duration,
+)
 
 __all__ = ["ByteRateColumn", "BytesColumn", "app"]
 
@@ -117,6 +124,7 @@ def _status_rows(status: ObjectStoreStatus) -> list[tuple[str, Any]]:
         ("Bucket", status.bucket),
         ("Description", status.description),
         ("Size", format_bytes(status.size)),
+        ("Max bytes", format_limit(status.stream_info.config.max_bytes)),
         ("TTL", format_duration(status.ttl) if status.ttl else "none"),
         ("Storage", str(status.storage)),
         ("Replicas", status.replicas),
@@ -290,7 +298,9 @@ def put(
     description: Description = None,
     chunk_size: Annotated[
         int | None,
-        typer.Option(parser=parse_size, metavar="SIZE", help="Bytes per chunk (default 128KiB)."),
+        typer.Option(
+            parser=parse_chunk_size, metavar="SIZE", help="Bytes per chunk (default 128KiB)."
+        ),
     ] = None,
     json_flag: JsonFlag = False,
 ) -> None:

@@ -37,6 +37,13 @@ def server(
     The same as ``python -m aiojetstream.testing serve``. Point other commands
     at it with --server or NATS_URL.
     """
+    if cluster == 1:
+        raise typer.BadParameter(
+            "a cluster has 2 nodes or more (3 for quorum); one server is without --cluster",
+            param_hint="'--cluster'",
+        )
+    if cluster and port:
+        raise typer.BadParameter("--port can not be combined with --cluster (ports are free ones)")
     args = ["serve", "--port", str(port)]
     if cluster:
         args += ["--cluster", str(cluster)]

@@ -41,6 +41,7 @@ from ._units import (
     format_age,
     format_bytes,
     format_duration,
+    format_limit,
     format_time,
     parse_duration,
     parse_size,
@@ -235,9 +236,9 @@ def info_table(info: StreamInfo) -> list[Table]:
         ("Retention", str(cfg.retention)),
         ("Discard", str(cfg.discard)),
         ("Max messages", _limit(cfg.max_msgs)),
-        ("Max bytes", format_bytes(cfg.max_bytes if cfg.max_bytes is not None else -1)),
+        ("Max bytes", format_limit(cfg.max_bytes)),
         ("Max age", format_duration(cfg.max_age) if cfg.max_age else "unlimited"),
-        ("Max msg size", _limit(cfg.max_msg_size)),
+        ("Max msg size", format_limit(cfg.max_msg_size)),
         ("Max per subject", _limit(cfg.max_msgs_per_subject)),
         ("Duplicate window", format_duration(cfg.duplicate_window)),
         ("Compression", str(cfg.compression) if cfg.compression else None),
@@ -417,6 +418,17 @@ def rm(ctx: typer.Context, name: Name, force: Force = False, json_flag: JsonFlag
     done(out, {"stream": name, "deleted": True}, f"Deleted stream {name}.")
 
 
+def _purged_what(subject: str | None, seq: int | None, keep: int | None) -> str:
+    """What ``stream purge`` removes, for its question: the options in words."""
+    on = f" on {subject}" if subject else ""
+    if seq is not None:
+        return f"the messages{on} below sequence {seq}"
+    if keep:
+        newest = "newest message" if keep == 1 else f"newest {keep:,} messages"
+        return f"all but the {newest}{on}"
+    return f"messages{on}" if subject else "all messages"
+
+
 @app.command("purge")
 def purge(
     ctx: typer.Context,
@@ -433,8 +445,7 @@ def purge(
     out = output(ctx, json_flag)
     if seq is not None and keep is not None:
         raise typer.BadParameter("--seq and --keep can not be combined")
-    what = f"messages on {subject}" if subject else "all messages"
-    confirm(f"Purge {what} of stream {name}?", force)
+    confirm(f"Purge {_purged_what(subject, seq, keep)} of stream {name}?", force)
 
     async def work(js: JetStreamContext) -> int:
         stream = await js.stream(name)
@@ -444,4 +455,5 @@ def purge(
     if out.json:
         out.emit_json({"stream": name, "purged": purged})
     else:
-        out.print(f"Purged {purged:,} messages from stream {name}.")
+        noun = "message" if purged == 1 else "messages"
+        out.print(f"Purged {purged:,} {noun} from stream {name}.")

@@ -11,6 +11,7 @@ import typer
 __all__ = [
     "format_age",
     "format_bytes",
+    "format_limit",
     "format_duration",
     "format_rate",
     "format_time",
@@ -115,6 +116,19 @@ def parse_payload_size(text: str | int) -> int:
     return size
 
 
+def parse_chunk_size(text: str | int) -> int:
+    """:func:`parse_size` for a chunk of an object: at least 1 byte (``0``, ``-1`` refused).
+
+    Raises:
+        typer.BadParameter: the text is not a size, or is under 1 byte.
+
+    """
+    size = parse_size(text)
+    if size < 1:
+        raise typer.BadParameter(f"{text!r} is not a chunk size: give 1 byte or more")
+    return size
+
+
 def format_bytes(size: int | float) -> str:
     """``1536`` -> ``1.5 KiB``; ``-1`` -> ``unlimited``."""
     if size < 0:
@@ -125,6 +139,23 @@ def format_bytes(size: int | float) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+_UNIT_POWERS = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4}
+
+
+def format_limit(size: int | None) -> str:
+    """A size limit: ``1.0 MiB``, or ``9.5 MiB (10,000,000 bytes)`` when that is not exact.
+
+    None or negative (``-1``) is ``unlimited``.
+    """
+    if size is None or size < 0:
+        return "unlimited"
+    text = format_bytes(size)
+    number, unit = text.split()
+    if float(number) * 1024 ** _UNIT_POWERS[unit] == size:
+        return text
+    return f"{text} ({size:,} bytes)"
 
 
 def format_duration(value: timedelta | None) -> str:
@@ -160,10 +191,13 @@ def format_age(value: datetime | None, now: datetime | None = None) -> str:
 
 
 def format_time(value: datetime | None) -> str:
-    """A UTC timestamp to the second: ``2026-01-02 15:04:05``; None -> ``-``."""
+    """A timestamp in UTC to the second, saying so: ``2026-01-02 15:04:05 UTC``; None -> ``-``.
+
+    The zone is printed: a time without one is read as local time (``consumer pause``).
+    """
     if value is None:
         return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def format_rate(count: float, seconds: float, unit: str = "msgs/s") -> str:
