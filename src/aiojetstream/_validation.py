@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Final
 
@@ -202,3 +203,23 @@ def positive_duration(value: object, what: str, error: type[Exception]) -> timed
             raise error(f"{what} must be at least 1 microsecond, got {B.shown(value)}")
         raise error(f"{what} must be positive, got {B.shown(value)}")
     return delta
+
+
+def tokens_cover(wide: Sequence[str], narrow: Sequence[str]) -> bool:
+    """:func:`subject_covers` of subjects split into their tokens."""
+    for i, token in enumerate(wide):
+        if token == ">":
+            return len(narrow) > i
+        if i >= len(narrow) or narrow[i] == ">" or (token != "*" and token != narrow[i]):
+            return False
+    return len(wide) == len(narrow)
+
+
+def subject_covers(pattern: str, subject: str) -> bool:
+    """Whether the filter ``pattern`` matches every subject ``subject`` matches.
+
+    For a literal ``subject``: whether ``pattern`` matches it. NATS rules:
+    ``*`` is one token, ``>`` one or more at the end; a wildcard in
+    ``subject`` is covered only by one at least as wide.
+    """
+    return tokens_cover(pattern.split("."), subject.split("."))

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from rich.progress import Progress
 
 import aiojetstream
-from aiojetstream.cli._bench import BenchResult, _stores, percentile
+from aiojetstream._validation import subject_covers
+from aiojetstream.cli._bench import BenchResult, percentile
 from aiojetstream.cli._common import (
     CliError,
     CliUsageError,
@@ -382,4 +383,4 @@ def test_bench_stream_subject_matching() -> None:
         ("a.>", "a.*", True),
         ("a.*", "a.*", True),
     ):
-        assert _stores(pattern, subject) is stored, (pattern, subject)
+        assert subject_covers(pattern, subject) is stored, (pattern, subject)

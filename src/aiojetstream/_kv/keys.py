@@ -22,7 +22,7 @@ from .._models import (
 from .._models.kv import (
     KeyValueOp,
 )
-from .._validation import exact_str
+from .._validation import exact_str, tokens_cover
 
 if TYPE_CHECKING:
     pass
@@ -124,16 +124,6 @@ def validate_key_filter(key: object) -> str:
     return exact_str(key)
 
 
-def _covers(wide: list[str], narrow: list[str]) -> bool:
-    """Whether every key the filter ``narrow`` (its tokens) matches, ``wide`` matches too."""
-    for i, token in enumerate(wide):
-        if token == ">":
-            return len(narrow) > i
-        if i >= len(narrow) or narrow[i] == ">" or (token != "*" and token != narrow[i]):
-            return False
-    return len(wide) == len(narrow)
-
-
 def watch_filters(filters: list[str]) -> list[str]:
     """Valid watch ``filters`` (already checked one by one), exact repeats dropped.
 
@@ -151,9 +141,9 @@ def watch_filters(filters: list[str]) -> list[str]:
     tokens = [f.split(".") for f in unique]
     for i, first in enumerate(tokens):
         for j in range(i + 1, len(tokens)):
-            if _covers(first, tokens[j]):
+            if tokens_cover(first, tokens[j]):
                 wide, narrow = i, j
-            elif _covers(tokens[j], first):
+            elif tokens_cover(tokens[j], first):
                 wide, narrow = j, i
             else:
                 continue
