@@ -20,7 +20,7 @@ import logging
 import uuid
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pyarrow as pa
@@ -346,12 +346,21 @@ def _header_ids(headers: pa.Array) -> pa.Array | None:
 
 @dataclass(slots=True)
 class _Run:
-    """The message of a task's last row with ``stream`` and ``seq``, and its rows so far."""
+    """A task's ``dedupe=auto`` ids so far (see :func:`_source_ids`)."""
 
+    #: The message of the task's last row with ``stream`` and ``seq``, and how
+    #: many rows before it in a row came from it too.
     stream: str | None = None
     seq: int | None = None
-    #: How many rows before the last one came from the same message.
     index: int = 0
+    #: The last sequence of each stream so far: a message's rows come once, in a row.
+    last: dict[str, int] = field(default_factory=dict)
+    #: The rows are not in message order: positions for the rest of the task.
+    positions: bool = False
+
+
+#: The most streams a task's ids from ``stream`` and ``seq`` keep track of.
+_MAX_SOURCE_STREAMS: Final = 1024
 
 
 def _msg_ids(
@@ -403,8 +412,16 @@ def _source_ids(batch: pa.RecordBatch, prefix: str, positions: pa.Array, run: _R
 
     ``k``: how many rows before it in a row came from the same message (none
     for the first), counted on from the task's previous batch (``run``).
+    Unique only while each message's rows come once and in a row, as a read
+    (and an ``explode`` of it) delivers them: each stream's sequences rising
+    from one run of rows to the next. Rows out of that order (a shuffle, or
+    ``stream`` / ``seq`` columns of another meaning) would repeat an id and
+    the stream would drop the row as a duplicate: from the batch where that
+    is seen on, the task's ids are positions again.
     """
     n = batch.num_rows
+    if run.positions or not n:
+        return positions
     streams = batch.column(batch.schema.get_field_index("stream")).cast(pa.string())
     seqs = batch.column(batch.schema.get_field_index("seq")).cast(pa.int64())
     before_streams = pa.concat_arrays([pa.array([run.stream], pa.string()), streams[: n - 1]])
@@ -412,6 +429,14 @@ def _source_ids(batch: pa.RecordBatch, prefix: str, positions: pa.Array, run: _R
     same = pc.fill_null(
         pc.and_(pc.equal(streams, before_streams), pc.equal(seqs, before_seqs)), False
     )
+    valid = pc.and_(pc.is_valid(streams), pc.is_valid(seqs))
+    if not _in_message_order(
+        pc.filter(streams, pc.and_(valid, pc.invert(same))),
+        pc.filter(seqs, pc.and_(valid, pc.invert(same))),
+        run,
+    ):
+        run.positions = True
+        return positions
     at = pa.array(range(n), pa.int64())
     # Each row's distance from the first row of its message's rows in a row.
     k = pc.subtract(at, pc.cumulative_max(pc.if_else(same, 0, at)))
@@ -433,7 +458,30 @@ def _source_ids(batch: pa.RecordBatch, prefix: str, positions: pa.Array, run: _R
         run.index = 0
     else:
         run.stream, run.seq, run.index = last_stream, last_seq, k[n - 1].as_py()
-    return pc.if_else(pc.and_(pc.is_valid(streams), pc.is_valid(seqs)), ids, positions)
+    return pc.if_else(valid, ids, positions)
+
+
+def _in_message_order(streams: pa.Array, seqs: pa.Array, run: _Run) -> bool:
+    """Whether the first rows of messages (``streams``, ``seqs``) rise per stream.
+
+    Each stream's sequences must rise strictly within the batch and from the
+    task's last one (``run.last``, updated). False too past
+    :data:`_MAX_SOURCE_STREAMS` streams (what the task keeps stays bounded).
+    """
+    if not len(streams):
+        return True
+    names = pc.unique(streams)
+    if len(run.last) + len(names) > _MAX_SOURCE_STREAMS:
+        return False
+    for name in names.to_pylist():
+        ours = seqs if len(names) == 1 else pc.filter(seqs, pc.equal(streams, name))
+        if len(ours) > 1 and not pc.all(pc.greater(ours[1:], ours[:-1])).as_py():
+            return False
+        before = run.last.get(name)
+        if before is not None and ours[0].as_py() <= before:
+            return False
+        run.last[name] = ours[-1].as_py()
+    return True
 
 
 def _payloads(batch: pa.RecordBatch) -> pa.Array:
