@@ -465,7 +465,7 @@ class Stream:
         self, config: OrderedConsumerConfig | None = None
     ) -> OrderedConsumer:
         """An ordered consumer on this stream (ADR-17); see :class:`OrderedConsumer`."""
-        return make_ordered(self._api, self._name, config)
+        return make_ordered(self._api, self._name, config, self._info.created)
 
     def list_consumers(self, *, timeout: float | None = None) -> AsyncIterator[ConsumerInfo]:
         """Async-iterate the info of every consumer of this stream (all pages)."""

@@ -362,3 +362,20 @@ async def test_a_stream_created_again_is_not_read_on_from_the_cursor(
         b"6",
         b"7",
     ]
+
+
+async def test_a_handle_older_than_the_stream_is_no_recreation(
+    js: JetStreamContext, stream: str
+) -> None:
+    """The stream was created again before the reader's first consumer (the handle saw
+    the old one): resets read on, the reader never saw the old stream."""
+    handle = await js.stream(stream)
+    await js.delete_stream(stream)
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=["ord.>"], storage=StorageType.MEMORY)
+    )
+    await fill(js, 6)
+    oc = await handle.ordered_consumer()
+    assert len(await (await oc.fetch_no_wait(3)).collect()) == 3
+    got = await fetch_after_deleting_its_consumer(js, stream, oc)
+    assert [m.data for m in got] == [b"3", b"4", b"5"]

@@ -95,9 +95,17 @@ class OutOfTime(Exception):
 class OrderedCursor:
     """The state of an ordered consumer and the recreation of its server-side consumer."""
 
-    def __init__(self, api: ApiClient, stream: str, config: OrderedConsumerConfig) -> None:
+    def __init__(
+        self,
+        api: ApiClient,
+        stream: str,
+        config: OrderedConsumerConfig,
+        created: datetime | None = None,
+    ) -> None:
         self._api = api
         self._stream = stream
+        #: When the stream was created, as its handle saw it (see _same_stream).
+        self._stream_created = created
         self._config = config
         self._prefix = config.name_prefix or secrets.token_hex(8)
         self._serial = 0
@@ -270,6 +278,8 @@ class OrderedCursor:
                     self._api, self._stream, state.config, C.ACTION_CREATE, timeout
                 )
                 if self._origin is not None:
+                    if deadline is not None:
+                        timeout = min(self._api.timeout, max(deadline - loop.time(), MIN_EXPIRES))
                     await self._same_stream(info, timeout)
             except (StreamNotFoundError, ConnectionClosedError, InvalidOptionError):
                 self._resetting = None
@@ -316,9 +326,13 @@ class OrderedCursor:
         A stream deleted and created again between two consumers (a KV bucket
         or object store deleted and created again while a watch's connection
         was down, or at once) would be read on from ``cursor + 1`` of the new
-        stream, silently skipping its first messages. The server's clock stamps
-        streams and consumers alike (the meta leader's, in a cluster): a stream
-        created after this reader's first consumer is another one.
+        stream, silently skipping its first messages. A stream's creation time
+        does not change (restarts, updates): one other than the handle's is
+        another stream. The handle's may be older than the reader (a stream
+        created again before the reader's first consumer): then only a stream
+        created after that consumer is another one (both stamped by the
+        server's clock; the meta leader's in a cluster). Without the handle's,
+        that comparison alone.
 
         Raises:
             StreamNotFoundError: the stream was deleted and created again (the
@@ -329,7 +343,11 @@ class OrderedCursor:
         stream = await self._api.call_model(
             _api.STREAM_INFO, StreamInfo, timeout=timeout, stream=self._stream
         )
+        known = self._stream_created
+        if known is not None and stream.created == known:
+            return
         if stream.created <= self._origin:
+            self._stream_created = stream.created  # the handle's was older than the reader
             return
         self._name = info.name
         await self._delete_current()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, Unpack, overload
 
 from .. import _bounds as B
@@ -419,9 +419,16 @@ class OrderedConsumer(OrderedCursor):
 
 
 def make_ordered(
-    api: ApiClient, stream: str, config: OrderedConsumerConfig | None
+    api: ApiClient,
+    stream: str,
+    config: OrderedConsumerConfig | None,
+    created: datetime | None = None,
 ) -> OrderedConsumer:
-    """Validate the arguments and build an :class:`OrderedConsumer`."""
+    """Validate the arguments and build an :class:`OrderedConsumer`.
+
+    ``created``: when ``stream`` was created, as its handle last saw it (a
+    reset compares it with the stream's then; see ``OrderedCursor``).
+    """
     validate_name(stream, "stream")
     if config is None:
         config = OrderedConsumerConfig()
@@ -434,4 +441,4 @@ def make_ordered(
     if config.max_reset_attempts is not None and config.max_reset_attempts < 1:
         raise InvalidOptionError("max_reset_attempts must be at least 1")
     B.check_config(config)  # opt_start_seq 0 to 2**64 - 1 (was refused by the server, as JSON)
-    return OrderedConsumer(api, stream, config)
+    return OrderedConsumer(api, stream, config, created)
