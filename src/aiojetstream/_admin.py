@@ -18,6 +18,7 @@ These are Pulsar's subscription operations in JetStream terms (see
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -29,6 +30,7 @@ from ._api import ApiClient, Left
 from ._errors import (
     FeatureNotSupportedError,
     InvalidOptionError,
+    JetStreamError,
     JetStreamTimeoutError,
     MessageNotFoundError,
     NoRespondersError,
@@ -58,6 +60,8 @@ PAUSE_API_LEVEL: Final = 1
 PAUSE_SERVER_VERSION: Final = "2.11"
 RESET_API_LEVEL: Final = 4
 RESET_SERVER_VERSION: Final = "2.14"
+
+logger = logging.getLogger("aiojetstream")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +177,12 @@ async def _last_seq(api: ApiClient, stream: str, left: Left) -> int:
     return (await _stream_state(api, stream, left))[0]
 
 
-async def _stream_state(api: ApiClient, stream: str, left: Left) -> tuple[int, bool]:
-    """The stream's last sequence, and whether it is a work queue."""
+async def _stream_state(api: ApiClient, stream: str, left: Left) -> tuple[int, bool, bool]:
+    """The stream's last sequence, whether it is a work queue, and whether it denies purges."""
     reply = await api.call(_api.STREAM_INFO, timeout=left(), stream=stream)
-    retention = reply.get("config", {}).get("retention")
-    return int(reply.get("state", {}).get("last_seq", 0)), retention == "workqueue"
+    config = reply.get("config", {})
+    last = int(reply.get("state", {}).get("last_seq", 0))
+    return last, config.get("retention") == "workqueue", bool(config.get("deny_purge"))
 
 
 async def reset(
@@ -214,9 +219,9 @@ async def _reset(
 ) -> tuple[int, ConsumerInfo]:
     # The server never answers a reset of a missing consumer: ask first.
     await _info(api, stream, name, left)
-    work_queue = False
+    work_queue = deny_purge = False
     if sequence is not None:
-        last, work_queue = await _stream_state(api, stream, left)
+        last, work_queue, deny_purge = await _stream_state(api, stream, left)
         if sequence > last + 1:
             raise InvalidOptionError(
                 f"reset sequence {sequence} is beyond stream {stream!r}'s last sequence + 1 "
@@ -238,7 +243,23 @@ async def _reset(
     if not isinstance(seq, int):
         seq = info.delivered.stream_seq + 1
     if work_queue and seq > 1:
-        await _remove_below(api, stream, info, seq, left)
+        if deny_purge:
+            logger.warning(
+                "consumer %r of work queue %r was reset to %d, but the stream denies purges: "
+                "the messages below it stay stored (and go to the next consumer)",
+                name,
+                stream,
+                seq,
+            )
+        else:
+            try:
+                await _remove_below(api, stream, info, seq, left)
+            except JetStreamError as exc:
+                exc.add_note(
+                    f"consumer {name!r} was reset to {seq}; the messages below it were not "
+                    "all removed from the work queue"
+                )
+                raise
     return seq, info
 
 

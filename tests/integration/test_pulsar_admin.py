@@ -221,6 +221,19 @@ async def test_resets_on_a_work_queue_remove_what_they_skip(js: JetStreamContext
     assert [m.seq async for m in held.get_batch(10, seq=1)] == [2, 4, 5, 6]
 
 
+async def test_a_reset_on_a_work_queue_denying_purges_warns(
+    js: JetStreamContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The purge after the reset would be refused (10075): the reset stands, and a
+    warning says the skipped messages stay."""
+    stream = await stream_with(js, "CWD", 3, retention=RetentionPolicy.WORKQUEUE, deny_purge=True)
+    consumer = await durable(js, stream, "w")
+    with caplog.at_level("WARNING", logger="aiojetstream"):
+        assert await consumer.clear_backlog() == 4
+    assert "denies purges" in caplog.text
+    assert (await js.stream(stream)).cached_info.state.messages == 3
+
+
 async def test_clear_backlog_drops_delivered_unacknowledged_messages(
     js: JetStreamContext,
 ) -> None:
