@@ -1110,7 +1110,7 @@ class JetStreamContext:
                 publisher.send_commands(token, commands, upto - sent, size, one, tally, timeout)
             else:
                 label = encoded[sent]
-                mixed = any(encoded[i] != label for i in range(sent + 1, upto))
+                mixed = encoded[sent:upto].count(label) != upto - sent  # (a C loop)
                 publisher.send_commands(
                     token, commands, upto - sent, size, label, tally, timeout, mixed
                 )

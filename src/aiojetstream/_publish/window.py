@@ -351,7 +351,7 @@ class AsyncPublisher:
             self._register_span(token, tally, count, deadline, one)
         else:
             first = many[0]
-            mixed = any(each != first for each in many)
+            mixed = many.count(first) != count  # (a C loop for a list)
             self._register_span(token, tally, count, deadline, first, mixed)
 
     def send_commands(
