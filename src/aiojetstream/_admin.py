@@ -459,9 +459,15 @@ async def _first_initial_value(
                 return message.seq, message.time
     except (
         FeatureNotSupportedError,  # nats-server < 2.11
-        NoRespondersError,  # the stream does not allow direct gets
         TooManyResultsError,  # over 1,024 subjects
     ):
+        return None
+    except NoRespondersError:
+        # No direct get: the stream does not allow them, or none answers now (an
+        # election): only the first is "cannot be told".
+        reply = await api.call(_api.STREAM_INFO, timeout=left(), stream=stream)
+        if reply.get("config", {}).get("allow_direct"):
+            raise
         return None
     return None
 
