@@ -568,6 +568,7 @@ async def test_a_failing_span_processor_loses_no_message(
     consumer's message)."""
     from aiojetstream import KeyValueConfig, ObjectStoreConfig
 
+    caplog.set_level("DEBUG", logger="aiojetstream")  # (a failure is logged in full once)
     failing = FailingReads(when)
     provider = TracerProvider()
     provider.add_span_processor(failing)
@@ -766,3 +767,19 @@ async def test_object_list_is_a_receive_span_linked_to_the_puts(
     assert listed.kind is SpanKind.CONSUMER
     assert (listed.attributes or {})["messaging.batch.message_count"] == 2
     assert sorted(_link_ids(listed)) == sorted(s.context.span_id for s in sends)
+
+
+def test_a_telemetry_failure_is_logged_in_full_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A span processor failing on every span logged a traceback per message."""
+    from aiojetstream.otel.telemetry import failed
+
+    what = unique_name("doing something")
+    caplog.set_level("DEBUG", logger="aiojetstream")
+    for _ in range(3):
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            failed(what)
+    records = [r for r in caplog.records if what in r.getMessage()]
+    assert [r.levelname for r in records] == ["ERROR", "DEBUG", "DEBUG"]
+    assert all(r.exc_info for r in records)

@@ -21,7 +21,7 @@ from .telemetry import (
     SYSTEM,
     Telemetry,
     end_span,
-    logger,
+    failed,
     record_error,
     start_span,
 )
@@ -90,7 +90,7 @@ class ConsumerState:
         try:
             return self._start_process(msg)
         except Exception:
-            logger.exception("aiojetstream.otel: starting a process span failed")
+            failed("starting a process span")
             return trace.INVALID_SPAN
 
     def _start_process(self, msg: Msg) -> trace.Span:

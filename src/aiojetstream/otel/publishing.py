@@ -12,7 +12,15 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from .telemetry import CACHE, OBJECT_PUT, Telemetry, body_size, record_error, send_attrs
+from .telemetry import (
+    CACHE,
+    OBJECT_PUT,
+    Telemetry,
+    body_size,
+    failed,
+    record_error,
+    send_attrs,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -202,7 +210,7 @@ class Publishing:
                     exc = future.exception()
                     self._end(slot, now, None if exc is not None else future.result(), exc)
             except Exception:  # a failing exporter or processor: the other spans still end
-                logger.exception("aiojetstream.otel: ending a send span failed")
+                failed("ending a send span")
         self._armed = False
 
     def _end(self, slot: InFlight, now: int, ack: Any, exc: BaseException | None) -> None:

@@ -21,7 +21,7 @@ from .telemetry import (
     WATCH,
     Telemetry,
     end_span,
-    logger,
+    failed,
     record_error,
     start_span,
 )
@@ -55,7 +55,7 @@ class Batch:
             try:
                 sent, _ = self.propagation.extract(headers, False)
             except Exception:  # a failing propagator: the message was read, the read goes on
-                logger.exception("aiojetstream.otel: extracting a trace context failed")
+                failed("extracting a trace context")
                 return
             if sent is not None:
                 self.links.append(Link(sent))
@@ -137,7 +137,7 @@ class Stores:
                 record_error(span, exc)
             span.end()
         except Exception:
-            logger.exception("aiojetstream.otel: recording a process span failed")
+            failed("recording a process span")
 
     def _batch_span(
         self,
@@ -168,7 +168,7 @@ class Stores:
                 record_error(span, exc)
             span.end()
         except Exception:
-            logger.exception("aiojetstream.otel: recording a receive span failed")
+            failed("recording a receive span")
 
     @staticmethod
     def _collecting(make: Callable[..., Reader]) -> Callable[..., Reader]:

@@ -154,6 +154,25 @@ def record_error(span: trace.Span, exc: BaseException) -> None:
         span.set_attribute("messaging.nats.error_code", int(code))
 
 
+#: The telemetry failures logged with their traceback once (later ones at debug level).
+_REPORTED: set[str] = set()
+
+
+def failed(what: str) -> None:
+    """Log that ``what`` failed (inside an ``except``): with its traceback the first time.
+
+    A span processor that fails on every span would otherwise log a traceback
+    per message or acknowledgement.
+    """
+    if what in _REPORTED:
+        logger.debug("aiojetstream.otel: %s failed", what, exc_info=True)
+        return
+    _REPORTED.add(what)
+    logger.exception(
+        "aiojetstream.otel: %s failed (further failures of it are logged at debug level)", what
+    )
+
+
 def start_span(
     tel: Telemetry, name: str, kind: trace.SpanKind, attrs: dict[str, Any]
 ) -> trace.Span:
@@ -161,7 +180,7 @@ def start_span(
     try:
         return tel.tracer.start_span(name, kind=kind, attributes=attrs)
     except Exception:
-        logger.exception("aiojetstream.otel: starting a span failed")
+        failed("starting a span")
         return trace.INVALID_SPAN
 
 
@@ -170,7 +189,7 @@ def end_span(span: trace.Span) -> None:
     try:
         span.end()
     except Exception:
-        logger.exception("aiojetstream.otel: ending a span failed")
+        failed("ending a span")
 
 
 def send_attrs(subject: object) -> dict[str, Any]:
