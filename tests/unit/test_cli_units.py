@@ -18,7 +18,7 @@ from rich.progress import Progress
 
 import aiojetstream
 from aiojetstream._validation import subject_covers
-from aiojetstream.cli._bench import BenchResult, percentile
+from aiojetstream.cli._bench import BenchResult, _stores, percentile
 from aiojetstream.cli._common import (
     CliError,
     CliUsageError,
@@ -383,4 +383,5 @@ def test_bench_stream_subject_matching() -> None:
         ("a.>", "a.*", True),
         ("a.*", "a.*", True),
     ):
-        assert subject_covers(pattern, subject) is stored, (pattern, subject)
+        assert _stores(pattern, subject) is stored, (pattern, subject)
+        assert subject_covers(pattern, subject) is stored, (pattern, subject)  # the library's

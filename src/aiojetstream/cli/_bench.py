@@ -26,7 +26,6 @@ from aiojetstream import (
     StreamNotFoundError,
 )
 
-from .._validation import subject_covers
 from ._common import CliError, JsonFlag, Output, kv_table, options, output, run
 from ._messages import AckWindow, progress_bar
 from ._units import format_bytes, format_rate, parse_payload_size
@@ -172,6 +171,22 @@ class BenchResult:
         out.table(kv_table(f"bench {self.kind}", rows))
 
 
+def _stores(pattern: str, subject: str) -> bool:
+    """Whether a stream subject ``pattern`` (``*``, ``>``) takes every message on ``subject``.
+
+    NATS rules: ``*`` is one token, ``>`` one or more at the end; a wildcard
+    in ``subject`` (``bench consume``'s filter) is covered only by one as wide.
+    (The library's own check is private: the command line uses the public API.)
+    """
+    wide, narrow = pattern.split("."), subject.split(".")
+    for i, token in enumerate(wide):
+        if token == ">":
+            return len(narrow) > i
+        if i >= len(narrow) or narrow[i] == ">" or (token != "*" and token != narrow[i]):
+            return False
+    return len(wide) == len(narrow)
+
+
 async def _ensure_stream(
     js: JetStreamContext, name: str, subject: str, storage: StorageType
 ) -> bool:
@@ -182,7 +197,7 @@ async def _ensure_stream(
         await js.create_stream(StreamConfig(name=name, subjects=[subject], storage=storage))
         return True
     subjects = info.config.subjects or [name]
-    if not any(subject_covers(pattern, subject) for pattern in subjects):
+    if not any(_stores(pattern, subject) for pattern in subjects):
         raise CliError(
             f"stream {name} exists but does not store {subject} (its subjects: "
             f"{', '.join(subjects)}); pick --subject or another --stream"

@@ -29,9 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from aiojetstream._validation import subject_covers
-
-__all__ = ["CLOCK_MARGIN", "Narrowing", "push"]
+__all__ = ["CLOCK_MARGIN", "Narrowing", "push", "subject_matches"]
 
 #: The most literal subjects pushed as consumer filters (more are left to Spark).
 MAX_SUBJECTS: Final = 256
@@ -69,6 +67,20 @@ def _literal(subject: object) -> bool:
         return False
     tokens = subject.split(".")
     return all(t and t not in ("*", ">") and not any(c.isspace() for c in t) for t in tokens)
+
+
+def subject_matches(subject: str, pattern: str) -> bool:
+    """Whether the literal ``subject`` matches the filter ``pattern`` (``*`` and ``>``).
+
+    (The library's own check is private: an extension uses the public API only.)
+    """
+    tokens, wanted = subject.split("."), pattern.split(".")
+    for i, token in enumerate(wanted):
+        if token == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or (token != "*" and token != tokens[i]):
+            return False
+    return len(tokens) == len(wanted)
 
 
 def _column(flt: Any) -> str | None:
@@ -185,7 +197,7 @@ def push(filters: Sequence[Any], option_subjects: tuple[str, ...]) -> tuple[Narr
     if literals is not None:
         chosen = {s for s in literals if all(s.startswith(p) for p in prefixes)}
         if option_subjects:
-            chosen = {s for s in chosen if any(subject_covers(f, s) for f in option_subjects)}
+            chosen = {s for s in chosen if any(subject_matches(s, f) for f in option_subjects)}
         subjects = tuple(sorted(chosen))
         empty = not chosen
     elif prefixes:
