@@ -18,8 +18,10 @@ Needs Java 17 and ``pip install 'aiojetstream[spark]'``. Run it with
 ``make spark-demo`` (starts an embedded nats-server when NATS_URL is unset) or
 against your own server:
 ``NATS_URL=nats://127.0.0.1:4222 python examples/spark_pipeline.py``.
-The stream ``ORDERS`` and the bucket ``order_totals`` are deleted and created
-again at the start.
+The stream ``ORDERS`` (on ``orders.>``) and the bucket ``order_totals`` are
+deleted and created again at the start, when this example created them (it
+marks them in their metadata); it stops, deleting nothing, when the server
+holds a stream or bucket of those names of its own.
 """
 
 from __future__ import annotations
@@ -52,6 +54,13 @@ from aiojetstream import (
 STREAM = "ORDERS"
 BUCKET = "order_totals"
 ORDER_SCHEMA = "order_id string, amount decimal(10,2), ts timestamp"
+#: The metadata key and value marking the stream and bucket this example created.
+OWNER_KEY, OWNER = "created_by", "aiojetstream examples/spark_pipeline.py"
+NOT_OURS = (
+    "The server has {what} that this example did not create; it deletes and recreates "
+    "its own at the start, so it stops here. Run it against another server (unset "
+    "NATS_URL for an embedded one), or delete that one yourself."
+)
 MINUTE_KEY = "yyyy-MM-dd'T'HH-mm"  # KV keys allow no ':' (letters, digits, - _ = . /)
 
 
@@ -73,13 +82,25 @@ class Expected:
 
 
 async def reset(js: JetStreamContext) -> None:
-    """Start from an empty stream and bucket, so the example can run again."""
+    """Start from an empty stream and bucket, so the example can run again.
+
+    Only a stream and a bucket this example created (marked by ``OWNER`` in
+    their metadata) are deleted: against a server holding a stream ``ORDERS``
+    or a bucket ``order_totals`` of its own, the example stops instead.
+    """
     with contextlib.suppress(StreamNotFoundError):
+        stream = await js.stream(STREAM)
+        if (stream.cached_info.config.metadata or {}).get(OWNER_KEY) != OWNER:
+            raise SystemExit(NOT_OURS.format(what=f"a stream {STREAM}"))
         await js.delete_stream(STREAM)
     with contextlib.suppress(BucketNotFoundError):
+        kv = await js.key_value(BUCKET)
+        if (await kv.status()).metadata.get(OWNER_KEY) != OWNER:
+            raise SystemExit(NOT_OURS.format(what=f"a key-value bucket {BUCKET}"))
         await js.delete_key_value(BUCKET)
-    await js.create_stream(StreamConfig(name=STREAM, subjects=["orders.>"]))
-    await js.create_key_value(KeyValueConfig(bucket=BUCKET))
+    owner = {OWNER_KEY: OWNER}
+    await js.create_stream(StreamConfig(name=STREAM, subjects=["orders.>"], metadata=owner))
+    await js.create_key_value(KeyValueConfig(bucket=BUCKET, metadata=owner))
 
 
 async def publish_orders(

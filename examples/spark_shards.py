@@ -21,7 +21,9 @@ Needs Java 17 and ``pip install 'aiojetstream[spark]'``. Run it against an
 embedded server with ``python -m aiojetstream.testing run -- python
 examples/spark_shards.py``, or against your own:
 ``NATS_URL=nats://127.0.0.1:4222 python examples/spark_shards.py``. The
-streams ``SHARD-*`` and ``ALL_ORDERS`` are deleted and created again at the start.
+streams ``SHARD-*`` and ``ALL_ORDERS`` are deleted and created again at the start,
+when this example created them (it marks them in their metadata); it stops,
+deleting nothing, when the server holds such a stream of its own.
 """
 
 from __future__ import annotations
@@ -42,23 +44,42 @@ import aiojetstream
 from aiojetstream import JetStreamContext, StreamConfig, StreamNotFoundError
 
 SINK = "ALL_ORDERS"
+#: The metadata key and value marking the streams this example created.
+OWNER_KEY, OWNER = "created_by", "aiojetstream examples/spark_shards.py"
+MARK = {OWNER_KEY: OWNER}
 
 
 async def reset(js: JetStreamContext, shards: int) -> None:
-    """Delete what an earlier run left; create the shards and the sink."""
-    names = [name async for name in js.stream_names()]
-    for name in names:
+    """Delete what an earlier run left; create the shards and the sink.
+
+    Only streams this example created (marked by ``OWNER`` in their metadata)
+    are deleted: against a server holding a ``SHARD-*`` or ``ALL_ORDERS``
+    stream of its own, the example stops instead.
+    """
+    ours = []
+    async for info in js.list_streams():
+        name = info.config.name
         if name.startswith("SHARD-") or name == SINK:
-            with contextlib.suppress(StreamNotFoundError):
-                await js.delete_stream(name)
+            if (info.config.metadata or {}).get(OWNER_KEY) != OWNER:
+                raise SystemExit(
+                    f"The server has a stream {name} that this example did not create; it "
+                    "deletes and recreates its own at the start, so it stops here. Run it "
+                    "against another server, or delete that one yourself."
+                )
+            ours.append(name)
+    for name in ours:
+        with contextlib.suppress(StreamNotFoundError):
+            await js.delete_stream(name)
     for shard in range(shards):
         await create_shard(js, shard)
-    await js.create_stream(StreamConfig(name=SINK, subjects=["all.>"]))
+    await js.create_stream(StreamConfig(name=SINK, subjects=["all.>"], metadata=MARK))
 
 
 async def create_shard(js: JetStreamContext, shard: int) -> None:
     """Create stream ``SHARD-<shard>`` capturing ``shard.<shard>.>``."""
-    await js.create_stream(StreamConfig(name=f"SHARD-{shard}", subjects=[f"shard.{shard}.>"]))
+    await js.create_stream(
+        StreamConfig(name=f"SHARD-{shard}", subjects=[f"shard.{shard}.>"], metadata=MARK)
+    )
 
 
 async def publish(

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -265,3 +266,43 @@ def test_quickstart_and_readme_program_leave_the_cli_tutorial_alone(
             return info.state.messages, info.config.subjects
 
     assert asyncio.run(orders_left()) == (1, ["orders.>"])
+
+
+@pytest.mark.parametrize(
+    ("example", "stream", "subject"),
+    [("spark_pipeline.py", "ORDERS", "orders.>"), ("spark_shards.py", "SHARD-0", "shard.0.>")],
+)
+def test_spark_examples_leave_a_stream_of_their_names_alone(
+    own_server: NatsServer, example: str, stream: str, subject: str
+) -> None:
+    """``make spark-demo`` against a server holding the CLI tutorial's ``ORDERS`` (same
+    name, same subjects) deleted it and its messages at start; the examples now delete
+    only what they created (marked in its metadata), and stop before Spark otherwise."""
+
+    async def create(js: aiojetstream.JetStreamContext) -> None:
+        await js.create_stream(StreamConfig(name=stream, subjects=[subject]))
+        await js.publish(subject.replace(">", "new"), b"order 1")
+
+    async def left(js: aiojetstream.JetStreamContext) -> tuple[int, dict[str, str] | None]:
+        info = (await js.stream(stream)).cached_info
+        return info.state.messages, info.config.metadata
+
+    async def on_server(step: Callable[[aiojetstream.JetStreamContext], Any]) -> Any:
+        async with await aiojetstream.connect(own_server.url) as js:
+            return await step(js)
+
+    asyncio.run(on_server(create))
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / example)],
+        env={**os.environ, "NATS_URL": own_server.url},
+        capture_output=True,
+        text=True,
+        timeout=DEFAULT_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 1, f"{done.stdout}\n{done.stderr[-5000:]}"
+    assert f"The server has a stream {stream} that this example did not create" in done.stderr
+    assert "Traceback" not in done.stderr
+    messages, metadata = asyncio.run(on_server(left))
+    assert messages == 1
+    assert "created_by" not in (metadata or {})
