@@ -266,6 +266,13 @@ def test_cluster_needs_a_node() -> None:
         NatsCluster(0)
 
 
+def test_jetstream_cluster_of_one_is_refused_before_start() -> None:
+    """nats-server refuses a one-node JetStream cluster only once started (no routes)."""
+    with pytest.raises(ValueError, match=r"2 nodes or more.*use NatsServer"):
+        NatsCluster(1)
+    NatsCluster(1, jetstream=False).stop_sync()  # core NATS only: nothing to refuse
+
+
 def test_meta_ready_needs_agreement_and_current_replicas() -> None:
     """``/jsz`` does not name its server (the check once compared a ``server_name``
     it never carries, so the leader's replicas were never looked at): the node
@@ -326,6 +333,13 @@ def test_cli_exit_code_for_signals() -> None:
 def test_cli_rejects_port_with_cluster(capsys: pytest.CaptureFixture[str]) -> None:
     assert testing.main(["serve", "--cluster", "3", "--port", "4222"]) == 2
     assert "--port" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("size", ["1", "-1"])
+def test_cli_rejects_a_cluster_of_one(size: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``serve --cluster 1`` started a server that failed late with nats-server's own error."""
+    assert testing.main(["serve", "--cluster", size]) == 2
+    assert "--cluster takes 2 nodes or more" in capsys.readouterr().err
 
 
 def test_cli_run_requires_a_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -97,6 +97,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cluster and args.port:
         print("error: --port cannot be combined with --cluster", file=sys.stderr)
         return 2
+    if args.cluster < 0 or (args.cluster == 1 and not args.no_jetstream):
+        print(
+            "error: --cluster takes 2 nodes or more (3 for quorum); "
+            "one server is without --cluster",
+            file=sys.stderr,
+        )
+        return 2
     jetstream = not args.no_jetstream
     target: NatsServer | NatsCluster
     if args.cluster:

@@ -66,6 +66,12 @@ class NatsCluster:
     ) -> None:
         if size < 1:
             raise ValueError(f"a cluster needs at least one node, got size={size}")
+        if size == 1 and jetstream:
+            # nats-server refuses it at start ("JetStream cluster requires configured routes").
+            raise ValueError(
+                "a JetStream cluster needs 2 nodes or more (3 for quorum); "
+                "for one server, use NatsServer"
+            )
         self._jetstream = jetstream
         self._name = name
         self._start_timeout = start_timeout
