@@ -416,6 +416,25 @@ async def test_relative_store_dir_and_binary_are_taken_against_the_current_direc
             await nc.close()
 
 
+async def test_relative_paths_in_config_are_taken_against_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-server ran in its temporary working directory, so a relative path in
+    ``config`` (a TLS file, a pid file) named something inside it: TLS files were
+    not found, a pid file went away with the directory."""
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    srv = NatsServer(config={"pid_file": "run/server.pid"})
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(elsewhere)  # the directory of construction counts, as for store_dir
+    async with srv:
+        pid = (tmp_path / "run" / "server.pid").read_text().strip()
+        assert srv._proc is not None
+        assert pid == str(srv._proc.pid)
+    assert not (elsewhere / "run").exists()
+
+
 async def test_ports_held_by_another_server_fail_the_start() -> None:
     """The probes were answered by the other server while ours was exiting with
     "address already in use": start() returned, clients talked to the stranger."""

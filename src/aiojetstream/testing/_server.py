@@ -116,12 +116,19 @@ class NatsServer:
         self._debug = debug
         self._server_name = server_name
         self._start_timeout = start_timeout
-        # nats-server runs in the working directory: a relative path given here
-        # would name something inside it (and go with it on stop).
+        # Relative paths given here are taken against the current directory now,
+        # not when (or where) the server starts.
         if binary is not None and os.path.dirname(os.fspath(binary)):
             binary = _absolute(binary)
         self._binary = os.fspath(binary) if binary is not None else None
         self._workdir = Path(tempfile.mkdtemp(prefix="aiojetstream-nats-"))
+        # The server runs in the caller's directory (as of now, as store_dir and
+        # binary are resolved), so that relative paths in ``config`` (TLS files,
+        # a pid file) name what the caller means, not something in the workdir.
+        try:
+            self._cwd: str | None = os.getcwd()
+        except OSError:  # the current directory was removed
+            self._cwd = None
         self._owns_store = store_dir is None
         self._store_dir = (
             Path(_absolute(store_dir)) if store_dir is not None else self._workdir / "store"
@@ -279,7 +286,7 @@ class NatsServer:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=self._workdir,
+                cwd=self._cwd if self._cwd and os.path.isdir(self._cwd) else self._workdir,
             )
         self._proc = proc
         self._launched = True
