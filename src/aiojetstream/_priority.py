@@ -179,16 +179,21 @@ def resolve_priority(
 def pin_id_from_headers(hdr: bytes | None) -> str | None:
     r"""The ``Nats-Pin-Id`` of a user message's raw header block, or None.
 
-    Cheap when the header is absent (one substring test). Never raises.
+    Cheap when the header is absent (one substring test). Never raises. The
+    last such line counts: the server appends its own after the message's
+    stored headers, which may carry a ``Nats-Pin-Id`` too (headers forwarded
+    from a message read through another pinned consumer).
 
     Example:
         >>> pin_id_from_headers(b"NATS/1.0\r\nNats-Pin-Id: abc\r\n\r\n")
+        'abc'
+        >>> pin_id_from_headers(b"NATS/1.0\r\nNats-Pin-Id: old\r\nNats-Pin-Id: abc\r\n\r\n")
         'abc'
 
     """
     if hdr is None or _PIN_ID_BYTES not in hdr:
         return None
-    for line in bytes(hdr).split(b"\r\n")[1:]:
+    for line in reversed(bytes(hdr).split(b"\r\n")[1:]):
         key, sep, value = line.partition(b":")
         if sep and key.strip().decode("latin-1").lower() == _PIN_ID_LOWER:
             text = value.strip().decode("utf-8", "replace")

@@ -172,6 +172,25 @@ async def test_pin_timeout_lets_the_other_client_be_pinned(js: JetStreamContext)
     assert b.pin_id("jobs") not in (None, a.pin_id("jobs"))
 
 
+async def test_a_stored_pin_id_header_does_not_take_the_pin(js: JetStreamContext) -> None:
+    """A message stored with a ``Nats-Pin-Id`` of its own (headers forwarded from a
+    message read through another pinned consumer) has the server's line after it:
+    the client recorded the stored one, its next pull was refused (423) and it
+    waited in standby for the pin timeout (120 s by default)."""
+    stream = await make_stream(js, "PGP5")
+    await js.publish(f"{stream}.x", b"forwarded", headers={"Nats-Pin-Id": "from-upstream"})
+    await publish(js, stream, 3)
+    await priority_consumer(js, stream, PriorityPolicy.PINNED_CLIENT)
+    a = await js.consumer(stream, "w")
+    first = await collect(a, 1, expires=2, group="jobs")
+    assert [m.data for m in first] == [b"forwarded"]
+    info = await a.info()
+    assert info.priority_groups is not None
+    assert a.pin_id("jobs") == info.priority_groups[0].pinned_client_id != "from-upstream"
+    # the pin held: the next pull is served at once, not refused
+    assert seqs(await collect(a, 3, expires=2, group="jobs")) == [2, 3, 4]
+
+
 async def test_fetch_expires_must_stay_below_the_pin_timeout(js: JetStreamContext) -> None:
     stream = await make_stream(js, "PGP3")
     c = await priority_consumer(
