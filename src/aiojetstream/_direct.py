@@ -407,6 +407,9 @@ class DirectBatch:
         self._finished = False
         self._num_pending: int | None = None
         self._up_to_seq: int | None = None
+        # multi_last: the Nats-Num-Pending of the last message (see __anext__).
+        self._multi = "multi_last" in body
+        self._msg_pending: int | None = None
 
     @property
     def num_pending(self) -> int | None:
@@ -505,13 +508,23 @@ class DirectBatch:
                 kind = frame.kind
                 if kind is FrameKind.MESSAGE:
                     msg = build_message(frame, data)
+                    if self._multi:
+                        self._msg_pending = _int(frame.headers, H.NUM_PENDING)
                     previous = _int(frame.headers, H.LAST_SEQUENCE)
                     if self._cursor.on_message(msg.seq, previous, msg.time):
                         return msg
                     break  # past up_to_seq / up_to_time
                 if kind is FrameKind.EOB:
                     self._cursor.on_eob(_int(frame.headers, H.LAST_SEQUENCE))
-                    self._num_pending = _int(frame.headers, H.NUM_PENDING)
+                    pending = _int(frame.headers, H.NUM_PENDING)
+                    if self._msg_pending is not None and (
+                        pending is None or self._msg_pending > pending
+                    ):
+                        # nats-server 2.11 counts a cut multi_last reply's EOB one
+                        # too low (0 with one subject left: a paging loop stopped
+                        # early); its last message's count is right.
+                        pending = self._msg_pending
+                    self._num_pending = pending
                     self._up_to_seq = _int(frame.headers, UP_TO_SEQUENCE)
                     break
                 if kind is FrameKind.NOT_FOUND:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -321,3 +324,84 @@ async def test_a_stream_of_republished_messages_reads(js: JetStreamContext) -> N
     assert one.headers == got[1].headers  # a single get keeps the same stored headers
     last = await dst.get_last_msg_for_subject(f"{base}.dst.2")
     assert (last.seq, last.data) == (3, b"2")
+
+
+async def test_paging_multi_last_on_a_2_11_server_keeps_the_last_subject(
+    js: JetStreamContext,
+) -> None:
+    """nats-server 2.11 (up to 2.11.17) sends a cut ``multi_last`` reply's EOB with a
+    ``Nats-Num-Pending`` one too low (fixed in 2.12): with one subject left it said 0,
+    and docs/batch-get.md's paging loop ended without it. Each message's count is
+    right; the batch takes the last one's. No 2.11 binary here: a subscriber on the
+    stream's direct-get subject (the stream does not allow direct gets, so the server
+    does not answer) replies with the frames of 2.11's ``getDirectMulti``."""
+    name = unique_name("DG211")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], allow_direct=False)
+    )
+    lasts = [(4, f"{name}.a"), (5, f"{name}.b"), (6, f"{name}.c")]
+
+    def frames(req: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+        """server/stream.go getDirectMulti as of v2.11.17, for ``seq`` and ``batch``."""
+        pending, last, sent, out = len(lasts) - 1, 0, 0, []
+        for seq, subject in lasts:
+            if seq < req.get("seq", 0):
+                pending = max(pending - 1, 0)
+                continue
+            hdr = (
+                f"NATS/1.0\r\nNats-Stream: {name}\r\nNats-Subject: {subject}\r\n"
+                f"Nats-Sequence: {seq}\r\nNats-Time-Stamp: 2026-11-30T01:02:03.000000004Z\r\n"
+                f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last}\r\n\r\n"
+            )
+            pending = max(pending - 1, 0)
+            last = seq
+            out.append((hdr.encode(), b"v%d" % seq))
+            sent += 1
+            if sent >= req.get("batch", 0) > 0:
+                break
+        eob = (
+            f"NATS/1.0 204 EOB\r\nNats-Num-Pending: {pending}\r\n"
+            f"Nats-Last-Sequence: {last}\r\nNats-UpTo-Sequence: 6\r\n\r\n"
+        )
+        return [*out, (eob.encode(), b"")]
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A raw connection (a status line like ``204 EOB`` needs raw HPUB)."""
+        while line := await reader.readline():
+            parts = line.split()
+            if parts[:1] == [b"PING"]:
+                writer.write(b"PONG\r\n")
+            elif parts[:1] in ([b"MSG"], [b"HMSG"]):
+                body = (await reader.readexactly(int(parts[-1]) + 2))[:-2]
+                if parts[0] == b"HMSG":
+                    body = body[int(parts[-2]) :]
+                for hdr, data in frames(json.loads(body)):
+                    size = len(hdr) + len(data)
+                    writer.write(
+                        b"HPUB %s %d %d\r\n%s%s\r\n" % (parts[3], len(hdr), size, hdr, data)
+                    )
+
+    host, port = js.nc.connected_url.netloc.split(":")  # type: ignore[union-attr]
+    reader, writer = await asyncio.open_connection(host, int(port))
+    await reader.readline()  # INFO
+    writer.write(
+        b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n'
+        b"SUB $JS.API.DIRECT.GET.%s 1\r\nPING\r\n" % name.encode()
+    )
+    assert await reader.readline() == b"PONG\r\n"
+    responder = asyncio.create_task(respond(reader, writer))
+    try:
+        for batch in (1, 2):
+            values: dict[str, bytes] = {}
+            page = stream.get_last_msgs_for([f"{name}.*"], batch=batch)
+            while True:  # docs/batch-get.md's loop
+                values.update({m.subject: m.data async for m in page})
+                if not page.num_pending:
+                    break
+                page = stream.get_last_msgs_for(
+                    [f"{name}.*"], batch=batch, up_to_seq=page.up_to_seq, seq=page.last_seq + 1
+                )
+            assert values == {s: b"v%d" % q for q, s in lasts}, batch
+    finally:
+        responder.cancel()
+        writer.close()
