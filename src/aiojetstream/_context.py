@@ -811,7 +811,8 @@ class JetStreamContext:
             codec,
         )
         if schedule is not None:  # checked once the input is (the check may ask the server)
-            await F.require(self._api, F.SCHEDULES, timeout)
+            at = schedule.spec.startswith("@at ")
+            await F.require(self._api, F.SCHEDULES if at else F.SCHEDULE_PATTERNS, timeout)
         wait = self._timeout if timeout is None else timeout
         if hold is None:
             return await P.publish(self._conn, subject, data, hdrs, wait)
@@ -874,7 +875,8 @@ class JetStreamContext:
             codec,
         )
         if schedule is not None:  # checked once the input is (the check may ask the server)
-            await F.require(self._api, F.SCHEDULES, timeout)
+            at = schedule.spec.startswith("@at ")
+            await F.require(self._api, F.SCHEDULES if at else F.SCHEDULE_PATTERNS, timeout)
         publisher = self._publisher
         if publisher.has_room:
             return publisher.send(subject, data, hdrs, timeout, hold)

@@ -26,6 +26,7 @@ __all__ = [
     "PRIORITIZED",
     "PRIORITY_GROUPS",
     "SCHEDULES",
+    "SCHEDULE_PATTERNS",
     "Feature",
     "check_level",
     "consumer_config_features",
@@ -53,6 +54,10 @@ BATCH_GET: Final = Feature("batch direct get", 1, "2.11")
 COUNTERS: Final = Feature("message counters (allow_msg_counter)", 2, "2.12")
 ATOMIC_BATCH: Final = Feature("atomic batch publish (allow_atomic)", 2, "2.12")
 SCHEDULES: Final = Feature("message schedules (allow_msg_schedules)", 2, "2.12")
+#: 2.12 takes ``@at`` schedules only; ``@every``, cron and time zones came with 2.14.
+SCHEDULE_PATTERNS: Final = Feature(
+    "message schedules by interval or cron (Schedule.every, Schedule.cron)", 4, "2.14"
+)
 PRIORITY_GROUPS: Final = Feature("priority groups", 1, "2.11")
 #: A 2.11 server (API level 1) refuses this policy: 2.12 is API level 2.
 PRIORITIZED: Final = Feature("priority groups (prioritized policy)", 2, "2.12")

@@ -276,12 +276,49 @@ async def test_old_server_is_refused(js: JetStreamContext) -> None:
     _, p = await schedule_stream(js)
     js._api.level = 1
     try:
+        at = Schedule.at(datetime.now(UTC) + timedelta(hours=1))
         with pytest.raises(FeatureNotSupportedError) as info:
-            await js.publish(
-                f"{p}.sched.x", b"", schedule=Schedule.every(1), schedule_target=f"{p}.orders.x"
-            )
+            await js.publish(f"{p}.sched.x", b"", schedule=at, schedule_target=f"{p}.orders.x")
         assert info.value.server_version == "2.12"
         with pytest.raises(FeatureNotSupportedError):
             await js.cancel_schedule(f"{p}.sched.x")
+    finally:
+        js._api.level = None
+
+
+@pytest.mark.parametrize("level", [2, 3])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        Schedule.every(60),
+        Schedule.cron("@hourly"),
+        Schedule.cron("0 0 5 * * *", "Europe/Amsterdam"),
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("how", ["publish", "publish_async"])
+async def test_intervals_and_cron_need_2_14(
+    js: JetStreamContext, level: int, schedule: Schedule, how: str
+) -> None:
+    """nats-server 2.12 (API level 2, 3 from 2.12.8) takes ``@at`` schedules only:
+    ``every`` and ``cron`` were sent and refused as an invalid pattern (10189); they
+    came with 2.14 (level 4)."""
+    _, p = await schedule_stream(js)
+    js._api.level = level
+    try:
+        with pytest.raises(FeatureNotSupportedError) as info:
+            await getattr(js, how)(
+                f"{p}.sched.x", b"", schedule=schedule, schedule_target=f"{p}.orders.x"
+            )
+        assert info.value.server_version == "2.14"
+        assert "every" in str(info.value)
+        # @at is what 2.12 takes
+        when = datetime.now(UTC) + timedelta(hours=1)
+        sent = await getattr(js, how)(
+            f"{p}.sched.y", b"", schedule=Schedule.at(when), schedule_target=f"{p}.orders.y"
+        )
+        if how == "publish_async":
+            sent = await sent
+        assert sent.seq == 1
     finally:
         js._api.level = None
