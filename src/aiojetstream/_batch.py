@@ -39,6 +39,7 @@ from ._errors import (
     InvalidOptionError,
     InvalidResponseError,
     JetStreamError,
+    JetStreamTimeoutError,
     NoRespondersError,
 )
 from ._validation import check_timeout, validate_publish_subject
@@ -394,6 +395,13 @@ class AtomicBatch:
         self._subject = subject
         try:
             check_first_reply(await self._request(subject, data, hdrs, timeout))
+        except JetStreamTimeoutError as exc:
+            self._state.closed = True
+            raise JetStreamTimeoutError(
+                f"{exc}: the stream did not answer the batch's first message (a stream "
+                "with no_ack never does; atomic batches need one that acknowledges); "
+                "the batch is closed"
+            ) from exc
         except BaseException:
             self._state.closed = True
             raise

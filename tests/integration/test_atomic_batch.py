@@ -22,6 +22,7 @@ from aiojetstream import (
     FeatureNotSupportedError,
     InvalidOptionError,
     JetStreamContext,
+    JetStreamTimeoutError,
     PersistMode,
     Stream,
     StreamConfig,
@@ -89,6 +90,18 @@ async def test_concurrent_first_adds_send_one_first_message(
     assert ack.batch_size == 3
     assert await last_seq(stream) == 3
     assert sorted([(await stream.get_msg(s)).data for s in (1, 2)]) == [b"1", b"2"]
+
+
+async def test_a_no_ack_stream_says_why_the_first_add_timed_out(js: JetStreamContext) -> None:
+    """A ``no_ack`` stream never answers a batch's messages: the first add timed out
+    with a bare "timed out waiting for a reply", which did not say why."""
+    stream, p = await atomic_stream(js, no_ack=True)
+    batch = js.atomic_batch()
+    with pytest.raises(JetStreamTimeoutError, match="no_ack never does"):
+        await batch.add(f"{p}.a", b"1", timeout=0.5)
+    with pytest.raises(BatchClosedError):
+        await batch.add(f"{p}.a", b"2")
+    assert await last_seq(stream) == 0
 
 
 async def test_single_message_commit(js: JetStreamContext) -> None:
