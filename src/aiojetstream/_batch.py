@@ -318,7 +318,7 @@ class AtomicBatch:
         try:
             reply, _ = await self._api.conn.request(subject, data, wait, P.header_block(headers))
         except NoRespondersError:
-            raise NoRespondersError(f"no stream captures subject {subject!r}") from None
+            raise NoRespondersError(P.no_stream_text(repr(subject))) from None
         return reply
 
     async def add(

@@ -14,6 +14,7 @@ from aiojetstream import (
     JetStreamError,
     JetStreamNotEnabledError,
     JetStreamTimeoutError,
+    NoRespondersError,
     StreamConfig,
     TLSError,
 )
@@ -30,6 +31,23 @@ async def test_no_jetstream_is_a_typed_error() -> None:
         assert info.value.code == 503
         with pytest.raises(JetStreamNotEnabledError):
             await js.create_stream(StreamConfig(name="X", subjects=["x"]))
+
+
+async def test_a_publish_to_a_server_without_jetstream_says_so() -> None:
+    """A publish nothing answers said only "no stream captures subject": on a server
+    without JetStream that sent a new user off to create a stream."""
+    async with (
+        NatsServer(jetstream=False) as server,
+        await aiojetstream.connect(server.url, timeout=1) as js,
+    ):
+        with pytest.raises(NoRespondersError) as sync:
+            await js.publish("orders.new", b"1")
+        sent = await js.publish_async("orders.new", b"1")
+        with pytest.raises(NoRespondersError) as pipelined:
+            await sent
+        for info in (sync, pipelined):
+            assert str(info.value).startswith("no stream captures subject 'orders.new': ")
+            assert "a server without JetStream enabled answers the same" in str(info.value)
 
 
 async def test_timeouts_are_typed_and_bounded() -> None:

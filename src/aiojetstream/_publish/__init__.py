@@ -35,6 +35,7 @@ from .single import (
     PUBLISH_RETRY_WAIT,
     ack_from_reply,
     hold_when_full,
+    no_stream_text,
     parse_pub_ack,
     publish,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "PublishSummary",
     "AckSpan",
     "ack_from_reply",
+    "no_stream_text",
     "build_headers",
     "check_size",
     "check_sizes",

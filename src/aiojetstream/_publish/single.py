@@ -52,6 +52,14 @@ def parse_pub_ack(data: bytes) -> PubAck:
     return ack
 
 
+def no_stream_text(shown: str) -> str:
+    """What a publish nothing answered says: no stream, or no JetStream at all."""
+    return (
+        f"no stream captures subject {shown}: create a stream whose subjects match it "
+        "(a server without JetStream enabled answers the same)"
+    )
+
+
 def ack_from_reply(
     data: bytes, hdr: bytes | None, subject: str, shown: str | None = None
 ) -> PubAck:
@@ -62,7 +70,7 @@ def ack_from_reply(
     if hdr and not data:
         status = H.decode_headers(hdr)[1]
         if status == "503":
-            raise NoRespondersError(f"no stream captures subject {shown or repr(subject)}")
+            raise NoRespondersError(no_stream_text(shown or repr(subject)))
         if status is not None:
             raise InvalidResponseError(f"unexpected status {status} in reply to a publish")
     return parse_pub_ack(data)
@@ -95,7 +103,7 @@ async def publish(
             data, hdr = await conn.request(subject, payload, left, block)
             return ack_from_reply(data, hdr, subject)
         except NoRespondersError:
-            error = NoRespondersError(f"no stream captures subject {subject!r}")
+            error = NoRespondersError(no_stream_text(repr(subject)))
             if no_responders >= PUBLISH_RETRY_ATTEMPTS:
                 raise error from None
             no_responders += 1
