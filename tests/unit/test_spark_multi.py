@@ -346,3 +346,38 @@ def test_every_call_spark_makes_shows_the_error_first() -> None:
         for attr, value in vars(cls).items():
             if callable(value) and not attr.startswith("_") and attr not in plain:
                 assert hasattr(value, "__wrapped__"), f"{cls.__name__}.{attr}"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90", 90.0),
+        ("1.5", 1.5),
+        ("1e3", 1000.0),  # plain seconds, as before
+        ("30s", 30.0),
+        ("1h30m", 5400.0),  # the library's one syntax
+        ("2w", 1_209_600.0),
+        ("100us", 0.0001),
+        ("1.5h", 5400.0),
+        ("15min", 900.0),  # Spark's own (Kafka's maxTriggerDelay)
+        ("15MIN", 900.0),
+        ("15M", 900.0),  # Spark reads capitals as their lower case: minutes
+    ],
+)
+def test_duration_options_read_the_library_syntax_and_sparks(text: str, seconds: float) -> None:
+    """``maxTriggerDelay`` had a syntax of its own (no ``1h30m``, ``2w``, ``15min``), and
+    ``timeout`` / ``inactiveThreshold`` / ``retryTimeout`` took plain seconds only."""
+    for option, field in (
+        ("maxTriggerDelay", "max_trigger_delay"),
+        ("inactiveThreshold", "inactive_threshold"),
+        ("retryTimeout", "retry_timeout"),
+    ):
+        assert getattr(opts(stream="S", **{option: text}), field) == pytest.approx(seconds)
+    assert opts(stream="S", timeout=text).connect.timeout == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["5 minutes", "1h30", "soon", "0", "-5s", "1y", "nan", "inf"])
+def test_duration_options_refuse_what_is_no_duration(text: str) -> None:
+    for option in ("maxTriggerDelay", "inactiveThreshold", "retryTimeout", "timeout"):
+        with pytest.raises(InvalidOptionError, match=f"option '{option}': expected positive"):
+            opts(stream="S", **{option: text})

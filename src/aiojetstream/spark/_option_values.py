@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
 from aiojetstream import InvalidOptionError
+from aiojetstream import parse_duration as library_duration
 
 __all__ = [
     "MAX_PARTITIONS",
@@ -67,8 +68,45 @@ NAME_RE: Final = re.compile(r"^[^\s.*>/\\\x00]+$")
 Start = Literal["earliest", "latest"] | int
 End = Literal["latest"] | int
 
-_DURATION_RE: Final = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?")
-_DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: Spark's own duration strings (``JavaUtils.timeStringAs``, as Kafka's
+#: ``maxTriggerDelay`` reads them): whole numbers, any case, ``15min`` too.
+_SPARK_DURATION_RE: Final = re.compile(r"(\d+)(us|ms|s|m|min|h|d)?")
+_SPARK_UNITS: Final = {
+    "us": 1e-6,
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+_DURATION_FORMS: Final = (
+    "seconds (30, 1.5) or a duration such as 30s, 15m, 1h30m, 500ms or 2d "
+    "(the library's forms, and Spark's such as 15min)"
+)
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds of a duration option's text; NaN when it is none of the forms.
+
+    Plain seconds (``"30"``, ``"1.5"``), then the library's one duration
+    syntax (:func:`aiojetstream.parse_duration`: ``"1h30m"``, ``"500ms"``,
+    ``"2d"``), then Spark's own (``"15min"``, ``"100us"``; case-insensitive,
+    as Spark reads ``"15M"``: minutes).
+    """
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return library_duration(text).total_seconds()
+    except (InvalidOptionError, OverflowError):
+        pass
+    match = _SPARK_DURATION_RE.fullmatch(text.lower())
+    if match is None:
+        return math.nan
+    return int(match[1]) * _SPARK_UNITS[match[2] or "s"]
 
 
 def parse_name(options: Mapping[str, str], key: str, display: str) -> str:
@@ -116,17 +154,17 @@ def parse_positive_float(
     default: float,
     maximum: float = MAX_SECONDS,
 ) -> float:
-    """Positive seconds up to ``maximum`` (``default`` if the option is not given)."""
+    """A positive duration in seconds up to ``maximum`` (``default`` if not given).
+
+    Seconds, or a duration string (:func:`duration_seconds`).
+    """
     raw = options.get(key)
     if raw is None or raw.strip() == "":
         return default
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        value = math.nan
+    value = duration_seconds(raw)
     if not (math.isfinite(value) and 0 < value <= maximum):
         raise InvalidOptionError(
-            f"option {display!r}: expected positive seconds up to {maximum:,.0f} "
+            f"option {display!r}: expected positive {_DURATION_FORMS}, up to {maximum:,.0f} s "
             f"(about 292 years, the server's int64 nanoseconds), got {shown(raw)}"
         )
     return value
@@ -317,17 +355,5 @@ def parse_timestamp(raw: str | None, display: str) -> datetime | None:
 
 
 def parse_duration(options: Mapping[str, str], key: str, display: str, default: float) -> float:
-    """Seconds from ``"15m"``, ``"30s"``, ``"500ms"``, ``"1h"``, ``"1d"`` or a plain number."""
-    raw = options.get(key)
-    if raw is None or not raw.strip():
-        return default
-    match = _DURATION_RE.fullmatch(raw.strip().lower())
-    value = math.nan
-    if match is not None:
-        value = float(match[1]) * _DURATION_UNITS[match[2] or "s"]
-    if not (math.isfinite(value) and 0 < value <= MAX_SECONDS):
-        raise InvalidOptionError(
-            f"option {display!r}: expected a duration such as 15m, 30s or 500ms, up to "
-            f"{MAX_SECONDS:,} s (about 292 years), got {shown(raw)}"
-        )
-    return value
+    """Seconds from ``"15m"``, ``"30s"``, ``"500ms"``, ``"15min"`` or a plain number."""
+    return parse_positive_float(options, key, display, default)
