@@ -27,6 +27,7 @@ from aiojetstream import InvalidOptionError
 
 from ._credentials import (
     Credentials,
+    check_creds_file,
     check_creds_path,
     check_creds_secret,
     needs_nkeys,
@@ -279,7 +280,16 @@ class ConnectOptions:
     telemetry: str | None = field(default=None, compare=False)
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context)."""
+        """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context).
+
+        Reads the files of ``creds`` and the TLS options, where the connection
+        is opened (the driver, each executor).
+
+        Raises:
+            InvalidOptionError: the ``creds`` file is missing here or malformed.
+            OSError: a TLS file is missing or invalid (``ssl.SSLError``).
+
+        """
         kwargs: dict[str, Any] = {"timeout": self.timeout, "name": "aiojetstream.spark"}
         if self.domain:
             kwargs["domain"] = self.domain
@@ -292,6 +302,7 @@ class ConnectOptions:
         if self.token is not None:
             kwargs["token"] = self.token
         if self.creds is not None:
+            check_creds_file(self.creds)  # nats-py spun forever on a malformed one
             kwargs["user_credentials"] = self.creds
         if self.creds_secret is not None:
             kwargs["user_credentials"] = Credentials(self.creds_secret)
