@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NoReturn
 
 from aiojetstream import InvalidOptionError
 
@@ -286,7 +286,8 @@ class ConnectOptions:
         is opened (the driver, each executor).
 
         Raises:
-            InvalidOptionError: the ``creds`` file is missing here or malformed.
+            InvalidOptionError: the ``creds`` file is missing here or malformed, or
+                the TLS key is encrypted (a passphrase: never asked for).
             OSError: a TLS file is missing or invalid (``ssl.SSLError``).
 
         """
@@ -311,9 +312,30 @@ class ConnectOptions:
         if self.tls_ca_file or self.tls_cert_file:
             context = ssl.create_default_context(cafile=self.tls_ca_file)
             if self.tls_cert_file:
-                context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+                context.load_cert_chain(
+                    self.tls_cert_file, self.tls_key_file, password=self._no_passphrase
+                )
             kwargs["tls"] = context
         return kwargs
+
+    def _no_passphrase(self) -> NoReturn:
+        """``load_cert_chain``'s passphrase callback: an encrypted key is refused.
+
+        Without one, OpenSSL asked for the passphrase on the terminal (and
+        blocked reading a pipe); a Spark worker, its input ``/dev/null``,
+        failed with ``[Errno 22] Invalid argument``.
+        """
+        option, path = (
+            ("tlsKeyFile", self.tls_key_file)
+            if self.tls_key_file
+            else ("tlsCertFile", self.tls_cert_file)
+        )
+        raise InvalidOptionError(
+            f"option {option!r}: the private key in {path!r} is encrypted (it has a "
+            "passphrase), which the Spark options cannot take: store it decrypted "
+            "(openssl pkey -in ENCRYPTED.key -out KEY.key), readable only by the user "
+            "Spark runs as, at the same path on every node"
+        )
 
     @property
     def tls(self) -> bool:
