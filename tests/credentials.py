@@ -3,7 +3,8 @@
 * :class:`CertificateAuthority` runs ``openssl`` (OpenSSL 3) to make a CA and
   server certificates signed by it, with the subject alternative names a test
   asks for (``IP:127.0.0.1`` for a valid one, a DNS name only for a hostname
-  mismatch).
+  mismatch); :func:`encrypted_client_certificate` a certificate whose key has
+  a passphrase.
 * :func:`new_nkey` makes an nkey seed of a role (operator, account, user).
 * :class:`Operator` issues the operator, account and user JWTs of a
   decentralised-auth server (``operator`` plus a ``MEMORY`` resolver) and
@@ -33,6 +34,7 @@ __all__ = [
     "CertificateAuthority",
     "Operator",
     "ServerCertificate",
+    "encrypted_client_certificate",
     "new_nkey",
 ]
 
@@ -141,6 +143,32 @@ class CertificateAuthority:
             cwd=self.directory,
         )
         return ServerCertificate(cert, key)
+
+
+def encrypted_client_certificate(directory: Path, passphrase: str) -> ServerCertificate:
+    """A self-signed client certificate whose key is encrypted with ``passphrase`` (PKCS#8)."""
+    key = directory / "encrypted.key"
+    cert = directory / "encrypted.pem"
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-passout",
+        f"pass:{passphrase}",
+        "-keyout",
+        str(key),
+        "-out",
+        str(cert),
+        "-days",
+        "1",
+        "-subj",
+        "/CN=aiojetstream test client",
+        cwd=directory,
+    )
+    return ServerCertificate(cert, key)
 
 
 # --------------------------------------------------------------------------- nkeys and JWTs

@@ -29,6 +29,8 @@ from collections import UserString
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
+from ._creds import NOT_A_PATH
+
 __all__ = [
     "AT_SIGNS",
     "HIDDEN",
@@ -62,8 +64,6 @@ _PIECES: Final = re.compile(r"[,/?#]")
 
 #: The keyword arguments of ``nats.connect`` that hold a secret in themselves.
 _SECRET_OPTIONS: Final = ("password", "token", "nkeys_seed_str", "user_credentials")
-#: What no file path holds but a .creds text or an NKey seed given in its place does.
-_NOT_A_PATH: Final = re.compile(r"[\r\n]|-----BEGIN|S[A-Z2-7]{57}")
 
 
 def _last_at(text: str) -> int:
@@ -127,7 +127,7 @@ def connection_secrets(servers: str | Iterable[str], options: Mapping[str, Any])
         if isinstance(value, UserString) or (
             # A .creds text (or a seed) given where a file's path goes: nats-py's
             # error quotes it as the file name it could not open.
-            isinstance(value, str) and key == "user_credentials" and _NOT_A_PATH.search(value)
+            isinstance(value, str) and key == "user_credentials" and NOT_A_PATH.search(value)
         ):  # in-memory .creds text (nats-py's RawCredentials)
             found.append(str(value))
             found.extend(line.strip() for line in str(value).splitlines() if line.strip())

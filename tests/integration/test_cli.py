@@ -470,6 +470,22 @@ def test_unreadable_creds_and_nkey_files_are_usage_errors(nats_url: str, tmp_pat
     assert usage_error_line(result).startswith("Error: Invalid value for '--creds': ")
 
 
+def test_a_creds_file_that_is_none_is_one_error_line(nats_url: str, tmp_path: Path) -> None:
+    """--creds naming a file that is not a .creds file: refused before connecting.
+
+    The session's server requires no authentication: the file was never read
+    and the command succeeded; against one that does, nats-py spun forever.
+    """
+    seed = seed_text(new_nkey(nkeys.PREFIX_BYTE_USER))
+    bad = tmp_path / "user.creds"
+    bad.write_text(f"-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n")
+    result = invoke(nats_url, ("--creds", str(bad), "stream", "ls", "--names"), None, 1)
+    line = one_error_line(result)
+    assert line.startswith(f"error: .creds file {str(bad)!r}: it has no '-----BEGIN NATS USER JWT")
+    assert seed not in result.output
+    assert result.stdout == ""
+
+
 def test_user_and_password() -> None:
     with NatsServer(config={"authorization": {"user": "alice", "password": "s3cret"}}) as server:
         ok = invoke(

@@ -30,9 +30,12 @@ import ast
 import asyncio
 import contextlib
 import json
+import os
 import re
 import ssl
 import string
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -1492,6 +1495,82 @@ async def test_credentials_in_the_url_stay_out_of_errors(nats_server: NatsServer
         assert "***@" in str(info.value)
         js = await aiojetstream.connect(f"nats://alice:pw-1@{HOST}:{server.port}")
         await js.close()
+
+
+# --------------------------------------------------------------------------- G2: malformed .creds
+
+#: Connects with each .creds file given, printing one JSON line per file: [path, error, text].
+_TRY_CREDS = """
+import asyncio, json, sys
+import aiojetstream
+
+async def main():
+    for path in sys.argv[2:]:
+        try:
+            js = await aiojetstream.connect(sys.argv[1], user_credentials=path)
+        except Exception as exc:
+            print(json.dumps([path, type(exc).__name__, str(exc)]), flush=True)
+        else:
+            await js.close()
+            print(json.dumps([path, None, ""]), flush=True)
+
+asyncio.run(main())
+"""
+
+#: How long the subprocess may take for all its files (a loaded machine: imports, servers).
+_CREDS_BOUND = 60.0
+
+
+@pytest.mark.parametrize("auth", ["nkey", "jwt"])
+async def test_a_malformed_creds_file_fails_at_once(auth: str, tmp_path: Path) -> None:
+    """A .creds file that is none fails with ``InvalidOptionError`` naming it, quoting nothing.
+
+    nats-py reads the file only when the server sends a nonce (nkey or JWT
+    auth), in the event loop: without a ``BEGIN NATS USER JWT`` line it spun
+    forever (100 % CPU; no timeout ends a loop that never awaits), otherwise a
+    bare ``TypeError``; a missing file came out as a ``ConnectionFailedError``.
+    In a subprocess with a bound, so that a regression fails here rather than
+    hanging the run.
+    """
+    user = new_nkey(nkeys.PREFIX_BYTE_USER)
+    seed = seed_text(user)
+    operator = Operator(tmp_path)
+    good = operator.user_creds("alice")
+    if auth == "nkey":
+        config: dict[str, Any] = {"authorization": {"users": [{"nkey": public_key(user)}]}}
+    else:
+        config = operator.server_config()
+    texts = {
+        "empty": "",
+        "seed": seed + "\n",
+        "seedonly": f"-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n",
+        "jwtonly": good.read_text().split("*" * 25)[0],
+    }
+    files = []
+    for name, text in texts.items():
+        files.append(tmp_path / f"bad-{name}.creds")
+        files[-1].write_text(text)
+    files.append(tmp_path / "missing.creds")
+    async with NatsServer(config=config) as server:
+        run = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", _TRY_CREDS, server.url, *map(str, files), str(good)],
+            capture_output=True,
+            text=True,
+            timeout=_CREDS_BOUND,
+            env={**os.environ, "PYTHONPATH": str(Path(aiojetstream.__file__).parents[1])},
+        )
+    assert run.returncode == 0, run.stderr
+    results = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [path for path, _, _ in results] == [*map(str, files), str(good)]
+    for path, error, text in results[:-1]:
+        assert error == "InvalidOptionError", (path, error, text)
+        assert text.startswith(f".creds file {path!r}")
+        assert "cannot be read" in text if path.endswith("missing.creds") else "it " in text
+        assert seed not in text
+        assert seed[:20] not in text
+    # The control: a good file, on the JWT server (the nkey server knows no such user).
+    assert results[-1][1] == (None if auth == "jwt" else "AuthorizationError"), results[-1]
 
 
 # --------------------------------------------------------------------------- docs/security.md

@@ -24,6 +24,7 @@ from aiojetstream.spark._options import (
     parse_source_options,
 )
 from aiojetstream.spark._read import _numbers, check_loss, split
+from credentials import Operator
 
 SPARK_DIR = Path(__file__).resolve().parents[2] / "src" / "aiojetstream" / "spark"
 
@@ -233,7 +234,7 @@ def test_sink_and_kv_options() -> None:
         parse_kv_options({"bucket": "to:tals"})
 
 
-def test_connect_kwargs() -> None:
+def test_connect_kwargs(tmp_path: Path) -> None:
     opts = parse_source_options(
         {"stream": "S", "user": "u", "password": "p", "domain": "hub", "apiPrefix": "$X.API"},
         streaming=False,
@@ -249,9 +250,10 @@ def test_connect_kwargs() -> None:
         parse_source_options(
             {"stream": "S", "servers": "nats://u:pw@a:4222,nats://b:4222"}, streaming=False
         )
-    token = parse_source_options({"stream": "S", "token": "t", "creds": "/c"}, streaming=False)
+    creds = str(Operator(tmp_path).user_creds("c"))  # read where the connection opens
+    token = parse_source_options({"stream": "S", "token": "t", "creds": creds}, streaming=False)
     kwargs = token.connect.connect_kwargs()
-    assert (kwargs["token"], kwargs["user_credentials"]) == ("t", "/c")
+    assert (kwargs["token"], kwargs["user_credentials"]) == ("t", creds)
 
 
 @given(

@@ -232,10 +232,10 @@ def test_creds_secret_reaches_nats_py(creds_text: str, form: Callable[[str], str
     assert "nkeys_seed_str" not in opts.connect_kwargs()
 
 
-def test_creds_file_path_is_passed_as_it_is() -> None:
-    assert _source(creds="/etc/nats/a.creds").connect_kwargs()["user_credentials"] == (
-        "/etc/nats/a.creds"
-    )
+def test_creds_file_path_is_passed_as_it_is(operator: Operator) -> None:
+    """The path goes to nats-py as it is (checked first: tests/unit/test_creds_files.py)."""
+    path = str(operator.user_creds(f"u{uuid.uuid4().hex[:8]}"))
+    assert _source(creds=path).connect_kwargs()["user_credentials"] == path
 
 
 @pytest.mark.parametrize(

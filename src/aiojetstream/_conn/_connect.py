@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .._creds import check_credentials
 from .._errors import (
     AuthorizationError,
     ConnectionFailedError,
@@ -87,7 +88,11 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     * A failed TLS handshake (untrusted certificate, hostname mismatch) raises
       :class:`TLSError` at once, without a second attempt (nats-py would then
       wait forever for the socket of the failed upgrade to close).
-    * Refused credentials raise :class:`AuthorizationError`.
+    * Refused credentials raise :class:`AuthorizationError`. A ``.creds`` file
+      (``user_credentials``) is read and checked first, as nats-py reads it
+      (:func:`~.._creds.check_credentials`): a missing or malformed one raises
+      :class:`InvalidOptionError` at once (nats-py read it only once a server
+      asked for a signature, and without a JWT line it spun forever).
     * No error, log line or error callback shows a secret: the servers are
       named through :func:`~._redact.redact_servers` (never credentials), and
       what nats-py reports is screened for the password, token, NKey seed and
@@ -101,6 +106,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       is given.
     """
     urls = _split_urls(servers)
+    check_credentials(options)  # nats-py would read them late, in the loop (and may hang)
     shown = redact_servers(servers)
     secrets = connection_secrets(servers, options)
     options.setdefault("ping_interval", DEFAULT_PING_INTERVAL)

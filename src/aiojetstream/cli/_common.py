@@ -10,6 +10,7 @@ its names are re-exported here, so a command imports this module only.
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import re
@@ -177,12 +178,34 @@ class Options:
         if self.tls_cert is not None:
             try:
                 context.load_cert_chain(
-                    str(self.tls_cert), str(self.tls_key) if self.tls_key is not None else None
+                    str(self.tls_cert),
+                    str(self.tls_key) if self.tls_key is not None else None,
+                    password=self._passphrase,
                 )
             except (OSError, ssl.SSLError) as exc:
                 files = f"{self.tls_cert}" + (f", {self.tls_key}" if self.tls_key else "")
                 raise CliError(f"--tls-cert {files}: {_reason(exc)}") from exc
         return context
+
+    def _passphrase(self) -> str:
+        """The passphrase of an encrypted TLS key, asked for on the terminal only.
+
+        OpenSSL's own prompt read standard input even when it was a pipe (the
+        command's data) and blocked there; without a terminal, an error.
+
+        Raises:
+            CliError: standard input is not a terminal.
+
+        """
+        option, key = ("--tls-key", self.tls_key) if self.tls_key else ("--tls-cert", self.tls_cert)
+        if not sys.stdin.isatty():
+            raise CliError(
+                f"{option} {key}: the private key is encrypted (it has a passphrase) and "
+                "there is no terminal to ask for it: run the command from one, or store the "
+                "key decrypted (openssl pkey -in ENCRYPTED.key -out KEY.key), readable only "
+                "by you"
+            )
+        return getpass.getpass(f"Passphrase for the private key in {key}: ")
 
 
 def _readable(path: Path, option: str) -> Path:

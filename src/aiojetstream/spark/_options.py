@@ -21,12 +21,13 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NoReturn
 
 from aiojetstream import InvalidOptionError
 
 from ._credentials import (
     Credentials,
+    check_creds_file,
     check_creds_path,
     check_creds_secret,
     needs_nkeys,
@@ -279,7 +280,17 @@ class ConnectOptions:
     telemetry: str | None = field(default=None, compare=False)
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context)."""
+        """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context).
+
+        Reads the files of ``creds`` and the TLS options, where the connection
+        is opened (the driver, each executor).
+
+        Raises:
+            InvalidOptionError: the ``creds`` file is missing here or malformed, or
+                the TLS key is encrypted (a passphrase: never asked for).
+            OSError: a TLS file is missing or invalid (``ssl.SSLError``).
+
+        """
         kwargs: dict[str, Any] = {"timeout": self.timeout, "name": "aiojetstream.spark"}
         if self.domain:
             kwargs["domain"] = self.domain
@@ -292,6 +303,7 @@ class ConnectOptions:
         if self.token is not None:
             kwargs["token"] = self.token
         if self.creds is not None:
+            check_creds_file(self.creds)  # nats-py spun forever on a malformed one
             kwargs["user_credentials"] = self.creds
         if self.creds_secret is not None:
             kwargs["user_credentials"] = Credentials(self.creds_secret)
@@ -300,9 +312,30 @@ class ConnectOptions:
         if self.tls_ca_file or self.tls_cert_file:
             context = ssl.create_default_context(cafile=self.tls_ca_file)
             if self.tls_cert_file:
-                context.load_cert_chain(self.tls_cert_file, self.tls_key_file)
+                context.load_cert_chain(
+                    self.tls_cert_file, self.tls_key_file, password=self._no_passphrase
+                )
             kwargs["tls"] = context
         return kwargs
+
+    def _no_passphrase(self) -> NoReturn:
+        """``load_cert_chain``'s passphrase callback: an encrypted key is refused.
+
+        Without one, OpenSSL asked for the passphrase on the terminal (and
+        blocked reading a pipe); a Spark worker, its input ``/dev/null``,
+        failed with ``[Errno 22] Invalid argument``.
+        """
+        option, path = (
+            ("tlsKeyFile", self.tls_key_file)
+            if self.tls_key_file
+            else ("tlsCertFile", self.tls_cert_file)
+        )
+        raise InvalidOptionError(
+            f"option {option!r}: the private key in {path!r} is encrypted (it has a "
+            "passphrase), which the Spark options cannot take: store it decrypted "
+            "(openssl pkey -in ENCRYPTED.key -out KEY.key), readable only by the user "
+            "Spark runs as, at the same path on every node"
+        )
 
     @property
     def tls(self) -> bool:

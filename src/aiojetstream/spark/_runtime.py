@@ -174,6 +174,8 @@ class Session:
             kwargs["error_cb"] = self.refusals.record
             if self._max_pending is not None:
                 kwargs["publish_async_max_pending"] = self._max_pending
+        except InvalidOptionError:
+            raise  # names its option itself ('creds')
         except (OSError, ValueError) as exc:
             raise InvalidOptionError(
                 f"options 'tlsCaFile' / 'tlsCertFile' / 'tlsKeyFile': {exc}"
