@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+import functools
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -21,8 +22,8 @@ from aiojetstream import (
     RawStreamMessage,
 )
 
-from ._options import KVOptions, lower_keys, parse_kv_options
-from ._runtime import run_once, shared_session
+from ._options import DEFAULT_RETRY_TIMEOUT, KVOptions, lower_keys, parse_kv_options
+from ._runtime import TRANSIENT, Refusals, Session, discard, retrying, run_shared, shared_session
 from ._source import check_read_schema
 from ._surface import surfaced, surfaced_iter
 from ._telemetry import counted
@@ -51,6 +52,8 @@ _MULTI_LAST: Final = 1_024
 #: The server sends a reply at once, without flow control: a large one can exceed
 #: the client's allowance in the server (``max_pending``) and cost the connection.
 _PAGE_BYTES: Final = 1024 * 1024
+
+T = TypeVar("T")
 
 
 async def _bucket(js: JetStreamContext, opts: KVOptions) -> KeyValue:
@@ -128,7 +131,13 @@ class JetStreamKVDataSource(DataSource):
         async def check(js: JetStreamContext) -> None:
             await _bucket(js, opts)
 
-        run_once(opts.connect, check)  # before the job: the bucket exists
+        # Before the job: the bucket exists (a leader election is ridden out).
+        run_shared(
+            opts.connect,
+            check,
+            timeout=opts.retry_timeout,
+            what=f"looking up bucket {opts.bucket!r}",
+        )
         return KVWriter(opts, arrow_schema(schema, ("key", "value")))
 
 
@@ -160,26 +169,56 @@ class KVReader(DataSourceReader):
                     "2.11",
                 )
 
-        run_once(opts.connect, check)
+        run_shared(
+            opts.connect,
+            check,
+            timeout=opts.retry_timeout,
+            what=f"planning the read of bucket {opts.bucket!r}",
+        )
         return [InputPartition(opts.bucket)]
 
     @surfaced_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the live entries in Arrow batches, each key once (see :class:`_Snapshot`)."""
+        """Yield the live entries in Arrow batches, each key once (see :class:`_Snapshot`).
+
+        Every request retries what a leader election causes within ``retryTimeout``.
+        """
         opts = self.opts
         session = shared_session(opts.connect)  # the worker process's connection
-        kv = session.run(_bucket(session.js, opts))
-        snapshot = _Snapshot(kv)
-        session.run(snapshot.start())
-        yield from counted(
-            self._batches(session, snapshot), opts.connect.telemetry, "read", _FORMAT, opts.bucket
-        )
+        try:
+            kv = session.run(
+                _retried(
+                    session,
+                    opts,
+                    lambda: _bucket(session.js, opts),
+                    f"looking up bucket {opts.bucket!r}",
+                )
+            )
+            snapshot = _Snapshot(kv, opts.retry_timeout, session.refusals)
+            session.run(snapshot.start())
+            yield from counted(
+                self._batches(session, snapshot),
+                opts.connect.telemetry,
+                "read",
+                _FORMAT,
+                opts.bucket,
+            )
+        except TRANSIENT:
+            discard(session)  # gave up after retryTimeout: do not hand it to the next task
+            raise
 
-    def _batches(self, session: Any, snapshot: _Snapshot) -> Iterator[pa.RecordBatch]:
+    def _batches(self, session: Session, snapshot: _Snapshot) -> Iterator[pa.RecordBatch]:
         while not snapshot.ended:
             entries = session.run(snapshot.next_entries())
             if entries:
                 yield _arrow(self.opts.bucket, snapshot.prefix, entries)
+
+
+def _retried(
+    session: Session, opts: KVOptions, work: Callable[[], Awaitable[T]], what: str
+) -> Awaitable[T]:
+    """``work()`` retried through a leader election within ``retryTimeout``."""
+    return retrying(work, opts.retry_timeout, what, refusals=session.refusals)
 
 
 class _Snapshot:
@@ -193,11 +232,19 @@ class _Snapshot:
     revision at ``L`` was replaced since (a bucket with ``history=1`` keeps one
     revision a key) is read as it is now, if it still exists; so is a key
     created after ``L`` that the listing (made after ``L`` was taken) names.
-    No consumer: nothing to reset or clean up.
+    No consumer: nothing to reset or clean up. Each request retries what a
+    leader election causes within ``retry_timeout`` seconds.
     """
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(
+        self,
+        kv: KeyValue,
+        retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
+        refusals: Refusals | None = None,
+    ) -> None:
         self._kv = kv
+        self._retry_timeout = retry_timeout
+        self._refusals = refusals
         # A mirror holds its origin's subjects.
         config = kv.stream.cached_info.config
         origin = config.mirror.name.removeprefix("KV_") if config.mirror else kv.bucket
@@ -207,7 +254,19 @@ class _Snapshot:
         self._last = 0
         self.ended = False
 
+    async def _retrying(self, work: Callable[[], Awaitable[T]], what: str) -> T:
+        return await retrying(
+            work,
+            self._retry_timeout,
+            f"{what} of bucket {self._kv.bucket!r}",
+            refusals=self._refusals,
+        )
+
     async def start(self) -> None:
+        """Take ``L`` and the keys (retried as a whole)."""
+        await self._retrying(self._start, "listing the keys")
+
+    async def _start(self) -> None:
         # L first, then the keys: a listing of more than one page (100,000 keys)
         # takes several requests, and a key created meanwhile in a part already
         # listed would be missing although its revision is below a later L.
@@ -227,9 +286,11 @@ class _Snapshot:
         entries: list[RawStreamMessage] = []
         while not self.ended and len(entries) < _BATCH_ROWS:
             page = self._subjects[self._next : self._next + _MULTI_LAST]
-            self._next += len(page)
+            entries += await self._retrying(
+                functools.partial(self._page, page), f"reading keys from {page[0]!r}"
+            )
+            self._next += len(page)  # only once read: a retry reads the same keys
             self.ended = self._next >= len(self._subjects)
-            entries += await self._page(page)
         return entries
 
     async def _page(self, subjects: list[str]) -> list[RawStreamMessage]:
@@ -287,11 +348,23 @@ class KVWriter(BatchWriterBase):
         opts = self.opts
         result = WriteResult()
         session = shared_session(opts.connect)  # the worker process's connection
-        kv = session.run(_bucket(session.js, opts))
-        batches = record_batches(iterator, self.schema)
-        for batch in counted(batches, opts.connect.telemetry, "write", _FORMAT, opts.bucket):
-            session.run(_put_batch(kv, batch, opts.max_pending))
-            result.rows += batch.num_rows
+        try:
+            kv = session.run(
+                _retried(
+                    session,
+                    opts,
+                    lambda: _bucket(session.js, opts),
+                    f"looking up bucket {opts.bucket!r}",
+                )
+            )
+            batches = record_batches(iterator, self.schema)
+            for batch in counted(batches, opts.connect.telemetry, "write", _FORMAT, opts.bucket):
+                # A put that fails in a leader election fails the task: Spark retries it.
+                session.run(_put_batch(kv, batch, opts.max_pending))
+                result.rows += batch.num_rows
+        except TRANSIENT:
+            discard(session)  # the next task (Spark's retry) starts on a new connection
+            raise
         return result
 
 
