@@ -223,3 +223,37 @@ def test_kv_read_leaves_out_stored_subjects_with_wildcard_tokens(nats: Nats) -> 
     reader = KVReader(parse_kv_options({"servers": nats.url, "bucket": bucket}))
     rows = [r for batch in reader.read(InputPartition(bucket)) for r in batch.to_pylist()]
     assert sorted(r["key"] for r in rows) == keys
+
+
+@pytest.mark.parametrize("history", [1, 5])
+def test_kv_read_leaves_out_keys_created_during_the_read(nats: Nats, history: int) -> None:
+    """A key created between the snapshot's two stream-info calls (the key listing and
+    ``L``), or after them, is not read; one replaced after ``L`` is read as of ``L``
+    (``history=5``) or as it is now (``history=1``: its value at ``L`` is gone)."""
+    bucket = unique_name("KVC")
+    kv = nats.run(lambda js: js.create_key_value(KeyValueConfig(bucket=bucket, history=history)))
+    nats.run(kv.put("old", b"1"))
+    real_info = kv.stream.info
+    calls = 0
+
+    async def info(**kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # between the snapshot's two calls
+            await kv.put("between", b"x")
+        return await real_info(**kwargs)
+
+    kv.stream.info = info  # type: ignore[method-assign]
+    snapshot = _Snapshot(kv)
+    nats.run(snapshot.start())
+    assert calls == 2
+    nats.run(kv.put("after", b"x"))
+    new_rev = nats.run(kv.put("old", b"2"))
+    entries: list[RawStreamMessage] = []
+    while not snapshot.ended:
+        entries += nats.run(snapshot.next_entries())
+    assert [(m.subject.rsplit(".", 1)[1], m.data) for m in entries] == [
+        ("old", b"1" if history > 1 else b"2")
+    ]
+    if history == 1:
+        assert entries[0].seq == new_rev

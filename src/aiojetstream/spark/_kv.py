@@ -224,16 +224,17 @@ def _retried(
 class _Snapshot:
     """The live keys of a bucket as of one stream sequence, each key once.
 
-    At the start: the stream's last sequence ``L`` and every key that has a
-    message (its subjects, from the stream's info). Then, 1,024 keys a request,
-    the last message of each key at or below ``L`` (a batch direct get with
-    ``multi_last`` and ``up_to_seq``): the bucket as it was at ``L``, keys
-    whose last message is a delete or purge marker left out. A key whose
-    revision at ``L`` was replaced since (a bucket with ``history=1`` keeps one
-    revision a key) is read as it is now, if it still exists; so is a key
-    created after ``L`` that the listing (made after ``L`` was taken) names.
-    No consumer: nothing to reset or clean up. Each request retries what a
-    leader election causes within ``retry_timeout`` seconds.
+    At the start: every key that has a message (its subjects, from the
+    stream's info), then the stream's last sequence ``L``, so every key listed
+    had a message at or below ``L`` and a key created after the listing began
+    is not read. Then, 1,024 keys a request, the last message of each key at
+    or below ``L`` (a batch direct get with ``multi_last`` and ``up_to_seq``):
+    the bucket as it was at ``L``, keys whose last message is a delete or
+    purge marker left out. A key whose revisions up to ``L`` were all replaced
+    since (the bucket's ``history`` keeps fewer: one by default) is read as it
+    is now, if it still exists. No consumer: nothing to reset or clean up.
+    Each request retries what a leader election causes within
+    ``retry_timeout`` seconds.
     """
 
     def __init__(
@@ -263,14 +264,13 @@ class _Snapshot:
         )
 
     async def start(self) -> None:
-        """Take ``L`` and the keys (retried as a whole)."""
+        """List the keys, then take ``L`` (retried as a whole)."""
         await self._retrying(self._start, "listing the keys")
 
     async def _start(self) -> None:
-        # L first, then the keys: a listing of more than one page (100,000 keys)
-        # takes several requests, and a key created meanwhile in a part already
-        # listed would be missing although its revision is below a later L.
-        self._last = (await self._kv.stream.info()).state.last_seq
+        # The keys first, then L: every key listed existed at L, so one without a
+        # message at or below L now had it replaced since (not created after L,
+        # which a listing made after L would name; it would be read as it is now).
         info = await self._kv.stream.info(subjects_filter=self.prefix + ">")
         # A subject with a wildcard token is no key (puts refuse it) but a server
         # may hold one: as a multi_last filter it would match other keys.
@@ -279,6 +279,7 @@ class _Snapshot:
             for subject in info.state.subjects or ()
             if not _WILDCARD_TOKENS.intersection(subject.split("."))
         )
+        self._last = (await self._kv.stream.info()).state.last_seq
         self.ended = not self._subjects
 
     async def next_entries(self) -> list[RawStreamMessage]:
@@ -308,7 +309,8 @@ class _Snapshot:
             start = batch.last_seq + 1  # the reply stopped at max_bytes: the rest
         for subject in subjects:
             if subject not in found:
-                # Replaced after L (history=1): its value now, if the key still exists.
+                # Listed before L was taken, so it existed at L: its revisions up to L
+                # were replaced since (history=1). Its value now, if it still exists.
                 with contextlib.suppress(MessageNotFoundError):
                     found[subject] = await stream.get_last_msg_for_subject(subject)
         live = []
