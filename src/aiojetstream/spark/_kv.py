@@ -20,9 +20,12 @@ from aiojetstream import (
     KeyValue,
     MessageNotFoundError,
     RawStreamMessage,
+    StreamInfo,
+    StreamNotFoundError,
 )
 
 from ._options import DEFAULT_RETRY_TIMEOUT, KVOptions, lower_keys, parse_kv_options
+from ._read import DataLossError
 from ._runtime import TRANSIENT, Refusals, Session, discard, retrying, run_shared, shared_session
 from ._source import check_read_schema
 from ._surface import surfaced, surfaced_iter
@@ -141,6 +144,23 @@ class JetStreamKVDataSource(DataSource):
         return KVWriter(opts, arrow_schema(schema, ("key", "value")))
 
 
+class KVPartition(InputPartition):
+    """The one partition of a bucket read.
+
+    ``created``: when the bucket's stream was created, as planned: a bucket
+    deleted and created again before or while the task reads is not read as
+    one snapshot of both.
+    """
+
+    def __init__(self, bucket: str, created: str | None = None) -> None:
+        super().__init__(bucket)
+        self.bucket = bucket
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"KVPartition({self.bucket!r})"
+
+
 class KVReader(DataSourceReader):
     """Reads the bucket's live keys as of one stream sequence (batch direct gets)."""
 
@@ -152,7 +172,7 @@ class KVReader(DataSourceReader):
         """One partition; checks the bucket and the server can be read (before the job)."""
         opts = self.opts
 
-        async def check(js: JetStreamContext) -> None:
+        async def check(js: JetStreamContext) -> str:
             kv = await _bucket(js, opts)
             if not kv.stream.cached_info.config.allow_direct:
                 raise InvalidOptionError(
@@ -168,14 +188,15 @@ class KVReader(DataSourceReader):
                     level,
                     "2.11",
                 )
+            return kv.stream.cached_info.created.isoformat()
 
-        run_shared(
+        created = run_shared(
             opts.connect,
             check,
             timeout=opts.retry_timeout,
             what=f"planning the read of bucket {opts.bucket!r}",
         )
-        return [InputPartition(opts.bucket)]
+        return [KVPartition(opts.bucket, created)]
 
     @surfaced_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -194,7 +215,9 @@ class KVReader(DataSourceReader):
                     f"looking up bucket {opts.bucket!r}",
                 )
             )
-            snapshot = _Snapshot(kv, opts.retry_timeout, session.refusals)
+            # A bucket created again since the read was planned fails the task.
+            created = partition.created if isinstance(partition, KVPartition) else None
+            snapshot = _Snapshot(kv, opts.retry_timeout, session.refusals, created)
             session.run(snapshot.start())
             yield from counted(
                 self._batches(session, snapshot),
@@ -232,7 +255,11 @@ class _Snapshot:
     the bucket as it was at ``L``, keys whose last message is a delete or
     purge marker left out. A key whose revisions up to ``L`` were all replaced
     since (the bucket's ``history`` keeps fewer: one by default) is read as it
-    is now, if it still exists. No consumer: nothing to reset or clean up.
+    is now, if it still exists. A bucket deleted during the read fails it with
+    :class:`~aiojetstream.BucketNotFoundError`, one deleted and created again
+    (its stream's creation time differs) with :class:`DataLossError`: a
+    stream info after each batch's pages checks. No consumer: nothing to reset
+    or clean up.
     Each request retries what a leader election causes within
     ``retry_timeout`` seconds.
     """
@@ -242,10 +269,13 @@ class _Snapshot:
         kv: KeyValue,
         retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
         refusals: Refusals | None = None,
+        created: str | None = None,
     ) -> None:
         self._kv = kv
         self._retry_timeout = retry_timeout
         self._refusals = refusals
+        #: When the bucket's stream was created: the snapshot reads that stream only.
+        self._created = created or kv.stream.cached_info.created.isoformat()
         # A mirror holds its origin's subjects.
         config = kv.stream.cached_info.config
         origin = config.mirror.name.removeprefix("KV_") if config.mirror else kv.bucket
@@ -271,7 +301,7 @@ class _Snapshot:
         # The keys first, then L: every key listed existed at L, so one without a
         # message at or below L now had it replaced since (not created after L,
         # which a listing made after L would name; it would be read as it is now).
-        info = await self._kv.stream.info(subjects_filter=self.prefix + ">")
+        info = await self._info(subjects_filter=self.prefix + ">")
         # A subject with a wildcard token is no key (puts refuse it) but a server
         # may hold one: as a multi_last filter it would match other keys.
         self._subjects = sorted(
@@ -279,8 +309,20 @@ class _Snapshot:
             for subject in info.state.subjects or ()
             if not _WILDCARD_TOKENS.intersection(subject.split("."))
         )
-        self._last = (await self._kv.stream.info()).state.last_seq
+        self._last = (await self._info()).state.last_seq
         self.ended = not self._subjects
+
+    async def _info(self, subjects_filter: str | None = None) -> StreamInfo:
+        """The bucket stream's info, checked to be of the stream the snapshot reads."""
+        info = await _found(self._kv, self._kv.stream.info(subjects_filter=subjects_filter))
+        created = info.created.isoformat()
+        if created != self._created:
+            raise DataLossError(
+                f"bucket {self._kv.bucket!r} was deleted and created again (at {created}) "
+                f"since its read began on the bucket created at {self._created}: the read "
+                "would mix the two (run it again)"
+            )
+        return info
 
     async def next_entries(self) -> list[RawStreamMessage]:
         """The live values of the next keys (up to ``_BATCH_ROWS``); sets ``ended`` at the end."""
@@ -292,9 +334,14 @@ class _Snapshot:
             )
             self._next += len(page)  # only once read: a retry reads the same keys
             self.ended = self._next >= len(self._subjects)
+        # Still the bucket of the start (not deleted and created again meanwhile)?
+        await self._retrying(self._info, "checking the bucket")
         return entries
 
     async def _page(self, subjects: list[str]) -> list[RawStreamMessage]:
+        return await _found(self._kv, self._page_of(subjects))
+
+    async def _page_of(self, subjects: list[str]) -> list[RawStreamMessage]:
         stream = self._kv.stream
         found: dict[str, RawStreamMessage] = {}
         start: int | None = None
@@ -322,6 +369,16 @@ class _Snapshot:
 
 
 _WILDCARD_TOKENS: Final = frozenset(("*", ">"))
+
+
+async def _found(kv: KeyValue, work: Awaitable[T]) -> T:
+    """``work``, its missing stream reported as the bucket (as ``KeyValue.get`` does)."""
+    try:
+        return await work
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(
+            f"bucket {kv.bucket!r} not found: deleted during the read", kv.bucket
+        ) from exc
 
 
 def _marker(headers: dict[str, str] | None) -> bool:
