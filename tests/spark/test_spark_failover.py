@@ -1,20 +1,30 @@
-"""A streaming query copying an R3 stream while the stream's leader is killed (NatsCluster(3)).
+"""Spark reads and writes while a stream's leader is killed (NatsCluster(3)).
 
-The source's driver-side calls (stream info, offsets) and its read tasks ride
-out the election within ``retryTimeout``; the sink's tasks that fail on it are
-retried by Spark (``local[2,4]``) and ``dedupe=auto`` keeps the retried rows
-from being stored twice. The copy ends with every source message exactly once.
+A streaming query copies an R3 stream: the source's driver-side calls (stream
+info, offsets) and its read tasks ride out the election within
+``retryTimeout``; the sink's tasks that fail on it are retried by Spark
+(``local[2,4]``) and ``dedupe=auto`` keeps the retried rows from being stored
+twice. The copy ends with every source message exactly once.
+
+``format("jetstream_kv")`` rides it out the same way: its planning, read task
+and write task (driven directly, as Spark's Python worker does) run right
+after the kill of an R3 bucket's leader.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from aiojetstream import JetStreamContext, JetStreamError
+from aiojetstream import JetStreamContext, JetStreamError, KeyValueConfig
+from aiojetstream.spark._kv import JetStreamKVDataSource, KVReader
+from aiojetstream.spark._options import parse_kv_options
 from aiojetstream.testing import NatsCluster
 from helpers import unique_name, wait_until_sync
 from reliability.harness import create_r3_stream, move_stream_leader, wait_stream_leader
@@ -118,5 +128,55 @@ def test_streaming_copy_survives_a_leader_kill(
         copied = stored(nats, dst)
         assert sorted(copied) == sorted(b"m-%d" % i for i in range(COUNT))  # exactly once
         assert len(copied) == COUNT
+    finally:
+        nats.close()
+
+
+def test_kv_read_and_write_ride_out_a_leader_kill(cluster: NatsCluster) -> None:
+    """Without retries each call failed with the STREAM.INFO timeout of the dead leader."""
+    nats = Nats(cluster.servers[0].url)  # the test's own connection stays on n1
+    try:
+        bucket = unique_name("KVF")
+        keys = [f"k{i:02d}" for i in range(50)]
+
+        async def fill(js: JetStreamContext) -> None:
+            kv = await js.create_key_value(KeyValueConfig(bucket=bucket, replicas=3))
+            for key in keys:
+                await kv.put(key, b"v")
+
+        nats.run(fill)
+        nats.run(lambda js: move_stream_leader(js, f"KV_{bucket}", "n2"))
+        nats.run(cluster.server("n2").kill())
+        options = {
+            "servers": ",".join(s.url for s in cluster.servers if s.server_name != "n2"),
+            "bucket": bucket,
+            "timeout": "2",  # a request to the dead leader fails after 2 s: then retried
+            "retryTimeout": "60",
+        }
+        schema = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+
+        def plan_and_read() -> list[str]:
+            reader = KVReader(parse_kv_options(options))
+            (partition,) = reader.partitions()
+            return [k for b in reader.read(partition) for k in b.column("key").to_pylist()]
+
+        def read() -> list[str]:
+            reader = KVReader(parse_kv_options(options))
+            batches = reader.read(InputPartition(bucket))
+            return [k for b in batches for k in b.column("key").to_pylist()]
+
+        def write() -> int:
+            writer = JetStreamKVDataSource(options).writer(schema, False)
+            return writer.write(iter([Row(key="written", value=b"w")])).rows
+
+        # All at once, right after the kill: each meets the election.
+        with ThreadPoolExecutor(3) as pool:
+            planned, task, written = (pool.submit(f) for f in (plan_and_read, read, write))
+            # The reads may or may not see the write's key (they run side by side).
+            assert [k for k in sorted(planned.result(timeout=120)) if k != "written"] == keys
+            assert [k for k in sorted(task.result(timeout=120)) if k != "written"] == keys
+            assert written.result(timeout=120) == 1
+        kv = nats.run(lambda js: js.key_value(bucket))
+        assert nats.run(kv.get("written")).value == b"w"
     finally:
         nats.close()

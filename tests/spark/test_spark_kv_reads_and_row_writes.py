@@ -29,8 +29,14 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from aiojetstream import JetStreamContext, KeyValueConfig, RawStreamMessage, StreamConfig
-from aiojetstream.spark import JetStreamSparkWarning
+from aiojetstream import (
+    BucketNotFoundError,
+    JetStreamContext,
+    KeyValueConfig,
+    RawStreamMessage,
+    StreamConfig,
+)
+from aiojetstream.spark import DataLossError, JetStreamSparkWarning
 from aiojetstream.spark._kv import _BATCH_ROWS, KVReader, _Snapshot
 from aiojetstream.spark._options import parse_kv_options, parse_sink_options
 from aiojetstream.spark._write import StreamWriter, check_sink_schema, record_batches
@@ -223,3 +229,79 @@ def test_kv_read_leaves_out_stored_subjects_with_wildcard_tokens(nats: Nats) -> 
     reader = KVReader(parse_kv_options({"servers": nats.url, "bucket": bucket}))
     rows = [r for batch in reader.read(InputPartition(bucket)) for r in batch.to_pylist()]
     assert sorted(r["key"] for r in rows) == keys
+
+
+@pytest.mark.parametrize("history", [1, 5])
+def test_kv_read_leaves_out_keys_created_during_the_read(nats: Nats, history: int) -> None:
+    """A key created between the snapshot's two stream-info calls (the key listing and
+    ``L``), or after them, is not read; one replaced after ``L`` is read as of ``L``
+    (``history=5``) or as it is now (``history=1``: its value at ``L`` is gone)."""
+    bucket = unique_name("KVC")
+    kv = nats.run(lambda js: js.create_key_value(KeyValueConfig(bucket=bucket, history=history)))
+    nats.run(kv.put("old", b"1"))
+    real_info = kv.stream.info
+    calls = 0
+
+    async def info(**kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # between the snapshot's two calls
+            await kv.put("between", b"x")
+        return await real_info(**kwargs)
+
+    kv.stream.info = info  # type: ignore[method-assign]
+    snapshot = _Snapshot(kv)
+    nats.run(snapshot.start())
+    assert calls == 2
+    nats.run(kv.put("after", b"x"))
+    new_rev = nats.run(kv.put("old", b"2"))
+    entries: list[RawStreamMessage] = []
+    while not snapshot.ended:
+        entries += nats.run(snapshot.next_entries())
+    assert [(m.subject.rsplit(".", 1)[1], m.data) for m in entries] == [
+        ("old", b"1" if history > 1 else b"2")
+    ]
+    if history == 1:
+        assert entries[0].seq == new_rev
+
+
+def test_kv_read_of_a_bucket_deleted_during_it_fails_as_bucket_not_found(nats: Nats) -> None:
+    bucket = unique_name("KVD")
+    kv = nats.run(lambda js: js.create_key_value(KeyValueConfig(bucket=bucket)))
+    nats.run(kv.put("k", b"v"))
+    snapshot = _Snapshot(kv)
+    nats.run(snapshot.start())
+    nats.run(lambda js: js.delete_key_value(bucket))
+    with pytest.raises(BucketNotFoundError, match=f"bucket '{bucket}' not found"):
+        nats.run(snapshot.next_entries())
+
+
+def test_kv_read_of_a_bucket_created_again_during_it_fails(nats: Nats) -> None:
+    """Its keys would be read from the new bucket up to the old one's last sequence."""
+    bucket = unique_name("KVR")
+
+    async def create(value: bytes) -> Any:
+        kv = await nats.js.create_key_value(KeyValueConfig(bucket=bucket))
+        for i in range(3):
+            await kv.put(f"k{i}", value)
+        return kv
+
+    kv = nats.run(create(b"old"))
+    snapshot = _Snapshot(kv)
+    nats.run(snapshot.start())
+    nats.run(lambda js: js.delete_key_value(bucket))
+    nats.run(create(b"new"))
+    with pytest.raises(DataLossError, match=f"bucket '{bucket}' was deleted and created again"):
+        nats.run(snapshot.next_entries())
+
+
+def test_kv_read_task_of_a_bucket_created_again_since_planning_fails(nats: Nats) -> None:
+    bucket = unique_name("KVP")
+    nats.run(lambda js: js.create_key_value(KeyValueConfig(bucket=bucket)))
+    reader = KVReader(parse_kv_options({"servers": nats.url, "bucket": bucket}))
+    (partition,) = reader.partitions()
+    nats.run(lambda js: js.delete_key_value(bucket))
+    kv = nats.run(lambda js: js.create_key_value(KeyValueConfig(bucket=bucket)))
+    nats.run(kv.put("k", b"new"))
+    with pytest.raises(DataLossError, match="was deleted and created again"):
+        list(reader.read(partition))

@@ -30,15 +30,22 @@ plan, a marker a Python worker prints, the error's text), so an empty capture
 cannot pass for a clean one; ``test_capture_sees_a_leak`` puts secrets on the
 surfaces on purpose and finds them. ``KNOWN`` lists the two places outside
 this package that show option values at DEBUG, and why they are accepted.
+
+Spark Connect records each request's plan, option values included, in the
+event log: ``test_spark_connect_event_log`` runs reads over a local Connect
+server (``drivers/connect_secrets.py``) started with the redaction setting
+``docs/spark.md`` gives, and without it (where it finds the secrets).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
 import stat
+import sys
 import traceback
 import uuid
 import warnings
@@ -77,7 +84,8 @@ from aiojetstream.spark._options import (
 from aiojetstream.spark._runtime import Session
 from aiojetstream.testing import NatsServer
 from credentials import Operator, new_nkey, public_key, seed_text
-from helpers import wait_until_sync
+from helpers import unique_name, wait_until_sync
+from spark.spark_processes import DRIVERS, assert_connect_port_free, run_process, spark_env
 
 #: Spark >= 4.1 keeps what Python workers log in a table (``python_worker_logs()``);
 #: on 4.0 their output is read from the JVM's stderr only.
@@ -891,3 +899,67 @@ def test_capture_sees_a_leak(
         assert WRONG_PASSWORD in captured.joined("Python worker logs")
     if captured.jvm_stderr_readable:
         assert WRONG_PASSWORD in captured.joined("JVM stderr")
+
+
+# --------------------------------------------------------------------------- Spark Connect
+
+
+def _documented_redaction() -> str:
+    """The Connect server's setting docs/spark.md gives ("Secrets"), as the page spells it.
+
+    Connect records each request's plan as text, option values included,
+    redacted by ``spark.redaction.string.regex`` only.
+    """
+    page = (Path(__file__).resolve().parents[2] / "docs" / "spark.md").read_text("utf-8")
+    found = re.search(r"^REGEX='(.+)'$", page, re.MULTILINE)
+    assert found is not None, "docs/spark.md gives no spark.redaction.string.regex"
+    return found.group(1)
+
+
+#: Seconds the driver may take: a local Connect server starts in about 45 s on a loaded machine.
+CONNECT_TIMEOUT = 300.0
+
+
+@pytest.mark.parametrize("redact", [True, False], ids=["documented-setting", "without-it"])
+def test_spark_connect_event_log(redact: bool, realm: Realm, tmp_path: Path) -> None:
+    """Over Spark Connect, reads with a ``password`` and a ``credsSecret``: with the
+    documented ``spark.redaction.string.regex`` on the Connect server no event log file
+    holds a secret; without it they do (the statement text and call sites of the
+    operation), which shows the search finds them."""
+    assert_connect_port_free()
+    bucket = unique_name("KVCONNECT")
+    reads = []
+    for scheme in ("password", "creds"):
+        admin = realm.admin(scheme)
+        try:
+
+            async def fill(js: JetStreamContext) -> None:
+                kv = await js.create_key_value(KeyValueConfig(bucket=bucket))
+                await kv.put("k1", b"v1")
+
+            admin.run(fill)
+        finally:
+            admin.close()
+        reads.append({"servers": realm.url(scheme), "bucket": bucket, **realm.auth(scheme)})
+    (tmp_path / "reads.json").write_text(json.dumps(reads), encoding="utf-8")
+    events = tmp_path / "eventlog"
+    events.mkdir()
+    out = tmp_path / "result.json"
+    argv = [sys.executable, str(DRIVERS / "connect_secrets.py"), "--reads", "reads.json"]
+    argv += ["--eventlog", str(events), "--out", str(out)]
+    if redact:
+        argv += ["--redaction-regex", _documented_redaction()]
+    run_process(argv, tmp_path / "driver.log", spark_env(), CONNECT_TIMEOUT, cwd=tmp_path)
+    assert json.loads(out.read_text(encoding="utf-8")) == [["k1"], ["k1"]]
+    logs = [path.read_text(errors="replace") for path in events.rglob("*") if path.is_file()]
+    # The capture holds the reads' operations (their statement text).
+    assert any("SparkListenerConnectOperationStarted" in text for text in logs), logs
+    assert any("jetstream_kv" in text and bucket in text for text in logs)
+    found = sorted(
+        name for name, needle in realm.needles.items() if any(needle in text for text in logs)
+    )
+    if redact:
+        assert found == []
+    else:
+        for name in ("password", "creds seed", "creds JWT"):
+            assert name in found

@@ -129,6 +129,10 @@ def test_sink_and_kv_max_pending() -> None:
         parse_kv_options({"bucket": "b", "maxPending": str(10**30)})
     with pytest.raises(InvalidOptionError, match="option 'retryTimeout'"):
         parse_sink_options({"retryTimeout": "1e10"})
+    with pytest.raises(InvalidOptionError, match="option 'retryTimeout'"):
+        parse_kv_options({"bucket": "b", "retryTimeout": "1e10"})
+    assert parse_kv_options({"bucket": "b"}).retry_timeout == 30
+    assert parse_kv_options({"bucket": "b", "RetryTimeout": "2.5"}).retry_timeout == 2.5
 
 
 def test_the_limit_timestamp_is_kept_exactly() -> None:

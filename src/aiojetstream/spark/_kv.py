@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+import functools
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -19,10 +20,13 @@ from aiojetstream import (
     KeyValue,
     MessageNotFoundError,
     RawStreamMessage,
+    StreamInfo,
+    StreamNotFoundError,
 )
 
-from ._options import KVOptions, lower_keys, parse_kv_options
-from ._runtime import run_once, shared_session
+from ._options import DEFAULT_RETRY_TIMEOUT, KVOptions, lower_keys, parse_kv_options
+from ._read import DataLossError
+from ._runtime import TRANSIENT, Refusals, Session, discard, retrying, run_shared, shared_session
 from ._source import check_read_schema
 from ._surface import surfaced, surfaced_iter
 from ._telemetry import counted
@@ -51,6 +55,8 @@ _MULTI_LAST: Final = 1_024
 #: The server sends a reply at once, without flow control: a large one can exceed
 #: the client's allowance in the server (``max_pending``) and cost the connection.
 _PAGE_BYTES: Final = 1024 * 1024
+
+T = TypeVar("T")
 
 
 async def _bucket(js: JetStreamContext, opts: KVOptions) -> KeyValue:
@@ -128,8 +134,31 @@ class JetStreamKVDataSource(DataSource):
         async def check(js: JetStreamContext) -> None:
             await _bucket(js, opts)
 
-        run_once(opts.connect, check)  # before the job: the bucket exists
+        # Before the job: the bucket exists (a leader election is ridden out).
+        run_shared(
+            opts.connect,
+            check,
+            timeout=opts.retry_timeout,
+            what=f"looking up bucket {opts.bucket!r}",
+        )
         return KVWriter(opts, arrow_schema(schema, ("key", "value")))
+
+
+class KVPartition(InputPartition):
+    """The one partition of a bucket read.
+
+    ``created``: when the bucket's stream was created, as planned: a bucket
+    deleted and created again before or while the task reads is not read as
+    one snapshot of both.
+    """
+
+    def __init__(self, bucket: str, created: str | None = None) -> None:
+        super().__init__(bucket)
+        self.bucket = bucket
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"KVPartition({self.bucket!r})"
 
 
 class KVReader(DataSourceReader):
@@ -143,7 +172,7 @@ class KVReader(DataSourceReader):
         """One partition; checks the bucket and the server can be read (before the job)."""
         opts = self.opts
 
-        async def check(js: JetStreamContext) -> None:
+        async def check(js: JetStreamContext) -> str:
             kv = await _bucket(js, opts)
             if not kv.stream.cached_info.config.allow_direct:
                 raise InvalidOptionError(
@@ -159,45 +188,94 @@ class KVReader(DataSourceReader):
                     level,
                     "2.11",
                 )
+            return kv.stream.cached_info.created.isoformat()
 
-        run_once(opts.connect, check)
-        return [InputPartition(opts.bucket)]
+        created = run_shared(
+            opts.connect,
+            check,
+            timeout=opts.retry_timeout,
+            what=f"planning the read of bucket {opts.bucket!r}",
+        )
+        return [KVPartition(opts.bucket, created)]
 
     @surfaced_iter
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Yield the live entries in Arrow batches, each key once (see :class:`_Snapshot`)."""
+        """Yield the live entries in Arrow batches, each key once (see :class:`_Snapshot`).
+
+        Every request retries what a leader election causes within ``retryTimeout``.
+        """
         opts = self.opts
         session = shared_session(opts.connect)  # the worker process's connection
-        kv = session.run(_bucket(session.js, opts))
-        snapshot = _Snapshot(kv)
-        session.run(snapshot.start())
-        yield from counted(
-            self._batches(session, snapshot), opts.connect.telemetry, "read", _FORMAT, opts.bucket
-        )
+        try:
+            kv = session.run(
+                _retried(
+                    session,
+                    opts,
+                    lambda: _bucket(session.js, opts),
+                    f"looking up bucket {opts.bucket!r}",
+                )
+            )
+            # A bucket created again since the read was planned fails the task.
+            created = partition.created if isinstance(partition, KVPartition) else None
+            snapshot = _Snapshot(kv, opts.retry_timeout, session.refusals, created)
+            session.run(snapshot.start())
+            yield from counted(
+                self._batches(session, snapshot),
+                opts.connect.telemetry,
+                "read",
+                _FORMAT,
+                opts.bucket,
+            )
+        except TRANSIENT:
+            discard(session)  # gave up after retryTimeout: do not hand it to the next task
+            raise
 
-    def _batches(self, session: Any, snapshot: _Snapshot) -> Iterator[pa.RecordBatch]:
+    def _batches(self, session: Session, snapshot: _Snapshot) -> Iterator[pa.RecordBatch]:
         while not snapshot.ended:
             entries = session.run(snapshot.next_entries())
             if entries:
                 yield _arrow(self.opts.bucket, snapshot.prefix, entries)
 
 
+def _retried(
+    session: Session, opts: KVOptions, work: Callable[[], Awaitable[T]], what: str
+) -> Awaitable[T]:
+    """``work()`` retried through a leader election within ``retryTimeout``."""
+    return retrying(work, opts.retry_timeout, what, refusals=session.refusals)
+
+
 class _Snapshot:
     """The live keys of a bucket as of one stream sequence, each key once.
 
-    At the start: the stream's last sequence ``L`` and every key that has a
-    message (its subjects, from the stream's info). Then, 1,024 keys a request,
-    the last message of each key at or below ``L`` (a batch direct get with
-    ``multi_last`` and ``up_to_seq``): the bucket as it was at ``L``, keys
-    whose last message is a delete or purge marker left out. A key whose
-    revision at ``L`` was replaced since (a bucket with ``history=1`` keeps one
-    revision a key) is read as it is now, if it still exists; so is a key
-    created after ``L`` that the listing (made after ``L`` was taken) names.
-    No consumer: nothing to reset or clean up.
+    At the start: every key that has a message (its subjects, from the
+    stream's info), then the stream's last sequence ``L``, so every key listed
+    had a message at or below ``L`` and a key created after the listing began
+    is not read. Then, 1,024 keys a request, the last message of each key at
+    or below ``L`` (a batch direct get with ``multi_last`` and ``up_to_seq``):
+    the bucket as it was at ``L``, keys whose last message is a delete or
+    purge marker left out. A key whose revisions up to ``L`` were all replaced
+    since (the bucket's ``history`` keeps fewer: one by default) is read as it
+    is now, if it still exists. A bucket deleted during the read fails it with
+    :class:`~aiojetstream.BucketNotFoundError`, one deleted and created again
+    (its stream's creation time differs) with :class:`DataLossError`: a
+    stream info after each batch's pages checks. No consumer: nothing to reset
+    or clean up.
+    Each request retries what a leader election causes within
+    ``retry_timeout`` seconds.
     """
 
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(
+        self,
+        kv: KeyValue,
+        retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
+        refusals: Refusals | None = None,
+        created: str | None = None,
+    ) -> None:
         self._kv = kv
+        self._retry_timeout = retry_timeout
+        self._refusals = refusals
+        #: When the bucket's stream was created: the snapshot reads that stream only.
+        self._created = created or kv.stream.cached_info.created.isoformat()
         # A mirror holds its origin's subjects.
         config = kv.stream.cached_info.config
         origin = config.mirror.name.removeprefix("KV_") if config.mirror else kv.bucket
@@ -207,12 +285,23 @@ class _Snapshot:
         self._last = 0
         self.ended = False
 
+    async def _retrying(self, work: Callable[[], Awaitable[T]], what: str) -> T:
+        return await retrying(
+            work,
+            self._retry_timeout,
+            f"{what} of bucket {self._kv.bucket!r}",
+            refusals=self._refusals,
+        )
+
     async def start(self) -> None:
-        # L first, then the keys: a listing of more than one page (100,000 keys)
-        # takes several requests, and a key created meanwhile in a part already
-        # listed would be missing although its revision is below a later L.
-        self._last = (await self._kv.stream.info()).state.last_seq
-        info = await self._kv.stream.info(subjects_filter=self.prefix + ">")
+        """List the keys, then take ``L`` (retried as a whole)."""
+        await self._retrying(self._start, "listing the keys")
+
+    async def _start(self) -> None:
+        # The keys first, then L: every key listed existed at L, so one without a
+        # message at or below L now had it replaced since (not created after L,
+        # which a listing made after L would name; it would be read as it is now).
+        info = await self._info(subjects_filter=self.prefix + ">")
         # A subject with a wildcard token is no key (puts refuse it) but a server
         # may hold one: as a multi_last filter it would match other keys.
         self._subjects = sorted(
@@ -220,19 +309,39 @@ class _Snapshot:
             for subject in info.state.subjects or ()
             if not _WILDCARD_TOKENS.intersection(subject.split("."))
         )
+        self._last = (await self._info()).state.last_seq
         self.ended = not self._subjects
+
+    async def _info(self, subjects_filter: str | None = None) -> StreamInfo:
+        """The bucket stream's info, checked to be of the stream the snapshot reads."""
+        info = await _found(self._kv, self._kv.stream.info(subjects_filter=subjects_filter))
+        created = info.created.isoformat()
+        if created != self._created:
+            raise DataLossError(
+                f"bucket {self._kv.bucket!r} was deleted and created again (at {created}) "
+                f"since its read began on the bucket created at {self._created}: the read "
+                "would mix the two (run it again)"
+            )
+        return info
 
     async def next_entries(self) -> list[RawStreamMessage]:
         """The live values of the next keys (up to ``_BATCH_ROWS``); sets ``ended`` at the end."""
         entries: list[RawStreamMessage] = []
         while not self.ended and len(entries) < _BATCH_ROWS:
             page = self._subjects[self._next : self._next + _MULTI_LAST]
-            self._next += len(page)
+            entries += await self._retrying(
+                functools.partial(self._page, page), f"reading keys from {page[0]!r}"
+            )
+            self._next += len(page)  # only once read: a retry reads the same keys
             self.ended = self._next >= len(self._subjects)
-            entries += await self._page(page)
+        # Still the bucket of the start (not deleted and created again meanwhile)?
+        await self._retrying(self._info, "checking the bucket")
         return entries
 
     async def _page(self, subjects: list[str]) -> list[RawStreamMessage]:
+        return await _found(self._kv, self._page_of(subjects))
+
+    async def _page_of(self, subjects: list[str]) -> list[RawStreamMessage]:
         stream = self._kv.stream
         found: dict[str, RawStreamMessage] = {}
         start: int | None = None
@@ -247,7 +356,8 @@ class _Snapshot:
             start = batch.last_seq + 1  # the reply stopped at max_bytes: the rest
         for subject in subjects:
             if subject not in found:
-                # Replaced after L (history=1): its value now, if the key still exists.
+                # Listed before L was taken, so it existed at L: its revisions up to L
+                # were replaced since (history=1). Its value now, if it still exists.
                 with contextlib.suppress(MessageNotFoundError):
                     found[subject] = await stream.get_last_msg_for_subject(subject)
         live = []
@@ -259,6 +369,16 @@ class _Snapshot:
 
 
 _WILDCARD_TOKENS: Final = frozenset(("*", ">"))
+
+
+async def _found(kv: KeyValue, work: Awaitable[T]) -> T:
+    """``work``, its missing stream reported as the bucket (as ``KeyValue.get`` does)."""
+    try:
+        return await work
+    except StreamNotFoundError as exc:
+        raise BucketNotFoundError(
+            f"bucket {kv.bucket!r} not found: deleted during the read", kv.bucket
+        ) from exc
 
 
 def _marker(headers: dict[str, str] | None) -> bool:
@@ -287,11 +407,23 @@ class KVWriter(BatchWriterBase):
         opts = self.opts
         result = WriteResult()
         session = shared_session(opts.connect)  # the worker process's connection
-        kv = session.run(_bucket(session.js, opts))
-        batches = record_batches(iterator, self.schema)
-        for batch in counted(batches, opts.connect.telemetry, "write", _FORMAT, opts.bucket):
-            session.run(_put_batch(kv, batch, opts.max_pending))
-            result.rows += batch.num_rows
+        try:
+            kv = session.run(
+                _retried(
+                    session,
+                    opts,
+                    lambda: _bucket(session.js, opts),
+                    f"looking up bucket {opts.bucket!r}",
+                )
+            )
+            batches = record_batches(iterator, self.schema)
+            for batch in counted(batches, opts.connect.telemetry, "write", _FORMAT, opts.bucket):
+                # A put that fails in a leader election fails the task: Spark retries it.
+                session.run(_put_batch(kv, batch, opts.max_pending))
+                result.rows += batch.num_rows
+        except TRANSIENT:
+            discard(session)  # the next task (Spark's retry) starts on a new connection
+            raise
         return result
 
 

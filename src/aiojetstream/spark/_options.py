@@ -174,7 +174,7 @@ _SOURCE_KEYS: Final = _CONNECT_KEYS | {
     "retrytimeout",
 }
 _SINK_KEYS: Final = _CONNECT_KEYS | {"subject", "dedupe", "maxpending", "retrytimeout"}
-_KV_KEYS: Final = _CONNECT_KEYS | {"bucket", "maxpending"}
+_KV_KEYS: Final = _CONNECT_KEYS | {"bucket", "maxpending", "retrytimeout"}
 #: Keys Spark itself adds to a source's or sink's options: never refused.
 _SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation", "queryname"})
 
@@ -740,6 +740,9 @@ class KVOptions:
     bucket: str
     connect: ConnectOptions = field(default_factory=ConnectOptions)
     max_pending: int = 1000
+    #: Seconds the driver-side checks, a read task's requests and a write task's
+    #: bucket lookup keep retrying through a leader election.
+    retry_timeout: float = DEFAULT_RETRY_TIMEOUT
 
 
 def parse_kv_options(options: Mapping[str, str]) -> KVOptions:
@@ -755,4 +758,7 @@ def parse_kv_options(options: Mapping[str, str]) -> KVOptions:
         bucket=bucket,
         connect=_connect(opts),
         max_pending=parse_positive_int(opts, "maxpending", "maxPending", MAX_PENDING) or 1000,
+        retry_timeout=parse_positive_float(
+            opts, "retrytimeout", "retryTimeout", DEFAULT_RETRY_TIMEOUT
+        ),
     )
