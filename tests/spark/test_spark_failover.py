@@ -171,7 +171,9 @@ def test_kv_read_and_write_ride_out_a_leader_kill(cluster: NatsCluster) -> None:
 
         # All at once, right after the kill: each meets the election.
         with ThreadPoolExecutor(3) as pool:
-            planned, task, written = (pool.submit(f) for f in (plan_and_read, read, write))
+            planned = pool.submit(plan_and_read)
+            task = pool.submit(read)
+            written = pool.submit(write)
             # The reads may or may not see the write's key (they run side by side).
             assert [k for k in sorted(planned.result(timeout=120)) if k != "written"] == keys
             assert [k for k in sorted(task.result(timeout=120)) if k != "written"] == keys
