@@ -392,7 +392,26 @@ class OrderedCursor:
         assert name is not None
 
         async def check(timeout: float | None) -> ConsumerInfo:
-            return await C.consumer_info(self._api, self._stream, name, timeout)
+            try:
+                return await C.consumer_info(self._api, self._stream, name, timeout)
+            except (ConsumerNotFoundError, StreamNotFoundError, ConnectionClosedError):
+                raise
+            except JetStreamError as exc:
+                # Unanswered (a timeout, no responders) or refused: the consumer is R1
+                # and in memory, so when its node is down or lost it, the look-up never
+                # says "not found", it just fails, for as long as the node is away (for
+                # ever if it never returns). Taken as lost: the run ends, and the reset
+                # recreates it at cursor + 1 (with its own backoff while JetStream
+                # is unavailable), as nats.go resets on a reconnect or no responders.
+                logger.info(
+                    "ordered consumer on %s: could not look up consumer %s (%s); resetting",
+                    self._stream,
+                    name,
+                    exc,
+                )
+                raise ConsumerDeletedError(
+                    f"ordered consumer {name!r} could not be looked up ({exc}): taken as lost"
+                ) from exc
 
         driver = PullDriver(
             self._api, self._stream, name, settings, check, error_handler, acks=False
