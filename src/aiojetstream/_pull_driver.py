@@ -24,6 +24,7 @@ from ._api import ApiClient
 from ._conn import RawSink, RawSubscription
 from ._errors import (
     ConnectionClosedError,
+    ConsumerDeletedError,
     ConsumerNotFoundError,
     DisconnectedError,
     InvalidResponseError,
@@ -767,7 +768,9 @@ class PullDriver:
             timeout = min(timeout, self._api.timeout)
         try:
             await self._check(timeout)
-        except (ConsumerNotFoundError, StreamNotFoundError) as exc:
+        except (ConsumerNotFoundError, ConsumerDeletedError, StreamNotFoundError) as exc:
+            # (ConsumerDeletedError: a check that takes a consumer it can not look up
+            # as lost, the ordered consumer's.)
             result, error = CheckResult.MISSING, exc
         except ConnectionClosedError as exc:
             self._finish(exc)

@@ -221,6 +221,7 @@ class PullEngine:
     __slots__ = (
         "_check_after",
         "_check_delay",
+        "_check_failed",
         "_check_reason",
         "_check_wanted",
         "_hard_end",
@@ -277,6 +278,8 @@ class PullEngine:
         self._check_after: float | None = None
         self._check_delay = CHECK_BACKOFF_FIRST
         self._check_reason: JetStreamError | None = None
+        #: A check failed since the consumer was last known to exist (reported once).
+        self._check_failed = False
         self._pull_at: float | None = None  # a delayed (throttled) re-pull
         self._repull_delay = 0.0
         self._wait_for_empty = False
@@ -729,7 +732,13 @@ class PullEngine:
                 return self._finish(self._check_reason or error)
             self._check_after = now + self._check_delay
             self._check_delay = min(self._check_delay * 2, CHECK_BACKOFF_MAX)
-            return self._next_timer()
+            report: Commands = _NONE
+            if not self._check_failed and error is not None:
+                # Pulls wait until the consumer is found again, however long that takes:
+                # say so (once, until it is found), or an outage passes in silence.
+                report = (Report(error),)
+            self._check_failed = True
+            return report + self._next_timer()
         if self.settings.single:
             self._check_delay = CHECK_BACKOFF_FIRST
             self._check_after = None
@@ -744,6 +753,7 @@ class PullEngine:
         """
         self._check_delay = CHECK_BACKOFF_FIRST
         self._check_after = None  # a retry scheduled by an earlier, failed check
+        self._check_failed = False
         self.phase = Phase.RUNNING
         self._arm_ticks(now)
         if reason is not None:

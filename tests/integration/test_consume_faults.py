@@ -1085,6 +1085,13 @@ async def test_outage_jetstream_unavailable_request_rate() -> None:
                     assert rate <= MAX_REQUESTS_PER_SECOND
                     assert len(api) <= MAX_REQUESTS_PER_SECOND * (t_restart - t_down)
                     assert_before_then_after(got)
+                    # The outage is not silent: the first failed consumer check went to
+                    # error_handler (once, not at each retry).
+                    failed_checks = [
+                        (at, e) for at, e in errors.items if isinstance(e, JetStreamTimeoutError)
+                    ]
+                    assert len(failed_checks) == 1, errors.kinds()
+                    assert t_down < failed_checks[0][0] < t_restart, errors.kinds()
                 finally:
                     await js.close()
         finally:

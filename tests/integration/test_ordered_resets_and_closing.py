@@ -11,9 +11,11 @@ from datetime import timedelta
 
 import pytest
 
+import aiojetstream
 from aiojetstream import (
     AckPolicy,
     BucketNotFoundError,
+    ConnectionClosedError,
     ConsumerConfig,
     ConsumerNotFoundError,
     FetchTimeoutError,
@@ -357,3 +359,70 @@ async def test_the_pull_after_a_reset_gets_what_is_left_of_expires(js: JetStream
     assert freed.is_set()
     # expires + the server's closing status; with a loaded machine's margin.
     assert took < 4 + 1.5, f"the fetch took {took:.2f} s"
+
+
+@pytest.mark.parametrize("reader", ["messages", "watch", "next"])
+async def test_closing_the_connection_during_a_reset_backoff_ends_the_reader_at_once(
+    js: JetStreamContext, nats_url: str, reader: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RELIABILITY C12: the connection is closed (``close()``) while a reset waits out
+    its backoff before the next creation attempt: the reader raises
+    ConnectionClosedError at once (it slept on, up to 10 s, and only the attempt
+    after the wait found the connection closed). C12 allows 3 s; the close is
+    noticed at once, so well within the 2 s backoff waited out here."""
+    client = await aiojetstream.connect(nats_url)
+    caplog.set_level(logging.INFO, logger="aiojetstream")
+    try:
+        name = unique_name("CRB")
+        if reader == "watch":
+            kv = await js.create_key_value(KeyValueConfig(bucket=name, storage=StorageType.MEMORY))
+            await kv.put("k", b"v")
+            stream = kv.stream.name
+            config = kv.stream.cached_info.config.model_copy(update={"max_consumers": 1})
+            await js.update_stream(config)
+            watcher = (await client.key_value(name)).watch("k")
+            await watcher.__aenter__()
+            assert (await asyncio.wait_for(anext(watcher), STEP)) is not None
+            assert (await asyncio.wait_for(anext(watcher), STEP)) is None  # initial done
+            waiting: asyncio.Task[object] = asyncio.create_task(anext(watcher))
+            oc = watcher._reader._oc
+            assert oc is not None
+            closing = watcher.aclose
+        else:
+            stream = name
+            await js.create_stream(
+                StreamConfig(
+                    name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY, max_consumers=1
+                )
+            )
+            await js.publish(f"{name}.a", b"1")
+            oc = await client.ordered_consumer(name)
+            if reader == "messages":
+                msgs = oc.messages(heartbeat=1, expires=2)
+                await msgs.__aenter__()
+                assert (await asyncio.wait_for(msgs.next(), STEP)).data == b"1"
+                waiting = asyncio.create_task(msgs.next())
+                closing = msgs.aclose
+            else:
+                assert (await oc.next(expires=STEP)).data == b"1"
+                waiting = asyncio.create_task(oc.next(expires=30))
+
+                async def closing() -> None:
+                    pass
+
+        # The reset fails while a durable holds the only consumer slot: 1 s, then 2 s.
+        await take_the_only_slot(js, stream, oc)
+        await wait_until(
+            lambda: any("retrying in 2 s" in r.getMessage() for r in caplog.records), 3 * STEP
+        )
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await asyncio.wait_for(client.close(), STEP)
+        with pytest.raises(ConnectionClosedError):
+            await asyncio.wait_for(waiting, STEP)
+        elapsed = loop.time() - start
+        assert elapsed < 1.5, elapsed
+        await asyncio.wait_for(closing(), STEP)
+        await js.delete_consumer(stream, "blocker")
+    finally:
+        await client.close()

@@ -1,4 +1,4 @@
-"""Pull consumption across consumer-leader changes and node restarts (RELIABILITY C4, C6).
+"""Pull consumption across consumer-leader changes and node restarts (RELIABILITY C4, C6, O2).
 
 C4: an R3 stream with an R3 durable, explicit-ack consumer, read by
 ``consume()`` or ``messages()`` while a publisher stores a message every
@@ -18,6 +18,11 @@ C6: two of three nodes restart (both down at once, then both up; the R3
 stream loses its quorum, the R1 stream's node is one of them) while
 ``messages()`` waits for more. Consumption resumes by itself, in order, and
 the durable state (delivered, ack floor) is what it was before.
+
+O2: an ordered consumer's server-side consumer (R1, in memory) dies with its
+node: the client's own node (``messages()`` after the reconnect; ``next()``)
+or another one (``messages()`` pulling again into a 503). The ordered consumer
+recreates it at cursor + 1 within RELIABILITY goal 3's 2 x heartbeat + 10 s.
 
 The client connects to a node that is never restarted in C4 (this is about
 consumer leadership, not the client's own server: RELIABILITY P3), and to all
@@ -40,10 +45,13 @@ from aiojetstream import (
     Consumer,
     ConsumerConfig,
     ConsumerInfo,
+    FetchTimeoutError,
     JetStreamContext,
     JetStreamError,
     MessagesContext,
     Msg,
+    OrderedConsumer,
+    OrderedConsumerConfig,
     StorageType,
     StreamConfig,
     connect,
@@ -56,6 +64,7 @@ from reliability.harness import (
     Elections,
     InboxStatuses,
     baseline,
+    consumer_leader,
     create_r3_stream,
     created,
     move_consumer_leader,
@@ -491,3 +500,145 @@ async def test_c6_restart_two_of_three_nodes_r1_and_r3() -> None:
                 with contextlib.suppress(JetStreamError, TimeoutError, AssertionError):
                     await reader.stop()
             await js.close()
+
+
+# --------------------------------------------------------------------------- O2: its node dies
+
+#: The ordered reader's heartbeat: RELIABILITY goal 3 bounds the gap by 2 x this + 10 s.
+ORDERED_HB = 1.0
+ORDERED_BOUND = 2 * ORDERED_HB + 10.0
+
+
+async def _ordered_on(
+    js: JetStreamContext, admin: JetStreamContext, stream: str, node: str, case: str
+) -> tuple[OrderedConsumer, MessagesContext | None, Msg]:
+    """An ordered consumer whose server-side consumer (R1, placed at random among the
+    stream's peers) is on ``node``, and the first message it read; the others made on
+    the way are closed and their consumers deleted."""
+    for attempt in range(30):
+        oc = await js.ordered_consumer(stream, OrderedConsumerConfig(name_prefix=f"o{attempt}"))
+        it: MessagesContext | None = None
+        if case == "next":
+            first = await oc.next(expires=5, heartbeat=ORDERED_HB)
+        else:
+            # "repull": a 10-message buffer, pulled again once it is half empty.
+            max_messages = 10 if case == "repull" else None
+            it = oc.messages(heartbeat=ORDERED_HB, expires=5, max_messages=max_messages)
+            await it.__aenter__()
+            first = await asyncio.wait_for(it.next(), 10)
+        assert oc.name is not None
+        if await consumer_leader(admin, stream, oc.name) == node:
+            return oc, it, first
+        if it is not None:
+            await it.aclose()
+        with contextlib.suppress(JetStreamError):
+            await admin.delete_consumer(stream, oc.name)  # fetch mode leaves it
+    raise AssertionError(f"no ordered consumer placed on {node} in 30 attempts")
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("case", ["reconnect", "repull", "next"])
+async def test_o2_ordered_consumer_node_killed(case: str) -> None:
+    """RELIABILITY O2 and goal 3: an ordered consumer's server-side consumer is R1
+    and in memory, on one node; that node is SIGKILLed (neither the meta nor the
+    stream leader, so the stream stays writable). Every consumer look-up then goes
+    unanswered, never "not found", for as long as the node is down: the ordered
+    consumer takes the consumer as lost and recreates it at cursor + 1 (the reader
+    stalled for good, silently).
+
+    ``reconnect``: the client was on that node too; ``messages()`` checks the
+    consumer after reconnecting elsewhere. ``repull``: the client's node lives;
+    ``messages()`` has a full buffer when the node dies, and its next pull gets
+    ``503`` (then the look-up). ``next``: fetch mode, client on that node (it
+    raised ``NoRespondersError`` for ever). Delivery resumes within
+    2 x heartbeat + 10 s, in order, nothing skipped or repeated."""
+    async with NatsCluster(3) as cluster:
+        meta = (await cluster.meta_leader()).server_name
+        victim = next(s for s in cluster.servers if s.server_name != meta)
+        assert victim.server_name is not None
+        survivors = [s for s in cluster.servers if s is not victim]
+        admin = await connect(survivors[0].url, max_reconnect_attempts=-1)
+        client_node = survivors[1] if case == "repull" else victim
+        urls = [client_node.url] + [s.url for s in cluster.servers if s is not client_node]
+        js = await connect(
+            urls, dont_randomize=True, max_reconnect_attempts=-1, reconnect_time_wait=0.1
+        )
+        it: MessagesContext | None = None
+        try:
+            stream = unique_name("O2")
+            subject = f"{stream}.x"
+            await create_r3_stream(admin, stream, [f"{stream}.>"])
+            await move_stream_leader(admin, stream, survivors[0].server_name or "")
+            await wait_routable(js, subject)
+            acked = Acked()
+            before = 20 if case == "repull" else 10
+            await publish_all(admin, subject, acked, 0, before)
+            tasks, subs = await baseline(js)
+            oc, it, first = await _ordered_on(js, admin, stream, victim.server_name, case)
+            seqs = [first.metadata.sequence.stream]
+            if case == "repull":
+                # The first pull's 10 messages were all sent: the pull is over, none is
+                # waiting (no heartbeat is owed), and reading on sends the next one.
+                consumer = await admin.consumer(stream, oc.name or "")
+
+                async def all_sent() -> bool:
+                    return (await consumer.info()).delivered.consumer_seq == 10
+
+                await wait_until(all_sent, timeout=10, interval=0.05)
+            else:
+                while len(seqs) < before:  # read up: the next pull waits on the victim
+                    if it is not None:
+                        msg = await asyncio.wait_for(it.next(), 10)
+                    else:
+                        msg = await oc.next(expires=5, heartbeat=ORDERED_HB)
+                    seqs.append(msg.metadata.sequence.stream)
+            t_kill = now()
+            await victim.kill()
+            if case == "next":
+                # Set-up: a fetch sent while disconnected ends with DisconnectedError.
+                await wait_until(lambda: js.nc.is_connected, timeout=10, interval=0.05)
+            await publish_all(admin, subject, acked, before, 10)
+            times: dict[int, float] = {}
+            deadline = t_kill + ORDERED_BOUND + 10
+            while len(seqs) < before + 10:
+                left = deadline - now()
+                assert left > 0, f"{case}: stalled after the kill at {seqs[-1]}: {seqs}"
+                if it is not None:
+                    try:
+                        msg = await asyncio.wait_for(it.next(), left)
+                    except TimeoutError:
+                        raise AssertionError(f"{case}: stalled at {seqs[-1]}: {seqs}") from None
+                else:
+                    try:
+                        msg = await oc.next(expires=3, heartbeat=ORDERED_HB)
+                    except FetchTimeoutError:
+                        continue  # its time went on the look-up: the next call resets
+                seq = msg.metadata.sequence.stream
+                seqs.append(seq)
+                times[seq] = now()
+            resumed = min(t for seq, t in times.items() if seq > 10) - t_kill
+            logger.warning(
+                "FIGURE O2 %s: delivery resumed %.2fs after the kill (bound %.0f s), consumer %s",
+                case,
+                resumed,
+                ORDERED_BOUND,
+                oc.name,
+            )
+            assert seqs == list(range(1, before + 11)), seqs
+            assert resumed <= ORDERED_BOUND, resumed
+            if it is not None:
+                await it.aclose()
+                it = None
+            elif oc.name is not None:
+                await admin.delete_consumer(stream, oc.name)  # fetch mode leaves it
+            # The node back: the lost consumer does not linger there either.
+            await victim.start()
+            await wait_stream_leader(admin, stream)  # the restarted node caught up
+            await readback(cluster, admin, stream, acked)
+            await no_leaks(js, tasks, subs, [stream])
+        finally:
+            if it is not None:
+                with contextlib.suppress(JetStreamError, TimeoutError):
+                    await it.aclose()
+            await js.close()
+            await admin.close()

@@ -4,7 +4,10 @@ K1: an R3 bucket is written 1,000 times (50 keys, each put retried until
 acknowledged) while a watcher follows it; the bucket stream's leader is
 SIGKILLed after 300 puts. The watcher must end with the last acknowledged
 value of every key, see revisions strictly increasing, and hand out exactly
-one ``None`` (the end of the initial values).
+one ``None`` (the end of the initial values). In a second K1 test the node
+SIGKILLed holds the watcher's consumer and the client's connection: the
+watcher recreates its consumer (no look-up of it is answered any more) and
+sees the puts made after the kill within 2 x heartbeat + 10 s.
 
 K3: 20 forced reconnects in 10 s (a :class:`TcpProxy` in front of one node
 drops the client's connection every 0.5 s) while watchers follow a bucket
@@ -301,6 +304,99 @@ async def test_k1_watch_across_a_stream_leader_kill() -> None:
             await no_leaks(js, tasks, subs, [stream])
         finally:
             await js.close()
+
+
+@pytest.mark.cluster
+async def test_k1_watch_whose_consumer_and_client_node_dies() -> None:
+    """The watcher's consumer (an ordered consumer's: R1, in memory) is on the node
+    the client is connected to; that node (neither the meta leader nor the bucket's
+    stream leader) is SIGKILLed. The client reconnects elsewhere, where every look-up
+    of the consumer goes unanswered for as long as the node is down: the watcher
+    takes it as lost and recreates it (it stalled, silently, until the node came
+    back). It sees the puts made after the kill within 2 x heartbeat + 10 s."""
+    async with NatsCluster(3) as cluster:
+        meta = (await cluster.meta_leader()).server_name
+        victim = next(s for s in cluster.servers if s.server_name != meta)
+        assert victim.server_name is not None
+        writer_node = next(s for s in cluster.servers if s is not victim)
+        admin = await connect(writer_node.url, max_reconnect_attempts=-1)
+        urls = [victim.url] + [s.url for s in cluster.servers if s is not victim]
+        js = await connect(
+            urls, dont_randomize=True, max_reconnect_attempts=-1, reconnect_time_wait=0.1
+        )
+        watching: asyncio.Task[None] | None = None
+        try:
+            bucket = unique_name("K1N")
+            stream = f"KV_{bucket}"
+            config = KeyValueConfig(bucket=bucket, replicas=3, history=8, storage=StorageType.FILE)
+            admin_kv = await created(
+                lambda timeout: admin.create_key_value(config, timeout=timeout)
+            )
+            await wait_stream_leader(admin, stream)
+            await move_stream_leader(admin, stream, writer_node.server_name or "")
+            kv = await js.key_value(bucket)
+            writer = Writer(admin_kv, 10, 5)
+            for i in range(5):
+                rev = await admin_kv.put(f"k{i}", b"init%d" % i)
+                writer.acked.add(rev, b"init%d" % i)
+                writer.expected[f"k{i}"] = b"init%d" % i
+            tasks, subs = await baseline(js)
+
+            # The watcher's consumer lands on a random replica: watch until it is
+            # on the client's node.
+            for _ in range(30):
+                log = WatchLog("k1n")
+                started = asyncio.Event()
+                watching = asyncio.create_task(follow(kv, log, started))
+                await asyncio.wait_for(started.wait(), 10)
+                await log.wait_initial(10)
+                listed: list[str] = []
+
+                async def one_listed(listed: list[str] = listed) -> bool:
+                    listed[:] = await watch_consumers(admin, stream)
+                    return len(listed) == 1
+
+                await wait_until(
+                    one_listed, timeout=10, interval=0.1, message="the watcher's consumer listed"
+                )
+                where = await consumer_leader(admin, stream, listed[0])
+                if where == victim.server_name:
+                    break
+                watching.cancel()
+                await asyncio.gather(watching, return_exceptions=True)
+                watching = None
+                await wait_until(lambda: no_consumers(admin, stream), timeout=10)
+            assert watching is not None, "no watcher's consumer placed on the client's node"
+            assert log.values() == writer.expected
+
+            t_kill = now()
+            await victim.kill()
+            await asyncio.wait_for(writer.run(), 30)
+            bound = 2 * WATCH_HEARTBEAT + 10
+            await log.wait(
+                lambda: log.values() == writer.expected,
+                bound - (now() - t_kill),
+                "the puts made after the kill",
+            )
+            caught_up = now() - t_kill
+            logger.warning("FIGURE K1 client node: caught up %.2fs after the kill", caught_up)
+            assert not log.out_of_order, log.out_of_order[:10]
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+            watching = None
+            assert log.markers == 1, f"{log.markers} end-of-initial-values markers"
+
+            # The node back: the lost consumer does not linger there either.
+            await victim.start()
+            await wait_stream_leader(admin, stream)
+            await readback(cluster, admin, stream, writer.acked, unique_ids=False)
+            await no_leaks(js, tasks, subs, [stream])
+        finally:
+            if watching is not None:
+                watching.cancel()
+                await asyncio.gather(watching, return_exceptions=True)
+            await js.close()
+            await admin.close()
 
 
 # --------------------------------------------------------------------------- K3

@@ -878,6 +878,33 @@ def test_outage_checks_back_off() -> None:
     assert pulls(c for _, c in sim.log[seen:]) == [SendPull(10, 0, 30.0, 1.0)]
 
 
+def test_a_failed_check_is_reported_once_per_outage() -> None:
+    """A 503 (or a reconnect) starts a check; while JetStream does not answer the
+    run pulls nothing: the first failed check goes to the error handler (it said
+    nothing, however long the outage), the retries do not, and the next outage is
+    reported again once the consumer was found in between."""
+    sim = Sim(resolve_consume(max_messages=10, heartbeat=1, expires=30))
+    sim.start()
+    sim.message()
+    assert reports(sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())) == []
+    first = JetStreamTimeoutError("consumer info timed out")
+    assert reports(sim.checked(CheckResult.UNAVAILABLE, first)) == [Report(first)]
+    for _ in range(3):
+        sim.advance(CHECK_BACKOFF_MAX)
+        again = JetStreamTimeoutError("consumer info timed out again")
+        assert reports(sim.checked(CheckResult.UNAVAILABLE, again)) == []
+    # A reconnect in the same outage: still the same outage.
+    sim.feed(sim.engine.on_disconnected(sim.now))
+    sim.feed(sim.engine.on_reconnected(sim.now))
+    assert reports(sim.checked(CheckResult.UNAVAILABLE, again)) == []
+    sim.advance(CHECK_BACKOFF_MAX)
+    assert pulls(sim.checked(CheckResult.EXISTS))
+    # Found again; the next outage is reported once more.
+    sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
+    later = JetStreamTimeoutError("consumer info timed out later")
+    assert reports(sim.checked(CheckResult.UNAVAILABLE, later)) == [Report(later)]
+
+
 @pytest.mark.parametrize("threshold", [1, 5, 10])
 def test_outage_every_pull_answered_no_responders_is_rate_limited(threshold: int) -> None:
     """JetStream answers the API (the consumer exists) but every pull gets a 503."""

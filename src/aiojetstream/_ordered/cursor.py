@@ -18,7 +18,6 @@ it. The public calls are ``OrderedConsumer``'s (:mod:`.handle`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import secrets
@@ -29,6 +28,7 @@ from typing import Final
 from .. import _api
 from .. import _consumer as C
 from .._api import ApiClient
+from .._conn import Conn
 from .._errors import (
     ConnectionClosedError,
     ConsumerDeletedError,
@@ -82,6 +82,29 @@ class _ResetState:
     """Loop time of the next attempt."""
     error: JetStreamError | None = None
     """The last attempt's error."""
+
+
+class _Closed:
+    """A connection listener that sets ``event`` once the connection is closed for good."""
+
+    __slots__ = ("_conn", "event")
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+        self.event = asyncio.Event()
+        if conn.is_closed:
+            self.event.set()
+
+    def on_disconnected(self) -> None:
+        # nats-py tells a close as a disconnect first.
+        if self._conn.is_closed:
+            self.event.set()
+
+    def on_reconnected(self) -> None:
+        pass
+
+    def on_closed(self) -> None:
+        self.event.set()
 
 
 class OutOfTime(Exception):
@@ -264,8 +287,14 @@ class OrderedCursor:
             if out_of_time:
                 assert deadline is not None
                 wait_until = deadline
-            if wait_until > loop.time() and await self._pause(wait_until - loop.time(), stop):
-                return  # stopped
+            if wait_until > loop.time():
+                try:
+                    stopped = await self._pause(wait_until - loop.time(), stop)
+                except ConnectionClosedError:
+                    self._resetting = None
+                    raise
+                if stopped:
+                    return
             if out_of_time:
                 assert state.error is not None
                 raise OutOfTime(state.error)
@@ -361,16 +390,34 @@ class OrderedCursor:
         error.stream = self._stream
         raise error
 
-    @staticmethod
-    async def _pause(seconds: float, stop: asyncio.Event | None) -> bool:
-        """Wait ``seconds`` (until ``stop`` is set, with one); True when stopped."""
-        if stop is None:
-            await asyncio.sleep(seconds)
-            return False
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await stop.wait()
-        return stop.is_set()
+    async def _pause(self, seconds: float, stop: asyncio.Event | None) -> bool:
+        """Wait ``seconds`` (until ``stop`` is set, with one); True when stopped.
+
+        The connection closing for good ends the wait too (a reset's backoff lasts
+        up to 10 s: the reader ended that much after ``close()``).
+
+        Raises:
+            ConnectionClosedError: the connection is closed.
+
+        """
+        conn = self._api.conn
+        closed = _Closed(conn)
+        if not closed.event.is_set():
+            conn.add_listener(closed)
+            waits = [asyncio.ensure_future(closed.event.wait())]
+            if stop is not None:
+                waits.append(asyncio.ensure_future(stop.wait()))
+            try:
+                await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                conn.remove_listener(closed)
+                for waiter in waits:
+                    waiter.cancel()
+        if stop is not None and stop.is_set():
+            return True
+        if closed.event.is_set():
+            raise ConnectionClosedError("the connection was closed")
+        return False
 
     def _accept(self, msg: Msg) -> bool | None:
         """True if ``msg`` is the next one in order (and advance); False on a gap.
@@ -392,7 +439,26 @@ class OrderedCursor:
         assert name is not None
 
         async def check(timeout: float | None) -> ConsumerInfo:
-            return await C.consumer_info(self._api, self._stream, name, timeout)
+            try:
+                return await C.consumer_info(self._api, self._stream, name, timeout)
+            except (ConsumerNotFoundError, StreamNotFoundError, ConnectionClosedError):
+                raise
+            except JetStreamError as exc:
+                # Unanswered (a timeout, no responders) or refused: the consumer is R1
+                # and in memory, so when its node is down or lost it, the look-up never
+                # says "not found", it just fails, for as long as the node is away (for
+                # ever if it never returns). Taken as lost: the run ends, and the reset
+                # recreates it at cursor + 1 (with its own backoff while JetStream
+                # is unavailable), as nats.go resets on a reconnect or no responders.
+                logger.info(
+                    "ordered consumer on %s: could not look up consumer %s (%s); resetting",
+                    self._stream,
+                    name,
+                    exc,
+                )
+                raise ConsumerDeletedError(
+                    f"ordered consumer {name!r} could not be looked up ({exc}): taken as lost"
+                ) from exc
 
         driver = PullDriver(
             self._api, self._stream, name, settings, check, error_handler, acks=False
