@@ -53,32 +53,99 @@ class Codec(Protocol):
 #: Per model class: whether its JSON is written by alias (see :func:`model_json`).
 _BY_ALIAS: weakref.WeakKeyDictionary[type, bool | None] = weakref.WeakKeyDictionary()
 
+#: Core schemas whose ``config`` holds for the fields below them.
+_CONFIGURED: Final = frozenset(("model", "dataclass", "typed-dict"))
+#: Core schema keys that hold values or what is written only, not what is read.
+_NOT_READ: Final = frozenset(
+    ("metadata", "default", "serialization", "computed_fields", "config", "cls")
+)
+
+Field_ = tuple[str, Any, Any, Mapping[str, Any]]
+"""A field of a core schema: its name, validation alias, serialization alias and config."""
+
+
+def _fields(schema: Any) -> list[Field_]:
+    """Every field of core schema ``schema``, nested ones included, each with its config.
+
+    The fields of models, dataclasses and typed dicts, wherever they are: in
+    lists, dicts, unions, generics, root models and definitions.
+    """
+    found: list[Field_] = []
+    seen: set[int] = set()
+    todo: list[tuple[Any, Mapping[str, Any]]] = [(schema, {})]
+    while todo:
+        node, config = todo.pop()
+        if isinstance(node, list | tuple):
+            todo.extend((item, config) for item in node)
+            continue
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        kind = node.get("type")
+        if kind in _CONFIGURED and isinstance(node.get("config"), dict):
+            config = node["config"]
+        fields = node.get("fields")
+        if kind in ("model-fields", "typed-dict") and isinstance(fields, dict):
+            named = [(name, field) for name, field in fields.items() if isinstance(field, dict)]
+        elif kind == "dataclass-args" and isinstance(fields, list):
+            named = [(field.get("name", ""), field) for field in fields if isinstance(field, dict)]
+        else:
+            named = []
+        for name, field in named:
+            found.append(
+                (name, field.get("validation_alias"), field.get("serialization_alias"), config)
+            )
+            todo.append((field.get("schema"), config))
+        skip = "fields" if named else None  # (their schemas are queued above)
+        for key, value in node.items():
+            if key not in _NOT_READ and key != skip and isinstance(value, dict | list | tuple):
+                todo.append((value, config))
+    return found
+
+
+def _reads(written: str, name: str, alias: Any, config: Mapping[str, Any]) -> bool:
+    """Whether a field is read back from the key ``written`` (as pydantic looks it up)."""
+    if alias is None:
+        return written == name
+    if written == name and config.get("validate_by_name", config.get("populate_by_name", False)):
+        return True
+    if not config.get("validate_by_alias", True):
+        return False
+    if isinstance(alias, str):
+        return written == alias
+    return [written] in alias  # AliasChoices / AliasPath: lists of paths; one key is [key]
+
 
 def _by_alias(cls: type) -> bool | None:
-    """How ``cls`` is written so that ``model_validate_json`` reads it back.
+    """How ``cls`` is written so that ``model_validate_json`` reads it back, nested models too.
 
-    Its config's ``serialize_by_alias`` when it sets one; else by alias when every
-    field is written under the name it is read by (a plain ``Field(alias=...)``:
-    pydantic writes the field's name by default, then reads the alias and fails);
-    else pydantic's default (a ``serialization_alias`` of its own, or a model
-    read by name only, ``validate_by_alias=False``).
+    pydantic's default (``None``: each model's own ``serialize_by_alias``, else
+    by field name) when every field of the schema, nested ones included, is
+    read back under the key it is written by; else by alias (a plain
+    ``Field(alias=...)`` or an ``alias_generator``: written by name, read by
+    alias), else by name (a ``serialization_alias`` read by name, a model read
+    by name only). When no choice reads every field back (a ``validation_alias``
+    alone), pydantic's default. Decided once per class (the schema is walked).
     """
-    config = getattr(cls, "model_config", None) or getattr(cls, "__pydantic_config__", None)
-    config = config or {}
-    chosen = config.get("serialize_by_alias")
-    if chosen is not None:
-        return bool(chosen)
-    if config.get("validate_by_alias", True) is False:
+    schema = getattr(cls, "__pydantic_core_schema__", None)
+    if not isinstance(schema, dict):
         return None
-    fields = getattr(cls, "model_fields", None) or getattr(cls, "__pydantic_fields__", {})
-    aliased = False
-    for name, field in fields.items():
-        written = field.serialization_alias or field.alias or name
-        read = field.validation_alias or field.alias or name
-        if written != read:
-            return None  # by name or by alias, one side differs: pydantic's default
-        aliased = aliased or written != name
-    return True if aliased else None
+    fields = _fields(schema)
+    for by_alias in (None, True, False):
+        if all(
+            _reads(
+                serialized
+                if serialized
+                and (config.get("serialize_by_alias", False) if by_alias is None else by_alias)
+                else name,
+                name,
+                alias,
+                config,
+            )
+            for name, alias, serialized, config in fields
+        ):
+            return by_alias
+    return None
 
 
 def model_json(serializer: Any, value: Any) -> bytes:
