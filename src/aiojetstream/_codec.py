@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
+from contextlib import suppress
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Protocol,
+    TypeVar,
+    get_origin,
+    runtime_checkable,
+)
 
 from ._errors import InvalidOptionError, PayloadValidationError
 
@@ -177,12 +186,14 @@ class JsonCodec:
         return to_json(value)
 
     def decode(self, data: bytes, type_: type[T]) -> T:
-        """``data`` validated as ``type_`` (``model_validate_json`` for a model)."""
-        validate = getattr(type_, "model_validate_json", None)
-        if validate is not None:
-            value: T = validate(data)
-            return value
-        return _adapter(type_).validate_json(data)  # type: ignore[no-any-return]
+        """``data`` validated as ``type_`` (``model_validate_json`` for a model).
+
+        Raises:
+            InvalidOptionError: pydantic cannot validate JSON as ``type_``.
+
+        """
+        value: T = json_validator(type_)(data)
+        return value
 
 
 class RawCodec:
@@ -202,16 +213,76 @@ class RawCodec:
 
 
 _JSON: Final = JsonCodec()
+#: Per type: its TypeAdapter, or why pydantic cannot build one (a str: not tried again).
 _ADAPTERS: dict[Any, Any] = {}
 
 
-def _adapter(type_: Any) -> Any:
-    adapter = _ADAPTERS.get(type_)
-    if adapter is None:
-        from pydantic import TypeAdapter
+def _unusable(type_: Any, why: object) -> InvalidOptionError:
+    name = repr(type_) if get_origin(type_) else getattr(type_, "__name__", None) or repr(type_)
+    why = str(why).strip().partition("\n")[0]  # pydantic's first line (then links, hints)
+    return InvalidOptionError(
+        f"pydantic cannot validate JSON as {name} (model= takes a pydantic model or a type "
+        f"pydantic validates; give codec= to decode others): {why}"
+    )
 
-        adapter = _ADAPTERS[type_] = TypeAdapter(type_)
+
+def _adapter(type_: Any) -> Any:
+    """The TypeAdapter of ``type_``, built once.
+
+    Raises:
+        InvalidOptionError: pydantic cannot build one (no schema for the type,
+            remembered; or a forward reference it cannot resolve yet).
+
+    """
+    try:
+        adapter = _ADAPTERS.get(type_)
+    except TypeError:  # unhashable (an Annotated with unhashable metadata): not kept
+        return _build(type_)
+    if adapter is None:
+        adapter = _ADAPTERS[type_] = _build(type_)
+    elif isinstance(adapter, str):
+        raise InvalidOptionError(adapter)
     return adapter
+
+
+def _build(type_: Any) -> Any:
+    from pydantic import TypeAdapter
+    from pydantic.errors import PydanticSchemaGenerationError
+
+    try:
+        adapter = TypeAdapter(type_)
+        if getattr(adapter, "pydantic_complete", True) is False:  # pydantic >= 2.10
+            adapter.rebuild(raise_errors=True)
+    except PydanticSchemaGenerationError as exc:  # no schema: it never will have one
+        error = _unusable(type_, exc)
+        with suppress(TypeError):
+            _ADAPTERS[type_] = str(error)
+        raise error from exc
+    except Exception as exc:  # a forward reference not defined yet, and the like
+        raise _unusable(type_, exc) from exc
+    return adapter
+
+
+def json_validator(type_: Any) -> Callable[[bytes], Any]:
+    """What validates JSON bytes as ``type_``, checked once, before the first payload.
+
+    ``model_validate_json`` for a model, else a TypeAdapter's ``validate_json``
+    (built once per type).
+
+    Raises:
+        InvalidOptionError: pydantic cannot validate ``type_`` (no schema for it,
+            or a model not fully defined): said at once, not on every message.
+
+    """
+    validate = getattr(type_, "model_validate_json", None)
+    if validate is None:
+        return _adapter(type_).validate_json  # type: ignore[no-any-return]
+    if getattr(type_, "__pydantic_complete__", True) is False:
+        try:  # what pydantic would try on each message, failing each time
+            type_.model_rebuild(raise_errors=True)
+        except Exception as exc:
+            raise _unusable(type_, exc) from exc
+    return validate  # type: ignore[no-any-return]
 
 
 def _refusal(payload: object) -> str:
@@ -286,16 +357,17 @@ def decode(
 
     Raises:
         PayloadValidationError: the payload is not a valid ``type_``.
+        InvalidOptionError: pydantic cannot validate JSON as ``type_`` (no codec).
 
     """
+    validate = json_validator(type_) if codec is None else None
     try:
-        if codec is None:
-            validate = getattr(type_, "model_validate_json", None)
-            if validate is not None:
-                value: T = validate(data)
-                return value
-            codec = _JSON
-        return codec.decode(data, type_)
+        if validate is not None:
+            value: T = validate(data)
+            return value
+        return codec.decode(data, type_)  # type: ignore[union-attr]
+    except InvalidOptionError:
+        raise
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         raise invalid(exc, type_, *where()) from exc
 

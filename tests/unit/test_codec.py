@@ -22,6 +22,7 @@ from aiojetstream import (
 )
 from aiojetstream._codec import decode, encode
 from aiojetstream._message import typed
+from aiojetstream._typed import decoder
 from typed_shapes import SHAPES, Shape
 
 T = TypeVar("T")
@@ -175,3 +176,36 @@ def test_the_written_form_is_one_the_model_reads() -> None:
         assert data == written
         if not isinstance(value, Only):
             assert decode(data, type(value), None, nowhere) == value
+
+
+class NoSchema:
+    """A class pydantic has no schema for."""
+
+
+class Later(BaseModel):
+    part: Undefined  # type: ignore[name-defined]  # noqa: F821  (never defined)
+
+
+@pytest.mark.parametrize("type_", [NoSchema, list[NoSchema], Later])
+def test_a_type_pydantic_cannot_validate_is_refused_at_once(type_: Any) -> None:
+    """A TypeAdapter that could not be built raised PydanticSchemaGenerationError (a
+    TypeError) on each decode, and was tried again each time; a model not fully
+    defined raised pydantic's error on each one."""
+    for call in (
+        lambda: decode(b"{}", type_, None, nowhere),
+        lambda: decoder(type_, None),
+        lambda: decoder(type_, JsonCodec()),
+        lambda: JsonCodec().decode(b"{}", type_),
+    ):
+        with pytest.raises(InvalidOptionError, match="cannot validate JSON as") as info:
+            call()
+        assert "\n" not in str(info.value)  # pydantic's first line, not its links
+    assert callable(decoder(type_, Upper()))  # a codec of its own decides: not refused
+
+
+def test_what_pydantic_cannot_validate_says_why() -> None:
+    with pytest.raises(InvalidOptionError, match="Undefined"):
+        decoder(Later, None)
+    with pytest.raises(InvalidOptionError, match=r"list\[.*NoSchema\].*schema for .*NoSchema"):
+        decoder(list[NoSchema], None)
+    assert decoder(list[int], None)(b"[1]") == [1]
