@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
+from contextlib import suppress
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Protocol,
+    TypeVar,
+    get_origin,
+    runtime_checkable,
+)
 
 from ._errors import InvalidOptionError, PayloadValidationError
 
@@ -53,32 +62,99 @@ class Codec(Protocol):
 #: Per model class: whether its JSON is written by alias (see :func:`model_json`).
 _BY_ALIAS: weakref.WeakKeyDictionary[type, bool | None] = weakref.WeakKeyDictionary()
 
+#: Core schemas whose ``config`` holds for the fields below them.
+_CONFIGURED: Final = frozenset(("model", "dataclass", "typed-dict"))
+#: Core schema keys that hold values or what is written only, not what is read.
+_NOT_READ: Final = frozenset(
+    ("metadata", "default", "serialization", "computed_fields", "config", "cls")
+)
+
+Field_ = tuple[str, Any, Any, Mapping[str, Any]]
+"""A field of a core schema: its name, validation alias, serialization alias and config."""
+
+
+def _fields(schema: Any) -> list[Field_]:
+    """Every field of core schema ``schema``, nested ones included, each with its config.
+
+    The fields of models, dataclasses and typed dicts, wherever they are: in
+    lists, dicts, unions, generics, root models and definitions.
+    """
+    found: list[Field_] = []
+    seen: set[int] = set()
+    todo: list[tuple[Any, Mapping[str, Any]]] = [(schema, {})]
+    while todo:
+        node, config = todo.pop()
+        if isinstance(node, list | tuple):
+            todo.extend((item, config) for item in node)
+            continue
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        kind = node.get("type")
+        if kind in _CONFIGURED and isinstance(node.get("config"), dict):
+            config = node["config"]
+        fields = node.get("fields")
+        if kind in ("model-fields", "typed-dict") and isinstance(fields, dict):
+            named = [(name, field) for name, field in fields.items() if isinstance(field, dict)]
+        elif kind == "dataclass-args" and isinstance(fields, list):
+            named = [(field.get("name", ""), field) for field in fields if isinstance(field, dict)]
+        else:
+            named = []
+        for name, field in named:
+            found.append(
+                (name, field.get("validation_alias"), field.get("serialization_alias"), config)
+            )
+            todo.append((field.get("schema"), config))
+        skip = "fields" if named else None  # (their schemas are queued above)
+        for key, value in node.items():
+            if key not in _NOT_READ and key != skip and isinstance(value, dict | list | tuple):
+                todo.append((value, config))
+    return found
+
+
+def _reads(written: str, name: str, alias: Any, config: Mapping[str, Any]) -> bool:
+    """Whether a field is read back from the key ``written`` (as pydantic looks it up)."""
+    if alias is None:
+        return written == name
+    if written == name and config.get("validate_by_name", config.get("populate_by_name", False)):
+        return True
+    if not config.get("validate_by_alias", True):
+        return False
+    if isinstance(alias, str):
+        return written == alias
+    return [written] in alias  # AliasChoices / AliasPath: lists of paths; one key is [key]
+
 
 def _by_alias(cls: type) -> bool | None:
-    """How ``cls`` is written so that ``model_validate_json`` reads it back.
+    """How ``cls`` is written so that ``model_validate_json`` reads it back, nested models too.
 
-    Its config's ``serialize_by_alias`` when it sets one; else by alias when every
-    field is written under the name it is read by (a plain ``Field(alias=...)``:
-    pydantic writes the field's name by default, then reads the alias and fails);
-    else pydantic's default (a ``serialization_alias`` of its own, or a model
-    read by name only, ``validate_by_alias=False``).
+    pydantic's default (``None``: each model's own ``serialize_by_alias``, else
+    by field name) when every field of the schema, nested ones included, is
+    read back under the key it is written by; else by alias (a plain
+    ``Field(alias=...)`` or an ``alias_generator``: written by name, read by
+    alias), else by name (a ``serialization_alias`` read by name, a model read
+    by name only). When no choice reads every field back (a ``validation_alias``
+    alone), pydantic's default. Decided once per class (the schema is walked).
     """
-    config = getattr(cls, "model_config", None) or getattr(cls, "__pydantic_config__", None)
-    config = config or {}
-    chosen = config.get("serialize_by_alias")
-    if chosen is not None:
-        return bool(chosen)
-    if config.get("validate_by_alias", True) is False:
+    schema = getattr(cls, "__pydantic_core_schema__", None)
+    if not isinstance(schema, dict):
         return None
-    fields = getattr(cls, "model_fields", None) or getattr(cls, "__pydantic_fields__", {})
-    aliased = False
-    for name, field in fields.items():
-        written = field.serialization_alias or field.alias or name
-        read = field.validation_alias or field.alias or name
-        if written != read:
-            return None  # by name or by alias, one side differs: pydantic's default
-        aliased = aliased or written != name
-    return True if aliased else None
+    fields = _fields(schema)
+    for by_alias in (None, True, False):
+        if all(
+            _reads(
+                serialized
+                if serialized
+                and (config.get("serialize_by_alias", False) if by_alias is None else by_alias)
+                else name,
+                name,
+                alias,
+                config,
+            )
+            for name, alias, serialized, config in fields
+        ):
+            return by_alias
+    return None
 
 
 def model_json(serializer: Any, value: Any) -> bytes:
@@ -110,12 +186,14 @@ class JsonCodec:
         return to_json(value)
 
     def decode(self, data: bytes, type_: type[T]) -> T:
-        """``data`` validated as ``type_`` (``model_validate_json`` for a model)."""
-        validate = getattr(type_, "model_validate_json", None)
-        if validate is not None:
-            value: T = validate(data)
-            return value
-        return _adapter(type_).validate_json(data)  # type: ignore[no-any-return]
+        """``data`` validated as ``type_`` (``model_validate_json`` for a model).
+
+        Raises:
+            InvalidOptionError: pydantic cannot validate JSON as ``type_``.
+
+        """
+        value: T = json_validator(type_)(data)
+        return value
 
 
 class RawCodec:
@@ -135,16 +213,76 @@ class RawCodec:
 
 
 _JSON: Final = JsonCodec()
+#: Per type: its TypeAdapter, or why pydantic cannot build one (a str: not tried again).
 _ADAPTERS: dict[Any, Any] = {}
 
 
-def _adapter(type_: Any) -> Any:
-    adapter = _ADAPTERS.get(type_)
-    if adapter is None:
-        from pydantic import TypeAdapter
+def _unusable(type_: Any, why: object) -> InvalidOptionError:
+    name = repr(type_) if get_origin(type_) else getattr(type_, "__name__", None) or repr(type_)
+    why = str(why).strip().partition("\n")[0]  # pydantic's first line (then links, hints)
+    return InvalidOptionError(
+        f"pydantic cannot validate JSON as {name} (model= takes a pydantic model or a type "
+        f"pydantic validates; give codec= to decode others): {why}"
+    )
 
-        adapter = _ADAPTERS[type_] = TypeAdapter(type_)
+
+def _adapter(type_: Any) -> Any:
+    """The TypeAdapter of ``type_``, built once.
+
+    Raises:
+        InvalidOptionError: pydantic cannot build one (no schema for the type,
+            remembered; or a forward reference it cannot resolve yet).
+
+    """
+    try:
+        adapter = _ADAPTERS.get(type_)
+    except TypeError:  # unhashable (an Annotated with unhashable metadata): not kept
+        return _build(type_)
+    if adapter is None:
+        adapter = _ADAPTERS[type_] = _build(type_)
+    elif isinstance(adapter, str):
+        raise InvalidOptionError(adapter)
     return adapter
+
+
+def _build(type_: Any) -> Any:
+    from pydantic import TypeAdapter
+    from pydantic.errors import PydanticSchemaGenerationError
+
+    try:
+        adapter = TypeAdapter(type_)
+        if getattr(adapter, "pydantic_complete", True) is False:  # pydantic >= 2.10
+            adapter.rebuild(raise_errors=True)
+    except PydanticSchemaGenerationError as exc:  # no schema: it never will have one
+        error = _unusable(type_, exc)
+        with suppress(TypeError):
+            _ADAPTERS[type_] = str(error)
+        raise error from exc
+    except Exception as exc:  # a forward reference not defined yet, and the like
+        raise _unusable(type_, exc) from exc
+    return adapter
+
+
+def json_validator(type_: Any) -> Callable[[bytes], Any]:
+    """What validates JSON bytes as ``type_``, checked once, before the first payload.
+
+    ``model_validate_json`` for a model, else a TypeAdapter's ``validate_json``
+    (built once per type).
+
+    Raises:
+        InvalidOptionError: pydantic cannot validate ``type_`` (no schema for it,
+            or a model not fully defined): said at once, not on every message.
+
+    """
+    validate = getattr(type_, "model_validate_json", None)
+    if validate is None:
+        return _adapter(type_).validate_json  # type: ignore[no-any-return]
+    if getattr(type_, "__pydantic_complete__", True) is False:
+        try:  # what pydantic would try on each message, failing each time
+            type_.model_rebuild(raise_errors=True)
+        except Exception as exc:
+            raise _unusable(type_, exc) from exc
+    return validate  # type: ignore[no-any-return]
 
 
 def _refusal(payload: object) -> str:
@@ -219,16 +357,17 @@ def decode(
 
     Raises:
         PayloadValidationError: the payload is not a valid ``type_``.
+        InvalidOptionError: pydantic cannot validate JSON as ``type_`` (no codec).
 
     """
+    validate = json_validator(type_) if codec is None else None
     try:
-        if codec is None:
-            validate = getattr(type_, "model_validate_json", None)
-            if validate is not None:
-                value: T = validate(data)
-                return value
-            codec = _JSON
-        return codec.decode(data, type_)
+        if validate is not None:
+            value: T = validate(data)
+            return value
+        return codec.decode(data, type_)  # type: ignore[union-attr]
+    except InvalidOptionError:
+        raise
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
         raise invalid(exc, type_, *where()) from exc
 

@@ -390,6 +390,8 @@ class Msg:
         Raises:
             PayloadValidationError: the payload is not a valid ``type_`` (with
                 the subject, the stream sequence and pydantic's errors).
+            InvalidOptionError: pydantic cannot validate JSON as ``type_`` (no
+                schema for it, or a model not fully defined), without ``codec``.
 
         """
         from ._codec import decode

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, TypeVar
 
-from ._codec import Codec, JsonCodec, invalid
+from ._codec import Codec, JsonCodec, invalid, json_validator
 from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError, PayloadValidationError
 from ._message import Msg, TypedMsg, typed, where
 from ._pull_engine import MIN_EXPIRES
@@ -58,17 +58,22 @@ default) costs a None check, on invalid messages only.
 def decoder(model: type[T], codec: Codec | None) -> Callable[[bytes], T]:
     """The payload decoder of a typed consumer (raises ValueError on a bad payload).
 
+    Without a codec (or with a :class:`JsonCodec`), pydantic's validator of
+    ``model`` is built here, once: a type it cannot validate is refused now,
+    not on every message.
+
     Raises:
-        InvalidOptionError: ``codec`` has no ``decode``.
+        InvalidOptionError: ``codec`` has no ``decode``; pydantic cannot
+            validate JSON as ``model`` (no schema for it, or a model not fully
+            defined).
 
     """
     if codec is None:
-        validate = getattr(model, "model_validate_json", None)
-        if validate is not None:
-            return validate  # type: ignore[no-any-return]
-        codec = JsonCodec()
-    elif not callable(getattr(codec, "decode", None)):
+        return json_validator(model)
+    if not callable(getattr(codec, "decode", None)):
         raise InvalidOptionError(f"codec must have encode() and decode(), got {codec!r}")
+    if isinstance(codec, JsonCodec):
+        json_validator(model)  # checked (and built) before the first message
     decode = codec.decode
     return lambda data: decode(data, model)
 

@@ -35,6 +35,7 @@ from aiojetstream._consumer import MessageBatch, TypedMessagesContext
 from aiojetstream._ordered import OrderedBatch
 from aiojetstream._typed import TypedMessageBatch
 from helpers import unique_name, wait_until
+from typed_shapes import SHAPES
 
 T = TypeVar("T")
 STEP = 10.0
@@ -142,6 +143,66 @@ async def test_a_model_with_aliases_reads_back(js: JetStreamContext) -> None:
     kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("typed")))
     await kv.put("k", Aliased(orderId=9))
     assert (await kv.get("k")).decode(Aliased) == Aliased(orderId=9)
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+async def test_nested_aliases_read_back(js: JetStreamContext, name: str) -> None:
+    """A model with no alias of its own but aliased models below it (a list of them, a
+    generic, a root model, a discriminated union, an alias_generator base class) was
+    written by field name and did not validate when read back: every such message was
+    terminated. Each now reads back what it is written as."""
+    shape = SHAPES[name]
+    stream, consumer = await make(js)
+    await js.publish(f"{stream}.a", shape.example)
+    async with consumer.messages(model=shape.cls, on_invalid="raise") as it:
+        msg = await it.next()
+        assert msg.value == shape.example
+        await msg.double_ack()  # confirmed by the server: nothing left pending
+    info = await consumer.info()
+    assert (info.num_ack_pending, info.num_redelivered) == (0, 0)
+
+
+class NoSchema:
+    """A class pydantic has no schema for."""
+
+    def __init__(self, x: object) -> None:
+        self.x = x
+
+
+async def test_a_type_pydantic_cannot_validate_is_refused_before_sending(
+    js: JetStreamContext,
+) -> None:
+    """model= of a class pydantic has no schema for was accepted, then every message
+    failed with PydanticSchemaGenerationError (a TypeError, not a payload error):
+    consume logged "handler raised" for each and the message came back for ever."""
+    stream, consumer = await make(js)
+    await js.publish(f"{stream}.a", b'{"x": 1}')
+    refused = pytest.raises(InvalidOptionError, match="cannot validate JSON as NoSchema")
+    with refused:
+        consumer.messages(model=NoSchema)
+    with refused:
+        await consumer.consume(print, model=NoSchema)
+    with refused:
+        await consumer.fetch(1, model=NoSchema)
+    with refused:
+        await consumer.next(model=NoSchema)
+    with refused:
+        consumer.messages(model=NoSchema, codec=JsonCodec())
+    ordered = await js.ordered_consumer(stream)
+    with refused:
+        ordered.messages(model=NoSchema)
+    with refused:
+        await ordered.consume(print, model=NoSchema)
+    assert ordered.name is None  # no consumer was created
+    info = await consumer.info()
+    assert (info.delivered.consumer_seq, info.num_pending) == (0, 1)  # nothing was pulled
+    msg = await consumer.next(expires=STEP)
+    with refused:
+        msg.decode(NoSchema)
+    with refused:
+        (await (await js.stream(stream)).get_msg(1)).decode(NoSchema)
+    assert msg.decode(NoSchema, codec=CsvCodec()).x == ['{"x": 1}']  # a codec decides
+    await msg.ack()
 
 
 async def test_str_is_refused_with_how_to_publish_text(js: JetStreamContext) -> None:

@@ -458,7 +458,7 @@ class Consumer:
             return await self._next(
                 expires, heartbeat, group, min_pending, min_ack_pending, priority
             )
-        check_on_invalid(on_invalid)
+        check_typed(model, codec, on_invalid)  # refused before anything is sent
         seconds = secs(expires, "expires")
         beat = secs(heartbeat, "heartbeat")
         settings = resolve_fetch(  # checked before anything is sent
@@ -556,7 +556,7 @@ class Consumer:
         """
         refuse_codec_alone(model, codec)
         if model is not None:
-            check_on_invalid(on_invalid)
+            check_typed(model, codec, on_invalid)  # refused before anything is sent
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,

@@ -258,6 +258,8 @@ class KeyValueEntry(DocumentedModel):
         Raises:
             PayloadValidationError: the value is not a valid ``type_`` (with
                 the key's subject ``$KV.<bucket>.<key>``, the revision and pydantic's errors).
+            InvalidOptionError: pydantic cannot validate JSON as ``type_`` (no
+                schema for it, or a model not fully defined), without ``codec``.
 
         """
         from .._codec import decode

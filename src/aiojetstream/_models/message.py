@@ -38,6 +38,8 @@ class RawStreamMessage(BaseModel):
 
         Raises:
             PayloadValidationError: ``data`` is not a valid ``type_``.
+            InvalidOptionError: pydantic cannot validate JSON as ``type_`` (no
+                schema for it, or a model not fully defined), without ``codec``.
 
         """
         from .._codec import decode
