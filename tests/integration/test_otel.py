@@ -783,3 +783,96 @@ def test_a_telemetry_failure_is_logged_in_full_once(caplog: pytest.LogCaptureFix
     records = [r for r in caplog.records if what in r.getMessage()]
     assert [r.levelname for r in records] == ["ERROR", "DEBUG", "DEBUG"]
     assert all(r.exc_info for r in records)
+
+
+async def test_process_spans_end_where_nothing_can_settle_them(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """Ordered and AckNone consumers: a message no next one follows (collect(), a
+    fetch left early, next()) is a mark of its delivery; its span ends at once."""
+    stream, _ = await setup(tjs)
+    for i in range(3):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    oc = await tjs.ordered_consumer(stream)
+    assert len(await (await oc.fetch(3, expires=2)).collect()) == 3
+    assert len(rec.spans("process ")) == 3
+    oc = await tjs.ordered_consumer(stream)
+    async with await oc.fetch(3, expires=2) as batch:
+        async for _ in batch:
+            break
+    assert len(rec.spans("process ")) == 4
+    none = await tjs.create_consumer(
+        stream, ConsumerConfig(durable_name="none", ack_policy=AckPolicy.NONE)
+    )
+    for _ in range(3):
+        await none.next(expires=2)
+    assert len(rec.spans("process ")) == 7
+    assert all(
+        "messaging.nats.settlement" not in (s.attributes or {}) for s in rec.spans("process ")
+    )
+
+
+async def test_an_ack_all_ack_settles_the_earlier_messages(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    stream = unique_name("OT")
+    await tjs.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    for i in range(4):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    consumer = await tjs.create_consumer(
+        stream, ConsumerConfig(durable_name="all", ack_policy=AckPolicy.ALL)
+    )
+    msgs = await (await consumer.fetch(4, expires=2)).collect()
+    await msgs[2].ack()  # settles 0, 1 and 2; 3 stays open
+    processes = rec.spans("process ")
+    seqs = [(s.attributes or {}).get("messaging.nats.message.sequence") for s in processes]
+    assert sorted(seqs) == [1, 2, 3]  # type: ignore[type-var]
+    assert {(s.attributes or {}).get("messaging.nats.settlement") for s in processes} == {"ack"}
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": "all"}
+    assert rec.total("aiojetstream.acks", **labels) == 1  # one ack sent
+    await msgs[3].ack()
+    assert len(rec.spans("process ")) == 4
+
+
+async def test_collected_spans_end_at_the_next_fetch(tjs: JetStreamContext, rec: Recorded) -> None:
+    stream, name = await setup(tjs)
+    for i in range(5):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    consumer = await tjs.consumer(stream, name)
+    msgs = await (await consumer.fetch(3, expires=2)).collect()
+    await msgs[0].ack()
+    assert len(rec.spans("process ")) == 1  # the others are not settled yet
+    batch = await consumer.fetch(2, expires=2)  # the next messages are taken
+    processes = rec.spans("process ")
+    assert len(processes) == 3
+    assert sorted(
+        str((s.attributes or {}).get("messaging.nats.settlement")) for s in processes
+    ) == [
+        "None",
+        "None",
+        "ack",
+    ]
+    assert len(await batch.collect()) == 2
+    await tjs.close()  # and the context's close
+    assert len(rec.spans("process ")) == 5
+
+
+async def test_closing_the_context_ends_the_open_process_spans(
+    nats_server: NatsServer, rec: Recorded
+) -> None:
+    js = instrument(
+        await aiojetstream.connect(nats_server.url),
+        tracer_provider=rec.tracer_provider,
+        meter_provider=rec.meter_provider,
+    )
+    try:
+        stream, name = await setup(js)
+        await js.publish(f"{stream}.x", b"1")
+        consumer = await js.consumer(stream, name)
+        msg = await consumer.next(expires=2)
+        assert msg.data == b"1"
+        assert rec.spans("process ") == []  # open until settled
+    finally:
+        await js.close()
+    [process] = rec.spans("process ")
+    assert "messaging.nats.settlement" not in (process.attributes or {})

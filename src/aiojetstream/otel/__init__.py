@@ -16,7 +16,10 @@ Spans follow OpenTelemetry's messaging semantic conventions
   ``fetch_no_wait`` / ``next``, ended when the batch ends;
 * ``process <subject>`` (CONSUMER) per message taken from ``messages()`` or a
   fetched batch, or handed to a ``consume()`` handler; ended by its ack, nak or
-  term, when the next message is taken, or when the handler returns.
+  term (with ``AckPolicy.ALL`` an ack settles the earlier ones too), when the
+  next message is taken (for ``collect()``: the next fetch), when the handler
+  returns, or when the context is closed; at once where nothing can settle
+  it (ordered and AckNone consumers) and no next message follows.
 
 * key-value: ``process <subject>`` per ``get`` and per entry a ``watch``
   yields (writes are publishes: send spans);
@@ -143,6 +146,7 @@ def instrument(
             await close()
         finally:
             conn.remove_listener(listener)
+            tel.end_open()  # nothing can settle a message any more
 
     js.close = traced_close  # type: ignore[method-assign]
     return js

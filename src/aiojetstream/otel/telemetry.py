@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -69,6 +70,8 @@ class Telemetry:
         self.parent = parent
         self.propagation = Propagation()
         self.counts: dict[tuple[str, str | None], Counts] = {}
+        # The states of the consumers traced (ConsumerState), for close() to end their spans.
+        self.states: weakref.WeakSet[Any] = weakref.WeakSet()
         self.publish_duration = meter.create_histogram(
             "messaging.client.operation.duration",
             unit="s",
@@ -122,6 +125,14 @@ class Telemetry:
             return found
 
         return observe
+
+    def end_open(self) -> None:
+        """End the process spans still open on every traced consumer (the context closes)."""
+        for state in list(self.states):
+            try:
+                state.end_all()
+            except Exception:
+                failed("ending the open process spans")
 
     def of(self, stream: str | None, consumer: str | None = None) -> Counts:
         """The counts of a stream (publishing) or of one of its consumers."""
