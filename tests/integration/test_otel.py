@@ -876,3 +876,36 @@ async def test_closing_the_context_ends_the_open_process_spans(
         await js.close()
     [process] = rec.spans("process ")
     assert "messaging.nats.settlement" not in (process.attributes or {})
+
+
+async def test_batch_aclose_and_collect_columns_end_the_receive_span(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    pytest.importorskip("pyarrow")
+    stream, name = await setup(tjs)
+    for i in range(5):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    consumer = await tjs.consumer(stream, name)
+    batch = await consumer.fetch(2, expires=2)
+    async for msg in batch:
+        await msg.ack()
+        break
+    await batch.aclose()
+    [receive] = rec.spans("receive ")
+    assert (receive.attributes or {})["messaging.batch.message_count"] == 1
+
+    batch = await consumer.fetch(3, expires=2)
+    msgs = await batch.collect()
+    await batch.aclose()  # the collected messages nothing settled: their spans end
+    assert len(msgs) == 3
+    assert len(rec.spans("process ")) == 4
+
+    none = await tjs.create_consumer(
+        stream, ConsumerConfig(durable_name="none", ack_policy=AckPolicy.NONE)
+    )
+    columns = await (await none.fetch(5, expires=2)).collect_columns()
+    assert columns.num_rows == 5
+    receive = rec.spans("receive ")[-1]
+    assert (receive.attributes or {})["messaging.batch.message_count"] == 5
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": "none"}
+    assert rec.total("messaging.client.consumed.messages", **labels) == 5

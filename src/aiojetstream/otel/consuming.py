@@ -387,6 +387,30 @@ class TracedBatch:
             replies, self._collected = self._collected, []
             state.end_replies(replies)
 
+    async def collect_columns(self) -> Any:
+        """Every message of the batch as one Arrow record batch: counted, no process span.
+
+        No :class:`Msg` is made per message (nothing to acknowledge it by):
+        the messages count as consumed and the receive span ends with their
+        number.
+        """
+        collect_columns = self._inner.collect_columns  # (a typed batch has none)
+        try:
+            columns = await collect_columns()
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+        rows = int(columns.num_rows)
+        self._state.counts.consumed += rows
+        self._count += rows
+        self._finish()
+        return columns
+
+    async def aclose(self) -> None:
+        """Stop the pull and release its subscription (idempotent); end its receive span."""
+        self._leave()
+        await self._inner.aclose()
+
     async def __aexit__(self, *exc_info: Any) -> None:
         self._leave()
         await self._inner.__aexit__(*exc_info)
