@@ -909,3 +909,42 @@ async def test_batch_aclose_and_collect_columns_end_the_receive_span(
     assert (receive.attributes or {})["messaging.batch.message_count"] == 5
     labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": "none"}
     assert rec.total("messaging.client.consumed.messages", **labels) == 5
+
+
+async def test_ephemeral_consumers_share_one_label_and_gone_consumers_drop_their_gauges(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    import gc
+
+    stream, name = await setup(tjs)
+    await tjs.publish(f"{stream}.x", b"1")
+    for _ in range(4):
+        ephemeral = await tjs.create_consumer(stream, ConsumerConfig(inactive_threshold=30))
+        await (await ephemeral.next(expires=2)).ack()
+        await tjs.delete_consumer(stream, ephemeral.name)
+    [consumed] = [
+        p
+        for p in rec.metrics()["messaging.client.consumed.messages"]
+        if p.attributes.get("messaging.nats.stream") == stream
+    ]
+    assert consumed.attributes["messaging.consumer.group.name"] == "(ephemeral)"
+    assert consumed.value == 4
+    assert "aiojetstream.consumer.pending" not in rec.metrics()  # all deleted
+
+    durable = await tjs.consumer(stream, name)
+    await (await durable.next(expires=2)).ack()
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": name}
+    assert len(rec.metrics()["aiojetstream.consumer.pending"]) == 1
+    stream_handle = await tjs.stream(stream)
+    await stream_handle.delete_consumer(name)
+    assert "aiojetstream.consumer.pending" not in rec.metrics()
+    assert rec.total("aiojetstream.acks", **labels) == 1  # the counters stay
+
+    other = await tjs.create_consumer(
+        stream, ConsumerConfig(durable_name="other", ack_policy=AckPolicy.EXPLICIT)
+    )
+    await (await other.next(expires=2)).ack()
+    assert len(rec.metrics()["aiojetstream.consumer.pending"]) == 1
+    del other  # the handle goes away: nothing updates its gauge any more
+    gc.collect()
+    assert "aiojetstream.consumer.pending" not in rec.metrics()

@@ -109,6 +109,13 @@ def instrument(
                 return msg
 
             stream.get_last_msg_for_subject = traced_last_msg
+            stream_delete = stream.delete_consumer
+
+            async def traced_stream_delete(name: str, *args: Any, **kwargs: Any) -> None:
+                await stream_delete(name, *args, **kwargs)
+                tel.deleted(stream.name, name)
+
+            stream.delete_consumer = traced_stream_delete
             return stream
 
         return get
@@ -129,6 +136,13 @@ def instrument(
         setattr(js, name, traced_store(getattr(js, name), stores.key_value))
     for name in _OBJECT_METHODS:
         setattr(js, name, traced_store(getattr(js, name), stores.object_store))
+    delete_consumer = js.delete_consumer
+
+    async def traced_delete(stream: str, name: str, *args: Any, **kwargs: Any) -> None:
+        await delete_consumer(stream, name, *args, **kwargs)
+        tel.deleted(stream, name)  # its pending gauges are no longer reported
+
+    js.delete_consumer = traced_delete  # type: ignore[method-assign]
     ordered_consumer = js.ordered_consumer
 
     async def traced_ordered(*args: Any, **kwargs: Any) -> Any:

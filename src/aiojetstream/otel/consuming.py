@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from .._message import ACK, NAK, TERM, parse_metadata
 from .._status import parse_status
 from .telemetry import (
     CACHE,
+    EPHEMERAL,
     MAX_OPEN,
     ORDERED,
     SYSTEM,
@@ -75,15 +77,20 @@ class ConsumerState:
         stream: str,
         consumer: str,
         *,
+        label: str | None = None,
         acks: bool = True,
         ack_all: bool = False,
     ) -> None:
         self.tel = tel
         self.stream = stream
-        self.consumer = consumer
+        self.name = self.consumer = consumer  # in spans; deleting it drops the gauges
         self.acks = acks  # False: an ordered or AckNone consumer (nothing settles a message)
         self.ack_all = ack_all  # AckPolicy.ALL: an ack settles the earlier messages too
-        self.counts = tel.of(stream, consumer)
+        # Metrics: one label set per durable consumer, one for all the ephemeral
+        # ones (and the ordered ones) of a stream, whatever their number.
+        counts = self.counts = tel.of(stream, consumer if label is None else label)
+        counts.handles += 1
+        weakref.finalize(self, counts.release)  # the handle is gone: its gauges go stale
         self.open: dict[bytes, trace.Span] = {}
         # The replies of the messages collect() handed out, their spans ended
         # (when still open) by the next fetch.
@@ -465,11 +472,19 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
     """Trace ``consumer`` (a :class:`Consumer`, or an ``OrderedConsumer`` when ``ordered``)."""
     if getattr(consumer, "_telemetry_state", None) is not None:
         return consumer
-    # An ordered consumer's server-side name changes with every reset: one label for all.
+    # An ordered consumer's server-side name changes with every reset, an
+    # ephemeral one's is often the server's choice: one label each for all.
+    config = None if ordered else consumer.cached_info.config
+    label = EPHEMERAL if config is not None and config.durable_name is None else None
     name = ORDERED if ordered else consumer.name
-    policy = None if ordered else consumer.cached_info.config.ack_policy
+    policy = None if config is None else config.ack_policy
     state = ConsumerState(
-        tel, consumer.stream_name, name, acks=policy not in (None, "none"), ack_all=policy == "all"
+        tel,
+        consumer.stream_name,
+        name,
+        label=label,
+        acks=policy not in (None, "none"),
+        ack_all=policy == "all",
     )
     consumer._telemetry_state = state
     consumer._on_refused = state.refused  # typed messages that do not validate

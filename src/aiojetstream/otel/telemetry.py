@@ -28,6 +28,8 @@ MAX_OPEN = 10_000  # process spans never settled are ended past this many
 ORDERED = "(ordered)"
 # The consumer label of key-value and object-store watches.
 WATCH = "(watch)"
+# The consumer label of ephemeral consumers (no durable name: the server often names them).
+EPHEMERAL = "(ephemeral)"
 CACHE = 4096  # attribute dicts cached per subject (and size): cleared past this many
 
 
@@ -41,6 +43,7 @@ class Counts:
     __slots__ = (
         "acks",
         "consumed",
+        "handles",
         "labels",
         "naks",
         "pending",
@@ -59,6 +62,18 @@ class Counts:
         self.pending: int | None = None
         self.pull_pending: int | None = None
         self.pull_pending_bytes: int | None = None
+        self.handles = 0  # the live consumer handles counting here
+
+    def drop_gauges(self) -> None:
+        """Stop reporting the pending gauges (the consumer is gone): until set again."""
+        self.pending = self.pull_pending = self.pull_pending_bytes = None
+
+    def release(self) -> None:
+        """A consumer handle counting here went away: the last one drops the gauges."""
+        self.handles -= 1
+        if self.handles <= 0:
+            self.handles = 0
+            self.drop_gauges()
 
 
 class Telemetry:
@@ -133,6 +148,15 @@ class Telemetry:
                 state.end_all()
             except Exception:
                 failed("ending the open process spans")
+
+    def deleted(self, stream: str, name: str) -> None:
+        """The consumer ``name`` of ``stream`` was deleted: its pending gauges are dropped."""
+        counts = self.counts.get((stream, name))
+        if counts is not None:
+            counts.drop_gauges()
+        for state in list(self.states):
+            if state.stream == stream and state.name == name:
+                state.counts.drop_gauges()
 
     def of(self, stream: str | None, consumer: str | None = None) -> Counts:
         """The counts of a stream (publishing) or of one of its consumers."""
