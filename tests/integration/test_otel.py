@@ -210,6 +210,45 @@ async def test_consume_with_parent_option(nats_server: NatsServer, rec: Recorded
     assert work.parent.span_id == process.context.span_id
 
 
+async def test_consume_process_spans_are_not_children_of_the_span_consume_was_called_in(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """A consume() task copies its caller's context: its process spans are their own
+    traces all the same (linked to the send span), a refused typed message's too."""
+    from pydantic import BaseModel
+
+    class Order(BaseModel):
+        id: int
+
+    stream, name = await setup(tjs)
+    tracer = rec.tracer_provider.get_tracer("app")
+    consumer = await tjs.consumer(stream, name)
+    done = asyncio.Event()
+    taken: list[int] = []
+
+    async def handler(msg: Any) -> None:
+        taken.append(msg.value.id)
+        await msg.ack()
+        if len(taken) == 2:
+            done.set()
+
+    with tracer.start_as_current_span("startup") as startup:
+        ctx = await consumer.consume(handler, model=Order, expires=2)
+    for payload in (b'{"id": 1}', b"not json", b'{"id": 2}'):
+        await tjs.publish(f"{stream}.c", payload)
+    await asyncio.wait_for(done.wait(), 10)
+    ctx.stop()
+    await ctx.closed()
+    sends = {s.context.span_id for s in rec.spans("send ")}
+    processes = rec.spans("process ")
+    assert len(processes) == 3
+    for process in processes:
+        assert process.parent is None
+        assert process.context.trace_id != startup.get_span_context().trace_id
+        [link] = process.links
+        assert link.context.span_id in sends
+
+
 async def test_publish_many_is_one_span_with_the_count(
     tjs: JetStreamContext, rec: Recorded
 ) -> None:

@@ -28,6 +28,10 @@ from .telemetry import (
     start_span,
 )
 
+#: The context a consume() handler's process span starts in without a parent:
+#: none (not the context consume() was called in, which its task copied).
+EMPTY = otel_context.Context()
+
 if TYPE_CHECKING:
     from .._errors import PayloadValidationError
     from .._message import Msg
@@ -118,20 +122,23 @@ class ConsumerState:
             )
         return cached
 
-    def start_process(self, msg: Msg) -> trace.Span:
+    def start_process(self, msg: Msg, root: bool = False) -> trace.Span:
         """Start the process span of ``msg`` and count it as consumed.
 
         Called once the message was taken: a failing span processor, sampler or
         propagator is logged, not raised (the message would be lost), and the
-        span is then a non-recording one.
+        span is then a non-recording one. With ``root`` (a ``consume()``
+        handler's message) the span is never the child of the current span
+        (in a consume task: whatever was current when ``consume()`` was
+        called), only of the send span with ``parent=True``.
         """
         try:
-            return self._start_process(msg)
+            return self._start_process(msg, root)
         except Exception:
             failed("starting a process span")
             return trace.INVALID_SPAN
 
-    def _start_process(self, msg: Msg) -> trace.Span:
+    def _start_process(self, msg: Msg, root: bool) -> trace.Span:
         tel = self.tel
         name, attrs = self._base(msg.subject)
         attrs = attrs.copy()
@@ -162,6 +169,8 @@ class ConsumerState:
             sent, parent = tel.propagation.extract(headers, tel.parent)
             if sent is not None and parent is None:
                 links = [Link(sent)]
+        if parent is None and root:
+            parent = EMPTY
         span = tel.tracer.start_span(
             name, context=parent, kind=SpanKind.CONSUMER, attributes=attrs, links=links
         )
@@ -570,7 +579,7 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
         import inspect
 
         async def traced_handler(msg: Msg) -> None:
-            span = state.start_process(msg)
+            span = state.start_process(msg, root=True)  # its own trace, not the caller's
             token = otel_context.attach(trace.set_span_in_context(span))
             try:
                 result = handler(msg)
@@ -588,7 +597,13 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
         if not callable(handler):
             return await consume(handler, *args, **kwargs)  # the library's own error
         state.end_collected()
-        return await consume(traced_handler, *args, **kwargs)
+        # The consume task copies the current context: not the caller's span
+        # (each message's work is its own trace, a refused one's too).
+        token = otel_context.attach(EMPTY)
+        try:
+            return await consume(traced_handler, *args, **kwargs)
+        finally:
+            otel_context.detach(token)
 
     consumer.consume = traced_consume
     return consumer
