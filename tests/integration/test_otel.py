@@ -987,3 +987,51 @@ async def test_ephemeral_consumers_share_one_label_and_gone_consumers_drop_their
     del other  # the handle goes away: nothing updates its gauge any more
     gc.collect()
     assert "aiojetstream.consumer.pending" not in rec.metrics()
+
+
+async def test_the_publish_duration_has_the_semconv_buckets_and_operation(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    stream, _ = await setup(tjs)
+    await tjs.publish(f"{stream}.d", b"x")
+    with pytest.raises(aiojetstream.JetStreamError):
+        await tjs.publish(unique_name("nowhere"), b"x", timeout=0.5)
+    ok, failed = sorted(
+        rec.metrics()["messaging.client.operation.duration"],
+        key=lambda p: "error.type" in p.attributes,
+    )
+    assert ok.explicit_bounds == (
+        0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10
+    )  # fmt: skip
+    assert ok.bucket_counts[0] + ok.bucket_counts[1] == 1  # (a local ack: under 10 ms)
+    assert ok.attributes["messaging.operation.name"] == "send"
+    assert ok.attributes["messaging.nats.stream"] == stream
+    assert failed.attributes["messaging.operation.name"] == "send"
+    # The counters keep their labels (no operation).
+    [sent] = rec.metrics()["messaging.client.sent.messages"]
+    assert "messaging.operation.name" not in sent.attributes
+
+
+def test_a_meter_without_bucket_advice_gets_a_plain_histogram() -> None:
+    """opentelemetry-api before 1.30 has no ``explicit_bucket_boundaries_advisory``."""
+    from aiojetstream.otel.telemetry import Telemetry
+
+    made: list[dict[str, Any]] = []
+
+    class OldMeter:
+        def create_histogram(self, name: str, unit: str = "", description: str = "") -> str:
+            made.append({"name": name, "unit": unit})
+            return "histogram"
+
+        def create_observable_counter(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        create_observable_gauge = create_observable_counter
+
+    class OldProvider:
+        def get_meter(self, *args: Any, **kwargs: Any) -> OldMeter:
+            return OldMeter()
+
+    tel = Telemetry(None, OldProvider(), False)
+    assert tel.publish_duration == "histogram"
+    assert made == [{"name": "messaging.client.operation.duration", "unit": "s"}]

@@ -80,13 +80,13 @@ class Publishing:
         if stream is not None and seq is not None:
             span.set_attributes({"messaging.nats.stream": stream, "messaging.message.id": str(seq)})
         counts = self.tel.of(stream)
-        self.tel.publish_duration.record(time.perf_counter() - start, counts.labels)
+        self.tel.publish_duration.record(time.perf_counter() - start, counts.send_labels)
         counts.sent += count
         span.end()
 
     def _failed(self, span: trace.Span, start: float, exc: BaseException) -> None:
         record_error(span, exc)
-        labels = {**self.tel.of(None).labels, "error.type": type(exc).__name__}
+        labels = {**self.tel.of(None).send_labels, "error.type": type(exc).__name__}
         self.tel.publish_duration.record(time.perf_counter() - start, labels)
         span.end()
 
@@ -237,11 +237,11 @@ class Publishing:
             span.set_attribute("error.type", "cancelled")
         elif exc is not None:
             record_error(span, exc)
-            labels = {**tel.of(None).labels, "error.type": type(exc).__name__}
+            labels = {**tel.of(None).send_labels, "error.type": type(exc).__name__}
             tel.publish_duration.record(max(now - start, 0) / 1e9, labels)
         else:
             counts = tel.of(stream)
-            tel.publish_duration.record(max(now - start, 0) / 1e9, counts.labels)
+            tel.publish_duration.record(max(now - start, 0) / 1e9, counts.send_labels)
             counts.sent += 1
         span.end(end_time=now)
 
@@ -261,7 +261,7 @@ class Publishing:
 
     def _summed(self, span: trace.Span, start: float, count: int, summary: Any) -> None:
         counts = self.tel.of(getattr(summary, "stream", None))
-        self.tel.publish_duration.record(time.perf_counter() - start, counts.labels)
+        self.tel.publish_duration.record(time.perf_counter() - start, counts.send_labels)
         counts.sent += count
         span.end()
 

@@ -33,6 +33,29 @@ EPHEMERAL = "(ephemeral)"
 CACHE = 4096  # attribute dicts cached per subject (and size): cleared past this many
 
 
+#: The buckets of ``messaging.client.operation.duration`` (seconds), as the
+#: messaging semantic conventions advise (the SDK's default ones start at 5 s).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+
+
+def _histogram(meter: metrics.Meter, name: str, *, unit: str, description: str) -> Any:
+    """A duration histogram with :data:`DURATION_BUCKETS` as advice (a view may override).
+
+    ``explicit_bucket_boundaries_advisory`` came with opentelemetry-api 1.30;
+    an older API (or a meter of another implementation without it) gets the
+    histogram without the advice.
+    """
+    try:
+        return meter.create_histogram(
+            name,
+            unit=unit,
+            description=description,
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+    except TypeError:
+        return meter.create_histogram(name, unit=unit, description=description)
+
+
 class Counts:
     """Counters of one set of labels, read by the observable instruments at collection.
 
@@ -51,12 +74,15 @@ class Counts:
         "pull_pending_bytes",
         "reconnects",
         "redeliveries",
+        "send_labels",
         "sent",
         "terms",
     )
 
     def __init__(self, labels: dict[str, str]) -> None:
         self.labels = labels
+        # The publish duration's: messaging.client.* metrics carry the operation.
+        self.send_labels = {**labels, "messaging.operation.name": "send"}
         self.sent = self.consumed = self.acks = self.naks = self.terms = 0
         self.redeliveries = self.reconnects = 0
         self.pending: int | None = None
@@ -87,7 +113,8 @@ class Telemetry:
         self.counts: dict[tuple[str, str | None], Counts] = {}
         # The states of the consumers traced (ConsumerState), for close() to end their spans.
         self.states: weakref.WeakSet[Any] = weakref.WeakSet()
-        self.publish_duration = meter.create_histogram(
+        self.publish_duration = _histogram(
+            meter,
             "messaging.client.operation.duration",
             unit="s",
             description="Duration of a publish until its acknowledgement",
