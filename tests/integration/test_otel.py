@@ -1035,3 +1035,33 @@ def test_a_meter_without_bucket_advice_gets_a_plain_histogram() -> None:
     tel = Telemetry(None, OldProvider(), False)
     assert tel.publish_duration == "histogram"
     assert made == [{"name": "messaging.client.operation.duration", "unit": "s"}]
+
+
+BAD_HEADERS = [
+    ("publish", {"headers": "a=b"}),
+    ("publish", {"headers": [("K", "v")]}),
+    ("publish_async", {"headers": "a=b"}),
+    ("publish_many", {"headers": {"K": "v"}}),
+    ("publish_many", {"headers": ["K"]}),
+    ("publish_many_async", {"headers": [("K", "v")]}),
+]
+
+
+@pytest.mark.parametrize(("method", "options"), BAD_HEADERS)
+async def test_bad_headers_raise_the_errors_they_raise_without_telemetry(
+    nats_server: NatsServer, tjs: JetStreamContext, method: str, options: dict[str, Any]
+) -> None:
+    stream, _ = await setup(tjs)
+    plain = await aiojetstream.connect(nats_server.url)
+    raised: list[type[BaseException]] = []
+    try:
+        for js in (plain, tjs):
+            payload: Any = [b"a", b"b"] if method.startswith("publish_many") else b"a"
+            # (the async forms fail too before returning a future)
+            with pytest.raises(aiojetstream.JetStreamError) as caught:
+                await getattr(js, method)(f"{stream}.h", payload, **options)
+            raised.append(type(caught.value))
+    finally:
+        await plain.close()
+    assert raised[0] is raised[1]
+    assert raised[0].__name__ in ("InvalidHeaderError", "InvalidOptionError")

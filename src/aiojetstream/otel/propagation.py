@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
@@ -43,6 +44,20 @@ def is_default_propagator(propagator: object) -> bool:
     }
 
 
+def _copied(headers: object) -> dict[str, str] | None:
+    """A copy of ``headers`` to add the trace context to; None when they are not a mapping.
+
+    None and empty headers give an empty dict. Anything else (a string, a list
+    of pairs) is no mapping: the caller leaves it as it is, so that the
+    publish refuses it with the error it raises without telemetry.
+    """
+    if headers is None:
+        return {}
+    if type(headers) is dict or isinstance(headers, Mapping):
+        return dict(headers) if headers else {}
+    return None
+
+
 class Propagation:
     """The trace context in and out of headers, through the global propagator.
 
@@ -68,10 +83,16 @@ class Propagation:
             self._fast = is_default_propagator(propagator)
         return self._fast
 
-    def inject(self, headers: Mapping[str, str] | None, span: trace.Span) -> dict[str, str]:
-        """``headers`` (copied) with the trace context of ``span``."""
+    def inject(self, headers: Any, span: trace.Span) -> Any:
+        """``headers`` (copied) with the trace context of ``span``.
+
+        Headers that are neither a mapping nor None are returned as they are,
+        for the publish to refuse them as it does without telemetry.
+        """
+        carrier = _copied(headers)
+        if carrier is None:
+            return headers
         if self.fast() and not baggage.get_all():
-            carrier = dict(headers) if headers else {}
             sc = span.get_span_context()
             if sc.is_valid:
                 carrier[TRACEPARENT] = (
@@ -80,29 +101,33 @@ class Propagation:
                 if sc.trace_state:
                     carrier[TRACESTATE] = sc.trace_state.to_header()
             return carrier
-        return self._propagated(headers, span)
+        return self._propagated(carrier, span)
 
     def inject_ids(
         self,
-        headers: Mapping[str, str] | None,
+        headers: Any,
         trace_id: int,
         span_id: int,
         flags: int,
         trace_state: TraceState | None,
-    ) -> dict[str, str]:
-        """``headers`` (copied) with the trace context of a span not started yet."""
+    ) -> Any:
+        """``headers`` (copied) with the trace context of a span not started yet.
+
+        Headers that are neither a mapping nor None are returned as they are.
+        """
+        carrier = _copied(headers)
+        if carrier is None:
+            return headers
         if self.fast() and not baggage.get_all():
-            carrier = dict(headers) if headers else {}
             carrier[TRACEPARENT] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
             if trace_state:
                 carrier[TRACESTATE] = trace_state.to_header()
             return carrier
         sc = SpanContext(trace_id, span_id, False, TraceFlags(flags), trace_state)
-        return self._propagated(headers, NonRecordingSpan(sc))
+        return self._propagated(carrier, NonRecordingSpan(sc))
 
     @staticmethod
-    def _propagated(headers: Mapping[str, str] | None, span: trace.Span) -> dict[str, str]:
-        carrier = dict(headers) if headers else {}
+    def _propagated(carrier: dict[str, str], span: trace.Span) -> dict[str, str]:
         propagate.inject(carrier, context=trace.set_span_in_context(span))
         return carrier
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,15 @@ if TYPE_CHECKING:
     InFlight = tuple[int, trace.Span] | Slot
 
 logger = logging.getLogger("aiojetstream")
+
+
+def _header_list(headers: object) -> bool:
+    """Whether ``headers`` is a sequence of mappings or None (one per message), not a string."""
+    return (
+        isinstance(headers, Sequence)
+        and not isinstance(headers, str | bytes | bytearray)
+        and all(h is None or isinstance(h, Mapping) for h in headers)
+    )
 
 
 class Publishing:
@@ -297,8 +307,9 @@ class Publishing:
             given = kwargs.get("headers")
             if given is None:
                 kwargs["headers"] = [carrier] * count
-            else:
+            elif _header_list(given):
                 kwargs["headers"] = [{**h, **carrier} if h else carrier for h in given]
+            # else: left as given, for publish_many to refuse as without telemetry
         return span
 
     def _summed(self, span: trace.Span, start: float, count: int, summary: Any) -> None:
