@@ -8,6 +8,7 @@ from typing import Any
 
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
+from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import (
     NonRecordingSpan,
     SpanContext,
@@ -18,6 +19,11 @@ from opentelemetry.trace import (
 #: The traceparent of a W3C trace context (version 00).
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
+#: The same, in the canonical case of Go's ``http.Header`` (what OTel Go's
+#: ``propagation.HeaderCarrier`` writes into a ``nats.Header``): header names
+#: are case-insensitive, and the message headers keep the case they came in.
+CANONICAL_TRACEPARENT = "Traceparent"
+CANONICAL_TRACESTATE = "Tracestate"
 #: A version 00 traceparent as the fast path reads it: lowercase hex fields of
 #: their exact lengths, nothing around (W3C trace context, as the propagator's
 #: own pattern). ``int(x, 16)`` alone takes a sign, ``0x``, ``_`` and capitals.
@@ -42,6 +48,24 @@ def is_default_propagator(propagator: object) -> bool:
         TraceContextTextMapPropagator,
         W3CBaggagePropagator,
     }
+
+
+class _Headers(Getter[Mapping[str, str]]):
+    """Reads a header as written, else in its canonical case (``Traceparent``, ``X-B3-Traceid``)."""
+
+    def get(self, carrier: Mapping[str, str], key: str) -> list[str] | None:
+        value = carrier.get(key)
+        if value is None:
+            value = carrier.get(key.title())
+            if value is None:
+                return None
+        return [value]
+
+    def keys(self, carrier: Mapping[str, str]) -> list[str]:
+        return list(carrier)
+
+
+_GETTER = _Headers()
 
 
 def _copied(headers: object) -> dict[str, str] | None:
@@ -138,10 +162,14 @@ class Propagation:
 
         The context (to start a child span in) comes only with ``parent``.
         """
-        if self.fast() and not (parent and "baggage" in headers):
+        if self.fast() and not (parent and ("baggage" in headers or "Baggage" in headers)):
             value = headers.get(TRACEPARENT)
+            state_key = TRACESTATE
             if value is None:
-                return None, None
+                value = headers.get(CANONICAL_TRACEPARENT)
+                if value is None:
+                    return None, None
+                state_key = CANONICAL_TRACESTATE
             match = _TRACEPARENT_00(value)
             if match is not None:
                 hex_trace, hex_span, hex_flags = match.groups()
@@ -149,7 +177,7 @@ class Propagation:
                 flags = int(hex_flags, 16)
                 if not trace_id or not span_id:
                     return None, None
-                state = headers.get(TRACESTATE)
+                state = headers.get(state_key)
                 sc = SpanContext(
                     trace_id,
                     span_id,
@@ -160,7 +188,7 @@ class Propagation:
                 ctx = trace.set_span_in_context(NonRecordingSpan(sc)) if parent else None
                 return sc, ctx
             # another version, blanks around it or a malformed value: the propagator decides
-        extracted = propagate.extract(headers)
+        extracted = propagate.extract(headers, getter=_GETTER)
         sc = trace.get_current_span(extracted).get_span_context()
         if not sc.is_valid:
             return None, None
