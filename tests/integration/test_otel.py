@@ -210,6 +210,45 @@ async def test_consume_with_parent_option(nats_server: NatsServer, rec: Recorded
     assert work.parent.span_id == process.context.span_id
 
 
+async def test_consume_process_spans_are_not_children_of_the_span_consume_was_called_in(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """A consume() task copies its caller's context: its process spans are their own
+    traces all the same (linked to the send span), a refused typed message's too."""
+    from pydantic import BaseModel
+
+    class Order(BaseModel):
+        id: int
+
+    stream, name = await setup(tjs)
+    tracer = rec.tracer_provider.get_tracer("app")
+    consumer = await tjs.consumer(stream, name)
+    done = asyncio.Event()
+    taken: list[int] = []
+
+    async def handler(msg: Any) -> None:
+        taken.append(msg.value.id)
+        await msg.ack()
+        if len(taken) == 2:
+            done.set()
+
+    with tracer.start_as_current_span("startup") as startup:
+        ctx = await consumer.consume(handler, model=Order, expires=2)
+    for payload in (b'{"id": 1}', b"not json", b'{"id": 2}'):
+        await tjs.publish(f"{stream}.c", payload)
+    await asyncio.wait_for(done.wait(), 10)
+    ctx.stop()
+    await ctx.closed()
+    sends = {s.context.span_id for s in rec.spans("send ")}
+    processes = rec.spans("process ")
+    assert len(processes) == 3
+    for process in processes:
+        assert process.parent is None
+        assert process.context.trace_id != startup.get_span_context().trace_id
+        [link] = process.links
+        assert link.context.span_id in sends
+
+
 async def test_publish_many_is_one_span_with_the_count(
     tjs: JetStreamContext, rec: Recorded
 ) -> None:
@@ -783,3 +822,246 @@ def test_a_telemetry_failure_is_logged_in_full_once(caplog: pytest.LogCaptureFix
     records = [r for r in caplog.records if what in r.getMessage()]
     assert [r.levelname for r in records] == ["ERROR", "DEBUG", "DEBUG"]
     assert all(r.exc_info for r in records)
+
+
+async def test_process_spans_end_where_nothing_can_settle_them(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """Ordered and AckNone consumers: a message no next one follows (collect(), a
+    fetch left early, next()) is a mark of its delivery; its span ends at once."""
+    stream, _ = await setup(tjs)
+    for i in range(3):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    oc = await tjs.ordered_consumer(stream)
+    assert len(await (await oc.fetch(3, expires=2)).collect()) == 3
+    assert len(rec.spans("process ")) == 3
+    oc = await tjs.ordered_consumer(stream)
+    async with await oc.fetch(3, expires=2) as batch:
+        async for _ in batch:
+            break
+    assert len(rec.spans("process ")) == 4
+    none = await tjs.create_consumer(
+        stream, ConsumerConfig(durable_name="none", ack_policy=AckPolicy.NONE)
+    )
+    for _ in range(3):
+        await none.next(expires=2)
+    assert len(rec.spans("process ")) == 7
+    assert all(
+        "messaging.nats.settlement" not in (s.attributes or {}) for s in rec.spans("process ")
+    )
+
+
+async def test_an_ack_all_ack_settles_the_earlier_messages(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    stream = unique_name("OT")
+    await tjs.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    for i in range(4):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    consumer = await tjs.create_consumer(
+        stream, ConsumerConfig(durable_name="all", ack_policy=AckPolicy.ALL)
+    )
+    msgs = await (await consumer.fetch(4, expires=2)).collect()
+    await msgs[2].ack()  # settles 0, 1 and 2; 3 stays open
+    processes = rec.spans("process ")
+    seqs = [(s.attributes or {}).get("messaging.nats.message.sequence") for s in processes]
+    assert sorted(seqs) == [1, 2, 3]  # type: ignore[type-var]
+    assert {(s.attributes or {}).get("messaging.nats.settlement") for s in processes} == {"ack"}
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": "all"}
+    assert rec.total("aiojetstream.acks", **labels) == 1  # one ack sent
+    await msgs[3].ack()
+    assert len(rec.spans("process ")) == 4
+
+
+async def test_collected_spans_end_at_the_next_fetch(tjs: JetStreamContext, rec: Recorded) -> None:
+    stream, name = await setup(tjs)
+    for i in range(5):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    consumer = await tjs.consumer(stream, name)
+    msgs = await (await consumer.fetch(3, expires=2)).collect()
+    await msgs[0].ack()
+    assert len(rec.spans("process ")) == 1  # the others are not settled yet
+    batch = await consumer.fetch(2, expires=2)  # the next messages are taken
+    processes = rec.spans("process ")
+    assert len(processes) == 3
+    assert sorted(
+        str((s.attributes or {}).get("messaging.nats.settlement")) for s in processes
+    ) == [
+        "None",
+        "None",
+        "ack",
+    ]
+    assert len(await batch.collect()) == 2
+    await tjs.close()  # and the context's close
+    assert len(rec.spans("process ")) == 5
+
+
+async def test_closing_the_context_ends_the_open_process_spans(
+    nats_server: NatsServer, rec: Recorded
+) -> None:
+    js = instrument(
+        await aiojetstream.connect(nats_server.url),
+        tracer_provider=rec.tracer_provider,
+        meter_provider=rec.meter_provider,
+    )
+    try:
+        stream, name = await setup(js)
+        await js.publish(f"{stream}.x", b"1")
+        consumer = await js.consumer(stream, name)
+        msg = await consumer.next(expires=2)
+        assert msg.data == b"1"
+        assert rec.spans("process ") == []  # open until settled
+    finally:
+        await js.close()
+    [process] = rec.spans("process ")
+    assert "messaging.nats.settlement" not in (process.attributes or {})
+
+
+async def test_batch_aclose_and_collect_columns_end_the_receive_span(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    pytest.importorskip("pyarrow")
+    stream, name = await setup(tjs)
+    for i in range(5):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    consumer = await tjs.consumer(stream, name)
+    batch = await consumer.fetch(2, expires=2)
+    async for msg in batch:
+        await msg.ack()
+        break
+    await batch.aclose()
+    [receive] = rec.spans("receive ")
+    assert (receive.attributes or {})["messaging.batch.message_count"] == 1
+
+    batch = await consumer.fetch(3, expires=2)
+    msgs = await batch.collect()
+    await batch.aclose()  # the collected messages nothing settled: their spans end
+    assert len(msgs) == 3
+    assert len(rec.spans("process ")) == 4
+
+    none = await tjs.create_consumer(
+        stream, ConsumerConfig(durable_name="none", ack_policy=AckPolicy.NONE)
+    )
+    columns = await (await none.fetch(5, expires=2)).collect_columns()
+    assert columns.num_rows == 5
+    receive = rec.spans("receive ")[-1]
+    assert (receive.attributes or {})["messaging.batch.message_count"] == 5
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": "none"}
+    assert rec.total("messaging.client.consumed.messages", **labels) == 5
+
+
+async def test_ephemeral_consumers_share_one_label_and_gone_consumers_drop_their_gauges(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    import gc
+
+    stream, name = await setup(tjs)
+    await tjs.publish(f"{stream}.x", b"1")
+    for _ in range(4):
+        ephemeral = await tjs.create_consumer(stream, ConsumerConfig(inactive_threshold=30))
+        await (await ephemeral.next(expires=2)).ack()
+        await tjs.delete_consumer(stream, ephemeral.name)
+    [consumed] = [
+        p
+        for p in rec.metrics()["messaging.client.consumed.messages"]
+        if p.attributes.get("messaging.nats.stream") == stream
+    ]
+    assert consumed.attributes["messaging.consumer.group.name"] == "(ephemeral)"
+    assert consumed.value == 4
+    assert "aiojetstream.consumer.pending" not in rec.metrics()  # all deleted
+
+    durable = await tjs.consumer(stream, name)
+    await (await durable.next(expires=2)).ack()
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": name}
+    assert len(rec.metrics()["aiojetstream.consumer.pending"]) == 1
+    stream_handle = await tjs.stream(stream)
+    await stream_handle.delete_consumer(name)
+    assert "aiojetstream.consumer.pending" not in rec.metrics()
+    assert rec.total("aiojetstream.acks", **labels) == 1  # the counters stay
+
+    other = await tjs.create_consumer(
+        stream, ConsumerConfig(durable_name="other", ack_policy=AckPolicy.EXPLICIT)
+    )
+    await (await other.next(expires=2)).ack()
+    assert len(rec.metrics()["aiojetstream.consumer.pending"]) == 1
+    del other  # the handle goes away: nothing updates its gauge any more
+    gc.collect()
+    assert "aiojetstream.consumer.pending" not in rec.metrics()
+
+
+async def test_the_publish_duration_has_the_semconv_buckets_and_operation(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    stream, _ = await setup(tjs)
+    await tjs.publish(f"{stream}.d", b"x")
+    with pytest.raises(aiojetstream.JetStreamError):
+        await tjs.publish(unique_name("nowhere"), b"x", timeout=0.5)
+    ok, failed = sorted(
+        rec.metrics()["messaging.client.operation.duration"],
+        key=lambda p: "error.type" in p.attributes,
+    )
+    assert ok.explicit_bounds == (
+        0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10
+    )  # fmt: skip
+    assert ok.bucket_counts[0] + ok.bucket_counts[1] == 1  # (a local ack: under 10 ms)
+    assert ok.attributes["messaging.operation.name"] == "send"
+    assert ok.attributes["messaging.nats.stream"] == stream
+    assert failed.attributes["messaging.operation.name"] == "send"
+    # The counters keep their labels (no operation).
+    [sent] = rec.metrics()["messaging.client.sent.messages"]
+    assert "messaging.operation.name" not in sent.attributes
+
+
+def test_a_meter_without_bucket_advice_gets_a_plain_histogram() -> None:
+    """opentelemetry-api before 1.30 has no ``explicit_bucket_boundaries_advisory``."""
+    from aiojetstream.otel.telemetry import Telemetry
+
+    made: list[dict[str, Any]] = []
+
+    class OldMeter:
+        def create_histogram(self, name: str, unit: str = "", description: str = "") -> str:
+            made.append({"name": name, "unit": unit})
+            return "histogram"
+
+        def create_observable_counter(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        create_observable_gauge = create_observable_counter
+
+    class OldProvider:
+        def get_meter(self, *args: Any, **kwargs: Any) -> OldMeter:
+            return OldMeter()
+
+    tel = Telemetry(None, OldProvider(), False)
+    assert tel.publish_duration == "histogram"
+    assert made == [{"name": "messaging.client.operation.duration", "unit": "s"}]
+
+
+BAD_HEADERS = [
+    ("publish", {"headers": "a=b"}),
+    ("publish", {"headers": [("K", "v")]}),
+    ("publish_async", {"headers": "a=b"}),
+    ("publish_many", {"headers": {"K": "v"}}),
+    ("publish_many", {"headers": ["K"]}),
+    ("publish_many_async", {"headers": [("K", "v")]}),
+]
+
+
+@pytest.mark.parametrize(("method", "options"), BAD_HEADERS)
+async def test_bad_headers_raise_the_errors_they_raise_without_telemetry(
+    nats_server: NatsServer, tjs: JetStreamContext, method: str, options: dict[str, Any]
+) -> None:
+    stream, _ = await setup(tjs)
+    plain = await aiojetstream.connect(nats_server.url)
+    raised: list[type[BaseException]] = []
+    try:
+        for js in (plain, tjs):
+            payload: Any = [b"a", b"b"] if method.startswith("publish_many") else b"a"
+            # (the async forms fail too before returning a future)
+            with pytest.raises(aiojetstream.JetStreamError) as caught:
+                await getattr(js, method)(f"{stream}.h", payload, **options)
+            raised.append(type(caught.value))
+    finally:
+        await plain.close()
+    assert raised[0] is raised[1]
+    assert raised[0].__name__ in ("InvalidHeaderError", "InvalidOptionError")

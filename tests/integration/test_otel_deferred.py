@@ -131,6 +131,60 @@ async def test_a_failed_publish_async_is_an_error_span(
     assert send.attributes["error.type"] == type(future.exception()).__name__
 
 
+@pytest.mark.parametrize("tracer", ["sdk", "other"])
+async def test_a_slow_publish_async_does_not_hold_back_the_later_spans(
+    nats_server: NatsServer, tracer: str
+) -> None:
+    """Acknowledged out of order (here: the first waits for its timeout, the later
+    ones go to a stream), each send span ends with its own acknowledgement."""
+    import asyncio
+
+    import nats
+
+    traced = Traced()
+    provider: Any = traced.provider if tracer == "sdk" else Wrapped(traced.provider)
+    js = instrument(
+        await aiojetstream.connect(nats_server.url),
+        tracer_provider=provider,
+        meter_provider=traced.meters,
+    )
+    nc = await nats.connect(nats_server.url)
+    try:
+        stream = unique_name("OD")
+        await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+        silent = unique_name("silent")
+        await nc.subscribe(silent)  # takes the publish, never answers
+        await nc.flush()
+        slow = await js.publish_async(silent, b"x", timeout=3)
+        fast = [await js.publish_async(f"{stream}.x", b"y") for _ in range(10)]
+        await asyncio.gather(*fast)
+        # Ended before the slow one times out, each with its own duration.
+        await wait_until(lambda: len(traced.sends()) == 10, timeout=2)
+        assert all((s.end_time or 0) - (s.start_time or 0) < 1e9 for s in traced.sends())
+        with pytest.raises(aiojetstream.JetStreamError):
+            await slow
+        await wait_until(lambda: len(traced.sends()) == 11)
+        late = traced.sends()[-1]
+        assert late.status.status_code is StatusCode.ERROR
+        assert (late.end_time or 0) - (late.start_time or 0) >= 2.9e9
+        data = traced.reader.get_metrics_data()
+        assert data is not None
+        [stored] = [
+            point
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "messaging.client.operation.duration"
+            for point in metric.data.data_points
+            if point.attributes.get("messaging.nats.stream") == stream
+        ]
+        assert stored.count == 10
+        assert stored.sum < 10
+    finally:
+        await nc.close()
+        await js.close()
+
+
 async def test_a_sampler_that_drops_gives_unsampled_headers(nats_server: NatsServer) -> None:
     traced = Traced(sampler=ParentBased(ALWAYS_OFF))
     js = await connected(nats_server.url, traced)

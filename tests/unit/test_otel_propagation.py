@@ -140,3 +140,26 @@ def test_baggage_and_other_propagators_go_through_opentelemetry(default_propagat
         span.get_span_context().trace_id,
         span.get_span_context().span_id,
     )
+
+
+@pytest.mark.parametrize("baggage_header", [None, "Baggage"])
+def test_a_go_publishers_canonical_header_case_is_read(
+    default_propagator: None, baggage_header: str | None
+) -> None:
+    """OTel Go's HeaderCarrier writes ``Traceparent`` (http.Header's canonical case)
+    into a nats.Header; the headers keep the case they came in."""
+    span = _span(TraceState([("rojo", "00f0")]))
+    written: dict[str, str] = {}
+    propagate.inject(written, context=trace.set_span_in_context(span))
+    headers = {key.title(): value for key, value in written.items()}
+    assert "Traceparent" in headers
+    if baggage_header:  # with parent=True, baggage goes through the propagator
+        headers[baggage_header] = "k=v"
+    sc, parent = Propagation().extract(headers, parent=True)
+    assert sc is not None
+    assert sc.trace_id == span.get_span_context().trace_id
+    assert sc.span_id == span.get_span_context().span_id
+    assert sc.trace_state == span.get_span_context().trace_state
+    assert parent is not None
+    if baggage_header:
+        assert baggage.get_all(parent) == {"k": "v"}

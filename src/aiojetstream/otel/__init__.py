@@ -16,7 +16,10 @@ Spans follow OpenTelemetry's messaging semantic conventions
   ``fetch_no_wait`` / ``next``, ended when the batch ends;
 * ``process <subject>`` (CONSUMER) per message taken from ``messages()`` or a
   fetched batch, or handed to a ``consume()`` handler; ended by its ack, nak or
-  term, when the next message is taken, or when the handler returns.
+  term (with ``AckPolicy.ALL`` an ack settles the earlier ones too), when the
+  next message is taken (for ``collect()``: the next fetch), when the handler
+  returns, or when the context is closed; at once where nothing can settle
+  it (ordered and AckNone consumers) and no next message follows.
 
 * key-value: ``process <subject>`` per ``get`` and per entry a ``watch``
   yields (writes are publishes: send spans);
@@ -106,6 +109,13 @@ def instrument(
                 return msg
 
             stream.get_last_msg_for_subject = traced_last_msg
+            stream_delete = stream.delete_consumer
+
+            async def traced_stream_delete(name: str, *args: Any, **kwargs: Any) -> None:
+                await stream_delete(name, *args, **kwargs)
+                tel.deleted(stream.name, name)
+
+            stream.delete_consumer = traced_stream_delete
             return stream
 
         return get
@@ -126,6 +136,13 @@ def instrument(
         setattr(js, name, traced_store(getattr(js, name), stores.key_value))
     for name in _OBJECT_METHODS:
         setattr(js, name, traced_store(getattr(js, name), stores.object_store))
+    delete_consumer = js.delete_consumer
+
+    async def traced_delete(stream: str, name: str, *args: Any, **kwargs: Any) -> None:
+        await delete_consumer(stream, name, *args, **kwargs)
+        tel.deleted(stream, name)  # its pending gauges are no longer reported
+
+    js.delete_consumer = traced_delete  # type: ignore[method-assign]
     ordered_consumer = js.ordered_consumer
 
     async def traced_ordered(*args: Any, **kwargs: Any) -> Any:
@@ -143,6 +160,7 @@ def instrument(
             await close()
         finally:
             conn.remove_listener(listener)
+            tel.end_open()  # nothing can settle a message any more
 
     js.close = traced_close  # type: ignore[method-assign]
     return js

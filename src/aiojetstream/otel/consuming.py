@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -12,10 +13,11 @@ from opentelemetry.trace import (
     SpanKind,
 )
 
-from .._message import ACK, NAK, TERM
+from .._message import ACK, NAK, TERM, parse_metadata
 from .._status import parse_status
 from .telemetry import (
     CACHE,
+    EPHEMERAL,
     MAX_OPEN,
     ORDERED,
     SYSTEM,
@@ -25,6 +27,10 @@ from .telemetry import (
     record_error,
     start_span,
 )
+
+#: The context a consume() handler's process span starts in without a parent:
+#: none (not the context consume() was called in, which its task copied).
+EMPTY = otel_context.Context()
 
 if TYPE_CHECKING:
     from .._errors import PayloadValidationError
@@ -48,16 +54,52 @@ def ack_numbers(reply: bytes) -> tuple[int, int, int] | None:
     return int(delivered), int(seq), int(pending)
 
 
-class ConsumerState:
-    """The open process spans and the labels of one instrumented consumer."""
+def consumer_sequence(reply: bytes) -> int | None:
+    """The consumer sequence of a ``$JS.ACK`` reply subject; None when it is not one."""
+    try:
+        return parse_metadata(reply).sequence.consumer
+    except Exception:
+        return None
 
-    def __init__(self, tel: Telemetry, stream: str, consumer: str, *, acks: bool = True) -> None:
+
+class ConsumerState:
+    """The open process spans and the labels of one instrumented consumer.
+
+    A process span is open (in :attr:`open`) from the moment its message is
+    taken until it is settled (ack, nak, term; with ``AckPolicy.ALL`` an ack
+    settles every earlier message too), the next message is taken, the
+    messages of a ``collect()`` are followed by another fetch (or the batch is
+    closed), or the context is closed. On a consumer whose messages nothing
+    can settle (ordered, ``AckPolicy.NONE``: ``acks`` False) a message that
+    is not followed by another (a ``collect()``, a ``next()``) is a mark of its
+    delivery: its span ends at once.
+    """
+
+    def __init__(
+        self,
+        tel: Telemetry,
+        stream: str,
+        consumer: str,
+        *,
+        label: str | None = None,
+        acks: bool = True,
+        ack_all: bool = False,
+    ) -> None:
         self.tel = tel
         self.stream = stream
-        self.consumer = consumer
-        self.acks = acks  # False: an ordered consumer (nothing settles a message)
-        self.counts = tel.of(stream, consumer)
+        self.name = self.consumer = consumer  # in spans; deleting it drops the gauges
+        self.acks = acks  # False: an ordered or AckNone consumer (nothing settles a message)
+        self.ack_all = ack_all  # AckPolicy.ALL: an ack settles the earlier messages too
+        # Metrics: one label set per durable consumer, one for all the ephemeral
+        # ones (and the ordered ones) of a stream, whatever their number.
+        counts = self.counts = tel.of(stream, consumer if label is None else label)
+        counts.handles += 1
+        weakref.finalize(self, counts.release)  # the handle is gone: its gauges go stale
         self.open: dict[bytes, trace.Span] = {}
+        # The replies of the messages collect() handed out, their spans ended
+        # (when still open) by the next fetch.
+        self.collected: list[bytes] = []
+        tel.states.add(self)
         # subject -> (span name, the attributes every message on it shares)
         self._subjects: dict[str, tuple[str, dict[str, Any]]] = {}
 
@@ -80,20 +122,23 @@ class ConsumerState:
             )
         return cached
 
-    def start_process(self, msg: Msg) -> trace.Span:
+    def start_process(self, msg: Msg, root: bool = False) -> trace.Span:
         """Start the process span of ``msg`` and count it as consumed.
 
         Called once the message was taken: a failing span processor, sampler or
         propagator is logged, not raised (the message would be lost), and the
-        span is then a non-recording one.
+        span is then a non-recording one. With ``root`` (a ``consume()``
+        handler's message) the span is never the child of the current span
+        (in a consume task: whatever was current when ``consume()`` was
+        called), only of the send span with ``parent=True``.
         """
         try:
-            return self._start_process(msg)
+            return self._start_process(msg, root)
         except Exception:
             failed("starting a process span")
             return trace.INVALID_SPAN
 
-    def _start_process(self, msg: Msg) -> trace.Span:
+    def _start_process(self, msg: Msg, root: bool) -> trace.Span:
         tel = self.tel
         name, attrs = self._base(msg.subject)
         attrs = attrs.copy()
@@ -124,6 +169,8 @@ class ConsumerState:
             sent, parent = tel.propagation.extract(headers, tel.parent)
             if sent is not None and parent is None:
                 links = [Link(sent)]
+        if parent is None and root:
+            parent = EMPTY
         span = tel.tracer.start_span(
             name, context=parent, kind=SpanKind.CONSUMER, attributes=attrs, links=links
         )
@@ -180,6 +227,28 @@ class ConsumerState:
             if span is not None:
                 end_span(span)
 
+    def end_replies(self, replies: list[bytes]) -> None:
+        """End the process spans of the messages of ``replies`` still open."""
+        pop = self.open.pop
+        for reply in replies:
+            span = pop(reply, None)
+            if span is not None:
+                end_span(span)
+
+    def end_collected(self) -> None:
+        """End the spans of the messages ``collect()`` handed out and nothing settled."""
+        collected = self.collected
+        if collected:
+            self.collected = []
+            self.end_replies(collected)
+
+    def end_all(self) -> None:
+        """End every open process span (the context is closed)."""
+        self.collected = []
+        open_spans = self.open
+        while open_spans:
+            end_span(open_spans.pop(next(iter(open_spans))))
+
     def settled(self, reply: bytes, payload: bytes) -> None:
         """Count an ack, nak or term sent to ``reply`` and end its message's span."""
         counts = self.counts
@@ -198,6 +267,24 @@ class ConsumerState:
         if span is not None:
             span.set_attribute("messaging.nats.settlement", kind)
             end_span(span)  # the acknowledgement was sent: a failing span must not say otherwise
+        if self.ack_all and kind == "ack" and self.open:
+            self._acked_up_to(reply)
+
+    def _acked_up_to(self, reply: bytes) -> None:
+        """AckPolicy.ALL: an ack settles every message delivered before it (consumer sequence)."""
+        last = consumer_sequence(reply)
+        if last is None:
+            return
+        open_spans = self.open
+        for earlier in list(open_spans):  # in delivery order: consumer sequences rise
+            seq = consumer_sequence(earlier)
+            if seq is None:
+                continue
+            if seq > last:
+                break
+            span = open_spans.pop(earlier)
+            span.set_attribute("messaging.nats.settlement", "ack")
+            end_span(span)
 
 
 class TracedAcker:
@@ -242,6 +329,7 @@ class TracedBatch:
         self._span: trace.Span | None = span
         self._count = 0
         self._last: Msg | None = None
+        self._collected: list[bytes] = []  # the replies collect() handed out
 
     def _finish(self, exc: BaseException | None = None) -> None:
         span = self._span
@@ -276,20 +364,71 @@ class TracedBatch:
         return self
 
     async def collect(self) -> list[Msg]:
-        """Every message of the batch (a process span each, open until settled)."""
+        """Every message of the batch, a process span each.
+
+        A span is open until its message is settled, or the next fetch of
+        the consumer; on a consumer that settles nothing (ordered, AckNone)
+        it ends at once.
+        """
         try:
             msgs: list[Msg] = await self._inner.collect()
         except BaseException as exc:
             self._finish(exc)
             raise
-        for msg in msgs:
-            self._state.start_process(msg)
+        state = self._state
+        start = state.start_process
+        if state.acks:
+            replies = self._collected
+            for msg in msgs:
+                start(msg)
+                if msg._reply:
+                    replies.append(msg._reply)
+            state.collected.extend(replies)
+        else:
+            for msg in msgs:
+                end_span(start(msg))
+                state.open.pop(msg._reply, None)
         self._count += len(msgs)
         self._finish()
         return msgs
 
-    async def __aexit__(self, *exc_info: Any) -> None:
+    def _leave(self) -> None:
+        """The batch is left: its receive span ends, and its process spans nothing can settle."""
         self._finish()
+        state = self._state
+        if not state.acks:
+            state.end(self._last)
+            self._last = None
+        if self._collected:
+            replies, self._collected = self._collected, []
+            state.end_replies(replies)
+
+    async def collect_columns(self) -> Any:
+        """Every message of the batch as one Arrow record batch: counted, no process span.
+
+        No :class:`Msg` is made per message (nothing to acknowledge it by):
+        the messages count as consumed and the receive span ends with their
+        number.
+        """
+        collect_columns = self._inner.collect_columns  # (a typed batch has none)
+        try:
+            columns = await collect_columns()
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+        rows = int(columns.num_rows)
+        self._state.counts.consumed += rows
+        self._count += rows
+        self._finish()
+        return columns
+
+    async def aclose(self) -> None:
+        """Stop the pull and release its subscription (idempotent); end its receive span."""
+        self._leave()
+        await self._inner.aclose()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self._leave()
         await self._inner.__aexit__(*exc_info)
 
     def __getattr__(self, name: str) -> Any:
@@ -342,9 +481,20 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
     """Trace ``consumer`` (a :class:`Consumer`, or an ``OrderedConsumer`` when ``ordered``)."""
     if getattr(consumer, "_telemetry_state", None) is not None:
         return consumer
-    # An ordered consumer's server-side name changes with every reset: one label for all.
+    # An ordered consumer's server-side name changes with every reset, an
+    # ephemeral one's is often the server's choice: one label each for all.
+    config = None if ordered else consumer.cached_info.config
+    label = EPHEMERAL if config is not None and config.durable_name is None else None
     name = ORDERED if ordered else consumer.name
-    state = ConsumerState(tel, consumer.stream_name, name, acks=not ordered)
+    policy = None if config is None else config.ack_policy
+    state = ConsumerState(
+        tel,
+        consumer.stream_name,
+        name,
+        label=label,
+        acks=policy not in (None, "none"),
+        ack_all=policy == "all",
+    )
     consumer._telemetry_state = state
     consumer._on_refused = state.refused  # typed messages that do not validate
     make_driver = consumer._driver
@@ -381,6 +531,7 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
 
     def traced_fetch(method: Callable[..., Any]) -> Callable[..., Any]:
         async def fetch(*args: Any, **kwargs: Any) -> Any:
+            state.end_collected()  # the next messages are taken
             span = receive_span()
             try:
                 batch = await method(*args, **kwargs)
@@ -417,6 +568,7 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
     messages = consumer.messages
 
     def traced_messages(*args: Any, **kwargs: Any) -> Any:
+        state.end_collected()
         return TracedMessages(messages(*args, **kwargs), state)
 
     consumer.messages = traced_messages
@@ -427,7 +579,7 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
         import inspect
 
         async def traced_handler(msg: Msg) -> None:
-            span = state.start_process(msg)
+            span = state.start_process(msg, root=True)  # its own trace, not the caller's
             token = otel_context.attach(trace.set_span_in_context(span))
             try:
                 result = handler(msg)
@@ -444,7 +596,14 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
 
         if not callable(handler):
             return await consume(handler, *args, **kwargs)  # the library's own error
-        return await consume(traced_handler, *args, **kwargs)
+        state.end_collected()
+        # The consume task copies the current context: not the caller's span
+        # (each message's work is its own trace, a refused one's too).
+        token = otel_context.attach(EMPTY)
+        try:
+            return await consume(traced_handler, *args, **kwargs)
+        finally:
+            otel_context.detach(token)
 
     consumer.consume = traced_consume
     return consumer

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
+from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import (
     NonRecordingSpan,
     SpanContext,
@@ -17,6 +19,11 @@ from opentelemetry.trace import (
 #: The traceparent of a W3C trace context (version 00).
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
+#: The same, in the canonical case of Go's ``http.Header`` (what OTel Go's
+#: ``propagation.HeaderCarrier`` writes into a ``nats.Header``): header names
+#: are case-insensitive, and the message headers keep the case they came in.
+CANONICAL_TRACEPARENT = "Traceparent"
+CANONICAL_TRACESTATE = "Tracestate"
 #: A version 00 traceparent as the fast path reads it: lowercase hex fields of
 #: their exact lengths, nothing around (W3C trace context, as the propagator's
 #: own pattern). ``int(x, 16)`` alone takes a sign, ``0x``, ``_`` and capitals.
@@ -41,6 +48,38 @@ def is_default_propagator(propagator: object) -> bool:
         TraceContextTextMapPropagator,
         W3CBaggagePropagator,
     }
+
+
+class _Headers(Getter[Mapping[str, str]]):
+    """Reads a header as written, else in its canonical case (``Traceparent``, ``X-B3-Traceid``)."""
+
+    def get(self, carrier: Mapping[str, str], key: str) -> list[str] | None:
+        value = carrier.get(key)
+        if value is None:
+            value = carrier.get(key.title())
+            if value is None:
+                return None
+        return [value]
+
+    def keys(self, carrier: Mapping[str, str]) -> list[str]:
+        return list(carrier)
+
+
+_GETTER = _Headers()
+
+
+def _copied(headers: object) -> dict[str, str] | None:
+    """A copy of ``headers`` to add the trace context to; None when they are not a mapping.
+
+    None and empty headers give an empty dict. Anything else (a string, a list
+    of pairs) is no mapping: the caller leaves it as it is, so that the
+    publish refuses it with the error it raises without telemetry.
+    """
+    if headers is None:
+        return {}
+    if type(headers) is dict or isinstance(headers, Mapping):
+        return dict(headers) if headers else {}
+    return None
 
 
 class Propagation:
@@ -68,10 +107,16 @@ class Propagation:
             self._fast = is_default_propagator(propagator)
         return self._fast
 
-    def inject(self, headers: Mapping[str, str] | None, span: trace.Span) -> dict[str, str]:
-        """``headers`` (copied) with the trace context of ``span``."""
+    def inject(self, headers: Any, span: trace.Span) -> Any:
+        """``headers`` (copied) with the trace context of ``span``.
+
+        Headers that are neither a mapping nor None are returned as they are,
+        for the publish to refuse them as it does without telemetry.
+        """
+        carrier = _copied(headers)
+        if carrier is None:
+            return headers
         if self.fast() and not baggage.get_all():
-            carrier = dict(headers) if headers else {}
             sc = span.get_span_context()
             if sc.is_valid:
                 carrier[TRACEPARENT] = (
@@ -80,29 +125,33 @@ class Propagation:
                 if sc.trace_state:
                     carrier[TRACESTATE] = sc.trace_state.to_header()
             return carrier
-        return self._propagated(headers, span)
+        return self._propagated(carrier, span)
 
     def inject_ids(
         self,
-        headers: Mapping[str, str] | None,
+        headers: Any,
         trace_id: int,
         span_id: int,
         flags: int,
         trace_state: TraceState | None,
-    ) -> dict[str, str]:
-        """``headers`` (copied) with the trace context of a span not started yet."""
+    ) -> Any:
+        """``headers`` (copied) with the trace context of a span not started yet.
+
+        Headers that are neither a mapping nor None are returned as they are.
+        """
+        carrier = _copied(headers)
+        if carrier is None:
+            return headers
         if self.fast() and not baggage.get_all():
-            carrier = dict(headers) if headers else {}
             carrier[TRACEPARENT] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
             if trace_state:
                 carrier[TRACESTATE] = trace_state.to_header()
             return carrier
         sc = SpanContext(trace_id, span_id, False, TraceFlags(flags), trace_state)
-        return self._propagated(headers, NonRecordingSpan(sc))
+        return self._propagated(carrier, NonRecordingSpan(sc))
 
     @staticmethod
-    def _propagated(headers: Mapping[str, str] | None, span: trace.Span) -> dict[str, str]:
-        carrier = dict(headers) if headers else {}
+    def _propagated(carrier: dict[str, str], span: trace.Span) -> dict[str, str]:
         propagate.inject(carrier, context=trace.set_span_in_context(span))
         return carrier
 
@@ -113,10 +162,14 @@ class Propagation:
 
         The context (to start a child span in) comes only with ``parent``.
         """
-        if self.fast() and not (parent and "baggage" in headers):
+        if self.fast() and not (parent and ("baggage" in headers or "Baggage" in headers)):
             value = headers.get(TRACEPARENT)
+            state_key = TRACESTATE
             if value is None:
-                return None, None
+                value = headers.get(CANONICAL_TRACEPARENT)
+                if value is None:
+                    return None, None
+                state_key = CANONICAL_TRACESTATE
             match = _TRACEPARENT_00(value)
             if match is not None:
                 hex_trace, hex_span, hex_flags = match.groups()
@@ -124,7 +177,7 @@ class Propagation:
                 flags = int(hex_flags, 16)
                 if not trace_id or not span_id:
                     return None, None
-                state = headers.get(TRACESTATE)
+                state = headers.get(state_key)
                 sc = SpanContext(
                     trace_id,
                     span_id,
@@ -135,7 +188,7 @@ class Propagation:
                 ctx = trace.set_span_in_context(NonRecordingSpan(sc)) if parent else None
                 return sc, ctx
             # another version, blanks around it or a malformed value: the propagator decides
-        extracted = propagate.extract(headers)
+        extracted = propagate.extract(headers, getter=_GETTER)
         sc = trace.get_current_span(extracted).get_span_context()
         if not sc.is_valid:
             return None, None

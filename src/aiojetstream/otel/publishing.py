@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("aiojetstream")
 
 
+def _header_list(headers: object) -> bool:
+    """Whether ``headers`` is a sequence of mappings or None (one per message), not a string."""
+    return (
+        isinstance(headers, Sequence)
+        and not isinstance(headers, str | bytes | bytearray)
+        and all(h is None or isinstance(h, Mapping) for h in headers)
+    )
+
+
 class Publishing:
     """The traced publish methods of one context (bound over the originals)."""
 
@@ -50,10 +60,11 @@ class Publishing:
             from .deferred import DeferredSends
 
             self.deferred = DeferredSends.of(tel.tracer)
-        # publish_async futures not yet seen done, in publish order, and whether
-        # a done callback (on the first of them) is set.
+        # publish_async futures not yet seen done, in publish order; the first
+        # holds the done callback _drain, the second _overtaken.
         self._in_flight: deque[tuple[asyncio.Future[Any], InFlight]] = deque()
-        self._armed = False
+        self._head: asyncio.Future[Any] | None = None
+        self._second: asyncio.Future[Any] | None = None
 
     def _named(self, subject: object, size: int | None) -> tuple[str, dict[str, Any]]:
         """The name and attributes of a send span (cached per subject and size)."""
@@ -80,13 +91,13 @@ class Publishing:
         if stream is not None and seq is not None:
             span.set_attributes({"messaging.nats.stream": stream, "messaging.message.id": str(seq)})
         counts = self.tel.of(stream)
-        self.tel.publish_duration.record(time.perf_counter() - start, counts.labels)
+        self.tel.publish_duration.record(time.perf_counter() - start, counts.send_labels)
         counts.sent += count
         span.end()
 
     def _failed(self, span: trace.Span, start: float, exc: BaseException) -> None:
         record_error(span, exc)
-        labels = {**self.tel.of(None).labels, "error.type": type(exc).__name__}
+        labels = {**self.tel.of(None).send_labels, "error.type": type(exc).__name__}
         self.tel.publish_duration.record(time.perf_counter() - start, labels)
         span.end()
 
@@ -181,37 +192,78 @@ class Publishing:
         return future
 
     def _track(self, future: asyncio.Future[Any], slot: InFlight) -> None:
-        """Keep ``future`` until done; one done callback at a time, on the oldest."""
-        self._in_flight.append((future, slot))
-        if not self._armed:
-            self._armed = True
+        """Keep ``future`` until done; done callbacks on the oldest two only."""
+        in_flight = self._in_flight
+        in_flight.append((future, slot))
+        count = len(in_flight)
+        if count == 1:
+            self._head = future
             future.add_done_callback(self._drain)
+        elif count == 2:
+            self._second = future
+            future.add_done_callback(self._overtaken)
 
-    def _drain(self, _: object) -> None:
+    def _drain(self, future: asyncio.Future[Any]) -> None:
+        """The oldest publish in flight is done: end it and the ones done after it."""
+        if future is self._head:  # (else a callback left on a future ended since)
+            self._settle()
+
+    def _overtaken(self, future: asyncio.Future[Any]) -> None:
+        """The second oldest is done: when the oldest is not, it was overtaken."""
+        if future is self._second:
+            self._settle()
+
+    def _settle(self) -> None:
         """End the spans of the publishes done, oldest first, up to the first not done.
 
-        Acknowledgements come in publish order: one callback ends the spans of
-        all the publishes a read of replies completed, instead of one callback
-        (a loop handle and a call) per publish. A publish done out of order
-        waits for the older ones and is ended with them.
+        Acknowledgements come in publish order on one stream: one callback
+        ends the spans of all the publishes a read of replies completed,
+        instead of one callback (a loop handle and a call) per publish. A
+        publish overtaken by the next one (acknowledged first: another
+        stream, or it waits for its timeout) leaves the queue for a done
+        callback of its own, so it does not hold back the end of the later
+        spans: each ends when its own acknowledgement came.
         """
         now = time.time_ns()
         in_flight = self._in_flight
         while in_flight:
             future, slot = in_flight[0]
-            if not future.done():
-                future.add_done_callback(self._drain)
-                return
-            in_flight.popleft()
-            try:
-                if future.cancelled():
-                    self._end(slot, now, None, None)
-                else:
-                    exc = future.exception()
-                    self._end(slot, now, None if exc is not None else future.result(), exc)
-            except Exception:  # a failing exporter or processor: the other spans still end
-                failed("ending a send span")
-        self._armed = False
+            if future.done():
+                in_flight.popleft()
+                self._done(future, slot, now)
+            elif len(in_flight) > 1 and in_flight[1][0].done():
+                in_flight.popleft()  # overtaken: ended by its own callback
+                if future is self._head:
+                    future.remove_done_callback(self._drain)
+                    self._head = None
+                future.add_done_callback(partial(self._alone, slot))
+            else:
+                break
+        head = in_flight[0][0] if in_flight else None
+        if head is not self._head:
+            self._head = head
+            if head is not None:
+                head.add_done_callback(self._drain)
+        second = in_flight[1][0] if len(in_flight) > 1 else None
+        if second is not self._second:
+            self._second = second
+            if second is not None:
+                second.add_done_callback(self._overtaken)
+
+    def _alone(self, slot: InFlight, future: asyncio.Future[Any]) -> None:
+        """An overtaken publish is done: its span ends now."""
+        self._done(future, slot, time.time_ns())
+
+    def _done(self, future: asyncio.Future[Any], slot: InFlight, now: int) -> None:
+        """End the span of the publish of ``future`` (done) at ``now``."""
+        try:
+            if future.cancelled():
+                self._end(slot, now, None, None)
+            else:
+                exc = future.exception()
+                self._end(slot, now, None if exc is not None else future.result(), exc)
+        except Exception:  # a failing exporter or processor: the other spans still end
+            failed("ending a send span")
 
     def _end(self, slot: InFlight, now: int, ack: Any, exc: BaseException | None) -> None:
         """End the span of a publish_async: acknowledged (``ack``), failed or cancelled."""
@@ -237,11 +289,11 @@ class Publishing:
             span.set_attribute("error.type", "cancelled")
         elif exc is not None:
             record_error(span, exc)
-            labels = {**tel.of(None).labels, "error.type": type(exc).__name__}
+            labels = {**tel.of(None).send_labels, "error.type": type(exc).__name__}
             tel.publish_duration.record(max(now - start, 0) / 1e9, labels)
         else:
             counts = tel.of(stream)
-            tel.publish_duration.record(max(now - start, 0) / 1e9, counts.labels)
+            tel.publish_duration.record(max(now - start, 0) / 1e9, counts.send_labels)
             counts.sent += 1
         span.end(end_time=now)
 
@@ -255,13 +307,14 @@ class Publishing:
             given = kwargs.get("headers")
             if given is None:
                 kwargs["headers"] = [carrier] * count
-            else:
+            elif _header_list(given):
                 kwargs["headers"] = [{**h, **carrier} if h else carrier for h in given]
+            # else: left as given, for publish_many to refuse as without telemetry
         return span
 
     def _summed(self, span: trace.Span, start: float, count: int, summary: Any) -> None:
         counts = self.tel.of(getattr(summary, "stream", None))
-        self.tel.publish_duration.record(time.perf_counter() - start, counts.labels)
+        self.tel.publish_duration.record(time.perf_counter() - start, counts.send_labels)
         counts.sent += count
         span.end()
 

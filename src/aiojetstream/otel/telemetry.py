@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,7 +28,32 @@ MAX_OPEN = 10_000  # process spans never settled are ended past this many
 ORDERED = "(ordered)"
 # The consumer label of key-value and object-store watches.
 WATCH = "(watch)"
+# The consumer label of ephemeral consumers (no durable name: the server often names them).
+EPHEMERAL = "(ephemeral)"
 CACHE = 4096  # attribute dicts cached per subject (and size): cleared past this many
+
+
+#: The buckets of ``messaging.client.operation.duration`` (seconds), as the
+#: messaging semantic conventions advise (the SDK's default ones start at 5 s).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+
+
+def _histogram(meter: metrics.Meter, name: str, *, unit: str, description: str) -> Any:
+    """A duration histogram with :data:`DURATION_BUCKETS` as advice (a view may override).
+
+    ``explicit_bucket_boundaries_advisory`` came with opentelemetry-api 1.30;
+    an older API (or a meter of another implementation without it) gets the
+    histogram without the advice.
+    """
+    try:
+        return meter.create_histogram(
+            name,
+            unit=unit,
+            description=description,
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+    except TypeError:
+        return meter.create_histogram(name, unit=unit, description=description)
 
 
 class Counts:
@@ -40,6 +66,7 @@ class Counts:
     __slots__ = (
         "acks",
         "consumed",
+        "handles",
         "labels",
         "naks",
         "pending",
@@ -47,17 +74,32 @@ class Counts:
         "pull_pending_bytes",
         "reconnects",
         "redeliveries",
+        "send_labels",
         "sent",
         "terms",
     )
 
     def __init__(self, labels: dict[str, str]) -> None:
         self.labels = labels
+        # The publish duration's: messaging.client.* metrics carry the operation.
+        self.send_labels = {**labels, "messaging.operation.name": "send"}
         self.sent = self.consumed = self.acks = self.naks = self.terms = 0
         self.redeliveries = self.reconnects = 0
         self.pending: int | None = None
         self.pull_pending: int | None = None
         self.pull_pending_bytes: int | None = None
+        self.handles = 0  # the live consumer handles counting here
+
+    def drop_gauges(self) -> None:
+        """Stop reporting the pending gauges (the consumer is gone): until set again."""
+        self.pending = self.pull_pending = self.pull_pending_bytes = None
+
+    def release(self) -> None:
+        """A consumer handle counting here went away: the last one drops the gauges."""
+        self.handles -= 1
+        if self.handles <= 0:
+            self.handles = 0
+            self.drop_gauges()
 
 
 class Telemetry:
@@ -69,7 +111,10 @@ class Telemetry:
         self.parent = parent
         self.propagation = Propagation()
         self.counts: dict[tuple[str, str | None], Counts] = {}
-        self.publish_duration = meter.create_histogram(
+        # The states of the consumers traced (ConsumerState), for close() to end their spans.
+        self.states: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.publish_duration = _histogram(
+            meter,
             "messaging.client.operation.duration",
             unit="s",
             description="Duration of a publish until its acknowledgement",
@@ -122,6 +167,23 @@ class Telemetry:
             return found
 
         return observe
+
+    def end_open(self) -> None:
+        """End the process spans still open on every traced consumer (the context closes)."""
+        for state in list(self.states):
+            try:
+                state.end_all()
+            except Exception:
+                failed("ending the open process spans")
+
+    def deleted(self, stream: str, name: str) -> None:
+        """The consumer ``name`` of ``stream`` was deleted: its pending gauges are dropped."""
+        counts = self.counts.get((stream, name))
+        if counts is not None:
+            counts.drop_gauges()
+        for state in list(self.states):
+            if state.stream == stream and state.name == name:
+                state.counts.drop_gauges()
 
     def of(self, stream: str | None, consumer: str | None = None) -> Counts:
         """The counts of a stream (publishing) or of one of its consumers."""
