@@ -90,7 +90,7 @@ async def test_in_any_order_every_publish_ends_once_and_none_early(seed: int) ->
 async def test_in_order_acks_use_the_two_callbacks_only() -> None:
     pub = Recording()
     futures = tracked(pub, 50)
-    callbacks = sum(len(f._callbacks or []) for f in futures)  # type: ignore[attr-defined]
+    callbacks = sum(len(f._callbacks or []) for f in futures)
     assert callbacks == 2
     for future in futures:
         future.set_result(None)
