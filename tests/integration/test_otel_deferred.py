@@ -153,8 +153,24 @@ async def test_a_slow_publish_async_does_not_hold_back_the_later_spans(
         stream = unique_name("OD")
         await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
         silent = unique_name("silent")
-        await nc.subscribe(silent)  # takes the publish, never answers
+
+        async def silent_but_probes(msg: Any) -> None:  # takes the publish, never answers
+            if msg.data == b"probe":
+                await msg.respond(b"here")
+
+        await nc.subscribe(silent, cb=silent_but_probes)
         await nc.flush()
+
+        async def reached() -> bool:
+            """Whether the context's connection reaches the subscriber yet (a loaded
+            server answered the first publish with no responders now and then)."""
+            try:
+                await js.nc.request(silent, b"probe", timeout=0.5)
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                return False
+            return True
+
+        await wait_until(reached, timeout=10)
         slow = await js.publish_async(silent, b"x", timeout=3)
         fast = [await js.publish_async(f"{stream}.x", b"y") for _ in range(10)]
         await asyncio.gather(*fast)
