@@ -20,7 +20,12 @@ Counting (ADR-37 "Buffering messages"): ``pending`` is what was asked for and
 not yet consumed by the user: requests still outstanding on the server plus
 messages buffered in the client. A message moves from *outstanding* to
 *buffered* when it arrives and leaves the count when the user consumes it, so
-the buffer can never exceed ``max_messages`` / ``max_bytes``. A pull asks for
+the messages asked for never fill the buffer beyond ``max_messages`` /
+``max_bytes``. A message arriving when none is outstanding is counted
+``unsolicited`` and buffered too (one still delivered for a pull written off
+after a reconnect, a check or a drain; or one nobody asked for): the driver
+caps the buffer at ``buffer_limits`` and hands what it drops back with
+``on_consumed``, as if taken. A pull asks for
 exactly the room left, and only once the pending count fell below the
 threshold. Status headers ``Nats-Pending-Messages`` / ``Nats-Pending-Bytes``
 release what a terminated request will never deliver.
@@ -38,7 +43,8 @@ fetch ends with that error.
 Invariants (checked by the hypothesis state machine in
 ``tests/unit/test_pull_engine.py``):
 
-* ``pending_messages <= max_messages`` and ``pending_bytes <= max_bytes``;
+* ``pending_messages <= max_messages`` and ``pending_bytes <= max_bytes``
+  while the server delivers only what was asked for;
 * no pull asks for zero or fewer messages (or bytes, in byte mode);
 * ``requested + unsolicited == delivered + released + outstanding``;
 * a terminal status ends the run with its error and no pull follows;
@@ -65,12 +71,14 @@ from ._errors import (
 )
 from ._priority import PinState
 from ._pull_settings import (
+    BUFFER_LIMIT_FACTOR,
     BYTES_MODE_BATCH,
     DEFAULT_EXPIRES,
     DEFAULT_MAX_MESSAGES,
     MIN_EXPIRES,
     PriorityConsumer,
     PullSettings,
+    buffer_limits,
     fit_heartbeat,
     resolve_consume,
     resolve_fetch,
@@ -80,12 +88,14 @@ from ._status import Severity, StatusKind
 
 __all__ = [
     # the settings (defined in _pull_settings; the consumers resolve through this module)
+    "BUFFER_LIMIT_FACTOR",
     "BYTES_MODE_BATCH",
     "DEFAULT_EXPIRES",
     "DEFAULT_MAX_MESSAGES",
     "MIN_EXPIRES",
     "PriorityConsumer",
     "PullSettings",
+    "buffer_limits",
     "fit_heartbeat",
     "resolve_consume",
     "resolve_fetch",
