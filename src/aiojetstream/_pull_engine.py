@@ -105,6 +105,7 @@ __all__ = [
     "CHECK_BACKOFF_MAX",
     "FETCH_CHECK_TIMEOUT",
     "FETCH_GRACE",
+    "MAX_WARNINGS",
     "MISSED_TICKS",
     "NO_WAIT_TIMEOUT",
     "REPULL_BACKOFF_FIRST",
@@ -193,6 +194,21 @@ class Finish:
     """The run is over: deliver what is buffered, then end with ``error`` (None: normally)."""
 
     error: JetStreamError | None
+
+
+#: The most distinct warnings a run reports (each once; see ``_warning_key``).
+MAX_WARNINGS: Final = 16
+
+
+def _warning_key(kind: StatusKind, error: JetStreamError) -> tuple[StatusKind, int, str]:
+    """What makes two warning statuses the same warning (reported once a run).
+
+    The kind and the status code; for a known kind (``409 Exceeded ...``) also
+    the text, which names the limit: an unknown status's description is the
+    server's own text, so a server varying it is still one warning per code.
+    """
+    code = getattr(error, "code", 0)
+    return (kind, code if type(code) is int else 0, "" if kind is StatusKind.OTHER else str(error))
 
 
 #: Statuses after which no earlier pull request is valid any more.
@@ -293,7 +309,7 @@ class PullEngine:
         self._pull_at: float | None = None  # a delayed (throttled) re-pull
         self._repull_delay = 0.0
         self._wait_for_empty = False
-        self._warned: set[str] = set()
+        self._warned: set[tuple[StatusKind, int, str]] = set()
         self._last_pull = (0, 0)
         self._last_pinned_pull = (0, 0)  # the last pull sent with a pin id
 
@@ -600,11 +616,12 @@ class PullEngine:
         if kind is StatusKind.PIN_MISMATCH:
             return self._on_pin_lost(pending_messages, pending_bytes, error, now)
         if severity is Severity.WARNING:
-            key = f"{kind.name}:{error}"
             report: Commands = _NONE
-            if key not in self._warned and error is not None:
-                self._warned.add(key)
-                report = (Report(error),)
+            if error is not None:
+                key = _warning_key(kind, error)
+                if key not in self._warned and len(self._warned) < MAX_WARNINGS:
+                    self._warned.add(key)
+                    report = (Report(error),)
             if single:
                 return self._finish(error)
             # The server refused the request it just received (the last one we
