@@ -30,6 +30,7 @@ from ._api import ApiClient, Left
 from ._errors import (
     FeatureNotSupportedError,
     InvalidOptionError,
+    InvalidResponseError,
     JetStreamError,
     JetStreamTimeoutError,
     MessageNotFoundError,
@@ -41,7 +42,6 @@ from ._models import (
     ConsumerPauseResponse,
     DeliverPolicy,
     format_timestamp,
-    parse_timestamp,
 )
 from ._models._ranges import check_server_duration, check_server_time
 from ._validation import positive_duration, validate_name
@@ -180,8 +180,10 @@ async def _last_seq(api: ApiClient, stream: str, left: Left) -> int:
 async def _stream_state(api: ApiClient, stream: str, left: Left) -> tuple[int, bool, bool]:
     """The stream's last sequence, whether it is a work queue, and whether it denies purges."""
     reply = await api.call(_api.STREAM_INFO, timeout=left(), stream=stream)
-    config = reply.get("config", {})
-    last = int(reply.get("state", {}).get("last_seq", 0))
+    config, state = reply.get("config", {}), reply.get("state", {})
+    if not isinstance(config, dict) or not isinstance(state, dict):
+        raise InvalidResponseError(f"unexpected stream info for {stream!r}")
+    last = _api.reply_int(state.get("last_seq", 0), "last sequence")
     return last, config.get("retention") == "workqueue", bool(config.get("deny_purge"))
 
 
@@ -359,13 +361,26 @@ async def skip_older_than(
             timeout=left(),
             stream=stream,
         )
-        target = int(reply["message"]["seq"])
+        target = _message_fields(reply)[0]
     except MessageNotFoundError:
         target = last + 1  # every message stored when we looked is older
     delivered = info.delivered.stream_seq
     if target <= floor or (target <= delivered and not _none_acked_above_floor(info)):
         return max(floor, delivered + 1), info
     return await _reset(api, stream, name, target, left)
+
+
+def _message_fields(reply: dict[str, Any]) -> tuple[int, datetime, str]:
+    """Sequence, time and subject of a ``STREAM.MSG.GET`` reply's message.
+
+    Raises:
+        InvalidResponseError: a field missing or of the wrong type.
+
+    """
+    from ._stream import stored_fields  # (_stream imports the consumers, which import this)
+
+    _, subject, seq, time = stored_fields(reply)
+    return seq, time, subject
 
 
 def _none_acked_above_floor(info: ConsumerInfo) -> bool:
@@ -405,12 +420,7 @@ async def _first_matching(
             )
         except MessageNotFoundError:
             continue
-        message = reply["message"]
-        found = (
-            int(message["seq"]),
-            parse_timestamp(str(message["time"])),
-            str(message["subject"]),
-        )
+        found = _message_fields(reply)
         if first is None or found[0] < first[0]:
             first = found
     return first
@@ -430,7 +440,7 @@ async def _superseded_before(
         )
     except MessageNotFoundError:
         return False
-    return D.time_ns(parse_timestamp(str(reply["message"]["time"]))) < D.time_ns(moment)
+    return D.time_ns(_message_fields(reply)[1]) < D.time_ns(moment)
 
 
 async def _first_initial_value(

@@ -10,7 +10,7 @@ from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ._bounds import shown
+from ._bounds import MAX_UINT64, shown
 from ._conn import Conn
 from ._errors import (
     InvalidResponseError,
@@ -130,7 +130,8 @@ class ApiClient:
         if self.level is None:
             reply = await self.call(ACCOUNT_INFO, timeout=timeout)
             api = reply.get("api")
-            self.level = int(api.get("level", 0)) if isinstance(api, dict) else 0
+            level = api.get("level", 0) if isinstance(api, dict) else 0
+            self.level = reply_int(level, "JetStream API level", 2**31 - 1)
         return self.level
 
     def budget(self, timeout: float | None) -> Left:
@@ -232,6 +233,52 @@ class ApiClient:
         return parse(model, reply)
 
 
+# --------------------------------------------------------------------------- reply fields
+#
+# A reply's fields are read with these where the code uses them itself (not through
+# a model): a field of the wrong type or out of range is InvalidResponseError, never
+# a bare KeyError / TypeError / ValueError from the reading.
+
+
+def reply_int(value: object, what: str, maximum: int = MAX_UINT64) -> int:
+    """A JSON integer from ``0`` to ``maximum`` (a bool or a float is not one).
+
+    Raises:
+        InvalidResponseError: anything else.
+
+    """
+    if type(value) is not int or not 0 <= value <= maximum:
+        raise InvalidResponseError(f"invalid {what} in a reply: {shown(value)}")
+    return value
+
+
+def reply_text(value: object, what: str) -> str:
+    """A JSON string.
+
+    Raises:
+        InvalidResponseError: anything else.
+
+    """
+    if not isinstance(value, str):
+        raise InvalidResponseError(f"invalid {what} in a reply: {shown(value)}")
+    return value
+
+
+def header_uint(value: str, what: str) -> int:
+    """A uint64 header value: ASCII digits only (no sign, ``_``, blank or other digits).
+
+    Raises:
+        InvalidResponseError: anything else.
+
+    """
+    # (int() takes "-5", "1_000", " 7", fullwidth digits; past 4,300 digits it raises.)
+    if value.isascii() and value.isdigit() and len(value) <= 20:
+        number = int(value)
+        if number <= MAX_UINT64:
+            return number
+    raise InvalidResponseError(f"invalid {what} {shown(value)}")
+
+
 def parse(model: type[M], data: dict[str, Any]) -> M:
     """Parse server data into a model, mapping validation failures to a typed error."""
     try:
@@ -262,6 +309,9 @@ async def paged(
     while True:
         reply = await api.call(template, {**body, "offset": offset}, timeout=timeout, **parts)
         items = reply.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(i, str | dict) for i in items):
+            # (A string was listed letter by letter, [1, null] as '1', 'None'.)
+            raise InvalidResponseError(f"invalid {key!r} in a list reply: {shown(items)}")
         # nats-server echoes the offset, clamped to its count (a listing that shrank
         # meanwhile gets an empty page at a lower offset: the end, not an error).
         answered = reply.get("offset", offset)
@@ -280,6 +330,8 @@ async def paged(
         for item in items:
             yield item
         missing = reply.get("missing") or []
+        if not isinstance(missing, list):
+            raise InvalidResponseError(f"invalid 'missing' in a list reply: {shown(missing)}")
         if missing:
             logger.warning(
                 "%s: %d left out, their leaders did not answer in time: %s",
@@ -288,6 +340,6 @@ async def paged(
                 ", ".join(map(str, missing)),
             )
         offset += len(items) + len(missing)
-        total = int(reply.get("total", 0))
+        total = reply_int(reply.get("total", 0), "list 'total'")
         if not (items or missing) or offset >= total:
             return

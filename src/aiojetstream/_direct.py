@@ -142,10 +142,7 @@ def _int(headers: dict[str, str], key: str) -> int | None:
         return None
     # The server's value is the last (a stored republished message has its own).
     value = value.rpartition(H.SERVER_VALUE_SEPARATOR)[2]
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidResponseError(f"invalid {key} header {value!r}") from None
+    return _api.header_uint(value, f"{key} header")
 
 
 def time_ns(value: datetime) -> int:
@@ -163,7 +160,7 @@ def build_message(frame: DirectFrame, data: bytes) -> RawStreamMessage:
     meta, user = H.split_server_headers(hdrs, _META)
     try:
         subject = meta[H.SUBJECT]
-        seq = int(meta[H.SEQUENCE])
+        seq = _api.header_uint(meta[H.SEQUENCE], f"{H.SEQUENCE} header")
         time = parse_timestamp(meta[H.TIME_STAMP])
     except (KeyError, ValueError) as exc:
         raise InvalidResponseError(f"direct get reply without metadata: {hdrs!r}") from exc

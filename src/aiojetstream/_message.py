@@ -615,6 +615,12 @@ class PlainRun:
         msg._meta = None
         return msg
 
+    def truncate(self, count: int) -> None:
+        """Keep the first ``count`` messages not taken yet (``count >= 1``); drop the rest."""
+        end = self._next + count
+        del self.replies[end:]
+        del self.payloads[end:]
+
     def peek(self, last: bool = False) -> Msg:
         """The next message of the run (the last with ``last``), made for a look.
 

@@ -44,6 +44,7 @@ from ._pull_engine import (
     PullSettings,
     Report,
     SendPull,
+    buffer_limits,
 )
 from ._status import Severity, StatusKind, parse_status
 
@@ -170,6 +171,11 @@ class PullDriver:
         self._has_runs = False
         self._byte_mode = bool(settings.max_bytes)
         self._byte_cap = bool(settings.byte_cap)
+        # The buffer's hard limit (buffer_limits): messages beyond it are dropped (see
+        # _shed). The byte limit is 0 in message mode, where the engine counts no bytes.
+        self._limit, self._byte_limit = buffer_limits(settings)
+        #: Messages dropped beyond the limit so far (the first drop is reported).
+        self.dropped = 0
         # Batched accounting (message-mode messages()/consume()): arrivals are told
         # to the engine once per read (on_messages), and up to quiet_consumptions()
         # messages are handed out before the engine hears of them (on_consumed_many).
@@ -547,9 +553,14 @@ class PullDriver:
         if self.finished:
             return
         msg = Msg(subject, reply, data, hdr, self._acker)
-        self._buffer.append(msg)
+        buffer = self._buffer
+        buffer.append(msg)
         if self._batching:
             self._arrived += 1  # told at the next take or engine event
+            if len(buffer) > self._limit:
+                # (Buffered runs hold several messages each: then _on_arrivals, which
+                # counts them, sheds at the next read of plain ones.)
+                self._shed()
         else:
             size = 0
             if self._byte_mode or self._byte_cap:
@@ -562,11 +573,14 @@ class PullDriver:
                         # Counted as the server counts it: before it added the pin id
                         # header (see pin_header_size).
                         size -= pin_header_size(hdr)
-            cmds = self.engine.on_message(size if self._byte_mode else 0)
+            engine = self.engine
+            cmds = engine.on_message(size if self._byte_mode else 0)
             if self._byte_cap:
-                cmds += self.engine.on_fetched_bytes(size)
+                cmds += engine.on_fetched_bytes(size)
             if cmds:
                 self._run(cmds)
+            if len(buffer) > self._limit or engine.buffered_bytes > self._byte_limit:
+                self._shed()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -577,6 +591,8 @@ class PullDriver:
         """The router put ``count`` messages into the buffer (see RawSink)."""
         if self._batching:
             self._arrived += count  # told at the next take or engine event
+            if self.engine.buffered_messages + self._arrived - self._untold > self._limit:
+                self._shed()
         else:
             # A fetch: told now (it ends when filled). What arrived after its end is
             # dropped, as _on_raw drops it: the engine counts only what it took.
@@ -605,6 +621,67 @@ class PullDriver:
             waiter.set_result(None)
         if self._others:
             self._wake_others()
+
+    def _shed(self) -> None:
+        """More is buffered than :func:`buffer_limits` allows: drop the newest beyond it.
+
+        Only messages nobody asked for fill the buffer that far (see
+        ``buffer_limits``): another client publishing to the pull's inbox, or a
+        server delivering more than asked. The engine hears of the dropped ones
+        as taken (``on_consumed``): its counts stay those of the messages the
+        server delivered. Dropped messages that want acks are redelivered after
+        ``ack_wait``. The first drop of a run is reported.
+        """
+        if self.finished:
+            return
+        self._settle()
+        engine = self.engine
+        buffer = self._buffer
+        limit = self._limit
+        dropped = 0
+        cmds: Commands = ()
+        if self._byte_mode or self._pinned:
+            # Messages only (no runs); sizes count in byte mode.
+            byte_limit = self._byte_limit
+            while buffer and (
+                engine.buffered_messages > limit
+                or (byte_limit and engine.buffered_bytes > byte_limit)
+            ):
+                msg = buffer.pop()
+                size = 0
+                if self._byte_mode:
+                    size = msg.size - pin_header_size(msg._hdr) if self._pinned else msg.size
+                cmds += engine.on_consumed(size)
+                dropped += 1
+        else:
+            dropped = min(engine.buffered_messages - limit, self.buffered)
+            if dropped > 0:
+                _drop_last(buffer, dropped)
+                cmds = engine.on_consumed_many(dropped)
+        if dropped <= 0:
+            return
+        first = not self.dropped
+        self.dropped += dropped
+        if cmds:
+            self._run(cmds)
+        if first:
+            self.report(
+                InvalidResponseError(
+                    f"more messages arrived than were pulled for: the buffer holds its "
+                    f"limit of {limit:,} messages"
+                    + (f" ({self._byte_limit:,} bytes)" if self._byte_mode else "")
+                    + " and newer ones are dropped (another client publishing to the pull's "
+                    "inbox, or a server delivering more than asked); messages that want "
+                    "acks are redelivered after ack_wait"
+                )
+            )
+        else:
+            logger.debug(
+                "%s/%s: dropped %d messages beyond the buffer's limit",
+                self._stream,
+                self._consumer,
+                dropped,
+            )
 
     def _on_status(self, hdr: bytes) -> None:
         status = parse_status(hdr)

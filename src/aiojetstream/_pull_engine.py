@@ -20,7 +20,12 @@ Counting (ADR-37 "Buffering messages"): ``pending`` is what was asked for and
 not yet consumed by the user: requests still outstanding on the server plus
 messages buffered in the client. A message moves from *outstanding* to
 *buffered* when it arrives and leaves the count when the user consumes it, so
-the buffer can never exceed ``max_messages`` / ``max_bytes``. A pull asks for
+the messages asked for never fill the buffer beyond ``max_messages`` /
+``max_bytes``. A message arriving when none is outstanding is counted
+``unsolicited`` and buffered too (one still delivered for a pull written off
+after a reconnect, a check or a drain; or one nobody asked for): the driver
+caps the buffer at ``buffer_limits`` and hands what it drops back with
+``on_consumed``, as if taken. A pull asks for
 exactly the room left, and only once the pending count fell below the
 threshold. Status headers ``Nats-Pending-Messages`` / ``Nats-Pending-Bytes``
 release what a terminated request will never deliver.
@@ -38,7 +43,8 @@ fetch ends with that error.
 Invariants (checked by the hypothesis state machine in
 ``tests/unit/test_pull_engine.py``):
 
-* ``pending_messages <= max_messages`` and ``pending_bytes <= max_bytes``;
+* ``pending_messages <= max_messages`` and ``pending_bytes <= max_bytes``
+  while the server delivers only what was asked for;
 * no pull asks for zero or fewer messages (or bytes, in byte mode);
 * ``requested + unsolicited == delivered + released + outstanding``;
 * a terminal status ends the run with its error and no pull follows;
@@ -65,12 +71,14 @@ from ._errors import (
 )
 from ._priority import PinState
 from ._pull_settings import (
+    BUFFER_LIMIT_FACTOR,
     BYTES_MODE_BATCH,
     DEFAULT_EXPIRES,
     DEFAULT_MAX_MESSAGES,
     MIN_EXPIRES,
     PriorityConsumer,
     PullSettings,
+    buffer_limits,
     fit_heartbeat,
     resolve_consume,
     resolve_fetch,
@@ -80,12 +88,14 @@ from ._status import Severity, StatusKind
 
 __all__ = [
     # the settings (defined in _pull_settings; the consumers resolve through this module)
+    "BUFFER_LIMIT_FACTOR",
     "BYTES_MODE_BATCH",
     "DEFAULT_EXPIRES",
     "DEFAULT_MAX_MESSAGES",
     "MIN_EXPIRES",
     "PriorityConsumer",
     "PullSettings",
+    "buffer_limits",
     "fit_heartbeat",
     "resolve_consume",
     "resolve_fetch",
@@ -95,6 +105,7 @@ __all__ = [
     "CHECK_BACKOFF_MAX",
     "FETCH_CHECK_TIMEOUT",
     "FETCH_GRACE",
+    "MAX_WARNINGS",
     "MISSED_TICKS",
     "NO_WAIT_TIMEOUT",
     "REPULL_BACKOFF_FIRST",
@@ -183,6 +194,21 @@ class Finish:
     """The run is over: deliver what is buffered, then end with ``error`` (None: normally)."""
 
     error: JetStreamError | None
+
+
+#: The most distinct warnings a run reports (each once; see ``_warning_key``).
+MAX_WARNINGS: Final = 16
+
+
+def _warning_key(kind: StatusKind, error: JetStreamError) -> tuple[StatusKind, int, str]:
+    """What makes two warning statuses the same warning (reported once a run).
+
+    The kind and the status code; for a known kind (``409 Exceeded ...``) also
+    the text, which names the limit: an unknown status's description is the
+    server's own text, so a server varying it is still one warning per code.
+    """
+    code = getattr(error, "code", 0)
+    return (kind, code if type(code) is int else 0, "" if kind is StatusKind.OTHER else str(error))
 
 
 #: Statuses after which no earlier pull request is valid any more.
@@ -283,7 +309,7 @@ class PullEngine:
         self._pull_at: float | None = None  # a delayed (throttled) re-pull
         self._repull_delay = 0.0
         self._wait_for_empty = False
-        self._warned: set[str] = set()
+        self._warned: set[tuple[StatusKind, int, str]] = set()
         self._last_pull = (0, 0)
         self._last_pinned_pull = (0, 0)  # the last pull sent with a pin id
 
@@ -590,11 +616,12 @@ class PullEngine:
         if kind is StatusKind.PIN_MISMATCH:
             return self._on_pin_lost(pending_messages, pending_bytes, error, now)
         if severity is Severity.WARNING:
-            key = f"{kind.name}:{error}"
             report: Commands = _NONE
-            if key not in self._warned and error is not None:
-                self._warned.add(key)
-                report = (Report(error),)
+            if error is not None:
+                key = _warning_key(kind, error)
+                if key not in self._warned and len(self._warned) < MAX_WARNINGS:
+                    self._warned.add(key)
+                    report = (Report(error),)
             if single:
                 return self._finish(error)
             # The server refused the request it just received (the last one we

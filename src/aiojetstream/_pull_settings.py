@@ -27,6 +27,8 @@ MAX_HEARTBEAT: Final = 30.0
 FETCH_HEARTBEAT: Final = 5.0
 FETCH_HEARTBEAT_MIN_EXPIRES: Final = 10.0
 BYTES_MODE_BATCH: Final = 1_000_000
+#: The buffer's hard limit, as a multiple of what a run asks for (see :func:`buffer_limits`).
+BUFFER_LIMIT_FACTOR: Final = 4
 
 
 #: The largest number the server takes in a pull request (a Go int64): counts, and
@@ -68,6 +70,26 @@ class PullSettings:
     (with a 409, which ends the fetch normally once something came, or without a
     word when the messages use it up exactly: see
     :meth:`._pull_engine.PullEngine.on_fetched_bytes`)."""
+
+
+def buffer_limits(settings: PullSettings) -> tuple[int, int]:
+    """The most messages, and bytes in byte mode (0: not counted), a run's buffer holds.
+
+    What was asked for bounds the buffer (``pending`` never exceeds
+    ``max_messages`` / ``max_bytes``) except for messages nobody asked for:
+    those still delivered for pulls written off (after a reconnect, a
+    missed heartbeat, a 503 or ``stop(drain=True)``: each adds at most one
+    maximum's worth), a server delivering more than asked, or another client
+    of the account publishing to the pull's inbox. Legitimate ones stay
+    within twice the maximum, or three times after two write-offs within one
+    ``expires``; beyond ``BUFFER_LIMIT_FACTOR`` times it the driver drops the
+    newest arrivals (and reports it), so memory stays proportional to what
+    the caller allowed.
+    """
+    return (
+        BUFFER_LIMIT_FACTOR * settings.max_messages,
+        BUFFER_LIMIT_FACTOR * settings.max_bytes,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from . import _consumer as C
 from . import _direct as D
 from . import _headers as H
 from ._api import ApiClient
+from ._bounds import shown
 from ._conn import Reply
 from ._errors import (
     InvalidOptionError,
@@ -54,24 +55,42 @@ def _parse_time(text: str) -> datetime:
         raise InvalidResponseError(f"invalid timestamp {text!r}") from exc
 
 
-def stored_message(reply: dict[str, Any]) -> RawStreamMessage:
-    """Build a RawStreamMessage from a ``STREAM.MSG.GET`` reply."""
+def stored_fields(reply: dict[str, Any]) -> tuple[dict[str, Any], str, int, datetime]:
+    """The message of a ``STREAM.MSG.GET`` reply: itself, its subject, sequence and time.
+
+    Raises:
+        InvalidResponseError: no message, or a field missing or of the wrong type
+            (the sequence must be an integer from 0 to 2**64 - 1).
+
+    """
     raw = reply.get("message")
     if not isinstance(raw, dict):
-        raise InvalidResponseError(f"unexpected message get reply: {reply!r}")
+        raise InvalidResponseError(f"unexpected message get reply: {shown(reply)}")
+    subject = _api.reply_text(raw.get("subject"), "message subject")
+    seq = _api.reply_int(raw.get("seq"), "message sequence")
+    time = _parse_time(_api.reply_text(raw.get("time"), "message time"))
+    return raw, subject, seq, time
+
+
+def stored_message(reply: dict[str, Any]) -> RawStreamMessage:
+    """Build a RawStreamMessage from a ``STREAM.MSG.GET`` reply.
+
+    Raises:
+        InvalidResponseError: the reply is not a message get's (see :func:`stored_fields`),
+            or its data or headers are not base64 text.
+
+    """
+    raw, subject, seq, time = stored_fields(reply)
+    data_text = raw.get("data") or ""
+    hdrs = raw.get("hdrs") or ""
+    if not isinstance(data_text, str) or not isinstance(hdrs, str):
+        raise InvalidResponseError("message get reply: data or headers that are not text")
     try:
-        data = base64.b64decode(raw.get("data") or "")
-        hdrs = raw.get("hdrs")
+        data = base64.b64decode(data_text)
         headers = H.decode_headers(base64.b64decode(hdrs))[0] if hdrs else None
     except (binascii.Error, ValueError) as exc:
         raise InvalidResponseError("invalid base64 in a message get reply") from exc
-    return RawStreamMessage(
-        subject=raw["subject"],
-        seq=int(raw["seq"]),
-        headers=headers,
-        data=data,
-        time=_parse_time(raw["time"]),
-    )
+    return RawStreamMessage(subject=subject, seq=seq, headers=headers, data=data, time=time)
 
 
 def direct_fields(
@@ -88,11 +107,11 @@ def direct_fields(
     try:
         return (
             meta[H.SUBJECT],
-            int(meta[H.SEQUENCE]),
+            _api.header_uint(meta[H.SEQUENCE], f"{H.SEQUENCE} header"),
             _parse_time(meta[H.TIME_STAMP]),
             user,
         )
-    except (KeyError, ValueError) as exc:
+    except KeyError as exc:
         raise InvalidResponseError(f"direct get reply without metadata: {hdrs!r}") from exc
 
 
@@ -160,8 +179,11 @@ class Stream:
             reply = await self._api.call(
                 _api.STREAM_INFO, body or None, timeout=timeout, stream=self._name
             )
-            page = reply.get("state", {}).get("subjects") or {}
-            total = int(reply.get("total", 0))
+            state = reply.get("state")
+            page = (state.get("subjects") if isinstance(state, dict) else None) or {}
+            if not isinstance(page, dict):
+                raise InvalidResponseError(f"invalid subjects in a stream info: {shown(page)}")
+            total = _api.reply_int(reply.get("total", 0), "stream info 'total'")
             if last and total and offset > 0 and (not page or min(page) > last):
                 # (From offset 0 the page is the listing's true start: everything
                 # listed before it went away; take it.)
@@ -215,7 +237,7 @@ class Stream:
         reply = await self._api.call(
             _api.STREAM_PURGE, body or None, timeout=timeout, stream=self._name
         )
-        return int(reply.get("purged", 0))
+        return _api.reply_int(reply.get("purged", 0), "purged count")
 
     def _direct(self) -> bool:
         return bool(self._info.config.allow_direct)

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
+import nats
 import pytest
 
 from aiojetstream import (
@@ -16,6 +17,7 @@ from aiojetstream import (
     ConsumerNotFoundError,
     FetchTimeoutError,
     InvalidOptionError,
+    InvalidResponseError,
     JetStreamContext,
     JetStreamError,
     MaxPayloadExceededError,
@@ -637,3 +639,57 @@ async def test_cancelling_the_consume_task_ends_it_and_closed_returns(
     current = asyncio.current_task()
     assert current is not None
     assert current.cancelling() == 0
+
+
+async def test_a_flood_into_the_pull_inbox_is_capped_and_reported(
+    js: JetStreamContext, nats_url: str
+) -> None:
+    """Another client of the account publishes to a stuck consume()'s pull inbox.
+
+    Was: every message was buffered (30,000 of 10 KB: RSS 56 -> 345 MB). Now the
+    buffer holds at most 4 x max_messages, the rest is dropped, the drop is reported
+    once, and the messages pulled for are still handed out (the oldest are kept).
+    """
+    consumer = await make(js, 10)
+    spy = await nats.connect(nats_url)
+    inbox: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def snoop(msg: nats.aio.msg.Msg) -> None:
+        if not inbox.done():
+            inbox.set_result(msg.reply)
+
+    await spy.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{consumer.stream_name}.worker", cb=snoop)
+    await spy.flush()
+    gate = asyncio.Event()
+    handled: list[bytes] = []
+    errors: list[JetStreamError] = []
+
+    async def handler(msg: Msg) -> None:
+        handled.append(msg.data)
+        await gate.wait()  # stuck until the flood is over
+        await msg.ack()
+
+    ctx = await consumer.consume(handler, error_handler=errors.append, max_messages=20)
+    try:
+        reply = await asyncio.wait_for(inbox, 10)
+        await wait_until(lambda: len(handled) == 1)
+        flood = 3000
+        for i in range(flood):
+            # plain and with headers: both ways a message reaches the buffer
+            await spy.publish(reply, b"x" * 1000, headers={"X": "1"} if i % 2 else None)
+        await spy.flush()
+        await js.nc.flush()  # the server wrote the flood to us before its PONG
+        driver = ctx._driver
+        await wait_until(lambda: driver.dropped + driver.buffered + len(handled) >= 10 + flood)
+        assert driver.buffered <= 80
+        assert len(errors) == 1, errors
+        assert isinstance(errors[0], InvalidResponseError)
+        gate.set()
+        # the ten messages pulled for arrived first: none of them was dropped
+        await wait_until(lambda: len(handled) >= 10)
+        assert handled[:10] == [str(i).encode() for i in range(10)]
+    finally:
+        gate.set()
+        ctx.stop()
+        await ctx.closed()
+        await spy.close()

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -580,6 +581,80 @@ async def test_a_listing_that_shrank_meanwhile_ends(nats_server: NatsServer) -> 
         try:
             names = [name async for name in js.stream_names()]
             assert names == first
+        finally:
+            await sub.unsubscribe()
+    finally:
+        await js.close()
+
+
+_FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("seq", -1),  # was accepted as sequence -1
+        ("seq", 1.7),  # was read as 1
+        ("seq", None),  # was a bare TypeError
+        ("subject", None),  # was a pydantic ValidationError
+        ("time", 5),  # was a bare TypeError
+        ("data", 5),  # was a bare TypeError
+    ],
+)
+async def test_a_malformed_message_get_reply_is_an_invalid_response(
+    nats_server: NatsServer, field: str, value: object
+) -> None:
+    """A message get without direct gets, answered by an API responder on a real server."""
+    prefix = "BADGET.API"
+    info = json.loads((_FIXTURES / "stream_info.json").read_text())
+    info["config"]["allow_direct"] = False
+    name = info["config"]["name"]
+    message = {"subject": "orders.us.1", "seq": 1, "data": "eA==", "time": "2026-11-21T06:30:29Z"}
+    js = await aiojetstream.connect(nats_server.url, api_prefix=prefix)
+    try:
+
+        async def answer(msg: Any) -> None:
+            if ".STREAM.INFO." in msg.subject:
+                await msg.respond(json.dumps(info).encode())
+            else:
+                await msg.respond(json.dumps({"message": {**message, field: value}}).encode())
+
+        sub = await js.nc.subscribe(f"{prefix}.STREAM.>", cb=answer)
+        try:
+            stream = await js.stream(name)
+            with pytest.raises(InvalidResponseError, match=field if field != "data" else "text"):
+                await stream.get_msg(1)
+            with pytest.raises(InvalidResponseError):
+                await stream.get_last_msg_for_subject("orders.us.1")
+        finally:
+            await sub.unsubscribe()
+    finally:
+        await js.close()
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        {"total": 1, "offset": 0, "streams": "ABC"},  # was listed as A, B, C
+        {"total": 2, "offset": 0, "streams": [1, None]},  # was listed as '1', 'None'
+        {"total": "x", "offset": 0, "streams": ["A"]},  # was a bare ValueError
+        {"total": 5, "offset": 0, "streams": ["A"], "missing": 3},  # a bare TypeError
+    ],
+)
+async def test_a_malformed_list_page_is_an_invalid_response(
+    nats_server: NatsServer, page: dict[str, Any]
+) -> None:
+    prefix = "BADPAGE.API"
+    js = await aiojetstream.connect(nats_server.url, api_prefix=prefix)
+    try:
+
+        async def answer(msg: Any) -> None:
+            await msg.respond(json.dumps(page).encode())
+
+        sub = await js.nc.subscribe(f"{prefix}.STREAM.NAMES", cb=answer)
+        try:
+            with pytest.raises(InvalidResponseError):
+                [name async for name in js.stream_names()]
         finally:
             await sub.unsubscribe()
     finally:

@@ -12,16 +12,26 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from aiojetstream import InvalidOptionError, InvalidResponseError, NotJetStreamMessageError
-from aiojetstream._api import check_reply
+from aiojetstream._api import (
+    STREAM_NAMES,
+    ApiClient,
+    check_reply,
+    header_uint,
+    paged,
+    reply_int,
+)
 from aiojetstream._counter import counter_value
+from aiojetstream._direct import build_message, classify_frame
 from aiojetstream._headers import decode_headers
 from aiojetstream._message import Msg, ack_sequences, next_in_order, parse_metadata
 from aiojetstream._object.names import parse_info
 from aiojetstream._status import parse_status
+from aiojetstream._stream import direct_fields, stored_fields, stored_message
 from aiojetstream.otel.consuming import ack_numbers
 
 HUGE = b"9" * 5000  # past int()'s 4,300 digits
@@ -102,3 +112,154 @@ def test_deeply_nested_json_options_and_files_are_usage_errors(tmp_path: Path) -
     config.write_bytes(DEEP)
     with pytest.raises(CliError):
         load_json_file(config)
+
+
+# --------------------------------------------------------------------------- API reply fields
+#
+# Fields the code reads itself (not through a model) raised a bare KeyError,
+# TypeError, ValueError or pydantic ValidationError, or were taken as they came
+# (a sequence of -1 or 1.7, "Nats-Sequence: -5", a listing of "ABC" as A, B, C).
+
+_GOOD_TIME = "2026-11-21T06:30:29.16096689Z"
+
+
+def _msg_get(**fields: object) -> dict[str, object]:
+    message: dict[str, object] = {
+        "subject": "orders.us.1",
+        "seq": 1,
+        "data": "eyJpZCI6MX0=",
+        "time": _GOOD_TIME,
+    }
+    for key, value in fields.items():
+        if value is KeyError:
+            del message[key]
+        else:
+            message[key] = value
+    return {"type": "io.nats.jetstream.api.v1.stream_msg_get_response", "message": message}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        _msg_get(subject=KeyError),
+        _msg_get(subject=5),
+        _msg_get(seq=KeyError),
+        _msg_get(seq=None),
+        _msg_get(seq="1"),
+        _msg_get(seq=[1]),
+        _msg_get(seq=1.7),
+        _msg_get(seq=1.0),
+        _msg_get(seq=True),
+        _msg_get(seq=-1),
+        _msg_get(seq=2**64),
+        _msg_get(time=KeyError),
+        _msg_get(time=5),
+        _msg_get(time="junk"),
+        _msg_get(data=5),
+        _msg_get(data=["eA=="]),
+        _msg_get(hdrs=5),
+        _msg_get(data="not base64!"),
+        {"message": [1]},
+        {},
+    ],
+)
+def test_a_malformed_message_get_reply_is_an_invalid_response(reply: dict[str, Any]) -> None:
+    with pytest.raises(InvalidResponseError):
+        stored_message(reply)
+    if isinstance(reply.get("message"), dict) and "data" not in str(reply):
+        with pytest.raises(InvalidResponseError):
+            stored_fields(reply)
+
+
+def test_a_message_get_reply_reads() -> None:
+    """The control: nats-server's reply, and sequence 0 (a uint64)."""
+    msg = stored_message(_msg_get(hdrs="TkFUUy8xLjANClg6IHkNCg0K"))
+    assert (msg.subject, msg.seq, msg.data, msg.headers) == (
+        "orders.us.1",
+        1,
+        b'{"id":1}',
+        {"X": "y"},
+    )
+    assert stored_message(_msg_get(seq=0)).seq == 0
+
+
+@pytest.mark.parametrize(
+    "seq", ["-5", "+5", "1_000", "\uff11\uff12", "1.0", "0x1", str(2**64), "9" * 5000]
+)
+def test_a_direct_get_sequence_that_is_not_a_uint64_is_an_invalid_response(seq: str) -> None:
+    block = (
+        f"NATS/1.0\r\nNats-Stream: S\r\nNats-Subject: s\r\nNats-Sequence: {seq}\r\n"
+        f"Nats-Time-Stamp: {_GOOD_TIME}\r\n\r\n"
+    ).encode()
+    with pytest.raises(InvalidResponseError):
+        direct_fields(b"", block, "sequence 1")
+    with pytest.raises(InvalidResponseError):
+        build_message(classify_frame(block), b"")
+    for value in (seq, f" {seq}", f"{seq} ", ""):
+        with pytest.raises(InvalidResponseError):
+            header_uint(value, "Nats-Num-Pending header")
+
+
+def test_a_direct_get_sequence_reads() -> None:
+    block = (
+        f"NATS/1.0\r\nNats-Stream: S\r\nNats-Subject: s\r\nNats-Sequence: {2**64 - 1}\r\n"
+        f"Nats-Time-Stamp: {_GOOD_TIME}\r\n\r\n"
+    ).encode()
+    assert direct_fields(b"", block, "sequence 1")[1] == 2**64 - 1
+    assert build_message(classify_frame(block), b"").seq == 2**64 - 1
+
+
+@pytest.mark.parametrize("value", [None, "1", 1.0, 1.5, True, -1, 2**64, float("inf"), [1]])
+def test_reply_ints_are_json_integers_in_range(value: object) -> None:
+    with pytest.raises(InvalidResponseError):
+        reply_int(value, "sequence")
+    assert reply_int(0, "sequence") == 0
+
+
+class _Answers(ApiClient):
+    """An API client answering each request with the next of ``replies``."""
+
+    __slots__ = ("replies",)
+
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        super().__init__(None, "$JS.API", 1.0)  # type: ignore[arg-type]
+        self.replies = replies
+
+    async def call(self, template: str, body: Any = None, **parts: Any) -> dict[str, Any]:
+        return self.replies.pop(0)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"total": 1, "offset": 0, "streams": "ABC"},  # was listed as A, B, C
+        {"total": 1, "offset": 0, "streams": {"A": 1}},
+        {"total": 2, "offset": 0, "streams": [1, None]},  # was listed as '1', 'None'
+        {"total": "x", "offset": 0, "streams": ["A"]},
+        {"total": None, "offset": 0, "streams": ["A"]},
+        {"total": 1e999, "offset": 0, "streams": ["A"]},
+        {"total": 5, "offset": 0, "streams": ["A"], "missing": 3},
+    ],
+)
+async def test_a_malformed_list_page_is_an_invalid_response(reply: dict[str, Any]) -> None:
+    pages = paged(_Answers([reply]), STREAM_NAMES, "streams", {}, None)
+    with pytest.raises(InvalidResponseError):
+        [name async for name in pages]
+
+
+async def test_list_pages_of_names_and_infos_read() -> None:
+    replies = [
+        {"total": 3, "offset": 0, "streams": ["A", {"config": {"name": "B"}}]},
+        {"total": 3, "offset": 2, "streams": ["C"]},
+    ]
+    items = [item async for item in paged(_Answers(replies), STREAM_NAMES, "streams", {}, None)]
+    assert items == ["A", {"config": {"name": "B"}}, "C"]
+
+
+@pytest.mark.parametrize("level", ["x", None, 1e999, 1.5, -1, True, 2**64])
+async def test_an_invalid_api_level_is_an_invalid_response(level: object) -> None:
+    api = _Answers([{"api": {"level": level}}])
+    with pytest.raises(InvalidResponseError):
+        await api.api_level()
+    assert (await _Answers([{"api": {"level": 3}}]).api_level()) == 3
+    assert (await _Answers([{}]).api_level()) == 0  # before nats-server 2.11

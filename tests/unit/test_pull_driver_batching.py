@@ -15,15 +15,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from nats.aio.client import Client as NatsClient
 
-from aiojetstream import _conn
+from aiojetstream import InvalidResponseError, _conn
 from aiojetstream._message import Msg
 from aiojetstream._priority import PinState
 from aiojetstream._pull_driver import PullDriver
-from aiojetstream._pull_engine import PullEngine, resolve_consume, resolve_fetch
+from aiojetstream._pull_engine import (
+    PullEngine,
+    buffer_limits,
+    resolve_consume,
+    resolve_fetch,
+)
 
 SID = 7
 SUBJECT = b"orders.new"
@@ -33,6 +39,7 @@ class FakeConn:
     """The part of Conn a started driver uses; records the pulls it sends."""
 
     fast = True
+    is_closed = False
 
     def __init__(self) -> None:
         self.sent: list[tuple[int, bytes]] = []
@@ -268,3 +275,138 @@ async def test_batched_driver_matches_the_one_at_a_time_driver(
     finally:
         for driver, _ in drivers:
             await driver.aclose()
+
+
+# --------------------------------------------------------------------------- the buffer's limit
+#
+# Messages nobody pulled for (another client publishing to the pull's inbox, a
+# server delivering more than asked) were buffered without limit: the buffer of
+# a stuck consume() grew by every message sent to its inbox. It now holds at
+# most buffer_limits() (4 x max_messages, 4 x max_bytes in byte mode); the newest
+# beyond are dropped, counted by the engine as taken, and the first drop of the
+# run is reported.
+
+
+async def _exists(timeout: float | None) -> None:
+    pass
+
+
+def _flood_driver(mode: str, now: float) -> tuple[PullDriver, NatsClient, list[Exception]]:
+    errors: list[Exception] = []
+    if mode == "bytes":
+        settings_ = resolve_consume(max_bytes=2000)
+    else:
+        settings_ = resolve_consume(max_messages=10)
+    driver = PullDriver(
+        FakeApi(),  # type: ignore[arg-type]
+        "ORDERS",
+        "worker",
+        settings_,
+        _exists,
+        error_handler=errors.append,
+    )
+    nc = NatsClient()
+    router = _conn._Router(nc)
+    router.routes[SID] = driver._on_raw
+    driver._sub = FakeSub(router)  # type: ignore[assignment]
+    driver._batching = mode in ("batched", "lazy", "headers")
+    if mode == "lazy":
+        driver._lazy = True
+        router.sinks[SID] = _conn.RawSink(
+            driver._buffer.append,
+            Msg,
+            driver._acker,
+            driver._on_arrivals,
+            fill=True,
+            runs=driver._start_run,
+        )
+    elif mode == "batched":
+        router.sinks[SID] = _conn.RawSink(
+            driver._buffer.append, Msg, driver._acker, driver._on_arrivals
+        )
+    driver._loop = asyncio.get_running_loop()
+    driver._now = lambda: now  # type: ignore[method-assign]
+    driver._run(driver.engine.start(now))
+    return driver, nc, errors
+
+
+def _with_header(seq: int) -> bytes:
+    reply = b"$JS.ACK.ORDERS.worker.1.%d.%d.1700000000000000000.0" % (seq, seq)
+    hdr = b"NATS/1.0\r\nX: y\r\n\r\n"
+    payload = b"m%d" % seq
+    return b"HMSG %b %d %b %d %d\r\n%b%b\r\n" % (
+        SUBJECT,
+        SID,
+        reply,
+        len(hdr),
+        len(hdr) + len(payload),
+        hdr,
+        payload,
+    )
+
+
+@pytest.mark.parametrize("mode", ["batched", "lazy", "plain", "headers", "bytes"])
+async def test_a_flood_of_unpulled_messages_is_capped_and_reported(mode: str) -> None:
+    now = asyncio.get_running_loop().time() + 1000.0
+    driver, nc, errors = _flood_driver(mode, now)
+    limit, byte_limit = buffer_limits(driver.settings)
+    frame = _with_header if mode == "headers" else _msg
+    try:
+        seq = 0
+        for _ in range(5):  # reads of 2,000 messages each, nothing taken
+            chunk = b""
+            for _ in range(2000):
+                seq += 1
+                chunk += frame(seq)
+            await nc._ps.parse(chunk)
+            engine = driver.engine
+            driver._settle()
+            assert driver.buffered == engine.buffered_messages
+            if mode == "bytes":
+                assert engine.buffered_bytes <= byte_limit
+                assert driver.buffered < 2000
+            else:
+                assert driver.buffered == limit == 40
+            # the engine's counts still balance: dropped messages count as taken
+            assert engine.requested + engine.unsolicited == (
+                engine.delivered + engine.released + engine.outstanding_messages
+            )
+        assert driver.dropped == seq - driver.buffered
+        # reported once, as an invalid response
+        assert len(errors) == 1
+        assert isinstance(errors[0], InvalidResponseError)
+        assert "limit" in str(errors[0])
+        # the oldest are kept, in order, and the run goes on as before
+        kept = [msg.data for msg in await _take_all(driver)]
+        assert kept == [b"m%d" % s for s in range(1, len(kept) + 1)]
+        assert not driver.finished
+        driver._settle()
+        assert driver.engine.buffered_messages == 0
+    finally:
+        await driver.aclose()
+
+
+async def _take_all(driver: PullDriver) -> list[Msg]:
+    taken: list[Msg] = []
+    while (msg := driver.take()) is not None:
+        taken.append(msg)
+    return taken
+
+
+async def test_legitimate_unpulled_messages_stay_below_the_limit() -> None:
+    """A reconnect writes the outstanding pull off; the server still fills it and the
+    new one: twice the maximum, all buffered, nothing dropped or reported."""
+    now = asyncio.get_running_loop().time() + 1000.0
+    driver, nc, errors = _flood_driver("lazy", now)
+    try:
+        driver.on_disconnected()
+        driver.on_reconnected()
+        assert driver._check_task is not None
+        await driver._check_task  # the consumer exists: a new pull for 10
+        assert driver.engine.outstanding_messages == 10
+        await nc._ps.parse(b"".join(_msg(seq) for seq in range(1, 21)))
+        assert driver.buffered == 20
+        assert driver.dropped == 0
+        assert not errors
+    finally:
+        await driver.aclose()

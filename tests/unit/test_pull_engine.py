@@ -52,6 +52,7 @@ from aiojetstream._pull_engine import (
     CHECK_BACKOFF_MAX,
     FETCH_CHECK_TIMEOUT,
     FETCH_GRACE,
+    MAX_WARNINGS,
     NO_WAIT_TIMEOUT,
     REPULL_BACKOFF_FIRST,
     REPULL_BACKOFF_MAX,
@@ -462,6 +463,28 @@ def test_warning_is_reported_once_and_releases_the_refused_pull() -> None:
     assert reports(out) == []  # same warning: reported once
     assert pulls(out) == []  # throttled
     assert sim.engine.outstanding_messages == 0
+
+
+def test_unknown_warnings_are_reported_once_per_code_and_bounded() -> None:
+    """An unknown status was told apart by its description, the server's own text:
+    a server varying it had every one reported and kept (an unbounded set)."""
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    reported: list[Report] = []
+    for i in range(200):
+        err = APIError(499, 0, f"Something odd #{i}")
+        reported += reports(sim.status(K.OTHER, S.WARNING, 0, 0, err))
+    assert [r.error.code for r in reported] == [499]  # type: ignore[attr-defined]
+    # Distinct codes are distinct warnings, up to MAX_WARNINGS a run (and the four
+    # known "Exceeded ..." limits, told apart by their text, among them).
+    for text in ("Exceeded MaxWaiting", "Exceeded MaxRequestBatch of 10"):
+        reported += reports(sim.status(K.EXCEEDED_LIMIT, S.WARNING, 0, 0, APIError(409, 0, text)))
+    assert len(reported) == 3
+    for code in range(500, 600):
+        reported += reports(sim.status(K.OTHER, S.WARNING, 0, 0, APIError(code, 0, "odd")))
+    assert len(reported) == MAX_WARNINGS
+    assert len(sim.engine._warned) == MAX_WARNINGS
+    assert not sim.engine.done  # warnings never end a messages() / consume() run
 
 
 def test_terminal_status_finishes_with_its_error() -> None:

@@ -23,7 +23,14 @@ from .._errors import (
     TLSError,
 )
 from .._redact import connection_secrets, mentions, redact_servers, scrub
-from ._nats import NatsClient, bound_internal_close, drop_unsent_on_reconnect, nats_errors
+from ._nats import (
+    InvalidServerInfo,
+    NatsClient,
+    bound_internal_close,
+    drop_unsent_on_reconnect,
+    guard_connect_init,
+    nats_errors,
+)
 from ._reconnect import NextServer
 from ._requests import fail_requests
 from ._tls import guard_tls, tls_option_given
@@ -100,6 +107,12 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       :class:`JetStreamError` in place of an error that shows one). A
       chained cause that shows one is left out, as is nats-py's reason for
       refusing a URL (it quotes the URL).
+    * A server whose INFO is not a JSON object, has a ``max_payload`` that is
+      not an int from 1 to 2**31 - 1, or sends a line longer than the
+      reader's limit (64 KiB) while connecting, fails that attempt: the first
+      connection raises :class:`ConnectionFailedError` saying so (nats-py
+      raised a bare ``AttributeError`` / ``ValueError``, or took the value and
+      every publish raised a ``TypeError``).
     * A reconnect never starts with the server just lost and never waits to
       flush the connection it gives up (:class:`NextServer`,
       :func:`drop_unsent_on_reconnect`), unless ``reconnect_to_server_handler``
@@ -121,6 +134,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     tls_refusals: list[str] = []
     if wants_tls:
         guard_tls(nc, tls_refusals, every_server=tls_everywhere)
+    guard_connect_init(nc)  # a malformed INFO is a failed attempt (InvalidServerInfo)
     next_server: NextServer | None = None
     if options.get("reconnect_to_server_handler") is None:
         next_server = options["reconnect_to_server_handler"] = NextServer()
@@ -212,7 +226,7 @@ def _connect_failure(
     if _is_invalid_url(exc):
         hint = f" ({_URL_HINT})" if "***@" in shown else ""
         return InvalidOptionError(f"invalid server URL in {shown}{hint}")
-    if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError):
+    if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError | InvalidServerInfo):
         # Why the attempts failed (refused, unknown host...), each reason once,
         # rather than nats-py's closing "no servers available".
         reasons = list(

@@ -6,8 +6,9 @@ nowhere else in aiojetstream (``tests/unit/test_nats_boundary.py`` pins
 that by scanning the source). The other modules of ``_conn`` use nats-py's
 public API, and the names re-exported here (:data:`NatsClient`,
 :data:`nats_errors`, ...), only; what they need beyond it is a function of
-this module: a hook (``_process_info``, ``_process_op_err``, the state
-callbacks, ``_process_msg`` and the parser's ``parse``), the outgoing
+this module: a hook (``_process_info``, ``_process_connect_init``,
+``_process_op_err``, the state callbacks, ``_process_msg`` and the
+parser's ``parse``), the outgoing
 buffer (:func:`enqueue`, :func:`write_pending`, :func:`ack_nowait`), the
 transports (:func:`abort_transport`, :func:`bound_close_waits`), and
 :func:`fast_path_missing`, the check that all of it has the shape relied on.
@@ -44,6 +45,7 @@ from nats.aio.client import Server, Srv
 from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription as NatsSubscription
 
+from .._bounds import shown
 from .._errors import ConnectionClosedError, DisconnectedError, MaxPayloadExceededError
 from ._reads import DirectReads
 from ._scan import SCAN_END, SCAN_OTHER, SCAN_PING, SCAN_PONG, Scanner
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAST_PATH_ATTRIBUTES",
+    "MAX_PAYLOAD_LIMIT",
+    "InvalidServerInfo",
     "NatsClient",
     "NatsMsg",
     "NatsParser",
@@ -71,6 +75,7 @@ __all__ = [
     "enqueue_many",
     "fail_nats_requests",
     "fast_path_missing",
+    "guard_connect_init",
     "guard_process_info",
     "nats_errors",
     "payload_limit",
@@ -220,6 +225,66 @@ def guard_process_info(
         await original(info, initial_connection=initial_connection)
 
     nc._process_info = guarded  # type: ignore[method-assign]
+
+
+#: The largest ``max_payload`` a server can have (nats-server keeps it in an int32).
+MAX_PAYLOAD_LIMIT: Final = 2**31 - 1
+
+
+class InvalidServerInfo(nats_errors.Error):
+    """A server's INFO, or a line it sent while connecting, that can not be taken.
+
+    A ``nats.errors.Error``: nats-py's connect and reconnect loops take it as a
+    failed attempt (the connection is closed, the next server tried).
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()
+
+
+def guard_connect_init(nc: NatsClient) -> None:
+    """Make a malformed INFO (or line) while connecting a failed attempt, not a crash.
+
+    nats-py's ``_process_connect_init`` raised a bare ``AttributeError`` for an
+    INFO that is valid JSON but not an object (``INFO [1,2]``), and a bare
+    ``ValueError`` for an INFO or ``-ERR`` line longer than its reader's limit
+    (64 KiB), or an ``INFO`` without its blank; these escaped its connect loop
+    and left the socket open. A ``max_payload`` that is not a positive int32
+    (``"abc"``, null, ``-1``, ``1.5``, ``10**400``) was taken, and every
+    publish then raised a ``TypeError`` or misjudged the limit. Each is now
+    :class:`InvalidServerInfo`, raised before CONNECT is sent for the INFO's
+    fields.
+    """
+    original_init = nc._process_connect_init
+    original_info = nc._process_info
+
+    async def connect_init() -> None:
+        try:
+            await original_init()
+        except OSError:
+            raise  # ssl.SSLCertVerificationError is a ValueError too: nats-py's to handle
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise InvalidServerInfo(
+                f"the server sent an invalid INFO or an over-long line while connecting "
+                f"({type(exc).__name__}: {str(exc)[:100]})"
+            ) from exc
+
+    async def process_info(info: Any, initial_connection: bool = False) -> None:
+        if not isinstance(info, dict):
+            raise InvalidServerInfo(
+                f"the server sent an invalid INFO: a JSON {type(info).__name__}, not an object"
+            )
+        if "max_payload" in info:
+            value = info["max_payload"]
+            if type(value) is not int or not 0 < value <= MAX_PAYLOAD_LIMIT:
+                raise InvalidServerInfo(
+                    f"the server sent an invalid INFO: max_payload {shown(value)} is not an "
+                    f"int from 1 to {MAX_PAYLOAD_LIMIT}"
+                )
+        await original_info(info, initial_connection=initial_connection)
+
+    nc._process_connect_init = connect_init  # type: ignore[method-assign]
+    nc._process_info = process_info  # type: ignore[method-assign]
 
 
 def current_server(nc: NatsClient) -> Srv | None:
