@@ -27,6 +27,7 @@ from aiojetstream import (
     StreamConfig,
 )
 from aiojetstream._message import Msg
+from aiojetstream._pull_driver import PullDriver
 from helpers import unique_name, wait_until
 
 
@@ -680,6 +681,7 @@ async def test_a_flood_into_the_pull_inbox_is_capped_and_reported(
         await spy.flush()
         await js.nc.flush()  # the server wrote the flood to us before its PONG
         driver = ctx._driver
+        assert isinstance(driver, PullDriver)
         await wait_until(lambda: driver.dropped + driver.buffered + len(handled) >= 10 + flood)
         assert driver.buffered <= 80
         assert len(errors) == 1, errors
