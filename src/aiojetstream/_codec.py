@@ -122,25 +122,36 @@ def _reads(written: str, name: str, alias: Any, config: Mapping[str, Any]) -> bo
         return False
     if isinstance(alias, str):
         return written == alias
-    return [written] in alias  # AliasChoices / AliasPath: lists of paths; one key is [key]
+    if not isinstance(alias, list) or not alias:
+        return False
+    # AliasChoices: a list of paths; AliasPath: one path (a list of keys and
+    # indices). A top-level key reads back as the path [key].
+    paths = [alias] if isinstance(alias[0], str | int) else alias
+    return [written] in paths
 
 
 def _by_alias(cls: type) -> bool | None:
     """How ``cls`` is written so that ``model_validate_json`` reads it back, nested models too.
 
-    pydantic's default (``None``: each model's own ``serialize_by_alias``, else
-    by field name) when every field of the schema, nested ones included, is
-    read back under the key it is written by; else by alias (a plain
-    ``Field(alias=...)`` or an ``alias_generator``: written by name, read by
-    alias), else by name (a ``serialization_alias`` read by name, a model read
-    by name only). When no choice reads every field back (a ``validation_alias``
-    alone), pydantic's default. Decided once per class (the schema is walked).
+    By alias when every field of the schema, nested ones included, is read
+    back under the key it is then written by (a plain ``Field(alias=...)`` or
+    an ``alias_generator``, with or without ``populate_by_name``: the wire
+    form is the alias, as before); else pydantic's default (``None``: each
+    model's own ``serialize_by_alias``, else by field name); else by name (a
+    ``serialization_alias`` read by name, a model read by name only). A model
+    that sets ``serialize_by_alias`` has its choice tried first. When no choice
+    reads every field back (a ``validation_alias`` alone), pydantic's default.
+    Decided once per class (the schema is walked).
     """
     schema = getattr(cls, "__pydantic_core_schema__", None)
     if not isinstance(schema, dict):
         return None
     fields = _fields(schema)
-    for by_alias in (None, True, False):
+    # By alias first (what the models say on the wire: camelCase for an
+    # alias_generator, as other languages' readers expect), unless a model
+    # chose with serialize_by_alias: then its choice (pydantic's default) first.
+    chosen = any("serialize_by_alias" in config for _, _, _, config in fields)
+    for by_alias in (None, True, False) if chosen else (True, None, False):
         if all(
             _reads(
                 serialized

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -1065,3 +1065,35 @@ async def test_bad_headers_raise_the_errors_they_raise_without_telemetry(
         await plain.close()
     assert raised[0] is raised[1]
     assert raised[0].__name__ in ("InvalidHeaderError", "InvalidOptionError")
+
+
+class Column:
+    """A column of headers that is not a ``Sequence`` but reads as one (a pandas Series)."""
+
+    def __init__(self, items: list[dict[str, str] | None]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, str] | None:
+        return self.items[i]
+
+    def __iter__(self) -> Iterator[dict[str, str] | None]:
+        return iter(self.items)
+
+
+async def test_publish_many_headers_of_any_column_carry_the_trace_context(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """Headers given as a column that publish_many reads (``len`` and ``[i]``) but that is
+    no ``Sequence`` were passed on without the batch's ``traceparent``."""
+    stream, _ = await setup(tjs)
+    await tjs.publish_many(f"{stream}.c", [b"a", b"b"], headers=Column([{"X": "1"}, None]))  # type: ignore[arg-type]
+    [send] = rec.spans("send ")
+    st = await tjs.stream(stream)
+    for seq, mine in ((1, {"X": "1"}), (2, {})):
+        stored = await st.get_msg(seq)
+        assert stored.headers is not None
+        assert stored.headers["traceparent"].split("-")[2] == format(send.context.span_id, "016x")
+        assert {k: v for k, v in stored.headers.items() if k == "X"} == mine

@@ -8,7 +8,8 @@ from typing import Any, TypeVar
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasPath, BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from aiojetstream import (
     Codec,
@@ -150,6 +151,34 @@ def test_every_shape_round_trips(case: tuple[Shape, Any]) -> None:
     assert headers == {"Content-Type": "application/json"}
     assert decode(data, shape.cls, None, nowhere) == value
     assert JsonCodec().decode(JsonCodec().encode(value), shape.cls) == value
+
+
+def test_aliases_are_the_wire_form_even_when_names_are_read_too() -> None:
+    """``alias_generator=to_camel, populate_by_name=True`` (or ``validate_by_name``) went
+    out in snake_case once the whole schema was checked (pydantic's default was tried
+    first and reads back): Go and JavaScript readers with camelCase tags got zero values.
+    The alias is the wire form, as before; a one-key ``AliasPath`` reads back by it."""
+
+    class Camel(BaseModel):
+        model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+        order_id: int
+        item_name: str
+
+    class Pop(BaseModel):
+        model_config = ConfigDict(validate_by_name=True)
+        order_id: int = Field(alias="orderId")
+
+    class PathOne(BaseModel):
+        x: int = Field(validation_alias=AliasPath("y"), serialization_alias="y")
+
+    for value, written in (
+        (Camel(order_id=1, item_name="b"), b'{"orderId":1,"itemName":"b"}'),
+        (Pop(order_id=1), b'{"orderId":1}'),
+        (PathOne(y=1), b'{"y":1}'),
+    ):
+        data, _ = encode(value, None, None)
+        assert data == written
+        assert decode(data, type(value), None, nowhere) == value
 
 
 def test_the_written_form_is_one_the_model_reads() -> None:

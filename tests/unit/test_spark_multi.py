@@ -362,6 +362,7 @@ def test_every_call_spark_makes_shows_the_error_first() -> None:
         ("15min", 900.0),  # Spark's own (Kafka's maxTriggerDelay)
         ("15MIN", 900.0),
         ("15M", 900.0),  # Spark reads capitals as their lower case: minutes
+        ("100µs", 0.0001),
     ],
 )
 def test_duration_options_read_the_library_syntax_and_sparks(text: str, seconds: float) -> None:
@@ -376,7 +377,10 @@ def test_duration_options_read_the_library_syntax_and_sparks(text: str, seconds:
     assert opts(stream="S", timeout=text).connect.timeout == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["5 minutes", "1h30", "soon", "0", "-5s", "1y", "nan", "inf"])
+@pytest.mark.parametrize(
+    "text",
+    ["5 minutes", "1h30", "soon", "0", "-5s", "1y", "nan", "inf", "٣٠", "1" * 5000 + "s"],
+)
 def test_duration_options_refuse_what_is_no_duration(text: str) -> None:
     for option in ("maxTriggerDelay", "inactiveThreshold", "retryTimeout", "timeout"):
         with pytest.raises(InvalidOptionError, match=f"option '{option}': expected positive"):

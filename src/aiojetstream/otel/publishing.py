@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sized
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +36,24 @@ if TYPE_CHECKING:
 logger = logging.getLogger("aiojetstream")
 
 
-def _header_list(headers: object) -> bool:
-    """Whether ``headers`` is a sequence of mappings or None (one per message), not a string."""
-    return (
-        isinstance(headers, Sequence)
-        and not isinstance(headers, str | bytes | bytearray)
-        and all(h is None or isinstance(h, Mapping) for h in headers)
-    )
+def _header_list(headers: object) -> list[Any] | None:
+    """``headers`` as a list when it holds mappings or None (one per message), else None.
+
+    What ``publish_many`` reads (``len`` and ``headers[i]``: a list, a tuple,
+    a pandas Series) but a string or a mapping; anything else (a generator
+    too) is left for ``publish_many`` to refuse, unread.
+    """
+    if (
+        not isinstance(headers, Sized)
+        or not isinstance(headers, Iterable)
+        or not hasattr(type(headers), "__getitem__")
+        or isinstance(headers, str | bytes | bytearray | Mapping)
+    ):
+        return None
+    items = list(headers)
+    if all(h is None or isinstance(h, Mapping) for h in items):
+        return items
+    return None
 
 
 class Publishing:
@@ -61,10 +72,11 @@ class Publishing:
 
             self.deferred = DeferredSends.of(tel.tracer)
         # publish_async futures not yet seen done, in publish order; the first
-        # holds the done callback _drain, the second _overtaken.
+        # holds the done callback _drain, the second _overtaken, the last _newest.
         self._in_flight: deque[tuple[asyncio.Future[Any], InFlight]] = deque()
         self._head: asyncio.Future[Any] | None = None
         self._second: asyncio.Future[Any] | None = None
+        self._tail: asyncio.Future[Any] | None = None
 
     def _named(self, subject: object, size: int | None) -> tuple[str, dict[str, Any]]:
         """The name and attributes of a send span (cached per subject and size)."""
@@ -192,7 +204,7 @@ class Publishing:
         return future
 
     def _track(self, future: asyncio.Future[Any], slot: InFlight) -> None:
-        """Keep ``future`` until done; done callbacks on the oldest two only."""
+        """Keep ``future`` until done; done callbacks on the oldest two and the newest only."""
         in_flight = self._in_flight
         in_flight.append((future, slot))
         count = len(in_flight)
@@ -202,6 +214,11 @@ class Publishing:
         elif count == 2:
             self._second = future
             future.add_done_callback(self._overtaken)
+        tail = self._tail
+        if tail is not None:
+            tail.remove_done_callback(self._newest)
+        self._tail = future
+        future.add_done_callback(self._newest)
 
     def _drain(self, future: asyncio.Future[Any]) -> None:
         """The oldest publish in flight is done: end it and the ones done after it."""
@@ -213,16 +230,22 @@ class Publishing:
         if future is self._second:
             self._settle()
 
+    def _newest(self, future: asyncio.Future[Any]) -> None:
+        """The newest is done: every older one not done was overtaken (several slow in a row)."""
+        if future is self._tail:
+            self._settle()
+
     def _settle(self) -> None:
         """End the spans of the publishes done, oldest first, up to the first not done.
 
         Acknowledgements come in publish order on one stream: one callback
         ends the spans of all the publishes a read of replies completed,
         instead of one callback (a loop handle and a call) per publish. A
-        publish overtaken by the next one (acknowledged first: another
-        stream, or it waits for its timeout) leaves the queue for a done
-        callback of its own, so it does not hold back the end of the later
-        spans: each ends when its own acknowledgement came.
+        publish overtaken by a later one (acknowledged first: another stream,
+        or it waits for its timeout) leaves the queue for a done callback of
+        its own, so it does not hold back the end of the later spans: each
+        ends when its own acknowledgement came (when the next one overtook
+        it), or at the latest when the newest publish in flight is done.
         """
         now = time.time_ns()
         in_flight = self._in_flight
@@ -231,7 +254,7 @@ class Publishing:
             if future.done():
                 in_flight.popleft()
                 self._done(future, slot, now)
-            elif len(in_flight) > 1 and in_flight[1][0].done():
+            elif (len(in_flight) > 1 and in_flight[1][0].done()) or in_flight[-1][0].done():
                 in_flight.popleft()  # overtaken: ended by its own callback
                 if future is self._head:
                     future.remove_done_callback(self._drain)
@@ -249,6 +272,8 @@ class Publishing:
             self._second = second
             if second is not None:
                 second.add_done_callback(self._overtaken)
+        if not in_flight:
+            self._tail = None
 
     def _alone(self, slot: InFlight, future: asyncio.Future[Any]) -> None:
         """An overtaken publish is done: its span ends now."""
@@ -307,8 +332,8 @@ class Publishing:
             given = kwargs.get("headers")
             if given is None:
                 kwargs["headers"] = [carrier] * count
-            elif _header_list(given):
-                kwargs["headers"] = [{**h, **carrier} if h else carrier for h in given]
+            elif (items := _header_list(given)) is not None:
+                kwargs["headers"] = [{**h, **carrier} if h else carrier for h in items]
             # else: left as given, for publish_many to refuse as without telemetry
         return span
 

@@ -70,7 +70,7 @@ End = Literal["latest"] | int
 
 #: Spark's own duration strings (``JavaUtils.timeStringAs``, as Kafka's
 #: ``maxTriggerDelay`` reads them): whole numbers, any case, ``15min`` too.
-_SPARK_DURATION_RE: Final = re.compile(r"(\d+)(us|ms|s|m|min|h|d)?")
+_SPARK_DURATION_RE: Final = re.compile(r"([0-9]{1,20})(us|ms|s|m|min|h|d)?")
 _SPARK_UNITS: Final = {
     "us": 1e-6,
     "ms": 0.001,
@@ -95,10 +95,11 @@ def duration_seconds(text: str) -> float:
     as Spark reads ``"15M"``: minutes).
     """
     text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
+    if text.isascii():  # (float() reads other scripts' digits too: "٣٠")
+        try:
+            return float(text)
+        except ValueError:
+            pass
     try:
         return library_duration(text).total_seconds()
     except (InvalidOptionError, OverflowError):
