@@ -637,12 +637,14 @@ class PullDriver:
         self._settle()
         engine = self.engine
         buffer = self._buffer
-        limit = self._limit
+        # Plus what pulls written off may still deliver: asked for, so never dropped.
+        late, late_bytes = engine.written_off(self._now())
+        limit = self._limit + late
+        byte_limit = self._byte_limit + late_bytes if self._byte_limit else 0
         dropped = 0
         cmds: Commands = ()
         if self._byte_mode or self._pinned:
             # Messages only (no runs); sizes count in byte mode.
-            byte_limit = self._byte_limit
             while buffer and (
                 engine.buffered_messages > limit
                 or (byte_limit and engine.buffered_bytes > byte_limit)
@@ -669,7 +671,7 @@ class PullDriver:
                 InvalidResponseError(
                     f"more messages arrived than were pulled for: the buffer holds its "
                     f"limit of {limit:,} messages"
-                    + (f" ({self._byte_limit:,} bytes)" if self._byte_mode else "")
+                    + (f" ({byte_limit:,} bytes)" if self._byte_mode else "")
                     + " and newer ones are dropped (another client publishing to the pull's "
                     "inbox, or a server delivering more than asked); messages that want "
                     "acks are redelivered after ack_wait"

@@ -58,6 +58,7 @@ Invariants (checked by the hypothesis state machine in
 from __future__ import annotations
 
 import enum
+from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
@@ -198,6 +199,8 @@ class Finish:
 
 #: The most distinct warnings a run reports (each once; see ``_warning_key``).
 MAX_WARNINGS: Final = 16
+#: Write-offs remembered for written_off() (a reconnect storm adds one each; they expire).
+WRITTEN_OFF_KEPT: Final = 1024
 
 
 def _warning_key(kind: StatusKind, error: JetStreamError) -> tuple[StatusKind, int, str]:
@@ -260,6 +263,7 @@ class PullEngine:
         "_timer_at",
         "_wait_for_empty",
         "_warned",
+        "_written_off",
         "buffered_bytes",
         "buffered_messages",
         "deadline",
@@ -293,6 +297,9 @@ class PullEngine:
         self.delivered_bytes = 0
         self.released = 0
         self.unsolicited = 0
+        # Pulls written off (a reconnect, a 503, a missed heartbeat) that the server
+        # may still serve: (until when, messages, bytes); see written_off().
+        self._written_off: deque[tuple[float, int, int]] = deque(maxlen=WRITTEN_OFF_KEPT)
         self.pulls = 0
         self.deadline: float | None = None  # single mode: when the fetch gives up
         #: Single mode: when the fetch ends whatever happens (its consumer look-up included).
@@ -402,9 +409,28 @@ class PullEngine:
         self._silent_ticks = 0
         self._tick_at = now + hb / TICKS_PER_HEARTBEAT if hb > 0 else None
 
+    def _write_off(self, now: float) -> None:
+        """Release the outstanding pulls, which the server may still serve until they expire."""
+        if self.outstanding_messages:
+            until = now + self.settings.expires + max(FETCH_GRACE, self.settings.heartbeat)
+            self._written_off.append((until, self.outstanding_messages, self.outstanding_bytes))
+        self._release_all()
+
+    def written_off(self, now: float) -> tuple[int, int]:
+        """Messages and bytes that pulls written off may still deliver (not expired yet).
+
+        A pull written off (after a reconnect, a 503 or a missed heartbeat) stays
+        on the server until it expires, and the reconnected client takes its
+        messages (the inbox is the same): they arrive unasked, legitimately.
+        """
+        kept = self._written_off
+        while kept and kept[0][0] <= now:
+            kept.popleft()
+        return sum(k[1] for k in kept), sum(k[2] for k in kept)
+
     def _request_check(self, now: float, reason: JetStreamError | None) -> Commands:
         """Stop pulling until a consumer check answers."""
-        self._release_all()
+        self._write_off(now)
         self._check_reason = reason
         self._pull_at = None
         if self.phase is Phase.CHECKING and (self._check_wanted or self._check_after):
@@ -725,7 +751,7 @@ class PullEngine:
         """The connection dropped: pause the heartbeat timer, write off outstanding pulls."""
         if self.phase is Phase.DONE:
             return _NONE
-        self._release_all()
+        self._write_off(now)
         if self.settings.single:
             return self._finish(DisconnectedError("disconnected while fetching"))
         if self.phase is Phase.DRAINING:

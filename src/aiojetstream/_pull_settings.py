@@ -80,11 +80,11 @@ def buffer_limits(settings: PullSettings) -> tuple[int, int]:
     those still delivered for pulls written off (after a reconnect, a
     missed heartbeat, a 503 or ``stop(drain=True)``: each adds at most one
     maximum's worth), a server delivering more than asked, or another client
-    of the account publishing to the pull's inbox. Legitimate ones stay
-    within twice the maximum, or three times after two write-offs within one
-    ``expires``; beyond ``BUFFER_LIMIT_FACTOR`` times it the driver drops the
-    newest arrivals (and reports it), so memory stays proportional to what
-    the caller allowed.
+    of the account publishing to the pull's inbox. Beyond
+    ``BUFFER_LIMIT_FACTOR`` times the maximum, plus what the pulls written off
+    may still deliver until they expire (``PullEngine.written_off``: asked
+    for, so never dropped), the driver drops the newest arrivals (and reports
+    it), so memory stays proportional to what the caller allowed.
     """
     return (
         BUFFER_LIMIT_FACTOR * settings.max_messages,

@@ -117,6 +117,17 @@ async def test_a_malformed_info_is_a_connection_failure(case: str) -> None:
         await wait_until(lambda: fake.closed == fake.opened, 5)
 
 
+async def test_without_reconnects_the_socket_of_a_failed_connect_is_closed() -> None:
+    """With ``allow_reconnect=False`` nats-py re-raised without closing the socket."""
+    async with fake_server(CASES["a JSON array"]) as fake:
+        with pytest.raises(ConnectionFailedError, match="the server sent an invalid INFO"):
+            await asyncio.wait_for(
+                aiojetstream.connect(fake.url, connect_timeout=2, allow_reconnect=False), 20
+            )
+        assert fake.opened == 1
+        await wait_until(lambda: fake.closed == fake.opened, 5)
+
+
 async def test_an_over_long_err_line_while_connecting_is_a_connection_failure() -> None:
     async with fake_server(_info(), after_connect=b"-ERR '" + b"x" * 2_000_000 + b"'\r\n") as fake:
         with pytest.raises(ConnectionFailedError, match="over-long line") as err:

@@ -410,3 +410,47 @@ async def test_legitimate_unpulled_messages_stay_below_the_limit() -> None:
         assert not errors
     finally:
         await driver.aclose()
+
+
+@pytest.mark.parametrize("mode", ["batched", "lazy", "plain", "headers", "bytes"])
+async def test_many_write_offs_drop_nothing_they_asked_for(mode: str) -> None:
+    """Each reconnect writes the outstanding pull off, and the server keeps it until it
+    expires: after five, six pulls' worth arrive, all asked for. A fixed 4x limit
+    dropped the newest of them (lost for good on an AckNone consumer) and reported a
+    flood. The limit counts what written-off pulls may still deliver."""
+    now = asyncio.get_running_loop().time() + 1000.0
+    driver, nc, errors = _flood_driver(mode, now)
+    frame = _with_header if mode == "headers" else _msg
+    try:
+        for _ in range(5):
+            driver.on_disconnected()
+            driver.on_reconnected()
+            assert driver._check_task is not None
+            await driver._check_task  # the consumer exists: a new pull
+        late, late_bytes = driver.engine.written_off(driver._now())
+        if mode == "bytes":
+            assert late_bytes == 5 * 2000
+        else:
+            assert late == 5 * 10
+        count = 60 if mode != "bytes" else 0
+        if mode == "bytes":
+            # pulls of up to 2,000 bytes: as many messages as six pulls hold
+            one = len(frame(1))
+            count = 6 * (2000 // one)
+        await nc._ps.parse(b"".join(frame(seq) for seq in range(1, count + 1)))
+        driver._settle()
+        assert driver.dropped == 0
+        assert driver.buffered == count
+        assert not errors
+    finally:
+        await driver.aclose()
+
+
+def test_written_off_pulls_expire() -> None:
+    settings_ = resolve_consume(max_messages=10, expires=30)
+    engine = PullEngine(settings_)
+    engine.start(0.0)
+    engine.on_disconnected(1.0)
+    assert engine.written_off(2.0) == (10, engine.written_off(2.0)[1])
+    # gone once the written-off pull has expired on the server too
+    assert engine.written_off(1.0 + 30 + max(1.0, settings_.heartbeat) + 0.001)[0] == 0

@@ -26,6 +26,7 @@ from .._redact import connection_secrets, mentions, redact_servers, scrub
 from ._nats import (
     InvalidServerInfo,
     NatsClient,
+    abort_transport,
     bound_internal_close,
     drop_unsent_on_reconnect,
     guard_connect_init,
@@ -177,6 +178,10 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
             raise
     finally:
         connect_errors.append(_CONNECTED)  # the callback only forwards from now on
+        if not nc.is_connected:
+            # nats-py leaves the socket of a failed attempt open when it does not
+            # reconnect (allow_reconnect=False): an invalid INFO, say.
+            abort_transport(nc)
     if failure is not None:
         # Raised here, outside the except clause: no __context__ either.
         raise screened(failure, secrets)
