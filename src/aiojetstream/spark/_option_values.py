@@ -9,6 +9,7 @@ spelling, and raises :class:`~aiojetstream.InvalidOptionError` naming it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -95,15 +96,12 @@ def duration_seconds(text: str) -> float:
     as Spark reads ``"15M"``: minutes).
     """
     text = text.strip()
+    # Each form in turn: what one does not read, the next may.
     if text.isascii():  # (float() reads other scripts' digits too: "٣٠")
-        try:
+        with contextlib.suppress(ValueError):
             return float(text)
-        except ValueError:
-            pass
-    try:
+    with contextlib.suppress(InvalidOptionError, OverflowError):
         return library_duration(text).total_seconds()
-    except (InvalidOptionError, OverflowError):
-        pass
     match = _SPARK_DURATION_RE.fullmatch(text.lower())
     if match is None:
         return math.nan
