@@ -287,6 +287,17 @@ def parse(model: type[M], data: dict[str, Any]) -> M:
         raise InvalidResponseError(f"unexpected {model.__name__} from the server: {exc}") from exc
 
 
+def _item_name(item: object) -> object:
+    """The name of a list page's item: a name, or a stream / consumer info's."""
+    if isinstance(item, dict):
+        config = item.get("config")
+        name = item.get("name")
+        if name is None and isinstance(config, dict):
+            name = config.get("name")
+        return name
+    return item
+
+
 async def paged(
     api: ApiClient,
     template: str,
@@ -301,7 +312,8 @@ async def paged(
     ``total`` items were seen or a page comes back empty. In a cluster a page
     leaves out the entries whose leaders did not answer in time (its
     ``missing``) but counts them: the next page starts after them (else it
-    repeated entries), and they are logged as a warning. A page the same as
+    repeated entries), and they are logged as a warning. A stream whose peers
+    are all offline is in both (its config only) and counted once. A page the same as
     the one before is :class:`InvalidResponseError` (no end otherwise).
     """
     offset = 0
@@ -339,7 +351,10 @@ async def paged(
                 len(missing),
                 ", ".join(map(str, missing)),
             )
-        offset += len(items) + len(missing)
+        # A stream whose peers are all offline is in both (its config, by hand):
+        # counted once, or the next page would start past an entry.
+        listed = {_item_name(item) for item in items} if missing else set()
+        offset += len(items) + sum(1 for name in missing if name not in listed)
         total = reply_int(reply.get("total", 0), "list 'total'")
         if not (items or missing) or offset >= total:
             return

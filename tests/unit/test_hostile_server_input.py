@@ -18,6 +18,7 @@ import pytest
 
 from aiojetstream import InvalidOptionError, InvalidResponseError, NotJetStreamMessageError
 from aiojetstream._api import (
+    STREAM_LIST,
     STREAM_NAMES,
     ApiClient,
     check_reply,
@@ -254,6 +255,37 @@ async def test_list_pages_of_names_and_infos_read() -> None:
     ]
     items = [item async for item in paged(_Answers(replies), STREAM_NAMES, "streams", {}, None)]
     assert items == ["A", {"config": {"name": "B"}}, "C"]
+
+
+class _ClusterPages(ApiClient):
+    """A stream list as a clustered nats-server pages it (2 a page here): a stream whose
+    peers are all offline is in the page's ``streams`` and in its ``missing`` too."""
+
+    __slots__ = ("names", "offline")
+
+    def __init__(self, names: list[str], offline: set[str]) -> None:
+        super().__init__(None, "$JS.API", 1.0)  # type: ignore[arg-type]
+        self.names = names
+        self.offline = offline
+
+    async def call(self, template: str, body: Any = None, **parts: Any) -> dict[str, Any]:
+        offset = body["offset"]
+        page = self.names[offset : offset + 2]
+        return {
+            "total": len(self.names),
+            "offset": offset,
+            "streams": [{"config": {"name": n}} for n in page],
+            "missing": [n for n in page if n in self.offline],
+        }
+
+
+async def test_a_stream_both_listed_and_missing_is_counted_once() -> None:
+    """nats-server (jsClusteredStreamListRequest) puts a stream whose peers are all
+    offline in a page's items and in its ``missing``: counting both moved the next
+    page past a stream, which the listing left out without a word."""
+    api = _ClusterPages(["A", "B", "C", "D", "E"], offline={"B"})
+    items = [item async for item in paged(api, STREAM_LIST, "streams", {}, None)]
+    assert [i["config"]["name"] for i in items] == ["A", "B", "C", "D", "E"]
 
 
 @pytest.mark.parametrize("level", ["x", None, 1e999, 1.5, -1, True, 2**64])
