@@ -207,14 +207,7 @@ class KVReader(DataSourceReader):
         opts = self.opts
         session = shared_session(opts.connect)  # the worker process's connection
         try:
-            kv = session.run(
-                _retried(
-                    session,
-                    opts,
-                    lambda: _bucket(session.js, opts),
-                    f"looking up bucket {opts.bucket!r}",
-                )
-            )
+            kv = session.run(_looked_up(session, opts))
             # A bucket created again since the read was planned fails the task.
             created = partition.created if isinstance(partition, KVPartition) else None
             snapshot = _Snapshot(kv, opts.retry_timeout, session.refusals, created)
@@ -242,6 +235,13 @@ def _retried(
 ) -> Awaitable[T]:
     """``work()`` retried through a leader election within ``retryTimeout``."""
     return retrying(work, opts.retry_timeout, what, refusals=session.refusals)
+
+
+def _looked_up(session: Session, opts: KVOptions) -> Awaitable[KeyValue]:
+    """The bucket's handle, its look-up retried through a leader election (a task's)."""
+    return _retried(
+        session, opts, lambda: _bucket(session.js, opts), f"looking up bucket {opts.bucket!r}"
+    )
 
 
 class _Snapshot:
@@ -408,14 +408,7 @@ class KVWriter(BatchWriterBase):
         result = WriteResult()
         session = shared_session(opts.connect)  # the worker process's connection
         try:
-            kv = session.run(
-                _retried(
-                    session,
-                    opts,
-                    lambda: _bucket(session.js, opts),
-                    f"looking up bucket {opts.bucket!r}",
-                )
-            )
+            kv = session.run(_looked_up(session, opts))
             batches = record_batches(iterator, self.schema)
             for batch in counted(batches, opts.connect.telemetry, "write", _FORMAT, opts.bucket):
                 # A put that fails in a leader election fails the task: Spark retries it.
