@@ -113,6 +113,7 @@ async def test_a_malformed_info_is_a_connection_failure(case: str) -> None:
             await asyncio.wait_for(aiojetstream.connect(fake.url, connect_timeout=2), 20)
         assert SECRET not in str(err.value)
         assert fake.opened == 2  # tried twice, as for any failed attempt
+        assert "(tried twice)" in str(err.value)
         # every attempt's socket was closed by the client
         await wait_until(lambda: fake.closed == fake.opened, 5)
 
@@ -120,11 +121,12 @@ async def test_a_malformed_info_is_a_connection_failure(case: str) -> None:
 async def test_without_reconnects_the_socket_of_a_failed_connect_is_closed() -> None:
     """With ``allow_reconnect=False`` nats-py re-raised without closing the socket."""
     async with fake_server(CASES["a JSON array"]) as fake:
-        with pytest.raises(ConnectionFailedError, match="the server sent an invalid INFO"):
+        with pytest.raises(ConnectionFailedError, match="the server sent an invalid INFO") as err:
             await asyncio.wait_for(
                 aiojetstream.connect(fake.url, connect_timeout=2, allow_reconnect=False), 20
             )
         assert fake.opened == 1
+        assert "(tried once)" in str(err.value)  # it said "tried twice"
         await wait_until(lambda: fake.closed == fake.opened, 5)
 
 

@@ -53,6 +53,7 @@ import aiojetstream
 from aiojetstream import (
     AuthorizationError,
     ConnectionClosedError,
+    ConnectionFailedError,
     ConsumerConfig,
     Counter,
     InvalidHeaderError,
@@ -1571,6 +1572,104 @@ async def test_a_malformed_creds_file_fails_at_once(auth: str, tmp_path: Path) -
         assert seed[:20] not in text
     # The control: a good file, on the JWT server (the nkey server knows no such user).
     assert results[-1][1] == (None if auth == "jwt" else "AuthorizationError"), results[-1]
+
+
+#: Connects with a good .creds file, then replaces it with one without a JWT line and
+#: restarts the server: the reconnects must fail (reported), not spin in the event loop;
+#: with the good file back the client reconnects. Prints one JSON line.
+_CREDS_GONE_BAD = """
+import asyncio, json, sys
+import aiojetstream
+from aiojetstream.testing import NatsServer
+
+async def main():
+    config, path, bad = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+    good = open(path).read()
+    errors, reconnected = [], asyncio.Event()
+    refused = asyncio.Event()
+
+    async def error_cb(exc):
+        errors.append(str(exc))
+        if ".creds file" in str(exc):
+            refused.set()
+
+    async def reconnected_cb():
+        reconnected.set()
+
+    async with NatsServer(config=config) as server:
+        js = await aiojetstream.connect(
+            server.url, user_credentials=path, error_cb=error_cb,
+            reconnected_cb=reconnected_cb, reconnect_time_wait=0.2,
+        )
+        open(path, "w").write(bad)
+        await server.restart()
+        await asyncio.wait_for(refused.wait(), 30)
+        open(path, "w").write(good)
+        await asyncio.wait_for(reconnected.wait(), 30)
+        await js.create_stream(aiojetstream.StreamConfig(name="GONEBAD", subjects=["gonebad"]))
+        seq = (await js.publish("gonebad", b"x")).seq
+        await js.close()
+    print(json.dumps({"errors": errors, "seq": seq}), flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_creds_file_gone_bad_fails_the_reconnect_without_hanging(tmp_path: Path) -> None:
+    """nats-py re-reads ``user_credentials`` on every reconnect, in the event loop.
+
+    A file replaced by one without a JWT line while connected made the next
+    reconnect spin for ever (the whole event loop stuck at 100 % CPU). Each
+    attempt now reads the file first: it fails, saying why (to ``error_cb``),
+    and the client reconnects once the file is good again. In a subprocess
+    with a bound, so that a regression fails here rather than hanging the run.
+    """
+    operator = Operator(tmp_path)
+    path = operator.user_creds("alice")
+    seed = path.read_text().split("*" * 25)[-1]
+    bad = "".join(line + "\n" for line in path.read_text().splitlines() if "JWT" not in line)
+    run = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-c",
+            _CREDS_GONE_BAD,
+            json.dumps(operator.server_config()),
+            str(path),
+            bad,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=_CREDS_BOUND,
+        env={**os.environ, "PYTHONPATH": str(Path(aiojetstream.__file__).parents[1])},
+    )
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["seq"] == 1
+    gone_bad = [e for e in result["errors"] if ".creds file" in e]
+    assert gone_bad, result["errors"]
+    assert f".creds file {str(path)!r}: it has no" in gone_bad[0]
+    assert all(seed.strip()[:20] not in e for e in result["errors"])
+
+
+async def test_a_signing_callback_that_raises_is_named_not_taken_for_a_bad_info(
+    tmp_path: Path,
+) -> None:
+    """A ``signature_cb`` raising ``TypeError`` was reported as "an invalid INFO"."""
+
+    def signature_cb(nonce: str) -> bytes:
+        raise TypeError("the signer is broken")
+
+    operator = Operator(tmp_path)
+    async with NatsServer(config=operator.server_config()) as server:
+        with pytest.raises(ConnectionFailedError) as failed:
+            await aiojetstream.connect(
+                server.url, signature_cb=signature_cb, user_jwt_cb=lambda: b"x.y.z"
+            )
+    text = str(failed.value)
+    assert "the signature_cb given failed (TypeError: the signer is broken)" in text
+    assert "INFO" not in text
+    assert "(tried twice)" in text
 
 
 # --------------------------------------------------------------------------- docs/security.md

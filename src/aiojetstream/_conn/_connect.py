@@ -8,7 +8,9 @@ not raised into nats-py.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import ssl
 import weakref
 from collections.abc import Awaitable, Callable
@@ -24,7 +26,7 @@ from .._errors import (
 )
 from .._redact import connection_secrets, mentions, redact_servers, scrub
 from ._nats import (
-    InvalidServerInfo,
+    FailedAttempt,
     NatsClient,
     abort_transport,
     bound_internal_close,
@@ -135,7 +137,14 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     tls_refusals: list[str] = []
     if wants_tls:
         guard_tls(nc, tls_refusals, every_server=tls_everywhere)
-    guard_connect_init(nc)  # a malformed INFO is a failed attempt (InvalidServerInfo)
+    # A malformed INFO, a signing callback that raises, a .creds file gone bad on a
+    # reconnect: each a failed attempt (FailedAttempt), not a crash or a hang.
+    recheck = None
+    if isinstance(options.get("user_credentials"), str | os.PathLike):
+        recheck = functools.partial(
+            check_credentials, {"user_credentials": options["user_credentials"]}
+        )
+    guard_connect_init(nc, recheck)
     next_server: NextServer | None = None
     if options.get("reconnect_to_server_handler") is None:
         next_server = options["reconnect_to_server_handler"] = NextServer()
@@ -231,22 +240,32 @@ def _connect_failure(
     if _is_invalid_url(exc):
         hint = f" ({_URL_HINT})" if "***@" in shown else ""
         return InvalidOptionError(f"invalid server URL in {shown}{hint}")
-    if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError | InvalidServerInfo):
+    if isinstance(exc, OSError | TimeoutError | nats_errors.NoServersError | FailedAttempt):
         # Why the attempts failed (refused, unknown host...), each reason once,
         # rather than nats-py's closing "no servers available".
-        reasons = list(
-            dict.fromkeys(
-                _reason(e) for e in connect_errors if not isinstance(e, nats_errors.NoServersError)
-            )
-        )
+        attempts = [e for e in connect_errors if not isinstance(e, nats_errors.NoServersError)]
+        reasons = list(dict.fromkeys(_reason(e) for e in attempts))
         if not reasons:
             reasons = [_reason(last or exc)]
         servers = tuple(u.strip() for u in shown.split(","))
-        tried = "tried twice" if len(servers) == 1 else "each tried twice"
+        tried = _tried(len(attempts) or 1, len(servers))
         return ConnectionFailedError(
             f"could not connect to {shown} ({tried}): {'; '.join(reasons)}", servers
         )
     return None
+
+
+def _tried(attempts: int, servers: int) -> str:
+    """How often the servers were tried, in words (nats-py reports each failed attempt).
+
+    Twice each, unless an attempt that reached a server failed with reconnects
+    off (``allow_reconnect=False``: nats-py gives up after it).
+    """
+    if servers == 1:
+        return {1: "tried once", 2: "tried twice"}.get(attempts, f"tried {attempts} times")
+    if attempts == 2 * servers:
+        return "each tried twice"
+    return "1 attempt" if attempts == 1 else f"{attempts} attempts"
 
 
 def _reason(exc: BaseException) -> str:

@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FAST_PATH_ATTRIBUTES",
     "MAX_PAYLOAD_LIMIT",
+    "CredentialsFailed",
+    "FailedAttempt",
     "InvalidServerInfo",
     "NatsClient",
     "NatsMsg",
@@ -231,8 +233,8 @@ def guard_process_info(
 MAX_PAYLOAD_LIMIT: Final = 2**31 - 1
 
 
-class InvalidServerInfo(nats_errors.Error):
-    """A server's INFO, or a line it sent while connecting, that can not be taken.
+class FailedAttempt(nats_errors.Error):
+    """A connection attempt that failed for a reason said in words.
 
     A ``nats.errors.Error``: nats-py's connect and reconnect loops take it as a
     failed attempt (the connection is closed, the next server tried).
@@ -242,7 +244,53 @@ class InvalidServerInfo(nats_errors.Error):
         return str(self.args[0]) if self.args else super().__str__()
 
 
-def guard_connect_init(nc: NatsClient) -> None:
+class InvalidServerInfo(FailedAttempt):
+    """A server's INFO, or a line it sent while connecting, that can not be taken."""
+
+
+class CredentialsFailed(FailedAttempt):
+    """A ``signature_cb`` / ``user_jwt_cb`` that raised, or a .creds file gone bad."""
+
+
+def _guard_auth_callbacks(nc: NatsClient, recheck: Callable[[], None] | None) -> None:
+    """Wrap nats-py's signing callbacks (once): what they raise fails the attempt.
+
+    They run inside ``_process_connect_init``, on every attempt, reconnects
+    included. A callback the user gave is named in the error; nats-py's own
+    (``user_credentials``) re-read the .creds file each time, so ``recheck``
+    (:func:`~.._creds.check_credentials`) reads it first: a file replaced by
+    a malformed one while connected made nats-py's reader spin for ever in the
+    event loop on the next reconnect.
+    """
+    for attr, name in (("_signature_cb", "signature_cb"), ("_user_jwt_cb", "user_jwt_cb")):
+        callback = getattr(nc, attr)
+        if callback is None or getattr(callback, "_aiojetstream_guarded", False):
+            continue
+        setattr(nc, attr, _guarded_auth(callback, name, recheck))
+
+
+def _guarded_auth(
+    callback: Callable[..., Any], name: str, recheck: Callable[[], None] | None
+) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
+        if recheck is not None:
+            try:
+                recheck()
+            except ValueError as exc:  # InvalidOptionError: never quotes the file
+                raise CredentialsFailed(str(exc)) from None
+        try:
+            return callback(*args)
+        except Exception as exc:
+            what = "reading the credentials" if recheck is not None else f"the {name} given"
+            raise CredentialsFailed(
+                f"{what} failed ({type(exc).__name__}: {str(exc)[:100]})"
+            ) from exc
+
+    call._aiojetstream_guarded = True  # type: ignore[attr-defined]
+    return call
+
+
+def guard_connect_init(nc: NatsClient, recheck: Callable[[], None] | None = None) -> None:
     """Make a malformed INFO (or line) while connecting a failed attempt, not a crash.
 
     nats-py's ``_process_connect_init`` raised a bare ``AttributeError`` for an
@@ -253,12 +301,15 @@ def guard_connect_init(nc: NatsClient) -> None:
     (``"abc"``, null, ``-1``, ``1.5``, ``10**400``) was taken, and every
     publish then raised a ``TypeError`` or misjudged the limit. Each is now
     :class:`InvalidServerInfo`, raised before CONNECT is sent for the INFO's
-    fields.
+    fields. A signing callback that raises fails the attempt with
+    :class:`CredentialsFailed` (see :func:`_guard_auth_callbacks`; ``recheck``
+    re-reads a ``user_credentials`` file first).
     """
     original_init = nc._process_connect_init
     original_info = nc._process_info
 
     async def connect_init() -> None:
+        _guard_auth_callbacks(nc, recheck)
         try:
             await original_init()
         except OSError:
