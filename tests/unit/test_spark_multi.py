@@ -379,7 +379,7 @@ def test_duration_options_read_the_library_syntax_and_sparks(text: str, seconds:
 
 @pytest.mark.parametrize(
     "text",
-    ["5 minutes", "1h30", "soon", "0", "-5s", "1y", "nan", "inf", "٣٠", "1" * 5000 + "s"],
+    ["5 minutes", "1h30", "soon", "0", "-5s", "1y", "nan", "inf", "٣٠", "1_000", "1" * 5000 + "s"],
 )
 def test_duration_options_refuse_what_is_no_duration(text: str) -> None:
     for option in ("maxTriggerDelay", "inactiveThreshold", "retryTimeout", "timeout"):

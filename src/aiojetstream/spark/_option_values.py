@@ -97,7 +97,9 @@ def duration_seconds(text: str) -> float:
     """
     text = text.strip()
     # Each form in turn: what one does not read, the next may.
-    if text.isascii():  # (float() reads other scripts' digits too: "٣٠")
+    # (float() reads other scripts' digits too, "٣٠", and "1_000": neither a duration
+    # nor what Spark takes)
+    if text.isascii() and "_" not in text:
         with contextlib.suppress(ValueError):
             return float(text)
     with contextlib.suppress(InvalidOptionError, OverflowError):
