@@ -35,13 +35,15 @@ from aiojetstream import (
     KeyValueConfig,
     RawStreamMessage,
     StreamConfig,
+    StreamSource,
+    SubjectTransformConfig,
 )
 from aiojetstream.spark import DataLossError, JetStreamSparkWarning
 from aiojetstream.spark._kv import _BATCH_ROWS, KVReader, _Snapshot
 from aiojetstream.spark._options import parse_kv_options, parse_sink_options
 from aiojetstream.spark._write import StreamWriter, check_sink_schema, record_batches
 from aiojetstream.testing import NatsServer
-from helpers import unique_name
+from helpers import unique_name, wait_until
 from spark.spark_helpers import Nats
 
 #: Two and a half Arrow batches; the watch prefetches about 1,000 values, so
@@ -305,3 +307,29 @@ def test_kv_read_task_of_a_bucket_created_again_since_planning_fails(nats: Nats)
     nats.run(kv.put("k", b"new"))
     with pytest.raises(DataLossError, match="was deleted and created again"):
         list(reader.read(partition))
+
+
+def test_kv_read_of_a_mirror_with_subject_transforms_reads_its_renamed_keys(nats: Nats) -> None:
+    """The snapshot reads the subjects the mirror holds (``$KV.<mirror>.``), as the handle does."""
+    origin = unique_name("KVO")
+    name = unique_name("KVM")
+    rename = SubjectTransformConfig(src=f"$KV.{origin}.>", dest=f"$KV.{name}.>")
+
+    async def create(js: JetStreamContext) -> Any:
+        kv = await js.create_key_value(KeyValueConfig(bucket=origin))
+        await kv.put("k", b"v")
+        mirror = StreamSource(name=origin, subject_transforms=[rename])
+        return await js.create_key_value(KeyValueConfig(bucket=name, mirror=mirror))
+
+    kv = nats.run(create)
+
+    async def mirrored() -> bool:
+        return (await kv.status()).values == 1
+
+    nats.run(wait_until(mirrored))
+    snapshot = _Snapshot(kv)
+    nats.run(snapshot.start())
+    entries: list[RawStreamMessage] = []
+    while not snapshot.ended:
+        entries += nats.run(snapshot.next_entries())
+    assert [(m.subject, m.data) for m in entries] == [(f"$KV.{name}.k", b"v")]

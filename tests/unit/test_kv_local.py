@@ -121,3 +121,61 @@ async def test_one_shot_reads_time_out_without_progress(monkeypatch: pytest.Monk
         await asyncio.wait_for(reader.next(), STEP)
     await reader.aclose()
     assert silent.closed.is_set()
+
+
+def _mirror_of(name: str, *transforms: tuple[str | None, str], api: str | None = None) -> Any:
+    from aiojetstream import StreamSource, SubjectTransformConfig
+    from aiojetstream._models.stream import ExternalStream
+
+    return StreamSource(
+        name=name,
+        subject_transforms=[SubjectTransformConfig(src=s, dest=d) for s, d in transforms] or None,
+        external=None if api is None else ExternalStream(api=api),
+    )
+
+
+def test_namespaces_of_buckets_and_mirrors() -> None:
+    """Where a handle reads (``$KV.<read>.``) and writes (``[<api>.]$KV.<write>.``)."""
+    from aiojetstream import StreamConfig
+    from aiojetstream._kv.keys import kv_namespaces
+
+    def cfg(name: str, mirror: Any = None) -> StreamConfig:
+        return StreamConfig(name=name, mirror=mirror)
+
+    assert kv_namespaces([cfg("KV_b")]) == ("b", "b", None)
+    assert kv_namespaces([cfg("KV_m", _mirror_of("KV_b"))]) == ("b", "b", None)
+    xdomain = _mirror_of("KV_b", api="$JS.hub.API.")
+    assert kv_namespaces([cfg("KV_m", xdomain)]) == ("b", "b", "$JS.hub.API")
+    renamed = _mirror_of("KV_b", ("$KV.b.>", "$KV.m.>"))
+    assert kv_namespaces([cfg("KV_m", renamed)]) == ("m", "b", None)
+    # A mirror of a mirror: the first origin's namespace, through every rename.
+    chain = [cfg("KV_r2", _mirror_of("KV_r1")), cfg("KV_r1", _mirror_of("KV_b")), cfg("KV_b")]
+    assert kv_namespaces(chain) == ("b", "b", None)
+    chain = [cfg("KV_r2", _mirror_of("KV_m")), cfg("KV_m", renamed), cfg("KV_b")]
+    assert kv_namespaces(chain) == ("m", "b", None)
+    chain = [cfg("KV_r2", _mirror_of("KV_r1")), cfg("KV_r1", xdomain)]
+    assert kv_namespaces(chain) == ("b", "b", "$JS.hub.API")
+
+
+def test_mirror_transforms_that_are_no_rename_are_refused() -> None:
+    from aiojetstream import KeyValueError
+    from aiojetstream._kv.keys import mirrored_namespace
+
+    assert mirrored_namespace(_mirror_of("KV_b"), "b") == "b"
+    for ok in (
+        [("$KV.b.>", "$KV.m.>")],
+        [("$KV.*.>", "$KV.m.>")],
+        [("$KV.b.a.>", "$KV.m.a.>"), ("$KV.b.c.*", "$KV.m.c.*")],
+    ):
+        assert mirrored_namespace(_mirror_of("KV_b", *ok), "b") == "m"
+    for bad in (
+        [(None, "$KV.m.>")],  # every subject: $KV.m.$KV.b.<key>
+        [(">", "$KV.m.>")],
+        [("$KV.b.>", "x.m.>")],
+        [("$KV.b.>", "$KV.m.x.>")],
+        [("$KV.b.*.>", "$KV.m.{{wildcard(1)}}.>")],
+        [("$KV.b.>", "$KV.*.>")],
+        [("$KV.b.a.>", "$KV.m.a.>"), ("$KV.b.c.>", "$KV.n.c.>")],  # two names
+    ):
+        with pytest.raises(KeyValueError, match="could not be read"):
+            mirrored_namespace(_mirror_of("KV_b", *bad), "b")

@@ -16,6 +16,7 @@ from .._errors import (
     FeatureNotSupportedError,
     InvalidOptionError,
     InvalidStreamConfigError,
+    JetStreamError,
     KeyValueError,
     StreamNotFoundError,
 )
@@ -31,8 +32,16 @@ from .._models.kv import (
     validate_bucket_name,
 )
 from .._stream import Stream
-from .handle import KeyValue
-from .keys import MARKERS_API_LEVEL, MAX_DUPLICATE_WINDOW, STREAM_PREFIX, bucket_of, stream_of
+from .handle import BUCKET_CHECK_TIMEOUT, KeyValue
+from .keys import (
+    MARKERS_API_LEVEL,
+    MAX_DUPLICATE_WINDOW,
+    MAX_MIRROR_DEPTH,
+    STREAM_PREFIX,
+    bucket_of,
+    mirrored_namespace,
+    stream_of,
+)
 
 if TYPE_CHECKING:
     from .._store_context import StoreContext
@@ -107,6 +116,8 @@ def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
         fields["allow_msg_ttl"] = True
         fields["subject_delete_marker_ttl"] = config.limit_marker_ttl
     if config.mirror is not None:
+        # Transforms that hide the keys: refused before anything is sent (KeyValueError).
+        mirrored_namespace(config.mirror, bucket_of(config.mirror.name))
         fields["mirror"] = config.mirror.model_copy(update={"name": stream_of(config.mirror.name)})
         fields["mirror_direct"] = True
     else:
@@ -141,6 +152,34 @@ def _for_update(existing: StreamConfig, config: KeyValueConfig, scfg: StreamConf
     return scfg
 
 
+async def _handle(js: StoreContext, stream: Stream, timeout: float | None) -> KeyValue:
+    """The handle on a bucket's stream, a mirror's followed to the stream that holds the keys.
+
+    A mirror of a mirror (in the same account and domain) holds the subjects of
+    the first origin that is no mirror (``$KV.<origin>.<key>``), and writes go
+    there: each origin is looked up, at most ``MAX_MIRROR_DEPTH`` of them, each
+    within ``BUCKET_CHECK_TIMEOUT`` seconds. A look-up that fails (the origin is
+    missing, not visible to this user, or did not answer) stops there: the
+    mirror's name is taken as the origin's, as for a cross-domain mirror.
+    """
+    origins: list[StreamConfig] = []
+    config = stream.cached_info.config
+    seen = {config.name}
+    wait = min(js.timeout if timeout is None else timeout, BUCKET_CHECK_TIMEOUT)
+    while len(origins) < MAX_MIRROR_DEPTH:
+        mirror = config.mirror
+        if mirror is None or mirror.external is not None or mirror.name in seen:
+            break
+        try:
+            origin = await js.stream(mirror.name, timeout=wait)
+        except JetStreamError:
+            break
+        config = origin.cached_info.config
+        seen.add(config.name)
+        origins.append(config)
+    return KeyValue(js, stream, origins=origins)
+
+
 async def _existing(js: StoreContext, bucket: str, timeout: float | None) -> Stream | None:
     try:
         return await js.stream(STREAM_PREFIX + bucket, timeout=timeout)
@@ -154,7 +193,7 @@ async def create_key_value(
     """Create a bucket (see :meth:`JetStreamContext.create_key_value`)."""
     scfg = await _prepare(js, config, timeout)
     stream = await js.create_stream(scfg, timeout=timeout)
-    return KeyValue(js, stream)
+    return await _handle(js, stream, timeout)
 
 
 async def update_key_value(
@@ -170,7 +209,7 @@ async def update_key_value(
         stream = await js.update_stream(scfg, timeout=timeout)
     except StreamNotFoundError as exc:
         raise BucketNotFoundError(f"bucket {config.bucket!r} not found", config.bucket) from exc
-    return KeyValue(js, stream)
+    return await _handle(js, stream, timeout)
 
 
 async def create_or_update_key_value(
@@ -180,9 +219,9 @@ async def create_or_update_key_value(
     scfg = await _prepare(js, config, timeout)
     current = await _existing(js, config.bucket, timeout)
     if current is None:
-        return KeyValue(js, await js.create_stream(scfg, timeout=timeout))
+        return await _handle(js, await js.create_stream(scfg, timeout=timeout), timeout)
     scfg = _for_update(current.cached_info.config, config, scfg)
-    return KeyValue(js, await js.update_stream(scfg, timeout=timeout))
+    return await _handle(js, await js.update_stream(scfg, timeout=timeout), timeout)
 
 
 async def key_value(js: StoreContext, bucket: str, timeout: float | None) -> KeyValue:
@@ -191,7 +230,7 @@ async def key_value(js: StoreContext, bucket: str, timeout: float | None) -> Key
     stream = await _existing(js, bucket, timeout)
     if stream is None:
         raise BucketNotFoundError(f"bucket {bucket!r} not found", bucket)
-    return KeyValue(js, stream)
+    return await _handle(js, stream, timeout)
 
 
 async def delete_key_value(js: StoreContext, bucket: str, timeout: float | None) -> None:

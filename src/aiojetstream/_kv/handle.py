@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from .. import _codec as PC
 from .. import _headers as H
+from .._api import DEFAULT_API_PREFIX
 from .._bounds import shown
 from .._codec import Codec
 from .._errors import (
@@ -35,6 +36,7 @@ from .._message import Msg
 from .._models import (
     DeliverPolicy,
     RawStreamMessage,
+    StreamConfig,
     StreamInfo,
     coerce_duration,
 )
@@ -56,6 +58,7 @@ from .keys import (
     bucket_of,
     entry_operation,
     key_pattern,
+    kv_namespaces,
     plain_reply,
     stretch_told,
     validate_key,
@@ -87,7 +90,9 @@ class KeyValue:
     is sent. Values are bytes.
     """
 
-    def __init__(self, js: StoreContext, stream: Stream) -> None:
+    def __init__(
+        self, js: StoreContext, stream: Stream, *, origins: Sequence[StreamConfig] = ()
+    ) -> None:
         cfg = stream.cached_info.config
         if (cfg.max_msgs_per_subject or 0) < 1:
             raise KeyValueError(
@@ -96,12 +101,21 @@ class KeyValue:
         self._js = js
         self._stream = stream
         self._bucket = bucket_of(stream.name)
-        # A mirror holds its origin's subjects; writes go to the origin.
-        origin = bucket_of(cfg.mirror.name) if cfg.mirror is not None else self._bucket
-        self._prefix = f"$KV.{origin}."
+        # A mirror holds its origin's subjects (renamed by its subject transforms);
+        # writes go to the origin, through the context's API prefix when it is not
+        # the default (a domain, an account import: ADR-19; the server maps
+        # "<prefix>.$KV.<bucket>.<key>" back), or a cross-domain mirror's own.
+        read, write, api = kv_namespaces([cfg, *origins])
+        if api is None and stream._api.prefix != DEFAULT_API_PREFIX:
+            api = stream._api.prefix
+        #: Where keys are read (and parsed out of subjects): ``$KV.<namespace>.``.
+        self._prefix = f"$KV.{read}."
+        #: Where keys are written: ``[<api prefix>.]$KV.<origin>.``.
+        self._put_prefix = f"$KV.{write}." if api is None else f"{api}.$KV.{write}."
         # Validated keys: their subject, the subject as bytes (what a direct get
-        # reply names), and the subject and body of a direct get of their last value.
-        self._keys: dict[str, tuple[str, bytes, str | None, bytes]] = {}
+        # reply names), the subject and body of a direct get of their last value,
+        # and the subject a write publishes to.
+        self._keys: dict[str, tuple[str, bytes, str | None, bytes, str]] = {}
 
     @property
     def bucket(self) -> str:
@@ -117,24 +131,28 @@ class KeyValue:
         return f"<KeyValue {self._bucket}>"
 
     def _subject(self, key: str) -> str:
-        return self._key(key)[0]
+        """The subject a write of ``key`` publishes to."""
+        return self._key(key)[4]
 
-    def _key(self, key: str) -> tuple[str, bytes, str | None, bytes]:
-        """A (validated) key's subject, as bytes, and the direct get of its last value.
+    def _key(self, key: str) -> tuple[str, bytes, str | None, bytes, str]:
+        """A (validated) key's subject, as bytes, the direct get of its last value, its writes'.
 
         The get is a subject and a body for :meth:`Stream._direct_get`: the
         subject names the key and the body is empty, or (for a key too long
-        for that) the stream's direct get subject and a JSON body.
+        for that) the stream's direct get subject and a JSON body. The subject
+        of writes is the key's in the origin, with the API prefix if any.
         """
         known = self._keys.get(key) if type(key) is str else None
         if known is None:
-            subject = self._prefix + validate_key(key)
+            valid = validate_key(key)
+            subject = self._prefix + valid
             get_subject = self._stream._direct_last_subject(subject)
             if get_subject is None:
                 body = json.dumps({"last_by_subj": subject}, separators=(",", ":")).encode()
             else:
                 body = b""
-            known = (subject, subject.encode(), get_subject, body)
+            put_subject = self._put_prefix + valid
+            known = (subject, subject.encode(), get_subject, body, put_subject)
             if len(self._keys) >= _KEY_CACHE:
                 self._keys.clear()
             self._keys[key] = known
@@ -200,7 +218,7 @@ class KeyValue:
                 shorter than a ``limit_marker_ttl`` the server would stretch it to.
 
         """
-        subject = self._subject(key)
+        subject, _, _, _, put_subject = self._key(key)
         headers = None  # a model's (or codec's) Content-Type, as put and update send
         if codec is not None or type(value) is not bytes:
             value, headers = PC.encode(value, codec, None)  # once, before anything is sent
@@ -210,7 +228,7 @@ class KeyValue:
             self._check_stretch(key, ttl, "key", pedantic)
         try:
             ack = await self._js.publish(
-                subject,
+                put_subject,
                 value,
                 headers=headers,
                 ttl=ttl,
@@ -229,7 +247,7 @@ class KeyValue:
             raise _exists(first, f"key {key!r} exists") from None
         try:
             ack = await self._js.publish(
-                subject,
+                put_subject,
                 value,
                 headers=headers,
                 ttl=ttl,
@@ -453,7 +471,7 @@ class KeyValue:
             BucketNotFoundError: the bucket was deleted.
 
         """
-        subject, subject_bytes, get_subject, body = self._key(key)
+        subject, subject_bytes, get_subject, body, _ = self._key(key)
         if revision is not None:
             revision = check_sequence(revision, "revision", 1)
         stream = self._stream

@@ -15,8 +15,11 @@ from .. import _headers as H
 from .._bounds import shown
 from .._errors import (
     InvalidKeyError,
+    KeyValueError,
 )
 from .._models import (
+    StreamConfig,
+    StreamSource,
     parse_utc_timestamp,
 )
 from .._models.kv import (
@@ -188,6 +191,85 @@ def bucket_of(stream_name: str) -> str:
 def stream_of(name: str) -> str:
     """The backing stream of a bucket: ``B`` -> ``KV_B`` (``KV_B`` as it is)."""
     return name if name.startswith(STREAM_PREFIX) else STREAM_PREFIX + name
+
+
+#: How many mirrors of mirrors a bucket's handle follows to the bucket holding the keys.
+MAX_MIRROR_DEPTH: Final = 8
+
+_NAMESPACE_RE: Final = re.compile(r"[a-zA-Z0-9_-]+")
+
+
+def mirrored_namespace(mirror: StreamSource, namespace: str) -> str:
+    """The namespace a mirror stores the keys ``$KV.<namespace>.<key>`` of its origin under.
+
+    Without subject transforms: ``namespace``. With them, each transform must
+    keep the key and only rename the namespace (``$KV.<a>.<rest>`` to
+    ``$KV.<b>.<rest>``, ``a`` a name or ``*``, the same ``b`` for all): ``b``.
+
+    Raises:
+        KeyValueError: a transform does something else (the handle could not
+            tell the keys in the mirror's subjects: it would read nothing).
+
+    """
+    transforms = mirror.subject_transforms
+    if not transforms:
+        return namespace
+    renamed: set[str] = set()
+    for transform in transforms:
+        src = (transform.src or "").split(".")
+        dest = transform.dest.split(".")
+        if (
+            len(src) < 3
+            or src[0] != "$KV"
+            or dest[0] != "$KV"
+            or src[2:] != dest[2:]
+            or "{{" in transform.dest
+            or not (src[1] == "*" or _NAMESPACE_RE.fullmatch(src[1]))
+            or not _NAMESPACE_RE.fullmatch(dest[1])
+        ):
+            renamed.clear()
+            break
+        renamed.add(dest[1])
+    if len(renamed) != 1:
+        shown_transforms = ", ".join(f"{t.src or '>'} -> {t.dest}" for t in transforms)
+        raise KeyValueError(
+            f"the mirror of {mirror.name!r} has subject transforms ({shown_transforms}) that do "
+            "not map '$KV.<bucket>.<key>' to '$KV.<name>.<key>' (one name for all): the "
+            "bucket's keys could not be read"
+        )
+    return renamed.pop()
+
+
+def kv_namespaces(chain: list[StreamConfig]) -> tuple[str, str, str | None]:
+    """Where a bucket's handle reads and writes: ``(read, write, api)``.
+
+    ``chain`` is the bucket's stream config, then, while one is a mirror of a
+    stream in the same account and domain that was looked up, its origin's.
+    ``read`` is the namespace of the subjects the bucket's stream holds
+    (``$KV.<read>.<key>``), through every mirror's subject transforms;
+    ``write`` the bucket writes go to (the first origin that is no mirror, or
+    the last one known); ``api`` the API prefix of a cross-domain or
+    cross-account mirror's origin (``external.api``), for the writes, or None.
+
+    Raises:
+        KeyValueError: a mirror's subject transforms are not a rename of the
+            namespace (:func:`mirrored_namespace`).
+
+    """
+    last = chain[-1]
+    mirror = last.mirror
+    api = None
+    if mirror is None:
+        read = write = bucket_of(last.name)
+    else:
+        read = write = bucket_of(mirror.name)
+        if mirror.external is not None and mirror.external.api:
+            api = mirror.external.api.rstrip(".")
+        read = mirrored_namespace(mirror, read)
+    for config in reversed(chain[:-1]):
+        if config.mirror is not None:
+            read = mirrored_namespace(config.mirror, read)
+    return read, write, api
 
 
 #: (bucket, key pattern) pairs whose stretched TTL was logged: each once (bounded).

@@ -276,10 +276,9 @@ class _Snapshot:
         self._refusals = refusals
         #: When the bucket's stream was created: the snapshot reads that stream only.
         self._created = created or kv.stream.cached_info.created.isoformat()
-        # A mirror holds its origin's subjects.
-        config = kv.stream.cached_info.config
-        origin = config.mirror.name.removeprefix("KV_") if config.mirror else kv.bucket
-        self.prefix = f"$KV.{origin}."
+        # The subjects the bucket's stream holds, as the handle reads them (a mirror
+        # holds its origin's, renamed by its subject transforms).
+        self.prefix = kv._prefix
         self._subjects: list[str] = []
         self._next = 0
         self._last = 0
