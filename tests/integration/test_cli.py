@@ -500,6 +500,46 @@ def test_user_and_password() -> None:
         assert "wrong" not in line
 
 
+#: nats.go's TestKeyValueCrossAccounts: account I imports A's JetStream API as fromA.
+CROSS_ACCOUNTS = """
+accounts: {
+  A: {
+    users: [{user: a, password: a}], jetstream: enabled,
+    exports: [{service: "$JS.API.>"}, {service: "$KV.>"}]
+  },
+  I: {
+    users: [{user: i, password: i}],
+    imports: [
+      {service: {account: A, subject: "$JS.API.>"}, to: "fromA.>"},
+      {service: {account: A, subject: "$KV.>"}, to: "fromA.$KV.>"}
+    ]
+  }
+}
+"""
+
+
+def test_js_api_prefix_reaches_another_accounts_jetstream() -> None:
+    with NatsServer(config=CROSS_ACCOUNTS) as server:
+        owner = server.url.replace("nats://", "nats://a:a@")
+        bucket = unique_name("cfg")
+        as_i = ("--user", "i", "--password", "i", "--js-api-prefix", "fromA")
+        invoke(server.url, (*as_i, "kv", "add", bucket), None, 0)
+        invoke(server.url, (*as_i, "kv", "put", bucket, "k", "v"), None, 0)
+        got = invoke(server.url, (*as_i, "--json", "kv", "get", bucket, "k"), None, 0)
+        assert json.loads(got.stdout)["revision"] == 1
+
+        async def value(js: JetStreamContext) -> bytes:
+            return (await (await js.key_value(bucket)).get("k")).value
+
+        assert query(owner, value) == b"v"  # in account A
+        # Without the prefix, account I has no JetStream of its own.
+        invoke(server.url, ("--user", "i", "--password", "i", "kv", "get", bucket, "k"), None, 1)
+        result = invoke(server.url, (*as_i, "--domain", "hub", "kv", "ls"), None, 2)
+        assert usage_error_line(result) == (
+            "Error: Invalid value: --js-api-prefix and --domain exclude each other"
+        )
+
+
 def _auth_schemes(
     tmp: Path,
 ) -> dict[str, tuple[dict[str, Any], list[str], list[str], dict[str, str]]]:

@@ -295,6 +295,9 @@ def test_connect_options(tmp_path: Path) -> None:
     with pytest.raises(CliUsageError, match=r": Is a directory"):
         Options(nkey=tmp_path).connect_kwargs()
     assert Options(token="t", domain="hub").connect_kwargs()["token"] == "t"
+    assert Options(js_api_prefix="fromA").connect_kwargs()["api_prefix"] == "fromA"
+    with pytest.raises(CliUsageError, match="--js-api-prefix and --domain exclude each other"):
+        Options(js_api_prefix="fromA", domain="hub").connect_kwargs()
     with pytest.raises(CliError, match="--password needs --user"):
         Options(password="p").connect_kwargs()
     with pytest.raises(CliError, match="--tls-key needs --tls-cert"):

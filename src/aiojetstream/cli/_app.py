@@ -221,6 +221,14 @@ def root(
         Path | None, typer.Option(envvar="NATS_KEY", help="Client certificate's key (PEM).")
     ] = None,
     domain: Annotated[str | None, typer.Option(help="JetStream domain.")] = None,
+    js_api_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--js-api-prefix",
+            help="JetStream API prefix, for an import of another account's $JS.API (not "
+            "with --domain).",
+        ),
+    ] = None,
     timeout: Annotated[
         float, typer.Option(min=0.001, help="Seconds to wait for each reply.")
     ] = 5.0,
@@ -249,6 +257,7 @@ def root(
         tls_cert=tls_cert,
         tls_key=tls_key,
         domain=domain,
+        js_api_prefix=js_api_prefix,
         timeout=timeout,
         json=json,
         debug=debug,

@@ -136,6 +136,7 @@ class Options:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     domain: str | None = None
+    js_api_prefix: str | None = None
     timeout: float = 5.0
     json: bool = False
     debug: bool = False
@@ -153,7 +154,11 @@ class Options:
             raise CliUsageError("--password needs --user")
         if self.tls_key is not None and self.tls_cert is None:
             raise CliUsageError("--tls-key needs --tls-cert")
+        if self.js_api_prefix is not None and self.domain is not None:
+            raise CliUsageError("--js-api-prefix and --domain exclude each other")
         kwargs: dict[str, Any] = {"timeout": self.timeout, "domain": self.domain}
+        if self.js_api_prefix is not None:
+            kwargs["api_prefix"] = self.js_api_prefix
         if self.user is not None:
             kwargs["user"] = self.user
         if self.password is not None:
