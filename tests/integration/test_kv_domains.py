@@ -15,6 +15,7 @@ with a bucket of the same name; and nats.go's ``TestKeyValueCrossAccounts``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -244,7 +245,7 @@ async def test_a_mirror_of_a_mirror_reads_and_writes_the_first_origin(
         KeyValueConfig(bucket=unique_name("r2"), mirror=StreamSource(name=first.bucket))
     )
     for kv in (second, await js.key_value(second.bucket)):
-        await wait_until(lambda kv=kv: _value_is(kv, "k", b"v"), STEP)
+        await wait_until(functools.partial(_value_is, kv, "k", b"v"), STEP)
         assert await _keys(kv) == ["k"]
     rev = await second.put("k", b"w")  # to the origin ($KV.<r1> has no stream)
     assert (await origin.get("k")).revision == rev

@@ -324,7 +324,8 @@ def test_kv_read_of_a_mirror_with_subject_transforms_reads_its_renamed_keys(nats
     kv = nats.run(create)
 
     async def mirrored() -> bool:
-        return (await kv.status()).values == 1
+        values: int = (await kv.status()).values
+        return values == 1
 
     nats.run(wait_until(mirrored))
     snapshot = _Snapshot(kv)
