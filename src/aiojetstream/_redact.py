@@ -66,8 +66,9 @@ _PIECES: Final = re.compile(r"[,/?#]")
 #: starts (a comma followed by anything else may be in a password).
 _NEXT_URL: Final = re.compile(r",(?=\s*(?:nats|tls|wss?)://)", re.IGNORECASE)
 
-#: What the pieces of a password holding ``nats://`` would be: no secret.
-_SCHEME_PIECES: Final = frozenset({"nats:", "tls:", "ws:", "wss:"})
+#: A scheme of nats-py's, as a piece of a password holding one (``nats:``), or
+#: the whole of an absurd one: shown in every message, so no secret to hide.
+_SCHEME_TEXT: Final = re.compile(r"(?:nats|tls|wss?):/{0,2}", re.IGNORECASE)
 
 #: The keyword arguments of ``nats.connect`` that hold a secret in themselves.
 _SECRET_OPTIONS: Final = ("password", "token", "nkeys_seed_str", "user_credentials")
@@ -145,7 +146,8 @@ def connection_secrets(servers: str | Iterable[str], options: Mapping[str, Any])
                 continue
             secret = _credentials(info)
             found.extend((info, secret))
-            found.extend(p for p in _PIECES.split(secret) if p.lower() not in _SCHEME_PIECES)
+            found.extend(_PIECES.split(secret))
+    found = [secret for secret in found if not _SCHEME_TEXT.fullmatch(secret)]
     for key in _SECRET_OPTIONS:
         value = options.get(key)
         if isinstance(value, UserString) or (
