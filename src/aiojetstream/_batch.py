@@ -422,12 +422,17 @@ class AtomicBatch:
         """Send the last message and commit: the stream stores the whole batch, or nothing.
 
         Arguments are those of :meth:`add`. The batch is closed afterwards,
-        whatever the outcome, except when the input is refused before sending
-        (``InvalidOptionError``): then the batch is left open as it was.
+        whatever the outcome, except when the call is refused before sending
+        (``InvalidOptionError``, ``BatchTooLargeError``): then the batch is
+        left open as it was.
 
         Raises:
             BatchClosedError: the batch was committed, discarded or failed.
-            BatchTooLargeError: the batch holds 1,000 messages already.
+            BatchTooLargeError: the batch holds 1,000 messages (its
+                ``max_messages``) already, before sending; the batch stays
+                open and can not be committed: :meth:`discard` it (else the
+                server drops its messages after 10 s) and send fewer, the
+                last one by ``commit``.
             InvalidOptionError: bad input, before anything is sent (an
                 ``InvalidHeaderError`` for a batch header in ``headers``).
             BatchIncompleteError: a message was lost, or the batch was idle

@@ -62,6 +62,14 @@ _SCHEME: Final = re.compile(r"(?:nats|tls|wss?)://", re.IGNORECASE)
 #: The characters that cut a password in a URL short (for nats-py, or at a comma).
 _PIECES: Final = re.compile(r"[,/?#]")
 
+#: A comma before one of nats-py's schemes: where the next URL of a servers string
+#: starts (a comma followed by anything else may be in a password).
+_NEXT_URL: Final = re.compile(r",(?=\s*(?:nats|tls|wss?)://)", re.IGNORECASE)
+
+#: A scheme of nats-py's, as a piece of a password holding one (``nats:``), or
+#: the whole of an absurd one: shown in every message, so no secret to hide.
+_SCHEME_TEXT: Final = re.compile(r"(?:nats|tls|wss?):/{0,2}", re.IGNORECASE)
+
 #: The keyword arguments of ``nats.connect`` that hold a secret in themselves.
 _SECRET_OPTIONS: Final = ("password", "token", "nkeys_seed_str", "user_credentials")
 
@@ -103,25 +111,43 @@ def _userinfo(url: str) -> str | None:
     return text[scheme.end() if scheme else 0 : at]
 
 
+def _credentials(info: str) -> str:
+    """The password (or token) of a URL's user information ``info``."""
+    user, sep, password = info.partition(":")
+    return password if sep else user  # no ':': a token (or a user alone)
+
+
 def connection_secrets(servers: str | Iterable[str], options: Mapping[str, Any]) -> list[str]:
     """What of a connect call's arguments must never be shown.
 
-    The user information of each server string (whole, and the password or
-    token in it), and the ``password``, ``token``, ``nkeys_seed_str`` and
-    in-memory ``user_credentials`` (each line of it) options. User names and
-    file paths are not secrets.
+    The user information of each server URL (whole, the password or token in
+    it, and the pieces of that where nats-py or the comma split cut it: it
+    may quote a piece), and the ``password``, ``token``, ``nkeys_seed_str``
+    and in-memory ``user_credentials`` (each line of it) options. User names
+    and file paths are not secrets.
+
+    The URLs of a string are told apart at the commas followed by a scheme
+    of nats-py's (``nats://``, ``tls://``, ``ws://``, ``wss://``), so the
+    host, port and scheme of one URL are not taken for a piece of the next
+    one's password (a port shown as ``***``, a scheme blanked in the
+    library's own message); a comma followed by anything else is taken as
+    part of a password. The user information of the whole string (from its
+    first scheme to its last ``@``) counts as well, whole.
     """
     found: list[str] = []
     items = [servers] if isinstance(servers, str) else list(servers)
     for item in items:
         info = _userinfo(str(item))
         if info:
-            found.append(info)
-            user, sep, password = info.partition(":")
-            secret = password if sep else user  # no ':': a token (or a user alone)
-            found.append(secret)
-            # Where nats-py or the comma split cut it (it may quote a piece).
+            found.extend((info, _credentials(info)))
+        for url in _NEXT_URL.split(str(item)):
+            info = _userinfo(url)
+            if not info:
+                continue
+            secret = _credentials(info)
+            found.extend((info, secret))
             found.extend(_PIECES.split(secret))
+    found = [secret for secret in found if not _SCHEME_TEXT.fullmatch(secret)]
     for key in _SECRET_OPTIONS:
         value = options.get(key)
         if isinstance(value, UserString) or (

@@ -187,7 +187,12 @@ async def test_limit_is_checked_before_sending(js: JetStreamContext) -> None:
     with pytest.raises(BatchTooLargeError) as info:
         await full.commit(f"{p}.n")
     assert info.value.err_code == 10199
+    # Refused before sending: the batch stays open (docs/atomic-batch.md), to discard.
+    assert not full.is_closed
+    assert full.size == 1000
     full.discard()
+    assert full.is_closed
+    assert await last_seq(stream) == 1000  # nothing of it stored
 
 
 async def test_client_side_checks(js: JetStreamContext) -> None:

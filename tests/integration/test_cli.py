@@ -316,6 +316,38 @@ def test_stream_purge_and_rm(cli: Cli, stream: str) -> None:
     cli("stream", "add", stream, "--subjects", f"{stream}.>")  # for the fixture's rm
 
 
+def test_kv_del_and_purge_ask_first(cli: Cli) -> None:
+    """As ``nats kv del`` / ``kv purge`` (and ``kv rm`` here): a question, ``--force`` skips it.
+
+    Was: both acted at once and refused ``--force``.
+    """
+    bucket = unique_name("KV")
+    cli("kv", "add", bucket, "--history", "5")
+    cli("kv", "put", bucket, "k", "v1")
+    cli("kv", "put", bucket, "k", "v2")
+
+    def history() -> list[str]:
+        return [e["operation"] for e in as_json(cli("kv", "history", bucket, "k", "--json"))]
+
+    for command, question in (
+        ("del", f"Delete key k of bucket {bucket}?"),
+        ("purge", f"Purge key k of bucket {bucket} (all its revisions)?"),
+    ):
+        refused = cli("kv", command, bucket, "k", input="n\n", expect=1)
+        assert question in refused.stderr
+        assert "error: not confirmed (use --force to skip the question)" in refused.stderr
+        cli("kv", command, bucket, "k", input="\n", expect=1)  # Enter: a "no"
+        assert history() == ["PUT", "PUT"]  # nothing done
+    cli("kv", "del", bucket, "k", input="y\n")
+    assert history() == ["PUT", "PUT", "DEL"]
+    cli("kv", "put", bucket, "k", "v3")
+    assert cli("kv", "purge", bucket, "k", "--force").stderr == "Purged k.\n"
+    assert history() == ["PURGE"]
+    cli("kv", "put", bucket, "k", "v4")
+    assert cli("kv", "del", bucket, "k", "-f").stderr == "Deleted k.\n"
+    cli("kv", "rm", bucket, "-f")
+
+
 def test_stream_purge_question_and_count_follow_the_options(cli: Cli, stream: str) -> None:
     """The question said "all messages" for --keep and --seq; the count was always plural."""
     for n in range(4):
@@ -376,12 +408,12 @@ def test_rm_del_and_purge_take_json(cli: Cli) -> None:
     bucket = unique_name("KV")
     cli("kv", "add", bucket, "--history", "3")
     cli("kv", "put", bucket, "k", "v")
-    assert as_json(cli("kv", "del", bucket, "k", "--json")) == {
+    assert as_json(cli("kv", "del", bucket, "k", "-f", "--json")) == {
         "bucket": bucket,
         "key": "k",
         "deleted": True,
     }
-    assert as_json(cli("kv", "purge", bucket, "k", "--json")) == {
+    assert as_json(cli("kv", "purge", bucket, "k", "-f", "--json")) == {
         "bucket": bucket,
         "key": "k",
         "purged": True,
@@ -1045,10 +1077,10 @@ def test_kv_commands(cli: Cli) -> None:
     exists = cli("kv", "create", bucket, "lock", "me", expect=1)
     assert "exists" in one_error_line(exists)
     assert as_json(cli("kv", "keys", bucket, "--json")) == ["db.pw", "db.url", "lock"]
-    cli("kv", "del", bucket, "lock")
+    cli("kv", "del", bucket, "lock", "-f")
     assert "not found" in one_error_line(cli("kv", "get", bucket, "lock", expect=1))
     cli("kv", "create", bucket, "lock", "again")  # allowed after a delete
-    cli("kv", "purge", bucket, "db.pw")
+    cli("kv", "purge", bucket, "db.pw", "-f")
     assert cli("kv", "keys", bucket).stdout.split() == ["db.url", "lock"]
     history = as_json(cli("kv", "history", bucket, "db.url", "--json"))
     assert [(h["revision"], h["value"]) for h in history] == [
@@ -1131,7 +1163,7 @@ def test_kv_ttl_needs_limit_markers(cli: Cli) -> None:
     cli("kv", "add", marked, "--limit-marker-ttl", "2s")
     assert as_json(cli("kv", "info", marked, "--json"))["limit_marker_ttl"] == 2 * NS
     cli("kv", "create", marked, "session", "v", "--ttl", "1h")
-    cli("kv", "purge", marked, "session", "--ttl", "1h")
+    cli("kv", "purge", marked, "session", "--ttl", "1h", "-f")
     history = as_json(cli("kv", "history", marked, "session", "--json"))
     assert history[-1]["operation"] == "PURGE"
 
@@ -1142,7 +1174,7 @@ def test_kv_watch(cli: Cli) -> None:
     cli("kv", "put", bucket, "a.1", "x")
     cli("kv", "put", bucket, "a.1", "y")
     cli("kv", "put", bucket, "b.1", "z")
-    cli("kv", "del", bucket, "b.1")
+    cli("kv", "del", bucket, "b.1", "-f")
     latest = json_lines(cli("kv", "watch", bucket, "--idle", "0.5", "--json"))
     assert [(e["key"], e["operation"]) for e in latest] == [("a.1", "PUT"), ("b.1", "DEL")]
     every = json_lines(cli("kv", "watch", bucket, "a.*", "--history", "-c", "2", "--json"))

@@ -133,7 +133,7 @@ def test_kv_ttl_the_server_stretches_is_noted(nats_url: str) -> None:
         "--limit-marker-ttl 1m, and the server raises a shorter TTL to the marker TTL (use "
         "--ttl 1m or more, or a bucket with --history 1)\n"
     )
-    purged = run_cli(nats_url, "kv", "purge", bucket, "lock.job7", "--ttl", "20s")
+    purged = run_cli(nats_url, "kv", "purge", bucket, "lock.job7", "--ttl", "20s", "-f")
     assert purged.stderr.splitlines() == [
         f"note: the purge marker of lock.job7 expires after 1m, not 20s: bucket {bucket} has "
         "--history 5 and --limit-marker-ttl 1m, and the server raises a shorter TTL to the "

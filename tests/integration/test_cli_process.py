@@ -372,6 +372,21 @@ def test_end_of_input_at_a_question_is_a_no(nats_url: str) -> None:
     setup(nats_url, "stream", "rm", stream, "--force")
 
 
+def test_kv_del_and_purge_without_a_terminal_need_force(nats_url: str) -> None:
+    """``</dev/null``: ``kv del`` and ``kv purge`` get a "no" (exit 1), as ``stream rm``."""
+    bucket = unique_name("PROC")
+    setup(nats_url, "kv", "add", bucket)
+    setup(nats_url, "kv", "put", bucket, "k", "v")
+    for command in ("del", "purge"):
+        done = run_aj(nats_url, "kv", command, bucket, "k", stdin=subprocess.DEVNULL)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.splitlines()[-1] == (
+            "error: not confirmed (use --force to skip the question)"
+        )
+    assert run_aj(nats_url, "kv", "get", bucket, "k", "--raw").stdout == "v"
+    setup(nats_url, "kv", "rm", bucket, "--force")
+
+
 def aj(*args: str) -> list[str]:
     """The command line ``python -m aiojetstream ARGS`` (run with ``env(NATS_URL=...)``)."""
     return [sys.executable, "-m", "aiojetstream", *args]

@@ -156,6 +156,30 @@ async def test_connecting_to_nothing_is_one_named_error() -> None:
     assert failed.value.servers == (url,)
 
 
+@pytest.mark.parametrize("second_info", ["u:p@", "t0ken@"])
+@pytest.mark.parametrize("scheme", ["nats://", "tls://"])
+async def test_a_string_of_urls_with_credentials_fails_cleanly(
+    scheme: str, second_info: str
+) -> None:
+    """Credentials on a later URL of one string: the message is the documented one.
+
+    Was: ``could not connect to ***//***@...`` (the scheme taken for a piece of
+    the password and blanked), a port of the first URL shown as ``***``, and
+    ``servers == ()``.
+    """
+    first, second = _free_port(), _free_port()
+    for first_info in ("", "u:p@"):
+        url = f"{scheme}{first_info}127.0.0.1:{first},{scheme}{second_info}127.0.0.1:{second}"
+        with pytest.raises(ConnectionFailedError) as failed:
+            await aiojetstream.connect(url)
+        shown = f"{scheme}***@127.0.0.1:{second}"
+        assert str(failed.value).startswith(f"could not connect to {shown} (each tried twice): ")
+        for port in (first, second):
+            assert f"Connect call failed ('127.0.0.1', {port})" in str(failed.value)
+        assert failed.value.servers == (shown,)
+        assert "t0ken" not in str(failed.value)
+
+
 def test_connecting_to_nothing_prints_nothing() -> None:
     """Nothing on stderr before the error (was: a `nats connection error` line per attempt)."""
     first, second = _free_port(), _free_port()

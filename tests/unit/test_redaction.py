@@ -177,6 +177,64 @@ def test_connection_secrets() -> None:
     assert connection_secrets("nats://h:1", {"user_credentials": "/etc/a.creds"}) == []
 
 
+@pytest.mark.parametrize("scheme", ["nats://", "tls://", "WS://", "wss://"])
+def test_the_urls_of_a_string_are_told_apart_at_a_scheme(scheme: str) -> None:
+    """Neither a scheme nor a host or port of another URL is a secret of the string.
+
+    Was: ``nats:`` (and ``4222``) taken for pieces of a password running over
+    the comma, blanked in the library's own message.
+    """
+    found = connection_secrets(
+        f"{scheme}u:pw@a:4222,{scheme}h:14222,{scheme}t0ken/x@b:4222,{scheme}u:pa55w0rd@c:1", {}
+    )
+    for secret in ("pw", "t0ken/x", "t0ken", "pa55w0rd", "u:pa55w0rd"):
+        assert secret in found
+    for shown in ("nats:", "tls:", "ws:", "wss:", "4222", "14222", "h:14222", "a:4222", "c:1"):
+        assert shown not in [s.lower() for s in found]
+    text = f"could not connect to {scheme}***@c:1: Connect call failed ('h', 14222)"
+    assert scrub(text, found) == text
+    # A comma followed by anything but a scheme may still be in a password.
+    assert {"pa/ss,w0rd", "pa", "w0rd"} <= set(connection_secrets("nats://b:pa/ss,w0rd@h:1", {}))
+    assert "sec:ret" in connection_secrets("nats://a:1,nats://u:x,nats://sec:ret@h:1", {})
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            ["nats://", "tls://", "WS://", "h:1", "u:", "@", ",", "/", "p4ss", "nats:", "//"]
+        ),
+        max_size=12,
+    )
+)
+def test_a_scheme_is_never_a_secret(parts: list[str]) -> None:
+    """The scheme the library shows before ``***@`` is never blanked in its own message.
+
+    Unless a password is part of a scheme's text itself (``nats``, ``s://``):
+    hidden wherever it shows, then.
+    """
+    servers = "".join(parts)
+    found = connection_secrets(servers, {})
+    schemes = ("nats:", "nats:/", "nats://", "tls:", "tls://", "ws:", "ws://", "wss:")
+    assert not set(schemes) & {s.lower() for s in found}
+    shown = redact_servers(servers)
+    for scheme in ("nats://", "tls://", "WS://"):
+        in_scheme = any(len(s) >= 4 and s.lower() in scheme.lower() for s in found)
+        if shown.startswith(f"{scheme}{HIDDEN}@") and not in_scheme:
+            assert scrub(shown, found).startswith(scheme), found
+
+
+def test_a_screened_connection_error_keeps_its_servers() -> None:
+    from aiojetstream import ConnectionFailedError
+
+    error = ConnectionFailedError(
+        "could not connect to nats://***@h:1: S3cret-pw", ("nats://***@h:1",)
+    )
+    screened = _conn._screened(error, ["S3cret-pw"])
+    assert type(screened) is ConnectionFailedError
+    assert str(screened) == f"could not connect to nats://***@h:1: {HIDDEN}"
+    assert screened.servers == ("nats://***@h:1",)
+
+
 def test_scrub_hides_secrets_in_any_case_longest_first() -> None:
     text = "Cannot connect to host k3qzfrag:80; k3Qzfrag/rest; abc"
     assert scrub(text, ["k3Qzfrag", "k3Qzfrag/rest", "abc"]) == (

@@ -170,7 +170,9 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         options["reconnect_time_wait"] = CONNECT_RETRY_WAIT
         await nc.connect(servers=urls, **options)
     except (OSError, TimeoutError, nats_errors.Error) as exc:
-        failure = _connect_failure(exc, nc.last_error, connect_errors, tls_refusals, shown)
+        failure = _connect_failure(
+            exc, nc.last_error, connect_errors, tls_refusals, shown, len(urls)
+        )
         # The cause is chained unless something in it shows a secret; nats-py's
         # reason for refusing a URL quotes it (a ValueError from urllib).
         if failure is None:
@@ -223,10 +225,12 @@ def _connect_failure(
     connect_errors: list[Exception],
     tls_refusals: list[str],
     shown: str,
+    dialed: int,
 ) -> JetStreamError | None:
     """The error a failed first connection raises (None: :func:`translate` maps ``exc``).
 
-    ``shown`` names the servers without credentials; the text of an error
+    ``shown`` names the servers without credentials (a string of URLs with
+    credentials shows fewer than the ``dialed`` ones); the text of an error
     nats-py reports is quoted (the caller screens it for secrets), except for
     a refused URL: nats-py's reason quotes the URL.
     """
@@ -248,7 +252,7 @@ def _connect_failure(
         if not reasons:
             reasons = [_reason(last or exc)]
         servers = tuple(u.strip() for u in shown.split(","))
-        tried = _tried(len(attempts) or 1, len(servers))
+        tried = _tried(len(attempts) or 1, dialed)
         return ConnectionFailedError(
             f"could not connect to {shown} ({tried}): {'; '.join(reasons)}", servers
         )
@@ -279,11 +283,14 @@ def screened(error: JetStreamError, secrets: list[str]) -> JetStreamError:
     """``error`` if neither it nor what it chains shows a secret.
 
     Else a new error of its type, chaining nothing, with the secrets of its
-    message hidden (:func:`scrub`).
+    message hidden (:func:`scrub`); a :class:`ConnectionFailedError` keeps
+    its ``servers`` (shown without credentials already).
     """
     if not mentions(error, secrets):
         return error
     text = scrub(str(error), secrets)
+    if isinstance(error, ConnectionFailedError):
+        return ConnectionFailedError(text, tuple(scrub(s, secrets) for s in error.servers))
     try:
         return type(error)(text)
     except TypeError:  # an error type that takes more than a message

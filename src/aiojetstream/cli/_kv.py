@@ -349,9 +349,12 @@ def create(
 
 
 @app.command("del")
-def delete(ctx: typer.Context, bucket: Bucket, key: Key, json_flag: JsonFlag = False) -> None:
+def delete(
+    ctx: typer.Context, bucket: Bucket, key: Key, force: Force = False, json_flag: JsonFlag = False
+) -> None:
     """Delete a key (its history stays, with a delete marker)."""
     out = output(ctx, json_flag)
+    confirm(f"Delete key {key} of bucket {bucket}?", force)
 
     async def work(js: JetStreamContext) -> None:
         await (await js.key_value(bucket)).delete(key)
@@ -362,10 +365,16 @@ def delete(ctx: typer.Context, bucket: Bucket, key: Key, json_flag: JsonFlag = F
 
 @app.command("purge")
 def purge(
-    ctx: typer.Context, bucket: Bucket, key: Key, ttl: TTL = None, json_flag: JsonFlag = False
+    ctx: typer.Context,
+    bucket: Bucket,
+    key: Key,
+    ttl: TTL = None,
+    force: Force = False,
+    json_flag: JsonFlag = False,
 ) -> None:
     """Purge a key: remove all its revisions, leaving a purge marker (kept --ttl long)."""
     out = output(ctx, json_flag)
+    confirm(f"Purge key {key} of bucket {bucket} (all its revisions)?", force)
     stretched: list[str] = []
 
     async def work(js: JetStreamContext) -> None:
