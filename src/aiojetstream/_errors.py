@@ -9,7 +9,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── StreamNotFoundError            10059
     │   ├── StreamNameInUseError           10058
     │   ├── StreamSubjectOverlapError      10065
-    │   ├── StreamConfigError              10052, 10173, 10198 (invalid stream config)
+    │   ├── StreamConfigError              10052, 10173, 10198, 10140-10156 (invalid stream config)
     │   ├── StreamSealedError              10109 (a write to a sealed stream or bucket)
     │   ├── StreamNotMatchError            10060 (expected_stream mismatch)
     │   ├── WrongLastSequenceError         10071, 10164 (expected_last_[subject_]sequence)
@@ -17,7 +17,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── DuplicateMsgIdInProcessError   10158 (an earlier copy of this msg id is being stored)
     │   ├── MessageNotFoundError           10037, 10043
     │   │   └── CounterNotFoundError       a counter's subject has no value (client-side, 404)
-    │   ├── MessageDeleteError             10057 (e.g. a sequence past the end)
+    │   ├── MessageDeleteError             10057, 10110 (a delete / purge refused)
     │   ├── MessageSizeExceedsMaximumError 10054
     │   ├── MessageTTLInvalidError         10165
     │   ├── MessageTTLDisabledError        10166
@@ -55,8 +55,8 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── ConsumerNotFoundError          10014
     │   ├── ConsumerExistsError            10148, 10013, 10105 (create over a different one)
     │   ├── ConsumerDoesNotExistError      10149 (update of a missing one)
-    │   ├── ConsumerCreateError            10012
-    │   ├── ResourcesExceededError         10002, 10023, 10027, 10028, 10047
+    │   ├── ConsumerCreateError            10012, 10084-10139 (a consumer config refused)
+    │   ├── ResourcesExceededError         10002, 10023, 10026-10028, 10047
     │   ├── ClusterUnavailableError        10008
     │   └── TooManyResultsError            status 413 (batch direct get: over 1,024 subjects)
     ├── InvalidOptionError  (also a ValueError)          rejected before anything is sent
@@ -318,7 +318,11 @@ class MessageNotFoundError(APIError):
 
 
 class MessageDeleteError(APIError):
-    """The server could not delete the message (for a sequence past the end: "stream store EOF")."""
+    """The server could not delete the message (for a sequence past the end: "stream store EOF").
+
+    Also a refused purge (10110: "stream purge not permitted" on a
+    ``deny_purge`` stream), as a refused delete on a ``deny_delete`` one.
+    """
 
 
 class MessageSizeExceedsMaximumError(APIError):
@@ -522,7 +526,12 @@ class ConsumerDoesNotExistError(APIError):
 
 
 class ConsumerCreateError(APIError):
-    """The server could not create or update the consumer."""
+    """The server could not create or update the consumer.
+
+    10012, and the codes of a refused consumer configuration (overlapping or
+    empty filters, work-queue rules, backoff longer than ``max_deliver``, a
+    deliver policy without its start, limits above the server's...).
+    """
 
 
 class ResourcesExceededError(APIError):
@@ -897,6 +906,50 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10197: PriorityGroupConfigError,
     10162: InvalidPriorityGroupNameError,
     10160: UnknownPriorityGroupError,
+    # A consumer's configuration refused (nats-server's JSConsumer*Err codes), a
+    # stream's source / mirror / transform settings refused, a consumer limit, a purge.
+    10026: ResourcesExceededError,
+    10084: ConsumerCreateError,
+    10094: ConsumerCreateError,
+    10099: ConsumerCreateError,
+    10100: ConsumerCreateError,
+    10101: ConsumerCreateError,
+    10102: ConsumerCreateError,
+    10107: ConsumerCreateError,
+    10108: ConsumerCreateError,
+    10110: MessageDeleteError,
+    10112: ConsumerCreateError,
+    10113: StreamConfigError,
+    10114: ConsumerCreateError,
+    10115: ConsumerCreateError,
+    10116: ConsumerCreateError,
+    10121: ConsumerCreateError,
+    10122: StreamConfigError,
+    10123: StreamConfigError,
+    10125: ConsumerCreateError,
+    10126: ConsumerCreateError,
+    10131: ConsumerCreateError,
+    10132: ConsumerCreateError,
+    10134: ConsumerCreateError,
+    10135: ConsumerCreateError,
+    10136: ConsumerCreateError,
+    10138: ConsumerCreateError,
+    10139: ConsumerCreateError,
+    10140: StreamConfigError,
+    10141: StreamConfigError,
+    10142: StreamConfigError,
+    10143: StreamConfigError,
+    10144: StreamConfigError,
+    10145: StreamConfigError,
+    10146: StreamConfigError,
+    10147: StreamConfigError,
+    10150: StreamConfigError,
+    10151: StreamConfigError,
+    10152: StreamConfigError,
+    10153: ConsumerCreateError,
+    10154: StreamConfigError,
+    10155: StreamConfigError,
+    10156: StreamConfigError,
 }
 
 # 10077 covers every store failure; the description says which limit, if any.

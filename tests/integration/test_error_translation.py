@@ -10,15 +10,20 @@ import pytest
 import aiojetstream
 from aiojetstream import (
     ConnectionClosedError,
+    ConsumerConfig,
+    ConsumerCreateError,
     JetStreamContext,
     JetStreamError,
     JetStreamNotEnabledError,
     JetStreamTimeoutError,
+    MessageDeleteError,
     NoRespondersError,
+    ResourcesExceededError,
     StreamConfig,
     TLSError,
 )
 from aiojetstream.testing import NatsServer
+from helpers import unique_name
 
 
 async def test_no_jetstream_is_a_typed_error() -> None:
@@ -134,3 +139,23 @@ async def test_reconnect_options_are_kept(nats_server: NatsServer) -> None:
         assert js.nc.options["max_reconnect_attempts"] == 5
         assert js.nc.options["reconnect_time_wait"] == 0.5
         assert js.nc.options["ping_interval"] == 5
+
+
+async def test_common_refusals_are_typed(js: JetStreamContext) -> None:
+    """A consumer limit, a refused purge and refused consumer configs came back a bare APIError."""
+    name = unique_name("REFUSE")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], max_consumers=1, deny_purge=True)
+    )
+    await stream.create_consumer(ConsumerConfig(durable_name="one"))
+    with pytest.raises(ResourcesExceededError) as limit:
+        await stream.create_consumer(ConsumerConfig(durable_name="two"))
+    assert limit.value.err_code == 10026
+    with pytest.raises(MessageDeleteError) as purge:
+        await stream.purge()
+    assert purge.value.err_code == 10110
+    other = unique_name("REFUSE")
+    wide = await js.create_stream(StreamConfig(name=other, subjects=[f"{other}.>"]))
+    with pytest.raises(ConsumerCreateError) as overlap:
+        await wide.create_consumer(ConsumerConfig(filter_subjects=[f"{other}.a.>", f"{other}.a.b"]))
+    assert overlap.value.err_code == 10138
