@@ -287,13 +287,17 @@ def parse(model: type[M], data: dict[str, Any]) -> M:
         raise InvalidResponseError(f"unexpected {model.__name__} from the server: {exc}") from exc
 
 
-def _item_name(item: object) -> object:
-    """The name of a list page's item: a name, or a stream / consumer info's."""
+def item_name(item: object) -> object:
+    """The name of a list page's item: a name, or a stream / consumer info's.
+
+    A consumer info the server made up for a consumer whose peers are all
+    offline has ``"name": ""`` (no omitempty): its name is its config's.
+    """
     if isinstance(item, dict):
         config = item.get("config")
         name = item.get("name")
-        if name is None and isinstance(config, dict):
-            name = config.get("name")
+        if not name and isinstance(config, dict):
+            name = config.get("name") or config.get("durable_name") or name
         return name
     return item
 
@@ -344,17 +348,26 @@ async def paged(
         missing = reply.get("missing") or []
         if not isinstance(missing, list):
             raise InvalidResponseError(f"invalid 'missing' in a list reply: {shown(missing)}")
-        if missing:
+        # A stream or consumer whose peers are all offline is in both (its config,
+        # by hand): counted once, or the next page would start past an entry.
+        listed = {item_name(item) for item in items} if missing else set()
+        left_out = [name for name in missing if name not in listed]
+        what = template.split(".{")[0].lower()
+        if left_out:
             logger.warning(
                 "%s: %d left out, their leaders did not answer in time: %s",
-                template.split(".{")[0].lower(),
-                len(missing),
-                ", ".join(map(str, missing)),
+                what,
+                len(left_out),
+                ", ".join(map(str, left_out)),
             )
-        # A stream whose peers are all offline is in both (its config, by hand):
-        # counted once, or the next page would start past an entry.
-        listed = {_item_name(item) for item in items} if missing else set()
-        offset += len(items) + sum(1 for name in missing if name not in listed)
+        if len(left_out) < len(missing):
+            logger.warning(
+                "%s: %d listed with their configuration only, their peers are offline: %s",
+                what,
+                len(missing) - len(left_out),
+                ", ".join(str(name) for name in missing if name in listed),
+            )
+        offset += len(items) + len(left_out)
         total = reply_int(reply.get("total", 0), "list 'total'")
         if not (items or missing) or offset >= total:
             return

@@ -93,6 +93,11 @@ async def list_consumers(
     """Every consumer of a stream, over all pages."""
     validate_name(stream, "stream")
     async for item in _api.paged(api, _api.CONSUMER_LIST, "consumers", {}, timeout, stream=stream):
+        if isinstance(item, dict) and not (item.get("name") and item.get("stream_name")):
+            # In a cluster, a consumer whose peers are all offline comes with an
+            # empty name and stream name (the server fills in its config only).
+            name = item.get("name") or _api.item_name(item) or ""
+            item = {**item, "name": name, "stream_name": item.get("stream_name") or stream}
         yield _api.parse(ConsumerInfo, item)
 
 
