@@ -120,6 +120,10 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       flush the connection it gives up (:class:`NextServer`,
       :func:`drop_unsent_on_reconnect`), unless ``reconnect_to_server_handler``
       is given.
+    * Every connection attempt starts clean: what an attempt that failed after
+      its handshake left running (its read loop, pings, flusher, socket, part
+      of a message in the parser) is stopped and dropped first
+      (:func:`~._nats.guard_connect_init`).
     """
     urls = _split_urls(servers)
     check_credentials(options)  # nats-py would read them late, in the loop (and may hang)
