@@ -200,6 +200,11 @@ class StallingProxy:
     def url(self) -> str:
         return f"nats://{HOST}:{self.port}"
 
+    @property
+    def open_connections(self) -> int:
+        """How many client connections are open (neither side closed them yet)."""
+        return len(self._clients)
+
     def cut(self) -> None:
         """Close every client connection now."""
         for writer in self._clients:

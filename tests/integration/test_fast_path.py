@@ -577,6 +577,7 @@ async def test_a_reconnect_attempt_that_fails_after_its_handshake_leaves_nothing
             assert proxy.accepted == 3
             tasks = _client_tasks(nc)
             assert tasks == ["Client._flusher", "Client._ping_interval", "Client._read_loop"]
+            await wait_until(lambda: proxy.open_connections == 1, STEP)  # the stalled one closed
         finally:
             await pub.close()
             await js.close()
