@@ -1,16 +1,21 @@
-"""A TCP proxy that counts a client's JetStream API requests (import as ``from proxy import ...``).
+"""TCP proxies for fault tests (import as ``from proxy import ...``).
 
-Shared by the fault tests that bound request rates during an outage
+:class:`ApiCountingProxy` counts a client's JetStream API requests; it is
+shared by the fault tests that bound request rates during an outage
 (RELIABILITY goal 4: at most 20 API or pull requests a second): the pull
 engine's (tests/integration/test_consume_faults.py) and publishing's
 (tests/reliability/test_cluster_publish.py). The reliability harness's
 threaded TcpProxy logs requests with the same :class:`PubScanner`.
+
+:class:`StallingProxy` cuts its connections and stalls a client's reconnect
+half way (a reconnect attempt that fails after its handshake).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -18,6 +23,7 @@ __all__ = [
     "MAX_REQUESTS_PER_SECOND",
     "ApiCountingProxy",
     "PubScanner",
+    "StallingProxy",
     "max_per_second",
 ]
 
@@ -167,3 +173,114 @@ class ApiCountingProxy:
                         await asyncio.sleep(self.delay)  # simulates the link, syncs nothing
                 writer.write(data)
                 await writer.drain()
+
+
+class StallingProxy:
+    """A TCP proxy in front of a server that cuts its connections, or stalls the next one.
+
+    :meth:`cut` closes every client connection at once (the client reconnects).
+    :meth:`stall_next` makes the next connection fail a reconnect half way:
+    it relays the handshake (INFO, CONNECT, PING, PONG), then, once the client
+    sends its second PING (the reconnect's flush, after its subscriptions are
+    replayed), writes ``inject(what the client sent)`` to the client and from
+    then on relays nothing from the server, leaving the connection open: the
+    flush is never answered. ``accepted`` counts the connections.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        self.accepted = 0
+        self._stall: Callable[[bytes], bytes] | None = None
+        self._clients: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def url(self) -> str:
+        return f"nats://{HOST}:{self.port}"
+
+    @property
+    def open_connections(self) -> int:
+        """How many client connections are open (neither side closed them yet)."""
+        return len(self._clients)
+
+    def cut(self) -> None:
+        """Close every client connection now."""
+        for writer in self._clients:
+            writer.transport.abort()
+
+    def stall_next(self, inject: Callable[[bytes], bytes]) -> None:
+        """Stall the next connection after the reconnect's handshake (see the class)."""
+        self._stall = inject
+
+    async def __aenter__(self) -> StallingProxy:
+        self._server = await asyncio.start_server(self._accept, HOST, 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.wait_for(self._server.wait_closed(), 10)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self._tasks.add(me)
+        self.accepted += 1
+        inject, self._stall = self._stall, None
+        self._clients.add(writer)
+        pipes: list[asyncio.Task[None]] = []
+        up_writer: asyncio.StreamWriter | None = None
+        try:
+            up_reader, up_writer = await asyncio.open_connection(HOST, self.upstream_port)
+            stalled = asyncio.Event()
+            pipes = [
+                asyncio.create_task(self._up(reader, up_writer, writer, inject, stalled)),
+                asyncio.create_task(self._down(up_reader, writer, stalled)),
+            ]
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        except (OSError, asyncio.CancelledError):
+            pass  # the server is gone, or the proxy is closing
+        finally:
+            self._clients.discard(writer)
+            for pipe in pipes:
+                pipe.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+            for w in (writer, up_writer):
+                if w is not None:
+                    w.transport.abort()
+            self._tasks.discard(me)
+
+    @staticmethod
+    async def _up(
+        reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+        writer: asyncio.StreamWriter,
+        inject: Callable[[bytes], bytes] | None,
+        stalled: asyncio.Event,
+    ) -> None:
+        sent = bytearray()
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                if inject is not None and not stalled.is_set():
+                    sent += data
+                    if sent.count(b"PING\r\n") >= 2:
+                        stalled.set()  # before the PING reaches the server: no PONG relayed
+                        writer.write(inject(bytes(sent)))
+                up_writer.write(data)
+                await up_writer.drain()
+
+    @staticmethod
+    async def _down(
+        up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stalled: asyncio.Event
+    ) -> None:
+        with contextlib.suppress(OSError):
+            while data := await up_reader.read(65536):
+                if not stalled.is_set():
+                    writer.write(data)
+                    await writer.drain()

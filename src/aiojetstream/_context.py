@@ -1222,7 +1222,9 @@ async def connect(
     would hold it for ``connect_timeout``) and never waits to flush the
     connection it gives up; a ``tls://`` URL always uses TLS, and so does
     every server when a TLS option (``tls``, ``tls_hostname``,
-    ``tls_handshake_first``) is given.
+    ``tls_handshake_first``) is given. ``disconnected_cb`` runs once per
+    lost connection (nats-py alone ran it again when closing a client whose
+    connection was already lost).
     Close with ``await js.close()`` or ``async with await
     aiojetstream.connect(...) as js:``.
 

@@ -144,3 +144,98 @@ async def test_close_while_reconnecting_with_data_queued_closes_cleanly() -> Non
         await js.close()
         assert js.nc.is_closed
         await asyncio.wait_for(closed.wait(), 5)
+
+
+@pytest.mark.parametrize("listener", [False, True], ids=["callback", "listener"])
+@pytest.mark.parametrize("gave_up", [False, True], ids=["closed", "out-of-attempts"])
+async def test_a_connection_closed_while_reconnecting_reports_its_disconnect_once(
+    listener: bool, gave_up: bool
+) -> None:
+    """nats-py calls its disconnected callback again when it closes a client
+    whose connection was already lost (``close()`` while reconnecting, or out of
+    reconnect attempts): ``disconnected_cb`` and every listener's
+    ``on_disconnected`` ran twice for one lost connection (nats.go: once)."""
+    events: list[str] = []
+
+    async def on_disconnected() -> None:
+        events.append("disconnected")
+
+    async def on_reconnected() -> None:
+        events.append("reconnected")
+
+    async def on_closed() -> None:
+        events.append("closed")
+
+    class Listener:
+        def on_disconnected(self) -> None:
+            events.append("listener disconnected")
+
+        def on_reconnected(self) -> None:
+            events.append("listener reconnected")
+
+        def on_closed(self) -> None:
+            events.append("listener closed")
+
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(
+            server.url,
+            reconnect_time_wait=0.1,
+            max_reconnect_attempts=3 if gave_up else 60,
+            disconnected_cb=on_disconnected,
+            reconnected_cb=on_reconnected,
+            closed_cb=on_closed,
+        )
+        try:
+            if listener:
+                js._conn.add_listener(Listener())
+            assert js._conn.listener_count() == int(listener)
+            # A disconnect and its reconnect, then another disconnect: each told.
+            await server.restart()
+            await wait_until(lambda: js.nc.is_connected and "reconnected" in events, 20)
+            await server.stop()
+            await wait_until(lambda: events.count("disconnected") == 2, 10)
+            if not gave_up:
+                await wait_until(lambda: js.nc.is_reconnecting, 10)
+                await js.close()
+            await wait_until(lambda: "closed" in events, 10)
+        finally:
+            await js.close()
+        expected = ["disconnected", "reconnected", "disconnected", "closed"]
+        if listener:
+            expected = [
+                f"{who}{what}"
+                for what in expected
+                for who in ("listener ", "")  # the listeners first
+            ]
+        assert events == expected
+
+
+async def test_a_reconnect_attempt_lost_after_connecting_is_told_again() -> None:
+    """Only the repeat of nats-py's close is dropped: a reconnect attempt that
+    connected (what was queued was written to it) and was then lost is told as
+    a lost connection again (``publish_async`` futures fail at once then)."""
+    from aiojetstream._conn._connect import one_disconnect_each
+
+    class Client:
+        is_closed = False
+
+    events: list[str] = []
+
+    async def on_disconnected() -> None:
+        events.append("disconnected")
+
+    async def on_reconnected() -> None:
+        events.append("reconnected")
+
+    nc = Client()
+    disconnected, reconnected = one_disconnect_each(nc, on_disconnected, None)  # type: ignore[arg-type]
+    await disconnected()
+    await disconnected()  # nats-py's next _attempt_reconnect: another connection lost
+    await reconnected()
+    await disconnected()
+    nc.is_closed = True
+    await disconnected()  # nats-py's close repeats it: dropped
+    assert events == ["disconnected", "disconnected", "disconnected"]
+    disconnected, reconnected = one_disconnect_each(nc, on_disconnected, on_reconnected)  # type: ignore[arg-type]
+    await reconnected()
+    assert events[-1] == "reconnected"

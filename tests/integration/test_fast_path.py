@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+import nats
 import pytest
 
 import aiojetstream
@@ -38,6 +40,7 @@ from aiojetstream import (
 )
 from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
+from proxy import StallingProxy
 
 STEP = 10.0  # bound of any single wait for the server
 
@@ -500,6 +503,85 @@ async def test_malformed_protocol_makes_the_client_reconnect(
             assert reads is not before
         finally:
             await js.close()
+
+
+def _client_tasks(nc: Any) -> list[str]:
+    """The pending tasks of nats-py client ``nc`` (its read loop, pings, flusher...)."""
+    names = []
+    for task in asyncio.all_tasks():
+        coro = task.get_coro()
+        frame = getattr(coro, "cr_frame", None)
+        if not task.done() and frame is not None and frame.f_locals.get("self") is nc:
+            names.append(coro.__qualname__)
+    return sorted(names)
+
+
+async def test_a_reconnect_attempt_that_fails_after_its_handshake_leaves_nothing_behind(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch, fast: bool
+) -> None:
+    """A reconnect attempt that got through the handshake and part of a message, then
+    failed (its flush unanswered), left nats-py's parser holding that part and its
+    read loop, pings, flusher and socket running: the next connection's bytes
+    completed the message (a payload spliced from two connections), the read loop
+    left over read the new socket too, and the tasks outlived ``close()``."""
+    monkeypatch.setenv(_conn.FAST_PATH_ENV, "1" if fast else "0")
+    subject = unique_name("splice").lower()
+    reconnected = asyncio.Event()
+    injected: list[bytes] = []
+
+    async def on_reconnect() -> None:
+        reconnected.set()
+
+    def partial_message(client_sent: bytes) -> bytes:
+        # A message on the subscription cut short: 6 of its 10 payload bytes.
+        found = re.search(rb"SUB %b +(\d+)\r\n" % subject.encode(), client_sent)
+        injected.append(found is not None)
+        sid = b"1" if found is None else found[1]
+        return b"MSG %b %b 10\r\n123456" % (subject.encode(), sid)
+
+    async with StallingProxy(nats_server.port) as proxy:
+        js = await _connect(
+            proxy.url, ping_interval=60, reconnect_time_wait=0.1, reconnected_cb=on_reconnect
+        )
+        nc = js.nc
+        pub = await nats.connect(nats_server.url)
+        try:
+            # nats-py's reconnect waits 10 s for the PONG of its flush (a default
+            # argument, no option): 0.5 s here.
+            flush = nc.flush
+
+            async def short_flush(timeout: float = 0.5) -> None:
+                await flush(timeout)  # type: ignore[arg-type]
+
+            nc.flush = short_flush  # type: ignore[method-assign]
+            got: list[bytes] = []
+
+            async def on_msg(msg: Any) -> None:
+                got.append(msg.data)
+
+            await nc.subscribe(subject, cb=on_msg)
+            if fast:
+                await js.account_info()  # a request: the router parses from now on
+                assert "parse" in vars(nc._ps)
+            await js._conn.flush(STEP)
+            proxy.stall_next(partial_message)
+            proxy.cut()
+            await asyncio.wait_for(reconnected.wait(), STEP)
+            assert injected == [True]
+            await pub.publish(subject, b"whole")
+            await pub.flush()
+            await wait_until(lambda: b"whole" in got, STEP)
+            assert got == [b"whole"]  # not b"123456PONG" first
+            # The stalled attempt given up, then the next one (the PONG of its flush
+            # was not taken as the rest of the message).
+            assert proxy.accepted == 3
+            tasks = _client_tasks(nc)
+            assert tasks == ["Client._flusher", "Client._ping_interval", "Client._read_loop"]
+            await wait_until(lambda: proxy.open_connections == 1, STEP)  # the stalled one closed
+        finally:
+            await pub.close()
+            await js.close()
+        await wait_until(lambda: not _client_tasks(nc), STEP)
 
 
 async def test_a_request_counts_its_headers_against_max_payload() -> None:

@@ -44,7 +44,7 @@ class ConnectionListener(Protocol):
     """Receives connection state changes (called synchronously, must not block)."""
 
     def on_disconnected(self) -> None:
-        """The connection dropped; nats-py is reconnecting (or closing)."""
+        """The connection dropped; nats-py is reconnecting (or closing). Once per drop."""
 
     def on_reconnected(self) -> None:
         """The connection is back."""
@@ -54,11 +54,20 @@ class ConnectionListener(Protocol):
 
 
 class Hub:
-    """Chains itself in front of a nats-py client's state callbacks."""
+    """Chains itself in front of a nats-py client's state callbacks.
+
+    A lost connection is passed on once (nats-py calls its callback again
+    when it closes a client whose connection was already lost; see
+    :func:`~._connect.one_disconnect_each`), to the listeners and the
+    callback it chains.
+    """
 
     def __init__(self, nc: NatsClient) -> None:
         self.nc = nc
         self.listeners: dict[int, ConnectionListener] = {}
+        #: A disconnect was passed on (or happened before this hub) since the last
+        #: reconnect: the one nats-py's close repeats is not.
+        self._down = not nc.is_connected
         self._orig_disconnected, self._orig_reconnected, self._orig_closed = state_callbacks(nc)
         set_state_callbacks(nc, self._disconnected, self._reconnected, self._closed)
 
@@ -83,10 +92,14 @@ class Hub:
             await logging_errors(callback, f"{name}_cb")()
 
     async def _disconnected(self) -> None:
+        if self._down and self.nc.is_closed:
+            return
+        self._down = True
         self._fan_out("on_disconnected")
         await self._user_callback(self._orig_disconnected, "disconnected")
 
     async def _reconnected(self) -> None:
+        self._down = False
         self._fan_out("on_reconnected")
         await self._user_callback(self._orig_reconnected, "reconnected")
 

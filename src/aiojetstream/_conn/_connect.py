@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_PING_INTERVAL",
     "connect_nats",
     "logging_errors",
+    "one_disconnect_each",
 ]
 
 logger = logging.getLogger("aiojetstream")
@@ -120,6 +121,12 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       flush the connection it gives up (:class:`NextServer`,
       :func:`drop_unsent_on_reconnect`), unless ``reconnect_to_server_handler``
       is given.
+    * ``disconnected_cb`` runs once per lost connection, not again when nats-py
+      closes a client already disconnected (:func:`one_disconnect_each`).
+    * Every connection attempt starts clean: what an attempt that failed after
+      its handshake left running (its read loop, pings, flusher, socket, part
+      of a message in the parser) is stopped and dropped first
+      (:func:`~._nats.guard_connect_init`).
     """
     urls = _split_urls(servers)
     check_credentials(options)  # nats-py would read them late, in the loop (and may hang)
@@ -154,6 +161,10 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     for key in ("disconnected_cb", "reconnected_cb", "closed_cb", "discovered_server_cb"):
         if options.get(key) is not None:
             options[key] = logging_errors(options[key], key)
+    if options.get("disconnected_cb") is not None:
+        options["disconnected_cb"], options["reconnected_cb"] = one_disconnect_each(
+            nc, options["disconnected_cb"], options.get("reconnected_cb")
+        )
     options["closed_cb"] = _failing_requests(nc, options.get("closed_cb"))
     user_error_cb = options.get("error_cb")
     options["error_cb"] = initial_error_cb(
@@ -309,6 +320,40 @@ def logging_errors(
             logger.exception("the connection's %s raised", name)
 
     return call
+
+
+def one_disconnect_each(
+    nc: NatsClient,
+    disconnected: Callable[[], Awaitable[None]],
+    reconnected: Callable[[], Awaitable[None]] | None,
+) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[None]]]:
+    """A disconnected and a reconnected callback: a lost connection is told once.
+
+    nats-py calls its disconnected callback when the connection is lost and
+    again when it closes the client, also when the connection was already
+    lost (closed while reconnecting, or out of reconnect attempts). As with
+    nats.go, that second call is dropped. (A reconnect attempt that connected
+    and was then lost is another lost connection, told as such: what was sent
+    on it may be lost.) :class:`~._client.Hub` does the same for its listeners.
+    """
+    client = weakref.ref(nc)  # the callbacks are kept by the client itself
+    down = False
+
+    async def on_disconnected() -> None:
+        nonlocal down
+        target = client()
+        if down and (target is None or target.is_closed):
+            return
+        down = True
+        await disconnected()
+
+    async def on_reconnected() -> None:
+        nonlocal down
+        down = False
+        if reconnected is not None:
+            await reconnected()
+
+    return on_disconnected, on_reconnected
 
 
 def _failing_requests(

@@ -304,11 +304,26 @@ def guard_connect_init(nc: NatsClient, recheck: Callable[[], None] | None = None
     fields. A signing callback that raises fails the attempt with
     :class:`CredentialsFailed` (see :func:`_guard_auth_callbacks`; ``recheck``
     re-reads a ``user_credentials`` file first).
+
+    Every attempt also starts clean of the one before it
+    (:func:`_end_previous_attempt`, before its socket is opened and again
+    before its handshake).
     """
     original_init = nc._process_connect_init
     original_info = nc._process_info
+    original_connect: Callable[[Srv], Awaitable[None]] | None = getattr(
+        nc, "_connect_to_server", None
+    )
+
+    async def connect_to_server(server: Srv) -> None:
+        _end_previous_attempt(nc, abort=True)
+        assert original_connect is not None
+        await original_connect(server)
 
     async def connect_init() -> None:
+        # The tasks cancelled when the socket was opened have ended by now: none of
+        # them can have put the previous connection's bytes in the parser since.
+        _end_previous_attempt(nc, abort=False)
         _guard_auth_callbacks(nc, recheck)
         try:
             await original_init()
@@ -336,6 +351,48 @@ def guard_connect_init(nc: NatsClient, recheck: Callable[[], None] | None = None
 
     nc._process_connect_init = connect_init  # type: ignore[method-assign]
     nc._process_info = process_info  # type: ignore[method-assign]
+    if original_connect is not None:
+        nc._connect_to_server = connect_to_server  # type: ignore[method-assign,assignment]
+
+
+#: The tasks nats-py starts for each connection (at the end of ``_process_connect_init``).
+_CONNECTION_TASKS: Final = ("_reading_task", "_ping_interval_task", "_flusher_task")
+
+
+def _end_previous_attempt(nc: NatsClient, *, abort: bool) -> None:
+    """Stop what the previous connection (attempt) left running; forget its partial frame.
+
+    nats-py's reconnect loop retries an attempt that failed after its
+    handshake (its flush unanswered, say) without stopping the read loop,
+    pings and flusher that attempt started or closing its socket, and its
+    parser reset (``if self.is_reconnecting``) never runs there (the status
+    is CONNECTING by then). The next connection's bytes then completed a
+    message the failed attempt had received part of (a payload spliced from
+    two connections), the read loop left over read the new socket too (a
+    ``RuntimeError``, then one more reconnect) and the tasks outlived
+    ``close()``. Here, at the start of every attempt (never from one of those
+    tasks), they are cancelled; with ``abort`` (the new socket is not open yet)
+    the previous socket is aborted; and the parser, nats-py's and the
+    router's (:meth:`Router.forget_partial`), is emptied. The handshake reads
+    its INFO and PONG lines apart from the parser: nothing of the new
+    connection is lost.
+    """
+    current = asyncio.current_task()
+    for name in _CONNECTION_TASKS:
+        task = getattr(nc, name, None)
+        if isinstance(task, asyncio.Task) and task is not current and not task.done():
+            task.cancel()
+    if abort:
+        transport = _socket_transport(nc)
+        if transport is not None and not transport.is_closing():
+            transport.abort()
+    ps = getattr(nc, "_ps", None)
+    reset = getattr(ps, "reset", None)
+    if callable(reset):
+        reset()
+    router = getattr(getattr(ps, "parse", None), "__self__", None)
+    if isinstance(router, Router):
+        router.forget_partial()
 
 
 def current_server(nc: NatsClient) -> Srv | None:
@@ -859,6 +916,19 @@ class Router(Scanner):
         if what == SCAN_OTHER:
             # INFO, -ERR, odd lines: nats-py's parser takes the rest.
             await NatsParser.parse(ps)
+
+    def forget_partial(self) -> None:
+        """Forget a message not all in, and the socket reads stood in front of.
+
+        For a new connection (attempt): nats-py's parser was reset, and the
+        previous transport is of no more use (see :func:`_end_previous_attempt`).
+        """
+        self._awaiting = 0
+        self._awaiting_buf = None
+        reads = self._reads
+        if reads is not None:
+            self._reads = None
+            reads.uninstall()
 
     def restore(self, nc: NatsClient) -> None:
         """Give nats-py its own ``_process_msg``, ``parse`` and transport protocol back."""
