@@ -512,7 +512,7 @@ def _client_tasks(nc: Any) -> list[str]:
         coro = task.get_coro()
         frame = getattr(coro, "cr_frame", None)
         if not task.done() and frame is not None and frame.f_locals.get("self") is nc:
-            names.append(coro.__qualname__)
+            names.append(str(getattr(coro, "__qualname__", "")))
     return sorted(names)
 
 
@@ -527,7 +527,7 @@ async def test_a_reconnect_attempt_that_fails_after_its_handshake_leaves_nothing
     monkeypatch.setenv(_conn.FAST_PATH_ENV, "1" if fast else "0")
     subject = unique_name("splice").lower()
     reconnected = asyncio.Event()
-    injected: list[bytes] = []
+    injected: list[bool] = []
 
     async def on_reconnect() -> None:
         reconnected.set()
