@@ -70,6 +70,7 @@ from ._errors import (
     JetStreamError,
     MessageTooLargeError,
     NoHeartbeatError,
+    NoRespondersError,
     PinIdMismatchError,
 )
 from ._priority import PinState
@@ -269,6 +270,7 @@ class PullEngine:
         "_hard_end",
         "_last_pinned_pull",
         "_last_pull",
+        "_no_responders_at",
         "_pull_at",
         "_repull_delay",
         "_silent_ticks",
@@ -327,6 +329,8 @@ class PullEngine:
         self._check_reason: JetStreamError | None = None
         #: A check failed since the consumer was last known to exist (reported once).
         self._check_failed = False
+        #: ``delivered`` when a 503 with the consumer found was last reported (-1: never).
+        self._no_responders_at = -1
         self._pull_at: float | None = None  # a delayed (throttled) re-pull
         self._repull_delay = 0.0
         self._wait_for_empty = False
@@ -816,7 +820,27 @@ class PullEngine:
             self._check_delay = CHECK_BACKOFF_FIRST
             self._check_after = None
             return self._finish(self._check_reason)
-        return self._resume(now, self._check_reason)
+        reason = self._check_reason
+        report = _NONE
+        if (
+            isinstance(reason, NoRespondersError)
+            and not self._check_failed  # (the failed check was reported instead)
+            and self._no_responders_at != self.delivered
+        ):
+            # A 503 while the consumer exists: nothing serves its pulls (an account
+            # that imports CONSUMER.INFO but not CONSUMER.MSG.NEXT, JetStream
+            # unavailable behind the API). Pulling goes on, throttled; say so once,
+            # until a message arrives, or a permanent one hangs the run in silence.
+            self._no_responders_at = self.delivered
+            report = (
+                Report(
+                    NoRespondersError(
+                        "no responders for the pull requests (503), although the consumer "
+                        "exists: nothing serves them; pulling goes on"
+                    )
+                ),
+            )
+        return report + self._resume(now, reason)
 
     def _resume(self, now: float, reason: JetStreamError | None) -> Commands:
         """The consumer is known to exist again: leave CHECKING and pull.

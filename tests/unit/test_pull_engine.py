@@ -972,6 +972,34 @@ def test_a_failed_check_is_reported_once_per_outage() -> None:
     assert reports(sim.checked(CheckResult.UNAVAILABLE, later)) == [Report(later)]
 
 
+def test_no_responders_while_the_consumer_exists_is_reported_once() -> None:
+    """Every pull gets a 503 but the consumer exists (an account that imports
+    CONSUMER.INFO but not CONSUMER.MSG.NEXT): the run used to retry in silence for
+    ever. The first check that finds the consumer reports NoRespondersError; the
+    next ones do not, until a message arrived. Pulling goes on (not terminal)."""
+    sim = Sim(resolve_consume(max_messages=10, heartbeat=1, expires=30))
+    sim.start()
+    found: list[Report] = []
+    for _ in range(6):
+        assert reports(sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())) == []
+        out = sim.checked(CheckResult.EXISTS)
+        found += reports(out)
+        pulled = pulls(out) or pulls(sim.advance(REPULL_BACKOFF_MAX))
+        assert pulled  # it keeps pulling
+    assert len(found) == 1
+    assert isinstance(found[0].error, NoRespondersError)
+    assert "consumer exists" in str(found[0].error)
+    assert not sim.engine.done
+    # A message arrived: the next run of 503s is reported again, once.
+    sim.message()
+    sim.consume()
+    sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
+    assert len(reports(sim.checked(CheckResult.EXISTS))) == 1
+    sim.advance(REPULL_BACKOFF_MAX)
+    sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
+    assert reports(sim.checked(CheckResult.EXISTS)) == []
+
+
 @pytest.mark.parametrize("threshold", [1, 5, 10])
 def test_outage_every_pull_answered_no_responders_is_rate_limited(threshold: int) -> None:
     """JetStream answers the API (the consumer exists) but every pull gets a 503."""
