@@ -111,6 +111,7 @@ __all__ = [
     "FETCH_GRACE",
     "MAX_WARNINGS",
     "MISSED_TICKS",
+    "NEXT_REPULL_MIN_LEFT",
     "NO_WAIT_TIMEOUT",
     "REPULL_BACKOFF_FIRST",
     "REPULL_BACKOFF_MAX",
@@ -145,6 +146,11 @@ CHECK_BACKOFF_MAX: Final = 5.0
 #: Re-pulls after unproductive statuses (no message in between): growth, cap.
 REPULL_BACKOFF_FIRST: Final = 0.05
 REPULL_BACKOFF_MAX: Final = 2.0
+#: ``next()``: a pull that ended without a message or an error with at least this much
+#: of its ``expires`` left was dropped by the server (a ``409 Leadership Change`` or
+#: ``Server Shutdown`` ends a fetch silently), not expired: it is sent again for the
+#: time left (at least ``MIN_EXPIRES``), at once, then backing off as re-pulls do.
+NEXT_REPULL_MIN_LEFT: Final = 0.1
 #: Heartbeat ticks: the timer runs every heartbeat/TICKS_PER_HEARTBEAT; a miss
 #: is 2 x heartbeat of silence, detected within 2.5 x heartbeat.
 TICKS_PER_HEARTBEAT: Final = 2
@@ -680,6 +686,9 @@ class PullEngine:
         if single:
             return self._finish(None)
         if kind in _INVALIDATING:
+            # nats-server sends these once per reply subject (the new leader's set of
+            # pending requests and a stopping server's map of them are keyed by
+            # reply), and all the pulls of a run share one inbox: one voids them all.
             self._release_all()
             if kind is StatusKind.LEADERSHIP_CHANGE and self.phase is Phase.CHECKING:
                 # A new consumer leader answered one of our pulls: the consumer exists

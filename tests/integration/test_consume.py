@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import nats
 import pytest
@@ -107,6 +108,69 @@ async def test_next(js: JetStreamContext) -> None:
     with pytest.raises(FetchTimeoutError) as info:
         await consumer.next(expires=1)
     assert isinstance(info.value, TimeoutError)
+
+
+async def _send_status(url: str, subject: str, status: bytes) -> None:
+    """Publish a status message (a header block with a status line) to ``subject``.
+
+    nats-py can not put a status line in a message: a raw connection sends it.
+    """
+    host, port = url.removeprefix("nats://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        await reader.readline()  # INFO
+        header = b"NATS/1.0 " + status + b"\r\n\r\n"
+        writer.write(
+            b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n'
+            b"HPUB %s %d %d\r\n%s\r\nPING\r\n"
+            % (subject.encode(), len(header), len(header), header)
+        )
+        while (line := await reader.readline()) and not line.startswith(b"PONG"):
+            pass
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["consumer", "ordered"])
+@pytest.mark.parametrize(
+    "status",
+    [
+        b"409 Leadership Change",
+        b"409 Server Shutdown\r\nNats-Pending-Messages: 1\r\nNats-Pending-Bytes: 0",
+    ],
+    ids=["leadership change", "server shutdown"],
+)
+async def test_next_pulls_again_when_the_server_drops_its_pull(
+    js: JetStreamContext, nats_url: str, status: bytes, ordered: bool
+) -> None:
+    """A 409 Leadership Change (or Server Shutdown) ends next()'s pull without a
+    message: next() raised FetchTimeoutError at once, "before expiry". It pulls
+    again for the time left and gets the message published afterwards."""
+    consumer = await make(js)
+    stream = consumer.stream_name
+    spy = await nats.connect(nats_url)  # sees each pull request, and its inbox
+    inboxes: list[str] = []
+
+    async def seen(msg: nats.aio.msg.Msg) -> None:
+        inboxes.append(msg.reply)
+
+    await spy.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*", cb=seen)
+    await spy.flush()
+    source: Any = await js.ordered_consumer(stream) if ordered else consumer
+    task = asyncio.create_task(source.next(expires=30))
+    try:
+        await wait_until(lambda: len(inboxes) == 1, timeout=10)
+        await _send_status(nats_url, inboxes[0], status)
+        await wait_until(lambda: len(inboxes) == 2 or task.done(), timeout=10)
+        assert not task.done(), task
+        await js.publish("cons.0", b"after")
+        msg = await asyncio.wait_for(task, 10)
+        assert msg.data == b"after"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await spy.close()
 
 
 async def test_bad_options(js: JetStreamContext) -> None:
