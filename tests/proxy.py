@@ -101,6 +101,9 @@ class ApiCountingProxy:
         self.api: list[tuple[float, str]] = []
         #: Seconds each read from the client waits before it is forwarded (a slow link).
         self.delay = 0.0
+        #: Cleared, what the server sends is held (in order) until it is set again.
+        self.downstream = asyncio.Event()
+        self.downstream.set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -171,6 +174,8 @@ class ApiCountingProxy:
                     self.api.extend((_now(), subject) for subject in scanner.feed(data))
                     if self.delay:
                         await asyncio.sleep(self.delay)  # simulates the link, syncs nothing
+                else:
+                    await self.downstream.wait()
                 writer.write(data)
                 await writer.drain()
 

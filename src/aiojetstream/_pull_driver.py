@@ -2,8 +2,8 @@
 
 The driver turns subscription messages, timer expiries, connection events and
 consumer checks into engine events, and carries out the engine's commands. All
-of its callbacks are synchronous and quick; it owns at most one short-lived
-task at a time (a consumer check, or the final unsubscribe), and ``aclose``
+of its callbacks are synchronous and quick; it owns few short-lived tasks (a
+consumer check, a drain's unsubscribe, the final unsubscribe), and ``aclose``
 leaves nothing behind: no task, subscription, timer or connection listener.
 """
 
@@ -44,6 +44,7 @@ from ._pull_engine import (
     PullSettings,
     Report,
     SendPull,
+    Unsubscribe,
     buffer_limits,
 )
 from ._status import Severity, StatusKind, parse_status
@@ -241,7 +242,12 @@ class PullDriver:
         self._run(self.engine.stop(False, self._now()))
 
     def drain(self) -> None:
-        """Stop pulling; finish once the buffered messages were consumed."""
+        """Stop pulling; finish once the buffered messages were consumed.
+
+        The inbox is unsubscribed first, with a PING/PONG round trip: what the
+        server sent for the pulls it held before it read the UNSUB is buffered
+        and handed out too.
+        """
         if not self.finished:
             self._settle()
             self._run(self.engine.stop(True, self._now()))
@@ -777,6 +783,8 @@ class PullDriver:
                 self.report(cmd.error)
             elif isinstance(cmd, CheckConsumer):
                 self._check_task = self._spawn(self._check_consumer(cmd.timeout))
+            elif isinstance(cmd, Unsubscribe):
+                self._spawn(self._unsubscribe())
             elif isinstance(cmd, Finish):
                 self._finish(cmd.error)
 
@@ -839,6 +847,26 @@ class PullDriver:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    async def _unsubscribe(self) -> None:
+        """A drain's UNSUB and its round trip; then tell the engine (``on_unsubscribed``).
+
+        Messages keep arriving into the buffer until the server's PONG: those it
+        sent for the pulls it held before it read the UNSUB. Whatever goes wrong
+        (no PONG within the API's timeout, the connection gone), the engine
+        hears of the end: a drain never waits for more.
+        """
+        sub = self._sub
+        if sub is not None:
+            try:
+                await sub.drain(self._api.timeout)
+            except JetStreamError as exc:
+                logger.debug("unsubscribing a drained pull: %s", exc)
+            except Exception:
+                logger.exception("unsubscribing a drained pull failed")
+        if not self.finished:
+            self._settle()
+            self._run(self.engine.on_unsubscribed())
 
     async def _check_consumer(self, timeout: float | None) -> None:
         result = CheckResult.EXISTS

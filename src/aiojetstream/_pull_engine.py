@@ -8,9 +8,9 @@ the commands it returns:
 events    start(now) | on_message(size) | on_consumed(size) | on_status(...)
           | on_messages(count) | on_consumed_many(count)
           | on_pin_id(pin_id) | on_timer(now) | on_disconnected(now) | on_reconnected(now)
-          | on_consumer_checked(now, result, error) | stop(drain, now)
+          | on_consumer_checked(now, result, error) | stop(drain, now) | on_unsubscribed()
 commands  SendPull(batch, max_bytes, expires, heartbeat, no_wait, pin_id) | ArmTimer(deadline)
-          | CancelTimer() | Report(error) | CheckConsumer() | Finish(error)
+          | CancelTimer() | Report(error) | CheckConsumer() | Unsubscribe() | Finish(error)
 
 The options it runs on (:class:`PullSettings`) are validated and defaulted in
 ``_pull_settings``; this module re-exports those names, which the consumers
@@ -50,7 +50,9 @@ Invariants (checked by the hypothesis state machine in
 * a terminal status ends the run with its error and no pull follows;
 * a missed heartbeat is reported once per ``2 x heartbeat`` of silence, and
   never while disconnected;
-* ``stop(drain=True)`` finishes only once every buffered message was consumed;
+* ``stop(drain=True)`` finishes only once the inbox's UNSUB was flushed (every
+  message the server sent before it arrived) and every buffered message was
+  consumed;
 * a pull carries the pin id last recorded, none after a ``423``, and a ``423``
   never ends ``messages()`` / ``consume()``.
 """
@@ -68,6 +70,7 @@ from ._errors import (
     JetStreamError,
     MessageTooLargeError,
     NoHeartbeatError,
+    NoRespondersError,
     PinIdMismatchError,
 )
 from ._priority import PinState
@@ -108,6 +111,7 @@ __all__ = [
     "FETCH_GRACE",
     "MAX_WARNINGS",
     "MISSED_TICKS",
+    "NEXT_REPULL_MIN_LEFT",
     "NO_WAIT_TIMEOUT",
     "REPULL_BACKOFF_FIRST",
     "REPULL_BACKOFF_MAX",
@@ -124,6 +128,7 @@ __all__ = [
     "PullEngine",
     "Report",
     "SendPull",
+    "Unsubscribe",
 ]
 
 # --------------------------------------------------------------------------- timing
@@ -141,6 +146,11 @@ CHECK_BACKOFF_MAX: Final = 5.0
 #: Re-pulls after unproductive statuses (no message in between): growth, cap.
 REPULL_BACKOFF_FIRST: Final = 0.05
 REPULL_BACKOFF_MAX: Final = 2.0
+#: ``next()``: a pull that ended without a message or an error with at least this much
+#: of its ``expires`` left was dropped by the server (a ``409 Leadership Change`` or
+#: ``Server Shutdown`` ends a fetch silently), not expired: it is sent again for the
+#: time left (at least ``MIN_EXPIRES``), at once, then backing off as re-pulls do.
+NEXT_REPULL_MIN_LEFT: Final = 0.1
 #: Heartbeat ticks: the timer runs every heartbeat/TICKS_PER_HEARTBEAT; a miss
 #: is 2 x heartbeat of silence, detected within 2.5 x heartbeat.
 TICKS_PER_HEARTBEAT: Final = 2
@@ -191,6 +201,16 @@ class CheckConsumer:
 
 
 @dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    """Unsubscribe the inbox, then flush (PING/PONG); answer with ``on_unsubscribed``.
+
+    The server goes on serving the pulls it holds until it reads the UNSUB:
+    what it sent before then arrives before its PONG, and is still taken in
+    (a drain hands it out too).
+    """
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     """The run is over: deliver what is buffered, then end with ``error`` (None: normally)."""
 
@@ -217,7 +237,7 @@ def _warning_key(kind: StatusKind, error: JetStreamError) -> tuple[StatusKind, i
 #: Statuses after which no earlier pull request is valid any more.
 _INVALIDATING: Final = frozenset({StatusKind.LEADERSHIP_CHANGE, StatusKind.SERVER_SHUTDOWN})
 
-Command = SendPull | ArmTimer | CancelTimer | Report | CheckConsumer | Finish
+Command = SendPull | ArmTimer | CancelTimer | Report | CheckConsumer | Unsubscribe | Finish
 Commands = tuple[Command, ...]
 _NONE: Final[Commands] = ()
 
@@ -256,11 +276,13 @@ class PullEngine:
         "_hard_end",
         "_last_pinned_pull",
         "_last_pull",
+        "_no_responders_at",
         "_pull_at",
         "_repull_delay",
         "_silent_ticks",
         "_tick_at",
         "_timer_at",
+        "_unsubscribing",
         "_wait_for_empty",
         "_warned",
         "_written_off",
@@ -313,9 +335,13 @@ class PullEngine:
         self._check_reason: JetStreamError | None = None
         #: A check failed since the consumer was last known to exist (reported once).
         self._check_failed = False
+        #: ``delivered`` when a 503 with the consumer found was last reported (-1: never).
+        self._no_responders_at = -1
         self._pull_at: float | None = None  # a delayed (throttled) re-pull
         self._repull_delay = 0.0
         self._wait_for_empty = False
+        #: Draining: the UNSUB's round trip is not over, more messages may still arrive.
+        self._unsubscribing = False
         self._warned: set[tuple[StatusKind, int, str]] = set()
         self._last_pull = (0, 0)
         self._last_pinned_pull = (0, 0)  # the last pull sent with a pin id
@@ -520,7 +546,7 @@ class PullEngine:
                 return _NONE
             pull = self._pull()
             return (pull,) if pull is not None else _NONE
-        if phase is Phase.DRAINING and self.buffered_messages == 0:
+        if phase is Phase.DRAINING and self.buffered_messages == 0 and not self._unsubscribing:
             return self._finish(None)
         return _NONE
 
@@ -591,6 +617,8 @@ class PullEngine:
             # A pull follows the consumption that takes pending below the threshold.
             return max(0, min(buffered, self.pending_messages - s.threshold_messages))
         if phase is Phase.DRAINING:
+            if self._unsubscribing:
+                return buffered  # the UNSUB's round trip finishes the drain
             return max(0, buffered - 1)  # the last one finishes the drain
         return buffered
 
@@ -658,6 +686,9 @@ class PullEngine:
         if single:
             return self._finish(None)
         if kind in _INVALIDATING:
+            # nats-server sends these once per reply subject (the new leader's set of
+            # pending requests and a stopping server's map of them are keyed by
+            # reply), and all the pulls of a run share one inbox: one voids them all.
             self._release_all()
             if kind is StatusKind.LEADERSHIP_CHANGE and self.phase is Phase.CHECKING:
                 # A new consumer leader answered one of our pulls: the consumer exists
@@ -755,6 +786,8 @@ class PullEngine:
         if self.settings.single:
             return self._finish(DisconnectedError("disconnected while fetching"))
         if self.phase is Phase.DRAINING:
+            # Nothing more arrives: the subscription is not renewed after a reconnect.
+            self._unsubscribing = False
             return _NONE if self.buffered_messages else self._finish(None)
         self.phase = Phase.PAUSED
         self._tick_at = None
@@ -796,7 +829,27 @@ class PullEngine:
             self._check_delay = CHECK_BACKOFF_FIRST
             self._check_after = None
             return self._finish(self._check_reason)
-        return self._resume(now, self._check_reason)
+        reason = self._check_reason
+        report = _NONE
+        if (
+            isinstance(reason, NoRespondersError)
+            and not self._check_failed  # (the failed check was reported instead)
+            and self._no_responders_at != self.delivered
+        ):
+            # A 503 while the consumer exists: nothing serves its pulls (an account
+            # that imports CONSUMER.INFO but not CONSUMER.MSG.NEXT, JetStream
+            # unavailable behind the API). Pulling goes on, throttled; say so once,
+            # until a message arrives, or a permanent one hangs the run in silence.
+            self._no_responders_at = self.delivered
+            report = (
+                Report(
+                    NoRespondersError(
+                        "no responders for the pull requests (503), although the consumer "
+                        "exists: nothing serves them; pulling goes on"
+                    )
+                ),
+            )
+        return report + self._resume(now, reason)
 
     def _resume(self, now: float, reason: JetStreamError | None) -> Commands:
         """The consumer is known to exist again: leave CHECKING and pull.
@@ -817,12 +870,20 @@ class PullEngine:
         return ((pull,) if pull else _NONE) + self._next_timer()
 
     def stop(self, drain: bool, now: float) -> Commands:
-        """The user stops: at once, or after consuming what is buffered (drain)."""
+        """The user stops: at once, or after consuming what is buffered (drain).
+
+        A drain unsubscribes first (``Unsubscribe``): the server serves the
+        pulls it holds until it reads the UNSUB, and what it sent until then is
+        buffered and handed out too. It finishes once that round trip is over
+        (``on_unsubscribed``) and the buffer is empty.
+        """
         if self.phase is Phase.DONE:
             return _NONE
-        if not drain or self.buffered_messages == 0:
+        if not drain:
             self._release_all()
             return self._finish(None)
+        if self.phase is Phase.DRAINING:
+            return _NONE  # drained already
         self.phase = Phase.DRAINING
         self._release_all()
         self._pull_at = None
@@ -830,7 +891,18 @@ class PullEngine:
         # Nothing is outstanding any more: no fetch deadline, no heartbeat is owed.
         self.deadline = None
         self._tick_at = None
-        return self._next_timer()
+        self._unsubscribing = True
+        return (Unsubscribe(), *self._next_timer())
+
+    def on_unsubscribed(self) -> Commands:
+        """The drain's UNSUB was flushed (or the connection is gone): nothing more arrives.
+
+        The drain finishes now if the buffer is empty, else with its last consumption.
+        """
+        if self.phase is not Phase.DRAINING or not self._unsubscribing:
+            return _NONE
+        self._unsubscribing = False
+        return _NONE if self.buffered_messages else self._finish(None)
 
     def discard_buffer(self) -> None:
         """Forget buffered messages (after a stop without drain)."""

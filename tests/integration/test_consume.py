@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import nats
 import pytest
 
+import aiojetstream
 from aiojetstream import (
     AckPolicy,
     Consumer,
@@ -28,7 +30,9 @@ from aiojetstream import (
 )
 from aiojetstream._message import Msg
 from aiojetstream._pull_driver import PullDriver
+from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
+from proxy import ApiCountingProxy
 
 
 async def make(
@@ -104,6 +108,69 @@ async def test_next(js: JetStreamContext) -> None:
     with pytest.raises(FetchTimeoutError) as info:
         await consumer.next(expires=1)
     assert isinstance(info.value, TimeoutError)
+
+
+async def _send_status(url: str, subject: str, status: bytes) -> None:
+    """Publish a status message (a header block with a status line) to ``subject``.
+
+    nats-py can not put a status line in a message: a raw connection sends it.
+    """
+    host, port = url.removeprefix("nats://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        await reader.readline()  # INFO
+        header = b"NATS/1.0 " + status + b"\r\n\r\n"
+        writer.write(
+            b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n'
+            b"HPUB %s %d %d\r\n%s\r\nPING\r\n"
+            % (subject.encode(), len(header), len(header), header)
+        )
+        while (line := await reader.readline()) and not line.startswith(b"PONG"):
+            pass
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["consumer", "ordered"])
+@pytest.mark.parametrize(
+    "status",
+    [
+        b"409 Leadership Change",
+        b"409 Server Shutdown\r\nNats-Pending-Messages: 1\r\nNats-Pending-Bytes: 0",
+    ],
+    ids=["leadership change", "server shutdown"],
+)
+async def test_next_pulls_again_when_the_server_drops_its_pull(
+    js: JetStreamContext, nats_url: str, status: bytes, ordered: bool
+) -> None:
+    """A 409 Leadership Change (or Server Shutdown) ends next()'s pull without a
+    message: next() raised FetchTimeoutError at once, "before expiry". It pulls
+    again for the time left and gets the message published afterwards."""
+    consumer = await make(js)
+    stream = consumer.stream_name
+    spy = await nats.connect(nats_url)  # sees each pull request, and its inbox
+    inboxes: list[str] = []
+
+    async def seen(msg: nats.aio.msg.Msg) -> None:
+        inboxes.append(msg.reply)
+
+    await spy.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*", cb=seen)
+    await spy.flush()
+    source: Any = await js.ordered_consumer(stream) if ordered else consumer
+    task = asyncio.create_task(source.next(expires=30))
+    try:
+        await wait_until(lambda: len(inboxes) == 1, timeout=10)
+        await _send_status(nats_url, inboxes[0], status)
+        await wait_until(lambda: len(inboxes) == 2 or task.done(), timeout=10)
+        assert not task.done(), task
+        await js.publish("cons.0", b"after")
+        msg = await asyncio.wait_for(task, 10)
+        assert msg.data == b"after"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await spy.close()
 
 
 async def test_bad_options(js: JetStreamContext) -> None:
@@ -182,15 +249,85 @@ async def test_messages_drain_delivers_buffered(js: JetStreamContext) -> None:
         async def all_sent() -> bool:
             return (await consumer.info()).num_ack_pending == 30
 
-        # All 30 sent by the server, and (a PING/PONG later) parsed into the buffer:
-        # a loaded machine can otherwise still have some in the socket at drain().
+        # All 30 sent by the server; some may still be in the socket at drain(),
+        # which takes them in all the same (it waits for its UNSUB's round trip).
         await wait_until(all_sent, timeout=10)
-        await js.nc.flush()
         await it.drain()
         async for msg in it:
             got.append(msg)
     # Everything that was buffered (all 30 fit in the buffer) was handed out.
     assert len(got) == 30
+
+
+async def test_drain_hands_out_what_the_server_sent_before_the_unsubscribe(
+    js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    """drain() with an empty buffer while messages are on their way (AckPolicy.NONE):
+    the server sent them for the pull it held, the client had not read them yet. The
+    drain unsubscribes and waits for the round trip: they are handed out. It used to
+    end at once and unsubscribe only then: they were dropped, and with AckPolicy.NONE
+    lost."""
+    consumer = await make(js, ack=AckPolicy.NONE)
+    async with ApiCountingProxy(nats_server.port) as proxy:
+        client = await aiojetstream.connect(proxy.url)
+        try:
+            mine = await client.consumer(consumer.stream_name, "worker")
+            async with mine.messages(max_messages=100) as it:
+                await js.publish("cons.0", b"first")
+                got = [await it.next()]
+                proxy.downstream.clear()  # what the server sends now is on the way
+                for i in range(10):
+                    await js.publish("cons.1", str(i).encode())
+
+                async def all_sent() -> bool:
+                    return (await consumer.info()).delivered.consumer_seq == 11
+
+                await wait_until(all_sent, timeout=10)
+                await it.drain()
+                proxy.downstream.set()
+                got += [msg async for msg in it]
+        finally:
+            await client.close()
+    assert [m.data for m in got] == [b"first", *(str(i).encode() for i in range(10))]
+
+
+async def test_consume_drain_leaves_nothing_unacknowledged(
+    js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    """consume() acking every message, drained while messages are on their way: every
+    one the server sent reaches the handler, none is left to wait for ack_wait."""
+    consumer = await make(js, ack_wait=timedelta(seconds=60))
+    async with ApiCountingProxy(nats_server.port) as proxy:
+        client = await aiojetstream.connect(proxy.url)
+        try:
+            mine = await client.consumer(consumer.stream_name, "worker")
+            seen: list[bytes] = []
+            first = asyncio.Event()
+
+            async def handler(msg: Msg) -> None:
+                seen.append(msg.data)
+                await msg.double_ack()
+                first.set()
+
+            ctx = await mine.consume(handler, max_messages=100)
+            await js.publish("cons.0", b"first")
+            await asyncio.wait_for(first.wait(), 10)
+            proxy.downstream.clear()
+            for i in range(10):
+                await js.publish("cons.1", str(i).encode())
+
+            async def all_sent() -> bool:
+                return (await consumer.info()).delivered.consumer_seq == 11
+
+            await wait_until(all_sent, timeout=10)
+            # Released once drain() has begun: it stops the pulls before it first waits.
+            asyncio.get_running_loop().call_soon(proxy.downstream.set)
+            async with asyncio.timeout(10):
+                await ctx.drain()
+        finally:
+            await client.close()
+    assert seen == [b"first", *(str(i).encode() for i in range(10))]
+    assert (await consumer.info()).num_ack_pending == 0
 
 
 async def _publish(consumer: Consumer, js: JetStreamContext, count: int) -> None:

@@ -1784,3 +1784,73 @@ async def test_a_consumer_check_that_fails_oddly_never_stalls_consume(fault: str
                 assert isinstance(error.__cause__, RuntimeError)
         finally:
             await js.close()
+
+
+# ------------------------------------------------------- 503 while the consumer exists
+
+#: Account U imports the consumer's CONSUMER.INFO but not its CONSUMER.MSG.NEXT: the
+#: consumer is found, every pull gets 503 No Responders.
+_NO_PULL_IMPORT = """
+accounts: {
+  JS: {
+    jetstream: enabled
+    users: [{user: js, password: js}]
+    exports: [
+      {service: "$JS.API.CONSUMER.INFO.NPI.C"}
+      {service: "$JS.API.CONSUMER.MSG.NEXT.NPI.C", response_type: stream}
+      {service: "$JS.API.INFO"}
+    ]
+  }
+  U: {
+    users: [{user: u, password: u}]
+    imports: [
+      {service: {account: JS, subject: "$JS.API.CONSUMER.INFO.NPI.C"}}
+      {service: {account: JS, subject: "$JS.API.INFO"}}
+    ]
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["consume", "messages"])
+async def test_no_responders_while_the_consumer_exists_is_reported(mode: str) -> None:
+    """Every pull gets a 503 while the consumer exists (a forgotten import of the pull
+    subject): consume()/messages() retried for ever and said nothing. The first
+    consumer check that finds the consumer reports NoRespondersError to error_handler,
+    once (not at every retry); the run keeps pulling."""
+    async with NatsServer(config=_NO_PULL_IMPORT) as server:
+        host = server.url.removeprefix("nats://")
+        owner = await connect(f"nats://js:js@{host}")
+        user = await connect(f"nats://u:u@{host}")
+        try:
+            await owner.create_stream(
+                StreamConfig(name="NPI", subjects=["npi.>"], storage=StorageType.MEMORY)
+            )
+            await owner.create_consumer("NPI", ConsumerConfig(durable_name="C"))
+            await fill(owner, "npi.a", 3)
+            consumer = await user.consumer("NPI", "C")
+            errors = Errors()
+            source: Any
+            if mode == "consume":
+                source = await consumer.consume(lambda msg: None, error_handler=errors)
+            else:
+                source = consumer.messages(error_handler=errors)
+                await source.__aenter__()
+            try:
+                driver = source._driver
+                _, error = await errors.wait_for(aiojetstream.NoRespondersError, 10)
+                assert "consumer exists" in str(error)
+                # It keeps pulling (throttled), and says it no more.
+                pulls = driver.engine.pulls
+                await wait_until(lambda: driver.engine.pulls >= pulls + 3, timeout=10)
+                assert [type(e) for _, e in errors.items] == [aiojetstream.NoRespondersError]
+                assert not driver.finished
+            finally:
+                if mode == "consume":
+                    source.stop()
+                    assert await asyncio.wait_for(source.closed(), 10) is None
+                else:
+                    await source.aclose()
+        finally:
+            await user.close()
+            await owner.close()

@@ -69,6 +69,7 @@ from aiojetstream._pull_engine import (
     PullSettings,
     Report,
     SendPull,
+    Unsubscribe,
     resolve_consume,
     resolve_fetch,
 )
@@ -167,6 +168,9 @@ class Sim:
 
     def checked(self, result: CheckResult, error: JetStreamError | None = None) -> Commands:
         return self.feed(self.engine.on_consumer_checked(self.now, result, error))
+
+    def unsubscribed(self) -> Commands:
+        return self.feed(self.engine.on_unsubscribed())
 
     def advance(self, dt: float) -> list[Command]:
         """Move the clock by ``dt``, firing the timer at its deadlines."""
@@ -826,7 +830,9 @@ def test_drain_finishes_once_the_buffer_is_consumed() -> None:
     sim.start()
     sim.message()
     sim.message()
-    assert finishes(sim.feed(sim.engine.stop(True, 0.0))) == []
+    out = sim.feed(sim.engine.stop(True, 0.0))
+    assert finishes(out) == []
+    assert [c for c in out if isinstance(c, Unsubscribe)] == [Unsubscribe()]
     assert sim.engine.outstanding_messages == 0
     # Late statuses and a late message from the written-off request change nothing.
     assert sim.status(K.REQUEST_TIMEOUT, S.SILENT, 8, 0, timeout_408()) == ()
@@ -834,6 +840,7 @@ def test_drain_finishes_once_the_buffer_is_consumed() -> None:
     assert sim.message() == ()
     assert sim.engine.unsolicited == 1
     assert sim.advance(100) == []
+    assert sim.unsubscribed() == ()  # messages are still buffered
     assert sim.consume() == ()
     assert sim.consume() == ()
     assert finishes(sim.consume()) == [Finish(None)]
@@ -849,14 +856,51 @@ def test_drain_of_a_fetch_waits_for_the_buffer() -> None:
     out = sim.advance(100)  # neither the deadline nor heartbeats matter any more
     assert checks(out) == []
     assert finishes(out) == []
+    assert sim.unsubscribed() == ()
     assert sim.consume() == ()
     assert finishes(sim.consume()) == [Finish(None)]
 
 
-def test_drain_with_an_empty_buffer_finishes_at_once() -> None:
+def test_drain_with_an_empty_buffer_finishes_once_unsubscribed() -> None:
+    """The server serves the pulls it holds until it reads the UNSUB: the drain ends
+    only after that round trip, with what arrived meanwhile handed out."""
     sim = Sim(resolve_consume(max_messages=10))
     sim.start()
-    assert finishes(sim.feed(sim.engine.stop(True, 0.0))) == [Finish(None)]
+    out = sim.feed(sim.engine.stop(True, 0.0))
+    assert finishes(out) == []
+    assert Unsubscribe() in out
+    assert sim.feed(sim.engine.stop(True, 0.0)) == ()  # a second drain: nothing new
+    assert sim.unsubscribed() == (CancelTimer(), Finish(None))
+    assert sim.unsubscribed() == ()
+
+
+def test_drain_takes_what_arrives_before_the_unsubscribe_is_flushed() -> None:
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    sim.feed(sim.engine.stop(True, 0.0))
+    # Sent by the server before it read the UNSUB: buffered, and the drain waits for it.
+    assert sim.message() == ()
+    assert sim.engine.quiet_consumptions() == 1
+    assert sim.consume() == ()  # the buffer is empty, but the round trip is not over
+    assert sim.message() == ()
+    assert sim.unsubscribed() == ()
+    assert sim.engine.quiet_consumptions() == 0
+    assert finishes(sim.consume()) == [Finish(None)]
+
+
+def test_drain_disconnected_before_the_unsubscribe_is_flushed() -> None:
+    """Nothing more arrives once the connection dropped: the drain ends with the buffer."""
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    sim.message()
+    sim.feed(sim.engine.stop(True, 0.0))
+    assert sim.feed(sim.engine.on_disconnected(0.0)) == ()
+    assert finishes(sim.consume()) == [Finish(None)]
+    assert sim.unsubscribed() == ()
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    sim.feed(sim.engine.stop(True, 0.0))
+    assert finishes(sim.feed(sim.engine.on_disconnected(0.0))) == [Finish(None)]
 
 
 # --------------------------------------------------------------------------- outages
@@ -928,6 +972,34 @@ def test_a_failed_check_is_reported_once_per_outage() -> None:
     assert reports(sim.checked(CheckResult.UNAVAILABLE, later)) == [Report(later)]
 
 
+def test_no_responders_while_the_consumer_exists_is_reported_once() -> None:
+    """Every pull gets a 503 but the consumer exists (an account that imports
+    CONSUMER.INFO but not CONSUMER.MSG.NEXT): the run used to retry in silence for
+    ever. The first check that finds the consumer reports NoRespondersError; the
+    next ones do not, until a message arrived. Pulling goes on (not terminal)."""
+    sim = Sim(resolve_consume(max_messages=10, heartbeat=1, expires=30))
+    sim.start()
+    found: list[Report] = []
+    for _ in range(6):
+        assert reports(sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())) == []
+        out = sim.checked(CheckResult.EXISTS)
+        found += reports(out)
+        pulled = pulls(out) or pulls(sim.advance(REPULL_BACKOFF_MAX))
+        assert pulled  # it keeps pulling
+    assert len(found) == 1
+    assert isinstance(found[0].error, NoRespondersError)
+    assert "consumer exists" in str(found[0].error)
+    assert not sim.engine.done
+    # A message arrived: the next run of 503s is reported again, once.
+    sim.message()
+    sim.consume()
+    sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
+    assert len(reports(sim.checked(CheckResult.EXISTS))) == 1
+    sim.advance(REPULL_BACKOFF_MAX)
+    sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
+    assert reports(sim.checked(CheckResult.EXISTS)) == []
+
+
 @pytest.mark.parametrize("threshold", [1, 5, 10])
 def test_outage_every_pull_answered_no_responders_is_rate_limited(threshold: int) -> None:
     """JetStream answers the API (the consumer exists) but every pull gets a 503."""
@@ -978,6 +1050,7 @@ _WALK = st.lists(
             "exists",
             "503",
             "leadership",
+            "unsubscribed",
         ]
     ),
     max_size=60,
@@ -1005,6 +1078,8 @@ def _walk_step(engine: PullEngine, step: str, now: float) -> None:
         engine.on_consumer_checked(now, CheckResult.EXISTS, None)
     elif step == "503":
         engine.on_status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders(), now)
+    elif step == "unsubscribed":
+        engine.on_unsubscribed()
     else:
         engine.on_status(K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, None, now)
 
@@ -1181,6 +1256,11 @@ class PullEngineMachine(RuleBasedStateMachine):
         self.finish_error: JetStreamError | None = None
         self.stopped = False
         self.draining = False
+        # stop(drain=True) unsubscribes: the engine waits for the UNSUB's round trip
+        # (unsubscribing; not any more after a disconnect), which the driver answers
+        # with on_unsubscribed (unsub_pending until then)
+        self.unsubscribing = False
+        self.unsub_pending = False
         self.terminal_error: JetStreamError | None = None
         self.steps = 0
         self.horizon = 0
@@ -1295,6 +1375,12 @@ class PullEngineMachine(RuleBasedStateMachine):
                     self.outage_sends.append(self.now)
                 if self.stopped:
                     self.bad_drain.append(f"{event}: CheckConsumer after stop()")
+            elif isinstance(cmd, Unsubscribe):
+                if not self.draining:
+                    self.bad_drain.append(f"{event}: Unsubscribe without a drain")
+                if self.unsub_pending:
+                    self.bad_drain.append(f"{event}: a second Unsubscribe")
+                self.unsubscribing = self.unsub_pending = True
             elif isinstance(cmd, Finish):
                 self.finished = True
                 self.finish_error = cmd.error
@@ -1302,6 +1388,10 @@ class PullEngineMachine(RuleBasedStateMachine):
                     self.bad_drain.append(
                         f"{event}: Finish(None) while draining with {len(self.buffer)} "
                         "message(s) still buffered"
+                    )
+                if self.draining and cmd.error is None and self.unsubscribing:
+                    self.bad_drain.append(
+                        f"{event}: Finish(None) while draining before the UNSUB was flushed"
                     )
                 if self.terminal_error is not None and cmd.error is not self.terminal_error:
                     self.bad_terminal.append(f"{event}: finished with {cmd.error!r}")
@@ -1448,7 +1538,7 @@ class PullEngineMachine(RuleBasedStateMachine):
     def _consume_one(self) -> None:
         size = self.buffer.pop(0)
         self._feed(self.engine.on_consumed(self._esize(size)), "on_consumed")
-        if self.draining and not self.buffer and not self.finished:
+        if self.draining and not self.unsubscribing and not self.buffer and not self.finished:
             self.bad_drain.append("the drain did not finish once the buffer was consumed")
 
     @precondition(lambda self: bool(self.buffer) and not self.byte_mode)
@@ -1471,7 +1561,7 @@ class PullEngineMachine(RuleBasedStateMachine):
         assert engine.on_consumed_many(k) == ()
         assert engine_state(engine) == engine_state(one_by_one)
         del self.buffer[:k]
-        if self.draining and not self.buffer and not self.finished:
+        if self.draining and not self.unsubscribing and not self.buffer and not self.finished:
             self.bad_drain.append("the drain did not finish once the buffer was consumed")
         more = min(len(self.buffer), k + beyond)
         single, many = copy.deepcopy(engine), copy.deepcopy(engine)
@@ -1488,8 +1578,10 @@ class PullEngineMachine(RuleBasedStateMachine):
         if drain:
             self.draining = True
             cmds = self._feed(self.engine.stop(True, self.now), "stop(drain=True)")
-            if not self.buffer and finishes(cmds) != [Finish(None)]:
-                self.bad_drain.append("stop(drain=True) with an empty buffer did not finish")
+            if finishes(cmds):
+                self.bad_drain.append(f"stop(drain=True) finished before unsubscribing: {cmds!r}")
+            if Unsubscribe() not in cmds:
+                self.bad_drain.append(f"stop(drain=True) did not unsubscribe: {cmds!r}")
         else:
             self.buffer.clear()
             self.engine.discard_buffer()
@@ -1535,6 +1627,20 @@ class PullEngineMachine(RuleBasedStateMachine):
             else:
                 self.heartbeat()
 
+    @precondition(lambda self: self.unsub_pending)
+    @rule()
+    def unsubscribed(self) -> None:
+        """The drain's UNSUB round trip is over: the server sends nothing more."""
+        self.unsub_pending = False
+        waiting = self.unsubscribing and self.live
+        self.unsubscribing = False
+        self._drop_all()  # no interest in the inbox any more: the server drops the requests
+        cmds = self._feed(self.engine.on_unsubscribed(), "on_unsubscribed")
+        if waiting and not self.buffer and finishes(cmds) != [Finish(None)]:
+            self.bad_drain.append(f"the drain did not finish once unsubscribed: {cmds!r}")
+        if self.buffer and finishes(cmds):
+            self.bad_drain.append(f"unsubscribed with messages buffered: {cmds!r}")
+
     @precondition(
         lambda self: (
             self.pending_checks > 0
@@ -1565,6 +1671,8 @@ class PullEngineMachine(RuleBasedStateMachine):
         if react:
             while self.pending_checks and self.live:
                 self.answer_check(data)
+            if self.unsub_pending:
+                self.unsubscribed()
             if not self.connected and self.live:
                 self.reconnect()
         s = self.settings
@@ -1842,6 +1950,7 @@ class PullEngineMachine(RuleBasedStateMachine):
     def disconnect(self) -> None:
         self.trouble -= 1
         self.connected = False
+        self.unsubscribing = False  # nothing more arrives: the engine waits no more
         self._drop_all()  # the server forgets the requests of a gone client
         self._feed(self.engine.on_disconnected(self.now), "on_disconnected")
 
@@ -1935,6 +2044,7 @@ class PullEngineMachine(RuleBasedStateMachine):
         self._feed(e.on_consumer_checked(self.now, CheckResult.EXISTS, None), "late check")
         self._feed(e.on_reconnected(self.now), "late on_reconnected")
         self._feed(e.stop(True, self.now), "late stop")
+        self._feed(e.on_unsubscribed(), "late on_unsubscribed")
         self._feed(e.start(self.now), "late start")
 
     # ------------------------------------------------------------- invariants

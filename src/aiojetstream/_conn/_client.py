@@ -351,6 +351,49 @@ class Conn:
         ):
             await sub.unsubscribe()
 
+    async def drain_subscription(
+        self, sub: NatsSubscription, timeout: float, *, routed: bool
+    ) -> None:
+        """Unsubscribe ``sub``, then wait for the server's PONG to a PING sent after the UNSUB.
+
+        Every message the server sent to ``sub`` before it read the UNSUB
+        arrives before that PONG. ``routed``: the router hands on the
+        subscription's messages (fast path), which it goes on doing until the
+        caller detaches it; else nats-py's own drain keeps delivering them to
+        the callback until the PONG. A closed connection is not an error, nor
+        a lost one: no PONG can come then, and nats-py does not renew an
+        unsubscribed subscription after the reconnect, so nothing more arrives.
+
+        Raises:
+            JetStreamTimeoutError: no PONG within ``timeout`` seconds.
+
+        """
+        nc = self.nc
+        if nc.is_closed:
+            return
+        if not routed and nc.is_connected:
+            # nats-py's drain (public API): UNSUB, PING, then it drops the subscription.
+            # Its PING is written at once and may overtake the UNSUB, which its
+            # flusher task writes: a message the server sends in between is lost.
+            with (
+                translate(),
+                contextlib.suppress(
+                    nats_errors.ConnectionClosedError,
+                    nats_errors.ConnectionDrainingError,
+                    nats_errors.BadSubscriptionError,
+                ),
+            ):
+                await sub.drain()  # type: ignore[no-untyped-call]
+            return
+        await self.unsubscribe(sub)  # the UNSUB queued; nats-py forgets the subscription
+        if not routed or not nc.is_connected:
+            return
+        if not write_pending(nc):
+            # Not over TCP: the UNSUB waits for nats-py's flusher task, while the
+            # PING of a flush is written at once; a first round trip lets it out.
+            await self.flush(timeout)
+        await self.flush(timeout)
+
     async def flush(self, timeout: float) -> None:
         """Flush and wait for the server's PONG."""
         with translate():

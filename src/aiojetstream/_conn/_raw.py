@@ -86,6 +86,26 @@ class RawSubscription:
             router.sinks.pop(self.sid, None)
             release_router(nc, router)
 
+    async def drain(self, timeout: float) -> None:
+        """Unsubscribe, still handing on what the server sent before it read the UNSUB.
+
+        The UNSUB goes out, then a PING: the server's PONG comes after every
+        message it sent before, all of which reach the handler. Then (or once
+        the round trip failed) the handler is detached. Idempotent, and a no-op
+        after :meth:`unsubscribe`.
+
+        Raises:
+            JetStreamTimeoutError: no PONG within ``timeout`` seconds.
+
+        """
+        sub, self._sub = self._sub, None
+        if sub is None:
+            return
+        try:
+            await self._conn.drain_subscription(sub, timeout, routed=self._delivery is None)
+        finally:
+            self.detach()
+
     async def unsubscribe(self) -> None:
         """Unsubscribe (idempotent; a closed connection is not an error)."""
         sub, self._sub = self._sub, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, Unpack, overload
@@ -19,6 +20,10 @@ from .._priority import PinState, check_group_name
 from .._pull_driver import ErrorHandler, PullDriver
 from .._pull_engine import (
     DEFAULT_EXPIRES,
+    MIN_EXPIRES,
+    NEXT_REPULL_MIN_LEFT,
+    REPULL_BACKOFF_FIRST,
+    REPULL_BACKOFF_MAX,
     PriorityConsumer,
     PullSettings,
     fit_heartbeat,
@@ -491,19 +496,38 @@ class Consumer:
         min_ack_pending: int | None,
         priority: int | None,
     ) -> Msg:
-        batch = await self.fetch(
-            1,
-            expires=expires,
-            heartbeat=heartbeat,
-            group=group,
-            min_pending=min_pending,
-            min_ack_pending=min_ack_pending,
-            priority=priority,
-        )
-        async with batch:
-            async for msg in batch:
-                return msg
-        raise FetchTimeoutError(f"no message from {self._stream}/{self._name} before expiry")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        pull_expires, pull_heartbeat = expires, heartbeat
+        delay = 0.0
+        while True:
+            batch = await self.fetch(
+                1,
+                expires=pull_expires,
+                heartbeat=pull_heartbeat,
+                group=group,
+                min_pending=min_pending,
+                min_ack_pending=min_ack_pending,
+                priority=priority,
+            )
+            async with batch:
+                async for msg in batch:
+                    return msg
+            # No message, no error, and time left: the server dropped the pull (409
+            # Leadership Change, Server Shutdown) rather than let it expire. Pull again
+            # for the time left (the options are valid: the first fetch took them).
+            deadline = started + (secs(expires, "expires") or 0.0)
+            if delay:
+                await asyncio.sleep(min(delay, max(deadline - loop.time(), 0.0)))
+            left = deadline - loop.time()
+            if left < NEXT_REPULL_MIN_LEFT:
+                raise FetchTimeoutError(
+                    f"no message from {self._stream}/{self._name} before expiry"
+                )
+            delay = min(delay * 2, REPULL_BACKOFF_MAX) if delay else REPULL_BACKOFF_FIRST
+            pull_expires = max(left, MIN_EXPIRES)
+            beat = secs(heartbeat, "heartbeat")
+            pull_heartbeat = None if beat is None else fit_heartbeat(beat, pull_expires)
 
     @overload
     def messages(

@@ -28,6 +28,9 @@ from .._models import (
 from .._pull_driver import ErrorHandler
 from .._pull_engine import (
     DEFAULT_EXPIRES,
+    NEXT_REPULL_MIN_LEFT,
+    REPULL_BACKOFF_FIRST,
+    REPULL_BACKOFF_MAX,
     PullSettings,
     resolve_consume,
     resolve_fetch,
@@ -277,6 +280,7 @@ class OrderedConsumer(OrderedCursor):
         """One message within ``checked.expires`` (options checked), across resets."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + checked.expires
+        delay = 0.0
         while True:
             settings = shortened(checked, deadline - loop.time())
             try:
@@ -291,8 +295,17 @@ class OrderedConsumer(OrderedCursor):
                     return msg
             # A fetch cut short by a reset (gap, deletion) is retried within expires;
             # the reset itself is quick, so once more even with little time left.
-            if not self._needs_reset or loop.time() >= deadline:
+            if loop.time() >= deadline:
                 raise FetchTimeoutError(f"no message from ordered consumer on {self._stream}")
+            if self._needs_reset:
+                continue
+            # No message, no error, and time left: the server dropped the pull (409
+            # Leadership Change, Server Shutdown) rather than let it expire.
+            if delay:
+                await asyncio.sleep(min(delay, max(deadline - loop.time(), 0.0)))
+            if deadline - loop.time() < NEXT_REPULL_MIN_LEFT:
+                raise FetchTimeoutError(f"no message from ordered consumer on {self._stream}")
+            delay = min(delay * 2, REPULL_BACKOFF_MAX) if delay else REPULL_BACKOFF_FIRST
 
     # ------------------------------------------------------------- continuous
 
