@@ -44,3 +44,14 @@ def close_when_collected(
     finalizer = weakref.finalize(owner, collected)
     finalizer.atexit = False  # at interpreter exit the loop is gone: nothing to run
     return finalizer
+
+
+def close_soon(close: Coroutine[Any, Any, None]) -> None:
+    """Run ``close`` in a task of its own, kept until done; return at once.
+
+    For a close after something was taken that must be handed back without a
+    cancellation point in between (a cancel there lost what was taken).
+    """
+    task = asyncio.get_running_loop().create_task(close)
+    _CLOSING.add(task)
+    task.add_done_callback(_CLOSING.discard)

@@ -27,6 +27,7 @@ from aiojetstream import (
     StreamConfig,
 )
 from aiojetstream._message import parse_metadata
+from aiojetstream._pull_driver import PullDriver
 from helpers import unique_name, wait_until
 
 
@@ -133,6 +134,30 @@ async def test_ordered_collect_cancelled_loses_nothing(js: JetStreamContext) -> 
         await collecting
     msgs = await (await ordered.fetch(100, expires=1)).collect()
     assert [m.metadata.sequence.stream for m in msgs] == list(range(1, 21))
+
+
+async def test_next_cancelled_while_its_batch_closes_loses_nothing(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``next()`` took its message, then awaited the batch's close: a cancel there
+    (``wait_for``, ``asyncio.timeout``) lost the message, for good on an AckNone
+    consumer. The close now runs after ``next()`` returned."""
+    stream = await _stream(js, 1)
+    consumer = await js.create_consumer(stream, ConsumerConfig(ack_policy=AckPolicy.NONE))
+    closing = asyncio.Event()
+    close = PullDriver.aclose
+
+    async def slow_close(self: PullDriver) -> None:
+        closing.set()
+        await asyncio.sleep(0)  # a cancellation point, as the unsubscribe's
+        await close(self)
+
+    monkeypatch.setattr(PullDriver, "aclose", slow_close)
+    task = asyncio.ensure_future(consumer.next(expires=5))
+    await asyncio.wait_for(closing.wait(), 5)
+    task.cancel()  # while next() would still be closing its batch
+    msg = await task
+    assert msg.data == b"0"
 
 
 async def test_ordered_fetch_closed_early_restarts_at_the_cursor(js: JetStreamContext) -> None:

@@ -510,9 +510,17 @@ class Consumer:
                 min_ack_pending=min_ack_pending,
                 priority=priority,
             )
-            async with batch:
-                async for msg in batch:
-                    return msg
+            taken: Msg | None = None
+            try:
+                taken = await anext(batch, None)
+            finally:
+                if taken is None:
+                    await batch.aclose()
+            if taken is not None:
+                # Handed back with no await after the take: a cancel in the batch's
+                # close lost it (for good with AckPolicy.NONE, else until ack_wait).
+                batch.close_soon()
+                return taken
             # No message, no error, and time left: the server dropped the pull (409
             # Leadership Change, Server Shutdown) rather than let it expire. Pull again
             # for the time left (the options are valid: the first fetch took them).
