@@ -28,6 +28,7 @@ from typing import Final
 from .. import _api
 from .. import _consumer as C
 from .._api import ApiClient
+from .._cleanup import close_in_background
 from .._conn import Conn
 from .._errors import (
     ConnectionClosedError,
@@ -691,6 +692,20 @@ class OrderedBatch(C.MessageBatch):
         await driver.aclose()
         if self._owner._active is self:
             self._owner._release()
+
+    def end_now(self) -> None:
+        """End the fetch without waiting (as :meth:`aclose`; the unsubscribe runs in a task).
+
+        For ``next()``, once it took its message: no cancellation can come
+        between the take (the cursor is past the message) and its return.
+        """
+        driver = self._driver
+        if not driver.finished or driver.buffered:
+            self._owner._needs_reset = True
+            driver.stop()
+        if self._owner._active is self:
+            self._owner._release()
+        close_in_background(driver.aclose())
 
 
 class OrderedSource:
