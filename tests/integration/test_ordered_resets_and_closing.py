@@ -8,6 +8,7 @@ import contextlib
 import gc
 import logging
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -17,19 +18,25 @@ from aiojetstream import (
     BucketNotFoundError,
     ConnectionClosedError,
     ConsumerConfig,
+    ConsumerInfo,
     ConsumerNotFoundError,
     FetchTimeoutError,
     InvalidOptionError,
     JetStreamContext,
     JetStreamError,
     KeyValueConfig,
+    KeyValueEntry,
+    KeyWatcher,
+    ObjectInfo,
     ObjectStoreConfig,
+    ObjectWatcher,
     OrderedConsumerConfig,
     OrderedConsumerResetError,
     StorageType,
     Stream,
     StreamConfig,
 )
+from aiojetstream import _consumer as C
 from aiojetstream._ordered import OrderedConsumer
 from aiojetstream._stream import Stream as StreamClass
 from helpers import unique_name, wait_until
@@ -426,3 +433,71 @@ async def test_closing_the_connection_during_a_reset_backoff_ends_the_reader_at_
         await js.delete_consumer(stream, "blocker")
     finally:
         await client.close()
+
+
+def hold_consumer_creation(
+    monkeypatch: pytest.MonkeyPatch, *, after_sending: bool
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold every consumer creation until the returned gate is set; the other event is
+    set once one is held: before its request is sent, or (``after_sending``) once the
+    server created the consumer, its reply not yet handed back (as one in flight)."""
+    held = asyncio.Event()
+    gate = asyncio.Event()
+    original = C.upsert_consumer
+
+    async def holding(*args: Any, **kwargs: Any) -> ConsumerInfo:
+        if not after_sending:
+            held.set()
+            await gate.wait()
+        info = await original(*args, **kwargs)
+        if after_sending:
+            held.set()
+            await gate.wait()
+        return info
+
+    monkeypatch.setattr(C, "upsert_consumer", holding)
+    return held, gate
+
+
+@pytest.mark.parametrize("store", ["kv", "object"])
+async def test_a_watch_whose_first_anext_is_cancelled_goes_on(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    """The first ``anext()`` of a watcher cancelled (a timeout) while its consumer is
+    created: the next one waits for that creation and the watch goes on (it ended
+    silently: the cancellation closed the reader, every later update was missed)."""
+    bucket = unique_name("WFC")
+    watcher: KeyWatcher | ObjectWatcher
+    if store == "kv":
+        kv = await js.create_key_value(KeyValueConfig(bucket=bucket, storage=StorageType.MEMORY))
+        await kv.put("k", b"1")
+        watcher = kv.watch()
+    else:
+        obs = await js.create_object_store(
+            ObjectStoreConfig(bucket=bucket, storage=StorageType.MEMORY)
+        )
+        await obs.put("o", b"1")
+        watcher = obs.watch()
+    held, gate = hold_consumer_creation(monkeypatch, after_sending=False)
+    try:
+        first = asyncio.ensure_future(anext(watcher))
+        await asyncio.wait_for(held.wait(), STEP)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        gate.set()
+        item = await asyncio.wait_for(anext(watcher), STEP)
+        if store == "kv":
+            assert isinstance(item, KeyValueEntry)
+            assert (item.key, item.value) == ("k", b"1")
+        else:
+            assert isinstance(item, ObjectInfo)
+            assert item.name == "o"
+        assert await asyncio.wait_for(anext(watcher), STEP) is None  # the initial values' end
+        if store == "kv":
+            await kv.put("k", b"2")
+            update = await asyncio.wait_for(anext(watcher), STEP)
+            assert isinstance(update, KeyValueEntry)
+            assert update.value == b"2"
+    finally:
+        await watcher.aclose()
