@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -501,3 +502,50 @@ async def test_a_watch_whose_first_anext_is_cancelled_goes_on(
             assert update.value == b"2"
     finally:
         await watcher.aclose()
+
+
+@pytest.mark.parametrize("reader", ["messages", "watch", "object"])
+async def test_closed_after_a_cancelled_creation_leaves_no_consumer(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    """Cancelled while its consumer's creation is on its way (created on the server,
+    the reply not handed back yet), then closed: that consumer is deleted too (only
+    one whose reply had arrived was: this one lingered for inactive_threshold, 5 min)."""
+    name = unique_name("ORC")
+    start: Callable[[], Awaitable[object]]
+    close: Callable[[], Awaitable[None]]
+    if reader == "watch":
+        kv = await js.create_key_value(KeyValueConfig(bucket=name, storage=StorageType.MEMORY))
+        await kv.put("k", b"1")
+        stream = kv.stream
+        watcher = kv.watch()
+        start, close = watcher.__anext__, watcher.aclose
+    elif reader == "object":
+        obs = await js.create_object_store(
+            ObjectStoreConfig(bucket=name, storage=StorageType.MEMORY)
+        )
+        await obs.put("o", b"z" * 1000)
+        stream = obs.stream
+        result = await obs.get("o")
+        start, close = result.read, result.aclose
+    else:
+        stream = await js.create_stream(
+            StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+        )
+        await js.publish(f"{name}.a", b"1")
+        it = (await stream.ordered_consumer()).messages()
+        start, close = it.__aenter__, it.aclose
+    held, gate = hold_consumer_creation(monkeypatch, after_sending=True)
+    starting = asyncio.ensure_future(start())
+    await asyncio.wait_for(held.wait(), STEP)  # the consumer exists on the server
+    # (A watcher's start goes on when its caller is cancelled: closing it cancels it.)
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+    await asyncio.wait_for(close(), STEP)
+    gate.set()
+
+    async def no_consumers() -> bool:
+        return (await stream.info()).state.consumer_count == 0
+
+    await wait_until(no_consumers, STEP, message="the consumer created was left behind")

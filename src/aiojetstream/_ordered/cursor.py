@@ -244,16 +244,34 @@ class OrderedCursor:
         return ConsumerConfig(**{k: v for k, v in fields.items() if v is not None})
 
     async def _delete_current(self, deadline: float | None = None) -> None:
+        """Delete the current consumer, and the one a reset in progress may have created.
+
+        A reset cut short (its caller cancelled while the creation's reply was on
+        its way, a watcher's start out of time) may have created its consumer
+        unseen: its name (kept for the retries) is deleted too, and the reset
+        dropped. Either "not found" is fine.
+        """
+        names = []
         name, self._name = self._name, None
-        if name is None:
+        if name is not None:
+            names.append(name)
+        state, self._resetting = self._resetting, None
+        if state is not None and state.config.name not in (None, name):
+            names.append(state.config.name)
+        if not names:
             return
         # Bounded: during an outage a close must not wait for the API (nor a fetch
         # past its deadline).
         timeout = min(self._api.timeout, DELETE_TIMEOUT)
         if deadline is not None:
             timeout = min(timeout, max(deadline - asyncio.get_running_loop().time(), 0.25))
+        await asyncio.gather(*(self._delete(n, timeout) for n in names))
+
+    async def _delete(self, name: str, timeout: float) -> None:
         try:
             await C.delete_consumer(self._api, self._stream, name, timeout)
+        except ConsumerNotFoundError:
+            pass
         except JetStreamError as exc:
             # Ephemeral: it disappears after inactive_threshold anyway.
             logger.debug("could not delete ordered consumer %s: %s", name, exc)
