@@ -286,7 +286,12 @@ class Watcher(Generic[T]):
         self._started = True
 
     async def __aenter__(self) -> Self:
-        await self._ensure_started()
+        try:
+            await self._ensure_started()
+        except asyncio.CancelledError:
+            # No ``async with`` body, no exit: nothing else would stop the start.
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(

@@ -504,22 +504,31 @@ async def test_a_watch_whose_first_anext_is_cancelled_goes_on(
         await watcher.aclose()
 
 
-@pytest.mark.parametrize("reader", ["messages", "watch", "object"])
+async def _nothing() -> None:
+    pass
+
+
+@pytest.mark.parametrize("reader", ["messages", "watch", "watch-enter", "object"])
 async def test_closed_after_a_cancelled_creation_leaves_no_consumer(
     js: JetStreamContext, monkeypatch: pytest.MonkeyPatch, reader: str
 ) -> None:
     """Cancelled while its consumer's creation is on its way (created on the server,
     the reply not handed back yet), then closed: that consumer is deleted too (only
-    one whose reply had arrived was: this one lingered for inactive_threshold, 5 min)."""
+    one whose reply had arrived was: this one lingered for inactive_threshold, 5 min).
+    A watcher's ``async with`` cancelled on its way in closes it at once (there is no
+    body, no exit)."""
     name = unique_name("ORC")
     start: Callable[[], Awaitable[object]]
     close: Callable[[], Awaitable[None]]
-    if reader == "watch":
+    if reader.startswith("watch"):
         kv = await js.create_key_value(KeyValueConfig(bucket=name, storage=StorageType.MEMORY))
         await kv.put("k", b"1")
         stream = kv.stream
         watcher = kv.watch()
-        start, close = watcher.__anext__, watcher.aclose
+        if reader == "watch":
+            start, close = watcher.__anext__, watcher.aclose
+        else:
+            start, close = watcher.__aenter__, _nothing
     elif reader == "object":
         obs = await js.create_object_store(
             ObjectStoreConfig(bucket=name, storage=StorageType.MEMORY)
