@@ -1,14 +1,39 @@
-"""Closing what users drop unfinished: a finalizer that runs an async close on its loop."""
+"""Closes in the background: of what users drop unfinished, and those no caller waits for.
+
+A finalizer runs an async close on its loop once its owner is collected; a
+close no cancellation may cut short runs in a task of its own.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+logger = logging.getLogger("aiojetstream")
+
 #: Closes of readers dropped unfinished, kept until done.
 _CLOSING: set[asyncio.Task[None]] = set()
+
+
+def close_in_background(close: Coroutine[Any, Any, None]) -> None:
+    """Run ``close`` in a task kept until done, for a caller that must not wait.
+
+    For a close that no cancellation may cut short once something was handed
+    out (an ordered ``next()`` returns its message at once, its fetch's
+    subscription released meanwhile). An error it raises is logged (debug).
+    """
+    task = asyncio.get_running_loop().create_task(close)
+    _CLOSING.add(task)
+    task.add_done_callback(_closed)
+
+
+def _closed(task: asyncio.Task[None]) -> None:
+    _CLOSING.discard(task)
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.debug("closing in the background failed: %r", exc)
 
 
 def close_when_collected(
@@ -44,14 +69,3 @@ def close_when_collected(
     finalizer = weakref.finalize(owner, collected)
     finalizer.atexit = False  # at interpreter exit the loop is gone: nothing to run
     return finalizer
-
-
-def close_soon(close: Coroutine[Any, Any, None]) -> None:
-    """Run ``close`` in a task of its own, kept until done; return at once.
-
-    For a close after something was taken that must be handed back without a
-    cancellation point in between (a cancel there lost what was taken).
-    """
-    task = asyncio.get_running_loop().create_task(close)
-    _CLOSING.add(task)
-    task.add_done_callback(_CLOSING.discard)

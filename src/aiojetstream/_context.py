@@ -130,7 +130,7 @@ class JetStreamContext:
             self._timeout if publish_async_timeout is None else publish_async_timeout,
         )
         self._owns_connection = False
-        self._closed = False
+        self._closing: asyncio.Task[None] | None = None
         self._valid_subjects: set[str] = set()
 
     # ------------------------------------------------------------ lifecycle
@@ -148,11 +148,15 @@ class JetStreamContext:
     async def close(self) -> None:
         """Fail pending asynchronous publishes, and close the connection if this context owns it.
 
-        Idempotent.
+        Idempotent. The close runs in a task of its own: cancelled (a timeout at
+        shutdown), it goes on, and calling ``close()`` again waits for it.
         """
-        if self._closed:
-            return
-        self._closed = True
+        task = self._closing
+        if task is None:
+            task = self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(task)
+
+    async def _close(self) -> None:
         closing = self._owns_connection and not self._conn.is_closed
         await self._publisher.aclose(unsubscribe=not closing)
         if closing:

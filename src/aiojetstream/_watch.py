@@ -97,23 +97,41 @@ class Reader:
         self._oc: OrderedConsumer | None = None
         self._it: MessagesContext | None = None
         self._task: asyncio.Task[Msg] | None = None
+        self._starting: asyncio.Task[None] | None = None
         self._announce = False
         self._closed = False
         self.caught_up = False
 
     async def start(self) -> None:
-        """Create the consumer (BucketNotFoundError once the bucket is deleted)."""
-        try:
-            try:
-                await self._start()
-            except StreamNotFoundError as exc:
-                # A bucket's backing stream is gone: the bucket was deleted.
-                raise bucket_gone(self._stream.name) from exc
-        except BaseException:
-            # Nothing stays behind a failed start: the messages context (and with
-            # it any retry of the consumer's creation) is stopped and closed.
+        """Create the consumer (BucketNotFoundError once the bucket is deleted).
+
+        The creation runs in a task of its own: a caller cancelled meanwhile (a
+        timeout on a watcher's first ``anext()``) leaves it running, and the
+        next call waits for it (as :meth:`next` keeps its read). Once it ended,
+        a call returns (or raises its error) at once.
+        """
+        task = self._starting
+        if task is None:
+            if self._closed:
+                return
+            task = self._starting = asyncio.ensure_future(self._start())
+        if not task.done():
+            await asyncio.wait({task})
+        if task.cancelled():
+            if self._closed:
+                return  # closed meanwhile (aclose cancelled the start): next() ends
             await self.aclose()
-            raise
+            raise asyncio.CancelledError
+        error = task.exception()
+        if error is None:
+            return
+        # Nothing stays behind a failed start: the messages context (and with
+        # it any retry of the consumer's creation) is stopped and closed.
+        await self.aclose()
+        if isinstance(error, StreamNotFoundError):
+            # A bucket's backing stream is gone: the bucket was deleted.
+            raise bucket_gone(self._stream.name) from error
+        raise error
 
     async def _start(self) -> None:
         oc = await self._stream.ordered_consumer(self._config)
@@ -201,8 +219,15 @@ class Reader:
         if self._closed:
             return
         self._closed = True
-        it, task = self._it, self._task
+        task, starting = self._task, self._starting
         self._task = None
+        if starting is not None:
+            if not starting.done():
+                starting.cancel()
+                await asyncio.wait({starting})
+            if not starting.cancelled():
+                starting.exception()  # retrieved: no "never retrieved" warning
+        it = self._it  # (after the start: it sets it)
         if it is not None:
             it.stop()
         if task is not None:
@@ -243,14 +268,30 @@ class Watcher(Generic[T]):
         raise NotImplementedError
 
     async def _ensure_started(self) -> None:
-        if not self._started:
-            self._started = True
+        if self._started:
+            return
+        if self._finalizer is None:
             # Dropped unfinished without ``async with``: its consumer is deleted anyway.
             self._finalizer = close_when_collected(self, self._reader.aclose)
+        try:
             await self._reader.start()
+        except asyncio.CancelledError:
+            # The caller was cancelled (a timeout on the first anext()): the start goes
+            # on in the reader's task and the next call waits for it (the watch ended
+            # silently: started, its reader closed by the cancellation).
+            raise
+        except BaseException:
+            self._started = True  # failed: the reader is closed, iteration ends
+            raise
+        self._started = True
 
     async def __aenter__(self) -> Self:
-        await self._ensure_started()
+        try:
+            await self._ensure_started()
+        except asyncio.CancelledError:
+            # No ``async with`` body, no exit: nothing else would stop the start.
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(

@@ -16,7 +16,7 @@ from aiojetstream import (
     StorageType,
     StreamConfig,
 )
-from aiojetstream._conn import CLOSE_FLUSH_TIMEOUT
+from aiojetstream._conn import CLOSE_FLUSH_TIMEOUT, Conn
 from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
 
@@ -239,3 +239,35 @@ async def test_a_reconnect_attempt_lost_after_connecting_is_told_again() -> None
     disconnected, reconnected = one_disconnect_each(nc, on_disconnected, on_reconnected)  # type: ignore[arg-type]
     await reconnected()
     assert events[-1] == "reconnected"
+
+
+async def test_a_cancelled_close_goes_on_and_closing_again_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``js.close()`` cancelled once it closes the connection (a timeout at shutdown):
+    the close goes on, and a second ``close()`` waits for it. The socket stayed open
+    (nats-py marked the client closed first), and closing again returned at once."""
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url)
+        await js.account_info()
+        original = Conn.close
+        callers: list[asyncio.Task[None]] = []
+
+        async def close(self: Conn) -> None:
+            # The caller of js.close() is cancelled at the first await from here on.
+            callers[0].cancel()
+            await original(self)
+
+        monkeypatch.setattr(Conn, "close", close)
+        first = asyncio.ensure_future(js.close())
+        callers.append(first)
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await asyncio.wait_for(js.close(), 10)
+        assert js.nc.is_closed
+
+        async def no_connections() -> bool:
+            connz: dict[str, int] = await server.monitor("connz")
+            return connz["num_connections"] == 0
+
+        await wait_until(no_connections, 10, message="the closed context's socket stayed open")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -19,6 +20,7 @@ from aiojetstream import (
     StreamConfig,
     StreamNotFoundError,
 )
+from aiojetstream._pull_driver import PullDriver
 from helpers import unique_name, wait_until
 
 
@@ -136,6 +138,38 @@ async def test_fetch_and_next(js: JetStreamContext, stream: str) -> None:
     if not rest:  # the fetch noticed the deletion; the next one resumes
         rest = [m.data async for m in await oc.fetch(10, expires=1)]
     assert rest == [str(i).encode() for i in range(5, 10)]
+
+
+async def test_next_cancelled_while_its_fetch_closes_skips_nothing(
+    js: JetStreamContext, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``next()`` cancelled (``wait_for``, a timeout) once it took its message
+    either returns it or leaves it for the next call: it closed its fetch after
+    the take (the cursor already past the message) and a cancellation there
+    dropped the message (a skip). The fetch's close is held here at its first
+    await, and the call is cancelled meanwhile."""
+    await fill(js, 3)
+    oc = await js.ordered_consumer(stream)
+    closing = asyncio.Event()
+    gate = asyncio.Event()
+    original = PullDriver.aclose
+
+    async def held(self: PullDriver) -> None:
+        closing.set()
+        await gate.wait()
+        await original(self)
+
+    monkeypatch.setattr(PullDriver, "aclose", held)
+    got: list[bytes] = []
+    first = asyncio.ensure_future(oc.next(expires=5))
+    await asyncio.wait_for(closing.wait(), 10)  # its message was taken, its fetch closes
+    first.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        got.append((await first).data)
+    gate.set()
+    while oc.cursor < 3:
+        got.append((await oc.next(expires=5)).data)
+    assert got == [b"0", b"1", b"2"]
 
 
 async def test_mixing_fetch_and_consume_is_refused(js: JetStreamContext, stream: str) -> None:

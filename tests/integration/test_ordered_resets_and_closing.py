@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -17,19 +19,25 @@ from aiojetstream import (
     BucketNotFoundError,
     ConnectionClosedError,
     ConsumerConfig,
+    ConsumerInfo,
     ConsumerNotFoundError,
     FetchTimeoutError,
     InvalidOptionError,
     JetStreamContext,
     JetStreamError,
     KeyValueConfig,
+    KeyValueEntry,
+    KeyWatcher,
+    ObjectInfo,
     ObjectStoreConfig,
+    ObjectWatcher,
     OrderedConsumerConfig,
     OrderedConsumerResetError,
     StorageType,
     Stream,
     StreamConfig,
 )
+from aiojetstream import _consumer as C
 from aiojetstream._ordered import OrderedConsumer
 from aiojetstream._stream import Stream as StreamClass
 from helpers import unique_name, wait_until
@@ -426,3 +434,127 @@ async def test_closing_the_connection_during_a_reset_backoff_ends_the_reader_at_
         await js.delete_consumer(stream, "blocker")
     finally:
         await client.close()
+
+
+def hold_consumer_creation(
+    monkeypatch: pytest.MonkeyPatch, *, after_sending: bool
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold every consumer creation until the returned gate is set; the other event is
+    set once one is held: before its request is sent, or (``after_sending``) once the
+    server created the consumer, its reply not yet handed back (as one in flight)."""
+    held = asyncio.Event()
+    gate = asyncio.Event()
+    original = C.upsert_consumer
+
+    async def holding(*args: Any, **kwargs: Any) -> ConsumerInfo:
+        if not after_sending:
+            held.set()
+            await gate.wait()
+        info = await original(*args, **kwargs)
+        if after_sending:
+            held.set()
+            await gate.wait()
+        return info
+
+    monkeypatch.setattr(C, "upsert_consumer", holding)
+    return held, gate
+
+
+@pytest.mark.parametrize("store", ["kv", "object"])
+async def test_a_watch_whose_first_anext_is_cancelled_goes_on(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    """The first ``anext()`` of a watcher cancelled (a timeout) while its consumer is
+    created: the next one waits for that creation and the watch goes on (it ended
+    silently: the cancellation closed the reader, every later update was missed)."""
+    bucket = unique_name("WFC")
+    watcher: KeyWatcher | ObjectWatcher
+    if store == "kv":
+        kv = await js.create_key_value(KeyValueConfig(bucket=bucket, storage=StorageType.MEMORY))
+        await kv.put("k", b"1")
+        watcher = kv.watch()
+    else:
+        obs = await js.create_object_store(
+            ObjectStoreConfig(bucket=bucket, storage=StorageType.MEMORY)
+        )
+        await obs.put("o", b"1")
+        watcher = obs.watch()
+    held, gate = hold_consumer_creation(monkeypatch, after_sending=False)
+    try:
+        first = asyncio.ensure_future(anext(watcher))
+        await asyncio.wait_for(held.wait(), STEP)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        gate.set()
+        item = await asyncio.wait_for(anext(watcher), STEP)
+        if store == "kv":
+            assert isinstance(item, KeyValueEntry)
+            assert (item.key, item.value) == ("k", b"1")
+        else:
+            assert isinstance(item, ObjectInfo)
+            assert item.name == "o"
+        assert await asyncio.wait_for(anext(watcher), STEP) is None  # the initial values' end
+        if store == "kv":
+            await kv.put("k", b"2")
+            update = await asyncio.wait_for(anext(watcher), STEP)
+            assert isinstance(update, KeyValueEntry)
+            assert update.value == b"2"
+    finally:
+        await watcher.aclose()
+
+
+async def _nothing() -> None:
+    pass
+
+
+@pytest.mark.parametrize("reader", ["messages", "watch", "watch-enter", "object"])
+async def test_closed_after_a_cancelled_creation_leaves_no_consumer(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    """Cancelled while its consumer's creation is on its way (created on the server,
+    the reply not handed back yet), then closed: that consumer is deleted too (only
+    one whose reply had arrived was: this one lingered for inactive_threshold, 5 min).
+    A watcher's ``async with`` cancelled on its way in closes it at once (there is no
+    body, no exit)."""
+    name = unique_name("ORC")
+    start: Callable[[], Awaitable[object]]
+    close: Callable[[], Awaitable[None]]
+    if reader.startswith("watch"):
+        kv = await js.create_key_value(KeyValueConfig(bucket=name, storage=StorageType.MEMORY))
+        await kv.put("k", b"1")
+        stream = kv.stream
+        watcher = kv.watch()
+        if reader == "watch":
+            start, close = watcher.__anext__, watcher.aclose
+        else:
+            start, close = watcher.__aenter__, _nothing
+    elif reader == "object":
+        obs = await js.create_object_store(
+            ObjectStoreConfig(bucket=name, storage=StorageType.MEMORY)
+        )
+        await obs.put("o", b"z" * 1000)
+        stream = obs.stream
+        result = await obs.get("o")
+        start, close = result.read, result.aclose
+    else:
+        stream = await js.create_stream(
+            StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+        )
+        await js.publish(f"{name}.a", b"1")
+        it = (await stream.ordered_consumer()).messages()
+        start, close = it.__aenter__, it.aclose
+    held, gate = hold_consumer_creation(monkeypatch, after_sending=True)
+    starting = asyncio.ensure_future(start())
+    await asyncio.wait_for(held.wait(), STEP)  # the consumer exists on the server
+    # (A watcher's start goes on when its caller is cancelled: closing it cancels it.)
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+    await asyncio.wait_for(close(), STEP)
+    gate.set()
+
+    async def no_consumers() -> bool:
+        return (await stream.info()).state.consumer_count == 0
+
+    await wait_until(no_consumers, STEP, message="the consumer created was left behind")

@@ -9,7 +9,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from .._cleanup import close_soon, close_when_collected
+from .._cleanup import close_in_background, close_when_collected
 from .._codec import Codec
 from .._errors import JetStreamError
 from .._message import Msg, TypedMsg, typed
@@ -108,9 +108,9 @@ class MessageBatch:
         """Stop the pull and release its subscription (idempotent)."""
         await self._driver.aclose()
 
-    def close_soon(self) -> None:
+    def _close_in_background(self) -> None:
         """Stop the pull now and release its subscription in the background."""
-        close_soon(self._driver.aclose())
+        close_in_background(self._driver.aclose())
 
     async def __aenter__(self) -> MessageBatch:
         return self

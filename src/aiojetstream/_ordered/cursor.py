@@ -28,6 +28,7 @@ from typing import Final
 from .. import _api
 from .. import _consumer as C
 from .._api import ApiClient
+from .._cleanup import close_in_background
 from .._conn import Conn
 from .._errors import (
     ConnectionClosedError,
@@ -243,16 +244,34 @@ class OrderedCursor:
         return ConsumerConfig(**{k: v for k, v in fields.items() if v is not None})
 
     async def _delete_current(self, deadline: float | None = None) -> None:
+        """Delete the current consumer, and the one a reset in progress may have created.
+
+        A reset cut short (its caller cancelled while the creation's reply was on
+        its way, a watcher's start out of time) may have created its consumer
+        unseen: its name (kept for the retries) is deleted too, and the reset
+        dropped. Either "not found" is fine.
+        """
+        names = []
         name, self._name = self._name, None
-        if name is None:
+        if name is not None:
+            names.append(name)
+        state, self._resetting = self._resetting, None
+        if state is not None and state.config.name not in (None, name):
+            names.append(state.config.name)
+        if not names:
             return
         # Bounded: during an outage a close must not wait for the API (nor a fetch
         # past its deadline).
         timeout = min(self._api.timeout, DELETE_TIMEOUT)
         if deadline is not None:
             timeout = min(timeout, max(deadline - asyncio.get_running_loop().time(), 0.25))
+        await asyncio.gather(*(self._delete(n, timeout) for n in names))
+
+    async def _delete(self, name: str, timeout: float) -> None:
         try:
             await C.delete_consumer(self._api, self._stream, name, timeout)
+        except ConsumerNotFoundError:
+            pass
         except JetStreamError as exc:
             # Ephemeral: it disappears after inactive_threshold anyway.
             logger.debug("could not delete ordered consumer %s: %s", name, exc)
@@ -691,6 +710,20 @@ class OrderedBatch(C.MessageBatch):
         await driver.aclose()
         if self._owner._active is self:
             self._owner._release()
+
+    def end_now(self) -> None:
+        """End the fetch without waiting (as :meth:`aclose`; the unsubscribe runs in a task).
+
+        For ``next()``, once it took its message: no cancellation can come
+        between the take (the cursor is past the message) and its return.
+        """
+        driver = self._driver
+        if not driver.finished or driver.buffered:
+            self._owner._needs_reset = True
+            driver.stop()
+        if self._owner._active is self:
+            self._owner._release()
+        close_in_background(driver.aclose())
 
 
 class OrderedSource:

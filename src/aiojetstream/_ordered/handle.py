@@ -290,9 +290,17 @@ class OrderedConsumer(OrderedCursor):
                     f"no message from ordered consumer on {self._stream}: "
                     f"could not recreate its consumer in time ({out.error})"
                 ) from out.error
-            async with batch:
-                async for msg in batch:
-                    return msg
+            try:
+                msg = await anext(batch, None)
+            except BaseException:
+                await batch.aclose()
+                raise
+            if msg is not None:
+                # Taken: the cursor is past it. No await from here to the return, or a
+                # cancellation (wait_for, a timeout) there would drop it (a skip).
+                batch.end_now()
+                return msg
+            await batch.aclose()
             # A fetch cut short by a reset (gap, deletion) is retried within expires;
             # the reset itself is quick, so once more even with little time left.
             if loop.time() >= deadline:
