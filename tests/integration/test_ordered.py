@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -19,6 +20,7 @@ from aiojetstream import (
     StorageType,
     StreamConfig,
     StreamNotFoundError,
+    _cleanup,
 )
 from aiojetstream._pull_driver import PullDriver
 from helpers import unique_name, wait_until
@@ -184,6 +186,36 @@ async def test_mixing_fetch_and_consume_is_refused(js: JetStreamContext, stream:
         await it.next()
         with pytest.raises(InvalidOptionError):
             await other.fetch(1)
+
+
+@pytest.mark.parametrize("close", ["aclose", "collected"])
+async def test_a_refused_messages_closed_leaves_the_running_one_be(
+    js: JetStreamContext, stream: str, close: str
+) -> None:
+    """A second ``messages()`` refused while one runs, then closed (or dropped and
+    collected): closing it deleted the running one's consumer and gave up its claim,
+    so a third ``messages()`` was accepted and both handed out the same messages."""
+    await fill(js, 20)
+    oc = await js.ordered_consumer(stream, OrderedConsumerConfig(name_prefix="oc"))
+    async with oc.messages(max_messages=5) as it:
+        got = [(await asyncio.wait_for(it.next(), 10)).data for _ in range(3)]
+        name = oc.name
+        second = oc.messages()
+        with pytest.raises(InvalidOptionError, match="one operation at a time"):
+            async for _ in second:
+                pass
+        if close == "aclose":
+            await second.aclose()
+        else:
+            del second
+            gc.collect()
+            await asyncio.gather(*_cleanup._CLOSING)  # the finalizer's close
+        assert oc.name == name
+        assert [n async for n in js.consumer_names(stream)] == [name]
+        with pytest.raises(InvalidOptionError, match="one operation at a time"):
+            await oc.messages().__aenter__()
+        got += [(await asyncio.wait_for(it.next(), 10)).data for _ in range(17)]
+    assert got == [str(i).encode() for i in range(20)]
 
 
 async def test_missing_stream(js: JetStreamContext) -> None:

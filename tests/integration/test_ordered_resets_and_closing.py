@@ -39,6 +39,7 @@ from aiojetstream import (
 )
 from aiojetstream import _consumer as C
 from aiojetstream._ordered import OrderedConsumer
+from aiojetstream._pull_driver import PullDriver
 from aiojetstream._stream import Stream as StreamClass
 from helpers import unique_name, wait_until
 
@@ -502,6 +503,53 @@ async def test_a_watch_whose_first_anext_is_cancelled_goes_on(
             assert update.value == b"2"
     finally:
         await watcher.aclose()
+
+
+@pytest.mark.parametrize("reader", ["plain", "ordered"])
+async def test_messages_whose_first_anext_is_cancelled_goes_on(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    """The first ``anext()`` of a ``messages()`` cancelled (a timeout) while it starts:
+    the next one starts it again. A plain consumer's waited for ever (for a pull never
+    sent); an ordered consumer's read on without holding it, so a second
+    ``messages()`` was accepted alongside (both handing out the same messages)."""
+    name = unique_name("OFA")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    await js.publish(f"{name}.a", b"1")
+    oc: OrderedConsumer | None = None
+    if reader == "plain":
+        consumer = await stream.create_consumer(ConsumerConfig(durable_name="d"))
+        it = consumer.messages()
+        held, gate = asyncio.Event(), asyncio.Event()
+        original = PullDriver.start
+
+        async def holding(self: PullDriver) -> None:
+            held.set()
+            await gate.wait()
+            await original(self)
+
+        monkeypatch.setattr(PullDriver, "start", holding)
+    else:
+        oc = await stream.ordered_consumer()
+        it = oc.messages()
+        held, gate = hold_consumer_creation(monkeypatch, after_sending=False)
+    try:
+        first = asyncio.ensure_future(anext(it))
+        await asyncio.wait_for(held.wait(), STEP)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        gate.set()
+        assert (await asyncio.wait_for(anext(it), STEP)).data == b"1"
+        if oc is not None:
+            with pytest.raises(InvalidOptionError, match="one operation at a time"):
+                await oc.messages().__aenter__()
+        await js.publish(f"{name}.a", b"2")
+        assert (await asyncio.wait_for(anext(it), STEP)).data == b"2"
+    finally:
+        await it.aclose()
 
 
 async def _nothing() -> None:

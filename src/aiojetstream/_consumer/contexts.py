@@ -163,7 +163,13 @@ class MessagesContext:
     async def _ensure_started(self) -> None:
         if not self._started:
             self._started = True
-            await self._driver.start()
+            try:
+                await self._driver.start()
+            except BaseException:
+                # Cancelled (a timeout on the first anext) or failed: the next call
+                # starts again (it waited for messages from a pull never sent).
+                self._started = False
+                raise
 
     async def __aenter__(self) -> MessagesContext:
         await self._ensure_started()

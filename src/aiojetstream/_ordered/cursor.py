@@ -749,14 +749,21 @@ class OrderedSource:
         # Tasks sharing one messages() wait in next_msg one at a time: two resetting
         # the consumer at once each made one (duplicates, a consumer left behind).
         self._reading = asyncio.Lock()
+        #: The claim this source's start took (None: it took none, say refused while
+        #: another messages() runs; closing it then must leave that one's consumer be).
+        self._claim_token: _Busy | None = None
 
     async def start(self) -> None:
         """Claim the ordered consumer, create its first consumer and start pulling."""
-        self._owner._claim("consume")
+        owner = self._owner
+        owner._claim("consume")
+        token = owner._active
+        assert isinstance(token, _Busy)
+        self._claim_token = token
         try:
             await self._restart()
         except BaseException:
-            self._owner._release()
+            owner._release()
             raise
 
     async def _restart(self) -> None:
@@ -891,15 +898,26 @@ class OrderedSource:
             self._driver.drain()
 
     async def aclose(self) -> None:
-        """Stop, and delete the server-side consumer (idempotent)."""
+        """Stop, and delete the server-side consumer (idempotent).
+
+        Only a source whose start claimed the ordered consumer deletes it: one
+        refused (another messages() or consume() runs) leaves that one's alone.
+        One whose start failed after its claim (cancelled while creating the
+        consumer) deletes what the creation may have left, unless another run
+        holds the ordered consumer by then.
+        """
         if not self._closed:
             self._closed = True
             self._stopped = True
             self._ending.set()
             if self._driver is not None:
                 await self._driver.aclose()
-            await self._owner._delete_current()
-            self._owner._release()
+            owner = self._owner
+            token = self._claim_token
+            if token is not None and owner._active in (None, token):
+                await owner._delete_current()
+                if owner._active is token:
+                    owner._release()
         # The error handlers, unless called from one (it would wait for itself).
         while self._tasks and not in_error_handler(self):
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
