@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 
 import pytest
 
@@ -216,6 +217,56 @@ async def test_a_refused_messages_closed_leaves_the_running_one_be(
             await oc.messages().__aenter__()
         got += [(await asyncio.wait_for(it.next(), 10)).data for _ in range(17)]
     assert got == [str(i).encode() for i in range(20)]
+
+
+@pytest.mark.parametrize("read", ["messages", "fetch"])
+async def test_last_per_subject_without_filter_subjects(
+    js: JetStreamContext, stream: str, read: str
+) -> None:
+    """``LAST_PER_SUBJECT`` and no ``filter_subjects``: every subject (as nats.go does).
+    The server refused the consumer at first use (10094, "optional filter subject is
+    not set"); also when recreated during the initial values."""
+    for value in range(3):
+        for subject in ("ord.a", "ord.b", "ord.c"):
+            await js.publish_async(subject, f"{subject}{value}".encode())
+    await js.publish_async_complete(timeout=30)
+    oc = await js.ordered_consumer(
+        stream, OrderedConsumerConfig(deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
+    )
+    expected = [b"ord.a2", b"ord.b2", b"ord.c2", b"after"]
+    if read == "messages":
+        async with oc.messages() as it:
+            got = [(await asyncio.wait_for(it.next(), 10)).data]
+            assert oc.name is not None
+            await js.delete_consumer(stream, oc.name)  # recreated "last per subject"
+            got += [(await asyncio.wait_for(it.next(), 10)).data for _ in range(2)]
+            await js.publish("ord.a", b"after", timeout=10)
+            got.append((await asyncio.wait_for(it.next(), 10)).data)
+    else:
+        got = [m.data for m in await (await oc.fetch_no_wait(1)).collect()]
+        assert oc.name is not None
+        await js.delete_consumer(stream, oc.name)
+        while len(got) < 3:
+            got += [m.data for m in await (await oc.fetch(5, expires=2)).collect()]
+        await js.publish("ord.a", b"after", timeout=10)
+        got += [m.data for m in await (await oc.fetch(1, expires=5)).collect()]
+    assert got == expected
+
+
+async def test_inactive_threshold_zero_is_the_default(js: JetStreamContext, stream: str) -> None:
+    """``inactive_threshold=0`` is the default 5 min, as in nats.go (sent as 0, the
+    server gave the consumer its ephemeral default: 5 s)."""
+    await fill(js, 1)
+    oc = await js.ordered_consumer(stream, OrderedConsumerConfig(inactive_threshold=0))
+    await oc.next(expires=5)
+    info = await oc.info()
+    assert info.config.inactive_threshold == timedelta(minutes=5)
+
+
+async def test_max_reset_attempts_zero_is_refused(js: JetStreamContext, stream: str) -> None:
+    """Not nats.go's 0 ("unlimited"): None is; 0 attempts would mean never recreate."""
+    with pytest.raises(InvalidOptionError, match="None, the default, is unlimited"):
+        await js.ordered_consumer(stream, OrderedConsumerConfig(max_reset_attempts=0))
 
 
 async def test_missing_stream(js: JetStreamContext) -> None:

@@ -189,11 +189,15 @@ class OrderedConsumerConfig(ConfigModel):
     replay_policy: ReplayPolicy = ReplayPolicy.INSTANT
     """The pace of delivery."""
     inactive_threshold: Duration = timedelta(minutes=5)
-    """Inactivity after which the server deletes the underlying consumer (default 5 min)."""
+    """Inactivity after which the server deletes the underlying consumer (default 5 min; 0 too)."""
     headers_only: bool = False
     """Deliver only the headers, not the payload."""
     max_reset_attempts: int | None = None
-    """How many times in a row the consumer may be recreated before giving up (unlimited)."""
+    """How many times in a row the consumer may be recreated before giving up.
+
+    None (the default) is unlimited; otherwise at least 1 (nats.go's 0, its
+    "unlimited", is refused with ``InvalidOptionError``).
+    """
     metadata: dict[str, str] | None = None
     """Application metadata put on each underlying consumer."""
     name_prefix: str | None = None

@@ -22,7 +22,7 @@ import functools
 import logging
 import secrets
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final
 
 from .. import _api
@@ -64,6 +64,8 @@ RESET_BACKOFF_FIRST: Final = 1.0
 RESET_BACKOFF_MAX: Final = 10.0
 #: Start policies that begin at the stream's end when the consumer is created.
 _FROM_THE_END: Final = frozenset((DeliverPolicy.NEW, DeliverPolicy.LAST))
+#: The server-side consumer's inactive_threshold when the config's is 0 (its default).
+DEFAULT_INACTIVE_THRESHOLD: Final = timedelta(minutes=5)
 #: How long closing waits for the ephemeral consumer's deletion.
 DELETE_TIMEOUT: Final = 2.0
 #: Errors after which the ordered consumer recreates its consumer.
@@ -210,7 +212,8 @@ class OrderedCursor:
             "name": f"{self._prefix}_{self._serial}",
             "ack_policy": AckPolicy.NONE,
             "max_deliver": 1,
-            "inactive_threshold": cfg.inactive_threshold,
+            # 0 is the default, as in nats.go (sent as is, the server took 5 s).
+            "inactive_threshold": cfg.inactive_threshold or DEFAULT_INACTIVE_THRESHOLD,
             "num_replicas": 1,
             "mem_storage": True,
             "replay_policy": cfg.replay_policy,
@@ -239,6 +242,9 @@ class OrderedCursor:
         else:
             self._skip_through = self._cursor
             fields["deliver_policy"] = cfg.deliver_policy
+            if cfg.deliver_policy is DeliverPolicy.LAST_PER_SUBJECT and not subjects:
+                # The server wants a filter for it (10094), as nats.go does: every subject.
+                fields["filter_subject"] = ">"
             fields["opt_start_seq"] = cfg.opt_start_seq
             fields["opt_start_time"] = cfg.opt_start_time
         return ConsumerConfig(**{k: v for k, v in fields.items() if v is not None})

@@ -460,6 +460,11 @@ def make_ordered(
     if config.name_prefix is not None:
         validate_name(config.name_prefix, "consumer name prefix")
     if config.max_reset_attempts is not None and config.max_reset_attempts < 1:
-        raise InvalidOptionError("max_reset_attempts must be at least 1")
+        # Refused rather than read as nats.go's 0 (its "unset": unlimited): 0 attempts
+        # reads as "never recreate". None is unlimited.
+        raise InvalidOptionError(
+            "max_reset_attempts must be at least 1 (None, the default, is unlimited; "
+            f"got {config.max_reset_attempts})"
+        )
     B.check_config(config)  # opt_start_seq 0 to 2**64 - 1 (was refused by the server, as JSON)
     return OrderedConsumer(api, stream, config, created)
