@@ -372,8 +372,8 @@ async def test_fetch_and_next_after_a_last_per_subject_reset(
     assert [m.data for m in first] == [str(i).encode() for i in range(5)]
     assert by_fetch.name is not None
     await js.delete_consumer(stream, by_fetch.name)
-    # The first fetch finds the consumer gone (an empty batch); the next recreates it.
-    assert await (await by_fetch.fetch_no_wait(5)).collect() == []
+    # The fetch finds the consumer gone, recreates it and pulls again (it came back
+    # empty: only the next fetch recreated it).
     got = await (await by_fetch.fetch_no_wait(5)).collect()
     assert [m.data for m in got] == [str(i).encode() for i in range(5, 10)]
     batch = await by_fetch.fetch(5, expires=5)
@@ -390,17 +390,62 @@ async def test_fetch_no_wait_max_bytes(js: JetStreamContext, stream: str) -> Non
     assert [m.data for m in got] == [str(i).encode() for i in range(5)]
 
 
+@pytest.mark.parametrize(
+    ("call", "gone"),
+    [
+        ("no_wait", "deleted"),
+        ("fetch", "deleted"),
+        ("bytes", "deleted"),
+        ("iterate", "deleted"),
+        ("no_wait", "expired"),
+    ],
+)
+async def test_a_fetch_whose_consumer_is_gone_recreates_it(
+    js: JetStreamContext, stream: str, call: str, gone: str
+) -> None:
+    """The consumer gone between two fetches (deleted; expired after
+    ``inactive_threshold`` while a batch was processed; lost in a restart): the next
+    fetch came back empty at once though messages were waiting, so the documented
+    replay loop (``while msgs := await (await oc.fetch_no_wait(n)).collect()``) ended
+    early, silently (nats.go recreates the consumer in every fetch)."""
+    await fill(js, 30)
+    oc = await js.ordered_consumer(stream, OrderedConsumerConfig(inactive_threshold=1))
+
+    async def one_fetch() -> list[Msg]:
+        if call == "no_wait":
+            return await (await oc.fetch_no_wait(10)).collect()
+        if call == "bytes":
+            return await (await oc.fetch_bytes(1 << 20, expires=1)).collect()
+        batch = await oc.fetch(10, expires=1)
+        if call == "iterate":
+            return [msg async for msg in batch]
+        return await batch.collect()
+
+    got: list[Msg] = []
+    while msgs := await one_fetch():
+        if not got:
+            first = oc.name
+            assert first is not None
+            if gone == "deleted":
+                await js.delete_consumer(stream, first)
+            else:
+                await wait_until(lambda: _no_consumers(js, stream), timeout=20)
+        got += msgs
+    assert [m.data for m in got] == [str(i).encode() for i in range(30)]
+    assert oc.name != first
+
+
 async def fetch_after_deleting_its_consumer(
     js: JetStreamContext, stream: str, oc: OrderedConsumer
 ) -> list[Msg]:
-    """Delete ``oc``'s server-side consumer; what the fetch that recreates it returns.
+    """Delete ``oc``'s server-side consumer; what the next fetch returns.
 
-    The first fetch finds the consumer gone (an empty batch); the next recreates it.
+    That fetch finds the consumer gone, recreates it and pulls again (it came back
+    empty, and only the fetch after it recreated the consumer).
     """
     assert oc.name is not None
     first = oc.name
     await js.delete_consumer(stream, first)
-    assert await (await oc.fetch_no_wait(5)).collect() == []
     got = await (await oc.fetch_no_wait(5)).collect()
     assert oc.name != first
     return got
@@ -462,7 +507,7 @@ async def test_a_stream_created_again_is_not_read_on_from_the_cursor(
     await fill(js, 8)
 
     async def fetch_until_it_raises() -> None:
-        for _ in range(3):  # the first finds the consumer gone, the next recreates it
+        for _ in range(3):  # the first finds the consumer gone and recreates it
             await (await oc.fetch_no_wait(5)).collect()
 
     with pytest.raises(StreamNotFoundError, match="deleted and created again") as info:

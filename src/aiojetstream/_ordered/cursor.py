@@ -539,8 +539,13 @@ class OrderedCursor:
 
     # ------------------------------------------------------------- fetch
 
-    async def _start_fetch(self, settings: PullSettings, deadline: float) -> OrderedBatch:
+    async def _start_fetch(
+        self, settings: PullSettings, deadline: float, resets: bool = True
+    ) -> OrderedBatch:
         """Start a fetch; a reset it needs first is bounded by ``deadline``.
+
+        ``resets``: the batch recreates a consumer found gone before it handed
+        anything out (False for ``next()``, which does so itself).
 
         Raises :class:`OutOfTime` when it could not recreate the consumer by then.
         """
@@ -556,7 +561,7 @@ class OrderedCursor:
         except BaseException:
             self._release()
             raise
-        batch = OrderedBatch(self, driver, settings, deadline)
+        batch = OrderedBatch(self, driver, settings, deadline, resets)
         self._active = batch
         return batch
 
@@ -573,12 +578,20 @@ class OrderedBatch(C.MessageBatch):
     Messages skipped as handed out before a reset (see ``_skip_through``) took
     room in the pull: when it ends, they are pulled for again, within the
     fetch's time, so a fetch is not cut short (nor ``next()`` left empty) by them.
+    A pull that ends at a gap or with the consumer gone before any message was
+    handed out recreates the consumer and pulls again, within the fetch's
+    time: an empty batch means nothing came, not "the consumer was gone".
     """
 
-    __slots__ = ("_deadline", "_owner", "_settings", "_skipped", "_skipped_bytes")
+    __slots__ = ("_deadline", "_owner", "_resets", "_settings", "_skipped", "_skipped_bytes")
 
     def __init__(
-        self, owner: OrderedCursor, driver: PullDriver, settings: PullSettings, deadline: float
+        self,
+        owner: OrderedCursor,
+        driver: PullDriver,
+        settings: PullSettings,
+        deadline: float,
+        resets: bool = True,
     ) -> None:
         super().__init__(driver)
         self._owner = owner
@@ -586,6 +599,9 @@ class OrderedBatch(C.MessageBatch):
         self._deadline = deadline
         self._skipped = 0
         self._skipped_bytes = 0
+        # Whether a pull that ends with the consumer gone recreates it and pulls again:
+        # until a message is handed out (by __anext__), and not for next() (it does).
+        self._resets = resets
 
     def _accept(self, msg: Msg) -> bool | None:
         accepted = self._owner._accept(msg)
@@ -617,6 +633,53 @@ class OrderedBatch(C.MessageBatch):
         self._driver = follow
         return True
 
+    async def _reset_and_pull(self) -> bool:
+        """Recreate the consumer and pull again, within the fetch's time (False: no time).
+
+        For a pull that ended before any message was handed out, at a gap or
+        with the consumer gone (deleted, expired after ``inactive_threshold``,
+        lost in a restart): the fetch came back empty at once though messages
+        were waiting, and a loop reading until an empty batch stopped early
+        (nats.go recreates the consumer in every fetch).
+
+        Raises:
+            JetStreamError: the recreation failed and its next retry comes after
+                the fetch's end (its error, as for a fetch that starts with a reset).
+
+        """
+        owner = self._owner
+        owner._needs_reset = True
+        await self._driver.aclose()
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._deadline:
+            return False
+        try:
+            await owner._reset(deadline=self._deadline)
+        except OutOfTime as out:
+            raise out.error from out.error.__cause__
+        settings = self._settings
+        if not settings.no_wait:
+            left = self._deadline - loop.time()
+            if left < MIN_EXPIRES:
+                # Too little left for a pull that waits: what is there now, at once.
+                settings = replace(settings, no_wait=True, heartbeat=0.0)
+            else:
+                settings = shortened(settings, left)
+        self._skipped = self._skipped_bytes = 0
+        follow = owner._driver(settings, None)
+        await follow.start()
+        self._driver = follow
+        return True
+
+    def _gone(self, driver: PullDriver) -> None:
+        """``driver``'s pull ended with its consumer gone: the next fetch recreates it.
+
+        Unless it was recreated already (by :meth:`_reset_and_pull`, out of time).
+        """
+        owner = self._owner
+        if owner._name == driver.consumer:
+            owner._needs_reset = True
+
     @property
     def done(self) -> bool:
         """True once the pull ended and every message was read."""
@@ -624,28 +687,34 @@ class OrderedBatch(C.MessageBatch):
 
     async def __anext__(self) -> Msg:
         while True:
+            driver = self._driver
             try:
-                msg = await self._driver.next_msg()
+                msg = await driver.next_msg()
             except RESETTABLE:
-                self._owner._needs_reset = True
-                await self.aclose()
-                raise StopAsyncIteration from None
+                msg = accepted = None
+                reset = True
             except BaseException:
                 await self.aclose()
                 raise
-            accepted = None if msg is None else self._accept(msg)
-            if accepted:
-                assert msg is not None
-                return msg
-            if msg is None:
-                try:
-                    if await self._pull_again():
+            else:
+                accepted = None if msg is None else self._accept(msg)
+                if accepted:
+                    assert msg is not None
+                    self._resets = False
+                    return msg
+                reset = accepted is False
+            try:
+                if reset:
+                    if self._resets and await self._reset_and_pull():
                         continue
-                except BaseException:
-                    self._owner._needs_reset = True
-                    await self.aclose()
-                    raise
-            if accepted is False or msg is None:
+                    self._gone(driver)
+                elif msg is None and await self._pull_again():
+                    continue
+            except BaseException:
+                self._owner._needs_reset = True
+                await self.aclose()
+                raise
+            if reset or msg is None:
                 await self.aclose()
                 raise StopAsyncIteration
 
@@ -677,16 +746,21 @@ class OrderedBatch(C.MessageBatch):
                 await self.aclose()
                 raise
             accept = self._accept
+            gap = False
             for msg in raw:
                 accepted = accept(msg)
                 if accepted is None:
                     continue
                 if not accepted:
-                    await self.aclose()
-                    return out  # a gap: the next fetch resets
+                    gap = True  # the next fetch resets (this one, if nothing came)
+                    break
                 out.append(msg)
+            gone = gap or isinstance(driver.error, RESETTABLE)
             try:
-                if await self._pull_again():
+                if gone:
+                    if not out and self._resets and await self._reset_and_pull():
+                        continue
+                elif await self._pull_again():
                     continue
             except BaseException:
                 owner._needs_reset = True  # the next fetch starts afresh at the cursor
@@ -696,10 +770,11 @@ class OrderedBatch(C.MessageBatch):
                 raise
             break
         await self.aclose()
-        error = driver.error
-        if isinstance(error, RESETTABLE):
-            self._owner._needs_reset = True
+        if gone:
+            if not gap:
+                self._gone(driver)
             return out
+        error = driver.error
         if error is None or out:
             return out  # the driver keeps the error: the next call raises it
         raise error

@@ -284,7 +284,7 @@ class OrderedConsumer(OrderedCursor):
         while True:
             settings = shortened(checked, deadline - loop.time())
             try:
-                batch = await self._start_fetch(settings, deadline)
+                batch = await self._start_fetch(settings, deadline, resets=False)
             except OutOfTime as out:
                 raise FetchTimeoutError(
                     f"no message from ordered consumer on {self._stream}: "
