@@ -33,6 +33,7 @@ from aiojetstream import (
     ObjectWatcher,
     OrderedConsumerConfig,
     OrderedConsumerResetError,
+    RetentionPolicy,
     StorageType,
     Stream,
     StreamConfig,
@@ -276,6 +277,63 @@ async def _ordered_whose_reset_fails(js: JetStreamContext) -> tuple[str, Ordered
     assert (await oc.next(expires=STEP)).data == b"1"
     await take_the_only_slot(js, name, oc)
     return name, oc
+
+
+async def test_a_reset_on_an_interest_stream_keeps_what_was_not_delivered(
+    js: JetStreamContext,
+) -> None:
+    """A reset deleted the old consumer before creating the next: on an interest
+    stream the server then dropped every message after the cursor (none left). Now
+    only what the old consumer had delivered but was not handed out is gone
+    (``AckPolicy.NONE``: delivered is acknowledged)."""
+    name = unique_name("ORI")
+    stream = await js.create_stream(
+        StreamConfig(
+            name=name,
+            subjects=[f"{name}.>"],
+            storage=StorageType.MEMORY,
+            retention=RetentionPolicy.INTEREST,
+        )
+    )
+    oc = await stream.ordered_consumer()
+    assert await (await oc.fetch_no_wait(1)).collect() == []  # the interest
+    for i in range(10):
+        await js.publish(f"{name}.a", str(i).encode())
+    batch = await oc.fetch(5, expires=STEP)
+    async for msg in batch:
+        assert msg.data == b"0"
+        break  # left early: the next fetch resets
+    await batch.aclose()
+    rest = [int(m.data) for m in await (await oc.fetch_no_wait(20)).collect()]
+    assert rest, "the messages after the cursor were dropped"
+    assert rest == list(range(rest[0], 10))
+    assert rest[0] <= 5  # at most the fetch's 5 were delivered
+    assert [n async for n in js.consumer_names(name)] == [oc.name]
+
+
+async def test_a_reset_with_no_consumer_slot_to_spare_deletes_first(
+    js: JetStreamContext,
+) -> None:
+    """``max_consumers=1``: the next consumer can not be created next to the old one
+    (created first since deleting it first loses messages on an interest stream), so
+    the old one is deleted first after all."""
+    name = unique_name("ORS")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY, max_consumers=1)
+    )
+    for i in range(10):
+        await js.publish(f"{name}.a", str(i).encode())
+    oc = await stream.ordered_consumer(OrderedConsumerConfig(max_reset_attempts=1))
+    batch = await oc.fetch(5, expires=STEP)
+    async for msg in batch:
+        assert msg.data == b"0"
+        break
+    await batch.aclose()
+    first = oc.name
+    rest = await (await oc.fetch_no_wait(20)).collect()
+    assert [m.data for m in rest] == [str(i).encode() for i in range(1, 10)]
+    assert oc.name != first
+    assert [n async for n in js.consumer_names(name)] == [oc.name]
 
 
 async def test_next_during_a_failing_reset_ends_by_its_expires(js: JetStreamContext) -> None:

@@ -5,10 +5,11 @@ handed out). Its server-side consumer is ephemeral, AckNone, memory-stored, one
 replica, named ``<prefix>_<serial>``. Whenever the delivery stops being
 trustworthy (a consumer-sequence gap, a heartbeat naming a later consumer
 sequence than arrived, missed heartbeats, the consumer deleted or lost in a
-restart) it drops that consumer and creates the next one starting at
-``cursor + 1``, retrying (under the same name) with backoff (1 s doubling to
-10 s) up to ``max_reset_attempts``. A message is handed out only if its consumer sequence
-is exactly the next one, so no gap and no duplicate can reach the user.
+restart) it creates the next one starting at ``cursor + 1``, retrying (under
+the same name) with backoff (1 s doubling to 10 s) up to ``max_reset_attempts``,
+and then deletes the old one (first, when ``max_consumers`` leaves no room).
+A message is handed out only if its consumer sequence is exactly the next
+one, so no gap and no duplicate can reach the user.
 
 :class:`OrderedCursor` holds that state and the resets; :class:`OrderedBatch`
 (a fetch) and :class:`OrderedSource` (``messages`` / ``consume``) read through
@@ -70,6 +71,8 @@ DEFAULT_INACTIVE_THRESHOLD: Final = timedelta(minutes=5)
 DELETE_TIMEOUT: Final = 2.0
 #: Errors after which the ordered consumer recreates its consumer.
 RESETTABLE = (ConsumerDeletedError, ConsumerNotFoundError, NoHeartbeatError)
+#: err_code of "maximum consumers limit reached".
+_MAX_CONSUMERS: Final = 10026
 
 
 @dataclass(slots=True)
@@ -78,6 +81,8 @@ class _ResetState:
 
     config: ConsumerConfig
     """The consumer to create (its name is kept across the attempts)."""
+    old: str | None = None
+    """The consumer it replaces, deleted once the new one exists (None: none or deleted)."""
     attempts: int = 0
     delay: float = RESET_BACKOFF_FIRST
     """The backoff before the retry after the next failure."""
@@ -250,22 +255,29 @@ class OrderedCursor:
         return ConsumerConfig(**{k: v for k, v in fields.items() if v is not None})
 
     async def _delete_current(self, deadline: float | None = None) -> None:
-        """Delete the current consumer, and the one a reset in progress may have created.
+        """Delete the current consumer, and the ones of a reset in progress.
 
         A reset cut short (its caller cancelled while the creation's reply was on
         its way, a watcher's start out of time) may have created its consumer
-        unseen: its name (kept for the retries) is deleted too, and the reset
-        dropped. Either "not found" is fine.
+        unseen: its name (kept for the retries) is deleted too, as is the
+        consumer it replaces (deleted only once the new one exists), and the
+        reset dropped. Any "not found" is fine.
         """
         names = []
         name, self._name = self._name, None
         if name is not None:
             names.append(name)
         state, self._resetting = self._resetting, None
-        if state is not None and state.config.name not in (None, name):
-            names.append(state.config.name)
+        if state is not None:
+            for other in (state.config.name, state.old):
+                if other is not None and other != name:
+                    names.append(other)
         if not names:
             return
+        await self._delete_all(names, deadline)
+
+    async def _delete_all(self, names: list[str], deadline: float | None) -> None:
+        """Delete the consumers ``names``, each bounded as :meth:`_delete_current` says."""
         # Bounded: during an outage a close must not wait for the API (nor a fetch
         # past its deadline).
         timeout = min(self._api.timeout, DELETE_TIMEOUT)
@@ -285,7 +297,13 @@ class OrderedCursor:
     async def _reset(
         self, stop: asyncio.Event | None = None, deadline: float | None = None
     ) -> None:
-        """Drop the current consumer and create the next one at ``cursor + 1``.
+        """Create the next consumer at ``cursor + 1``, then delete the current one.
+
+        In that order: on an interest-retention stream, deleting the last consumer
+        first let the server drop every message after the cursor (the ones the
+        old consumer had delivered but were not handed out are gone either way:
+        ``AckPolicy.NONE``). When the stream allows no further consumer
+        (``max_consumers``), the old one is deleted first after all.
 
         A failed creation is retried with backoff; the reset (its consumer name,
         attempts and backoff) carries over to the next call when a call gives up
@@ -299,12 +317,12 @@ class OrderedCursor:
         loop = asyncio.get_running_loop()
         state = self._resetting
         if state is None:
-            await self._delete_current(deadline)
             # One name per reset, kept across its retries: an attempt whose answer was
             # lost (timeout, reconnect) may have created the consumer, and creating it
             # again with the same name and config returns it instead of leaving it
-            # behind (as nats.go).
-            state = self._resetting = _ResetState(self._consumer_config())
+            # behind (as nats.go). The current one is deleted once it exists.
+            old, self._name = self._name, None
+            state = self._resetting = _ResetState(self._consumer_config(), old)
         limit = self._config.max_reset_attempts
         while True:
             wait_until = state.retry_at
@@ -339,6 +357,14 @@ class OrderedCursor:
                 self._resetting = None
                 raise
             except JetStreamError as exc:
+                old = state.old
+                if old is not None and getattr(exc, "err_code", None) == _MAX_CONSUMERS:
+                    # No slot for the new one next to the old one (max_consumers): the
+                    # old one goes first after all, and the creation is tried again.
+                    state.old = None
+                    state.attempts -= 1
+                    await self._delete_all([old], deadline)
+                    continue
                 if self._info is None and getattr(exc, "code", None) == 400:
                     # The first creation, refused as a bad request (a configuration the
                     # server does not take, no consumer slot left): the caller's to fix,
@@ -347,6 +373,8 @@ class OrderedCursor:
                     raise
                 if limit is not None and state.attempts >= limit:
                     self._resetting = None
+                    if state.old is not None:
+                        await self._delete_all([state.old], deadline)
                     raise OrderedConsumerResetError(
                         "could not recreate the ordered consumer after "
                         f"{state.attempts} attempts: {exc}"
@@ -372,6 +400,14 @@ class OrderedCursor:
                 # message starts there too, not at the end again (that skipped what
                 # was stored in between).
                 self._floor = info.delivered.stream_seq
+            if state.old is not None:
+                try:
+                    await self._delete_all([state.old], deadline)
+                except asyncio.CancelledError:
+                    # The new consumer is in place: the old one must not linger for
+                    # inactive_threshold because the caller was cancelled now.
+                    close_in_background(self._delete_all([state.old], None))
+                    raise
             return
 
     async def _same_stream(self, info: ConsumerInfo, timeout: float | None) -> None:
