@@ -189,8 +189,10 @@ class MessagesContext:
     async def __anext__(self) -> Msg:
         if not self._started:
             # Iterated without ``async with``: nothing closes it when the loop is left
-            # early but its collection (the driver does not refer back to it).
-            self._finalizer = close_when_collected(self, self._driver.aclose)
+            # early but its collection (the driver does not refer back to it). One
+            # finalizer, however many starts (a cancelled one is started again).
+            if self._finalizer is None:
+                self._finalizer = close_when_collected(self, self._driver.aclose)
             await self._ensure_started()
         driver = self._driver
         # A buffered message is handed out without a coroutine (as consume() does).
@@ -262,7 +264,8 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
 
     async def __anext__(self) -> TypedMsg[T]:
         if not self._started:
-            self._finalizer = close_when_collected(self, self._driver.aclose)
+            if self._finalizer is None:
+                self._finalizer = close_when_collected(self, self._driver.aclose)
             await self._ensure_started()
         driver = self._driver
         decode = self._decode
