@@ -108,7 +108,7 @@ class MessageBatch:
         """Stop the pull and release its subscription (idempotent)."""
         await self._driver.aclose()
 
-    def _close_in_background(self) -> None:
+    def _end_now(self) -> None:
         """Stop the pull now and release its subscription in the background."""
         close_in_background(self._driver.aclose())
 

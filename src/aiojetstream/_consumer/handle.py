@@ -519,7 +519,7 @@ class Consumer:
             if taken is not None:
                 # Handed back with no await after the take: a cancel in the batch's
                 # close lost it (for good with AckPolicy.NONE, else until ack_wait).
-                batch._close_in_background()
+                batch._end_now()
                 return taken
             # No message, no error, and time left: the server dropped the pull (409
             # Leadership Change, Server Shutdown) rather than let it expire. Pull again

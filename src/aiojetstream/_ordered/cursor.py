@@ -828,7 +828,7 @@ class OrderedBatch(C.MessageBatch):
         if self._owner._active is self:
             self._owner._release()
 
-    def end_now(self) -> None:
+    def _end_now(self) -> None:
         """End the fetch without waiting (as :meth:`aclose`; the unsubscribe runs in a task).
 
         For ``next()``, once it took its message: no cancellation can come

@@ -298,7 +298,7 @@ class OrderedConsumer(OrderedCursor):
             if msg is not None:
                 # Taken: the cursor is past it. No await from here to the return, or a
                 # cancellation (wait_for, a timeout) there would drop it (a skip).
-                batch.end_now()
+                batch._end_now()
                 return msg
             await batch.aclose()
             # A fetch cut short by a reset (gap, deletion) is retried within expires;

@@ -431,6 +431,11 @@ class TracedBatch:
         self._leave()
         await self._inner.__aexit__(*exc_info)
 
+    def _end_now(self) -> None:
+        """``next()`` took its message: the batch ends without an await (its spans too)."""
+        self._leave()
+        self._inner._end_now()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
