@@ -108,7 +108,7 @@ def classify_frame(hdr: bytes | None) -> DirectFrame:
         return DirectFrame(FrameKind.MESSAGE, {})
     parsed, status, description = H.decode_headers(hdr)
     headers = parsed or {}
-    if status is None:
+    if status is None or H.SEQUENCE in headers:  # a stored message, whatever its first line
         return DirectFrame(FrameKind.MESSAGE, headers)
     if status == "204":
         return DirectFrame(FrameKind.EOB, headers, status, description)

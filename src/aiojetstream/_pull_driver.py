@@ -553,7 +553,9 @@ class PullDriver:
     # ------------------------------------------------------------- inputs
 
     def _on_raw(self, subject: bytes, reply: bytes, data: bytes, hdr: bytes | None) -> None:
-        if hdr is not None and len(hdr) > 9 and hdr[8] == 0x20:
+        # A status never has a reply subject; a delivery always has its $JS.ACK one
+        # (a stored header block the server keeps as is, "NATS/1.1 200...", is data).
+        if hdr is not None and not reply and len(hdr) > 9 and hdr[8] == 0x20:
             self._on_status(hdr)
             return
         if self.finished:

@@ -99,7 +99,9 @@ def direct_fields(
     """Subject, sequence, time and stored headers of a direct get reply (or raise its status)."""
     parsed, status, description = H.decode_headers(block) if block else (None, None, None)
     hdrs = parsed or {}
-    if status is not None:
+    # A stored message is no status, whatever its first line says (the server
+    # keeps a block that does not start "NATS/1.0" as it is).
+    if status is not None and H.SEQUENCE not in hdrs:
         if status == "404":
             raise MessageNotFoundError(404, 10037, f"no message found for {what}")
         raise api_error(int(status) if status.isdigit() else 0, 0, description or status)

@@ -600,3 +600,75 @@ async def test_a_request_counts_its_headers_against_max_payload() -> None:
                 await js._conn.request("svc.x", b"x" * 10, 1, header_block)
         finally:
             await js.close()
+
+
+#: Stored messages whose headers look like a status to a careless reader: a user
+#: header ``Status`` (nats-py's parser files it where it files a status line's
+#: code), and header blocks the server stores as they are (not "NATS/1.0").
+_STATUS_LOOKALIKES = [
+    b"NATS/1.0\r\nStatus: 404\r\n\r\n",
+    b"NATS/1.0\r\nStatus: 200\r\nDescription: fine\r\n\r\n",
+    b"NATS/1.1 200\r\nK: v\r\n\r\n",
+    b"NATS/1.0\r\nK: ok\r\n\r\n",
+]
+
+
+async def test_stored_messages_that_look_like_statuses_are_delivered(
+    path_js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    """A stored message with a user header ``Status: 404`` was read as a status on
+    the fallback path (never delivered: redelivered and dropped after every
+    ack_wait; a direct get raised MessageNotFoundError), and one whose header block
+    starts "NATS/1.1 200" on both paths (reported as a malformed status)."""
+    js = path_js
+    stream = unique_name("LOOK")
+    subject = stream.lower()
+    await js.create_stream(
+        StreamConfig(
+            name=stream, subjects=[f"{subject}.>"], storage=StorageType.MEMORY, allow_direct=True
+        )
+    )
+    host, port = nats_server.url.removeprefix("nats://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        await reader.readline()  # INFO
+        writer.write(b'CONNECT {"verbose":false,"headers":true,"protocol":1}\r\n')
+        for i, block in enumerate(_STATUS_LOOKALIKES):
+            payload = b"p%d" % i
+            writer.write(
+                b"HPUB %b.%d %d %d\r\n%b%b\r\n"
+                % (subject.encode(), i, len(block), len(block) + len(payload), block, payload)
+            )
+        writer.write(b"PING\r\n")
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readline(), STEP) == b"PONG\r\n"
+    finally:
+        writer.close()
+    count = len(_STATUS_LOOKALIKES)
+    handle = await js.stream(stream)
+    await wait_until(lambda: _messages(handle, count), STEP)
+    consumer = await js.create_consumer(stream, ConsumerConfig(ack_policy=AckPolicy.EXPLICIT))
+    errors: list[Exception] = []
+    got: list[bytes] = []
+
+    async def take(msgs: Any) -> None:
+        async for msg in msgs:
+            got.append(msg.data)
+            await msg.ack()
+            if len(got) == count:
+                return
+
+    async with consumer.messages(error_handler=errors.append) as msgs:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(take(msgs), STEP)
+    assert got == [b"p%d" % i for i in range(count)]
+    assert errors == []
+    batch = await (await js.create_consumer(stream, ConsumerConfig())).fetch(count, expires=2)
+    assert [m.data for m in await batch.collect()] == got
+    for seq in range(1, count + 1):  # direct gets (allow_direct), one by one and batched
+        assert (await handle.get_msg(seq)).data == b"p%d" % (seq - 1)
+    assert [m.data async for m in handle.get_batch(count, seq=1)] == got
+
+
+async def _messages(stream: Any, count: int) -> bool:
+    return int((await stream.info()).state.messages) == count

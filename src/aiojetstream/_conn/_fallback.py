@@ -31,17 +31,22 @@ BACKGROUND: set[asyncio.Task[None]] = set()
 _CRLF = b"\r\n"
 
 
-def rebuild_header_block(headers: dict[str, str] | None) -> bytes | None:
+def rebuild_header_block(
+    headers: dict[str, str] | None, may_be_status: bool = True
+) -> bytes | None:
     """Header block as sent by the server, from nats-py's parsed dict (fallback path).
 
     nats-py puts a status line's code and description into the ``Status`` and
     ``Description`` keys; a ``Status`` of three ASCII digits becomes the status
-    line again. What nats-py's dict loses stays lost: of a repeated key only
-    the last value is left, and a user header ``Status: 200`` reads as a status.
+    line again, unless the message cannot be a status (``may_be_status``
+    False: it has a reply subject, or it is a stored message): then a user
+    header ``Status: 200`` stays a header (it made a stored message read as a
+    status, never delivered). What nats-py's dict loses stays lost: of a
+    repeated key only the last value is left.
     """
     if not headers:
         return None
-    status = headers.get("Status")
+    status = headers.get("Status") if may_be_status else None
     first = b"NATS/1.0"
     is_status = status is not None and len(status) == 3 and status.isascii() and status.isdigit()
     if is_status:
@@ -131,5 +136,6 @@ class FallbackDelivery:
                 msg.subject.encode(),
                 msg.reply.encode(),
                 msg.data,
-                rebuild_header_block(msg.headers),
+                # A status has no reply subject; a delivery has its $JS.ACK one.
+                rebuild_header_block(msg.headers, may_be_status=not msg.reply),
             )

@@ -160,7 +160,9 @@ async def request(
         headers = decode_header_block(header_block)
         with translate(subject):
             msg = await nc.request(subject, payload, timeout=timeout, headers=headers)
-        return msg.data, rebuild_header_block(msg.headers)
+        # A stored message (a direct get's) is no status, whatever its headers say.
+        stored = msg.headers is not None and "Nats-Sequence" in msg.headers
+        return msg.data, rebuild_header_block(msg.headers, may_be_status=not stored)
     mux = REQUESTS.get(nc)
     if mux is None:
         mux = REQUESTS[nc] = Requests()
