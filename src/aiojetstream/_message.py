@@ -50,8 +50,9 @@ _UINT64_LIMIT: Final = 1 << 64
 # $JS.ACK.<stream>.<consumer>.<delivered>.<stream_seq>.<consumer_seq>.<timestamp_ns>.<pending>
 _V1_TOKENS: Final = 9
 # $JS.ACK.<domain>.<account_hash>.<stream>.<consumer>.<delivered>.<stream_seq>
-#   .<consumer_seq>.<timestamp_ns>.<pending>.<random>
-_V2_TOKENS: Final = 12
+#   .<consumer_seq>.<timestamp_ns>.<pending>.<random>: 12 tokens, 11 without the random
+#   one (nats.go and nats.js take 11: the server may drop it; the client needs none).
+_V2_TOKENS: Final = 11
 # Index of <stream> in each form; <consumer>, <delivered>, ... follow it.
 _V1_BASE: Final = 2
 _V2_BASE: Final = 4
@@ -126,9 +127,10 @@ def parse_metadata(reply: str | bytes) -> MsgMetadata:
 
     * v1 (9 tokens): ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream_seq>.
       <consumer_seq>.<timestamp_ns>.<pending>``
-    * v2 (12 or more tokens): ``$JS.ACK.<domain>.<account_hash>.<stream>.
+    * v2 (11 or more tokens): ``$JS.ACK.<domain>.<account_hash>.<stream>.
       <consumer>.<delivered>.<stream_seq>.<consumer_seq>.<timestamp_ns>.<pending>.
-      <random>``; a domain of ``_`` means none, and trailing tokens are ignored.
+      <random>``; a domain of ``_`` means none, and trailing tokens (the random
+      one included) are ignored, as nats.go and nats.js read it.
 
     Args:
         reply: The reply subject of a message delivered by a consumer.
@@ -138,7 +140,7 @@ def parse_metadata(reply: str | bytes) -> MsgMetadata:
 
     Raises:
         NotJetStreamMessageError: the subject is not a ``$JS.ACK`` subject of
-            either form: wrong prefix, 10 or 11 tokens, an empty stream or
+            either form: wrong prefix, 10 tokens, an empty stream or
             consumer name, or a number that is not a decimal integer below 2**64.
 
     """

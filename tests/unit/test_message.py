@@ -397,6 +397,12 @@ def test_v2_example() -> None:
     no_domain = parse_metadata("$JS.ACK._.ACCHASH.ORDERS.worker.1.42.7.1700000000000000000.0.r")
     assert no_domain.domain is None
     assert ack_sequences(b"$JS.ACK.hub.H.S.C.4.42.7.1700000000000000000.0.r.x.y") == (42, 7, 4)
+    # Without the random last token (11): nats.go and nats.js take it (the server may
+    # drop the token); it was refused, and every metadata call would have failed.
+    eleven = "$JS.ACK.hub.H.S.C.4.42.7.1700000000000000000.3"
+    assert parse_metadata(eleven).sequence == SequencePair(42, 7)
+    assert parse_metadata(eleven).num_pending == 3
+    assert ack_sequences(eleven.encode()) == (42, 7, 4)
 
 
 MALFORMED = [
@@ -404,7 +410,7 @@ MALFORMED = [
     "foo",
     "$JS.ACK",
     "$JS.ACK.S.C.1.2.3.4",  # 8 tokens
-    "$JS.ACK.d.h.S.C.1.2.3.4.5",  # 11 tokens
+    "$JS.ACK.d.h.S.C.1.2.3.4",  # 10 tokens (a v2 subject without its pending)
     "$JS.ACK.S.C.1.2.3.4.5.6",  # 10 tokens
     "$JS.NAK.S.C.1.2.3.4.5",
     "$js.ack.S.C.1.2.3.4.5",

@@ -62,6 +62,9 @@ MAX_NAME_BYTES: Final = 2048
 
 _NUID_ALPHABET: Final = string.digits + string.ascii_letters
 _HEX_DIGEST: Final = re.compile(r"[0-9a-fA-F]{64}")
+#: An object header's name: printable ASCII but ':' (nats.js's rule; nats.go checks
+#: none). Object headers live in the info's JSON, never on the wire as header lines.
+_OBJECT_HEADER_KEY: Final = re.compile(r"[!-9;-~]+")
 _B64_DIGEST: Final = re.compile(r"[A-Za-z0-9+/_-]{43}=?")
 
 
@@ -212,13 +215,27 @@ def parse_info(data: bytes, when: datetime, bucket: str, subject: str) -> Object
 
 
 def check_headers(headers: object) -> dict[str, list[str]] | None:
+    """An object's headers, checked: names printable ASCII but ':', values as any header's.
+
+    Not the RFC 7230 token rule of message headers: an object written by
+    nats.js with ``X/Slash`` must take a description-only ``update_meta``.
+    """
     try:
         out = normalize_headers(headers)
     except ValueError as exc:
         raise InvalidHeaderError(str(exc)) from None
     for key, values in (out or {}).items():
+        if not _OBJECT_HEADER_KEY.fullmatch(key):
+            raise InvalidHeaderError(
+                f"invalid object header name {B.shown(key)}: printable ASCII but ':' and spaces"
+            )
         for value in values:
-            H.validate_header(key, value)
+            bad = H._BAD_VALUE_CHARS.search(value)
+            if bad is not None:  # the value rules of any header
+                raise InvalidHeaderError(
+                    f"object header {key!r} has a value containing {bad.group()!r} (CR, LF, "
+                    "NUL, other control characters but tab, and line separators are not allowed)"
+                )
     return out
 
 
