@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 , := ,
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install test test-fallback reliability reliability-ci mutants soak lint format typecheck docs demo spark-demo spark-matrix bench clean distclean
+.PHONY: help venv install test test-fallback test-pyversions reliability reliability-ci mutants soak lint format typecheck docs demo spark-demo spark-matrix bench clean distclean
 
 help:
 	@echo "make venv       create $(VENV) (PYTHON=$(PYTHON))"
@@ -34,6 +34,8 @@ help:
 	@echo "make spark-demo run examples/spark_pipeline.py (needs Java 17; embedded nats-server unless NATS_URL is set);"
 	@echo "                installs .[testing,spark]"
 	@echo "make spark-matrix the Spark tests under pyspark $(SPARK_MATRIX) (a .venv-spark-X.Y each; not in make test)"
+	@echo "make test-pyversions the unit tests and a few integration files under $(PYVERSIONS_PYTHONS)"
+	@echo "                (a .venv-pyX.Y each with the dev extra; a missing interpreter is skipped; not in make test)"
 	@echo "make bench      run benchmarks/run.py"
 	@echo "make clean      remove caches and build output (distclean also removes $(VENV))"
 
@@ -112,6 +114,36 @@ test: lint typecheck docs
 test-fallback: install
 	AIOJETSTREAM_FAST_PATH=0 $(BIN)/pytest -q -rs $(FALLBACK_TESTS)
 
+# The other Python versions pyproject.toml claims ($(PYTHON) is the one make test
+# runs): the unit tests and the integration files nearest asyncio and nats-py's
+# internals, in a .venv-pyX.Y of its own per interpreter (the dev extra, editable;
+# installed again when pyproject.toml changes). An interpreter that does not run
+# is skipped, said so; PYVERSIONS_PYTHONS takes commands or paths. About 2-3
+# minutes a version on 2 cores once installed (the first install takes a few
+# minutes and about 1.4 GB); not part of make test.
+PYVERSIONS_PYTHONS ?= python3.12 python3.13
+PYVERSIONS_TESTS ?= tests/unit tests/integration/test_publish.py \
+	tests/integration/test_consume.py tests/integration/test_fetch_collect.py \
+	tests/integration/test_ordered.py tests/integration/test_kv.py \
+	tests/integration/test_fast_path.py tests/integration/test_connection_callbacks.py \
+	tests/integration/test_security.py::test_credentials
+test-pyversions:
+	@status=0; for py in $(PYVERSIONS_PYTHONS); do \
+		version=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \
+		if [ -z "$$version" ]; then echo "test-pyversions: $$py does not run: skipped"; continue; fi; \
+		venv=.venv-py$$version; \
+		if [ ! -x $$venv/bin/python ]; then \
+			$$py -m venv $$venv && $$venv/bin/python -m pip install --quiet --upgrade pip || exit 1; \
+		fi; \
+		if [ ! -f $$venv/.install-stamp ] || [ pyproject.toml -nt $$venv/.install-stamp ]; then \
+			echo "Installing aiojetstream (editable) with the dev extra into $$venv"; \
+			$$venv/bin/python -m pip install --quiet -e '.[dev]' && touch $$venv/.install-stamp || exit 1; \
+		fi; \
+		echo "== Python $$version ($$py)"; \
+		$$venv/bin/python -m pytest -q -rs -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) \
+			$(PYVERSIONS_TESTS) || status=1; \
+	done; exit $$status
+
 # Every fault test: the cluster set (long ones included) and the single-node fault files.
 RELIABILITY_TESTS := tests/reliability tests/integration/test_consume_faults.py \
 	tests/integration/test_faults_publish.py
@@ -169,4 +201,4 @@ clean:
 		| xargs rm -rf
 
 distclean: clean
-	rm -rf $(VENV) .venv-spark-*
+	rm -rf $(VENV) .venv-spark-* .venv-py3.*

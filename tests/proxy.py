@@ -155,10 +155,15 @@ class ApiCountingProxy:
         finally:
             for pipe in pipes:
                 pipe.cancel()
-            await asyncio.gather(*pipes, return_exceptions=True)
-            for w in (writer, up_writer):
-                if w is not None:
+            writers = [w for w in (writer, up_writer) if w is not None]
+            try:
+                await asyncio.gather(*pipes, return_exceptions=True)
+            finally:
+                # Closed even when the proxy's close cancels the wait above: a client
+                # connection left open kept Server.wait_closed() waiting (Python 3.12).
+                for w in writers:
                     w.close()
+                for w in writers:
                     with contextlib.suppress(OSError):
                         await w.wait_closed()
 
@@ -255,11 +260,14 @@ class StallingProxy:
             self._clients.discard(writer)
             for pipe in pipes:
                 pipe.cancel()
-            await asyncio.gather(*pipes, return_exceptions=True)
-            for w in (writer, up_writer):
-                if w is not None:
-                    w.transport.abort()
-            self._tasks.discard(me)
+            try:
+                await asyncio.gather(*pipes, return_exceptions=True)
+            finally:
+                # Even when the proxy's close cancels the wait above (see ApiCountingProxy).
+                for w in (writer, up_writer):
+                    if w is not None:
+                        w.transport.abort()
+                self._tasks.discard(me)
 
     @staticmethod
     async def _up(

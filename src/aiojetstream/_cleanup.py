@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any
 
 logger = logging.getLogger("aiojetstream")
@@ -34,6 +34,22 @@ def _closed(task: asyncio.Task[None]) -> None:
     _CLOSING.discard(task)
     if not task.cancelled() and (exc := task.exception()) is not None:
         logger.debug("closing in the background failed: %r", exc)
+
+
+async def wait_for_tasks(*groups: Collection[asyncio.Task[Any]]) -> None:
+    """Wait until every task of ``groups`` is done, those added meanwhile included.
+
+    ``groups`` are live collections the tasks remove themselves from when done
+    (``add_done_callback(tasks.discard)``); each task is gathered once (what it
+    raised is retrieved, not logged as never retrieved). Not ``while tasks:
+    await asyncio.gather(*tasks)``: from Python 3.12 ``gather`` of tasks all
+    done completes without yielding to the loop, so a done task whose discard
+    callback is still scheduled stays in its set and that loop spins forever.
+    """
+    gathered: set[asyncio.Task[Any]] = set()
+    while tasks := [task for group in groups for task in group if task not in gathered]:
+        gathered.update(tasks)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def close_when_collected(

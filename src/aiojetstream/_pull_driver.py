@@ -21,6 +21,7 @@ from typing import Any
 
 from . import _api
 from ._api import ApiClient
+from ._cleanup import wait_for_tasks
 from ._conn import RawSink, RawSubscription
 from ._errors import (
     ConnectionClosedError,
@@ -265,9 +266,10 @@ class PullDriver:
 
     async def _wait_tasks(self) -> None:
         # Not for the error handlers when called from one: it would wait for itself.
-        inside = in_error_handler(self)
-        while tasks := [*self._tasks, *(() if inside else self._handler_tasks)]:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if in_error_handler(self):
+            await wait_for_tasks(self._tasks)
+        else:
+            await wait_for_tasks(self._tasks, self._handler_tasks)
 
     async def _cleanup(self) -> None:
         if self._timer is not None:

@@ -505,6 +505,38 @@ async def test_malformed_protocol_makes_the_client_reconnect(
             await js.close()
 
 
+async def test_writes_between_a_lost_socket_and_the_reconnect_are_dropped_not_raised(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Between asyncio seeing the connection lost and nats-py's read loop hearing of
+    # it, the client still says connected and the fast path writes to the socket.
+    # Python 3.11 drops such a write; from 3.12 asyncio's writelines() raised
+    # TypeError there instead (CPython gh-136234), out of a pull request or an ack.
+    monkeypatch.delenv(_conn.FAST_PATH_ENV, raising=False)
+    reconnected = asyncio.Event()
+
+    async def on_reconnect() -> None:
+        reconnected.set()
+
+    js = await _connect(nats_server.url, reconnected_cb=on_reconnect, reconnect_time_wait=0.1)
+    try:
+        assert js._conn.fast
+        await js.account_info()
+        transport = _conn._asyncio_transport(js.nc)
+        assert transport is not None
+        transport.abort()
+        await asyncio.sleep(0)  # asyncio's connection_lost runs; nats-py's read loop not yet
+        assert transport.is_closing()
+        assert js.nc.is_connected
+        js._conn.publish_now(b"lost.pull", b"{}", b"_INBOX.lost")  # one write, at once
+        js._conn.publish_nowait(b"lost.a", b"1")
+        js._conn.write_queued()  # what is queued, in one write
+        await asyncio.wait_for(reconnected.wait(), STEP)
+        await js.account_info()  # the new connection works
+    finally:
+        await js.close()
+
+
 def _client_tasks(nc: Any) -> list[str]:
     """The pending tasks of nats-py client ``nc`` (its read loop, pings, flusher...)."""
     names = []

@@ -719,11 +719,15 @@ class TcpProxy:
         finally:
             for pipe in pipes:
                 pipe.cancel()
-            await asyncio.gather(*pipes, return_exceptions=True)
-            for w in (writer, upstream):
-                if w is not None:
-                    w.transport.abort()
-            self._tasks.discard(me)
+            try:
+                await asyncio.gather(*pipes, return_exceptions=True)
+            finally:
+                # Even when the proxy's close cancels the wait above: a connection left
+                # open leaks its socket (and keeps Server.wait_closed() waiting on 3.12).
+                for w in (writer, upstream):
+                    if w is not None:
+                        w.transport.abort()
+                self._tasks.discard(me)
 
     async def _pipe(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, parse: bool

@@ -465,7 +465,10 @@ def write_pending(nc: NatsClient) -> bool:
         return False
     nc._pending = []
     nc._pending_data_size = 0
-    transport.writelines(pending)
+    try:
+        transport.writelines(pending)
+    except (TypeError, AttributeError) as exc:
+        _lost_socket_write(nc, exc)
     return True
 
 
@@ -486,11 +489,29 @@ def write_now(nc: NatsClient, cmd: bytes, payload_size: int) -> bool:
         pending.append(cmd)
     else:
         pending = [cmd]
-    transport.writelines(pending)
+    try:
+        transport.writelines(pending)
+    except (TypeError, AttributeError) as exc:
+        _lost_socket_write(nc, exc)
     stats = nc.stats
     stats["out_msgs"] += 1
     stats["out_bytes"] += payload_size
     return True
+
+
+def _lost_socket_write(nc: NatsClient, exc: Exception) -> None:
+    """Drop a ``writelines()`` to a socket already lost, as Python 3.11 does; else raise ``exc``.
+
+    From Python 3.12 asyncio's socket transport has a ``writelines()`` of its
+    own that, unlike its ``write()`` (and 3.11's ``writelines()``), does not
+    check for a lost connection: once the connection is lost it raises
+    ``TypeError`` (CPython gh-136234). The connection is gone: what was
+    written is lost with it either way, and nats-py reconnects or closes.
+    """
+    under = _socket_transport(nc)
+    if under is None or not under.is_closing():
+        raise exc
+    logger.debug("a write to the lost connection was dropped (%r)", exc)
 
 
 def enqueue_many(nc: NatsClient, cmds: list[bytes], payload_size: int) -> None:
@@ -612,7 +633,8 @@ def bound_close_waits(nc: NatsClient, timeout: float) -> None:
     """Bound the flush and the wait for the socket that nats-py's ``close()`` does.
 
     A socket already lost (the client was reconnecting) is aborted instead of
-    raising: nats-py's close must get to its callbacks.
+    raising, and what nats-py writes to it first is dropped: nats-py's close
+    must get to its callbacks.
     """
     transport = nc._transport
     if transport is None or getattr(transport, "_aiojetstream_bounded", False):
@@ -661,6 +683,20 @@ def bound_close_waits(nc: NatsClient, timeout: float) -> None:
         original = getattr(transport, name, None)
         if original is not None:
             setattr(transport, name, bounded(original))
+
+    # nats-py's close writes what is buffered (the reconnect buffer, when the
+    # client was reconnecting) to the socket first: a lost one raised TypeError
+    # there from Python 3.12 (see _lost_socket_write), and the close stopped half way.
+    writelines = getattr(transport, "writelines", None)
+    if writelines is not None:
+
+        def guarded(payload: Any) -> None:
+            try:
+                writelines(payload)
+            except (TypeError, AttributeError) as exc:
+                _lost_socket_write(nc, exc)
+
+        transport.writelines = guarded  # type: ignore[method-assign]
 
 
 def bound_internal_close(nc: NatsClient) -> None:

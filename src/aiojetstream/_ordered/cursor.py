@@ -29,7 +29,7 @@ from typing import Final
 from .. import _api
 from .. import _consumer as C
 from .._api import ApiClient
-from .._cleanup import close_in_background
+from .._cleanup import close_in_background, wait_for_tasks
 from .._conn import Conn
 from .._errors import (
     ConnectionClosedError,
@@ -1036,8 +1036,8 @@ class OrderedSource:
                 if owner._active is token:
                     owner._release()
         # The error handlers, unless called from one (it would wait for itself).
-        while self._tasks and not in_error_handler(self):
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if not in_error_handler(self):
+            await wait_for_tasks(self._tasks)
 
 
 def _run_in_order(driver: PullDriver, expected: int) -> int:
