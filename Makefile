@@ -121,7 +121,10 @@ test-fallback: install
 # is skipped, said so; PYVERSIONS_PYTHONS takes commands or paths. About 2-3
 # minutes a version on 2 cores once installed (the first install takes a few
 # minutes and about 1.4 GB); not part of make test.
-PYVERSIONS_PYTHONS ?= python3.12 python3.13
+# Each version's interpreter: pyenv's own (its shims may not resolve a version that is
+# not selected), else the one on PATH.
+pyversion = $(or $(lastword $(sort $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python$(1)))),python$(1))
+PYVERSIONS_PYTHONS ?= $(call pyversion,3.12) $(call pyversion,3.13)
 PYVERSIONS_TESTS ?= tests/unit tests/integration/test_publish.py \
 	tests/integration/test_consume.py tests/integration/test_fetch_collect.py \
 	tests/integration/test_ordered.py tests/integration/test_kv.py \
