@@ -101,3 +101,43 @@ def test_past_the_cap_idle_label_sets_go(
     made.of("S9")
     assert ("S3", None) not in made.counts
     assert ("L", "live") in made.counts
+
+
+def test_the_global_provider_set_after_a_context_used_its_proxy_shares_its_metrics() -> None:
+    """Contexts instrumented before the application set the global MeterProvider (through
+    the API's proxy) and after it: one set of instruments, every context reported."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from aiojetstream.otel.telemetry import Telemetry
+
+        before = Telemetry(None, None, False)  # the proxy provider
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        after = Telemetry(None, None, False)
+        explicit = Telemetry(None, metrics.get_meter_provider(), False)
+        assert before.metrics is after.metrics is explicit.metrics
+        before.of("A").sent += 1
+        after.of("B").sent += 2
+        points = {
+            p.attributes["messaging.nats.stream"]: p.value
+            for r in reader.get_metrics_data().resource_metrics
+            for s in r.scope_metrics
+            for m in s.metrics
+            if m.name == "messaging.client.sent.messages"
+            for p in m.data.data_points
+        }
+        assert points == {"A": 1, "B": 2}, points
+        print("ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "ok", done.stderr
