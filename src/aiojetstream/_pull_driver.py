@@ -15,7 +15,7 @@ import inspect
 import json
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from itertools import islice
 from typing import Any
 
@@ -845,9 +845,12 @@ class PullDriver:
             self._closed = True
             self._spawn(self._cleanup())
 
-    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        # The coroutine itself, not a wrapper awaiting it: a task cancelled
+        # before it ran (a check cancelled by _finish) closes its coroutine; a
+        # wrapper's would be dropped unstarted ("was never awaited").
         loop = self._loop or asyncio.get_running_loop()
-        task = loop.create_task(_as_coroutine(coro))
+        task = loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -931,10 +934,6 @@ def _tail_size(buffer: deque[Any], count: int) -> int:
             total += item.tail_size(last)
             count -= last
     return total
-
-
-async def _as_coroutine(aw: Awaitable[None]) -> None:
-    await aw
 
 
 async def _await_handler(result: Awaitable[Any]) -> None:

@@ -4,6 +4,7 @@ while nats-py drains, and server URLs that can not be parsed."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import nats
 import pytest
@@ -271,3 +272,50 @@ async def test_a_cancelled_close_goes_on_and_closing_again_waits_for_it(
             return connz["num_connections"] == 0
 
         await wait_until(no_connections, 10, message="the closed context's socket stayed open")
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+async def test_a_consume_stopped_from_the_reconnected_callback_leaves_no_unawaited_coroutine(
+    nats_server: NatsServer,
+) -> None:
+    """The pull driver spawned its consumer check on the reconnect, wrapped in another
+    coroutine; stopping the consume before that task ran cancelled the wrapper and
+    dropped the check unstarted: "coroutine 'PullDriver._check_consumer' was never
+    awaited"."""
+    import gc
+    import warnings
+
+    from aiojetstream import ConsumerConfig
+    from proxy import StallingProxy
+
+    ctx: Any = None
+    reconnected = asyncio.Event()
+
+    async def on_reconnected() -> None:
+        if ctx is not None:
+            ctx.stop()  # "on reconnect, restart the workers"
+        reconnected.set()
+
+    async with StallingProxy(nats_server.port) as proxy:
+        js = await aiojetstream.connect(
+            proxy.url, reconnect_time_wait=0.1, reconnected_cb=on_reconnected
+        )
+        try:
+            name = unique_name("CB")
+            await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+            consumer = await js.create_consumer(name, ConsumerConfig(durable_name="d"))
+            ctx = await consumer.consume(lambda msg: None, expires=5)
+            driver = ctx._driver
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                proxy.cut()
+                await asyncio.wait_for(reconnected.wait(), 20)
+                assert await asyncio.wait_for(ctx.closed(), 10) is None
+
+                await wait_until(lambda: not driver._tasks, 10)  # its cleanup ran
+                ctx = driver = consumer = None  # the check task goes with the driver
+                gc.collect()
+            unawaited = [str(w.message) for w in caught if "never awaited" in str(w.message)]
+            assert unawaited == []
+        finally:
+            await js.close()

@@ -993,6 +993,127 @@ async def test_ephemeral_consumers_share_one_label_and_gone_consumers_drop_their
     await wait_until(collected, 5)
 
 
+def series(rec: Recorded, stream: str) -> dict[str, dict[str | None, float]]:
+    """The counters' points for ``stream`` (one collection), by name and consumer label."""
+    return {
+        name: found
+        for name, points in rec.metrics().items()
+        if name != "messaging.client.operation.duration"
+        and (
+            found := {
+                p.attributes.get("messaging.consumer.group.name"): p.value
+                for p in points
+                if p.attributes.get("messaging.nats.stream") == stream
+            }
+        )
+    }
+
+
+async def test_deleted_consumers_and_streams_leave_the_counts_after_a_collection(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """Each durable ever used kept its counts, and a series per instrument, for ever."""
+    import gc
+
+    tel = tjs._telemetry  # type: ignore[attr-defined]
+    stream = unique_name("OT")
+    await tjs.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    await tjs.publish(f"{stream}.x", b"1")
+    for i in range(6):
+        name = f"job-{i}"
+        consumer = await tjs.create_consumer(
+            stream, ConsumerConfig(durable_name=name, ack_policy=AckPolicy.EXPLICIT)
+        )
+        async for msg in await consumer.fetch(1, expires=2):
+            await msg.ack()
+        counts = tel.counts[(stream, name)]
+        await tjs.delete_consumer(stream, name)
+        del consumer, msg
+
+        def released(counts: Any = counts) -> bool:  # the handle went away
+            gc.collect()
+            return bool(counts.handles == 0)
+
+        await wait_until(released, 5)
+        # The next collection reports its last values ...
+        found = series(rec, stream)
+        assert found["aiojetstream.acks"][name] == 1
+        assert found["messaging.client.consumed.messages"][name] == 1
+        # ... the ones after it no longer (the first one dropped it).
+        assert (stream, name) not in tel.counts
+        assert all(name not in points for points in series(rec, stream).values())
+    assert [key for key in tel.counts if key[0] == stream] == [(stream, None)]
+
+    # A consumer deleted while a handle still counts there keeps its counts.
+    kept = await tjs.create_consumer(
+        stream, ConsumerConfig(durable_name="kept", ack_policy=AckPolicy.EXPLICIT)
+    )
+    async for msg in await kept.fetch(1, expires=2):
+        await msg.ack()
+    await tjs.delete_consumer(stream, "kept")
+    rec.metrics()
+    assert series(rec, stream)["aiojetstream.acks"]["kept"] == 1
+
+    # A deleted stream takes its publishes' counts and its consumers' along.
+    await tjs.delete_stream(stream)
+    del kept, msg
+    gc.collect()
+    found = series(rec, stream)
+    assert found["messaging.client.sent.messages"] == {None: 1}
+    assert found["aiojetstream.acks"] == {"kept": 1}
+    assert [key for key in tel.counts if key[0] == stream] == []
+    assert series(rec, stream) == {}
+
+
+async def first_context(url: str, rec: Recorded, stream: str) -> Any:
+    """A context on ``rec``'s providers that publishes 3 messages to ``stream`` and closes."""
+    import weakref
+
+    js = instrument(
+        await aiojetstream.connect(url),
+        tracer_provider=rec.tracer_provider,
+        meter_provider=rec.meter_provider,
+    )
+    for _ in range(3):
+        await js.publish(f"{stream}.x", b"x")
+    assert rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": stream}) == 3
+    tel = weakref.ref(js._telemetry)  # type: ignore[attr-defined]
+    await js.close()
+    return tel
+
+
+async def test_contexts_on_one_meter_provider_all_report_and_a_closed_one_is_freed(
+    nats_server: NatsServer, tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """The SDK kept the first context's observable instruments and ignored the next ones'."""
+    import gc
+
+    a, b = unique_name("OTA"), unique_name("OTB")
+    for stream in (a, b):
+        await tjs.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    closed = await first_context(nats_server.url, rec, a)  # instrumented before tjs's first use
+    for _ in range(5):
+        await tjs.publish(f"{b}.x", b"x")
+    await tjs.publish(f"{a}.x", b"x")  # the same stream from both contexts: one series, summed
+    assert rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": b}) == 5
+    assert rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": a}) == 4
+
+    other = instrument(
+        await aiojetstream.connect(nats_server.url),
+        tracer_provider=rec.tracer_provider,
+        meter_provider=rec.meter_provider,
+    )
+    try:
+        await other.publish(f"{b}.x", b"x")
+        assert rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": b}) == 6
+    finally:
+        await other.close()
+    gc.collect()
+    assert closed() is None  # no instrument's callback holds it
+    await tjs.publish(f"{b}.x", b"x")
+    assert rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": b}) == 7
+
+
 async def test_the_publish_duration_has_the_semconv_buckets_and_operation(
     tjs: JetStreamContext, rec: Recorded
 ) -> None:

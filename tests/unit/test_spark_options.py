@@ -290,6 +290,50 @@ def test_check_loss() -> None:
         assert check_loss(lenient, 3, 10, "checkpointed offset") == 10
 
 
+def test_data_loss_warnings_are_not_kept_in_the_warnings_registry() -> None:
+    """Each text (its sequences) stayed in the caller's ``__warningregistry__`` for ever:
+    one entry per micro-batch that skipped data, under the default filter."""
+    lenient = parse_source_options({"stream": "S", "failOnDataLoss": "false"}, streaming=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for i in range(50):
+            assert check_loss(lenient, 100 * i, 100 * i + 10, "offset") == 100 * i + 10
+        check_loss(lenient, 0, 10, "offset")  # the same text again: shown again
+        registry = globals().get("__warningregistry__", {})
+        assert [key for key in registry if key != "version"] == []
+    assert len(caught) == 51
+    assert all(w.category is JetStreamSparkWarning for w in caught)
+    assert "sequences 4900..4909 (offset)" in str(caught[49].message)
+    assert caught[0].filename == __file__  # the caller's line, as with stacklevel=2
+
+
+def test_a_condition_found_at_every_trigger_is_warned_once() -> None:
+    """Found behind its stream or of an earlier stream of that name, an offset is found
+    so again at each trigger until a batch moves on: one warning, not one per trigger."""
+    from aiojetstream.spark._offsets import Position
+    from aiojetstream.spark._read import Bounds
+    from aiojetstream.spark._source import StreamReader
+
+    r = StreamReader(
+        parse_source_options({"stream": "S", "failOnDataLoss": "false"}, streaming=True)
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for stream_next in (5, 6, 7):  # the stream grows; the offset waits at 10
+            r._behind("S", 10, stream_next)
+        r._behind("S", 12, 7)
+        old = Position(3, created="2024-01-01T00:00:00Z")
+        for _ in range(3):
+            assert r._recreated("S", old, Bounds(1, 5, created="2025-01-01T00:00:00Z"))
+        assert r._recreated("S", old, Bounds(1, 5, created="2026-01-01T00:00:00Z"))
+    texts = [str(w.message) for w in caught]
+    assert len(texts) == 4, texts
+    assert "offset is 10" in texts[0]
+    assert "offset is 12" in texts[1]
+    assert "created at 2025" in texts[2]
+    assert "created at 2026" in texts[3]
+
+
 def _msg(reply: str) -> Msg:
     return Msg(b"s", reply.encode(), b"", None, None)  # type: ignore[arg-type]
 

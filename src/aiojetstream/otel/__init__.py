@@ -55,6 +55,12 @@ _STREAM_METHODS = ("stream", "create_stream", "update_stream", "create_or_update
 # Methods of JetStreamContext that return a KeyValue, and an ObjectStore.
 _KV_METHODS = ("key_value", "create_key_value", "update_key_value", "create_or_update_key_value")
 _OBJECT_METHODS = ("object_store", "create_object_store", "update_object_store")
+# Methods of JetStreamContext that delete a stream, and the prefix of its name.
+_STREAM_DELETES = (
+    ("delete_stream", ""),
+    ("delete_key_value", "KV_"),
+    ("delete_object_store", "OBJ_"),
+)
 
 
 def instrument(
@@ -140,9 +146,19 @@ def instrument(
 
     async def traced_delete(stream: str, name: str, *args: Any, **kwargs: Any) -> None:
         await delete_consumer(stream, name, *args, **kwargs)
-        tel.deleted(stream, name)  # its pending gauges are no longer reported
+        tel.deleted(stream, name)  # its gauges go now, its counts after the next collection
 
     js.delete_consumer = traced_delete  # type: ignore[method-assign]
+
+    def traced_stream_gone(method: Callable[..., Any], prefix: str) -> Callable[..., Any]:
+        async def delete(name: str, *args: Any, **kwargs: Any) -> None:
+            await method(name, *args, **kwargs)
+            tel.deleted(prefix + name)  # the counts of its publishes and consumers go
+
+        return delete
+
+    for name, prefix in _STREAM_DELETES:
+        setattr(js, name, traced_stream_gone(getattr(js, name), prefix))
     ordered_consumer = js.ordered_consumer
 
     async def traced_ordered(*args: Any, **kwargs: Any) -> Any:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import re
 import ssl
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -181,6 +182,33 @@ _SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation", "querynam
 
 class JetStreamSparkWarning(UserWarning):
     """Questionable but usable: an unknown option, or data skipped (``failOnDataLoss=false``)."""
+
+
+def warn_loss(text: str, stacklevel: int = 1) -> None:
+    """Warn ``text`` (a :class:`JetStreamSparkWarning`) without the warnings registry.
+
+    A data-loss warning names its sequences or creation times, so each has a
+    text of its own: through ``warnings.warn`` the default filter would keep
+    every one in the calling module's ``__warningregistry__`` for as long as
+    the process runs (one per micro-batch that skipped data). The filters still
+    decide (shown, ignored, raised, recorded); with the default one each is
+    shown. A condition checked again at every trigger is warned once by its
+    caller. ``stacklevel`` as for ``warnings.warn``.
+    """
+    frame = sys._getframe(1)
+    for _ in range(stacklevel - 1):
+        if frame.f_back is None:
+            break
+        frame = frame.f_back
+    warnings.warn_explicit(
+        text,
+        JetStreamSparkWarning,
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        module=frame.f_globals.get("__name__"),
+        registry=None,
+        module_globals=frame.f_globals,
+    )
 
 
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:

@@ -18,7 +18,6 @@ import contextlib
 import heapq
 import logging
 import uuid
-import warnings
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,8 +44,8 @@ from aiojetstream import Consumer as JSConsumer
 from ._options import (
     MAX_DEFAULT_PARTITIONS,
     SEQUENCES_PER_PARTITION,
-    JetStreamSparkWarning,
     SourceOptions,
+    warn_loss,
 )
 from ._runtime import TRANSIENT, Refusals, Session, discard, retrying, shared_session
 
@@ -237,7 +236,7 @@ def check_loss(
         raise DataLossError(
             text + ". Set failOnDataLoss=false to skip them with a warning instead."
         )
-    warnings.warn(text + "; skipped (failOnDataLoss=false).", JetStreamSparkWarning, stacklevel=2)
+    warn_loss(text + "; skipped (failOnDataLoss=false).", stacklevel=2)
     return first
 
 
@@ -468,9 +467,7 @@ class RangeReader:
             raise DataLossError(
                 text + ". Set failOnDataLoss=false to skip them with a warning instead."
             )
-        warnings.warn(
-            text + "; skipped (failOnDataLoss=false).", JetStreamSparkWarning, stacklevel=2
-        )
+        warn_loss(text + "; skipped (failOnDataLoss=false).", stacklevel=2)
         self._next = self._end
         self._created = created
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final, TypeVar
@@ -25,12 +24,12 @@ from aiojetstream import InvalidOptionError, JetStreamContext, StreamNotFoundErr
 from ._filters import Narrowing, push
 from ._offsets import Position, allot, decode, encode
 from ._options import (
-    JetStreamSparkWarning,
     SinkOptions,
     SourceOptions,
     lower_keys,
     parse_sink_options,
     parse_source_options,
+    warn_loss,
 )
 from ._read import (
     DDL,
@@ -314,6 +313,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch: float | None = None
         #: Streams the offsets hold that were found deleted (reported once each).
         self._gone: set[str] = set()
+        #: The last offset found behind its stream, or of an earlier stream of
+        #: that name, reported per stream (each trigger finds it again until a
+        #: batch moves on).
+        self._behind_at: dict[str, int] = {}
+        self._recreated_at: dict[str, tuple[str | None, str | None]] = {}
 
     def _run(self, work: Callable[[JetStreamContext], Awaitable[T]], what: str) -> T:
         # The driver-side process's shared connection; a leader election is retried.
@@ -486,11 +490,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 text + ". Use a new checkpoint location (or failOnDataLoss=false to read the "
                 "new stream from its first sequence)."
             )
-        warnings.warn(
-            text + "; reading it from its first sequence (failOnDataLoss=false).",
-            JetStreamSparkWarning,
-            stacklevel=3,
-        )
+        seen = (position.created, bounds.created)
+        if self._recreated_at.get(name) != seen:
+            self._recreated_at[name] = seen
+            warn_loss(
+                text + "; reading it from its first sequence (failOnDataLoss=false).",
+                stacklevel=3,
+            )
         return True
 
     def _deleted(self, name: str) -> None:
@@ -507,10 +513,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         self._gone.add(name)
         again = " (a stream of that name created again is read from its start)"
-        warnings.warn(
+        warn_loss(
             text + f"; going on without it{'' if opts.stream_pattern else again} "
             "(failOnDataLoss=false).",
-            JetStreamSparkWarning,
             stacklevel=3,
         )
 
@@ -522,11 +527,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         if self.opts.fail_on_data_loss:
             raise DataLossError(text + " (or failOnDataLoss=false to wait for the sequence).")
-        warnings.warn(
-            text + "; waiting for that sequence (failOnDataLoss=false).",
-            JetStreamSparkWarning,
-            stacklevel=2,
-        )
+        if self._behind_at.get(name) != begin:  # not again at every trigger while it waits
+            self._behind_at[name] = begin
+            warn_loss(text + "; waiting for that sequence (failOnDataLoss=false).", stacklevel=2)
 
     @surfaced
     def reportLatestOffset(self) -> dict[str, Any]:
