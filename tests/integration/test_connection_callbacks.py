@@ -303,7 +303,7 @@ async def test_a_consume_stopped_from_the_reconnected_callback_leaves_no_unawait
         try:
             name = unique_name("CB")
             await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
-            consumer = await js.create_consumer(name, ConsumerConfig(durable_name="d"))
+            consumer: Any = await js.create_consumer(name, ConsumerConfig(durable_name="d"))
             ctx = await consumer.consume(lambda msg: None, expires=5)
             driver = ctx._driver
             with warnings.catch_warnings(record=True) as caught:

@@ -21,7 +21,7 @@ def sent(reader: InMemoryMetricReader) -> dict[str, int]:
     data = reader.get_metrics_data()
     assert data is not None
     return {
-        str(p.attributes["messaging.nats.stream"]): p.value
+        str((p.attributes or {})["messaging.nats.stream"]): int(getattr(p, "value", 0))
         for resource in data.resource_metrics
         for scope in resource.scope_metrics
         for metric in scope.metrics
