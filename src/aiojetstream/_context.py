@@ -149,11 +149,15 @@ class JetStreamContext:
         """Fail pending asynchronous publishes, and close the connection if this context owns it.
 
         Idempotent. The close runs in a task of its own: cancelled (a timeout at
-        shutdown), it goes on, and calling ``close()`` again waits for it.
+        shutdown), it goes on, and calling ``close()`` again waits for it;
+        called from within it (a ``disconnected_cb`` or ``closed_cb`` that
+        closes the context), it returns at once.
         """
         task = self._closing
         if task is None:
             task = self._closing = asyncio.ensure_future(self._close())
+        elif task is asyncio.current_task():
+            return  # a connection callback the close runs: waiting for itself hung
         await asyncio.shield(task)
 
     async def _close(self) -> None:

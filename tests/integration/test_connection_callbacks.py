@@ -274,6 +274,26 @@ async def test_a_cancelled_close_goes_on_and_closing_again_waits_for_it(
         await wait_until(no_connections, 10, message="the closed context's socket stayed open")
 
 
+@pytest.mark.parametrize("callback", ["disconnected_cb", "closed_cb"])
+async def test_a_connection_callback_that_closes_the_context_returns(
+    nats_server: NatsServer, callback: str
+) -> None:
+    """A callback run by the close that closes the context too (clean-up code): it
+    awaited the close's own task from inside it, and neither call ever returned."""
+    ended: list[str] = []
+    js: aiojetstream.JetStreamContext | None = None
+
+    async def close_again() -> None:
+        assert js is not None
+        await js.close()
+        ended.append(callback)
+
+    options: dict[str, Any] = {callback: close_again}
+    js = await aiojetstream.connect(nats_server.url, **options)
+    await asyncio.wait_for(js.close(), 10)
+    assert ended == [callback]
+
+
 @pytest.mark.filterwarnings("error::RuntimeWarning")
 async def test_a_consume_stopped_from_the_reconnected_callback_leaves_no_unawaited_coroutine(
     nats_server: NatsServer,

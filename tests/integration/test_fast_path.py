@@ -699,7 +699,13 @@ async def test_stored_messages_that_look_like_statuses_are_delivered(
     assert [m.data for m in await batch.collect()] == got
     for seq in range(1, count + 1):  # direct gets (allow_direct), one by one and batched
         assert (await handle.get_msg(seq)).data == b"p%d" % (seq - 1)
-    assert [m.data async for m in handle.get_batch(count, seq=1)] == got
+    batch_got = [m async for m in handle.get_batch(count, seq=1)]
+    assert [m.data for m in batch_got] == got
+    # ... with their headers: the fallback's batch get took "Status: 404" for a status line
+    assert [m.headers for m in batch_got] == [
+        (await handle.get_msg(s)).headers for s in (1, 2, 3, 4)
+    ]
+    assert (batch_got[0].headers or {}).get("Status") == "404"
 
 
 async def _messages(stream: Any, count: int) -> bool:

@@ -1652,6 +1652,37 @@ async def test_a_creds_file_gone_bad_fails_the_reconnect_without_hanging(tmp_pat
     assert all(seed.strip()[:20] not in e for e in result["errors"])
 
 
+async def test_an_nkey_seed_file_gone_fails_the_reconnect_saying_so(tmp_path: Path) -> None:
+    """nats-py reads ``nkeys_seed`` again on every reconnect: a file gone was reported
+    as "the signature_cb given failed", a callback the user never gave."""
+    user = new_nkey(nkeys.PREFIX_BYTE_USER)
+    seed = tmp_path / "user.nk"
+    seed.write_text(seed_text(user))
+    errors: list[BaseException] = []
+    told = asyncio.Event()
+
+    async def error_cb(exc: BaseException) -> None:
+        errors.append(exc)
+        if "user.nk" in str(exc):
+            told.set()
+
+    config = {"authorization": {"users": [{"nkey": public_key(user)}]}}
+    async with NatsServer(config=config) as server:
+        js = await aiojetstream.connect(
+            server.url, nkeys_seed=str(seed), error_cb=error_cb, reconnect_time_wait=0.2
+        )
+        try:
+            seed.unlink()
+            await server.restart()
+            await asyncio.wait_for(told.wait(), 20)
+        finally:
+            await js.close()
+    text = next(str(e) for e in errors if "user.nk" in str(e))
+    assert text.startswith(f"NKey seed file {str(seed)!r} cannot be read"), text
+    assert not any("given" in str(e) for e in errors), errors
+    assert all(seed_text(user)[:20] not in str(e) for e in errors)
+
+
 async def test_a_signing_callback_that_raises_is_named_not_taken_for_a_bad_info(
     tmp_path: Path,
 ) -> None:

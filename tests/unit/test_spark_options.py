@@ -395,8 +395,23 @@ def _generic_numbers(replies: pa.Array) -> tuple[list[int], list[int], int]:
         (["$JS.ACK.S.C.1.3.3.5000.1", "$JS.ACK.S.C.1.S.C.1.4.4.6000.0.r"], False),
         # a reply after a v2 one whose prefix it shares, its rest too short (10 tokens)
         (["$JS.ACK.h.A.S.C.1.3.3.5000.1.r", "$JS.ACK.h.A.S.C.1.3.5000.1"], False),
+        # v2 without the random last token (11 tokens: nats.go and nats.js read it)
+        (["$JS.ACK.h.A.S.C.1.3.3.5000.1", "$JS.ACK.h.A.S.C.1.4.4.6000.0"], True),
+        # ... and mixed with the 12-token form
+        (["$JS.ACK.h.A.S.C.1.3.3.5000.1.r", "$JS.ACK.h.B.S.C.1.4.4.6000.0"], False),
     ],
-    ids=["v1", "v2", "v2-more-tokens", "non-ascii", "redelivery", "mixed", "v1-v2", "v2-v1"],
+    ids=[
+        "v1",
+        "v2",
+        "v2-more-tokens",
+        "non-ascii",
+        "redelivery",
+        "mixed",
+        "v1-v2",
+        "v2-v1",
+        "v2-11",
+        "v2-11-12",
+    ],
 )
 def test_reply_numbers_by_a_shared_prefix(replies: list[str], shortcut: bool) -> None:
     from aiojetstream.spark._read import _same_prefix_numbers

@@ -146,12 +146,14 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         guard_tls(nc, tls_refusals, every_server=tls_everywhere)
     # A malformed INFO, a signing callback that raises, a .creds file gone bad on a
     # reconnect: each a failed attempt (FailedAttempt), not a crash or a hang.
-    recheck = None
-    if isinstance(options.get("user_credentials"), str | os.PathLike):
-        recheck = functools.partial(
-            check_credentials, {"user_credentials": options["user_credentials"]}
-        )
-    guard_connect_init(nc, recheck)
+    files = {
+        key: options[key]
+        for key in ("user_credentials", "nkeys_seed")
+        if isinstance(options.get(key), str | os.PathLike | tuple)
+    }
+    recheck = functools.partial(check_credentials, files) if files else None
+    given = frozenset(k for k in ("signature_cb", "user_jwt_cb") if options.get(k) is not None)
+    guard_connect_init(nc, recheck, given)
     next_server: NextServer | None = None
     if options.get("reconnect_to_server_handler") is None:
         next_server = options["reconnect_to_server_handler"] = NextServer()

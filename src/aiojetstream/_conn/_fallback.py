@@ -136,6 +136,11 @@ class FallbackDelivery:
                 msg.subject.encode(),
                 msg.reply.encode(),
                 msg.data,
-                # A status has no reply subject; a delivery has its $JS.ACK one.
-                rebuild_header_block(msg.headers, may_be_status=not msg.reply),
+                # A status has no reply subject (a delivery has its $JS.ACK one) and
+                # no Nats-Sequence (a batch direct get's stored message has).
+                rebuild_header_block(
+                    msg.headers,
+                    may_be_status=not msg.reply
+                    and not (msg.headers and "Nats-Sequence" in msg.headers),
+                ),
             )

@@ -252,25 +252,32 @@ class CredentialsFailed(FailedAttempt):
     """A ``signature_cb`` / ``user_jwt_cb`` that raised, or a .creds file gone bad."""
 
 
-def _guard_auth_callbacks(nc: NatsClient, recheck: Callable[[], None] | None) -> None:
+def _guard_auth_callbacks(
+    nc: NatsClient, recheck: Callable[[], None] | None, given: frozenset[str]
+) -> None:
     """Wrap nats-py's signing callbacks (once): what they raise fails the attempt.
 
     They run inside ``_process_connect_init``, on every attempt, reconnects
-    included. A callback the user gave is named in the error; nats-py's own
-    (``user_credentials``) re-read the .creds file each time, so ``recheck``
-    (:func:`~.._creds.check_credentials`) reads it first: a file replaced by
-    a malformed one while connected made nats-py's reader spin for ever in the
-    event loop on the next reconnect.
+    included. A callback the user gave (its name in ``given``) is named in the
+    error; nats-py's own (``user_credentials``, ``nkeys_seed``) re-read their
+    files each time, so ``recheck`` (:func:`~.._creds.check_credentials`)
+    reads them first: a .creds file replaced by a malformed one while
+    connected made nats-py's reader spin for ever in the event loop on the
+    next reconnect.
     """
     for attr, name in (("_signature_cb", "signature_cb"), ("_user_jwt_cb", "user_jwt_cb")):
         callback = getattr(nc, attr)
         if callback is None or getattr(callback, "_aiojetstream_guarded", False):
             continue
-        setattr(nc, attr, _guarded_auth(callback, name, recheck))
+        user = name in given
+        setattr(nc, attr, _guarded_auth(callback, name, None if user else recheck, user))
 
 
 def _guarded_auth(
-    callback: Callable[..., Any], name: str, recheck: Callable[[], None] | None
+    callback: Callable[..., Any],
+    name: str,
+    recheck: Callable[[], None] | None,
+    user: bool,
 ) -> Callable[..., Any]:
     def call(*args: Any) -> Any:
         if recheck is not None:
@@ -281,7 +288,7 @@ def _guarded_auth(
         try:
             return callback(*args)
         except Exception as exc:
-            what = "reading the credentials" if recheck is not None else f"the {name} given"
+            what = f"the {name} given" if user else "reading the credentials"
             raise CredentialsFailed(
                 f"{what} failed ({type(exc).__name__}: {str(exc)[:100]})"
             ) from exc
@@ -290,7 +297,11 @@ def _guarded_auth(
     return call
 
 
-def guard_connect_init(nc: NatsClient, recheck: Callable[[], None] | None = None) -> None:
+def guard_connect_init(
+    nc: NatsClient,
+    recheck: Callable[[], None] | None = None,
+    given: frozenset[str] = frozenset(),
+) -> None:
     """Make a malformed INFO (or line) while connecting a failed attempt, not a crash.
 
     nats-py's ``_process_connect_init`` raised a bare ``AttributeError`` for an
@@ -324,7 +335,7 @@ def guard_connect_init(nc: NatsClient, recheck: Callable[[], None] | None = None
         # The tasks cancelled when the socket was opened have ended by now: none of
         # them can have put the previous connection's bytes in the parser since.
         _end_previous_attempt(nc, abort=False)
-        _guard_auth_callbacks(nc, recheck)
+        _guard_auth_callbacks(nc, recheck, given)
         try:
             await original_init()
         except OSError:

@@ -319,7 +319,7 @@ def _ack_base(tokens: int) -> int:
     """Where a ``$JS.ACK`` subject of ``tokens`` tokens holds its stream name (v1 or v2)."""
     if tokens == 9:
         return 2
-    if tokens >= 12:
+    if tokens >= 11:  # the random last token optional (as nats.go and nats.js read it)
         return 4
     raise InvalidResponseError(
         f"aiojetstream.spark: a reply subject of {tokens} tokens is no $JS.ACK subject"
@@ -332,7 +332,8 @@ def _numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int]:
     Parsed from the ``$JS.ACK`` reply subjects column-wise (ADR-15):
     v1 ``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>``,
     v2 ``$JS.ACK.<domain>.<hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>.<r>``
-    (more tokens may follow). A server sends one form; a mix is parsed one by one.
+    (``<r>`` optional, more tokens may follow). A server sends one form; a mix is
+    parsed one by one.
     """
     fast = _same_prefix_numbers(replies)
     if fast is not None:
@@ -340,7 +341,7 @@ def _numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int]:
     tokens = pc.split_pattern(replies, ".")
     lengths = pc.min_max(pc.list_value_length(tokens)).as_py()
     shortest, longest = lengths["min"], lengths["max"]
-    if shortest == longest == 9 or shortest >= 12:
+    if shortest == longest == 9 or shortest >= 11:
         base = 2 if shortest == 9 else 4
         seqs = pc.cast(pc.list_element(tokens, base + 3), pa.int64())
         nanos = pc.cast(pc.list_element(tokens, base + 5), pa.int64())
@@ -365,7 +366,7 @@ def _same_prefix_numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int] | 
     tokens than the first reply's form has (:func:`_numbers` parses them).
     """
     first = replies[0].as_py().split(".")
-    if len(first) != 9 and len(first) < 12:
+    if len(first) != 9 and len(first) < 11:
         return None
     base = 2 if len(first) == 9 else 4
     prefix = ".".join(first[: base + 3]) + "."
@@ -374,8 +375,8 @@ def _same_prefix_numbers(replies: pa.Array) -> tuple[pa.Array, pa.Array, int] | 
     rest = pc.binary_slice(replies.view(pa.binary()), len(prefix.encode()), _INT32)
     tokens = pc.split_pattern(rest, b".")
     lengths = pc.min_max(pc.list_value_length(tokens)).as_py()
-    # v1: exactly <sseq>.<cseq>.<ts>.<pending>; v2: those, <random> and maybe more.
-    fits = lengths["min"] == lengths["max"] == 4 if base == 2 else lengths["min"] >= 5
+    # v1: exactly <sseq>.<cseq>.<ts>.<pending>; v2: those, maybe <random> and more.
+    fits = lengths["min"] == lengths["max"] == 4 if base == 2 else lengths["min"] >= 4
     if not fits:
         return None
     seqs = pc.cast(pc.list_element(tokens, 0), pa.int64())
