@@ -83,7 +83,40 @@ class PubScanner:
         return subjects
 
 
-class ApiCountingProxy:
+class _Listening:
+    """A proxy's listening side: a port of its own and the tasks of its connections.
+
+    Subclasses set up what they keep, call ``_listen(upstream_port)`` and
+    define ``_accept`` (a connection's task: it adds itself to ``_tasks``).
+    """
+
+    def _listen(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def url(self) -> str:
+        return f"nats://{HOST}:{self.port}"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, HOST, 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.wait_for(self._server.wait_closed(), 10)
+
+
+class ApiCountingProxy(_Listening):
     """A TCP proxy in front of a server that logs the client's ``$JS.API.>`` publishes.
 
     It parses the client-to-server protocol (``PUB``/``HPUB`` with their
@@ -96,37 +129,21 @@ class ApiCountingProxy:
     """
 
     def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.port = 0
+        self._listen(upstream_port)
         self.api: list[tuple[float, str]] = []
         #: Seconds each read from the client waits before it is forwarded (a slow link).
         self.delay = 0.0
         #: Cleared, what the server sends is held (in order) until it is set again.
         self.downstream = asyncio.Event()
         self.downstream.set()
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    @property
-    def url(self) -> str:
-        return f"nats://{HOST}:{self.port}"
 
     def api_times(self, start: float, end: float, prefix: str = "$JS.API.") -> list[float]:
         """When the client sent a message whose subject starts with ``prefix`` in [start, end]."""
         return [t for t, s in self.api if start <= t <= end and s.startswith(prefix)]
 
     async def __aenter__(self) -> ApiCountingProxy:
-        self._server = await asyncio.start_server(self._accept, HOST, 0)
-        self.port = int(self._server.sockets[0].getsockname()[1])
+        await self._start()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await asyncio.wait_for(self._server.wait_closed(), 10)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         me = asyncio.current_task()
@@ -185,7 +202,7 @@ class ApiCountingProxy:
                 await writer.drain()
 
 
-class StallingProxy:
+class StallingProxy(_Listening):
     """A TCP proxy in front of a server that cuts its connections, or stalls the next one.
 
     :meth:`cut` closes every client connection at once (the client reconnects).
@@ -198,17 +215,10 @@ class StallingProxy:
     """
 
     def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.port = 0
+        self._listen(upstream_port)
         self.accepted = 0
         self._stall: Callable[[bytes], bytes] | None = None
         self._clients: set[asyncio.StreamWriter] = set()
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    @property
-    def url(self) -> str:
-        return f"nats://{HOST}:{self.port}"
 
     @property
     def open_connections(self) -> int:
@@ -225,17 +235,8 @@ class StallingProxy:
         self._stall = inject
 
     async def __aenter__(self) -> StallingProxy:
-        self._server = await asyncio.start_server(self._accept, HOST, 0)
-        self.port = int(self._server.sockets[0].getsockname()[1])
+        await self._start()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await asyncio.wait_for(self._server.wait_closed(), 10)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         me = asyncio.current_task()

@@ -289,7 +289,7 @@ class OrderedCursor:
         try:
             await C.delete_consumer(self._api, self._stream, name, timeout)
         except ConsumerNotFoundError:
-            pass
+            return  # gone already: what the delete was for
         except JetStreamError as exc:
             # Ephemeral: it disappears after inactive_threshold anyway.
             logger.debug("could not delete ordered consumer %s: %s", name, exc)
