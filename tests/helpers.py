@@ -224,3 +224,22 @@ def interruptible() -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+#: nats.go's TestKeyValueCrossAccounts: account I imports A's JetStream API as fromA
+#: (and its $KV.> as fromA.$KV.>), a NatsServer(config=...) text.
+CROSS_ACCOUNTS_CONFIG = """
+accounts: {
+  A: {
+    users: [{user: a, password: a}], jetstream: enabled,
+    exports: [{service: "$JS.API.>"}, {service: "$KV.>"}]
+  },
+  I: {
+    users: [{user: i, password: i}],
+    imports: [
+      {service: {account: A, subject: "$JS.API.>"}, to: "fromA.>"},
+      {service: {account: A, subject: "$KV.>"}, to: "fromA.$KV.>"}
+    ]
+  }
+}
+"""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 __all__ = [
     "HOST",
@@ -103,9 +103,10 @@ class _Listening:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError
 
-    async def _start(self) -> None:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._accept, HOST, 0)
         self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         assert self._server is not None
@@ -140,10 +141,6 @@ class ApiCountingProxy(_Listening):
     def api_times(self, start: float, end: float, prefix: str = "$JS.API.") -> list[float]:
         """When the client sent a message whose subject starts with ``prefix`` in [start, end]."""
         return [t for t, s in self.api if start <= t <= end and s.startswith(prefix)]
-
-    async def __aenter__(self) -> ApiCountingProxy:
-        await self._start()
-        return self
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         me = asyncio.current_task()
@@ -233,10 +230,6 @@ class StallingProxy(_Listening):
     def stall_next(self, inject: Callable[[bytes], bytes]) -> None:
         """Stall the next connection after the reconnect's handshake (see the class)."""
         self._stall = inject
-
-    async def __aenter__(self) -> StallingProxy:
-        await self._start()
-        return self
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         me = asyncio.current_task()

@@ -29,7 +29,7 @@ from aiojetstream import JetStreamContext, StreamNotFoundError
 from aiojetstream.cli._app import app
 from aiojetstream.testing import NatsServer
 from credentials import CertificateAuthority, Operator, new_nkey, public_key, seed_text
-from helpers import unique_name
+from helpers import CROSS_ACCOUNTS_CONFIG, unique_name
 
 T = TypeVar("T")
 NS = 1_000_000_000
@@ -532,26 +532,8 @@ def test_user_and_password() -> None:
         assert "wrong" not in line
 
 
-#: nats.go's TestKeyValueCrossAccounts: account I imports A's JetStream API as fromA.
-CROSS_ACCOUNTS = """
-accounts: {
-  A: {
-    users: [{user: a, password: a}], jetstream: enabled,
-    exports: [{service: "$JS.API.>"}, {service: "$KV.>"}]
-  },
-  I: {
-    users: [{user: i, password: i}],
-    imports: [
-      {service: {account: A, subject: "$JS.API.>"}, to: "fromA.>"},
-      {service: {account: A, subject: "$KV.>"}, to: "fromA.$KV.>"}
-    ]
-  }
-}
-"""
-
-
 def test_js_api_prefix_reaches_another_accounts_jetstream() -> None:
-    with NatsServer(config=CROSS_ACCOUNTS) as server:
+    with NatsServer(config=CROSS_ACCOUNTS_CONFIG) as server:
         owner = server.url.replace("nats://", "nats://a:a@")
         bucket = unique_name("cfg")
         as_i = ("--user", "i", "--password", "i", "--js-api-prefix", "fromA")

@@ -38,7 +38,7 @@ from aiojetstream import (
 from aiojetstream._models.stream import ExternalStream
 from aiojetstream.testing import NatsServer
 from aiojetstream.testing import _free_port as free_port
-from helpers import unique_name, wait_until
+from helpers import CROSS_ACCOUNTS_CONFIG, unique_name, wait_until
 
 STEP = 10.0  # bound of any single wait for the server
 
@@ -140,26 +140,9 @@ async def test_a_cross_domain_mirror_writes_to_its_origin(hub_leaf: HubLeaf) -> 
         await leaf.close()
 
 
-CROSS_ACCOUNTS = """
-accounts: {
-  A: {
-    users: [{user: a, password: a}], jetstream: enabled,
-    exports: [{service: "$JS.API.>"}, {service: "$KV.>"}]
-  },
-  I: {
-    users: [{user: i, password: i}],
-    imports: [
-      {service: {account: A, subject: "$JS.API.>"}, to: "fromA.>"},
-      {service: {account: A, subject: "$KV.>"}, to: "fromA.$KV.>"}
-    ]
-  }
-}
-"""
-
-
 async def test_writes_through_an_api_prefix_of_an_account_import() -> None:
     """As nats.go's ``TestKeyValueCrossAccounts``: every write goes to ``fromA.$KV.>``."""
-    async with NatsServer(config=CROSS_ACCOUNTS) as server:
+    async with NatsServer(config=CROSS_ACCOUNTS_CONFIG) as server:
         owner = await aiojetstream.connect(server.url.replace("nats://", "nats://a:a@"))
         js = await aiojetstream.connect(
             server.url.replace("nats://", "nats://i:i@"), api_prefix="fromA"
