@@ -9,6 +9,9 @@ threaded TcpProxy logs requests with the same :class:`PubScanner`.
 
 :class:`StallingProxy` cuts its connections and stalls a client's reconnect
 half way (a reconnect attempt that fails after its handshake).
+
+:class:`HoldingProxy` holds what the server sends from a given byte string on
+until the client sends another (a slow link, made to order).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ __all__ = [
     "HOST",
     "MAX_REQUESTS_PER_SECOND",
     "ApiCountingProxy",
+    "HoldingProxy",
     "PubScanner",
     "StallingProxy",
     "max_per_second",
@@ -291,3 +295,81 @@ class StallingProxy(_Listening):
                 if not stalled.is_set():
                     writer.write(data)
                     await writer.drain()
+
+
+class HoldingProxy(_Listening):
+    """A TCP proxy holding the server's bytes from ``hold_from`` until the client sends ``until``.
+
+    Once what the server sends contains ``hold_from``, that read and everything
+    after it stay in the proxy (in order) until the client's bytes contain
+    ``until``; then the held bytes go out and the proxy relays as usual. Once
+    only, on the first connection that sees ``hold_from``. ``released`` is set
+    when the held bytes went out.
+    """
+
+    def __init__(self, upstream_port: int, hold_from: bytes, until: bytes) -> None:
+        self._listen(upstream_port)
+        self.hold_from = hold_from
+        self.until = until
+        self.holding = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self._tasks.add(me)
+        pipes: list[asyncio.Task[None]] = []
+        up_writer: asyncio.StreamWriter | None = None
+        try:
+            up_reader, up_writer = await asyncio.open_connection(HOST, self.upstream_port)
+            pipes = [
+                asyncio.create_task(self._up(reader, up_writer)),
+                asyncio.create_task(self._down(up_reader, writer)),
+            ]
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        except (OSError, asyncio.CancelledError):
+            pass  # the server is gone, or the proxy is closing
+        finally:
+            for pipe in pipes:
+                pipe.cancel()
+            try:
+                await asyncio.gather(*pipes, return_exceptions=True)
+            finally:
+                for w in (writer, up_writer):
+                    if w is not None:
+                        w.transport.abort()
+                self._tasks.discard(me)
+
+    async def _up(self, reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> None:
+        seen = b""
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                up_writer.write(data)
+                await up_writer.drain()
+                if self.holding.is_set() and not self.released.is_set():
+                    seen = (seen + data)[-(len(self.until) + 65536) :]
+                    if self.until in seen:
+                        self.released.set()
+
+    async def _down(self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # The server's reads go out in order through one queue; the sender waits
+        # for the release before the first read that holds ``hold_from``.
+        chunks: asyncio.Queue[bytes] = asyncio.Queue()
+        sender = asyncio.create_task(self._send(chunks, writer))
+        try:
+            with contextlib.suppress(OSError):
+                while data := await up_reader.read(65536):
+                    chunks.put_nowait(data)
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+
+    async def _send(self, chunks: asyncio.Queue[bytes], writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                data = await chunks.get()
+                if not self.holding.is_set() and self.hold_from in data:
+                    self.holding.set()
+                    await self.released.wait()
+                writer.write(data)
+                await writer.drain()

@@ -187,13 +187,18 @@ class Reader:
                 if not task.done():
                     if await self._idle_caught_up():
                         self.caught_up = True
-                        return ReaderEvent.CAUGHT_UP
-                    if self._stall is not None and loop.time() - since >= self._stall:
+                        if not task.done():
+                            return ReaderEvent.CAUGHT_UP
+                        # The last initial message came in while the consumer's
+                        # info was asked for (a slow link): it goes out first.
+                        self._announce = True
+                    elif self._stall is not None and loop.time() - since >= self._stall:
                         raise JetStreamTimeoutError(
                             f"no message from stream {self._stream.name!r} for "
                             f"{self._stall:g} s while values were still pending"
                         )
-                    continue
+                    else:
+                        continue
             self._task = None
             try:
                 msg = task.result()

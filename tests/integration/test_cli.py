@@ -1139,7 +1139,8 @@ def test_kv_ttl_needs_limit_markers(cli: Cli) -> None:
     refused = cli("kv", "create", plain, "k", "v", "--ttl", "5s", expect=1)
     assert one_error_line(refused) == (
         f"error: a TTL on create needs limit markers, and bucket {plain!r} has none: set "
-        "limit_marker_ttl (update_key_value can enable it) (code=400, err_code=10166)"
+        "limit_marker_ttl (update_key_value can enable it); this client refuses a key TTL "
+        "without markers (ADR-48: its expiry would reach no watcher) (code=400, err_code=10166)"
     )
     marked = unique_name("KV")
     cli("kv", "add", marked, "--limit-marker-ttl", "2s")

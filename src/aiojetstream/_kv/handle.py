@@ -449,7 +449,8 @@ class KeyValue:
             400,
             10166,
             f"a TTL on {what} needs limit markers, and bucket {self._bucket!r} has none: "
-            "set limit_marker_ttl (update_key_value can enable it)",
+            "set limit_marker_ttl (update_key_value can enable it); this client refuses "
+            "a key TTL without markers (ADR-48: its expiry would reach no watcher)",
         )
 
     # ------------------------------------------------------------- reading
