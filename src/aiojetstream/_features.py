@@ -23,6 +23,8 @@ __all__ = [
     "BATCH_GET",
     "COUNTERS",
     "LEVEL_PROBE",
+    "PAUSED_CONSUMER",
+    "PERSIST_MODE",
     "PRIORITIZED",
     "PRIORITY_GROUPS",
     "SCHEDULES",
@@ -59,6 +61,10 @@ SCHEDULE_PATTERNS: Final = Feature(
     "message schedules by interval or cron (Schedule.every, Schedule.cron)", 4, "2.14"
 )
 PRIORITY_GROUPS: Final = Feature("priority groups", 1, "2.11")
+#: A consumer created paused (``pause_until``): an older server ignores the field.
+PAUSED_CONSUMER: Final = Feature("consumer pause (pause_until)", 1, "2.11")
+#: ``persist_mode`` other than ``default``: an older server ignores the field.
+PERSIST_MODE: Final = Feature("persist_mode", 2, "2.12")
 #: A 2.11 server (API level 1) refuses this policy: 2.12 is API level 2.
 PRIORITIZED: Final = Feature("priority groups (prioritized policy)", 2, "2.12")
 
@@ -118,6 +124,8 @@ def stream_config_features(config: StreamConfig) -> list[Feature]:
         used.append(ATOMIC_BATCH)
     if config.allow_msg_schedules:
         used.append(SCHEDULES)
+    if config.persist_mode is not None and config.persist_mode != "default":
+        used.append(PERSIST_MODE)
     return used
 
 
@@ -133,4 +141,6 @@ def consumer_config_features(config: ConsumerConfig) -> list[Feature]:
         used.append(PRIORITY_GROUPS)
     if policy == PriorityPolicy.PRIORITIZED:
         used.append(PRIORITIZED)
+    if config.pause_until is not None:
+        used.append(PAUSED_CONSUMER)
     return used

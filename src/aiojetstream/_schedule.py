@@ -65,7 +65,10 @@ MAX_INTERVAL: Final = timedelta(seconds=(2**63 - 1) // 1_000_000_000)
 CRON_FIELDS: Final = 6
 # IANA zone names: "UTC", "Europe/Amsterdam", "America/Argentina/Buenos_Aires", "Etc/GMT+2".
 _TIME_ZONE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_+\-./]*")
-_ALLOWED_CRON = frozenset("0123456789*/,-?LW#ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_ALLOWED_CRON = frozenset("0123456789*/,-?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+# Month and weekday names (JAN, mon): letters come only in these, never alone as
+# Quartz's L and W (nor #), which nats-server refuses (10189).
+_CRON_NAMES = re.compile(r"[A-Za-z]{3}")
 
 
 class Schedule:
@@ -200,7 +203,15 @@ class Schedule:
                     f"a cron expression needs six fields (seconds first), got {expr!r}"
                 )
             if any(not set(field) <= _ALLOWED_CRON for field in fields):
-                raise InvalidScheduleError(f"invalid character in cron expression {expr!r}")
+                raise InvalidScheduleError(
+                    f"invalid character in cron expression {expr!r} (nats-server takes "
+                    "numbers, * / , - ? and month or weekday names, not L, W or #)"
+                )
+            if any(c.isalpha() for field in fields for c in _CRON_NAMES.sub("", field)):
+                raise InvalidScheduleError(
+                    f"cron expression {expr!r}: letters only in month or weekday names "
+                    "(JAN, mon); nats-server has no L or W"
+                )
         if time_zone is not None and (
             not isinstance(time_zone, str) or not _TIME_ZONE.fullmatch(time_zone)
         ):

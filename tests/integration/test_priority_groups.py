@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 
 from aiojetstream import (
+    AckPolicy,
     Consumer,
     ConsumerConfig,
     FeatureNotSupportedError,
@@ -361,6 +362,40 @@ async def test_config_error_codes(
     with pytest.raises(error) as exc:
         await js.create_consumer(stream, ConsumerConfig(durable_name="bad", **config))
     assert getattr(exc.value, "err_code", None) == err_code
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        (
+            {"priority_groups": ["a", "b"], "priority_policy": PriorityPolicy.PINNED_CLIENT},
+            "one group per consumer",
+        ),
+        (
+            {"priority_groups": ["a", "b"], "priority_policy": PriorityPolicy.OVERFLOW},
+            "one group per consumer",
+        ),
+        (
+            {
+                "priority_groups": ["a"],
+                "priority_policy": PriorityPolicy.PINNED_CLIENT,
+                "ack_policy": AckPolicy.NONE,
+            },
+            "needs acknowledgements",
+        ),
+    ],
+)
+async def test_what_adr42_forbids_and_the_server_accepts_is_refused_before_sending(
+    js: JetStreamContext, config: dict[str, object], match: str
+) -> None:
+    """nats-server 2.15 takes two groups (then the second group's clients get
+    nothing: one pin for both) and a pinned client without acks."""
+    stream = await make_stream(js, "PGADR")
+    before = js.nc.stats["out_msgs"]
+    for create in (js.create_consumer, js.create_or_update_consumer, js.update_consumer):
+        with pytest.raises(InvalidOptionError, match=match):
+            await create(stream, ConsumerConfig(durable_name="bad", **config))
+    assert js.nc.stats["out_msgs"] == before
 
 
 async def test_unpin_of_an_unknown_group(js: JetStreamContext) -> None:

@@ -26,6 +26,7 @@ from aiojetstream import (
     JetStreamTimeoutError,
     MaxMessagesExceededError,
     MessageSizeExceedsMaximumError,
+    PersistMode,
     PubAck,
     RetentionPolicy,
     StorageType,
@@ -723,6 +724,20 @@ async def test_old_servers_are_refused_before_sending(js: JetStreamContext) -> N
     js._api.level = 0  # 2.10: no pause either
     with pytest.raises(FeatureNotSupportedError, match=r"nats-server >= 2\.11"):
         await consumer.pause(timedelta(seconds=5))
+    # Nor a consumer created paused: 2.10 would ignore pause_until and deliver at once.
+    paused = ConsumerConfig(durable_name="p", pause_until=datetime.now(UTC) + timedelta(hours=1))
+    for create in (js.create_consumer, js.create_or_update_consumer, js.update_consumer):
+        with pytest.raises(FeatureNotSupportedError, match=r"pause_until.*2\.11") as info:
+            await create(stream, paused)
+        assert (info.value.required_level, info.value.server_level) == (1, 0)
+    # persist_mode "async" (2.12): an older server would ignore it.
+    js._api.level = 1
+    asynchronous = StreamConfig(
+        name=unique_name("PM"), subjects=["pm.>"], persist_mode=PersistMode.ASYNC
+    )
+    for make in (js.create_stream, js.create_or_update_stream, js.update_stream):
+        with pytest.raises(FeatureNotSupportedError, match=r"persist_mode.*2\.12"):
+            await make(asynchronous)
     assert js.nc.stats["out_msgs"] == before
 
 

@@ -322,3 +322,19 @@ async def test_intervals_and_cron_need_2_14(
         assert sent.seq == 1
     finally:
         js._api.level = None
+
+
+async def test_the_cron_forms_the_client_takes_are_taken_by_the_server(
+    js: JetStreamContext,
+) -> None:
+    """Names, ranges, lists and ``?`` pass both checks (L, W and # pass neither)."""
+    stream, p = await schedule_stream(js)
+    forms = ["0 30 9 * * MON-FRI", "0 0 0 * jan-mar *", "0 0 0 ? JUL WED,sat", "*/5 1-3 * * * ?"]
+    for i, expr in enumerate(forms):
+        await js.publish(
+            f"{p}.sched.c{i}", b"x", schedule=Schedule.cron(expr), schedule_target=f"{p}.orders.c"
+        )
+    assert (await stream.info()).state.messages == len(forms)
+    for quartz in ("0 0 0 L * *", "0 0 0 15W * *", "0 0 0 * * 5#3"):
+        with pytest.raises(InvalidScheduleError):
+            Schedule.cron(quartz)

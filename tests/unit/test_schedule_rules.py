@@ -187,3 +187,17 @@ def test_headers_refuse(
 def test_at_keeps_fraction() -> None:
     when = datetime(2030, 1, 1, 0, 0, 0, 500000, tzinfo=UTC)
     assert Schedule.at(when).spec == "@at 2030-01-01T00:00:00.5Z"
+
+
+@pytest.mark.parametrize(
+    "expr", ["0 0 0 L * *", "0 0 0 15W * *", "0 0 0 LW * *", "0 0 0 * * 5#3", "0 0 0 * * 5L"]
+)
+def test_cron_refuses_quartz_forms_the_server_refuses(expr: str) -> None:
+    """L, W and # (Quartz) pass no nats-server check (10189): refused before sending."""
+    with pytest.raises(InvalidScheduleError, match=r"L, W or #|no L or W"):
+        Schedule.cron(expr)
+
+
+def test_cron_takes_month_and_weekday_names() -> None:
+    for expr in ("0 30 9 * * MON-FRI", "0 0 0 * jan-mar *", "0 0 0 ? JUL WED,sat"):
+        assert Schedule.cron(expr).spec == expr

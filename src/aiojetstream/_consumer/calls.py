@@ -11,6 +11,7 @@ from .._api import ApiClient
 from .._errors import InvalidOptionError
 from .._models import ConsumerConfig, ConsumerInfo, to_wire
 from .._models._ranges import check_config_ranges
+from .._priority import PINNED_CLIENT
 from .._validation import validate_name
 
 ACTION_CREATE: Final = "create"
@@ -30,6 +31,33 @@ def consumer_name(config: ConsumerConfig) -> str | None:
     return chosen
 
 
+def check_priority_config(config: ConsumerConfig) -> None:
+    """Refuse what ADR-42 forbids but nats-server 2.15 accepts (before sending).
+
+    One group per consumer (with two, the server keeps one pin for both: the
+    second group's clients get nothing), and acknowledged deliveries for a
+    pinned client. (An invalid group name the server refuses, typed: 10162.)
+
+    Raises:
+        InvalidOptionError: more than one group, or ``pinned_client`` with
+            ``ack_policy=none``.
+
+    """
+    groups = config.priority_groups
+    if not groups:
+        return
+    if len(groups) > 1:
+        raise InvalidOptionError(
+            f"priority_groups takes one group per consumer (ADR-42), got {len(groups)}: "
+            "make a consumer per group"
+        )
+    if config.priority_policy == PINNED_CLIENT and config.ack_policy == "none":
+        raise InvalidOptionError(
+            "a pinned_client consumer needs acknowledgements (ADR-42): ack_policy 'none' "
+            "is refused; use 'explicit'"
+        )
+
+
 async def upsert_consumer(
     api: ApiClient,
     stream: str,
@@ -42,6 +70,7 @@ async def upsert_consumer(
     if not isinstance(config, ConsumerConfig):
         raise InvalidOptionError(f"config must be a ConsumerConfig, got {type(config).__name__}")
     check_config_ranges(config)  # times and durations the server would wrap or refuse
+    check_priority_config(config)  # ADR-42's rules the server does not enforce
     name = consumer_name(config)
     body: dict[str, Any] = {"stream_name": stream, "config": to_wire(config)}
     for feature in F.consumer_config_features(config):
