@@ -28,7 +28,7 @@ from aiojetstream import (
     WrongLastSequenceError,
 )
 from aiojetstream._context import DEFAULT_MAX_PENDING
-from helpers import unique_name
+from helpers import unique_name, wait_until
 
 
 @pytest.fixture
@@ -63,6 +63,26 @@ async def test_dedupe_by_msg_id(js: JetStreamContext, stream: str) -> None:
     assert second.seq == first.seq
     info = await (await js.stream(stream)).info()
     assert info.state.messages == 1
+
+
+async def test_a_publish_cancelled_after_its_write_may_be_stored(
+    js: JetStreamContext, stream: str
+) -> None:
+    """docs/publishing.md: a cancelled publish is like a timeout; retry with the same msg_id."""
+    before = js.nc.stats["out_msgs"]
+    with pytest.raises(TimeoutError):
+        # The timeout cancels the call once it first waits: after the message is written.
+        async with asyncio.timeout(0):
+            await js.publish("pub.a", b"1", msg_id="cut-1")
+    assert js.nc.stats["out_msgs"] == before + 1
+    handle = await js.stream(stream)
+
+    async def stored() -> bool:
+        return (await handle.info()).state.messages == 1
+
+    await wait_until(stored)
+    again = await js.publish("pub.a", b"1", msg_id="cut-1")
+    assert (again.seq, again.duplicate) == (1, True)
 
 
 async def test_expected_options_hold(js: JetStreamContext, stream: str) -> None:
