@@ -746,7 +746,11 @@ class JetStreamContext:
                 application/json`` unless ``headers`` set one); or any value
                 with ``codec``. A ``str`` is refused (``text.encode()``).
             headers: extra headers (keys are RFC 7230 tokens; no CR, LF or NUL).
-            msg_id: ``Nats-Msg-Id`` for de-duplication within the stream's window.
+                A ``Nats-Msg-Id`` or ``Nats-Expected-Last-Msg-Id`` given here
+                is checked as ``msg_id`` is.
+            msg_id: ``Nats-Msg-Id`` for de-duplication within the stream's window;
+                not empty, nor with whitespace around it (values are sent
+                stripped: ``"a "`` would be the id ``"a"``).
             ttl: per-message TTL (ADR-43, nats-server >= 2.11, the stream needs
                 ``allow_msg_ttl``): seconds, a ``timedelta``, a duration string
                 such as ``"1h30m"`` or ``"1d"``, or ``"never"``; at least 1 s.
@@ -787,6 +791,8 @@ class JetStreamContext:
             InvalidHeaderError: a bad header, refused before anything is sent.
             InvalidTTLError: a bad ``ttl``, refused before anything is sent.
             InvalidScheduleError: a bad schedule, refused before anything is sent.
+            InvalidOptionError: another bad argument (a blank or whitespace-edged
+                msg id, a ``str`` payload, ...), refused before anything is sent.
             MaxPayloadExceededError: headers plus payload exceed the server's
                 ``max_payload``, refused before anything is sent.
             NoRespondersError: no stream captures the subject.

@@ -241,6 +241,31 @@ async def test_request_errors_reach_the_caller(path_js: JetStreamContext) -> Non
         await conn.request(silent, b"x" * (conn.max_payload + 1), 5)
 
 
+async def test_awaited_publishes_are_stored_after_earlier_asynchronous_ones(
+    path_js: JetStreamContext,
+) -> None:
+    # On the fallback publish_async and publish_many_async hand their messages
+    # to tasks; an awaited publish queued its own at once and was stored first.
+    js = path_js
+    name, subject = await _stream(js, "ORDER")
+    first = await js.publish_async(f"{subject}.a", b"1")
+    second = await js.publish(f"{subject}.a", b"2")
+    assert ((await asyncio.wait_for(first, STEP)).seq, second.seq) == (1, 2)
+    many = await js.publish_many_async(f"{subject}.b", [b"3", b"4"])
+    after = await js.publish(f"{subject}.b", b"5")
+    await asyncio.wait_for(many, STEP)
+    assert after.seq == 5
+    # A publish without a reply (an atomic batch's message) waits its turn too.
+    third = await js.publish_async(f"{subject}.c", b"6")
+    await js._conn.publish(f"{subject}.c", b"7")
+    await js.publish(f"{subject}.c", b"8")
+    assert (await asyncio.wait_for(third, STEP)).seq == 6
+    stream = await js.stream(name)
+    datas = [(await stream.get_msg(seq)).data for seq in range(1, 9)]
+    assert datas == [b"%d" % i for i in range(1, 9)]
+    await js.delete_stream(name)
+
+
 async def test_publishes_refused_while_disconnected_fail_their_futures(
     monkeypatch: pytest.MonkeyPatch, fast: bool
 ) -> None:

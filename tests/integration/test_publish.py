@@ -28,7 +28,7 @@ from aiojetstream import (
     WrongLastSequenceError,
 )
 from aiojetstream._context import DEFAULT_MAX_PENDING
-from helpers import unique_name
+from helpers import unique_name, wait_until
 
 
 @pytest.fixture
@@ -63,6 +63,26 @@ async def test_dedupe_by_msg_id(js: JetStreamContext, stream: str) -> None:
     assert second.seq == first.seq
     info = await (await js.stream(stream)).info()
     assert info.state.messages == 1
+
+
+async def test_a_publish_cancelled_after_its_write_may_be_stored(
+    js: JetStreamContext, stream: str
+) -> None:
+    """docs/publishing.md: a cancelled publish is like a timeout; retry with the same msg_id."""
+    before = js.nc.stats["out_msgs"]
+    with pytest.raises(TimeoutError):
+        # The timeout cancels the call once it first waits: after the message is written.
+        async with asyncio.timeout(0):
+            await js.publish("pub.a", b"1", msg_id="cut-1")
+    assert js.nc.stats["out_msgs"] == before + 1
+    handle = await js.stream(stream)
+
+    async def stored() -> bool:
+        return (await handle.info()).state.messages == 1
+
+    await wait_until(stored)
+    again = await js.publish("pub.a", b"1", msg_id="cut-1")
+    assert (again.seq, again.duplicate) == (1, True)
 
 
 async def test_expected_options_hold(js: JetStreamContext, stream: str) -> None:
@@ -153,6 +173,14 @@ async def test_no_stream_for_subject(js: JetStreamContext) -> None:
         ({"msg_id": "order-7 "}, InvalidOptionError),
         ({"msg_id": " order-7"}, InvalidOptionError),
         ({"expected_last_msg_id": "m5\t"}, InvalidOptionError),
+        # The same ids given as headers (the server reads these exact names).
+        ({"headers": {"Nats-Msg-Id": "order-7 "}}, InvalidOptionError),
+        ({"headers": {"Nats-Msg-Id": " "}}, InvalidOptionError),
+        ({"headers": {"Nats-Msg-Id": ""}}, InvalidOptionError),
+        ({"headers": {"Nats-Msg-Id": " order-7"}, "hold_when_full": 1}, InvalidOptionError),
+        ({"headers": {"Nats-Msg-Id": " "}, "hold_when_full": 1}, InvalidOptionError),
+        ({"headers": {"Nats-Expected-Last-Msg-Id": "m5\t"}}, InvalidOptionError),
+        ({"headers": {"Nats-Expected-Last-Msg-Id": ""}}, InvalidOptionError),
         ({"ttl": 0}, InvalidTTLError),
         ({"ttl": 0.5}, InvalidTTLError),
         ({"ttl": -1}, InvalidTTLError),
@@ -174,6 +202,42 @@ async def test_bad_input_is_rejected_before_sending(
     assert js.nc.stats["out_msgs"] == before
     # The connection stays usable.
     assert (await js.publish("pub.a", b"ok")).stream == stream
+
+
+async def test_msg_ids_given_as_headers_get_the_msg_id_checks(
+    js: JetStreamContext, stream: str
+) -> None:
+    """``headers={"Nats-Msg-Id": ...}`` is checked as ``msg_id=`` is, in every publish.
+
+    Header values are sent stripped: ``"order-7 "`` went out as ``"order-7"``
+    and a later message with that id was dropped as its duplicate; a blank one
+    went out empty (no de-duplication at all).
+    """
+    before = js.nc.stats["out_msgs"]
+    for bad in (
+        {"Nats-Msg-Id": "order-7 "},
+        {"Nats-Msg-Id": "\t"},
+        {"Nats-Expected-Last-Msg-Id": " m5"},
+    ):
+        with pytest.raises(InvalidOptionError, match="whitespace"):
+            await js.publish_many("pub.a", [b"ok", b"x"], headers=[None, bad])
+        with pytest.raises(InvalidOptionError, match="whitespace"):
+            await js.publish_many_async(["pub.a", "pub.b"], [b"ok", b"x"], headers=[bad, None])
+        batch = js.atomic_batch()
+        with pytest.raises(InvalidOptionError, match="whitespace"):
+            await batch.add("pub.a", b"x", headers=bad)
+        with pytest.raises(InvalidOptionError, match="whitespace"):
+            await batch.commit("pub.a", b"x", headers=bad)
+    assert js.nc.stats["out_msgs"] == before
+    assert js.publish_async_pending == 0
+    # Ids as headers still de-duplicate, against msg_id= too.
+    first = await js.publish("pub.a", b"A", headers={"Nats-Msg-Id": "order-7"})
+    again = await js.publish("pub.a", b"B", msg_id="order-7")
+    assert (again.seq, again.duplicate) == (first.seq, True)
+    summary = await js.publish_many(
+        "pub.a", [b"C", b"D"], headers=[{"Nats-Msg-Id": "k"}, {"Nats-Msg-Id": "k"}]
+    )
+    assert (summary.stored, summary.duplicates) == (2, 1)
 
 
 async def test_max_payload_counts_headers(js: JetStreamContext, stream: str) -> None:

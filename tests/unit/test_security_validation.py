@@ -246,6 +246,29 @@ def test_publish_options_refuse_bad_header_values(value: object) -> None:
         P.build_headers(None, None, None, None, None, None, bad)
 
 
+@pytest.mark.parametrize("header", ["Nats-Msg-Id", "Nats-Expected-Last-Msg-Id"])
+@pytest.mark.parametrize("value", ["", " ", "\t", "a ", " a", "a\t"])
+def test_ids_given_as_headers_refuse_what_the_arguments_refuse(header: str, value: str) -> None:
+    # Sent stripped, "a " would be the id "a", and a blank one no id at all.
+    with pytest.raises(InvalidOptionError, match="whitespace"):
+        P.build_headers({header: value}, None, None, None, None, None, None)
+    with pytest.raises(InvalidOptionError, match="whitespace"):
+        P.build_headers({header: value}, "id", None, None, None, None, "m")
+    assert P.build_headers({header.lower(): value}, None, None, None, None, None, None) == {
+        header.lower(): value  # another header to the server (it reads the exact name)
+    }
+
+
+def test_a_held_publish_generates_an_id_for_a_blank_msg_id_header() -> None:
+    assert P.held_msg_id("given", {"Nats-Msg-Id": "h"}) == "given"
+    assert P.held_msg_id(None, {"Nats-Msg-Id": "h"}) is None  # the header is the id
+    assert P.held_msg_id(None, {"Nats-Msg-Id": " h "}) is None  # refused by build_headers
+    for blank in ("", " ", "\t "):
+        generated = P.held_msg_id(None, {"Nats-Msg-Id": blank})
+        assert isinstance(generated, str)
+        assert generated.strip() == generated != ""
+
+
 @given(value=st.one_of(IN_SUBJECTS, NOT_STR.filter(lambda v: v is not None)))
 def test_expected_sequences_refuse_anything_but_ints(value: object) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:

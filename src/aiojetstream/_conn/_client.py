@@ -10,7 +10,7 @@ from typing import Protocol
 
 from .._errors import ConnectionClosedError, JetStreamError
 from ._connect import logging_errors
-from ._fallback import publish_in_task
+from ._fallback import after_background_publishes, publish_in_task
 from ._nats import (
     CLOSE_FLUSH_TIMEOUT,
     NatsClient,
@@ -191,9 +191,15 @@ class Conn:
         reply: str = "",
         headers: dict[str, str] | None = None,
     ) -> None:
-        """Publish a message (errors translated)."""
+        """Publish a message (errors translated).
+
+        On the fallback it is queued after the asynchronous publishes made
+        before it (:func:`~._fallback.after_background_publishes`).
+        """
         if len(subject) + len(reply) > MAX_SUBJECT_LINE // 4:  # else short in any encoding
             check_line(subject.encode(), reply.encode())
+        if not self.fast:
+            await after_background_publishes()
         with translate(subject):
             await self.nc.publish(subject, payload, reply=reply, headers=headers)
 
@@ -247,7 +253,8 @@ class Conn:
         returns, and every failure is raised here. On the fallback nats-py's
         ``publish`` runs in a task: a failure found there (the reconnect buffer
         filled up meanwhile, the connection closed, nats-py refused the
-        message) goes to ``on_error``, or is logged as a warning without one.
+        message) goes to ``on_error``, or is logged as a warning without one;
+        an awaited publish or request made after it is queued after it.
 
         Raises:
             ConnectionClosedError: the connection is closed (or draining, on the fallback).

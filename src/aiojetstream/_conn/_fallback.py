@@ -1,7 +1,9 @@
 """The fallback: nats-py's public API only (``AIOJETSTREAM_FAST_PATH=0``, or internals missing).
 
 Publishes that must not wait run nats-py's ``publish`` in a task whose
-failure goes to the caller; raw handlers get their pieces rebuilt from
+failure goes to the caller; an awaited publish or request first lets those
+tasks queue their commands (:func:`after_background_publishes`), so the
+messages keep their call order; raw handlers get their pieces rebuilt from
 nats-py's ``Msg``.
 """
 
@@ -19,6 +21,7 @@ from ._wire import RawHandler
 __all__ = [
     "BACKGROUND",
     "FallbackDelivery",
+    "after_background_publishes",
     "decode_header_block",
     "publish_in_task",
     "rebuild_header_block",
@@ -85,8 +88,9 @@ def publish_in_task(
     """The fallback of :meth:`Conn.publish_nowait`: nats-py's ``publish`` in a task.
 
     Tasks start in creation order and nats-py queues the command before its
-    first suspension, so publishes keep their order. The task's failure (or
-    cancellation) goes to ``on_error``; nothing is dropped silently.
+    first suspension, so publishes keep their order, awaited ones included
+    (they queue theirs after :func:`after_background_publishes`). The task's
+    failure (or cancellation) goes to ``on_error``; nothing is dropped silently.
     """
     if nc.is_draining_pubs:
         raise ConnectionClosedError("the connection is draining")
@@ -114,6 +118,24 @@ def publish_in_task(
             on_error(error)
 
     task.add_done_callback(done)
+
+
+async def after_background_publishes() -> None:
+    """Let the publish tasks made so far queue their commands before the caller's (fallback).
+
+    An awaited publish or request queues its command in the caller's task, at
+    once: it overtook the messages of earlier asynchronous publishes (a
+    ``publish_async``, a ``publish_many_async``, a batch's message) whose
+    tasks had not run yet. A task's first step is scheduled when the task is
+    made, and the event loop runs its ready callbacks in order, so after one
+    yield every publish task made before this call has run up to its first
+    suspension, by which nats-py has queued its command. Nothing of theirs is
+    awaited: their failures go to their own ``on_error``, and a task held up
+    in nats-py's flush does not hold up the caller. No yield while no publish
+    task is left (in the usual case of an awaited call after awaited calls).
+    """
+    if BACKGROUND:
+        await asyncio.sleep(0)
 
 
 class FallbackDelivery:

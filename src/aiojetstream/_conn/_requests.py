@@ -19,7 +19,7 @@ from .._errors import (
     NoRespondersError,
 )
 from .._validation import check_timeout
-from ._fallback import decode_header_block, rebuild_header_block
+from ._fallback import after_background_publishes, decode_header_block, rebuild_header_block
 from ._nats import NatsClient, fail_nats_requests, payload_limit, send_now, subscription_id
 from ._raw import router_for
 from ._translate import translate
@@ -158,6 +158,7 @@ async def request(
         if len(subject) > MAX_SUBJECT_LINE // 4 - 70:  # else short in any encoding
             check_line(subject.encode(), b"_INBOX." + b"x" * 60)  # nats-py's inbox, at most
         headers = decode_header_block(header_block)
+        await after_background_publishes()  # sent after the publishes made before it
         with translate(subject):
             msg = await nc.request(subject, payload, timeout=timeout, headers=headers)
         # A stored message (a direct get's) is no status, whatever its headers say.

@@ -44,6 +44,12 @@ def build_headers(
         for key, value in headers.items():
             key, value = H.validate_header(key, value)
             out[key] = value
+        # The ids given as headers are checked as the arguments are (the server
+        # reads these exact names; a lookup each, nothing per header).
+        if H.MSG_ID in out:
+            _id_value(out[H.MSG_ID], f"headers[{H.MSG_ID!r}]")
+        if H.EXPECTED_LAST_MSG_ID in out:
+            _id_value(out[H.EXPECTED_LAST_MSG_ID], f"headers[{H.EXPECTED_LAST_MSG_ID!r}]")
     if msg_id is not None:
         out[H.MSG_ID] = _msg_id(H.MSG_ID, msg_id, "msg_id")
     if ttl is not None:
@@ -73,6 +79,11 @@ def _msg_id(header: str, value: object, name: str) -> str:
     second message dropped as its duplicate.
     """
     _, value = H.validate_header(header, value)
+    return _id_value(value, name)
+
+
+def _id_value(value: str, name: str) -> str:
+    """``value`` (a valid header value) unless it is blank or has whitespace around it."""
     stripped = value.strip()
     if not stripped:
         raise InvalidOptionError(f"{name} must not be empty or only whitespace, got {value!r}")
@@ -176,10 +187,13 @@ def held_msg_id(msg_id: str | None, headers: object) -> str | None:
 
     Given as the argument, or as the ``Nats-Msg-Id`` header (the server reads
     that exact name): None then, the header stays the id (a generated one
-    replaced it, and every call was stored again).
+    replaced it, and every call was stored again). A header that is blank
+    once stripped (as it is sent) is no id: :func:`build_headers` refuses it.
     """
     if msg_id is not None:
         return msg_id
-    if isinstance(headers, Mapping) and headers.get(H.MSG_ID):
-        return None
+    if isinstance(headers, Mapping):
+        given = headers.get(H.MSG_ID)
+        if isinstance(given, str) and given.strip():
+            return None
     return new_msg_id()
