@@ -723,7 +723,7 @@ async def test_key_value_history_and_keys_are_receive_spans_linked_to_the_puts(
     history = await kv.history("a")
     assert [e.value for e in history] == [b"1", b"2"]
     [read] = rec.spans(f"receive $KV.{bucket}.a")
-    assert read.kind is SpanKind.CONSUMER
+    assert read.kind is SpanKind.CLIENT  # a receive span, as the consumers' (semconv)
     assert read.attributes is not None
     assert read.attributes["messaging.batch.message_count"] == 2
     assert read.attributes["messaging.operation.type"] == "receive"
@@ -741,6 +741,7 @@ async def test_key_value_history_and_keys_are_receive_spans_linked_to_the_puts(
         listed_keys.append(key)
     assert sorted(listed_keys) == ["a", "b"]
     [listed] = rec.spans(f"receive $KV.{bucket}.>")
+    assert listed.kind is SpanKind.CLIENT
     assert (listed.attributes or {})["messaging.batch.message_count"] == 2
     # The latest revision of each key: the second put of a, the put of b.
     assert sorted(_link_ids(listed)) == sorted([sends[1].context.span_id, sends[2].context.span_id])
@@ -803,7 +804,7 @@ async def test_object_list_is_a_receive_span_linked_to_the_puts(
     assert len(sends) == 2
     assert sorted([info.name async for info in store.list()]) == ["o1", "o2"]
     [listed] = rec.spans(f"receive $O.{bucket}.M.>")
-    assert listed.kind is SpanKind.CONSUMER
+    assert listed.kind is SpanKind.CLIENT
     assert (listed.attributes or {})["messaging.batch.message_count"] == 2
     assert sorted(_link_ids(listed)) == sorted(s.context.span_id for s in sends)
 
@@ -1132,9 +1133,45 @@ async def test_the_publish_duration_has_the_semconv_buckets_and_operation(
     assert ok.attributes["messaging.operation.name"] == "send"
     assert ok.attributes["messaging.nats.stream"] == stream
     assert failed.attributes["messaging.operation.name"] == "send"
-    # The counters keep their labels (no operation).
+    # The sent messages carry it too (required by the conventions).
     [sent] = rec.metrics()["messaging.client.sent.messages"]
-    assert "messaging.operation.name" not in sent.attributes
+    assert sent.attributes["messaging.operation.name"] == "send"
+
+
+async def test_the_message_counters_have_the_semconv_unit_and_operation(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """messaging.client.sent / consumed.messages: unit {message}, messaging.operation.name
+    (required there: send, receive); they had unit 1 and no operation."""
+    stream, name = await setup(tjs)
+    await tjs.publish(f"{stream}.u", b"x")
+    consumer = await tjs.consumer(stream, name)
+    await (await consumer.next(expires=2)).ack()
+    data = rec.reader.get_metrics_data()
+    assert data is not None
+    found = {
+        metric.name: metric
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    units = {metric_name: metric.unit for metric_name, metric in found.items()}
+    for counter in (
+        "messaging.client.sent.messages",
+        "messaging.client.consumed.messages",
+        "aiojetstream.acks",
+    ):
+        assert units[counter] == "{message}", counter
+    [sent] = found["messaging.client.sent.messages"].data.data_points
+    assert sent.attributes is not None
+    assert sent.attributes["messaging.operation.name"] == "send"
+    [consumed] = found["messaging.client.consumed.messages"].data.data_points
+    assert consumed.attributes is not None
+    assert consumed.attributes["messaging.operation.name"] == "receive"
+    assert consumed.attributes["messaging.consumer.group.name"] == name
+    [acks] = found["aiojetstream.acks"].data.data_points
+    assert acks.attributes is not None
+    assert "messaging.operation.name" not in acks.attributes  # not a messaging.client.* metric
 
 
 def test_a_meter_without_bucket_advice_gets_a_plain_histogram() -> None:
