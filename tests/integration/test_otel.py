@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 import aiojetstream
 from aiojetstream import (
     AckPolicy,
+    Consumer,
     ConsumerConfig,
     JetStreamContext,
     StreamConfig,
@@ -872,6 +873,64 @@ async def test_an_ack_all_ack_settles_the_earlier_messages(
     assert rec.total("aiojetstream.acks", **labels) == 1  # one ack sent
     await msgs[3].ack()
     assert len(rec.spans("process ")) == 4
+
+
+async def test_an_ack_all_ack_settles_by_stream_sequence_as_the_server_does(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """The server's AckAll acks every pending message up to the acked one's *stream*
+    sequence. A redelivery of an earlier message taken after a later one (one
+    batch: B = stream seq 2, then A = stream seq 1 again): acking A settles A only
+    (B stays pending), acking B settles A too. The spans were settled by consumer
+    sequence, in the order taken: the first case ended B's span as acked, the
+    second left A's open."""
+    stream = unique_name("OT")
+    await tjs.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    await tjs.publish(f"{stream}.x", b"A")
+
+    async def interleaved(durable: str) -> tuple[Consumer, aiojetstream.Msg, aiojetstream.Msg]:
+        consumer = await tjs.create_consumer(
+            stream, ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.ALL, ack_wait=1)
+        )
+        first = await consumer.next(expires=5)  # A, not acked: redelivered after ack_wait
+        assert first.data == b"A"
+        if durable == "one":
+            await tjs.publish(f"{stream}.x", b"B")
+        # B comes at once, A again once its ack_wait is over (1 s): in that order.
+        b, a = await (await consumer.fetch(2, expires=10)).collect()
+        assert (b.data, b.metadata.sequence.stream, b.metadata.sequence.consumer) == (b"B", 2, 2)
+        assert (a.data, a.metadata.sequence.stream, a.metadata.sequence.consumer) == (b"A", 1, 3)
+        return consumer, b, a
+
+    def settled(durable: str) -> dict[int, str | None]:
+        """Stream seq -> settlement of the durable's finished spans of the batch [B, A]."""
+        found: dict[int, str | None] = {}
+        for span in rec.spans("process "):
+            attrs = span.attributes or {}
+            seq, delivered = (
+                attrs["messaging.nats.message.sequence"],
+                attrs["messaging.nats.delivery_count"],
+            )
+            if attrs["messaging.consumer.group.name"] == durable and (seq, delivered) in (
+                (2, 1),
+                (1, 2),
+            ):
+                found[int(seq)] = attrs.get("messaging.nats.settlement")  # type: ignore
+        return found
+
+    # Case 1: ack A's redelivery: only stream seq 1 is acked on the server.
+    consumer, b, a = await interleaved("one")
+    await a.double_ack()
+    assert (await consumer.info()).num_ack_pending == 1  # B is still pending
+    assert settled("one") == {1: "ack"}  # B's span stays open
+    await b.double_ack()
+    assert settled("one") == {1: "ack", 2: "ack"}
+
+    # Case 2: ack B: the server acks A's redelivery too, and so does its span.
+    consumer, b, a = await interleaved("two")
+    await b.double_ack()
+    assert (await consumer.info()).num_ack_pending == 0
+    assert settled("two") == {1: "ack", 2: "ack"}
 
 
 async def test_collected_spans_end_at_the_next_fetch(tjs: JetStreamContext, rec: Recorded) -> None:

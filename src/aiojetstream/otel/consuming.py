@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -54,10 +55,13 @@ def ack_numbers(reply: bytes) -> tuple[int, int, int] | None:
     return int(delivered), int(seq), int(pending)
 
 
-def consumer_sequence(reply: bytes) -> int | None:
-    """The consumer sequence of a ``$JS.ACK`` reply subject; None when it is not one."""
+def stream_sequence(reply: bytes) -> int | None:
+    """The stream sequence of a ``$JS.ACK`` reply subject; None when it is not one."""
+    numbers = ack_numbers(reply)
+    if numbers is not None:
+        return numbers[1]
     try:
-        return parse_metadata(reply).sequence.consumer
+        return parse_metadata(reply).sequence.stream
     except Exception:
         return None
 
@@ -67,7 +71,8 @@ class ConsumerState:
 
     A process span is open (in :attr:`open`) from the moment its message is
     taken until it is settled (ack, nak, term; with ``AckPolicy.ALL`` an ack
-    settles every earlier message too), the next message is taken, the
+    settles every message up to its stream sequence too, as the server
+    does), the next message is taken, the
     messages of a ``collect()`` are followed by another fetch (or the batch is
     closed), or the context is closed. On a consumer whose messages nothing
     can settle (ordered, ``AckPolicy.NONE``: ``acks`` False) a message that
@@ -90,6 +95,9 @@ class ConsumerState:
         self.name = self.consumer = consumer  # in spans; deleting it drops the gauges
         self.acks = acks  # False: an ordered or AckNone consumer (nothing settles a message)
         self.ack_all = ack_all  # AckPolicy.ALL: an ack settles the earlier messages too
+        # AckPolicy.ALL only: (stream sequence, reply) of the open spans, a heap. An
+        # entry whose span has ended otherwise stays until popped or compacted away.
+        self.by_seq: list[tuple[int, bytes]] = []
         # Metrics: one label set per durable consumer, one for all the ephemeral
         # ones (and the ordered ones) of a stream, whatever their number.
         counts = self.counts = tel.of(stream, consumer if label is None else label)
@@ -146,6 +154,7 @@ class ConsumerState:
         counts = self.counts
         counts.consumed += 1
         reply = msg._reply
+        seq: int | None = None
         if reply:
             numbers = ack_numbers(reply)
             if numbers is None:  # not the v1 form: parsed in full (None: not a $JS.ACK reply)
@@ -174,12 +183,23 @@ class ConsumerState:
         span = tel.tracer.start_span(
             name, context=parent, kind=SpanKind.CONSUMER, attributes=attrs, links=links
         )
-        if msg._reply:
+        if reply:
             open_spans = self.open
             if len(open_spans) >= MAX_OPEN:
                 end_span(open_spans.pop(next(iter(open_spans))))
-            open_spans[msg._reply] = span
+            open_spans[reply] = span
+            if self.ack_all and seq is not None:
+                self._track(seq, reply)
         return span
+
+    def _track(self, seq: int, reply: bytes) -> None:
+        """AckPolicy.ALL: remember the stream sequence of the open span of ``reply``."""
+        by_seq = self.by_seq
+        heapq.heappush(by_seq, (seq, reply))
+        if len(by_seq) > 2 * len(self.open) + 64:  # mostly ended otherwise: compact
+            open_spans = self.open
+            by_seq[:] = [entry for entry in by_seq if entry[1] in open_spans]
+            heapq.heapify(by_seq)
 
     def refused(self, msg: Msg, error: PayloadValidationError, on_invalid: str) -> None:
         """A typed message that did not validate: its process span, status ERROR.
@@ -245,6 +265,7 @@ class ConsumerState:
     def end_all(self) -> None:
         """End every open process span (the context is closed)."""
         self.collected = []
+        self.by_seq = []
         open_spans = self.open
         while open_spans:
             end_span(open_spans.pop(next(iter(open_spans))))
@@ -271,20 +292,24 @@ class ConsumerState:
             self._acked_up_to(reply)
 
     def _acked_up_to(self, reply: bytes) -> None:
-        """AckPolicy.ALL: an ack settles every message delivered before it (consumer sequence)."""
-        last = consumer_sequence(reply)
+        """AckPolicy.ALL: an ack settles every open message up to its *stream* sequence.
+
+        As the server does (nats-server ``consumer.go``, ``AckAll``: every
+        pending message with a stream sequence up to the acked one's), whatever
+        the delivery order: a redelivery of an earlier message comes after later
+        ones, and an ack of it settles none of them.
+        """
+        last = stream_sequence(reply)
         if last is None:
             return
+        by_seq = self.by_seq
         open_spans = self.open
-        for earlier in list(open_spans):  # in delivery order: consumer sequences rise
-            seq = consumer_sequence(earlier)
-            if seq is None:
-                continue
-            if seq > last:
-                break
-            span = open_spans.pop(earlier)
-            span.set_attribute("messaging.nats.settlement", "ack")
-            end_span(span)
+        while by_seq and by_seq[0][0] <= last:
+            earlier = heapq.heappop(by_seq)[1]
+            span = open_spans.pop(earlier, None)
+            if span is not None:
+                span.set_attribute("messaging.nats.settlement", "ack")
+                end_span(span)
 
 
 class TracedAcker:
