@@ -1010,6 +1010,64 @@ async def test_batch_aclose_and_collect_columns_end_the_receive_span(
     assert rec.total("messaging.client.consumed.messages", **labels) == 5
 
 
+async def test_a_batch_left_with_break_ends_its_receive_span(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """A fetch left with ``break`` and no ``aclose()``: its receive span ends once the
+    batch is collected, or at the context's close if it never is (it never ended)."""
+    import gc
+
+    stream, name = await setup(tjs)
+    for i in range(6):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    consumer = await tjs.consumer(stream, name)
+
+    async def take_first() -> None:
+        batch = await consumer.fetch(3, expires=2)
+        async for msg in batch:
+            await msg.ack()
+            break
+
+    await take_first()  # the batch is dropped unfinished
+    gc.collect()
+    [receive] = rec.spans("receive ")
+    assert (receive.attributes or {})["messaging.batch.message_count"] == 1
+    assert receive.status.status_code is not StatusCode.ERROR
+
+    kept = await consumer.fetch(3, expires=2)  # still referenced when the context closes
+    async for msg in kept:
+        await msg.ack()
+        break
+    assert len(rec.spans("receive ")) == 1
+    await tjs.close()
+    assert len(rec.spans("receive ")) == 2
+    assert (rec.spans("receive ")[1].attributes or {})["messaging.batch.message_count"] == 1
+
+
+async def test_a_cancelled_wait_on_a_batch_does_not_end_its_receive_span(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """``asyncio.wait_for(batch.__anext__(), t)`` timing out cancels the wait, not the
+    batch: the messages come later through the same batch, and its receive span ends
+    with them counted, not as a CancelledError with 0 messages."""
+    stream, name = await setup(tjs)
+    consumer = await tjs.consumer(stream, name)
+    batch = await consumer.fetch(3, expires=10)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(batch.__anext__(), 0.2)  # nothing published yet
+    assert rec.spans("receive ") == []
+    for i in range(3):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    got = []
+    async for msg in batch:
+        got.append(msg.data)
+        await msg.ack()
+    assert got == [b"0", b"1", b"2"]
+    [receive] = rec.spans("receive ")
+    assert receive.status.status_code is not StatusCode.ERROR
+    assert (receive.attributes or {})["messaging.batch.message_count"] == 3
+
+
 async def test_ephemeral_consumers_share_one_label_and_gone_consumers_drop_their_gauges(
     tjs: JetStreamContext, rec: Recorded
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import weakref
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from opentelemetry.trace import (
     SpanKind,
 )
 
+from .._errors import PayloadValidationError
 from .._message import ACK, NAK, TERM, parse_metadata
 from .._status import parse_status
 from .telemetry import (
@@ -34,7 +36,6 @@ from .telemetry import (
 EMPTY = otel_context.Context()
 
 if TYPE_CHECKING:
-    from .._errors import PayloadValidationError
     from .._message import Msg
 
 
@@ -107,6 +108,8 @@ class ConsumerState:
         # The replies of the messages collect() handed out, their spans ended
         # (when still open) by the next fetch.
         self.collected: list[bytes] = []
+        # The receive spans of its batches not ended yet (see Receiving).
+        self.receiving: set[Receiving] = set()
         tel.states.add(self)
         # subject -> (span name, the attributes every message on it shares)
         self._subjects: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -263,7 +266,9 @@ class ConsumerState:
             self.end_replies(collected)
 
     def end_all(self) -> None:
-        """End every open process span (the context is closed)."""
+        """End every open receive and process span (the context is closed)."""
+        for receiving in list(self.receiving):
+            receiving.finish()
         self.collected = []
         self.by_seq = []
         open_spans = self.open
@@ -345,25 +350,63 @@ class TracedAcker:
         return data
 
 
+class Receiving:
+    """The ``receive`` span of a fetched batch and its message count, ended once.
+
+    Kept apart from its :class:`TracedBatch` so that the batch's finalizer (a
+    batch dropped unfinished: ``break`` out of it without ``aclose()``) and
+    the context's close (:meth:`ConsumerState.end_all`) can end it without
+    the batch. ``open`` is its consumer's set of receive spans not ended yet.
+    """
+
+    __slots__ = ("count", "open", "span")
+
+    def __init__(self, span: trace.Span, open_receives: set[Receiving]) -> None:
+        self.span: trace.Span | None = span
+        self.count = 0
+        self.open = open_receives
+        open_receives.add(self)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """End the span (once) with the count; ``exc``: the batch ended with this error."""
+        span = self.span
+        if span is not None:
+            self.span = None
+            self.open.discard(self)
+            if exc is not None:
+                record_error(span, exc)
+            span.set_attribute("messaging.batch.message_count", self.count)
+            end_span(span)  # the batch's messages were taken: a failing span must not lose them
+
+
+#: What a batch survives: a wait given up (``asyncio.wait_for`` on ``__anext__``,
+#: a cancelled task) and a typed message refused with ``on_invalid="raise"`` (its
+#: own process span has the error). The receive span goes on.
+SURVIVED: tuple[type[BaseException], ...] = (asyncio.CancelledError, PayloadValidationError)
+
+
 class TracedBatch:
-    """A fetched batch: its ``receive`` span, a ``process`` span per message."""
+    """A fetched batch: its ``receive`` span, a ``process`` span per message.
+
+    The receive span ends when the batch does: its iteration ends (or raises
+    a terminal error), ``collect()`` or ``collect_columns()`` returns it whole,
+    it is closed, or it is garbage collected unfinished (a ``break`` out of
+    it), at the latest when the context is closed.
+    """
 
     def __init__(self, inner: Any, state: ConsumerState, span: trace.Span) -> None:
         self._inner = inner
         self._state = state
-        self._span: trace.Span | None = span
-        self._count = 0
+        self._receiving = receiving = Receiving(span, state.receiving)
+        # (not referring to the batch: ends the span of a batch dropped unfinished)
+        finalizer = self._finalizer = weakref.finalize(self, receiving.finish)
+        finalizer.atexit = False
         self._last: Msg | None = None
         self._collected: list[bytes] = []  # the replies collect() handed out
 
     def _finish(self, exc: BaseException | None = None) -> None:
-        span = self._span
-        if span is not None:
-            self._span = None
-            if exc is not None:
-                record_error(span, exc)
-            span.set_attribute("messaging.batch.message_count", self._count)
-            end_span(span)  # the batch's messages were taken: a failing span must not lose them
+        self._receiving.finish(exc)
+        self._finalizer.detach()
 
     def __aiter__(self) -> TracedBatch:
         return self
@@ -376,10 +419,12 @@ class TracedBatch:
         except StopAsyncIteration:
             self._finish()
             raise
+        except SURVIVED:
+            raise  # the batch goes on
         except BaseException as exc:
             self._finish(exc)
             raise
-        self._count += 1
+        self._receiving.count += 1
         self._state.start_process(msg)
         self._last = msg
         return msg
@@ -393,10 +438,14 @@ class TracedBatch:
 
         A span is open until its message is settled, or the next fetch of
         the consumer; on a consumer that settles nothing (ordered, AckNone)
-        it ends at once.
+        it ends at once. The receive span ends once the batch is done (a
+        typed batch may hold messages back after an invalid one, for the
+        next call).
         """
         try:
             msgs: list[Msg] = await self._inner.collect()
+        except SURVIVED:
+            raise  # the batch goes on (a typed one: the next call hands out the rest)
         except BaseException as exc:
             self._finish(exc)
             raise
@@ -413,8 +462,9 @@ class TracedBatch:
             for msg in msgs:
                 end_span(start(msg))
                 state.open.pop(msg._reply, None)
-        self._count += len(msgs)
-        self._finish()
+        self._receiving.count += len(msgs)
+        if self._inner.done:
+            self._finish()
         return msgs
 
     def _leave(self) -> None:
@@ -438,12 +488,14 @@ class TracedBatch:
         collect_columns = self._inner.collect_columns  # (a typed batch has none)
         try:
             columns = await collect_columns()
+        except asyncio.CancelledError:
+            raise  # the batch goes on
         except BaseException as exc:
             self._finish(exc)
             raise
         rows = int(columns.num_rows)
         self._state.counts.consumed += rows
-        self._count += rows
+        self._receiving.count += rows
         self._finish()
         return columns
 

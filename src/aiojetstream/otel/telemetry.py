@@ -356,12 +356,12 @@ class Telemetry:
         self.publish_duration = self.metrics.publish_duration
 
     def end_open(self) -> None:
-        """End the process spans still open on every traced consumer (the context closes)."""
+        """End the receive and process spans still open on every traced consumer (at close)."""
         for state in list(self.states):
             try:
                 state.end_all()
             except Exception:
-                failed("ending the open process spans")
+                failed("ending the open spans")
 
     def deleted(self, stream: str, name: str | None = None) -> None:
         """The consumer ``name`` of ``stream`` (None: the stream) was deleted.
