@@ -318,6 +318,45 @@ async def test_next_is_a_receive_span(tjs: JetStreamContext, rec: Recorded) -> N
     assert (process.attributes or {})["messaging.nats.settlement"] == "ack"
 
 
+async def test_a_next_message_not_settled_ends_its_span_at_the_next_take(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """As with messages(): a message taken by next() and not settled keeps its process
+    span open until the consumer's next take (next(), fetch, messages()), not until
+    the context's close (one span per unsettled next() stayed open, up to 10,000)."""
+    stream, name = await setup(tjs)
+    for i in range(5):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    consumer = await tjs.consumer(stream, name)
+
+    def settlements() -> list[tuple[Any, Any]]:
+        return [
+            (
+                (s.attributes or {})["messaging.nats.message.sequence"],
+                (s.attributes or {}).get("messaging.nats.settlement"),
+            )
+            for s in rec.spans("process ")
+        ]
+
+    first = await consumer.next(expires=2)
+    assert settlements() == []  # open until settled or the next take
+    second = await consumer.next(expires=2)
+    assert settlements() == [(1, None)]
+    await first.ack()  # after its span ended: no second end
+    assert settlements() == [(1, None)]
+    await second.ack()
+    assert settlements() == [(1, None), (2, "ack")]
+    await consumer.next(expires=2)  # not settled
+    batch = await consumer.fetch(1, expires=2)  # the next take: a fetch
+    assert settlements() == [(1, None), (2, "ack"), (3, None)]
+    await (await batch.collect())[0].ack()
+    await consumer.next(expires=2)
+    async with consumer.messages(expires=2):  # or messages()
+        assert settlements() == [(1, None), (2, "ack"), (3, None), (4, "ack"), (5, None)]
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": name}
+    assert rec.total("aiojetstream.acks", **labels) == 3
+
+
 async def test_a_refused_publish_records_the_error_code(
     tjs: JetStreamContext, rec: Recorded
 ) -> None:

@@ -73,9 +73,10 @@ class ConsumerState:
     A process span is open (in :attr:`open`) from the moment its message is
     taken until it is settled (ack, nak, term; with ``AckPolicy.ALL`` an ack
     settles every message up to its stream sequence too, as the server
-    does), the next message is taken, the
-    messages of a ``collect()`` are followed by another fetch (or the batch is
-    closed), or the context is closed. On a consumer whose messages nothing
+    does), the next message is taken, the messages of a ``collect()`` or the
+    message of a ``next()`` are followed by another fetch or ``next()`` (or
+    ``messages()``, ``consume()``; a collect()'s batch closed), or the
+    context is closed. On a consumer whose messages nothing
     can settle (ordered, ``AckPolicy.NONE``: ``acks`` False) a message that
     is not followed by another (a ``collect()``, a ``next()``) is a mark of its
     delivery: its span ends at once.
@@ -105,8 +106,8 @@ class ConsumerState:
         counts.handles += 1
         weakref.finalize(self, counts.release)  # the handle is gone: its gauges go stale
         self.open: dict[bytes, trace.Span] = {}
-        # The replies of the messages collect() handed out, their spans ended
-        # (when still open) by the next fetch.
+        # The replies of the messages collect() and next() handed out, their spans
+        # ended (when still open) by the next fetch, next(), messages() or consume().
         self.collected: list[bytes] = []
         # The receive spans of its batches not ended yet (see Receiving).
         self.receiving: set[Receiving] = set()
@@ -259,7 +260,7 @@ class ConsumerState:
                 end_span(span)
 
     def end_collected(self) -> None:
-        """End the spans of the messages ``collect()`` handed out and nothing settled."""
+        """End the spans of the messages ``collect()`` / ``next()`` handed out, not settled."""
         collected = self.collected
         if collected:
             self.collected = []
@@ -509,7 +510,16 @@ class TracedBatch:
         await self._inner.__aexit__(*exc_info)
 
     def _end_now(self) -> None:
-        """``next()`` took its message: the batch ends without an await (its spans too)."""
+        """``next()`` took its message: the batch ends without an await (its spans too).
+
+        The message's process span, when something can settle it, stays open
+        until it is settled or the consumer's next message is taken (its next
+        ``next()``, ``fetch``, ``messages()`` or ``consume()``), as for
+        ``messages()``: not until the context's close.
+        """
+        last = self._last
+        if last is not None and last._reply and self._state.acks:
+            self._state.collected.append(last._reply)
         self._leave()
         self._inner._end_now()
 
