@@ -1053,34 +1053,46 @@ async def test_a_batch_left_with_break_ends_its_receive_span(
     tjs: JetStreamContext, rec: Recorded
 ) -> None:
     """A fetch left with ``break`` and no ``aclose()``: its receive span ends once the
-    batch is collected, or at the context's close if it never is (it never ended)."""
+    batch is collected, or at the context's close if it never is (it never ended);
+    the message taken last, if not settled, ends its span at the consumer's next
+    take, as a ``next()``'s (it stayed open until the close)."""
     import gc
 
     stream, name = await setup(tjs)
-    for i in range(6):
+    for i in range(9):
         await tjs.publish(f"{stream}.x", str(i).encode())
     consumer = await tjs.consumer(stream, name)
 
-    async def take_first() -> None:
+    async def take_first() -> aiojetstream.Msg:
         batch = await consumer.fetch(3, expires=2)
-        async for msg in batch:
-            await msg.ack()
-            break
+        return await anext(batch)  # not settled; the batch left unfinished
 
-    await take_first()  # the batch is dropped unfinished
+    first = await take_first()  # the batch is dropped unfinished
     gc.collect()
     [receive] = rec.spans("receive ")
     assert (receive.attributes or {})["messaging.batch.message_count"] == 1
     assert receive.status.status_code is not StatusCode.ERROR
+    assert rec.spans("process ") == []  # it may still be settled
+
+    closed = await consumer.fetch(3, expires=2)  # the next take
+    [process] = rec.spans("process ")
+    assert (process.attributes or {})[
+        "messaging.nats.message.sequence"
+    ] == first.metadata.sequence.stream
+    assert "messaging.nats.settlement" not in (process.attributes or {})
+    msg = await anext(closed)
+    await closed.aclose()
+    await msg.ack()  # settled after the close: its span says so
+    assert (rec.spans("process ")[-1].attributes or {})["messaging.nats.settlement"] == "ack"
 
     kept = await consumer.fetch(3, expires=2)  # still referenced when the context closes
     async for msg in kept:
         await msg.ack()
         break
-    assert len(rec.spans("receive ")) == 1
-    await tjs.close()
     assert len(rec.spans("receive ")) == 2
-    assert (rec.spans("receive ")[1].attributes or {})["messaging.batch.message_count"] == 1
+    await tjs.close()
+    assert len(rec.spans("receive ")) == 3
+    assert (rec.spans("receive ")[2].attributes or {})["messaging.batch.message_count"] == 1
 
 
 async def test_a_cancelled_wait_on_a_batch_does_not_end_its_receive_span(

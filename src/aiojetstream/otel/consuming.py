@@ -73,13 +73,14 @@ class ConsumerState:
     A process span is open (in :attr:`open`) from the moment its message is
     taken until it is settled (ack, nak, term; with ``AckPolicy.ALL`` an ack
     settles every message up to its stream sequence too, as the server
-    does), the next message is taken, the messages of a ``collect()`` or the
-    message of a ``next()`` are followed by another fetch or ``next()`` (or
-    ``messages()``, ``consume()``; a collect()'s batch closed), or the
-    context is closed. On a consumer whose messages nothing
-    can settle (ordered, ``AckPolicy.NONE``: ``acks`` False) a message that
-    is not followed by another (a ``collect()``, a ``next()``) is a mark of its
-    delivery: its span ends at once.
+    does), the next message is taken, the messages of a ``collect()``, the
+    message of a ``next()`` or the last one of a batch left early are
+    followed by another fetch or ``next()`` (or ``messages()``,
+    ``consume()``; a collect()'s batch closed), or the context is closed. On
+    a consumer whose messages nothing can settle (ordered,
+    ``AckPolicy.NONE``: ``acks`` False) a message that is not followed by
+    another (a ``collect()``, a ``next()``) is a mark of its delivery: its
+    span ends at once.
     """
 
     def __init__(
@@ -357,23 +358,31 @@ class Receiving:
     Kept apart from its :class:`TracedBatch` so that the batch's finalizer (a
     batch dropped unfinished: ``break`` out of it without ``aclose()``) and
     the context's close (:meth:`ConsumerState.end_all`) can end it without
-    the batch. ``open`` is its consumer's set of receive spans not ended yet.
+    the batch. ``last``: the reply of the message the batch handed out last.
     """
 
-    __slots__ = ("count", "open", "span")
+    __slots__ = ("count", "last", "span", "state")
 
-    def __init__(self, span: trace.Span, open_receives: set[Receiving]) -> None:
+    def __init__(self, span: trace.Span, state: ConsumerState) -> None:
         self.span: trace.Span | None = span
         self.count = 0
-        self.open = open_receives
-        open_receives.add(self)
+        self.last: bytes | None = None
+        self.state = state
+        state.receiving.add(self)
+
+    def dropped(self) -> None:
+        """The batch was collected unfinished: end the span; its last message's at the next take."""
+        last = self.last
+        if self.span is not None and last and self.state.acks:
+            self.state.collected.append(last)  # (ended there if still open)
+        self.finish()
 
     def finish(self, exc: BaseException | None = None) -> None:
         """End the span (once) with the count; ``exc``: the batch ended with this error."""
         span = self.span
         if span is not None:
             self.span = None
-            self.open.discard(self)
+            self.state.receiving.discard(self)
             if exc is not None:
                 record_error(span, exc)
             span.set_attribute("messaging.batch.message_count", self.count)
@@ -398,9 +407,9 @@ class TracedBatch:
     def __init__(self, inner: Any, state: ConsumerState, span: trace.Span) -> None:
         self._inner = inner
         self._state = state
-        self._receiving = receiving = Receiving(span, state.receiving)
+        self._receiving = receiving = Receiving(span, state)
         # (not referring to the batch: ends the span of a batch dropped unfinished)
-        finalizer = self._finalizer = weakref.finalize(self, receiving.finish)
+        finalizer = self._finalizer = weakref.finalize(self, receiving.dropped)
         finalizer.atexit = False
         self._last: Msg | None = None
         self._collected: list[bytes] = []  # the replies collect() handed out
@@ -425,7 +434,9 @@ class TracedBatch:
         except BaseException as exc:
             self._finish(exc)
             raise
-        self._receiving.count += 1
+        receiving = self._receiving
+        receiving.count += 1
+        receiving.last = msg._reply
         self._state.start_process(msg)
         self._last = msg
         return msg
@@ -469,12 +480,21 @@ class TracedBatch:
         return msgs
 
     def _leave(self) -> None:
-        """The batch is left: its receive span ends, and its process spans nothing can settle."""
+        """The batch is left: its receive span ends, and its process spans nothing can settle.
+
+        The span of the message it handed out last, when something can settle
+        it, ends when the consumer handle takes messages again (as a
+        ``next()``'s: the message may be settled after the batch is closed).
+        """
         self._finish()
         state = self._state
-        if not state.acks:
-            state.end(self._last)
+        last = self._last
+        if last is not None:
             self._last = None
+            if not state.acks:
+                state.end(last)
+            elif last._reply:
+                state.collected.append(last._reply)
         if self._collected:
             replies, self._collected = self._collected, []
             state.end_replies(replies)
@@ -517,9 +537,6 @@ class TracedBatch:
         ``next()``, ``fetch``, ``messages()`` or ``consume()``), as for
         ``messages()``: not until the context's close.
         """
-        last = self._last
-        if last is not None and last._reply and self._state.acks:
-            self._state.collected.append(last._reply)
         self._leave()
         self._inner._end_now()
 
