@@ -323,7 +323,8 @@ def encode(
 
     Raises:
         InvalidOptionError: a ``str`` (how to publish text is in the message),
-            or another value no codec was given for.
+            another value no codec was given for, or a value pydantic or the
+            codec could not encode (their error is its ``__cause__``).
 
     """
     if codec is None:
@@ -332,12 +333,25 @@ def encode(
         serializer = getattr(type(payload), "__pydantic_serializer__", None)
         if serializer is None or isinstance(payload, type):
             raise InvalidOptionError(_refusal(payload))
-        data = model_json(serializer, payload)
+        try:
+            data = model_json(serializer, payload)
+        except Exception as exc:  # pydantic's PydanticSerializationError, a serializer's own
+            raise InvalidOptionError(
+                f"could not encode the {type(payload).__name__} payload as JSON: {exc}"
+            ) from exc
         content_type: str | None = JSON
     else:
         if not callable(getattr(codec, "encode", None)):
             raise InvalidOptionError(f"codec must have encode() and decode(), got {codec!r}")
-        data = codec.encode(payload)
+        try:
+            data = codec.encode(payload)
+        except InvalidOptionError:
+            raise
+        except Exception as exc:  # the codec's own error, kept as the cause
+            raise InvalidOptionError(
+                f"codec {type(codec).__name__}.encode failed on the "
+                f"{type(payload).__name__} payload: {exc}"
+            ) from exc
         if type(data) is not bytes:
             if not isinstance(data, bytearray | memoryview):
                 raise InvalidOptionError(

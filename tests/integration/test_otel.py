@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 import aiojetstream
 from aiojetstream import (
     AckPolicy,
+    Consumer,
     ConsumerConfig,
     JetStreamContext,
     StreamConfig,
@@ -315,6 +316,45 @@ async def test_next_is_a_receive_span(tjs: JetStreamContext, rec: Recorded) -> N
     await msg.double_ack()
     [process] = rec.spans("process ")
     assert (process.attributes or {})["messaging.nats.settlement"] == "ack"
+
+
+async def test_a_next_message_not_settled_ends_its_span_at_the_next_take(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """As with messages(): a message taken by next() and not settled keeps its process
+    span open until the consumer's next take (next(), fetch, messages()), not until
+    the context's close (one span per unsettled next() stayed open, up to 10,000)."""
+    stream, name = await setup(tjs)
+    for i in range(5):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    consumer = await tjs.consumer(stream, name)
+
+    def settlements() -> list[tuple[Any, Any]]:
+        return [
+            (
+                (s.attributes or {})["messaging.nats.message.sequence"],
+                (s.attributes or {}).get("messaging.nats.settlement"),
+            )
+            for s in rec.spans("process ")
+        ]
+
+    first = await consumer.next(expires=2)
+    assert settlements() == []  # open until settled or the next take
+    second = await consumer.next(expires=2)
+    assert settlements() == [(1, None)]
+    await first.ack()  # after its span ended: no second end
+    assert settlements() == [(1, None)]
+    await second.ack()
+    assert settlements() == [(1, None), (2, "ack")]
+    await consumer.next(expires=2)  # not settled
+    batch = await consumer.fetch(1, expires=2)  # the next take: a fetch
+    assert settlements() == [(1, None), (2, "ack"), (3, None)]
+    await (await batch.collect())[0].ack()
+    await consumer.next(expires=2)
+    async with consumer.messages(expires=2):  # or messages()
+        assert settlements() == [(1, None), (2, "ack"), (3, None), (4, "ack"), (5, None)]
+    labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": name}
+    assert rec.total("aiojetstream.acks", **labels) == 3
 
 
 async def test_a_refused_publish_records_the_error_code(
@@ -723,7 +763,7 @@ async def test_key_value_history_and_keys_are_receive_spans_linked_to_the_puts(
     history = await kv.history("a")
     assert [e.value for e in history] == [b"1", b"2"]
     [read] = rec.spans(f"receive $KV.{bucket}.a")
-    assert read.kind is SpanKind.CONSUMER
+    assert read.kind is SpanKind.CLIENT  # a receive span, as the consumers' (semconv)
     assert read.attributes is not None
     assert read.attributes["messaging.batch.message_count"] == 2
     assert read.attributes["messaging.operation.type"] == "receive"
@@ -741,6 +781,7 @@ async def test_key_value_history_and_keys_are_receive_spans_linked_to_the_puts(
         listed_keys.append(key)
     assert sorted(listed_keys) == ["a", "b"]
     [listed] = rec.spans(f"receive $KV.{bucket}.>")
+    assert listed.kind is SpanKind.CLIENT
     assert (listed.attributes or {})["messaging.batch.message_count"] == 2
     # The latest revision of each key: the second put of a, the put of b.
     assert sorted(_link_ids(listed)) == sorted([sends[1].context.span_id, sends[2].context.span_id])
@@ -803,7 +844,7 @@ async def test_object_list_is_a_receive_span_linked_to_the_puts(
     assert len(sends) == 2
     assert sorted([info.name async for info in store.list()]) == ["o1", "o2"]
     [listed] = rec.spans(f"receive $O.{bucket}.M.>")
-    assert listed.kind is SpanKind.CONSUMER
+    assert listed.kind is SpanKind.CLIENT
     assert (listed.attributes or {})["messaging.batch.message_count"] == 2
     assert sorted(_link_ids(listed)) == sorted(s.context.span_id for s in sends)
 
@@ -871,6 +912,64 @@ async def test_an_ack_all_ack_settles_the_earlier_messages(
     assert rec.total("aiojetstream.acks", **labels) == 1  # one ack sent
     await msgs[3].ack()
     assert len(rec.spans("process ")) == 4
+
+
+async def test_an_ack_all_ack_settles_by_stream_sequence_as_the_server_does(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """The server's AckAll acks every pending message up to the acked one's *stream*
+    sequence. A redelivery of an earlier message taken after a later one (one
+    batch: B = stream seq 2, then A = stream seq 1 again): acking A settles A only
+    (B stays pending), acking B settles A too. The spans were settled by consumer
+    sequence, in the order taken: the first case ended B's span as acked, the
+    second left A's open."""
+    stream = unique_name("OT")
+    await tjs.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    await tjs.publish(f"{stream}.x", b"A")
+
+    async def interleaved(durable: str) -> tuple[Consumer, aiojetstream.Msg, aiojetstream.Msg]:
+        consumer = await tjs.create_consumer(
+            stream, ConsumerConfig(durable_name=durable, ack_policy=AckPolicy.ALL, ack_wait=1)
+        )
+        first = await consumer.next(expires=5)  # A, not acked: redelivered after ack_wait
+        assert first.data == b"A"
+        if durable == "one":
+            await tjs.publish(f"{stream}.x", b"B")
+        # B comes at once, A again once its ack_wait is over (1 s): in that order.
+        b, a = await (await consumer.fetch(2, expires=10)).collect()
+        assert (b.data, b.metadata.sequence.stream, b.metadata.sequence.consumer) == (b"B", 2, 2)
+        assert (a.data, a.metadata.sequence.stream, a.metadata.sequence.consumer) == (b"A", 1, 3)
+        return consumer, b, a
+
+    def settled(durable: str) -> dict[int, str | None]:
+        """Stream seq -> settlement of the durable's finished spans of the batch [B, A]."""
+        found: dict[int, str | None] = {}
+        for span in rec.spans("process "):
+            attrs = span.attributes or {}
+            seq, delivered = (
+                attrs["messaging.nats.message.sequence"],
+                attrs["messaging.nats.delivery_count"],
+            )
+            if attrs["messaging.consumer.group.name"] == durable and (seq, delivered) in (
+                (2, 1),
+                (1, 2),
+            ):
+                found[int(seq)] = attrs.get("messaging.nats.settlement")  # type: ignore
+        return found
+
+    # Case 1: ack A's redelivery: only stream seq 1 is acked on the server.
+    consumer, b, a = await interleaved("one")
+    await a.double_ack()
+    assert (await consumer.info()).num_ack_pending == 1  # B is still pending
+    assert settled("one") == {1: "ack"}  # B's span stays open
+    await b.double_ack()
+    assert settled("one") == {1: "ack", 2: "ack"}
+
+    # Case 2: ack B: the server acks A's redelivery too, and so does its span.
+    consumer, b, a = await interleaved("two")
+    await b.double_ack()
+    assert (await consumer.info()).num_ack_pending == 0
+    assert settled("two") == {1: "ack", 2: "ack"}
 
 
 async def test_collected_spans_end_at_the_next_fetch(tjs: JetStreamContext, rec: Recorded) -> None:
@@ -948,6 +1047,76 @@ async def test_batch_aclose_and_collect_columns_end_the_receive_span(
     assert (receive.attributes or {})["messaging.batch.message_count"] == 5
     labels = {"messaging.nats.stream": stream, "messaging.consumer.group.name": "none"}
     assert rec.total("messaging.client.consumed.messages", **labels) == 5
+
+
+async def test_a_batch_left_with_break_ends_its_receive_span(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """A fetch left with ``break`` and no ``aclose()``: its receive span ends once the
+    batch is collected, or at the context's close if it never is (it never ended);
+    the message taken last, if not settled, ends its span at the consumer's next
+    take, as a ``next()``'s (it stayed open until the close)."""
+    import gc
+
+    stream, name = await setup(tjs)
+    for i in range(9):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    consumer = await tjs.consumer(stream, name)
+
+    async def take_first() -> aiojetstream.Msg:
+        batch = await consumer.fetch(3, expires=2)
+        return await anext(batch)  # not settled; the batch left unfinished
+
+    first = await take_first()  # the batch is dropped unfinished
+    gc.collect()
+    [receive] = rec.spans("receive ")
+    assert (receive.attributes or {})["messaging.batch.message_count"] == 1
+    assert receive.status.status_code is not StatusCode.ERROR
+    assert rec.spans("process ") == []  # it may still be settled
+
+    closed = await consumer.fetch(3, expires=2)  # the next take
+    [process] = rec.spans("process ")
+    assert (process.attributes or {})[
+        "messaging.nats.message.sequence"
+    ] == first.metadata.sequence.stream
+    assert "messaging.nats.settlement" not in (process.attributes or {})
+    msg = await anext(closed)
+    await closed.aclose()
+    await msg.ack()  # settled after the close: its span says so
+    assert (rec.spans("process ")[-1].attributes or {})["messaging.nats.settlement"] == "ack"
+
+    kept = await consumer.fetch(3, expires=2)  # still referenced when the context closes
+    async for msg in kept:
+        await msg.ack()
+        break
+    assert len(rec.spans("receive ")) == 2
+    await tjs.close()
+    assert len(rec.spans("receive ")) == 3
+    assert (rec.spans("receive ")[2].attributes or {})["messaging.batch.message_count"] == 1
+
+
+async def test_a_cancelled_wait_on_a_batch_does_not_end_its_receive_span(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """``asyncio.wait_for(batch.__anext__(), t)`` timing out cancels the wait, not the
+    batch: the messages come later through the same batch, and its receive span ends
+    with them counted, not as a CancelledError with 0 messages."""
+    stream, name = await setup(tjs)
+    consumer = await tjs.consumer(stream, name)
+    batch = await consumer.fetch(3, expires=10)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(batch.__anext__(), 0.2)  # nothing published yet
+    assert rec.spans("receive ") == []
+    for i in range(3):
+        await tjs.publish(f"{stream}.x", str(i).encode())
+    got = []
+    async for msg in batch:
+        got.append(msg.data)
+        await msg.ack()
+    assert got == [b"0", b"1", b"2"]
+    [receive] = rec.spans("receive ")
+    assert receive.status.status_code is not StatusCode.ERROR
+    assert (receive.attributes or {})["messaging.batch.message_count"] == 3
 
 
 async def test_ephemeral_consumers_share_one_label_and_gone_consumers_drop_their_gauges(
@@ -1132,9 +1301,45 @@ async def test_the_publish_duration_has_the_semconv_buckets_and_operation(
     assert ok.attributes["messaging.operation.name"] == "send"
     assert ok.attributes["messaging.nats.stream"] == stream
     assert failed.attributes["messaging.operation.name"] == "send"
-    # The counters keep their labels (no operation).
+    # The sent messages carry it too (required by the conventions).
     [sent] = rec.metrics()["messaging.client.sent.messages"]
-    assert "messaging.operation.name" not in sent.attributes
+    assert sent.attributes["messaging.operation.name"] == "send"
+
+
+async def test_the_message_counters_have_the_semconv_unit_and_operation(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """messaging.client.sent / consumed.messages: unit {message}, messaging.operation.name
+    (required there: send, receive); they had unit 1 and no operation."""
+    stream, name = await setup(tjs)
+    await tjs.publish(f"{stream}.u", b"x")
+    consumer = await tjs.consumer(stream, name)
+    await (await consumer.next(expires=2)).ack()
+    data = rec.reader.get_metrics_data()
+    assert data is not None
+    found = {
+        metric.name: metric
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    units = {metric_name: metric.unit for metric_name, metric in found.items()}
+    for counter in (
+        "messaging.client.sent.messages",
+        "messaging.client.consumed.messages",
+        "aiojetstream.acks",
+    ):
+        assert units[counter] == "{message}", counter
+    [sent] = found["messaging.client.sent.messages"].data.data_points
+    assert sent.attributes is not None
+    assert sent.attributes["messaging.operation.name"] == "send"
+    [consumed] = found["messaging.client.consumed.messages"].data.data_points
+    assert consumed.attributes is not None
+    assert consumed.attributes["messaging.operation.name"] == "receive"
+    assert consumed.attributes["messaging.consumer.group.name"] == name
+    [acks] = found["aiojetstream.acks"].data.data_points
+    assert acks.attributes is not None
+    assert "messaging.operation.name" not in acks.attributes  # not a messaging.client.* metric
 
 
 def test_a_meter_without_bucket_advice_gets_a_plain_histogram() -> None:

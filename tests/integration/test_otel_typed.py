@@ -244,6 +244,45 @@ async def test_fetch_refuses_an_invalid_message_in_an_error_span(
     check_invalid(rec, await invalid_span(rec, seqs[1]), seqs[1], settlement)
 
 
+@pytest.mark.parametrize("mode", ["iterate", "collect"])
+async def test_a_raised_invalid_message_does_not_end_the_receive_span(
+    tjs: JetStreamContext, rec: Recorded, mode: str
+) -> None:
+    """on_invalid="raise": the batch goes on after the PayloadValidationError, and so
+    does its receive span, ended once the batch is done with every valid message
+    counted (it ended as an ERROR at the first invalid message, or at a collect()
+    that held messages back for the next call)."""
+    stream, name, _ = await setup(tjs)  # valid, invalid, valid
+    consumer = await tjs.consumer(stream, name)
+    batch = await consumer.fetch(3, model=Order, on_invalid="raise", expires=2)
+
+    def receives() -> list[ReadableSpan]:
+        return [s for s in rec.exporter.get_finished_spans() if s.name.startswith("receive ")]
+
+    values: list[int] = []
+    if mode == "iterate":
+        while True:
+            try:
+                msg = await batch.__anext__()
+            except PayloadValidationError:
+                assert receives() == []  # the batch goes on
+                continue
+            except StopAsyncIteration:
+                break
+            values.append(msg.value.id)
+    else:
+        values.extend(msg.value.id for msg in await batch.collect())  # the rest held back
+        assert receives() == []
+        with pytest.raises(PayloadValidationError):
+            await batch.collect()
+        assert receives() == []
+        values.extend(msg.value.id for msg in await batch.collect())
+    assert values == [1, 3]
+    [receive] = receives()
+    assert receive.status.status_code is not StatusCode.ERROR
+    assert (receive.attributes or {})["messaging.batch.message_count"] == 2
+
+
 async def test_next_refuses_in_the_span_its_fetch_opened(
     tjs: JetStreamContext, rec: Recorded
 ) -> None:

@@ -221,6 +221,66 @@ async def test_str_is_refused_with_how_to_publish_text(js: JetStreamContext) -> 
     assert (await (await js.stream(stream)).info()).state.messages == 0
 
 
+class _NoSchema:
+    """A value pydantic has no serializer for (an arbitrary type)."""
+
+
+class Unserializable(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    thing: _NoSchema
+
+
+class FailingCodec:
+    """A codec whose encode raises its own error."""
+
+    def encode(self, value: Any) -> bytes:
+        raise TypeError("cannot encode this")
+
+    def decode(self, data: bytes, type_: type[T]) -> T:
+        raise ValueError("never called")
+
+
+@pytest.mark.parametrize("instrumented", [False, True])
+async def test_encode_failures_are_invalid_option_errors_before_sending(
+    js: JetStreamContext, instrumented: bool
+) -> None:
+    """A model pydantic cannot serialize, or a codec whose encode raises: InvalidOptionError
+    (the original as its cause), for every publish path, and nothing is sent (they came
+    back as PydanticSerializationError / the codec's TypeError)."""
+    if instrumented:
+        pytest.importorskip("opentelemetry.sdk")
+        from opentelemetry.sdk.trace import TracerProvider
+
+        from aiojetstream.otel import instrument
+
+        instrument(js, tracer_provider=TracerProvider())
+    stream, _ = await make(js)
+    kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("kv")))
+    model = Unserializable(thing=_NoSchema())
+    codec = FailingCodec()
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("publish", lambda: js.publish(f"{stream}.a", model)),
+        ("publish_async", lambda: js.publish_async(f"{stream}.a", model)),
+        ("publish_many", lambda: js.publish_many(f"{stream}.a", [Order(id=1, item="x"), model])),
+        ("kv.put", lambda: kv.put("k", model)),
+        ("publish codec", lambda: js.publish(f"{stream}.a", 1, codec=codec)),
+        ("publish_async codec", lambda: js.publish_async(f"{stream}.a", 1, codec=codec)),
+        ("publish_many codec", lambda: js.publish_many(f"{stream}.a", [1, 2], codec=codec)),
+        ("kv.put codec", lambda: kv.put("k", 1, codec=codec)),
+    ]
+    for name, call in calls:
+        with pytest.raises(InvalidOptionError) as info:
+            await call()
+        if "codec" in name:
+            assert "FailingCodec.encode failed" in str(info.value), name
+            assert isinstance(info.value.__cause__, TypeError), name
+        else:
+            assert "could not encode the Unserializable payload" in str(info.value), name
+            assert type(info.value.__cause__).__name__ == "PydanticSerializationError", name
+    assert (await (await js.stream(stream)).info()).state.messages == 0
+    assert (await kv.status()).values == 0
+
+
 async def test_bad_headers_with_a_model_are_header_errors(js: JetStreamContext) -> None:
     """With a model or ``codec=`` payload, headers that are not a mapping of str keys
     raised a bare AttributeError (the Content-Type merge ran before the check)."""

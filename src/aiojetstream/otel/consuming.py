@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -13,6 +15,7 @@ from opentelemetry.trace import (
     SpanKind,
 )
 
+from .._errors import PayloadValidationError
 from .._message import ACK, NAK, TERM, parse_metadata
 from .._status import parse_status
 from .telemetry import (
@@ -33,7 +36,6 @@ from .telemetry import (
 EMPTY = otel_context.Context()
 
 if TYPE_CHECKING:
-    from .._errors import PayloadValidationError
     from .._message import Msg
 
 
@@ -54,10 +56,13 @@ def ack_numbers(reply: bytes) -> tuple[int, int, int] | None:
     return int(delivered), int(seq), int(pending)
 
 
-def consumer_sequence(reply: bytes) -> int | None:
-    """The consumer sequence of a ``$JS.ACK`` reply subject; None when it is not one."""
+def stream_sequence(reply: bytes) -> int | None:
+    """The stream sequence of a ``$JS.ACK`` reply subject; None when it is not one."""
+    numbers = ack_numbers(reply)
+    if numbers is not None:
+        return numbers[1]
     try:
-        return parse_metadata(reply).sequence.consumer
+        return parse_metadata(reply).sequence.stream
     except Exception:
         return None
 
@@ -67,12 +72,15 @@ class ConsumerState:
 
     A process span is open (in :attr:`open`) from the moment its message is
     taken until it is settled (ack, nak, term; with ``AckPolicy.ALL`` an ack
-    settles every earlier message too), the next message is taken, the
-    messages of a ``collect()`` are followed by another fetch (or the batch is
-    closed), or the context is closed. On a consumer whose messages nothing
-    can settle (ordered, ``AckPolicy.NONE``: ``acks`` False) a message that
-    is not followed by another (a ``collect()``, a ``next()``) is a mark of its
-    delivery: its span ends at once.
+    settles every message up to its stream sequence too, as the server
+    does), the next message is taken, the messages of a ``collect()``, the
+    message of a ``next()`` or the last one of a batch left early are
+    followed by another fetch or ``next()`` (or ``messages()``,
+    ``consume()``; a collect()'s batch closed), or the context is closed. On
+    a consumer whose messages nothing can settle (ordered,
+    ``AckPolicy.NONE``: ``acks`` False) a message that is not followed by
+    another (a ``collect()``, a ``next()``) is a mark of its delivery: its
+    span ends at once.
     """
 
     def __init__(
@@ -90,15 +98,20 @@ class ConsumerState:
         self.name = self.consumer = consumer  # in spans; deleting it drops the gauges
         self.acks = acks  # False: an ordered or AckNone consumer (nothing settles a message)
         self.ack_all = ack_all  # AckPolicy.ALL: an ack settles the earlier messages too
+        # AckPolicy.ALL only: (stream sequence, reply) of the open spans, a heap. An
+        # entry whose span has ended otherwise stays until popped or compacted away.
+        self.by_seq: list[tuple[int, bytes]] = []
         # Metrics: one label set per durable consumer, one for all the ephemeral
         # ones (and the ordered ones) of a stream, whatever their number.
         counts = self.counts = tel.of(stream, consumer if label is None else label)
         counts.handles += 1
         weakref.finalize(self, counts.release)  # the handle is gone: its gauges go stale
         self.open: dict[bytes, trace.Span] = {}
-        # The replies of the messages collect() handed out, their spans ended
-        # (when still open) by the next fetch.
+        # The replies of the messages collect() and next() handed out, their spans
+        # ended (when still open) by the next fetch, next(), messages() or consume().
         self.collected: list[bytes] = []
+        # The receive spans of its batches not ended yet (see Receiving).
+        self.receiving: set[Receiving] = set()
         tel.states.add(self)
         # subject -> (span name, the attributes every message on it shares)
         self._subjects: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -146,6 +159,7 @@ class ConsumerState:
         counts = self.counts
         counts.consumed += 1
         reply = msg._reply
+        seq: int | None = None
         if reply:
             numbers = ack_numbers(reply)
             if numbers is None:  # not the v1 form: parsed in full (None: not a $JS.ACK reply)
@@ -174,12 +188,23 @@ class ConsumerState:
         span = tel.tracer.start_span(
             name, context=parent, kind=SpanKind.CONSUMER, attributes=attrs, links=links
         )
-        if msg._reply:
+        if reply:
             open_spans = self.open
             if len(open_spans) >= MAX_OPEN:
                 end_span(open_spans.pop(next(iter(open_spans))))
-            open_spans[msg._reply] = span
+            open_spans[reply] = span
+            if self.ack_all and seq is not None:
+                self._track(seq, reply)
         return span
+
+    def _track(self, seq: int, reply: bytes) -> None:
+        """AckPolicy.ALL: remember the stream sequence of the open span of ``reply``."""
+        by_seq = self.by_seq
+        heapq.heappush(by_seq, (seq, reply))
+        if len(by_seq) > 2 * len(self.open) + 64:  # mostly ended otherwise: compact
+            open_spans = self.open
+            by_seq[:] = [entry for entry in by_seq if entry[1] in open_spans]
+            heapq.heapify(by_seq)
 
     def refused(self, msg: Msg, error: PayloadValidationError, on_invalid: str) -> None:
         """A typed message that did not validate: its process span, status ERROR.
@@ -236,15 +261,18 @@ class ConsumerState:
                 end_span(span)
 
     def end_collected(self) -> None:
-        """End the spans of the messages ``collect()`` handed out and nothing settled."""
+        """End the spans of the messages ``collect()`` / ``next()`` handed out, not settled."""
         collected = self.collected
         if collected:
             self.collected = []
             self.end_replies(collected)
 
     def end_all(self) -> None:
-        """End every open process span (the context is closed)."""
+        """End every open receive and process span (the context is closed)."""
+        for receiving in list(self.receiving):
+            receiving.finish()
         self.collected = []
+        self.by_seq = []
         open_spans = self.open
         while open_spans:
             end_span(open_spans.pop(next(iter(open_spans))))
@@ -271,20 +299,24 @@ class ConsumerState:
             self._acked_up_to(reply)
 
     def _acked_up_to(self, reply: bytes) -> None:
-        """AckPolicy.ALL: an ack settles every message delivered before it (consumer sequence)."""
-        last = consumer_sequence(reply)
+        """AckPolicy.ALL: an ack settles every open message up to its *stream* sequence.
+
+        As the server does (nats-server ``consumer.go``, ``AckAll``: every
+        pending message with a stream sequence up to the acked one's), whatever
+        the delivery order: a redelivery of an earlier message comes after later
+        ones, and an ack of it settles none of them.
+        """
+        last = stream_sequence(reply)
         if last is None:
             return
+        by_seq = self.by_seq
         open_spans = self.open
-        for earlier in list(open_spans):  # in delivery order: consumer sequences rise
-            seq = consumer_sequence(earlier)
-            if seq is None:
-                continue
-            if seq > last:
-                break
-            span = open_spans.pop(earlier)
-            span.set_attribute("messaging.nats.settlement", "ack")
-            end_span(span)
+        while by_seq and by_seq[0][0] <= last:
+            earlier = heapq.heappop(by_seq)[1]
+            span = open_spans.pop(earlier, None)
+            if span is not None:
+                span.set_attribute("messaging.nats.settlement", "ack")
+                end_span(span)
 
 
 class TracedAcker:
@@ -320,25 +352,71 @@ class TracedAcker:
         return data
 
 
+class Receiving:
+    """The ``receive`` span of a fetched batch and its message count, ended once.
+
+    Kept apart from its :class:`TracedBatch` so that the batch's finalizer (a
+    batch dropped unfinished: ``break`` out of it without ``aclose()``) and
+    the context's close (:meth:`ConsumerState.end_all`) can end it without
+    the batch. ``last``: the reply of the message the batch handed out last.
+    """
+
+    __slots__ = ("count", "last", "span", "state")
+
+    def __init__(self, span: trace.Span, state: ConsumerState) -> None:
+        self.span: trace.Span | None = span
+        self.count = 0
+        self.last: bytes | None = None
+        self.state = state
+        state.receiving.add(self)
+
+    def dropped(self) -> None:
+        """The batch was collected unfinished: end the span; its last message's at the next take."""
+        last = self.last
+        if self.span is not None and last and self.state.acks:
+            self.state.collected.append(last)  # (ended there if still open)
+        self.finish()
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """End the span (once) with the count; ``exc``: the batch ended with this error."""
+        span = self.span
+        if span is not None:
+            self.span = None
+            self.state.receiving.discard(self)
+            if exc is not None:
+                record_error(span, exc)
+            span.set_attribute("messaging.batch.message_count", self.count)
+            end_span(span)  # the batch's messages were taken: a failing span must not lose them
+
+
+#: What a batch survives: a wait given up (``asyncio.wait_for`` on ``__anext__``,
+#: a cancelled task) and a typed message refused with ``on_invalid="raise"`` (its
+#: own process span has the error). The receive span goes on.
+SURVIVED: tuple[type[BaseException], ...] = (asyncio.CancelledError, PayloadValidationError)
+
+
 class TracedBatch:
-    """A fetched batch: its ``receive`` span, a ``process`` span per message."""
+    """A fetched batch: its ``receive`` span, a ``process`` span per message.
+
+    The receive span ends when the batch does: its iteration ends (or raises
+    a terminal error), ``collect()`` or ``collect_columns()`` returns it whole,
+    it is closed, or it is garbage collected unfinished (a ``break`` out of
+    it), at the latest when the context is closed.
+    """
 
     def __init__(self, inner: Any, state: ConsumerState, span: trace.Span) -> None:
         self._inner = inner
         self._state = state
-        self._span: trace.Span | None = span
-        self._count = 0
+        self._receiving = receiving = Receiving(span, state)
+        # (not referring to the batch: ends the span of a batch dropped unfinished)
+        finalizer = self._finalizer = weakref.finalize(self, receiving.dropped)
+        finalizer.atexit = False
         self._last: Msg | None = None
         self._collected: list[bytes] = []  # the replies collect() handed out
 
     def _finish(self, exc: BaseException | None = None) -> None:
-        span = self._span
-        if span is not None:
-            self._span = None
-            if exc is not None:
-                record_error(span, exc)
-            span.set_attribute("messaging.batch.message_count", self._count)
-            end_span(span)  # the batch's messages were taken: a failing span must not lose them
+        self._receiving.finish(exc)
+        self._finalizer.detach()
 
     def __aiter__(self) -> TracedBatch:
         return self
@@ -351,10 +429,14 @@ class TracedBatch:
         except StopAsyncIteration:
             self._finish()
             raise
+        except SURVIVED:
+            raise  # the batch goes on
         except BaseException as exc:
             self._finish(exc)
             raise
-        self._count += 1
+        receiving = self._receiving
+        receiving.count += 1
+        receiving.last = msg._reply
         self._state.start_process(msg)
         self._last = msg
         return msg
@@ -368,10 +450,14 @@ class TracedBatch:
 
         A span is open until its message is settled, or the next fetch of
         the consumer; on a consumer that settles nothing (ordered, AckNone)
-        it ends at once.
+        it ends at once. The receive span ends once the batch is done (a
+        typed batch may hold messages back after an invalid one, for the
+        next call).
         """
         try:
             msgs: list[Msg] = await self._inner.collect()
+        except SURVIVED:
+            raise  # the batch goes on (a typed one: the next call hands out the rest)
         except BaseException as exc:
             self._finish(exc)
             raise
@@ -388,17 +474,27 @@ class TracedBatch:
             for msg in msgs:
                 end_span(start(msg))
                 state.open.pop(msg._reply, None)
-        self._count += len(msgs)
-        self._finish()
+        self._receiving.count += len(msgs)
+        if self._inner.done:
+            self._finish()
         return msgs
 
     def _leave(self) -> None:
-        """The batch is left: its receive span ends, and its process spans nothing can settle."""
+        """The batch is left: its receive span ends, and its process spans nothing can settle.
+
+        The span of the message it handed out last, when something can settle
+        it, ends when the consumer handle takes messages again (as a
+        ``next()``'s: the message may be settled after the batch is closed).
+        """
         self._finish()
         state = self._state
-        if not state.acks:
-            state.end(self._last)
+        last = self._last
+        if last is not None:
             self._last = None
+            if not state.acks:
+                state.end(last)
+            elif last._reply:
+                state.collected.append(last._reply)
         if self._collected:
             replies, self._collected = self._collected, []
             state.end_replies(replies)
@@ -413,12 +509,14 @@ class TracedBatch:
         collect_columns = self._inner.collect_columns  # (a typed batch has none)
         try:
             columns = await collect_columns()
+        except asyncio.CancelledError:
+            raise  # the batch goes on
         except BaseException as exc:
             self._finish(exc)
             raise
         rows = int(columns.num_rows)
         self._state.counts.consumed += rows
-        self._count += rows
+        self._receiving.count += rows
         self._finish()
         return columns
 
@@ -432,7 +530,13 @@ class TracedBatch:
         await self._inner.__aexit__(*exc_info)
 
     def _end_now(self) -> None:
-        """``next()`` took its message: the batch ends without an await (its spans too)."""
+        """``next()`` took its message: the batch ends without an await (its spans too).
+
+        The message's process span, when something can settle it, stays open
+        until it is settled or the consumer's next message is taken (its next
+        ``next()``, ``fetch``, ``messages()`` or ``consume()``), as for
+        ``messages()``: not until the context's close.
+        """
         self._leave()
         self._inner._end_now()
 

@@ -156,7 +156,7 @@ class Stores:
         try:
             span = tel.tracer.start_span(
                 f"receive {subject}",
-                kind=SpanKind.CONSUMER,
+                kind=SpanKind.CLIENT,
                 attributes={
                     **_read_attrs("receive", subject, stream),
                     "messaging.batch.message_count": seen.count,

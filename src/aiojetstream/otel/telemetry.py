@@ -62,34 +62,64 @@ def _histogram(meter: metrics.Meter, name: str, *, unit: str, description: str) 
         return meter.create_histogram(name, unit=unit, description=description)
 
 
-#: The observable instruments: (name, Counts field, unit, description); the
-#: first seven are counters, the last three gauges.
+#: The observable instruments: (name, Counts field, unit, the Counts attribute
+#: holding its labels, description); seven counters, three gauges. The
+#: messaging conventions' counters carry ``messaging.operation.name`` (required
+#: there): ``send`` for the messages sent, ``receive`` for those consumed (all
+#: pulled from the server).
 _COUNTERS = (
-    ("messaging.client.sent.messages", "sent", "Messages published"),
-    ("messaging.client.consumed.messages", "consumed", "Messages taken from consumers"),
-    ("aiojetstream.acks", "acks", "Messages acknowledged"),
-    ("aiojetstream.naks", "naks", "Messages negatively acknowledged"),
-    ("aiojetstream.terms", "terms", "Messages terminated"),
-    ("aiojetstream.redeliveries", "redeliveries", "Messages delivered more than once"),
-    ("aiojetstream.reconnects", "reconnects", "Reconnects of the connection"),
+    (
+        "messaging.client.sent.messages",
+        "sent",
+        "{message}",
+        "send_labels",
+        "Messages published",
+    ),
+    (
+        "messaging.client.consumed.messages",
+        "consumed",
+        "{message}",
+        "receive_labels",
+        "Messages taken from consumers",
+    ),
+    ("aiojetstream.acks", "acks", "{message}", "labels", "Messages acknowledged"),
+    ("aiojetstream.naks", "naks", "{message}", "labels", "Messages negatively acknowledged"),
+    ("aiojetstream.terms", "terms", "{message}", "labels", "Messages terminated"),
+    (
+        "aiojetstream.redeliveries",
+        "redeliveries",
+        "{message}",
+        "labels",
+        "Messages delivered more than once",
+    ),
+    (
+        "aiojetstream.reconnects",
+        "reconnects",
+        "{reconnect}",
+        "labels",
+        "Reconnects of the connection",
+    ),
 )
 _GAUGES = (
     (
         "aiojetstream.consumer.pending",
         "pending",
         "{message}",
+        "labels",
         "Messages left for the consumer on the server, from the last message's metadata",
     ),
     (
         "aiojetstream.consumer.pull.pending",
         "pull_pending",
         "{message}",
+        "labels",
         "Messages the last pull request still waited for, from the server's status",
     ),
     (
         "aiojetstream.consumer.pull.pending_bytes",
         "pull_pending_bytes",
         "By",
+        "labels",
         "Bytes the last pull request still waited for, from the server's status",
     ),
 )
@@ -114,6 +144,7 @@ class Counts:
         "pending",
         "pull_pending",
         "pull_pending_bytes",
+        "receive_labels",
         "reconnects",
         "redeliveries",
         "send_labels",
@@ -124,8 +155,10 @@ class Counts:
     def __init__(self, key: tuple[str, str | None], labels: dict[str, str]) -> None:
         self.key = key
         self.labels = labels
-        # The publish duration's: messaging.client.* metrics carry the operation.
+        # The messaging.client.* metrics carry the operation: the publish duration's
+        # and the sent messages', and the consumed messages'.
         self.send_labels = {**labels, "messaging.operation.name": "send"}
+        self.receive_labels = {**labels, "messaging.operation.name": "receive"}
         self.sent = self.consumed = self.acks = self.naks = self.terms = 0
         self.redeliveries = self.reconnects = 0
         self.pending: int | None = None
@@ -178,23 +211,31 @@ class Metrics:
             unit="s",
             description="Duration of a publish until its acknowledgement",
         )
-        for name, field, description in _COUNTERS:
+        for name, field, unit, labels, description in _COUNTERS:
             meter.create_observable_counter(
-                name, callbacks=[self._observe(field, False)], unit="1", description=description
+                name,
+                callbacks=[self._observe(field, labels, False)],
+                unit=unit,
+                description=description,
             )
-        for name, field, unit, description in _GAUGES:
+        for name, field, unit, labels, description in _GAUGES:
             meter.create_observable_gauge(
-                name, callbacks=[self._observe(field, True)], unit=unit, description=description
+                name,
+                callbacks=[self._observe(field, labels, True)],
+                unit=unit,
+                description=description,
             )
 
-    def _observe(self, field: str, gauge: bool) -> Callable[[Any], list[metrics.Observation]]:
+    def _observe(
+        self, field: str, labels: str, gauge: bool
+    ) -> Callable[[Any], list[metrics.Observation]]:
         def observe(options: Any) -> list[metrics.Observation]:
             found = []
             done = []
             for counts in list(self.counts.values()):
                 value = getattr(counts, field)
                 if value is not None if gauge else value:
-                    found.append(metrics.Observation(value, counts.labels))
+                    found.append(metrics.Observation(value, getattr(counts, labels)))
                 gone = counts.gone
                 if gone is not None and not counts.handles:
                     gone.add(field)
@@ -315,12 +356,12 @@ class Telemetry:
         self.publish_duration = self.metrics.publish_duration
 
     def end_open(self) -> None:
-        """End the process spans still open on every traced consumer (the context closes)."""
+        """End the receive and process spans still open on every traced consumer (at close)."""
         for state in list(self.states):
             try:
                 state.end_all()
             except Exception:
-                failed("ending the open process spans")
+                failed("ending the open spans")
 
     def deleted(self, stream: str, name: str | None = None) -> None:
         """The consumer ``name`` of ``stream`` (None: the stream) was deleted.
