@@ -25,13 +25,16 @@ from .._errors import (
     TLSError,
 )
 from .._redact import connection_secrets, mentions, redact_servers, scrub
+from ._auth import REFUSALS, Refusals, is_auth_error
 from ._nats import (
     FailedAttempt,
     NatsClient,
     abort_transport,
     bound_internal_close,
     drop_unsent_on_reconnect,
+    guard_auth_refusals,
     guard_connect_init,
+    keep_last_error,
     nats_errors,
 )
 from ._reconnect import NextServer
@@ -121,6 +124,12 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       flush the connection it gives up (:class:`NextServer`,
       :func:`drop_unsent_on_reconnect`), unless ``reconnect_to_server_handler``
       is given.
+    * Once connected, credentials refused (a JWT expired while connected, a
+      password rotated on the server) are reported to the error callback and
+      the client reconnects (reading a creds file again); a server refusing
+      them twice in a row leaves the rotation, and with none left the client
+      closes, its errors naming the refusal (``_auth``,
+      :func:`~._nats.guard_auth_refusals`).
     * ``disconnected_cb`` runs once per lost connection, not again when nats-py
       closes a client already disconnected (:func:`one_disconnect_each`).
     * Every connection attempt starts clean: what an attempt that failed after
@@ -215,6 +224,8 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         next_server.attach(nc)
     drop_unsent_on_reconnect(nc)
     bound_internal_close(nc)
+    refusals = REFUSALS[nc] = Refusals()
+    guard_auth_refusals(nc, refusals)
     return nc
 
 
@@ -247,7 +258,7 @@ def _connect_failure(
     nats-py reports is quoted (the caller screens it for secrets), except for
     a refused URL: nats-py's reason quotes the URL.
     """
-    refused = next((e for e in reversed(connect_errors) if _is_auth_error(e)), None)
+    refused = next((e for e in reversed(connect_errors) if is_auth_error(e)), None)
     if refused is not None:
         return AuthorizationError(f"{shown} refused the credentials: {refused}")
     if tls_refusals:
@@ -370,6 +381,14 @@ def _failing_requests(
     async def closed() -> None:
         target = client()
         if target is not None:
+            refusals = REFUSALS.get(target)
+            if (
+                refusals is not None
+                and refusals.error is not None
+                and isinstance(target.last_error, nats_errors.NoServersError)
+            ):
+                # nats-py gave up for want of a server that takes the credentials.
+                keep_last_error(target, refusals.error)
             fail_requests(target)
         if user_cb is not None:
             await user_cb()
@@ -426,20 +445,3 @@ def _screened_error(exc: Exception, secrets: list[str]) -> Exception:
     if not mentions(exc, secrets):
         return exc
     return JetStreamError(f"{type(exc).__name__}: {scrub(str(exc), secrets)}")
-
-
-#: The server's -ERR texts of refused credentials (nats-py raises them as a plain Error).
-_AUTH_ERRORS = (
-    "authorization violation",
-    "user authentication expired",
-    "user authentication revoked",
-    "account authentication expired",
-)
-
-
-def _is_auth_error(exc: Exception) -> bool:
-    """An ``-ERR`` of refused credentials, such as ``'Authorization Violation'``."""
-    if isinstance(exc, nats_errors.AuthorizationError):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, nats_errors.Error) and any(marker in text for marker in _AUTH_ERRORS)
