@@ -2,10 +2,12 @@
 
 nats-py closed the client for good, silently, when the user's JWT expired
 while connected (``-ERR 'User Authentication Expired'``): a rotated creds
-file was never read. Now, as nats.go does: the refusal goes to the error
-callback and the client reconnects; a server that refuses twice in a row
-leaves the rotation, and with none left the connection closes naming the
-refusal.
+file was never read. And it retried credentials refused on a reconnect (a
+rotated password) for the whole reconnect budget, for ever with
+``max_reconnect_attempts=-1``, ending with a bare ``ConnectionClosedError``.
+Now, as nats.go does: the refusal goes to the error callback and the client
+reconnects; a server that refuses twice in a row leaves the rotation, and
+with none left the connection closes naming the refusal.
 """
 
 from __future__ import annotations
@@ -152,3 +154,105 @@ async def _raised(call: Any) -> BaseException:
     except Exception as exc:
         return exc
     raise AssertionError("no error raised")
+
+
+def _password(password: str) -> dict[str, Any]:
+    return {"authorization": {"user": "alice", "password": password}}
+
+
+async def _rotated(server: NatsServer, store: Path, password: str) -> NatsServer:
+    """Stop ``server``; start another on its port and store, with a new password."""
+    await server.stop()
+    rotated = NatsServer(port=server.port, store_dir=store, config=_password(password))
+    await rotated.start()
+    return rotated
+
+
+async def test_a_password_refused_on_reconnect_closes_after_two_refusals(tmp_path: Path) -> None:
+    """The password was rotated on the server: with ``max_reconnect_attempts=-1`` the
+    client retried for ever (each refusal to ``error_cb``); it now closes after the
+    second refusal, failing the request waiting with an error that names it."""
+    store = tmp_path / "store"
+    events = Events()
+    server = NatsServer(store_dir=store, config=_password("first-pw"))
+    await server.start()
+    rotated: NatsServer | None = None
+    try:
+        js = await aiojetstream.connect(
+            server.url,
+            user="alice",
+            password="first-pw",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2,
+            **events.options(),
+        )
+        try:
+            _, subject = await _stream(js)
+            rotated = await _rotated(server, store, "second-pw")
+            waiting = asyncio.ensure_future(_raised(js.publish(subject, b"x", timeout=60)))
+            try:
+                await asyncio.wait_for(events.closed.wait(), BOUND)
+                pending = await asyncio.wait_for(waiting, BOUND)
+            finally:
+                waiting.cancel()
+            later = await _raised(js.publish(subject, b"y"))
+            for error in (pending, later):
+                assert isinstance(error, ConnectionClosedError), repr(error)
+                assert "refused the credentials (authorization violation)" in str(error)
+                assert "second-pw" not in str(error)
+                assert "first-pw" not in str(error)
+            assert events.count("authorization violation") == 2, events.errors
+            assert "authorization violation" in str(js.nc.last_error).lower()
+        finally:
+            await js.close()
+    finally:
+        await server.stop()
+        if rotated is not None:
+            await rotated.stop()
+
+
+async def test_a_server_refusing_twice_leaves_the_rotation(tmp_path: Path) -> None:
+    """Of two servers, one refuses the credentials (rotated password) and the other
+    is down: after two refusals the refusing one is no longer tried; the client
+    connects to the other once it is back."""
+    store = tmp_path / "store"
+    events = Events()
+    refusing = NatsServer(store_dir=store, config=_password("pw"))
+    other = NatsServer(jetstream=False, config=_password("pw"))
+    await refusing.start()
+    await other.start()
+    servers = [refusing.url, other.url]
+    rotated: NatsServer | None = None
+    back: NatsServer | None = None
+    try:
+        js = await aiojetstream.connect(
+            servers,
+            user="alice",
+            password="pw",
+            dont_randomize=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2,
+            **events.options(),
+        )
+        try:
+            assert js.nc.connected_url is not None
+            assert js.nc.connected_url.port == refusing.port
+            await other.stop()
+            rotated = await _rotated(refusing, store, "new-pw")
+            await events.told("authorization violation", 2)
+            pool = [uri.port for uri in js.nc.servers]
+            assert pool == [other.port], pool
+            back = NatsServer(jetstream=False, port=other.port, config=_password("pw"))
+            await back.start()
+            await asyncio.wait_for(events.reconnected.wait(), BOUND)
+            assert js.nc.connected_url is not None
+            assert js.nc.connected_url.port == other.port
+            await js.nc.flush(timeout=5)
+            assert events.count("authorization violation") == 2, events.errors
+            assert not js.nc.is_closed
+        finally:
+            await js.close()
+    finally:
+        for server in (refusing, other, rotated, back):
+            if server is not None:
+                await server.stop()
