@@ -157,7 +157,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     # reconnect: each a failed attempt (FailedAttempt), not a crash or a hang.
     files = {
         key: options[key]
-        for key in ("user_credentials", "nkeys_seed")
+        for key in ("user_credentials", "nkeys_seed", "nkeys_seed_str")
         if isinstance(options.get(key), str | os.PathLike | tuple)
     }
     recheck = functools.partial(check_credentials, files) if files else None
