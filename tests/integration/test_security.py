@@ -1710,6 +1710,25 @@ async def test_a_malformed_nkey_seed_is_an_invalid_option(tmp_path: Path) -> Non
         await js.close()
 
 
+async def test_an_inbox_prefix_that_would_break_the_sub_line_is_refused(
+    nats_server: NatsServer,
+) -> None:
+    """``inbox_prefix`` starts every reply subject and the ``SUB`` of the reply inbox:
+    whitespace (``SUB a b.<id>.* 1``), a wildcard or an empty token is refused before
+    anything is sent; a trailing ``.`` is dropped."""
+    async with WireCapture(nats_server.port, strict=False) as proxy:
+        for bad in ("a b", "_INBOX\r\nPUB x 1", "_INBOX.*", "a.>", "a..b", "", b"\xff", 7):
+            with pytest.raises(InvalidSubjectError, match="inbox_prefix"):
+                await aiojetstream.connect(proxy.url, inbox_prefix=bad)
+        assert proxy.connections == 0
+        js = await aiojetstream.connect(proxy.url, inbox_prefix="_INBOX_x.")
+        try:
+            assert js.nc.new_inbox().startswith("_INBOX_x.")
+            await js.account_info()  # a request: its reply comes under the prefix
+        finally:
+            await js.close()
+
+
 async def test_a_signing_callback_that_raises_is_named_not_taken_for_a_bad_info(
     tmp_path: Path,
 ) -> None:

@@ -25,6 +25,7 @@ from .._errors import (
     TLSError,
 )
 from .._redact import connection_secrets, mentions, redact_servers, scrub
+from .._validation import validate_inbox_prefix
 from ._auth import REFUSALS, Refusals, is_auth_error
 from ._nats import (
     FailedAttempt,
@@ -138,6 +139,9 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       (:func:`~._nats.guard_connect_init`).
     """
     urls = _split_urls(servers)
+    if "inbox_prefix" in options:
+        # It starts every reply subject and the SUB of the wildcard reply inbox.
+        options["inbox_prefix"] = validate_inbox_prefix(options["inbox_prefix"])
     check_credentials(options)  # nats-py would read them late, in the loop (and may hang)
     shown = redact_servers(servers)
     secrets = connection_secrets(servers, options)
