@@ -90,6 +90,7 @@ typecheck: install
 FALLBACK_TESTS := tests/integration/test_publish.py tests/integration/test_publish_bulk.py tests/integration/test_consume.py tests/integration/test_fetch_collect.py \
 	tests/integration/test_kv.py tests/integration/test_error_translation.py \
 	tests/integration/test_fast_path.py tests/integration/test_connection_callbacks.py \
+	tests/integration/test_auth_refusals.py \
 	tests/integration/test_consume_faults.py::test_close_is_bounded_when_the_server_hangs_with_data_queued \
 	tests/integration/test_consume_faults.py::test_reconnects_exhausted_with_an_ack_buffered_during_the_outage \
 	tests/integration/test_consume_faults.py::test_close_during_fetch_and_next \
@@ -129,7 +130,7 @@ PYVERSIONS_TESTS ?= tests/unit tests/integration/test_publish.py \
 	tests/integration/test_consume.py tests/integration/test_fetch_collect.py \
 	tests/integration/test_ordered.py tests/integration/test_kv.py \
 	tests/integration/test_fast_path.py tests/integration/test_connection_callbacks.py \
-	tests/integration/test_security.py::test_credentials
+	tests/integration/test_auth_refusals.py tests/integration/test_security.py::test_credentials
 test-pyversions:
 	@status=0; for py in $(PYVERSIONS_PYTHONS); do \
 		version=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); \

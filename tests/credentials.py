@@ -281,14 +281,21 @@ class Operator:
         }
 
     def user_creds(
-        self, name: str, *, signer: nkeys.KeyPair | None = None, expires: int | None = None
+        self,
+        name: str,
+        *,
+        signer: nkeys.KeyPair | None = None,
+        expires: int | None = None,
+        user: nkeys.KeyPair | None = None,
     ) -> Path:
-        """Write ``<name>.creds`` for a new user of the account (signed by ``signer``).
+        """Write ``<name>.creds`` for a user of the account (signed by ``signer``).
 
         ``signer`` defaults to the account; another key makes a user the
         server does not trust. ``expires`` is the JWT's ``exp`` (Unix seconds).
+        ``user`` is the user's key pair (default: a new user); given again, the
+        file is rewritten with a new JWT for the same user (a rotation).
         """
-        user = new_nkey(nkeys.PREFIX_BYTE_USER)
+        user = user or new_nkey(nkeys.PREFIX_BYTE_USER)
         expiry = {} if expires is None else {"exp": expires}
         user_jwt = encode_jwt(
             {

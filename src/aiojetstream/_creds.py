@@ -169,10 +169,16 @@ def check_credentials(options: Mapping[str, Any]) -> None:
     ``user_credentials`` (a ``.creds`` file's path, its text as a
     ``UserString`` such as nats-py's ``RawCredentials``, or a pair of file
     paths: JWT, seed) is read and checked the way nats-py reads it; the file
-    of ``nkeys_seed`` must be readable. Nothing is quoted but file paths.
+    of ``nkeys_seed`` must be readable. Without ``user_credentials`` (which
+    nats-py prefers), the seed nats-py would sign with, ``nkeys_seed_str`` or
+    else the content of the ``nkeys_seed`` file (both stripped, as nats-py
+    reads them), must be an NKey user seed (:func:`seed_problem`): nats-py
+    raised an untyped ``nkeys.ErrInvalidSeed`` out of ``connect``. Nothing is
+    quoted but file paths.
 
     Raises:
-        InvalidOptionError: a file missing or unreadable, or a malformed .creds.
+        InvalidOptionError: a file missing or unreadable, a malformed .creds
+            or NKey seed.
 
     """
     creds = options.get("user_credentials")
@@ -185,6 +191,17 @@ def check_credentials(options: Mapping[str, Any]) -> None:
             _read(path, what)
     elif isinstance(creds, str | os.PathLike):
         _check_creds_file(creds)
+    seed_str = options.get("nkeys_seed_str")
+    signs = creds is None and not seed_str  # nats-py signs with the file's seed
     seed_file = options.get("nkeys_seed")
     if isinstance(seed_file, str | os.PathLike):
-        _read(seed_file, "NKey seed file")
+        data = _read(seed_file, "NKey seed file")
+        problem = seed_problem(data.decode("utf-8", "replace").strip()) if signs else None
+        if problem is not None:
+            raise InvalidOptionError(
+                f"NKey seed file {os.fspath(seed_file)!r} holds no NKey user seed: {problem}"
+            )
+    if creds is None and seed_str:
+        problem = seed_problem(str(seed_str).strip())
+        if problem is not None:
+            raise InvalidOptionError(f"nkeys_seed_str is not an NKey user seed: {problem}")

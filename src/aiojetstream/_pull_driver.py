@@ -762,7 +762,7 @@ class PullDriver:
             self._has_runs = False
             self._settle()
             self.engine.discard_buffer()
-        self._finish(ConnectionClosedError("the connection was closed"))
+        self._finish(self._conn.closed_error("the connection was closed"))
 
     # ------------------------------------------------------------- commands
 

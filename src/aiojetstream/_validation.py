@@ -169,6 +169,32 @@ def validate_api_prefix(prefix: object) -> str:
         raise InvalidSubjectError(f"invalid api_prefix {prefix!r}: {exc}") from None
 
 
+def validate_inbox_prefix(prefix: object) -> str:
+    """Validate nats-py's ``inbox_prefix`` (``_INBOX``, ``_INBOX_alice``) and return it.
+
+    Every reply inbox is the prefix, a ``.`` and more tokens, subscribed to
+    with a wildcard: the prefix follows the rules of a subject to publish to
+    (no whitespace, control characters, empty tokens or wildcards, which would
+    break or widen the ``SUB`` line); a trailing ``.`` is dropped (nats-py
+    adds its own). Bytes are read as UTF-8, as nats-py sends them.
+
+    Raises:
+        InvalidSubjectError: the prefix is not a valid subject.
+
+    """
+    if isinstance(prefix, bytes | bytearray):
+        try:
+            prefix = bytes(prefix).decode()
+        except UnicodeDecodeError:
+            raise InvalidSubjectError("invalid inbox_prefix: not UTF-8") from None
+    if not isinstance(prefix, str):
+        raise InvalidSubjectError(f"inbox_prefix must be a string, got {B.shown(prefix)}")
+    try:
+        return validate_publish_subject(exact_str(prefix).rstrip("."))
+    except InvalidSubjectError as exc:
+        raise InvalidSubjectError(f"invalid inbox_prefix {prefix!r}: {exc}") from None
+
+
 def positive_duration(value: object, what: str, error: type[Exception]) -> timedelta:
     """A positive ``timedelta`` from a timedelta, a finite number of seconds or a duration string.
 

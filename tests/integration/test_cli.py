@@ -554,6 +554,48 @@ def test_js_api_prefix_reaches_another_accounts_jetstream() -> None:
         )
 
 
+#: A user allowed to subscribe to its own inboxes only (``_INBOX_alice.>``).
+OWN_INBOXES_CONFIG: dict[str, Any] = {
+    "accounts": {
+        "A": {
+            "jetstream": "enabled",
+            "users": [
+                {
+                    "user": "alice",
+                    "password": "alice",
+                    "permissions": {
+                        "publish": {"allow": ["$JS.API.>", "own.>", "_INBOX_alice.>"]},
+                        "subscribe": {"allow": ["_INBOX_alice.>"]},
+                    },
+                }
+            ],
+        }
+    }
+}
+
+
+def test_inbox_prefix_for_a_user_allowed_its_own_inboxes_only() -> None:
+    """``--inbox-prefix`` (or ``NATS_INBOX_PREFIX``, as the nats CLI): without it such a
+    user's replies never came (``_INBOX.>`` refused), every command timed out."""
+    with NatsServer(config=OWN_INBOXES_CONFIG) as server:
+        alice = ("--user", "alice", "--password", "alice", "--timeout", "2")
+        name = unique_name("OWN")
+        prefixed = (*alice, "--inbox-prefix", "_INBOX_alice")
+        invoke(server.url, (*prefixed, "stream", "add", name, "--subjects", "own.>"), None, 0)
+        invoke(server.url, (*prefixed, "pub", "own.x", "hello"), None, 0)
+        runner = CliRunner()
+        env = {"NATS_URL": server.url, "NATS_INBOX_PREFIX": "_INBOX_alice"}
+        listed = runner.invoke(app, [*alice, "--json", "stream", "ls"], env=env)
+        assert listed.exit_code == 0, listed.output
+        assert [s["config"]["name"] for s in json.loads(listed.stdout)] == [name]
+        # Without it the replies go to _INBOX.>, which the server does not let alice read.
+        refused = invoke(server.url, (*alice, "stream", "ls"), None, 1)
+        assert "permissions violation for subscription to" in refused.stderr
+        assert "error: timed out" in refused.stderr
+        bad = invoke(server.url, (*alice, "--inbox-prefix", "_INBOX.*", "stream", "ls"), None, 1)
+        assert "invalid inbox_prefix" in one_error_line(bad)
+
+
 def _auth_schemes(
     tmp: Path,
 ) -> dict[str, tuple[dict[str, Any], list[str], list[str], dict[str, str]]]:

@@ -1683,6 +1683,52 @@ async def test_an_nkey_seed_file_gone_fails_the_reconnect_saying_so(tmp_path: Pa
     assert all(seed_text(user)[:20] not in str(e) for e in errors)
 
 
+async def test_a_malformed_nkey_seed_is_an_invalid_option(tmp_path: Path) -> None:
+    """A mistyped ``nkeys_seed_str`` or an ``nkeys_seed`` file without a seed escaped
+    ``connect`` as an untyped ``nkeys.ErrInvalidSeed``: now ``InvalidOptionError``
+    before connecting, quoting no seed."""
+    user = new_nkey(nkeys.PREFIX_BYTE_USER)
+    good = seed_text(user)
+    mistyped = good[:-1] + ("A" if good[-1] != "A" else "B")
+    garbage = tmp_path / "user.nk"
+    garbage.write_text("not a seed at all\n")
+    config = {"authorization": {"users": [{"nkey": public_key(user)}]}}
+    async with NatsServer(config=config) as server:
+        cases: list[dict[str, Any]] = [
+            {"nkeys_seed_str": mistyped},
+            {"nkeys_seed_str": good[:20]},
+            {"nkeys_seed": str(garbage)},
+        ]
+        for options in cases:
+            with pytest.raises(InvalidOptionError) as info:
+                await asyncio.wait_for(aiojetstream.connect(server.url, **options), PROMPT)
+            text = str(info.value)
+            assert "NKey user seed" in text, text
+            assert good[:20] not in text
+            assert mistyped[-20:] not in text
+        js = await aiojetstream.connect(server.url, nkeys_seed_str=good)
+        await js.close()
+
+
+async def test_an_inbox_prefix_that_would_break_the_sub_line_is_refused(
+    nats_server: NatsServer,
+) -> None:
+    """``inbox_prefix`` starts every reply subject and the ``SUB`` of the reply inbox:
+    whitespace (``SUB a b.<id>.* 1``), a wildcard or an empty token is refused before
+    anything is sent; a trailing ``.`` is dropped."""
+    async with WireCapture(nats_server.port, strict=False) as proxy:
+        for bad in ("a b", "_INBOX\r\nPUB x 1", "_INBOX.*", "a.>", "a..b", "", b"\xff", 7):
+            with pytest.raises(InvalidSubjectError, match="inbox_prefix"):
+                await aiojetstream.connect(proxy.url, inbox_prefix=bad)
+        assert proxy.connections == 0
+        js = await aiojetstream.connect(proxy.url, inbox_prefix="_INBOX_x.")
+        try:
+            assert js.nc.new_inbox().startswith("_INBOX_x.")
+            await js.account_info()  # a request: its reply comes under the prefix
+        finally:
+            await js.close()
+
+
 async def test_a_signing_callback_that_raises_is_named_not_taken_for_a_bad_info(
     tmp_path: Path,
 ) -> None:

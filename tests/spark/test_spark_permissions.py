@@ -7,6 +7,8 @@ create (``$JS.API.CONSUMER.CREATE.PERMS``) that reads use by default. Such a
 ``reader`` user (and nothing else of the API but that stream's info) reads
 with ``consumerNamePrefix=etl``: every consumer the read creates is named
 ``etl-<unique>`` and none is left behind; without the prefix the read fails.
+The user may subscribe to its own inboxes only (``_INBOX_etl.>``), which the
+read's replies reach with ``inboxPrefix=_INBOX_etl``.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ accounts: {{
            "$JS.API.CONSUMER.INFO.{STREAM}.*",
            "$JS.API.CONSUMER.DELETE.{STREAM}.*"
          ]}},
-         subscribe: {{allow: ["_INBOX.>"]}}}}}}
+         subscribe: {{allow: ["_INBOX_etl.>"]}}}}}}
     ]
   }}
 }}
@@ -74,6 +76,7 @@ def test_reader_limited_to_prefixed_consumers(spark: SparkSession, server: NatsS
                 .option("password", "reader")
                 .option("stream", STREAM)
                 .option("numPartitions", "3")
+                .option("inboxPrefix", "_INBOX_etl")
             )
             for key, value in options.items():
                 r = r.option(key, value)

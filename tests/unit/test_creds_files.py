@@ -228,7 +228,33 @@ def test_a_creds_text_given_as_a_path_is_not_quoted(creds_file: Path) -> None:
 
 def test_no_credentials_nothing_to_check() -> None:
     check_credentials({})
-    check_credentials({"user_credentials": None, "nkeys_seed_str": "not checked here"})
+    check_credentials({"user_credentials": None, "nkeys_seed_str": USER_SEED})
+    check_credentials({"user_credentials": None, "nkeys_seed_str": f"  {USER_SEED}\n"})
+
+
+def test_a_malformed_nkey_seed_is_refused_without_quoting_it(tmp_path: Path) -> None:
+    """``nkeys_seed_str`` and an ``nkeys_seed`` file's content are checked as nats-py
+    reads them (stripped): nats-py raised an untyped ``nkeys.ErrInvalidSeed``."""
+    seed_file = tmp_path / "user.nk"
+    for bad, what in (
+        (USER_SEED[:20], "expected 58 characters"),
+        (TYPO_SEED, "checksum does not match"),
+        (ACCOUNT_SEED, "seed of an account key"),
+        ("not a seed at all", "expected 58 characters"),
+    ):
+        with pytest.raises(InvalidOptionError, match=f"^nkeys_seed_str is not .*{what}") as info:
+            check_credentials({"nkeys_seed_str": bad})
+        assert bad not in str(info.value)
+        seed_file.write_text(bad + "\n")
+        with pytest.raises(InvalidOptionError, match=f"holds no NKey user seed: .*{what}") as info:
+            check_credentials({"nkeys_seed": str(seed_file)})
+        assert str(info.value).startswith(f"NKey seed file {str(seed_file)!r}")
+        assert bad not in str(info.value)
+    seed_file.write_text(USER_SEED + "\n")
+    check_credentials({"nkeys_seed": str(seed_file)})
+    # nats-py signs with the .creds file, or nkeys_seed_str, when given: not with the file.
+    seed_file.write_text("garbage")
+    check_credentials({"nkeys_seed": str(seed_file), "nkeys_seed_str": USER_SEED})
 
 
 # --------------------------------------------------------------------------- Spark

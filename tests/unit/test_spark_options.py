@@ -256,6 +256,19 @@ def test_connect_kwargs(tmp_path: Path) -> None:
     assert (kwargs["token"], kwargs["user_credentials"]) == ("t", creds)
 
 
+def test_inbox_prefix() -> None:
+    """``inboxPrefix``: nats-py's ``inbox_prefix`` for the source, the sink and the KV format."""
+    source = parse_source_options({"stream": "S", "InboxPrefix": "_INBOX_etl"}, streaming=False)
+    assert source.connect.connect_kwargs()["inbox_prefix"] == "_INBOX_etl"
+    sink = parse_sink_options({"subject": "s.x", "inboxPrefix": " _INBOX.etl. "})
+    assert sink.connect.connect_kwargs()["inbox_prefix"] == "_INBOX.etl"
+    assert parse_kv_options({"bucket": "b", "inboxPrefix": "_I"}).connect.inbox_prefix == "_I"
+    assert "inbox_prefix" not in parse_sink_options({"subject": "s.x"}).connect.connect_kwargs()
+    for bad in ("_INBOX.*", "a.>", "a b", "a..b", ".", "a\x01b"):
+        with pytest.raises(InvalidOptionError, match=r"^option 'inboxPrefix': invalid prefix"):
+            parse_sink_options({"subject": "s.x", "inboxPrefix": bad})
+
+
 @given(
     start=st.integers(1, 10**12),
     total=st.integers(0, 10**7),

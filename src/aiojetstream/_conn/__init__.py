@@ -13,7 +13,9 @@ The package, by concern:
   public API and the functions of ``_nats`` only (pinned by
   ``tests/unit/test_nats_boundary.py``);
 * ``_connect``: connecting, its options and errors; ``_tls``: the TLS guard;
-  ``_reconnect``: which server a reconnect tries next;
+  ``_reconnect``: which server a reconnect tries next; ``_auth``: credentials
+  refused after the first connection (reconnect, give up a server refusing
+  twice, name the refusal);
 * ``_client``: :class:`Conn` and its connection listeners;
 * ``_paths``: the choice between the two paths (below);
 * ``_scan``: framing the messages of routed subscriptions from the read

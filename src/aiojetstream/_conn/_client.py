@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from .._errors import ConnectionClosedError, JetStreamError
+from ._auth import closed_error
 from ._connect import logging_errors
 from ._fallback import after_background_publishes, publish_in_task
 from ._nats import (
@@ -133,6 +134,13 @@ class Conn:
         """True once the connection is closed for good."""
         return bool(self.nc.is_closed)
 
+    def closed_error(self, text: str = "the connection is closed") -> ConnectionClosedError:
+        """The error of a closed connection: ``text``, and the refusal that closed it.
+
+        The refusal of credentials that made nats-py give up, if one did (see ``_auth``).
+        """
+        return closed_error(self.nc, text)
+
     @property
     def is_connected(self) -> bool:
         """True while connected to a server."""
@@ -200,7 +208,7 @@ class Conn:
             check_line(subject.encode(), reply.encode())
         if not self.fast:
             await after_background_publishes()
-        with translate(subject):
+        with translate(subject, self.nc):
             await self.nc.publish(subject, payload, reply=reply, headers=headers)
 
     async def subscribe(
@@ -212,7 +220,7 @@ class Conn:
         pending_bytes_limit: int = 0,
     ) -> NatsSubscription:
         """Subscribe with a callback; limits of 0 mean unlimited (no client-side drops)."""
-        with translate(subject):
+        with translate(subject, self.nc):
             return await self.nc.subscribe(
                 subject,
                 cb=cb,
@@ -263,7 +271,7 @@ class Conn:
         """
         nc = self.nc
         if nc.is_closed:
-            raise ConnectionClosedError("the connection is closed")
+            raise closed_error(nc)
         if len(subject) + len(reply) > MAX_SUBJECT_LINE:
             check_line(subject, reply)
         if not self.fast:
@@ -403,7 +411,7 @@ class Conn:
 
     async def flush(self, timeout: float) -> None:
         """Flush and wait for the server's PONG."""
-        with translate():
+        with translate(nc=self.nc):
             # nats-py annotates an int but waits on any positive number.
             await self.nc.flush(timeout=timeout)  # type: ignore[arg-type]
 

@@ -25,13 +25,17 @@ from .._errors import (
     TLSError,
 )
 from .._redact import connection_secrets, mentions, redact_servers, scrub
+from .._validation import validate_inbox_prefix
+from ._auth import REFUSALS, Refusals, is_auth_error
 from ._nats import (
     FailedAttempt,
     NatsClient,
     abort_transport,
     bound_internal_close,
     drop_unsent_on_reconnect,
+    guard_auth_refusals,
     guard_connect_init,
+    keep_last_error,
     nats_errors,
 )
 from ._reconnect import NextServer
@@ -121,6 +125,12 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       flush the connection it gives up (:class:`NextServer`,
       :func:`drop_unsent_on_reconnect`), unless ``reconnect_to_server_handler``
       is given.
+    * Once connected, credentials refused (a JWT expired while connected, a
+      password rotated on the server) are reported to the error callback and
+      the client reconnects (reading a creds file again); a server refusing
+      them twice in a row leaves the rotation, and with none left the client
+      closes, its errors naming the refusal (``_auth``,
+      :func:`~._nats.guard_auth_refusals`).
     * ``disconnected_cb`` runs once per lost connection, not again when nats-py
       closes a client already disconnected (:func:`one_disconnect_each`).
     * Every connection attempt starts clean: what an attempt that failed after
@@ -129,6 +139,9 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       (:func:`~._nats.guard_connect_init`).
     """
     urls = _split_urls(servers)
+    if "inbox_prefix" in options:
+        # It starts every reply subject and the SUB of the wildcard reply inbox.
+        options["inbox_prefix"] = validate_inbox_prefix(options["inbox_prefix"])
     check_credentials(options)  # nats-py would read them late, in the loop (and may hang)
     shown = redact_servers(servers)
     secrets = connection_secrets(servers, options)
@@ -148,7 +161,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     # reconnect: each a failed attempt (FailedAttempt), not a crash or a hang.
     files = {
         key: options[key]
-        for key in ("user_credentials", "nkeys_seed")
+        for key in ("user_credentials", "nkeys_seed", "nkeys_seed_str")
         if isinstance(options.get(key), str | os.PathLike | tuple)
     }
     recheck = functools.partial(check_credentials, files) if files else None
@@ -215,6 +228,8 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         next_server.attach(nc)
     drop_unsent_on_reconnect(nc)
     bound_internal_close(nc)
+    refusals = REFUSALS[nc] = Refusals()
+    guard_auth_refusals(nc, refusals)
     return nc
 
 
@@ -247,7 +262,7 @@ def _connect_failure(
     nats-py reports is quoted (the caller screens it for secrets), except for
     a refused URL: nats-py's reason quotes the URL.
     """
-    refused = next((e for e in reversed(connect_errors) if _is_auth_error(e)), None)
+    refused = next((e for e in reversed(connect_errors) if is_auth_error(e)), None)
     if refused is not None:
         return AuthorizationError(f"{shown} refused the credentials: {refused}")
     if tls_refusals:
@@ -370,6 +385,14 @@ def _failing_requests(
     async def closed() -> None:
         target = client()
         if target is not None:
+            refusals = REFUSALS.get(target)
+            if (
+                refusals is not None
+                and refusals.error is not None
+                and isinstance(target.last_error, nats_errors.NoServersError)
+            ):
+                # nats-py gave up for want of a server that takes the credentials.
+                keep_last_error(target, refusals.error)
             fail_requests(target)
         if user_cb is not None:
             await user_cb()
@@ -426,20 +449,3 @@ def _screened_error(exc: Exception, secrets: list[str]) -> Exception:
     if not mentions(exc, secrets):
         return exc
     return JetStreamError(f"{type(exc).__name__}: {scrub(str(exc), secrets)}")
-
-
-#: The server's -ERR texts of refused credentials (nats-py raises them as a plain Error).
-_AUTH_ERRORS = (
-    "authorization violation",
-    "user authentication expired",
-    "user authentication revoked",
-    "account authentication expired",
-)
-
-
-def _is_auth_error(exc: Exception) -> bool:
-    """An ``-ERR`` of refused credentials, such as ``'Authorization Violation'``."""
-    if isinstance(exc, nats_errors.AuthorizationError):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, nats_errors.Error) and any(marker in text for marker in _AUTH_ERRORS)

@@ -46,7 +46,7 @@ from nats.aio.msg import Msg as NatsMsg
 from nats.aio.subscription import Subscription as NatsSubscription
 
 from .._bounds import shown
-from .._errors import ConnectionClosedError, DisconnectedError, MaxPayloadExceededError
+from .._errors import DisconnectedError, MaxPayloadExceededError
 from ._reads import DirectReads
 from ._scan import SCAN_END, SCAN_OTHER, SCAN_PING, SCAN_PONG, Scanner
 from ._wire import ACK_TAILS, ACK_WRITE_BYTES
@@ -77,6 +77,8 @@ __all__ = [
     "enqueue_many",
     "fail_nats_requests",
     "fast_path_missing",
+    "keep_last_error",
+    "guard_auth_refusals",
     "guard_connect_init",
     "guard_process_info",
     "nats_errors",
@@ -589,7 +591,9 @@ def ack_nowait(self: HasClient, subject: bytes, payload: bytes) -> None:
     cmd = b"PUB " + subject + tail
     if not nc.is_connected:
         if nc.is_closed:
-            raise ConnectionClosedError("the connection is closed")
+            from ._auth import closed_error  # _auth imports this module
+
+            raise closed_error(nc)
         enqueue(nc, cmd, len(payload))
         return
     # enqueue, connected, and a write instead of a wake-up once enough is queued.
@@ -730,6 +734,79 @@ def bound_internal_close(nc: NatsClient) -> None:
         await original(*args, **kwargs)
 
     nc._close = close  # type: ignore[method-assign]
+
+
+class RefusalPolicy(Protocol):
+    """What :func:`guard_auth_refusals` asks (``_auth.Refusals`` and its classifier)."""
+
+    def refusal(self, text: str) -> str | None:
+        """Which refusal of credentials ``text`` is, or None."""
+
+    def refused(self, server: Srv, refusal: str, error: Exception) -> bool:
+        """Count a refusal; True: drop ``server`` from the reconnect rotation."""
+
+    def accepted(self, server: Srv) -> None:
+        """``server`` took the credentials."""
+
+
+def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
+    """Reconnect on credentials refused while connected; drop a server refusing twice.
+
+    nats-py's ``_process_err`` closed the client for good, without calling
+    the error callback, on ``-ERR 'User Authentication Expired'`` (or
+    ``Revoked``, ``Account Authentication Expired``, ``Authorization
+    Violation``) while connected: such an error now goes to the error
+    callback, then to ``_process_op_err`` (a reconnect, which reads a
+    ``.creds`` file again). A refusal of a connection attempt (nats-py's
+    ``_process_connect_init`` raising the server's ``-ERR``) is counted too;
+    a server that ``policy`` gives up is removed from nats-py's server pool,
+    and with none left nats-py's reconnect loop ends and closes the client
+    (``NoServersError``). See ``_auth``.
+    """
+    original_err: Callable[[str], Awaitable[None]] | None = getattr(nc, "_process_err", None)
+    original_init: Callable[[], Awaitable[None]] | None = getattr(nc, "_process_connect_init", None)
+    if original_err is None or original_init is None:  # another nats-py: its own handling
+        return
+
+    def give_up(server: Srv) -> None:
+        pool = nc._server_pool
+        pool[:] = [s for s in pool if s is not server]
+
+    async def process_err(err_msg: str) -> None:
+        server: Srv | None = nc._current_server
+        refusal = policy.refusal(err_msg)
+        if refusal is None or server is None or not nc.is_connected:
+            await original_err(err_msg)
+            return
+        error = nats_errors.Error(f"nats: {err_msg.strip().strip(chr(39))}")
+        nc._err = error
+        if policy.refused(server, refusal, error):
+            give_up(server)
+        await nc._error_cb(error)
+        # A reconnect (or, with reconnects off, a close keeping the error).
+        await nc._process_op_err(error)
+
+    async def connect_init() -> None:
+        server: Srv | None = nc._current_server
+        try:
+            await original_init()
+        except FailedAttempt:
+            raise  # ours (a bad INFO, a signing callback that raised): no refusal
+        except nats_errors.Error as exc:
+            refusal = policy.refusal(str(exc))
+            if refusal is not None and server is not None and policy.refused(server, refusal, exc):
+                give_up(server)
+            raise
+        if server is not None:
+            policy.accepted(server)
+
+    nc._process_err = process_err  # type: ignore[method-assign]
+    nc._process_connect_init = connect_init  # type: ignore[method-assign]
+
+
+def keep_last_error(nc: NatsClient, error: Exception) -> None:
+    """Make ``error`` nats-py's ``last_error`` (in place of its closing ``NoServersError``)."""
+    nc._err = error
 
 
 def drop_unsent_on_reconnect(nc: NatsClient) -> None:

@@ -19,6 +19,7 @@ from .._errors import (
     NoRespondersError,
 )
 from .._validation import check_timeout
+from ._auth import closed_error
 from ._fallback import after_background_publishes, decode_header_block, rebuild_header_block
 from ._nats import NatsClient, fail_nats_requests, payload_limit, send_now, subscription_id
 from ._raw import router_for
@@ -132,7 +133,7 @@ def fail_requests(nc: NatsClient) -> None:
     mux = REQUESTS.get(nc)
     for fut in list(mux.futures.values()) if mux is not None else ():
         if not fut.done():
-            fut.set_exception(ConnectionClosedError("the connection closed before the reply came"))
+            fut.set_exception(closed_error(nc, "the connection closed before the reply came"))
     if mux is not None:
         mux.stop_timer()
     fail_nats_requests(nc)
@@ -149,7 +150,7 @@ async def request(
     """Send a request and wait for its reply (see ``Conn.request``)."""
     nc = conn.nc
     if nc.is_closed:
-        raise ConnectionClosedError("the connection is closed")
+        raise closed_error(nc)
     check_timeout(timeout)  # a wrong one was sent, then reported as a failure
     if len(payload) + (len(header_block) if header_block else 0) > payload_limit(nc):
         # Headers count: past the limit the server closes the connection.
@@ -159,7 +160,7 @@ async def request(
             check_line(subject.encode(), b"_INBOX." + b"x" * 60)  # nats-py's inbox, at most
         headers = decode_header_block(header_block)
         await after_background_publishes()  # sent after the publishes made before it
-        with translate(subject):
+        with translate(subject, nc):
             msg = await nc.request(subject, payload, timeout=timeout, headers=headers)
         # A stored message (a direct get's) is no status, whatever its headers say.
         stored = msg.headers is not None and "Nats-Sequence" in msg.headers

@@ -15,14 +15,19 @@ from .._errors import (
     MaxPayloadExceededError,
     NoRespondersError,
 )
-from ._nats import nats_errors
+from ._auth import closed_error
+from ._nats import NatsClient, nats_errors
 
 __all__ = ["as_jetstream_error", "translate"]
 
 
 @contextlib.contextmanager
-def translate(subject: str = "") -> Iterator[None]:
-    """Map nats-py exceptions raised inside the block to aiojetstream errors."""
+def translate(subject: str = "", nc: NatsClient | None = None) -> Iterator[None]:
+    """Map nats-py exceptions raised inside the block to aiojetstream errors.
+
+    With the client ``nc``, a closed connection's error names the refusal of
+    credentials that closed it, if one did (:func:`~._auth.closed_error`).
+    """
     try:
         yield
     except JetStreamError:
@@ -32,7 +37,9 @@ def translate(subject: str = "") -> Iterator[None]:
     except nats_errors.TimeoutError as exc:
         raise JetStreamTimeoutError(f"timed out waiting for a reply on {subject!r}") from exc
     except (nats_errors.ConnectionClosedError, nats_errors.ConnectionDrainingError) as exc:
-        raise ConnectionClosedError("the connection is closed") from exc
+        if nc is None:
+            raise ConnectionClosedError("the connection is closed") from exc
+        raise closed_error(nc) from exc
     except (
         nats_errors.OutboundBufferLimitError,
         nats_errors.ConnectionReconnectingError,

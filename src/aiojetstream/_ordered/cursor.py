@@ -477,7 +477,7 @@ class OrderedCursor:
         if stop is not None and stop.is_set():
             return True
         if closed.event.is_set():
-            raise ConnectionClosedError("the connection was closed")
+            raise conn.closed_error("the connection was closed")
         return False
 
     def _accept(self, msg: Msg) -> bool | None:

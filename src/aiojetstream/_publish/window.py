@@ -304,7 +304,7 @@ class AsyncPublisher:
         conn = self._conn
         nc = conn.nc
         if self._closed or nc.is_closed or nc.is_draining_pubs:
-            raise ConnectionClosedError("the connection is closed or draining")
+            raise conn.closed_error("the connection is closed or draining")
         if not self._started:
             raise InvalidOptionError("send_many before wait_for_room: no reply subscription yet")
         one = subject
@@ -379,7 +379,7 @@ class AsyncPublisher:
         conn = self._conn
         nc = conn.nc
         if self._closed or nc.is_closed or nc.is_draining_pubs:
-            raise ConnectionClosedError("the connection is closed or draining")
+            raise conn.closed_error("the connection is closed or draining")
         if not self._started:
             raise InvalidOptionError("send_commands before wait_for_room: no reply subscription")
         deadline = asyncio.get_running_loop().time() + (

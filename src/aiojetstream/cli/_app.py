@@ -229,6 +229,15 @@ def root(
             "with --domain).",
         ),
     ] = None,
+    inbox_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--inbox-prefix",
+            envvar="NATS_INBOX_PREFIX",
+            help="Prefix of the reply subjects (default _INBOX), for a user allowed to "
+            "subscribe to its own inboxes only (_INBOX_alice.>).",
+        ),
+    ] = None,
     timeout: Annotated[
         float, typer.Option(min=0.001, help="Seconds to wait for each reply.")
     ] = 5.0,
@@ -258,6 +267,7 @@ def root(
         tls_key=tls_key,
         domain=domain,
         js_api_prefix=js_api_prefix,
+        inbox_prefix=inbox_prefix,
         timeout=timeout,
         json=json,
         debug=debug,

@@ -137,6 +137,7 @@ class Options:
     tls_key: Path | None = None
     domain: str | None = None
     js_api_prefix: str | None = None
+    inbox_prefix: str | None = None
     timeout: float = 5.0
     json: bool = False
     debug: bool = False
@@ -159,6 +160,8 @@ class Options:
         kwargs: dict[str, Any] = {"timeout": self.timeout, "domain": self.domain}
         if self.js_api_prefix is not None:
             kwargs["api_prefix"] = self.js_api_prefix
+        if self.inbox_prefix is not None:
+            kwargs["inbox_prefix"] = self.inbox_prefix
         if self.user is not None:
             kwargs["user"] = self.user
         if self.password is not None:

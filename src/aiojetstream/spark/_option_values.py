@@ -33,6 +33,7 @@ __all__ = [
     "Start",
     "parse_bool",
     "parse_duration",
+    "parse_inbox_prefix",
     "parse_name",
     "parse_offset",
     "parse_per_stream",
@@ -182,6 +183,30 @@ def parse_bool(options: Mapping[str, str], key: str, display: str, default: bool
     if text in ("false", "0", "no"):
         return False
     raise InvalidOptionError(f"option {display!r}: expected true or false, got {raw!r}")
+
+
+def parse_inbox_prefix(options: Mapping[str, str]) -> str | None:
+    """``inboxPrefix``: the reply subjects' prefix, a subject without wildcards (or None).
+
+    Each reply inbox is the prefix, a ``.`` and more tokens, subscribed to with
+    a wildcard: whitespace, an empty token or a wildcard would break or widen
+    the subscription. A trailing ``.`` is dropped (nats-py adds its own).
+    """
+    raw = options.get("inboxprefix")
+    if raw is None or not raw.strip():
+        return None
+    prefix = raw.strip().rstrip(".")
+    tokens = prefix.split(".")
+    if (
+        not prefix
+        or any(not t for t in tokens)
+        or any(c.isspace() or not c.isprintable() or c in "*>" for c in prefix)
+    ):
+        raise InvalidOptionError(
+            f"option 'inboxPrefix': invalid prefix {raw!r} (a subject such as _INBOX_alice: "
+            "no whitespace, control characters, empty tokens or wildcards)"
+        )
+    return prefix
 
 
 def parse_subjects(options: Mapping[str, str]) -> tuple[str, ...]:

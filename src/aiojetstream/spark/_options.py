@@ -47,6 +47,7 @@ from ._option_values import (
     Start,
     parse_bool,
     parse_duration,
+    parse_inbox_prefix,
     parse_name,
     parse_named_offset,
     parse_offset,
@@ -106,6 +107,7 @@ _DISPLAY: Final = {
         "tlsKeyFile",
         "domain",
         "apiPrefix",
+        "inboxPrefix",
         "timeout",
         "ignoreUnknownOptions",
         "stream",
@@ -147,6 +149,7 @@ _CONNECT_KEYS: Final = frozenset(
         "tlskeyfile",
         "domain",
         "apiprefix",
+        "inboxprefix",
         "timeout",
         "ignoreunknownoptions",
         "telemetry",
@@ -298,6 +301,8 @@ class ConnectOptions:
     tls_key_file: str | None = None
     domain: str | None = None
     api_prefix: str | None = None
+    #: The prefix of the connection's reply inboxes (nats-py's ``inbox_prefix``).
+    inbox_prefix: str | None = None
     timeout: float = 10.0
     #: The text of a .creds file (user JWT and NKey seed), in nsc's layout.
     creds_secret: str | None = field(default=None, repr=False)
@@ -324,6 +329,8 @@ class ConnectOptions:
             kwargs["domain"] = self.domain
         if self.api_prefix:
             kwargs["api_prefix"] = self.api_prefix
+        if self.inbox_prefix:
+            kwargs["inbox_prefix"] = self.inbox_prefix
         if self.user is not None:
             kwargs["user"] = self.user
         if self.password is not None:
@@ -466,6 +473,7 @@ def _connect(options: Mapping[str, str]) -> ConnectOptions:
         tls_key_file=options.get("tlskeyfile") or None,
         domain=domain,
         api_prefix=options.get("apiprefix") or None,
+        inbox_prefix=parse_inbox_prefix(options),
         timeout=parse_positive_float(options, "timeout", "timeout", 10.0),
         telemetry=check_telemetry(options.get("telemetry")),
     )
