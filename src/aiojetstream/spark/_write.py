@@ -8,9 +8,10 @@ whole before any of it is sent, no future per row, and the next batch sent
 while the acknowledgements of the previous ones arrive. The task returns only
 when every acknowledgement has arrived; the first failed one fails the task
 (Spark then retries it). ``dedupe=auto`` gives each row a ``Nats-Msg-Id``
-derived from the write (or streaming query and batch), the partition and the
-row's position, so a retried task or a replayed micro-batch stores nothing
-twice within the stream's ``duplicate_window``.
+derived from the write (or streaming query and batch) and the message the row
+was read from (its ``stream`` and ``seq``), or else the partition and the row's
+position, so a retried task or a replayed micro-batch stores nothing twice
+within the stream's ``duplicate_window``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ except ImportError:  # pragma: no cover - Spark 4.0: rows
 
 __all__ = [
     "BatchWriterBase",
+    "IdPrefix",
     "SinkColumns",
     "StreamWriter",
     "WriteResult",
@@ -194,6 +196,25 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class IdPrefix:
+    """The prefixes of a task's ``dedupe=auto`` ids."""
+
+    #: The write's id (a batch write) or ``<queryId>-<batchId>`` (a micro-batch):
+    #: the prefix of the ids made of a row's ``stream`` and ``seq``. Those leave
+    #: the partition out: a replayed micro-batch may cut its partitions
+    #: elsewhere (the source's first sequence moved, other ``numPartitions``),
+    #: and a message must keep its id wherever it lands.
+    write: str
+    #: The task's partition: a row's position is its own only within its task.
+    partition: int
+
+    @property
+    def positions(self) -> str:
+        """The prefix of the ids made of a row's position: ``<write>-<partition>``."""
+        return f"{self.write}-{self.partition}"
+
+
 @dataclass
 class WriteResult(WriterCommitMessage):
     """What one task wrote: rows published and how many the stream reported as duplicates."""
@@ -241,7 +262,7 @@ class _Publisher:
         self,
         js: JetStreamContext,
         opts: SinkOptions,
-        id_prefix: str | None,
+        id_prefix: IdPrefix | None,
         source_ids: bool = False,
     ) -> None:
         self._js = js
@@ -365,7 +386,7 @@ _MAX_SOURCE_STREAMS: Final = 1024
 
 def _msg_ids(
     batch: pa.RecordBatch,
-    prefix: str | None,
+    prefix: IdPrefix | None,
     first_row: int,
     header_ids: pa.Array | None = None,
     run: _Run | None = None,
@@ -374,14 +395,15 @@ def _msg_ids(
 
     A row's own id, from its ``msg_id`` or else a ``Nats-Msg-Id`` in its
     ``headers`` (``header_ids``), is kept: an id of the user's is never
-    replaced by a generated one. Generated: ``<prefix>-<stream>-<seq>`` for a
+    replaced by a generated one. Generated: ``<write>-<stream>-<seq>`` for a
     row with the ``stream`` and ``seq`` of a ``jetstream`` read (the message
-    it came from; the k-th further row in a row from one message, as an
-    ``explode`` makes, ``.k`` added), else ``<prefix>-<row>`` (its position in
-    the task). A position shifts when a retried task reads one message fewer
-    (removed from the source meanwhile: a per-subject limit, a TTL, a delete):
-    every later row then took the id of the row before it, and the first one
-    the first attempt had not stored was dropped as a duplicate.
+    it came from, whichever task it is in; the k-th further row in a row from
+    one message, as an ``explode`` makes, ``.k`` added), else
+    ``<write>-<partition>-<row>`` (its position in the task). A position
+    shifts when a retried task reads one message fewer (removed from the
+    source meanwhile: a per-subject limit, a TTL, a delete): every later row
+    then took the id of the row before it, and the first one the first attempt
+    had not stored was dropped as a duplicate.
 
     As Arrow: ``publish_many_async`` takes plain ids as a column (HPUB
     commands built a batch at a time) and checks any other one by one.
@@ -398,10 +420,10 @@ def _msg_ids(
         return given
     rows = pa.array(range(first_row, first_row + batch.num_rows), pa.int64())
     generated = pc.binary_join_element_wise(
-        pa.scalar(f"{prefix}-"), pc.cast(rows, pa.string()), pa.scalar("")
+        pa.scalar(f"{prefix.positions}-"), pc.cast(rows, pa.string()), pa.scalar("")
     )
     if run is not None:
-        generated = _source_ids(batch, prefix, generated, run)
+        generated = _source_ids(batch, prefix.write, generated, run)
     if given is None:
         return generated
     return pc.if_else(pc.is_null(given), generated, given)
@@ -409,6 +431,10 @@ def _msg_ids(
 
 def _source_ids(batch: pa.RecordBatch, prefix: str, positions: pa.Array, run: _Run) -> pa.Array:
     """``<prefix>-<stream>-<seq>[.k]`` where a row has both, else its ``positions`` id.
+
+    ``prefix``: the write's or micro-batch's, without the partition (the same
+    message has the same id in any task, as a replay cutting its partitions
+    elsewhere needs; rows of one message in two tasks share it too).
 
     ``k``: how many rows before it in a row came from the same message (none
     for the first), counted on from the task's previous batch (``run``).
@@ -503,7 +529,7 @@ def _payloads(batch: pa.RecordBatch) -> pa.Array:
 def _write(
     connect: ConnectOptions,
     opts: SinkOptions,
-    id_prefix: str | None,
+    id_prefix: IdPrefix | None,
     iterator: Iterable[Any],
     schema: pa.Schema,
 ) -> WriteResult:
@@ -541,8 +567,7 @@ class Writer(BatchWriterBase):
         prefix = None
         if self.opts.dedupe == "auto":
             ctx = _partition()
-            part = ctx.partitionId() if ctx is not None else 0
-            prefix = f"{self.write_id}-{part}"
+            prefix = IdPrefix(self.write_id, ctx.partitionId() if ctx is not None else 0)
         return _write(self.opts.connect, self.opts, prefix, iterator, self.columns.arrow)
 
     @surfaced
@@ -567,7 +592,7 @@ class StreamWriter(StreamWriterBase):
 
     @surfaced
     def write(self, iterator: Iterator[Any]) -> WriteResult:
-        """Publish a micro-batch partition; ``dedupe=auto`` ids are query-batch-partition-row."""
+        """Publish a micro-batch partition; ``dedupe=auto`` ids start with query-batch."""
         prefix = None
         if self.opts.dedupe == "auto":
             ctx = _partition()
@@ -580,7 +605,7 @@ class StreamWriter(StreamWriterBase):
                 raise InvalidOptionError(
                     "dedupe=auto: Spark gave this task no streaming query or batch id"
                 )
-            prefix = f"{query}-{batch}-{ctx.partitionId()}"
+            prefix = IdPrefix(f"{query}-{batch}", ctx.partitionId())
         return _write(self.opts.connect, self.opts, prefix, iterator, self.columns.arrow)
 
     @surfaced
