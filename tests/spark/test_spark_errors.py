@@ -98,7 +98,7 @@ def test_write_without_subject(spark: SparkSession, nats: Nats) -> None:
 def test_write_subject_no_stream_captures(spark: SparkSession, nats: Nats, name: str) -> None:
     """The task's publish says what is wrong and what to do. Nothing but the connection
     is checked before the job: the account's subject mappings and imports reach streams
-    a check of stream subjects does not see (tests/integration/test_spark_sink_subjects.py)."""
+    a check of stream subjects does not see (tests/integration/test_spark_sink.py)."""
     df = spark.createDataFrame([("x",)], "data string")
     with pytest.raises(
         PySparkException,

@@ -241,13 +241,13 @@ def test_the_sinks_msg_ids() -> None:
     from aiojetstream.spark._write import IdPrefix, _msg_ids
 
     plain = pa.RecordBatch.from_pydict({"data": [b"a", b"b", b"c"]})
-    assert _msg_ids(plain, None, 7) is None
-    ids: Any = _msg_ids(plain, IdPrefix("w", 3), 7)
+    assert _msg_ids(plain, None, 7).ids is None
+    ids: Any = _msg_ids(plain, IdPrefix("w", 3), 7).ids
     assert ids.to_pylist() == ["w-3-7", "w-3-8", "w-3-9"]
     given = pa.RecordBatch.from_pydict({"data": [b"a", b"b"], "msg_id": ["x", None]})
-    ids = _msg_ids(given, IdPrefix("w", 3), 0)
+    ids = _msg_ids(given, IdPrefix("w", 3), 0).ids
     assert ids.to_pylist() == ["x", "w-3-1"]
-    ids = _msg_ids(given, None, 0)
+    ids = _msg_ids(given, None, 0).ids
     assert ids.to_pylist() == ["x", None]
 
 
@@ -272,7 +272,7 @@ def _ids_in_batches(
                 "seq": pa.array([r[1] for r in part], pa.int64()),
             }
         )
-        ids: Any = _msg_ids(batch, IdPrefix("q-0", partition), lo, None, run)
+        ids: Any = _msg_ids(batch, IdPrefix("q-0", partition), lo, None, run).ids
         out += ids.to_pylist()
     return out
 
@@ -311,6 +311,51 @@ def test_the_sinks_ids_from_a_reads_stream_and_seq() -> None:
         "q-0-S-6",
         "q-0-1-2",
     ]
+
+
+def test_a_copys_id_wins_over_the_nats_msg_id_in_its_headers() -> None:
+    """A copy of a read that keeps ``headers`` (dedupe=auto): the copied Nats-Msg-Id was
+    sent as the copy's id, so messages the source stored with one id apart (beyond its
+    duplicate_window) collapsed into one in the copy, and the write reported success.
+    The copy's id wins; the header's value moves to Source-Nats-Msg-Id (``moved``)."""
+    pytest.importorskip("pyspark")
+    from aiojetstream.spark._write import IdPrefix, _header_ids, _msg_ids, _Run
+
+    headers = pa.array(
+        [
+            [("Nats-Msg-Id", "h0")],
+            [("Nats-Msg-Id", "same")],
+            [("Nats-Msg-Id", "same")],
+            [("X", "1")],
+            [("Nats-Msg-Id", "h4")],
+            None,
+        ],
+        pa.map_(pa.string(), pa.string()),
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "data": [b"x"] * 6,
+            "headers": headers,
+            "msg_id": ["m0", None, None, None, None, None],
+            "stream": pa.array(["S", "S", "S", "S", None, None], pa.string()),
+            "seq": pa.array([1, 2, 3, 4, None, None], pa.int64()),
+        }
+    )
+    ids = _msg_ids(batch, IdPrefix("q-0", 1), 0, _header_ids(headers), _Run())
+    assert ids.ids is not None
+    assert ids.moved is not None
+    assert ids.ids.to_pylist() == [
+        "m0",  # the msg_id column wins over everything
+        "q-0-S-2",  # a copy's id over its header's
+        "q-0-S-3",
+        "q-0-S-4",
+        "h4",  # not a copy: the header's id is the row's own
+        "q-0-1-5",
+    ]
+    assert ids.moved.to_pylist() == [False, True, True, False, False, False]
+    # No row of a copy with a header id: nothing moves.
+    plain = batch.select(["data", "stream", "seq"])
+    assert _msg_ids(plain, IdPrefix("q-0", 1), 0, None, _Run()).moved is None
 
 
 @settings(max_examples=200, deadline=None)

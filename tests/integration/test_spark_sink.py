@@ -1,5 +1,5 @@
-"""The ``jetstream`` sink on subjects that reach a stream through the account's
-subject mappings or a service import, on a real server.
+"""The ``jetstream`` sink on a real server: subjects that reach a stream through the
+account's subject mappings or a service import; the ids of a copy that keeps its headers.
 
 No Spark here: ``writer()`` / ``streamWriter()`` are called as Spark's driver
 calls them before the job, and ``write()`` / ``commit()`` as its tasks and
@@ -9,15 +9,23 @@ driver do. The real-Spark sink tests are in tests/spark/.
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 import aiojetstream
-from aiojetstream import NoRespondersError, StreamConfig
-from aiojetstream.spark import JetStreamDataSource, _runtime
+from aiojetstream import NoRespondersError, RawStreamMessage, StreamConfig
+from aiojetstream.spark import JetStreamDataSource, JetStreamSparkWarning, _runtime
 from aiojetstream.spark._write import StreamWriter, Writer, WriteResult
 from aiojetstream.testing import NatsServer
 from helpers import CROSS_ACCOUNTS_CONFIG, unique_name
@@ -55,22 +63,27 @@ def shared_stream(server: NatsServer) -> str:
     return name
 
 
-def subjects(server: NatsServer, name: str) -> list[str]:
-    """The subjects of the messages stream ``name`` holds, in order."""
+def messages(server: NatsServer, name: str) -> list[RawStreamMessage]:
+    """The messages stream ``name`` holds, in order."""
 
-    async def read() -> list[str]:
+    async def read() -> list[RawStreamMessage]:
         js = await aiojetstream.connect(server.url, user="a", password="a")
         try:
             stream = await js.stream(name)
             last = (await stream.info()).state.last_seq
-            out: list[str] = []
+            out: list[RawStreamMessage] = []
             for seq in range(1, last + 1):
-                out.append((await stream.get_msg(seq)).subject)
+                out.append(await stream.get_msg(seq))
             return out
         finally:
             await js.close()
 
     return asyncio.run(read())
+
+
+def subjects(server: NatsServer, name: str) -> list[str]:
+    """The subjects of the messages stream ``name`` holds, in order."""
+    return [m.subject for m in messages(server, name)]
 
 
 def write_both_ways(options: dict[str, str], subject: str | None) -> None:
@@ -137,3 +150,58 @@ def test_a_subject_no_stream_captures_fails_the_task_saying_what_to_do(
         match=r"no stream captures subject 'nowhere\.x': create a stream whose subjects match it",
     ):
         writer.write(iter([row("x", None)]))
+
+
+def test_a_copy_keeping_its_headers_stores_messages_of_one_msg_id_each(
+    server: NatsServer,
+) -> None:
+    """A copy of a read (stream, seq and headers kept, dedupe=auto) of two messages the
+    source stored with the same Nats-Msg-Id (published beyond its duplicate_window):
+    the copied header was sent as the id, the copy stored one of them, and the write
+    reported success. The copy's id wins; the header's value stays readable."""
+    name = shared_stream(server)
+    copy = pa.RecordBatch.from_pylist(
+        [
+            {"data": b"reading-1", "headers": [("Nats-Msg-Id", "sensor-7"), ("X", "1")]},
+            {"data": b"reading-2", "headers": [("Nats-Msg-Id", "sensor-7")]},
+        ],
+        pa.schema([("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.string()))]),
+    )
+    copy = copy.append_column("stream", pa.array(["SRC", "SRC"])).append_column(
+        "seq", pa.array([1, 2], pa.int64())
+    )
+    schema = StructType(
+        [
+            StructField("data", BinaryType()),
+            StructField("headers", MapType(StringType(), StringType())),
+            StructField("stream", StringType()),
+            StructField("seq", LongType()),
+        ]
+    )
+    writer = JetStreamDataSource(
+        {
+            "servers": server.url,
+            "user": "a",
+            "password": "a",
+            "subject": f"shared.{name}.copy",
+            "dedupe": "auto",
+        }
+    ).writer(schema, False)
+    assert isinstance(writer, Writer)
+    first = writer.write(iter([copy]))
+    assert first == WriteResult(rows=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        writer.commit([first])
+    stored = messages(server, name)
+    assert [m.data for m in stored] == [b"reading-1", b"reading-2"]
+    assert [m.headers for m in stored] == [
+        {"X": "1", "Source-Nats-Msg-Id": "sensor-7", "Nats-Msg-Id": f"{writer.write_id}-SRC-1"},
+        {"Source-Nats-Msg-Id": "sensor-7", "Nats-Msg-Id": f"{writer.write_id}-SRC-2"},
+    ]
+    # A retried task: nothing stored twice, and the commit says what the stream dropped.
+    again = writer.write(iter([copy]))
+    assert again == WriteResult(rows=2, duplicates=2)
+    with pytest.warns(JetStreamSparkWarning, match="published 2 rows; the stream dropped 2"):
+        writer.commit([again])
+    assert len(messages(server, name)) == 2
