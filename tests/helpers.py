@@ -227,18 +227,22 @@ def interruptible() -> None:
 
 
 #: nats.go's TestKeyValueCrossAccounts: account I imports A's JetStream API as fromA
-#: (and its $KV.> as fromA.$KV.>), a NatsServer(config=...) text.
+#: (and its $KV.> as fromA.$KV.>), a NatsServer(config=...) text. Also: I imports
+#: A's shared.> (publishes from I reach A's streams there), and A maps alias.> to
+#: shared.> (publishes from A to alias.x go to shared.x).
 CROSS_ACCOUNTS_CONFIG = """
 accounts: {
   A: {
     users: [{user: a, password: a}], jetstream: enabled,
-    exports: [{service: "$JS.API.>"}, {service: "$KV.>"}]
+    mappings: {"alias.>": "shared.>"},
+    exports: [{service: "$JS.API.>"}, {service: "$KV.>"}, {service: "shared.>"}]
   },
   I: {
     users: [{user: i, password: i}],
     imports: [
       {service: {account: A, subject: "$JS.API.>"}, to: "fromA.>"},
-      {service: {account: A, subject: "$KV.>"}, to: "fromA.$KV.>"}
+      {service: {account: A, subject: "$KV.>"}, to: "fromA.$KV.>"},
+      {service: {account: A, subject: "shared.>"}}
     ]
   }
 }

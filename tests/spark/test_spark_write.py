@@ -323,6 +323,57 @@ def test_streaming_write_dedupe_auto_with_retries_and_replay(
     assert stored(nats, target) == ROWS
 
 
+def test_streaming_copy_replayed_in_other_partitions_stores_once(
+    spark: SparkSession, nats: Nats, name: str, tmp_path: Path
+) -> None:
+    """A micro-batch of a copy (stream and seq kept, dedupe=auto) replayed after a
+    restart with another numPartitions: its ranges are cut elsewhere, and the ids held
+    the partition, so every message that changed partitions was stored again. (A source
+    whose first sequence moved, with failOnDataLoss=false, cuts elsewhere too.)"""
+    source, target, count = name + "SRC", name + "DST", 100
+    create(nats, source)
+    create(nats, target, allow_direct=True)
+
+    async def fill(js: JetStreamContext) -> None:
+        for i in range(count):
+            await js.publish_async(f"{source}.e", b"%d" % i)
+        await js.publish_async_complete()
+
+    nats.run(fill)
+    checkpoint = tmp_path / "cp"
+
+    def run(partitions: int) -> None:
+        query = (
+            spark.readStream.format("jetstream")
+            .option("servers", nats.url)
+            .option("stream", source)
+            .option("startingOffsets", "earliest")
+            .option("numPartitions", str(partitions))
+            .load()
+            .select("data", "stream", "seq")
+            .writeStream.format("jetstream")
+            .option("servers", nats.url)
+            .option("subject", f"{target}.copy")
+            .option("dedupe", "auto")
+            .option("checkpointLocation", str(checkpoint))
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        assert query.exception() is None
+
+    run(2)
+    assert stored(nats, target) == count
+    # Replay the batch, as after a crash between the write and the commit log.
+    for done in (checkpoint / "commits").iterdir():
+        done.unlink()
+    run(3)
+    copied = [int(m.data) for m in everything(nats, target)]
+    assert sorted(copied) == list(range(count))
+
+
 def test_kv_write_and_read(spark: SparkSession, nats: Nats, name: str) -> None:
     nats.run(lambda js: js.create_key_value(KeyValueConfig(bucket=name, history=5)))
     kv = nats.run(lambda js: js.key_value(name))

@@ -238,22 +238,25 @@ def test_only_plain_msg_ids_are_taken_as_a_column() -> None:
 def test_the_sinks_msg_ids() -> None:
     """dedupe=auto: <prefix>-<row> where the msg_id column is null (as before, as a column)."""
     pytest.importorskip("pyspark")
-    from aiojetstream.spark._write import _msg_ids
+    from aiojetstream.spark._write import IdPrefix, _msg_ids
 
     plain = pa.RecordBatch.from_pydict({"data": [b"a", b"b", b"c"]})
-    assert _msg_ids(plain, None, 7) is None
-    ids: Any = _msg_ids(plain, "w-3", 7)
+    assert _msg_ids(plain, None, 7).ids is None
+    ids: Any = _msg_ids(plain, IdPrefix("w", 3), 7).ids
     assert ids.to_pylist() == ["w-3-7", "w-3-8", "w-3-9"]
     given = pa.RecordBatch.from_pydict({"data": [b"a", b"b"], "msg_id": ["x", None]})
-    ids = _msg_ids(given, "w-3", 0)
+    ids = _msg_ids(given, IdPrefix("w", 3), 0).ids
     assert ids.to_pylist() == ["x", "w-3-1"]
-    ids = _msg_ids(given, None, 0)
+    ids = _msg_ids(given, None, 0).ids
     assert ids.to_pylist() == ["x", None]
 
 
-def _ids_in_batches(rows: Sequence[tuple[str | None, int | None]], cuts: list[int]) -> list[str]:
-    """dedupe=auto ids of ``rows`` (stream, seq) written in batches split at ``cuts``."""
-    from aiojetstream.spark._write import _msg_ids, _Run
+def _ids_in_batches(
+    rows: Sequence[tuple[str | None, int | None]], cuts: list[int], partition: int = 1
+) -> list[str]:
+    """dedupe=auto ids of ``rows`` (stream, seq) written in batches split at ``cuts``,
+    by the task of ``partition`` of micro-batch 0 of query ``q``."""
+    from aiojetstream.spark._write import IdPrefix, _msg_ids, _Run
 
     run = _Run()
     out: list[str] = []
@@ -269,7 +272,7 @@ def _ids_in_batches(rows: Sequence[tuple[str | None, int | None]], cuts: list[in
                 "seq": pa.array([r[1] for r in part], pa.int64()),
             }
         )
-        ids: Any = _msg_ids(batch, "q-0-1", lo, None, run)
+        ids: Any = _msg_ids(batch, IdPrefix("q-0", partition), lo, None, run).ids
         out += ids.to_pylist()
     return out
 
@@ -289,14 +292,14 @@ def test_the_sinks_ids_from_a_reads_stream_and_seq() -> None:
         ("S", 3),
     ]
     expected = [
-        "q-0-1-S-1",
-        "q-0-1-S-2",
-        "q-0-1-S-2.1",
-        "q-0-1-S-2.2",
-        "q-0-1-T-1-2",
-        "q-0-1-5",  # no stream: its position
+        "q-0-S-1",
+        "q-0-S-2",
+        "q-0-S-2.1",
+        "q-0-S-2.2",
+        "q-0-T-1-2",
+        "q-0-1-5",  # no stream: its position in partition 1's task
         "q-0-1-6",
-        "q-0-1-S-3",
+        "q-0-S-3",
     ]
     assert _ids_in_batches(rows, []) == expected
     for cut in range(1, len(rows)):  # the same whatever the task's batches
@@ -304,10 +307,55 @@ def test_the_sinks_ids_from_a_reads_stream_and_seq() -> None:
     # Out of message order (S 5 again after S 6): positions from that batch on.
     assert _ids_in_batches([("S", 5), ("S", 6), ("S", 5)], []) == ["q-0-1-0", "q-0-1-1", "q-0-1-2"]
     assert _ids_in_batches([("S", 5), ("S", 6), ("S", 5)], [2]) == [
-        "q-0-1-S-5",
-        "q-0-1-S-6",
+        "q-0-S-5",
+        "q-0-S-6",
         "q-0-1-2",
     ]
+
+
+def test_a_copys_id_wins_over_the_nats_msg_id_in_its_headers() -> None:
+    """A copy of a read that keeps ``headers`` (dedupe=auto): the copied Nats-Msg-Id was
+    sent as the copy's id, so messages the source stored with one id apart (beyond its
+    duplicate_window) collapsed into one in the copy, and the write reported success.
+    The copy's id wins; the header's value moves to Source-Nats-Msg-Id (``moved``)."""
+    pytest.importorskip("pyspark")
+    from aiojetstream.spark._write import IdPrefix, _header_ids, _msg_ids, _Run
+
+    headers = pa.array(
+        [
+            [("Nats-Msg-Id", "h0")],
+            [("Nats-Msg-Id", "same")],
+            [("Nats-Msg-Id", "same")],
+            [("X", "1")],
+            [("Nats-Msg-Id", "h4")],
+            None,
+        ],
+        pa.map_(pa.string(), pa.string()),
+    )
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "data": [b"x"] * 6,
+            "headers": headers,
+            "msg_id": ["m0", None, None, None, None, None],
+            "stream": pa.array(["S", "S", "S", "S", None, None], pa.string()),
+            "seq": pa.array([1, 2, 3, 4, None, None], pa.int64()),
+        }
+    )
+    ids = _msg_ids(batch, IdPrefix("q-0", 1), 0, _header_ids(headers), _Run())
+    assert ids.ids is not None
+    assert ids.moved is not None
+    assert ids.ids.to_pylist() == [
+        "m0",  # the msg_id column wins over everything
+        "q-0-S-2",  # a copy's id over its header's
+        "q-0-S-3",
+        "q-0-S-4",
+        "h4",  # not a copy: the header's id is the row's own
+        "q-0-1-5",
+    ]
+    assert ids.moved.to_pylist() == [False, True, True, False, False, False]
+    # No row of a copy with a header id: nothing moves.
+    plain = batch.select(["data", "stream", "seq"])
+    assert _msg_ids(plain, IdPrefix("q-0", 1), 0, None, _Run()).moved is None
 
 
 @settings(max_examples=200, deadline=None)
@@ -331,6 +379,38 @@ def test_a_retry_missing_a_message_keeps_the_others_ids(
         [r for _, r in kept], data.draw(st.lists(st.integers(0, len(kept)), max_size=3))
     )
     assert again == [first[i] for i, _ in kept]
+
+
+def _ids_in_partitions(
+    rows: Sequence[tuple[str | None, int | None]], parts: list[int]
+) -> list[str]:
+    """The ids of ``rows`` written by one task per partition, cut at ``parts``."""
+    bounds = [0, *sorted({p for p in parts if 0 < p < len(rows)}), len(rows)]
+    out: list[str] = []
+    for partition, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        out += _ids_in_batches(rows[lo:hi], [], partition)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=3), min_size=1, max_size=30),
+    st.lists(st.integers(0, 90), max_size=4),
+    st.lists(st.integers(0, 90), max_size=4),
+)
+def test_a_replay_cut_into_other_partitions_keeps_the_ids(
+    repeats: list[int], first: list[int], again: list[int]
+) -> None:
+    """A replayed micro-batch whose ranges are cut elsewhere (the source's first
+    sequence moved with failOnDataLoss=false, or another numPartitions): the ids held
+    the partition, so every message that changed partitions was stored again."""
+    pytest.importorskip("pyspark")
+    rows = [("S", seq) for seq, n in enumerate(repeats, 1) for _ in range(n)]
+
+    def cuts(at: list[int]) -> list[int]:  # a read cuts between messages, never inside one
+        return [i for i in at if 0 < i < len(rows) and rows[i][1] != rows[i - 1][1]]
+
+    assert _ids_in_partitions(rows, cuts(first)) == _ids_in_partitions(rows, cuts(again))
 
 
 @settings(max_examples=300, deadline=None)

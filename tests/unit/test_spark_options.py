@@ -7,6 +7,7 @@ import itertools
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -599,3 +600,23 @@ def test_header_ids_of_a_sink_batch(text: pa.DataType) -> None:
     assert ids is not None
     assert ids.to_pylist() == ["orig-1", None, None, "p", None, None]
     assert _header_ids(pa.array([[("X", "2")], None], pa.map_(text, text))) is None
+
+
+def test_a_writes_commit_warns_of_rows_dropped_as_duplicates() -> None:
+    """The count of duplicates was an INFO log line only, invisible at Spark's default
+    WARN level: rows that shared an id were dropped with no visible sign."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from aiojetstream.spark._write import StreamWriter, Writer, WriteResult, check_sink_schema
+
+    opts = parse_sink_options({"subject": "s.x"})
+    columns = check_sink_schema(StructType([StructField("data", StringType())]), opts)
+    results: list[Any] = [WriteResult(rows=3, duplicates=1), WriteResult(rows=4), None]
+    with pytest.warns(JetStreamSparkWarning, match=r"the write published 7 rows; .* dropped 1 "):
+        Writer(opts, columns).commit(results)
+    with pytest.warns(JetStreamSparkWarning, match=r"micro-batch 5 published 7 rows; .*dropped 1"):
+        StreamWriter(opts, columns).commit(results, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Writer(opts, columns).commit([WriteResult(rows=3)])
+        StreamWriter(opts, columns).commit([WriteResult(rows=3)], 6)

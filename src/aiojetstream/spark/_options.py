@@ -184,16 +184,21 @@ _SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation", "querynam
 
 
 class JetStreamSparkWarning(UserWarning):
-    """Questionable but usable: an unknown option, or data skipped (``failOnDataLoss=false``)."""
+    """Questionable but usable: an unknown option, data skipped, rows dropped as duplicates.
+
+    Data skipped with ``failOnDataLoss=false``; rows a write's target stream
+    dropped as duplicates (at the commit of the write or micro-batch).
+    """
 
 
 def warn_loss(text: str, stacklevel: int = 1) -> None:
     """Warn ``text`` (a :class:`JetStreamSparkWarning`) without the warnings registry.
 
-    A data-loss warning names its sequences or creation times, so each has a
-    text of its own: through ``warnings.warn`` the default filter would keep
-    every one in the calling module's ``__warningregistry__`` for as long as
-    the process runs (one per micro-batch that skipped data). The filters still
+    A data-loss warning names its sequences or creation times (a write's
+    warning of duplicates its counts), so each has a text of its own: through
+    ``warnings.warn`` the default filter would keep every one in the calling
+    module's ``__warningregistry__`` for as long as the process runs (one per
+    micro-batch that skipped data). The filters still
     decide (shown, ignored, raised, recorded); with the default one each is
     shown. A condition checked again at every trigger is warned once by its
     caller. ``stacklevel`` as for ``warnings.warn``.

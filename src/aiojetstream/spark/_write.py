@@ -8,9 +8,10 @@ whole before any of it is sent, no future per row, and the next batch sent
 while the acknowledgements of the previous ones arrive. The task returns only
 when every acknowledgement has arrived; the first failed one fails the task
 (Spark then retries it). ``dedupe=auto`` gives each row a ``Nats-Msg-Id``
-derived from the write (or streaming query and batch), the partition and the
-row's position, so a retried task or a replayed micro-batch stores nothing
-twice within the stream's ``duplicate_window``.
+derived from the write (or streaming query and batch) and the message the row
+was read from (its ``stream`` and ``seq``), or else the partition and the row's
+position, so a retried task or a replayed micro-batch stores nothing twice
+within the stream's ``duplicate_window``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import uuid
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,7 +45,7 @@ from pyspark.sql.types import (
 
 from aiojetstream import InvalidOptionError, JetStreamContext, PublishSummary
 
-from ._options import ConnectOptions, JetStreamSparkWarning, SinkOptions
+from ._options import ConnectOptions, JetStreamSparkWarning, SinkOptions, warn_loss
 from ._runtime import TRANSIENT, discard, shared_session
 from ._surface import surfaced
 from ._telemetry import counted
@@ -60,6 +61,7 @@ except ImportError:  # pragma: no cover - Spark 4.0: rows
 
 __all__ = [
     "BatchWriterBase",
+    "IdPrefix",
     "SinkColumns",
     "StreamWriter",
     "WriteResult",
@@ -194,6 +196,25 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class IdPrefix:
+    """The prefixes of a task's ``dedupe=auto`` ids."""
+
+    #: The write's id (a batch write) or ``<queryId>-<batchId>`` (a micro-batch):
+    #: the prefix of the ids made of a row's ``stream`` and ``seq``. Those leave
+    #: the partition out: a replayed micro-batch may cut its partitions
+    #: elsewhere (the source's first sequence moved, other ``numPartitions``),
+    #: and a message must keep its id wherever it lands.
+    write: str
+    #: The task's partition: a row's position is its own only within its task.
+    partition: int
+
+    @property
+    def positions(self) -> str:
+        """The prefix of the ids made of a row's position: ``<write>-<partition>``."""
+        return f"{self.write}-{self.partition}"
+
+
 @dataclass
 class WriteResult(WriterCommitMessage):
     """What one task wrote: rows published and how many the stream reported as duplicates."""
@@ -241,7 +262,7 @@ class _Publisher:
         self,
         js: JetStreamContext,
         opts: SinkOptions,
-        id_prefix: str | None,
+        id_prefix: IdPrefix | None,
         source_ids: bool = False,
     ) -> None:
         self._js = js
@@ -279,7 +300,13 @@ class _Publisher:
         header_ids = None
         if headers is not None and self._id_prefix is not None:
             header_ids = _header_ids(batch.column(batch.schema.get_field_index("headers")))
-        msg_ids = _msg_ids(batch, self._id_prefix, first_row, header_ids, self._run)
+        msg_ids, moved = _msg_ids(batch, self._id_prefix, first_row, header_ids, self._run)
+        row_headers = None if headers is None else [dict(h) if h else None for h in headers]
+        if moved is not None and row_headers is not None:
+            for i in pc.indices_nonzero(moved).to_pylist():
+                own = row_headers[i]
+                assert own is not None  # it has the id
+                own.setdefault(SOURCE_MSG_ID_HEADER, own.pop(MSG_ID_HEADER))
         ttls = _column(batch, "ttl")
         if ttls is not None:
             ttls = [t if t is None or type(t) is str else float(t) for t in ttls]
@@ -288,7 +315,7 @@ class _Publisher:
             await self._js.publish_many_async(
                 subject,
                 _payloads(batch),
-                headers=None if headers is None else [dict(h) if h else None for h in headers],
+                headers=row_headers,
                 msg_ids=msg_ids,
                 ttls=ttls,
             )
@@ -328,6 +355,9 @@ def _retrieve(done: asyncio.Future[PublishSummary]) -> None:
 
 #: The header the server deduplicates by (the name exactly as it reads it).
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
+#: Where a copy keeps the ``Nats-Msg-Id`` its ``headers`` carried when ``dedupe=auto``
+#: sends it with the id of the message it was read from instead (see :func:`_msg_ids`).
+SOURCE_MSG_ID_HEADER: Final = "Source-Nats-Msg-Id"
 
 
 def _header_ids(headers: pa.Array) -> pa.Array | None:
@@ -363,25 +393,40 @@ class _Run:
 _MAX_SOURCE_STREAMS: Final = 1024
 
 
+class MsgIds(NamedTuple):
+    """A batch's ``msg_ids`` for ``publish_many_async`` (None: none)."""
+
+    ids: pa.Array | None
+    #: The rows whose ``headers`` carry a ``Nats-Msg-Id`` that their copy's id
+    #: replaces (booleans; None when there is none).
+    moved: pa.Array | None = None
+
+
 def _msg_ids(
     batch: pa.RecordBatch,
-    prefix: str | None,
+    prefix: IdPrefix | None,
     first_row: int,
     header_ids: pa.Array | None = None,
     run: _Run | None = None,
-) -> pa.Array | None:
+) -> MsgIds:
     """The ``msg_id`` column; with ``dedupe=auto`` a generated id where it is null.
 
-    A row's own id, from its ``msg_id`` or else a ``Nats-Msg-Id`` in its
-    ``headers`` (``header_ids``), is kept: an id of the user's is never
-    replaced by a generated one. Generated: ``<prefix>-<stream>-<seq>`` for a
-    row with the ``stream`` and ``seq`` of a ``jetstream`` read (the message
-    it came from; the k-th further row in a row from one message, as an
-    ``explode`` makes, ``.k`` added), else ``<prefix>-<row>`` (its position in
-    the task). A position shifts when a retried task reads one message fewer
-    (removed from the source meanwhile: a per-subject limit, a TTL, a delete):
-    every later row then took the id of the row before it, and the first one
-    the first attempt had not stored was dropped as a duplicate.
+    A row's ``msg_id`` is always kept. With ``dedupe=auto`` the others get, in
+    this order: ``<write>-<stream>-<seq>`` for a row with the ``stream`` and
+    ``seq`` of a ``jetstream`` read (the message it came from, whichever task
+    it is in; the k-th further row in a row from one message, as an
+    ``explode`` makes, ``.k`` added); else the ``Nats-Msg-Id`` of its
+    ``headers`` (``header_ids``), an id of the user's; else
+    ``<write>-<partition>-<row>`` (its position in the task).
+
+    A copy's id wins over the header a copy of a read carries: the source
+    stream stored messages of one id apart (beyond its ``duplicate_window``),
+    and the copy must store each of them; the header's value is kept under
+    :data:`SOURCE_MSG_ID_HEADER` (``moved``). A position shifts when a retried
+    task reads one message fewer (removed from the source meanwhile: a
+    per-subject limit, a TTL, a delete): every later row then took the id of
+    the row before it, and the first one the first attempt had not stored was
+    dropped as a duplicate.
 
     As Arrow: ``publish_many_async`` takes plain ids as a column (HPUB
     commands built a batch at a time) and checks any other one by one.
@@ -390,25 +435,35 @@ def _msg_ids(
     given = None if index < 0 else batch.column(index)
     if given is not None and not pa.types.is_string(given.type):
         given = given.cast(pa.string())
-    if prefix is None:
-        return given
-    if header_ids is not None:
-        given = header_ids if given is None else pc.coalesce(given, header_ids)
-    if given is not None and not given.null_count:
-        return given
+    if prefix is None or (given is not None and not given.null_count):
+        return MsgIds(given)
     rows = pa.array(range(first_row, first_row + batch.num_rows), pa.int64())
-    generated = pc.binary_join_element_wise(
-        pa.scalar(f"{prefix}-"), pc.cast(rows, pa.string()), pa.scalar("")
+    ids = pc.binary_join_element_wise(
+        pa.scalar(f"{prefix.positions}-"), pc.cast(rows, pa.string()), pa.scalar("")
     )
-    if run is not None:
-        generated = _source_ids(batch, prefix, generated, run)
-    if given is None:
-        return generated
-    return pc.if_else(pc.is_null(given), generated, given)
+    if header_ids is not None:
+        ids = pc.coalesce(header_ids, ids)
+    moved = None
+    copied = None if run is None else _source_ids(batch, prefix.write, run)
+    if copied is not None:
+        ids = pc.coalesce(copied, ids)
+        if header_ids is not None:
+            moved = pc.and_(pc.is_valid(copied), pc.is_valid(header_ids))
+            if given is not None:
+                moved = pc.and_(moved, pc.is_null(given))
+            if not pc.any(moved).as_py():
+                moved = None
+    if given is not None:
+        ids = pc.coalesce(given, ids)
+    return MsgIds(ids, moved)
 
 
-def _source_ids(batch: pa.RecordBatch, prefix: str, positions: pa.Array, run: _Run) -> pa.Array:
-    """``<prefix>-<stream>-<seq>[.k]`` where a row has both, else its ``positions`` id.
+def _source_ids(batch: pa.RecordBatch, prefix: str, run: _Run) -> pa.Array | None:
+    """``<prefix>-<stream>-<seq>[.k]`` where a row has both, else null (None: no row).
+
+    ``prefix``: the write's or micro-batch's, without the partition (the same
+    message has the same id in any task, as a replay cutting its partitions
+    elsewhere needs; rows of one message in two tasks share it too).
 
     ``k``: how many rows before it in a row came from the same message (none
     for the first), counted on from the task's previous batch (``run``).
@@ -417,11 +472,11 @@ def _source_ids(batch: pa.RecordBatch, prefix: str, positions: pa.Array, run: _R
     from one run of rows to the next. Rows out of that order (a shuffle, or
     ``stream`` / ``seq`` columns of another meaning) would repeat an id and
     the stream would drop the row as a duplicate: from the batch where that
-    is seen on, the task's ids are positions again.
+    is seen on, the task's ids are positions again (None).
     """
     n = batch.num_rows
     if run.positions or not n:
-        return positions
+        return None
     streams = batch.column(batch.schema.get_field_index("stream")).cast(pa.string())
     seqs = batch.column(batch.schema.get_field_index("seq")).cast(pa.int64())
     before_streams = pa.concat_arrays([pa.array([run.stream], pa.string()), streams[: n - 1]])
@@ -436,7 +491,7 @@ def _source_ids(batch: pa.RecordBatch, prefix: str, positions: pa.Array, run: _R
         run,
     ):
         run.positions = True
-        return positions
+        return None
     at = pa.array(range(n), pa.int64())
     # Each row's distance from the first row of its message's rows in a row.
     k = pc.subtract(at, pc.cumulative_max(pc.if_else(same, 0, at)))
@@ -458,7 +513,7 @@ def _source_ids(batch: pa.RecordBatch, prefix: str, positions: pa.Array, run: _R
         run.index = 0
     else:
         run.stream, run.seq, run.index = last_stream, last_seq, k[n - 1].as_py()
-    return pc.if_else(valid, ids, positions)
+    return pc.if_else(valid, ids, pa.scalar(None, pa.string()))
 
 
 def _in_message_order(streams: pa.Array, seqs: pa.Array, run: _Run) -> bool:
@@ -503,7 +558,7 @@ def _payloads(batch: pa.RecordBatch) -> pa.Array:
 def _write(
     connect: ConnectOptions,
     opts: SinkOptions,
-    id_prefix: str | None,
+    id_prefix: IdPrefix | None,
     iterator: Iterable[Any],
     schema: pa.Schema,
 ) -> WriteResult:
@@ -519,6 +574,25 @@ def _write(
     except TRANSIENT:
         discard(session)  # the next task (Spark's retry) starts on a new connection
         raise
+
+
+def _totals(messages: list[WriterCommitMessage | None]) -> tuple[int, int]:
+    """Rows published and rows the stream reported as duplicates, over the tasks."""
+    results = [m for m in messages if isinstance(m, WriteResult)]
+    return sum(m.rows for m in results), sum(m.duplicates for m in results)
+
+
+def _warn_duplicates(what: str, rows: int, dups: int) -> None:
+    """A :class:`JetStreamSparkWarning` at the commit: visible at Spark's default log level."""
+    warn_loss(
+        f"aiojetstream.spark: {what} published {rows} rows; the stream dropped {dups} of them "
+        "as duplicates (a Nats-Msg-Id it had stored within its duplicate_window). Expected "
+        "after a retried task or a replayed micro-batch; otherwise rows shared an id (a "
+        "msg_id column or Nats-Msg-Id header that repeats, or the rows of one message in "
+        "two tasks with dedupe=auto) and were not stored: see 'Delivery guarantees' in "
+        "docs/spark.md",
+        stacklevel=2,
+    )
 
 
 def _partition() -> TaskContext | None:
@@ -541,17 +615,16 @@ class Writer(BatchWriterBase):
         prefix = None
         if self.opts.dedupe == "auto":
             ctx = _partition()
-            part = ctx.partitionId() if ctx is not None else 0
-            prefix = f"{self.write_id}-{part}"
+            prefix = IdPrefix(self.write_id, ctx.partitionId() if ctx is not None else 0)
         return _write(self.opts.connect, self.opts, prefix, iterator, self.columns.arrow)
 
     @surfaced
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Log what the write stored."""
-        results = [m for m in messages if isinstance(m, WriteResult)]
-        rows = sum(m.rows for m in results)
-        dups = sum(m.duplicates for m in results)
+        """Log what the write stored; warn of rows the stream dropped as duplicates."""
+        rows, dups = _totals(messages)
         logger.info("jetstream write: %d rows published, %d duplicates", rows, dups)
+        if dups:
+            _warn_duplicates("the write", rows, dups)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Published messages cannot be withdrawn; a re-run with msg ids stores no copies."""
@@ -567,7 +640,7 @@ class StreamWriter(StreamWriterBase):
 
     @surfaced
     def write(self, iterator: Iterator[Any]) -> WriteResult:
-        """Publish a micro-batch partition; ``dedupe=auto`` ids are query-batch-partition-row."""
+        """Publish a micro-batch partition; ``dedupe=auto`` ids start with query-batch."""
         prefix = None
         if self.opts.dedupe == "auto":
             ctx = _partition()
@@ -580,14 +653,16 @@ class StreamWriter(StreamWriterBase):
                 raise InvalidOptionError(
                     "dedupe=auto: Spark gave this task no streaming query or batch id"
                 )
-            prefix = f"{query}-{batch}-{ctx.partitionId()}"
+            prefix = IdPrefix(f"{query}-{batch}", ctx.partitionId())
         return _write(self.opts.connect, self.opts, prefix, iterator, self.columns.arrow)
 
     @surfaced
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Log what the micro-batch stored."""
-        rows = sum(m.rows for m in messages if isinstance(m, WriteResult))
-        logger.info("jetstream stream write: batch %d, %d rows", batchId, rows)
+        """Log what the micro-batch stored; warn of rows the stream dropped as duplicates."""
+        rows, dups = _totals(messages)
+        logger.info("jetstream stream write: batch %d, %d rows, %d duplicates", batchId, rows, dups)
+        if dups:
+            _warn_duplicates(f"micro-batch {batchId}", rows, dups)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Published messages cannot be withdrawn; ``dedupe=auto`` makes the replay harmless."""

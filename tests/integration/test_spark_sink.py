@@ -1,0 +1,207 @@
+"""The ``jetstream`` sink on a real server: subjects that reach a stream through the
+account's subject mappings or a service import; the ids of a copy that keeps its headers.
+
+No Spark here: ``writer()`` / ``streamWriter()`` are called as Spark's driver
+calls them before the job, and ``write()`` / ``commit()`` as its tasks and
+driver do. The real-Spark sink tests are in tests/spark/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+import aiojetstream
+from aiojetstream import NoRespondersError, RawStreamMessage, StreamConfig
+from aiojetstream.spark import JetStreamDataSource, JetStreamSparkWarning, _runtime
+from aiojetstream.spark._write import StreamWriter, Writer, WriteResult
+from aiojetstream.testing import NatsServer
+from helpers import CROSS_ACCOUNTS_CONFIG, unique_name
+
+SCHEMA = StructType([StructField("data", StringType()), StructField("subject", StringType())])
+SCHEMA_ARROW = pa.schema([("data", pa.string()), ("subject", pa.string())])
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[NatsServer]:
+    with NatsServer(config=CROSS_ACCOUNTS_CONFIG) as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[None]:
+    """No shared session of this module's server outlives it (nor one of another's is used)."""
+    _runtime._close_shared()
+    yield
+    _runtime._close_shared()
+
+
+def shared_stream(server: NatsServer) -> str:
+    """A stream of account A on ``shared.<name>.>``; its name."""
+    name = unique_name("SINK")
+
+    async def create() -> None:
+        js = await aiojetstream.connect(server.url, user="a", password="a")
+        try:
+            await js.create_stream(StreamConfig(name=name, subjects=[f"shared.{name}.>"]))
+        finally:
+            await js.close()
+
+    asyncio.run(create())
+    return name
+
+
+def messages(server: NatsServer, name: str) -> list[RawStreamMessage]:
+    """The messages stream ``name`` holds, in order."""
+
+    async def read() -> list[RawStreamMessage]:
+        js = await aiojetstream.connect(server.url, user="a", password="a")
+        try:
+            stream = await js.stream(name)
+            last = (await stream.info()).state.last_seq
+            out: list[RawStreamMessage] = []
+            for seq in range(1, last + 1):
+                out.append(await stream.get_msg(seq))
+            return out
+        finally:
+            await js.close()
+
+    return asyncio.run(read())
+
+
+def subjects(server: NatsServer, name: str) -> list[str]:
+    """The subjects of the messages stream ``name`` holds, in order."""
+    return [m.subject for m in messages(server, name)]
+
+
+def write_both_ways(options: dict[str, str], subject: str | None) -> None:
+    """One row through a batch write and one through a micro-batch, as Spark runs them."""
+    source = JetStreamDataSource(options)
+    writer = source.writer(SCHEMA, False)
+    assert isinstance(writer, Writer)
+    result = writer.write(iter([row("batch", subject)]))
+    assert result == WriteResult(rows=1)
+    writer.commit([result])
+    stream_writer = source.streamWriter(SCHEMA, False)
+    assert isinstance(stream_writer, StreamWriter)
+    result = stream_writer.write(iter([row("stream", subject)]))
+    assert result == WriteResult(rows=1)
+    stream_writer.commit([result], 0)
+
+
+def row(data: str, subject: str | None) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{"data": data, "subject": subject}], SCHEMA_ARROW)
+
+
+def test_a_subject_the_account_maps_to_a_stream(server: NatsServer) -> None:
+    """option('subject') mapped onto a stream's subjects (the account's ``mappings``):
+    the driver asked STREAM.NAMES, which ignores mappings, and refused the write
+    ("no stream ... captures"), though the publish reaches the stream."""
+    name = shared_stream(server)
+    options = {
+        "servers": server.url,
+        "user": "a",
+        "password": "a",
+        "subject": f"alias.{name}.x",
+    }
+    write_both_ways(options, None)
+    assert subjects(server, name) == [f"shared.{name}.x"] * 2
+
+
+def test_an_account_without_jetstream_writing_through_a_service_import(
+    server: NatsServer,
+) -> None:
+    """Account I has no JetStream of its own and publishes into A's stream through a
+    service import: the driver's account_info() failed (JetStream not enabled for
+    account), so every write was refused before the job."""
+    name = shared_stream(server)
+    for subject_option in (False, True):
+        options = {"servers": server.url, "user": "i", "password": "i"}
+        if subject_option:
+            options["subject"] = f"shared.{name}.opt"
+        write_both_ways(options, None if subject_option else f"shared.{name}.col")
+    assert subjects(server, name) == [f"shared.{name}.col"] * 2 + [f"shared.{name}.opt"] * 2
+
+
+def test_a_subject_no_stream_captures_fails_the_task_saying_what_to_do(
+    server: NatsServer,
+) -> None:
+    """Nothing is checked before the job but the connection; the task's publish fails
+    with the cause and what to do."""
+    source = JetStreamDataSource(
+        {"servers": server.url, "user": "i", "password": "i", "subject": "nowhere.x"}
+    )
+    writer = source.writer(SCHEMA, False)
+    assert isinstance(writer, Writer)
+    with pytest.raises(
+        NoRespondersError,
+        match=r"no stream captures subject 'nowhere\.x': create a stream whose subjects match it",
+    ):
+        writer.write(iter([row("x", None)]))
+
+
+def test_a_copy_keeping_its_headers_stores_messages_of_one_msg_id_each(
+    server: NatsServer,
+) -> None:
+    """A copy of a read (stream, seq and headers kept, dedupe=auto) of two messages the
+    source stored with the same Nats-Msg-Id (published beyond its duplicate_window):
+    the copied header was sent as the id, the copy stored one of them, and the write
+    reported success. The copy's id wins; the header's value stays readable."""
+    name = shared_stream(server)
+    copy = pa.RecordBatch.from_pylist(
+        [
+            {"data": b"reading-1", "headers": [("Nats-Msg-Id", "sensor-7"), ("X", "1")]},
+            {"data": b"reading-2", "headers": [("Nats-Msg-Id", "sensor-7")]},
+        ],
+        pa.schema([("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.string()))]),
+    )
+    copy = copy.append_column("stream", pa.array(["SRC", "SRC"])).append_column(
+        "seq", pa.array([1, 2], pa.int64())
+    )
+    schema = StructType(
+        [
+            StructField("data", BinaryType()),
+            StructField("headers", MapType(StringType(), StringType())),
+            StructField("stream", StringType()),
+            StructField("seq", LongType()),
+        ]
+    )
+    writer = JetStreamDataSource(
+        {
+            "servers": server.url,
+            "user": "a",
+            "password": "a",
+            "subject": f"shared.{name}.copy",
+            "dedupe": "auto",
+        }
+    ).writer(schema, False)
+    assert isinstance(writer, Writer)
+    first = writer.write(iter([copy]))
+    assert first == WriteResult(rows=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        writer.commit([first])
+    stored = messages(server, name)
+    assert [m.data for m in stored] == [b"reading-1", b"reading-2"]
+    assert [m.headers for m in stored] == [
+        {"X": "1", "Source-Nats-Msg-Id": "sensor-7", "Nats-Msg-Id": f"{writer.write_id}-SRC-1"},
+        {"Source-Nats-Msg-Id": "sensor-7", "Nats-Msg-Id": f"{writer.write_id}-SRC-2"},
+    ]
+    # A retried task: nothing stored twice, and the commit says what the stream dropped.
+    again = writer.write(iter([copy]))
+    assert again == WriteResult(rows=2, duplicates=2)
+    with pytest.warns(JetStreamSparkWarning, match="published 2 rows; the stream dropped 2"):
+        writer.commit([again])
+    assert len(messages(server, name)) == 2
