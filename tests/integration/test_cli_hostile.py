@@ -301,6 +301,34 @@ def test_obj_is_printed_escaped_and_files_are_named_safely(nats_url: str, tmp_pa
     run_cli(nats_url, "obj", "rm", bucket, "-f")
 
 
+def test_obj_get_of_an_info_with_a_negative_size_is_one_error(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A forged info saying size -1: the progress bar died of "tuple.index(x): x not in
+    tuple" (its total was "unlimited"); ``obj info`` said ``Size unlimited (-1 bytes)``."""
+    bucket = unique_name("OBN")
+
+    async def forge(js: JetStreamContext) -> None:
+        store = await js.create_object_store(ObjectStoreConfig(bucket=bucket))
+        info = await store.put("good", b"data")
+        meta = {**info.model_dump(mode="json", exclude={"mtime"}), "name": "neg", "size": -1}
+        await js.publish(f"$O.{bucket}.M.bmVn", json.dumps(meta).encode())  # "neg"
+
+    query(nats_url, forge)
+    error = f"error: invalid object info on '$O.{bucket}.M.bmVn': size: Input should be"
+    for args in (
+        ("info", bucket, "neg"),
+        ("get", bucket, "neg", "-o", "-"),
+        ("get", bucket, "neg", "-o", str(tmp_path / "file")),
+        ("get", bucket, "neg", "-o", str(tmp_path / "json"), "--json"),
+    ):
+        result = run_cli(nats_url, "obj", *args, expect=1)
+        assert result.stdout == ""
+        assert result.stderr.startswith(error), (args, result.stderr)
+    assert list(tmp_path.iterdir()) == []
+    run_cli(nats_url, "obj", "rm", bucket, "-f")
+
+
 def read_terminal(master: int, proc: subprocess.Popen[bytes]) -> bytes:
     """Everything the child writes to its terminal until it exits (bounded)."""
     chunks: list[bytes] = []

@@ -156,6 +156,7 @@ def test_format_bytes_time_and_age() -> None:
         (900, 900, "900/900 B"),
         (1_500_000, 3_000_000, "1.4/2.9 MiB"),  # Rich's own columns: 1.5/3.0 MB
         (1 << 30, 3 << 30, "1.0/3.0 GiB"),
+        (5, -1, "5 B"),  # a negative total is unknown too (was: "unlimited", a ValueError)
     ],
 )
 def test_transfer_bar_sizes_are_format_bytes_units(

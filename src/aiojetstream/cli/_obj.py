@@ -84,8 +84,11 @@ class BytesColumn(ProgressColumn):
     """
 
     def render(self, task: Task) -> Text:
-        """``1.5/2.9 MiB``, in the total's unit (or what is done, for an unknown total)."""
-        if task.total is None:
+        """``1.5/2.9 MiB``, in the total's unit (or what is done, for an unknown total).
+
+        A negative total is unknown too: ``format_bytes`` calls it ``unlimited``.
+        """
+        if task.total is None or task.total < 0:
             return Text(format_bytes(int(task.completed)), style="progress.download")
         unit = format_bytes(int(task.total)).rpartition(" ")[2]  # the unit tables would use
         if unit == "B":
