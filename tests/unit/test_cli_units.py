@@ -39,6 +39,7 @@ from aiojetstream.cli._units import (
     format_limit,
     format_time,
     parse_duration,
+    parse_marker_ttl,
     parse_size,
 )
 
@@ -389,3 +390,21 @@ def test_bench_stream_subject_matching() -> None:
     ):
         assert _stores(pattern, subject) is stored, (pattern, subject)
         assert subject_covers(pattern, subject) is stored, (pattern, subject)  # the library's
+
+
+def test_the_command_lines_bounds_are_the_librarys() -> None:
+    """``--timeout`` / ``--idle`` and sequences are bounded in Typer (usage errors, exit 2)
+    by the library's numbers: the root can not import the library's private modules."""
+    from aiojetstream import _bounds
+    from aiojetstream.cli import MAX_SEQUENCE, MAX_WAIT
+
+    assert MAX_WAIT == _bounds.MAX_WAIT
+    assert MAX_SEQUENCE == _bounds.MAX_UINT64
+
+
+def test_parse_marker_ttl_is_at_least_a_second() -> None:
+    assert parse_marker_ttl("1s") == timedelta(seconds=1)
+    assert parse_marker_ttl("2m") == timedelta(minutes=2)
+    for short in ("0.5s", "999ms", "0"):
+        with pytest.raises(typer.BadParameter, match=f"at least 1 second, got '{short}'"):
+            parse_marker_ttl(short)

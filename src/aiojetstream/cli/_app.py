@@ -20,7 +20,7 @@ from typer.core import TyperCommand, TyperGroup
 
 import aiojetstream
 
-from . import DEFAULT_SERVER
+from . import DEFAULT_SERVER, MAX_WAIT
 
 __all__ = ["COMMANDS", "app", "load_command", "run_app"]
 
@@ -230,7 +230,7 @@ def root(
         ),
     ] = None,
     timeout: Annotated[
-        float, typer.Option(min=0.001, help="Seconds to wait for each reply.")
+        float, typer.Option(min=0.001, max=MAX_WAIT, help="Seconds to wait for each reply.")
     ] = 5.0,
     json: Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")] = False,
     debug: Annotated[

@@ -39,6 +39,7 @@ from ._common import (
     Force,
     JsonFlag,
     Output,
+    as_written,
     bucket_existed,
     confirm,
     done,
@@ -243,7 +244,9 @@ def add(
             compression=compression,
         )
         existed = await bucket_existed(js.object_store(bucket))
-        return existed, await (await js.create_object_store(cfg)).status()
+        with as_written():  # a duration or number out of the server's range: exit 2
+            created = await js.create_object_store(cfg)
+        return existed, await created.status()
 
     existed, status = run(ctx, work)
     if out.json:
