@@ -302,6 +302,16 @@ def test_connect_options(tmp_path: Path) -> None:
         Options(js_api_prefix="fromA", domain="hub").connect_kwargs()
     with pytest.raises(CliError, match="--password needs --user"):
         Options(password="p").connect_kwargs()
+    with pytest.raises(CliError, match="--password needs --user"):  # the URL's user: no
+        Options(servers="nats://u:p@h:4222", password="p").connect_kwargs()
+    with pytest.raises(CliUsageError, match=r"\(here NATS_PASSWORD, from the environment\)"):
+        Options(password="p", password_from_env=True).connect_kwargs()
+    from_url = Options(servers="nats://u:p@h:4222", password="env", password_from_env=True)
+    assert "password" not in from_url.connect_kwargs()  # the URL's pair is used
+    with_user = Options(
+        servers="nats://u:p@h:4222", user="v", password="env", password_from_env=True
+    )
+    assert with_user.connect_kwargs()["password"] == "env"
     with pytest.raises(CliError, match="--tls-key needs --tls-cert"):
         Options(tls_key=Path("k.pem")).connect_kwargs()
     with pytest.raises(CliError, match=r"--tls-ca /nonexistent/ca.pem: No such file"):

@@ -261,7 +261,14 @@ def root(
         timeout=timeout,
         json=json,
         debug=debug,
+        password_from_env=_from_env(ctx, "password"),
     )
+
+
+def _from_env(ctx: typer.Context, param: str) -> bool:
+    """Whether the value of ``param`` came from its environment variable."""
+    source = ctx.get_parameter_source(param)
+    return source is not None and source.name == "ENVIRONMENT"
 
 
 def run_app(argv: list[str]) -> int:

@@ -142,9 +142,15 @@ class Options:
     timeout: float = 5.0
     json: bool = False
     debug: bool = False
+    password_from_env: bool = False
+    """The password is ``NATS_PASSWORD``'s (not ``--password``)."""
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context).
+
+        ``NATS_PASSWORD`` without a user (``--user``, ``NATS_USER``) is left out
+        when a server URL carries user information (``nats://alice:pw@host``):
+        the URL's user and password are used, as the ``nats`` CLI does.
 
         Raises:
             CliUsageError: inconsistent options, or a ``--creds`` or ``--nkey``
@@ -152,8 +158,17 @@ class Options:
             CliError: a certificate file that can not be read or is not valid.
 
         """
-        if self.password is not None and self.user is None:
-            raise CliUsageError("--password needs --user")
+        password = self.password
+        if password is not None and self.user is None:
+            if not self.password_from_env:
+                raise CliUsageError("--password needs --user")
+            if "@" not in self.servers:  # no host name holds one: no URL's user either
+                raise CliUsageError(
+                    "--password (here NATS_PASSWORD, from the environment) needs --user "
+                    "(or NATS_USER); or give the user and password in the server URL, "
+                    "or unset NATS_PASSWORD"
+                )
+            password = None  # the URL's credentials are used
         if self.tls_key is not None and self.tls_cert is None:
             raise CliUsageError("--tls-key needs --tls-cert")
         if self.js_api_prefix is not None and self.domain is not None:
@@ -163,8 +178,8 @@ class Options:
             kwargs["api_prefix"] = self.js_api_prefix
         if self.user is not None:
             kwargs["user"] = self.user
-        if self.password is not None:
-            kwargs["password"] = self.password
+        if password is not None:
+            kwargs["password"] = password
         if self.token is not None:
             kwargs["token"] = self.token
         if self.creds is not None:
