@@ -115,15 +115,17 @@ def _until(until: datetime | timedelta | float | str) -> datetime:
         try:
             when = until.astimezone(UTC)
         except OverflowError:
-            raise InvalidOptionError(f"pause until: {until!r} is out of range in UTC") from None
+            raise InvalidOptionError(
+                f"pause until: {B.shown(until)} is out of range in UTC"
+            ) from None
     else:
         delta = positive_duration(until, "pause until", InvalidOptionError)
         try:
             when = now + delta
         except OverflowError:
-            raise InvalidOptionError(f"pause until: {until!r} is too far ahead") from None
+            raise InvalidOptionError(f"pause until: {B.shown(until)} is too far ahead") from None
     if when <= now:
-        raise InvalidOptionError(f"pause until: {until!r} is not in the future")
+        raise InvalidOptionError(f"pause until: {B.shown(until)} is not in the future")
     return when
 
 

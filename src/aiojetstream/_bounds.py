@@ -16,7 +16,7 @@ longer (``1e300``, ``inf``) is refused instead of meaning "forever".
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from . import _duration as D
@@ -65,10 +65,15 @@ def shown(value: object) -> str:
 
     A giant int (which ``repr`` refuses past the digit limit) is described by
     its size; an int or float subclass is shown as its value (not by its own
-    ``__repr__``); a long repr is cut.
+    ``__repr__``); a long repr is cut. A ``timedelta`` is shown in seconds
+    (``0.5 s``) and a ``datetime`` in ISO 8601, not as their Python reprs.
     """
     if isinstance(value, bool):
         return repr(bool(value))
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():,.6f}".rstrip("0").rstrip(".") + " s"
+    if isinstance(value, datetime):
+        return datetime.isoformat(value)
     if isinstance(value, int):
         if value.bit_length() > _SHOWN_BITS:
             sign = "a negative" if value < 0 else "an"

@@ -92,7 +92,9 @@ SERVER_VALUE_SEPARATOR: Final = ", "
 def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str | None]:
     """Parse a NATS/1.0 header block into ``(headers, status, description)``.
 
-    Multiple values of a key are joined with ``", "``. ``headers`` is None when
+    Multiple values of a key are joined with ``", "``; bytes that are not UTF-8
+    become U+FFFD (as nats-py and nats.js decode them; documented for
+    ``Msg.headers`` and the CLI). ``headers`` is None when
     the block holds no key/value lines. Never raises on malformed input: lines
     without a colon are ignored.
     """

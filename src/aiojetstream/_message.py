@@ -343,7 +343,9 @@ class Msg:
     def headers(self) -> dict[str, str] | None:
         """The headers, or None when the message has none.
 
-        Repeated keys are joined with ``", "``. The dict is parsed once and cached.
+        Repeated keys are joined with ``", "``; bytes that are not UTF-8 are
+        replaced by U+FFFD (as nats-py and nats.js decode them). The dict is
+        parsed once and cached.
         """
         headers = self._headers
         if headers is None and self._hdr:

@@ -95,7 +95,7 @@ def check_stream_config(config: StreamConfig) -> None:
     seconds = _seconds(marker_ttl)
     if not seconds >= MIN_MARKER_TTL.total_seconds():  # also catches NaN
         raise InvalidStreamConfigError(
-            f"subject_delete_marker_ttl must be at least 1 second, got {marker_ttl!r} "
+            f"subject_delete_marker_ttl must be at least 1 second, got {shown(marker_ttl)} "
             "(leave it None to turn markers off)"
         )
     # A marker's TTL is counted from when it is written: past the end of the server's

@@ -532,6 +532,36 @@ def test_user_and_password() -> None:
         assert "wrong" not in line
 
 
+def test_nats_password_without_a_user_and_a_url_with_credentials() -> None:
+    """NATS_PASSWORD in the environment and ``-s nats://alice:pw@host``: the URL's
+    credentials are used, as the nats CLI does (it failed with "--password needs --user",
+    with no word of the variable); without them, the error names the variable."""
+    with NatsServer(config={"authorization": {"user": "alice", "password": "s3cret"}}) as server:
+        runner = CliRunner()
+        env = {"NATS_PASSWORD": "leftover", "NATS_USER": None, "COLUMNS": "80"}
+        with_user = f"nats://alice:s3cret@127.0.0.1:{server.port}"
+        ok = runner.invoke(app, ["-s", with_user, "stream", "ls"], env=env)
+        assert ok.exit_code == 0, ok.output
+        assert "No streams." in ok.stderr
+        plain = runner.invoke(app, ["-s", server.url, "stream", "ls"], env=env)
+        assert plain.exit_code == 2, plain.output
+        assert usage_error_line(plain) == (
+            "Error: Invalid value: --password (here NATS_PASSWORD, from the environment) "
+            "needs --user (or NATS_USER); or give the user and password in the server URL, "
+            "or unset NATS_PASSWORD"
+        )
+        assert "leftover" not in plain.output
+        # Given on the command line, a password still needs a user (the URL's too).
+        given = runner.invoke(app, ["-s", with_user, "--password", "x", "stream", "ls"], env={})
+        assert given.exit_code == 2, given.output
+        assert usage_error_line(given) == "Error: Invalid value: --password needs --user"
+        # With NATS_USER too, the environment's pair is used (nats-py: options first).
+        both = {**env, "NATS_USER": "alice"}
+        refused = runner.invoke(app, ["-s", with_user, "stream", "ls"], env=both)
+        assert refused.exit_code == 1, refused.output
+        assert "refused the credentials" in one_error_line(refused)
+
+
 def test_js_api_prefix_reaches_another_accounts_jetstream() -> None:
     with NatsServer(config=CROSS_ACCOUNTS_CONFIG) as server:
         owner = server.url.replace("nats://", "nats://a:a@")

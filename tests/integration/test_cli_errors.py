@@ -115,12 +115,74 @@ def test_refused_arguments_are_usage_errors(
     assert usage_line(result).startswith(f"Error: Invalid value for '{param}': {reason}")
 
 
+#: (arguments, the parameter named or None, the start of the reason): values out of the
+#: server's range, refused before anything is sent. They exited with 1; and two showed a
+#: Python repr (``datetime.timedelta(microseconds=500000)``, ``datetime.datetime(1, 1, 1, ...``).
+OUT_OF_RANGE = [
+    (("stream", "add", "NEW", "--max-age", "300000d"), "--max-age",
+     "StreamConfig.max_age (25,920,000,000 s) is too long: the server's durations"),
+    (("stream", "edit", "S", "--max-age", "300000d"), "--max-age",
+     "StreamConfig.max_age (25,920,000,000 s) is too long"),
+    (("stream", "add", "NEW", "--max-msgs", str(2**63)), "--max-msgs",
+     "StreamConfig.max_msgs must be an int from -2**63 to 2**63 - 1, got 9223372036854775808"),
+    (("stream", "add", "NEW", "--max-bytes", "99999999999TB"), "--max-bytes",
+     "StreamConfig.max_bytes must be an int from -2**63 to 2**63 - 1"),
+    (("stream", "add", "NEW", "--marker-ttl", "0.5s"), "--marker-ttl",
+     "a marker TTL must be at least 1 second, got '0.5s'"),
+    (("--timeout", "inf", "stream", "ls"), "--timeout",
+     "Input should be less than or equal to 9223372036"),
+    (("--timeout", "1e300", "stream", "ls"), "--timeout",
+     "Input should be less than or equal to 9223372036"),
+    (("consume", "S", "--idle", "inf", "--count", "1"), "--idle",
+     "Input should be less than or equal to 9223372036"),
+    (("consumer", "add", "S", "NEW", "--ack-wait", "300000d"), "--ack-wait",
+     "ConsumerConfig.ack_wait (25,920,000,000 s) is too long"),
+    (("consumer", "pause", "S", "C", "0001-01-01T00:00:00Z"), "until",
+     "pause until: 0001-01-01T00:00:00+00:00 is not in the future"),
+    (("kv", "add", "NEW", "--ttl", "300000d"), None,
+     "StreamConfig.max_age (25,920,000,000 s) is too long"),
+    (("kv", "add", "NEW", "--limit-marker-ttl", "0.5s"), "--limit-marker-ttl",
+     "a marker TTL must be at least 1 second"),
+    (("obj", "add", "NEW", "--ttl", "300000d"), None,
+     "StreamConfig.max_age (25,920,000,000 s) is too long"),
+    (("get", "S", str(2**64)), "seq", "Input should be less than or equal to 2**64 - 1"),
+    (("stream", "purge", "S", "--seq", str(2**64), "-f"), "--seq",
+     "Input should be less than or equal to 2**64 - 1"),
+    (("consumer", "reset", "S", "C", "--seq", str(2**64)), "--seq",
+     "Input should be less than or equal to 2**64 - 1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "param", "reason"), OUT_OF_RANGE)
+def test_values_out_of_the_servers_range_are_usage_errors(
+    nats_url: str, args: tuple[str, ...], param: str | None, reason: str
+) -> None:
+    """Exit 2 with Click's usage lines, as docs/cli.md says, and nothing created."""
+    stream, new = unique_name("S"), unique_name("NEW")
+    run_cli(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")
+    run_cli(nats_url, "consumer", "add", stream, "C")
+    run_cli(nats_url, "pub", f"{stream}.a", "x")  # (an --idle taken would not wait for ever)
+    names = {"S": stream, "NEW": new}
+    reason = reason.replace("2**64 - 1", str(2**64 - 1))
+    result = run_cli(nats_url, *(names.get(arg, arg) for arg in args), expect=2)
+    assert result.stdout == ""
+    where = f" for '{param}'" if param else ""
+    assert usage_line(result).startswith(f"Error: Invalid value{where}: {reason}")
+    listed = run_cli(nats_url, "stream", "ls", "--names").stdout.split()
+    assert not [name for name in listed if new in name]  # nothing created
+    assert "paused" not in run_cli(nats_url, "consumer", "info", stream, "C").stdout.lower()
+
+
 def test_refused_arguments_with_debug_raise(nats_url: str) -> None:
     result = CliRunner().invoke(
         app, ["--debug", "stream", "info", "a.b"], env={"NATS_URL": nats_url}
     )
     assert result.exit_code == 1
     assert type(result.exception).__name__ == "InvalidNameError"
+    out_of_range = ["--debug", "stream", "add", unique_name("NEW"), "--max-age", "300000d"]
+    result = CliRunner().invoke(app, out_of_range, env={"NATS_URL": nats_url})
+    assert result.exit_code == 1
+    assert type(result.exception).__name__ == "InvalidOptionError"
 
 
 def test_kv_ttl_the_server_stretches_is_noted(nats_url: str) -> None:

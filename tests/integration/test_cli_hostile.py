@@ -152,6 +152,60 @@ def test_messages_are_printed_escaped(nats_url: str) -> None:
     run_cli(nats_url, "stream", "rm", stream, "-f")
 
 
+def hpub(url: str, subject: str, block: bytes, payload: bytes) -> None:
+    """Publish with a header block of any bytes (nats-py's headers are str): raw HPUB."""
+
+    async def send() -> None:
+        host, _, port = url.removeprefix("nats://").rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        await reader.readline()  # INFO
+        size = len(block) + len(payload)
+        writer.write(
+            b'CONNECT {"headers":true,"protocol":1,"verbose":false}\r\nSUB ack 1\r\n'
+            + f"HPUB {subject} ack {len(block)} {size}\r\n".encode()
+            + block
+            + payload
+            + b"\r\nPING\r\n"
+        )
+        reply = b""
+        while b'"seq"' not in reply:
+            line = await asyncio.wait_for(reader.readline(), BOUND)
+            assert line, reply
+            reply += line
+        writer.close()
+        await writer.wait_closed()
+
+    asyncio.run(send())
+
+
+def test_header_bytes_that_are_not_utf8_are_replaced_as_documented(nats_url: str) -> None:
+    """As nats-py and nats.js decode them: U+FFFD, in the library and every CLI output
+    (docs/cli.md said such bytes show as \\xff and --json is exact: true of payloads only)."""
+    stream = unique_name("HUTF")
+    run_cli(nats_url, "stream", "add", stream, "--subjects", f"{stream}.>")
+    hpub(nats_url, f"{stream}.a", b"NATS/1.0\r\nX-Bin: caf\xe9 \xff\r\n\r\n", b"d\xff")
+    replaced = {"X-Bin": "caf\ufffd \ufffd"}
+
+    async def read(js: JetStreamContext) -> list[dict[str, str] | None]:
+        stored = await (await js.stream(stream)).get_msg(1)
+        batch = await (await js.ordered_consumer(stream)).fetch(1)
+        return [stored.headers, *[msg.headers async for msg in batch]]
+
+    assert query(nats_url, read) == [replaced, replaced]
+    record = json.loads(run_cli(nats_url, "get", stream, "1", "--json").stdout)
+    assert record["headers"] == replaced
+    assert record["data_base64"] == "ZP8="  # the payload: exact
+    got = run_cli(nats_url, "get", stream, "1").stdout
+    assert "X-Bin  caf\ufffd \ufffd" in got
+    assert got.endswith("d\\xff\n")
+    consumed = run_cli(nats_url, "consume", stream, "--count", "1", "--headers").stdout
+    assert "  X-Bin: caf\ufffd \ufffd\n" in consumed
+    docs = " ".join((SRC.parent / "docs" / "cli.md").read_text().split())
+    assert "Header names and values (and subjects) are decoded by the library with " in docs
+    assert "each byte that is not UTF-8 is `\ufffd` (U+FFFD) there, in every output, " in docs
+    run_cli(nats_url, "stream", "rm", stream, "-f")
+
+
 def test_stream_and_consumer_infos_are_printed_escaped(nats_url: str) -> None:
     """Names, descriptions, subjects and metadata of streams and consumers, as tables and lists."""
     plain = unique_name("HOST")
@@ -298,6 +352,34 @@ def test_obj_is_printed_escaped_and_files_are_named_safely(nats_url: str, tmp_pa
     # An error naming it.
     missing = run_cli(nats_url, "obj", "info", bucket, f"no{HOSTILE}", expect=1)
     assert_printable(missing, seen=("error: ",))
+    run_cli(nats_url, "obj", "rm", bucket, "-f")
+
+
+def test_obj_get_of_an_info_with_a_negative_size_is_one_error(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A forged info saying size -1: the progress bar died of "tuple.index(x): x not in
+    tuple" (its total was "unlimited"); ``obj info`` said ``Size unlimited (-1 bytes)``."""
+    bucket = unique_name("OBN")
+
+    async def forge(js: JetStreamContext) -> None:
+        store = await js.create_object_store(ObjectStoreConfig(bucket=bucket))
+        info = await store.put("good", b"data")
+        meta = {**info.model_dump(mode="json", exclude={"mtime"}), "name": "neg", "size": -1}
+        await js.publish(f"$O.{bucket}.M.bmVn", json.dumps(meta).encode())  # "neg"
+
+    query(nats_url, forge)
+    error = f"error: invalid object info on '$O.{bucket}.M.bmVn': size: Input should be"
+    for args in (
+        ("info", bucket, "neg"),
+        ("get", bucket, "neg", "-o", "-"),
+        ("get", bucket, "neg", "-o", str(tmp_path / "file")),
+        ("get", bucket, "neg", "-o", str(tmp_path / "json"), "--json"),
+    ):
+        result = run_cli(nats_url, "obj", *args, expect=1)
+        assert result.stdout == ""
+        assert result.stderr.startswith(error), (args, result.stderr)
+    assert list(tmp_path.iterdir()) == []
     run_cli(nats_url, "obj", "rm", bucket, "-f")
 
 

@@ -65,6 +65,28 @@ async def test_an_info_whose_nuid_is_no_token_is_refused(js: JetStreamContext) -
         assert await store.get_bytes(name) == data
 
 
+async def test_an_info_with_a_negative_size_or_chunk_count_is_refused(
+    js: JetStreamContext,
+) -> None:
+    """nats.go's size and chunks are uint64: a stored info saying -1 is not an info
+    (it was taken, and ``obj info`` said ``Size unlimited (-1 bytes)``)."""
+    store = await new_store(js)
+    await store.put("ok", b"data")
+    _, info = await meta_subject(store, "ok")
+    for field in ("size", "chunks"):
+        name = f"neg-{field}"
+        record = {**info, "name": name, field: -1}
+        await js.publish(
+            f"$O.{store.bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}",
+            json.dumps(record).encode(),
+        )
+        for read in (store.info, store.get_bytes, store.get):
+            reason = f"{field}: Input should be greater than or equal to 0 \\(got -1\\)$"
+            with pytest.raises(InvalidResponseError, match=f"invalid object info .*: {reason}"):
+                await read(name)
+    assert [i.name async for i in store.list()] == ["ok"]  # left out, as other junk
+
+
 async def test_a_stored_link_with_an_invalid_target_is_a_link_error(
     js: JetStreamContext,
 ) -> None:

@@ -48,6 +48,7 @@ from aiojetstream import (
     JetStreamError,
     TLSError,
 )
+from aiojetstream._conn._connect import _URL_HINT
 from aiojetstream._redact import chain
 from aiojetstream.cli._app import app
 from aiojetstream.cli._common import Options
@@ -660,3 +661,39 @@ def test_no_secret_reaches_any_output(
         assert leaks, f"the planted secret was not found in {capture.texts}"
     else:
         assert not leaks, "\n".join(leaks)
+
+
+# --------------------------------------------------------------------------- the library's wording
+
+#: Passwords in a URL (nats-py refuses the URL) whose pieces are words of the hint.
+HINT_WORDS = ["Xy9/pass", "Qz/token", "k#with"]
+
+
+@pytest.mark.parametrize("password", HINT_WORDS)
+async def test_a_password_piece_never_blanks_the_hint(servers: Servers, password: str) -> None:
+    """The scrubber blanked the hint's own words ("a ***word or token holding ..."),
+    telling anyone who reads the log which word is part of the password."""
+    url = f"nats://bob:{password}@{HOST}:{servers.password.port}"
+    with pytest.raises(InvalidOptionError) as info:
+        await _connect_and_close(url, {})
+    assert str(info.value) == (
+        f"invalid server URL in nats://***@{HOST}:{servers.password.port} ({_URL_HINT})"
+    )
+    assert password.rpartition("/")[2].rpartition("#")[2] in _URL_HINT  # a word of its own
+
+
+@pytest.mark.parametrize("password", ["refused", "credentials"])
+async def test_a_refused_password_never_blanks_the_message(servers: Servers, password: str) -> None:
+    with pytest.raises(AuthorizationError) as info:
+        await _connect_and_close(servers.password.url, {"user": "bob", "password": password})
+    assert str(info.value) == (
+        f"nats://{HOST}:{servers.password.port} refused the credentials: "
+        "nats: 'Authorization Violation'"
+    )
+
+
+async def test_an_unreachable_server_message_keeps_its_words() -> None:
+    port = closed_port()
+    with pytest.raises(aiojetstream.ConnectionFailedError) as info:
+        await _connect_and_close(f"nats://{HOST}:{port}", {"user": "bob", "password": "could"})
+    assert str(info.value).startswith(f"could not connect to nats://{HOST}:{port} (tried twice): ")

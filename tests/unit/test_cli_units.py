@@ -39,6 +39,7 @@ from aiojetstream.cli._units import (
     format_limit,
     format_time,
     parse_duration,
+    parse_marker_ttl,
     parse_size,
 )
 
@@ -156,6 +157,7 @@ def test_format_bytes_time_and_age() -> None:
         (900, 900, "900/900 B"),
         (1_500_000, 3_000_000, "1.4/2.9 MiB"),  # Rich's own columns: 1.5/3.0 MB
         (1 << 30, 3 << 30, "1.0/3.0 GiB"),
+        (5, -1, "5 B"),  # a negative total is unknown too (was: "unlimited", a ValueError)
     ],
 )
 def test_transfer_bar_sizes_are_format_bytes_units(
@@ -300,6 +302,16 @@ def test_connect_options(tmp_path: Path) -> None:
         Options(js_api_prefix="fromA", domain="hub").connect_kwargs()
     with pytest.raises(CliError, match="--password needs --user"):
         Options(password="p").connect_kwargs()
+    with pytest.raises(CliError, match="--password needs --user"):  # the URL's user: no
+        Options(servers="nats://u:p@h:4222", password="p").connect_kwargs()
+    with pytest.raises(CliUsageError, match=r"\(here NATS_PASSWORD, from the environment\)"):
+        Options(password="p", password_from_env=True).connect_kwargs()
+    from_url = Options(servers="nats://u:p@h:4222", password="env", password_from_env=True)
+    assert "password" not in from_url.connect_kwargs()  # the URL's pair is used
+    with_user = Options(
+        servers="nats://u:p@h:4222", user="v", password="env", password_from_env=True
+    )
+    assert with_user.connect_kwargs()["password"] == "env"
     with pytest.raises(CliError, match="--tls-key needs --tls-cert"):
         Options(tls_key=Path("k.pem")).connect_kwargs()
     with pytest.raises(CliError, match=r"--tls-ca /nonexistent/ca.pem: No such file"):
@@ -388,3 +400,21 @@ def test_bench_stream_subject_matching() -> None:
     ):
         assert _stores(pattern, subject) is stored, (pattern, subject)
         assert subject_covers(pattern, subject) is stored, (pattern, subject)  # the library's
+
+
+def test_the_command_lines_bounds_are_the_librarys() -> None:
+    """``--timeout`` / ``--idle`` and sequences are bounded in Typer (usage errors, exit 2)
+    by the library's numbers: the root can not import the library's private modules."""
+    from aiojetstream import _bounds
+    from aiojetstream.cli import MAX_SEQUENCE, MAX_WAIT
+
+    assert MAX_WAIT == _bounds.MAX_WAIT
+    assert MAX_SEQUENCE == _bounds.MAX_UINT64
+
+
+def test_parse_marker_ttl_is_at_least_a_second() -> None:
+    assert parse_marker_ttl("1s") == timedelta(seconds=1)
+    assert parse_marker_ttl("2m") == timedelta(minutes=2)
+    for short in ("0.5s", "999ms", "0"):
+        with pytest.raises(typer.BadParameter, match=f"at least 1 second, got '{short}'"):
+            parse_marker_ttl(short)

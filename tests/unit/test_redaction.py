@@ -11,6 +11,8 @@ tests/integration/test_secret_surfaces.py.
 
 from __future__ import annotations
 
+import re
+import ssl
 import sys
 import unicodedata
 from collections import UserString
@@ -19,7 +21,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiojetstream import AuthorizationError, InvalidOptionError, JetStreamError, _conn
+from aiojetstream import (
+    AuthorizationError,
+    ConnectionFailedError,
+    InvalidOptionError,
+    JetStreamError,
+    _conn,
+)
+from aiojetstream._conn._connect import _URL_HINT, _connect_failure, unchained
+from aiojetstream._conn._nats import nats_errors
 from aiojetstream._redact import (
     AT_SIGNS,
     HIDDEN,
@@ -223,16 +233,17 @@ def test_a_scheme_is_never_a_secret(parts: list[str]) -> None:
             assert scrub(shown, found).startswith(scheme), found
 
 
-def test_a_screened_connection_error_keeps_its_servers() -> None:
+def test_an_unchained_connection_error_keeps_its_servers() -> None:
     from aiojetstream import ConnectionFailedError
 
-    error = ConnectionFailedError(
-        "could not connect to nats://***@h:1: S3cret-pw", ("nats://***@h:1",)
-    )
-    screened = _conn._screened(error, ["S3cret-pw"])
-    assert type(screened) is ConnectionFailedError
-    assert str(screened) == f"could not connect to nats://***@h:1: {HIDDEN}"
-    assert screened.servers == ("nats://***@h:1",)
+    error = ConnectionFailedError(f"could not connect to nats://***@h:1: {HIDDEN}", ("h:1",))
+    error.__cause__ = OSError("S3cret-pw")
+    copy = unchained(error)
+    assert type(copy) is ConnectionFailedError
+    assert str(copy) == str(error)
+    assert copy.servers == ("h:1",)
+    assert copy.__cause__ is None
+    assert copy.__context__ is None
 
 
 def test_scrub_hides_secrets_in_any_case_longest_first() -> None:
@@ -269,6 +280,10 @@ def test_mentions_searches_the_whole_chain() -> None:
 # --------------------------------------------------------------------------- _conn
 
 
+def _nats_error(text: str) -> Exception:
+    return nats_errors.Error(text)
+
+
 async def test_the_error_callback_screens_what_it_forwards() -> None:
     """An error nats-py reports that shows a secret reaches the log or ``error_cb`` without it."""
     forwarded: list[Exception] = []
@@ -291,10 +306,54 @@ async def test_the_error_callback_screens_what_it_forwards() -> None:
     assert seen == [clean, leaky]  # the originals, to tell refused credentials apart
 
 
-def test_a_screened_error_keeps_its_type() -> None:
-    error = AuthorizationError("nats://***@h:1 refused: S3cret-pw")
-    screened = _conn._screened(error, ["S3cret-pw"])
-    assert type(screened) is AuthorizationError
-    assert str(screened) == f"nats://***@h:1 refused: {HIDDEN}"
-    clean = AuthorizationError("refused")
-    assert _conn._screened(clean, ["S3cret-pw"]) is clean
+def test_an_unchained_error_keeps_its_type() -> None:
+    error = AuthorizationError(f"nats://***@h:1 refused: {HIDDEN}")
+    copy = unchained(error)
+    assert type(copy) is AuthorizationError
+    assert str(copy) == str(error)
+
+
+#: Passwords whose pieces (split at "/", "?", "#", ",") are words of the library's
+#: own messages (the review's, and more).
+WORDING_PASSWORDS = ["Xy9/pass", "Qz/token", "k#with", "abc/could", "q?connect", "z,refused"]
+
+
+@pytest.mark.parametrize("password", WORDING_PASSWORDS)
+def test_connect_failures_screen_what_they_quote_never_their_own_words(password: str) -> None:
+    """The library's wording stays whole: blanking the "pass" of "password" told that
+    "pass" was part of the password. What they quote and the servers are screened."""
+    url = f"nats://alice:{password}@h:1"
+    secrets = connection_secrets(url, {})
+    shown = redact_servers(url)
+    piece = re.split("[/?#,]", password)[-1]  # a word of the library's
+    assert piece in secrets
+    invalid = _connect_failure(
+        _nats_error("nats: invalid connect url"), None, [], [], shown, 1, secrets
+    )
+    assert str(invalid) == f"invalid server URL in {shown} ({_URL_HINT})"
+    refused = _connect_failure(
+        _nats_error("x"),
+        None,
+        [_nats_error(f"nats: 'Authorization Violation' {piece}")],
+        [],
+        shown,
+        1,
+        secrets,
+    )
+    assert str(refused) == f"{shown} refused the credentials: nats: 'Authorization Violation' ***"
+    unreachable = _connect_failure(
+        OSError("x"),
+        None,
+        [OSError(111, f"Unreachable: {piece.upper()}")],
+        [],
+        shown,
+        1,
+        secrets,
+    )
+    assert isinstance(unreachable, ConnectionFailedError)
+    assert (
+        str(unreachable)
+        == f"could not connect to {shown} (tried once): [Errno 111] Unreachable: ***"
+    )
+    handshake = _connect_failure(ssl.SSLError(1, f"bad {piece}"), None, [], [], shown, 1, secrets)
+    assert str(handshake) == f"TLS handshake with {shown} failed: bad ***"

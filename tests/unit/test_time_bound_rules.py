@@ -426,3 +426,27 @@ def test_the_short_ttl_path_still_checks_long_ttls() -> None:
     assert check_ttl_from_now("never") == "never"
     with pytest.raises(InvalidTTLError, match="end of the server's clock"):
         check_ttl_from_now("9999999999")
+
+
+def test_durations_and_times_in_messages_are_readable_not_reprs() -> None:
+    """``got datetime.timedelta(microseconds=500000)`` was shown to the command line's users."""
+    from aiojetstream._admin import _until
+    from aiojetstream._bounds import shown
+    from aiojetstream._ttl_rules import check_stream_config
+
+    assert shown(timedelta(microseconds=500_000)) == "0.5 s"
+    assert shown(timedelta(days=300_000)) == "25,920,000,000 s"
+    assert shown(timedelta(microseconds=1)) == "0.000001 s"
+    assert shown(timedelta(seconds=-2)) == "-2 s"
+    assert shown(datetime(1, 1, 1, tzinfo=UTC)) == "0001-01-01T00:00:00+00:00"
+    config = StreamConfig(name="S", subject_delete_marker_ttl=timedelta(milliseconds=500))
+    with pytest.raises(InvalidStreamConfigError, match=r"at least 1 second, got 0\.5 s \("):
+        check_stream_config(config)
+    with pytest.raises(ValidationError, match=r"at least 1 second \(ADR-48\), got 0\.5 s;"):
+        KeyValueConfig(bucket="B", limit_marker_ttl=timedelta(milliseconds=500))
+    with pytest.raises(
+        InvalidOptionError, match=r"^pause until: 0001-01-01T00:00:00\+00:00 is not in the future$"
+    ):
+        _until(datetime(1, 1, 1, tzinfo=UTC))
+    with pytest.raises(InvalidOptionError, match=r"^pause until: 2000-01-01T00:00:00\+00:00 is"):
+        _until(datetime(2000, 1, 1, tzinfo=UTC))

@@ -125,5 +125,4 @@ _HUBS = HUBS
 _BACKGROUND = _fallback.BACKGROUND
 _FallbackDelivery = _fallback.FallbackDelivery
 _rebuild_header_block = _fallback.rebuild_header_block
-_screened = _connect.screened
 _initial_error_cb = _connect.initial_error_cb

@@ -197,7 +197,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         await nc.connect(servers=urls, **options)
     except (OSError, TimeoutError, nats_errors.Error) as exc:
         failure = _connect_failure(
-            exc, nc.last_error, connect_errors, tls_refusals, shown, len(urls)
+            exc, nc.last_error, connect_errors, tls_refusals, shown, len(urls), secrets
         )
         # The cause is chained unless something in it shows a secret; nats-py's
         # reason for refusing a URL quotes it (a ValueError from urllib).
@@ -207,9 +207,9 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
                     raise
             failure = JetStreamError(f"connection error: {scrub(str(exc), secrets)}")
         elif not _is_invalid_url(exc) and not mentions(exc, secrets):
-            raise screened(failure, secrets) from exc
+            raise failure from exc
     except TLSError as exc:  # raised by the error callback out of nats-py's connect
-        if mentions(exc, secrets):
+        if _chains_a_secret(exc, secrets):
             failure = exc
         else:
             raise
@@ -221,7 +221,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
             abort_transport(nc)
     if failure is not None:
         # Raised here, outside the except clause: no __context__ either.
-        raise screened(failure, secrets)
+        raise unchained(failure)
     nc.options["max_reconnect_attempts"] = reconnect_attempts
     nc.options["reconnect_time_wait"] = reconnect_wait
     if next_server is not None:
@@ -254,21 +254,30 @@ def _connect_failure(
     tls_refusals: list[str],
     shown: str,
     dialed: int,
+    secrets: list[str],
 ) -> JetStreamError | None:
     """The error a failed first connection raises (None: :func:`translate` maps ``exc``).
 
     ``shown`` names the servers without credentials (a string of URLs with
     credentials shows fewer than the ``dialed`` ones); the text of an error
-    nats-py reports is quoted (the caller screens it for secrets), except for
-    a refused URL: nats-py's reason quotes the URL.
+    nats-py reports is quoted, except for a refused URL: nats-py's reason
+    quotes the URL. What is quoted, and the servers, are screened for
+    ``secrets`` (:func:`scrub`); the library's own words never are: a password
+    ``Xy9/pass`` blanked the "pass" of "password", which told that "pass" was
+    part of it.
     """
+    shown = scrub(shown, secrets)
+
+    def quoted(text: object) -> str:
+        return scrub(str(text), secrets)
+
     refused = next((e for e in reversed(connect_errors) if is_auth_error(e)), None)
     if refused is not None:
-        return AuthorizationError(f"{shown} refused the credentials: {refused}")
+        return AuthorizationError(f"{shown} refused the credentials: {quoted(refused)}")
     if tls_refusals:
-        return TLSError(f"refusing a plaintext connection: {tls_refusals[-1]}")
+        return TLSError(f"refusing a plaintext connection: {quoted(tls_refusals[-1])}")
     if isinstance(last, ssl.SSLError) or isinstance(exc, ssl.SSLError):
-        return TLSError(f"TLS handshake with {shown} failed: {last or exc}")
+        return TLSError(f"TLS handshake with {shown} failed: {quoted(last or exc)}")
     if _is_invalid_url(exc):
         hint = f" ({_URL_HINT})" if "***@" in shown else ""
         return InvalidOptionError(f"invalid server URL in {shown}{hint}")
@@ -276,9 +285,9 @@ def _connect_failure(
         # Why the attempts failed (refused, unknown host...), each reason once,
         # rather than nats-py's closing "no servers available".
         attempts = [e for e in connect_errors if not isinstance(e, nats_errors.NoServersError)]
-        reasons = list(dict.fromkeys(_reason(e) for e in attempts))
+        reasons = list(dict.fromkeys(quoted(_reason(e)) for e in attempts))
         if not reasons:
-            reasons = [_reason(last or exc)]
+            reasons = [quoted(_reason(last or exc))]
         servers = tuple(u.strip() for u in shown.split(","))
         tried = _tried(len(attempts) or 1, dialed)
         return ConnectionFailedError(
@@ -307,18 +316,21 @@ def _reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def screened(error: JetStreamError, secrets: list[str]) -> JetStreamError:
-    """``error`` if neither it nor what it chains shows a secret.
+def _chains_a_secret(error: BaseException, secrets: list[str]) -> bool:
+    """Whether what ``error`` chains (not its own text, the library's) shows a secret."""
+    return mentions(error.__cause__, secrets) or mentions(error.__context__, secrets)
 
-    Else a new error of its type, chaining nothing, with the secrets of its
-    message hidden (:func:`scrub`); a :class:`ConnectionFailedError` keeps
-    its ``servers`` (shown without credentials already).
+
+def unchained(error: JetStreamError) -> JetStreamError:
+    """A new error of ``error``'s type and message, chaining nothing.
+
+    For an error whose message the library wrote with what it quotes already
+    screened (:func:`_connect_failure`) but whose chain shows a secret; a
+    :class:`ConnectionFailedError` keeps its ``servers``.
     """
-    if not mentions(error, secrets):
-        return error
-    text = scrub(str(error), secrets)
+    text = str(error)
     if isinstance(error, ConnectionFailedError):
-        return ConnectionFailedError(text, tuple(scrub(s, secrets) for s in error.servers))
+        return ConnectionFailedError(text, error.servers)
     try:
         return type(error)(text)
     except TypeError:  # an error type that takes more than a message
@@ -428,6 +440,7 @@ def initial_error_cb(
     connection that never opens says why in the error it raises, not in a
     warning per attempt before it.
     """
+    shown = scrub(shown, secrets)
 
     async def error_cb(exc: Exception) -> None:
         connected = bool(seen) and seen[-1] is _CONNECTED
@@ -439,7 +452,10 @@ def initial_error_cb(
             return
         seen.append(exc)
         if isinstance(exc, ssl.SSLError):
-            raise TLSError(f"TLS handshake with {shown} failed: {exc}") from exc
+            # nats-py's text screened, not the library's words (see _connect_failure).
+            raise TLSError(
+                f"TLS handshake with {shown} failed: {scrub(str(exc), secrets)}"
+            ) from exc
 
     return error_cb
 

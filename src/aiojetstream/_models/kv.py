@@ -139,7 +139,7 @@ class KeyValueConfig(ConfigModel):
     def _check_marker_ttl(cls, value: timedelta | None) -> timedelta | None:
         if value is not None and value < timedelta(seconds=1):
             raise ValueError(
-                f"limit_marker_ttl must be at least 1 second (ADR-48), got {value!r}; "
+                f"limit_marker_ttl must be at least 1 second (ADR-48), got {shown(value)}; "
                 "use None to leave limit markers off"
             )
         return value

@@ -22,7 +22,9 @@ class RawStreamMessage(BaseModel):
     it had none. The metadata headers a direct get adds (``Nats-Stream``,
     ``Nats-Subject``, ``Nats-Sequence``, ``Nats-Time-Stamp``,
     ``Nats-Last-Sequence``, ``Nats-Num-Pending``) are not repeated there, so both
-    kinds of get return the same message.
+    kinds of get return the same message. They are decoded as
+    :attr:`Msg.headers`: repeated keys joined with ``", "``, bytes that are not
+    UTF-8 replaced by U+FFFD.
     """
 
     model_config = ConfigDict(frozen=True, defer_build=True)  # built on first validation

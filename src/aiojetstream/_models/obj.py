@@ -239,12 +239,12 @@ class ObjectInfo(ResponseModel):
     """The bucket the info is stored in."""
     nuid: str | None = None
     """The unique id of this version: its chunks are on ``$O.<bucket>.C.<nuid>``."""
-    size: int = 0
-    """The object's size in bytes (0 for links and deleted objects)."""
+    size: int = Field(default=0, ge=0)
+    """The object's size in bytes (0 for links and deleted objects; never negative)."""
     mtime: Timestamp | None = None
     """When the info was stored (UTC)."""
-    chunks: int = 0
-    """How many chunks hold the object's data."""
+    chunks: int = Field(default=0, ge=0)
+    """How many chunks hold the object's data (never negative)."""
     digest: str | None = None
     """``SHA-256=`` and the base64url SHA-256 of the data (None for links and deleted objects)."""
     deleted: bool = False

@@ -45,7 +45,7 @@ from .._models.obj import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from pydantic_core import ErrorDetails
 
 logger = logging.getLogger("aiojetstream")
 #: A stored info's nuid: one subject token of these characters (nats.go's nuids are base62).
@@ -210,8 +210,20 @@ def parse_info(data: bytes, when: datetime, bucket: str, subject: str) -> Object
             # purge every object's chunks.
             raise ValueError(f"nuid {nuid!r} is not a single token of [A-Za-z0-9_-]")
         return from_wire(ObjectInfo, raw)
-    except (ValueError, ValidationError, RecursionError) as exc:
+    except ValidationError as exc:  # one line: "size: Input should be ... (got -1)"
+        reasons = "; ".join(_reason(err) for err in exc.errors(include_url=False))
+        raise InvalidResponseError(f"invalid object info on {subject!r}: {reasons}") from None
+    except (ValueError, RecursionError) as exc:
         raise InvalidResponseError(f"invalid object info on {subject!r}: {exc}") from None
+
+
+def _reason(err: ErrorDetails) -> str:
+    """One pydantic error of an info: ``size: Input should be ... (got -1)``."""
+    where = ".".join(map(str, err["loc"])) or "info"
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] in ("missing", "value_error"):
+        return f"{where}: {message}"  # the input is the whole info / in the message
+    return f"{where}: {message} (got {B.shown(err['input'])})"
 
 
 def check_headers(headers: object) -> dict[str, list[str]] | None:

@@ -21,6 +21,14 @@ INSTALL_HINT = "pip install 'aiojetstream[cli]'"
 DEFAULT_SERVER = "nats://127.0.0.1:4222"
 """The server of ``--server`` when neither it nor ``NATS_URL`` is given."""
 
+MAX_WAIT = (2**63 - 1) // 10**9
+"""The longest wait in seconds (``--timeout``, ``--idle``): the library's, the
+server's int64 nanoseconds (about 292 years). Longer ones (``inf``, ``1e300``)
+are usage errors, as the library refuses them."""
+
+MAX_SEQUENCE = 2**64 - 1
+"""The largest stream sequence (the server's uint64), as the library takes it."""
+
 _NEEDED = ("typer", "rich")
 
 

@@ -20,7 +20,7 @@ from typer.core import TyperCommand, TyperGroup
 
 import aiojetstream
 
-from . import DEFAULT_SERVER
+from . import DEFAULT_SERVER, MAX_WAIT
 
 __all__ = ["COMMANDS", "app", "load_command", "run_app"]
 
@@ -239,7 +239,7 @@ def root(
         ),
     ] = None,
     timeout: Annotated[
-        float, typer.Option(min=0.001, help="Seconds to wait for each reply.")
+        float, typer.Option(min=0.001, max=MAX_WAIT, help="Seconds to wait for each reply.")
     ] = 5.0,
     json: Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")] = False,
     debug: Annotated[
@@ -271,7 +271,14 @@ def root(
         timeout=timeout,
         json=json,
         debug=debug,
+        password_from_env=_from_env(ctx, "password"),
     )
+
+
+def _from_env(ctx: typer.Context, param: str) -> bool:
+    """Whether the value of ``param`` came from its environment variable."""
+    source = ctx.get_parameter_source(param)
+    return source is not None and source.name == "ENVIRONMENT"
 
 
 def run_app(argv: list[str]) -> int:

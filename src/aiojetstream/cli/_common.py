@@ -10,13 +10,14 @@ its names are re-exported here, so a command imports this module only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
 import os
 import re
 import ssl
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -69,6 +70,7 @@ __all__ = [
     "Output",
     "StdoutUnusableError",
     "USAGE_ERRORS",
+    "as_written",
     "check_stdout",
     "check_subject",
     "confirm",
@@ -141,9 +143,15 @@ class Options:
     timeout: float = 5.0
     json: bool = False
     debug: bool = False
+    password_from_env: bool = False
+    """The password is ``NATS_PASSWORD``'s (not ``--password``)."""
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`aiojetstream.connect` (builds the TLS context).
+
+        ``NATS_PASSWORD`` without a user (``--user``, ``NATS_USER``) is left out
+        when a server URL carries user information (``nats://alice:pw@host``):
+        the URL's user and password are used, as the ``nats`` CLI does.
 
         Raises:
             CliUsageError: inconsistent options, or a ``--creds`` or ``--nkey``
@@ -151,8 +159,17 @@ class Options:
             CliError: a certificate file that can not be read or is not valid.
 
         """
-        if self.password is not None and self.user is None:
-            raise CliUsageError("--password needs --user")
+        password = self.password
+        if password is not None and self.user is None:
+            if not self.password_from_env:
+                raise CliUsageError("--password needs --user")
+            if "@" not in self.servers:  # no host name holds one: no URL's user either
+                raise CliUsageError(
+                    "--password (here NATS_PASSWORD, from the environment) needs --user "
+                    "(or NATS_USER); or give the user and password in the server URL, "
+                    "or unset NATS_PASSWORD"
+                )
+            password = None  # the URL's credentials are used
         if self.tls_key is not None and self.tls_cert is None:
             raise CliUsageError("--tls-key needs --tls-cert")
         if self.js_api_prefix is not None and self.domain is not None:
@@ -164,8 +181,8 @@ class Options:
             kwargs["inbox_prefix"] = self.inbox_prefix
         if self.user is not None:
             kwargs["user"] = self.user
-        if self.password is not None:
-            kwargs["password"] = self.password
+        if password is not None:
+            kwargs["password"] = password
         if self.token is not None:
             kwargs["token"] = self.token
         if self.creds is not None:
@@ -336,6 +353,10 @@ def run(ctx: typer.Context, work: Callable[[JetStreamContext], Awaitable[T]]) ->
             if opts.debug:
                 raise
             raise usage_error(ctx, exc) from None
+        except RefusedAsWritten as exc:  # a value refused before anything was sent
+            if opts.debug:
+                raise exc.error from None
+            raise usage_error(ctx, exc.error) from None
         except aiojetstream.JetStreamError as exc:  # a name not found: the closest ones
             obj = ctx.command_path.split()[1:2] == ["obj"]
             await add_hint(js, exc, object_store=obj, timeout=opts.timeout)
@@ -359,11 +380,44 @@ USAGE_ERRORS = (
 )
 
 
+class RefusedAsWritten(Exception):
+    """An :class:`~aiojetstream.InvalidOptionError` raised in :func:`as_written`."""
+
+    def __init__(self, error: aiojetstream.InvalidOptionError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@contextlib.contextmanager
+def as_written() -> Iterator[None]:
+    """Make a library call's refusals of the command line's values usage errors.
+
+    Around a call that checks the values before it sends anything: the
+    :class:`~aiojetstream.InvalidOptionError` it raises is a usage error of
+    :func:`run` (exit code 2), as for :data:`USAGE_ERRORS`. A duration or a
+    number out of the server's range (``stream add --max-age 300000d``,
+    ``--max-msgs 2**63``) exited with 1. Only around calls whose every
+    ``InvalidOptionError`` is such a check: not where one depends on the server
+    or on what is stored (``consumer reset`` to a sequence past the stream's
+    end, ``obj put`` with a chunk over ``max_payload``), and never for
+    ``MaxPayloadExceededError`` or ``InvalidStreamConfigError`` (some depend on
+    the stream: ``update_stream`` refuses to turn ``allow_msg_ttl`` off).
+    """
+    try:
+        yield
+    except (aiojetstream.MaxPayloadExceededError, aiojetstream.InvalidStreamConfigError):
+        raise
+    except aiojetstream.InvalidOptionError as exc:
+        raise RefusedAsWritten(exc) from exc
+
+
 def usage_error(ctx: typer.Context, exc: BaseException) -> typer.BadParameter:
     """A usage error (exit code 2) for a value the library refused, naming its parameter.
 
     The parameter is the one whose value the message quotes (``invalid
-    subject 'a b'`` is SUBJECT's), if any.
+    subject 'a b'`` is SUBJECT's), else the one it names as a config field
+    (``StreamConfig.max_age`` is ``--max-age``'s) or at its start (``pause
+    until: ...`` is UNTIL's), if any.
     """
     text = describe_error(exc)
     message = str(exc)
@@ -372,6 +426,10 @@ def usage_error(ctx: typer.Context, exc: BaseException) -> typer.BadParameter:
         value = ctx.params.get(param.name or "")
         values = value if isinstance(value, list | tuple) else [value]
         if any(isinstance(v, str) and v and repr(v) in message for v in values):
+            return typer.BadParameter(text, ctx=ctx, param=param)
+    for param in ctx.command.params:
+        name = re.escape(param.name or "")
+        if name and re.search(rf"^(?:\w+ )?{name}\b|\w\.{name}\b", message):
             return typer.BadParameter(text, ctx=ctx, param=param)
     return typer.BadParameter(text, ctx=ctx)
 

@@ -18,12 +18,14 @@ from aiojetstream import (
     JetStreamContext,
 )
 
+from . import MAX_SEQUENCE
 from ._common import (
     CliError,
     Description,
     Force,
     JsonFlag,
     NamesFlag,
+    as_written,
     confirm,
     done,
     kv_table,
@@ -199,7 +201,7 @@ def add(
         ),
     ] = None,
     start_seq: Annotated[
-        int | None, typer.Option(min=1, help="Start at this stream sequence.")
+        int | None, typer.Option(min=1, max=MAX_SEQUENCE, help="Start at this stream sequence.")
     ] = None,
     ack_wait: Annotated[
         timedelta | None,
@@ -256,7 +258,8 @@ def add(
         merged = {**base, **{k: v for k, v in changes.items() if v is not None}}
         merged["durable_name"] = name
         cfg = ConsumerConfig.model_validate(merged, context=SERVER_JSON)
-        consumer = await js.create_consumer(stream, cfg)
+        with as_written():  # a duration or number out of the server's range: exit 2
+            consumer = await js.create_consumer(stream, cfg)
         return consumer.cached_info
 
     result = run(ctx, work)
@@ -318,7 +321,8 @@ def pause(
     moment = parse_until(until)
 
     async def work(js: JetStreamContext) -> ConsumerPauseResponse:
-        return await js.pause_consumer(stream, name, moment)
+        with as_written():  # a time in the past, or past the server's clock: exit 2
+            return await js.pause_consumer(stream, name, moment)
 
     _pause_result(json_flag, ctx, run(ctx, work))
 
@@ -341,7 +345,9 @@ def reset(
     seq: Annotated[
         int | None,
         typer.Option(
-            min=1, help="Deliver from this stream sequence (default: the first unacknowledged)."
+            min=1,
+            max=MAX_SEQUENCE,
+            help="Deliver from this stream sequence (default: the first unacknowledged).",
         ),
     ] = None,
     json_flag: JsonFlag = False,

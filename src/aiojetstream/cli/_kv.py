@@ -34,6 +34,7 @@ from ._common import (
     JsonFlag,
     NamesFlag,
     Output,
+    as_written,
     bucket_existed,
     confirm,
     done,
@@ -54,6 +55,7 @@ from ._units import (
     format_limit,
     format_time,
     parse_duration,
+    parse_marker_ttl,
     parse_size,
     parse_ttl,
 )
@@ -217,7 +219,7 @@ def add(
     limit_marker_ttl: Annotated[
         timedelta | None,
         typer.Option(
-            parser=parse_duration,
+            parser=parse_marker_ttl,
             metavar="DURATION",
             help="Enable per-key TTLs; markers of removed keys live this long (ADR-48).",
         ),
@@ -249,7 +251,9 @@ def add(
             compression=compression,
         )
         existed = await bucket_existed(js.key_value(bucket))
-        return existed, await (await js.create_key_value(cfg)).status()
+        with as_written():  # a duration or number out of the server's range: exit 2
+            created = await js.create_key_value(cfg)
+        return existed, await created.status()
 
     existed, status = run(ctx, work)
     if out.json:

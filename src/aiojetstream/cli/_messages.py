@@ -33,6 +33,7 @@ from aiojetstream import (
     RawStreamMessage,
 )
 
+from . import MAX_SEQUENCE, MAX_WAIT
 from ._common import (
     CliError,
     JsonFlag,
@@ -427,6 +428,7 @@ def consume(
         float | None,
         typer.Option(
             min=0.001,
+            max=MAX_WAIT,
             help="Stop after this many seconds without a message (at least 1 s with a CONSUMER).",
         ),
     ] = None,
@@ -445,7 +447,8 @@ def consume(
         ),
     ] = None,
     start_seq: Annotated[
-        int | None, typer.Option(min=1, help="Ordered replay: start at this sequence.")
+        int | None,
+        typer.Option(min=1, max=MAX_SEQUENCE, help="Ordered replay: start at this sequence."),
     ] = None,
     new: Annotated[
         bool, typer.Option("--new", help="Ordered replay: only messages stored from now on.")
@@ -571,7 +574,8 @@ def get(
     ctx: typer.Context,
     stream: Annotated[str, typer.Argument(help="The stream.", show_default=False)],
     seq: Annotated[
-        int | None, typer.Argument(min=1, help="The sequence (or use --last-for).")
+        int | None,
+        typer.Argument(min=1, max=MAX_SEQUENCE, help="The sequence (or use --last-for)."),
     ] = None,
     last_for: Annotated[
         str | None, typer.Option("--last-for", help="The last message on this subject.")

@@ -39,6 +39,7 @@ from ._common import (
     Force,
     JsonFlag,
     Output,
+    as_written,
     bucket_existed,
     confirm,
     done,
@@ -84,8 +85,11 @@ class BytesColumn(ProgressColumn):
     """
 
     def render(self, task: Task) -> Text:
-        """``1.5/2.9 MiB``, in the total's unit (or what is done, for an unknown total)."""
-        if task.total is None:
+        """``1.5/2.9 MiB``, in the total's unit (or what is done, for an unknown total).
+
+        A negative total is unknown too: ``format_bytes`` calls it ``unlimited``.
+        """
+        if task.total is None or task.total < 0:
             return Text(format_bytes(int(task.completed)), style="progress.download")
         unit = format_bytes(int(task.total)).rpartition(" ")[2]  # the unit tables would use
         if unit == "B":
@@ -240,7 +244,9 @@ def add(
             compression=compression,
         )
         existed = await bucket_existed(js.object_store(bucket))
-        return existed, await (await js.create_object_store(cfg)).status()
+        with as_written():  # a duration or number out of the server's range: exit 2
+            created = await js.create_object_store(cfg)
+        return existed, await created.status()
 
     existed, status = run(ctx, work)
     if out.json:

@@ -20,6 +20,7 @@ from aiojetstream import (
     StreamInfo,
 )
 
+from . import MAX_SEQUENCE
 from ._common import (
     CliError,
     Description,
@@ -27,6 +28,7 @@ from ._common import (
     JsonFlag,
     NamesFlag,
     Output,
+    as_written,
     check_subject,
     confirm,
     done,
@@ -44,6 +46,7 @@ from ._units import (
     format_limit,
     format_time,
     parse_duration,
+    parse_marker_ttl,
     parse_size,
 )
 
@@ -104,7 +107,7 @@ AllowMsgTTL = Annotated[
 MarkerTTL = Annotated[
     timedelta | None,
     typer.Option(
-        parser=parse_duration,
+        parser=parse_marker_ttl,
         metavar="DURATION",
         help="Leave delete markers that live this long (subject_delete_marker_ttl).",
     ),
@@ -387,9 +390,10 @@ def _save(
         else:
             base = {"name": name}
         stream_config = config_from(base, changes)
-        if edit:
-            return (await js.update_stream(stream_config)).cached_info
-        return (await js.create_stream(stream_config)).cached_info
+        with as_written():  # a duration or number out of the server's range: exit 2
+            if edit:
+                return (await js.update_stream(stream_config)).cached_info
+            return (await js.create_stream(stream_config)).cached_info
 
     _show(out, run(ctx, work), "Updated" if edit else "Created")
 
@@ -435,7 +439,8 @@ def purge(
     name: Name,
     subject: Annotated[str | None, typer.Option(help="Only messages on this subject.")] = None,
     seq: Annotated[
-        int | None, typer.Option(min=1, help="Only messages below this sequence.")
+        int | None,
+        typer.Option(min=1, max=MAX_SEQUENCE, help="Only messages below this sequence."),
     ] = None,
     keep: Annotated[int | None, typer.Option(min=0, help="Keep the newest N messages.")] = None,
     force: Force = False,

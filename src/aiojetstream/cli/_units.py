@@ -16,6 +16,7 @@ __all__ = [
     "format_rate",
     "format_time",
     "parse_duration",
+    "parse_marker_ttl",
     "parse_payload_size",
     "parse_size",
     "parse_ttl",
@@ -43,6 +44,26 @@ def parse_duration(text: str | timedelta) -> timedelta:
         return aiojetstream.parse_duration(text)
     except aiojetstream.InvalidOptionError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def parse_marker_ttl(text: str | timedelta) -> timedelta:
+    """How long a delete marker lives: a duration of at least 1 second (ADR-43, ADR-48).
+
+    The library and the server refuse a shorter one (leave the option out for
+    no markers); refused here, it is a usage error like any duration that is
+    not one (it exited with 1).
+
+    Raises:
+        typer.BadParameter: not a duration, or under 1 second.
+
+    """
+    ttl = parse_duration(text)
+    if ttl < timedelta(seconds=1):
+        raise typer.BadParameter(
+            f"a marker TTL must be at least 1 second, got {text!r} (leave the option out "
+            "for no markers)"
+        )
+    return ttl
 
 
 def parse_ttl(text: str | None) -> str | None:
