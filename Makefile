@@ -163,9 +163,12 @@ reliability-ci: install
 
 # One-line mutations that would cause silent data errors (tools/mutants.toml), each
 # against only the tests named for it; fails if any survives. MUTANTS=id... for some.
+# A mutant whose tests run past MUTANT_TIMEOUT seconds counts as killed (it hangs a
+# wait), and its processes are killed with it.
 MUTANTS ?=
+MUTANT_TIMEOUT ?= 600
 mutants: install
-	$(PY) tools/mutants.py $(if $(MUTANTS),--only $(MUTANTS))
+	$(PY) tools/mutants.py --timeout $(MUTANT_TIMEOUT) $(if $(MUTANTS),--only $(MUTANTS))
 
 soak: install
 	$(PY) tests/reliability/soak.py --minutes $(SOAK_MINUTES)

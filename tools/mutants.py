@@ -8,25 +8,36 @@ copy first, for Spark's Python workers too). A mutant is *killed* when those
 tests fail; the check fails if any mutant survives, or if its tests fail on
 the unchanged code (``--baseline``: then they prove nothing).
 
-Usage: ``python tools/mutants.py [--only ID ...] [--baseline] [--list]``.
+A mutant whose tests run longer than ``--timeout`` seconds (a mutation that
+makes a wait spin or hang) counts as killed, and says so: its pytest and
+every process it started (nats-servers, Spark's JVMs and workers) are killed.
+
+Usage: ``python tools/mutants.py [--only ID ...] [--baseline] [--timeout S] [--list]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT / "tools" / "mutants.toml"
 PACKAGE = "aiojetstream"
+#: Seconds a mutant's tests may run (``--timeout``); the slowest entries take about 2 minutes.
+DEFAULT_TIMEOUT = 600.0
+#: The exit code :func:`run` reports for a run it stopped at its timeout.
+TIMED_OUT = -1
 
 
 @dataclass(frozen=True)
@@ -76,32 +87,123 @@ def apply(mutant: Mutant, src: Path) -> None:
     target.write_text(text.replace(mutant.find, mutant.replace))
 
 
-def run_tests(mutant: Mutant, src: Path | None) -> tuple[int, float, str]:
-    """Run the mutant's tests with ``src`` first on the path; exit code, seconds, output tail."""
-    env = dict(os.environ)
-    if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH", "")) if p)
-        # The mutated copy must be what the tests import.
-        where = subprocess.run(
-            [sys.executable, "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=ROOT,
-        ).stdout.strip()
-        if not where.startswith(str(src)):
-            raise SystemExit(f"mutant {mutant.id}: the tests would import {where}, not the copy")
+def _children() -> dict[int, list[int]]:
+    """Every process's children, from ``/proc`` (empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # exited meanwhile
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes ``pid`` started, and theirs (a new session or group included)."""
+    children = _children()
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _signal(pids: set[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc`` (started in a session of its own) and every process it started.
+
+    The tree is stopped first, so that nothing in it starts another process
+    between the listing and the kill; a process already orphaned out of it
+    is found by the process group.
+    """
+    tree = {proc.pid}
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGSTOP)
+    for _ in range(3):  # until the listing no longer grows
+        found = {proc.pid} | descendants(proc.pid)
+        _signal(found - tree, signal.SIGSTOP)
+        if found <= tree:
+            break
+        tree |= found
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    _signal(tree, signal.SIGKILL)
+    proc.wait()
+
+
+def run(command: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int, float, str]:
+    """Run ``command`` in ``ROOT``; its exit code (``TIMED_OUT``), seconds and output.
+
+    Past ``timeout`` seconds it is killed with every process it started. The
+    output goes to a file, not a pipe, which a process left behind could hold open.
+    """
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutant.tests],
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(
+            command,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,  # a process group of its own, killed as one
+        )
+        try:
+            code = proc.wait(timeout=timeout)
+            # What it left running in its group (a session nats-server of a crashed run).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc)
+            code = TIMED_OUT
+        except BaseException:  # interrupted: leave no process behind
+            kill_tree(proc)
+            raise
+        took = time.monotonic() - started
+        out.seek(0)
+        output = out.read().decode(errors="replace")
+    return code, took, output
+
+
+def run_tests(mutant: Mutant, src: Path, timeout: float) -> tuple[int, float, str]:
+    """Run the mutant's tests with ``src`` first on the path; exit code, seconds, output tail.
+
+    The exit code is ``TIMED_OUT`` when they ran past ``timeout`` seconds.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH", "")) if p)
+    # The copy must be what the tests import (not an installed package elsewhere).
+    where = subprocess.run(
+        [sys.executable, "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
         env=env,
         capture_output=True,
         text=True,
+        check=True,
         cwd=ROOT,
+    ).stdout.strip()
+    if not where.startswith(str(src)):
+        raise SystemExit(f"mutant {mutant.id}: the tests would import {where}, not {src}")
+    code, took, output = run(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutant.tests],
+        env,
+        timeout,
     )
-    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
-    return proc.returncode, time.monotonic() - started, tail
+    tail = "\n".join(output.strip().splitlines()[-3:])
+    return code, took, tail
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,8 +213,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--baseline", action="store_true", help="also run each mutant's tests unmutated first"
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="S",
+        help=f"seconds a mutant's tests may run; past it, killed (default {DEFAULT_TIMEOUT:g})",
+    )
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
     args = parser.parse_args(argv)
+    if not args.timeout > 0:
+        parser.error("--timeout must be above 0")
     mutants = load()
     if args.only:
         unknown = set(args.only) - {m.id for m in mutants}
@@ -128,9 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
         for m in mutants:
             if args.baseline:
-                code, _, tail = run_tests(m, None)
+                # The unchanged sources of this checkout (not whatever is installed).
+                code, _, tail = run_tests(m, ROOT / "src", args.timeout)
                 if code != 0:
-                    rows.append((m.id, "TESTS FAIL UNMUTATED", 0.0, tail))
+                    what = "TIMED OUT" if code == TIMED_OUT else "FAIL"
+                    rows.append((m.id, f"TESTS {what} UNMUTATED", 0.0, tail))
+                    print(f"{m.id:28} TESTS {what} UNMUTATED\n    {tail}", flush=True)
                     failed = True
                     continue
             src = Path(tmp) / m.id / "src"
@@ -138,8 +252,15 @@ def main(argv: list[str] | None = None) -> int:
                 ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
             )
             apply(m, src)
-            code, took, tail = run_tests(m, src)
-            if code == 1:
+            code, took, tail = run_tests(m, src, args.timeout)
+            if code == TIMED_OUT:
+                # A mutation that makes a wait spin or hang: caught, though not by an
+                # assertion. Its processes (nats-servers too) were killed.
+                verdict = "killed by timeout"
+                tail = (
+                    f"its tests ran past {args.timeout:g} s: they and their processes were killed"
+                )
+            elif code == 1:
                 verdict = "killed"
             elif code == 0:
                 verdict = "SURVIVED"
@@ -151,8 +272,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.id:28} {verdict:10} {took:6.1f} s  {m.guards}", flush=True)
             if verdict != "killed":
                 print(f"    {tail}", flush=True)
-    killed = sum(1 for r in rows if r[1] == "killed")
-    print(f"\n{killed} of {len(rows)} mutants killed")
+    killed = sum(1 for r in rows if r[1].startswith("killed"))
+    by_timeout = sum(1 for r in rows if r[1] == "killed by timeout")
+    after = f" ({by_timeout} by timeout)" if by_timeout else ""
+    print(f"\n{killed} of {len(rows)} mutants killed{after}")
     return 1 if failed else 0
 
 

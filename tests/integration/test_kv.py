@@ -683,6 +683,46 @@ async def test_create_with_ttl_expires_with_a_purge_marker(
     assert await markers.create("t", b"third") > first
 
 
+async def _only_a_marker(kv: KeyValue, key: str) -> bool:
+    """Whether ``key``'s one revision left is a PURGE (its limit marker, once it expired)."""
+    return [e.operation for e in await kv.history(key)] == [KeyValueOp.PURGE]
+
+
+async def test_watch_ignoring_deletes_leaves_out_purges_and_limit_markers(
+    lasting_markers: KeyValue,
+) -> None:
+    """docs/api.md: ``ignore_deletes`` leaves out DEL and PURGE entries. A purged key
+    and a MaxAge limit marker (a PURGE, ADR-48) reached the watcher, in the initial
+    values and as updates; only DEL was left out."""
+    kv = lasting_markers  # history 1, markers lasting a minute
+    await kv.put("live", b"1")
+    await kv.put("deleted", b"1")
+    await kv.delete("deleted")
+    await kv.put("purged", b"1")
+    await kv.purge("purged")
+    await kv.create("aged", b"1", ttl=1)
+    await wait_until(lambda: _only_a_marker(kv, "aged"), STEP)
+    async with kv.watch(ignore_deletes=True) as w:
+        initial = await until_none(w)
+        assert [(e.key, e.operation) for e in initial] == [("live", KeyValueOp.PUT)]
+        await kv.put("purged2", b"2")
+        await kv.purge("purged2")
+        await kv.delete("live")
+        await kv.create("aged2", b"2", ttl=1)
+        await wait_until(lambda: _only_a_marker(kv, "aged2"), STEP)
+        await kv.put("end", b"3")
+        updates: list[KeyValueEntry] = []
+        while not updates or updates[-1].key != "end":
+            entry = await next_item(w)
+            assert entry is not None
+            updates.append(entry)
+    assert [(e.key, e.operation) for e in updates] == [
+        ("purged2", KeyValueOp.PUT),
+        ("aged2", KeyValueOp.PUT),
+        ("end", KeyValueOp.PUT),
+    ]
+
+
 async def _no_revisions(kv: KeyValue, key: str) -> bool:
     try:
         await kv.history(key)

@@ -491,6 +491,38 @@ async def test_last_per_subject_reset_after_initial_values_removed_before_delive
     assert [(m.subject, m.data) for m in got] == [("ord.a", b"1"), ("ord.a", b"2")]
 
 
+@pytest.mark.parametrize("handed_out", [1, 2], ids=["one-initial-value-left", "none-left"])
+async def test_last_per_subject_reset_at_the_end_of_the_initial_values(
+    js: JetStreamContext, stream: str, handed_out: int
+) -> None:
+    """A reset with exactly one initial value still to come (and with none): the
+    first must start "last per subject" again, the second at cursor + 1.
+
+    The initial values are ord.b (seq 1) and ord.a's last revision (seq 3); seq 2 is
+    ord.a's old revision. Taking "one left" for "all done" restarted at cursor + 1
+    and handed out that old revision before the last one (in a KV watch: a stale or
+    deleted key's value among the initial values).
+    """
+    await js.publish("ord.b", b"b1", timeout=10)  # seq 1
+    await js.publish("ord.a", b"a1", timeout=10)  # seq 2, an old revision
+    await js.publish("ord.a", b"a-latest", timeout=10)  # seq 3
+    config = OrderedConsumerConfig(
+        filter_subjects=["ord.>"], deliver_policy=DeliverPolicy.LAST_PER_SUBJECT
+    )
+    oc = await js.ordered_consumer(stream, config)
+    initial = [("ord.b", b"b1"), ("ord.a", b"a-latest")]
+    first = await (await oc.fetch_no_wait(handed_out)).collect()
+    assert [(m.subject, m.data) for m in first] == initial[:handed_out]
+    got = await fetch_after_deleting_its_consumer(js, stream, oc)
+    assert [(m.subject, m.data) for m in got] == initial[handed_out:]
+    # From here on, updates as usual (the reset did not start "last per subject"
+    # over again after the initial values).
+    await js.publish("ord.a", b"a-new", timeout=10)
+    await js.publish("ord.b", b"b-new", timeout=10)
+    later = await (await oc.fetch_no_wait(5)).collect()
+    assert [(m.subject, m.data) for m in later] == [("ord.a", b"a-new"), ("ord.b", b"b-new")]
+
+
 async def test_a_stream_created_again_is_not_read_on_from_the_cursor(
     js: JetStreamContext, stream: str
 ) -> None:

@@ -65,6 +65,34 @@ async def test_dedupe_by_msg_id(js: JetStreamContext, stream: str) -> None:
     assert info.state.messages == 1
 
 
+async def test_msg_id_argument_wins_over_a_msg_id_header(js: JetStreamContext, stream: str) -> None:
+    """``msg_id=`` and a ``Nats-Msg-Id`` header both given: the argument is the id sent
+    (as nats.go's MsgId option), so a retry with the same ``msg_id`` is a duplicate."""
+    acks = [
+        await js.publish("pub.a", b"1", msg_id="arg-1", headers={"Nats-Msg-Id": "hdr-1"}),
+        await (
+            await js.publish_async("pub.a", b"2", msg_id="arg-2", headers={"Nats-Msg-Id": "hdr-2"})
+        ),
+        await js.publish(
+            "pub.a", b"3", msg_id="arg-3", headers={"Nats-Msg-Id": "hdr-3"}, hold_when_full=5
+        ),
+    ]
+    summary = await js.publish_many(
+        "pub.a", [b"4"], headers=[{"Nats-Msg-Id": "hdr-4", "X-A": "1"}], msg_ids=["arg-4"]
+    )
+    assert (summary.stored, summary.duplicates) == (1, 0)
+    handle = await js.stream(stream)
+    stored = [(await handle.get_msg(seq)).headers for seq in (1, 2, 3, 4)]
+    assert [h["Nats-Msg-Id"] if h else None for h in stored] == ["arg-1", "arg-2", "arg-3", "arg-4"]
+    assert stored[3] == {"Nats-Msg-Id": "arg-4", "X-A": "1"}  # the other headers kept
+    assert [a.seq for a in acks] == [1, 2, 3]
+    for i, ack in enumerate(acks, 1):
+        again = await js.publish("pub.a", b"retry", msg_id=f"arg-{i}")
+        assert (again.seq, again.duplicate) == (ack.seq, True)
+    assert (await js.publish("pub.a", b"retry", msg_id="arg-4")).duplicate
+    assert (await handle.info()).state.messages == 4
+
+
 async def test_a_publish_cancelled_after_its_write_may_be_stored(
     js: JetStreamContext, stream: str
 ) -> None:

@@ -652,6 +652,49 @@ async def test_held_publish_async_after_a_resend_without_reply() -> None:
             await js.close()
 
 
+async def test_held_publish_async_made_while_one_is_resent_is_stored_after_it() -> None:
+    """A held publish made while an earlier held one's resend is out waits behind it.
+
+    Only the resend is in flight (the held queue is empty meanwhile): B went out at
+    once, was stored (its subject had room) and came before A, which was published
+    first (held publishes are stored in publish order).
+    """
+    import aiojetstream
+    from aiojetstream.testing import NatsServer
+
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url, publish_async_timeout=10)
+        try:
+            # One message per subject, a full subject refuses: .a is full, .b has room.
+            stream = await stream_with(
+                js,
+                "HOVR",
+                1,
+                max_msgs_per_subject=1,
+                discard=DiscardPolicy.NEW,
+                discard_new_per_subject=True,
+            )
+            received = js.nc.stats["in_msgs"]
+            a = await js.publish_async(f"{stream}.a", b"A", hold_when_full=30)
+            await wait_until(lambda: js.nc.stats["in_msgs"] > received, timeout=5)  # refused
+            # A hung server keeps A's next resend unanswered (its ack timeout is 10 s).
+            server.freeze()
+            sent = js.nc.stats["out_msgs"]
+            await wait_until(lambda: js.nc.stats["out_msgs"] > sent, timeout=5)  # A resent
+            b = await js.publish_async(f"{stream}.b", b"B", hold_when_full=30)
+            assert js.nc.stats["out_msgs"] == sent + 1  # B waits behind A's resend
+            server.thaw()
+            await (await js.stream(stream)).delete_msg(1)  # room for A
+            acks = await asyncio.wait_for(asyncio.gather(a, b), 10)
+            assert acks[0].seq < acks[1].seq  # A stored first, then B
+            stored = await js.stream(stream)
+            assert [(await stored.get_msg(ack.seq)).data for ack in acks] == [b"A", b"B"]
+        finally:
+            if server.frozen:
+                server.thaw()
+            await js.close()
+
+
 async def test_held_publish_async_out_of_time_after_an_unanswered_attempt() -> None:
     """A held message whose last attempt got no reply fails with a timeout, not "full"."""
     import aiojetstream

@@ -89,6 +89,24 @@ async def test_range_end_and_filter(js: JetStreamContext, nats_url: str) -> None
     assert [n async for n in js.consumer_names(rr2)] == []
 
 
+async def test_each_row_has_its_message_s_stored_time(js: JetStreamContext, nats_url: str) -> None:
+    """The ``timestamp`` column is each message's stored time, to the microsecond
+    (read from another token of the reply subject, every row said 1970-01-01; the
+    one check, that the column is sorted, passed)."""
+    rr = await fill(js, "RRT", 20)
+    opts = parse_source_options({"stream": rr, "servers": nats_url}, streaming=False)
+    reader = RangeReader(js, opts, 1, 21)
+    rows: list[tuple[int, object]] = []
+    while (batch := await reader.next_batch()) is not None:
+        rows += zip(
+            batch.column("seq").to_pylist(), batch.column("timestamp").to_pylist(), strict=True
+        )
+    await reader.aclose()
+    assert [seq for seq, _ in rows] == list(range(1, 21))
+    stream = await js.stream(rr)
+    assert [stamp for _, stamp in rows] == [(await stream.get_msg(seq)).time for seq, _ in rows]
+
+
 async def test_data_loss_before_the_read_and_after_a_recreation(
     js: JetStreamContext, nats_url: str
 ) -> None:

@@ -455,6 +455,43 @@ def test_leadership_change_repulls_at_once_then_throttles() -> None:
     assert len(pulls(sim.status(*lc))) == 1
 
 
+@pytest.mark.parametrize("kind", [K.LEADERSHIP_CHANGE, K.SERVER_SHUTDOWN])
+def test_a_409_that_voids_requests_voids_every_pull_of_the_run(kind: StatusKind) -> None:
+    """nats-server sends "409 Leadership Change" / "409 Server Shutdown" once per reply
+    subject, with that request's pending counts, and all the pulls of a run share one
+    inbox: the first voids them all. Released one request's worth, the other pulls
+    stayed outstanding and nothing was pulled until missed heartbeats wrote them off
+    (2 x heartbeat, 30 s by default)."""
+    sim = Sim(resolve_consume(max_messages=100))
+    (first,) = pulls(sim.start())
+    assert first.batch == 100
+    for _ in range(60):
+        sim.message()
+    again = [pull for _ in range(60) for pull in pulls(sim.consume())]
+    assert [pull.batch for pull in again] == [51]  # below the threshold (50): the room left
+    assert (sim.engine.pulls, sim.engine.outstanding_messages) == (2, 91)
+    # The first request's 409: 40 of its 100 undelivered.
+    (pull,) = pulls(sim.status(kind, S.SILENT, 40, 0, APIError(409, 0, "void")))
+    assert pull.batch == 100  # a whole new pull: the other one (51) is void too
+    assert sim.engine.outstanding_messages == 100
+    assert sim.engine.pending_messages == 100
+
+
+def test_byte_mode_pulls_below_the_threshold_not_at_it() -> None:
+    """As in message mode: no pull while the bytes pending are at the threshold."""
+    sim = Sim(resolve_consume(max_bytes=1000))
+    assert sim.engine.settings.threshold_bytes == 500
+    (first,) = pulls(sim.start())
+    assert first.max_bytes == 1000
+    for _ in range(10):
+        sim.message(100)
+    for _ in range(5):
+        assert pulls(sim.consume(100)) == []  # 900 ... 500 bytes pending
+    assert sim.engine.pending_bytes == 500
+    (pull,) = pulls(sim.consume(100))  # 400 < 500
+    assert pull.max_bytes == 600
+
+
 def test_warning_is_reported_once_and_releases_the_refused_pull() -> None:
     sim = Sim(resolve_consume(max_messages=10))
     sim.start()

@@ -449,6 +449,42 @@ def test_reply_numbers_by_a_shared_prefix(replies: list[str], shortcut: bool) ->
         assert fast[2] == pending
 
 
+@pytest.mark.parametrize(
+    "replies",
+    [
+        # one form, no prefix shared (a redelivery, another consumer): split column-wise
+        [
+            "$JS.ACK.S.C.1.40.7.{ns40}.9",
+            "$JS.ACK.S.C.2.41.8.{ns41}.8",
+            "$JS.ACK.S.D.1.42.3.{ns42}.2",
+        ],
+        [
+            "$JS.ACK.h.A.S.C.1.40.7.{ns40}.9.r",
+            "$JS.ACK.h.A.S.C.2.41.8.{ns41}.8.r",
+            "$JS.ACK.h.B.S.C.1.42.3.{ns42}.2",  # 11 tokens: no random last one
+        ],
+        # both forms in one column: split reply by reply
+        [
+            "$JS.ACK.S.C.1.40.7.{ns40}.9",
+            "$JS.ACK.h.A.S.C.1.41.8.{ns41}.8.r",
+            "$JS.ACK.S.C.1.42.3.{ns42}.2",
+        ],
+    ],
+    ids=["v1", "v2", "v1-and-v2"],
+)
+def test_reply_numbers_without_the_shared_prefix_shortcut(replies: list[str]) -> None:
+    """Stream sequences, not consumer sequences (the token after), in the ``seq``
+    column of the paths that split every reply (the other tests had both equal)."""
+    from aiojetstream.spark._read import _same_prefix_numbers
+
+    column = pa.array([r.format(ns40=_ns(40), ns41=_ns(41), ns42=_ns(42)) for r in replies])
+    assert _same_prefix_numbers(column) is None
+    seqs, stamps, pending = _numbers(column)
+    assert seqs.to_pylist() == [40, 41, 42]
+    assert pc.cast(stamps, pa.int64()).to_pylist() == [_ns(seq) // 1000 for seq in (40, 41, 42)]
+    assert pending == 2
+
+
 def test_extension_uses_only_the_public_api() -> None:
     """ARCHITECTURE.md: extensions import aiojetstream as a user would, never ``_private``."""
     offenders = []
