@@ -57,7 +57,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── ConsumerDoesNotExistError      10149 (update of a missing one)
     │   ├── ConsumerCreateError            10012, 10084-10139 (a consumer config refused)
     │   ├── ResourcesExceededError         10002, 10023, 10026-10028, 10047
-    │   ├── ClusterUnavailableError        10008
+    │   ├── ClusterUnavailableError        10008 (also: a no-wait fetch voided twice, 409)
     │   └── TooManyResultsError            status 413 (batch direct get: over 1,024 subjects)
     ├── InvalidOptionError  (also a ValueError)          rejected before anything is sent
     │   ├── InvalidNameError
@@ -539,7 +539,14 @@ class ResourcesExceededError(APIError):
 
 
 class ClusterUnavailableError(APIError):
-    """The JetStream cluster is temporarily unavailable (for example during an election)."""
+    """The JetStream cluster is temporarily unavailable (for example during an election).
+
+    Also raised (``code`` 409, ``err_code`` 0) from a ``fetch_no_wait`` batch
+    whose pull a consumer leader change voided (``409 Leadership Change`` or
+    ``Server Shutdown``) before any message, twice: the fetch pulls again once
+    rather than hand out an empty batch while messages may be pending. Pull
+    again.
+    """
 
 
 class TooManyResultsError(APIError):

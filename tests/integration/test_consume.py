@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -179,6 +180,56 @@ async def test_next_pulls_again_when_the_server_drops_its_pull(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await spy.close()
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["consumer", "ordered"])
+@pytest.mark.parametrize(
+    "status",
+    [
+        b"409 Leadership Change",
+        b"409 Server Shutdown\r\nNats-Pending-Messages: 2\r\nNats-Pending-Bytes: 0",
+    ],
+    ids=["leadership change", "server shutdown"],
+)
+async def test_fetch_pulls_again_when_the_server_drops_its_pull(
+    js: JetStreamContext, nats_url: str, status: bytes, ordered: bool
+) -> None:
+    """A 409 Leadership Change (or Server Shutdown) before any message voids a fetch's
+    pull: the batch ended empty at once (a catch-up loop stopped there). It pulls
+    again, for the time left of expires, and gets what is published afterwards."""
+    stream = unique_name("CONS")
+    spy = await nats.connect(nats_url)  # sees each pull request, and its inbox
+    pulls: list[tuple[str, bytes]] = []
+
+    async def seen(msg: nats.aio.msg.Msg) -> None:
+        pulls.append((msg.reply, msg.data))
+
+    # (Before the consumer exists: see test_next_pulls_again_when_the_server_drops_its_pull.)
+    await spy.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*", cb=seen)
+    await spy.flush()
+    consumer = await make(js, stream=stream)
+    source: Any = await js.ordered_consumer(stream) if ordered else consumer
+    batch = await source.fetch(2, expires=30)
+    task = asyncio.create_task(batch.collect())
+    try:
+        await wait_until(lambda: bool(pulls) or task.done(), timeout=10)
+        assert not task.done(), task
+        first = len(pulls)
+        await _send_status(nats_url, pulls[-1][0], status)
+        await wait_until(lambda: len(pulls) > first or task.done(), timeout=10)
+        assert not task.done(), task  # (it ended: empty, before the fix)
+        again = json.loads(pulls[-1][1])
+        assert again["batch"] == 2
+        assert 25e9 < again["expires"] <= 30e9  # the time left
+        await js.publish("cons.0", b"one")
+        await js.publish("cons.1", b"two")
+        msgs = await asyncio.wait_for(task, 10)
+        assert [m.data for m in msgs] == [b"one", b"two"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await batch.aclose()
         await spy.close()
 
 
