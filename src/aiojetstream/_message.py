@@ -483,8 +483,9 @@ class Msg:
         Args:
             delay: Redeliver no sooner than this (seconds, a timedelta or a
                 duration string such as ``"30s"``); sent
-                as ``-NAK {"delay": <nanoseconds>}``. None redelivers per the
-                consumer's backoff.
+                as ``-NAK {"delay": <nanoseconds>}``. None: redelivered at once
+                (the consumer's ``backoff`` applies only when ``ack_wait`` runs
+                out, never to a nak); give a delay to wait.
 
         Raises:
             MessageAlreadyAckedError: the message was already acknowledged.

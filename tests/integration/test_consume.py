@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -556,6 +557,40 @@ async def test_acks(js: JetStreamContext) -> None:
     await again.double_ack()  # confirmed: the info below sees it
     info = await consumer.info()
     assert info.num_ack_pending == 0
+
+
+async def test_a_nak_without_delay_is_redelivered_at_once_whatever_the_backoff(
+    js: JetStreamContext,
+) -> None:
+    """A consumer's ``backoff`` spaces the redeliveries after ack timeouts only.
+
+    nats-server puts a plain ``-NAK`` straight on its redelivery queue: the
+    message comes again at once, not after ``backoff[0]`` (30 s here), as
+    ``Msg.nak`` and docs/consumers.md said; ``nak(delay)`` waits for its delay.
+    """
+    consumer = await make(js, 2, backoff=[timedelta(seconds=30)], max_deliver=3)
+    loop = asyncio.get_running_loop()
+    first, second = [m async for m in await consumer.fetch(2, expires=5)]
+    naked = loop.time()
+    await first.nak()
+    again = await consumer.next(expires=5)
+    assert (again.data, again.metadata.num_delivered) == (first.data, 2)
+    assert loop.time() - naked < 5  # at once: well before backoff[0]
+    await again.double_ack()
+    naked = loop.time()
+    await second.nak(delay=0.5)
+    again = await consumer.next(expires=5)
+    assert (again.data, again.metadata.num_delivered) == (second.data, 2)
+    assert 0.5 <= loop.time() - naked < 5
+    await again.double_ack()
+    # What the library says about it.
+    doc = " ".join((Msg.nak.__doc__ or "").split())
+    assert "None: redelivered at once" in doc
+    assert "applies only when ``ack_wait`` runs out" in doc
+    page = (Path(__file__).parents[2] / "docs" / "consumers.md").read_text(encoding="utf-8")
+    (row,) = [line for line in page.splitlines() if line.startswith("| `await msg.nak(")]
+    assert "`None`: redelivered at once" in row
+    assert "per the consumer's `backoff`" not in row
 
 
 async def test_a_term_reason_over_max_payload_is_refused_before_sending(
