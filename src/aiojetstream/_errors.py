@@ -71,7 +71,8 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── PayloadValidationError  (also a ValueError)      a payload is not the type asked for
     ├── JetStreamTimeoutError  (also a TimeoutError)     no reply before the deadline
     │   └── FetchTimeoutError
-    ├── NoRespondersError                                nothing listens (no stream for a publish)
+    ├── NoRespondersError                                nothing listens (no stream for a publish,
+    │                                                    no consumer leader for a double_ack)
     ├── ConnectionClosedError                            the connection is closed
     │   └── ConnectionFailedError                        the first connection never opened
     ├── DisconnectedError                                the connection dropped while waiting
@@ -646,7 +647,12 @@ class FetchTimeoutError(JetStreamTimeoutError):
 
 
 class NoRespondersError(JetStreamError):
-    """Nothing listens on the subject (for a publish: no stream captures it)."""
+    """Nothing listens on the subject (for a publish: no stream captures it).
+
+    From ``Msg.double_ack``: nothing serves the ack subject, during a consumer
+    leader election (retry), after the consumer was deleted, or on an
+    ``AckPolicy.NONE`` consumer.
+    """
 
 
 class ConnectionClosedError(JetStreamError):

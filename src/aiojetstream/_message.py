@@ -455,6 +455,9 @@ class Msg:
 
         Raises:
             JetStreamTimeoutError: no confirmation before ``timeout``.
+            NoRespondersError: nothing serves the ack subject: the consumer's
+                leader is being elected (retry), the consumer was deleted, or it
+                is an ``AckPolicy.NONE`` consumer (no ack is ever confirmed).
             MessageAlreadyAckedError: the message was already acknowledged.
             NotJetStreamMessageError: the message has no reply subject.
             InvalidOptionError: ``timeout`` is not a positive number.

@@ -27,6 +27,7 @@ from aiojetstream import (
     MaxPayloadExceededError,
     MessageAlreadyAckedError,
     MessageTooLargeError,
+    NoRespondersError,
     StorageType,
     StreamConfig,
 )
@@ -591,6 +592,30 @@ async def test_a_nak_without_delay_is_redelivered_at_once_whatever_the_backoff(
     (row,) = [line for line in page.splitlines() if line.startswith("| `await msg.nak(")]
     assert "`None`: redelivered at once" in row
     assert "per the consumer's `backoff`" not in row
+
+
+@pytest.mark.parametrize("why", ["deleted", "ack none"])
+async def test_double_ack_with_nothing_serving_the_ack_raises_no_responders(
+    js: JetStreamContext, why: str
+) -> None:
+    """``double_ack`` raises ``NoRespondersError`` when nothing serves the ack subject.
+
+    After the consumer was deleted and on an ``AckPolicy.NONE`` consumer (for
+    good), and during a consumer leader election (transient): its docstring
+    named only ``JetStreamTimeoutError``, so a caller catching that crashed.
+    The message stays unsettled: the call may be retried.
+    """
+    ack = AckPolicy.NONE if why == "ack none" else AckPolicy.EXPLICIT
+    consumer = await make(js, 1, ack=ack)
+    (msg,) = [m async for m in await consumer.fetch(1, expires=5)]
+    if why == "deleted":
+        await js.delete_consumer(consumer.stream_name, consumer.name)
+    for _ in range(2):  # not settled by the failure: the retry fails the same way
+        with pytest.raises(NoRespondersError):
+            await msg.double_ack(timeout=5)
+        assert not msg.acked
+    doc = " ".join((Msg.double_ack.__doc__ or "").split())
+    assert "NoRespondersError: nothing serves the ack subject" in doc
 
 
 async def test_a_term_reason_over_max_payload_is_refused_before_sending(
