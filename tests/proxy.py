@@ -12,6 +12,9 @@ half way (a reconnect attempt that fails after its handshake).
 
 :class:`HoldingProxy` holds what the server sends from a given byte string on
 until the client sends another (a slow link, made to order).
+
+:class:`DroppingProxy` drops some of a client's publishes on their way to the
+server (a request lost without a word, made to order).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ __all__ = [
     "HOST",
     "MAX_REQUESTS_PER_SECOND",
     "ApiCountingProxy",
+    "DroppingProxy",
     "HoldingProxy",
     "PubScanner",
     "StallingProxy",
@@ -371,5 +375,90 @@ class HoldingProxy(_Listening):
                 if not self.holding.is_set() and self.hold_from in data:
                     self.holding.set()
                     await self.released.wait()
+                writer.write(data)
+                await writer.drain()
+
+
+class DroppingProxy(_Listening):
+    """A TCP proxy that drops chosen publishes of a client before they reach the server.
+
+    :meth:`drop` arms it: the next ``count`` ``PUB``/``HPUB`` operations whose
+    subject starts with ``prefix`` are taken out of the client's bytes (the
+    operation line and its payload); everything else goes through unchanged and
+    in order. ``dropped`` holds the (loop time, subject) of each publish dropped.
+    For example a pull request that a consumer leader change lost: the server
+    never answers it.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self._listen(upstream_port)
+        self._prefix = b""
+        self._count = 0
+        self.dropped: list[tuple[float, str]] = []
+
+    def drop(self, prefix: str, count: int = 1) -> None:
+        """Drop the next ``count`` publishes to subjects starting with ``prefix``."""
+        self._prefix = prefix.encode()
+        self._count = count
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self._tasks.add(me)
+        pipes: list[asyncio.Task[None]] = []
+        up_writer: asyncio.StreamWriter | None = None
+        try:
+            up_reader, up_writer = await asyncio.open_connection(HOST, self.upstream_port)
+            pipes = [
+                asyncio.create_task(self._up(reader, up_writer)),
+                asyncio.create_task(self._down(up_reader, writer)),
+            ]
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        except (OSError, asyncio.CancelledError):
+            pass  # the server is gone, or the proxy is closing
+        finally:
+            for pipe in pipes:
+                pipe.cancel()
+            try:
+                await asyncio.gather(*pipes, return_exceptions=True)
+            finally:
+                for w in (writer, up_writer):
+                    if w is not None:
+                        w.transport.abort()
+                self._tasks.discard(me)
+
+    def _filter(self, buf: bytearray) -> bytearray:
+        """Take the complete operations off ``buf``: what goes on to the server."""
+        out = bytearray()
+        while (end := buf.find(b"\r\n")) >= 0:
+            words = bytes(buf[:end]).split()
+            size = end + 2
+            if words and words[0].upper() in (b"PUB", b"HPUB"):
+                size += int(words[-1]) + 2  # the payload and its CRLF
+                if len(buf) < size:
+                    break  # the payload is not all here yet
+                if self._count and words[1].startswith(self._prefix):
+                    self._count -= 1
+                    self.dropped.append((_now(), words[1].decode()))
+                    del buf[:size]
+                    continue
+            out += buf[:size]
+            del buf[:size]
+        return out
+
+    async def _up(self, reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> None:
+        buf = bytearray()
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                buf += data
+                out = self._filter(buf)
+                if out:
+                    up_writer.write(out)
+                    await up_writer.drain()
+
+    @staticmethod
+    async def _down(up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await up_reader.read(65536):
                 writer.write(data)
                 await writer.drain()

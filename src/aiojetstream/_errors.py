@@ -57,7 +57,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── ConsumerDoesNotExistError      10149 (update of a missing one)
     │   ├── ConsumerCreateError            10012, 10084-10139 (a consumer config refused)
     │   ├── ResourcesExceededError         10002, 10023, 10026-10028, 10047
-    │   ├── ClusterUnavailableError        10008
+    │   ├── ClusterUnavailableError        10008 (also: a no-wait fetch voided twice, 409)
     │   └── TooManyResultsError            status 413 (batch direct get: over 1,024 subjects)
     ├── InvalidOptionError  (also a ValueError)          rejected before anything is sent
     │   ├── InvalidNameError
@@ -71,7 +71,8 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── PayloadValidationError  (also a ValueError)      a payload is not the type asked for
     ├── JetStreamTimeoutError  (also a TimeoutError)     no reply before the deadline
     │   └── FetchTimeoutError
-    ├── NoRespondersError                                nothing listens (no stream for a publish)
+    ├── NoRespondersError                                nothing listens (no stream for a publish,
+    │                                                    no consumer leader for a double_ack)
     ├── ConnectionClosedError                            the connection is closed
     │   └── ConnectionFailedError                        the first connection never opened
     ├── DisconnectedError                                the connection dropped while waiting
@@ -539,7 +540,14 @@ class ResourcesExceededError(APIError):
 
 
 class ClusterUnavailableError(APIError):
-    """The JetStream cluster is temporarily unavailable (for example during an election)."""
+    """The JetStream cluster is temporarily unavailable (for example during an election).
+
+    Also raised (``code`` 409, ``err_code`` 0) from a ``fetch_no_wait`` batch
+    whose pull a consumer leader change voided (``409 Leadership Change`` or
+    ``Server Shutdown``) before any message, twice: the fetch pulls again once
+    rather than hand out an empty batch while messages may be pending. Pull
+    again.
+    """
 
 
 class TooManyResultsError(APIError):
@@ -639,7 +647,12 @@ class FetchTimeoutError(JetStreamTimeoutError):
 
 
 class NoRespondersError(JetStreamError):
-    """Nothing listens on the subject (for a publish: no stream captures it)."""
+    """Nothing listens on the subject (for a publish: no stream captures it).
+
+    From ``Msg.double_ack``: nothing serves the ack subject, during a consumer
+    leader election (retry), after the consumer was deleted, or on an
+    ``AckPolicy.NONE`` consumer.
+    """
 
 
 class ConnectionClosedError(JetStreamError):

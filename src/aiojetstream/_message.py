@@ -457,6 +457,9 @@ class Msg:
 
         Raises:
             JetStreamTimeoutError: no confirmation before ``timeout``.
+            NoRespondersError: nothing serves the ack subject: the consumer's
+                leader is being elected (retry), the consumer was deleted, or it
+                is an ``AckPolicy.NONE`` consumer (no ack is ever confirmed).
             MessageAlreadyAckedError: the message was already acknowledged.
             NotJetStreamMessageError: the message has no reply subject.
             InvalidOptionError: ``timeout`` is not a positive number.
@@ -485,8 +488,9 @@ class Msg:
         Args:
             delay: Redeliver no sooner than this (seconds, a timedelta or a
                 duration string such as ``"30s"``); sent
-                as ``-NAK {"delay": <nanoseconds>}``. None redelivers per the
-                consumer's backoff.
+                as ``-NAK {"delay": <nanoseconds>}``. None: redelivered at once
+                (the consumer's ``backoff`` applies only when ``ack_wait`` runs
+                out, never to a nak); give a delay to wait.
 
         Raises:
             MessageAlreadyAckedError: the message was already acknowledged.

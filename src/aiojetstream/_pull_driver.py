@@ -878,10 +878,15 @@ class PullDriver:
     async def _check_consumer(self, timeout: float | None) -> None:
         result = CheckResult.EXISTS
         error: JetStreamError | None = None
+        pending: int | None = None
         if timeout is not None:  # a fetch's time left: never longer than the API's
             timeout = min(timeout, self._api.timeout)
         try:
-            await self._check(timeout)
+            info = await self._check(timeout)
+            # (ConsumerInfo.num_pending: a no-wait fetch left unanswered pulls again
+            # when messages are pending.)
+            found = getattr(info, "num_pending", None)
+            pending = found if type(found) is int else None
         except (ConsumerNotFoundError, ConsumerDeletedError, StreamNotFoundError) as exc:
             # (ConsumerDeletedError: a check that takes a consumer it can not look up
             # as lost, the ordered consumer's.)
@@ -902,7 +907,7 @@ class PullDriver:
             return
         if not self.finished:
             self._settle()
-            self._run(self.engine.on_consumer_checked(self._now(), result, error))
+            self._run(self.engine.on_consumer_checked(self._now(), result, error, pending))
 
 
 def _drop_last(buffer: deque[Any], count: int) -> None:

@@ -8,7 +8,8 @@ the commands it returns:
 events    start(now) | on_message(size) | on_consumed(size) | on_status(...)
           | on_messages(count) | on_consumed_many(count)
           | on_pin_id(pin_id) | on_timer(now) | on_disconnected(now) | on_reconnected(now)
-          | on_consumer_checked(now, result, error) | stop(drain, now) | on_unsubscribed()
+          | on_consumer_checked(now, result, error, pending) | stop(drain, now)
+          | on_unsubscribed()
 commands  SendPull(batch, max_bytes, expires, heartbeat, no_wait, pin_id) | ArmTimer(deadline)
           | CancelTimer() | Report(error) | CheckConsumer() | Unsubscribe() | Finish(error)
 
@@ -54,7 +55,27 @@ Invariants (checked by the hypothesis state machine in
   message the server sent before it arrived) and every buffered message was
   consumed;
 * a pull carries the pin id last recorded, none after a ``423``, and a ``423``
-  never ends ``messages()`` / ``consume()``.
+  never ends ``messages()`` / ``consume()``;
+* a fetch pulls again only for a pull dropped before it delivered anything: one
+  ended by ``409 Leadership Change`` / ``Server Shutdown`` (``fetch``: for the time
+  left of its ``expires``; ``fetch_no_wait``: once), or a no-wait pull left
+  unanswered while its consumer has messages pending (once); dropped again, a
+  no-wait fetch raises instead of handing out an empty batch.
+
+Single pulls (``fetch`` / ``fetch_bytes`` / ``fetch_no_wait``) end on the first
+status that ends their request, but an empty batch must mean "nothing came":
+in a cluster a consumer leader change voids the waiting pulls (``409
+Leadership Change``) or loses a no-wait pull without a word, and a catch-up
+loop (``while msgs := ... fetch_no_wait(n) ...``) would stop early although
+messages are pending. So a fetch whose pull was dropped before it delivered a
+message pulls again: a ``fetch`` for the time left of its ``expires`` (at
+once, then backing off as ``next()`` does; with less than ``MIN_EXPIRES`` left,
+a no-wait pull), a ``fetch_no_wait`` once (a second 409 ends it with
+:class:`~aiojetstream.ClusterUnavailableError`). A no-wait pull unanswered
+within ``NO_WAIT_TIMEOUT`` is pulled again once when the consumer check (the
+driver's ``CONSUMER.INFO``) reports messages pending (``on_consumer_checked``'s
+``pending``); unanswered again, the fetch ends with
+:class:`~aiojetstream.JetStreamTimeoutError`; with nothing pending it ends empty.
 """
 
 from __future__ import annotations
@@ -65,9 +86,11 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._errors import (
+    ClusterUnavailableError,
     ConsumerDeletedError,
     DisconnectedError,
     JetStreamError,
+    JetStreamTimeoutError,
     MessageTooLargeError,
     NoHeartbeatError,
     NoRespondersError,
@@ -112,6 +135,7 @@ __all__ = [
     "MAX_WARNINGS",
     "MISSED_TICKS",
     "NEXT_REPULL_MIN_LEFT",
+    "NO_WAIT_REPULLS",
     "NO_WAIT_TIMEOUT",
     "REPULL_BACKOFF_FIRST",
     "REPULL_BACKOFF_MAX",
@@ -151,6 +175,10 @@ REPULL_BACKOFF_MAX: Final = 2.0
 #: ``Server Shutdown`` ends a fetch silently), not expired: it is sent again for the
 #: time left (at least ``MIN_EXPIRES``), at once, then backing off as re-pulls do.
 NEXT_REPULL_MIN_LEFT: Final = 0.1
+#: How many times a ``fetch_no_wait`` pulls again after its pull was dropped (a 409
+#: Leadership Change / Server Shutdown before any message, or no answer at all while
+#: its consumer has messages pending); dropped once more, it raises.
+NO_WAIT_REPULLS: Final = 1
 #: Heartbeat ticks: the timer runs every heartbeat/TICKS_PER_HEARTBEAT; a miss
 #: is 2 x heartbeat of silence, detected within 2.5 x heartbeat.
 TICKS_PER_HEARTBEAT: Final = 2
@@ -273,6 +301,7 @@ class PullEngine:
         "_check_failed",
         "_check_reason",
         "_check_wanted",
+        "_expires_at",
         "_hard_end",
         "_last_pinned_pull",
         "_last_pull",
@@ -280,6 +309,7 @@ class PullEngine:
         "_pull_at",
         "_repull_delay",
         "_silent_ticks",
+        "_single_repulls",
         "_tick_at",
         "_timer_at",
         "_unsubscribing",
@@ -326,6 +356,10 @@ class PullEngine:
         self.deadline: float | None = None  # single mode: when the fetch gives up
         #: Single mode: when the fetch ends whatever happens (its consumer look-up included).
         self._hard_end: float | None = None
+        #: Single mode: when the fetch's ``expires`` runs out (re-pulls get what is left).
+        self._expires_at = 0.0
+        #: Single mode: pulls sent again after one was dropped (see _single_dropped).
+        self._single_repulls = 0
         self._silent_ticks = 0
         self._tick_at: float | None = None
         self._timer_at: float | None = None
@@ -388,7 +422,15 @@ class PullEngine:
                 return None
         return self._send(batch, room)
 
-    def _send(self, batch: int, room: int) -> SendPull:
+    def _send(
+        self,
+        batch: int,
+        room: int,
+        expires: float | None = None,
+        heartbeat: float | None = None,
+        no_wait: bool | None = None,
+    ) -> SendPull:
+        """Count and build a pull (``expires``, ``heartbeat``, ``no_wait``: the settings')."""
         s = self.settings
         self.outstanding_messages += batch
         self.outstanding_bytes += room
@@ -399,7 +441,14 @@ class PullEngine:
         pin_id = self.pin.id if self.pin is not None else None
         if pin_id is not None:
             self._last_pinned_pull = (batch, room)
-        return SendPull(batch, room, s.expires, s.heartbeat, s.no_wait, pin_id)
+        return SendPull(
+            batch,
+            room,
+            s.expires if expires is None else expires,
+            s.heartbeat if heartbeat is None else heartbeat,
+            s.no_wait if no_wait is None else no_wait,
+            pin_id,
+        )
 
     def _release(self, messages: int, nbytes: int) -> None:
         self.outstanding_bytes -= min(max(nbytes, 0), self.outstanding_bytes)
@@ -500,6 +549,7 @@ class PullEngine:
         if s.single:
             wait = NO_WAIT_TIMEOUT if s.no_wait else s.expires + max(FETCH_GRACE, s.heartbeat)
             self.deadline = now + wait
+            self._expires_at = now + s.expires
             self._hard_end = self.deadline + FETCH_CHECK_TIMEOUT
             pull = self._send(s.max_messages, s.max_bytes or s.byte_cap)
         else:
@@ -684,6 +734,8 @@ class PullEngine:
             return report + self._repull(now, productive=False)
         # Silent request ends: 404, 408, batch completed, leadership change, shutdown.
         if single:
+            if kind in _INVALIDATING and self.delivered == 0:
+                return self._single_dropped(kind, now)
             return self._finish(None)
         if kind in _INVALIDATING:
             # nats-server sends these once per reply subject (the new leader's set of
@@ -697,6 +749,98 @@ class PullEngine:
                 return self._resume(now, None)
             return self._repull(now, productive=False)
         return self._repull(now, productive=True)
+
+    def _single_dropped(self, kind: StatusKind, now: float) -> Commands:
+        """A fetch's pull was voided (409 Leadership Change / Server Shutdown) before any message.
+
+        The server did not say "nothing there": a new consumer leader dropped the
+        pull. A ``fetch`` pulls again for the time left of its ``expires`` (at
+        once, then backing off as ``next()`` does); out of time it ends empty, as
+        an expired one. A ``fetch_no_wait`` pulls again once; dropped again, it
+        ends with :class:`ClusterUnavailableError` rather than an empty batch.
+        """
+        self._release_all()
+        s = self.settings
+        if s.no_wait:
+            if self._single_repulls >= NO_WAIT_REPULLS:
+                what = (
+                    "Leadership Change"
+                    if kind is StatusKind.LEADERSHIP_CHANGE
+                    else "Server Shutdown"
+                )
+                return self._finish(
+                    ClusterUnavailableError(
+                        409,
+                        0,
+                        f"{what}: the consumer's leader changed before the no-wait pull "
+                        "(sent again once) delivered anything; pull again",
+                    )
+                )
+            return self._single_repull(now)
+        if self._repull_delay == 0.0:
+            self._repull_delay = REPULL_BACKOFF_FIRST
+            return self._single_repull(now)
+        at = now + self._repull_delay
+        self._repull_delay = min(self._repull_delay * 2, REPULL_BACKOFF_MAX)
+        if at > self._expires_at - NEXT_REPULL_MIN_LEFT:
+            return self._finish(None)  # no time left for it: as if it had expired
+        self._resume_single()
+        self._pull_at = at
+        return self._next_timer()
+
+    def _single_lost(self, now: float, pending: int) -> Commands:
+        """A no-wait fetch got no answer, and its consumer has ``pending`` messages.
+
+        The pull was lost (a consumer leader change): pulled again once; lost
+        again, the fetch ends with :class:`JetStreamTimeoutError`, not empty.
+        """
+        if self._single_repulls >= NO_WAIT_REPULLS:
+            return self._finish(
+                JetStreamTimeoutError(
+                    f"no answer to the no-wait pull within {NO_WAIT_TIMEOUT:g} s (sent again "
+                    f"once) although the consumer has {pending} messages pending (a consumer "
+                    "leader change?); pull again"
+                )
+            )
+        return self._single_repull(now)
+
+    def _resume_single(self) -> None:
+        """A fetch pulls again: back to RUNNING (a check still running is not waited for).
+
+        No heartbeat is owed until the pull is sent (``_single_repull`` arms the ticks).
+        """
+        self.phase = Phase.RUNNING
+        self._check_wanted = False
+        self._check_after = None
+        self._check_reason = None
+        self._tick_at = None
+
+    def _single_repull(self, now: float) -> Commands:
+        """Send a fetch's pull again (see _single_dropped, _single_lost)."""
+        s = self.settings
+        self._pull_at = None
+        self._resume_single()
+        room = s.max_bytes or s.byte_cap
+        if s.no_wait:
+            self.deadline = now + NO_WAIT_TIMEOUT
+            self._hard_end = self.deadline + FETCH_CHECK_TIMEOUT
+            pull = self._send(s.max_messages, room)
+        else:
+            left = self._expires_at - now
+            if left < NEXT_REPULL_MIN_LEFT:
+                return self._finish(None)  # its time is up: as if it had expired
+            # The deadline stays the first pull's: the re-pull ends within it.
+            self.deadline = self._expires_at + max(FETCH_GRACE, s.heartbeat)
+            if left >= MIN_EXPIRES:
+                pull = self._send(
+                    s.max_messages, room, left, fit_heartbeat(s.heartbeat, left), False
+                )
+            else:
+                # Too little left for a pull that waits: what is there now, at once.
+                pull = self._send(s.max_messages, room, 0.0, 0.0, True)
+        self._single_repulls += 1
+        self._arm_ticks(now)
+        return (pull, *self._next_timer())
 
     def _on_pin_lost(
         self,
@@ -748,6 +892,9 @@ class PullEngine:
             out += (CheckConsumer(),)
         if self._pull_at is not None and now >= self._pull_at:
             self._pull_at = None
+            if self.settings.single:
+                # A fetch's throttled re-pull (see _single_dropped); it arms the timer.
+                return out + self._single_repull(now) if self.phase is Phase.RUNNING else out
             if self.phase is Phase.RUNNING:
                 pull = self._pull()
                 if pull is not None:
@@ -804,9 +951,18 @@ class PullEngine:
         return self._request_check(now, None)
 
     def on_consumer_checked(
-        self, now: float, result: CheckResult, error: JetStreamError | None
+        self,
+        now: float,
+        result: CheckResult,
+        error: JetStreamError | None,
+        pending: int | None = None,
     ) -> Commands:
-        """The answer to CheckConsumer."""
+        """The answer to CheckConsumer.
+
+        ``pending``: the consumer's ``num_pending`` when the check found it (None:
+        not known); a no-wait fetch whose pull went unanswered pulls again when
+        messages are pending.
+        """
         self._check_wanted = False
         if self.phase is not Phase.CHECKING:
             return _NONE
@@ -828,7 +984,10 @@ class PullEngine:
         if self.settings.single:
             self._check_delay = CHECK_BACKOFF_FIRST
             self._check_after = None
-            return self._finish(self._check_reason)
+            reason = self._check_reason
+            if reason is None and self.settings.no_wait and self.delivered == 0 and pending:
+                return self._single_lost(now, pending)
+            return self._finish(reason)
         reason = self._check_reason
         report = _NONE
         if (

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -25,6 +27,7 @@ from aiojetstream import (
     MaxPayloadExceededError,
     MessageAlreadyAckedError,
     MessageTooLargeError,
+    NoRespondersError,
     StorageType,
     StreamConfig,
 )
@@ -179,6 +182,56 @@ async def test_next_pulls_again_when_the_server_drops_its_pull(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await spy.close()
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["consumer", "ordered"])
+@pytest.mark.parametrize(
+    "status",
+    [
+        b"409 Leadership Change",
+        b"409 Server Shutdown\r\nNats-Pending-Messages: 2\r\nNats-Pending-Bytes: 0",
+    ],
+    ids=["leadership change", "server shutdown"],
+)
+async def test_fetch_pulls_again_when_the_server_drops_its_pull(
+    js: JetStreamContext, nats_url: str, status: bytes, ordered: bool
+) -> None:
+    """A 409 Leadership Change (or Server Shutdown) before any message voids a fetch's
+    pull: the batch ended empty at once (a catch-up loop stopped there). It pulls
+    again, for the time left of expires, and gets what is published afterwards."""
+    stream = unique_name("CONS")
+    spy = await nats.connect(nats_url)  # sees each pull request, and its inbox
+    pulls: list[tuple[str, bytes]] = []
+
+    async def seen(msg: nats.aio.msg.Msg) -> None:
+        pulls.append((msg.reply, msg.data))
+
+    # (Before the consumer exists: see test_next_pulls_again_when_the_server_drops_its_pull.)
+    await spy.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*", cb=seen)
+    await spy.flush()
+    consumer = await make(js, stream=stream)
+    source: Any = await js.ordered_consumer(stream) if ordered else consumer
+    batch = await source.fetch(2, expires=30)
+    task = asyncio.create_task(batch.collect())
+    try:
+        await wait_until(lambda: bool(pulls) or task.done(), timeout=10)
+        assert not task.done(), task
+        first = len(pulls)
+        await _send_status(nats_url, pulls[-1][0], status)
+        await wait_until(lambda: len(pulls) > first or task.done(), timeout=10)
+        assert not task.done(), task  # (it ended: empty, before the fix)
+        again = json.loads(pulls[-1][1])
+        assert again["batch"] == 2
+        assert 25e9 < again["expires"] <= 30e9  # the time left
+        await js.publish("cons.0", b"one")
+        await js.publish("cons.1", b"two")
+        msgs = await asyncio.wait_for(task, 10)
+        assert [m.data for m in msgs] == [b"one", b"two"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await batch.aclose()
         await spy.close()
 
 
@@ -505,6 +558,64 @@ async def test_acks(js: JetStreamContext) -> None:
     await again.double_ack()  # confirmed: the info below sees it
     info = await consumer.info()
     assert info.num_ack_pending == 0
+
+
+async def test_a_nak_without_delay_is_redelivered_at_once_whatever_the_backoff(
+    js: JetStreamContext,
+) -> None:
+    """A consumer's ``backoff`` spaces the redeliveries after ack timeouts only.
+
+    nats-server puts a plain ``-NAK`` straight on its redelivery queue: the
+    message comes again at once, not after ``backoff[0]`` (30 s here), as
+    ``Msg.nak`` and docs/consumers.md said; ``nak(delay)`` waits for its delay.
+    """
+    consumer = await make(js, 2, backoff=[timedelta(seconds=30)], max_deliver=3)
+    loop = asyncio.get_running_loop()
+    first, second = [m async for m in await consumer.fetch(2, expires=5)]
+    naked = loop.time()
+    await first.nak()
+    again = await consumer.next(expires=5)
+    assert (again.data, again.metadata.num_delivered) == (first.data, 2)
+    assert loop.time() - naked < 5  # at once: well before backoff[0]
+    await again.double_ack()
+    naked = loop.time()
+    await second.nak(delay=0.5)
+    again = await consumer.next(expires=5)
+    assert (again.data, again.metadata.num_delivered) == (second.data, 2)
+    assert 0.5 <= loop.time() - naked < 5
+    await again.double_ack()
+    # What the library says about it.
+    doc = " ".join((Msg.nak.__doc__ or "").split())
+    assert "None: redelivered at once" in doc
+    assert "applies only when ``ack_wait`` runs out" in doc
+    page = (Path(__file__).parents[2] / "docs" / "consumers.md").read_text(encoding="utf-8")
+    (row,) = [line for line in page.splitlines() if line.startswith("| `await msg.nak(")]
+    assert "`None`: redelivered at once" in row
+    assert "per the consumer's `backoff`" not in row
+
+
+@pytest.mark.parametrize("why", ["deleted", "ack none"])
+async def test_double_ack_with_nothing_serving_the_ack_raises_no_responders(
+    js: JetStreamContext, why: str
+) -> None:
+    """``double_ack`` raises ``NoRespondersError`` when nothing serves the ack subject.
+
+    After the consumer was deleted and on an ``AckPolicy.NONE`` consumer (for
+    good), and during a consumer leader election (transient): its docstring
+    named only ``JetStreamTimeoutError``, so a caller catching that crashed.
+    The message stays unsettled: the call may be retried.
+    """
+    ack = AckPolicy.NONE if why == "ack none" else AckPolicy.EXPLICIT
+    consumer = await make(js, 1, ack=ack)
+    (msg,) = [m async for m in await consumer.fetch(1, expires=5)]
+    if why == "deleted":
+        await js.delete_consumer(consumer.stream_name, consumer.name)
+    for _ in range(2):  # not settled by the failure: the retry fails the same way
+        with pytest.raises(NoRespondersError):
+            await msg.double_ack(timeout=5)
+        assert not msg.acked
+    doc = " ".join((Msg.double_ack.__doc__ or "").split())
+    assert "NoRespondersError: nothing serves the ack subject" in doc
 
 
 async def test_a_term_reason_over_max_payload_is_refused_before_sending(

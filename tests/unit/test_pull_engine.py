@@ -36,6 +36,7 @@ from hypothesis.stateful import (
 from aiojetstream._errors import (
     APIError,
     BadRequestError,
+    ClusterUnavailableError,
     ConsumerDeletedError,
     ConsumerNotFoundError,
     InvalidOptionError,
@@ -53,6 +54,9 @@ from aiojetstream._pull_engine import (
     FETCH_CHECK_TIMEOUT,
     FETCH_GRACE,
     MAX_WARNINGS,
+    MIN_EXPIRES,
+    NEXT_REPULL_MIN_LEFT,
+    NO_WAIT_REPULLS,
     NO_WAIT_TIMEOUT,
     REPULL_BACKOFF_FIRST,
     REPULL_BACKOFF_MAX,
@@ -70,6 +74,7 @@ from aiojetstream._pull_engine import (
     Report,
     SendPull,
     Unsubscribe,
+    fit_heartbeat,
     resolve_consume,
     resolve_fetch,
 )
@@ -166,8 +171,13 @@ class Sim:
             self.engine.on_status(kind, severity, pending_messages, pending_bytes, error, self.now)
         )
 
-    def checked(self, result: CheckResult, error: JetStreamError | None = None) -> Commands:
-        return self.feed(self.engine.on_consumer_checked(self.now, result, error))
+    def checked(
+        self,
+        result: CheckResult,
+        error: JetStreamError | None = None,
+        pending: int | None = None,
+    ) -> Commands:
+        return self.feed(self.engine.on_consumer_checked(self.now, result, error, pending))
 
     def unsubscribed(self) -> Commands:
         return self.feed(self.engine.on_unsubscribed())
@@ -830,6 +840,133 @@ def test_fetch_ends_during_an_outage() -> None:
     assert finishes(sim.checked(CheckResult.UNAVAILABLE, timeout)) == [Finish(timeout)]
 
 
+LC = K.LEADERSHIP_CHANGE
+
+
+@pytest.mark.parametrize("kind", [K.LEADERSHIP_CHANGE, K.SERVER_SHUTDOWN])
+def test_fetch_dropped_before_any_message_pulls_again_for_the_time_left(
+    kind: StatusKind,
+) -> None:
+    """A 409 Leadership Change / Server Shutdown before any message is no "nothing there".
+
+    The fetch pulls again for what is left of its expires (heartbeat fitted), at once,
+    then backing off as next() does; the deadline stays the first pull's.
+    """
+    sim = Sim(resolve_fetch(max_messages=5, expires=30))  # heartbeat 5 s
+    sim.start()
+    deadline = sim.engine.deadline
+    sim.advance(10)
+    out = sim.status(kind)
+    assert finishes(out) == []
+    (pull,) = pulls(out)
+    assert (pull.batch, pull.max_bytes, pull.heartbeat, pull.no_wait) == (5, 0, 5.0, False)
+    assert pull.expires == pytest.approx(20.0)
+    assert sim.engine.outstanding_messages == 5
+    assert sim.engine.deadline == deadline
+    # Again without a message in between: the re-pull is delayed, growing.
+    delay = REPULL_BACKOFF_FIRST
+    for _ in range(3):
+        assert pulls(sim.status(kind)) == []
+        assert sim.engine.outstanding_messages == 0
+        assert sim.timer == pytest.approx(sim.now + delay)
+        (pull,) = pulls(sim.advance(delay))
+        assert pull.expires == pytest.approx(30 - sim.now)
+        delay *= 2
+    # The re-pull ends as a fetch does: the batch filled, or expired.
+    sim.message()
+    assert finishes(sim.status(K.REQUEST_TIMEOUT, S.SILENT, 4, 0)) == [Finish(None)]
+    assert sim.engine.buffered_messages == 1
+
+
+def test_fetch_dropped_near_its_end() -> None:
+    """Less than MIN_EXPIRES left: a no-wait pull; too little for a re-pull: ends empty."""
+    sim = Sim(resolve_fetch(max_messages=5, expires=5, heartbeat=1))
+    sim.start()
+    sim.advance(4.5)
+    assert pulls(sim.status(LC)) == [SendPull(5, 0, 0.0, 0.0, no_wait=True)]
+    assert finishes(sim.status(K.NO_MESSAGES, S.SILENT, 5, 0)) == [Finish(None)]
+
+    sim = Sim(resolve_fetch(max_messages=5, expires=5, heartbeat=1))
+    sim.start()
+    sim.advance(2)
+    (pull,) = pulls(sim.status(LC))
+    assert pull.expires == pytest.approx(3.0)
+    assert pull.heartbeat == 1.0
+    sim.advance(2.9)  # 0.1 s left: the throttled re-pull (in 50 ms) would come too late
+    assert finishes(sim.status(LC)) == [Finish(None)]
+
+    sim = Sim(resolve_fetch(max_messages=5, expires=2, heartbeat=0.5))
+    sim.start()
+    sim.advance(1.5)
+    (pull,) = pulls(sim.status(LC))
+    assert (pull.expires, pull.heartbeat, pull.no_wait) == (0.0, 0.0, True)
+
+
+def test_fetch_dropped_after_a_message_ends_with_it() -> None:
+    sim = Sim(resolve_fetch(max_messages=5, expires=30))
+    sim.start()
+    sim.message()
+    out = sim.status(LC)
+    assert finishes(out) == [Finish(None)]
+    assert pulls(out) == []
+
+
+def test_fetch_no_wait_dropped_pulls_again_once_then_raises() -> None:
+    """fetch_no_wait: one re-pull; a second 409 raises ClusterUnavailableError, not []."""
+    sim = Sim(resolve_fetch(max_messages=3, no_wait=True))
+    sim.start()
+    sim.advance(0.5)
+    (pull,) = pulls(sim.status(LC))
+    assert (pull.batch, pull.no_wait) == (3, True)
+    assert sim.engine.deadline == pytest.approx(0.5 + NO_WAIT_TIMEOUT)
+    (fin,) = finishes(sim.status(K.SERVER_SHUTDOWN))
+    assert isinstance(fin.error, ClusterUnavailableError)
+    assert fin.error.code == 409
+    assert "Server Shutdown" in str(fin.error)
+    # Answered after the re-pull: the batch is what it got, or empty.
+    sim = Sim(resolve_fetch(max_messages=3, no_wait=True))
+    sim.start()
+    sim.status(LC)
+    assert finishes(sim.status(K.NO_MESSAGES, S.SILENT, 3, 0)) == [Finish(None)]
+
+
+@pytest.mark.parametrize("pending", [None, 0])
+def test_fetch_no_wait_unanswered_with_nothing_pending_ends_empty(pending: int | None) -> None:
+    sim = Sim(resolve_fetch(max_messages=3, no_wait=True))
+    sim.start()
+    assert checks(sim.advance(NO_WAIT_TIMEOUT))
+    assert finishes(sim.checked(CheckResult.EXISTS, None, pending)) == [Finish(None)]
+
+
+def test_fetch_no_wait_unanswered_with_messages_pending_pulls_again_once() -> None:
+    """A no-wait pull lost (no answer) while messages are pending: once more, then raise."""
+    sim = Sim(resolve_fetch(max_messages=3, no_wait=True))
+    sim.start()
+    assert checks(sim.advance(NO_WAIT_TIMEOUT))
+    (pull,) = pulls(sim.checked(CheckResult.EXISTS, None, 7))
+    assert (pull.batch, pull.no_wait) == (3, True)
+    assert sim.engine.outstanding_messages == 3
+    sim.message()
+    sim.message()
+    assert finishes(sim.message()) == [Finish(None)]
+
+    sim = Sim(resolve_fetch(max_messages=3, no_wait=True))
+    sim.start()
+    sim.advance(NO_WAIT_TIMEOUT)
+    sim.checked(CheckResult.EXISTS, None, 7)
+    (check,) = checks(sim.advance(NO_WAIT_TIMEOUT))
+    assert check.timeout == FETCH_CHECK_TIMEOUT
+    (fin,) = finishes(sim.checked(CheckResult.EXISTS, None, 7))
+    assert isinstance(fin.error, JetStreamTimeoutError)
+    assert "7 messages pending" in str(fin.error)
+
+    # A plain fetch whose time is up ends empty, pending or not (it waited expires).
+    sim = Sim(resolve_fetch(max_messages=3, expires=2))
+    sim.start()
+    assert checks(sim.advance(2 + FETCH_GRACE))
+    assert finishes(sim.checked(CheckResult.EXISTS, None, 7)) == [Finish(None)]
+
+
 def test_fetch_missed_heartbeat_checks_then_fails() -> None:
     sim = Sim(resolve_fetch(max_messages=5, expires=30))  # heartbeat 5 s
     sim.start()
@@ -1306,6 +1443,20 @@ class PullEngineMachine(RuleBasedStateMachine):
         self.checks_sent = 0
         self.pulls_sent = 0
         self.expected_unsolicited = 0
+        # fetches: messages the server delivered to the run; why the fetch may pull
+        # again now ("409": its pull was voided before any message; "lost": a no-wait
+        # pull went unanswered while messages are pending), the re-pulls seen, the
+        # deadline of the last pull (the consumer is checked after it), the checks
+        # since that pull, and whether the check running is a no-wait deadline's
+        self.delivered = 0
+        self.repull_due: str | None = None
+        self.single_repulls = 0
+        self.single_deadline = 0.0
+        self.checks_since_pull = 0
+        self.lost_check = False
+        # what the server lost without a word (lose_pull): the engine still counts it
+        # outstanding until it writes it off (messages, bytes)
+        self.lost = (0, 0)
         # heartbeats
         self.last_activity = 0.0  # last message or status handed to the engine
         self.owed_since: float | None = None  # since when a request is outstanding
@@ -1403,6 +1554,7 @@ class PullEngineMachine(RuleBasedStateMachine):
             elif isinstance(cmd, CheckConsumer):
                 self.pending_checks += 1
                 self.checks_sent += 1
+                self.checks_since_pull += 1
                 if self.engine.phase is not Phase.CHECKING:
                     self.bad_checks.append(
                         f"{event} at t={self.now:g}: CheckConsumer, but the engine is "
@@ -1447,7 +1599,10 @@ class PullEngineMachine(RuleBasedStateMachine):
             self.bad_pulls.append(f"max_bytes not within 1..{s.max_bytes} ({where})")
         if not self.byte_mode and cmd.max_bytes != 0:
             self.bad_pulls.append(f"max_bytes set in message mode ({where})")
-        if (cmd.expires, cmd.heartbeat, cmd.no_wait) != (s.expires, s.heartbeat, s.no_wait):
+        repull = s.single and self.pulls_sent >= 1
+        if repull:
+            self._check_repull(cmd, where)
+        elif (cmd.expires, cmd.heartbeat, cmd.no_wait) != (s.expires, s.heartbeat, s.no_wait):
             self.bad_pulls.append(f"expires/heartbeat/no_wait differ from the settings ({where})")
         if not self.connected:
             self.bad_pulls.append(f"SendPull while disconnected ({where})")
@@ -1460,8 +1615,13 @@ class PullEngineMachine(RuleBasedStateMachine):
                 f"the pull carries pin {cmd.pin_id!r}, not {self.client_pin!r} ({where})"
             )
         self.pulls_sent += 1
-        if s.single and self.pulls_sent > 1:
-            self.bad_single.append(f"a fetch sent a second pull ({where})")
+        self.checks_since_pull = 0
+        self.lost_check = False
+        if s.single and (s.no_wait or not repull):
+            # (a fetch's re-pull keeps the first pull's deadline)
+            self.single_deadline = self.now + (
+                NO_WAIT_TIMEOUT if s.no_wait else s.expires + max(FETCH_GRACE, s.heartbeat)
+            )
         if self.outage is not None:
             self.outage_sends.append(self.now)
         if not self.connected:
@@ -1473,6 +1633,34 @@ class PullEngineMachine(RuleBasedStateMachine):
         self.last_request = req
         if cmd.pin_id is not None:
             self.last_pinned_request = req
+
+    def _check_repull(self, cmd: SendPull, where: str) -> None:
+        """A fetch pulls again: only after its pull was dropped, for the same batch, in time."""
+        s = self.settings
+        if self.repull_due is None:
+            self.bad_single.append(f"a fetch sent a second pull, none was dropped ({where})")
+        self.repull_due = None
+        self.single_repulls += 1
+        if s.no_wait and self.single_repulls > NO_WAIT_REPULLS:
+            self.bad_single.append(f"a no-wait fetch pulled again more than once ({where})")
+        if (cmd.batch, cmd.max_bytes) != (s.max_messages, s.max_bytes or s.byte_cap):
+            self.bad_single.append(f"a fetch's re-pull is not for the whole batch ({where})")
+        if s.no_wait:
+            expected = (s.expires, s.heartbeat, True)
+            ok = (cmd.expires, cmd.heartbeat, cmd.no_wait) == expected
+        else:
+            left = self.start_time + s.expires - self.now
+            if left >= MIN_EXPIRES:
+                ok = (
+                    not cmd.no_wait
+                    and math.isclose(cmd.expires, left, abs_tol=EPS)
+                    and cmd.heartbeat == fit_heartbeat(s.heartbeat, cmd.expires)
+                )
+            else:
+                # too little left for a pull that waits: a no-wait one
+                ok = cmd.no_wait and cmd.heartbeat == 0 and left >= NEXT_REPULL_MIN_LEFT - EPS
+        if not ok:
+            self.bad_single.append(f"a fetch's re-pull asks for the wrong time ({where})")
 
     def _on_report(self, error: JetStreamError, event: str) -> None:
         if not isinstance(error, NoHeartbeatError):
@@ -1518,11 +1706,14 @@ class PullEngineMachine(RuleBasedStateMachine):
 
     def _fire(self, at: float) -> None:
         before = self.engine.outstanding_messages
-        self._feed(self.engine.on_timer(at), "on_timer")
+        cmds = self._feed(self.engine.on_timer(at), "on_timer")
         if before and not self.engine.outstanding_messages:
             # The engine wrote every request off (missed heartbeat, fetch deadline): the
             # server lost them, which is why it went silent.
             self._drop_all()
+            self.lost = (0, 0)
+        if self.settings.no_wait and checks(cmds):
+            self.lost_check = True  # (no heartbeat: the check of a no-wait fetch's deadline)
 
     # ------------------------------------------------------------- start
 
@@ -1541,8 +1732,8 @@ class PullEngineMachine(RuleBasedStateMachine):
         Rules are picked uniformly, so two budgets keep runs long and varied: events
         that end the run (stop, terminal statuses, a missing consumer, and for a fetch
         its request's end or a disconnect) wait ``horizon`` steps, and at most
-        ``trouble`` disruptions (disconnect, 503, leadership change, refusal, outage)
-        happen, after which the run calms down.
+        ``trouble`` disruptions (disconnect, 503, leadership change, lost pull,
+        refusal, outage) happen, after which the run calms down.
         """
         self.settings = s
         self.horizon = horizon
@@ -1825,6 +2016,7 @@ class PullEngineMachine(RuleBasedStateMachine):
             self._single_must_finish("409 Message Size Exceeds MaxBytes")
             return
         self.stream.pop(0)
+        self.delivered += 1
         req.fresh = False
         req.batch -= 1
         req.nbytes -= size if self.byte_mode else 0
@@ -1897,8 +2089,68 @@ class PullEngineMachine(RuleBasedStateMachine):
     def leadership_change(self) -> None:
         self.trouble -= 1
         self._drop_all()
-        self._status(K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, APIError(409, 0, "Leadership Change"))
-        self._single_must_finish("409 Leadership Change")
+        s = self.settings
+        if not s.single or self.delivered or self.stopped:
+            self._status(K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, APIError(409, 0, "Leadership Change"))
+            self._single_must_finish("409 Leadership Change")
+            return
+        # A fetch's pull voided before it delivered anything: the server never said
+        # "nothing there", so it pulls again (fetch_no_wait: once, then it raises).
+        prior = self.single_repulls
+        self.repull_due = "409"
+        cmds = self._status(K.LEADERSHIP_CHANGE, S.SILENT, 0, 0, None)
+        fin, sent = finishes(cmds), pulls(cmds)
+        left = self.start_time + s.expires - self.now
+        if fin:
+            self.repull_due = None
+        if s.no_wait and prior >= NO_WAIT_REPULLS:
+            if len(fin) != 1 or not isinstance(fin[0].error, ClusterUnavailableError):
+                self.bad_single.append(f"a no-wait fetch's second 409 returned {cmds!r}")
+        elif s.no_wait:
+            if fin or len(sent) != 1:
+                self.bad_single.append(f"a no-wait fetch's first 409 returned {cmds!r}")
+        elif fin:
+            # out of time (its re-pull would come too late): it ends as an expired one
+            if fin != [Finish(None)] or left >= REPULL_BACKOFF_MAX + NEXT_REPULL_MIN_LEFT:
+                self.bad_single.append(f"a fetch with {left:g} s left ended on a 409: {cmds!r}")
+        elif not sent and (
+            self.timer is None or self.timer > self.start_time + s.expires - NEXT_REPULL_MIN_LEFT
+        ):
+            self.bad_single.append(f"a fetch's 409 neither ended it nor pulled again: {cmds!r}")
+
+    @precondition(
+        lambda self: (
+            self.server_up
+            and self.settings.single
+            and not self.delivered
+            and bool(self.requests)
+            and self.trouble > 0
+        )
+    )
+    @rule()
+    def leadership_change_before_any_message(self) -> None:
+        """A fetch's pull is voided before it delivered anything (pulled again, see above)."""
+        self.leadership_change()
+
+    @precondition(
+        lambda self: (
+            self.server_up and self.settings.single and bool(self.requests) and self.trouble > 0
+        )
+    )
+    @rule()
+    def lose_pull(self) -> None:
+        """The server drops a fetch's pull without a word (a consumer leader change).
+
+        The engine still counts it outstanding until it writes it off: at its
+        deadline (a no-wait fetch then pulls again if messages are pending) or
+        on missed heartbeats.
+        """
+        self.trouble -= 1
+        self.lost = (
+            self.lost[0] + sum(r.batch for r in self.requests),
+            self.lost[1] + sum(r.nbytes for r in self.requests),
+        )
+        self._drop_all()
 
     @precondition(
         lambda self: (
@@ -1972,6 +2224,7 @@ class PullEngineMachine(RuleBasedStateMachine):
         if self.outage is None:
             self.trouble -= 1
         self._drop_all()
+        self.lost_check = False  # a check wanted for the 503 now
         self._status(K.NO_RESPONDERS, S.CHECK_CONSUMER, 0, 0, no_responders())
 
     @precondition(
@@ -2018,13 +2271,37 @@ class PullEngineMachine(RuleBasedStateMachine):
         elif result is CheckResult.UNAVAILABLE:
             error = JetStreamTimeoutError("consumer info timed out")
         was_checking = self.engine.phase is Phase.CHECKING
+        # the consumer's num_pending, as the driver reads it from CONSUMER.INFO
+        pending = len(self.stream) if result is CheckResult.EXISTS else None
+        lost = (
+            was_checking
+            and self.lost_check
+            and result is CheckResult.EXISTS
+            and not self.delivered
+            and bool(pending)
+            and not self.stopped
+        )
+        prior = self.single_repulls
+        if lost:
+            self.repull_due = "lost"
         cmds = self._feed(
-            self.engine.on_consumer_checked(self.now, result, error), f"check {result.name}"
+            self.engine.on_consumer_checked(self.now, result, error, pending),
+            f"check {result.name}",
         )
         if was_checking and result is CheckResult.MISSING and finishes(cmds) != [Finish(error)]:
             self.bad_terminal.append(f"a missing consumer did not finish the run: {cmds!r}")
-        if was_checking and self.settings.single and self.connected:
+        if lost and prior < NO_WAIT_REPULLS:
+            # A no-wait pull unanswered while messages are pending: pulled again, once.
+            if finishes(cmds) or len(pulls(cmds)) != 1:
+                self.bad_single.append(f"a lost no-wait pull was not sent again: {cmds!r}")
+        elif lost:
+            fin = finishes(cmds)
+            if len(fin) != 1 or not isinstance(fin[0].error, JetStreamTimeoutError):
+                self.bad_single.append(f"a no-wait pull lost twice returned {cmds!r}")
+        elif was_checking and self.settings.single and self.connected:
             self._single_must_finish(f"the consumer check ({result.name})")
+        if finishes(cmds):
+            self.repull_due = None
 
     @precondition(
         lambda self: self.live and self.connected and self.outage is None and not self.stopped
@@ -2138,8 +2415,9 @@ class PullEngineMachine(RuleBasedStateMachine):
         e = self.engine
         if not self.live or self.draining:
             return  # finished, or requests written off by stop(drain=True)
-        server_msgs = sum(r.batch for r in self.requests)
-        server_bytes = sum(r.nbytes for r in self.requests)
+        # (plus what the server lost without a word: outstanding until written off)
+        server_msgs = sum(r.batch for r in self.requests) + self.lost[0]
+        server_bytes = sum(r.nbytes for r in self.requests) + self.lost[1]
         engine = (e.outstanding_messages, e.outstanding_bytes)
         where = (
             f"engine outstanding ({e.outstanding_messages} msgs, {e.outstanding_bytes} bytes)"
@@ -2184,11 +2462,12 @@ class PullEngineMachine(RuleBasedStateMachine):
         if not s.single:
             return
         assert not self.bad_single, "fetch:\n" + "\n".join(self.bad_single)
-        assert self.pulls_sent == 1, f"a fetch sent {self.pulls_sent} pulls"
-        wait = NO_WAIT_TIMEOUT if s.no_wait else s.expires + max(FETCH_GRACE, s.heartbeat)
-        if self.live and not self.stopped and self.now > self.start_time + wait + EPS:
-            assert self.checks_sent >= 1, (
-                f"the fetch deadline ({wait:g} s) passed without a consumer check"
+        assert self.pulls_sent == 1 + self.single_repulls, (
+            f"a fetch sent {self.pulls_sent} pulls, {self.single_repulls} of them again"
+        )
+        if self.live and not self.stopped and self.now > self.single_deadline + EPS:
+            assert self.checks_since_pull >= 1, (
+                f"the fetch deadline (t={self.single_deadline:g}) passed without a consumer check"
             )
 
     @invariant()

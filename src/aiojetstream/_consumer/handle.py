@@ -280,7 +280,10 @@ class Consumer:
 
         Returns at once; iterate the batch to receive the messages. The pull
         ends when it is filled or after ``expires`` (minimum 1 s). The heartbeat
-        defaults to 5 s when ``expires >= 10 s`` and is off below.
+        defaults to 5 s when ``expires >= 10 s`` and is off below. A pull the
+        server drops before any message (``409 Leadership Change``, ``409
+        Server Shutdown``: a consumer leader change) is sent again for the time
+        left, so an empty batch means that nothing came within ``expires``.
 
         Priority groups (ADR-42, nats-server >= 2.11): ``group`` is required when
         the consumer has priority groups; ``min_pending`` / ``min_ack_pending``
@@ -399,6 +402,14 @@ class Consumer:
         Priority-group options as for :meth:`fetch`; so are ``model``,
         ``codec`` and ``on_invalid`` (a :class:`TypedMessageBatch`; an invalid
         message counts against ``max_messages``: no other is pulled for it).
+
+        An empty batch means that nothing was pending. A pull dropped by a
+        consumer leader change is sent once more: one voided before any message
+        (``409 Leadership Change`` / ``Server Shutdown``), or one left
+        unanswered for 5 s while the consumer's info shows messages pending
+        (else the batch ends empty). Dropped again, iteration raises
+        :class:`ClusterUnavailableError` (the 409) or
+        :class:`JetStreamTimeoutError` (no answer): pull again.
 
         Raises:
             InvalidOptionError: bad options (before anything is sent).

@@ -65,7 +65,7 @@ DOCSTRINGS: dict[str, dict[str, dict[str, str]]] = {
             "ack_policy": "How messages are acknowledged.",
             "ack_wait": "How long the server waits for an acknowledgement before redelivering (default 30 s).",
             "max_deliver": "Maximum delivery attempts of a message (server default -1, unlimited).",
-            "backoff": "Redelivery delays after ack timeouts (overrides ``ack_wait``; len <= ``max_deliver``).",
+            "backoff": "Redelivery delays after ack timeouts (overrides ``ack_wait``; len <= ``max_deliver``).\n\nNot after a nak: ``msg.nak()`` without a delay is redelivered at once.",
             "filter_subject": "Only deliver messages matching this subject (exclusive with ``filter_subjects``).",
             "filter_subjects": "Only deliver messages matching one of these subjects (nats-server >= 2.10).",
             "replay_policy": "The pace of delivery.",

@@ -120,7 +120,9 @@ class ConsumerConfig(ConfigModel):
     max_deliver: int | None = None
     """Maximum delivery attempts of a message (server default -1, unlimited)."""
     backoff: list[Duration] | None = None
-    """Redelivery delays after ack timeouts (overrides ``ack_wait``; len <= ``max_deliver``)."""
+    """Redelivery delays after ack timeouts (overrides ``ack_wait``; len <= ``max_deliver``).
+
+    Not after a nak: ``msg.nak()`` without a delay is redelivered at once."""
     filter_subject: str | None = None
     """Only deliver messages matching this subject (exclusive with ``filter_subjects``)."""
     filter_subjects: list[str] | None = None
