@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -1243,8 +1243,10 @@ async def connect(
     aiojetstream.connect(...) as js:``.
 
     ``telemetry=True`` turns on OpenTelemetry traces and metrics with the global
-    providers (:func:`aiojetstream.otel.instrument`; needs the ``otel`` extra).
+    providers (:func:`aiojetstream.otel.instrument`; needs the ``otel`` extra:
+    without it, :class:`InvalidOptionError` before anything connects).
     """
+    instrument = _instrumenter() if telemetry else None
     nc = await connect_nats(servers, **nats_options)
     try:
         js = JetStreamContext(
@@ -1259,8 +1261,29 @@ async def connect(
         await Conn(nc).close()  # an invalid option: leave no connection behind
         raise
     js._owns_connection = True
-    if telemetry:
-        from .otel import instrument
-
-        instrument(js)
+    if instrument is not None:
+        try:
+            instrument(js)
+        except BaseException:
+            await js.close()  # the caller gets no context to close
+            raise
     return js
+
+
+def _instrumenter() -> Callable[[JetStreamContext], object]:
+    """``aiojetstream.otel.instrument``, imported before connecting.
+
+    Raises:
+        InvalidOptionError: OpenTelemetry is not installed (the ``otel`` extra).
+
+    """
+    try:
+        from .otel import instrument
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("opentelemetry"):
+            raise
+        raise InvalidOptionError(
+            f"telemetry=True needs OpenTelemetry ({exc.name} is not installed): "
+            "pip install 'aiojetstream[otel]'"
+        ) from exc
+    return instrument
