@@ -1,8 +1,13 @@
-"""Spark's automatic registration of ``format("jetstream")`` (see ``aiojetstream.spark``)."""
+"""Spark's automatic registration of ``format("jetstream")`` (see ``aiojetstream.spark``).
 
-try:
-    from aiojetstream.spark import JetStreamDataSource as DefaultSource
-except ImportError:  # aiojetstream without its spark extra (no pyarrow): nothing to register
-    pass
+Without the spark extra (no pyarrow) the format is still registered: using it
+raises an error that says what to install (Spark said ``DATA_SOURCE_NOT_FOUND``).
+"""
+
+from aiojetstream._extras import spark_source
+
+DefaultSource = spark_source("JetStreamDataSource", "jetstream", __name__)
+if DefaultSource is None:  # pyspark without Python data sources: nothing to register
+    del DefaultSource
 else:
     __all__ = ["DefaultSource"]

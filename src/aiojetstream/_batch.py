@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, Final
 
@@ -332,7 +333,7 @@ class AtomicBatch:
         expected_stream: str | None = None,
         expected_last_sequence: int | None = None,
         expected_last_subject_sequence: int | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> None:
         """Add a message to the batch (stored only when the batch is committed).
 
@@ -417,7 +418,7 @@ class AtomicBatch:
         expected_stream: str | None = None,
         expected_last_sequence: int | None = None,
         expected_last_subject_sequence: int | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> BatchAck:
         """Send the last message and commit: the stream stores the whole batch, or nothing.
 

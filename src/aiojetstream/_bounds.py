@@ -141,8 +141,8 @@ def seconds(
         zero: whether 0 is allowed (otherwise it must be positive).
         delta: whether every duration form is allowed: a ``timedelta`` and a
             duration string (``"30s"``, ``"1h30m"``, ``"2d"``:
-            :mod:`aiojetstream._duration`) as well as a number; a ``timeout=``
-            takes a number only.
+            :mod:`aiojetstream._duration`) as well as a number (a ``timeout=``
+            too); False where the caller converted them already.
         error: the error to raise.
 
     Raises:
@@ -151,12 +151,12 @@ def seconds(
             (infinity included; a string as the number it equals).
 
     """
-    if delta and isinstance(value, timedelta):
-        amount: int | float = value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        amount: int | float = value  # (first: a number costs no more than it did)
+    elif delta and isinstance(value, timedelta):
+        amount = value.total_seconds()
     elif delta and isinstance(value, str):
         amount = D.text_ns(value, error, what=name) / 1_000_000_000
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        amount = value
     else:
         what = (
             "a number of seconds, a timedelta or a string such as '1h30m'"
@@ -182,6 +182,9 @@ def seconds(
 def timeout(value: object, name: str = "timeout") -> float | None:
     """A caller's ``timeout``: None, or positive seconds up to :data:`MAX_WAIT`.
 
+    Seconds (an ``int`` or a ``float``: no parsing), a ``timedelta`` or a
+    duration string (``"1.5s"``, ``"500ms"``), as every duration of the library.
+
     Raises:
         InvalidOptionError: anything else (0 or less sent the request and then
             reported it failed; NaN or infinity never timed out).
@@ -189,7 +192,7 @@ def timeout(value: object, name: str = "timeout") -> float | None:
     """
     if value is None:
         return None
-    return seconds(value, name, delta=False)
+    return seconds(value, name)
 
 
 # --------------------------------------------------------------------------- configs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -89,10 +89,11 @@ class JetStreamContext:
         nc: a connected ``nats.aio.client.Client``.
         domain: the JetStream domain to address (``$JS.<domain>.API``).
         api_prefix: the API prefix when no domain is given.
-        timeout: default seconds to wait for any reply.
+        timeout: default time to wait for any reply: seconds, or a duration
+            as everywhere (``"1.5s"``, a ``timedelta``; ``docs/api.md#durations``).
         publish_async_max_pending: how many asynchronous publishes may await
             their acknowledgement at once (the in-flight window).
-        publish_async_timeout: default seconds an asynchronous publish waits for
+        publish_async_timeout: default time an asynchronous publish waits for
             its acknowledgement (``timeout`` when None).
 
     Raises:
@@ -109,13 +110,13 @@ class JetStreamContext:
         *,
         domain: str | None = None,
         api_prefix: str = _api.DEFAULT_API_PREFIX,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float | timedelta | str = DEFAULT_TIMEOUT,
         publish_async_max_pending: int = DEFAULT_MAX_PENDING,
-        publish_async_timeout: float | None = None,
+        publish_async_timeout: float | timedelta | str | None = None,
     ) -> None:
         checked = check_timeout(timeout)
         if checked is None:
-            raise InvalidOptionError("timeout must be a positive number of seconds, got None")
+            raise InvalidOptionError("timeout must be a positive duration, got None")
         timeout = checked
         if domain is not None:
             domain = validate_name(domain, "domain")
@@ -179,25 +180,31 @@ class JetStreamContext:
 
     # ------------------------------------------------------------ account
 
-    async def account_info(self, *, timeout: float | None = None) -> AccountInfo:
+    async def account_info(self, *, timeout: float | timedelta | str | None = None) -> AccountInfo:
         """The account's JetStream usage, limits and API level (``api.level``)."""
+        timeout = check_timeout(timeout)
         from ._models.account import AccountInfo
 
         info = await self._api.call_model(_api.ACCOUNT_INFO, AccountInfo, timeout=timeout)
         self._api.level = info.api.level
         return info
 
-    async def api_level(self, *, timeout: float | None = None) -> int:
+    async def api_level(self, *, timeout: float | timedelta | str | None = None) -> int:
         """The server's JetStream API level (from account info, fetched once and cached).
 
         Level 1 is nats-server 2.11 (per-message TTL, limit markers).
         """
+        timeout = check_timeout(timeout)
         return await self._api.api_level(timeout)
 
     # ------------------------------------------------------------ streams
 
     async def create_stream(
-        self, config: StreamConfig, *, pedantic: bool = False, timeout: float | None = None
+        self,
+        config: StreamConfig,
+        *,
+        pedantic: bool = False,
+        timeout: float | timedelta | str | None = None,
     ) -> Stream:
         """Create a stream.
 
@@ -218,12 +225,17 @@ class JetStreamContext:
             FeatureNotSupportedError: TTL settings or ``pedantic`` on nats-server < 2.11.
 
         """
+        timeout = check_timeout(timeout)
         left = self._api.budget(timeout)
         to_send = await self._checked_stream_config(config, pedantic, left)
         return await self._send_stream(_api.STREAM_CREATE, to_send, pedantic, left)
 
     async def update_stream(
-        self, config: StreamConfig, *, pedantic: bool = False, timeout: float | None = None
+        self,
+        config: StreamConfig,
+        *,
+        pedantic: bool = False,
+        timeout: float | timedelta | str | None = None,
     ) -> Stream:
         """Update an existing stream's configuration.
 
@@ -252,6 +264,7 @@ class JetStreamContext:
             FeatureNotSupportedError: TTL settings or ``pedantic`` on nats-server < 2.11.
 
         """
+        timeout = check_timeout(timeout)
         left = self._api.budget(timeout)
         to_send = await self._checked_stream_config(config, pedantic, left)
         if self._may_disable_msg_ttl(to_send):
@@ -259,7 +272,11 @@ class JetStreamContext:
         return await self._send_stream(_api.STREAM_UPDATE, to_send, pedantic, left)
 
     async def create_or_update_stream(
-        self, config: StreamConfig, *, pedantic: bool = False, timeout: float | None = None
+        self,
+        config: StreamConfig,
+        *,
+        pedantic: bool = False,
+        timeout: float | timedelta | str | None = None,
     ) -> Stream:
         """Update the stream if it exists, otherwise create it.
 
@@ -267,6 +284,7 @@ class JetStreamContext:
         the config leaves ``allow_msg_ttl`` off, the current config is read
         first; if the stream does not exist it is created straight away.
         """
+        timeout = check_timeout(timeout)
         left = self._api.budget(timeout)
         to_send = await self._checked_stream_config(config, pedantic, left)
         if self._may_disable_msg_ttl(to_send):
@@ -331,13 +349,14 @@ class JetStreamContext:
 
         return Stream(self._api, info)
 
-    async def stream(self, name: str, *, timeout: float | None = None) -> Stream:
+    async def stream(self, name: str, *, timeout: float | timedelta | str | None = None) -> Stream:
         """A handle on an existing stream.
 
         Raises:
             StreamNotFoundError: the stream does not exist.
 
         """
+        timeout = check_timeout(timeout)
         validate_name(name, "stream")
         info = await self._api.call_model(
             _api.STREAM_INFO, StreamInfo, timeout=timeout, stream=name
@@ -346,23 +365,29 @@ class JetStreamContext:
 
         return Stream(self._api, info)
 
-    async def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
+    async def delete_stream(
+        self, name: str, *, timeout: float | timedelta | str | None = None
+    ) -> None:
         """Delete a stream and everything in it.
 
         Raises:
             StreamNotFoundError: the stream does not exist.
 
         """
+        timeout = check_timeout(timeout)
         validate_name(name, "stream")
         await self._api.call(_api.STREAM_DELETE, timeout=timeout, stream=name)
 
-    async def stream_name_by_subject(self, subject: str, *, timeout: float | None = None) -> str:
+    async def stream_name_by_subject(
+        self, subject: str, *, timeout: float | timedelta | str | None = None
+    ) -> str:
         """The name of the stream that captures ``subject``.
 
         Raises:
             StreamNotFoundError: no stream captures it.
 
         """
+        timeout = check_timeout(timeout)
         validate_filter_subject(subject)
         reply = await self._api.call(_api.STREAM_NAMES, {"subject": subject}, timeout=timeout)
         names = reply.get("streams") or []
@@ -371,17 +396,19 @@ class JetStreamContext:
         return str(names[0])
 
     async def list_streams(
-        self, subject: str | None = None, *, timeout: float | None = None
+        self, subject: str | None = None, *, timeout: float | timedelta | str | None = None
     ) -> AsyncIterator[StreamInfo]:
         """Async-iterate the info of every stream (all pages), optionally by subject."""
+        timeout = check_timeout(timeout)
         body = self._subject_body(subject)
         async for item in _api.paged(self._api, _api.STREAM_LIST, "streams", body, timeout):
             yield _api.parse(StreamInfo, item)
 
     async def stream_names(
-        self, subject: str | None = None, *, timeout: float | None = None
+        self, subject: str | None = None, *, timeout: float | timedelta | str | None = None
     ) -> AsyncIterator[str]:
         """Async-iterate the name of every stream (all pages), optionally by subject."""
+        timeout = check_timeout(timeout)
         body = self._subject_body(subject)
         async for item in _api.paged(self._api, _api.STREAM_NAMES, "streams", body, timeout):
             yield str(item)
@@ -395,7 +422,7 @@ class JetStreamContext:
     # ------------------------------------------------------------ consumers
 
     async def create_consumer(
-        self, stream: str, config: ConsumerConfig, *, timeout: float | None = None
+        self, stream: str, config: ConsumerConfig, *, timeout: float | timedelta | str | None = None
     ) -> C.Consumer:
         """Create a consumer on ``stream``.
 
@@ -405,13 +432,14 @@ class JetStreamContext:
             ConsumerExistsError: a consumer of that name exists with another configuration.
 
         """
+        timeout = check_timeout(timeout)
         from . import _consumer as C
 
         info = await C.upsert_consumer(self._api, stream, config, C.ACTION_CREATE, timeout)
         return C.Consumer(self._api, info)
 
     async def update_consumer(
-        self, stream: str, config: ConsumerConfig, *, timeout: float | None = None
+        self, stream: str, config: ConsumerConfig, *, timeout: float | timedelta | str | None = None
     ) -> C.Consumer:
         """Update an existing consumer.
 
@@ -419,15 +447,17 @@ class JetStreamContext:
             ConsumerDoesNotExistError: there is no consumer of that name.
 
         """
+        timeout = check_timeout(timeout)
         from . import _consumer as C
 
         info = await C.upsert_consumer(self._api, stream, config, C.ACTION_UPDATE, timeout)
         return C.Consumer(self._api, info)
 
     async def create_or_update_consumer(
-        self, stream: str, config: ConsumerConfig, *, timeout: float | None = None
+        self, stream: str, config: ConsumerConfig, *, timeout: float | timedelta | str | None = None
     ) -> C.Consumer:
         """Create a consumer on ``stream``, or update it if it exists."""
+        timeout = check_timeout(timeout)
         from . import _consumer as C
 
         info = await C.upsert_consumer(
@@ -435,19 +465,22 @@ class JetStreamContext:
         )
         return C.Consumer(self._api, info)
 
-    async def consumer(self, stream: str, name: str, *, timeout: float | None = None) -> C.Consumer:
+    async def consumer(
+        self, stream: str, name: str, *, timeout: float | timedelta | str | None = None
+    ) -> C.Consumer:
         """A handle on an existing consumer.
 
         Raises:
             ConsumerNotFoundError: the consumer does not exist.
 
         """
+        timeout = check_timeout(timeout)
         from . import _consumer as C
 
         return C.Consumer(self._api, await C.consumer_info(self._api, stream, name, timeout))
 
     async def delete_consumer(
-        self, stream: str, name: str, *, timeout: float | None = None
+        self, stream: str, name: str, *, timeout: float | timedelta | str | None = None
     ) -> None:
         """Delete a consumer.
 
@@ -455,6 +488,7 @@ class JetStreamContext:
             ConsumerNotFoundError: the consumer does not exist.
 
         """
+        timeout = check_timeout(timeout)
         from . import _consumer as C
 
         await C.delete_consumer(self._api, stream, name, timeout)
@@ -465,15 +499,17 @@ class JetStreamContext:
         name: str,
         until: datetime | timedelta | float | str,
         *,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> ConsumerPauseResponse:
         """Pause a consumer until ``until`` (see :meth:`Consumer.pause`); nats-server >= 2.11."""
+        timeout = check_timeout(timeout)
         return await A.pause(self._api, stream, name, until, timeout)
 
     async def resume_consumer(
-        self, stream: str, name: str, *, timeout: float | None = None
+        self, stream: str, name: str, *, timeout: float | timedelta | str | None = None
     ) -> ConsumerPauseResponse:
         """Resume a paused consumer (see :meth:`Consumer.resume`)."""
+        timeout = check_timeout(timeout)
         return await A.resume(self._api, stream, name, timeout)
 
     async def ordered_consumer(
@@ -481,7 +517,7 @@ class JetStreamContext:
         stream: str,
         config: OrderedConsumerConfig | None = None,
         *,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> OrderedConsumer:
         """An ordered consumer on ``stream`` (ADR-17): in order, no gaps, no duplicates.
 
@@ -492,19 +528,24 @@ class JetStreamContext:
             StreamNotFoundError: the stream does not exist.
 
         """
+        timeout = check_timeout(timeout)
         stream_obj = await self.stream(stream, timeout=timeout)
         return await stream_obj.ordered_consumer(config)
 
     def list_consumers(
-        self, stream: str, *, timeout: float | None = None
+        self, stream: str, *, timeout: float | timedelta | str | None = None
     ) -> AsyncIterator[ConsumerInfo]:
         """Async-iterate the info of every consumer of ``stream`` (all pages)."""
+        timeout = check_timeout(timeout)
         from . import _consumer as C
 
         return C.list_consumers(self._api, stream, timeout)
 
-    def consumer_names(self, stream: str, *, timeout: float | None = None) -> AsyncIterator[str]:
+    def consumer_names(
+        self, stream: str, *, timeout: float | timedelta | str | None = None
+    ) -> AsyncIterator[str]:
         """Async-iterate the names of every consumer of ``stream`` (all pages)."""
+        timeout = check_timeout(timeout)
         from . import _consumer as C
 
         return C.consumer_names(self._api, stream, timeout)
@@ -512,7 +553,7 @@ class JetStreamContext:
     # ------------------------------------------------------------ key-value
 
     async def create_key_value(
-        self, config: KeyValueConfig, *, timeout: float | None = None
+        self, config: KeyValueConfig, *, timeout: float | timedelta | str | None = None
     ) -> KeyValue:
         """Create a key-value bucket: the stream ``KV_<bucket>`` (ADR-8; see ``docs/kv.md``).
 
@@ -523,12 +564,13 @@ class JetStreamContext:
             FeatureNotSupportedError: ``limit_marker_ttl`` on nats-server < 2.11.
 
         """
+        timeout = check_timeout(timeout)
         from . import _kv as KV
 
         return await KV.create_key_value(self, config, timeout)
 
     async def update_key_value(
-        self, config: KeyValueConfig, *, timeout: float | None = None
+        self, config: KeyValueConfig, *, timeout: float | timedelta | str | None = None
     ) -> KeyValue:
         """Update an existing bucket's configuration.
 
@@ -540,19 +582,23 @@ class JetStreamContext:
             FeatureNotSupportedError: ``limit_marker_ttl`` on nats-server < 2.11.
 
         """
+        timeout = check_timeout(timeout)
         from . import _kv as KV
 
         return await KV.update_key_value(self, config, timeout)
 
     async def create_or_update_key_value(
-        self, config: KeyValueConfig, *, timeout: float | None = None
+        self, config: KeyValueConfig, *, timeout: float | timedelta | str | None = None
     ) -> KeyValue:
         """Update the bucket if it exists (as :meth:`update_key_value`), otherwise create it."""
+        timeout = check_timeout(timeout)
         from . import _kv as KV
 
         return await KV.create_or_update_key_value(self, config, timeout)
 
-    async def key_value(self, bucket: str, *, timeout: float | None = None) -> KeyValue:
+    async def key_value(
+        self, bucket: str, *, timeout: float | timedelta | str | None = None
+    ) -> KeyValue:
         """A handle on an existing bucket.
 
         Raises:
@@ -560,23 +606,30 @@ class JetStreamContext:
             InvalidNameError: the bucket name is invalid.
 
         """
+        timeout = check_timeout(timeout)
         from . import _kv as KV
 
         return await KV.key_value(self, bucket, timeout)
 
-    async def delete_key_value(self, bucket: str, *, timeout: float | None = None) -> None:
+    async def delete_key_value(
+        self, bucket: str, *, timeout: float | timedelta | str | None = None
+    ) -> None:
         """Delete a bucket and everything in it.
 
         Raises:
             BucketNotFoundError: the bucket does not exist.
 
         """
+        timeout = check_timeout(timeout)
         from . import _kv as KV
 
         await KV.delete_key_value(self, bucket, timeout)
 
-    def key_value_store_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
+    def key_value_store_names(
+        self, *, timeout: float | timedelta | str | None = None
+    ) -> AsyncIterator[str]:
         """Async-iterate the names of the buckets (streams ``KV_*`` on ``$KV.*.>``)."""
+        timeout = check_timeout(timeout)
         from . import _kv as KV
 
         return KV.key_value_store_names(self, timeout)
@@ -584,7 +637,7 @@ class JetStreamContext:
     # ------------------------------------------------------------ object store
 
     async def create_object_store(
-        self, config: ObjectStoreConfig, *, timeout: float | None = None
+        self, config: ObjectStoreConfig, *, timeout: float | timedelta | str | None = None
     ) -> ObjectStore:
         """Create an object store bucket: the stream ``OBJ_<bucket>`` (ADR-20).
 
@@ -595,12 +648,13 @@ class JetStreamContext:
             StreamNameInUseError: the bucket exists with another configuration.
 
         """
+        timeout = check_timeout(timeout)
         from . import _object as OBJ
 
         return await OBJ.create_object_store(self, config, timeout)
 
     async def update_object_store(
-        self, config: ObjectStoreConfig, *, timeout: float | None = None
+        self, config: ObjectStoreConfig, *, timeout: float | timedelta | str | None = None
     ) -> ObjectStore:
         """Update an existing object store bucket's configuration.
 
@@ -608,11 +662,14 @@ class JetStreamContext:
             BucketNotFoundError: the bucket does not exist.
 
         """
+        timeout = check_timeout(timeout)
         from . import _object as OBJ
 
         return await OBJ.update_object_store(self, config, timeout)
 
-    async def object_store(self, bucket: str, *, timeout: float | None = None) -> ObjectStore:
+    async def object_store(
+        self, bucket: str, *, timeout: float | timedelta | str | None = None
+    ) -> ObjectStore:
         """A handle on an existing object store bucket.
 
         Raises:
@@ -620,23 +677,30 @@ class JetStreamContext:
             InvalidNameError: the bucket name is invalid.
 
         """
+        timeout = check_timeout(timeout)
         from . import _object as OBJ
 
         return await OBJ.object_store(self, bucket, timeout)
 
-    async def delete_object_store(self, bucket: str, *, timeout: float | None = None) -> None:
+    async def delete_object_store(
+        self, bucket: str, *, timeout: float | timedelta | str | None = None
+    ) -> None:
         """Delete an object store bucket and every object in it.
 
         Raises:
             BucketNotFoundError: the bucket does not exist.
 
         """
+        timeout = check_timeout(timeout)
         from . import _object as OBJ
 
         await OBJ.delete_object_store(self, bucket, timeout)
 
-    def object_store_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
+    def object_store_names(
+        self, *, timeout: float | timedelta | str | None = None
+    ) -> AsyncIterator[str]:
         """Async-iterate the names of the object store buckets (streams ``OBJ_*`` on ``$O.*``)."""
+        timeout = check_timeout(timeout)
         from . import _object as OBJ
 
         return OBJ.object_store_names(self, timeout)
@@ -734,7 +798,7 @@ class JetStreamContext:
         schedule: Schedule | None = None,
         schedule_target: str | None = None,
         schedule_ttl: H.TTLInput | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
         codec: Codec | None = None,
     ) -> PubAck:
         """Publish a message and wait for the stream's acknowledgement.
@@ -850,7 +914,7 @@ class JetStreamContext:
         schedule: Schedule | None = None,
         schedule_target: str | None = None,
         schedule_ttl: H.TTLInput | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
         codec: Codec | None = None,
     ) -> asyncio.Future[PubAck]:
         """Publish without waiting for the acknowledgement; return its future.
@@ -904,7 +968,7 @@ class JetStreamContext:
         headers: Sequence[Mapping[str, str] | None] | None = None,
         msg_ids: Sequence[str | None] | None = None,
         ttls: Sequence[H.TTLInput | None] | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
         codec: Codec | None = None,
     ) -> P.PublishSummary:
         """Publish many messages in order; return once every one is acknowledged.
@@ -952,6 +1016,7 @@ class JetStreamContext:
                 be stored (publish them again with msg ids to store none twice).
 
         """
+        timeout = check_timeout(timeout)
         done = await self.publish_many_async(
             subject,
             payloads,
@@ -971,7 +1036,7 @@ class JetStreamContext:
         headers: Sequence[Mapping[str, str] | None] | None = None,
         msg_ids: Sequence[str | None] | None = None,
         ttls: Sequence[H.TTLInput | None] | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
         codec: Codec | None = None,
     ) -> asyncio.Future[P.PublishSummary]:
         """Send many messages in order; return a future of their :class:`PublishSummary`.
@@ -1169,7 +1234,9 @@ class JetStreamContext:
 
         return AtomicBatch(self._api, max_messages=max_messages)
 
-    async def cancel_schedule(self, subject: str, *, timeout: float | None = None) -> bool:
+    async def cancel_schedule(
+        self, subject: str, *, timeout: float | timedelta | str | None = None
+    ) -> bool:
         """Cancel the message schedule published on ``subject`` (ADR-51; nats-server >= 2.12).
 
         Reads the last message on ``subject`` in the stream that captures it;
@@ -1185,6 +1252,7 @@ class JetStreamContext:
             FeatureNotSupportedError: the server is older than 2.12.
 
         """
+        timeout = check_timeout(timeout)
         from . import _schedule as S
         from ._stream import stored_message
 
@@ -1222,9 +1290,9 @@ async def connect(
     *,
     domain: str | None = None,
     api_prefix: str = _api.DEFAULT_API_PREFIX,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | timedelta | str = DEFAULT_TIMEOUT,
     publish_async_max_pending: int = DEFAULT_MAX_PENDING,
-    publish_async_timeout: float | None = None,
+    publish_async_timeout: float | timedelta | str | None = None,
     telemetry: bool = False,
     **nats_options: Any,
 ) -> JetStreamContext:
@@ -1243,8 +1311,10 @@ async def connect(
     aiojetstream.connect(...) as js:``.
 
     ``telemetry=True`` turns on OpenTelemetry traces and metrics with the global
-    providers (:func:`aiojetstream.otel.instrument`; needs the ``otel`` extra).
+    providers (:func:`aiojetstream.otel.instrument`; needs the ``otel`` extra:
+    without it, :class:`InvalidOptionError` before anything connects).
     """
+    instrument = _instrumenter() if telemetry else None
     nc = await connect_nats(servers, **nats_options)
     try:
         js = JetStreamContext(
@@ -1259,8 +1329,29 @@ async def connect(
         await Conn(nc).close()  # an invalid option: leave no connection behind
         raise
     js._owns_connection = True
-    if telemetry:
-        from .otel import instrument
-
-        instrument(js)
+    if instrument is not None:
+        try:
+            instrument(js)
+        except BaseException:
+            await js.close()  # the caller gets no context to close
+            raise
     return js
+
+
+def _instrumenter() -> Callable[[JetStreamContext], object]:
+    """``aiojetstream.otel.instrument``, imported before connecting.
+
+    Raises:
+        InvalidOptionError: OpenTelemetry is not installed (the ``otel`` extra).
+
+    """
+    try:
+        from .otel import instrument
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("opentelemetry"):
+            raise
+        raise InvalidOptionError(
+            f"telemetry=True needs OpenTelemetry ({exc.name} is not installed): "
+            "pip install 'aiojetstream[otel]'"
+        ) from exc
+    return instrument

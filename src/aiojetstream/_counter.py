@@ -25,6 +25,7 @@ import json
 import re
 import sys
 from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
 from typing import Any, Final
 
 from . import _api
@@ -154,7 +155,9 @@ class Counter:
     def __repr__(self) -> str:
         return f"<Counter {self._stream}>"
 
-    async def add(self, subject: str, delta: int, *, timeout: float | None = None) -> int:
+    async def add(
+        self, subject: str, delta: int, *, timeout: float | timedelta | str | None = None
+    ) -> int:
         """Add ``delta`` (any size, negative to subtract) to ``subject``; return the new total.
 
         The increment goes to the stream that captures ``subject`` (the server
@@ -202,7 +205,7 @@ class Counter:
             exc.add_note(f"the increment was stored: stream {ack.stream!r}, sequence {ack.seq}")
             raise
 
-    async def get(self, subject: str, *, timeout: float | None = None) -> int:
+    async def get(self, subject: str, *, timeout: float | timedelta | str | None = None) -> int:
         """The current total of ``subject``.
 
         Raises:
@@ -253,7 +256,7 @@ class Counter:
         return direct_message(data, hdr, f"subject {subject!r}")
 
     async def get_many(
-        self, subjects: str | Sequence[str], *, timeout: float | None = None
+        self, subjects: str | Sequence[str], *, timeout: float | timedelta | str | None = None
     ) -> AsyncIterator[tuple[str, int]]:
         """Async-iterate ``(subject, total)`` of every counter matching ``subjects``.
 
@@ -271,6 +274,7 @@ class Counter:
             FeatureNotSupportedError: the server is older than 2.12.
 
         """
+        timeout = check_timeout(timeout)
         body = D.last_msgs_request(subjects)
         await F.require(self._api, F.COUNTERS, timeout)
         seen: set[str] = set()  # (at most 1,024) a subject updated between two pages

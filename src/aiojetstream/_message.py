@@ -445,14 +445,15 @@ class Msg:
             self._state = _OPEN
             raise
 
-    async def double_ack(self, timeout: float | None = None) -> None:
+    async def double_ack(self, timeout: float | timedelta | str | None = None) -> None:
         """Acknowledge the message and wait for the server to confirm (ADR-15).
 
         The message counts as acked only once the confirmation arrived; after a
         failure the call may be retried.
 
         Args:
-            timeout: Seconds to wait for the confirmation (default: the
+            timeout: How long to wait for the confirmation, in seconds or as
+                a duration (``"1.5s"``, a ``timedelta``; default: the
                 connection's timeout).
 
         Raises:
@@ -462,13 +463,12 @@ class Msg:
                 is an ``AckPolicy.NONE`` consumer (no ack is ever confirmed).
             MessageAlreadyAckedError: the message was already acknowledged.
             NotJetStreamMessageError: the message has no reply subject.
-            InvalidOptionError: ``timeout`` is not a positive number.
+            InvalidOptionError: ``timeout`` is not a positive duration.
 
         """
         # (NaN said "must be a positive number"; inf, 1e300 and giant ints were taken.)
-        wait = (
-            self._acker.timeout if timeout is None else B.seconds(timeout, "timeout", delta=False)
-        )
+        checked = B.timeout(timeout)
+        wait = self._acker.timeout if checked is None else checked
         self._claim()
         self._state = _IN_FLIGHT
         try:

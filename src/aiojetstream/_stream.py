@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import _api
@@ -32,7 +32,7 @@ from ._models import (
     parse_timestamp,
 )
 from ._ordered import OrderedConsumer, make_ordered
-from ._validation import check_sequence, validate_filter_subject
+from ._validation import check_sequence, check_timeout, validate_filter_subject
 
 # Headers a direct get adds to describe the stored message; they are moved into
 # RawStreamMessage's fields rather than repeated in its headers.
@@ -150,7 +150,7 @@ class Stream:
         *,
         deleted_details: bool = False,
         subjects_filter: str | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> StreamInfo:
         """Fetch the stream's current info and cache it.
 
@@ -158,9 +158,10 @@ class Stream:
             deleted_details: include the sequences of deleted messages.
             subjects_filter: include per-subject message counts for subjects
                 matching this filter (all pages are fetched).
-            timeout: seconds to wait for each reply.
+            timeout: how long to wait for each reply (seconds or a duration).
 
         """
+        timeout = check_timeout(timeout)
         body: dict[str, Any] = {}
         if deleted_details:
             body["deleted_details"] = True
@@ -209,7 +210,7 @@ class Stream:
         subject: str | None = None,
         sequence: int | None = None,
         keep: int | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> int:
         """Remove messages and return how many were purged.
 
@@ -217,12 +218,13 @@ class Stream:
             subject: only purge messages on this subject (wildcards allowed).
             sequence: purge every message below this sequence (not including it).
             keep: keep this many of the newest messages.
-            timeout: seconds to wait for the reply.
+            timeout: how long to wait for the reply (seconds or a duration).
 
         Raises:
             InvalidOptionError: ``sequence`` and ``keep`` were both given.
 
         """
+        timeout = check_timeout(timeout)
         if sequence is not None and keep is not None:
             raise InvalidOptionError("purge takes either sequence or keep, not both")
         body: dict[str, Any] = {}
@@ -244,18 +246,21 @@ class Stream:
     def _direct(self) -> bool:
         return bool(self._info.config.allow_direct)
 
-    async def get_msg(self, sequence: int, *, timeout: float | None = None) -> RawStreamMessage:
+    async def get_msg(
+        self, sequence: int, *, timeout: float | timedelta | str | None = None
+    ) -> RawStreamMessage:
         """Read the message stored at ``sequence`` (a direct get when the stream allows it).
 
         Raises:
             MessageNotFoundError: no message has that sequence.
 
         """
+        timeout = check_timeout(timeout)
         seq = check_sequence(sequence, "sequence", 1)
         return await self._get({"seq": seq}, f"sequence {seq}", timeout)
 
     async def get_last_msg_for_subject(
-        self, subject: str, *, timeout: float | None = None
+        self, subject: str, *, timeout: float | timedelta | str | None = None
     ) -> RawStreamMessage:
         """Read the last message stored on ``subject`` (direct get when the stream allows it).
 
@@ -263,6 +268,7 @@ class Stream:
             MessageNotFoundError: the stream holds no message on that subject.
 
         """
+        timeout = check_timeout(timeout)
         subject = validate_filter_subject(subject)  # (an exact str from here)
         return await self._get({"last_by_subj": subject}, f"subject {subject!r}", timeout)
 
@@ -320,7 +326,7 @@ class Stream:
         max_bytes: int | None = None,
         up_to_seq: int | None = None,
         up_to_time: datetime | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> D.DirectBatch:
         """Read up to ``batch`` messages in one batch direct get (ADR-31; nats-server >= 2.11).
 
@@ -340,7 +346,7 @@ class Stream:
                 (checked client-side; the server ignores it here).
             up_to_time: end before the first message stored at or after this
                 time (checked client-side); not with ``up_to_seq``.
-            timeout: seconds to wait for each reply.
+            timeout: how long to wait for each reply (seconds or a duration).
 
         Raises:
             InvalidOptionError: an invalid or contradictory option (at once).
@@ -350,6 +356,7 @@ class Stream:
             JetStreamTimeoutError: a reply did not come within ``timeout``.
 
         """
+        timeout = check_timeout(timeout)
         body = D.batch_request(
             batch,
             seq=seq,
@@ -377,7 +384,7 @@ class Stream:
         batch: int | None = None,
         seq: int | None = None,
         max_bytes: int | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> D.DirectBatch:
         """The last message of each subject matching ``subjects`` (ADR-31 ``multi_last``).
 
@@ -401,7 +408,7 @@ class Stream:
             max_bytes: stop once this many bytes were sent (the message that
                 crosses the limit is still sent); the server's own limit
                 otherwise (64 MiB by default).
-            timeout: seconds to wait for each reply.
+            timeout: how long to wait for each reply (seconds or a duration).
 
         Raises:
             InvalidOptionError: an invalid or contradictory option (at once).
@@ -411,6 +418,7 @@ class Stream:
             DirectBatchGapError: a reply was dropped on the way.
 
         """
+        timeout = check_timeout(timeout)
         body = D.last_msgs_request(
             subjects,
             up_to_seq=up_to_seq,
@@ -429,7 +437,7 @@ class Stream:
         )
 
     async def delete_msg(
-        self, sequence: int, *, erase: bool = False, timeout: float | None = None
+        self, sequence: int, *, erase: bool = False, timeout: float | timedelta | str | None = None
     ) -> None:
         """Delete the message at ``sequence``; ``erase=True`` overwrites its data on disk.
 
@@ -437,6 +445,7 @@ class Stream:
             MessageNotFoundError: no message has that sequence.
 
         """
+        timeout = check_timeout(timeout)
         body: dict[str, Any] = {"seq": check_sequence(sequence, "sequence", 1)}
         if not erase:
             body["no_erase"] = True
@@ -449,27 +458,30 @@ class Stream:
     # ------------------------------------------------------------ consumers
 
     async def create_consumer(
-        self, config: ConsumerConfig, *, timeout: float | None = None
+        self, config: ConsumerConfig, *, timeout: float | timedelta | str | None = None
     ) -> C.Consumer:
         """Create a consumer; fails if one of that name exists with a different config."""
+        timeout = check_timeout(timeout)
         return C.Consumer(
             self._api,
             await C.upsert_consumer(self._api, self._name, config, C.ACTION_CREATE, timeout),
         )
 
     async def update_consumer(
-        self, config: ConsumerConfig, *, timeout: float | None = None
+        self, config: ConsumerConfig, *, timeout: float | timedelta | str | None = None
     ) -> C.Consumer:
         """Update an existing consumer; fails if it does not exist."""
+        timeout = check_timeout(timeout)
         return C.Consumer(
             self._api,
             await C.upsert_consumer(self._api, self._name, config, C.ACTION_UPDATE, timeout),
         )
 
     async def create_or_update_consumer(
-        self, config: ConsumerConfig, *, timeout: float | None = None
+        self, config: ConsumerConfig, *, timeout: float | timedelta | str | None = None
     ) -> C.Consumer:
         """Create a consumer, or update it if it exists."""
+        timeout = check_timeout(timeout)
         return C.Consumer(
             self._api,
             await C.upsert_consumer(
@@ -477,12 +489,18 @@ class Stream:
             ),
         )
 
-    async def consumer(self, name: str, *, timeout: float | None = None) -> C.Consumer:
+    async def consumer(
+        self, name: str, *, timeout: float | timedelta | str | None = None
+    ) -> C.Consumer:
         """A handle on an existing consumer (raises ConsumerNotFoundError)."""
+        timeout = check_timeout(timeout)
         return C.Consumer(self._api, await C.consumer_info(self._api, self._name, name, timeout))
 
-    async def delete_consumer(self, name: str, *, timeout: float | None = None) -> None:
+    async def delete_consumer(
+        self, name: str, *, timeout: float | timedelta | str | None = None
+    ) -> None:
         """Delete a consumer of this stream."""
+        timeout = check_timeout(timeout)
         await C.delete_consumer(self._api, self._name, name, timeout)
 
     async def ordered_consumer(
@@ -491,10 +509,16 @@ class Stream:
         """An ordered consumer on this stream (ADR-17); see :class:`OrderedConsumer`."""
         return make_ordered(self._api, self._name, config, self._info.created)
 
-    def list_consumers(self, *, timeout: float | None = None) -> AsyncIterator[ConsumerInfo]:
+    def list_consumers(
+        self, *, timeout: float | timedelta | str | None = None
+    ) -> AsyncIterator[ConsumerInfo]:
         """Async-iterate the info of every consumer of this stream (all pages)."""
+        timeout = check_timeout(timeout)
         return C.list_consumers(self._api, self._name, timeout)
 
-    def consumer_names(self, *, timeout: float | None = None) -> AsyncIterator[str]:
+    def consumer_names(
+        self, *, timeout: float | timedelta | str | None = None
+    ) -> AsyncIterator[str]:
         """Async-iterate the names of every consumer of this stream (all pages)."""
+        timeout = check_timeout(timeout)
         return C.consumer_names(self._api, self._name, timeout)

@@ -81,6 +81,9 @@ def check_sequence(value: object, name: str, minimum: int = 0) -> int:
 def check_timeout(timeout: object) -> float | None:
     """A caller's ``timeout``: None, or positive seconds up to ``_bounds.MAX_WAIT`` (292 years).
 
+    Seconds (an ``int`` or a ``float``, taken without parsing), a ``timedelta``
+    or a duration string (``"1.5s"``): every duration form of the library.
+
     Raises:
         InvalidOptionError: anything else (0 or less sent the request and then
             reported it failed; NaN or infinity never timed out; 1e300 meant

@@ -208,7 +208,7 @@ async def test_client_side_checks(js: JetStreamContext) -> None:
     assert ack.batch_size == 2
 
 
-@pytest.mark.parametrize("bad", [-1, 0, float("nan"), "5"], ids=repr)
+@pytest.mark.parametrize("bad", [-1, 0, float("nan"), "5 s"], ids=repr)
 async def test_a_bad_timeout_leaves_the_batch_as_it_was(js: JetStreamContext, bad: object) -> None:
     """The timeout was checked only once the first message or the commit had marked
     the batch sent (closed): InvalidOptionError, and then BatchClosedError."""

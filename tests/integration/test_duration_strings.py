@@ -24,12 +24,15 @@ from aiojetstream import (
     InvalidOptionError,
     InvalidTTLError,
     JetStreamContext,
+    JetStreamTimeoutError,
     KeyValueConfig,
+    ObjectStoreConfig,
     Schedule,
     StorageType,
     StreamConfig,
 )
 from aiojetstream.cli._app import app
+from aiojetstream.testing import NatsServer
 from helpers import unique_name
 
 MEM = StorageType.MEMORY
@@ -140,6 +143,66 @@ async def test_schedule_every_string(js: JetStreamContext) -> None:
     headers = (await stream.get_msg(ack.seq)).headers
     assert headers is not None
     assert headers["Nats-Schedule"] == "@every 1h30m0s"
+
+
+async def test_call_timeouts_take_every_duration_form(nats_server: NatsServer) -> None:
+    """A call's ``timeout=`` took seconds only: ``"1.5s"`` or a ``timedelta`` was refused
+    ("timeout must be a number of seconds"), unlike every other duration of the API."""
+    name = unique_name("TMO")
+    second = timedelta(seconds=1)
+    async with await aiojetstream.connect(
+        nats_server.url, timeout="2s", publish_async_timeout=timedelta(seconds=3)
+    ) as js:
+        assert js.timeout == 2.0
+        await js.account_info(timeout="500ms")
+        assert await js.api_level(timeout=second) >= 1
+        stream = await js.create_stream(
+            StreamConfig(name=name, subjects=[f"{name}.>"], storage=MEM), timeout="1.5s"
+        )
+        ack = await js.publish(f"{name}.a", b"x", timeout="1.5s")
+        await (await js.publish_async(f"{name}.b", b"y", timeout=second))
+        summary = await js.publish_many(f"{name}.c", [b"1", b"2"], timeout="2s")
+        assert summary.stored == 2
+        assert (await stream.info(timeout="1s")).state.messages == 4
+        assert (await stream.get_msg(ack.seq, timeout=second)).data == b"x"
+        consumer = await js.create_consumer(name, ConsumerConfig(durable_name="C"), timeout="1s")
+        assert (await consumer.info(timeout="1s")).num_pending == 4
+        for msg in await (await consumer.fetch(1, expires="1s")).collect():
+            await msg.double_ack(timeout="2s")
+        kv = await js.create_key_value(KeyValueConfig(bucket=name, storage=MEM), timeout="2s")
+        await kv.put("k", b"v", timeout="1s")
+        assert (await kv.get("k", timeout=second)).value == b"v"
+        objects = await js.create_object_store(
+            ObjectStoreConfig(bucket=name, storage=MEM), timeout="2s"
+        )
+        await objects.put("o", b"data", timeout="2s")
+        assert await objects.get_bytes("o", timeout=second) == b"data"
+        # The same rules as a number, before anything is sent.
+        for bad, message in (("0s", "must be positive"), ("1x", "'1x' is not a duration")):
+            with pytest.raises(InvalidOptionError, match=f"timeout.*{message}"):
+                await js.account_info(timeout=bad)
+            with pytest.raises(InvalidOptionError, match=f"timeout.*{message}"):
+                await js.publish(f"{name}.a", b"x", timeout=bad)
+        assert (await stream.info()).state.messages == 4
+
+
+async def test_a_string_timeout_bounds_the_call() -> None:
+    """The string is the wait: ``"300ms"`` fails a call to a hung server within it."""
+    async with NatsServer() as server:
+        js = await aiojetstream.connect(server.url)
+        try:
+            await js.account_info()
+            server.freeze()
+            try:
+                loop = asyncio.get_running_loop()
+                start = loop.time()
+                with pytest.raises(JetStreamTimeoutError):
+                    await js.account_info(timeout="300ms")
+                assert loop.time() - start < 2.5  # not the context's 5 s
+            finally:
+                server.thaw()
+        finally:
+            await js.close()
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -426,9 +426,13 @@ async def test_acknowledgement_waits_and_delays(wire: Wire) -> None:
         {"publish_async_timeout": math.nan},
         {"publish_async_timeout": -1},
         {"publish_async_timeout": 1e300},
-        {"publish_async_timeout": timedelta(seconds=5)},  # TypeError from float()
+        # A timedelta raised TypeError from float() (a duration is taken now: not a
+        # negative one); float("5 s") raised ValueError, and float("5") took it (a
+        # duration string now, as every timeout's).
+        {"publish_async_timeout": timedelta(seconds=-5)},
         {"publish_async_timeout": HUGE},  # OverflowError
-        {"publish_async_timeout": "5"},  # float("5") took it
+        {"publish_async_timeout": "5 s"},
+        {"publish_async_timeout": "0s"},
         {"publish_async_max_pending": math.nan},  # the window never filled
         {"publish_async_max_pending": 1.5},
         {"publish_async_max_pending": GIANT},  # ValueError from its message

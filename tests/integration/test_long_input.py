@@ -89,12 +89,10 @@ async def test_timeouts_that_can_not_bound_a_call_are_refused(js: JetStreamConte
     """``timeout=0`` sent the request and then reported it failed (the stream was
     created anyway); NaN or infinity never timed out."""
     name = unique_name("TO")
-    for bad in (0, -5, math.nan, math.inf, "5"):
+    # (A duration string is a timeout too, "5" seconds included: not these.)
+    for bad in (0, -5, math.nan, math.inf, "5 s", "0s", "-1s"):
         with pytest.raises(InvalidOptionError, match="timeout"):
-            await js.create_stream(
-                StreamConfig(name=name, subjects=[f"{name}.>"]),
-                timeout=bad,  # type: ignore[arg-type]
-            )
+            await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]), timeout=bad)
     assert name not in [n async for n in js.stream_names()]
     for bad in (math.nan, math.inf, 0):
         with pytest.raises(InvalidOptionError, match="timeout"):
@@ -104,7 +102,8 @@ async def test_timeouts_that_can_not_bound_a_call_are_refused(js: JetStreamConte
 # A bad ``timeout`` on every path that sends: publishes, key-value and object-store
 # calls passed it on unchecked (``-1`` sent the write and then reported that it
 # failed, NaN never timed out, a string escaped as ``TypeError`` after sending).
-BAD_TIMEOUTS = ["5", -1, 0, float("nan"), float("inf"), True]
+# ("5" is 5 seconds: a duration string, as every timeout takes.)
+BAD_TIMEOUTS = ["5 s", "0s", -1, 0, float("nan"), float("inf"), True]
 
 
 async def _drain(it: AsyncIterator[Any]) -> None:

@@ -749,6 +749,28 @@ def test_cli_run_passes_nats_url_and_exit_code() -> None:
     assert not accepts_connections(port), "the server is stopped after the command"
 
 
+@pytest.mark.parametrize("python", ["python", "python3"])
+def test_cli_run_python_is_this_interpreter(python: str, tmp_path: Path) -> None:
+    """``run -- python app.py`` ran the first ``python`` on PATH: outside the activated
+    virtual environment, one without aiojetstream."""
+    other = tmp_path / "bin"
+    other.mkdir()
+    for name in ("python", "python3"):
+        fake = other / name
+        fake.write_text("#!/bin/sh\necho another python\nexit 9\n")
+        fake.chmod(0o755)
+    env = cli_env()
+    env["PATH"] = os.pathsep.join([str(other), env.get("PATH", "")])
+    code = "import os, sys, aiojetstream; print(sys.executable, os.environ['NATS_URL'])"
+    result = subprocess.run(
+        cli("run", "--", python, "-c", code), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    executable, url = result.stdout.split()
+    assert executable == sys.executable
+    assert url.startswith("nats://127.0.0.1:")
+
+
 def test_cli_run_without_command_is_a_usage_error() -> None:
     result = subprocess.run(cli("run"), env=cli_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2

@@ -436,10 +436,50 @@ def test_the_public_parser_is_the_librarys() -> None:
             aiojetstream.parse_duration(huge, ttl=True)
 
 
-def test_client_side_timeouts_stay_seconds() -> None:
-    """``timeout=`` of a network call is a number of seconds (API.md), not a duration."""
+def test_client_side_timeouts_take_every_duration_form() -> None:
+    """``timeout=`` of a network call takes the durations of the rest of the API.
+
+    It took seconds only ("timeout must be a number of seconds" for ``"2s"``),
+    while ``publish_async_complete(timeout)`` and the Spark ``timeout`` option
+    took every form.
+    """
     from aiojetstream._validation import check_timeout
 
+    assert check_timeout(None) is None
     assert check_timeout(2) == 2.0
-    with pytest.raises(InvalidOptionError, match=re.escape("must be a number of seconds")):
+    assert check_timeout(0.25) == 0.25
+    assert check_timeout("2s") == 2.0
+    assert check_timeout("1.5") == 1.5
+    assert check_timeout("500ms") == 0.5
+    assert check_timeout("1m30s") == 90.0
+    assert check_timeout(timedelta(seconds=1.5)) == 1.5
+    # The same rules as a number: positive, finite, at most int64 nanoseconds.
+    for bad, message in (
+        ("0s", "must be positive"),
+        (timedelta(0), "must be positive"),
+        ("-1s", "must not be negative"),
+        ("1x", "is not a duration"),
+        ("1H", "is not a duration"),
+        ("1M", "months and years"),
+        ("300y", "months and years"),
+        ("2562048h", "at most 9,223,372,036 s"),
+        (True, "must be a number of seconds, a timedelta or a string"),
+        ([2], "must be a number of seconds, a timedelta or a string"),
+    ):
+        with pytest.raises(InvalidOptionError, match=re.escape(message)):
+            check_timeout(bad)
+
+
+def test_a_number_timeout_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The usual ``timeout=2`` costs what it did: no duration parsing for a number."""
+    from aiojetstream import _duration
+    from aiojetstream._validation import check_timeout
+
+    def no_parsing(*args: object, **kwargs: object) -> int:
+        raise AssertionError("a number was parsed as a duration string")
+
+    monkeypatch.setattr(_duration, "text_ns", no_parsing)
+    assert check_timeout(2) == 2.0
+    assert check_timeout(2.5) == 2.5
+    with pytest.raises(AssertionError, match="parsed"):
         check_timeout("2s")

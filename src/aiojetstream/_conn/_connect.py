@@ -11,10 +11,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import ssl
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from .._creds import check_credentials
 from .._errors import (
@@ -24,7 +25,7 @@ from .._errors import (
     JetStreamError,
     TLSError,
 )
-from .._redact import connection_secrets, mentions, redact_servers, scrub
+from .._redact import AT_SIGNS, connection_secrets, mentions, redact_servers, scrub
 from .._validation import validate_inbox_prefix
 from ._auth import REFUSALS, Refusals, is_auth_error
 from ._nats import (
@@ -37,6 +38,7 @@ from ._nats import (
     guard_connect_init,
     keep_last_error,
     nats_errors,
+    websocket_missing,
 )
 from ._reconnect import NextServer
 from ._requests import fail_requests
@@ -76,12 +78,60 @@ async def _log_connection_error(exc: Exception) -> None:
     logger.warning("nats connection error: %s", exc or type(exc).__name__)
 
 
+#: The schemes of server URLs (nats-py's and nats.go's); ws and wss need aiohttp.
+SCHEMES: Final = ("nats", "tls", "ws", "wss")
+#: A URL's scheme and the slashes after it; ``host:port`` has none (read as nats://).
+_SCHEME_PREFIX: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(/+)")
+_ACCEPTED: Final = (
+    "give nats://, tls://, ws:// or wss:// URLs (host:port alone means nats://host:port)"
+)
+
+
 def _split_urls(servers: str | list[str]) -> list[str]:
+    """The URLs of ``servers``, each stripped, its scheme lower-cased.
+
+    Raises:
+        InvalidOptionError: none given; a scheme other than nats, tls, ws and
+            wss (nats-py took ``http://h:4222`` for the host ``http``: a false
+            DNS error); a scheme not followed by exactly ``//``
+            (``nats:/h:4222``, the same); a ws or wss URL without aiohttp.
+            The URL is named through :func:`redact_servers`, and its scheme
+            only when it holds no ``@`` (it could be a piece of a token).
+
+    """
     items = [servers] if isinstance(servers, str) else list(servers)
-    urls = [u.strip() for item in items for u in item.split(",") if u.strip()]
+    urls = []
+    for item in items:
+        for piece in item.split(","):
+            url = piece.strip()
+            if url:
+                urls.append(_checked_scheme(url, item))
     if not urls:
         raise InvalidOptionError("no server URL given")
+    if any(u.startswith(("ws://", "wss://")) for u in urls) and websocket_missing():
+        raise InvalidOptionError(
+            "ws:// and wss:// URLs need aiohttp (nats-py's websocket transport), which is "
+            "not installed: pip install aiohttp"
+        )
     return urls
+
+
+def _checked_scheme(url: str, item: str) -> str:
+    """``url`` with its scheme lower-cased (nats-py reads only lower case), else refused."""
+    found = _SCHEME_PREFIX.match(url)
+    if found is None:
+        return url  # host, host:port, user:password@host:port: nats-py adds nats://
+    scheme, slashes = found.group(1).lower(), found.group(2)
+    if scheme in SCHEMES and slashes == "//":
+        return scheme + url[len(found.group(1)) :]
+    where = redact_servers(item)
+    hidden = any(sign in item for sign in AT_SIGNS)
+    if scheme in SCHEMES:
+        text = f"malformed server URL in {where}: write {scheme}://host:port"
+    else:
+        named = "" if hidden else f" {found.group(1)!r}"
+        text = f"unsupported URL scheme{named} in {where}: {_ACCEPTED}"
+    raise InvalidOptionError(text)
 
 
 async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
@@ -150,7 +200,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     reconnect_attempts = options.pop("max_reconnect_attempts", 60)
     reconnect_wait = options.pop("reconnect_time_wait", 2)
     tls_everywhere = tls_option_given(options)
-    wants_tls = tls_everywhere or any(u.lower().startswith("tls://") for u in urls)
+    wants_tls = tls_everywhere or any(u.startswith("tls://") for u in urls)
     if wants_tls and not options.get("tls"):
         options["tls"] = ssl.create_default_context()
     nc = NatsClient()

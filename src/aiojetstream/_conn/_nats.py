@@ -87,6 +87,7 @@ __all__ = [
     "set_state_callbacks",
     "state_callbacks",
     "subscription_id",
+    "websocket_missing",
     "write_pending",
 ]
 
@@ -208,6 +209,13 @@ def fast_path_missing(nc: NatsClient) -> list[str]:
     if "_id" not in getattr(getattr(init, "__code__", None), "co_names", ()):
         missing.append("Subscription._id")
     return missing
+
+
+def websocket_missing() -> bool:
+    """Whether nats-py's websocket transport lacks aiohttp (it raises when a ws URL is dialed)."""
+    from nats.aio import transport
+
+    return getattr(transport, "aiohttp", None) is None
 
 
 # --------------------------------------------------------------------------- hooks and small reads

@@ -40,6 +40,7 @@ from .._typed import (
     refuse_codec_alone,
     typed_handler,
 )
+from .._validation import check_timeout
 from .calls import consumer_info
 from .contexts import ConsumeContext, MessageBatch, MessagesContext, TypedMessagesContext
 from .options import ConsumeOptions, FetchOptions, NoWaitOptions, secs
@@ -80,8 +81,9 @@ class Consumer:
         """The info from the last server round trip (no request is made)."""
         return self._info
 
-    async def info(self, *, timeout: float | None = None) -> ConsumerInfo:
+    async def info(self, *, timeout: float | timedelta | str | None = None) -> ConsumerInfo:
         """Fetch the consumer's current info from the server and cache it."""
+        timeout = check_timeout(timeout)
         self._info = await consumer_info(self._api, self._stream, self._name, timeout)
         return self._info
 
@@ -91,7 +93,10 @@ class Consumer:
     # ------------------------------------------------------------ administration
 
     async def pause(
-        self, until: datetime | timedelta | float | str, *, timeout: float | None = None
+        self,
+        until: datetime | timedelta | float | str,
+        *,
+        timeout: float | timedelta | str | None = None,
     ) -> ConsumerPauseResponse:
         """Pause the consumer until ``until`` (a datetime, or a duration from now: ``"1h"``).
 
@@ -104,13 +109,19 @@ class Consumer:
             InvalidOptionError: ``until`` is not in the future.
 
         """
+        timeout = check_timeout(timeout)
         return await A.pause(self._api, self._stream, self._name, until, timeout)
 
-    async def resume(self, *, timeout: float | None = None) -> ConsumerPauseResponse:
+    async def resume(
+        self, *, timeout: float | timedelta | str | None = None
+    ) -> ConsumerPauseResponse:
         """Resume the consumer (nats-server >= 2.11)."""
+        timeout = check_timeout(timeout)
         return await A.resume(self._api, self._stream, self._name, timeout)
 
-    async def reset(self, sequence: int | None = None, *, timeout: float | None = None) -> int:
+    async def reset(
+        self, sequence: int | None = None, *, timeout: float | timedelta | str | None = None
+    ) -> int:
         """Move the consumer: the next message delivered is ``sequence``.
 
         ``None`` goes back to the ack floor + 1: every message after the floor
@@ -132,21 +143,23 @@ class Consumer:
                 consumer's deliver policy, or below its start sequence).
 
         """
+        timeout = check_timeout(timeout)
         seq, self._info = await A.reset(self._api, self._stream, self._name, sequence, timeout)
         return seq
 
-    async def clear_backlog(self, *, timeout: float | None = None) -> int:
+    async def clear_backlog(self, *, timeout: float | timedelta | str | None = None) -> int:
         """Skip everything stored now (Pulsar's clear-backlog): reset to last sequence + 1.
 
         Returns the sequence the consumer continues at. A consumer with nothing
         left to deliver or acknowledge is not reset (one starting beyond the
         stream's end could not be). nats-server >= 2.14.
         """
+        timeout = check_timeout(timeout)
         seq, self._info = await A.clear_backlog(self._api, self._stream, self._name, timeout)
         return seq
 
     async def skip_older_than(
-        self, age: float | timedelta | str, *, timeout: float | None = None
+        self, age: float | timedelta | str, *, timeout: float | timedelta | str | None = None
     ) -> int:
         """Pulsar's per-subscription message TTL: skip this consumer's messages older than ``age``.
 
@@ -164,11 +177,13 @@ class Consumer:
                 cutoff before 1677 and skipped everything).
 
         """
+        timeout = check_timeout(timeout)
         seq, self._info = await A.skip_older_than(self._api, self._stream, self._name, age, timeout)
         return seq
 
-    async def backlog(self, *, timeout: float | None = None) -> Backlog:
+    async def backlog(self, *, timeout: float | timedelta | str | None = None) -> Backlog:
         """The consumer's backlog: pending, ack-pending, redelivered, waiting, oldest unacked."""
+        timeout = check_timeout(timeout)
         return await A.backlog(self._api, self._stream, self._name, timeout)
 
     def _check(self, timeout: float | None) -> Awaitable[ConsumerInfo]:
@@ -211,7 +226,7 @@ class Consumer:
         pin = self._pins.get(group)
         return None if pin is None else pin.id
 
-    async def unpin(self, group: str, *, timeout: float | None = None) -> None:
+    async def unpin(self, group: str, *, timeout: float | timedelta | str | None = None) -> None:
         """Unpin the client pinned for ``group`` (ADR-42 ``pinned_client``; nats-server >= 2.11).
 
         The server picks a new pinned client at its next delivery; the pulls of
@@ -224,6 +239,7 @@ class Consumer:
             ConsumerNotFoundError: the consumer does not exist.
 
         """
+        timeout = check_timeout(timeout)
         check_group_name(group)
         await F.require(self._api, F.PRIORITY_GROUPS, timeout)
         await self._api.call(

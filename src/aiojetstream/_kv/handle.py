@@ -161,7 +161,12 @@ class KeyValue:
     # ------------------------------------------------------------- writing
 
     async def put(
-        self, key: str, value: Payload, *, timeout: float | None = None, codec: Codec | None = None
+        self,
+        key: str,
+        value: Payload,
+        *,
+        timeout: float | timedelta | str | None = None,
+        codec: Codec | None = None,
     ) -> int:
         """Store ``value`` as the new revision of ``key``.
 
@@ -175,6 +180,7 @@ class KeyValue:
             InvalidKeyError: the key is invalid.
 
         """
+        timeout = check_timeout(timeout)
         try:
             ack = await self._js.publish(self._subject(key), value, timeout=timeout, codec=codec)
         except NoRespondersError:
@@ -189,7 +195,7 @@ class KeyValue:
         *,
         ttl: H.TTLInput | None = None,
         pedantic: bool = False,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
         codec: Codec | None = None,
     ) -> int:
         """Store ``value`` only if ``key`` has no live value (absent, deleted, purged or expired).
@@ -205,7 +211,7 @@ class KeyValue:
                 warning once per bucket and key pattern.
             pedantic: refuse such a TTL (``InvalidTTLError``) instead of
                 letting the server stretch it.
-            timeout: seconds to wait for each reply.
+            timeout: how long to wait for each reply (seconds or a duration).
             codec: encodes ``value`` (as for :meth:`put`).
 
         Returns:
@@ -218,6 +224,7 @@ class KeyValue:
                 shorter than a ``limit_marker_ttl`` the server would stretch it to.
 
         """
+        timeout = check_timeout(timeout)
         subject, _, _, _, put_subject = self._key(key)
         headers = None  # a model's (or codec's) Content-Type, as put and update send
         if codec is not None or type(value) is not bytes:
@@ -267,7 +274,7 @@ class KeyValue:
         value: Payload,
         last_revision: int,
         *,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
         codec: Codec | None = None,
     ) -> int:
         """Store ``value`` only if the key's latest revision is ``last_revision``.
@@ -280,6 +287,7 @@ class KeyValue:
                 :class:`WrongLastSequenceError`).
 
         """
+        timeout = check_timeout(timeout)
         subject = self._subject(key)
         revision = check_sequence(last_revision, "last_revision")
         try:
@@ -298,20 +306,25 @@ class KeyValue:
         return ack.seq
 
     async def delete(
-        self, key: str, *, last_revision: int | None = None, timeout: float | None = None
+        self,
+        key: str,
+        *,
+        last_revision: int | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> None:
         """Delete ``key``, keeping its history: writes a ``DEL`` marker (``KV-Operation: DEL``).
 
         Args:
             key: the key.
             last_revision: only if the key's latest revision is this one.
-            timeout: seconds to wait for the reply.
+            timeout: how long to wait for the reply (seconds or a duration).
 
         Raises:
             KeyExistsError: ``last_revision`` is not the latest revision (a
                 :class:`WrongLastSequenceError`).
 
         """
+        timeout = check_timeout(timeout)
         await self._marker(key, {KV_OPERATION: OP_DEL}, None, last_revision, timeout, False)
 
     async def purge(
@@ -321,7 +334,7 @@ class KeyValue:
         ttl: H.TTLInput | None = None,
         last_revision: int | None = None,
         pedantic: bool = False,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> None:
         """Purge ``key``: a ``PURGE`` marker replaces every revision (``Nats-Rollup: sub``).
 
@@ -334,7 +347,7 @@ class KeyValue:
             last_revision: only if the key's latest revision is this one.
             pedantic: refuse such a TTL (``InvalidTTLError``) instead of
                 letting the server stretch it.
-            timeout: seconds to wait for each reply.
+            timeout: how long to wait for each reply (seconds or a duration).
 
         Raises:
             KeyExistsError: ``last_revision`` is not the latest revision (a
@@ -344,6 +357,7 @@ class KeyValue:
                 shorter than a ``limit_marker_ttl`` the server would stretch it to.
 
         """
+        timeout = check_timeout(timeout)
         headers = {KV_OPERATION: OP_PURGE, H.ROLLUP: ROLLUP_SUBJECT}
         await self._marker(key, headers, ttl, last_revision, timeout, pedantic)
 
@@ -462,7 +476,11 @@ class KeyValue:
             return None
 
     async def get(
-        self, key: str, *, revision: int | None = None, timeout: float | None = None
+        self,
+        key: str,
+        *,
+        revision: int | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> KeyValueEntry:
         """The latest value of ``key``, or the revision ``revision`` of it.
 
@@ -472,6 +490,7 @@ class KeyValue:
             BucketNotFoundError: the bucket was deleted.
 
         """
+        timeout = check_timeout(timeout)
         subject, subject_bytes, get_subject, body, _ = self._key(key)
         if revision is not None:
             revision = check_sequence(revision, "revision", 1)
@@ -552,7 +571,9 @@ class KeyValue:
         checked = check_timeout(timeout)
         return self._js.timeout if checked is None else checked
 
-    async def keys(self, *, timeout: float | None = None) -> AsyncGenerator[str, None]:
+    async def keys(
+        self, *, timeout: float | timedelta | str | None = None
+    ) -> AsyncGenerator[str, None]:
         """Async-iterate the keys that have a live value, each once.
 
         Filtered on the server: a headers-only ordered consumer delivers the
@@ -566,6 +587,7 @@ class KeyValue:
                 default when None.
 
         """
+        timeout = check_timeout(timeout)
         stall = self._stall(timeout)
         reader = self._reader([">"], DeliverPolicy.LAST_PER_SUBJECT, True, stall)
         seen: set[str] = set()
@@ -583,7 +605,9 @@ class KeyValue:
         finally:
             await reader.aclose()
 
-    async def history(self, key: str, *, timeout: float | None = None) -> list[KeyValueEntry]:
+    async def history(
+        self, key: str, *, timeout: float | timedelta | str | None = None
+    ) -> list[KeyValueEntry]:
         """Every stored revision of ``key``, oldest first, markers included.
 
         Args:
@@ -595,6 +619,7 @@ class KeyValue:
             KeyNotFoundError: the key has no revisions.
 
         """
+        timeout = check_timeout(timeout)
         validate_key(key)
         reader = self._reader([key], DeliverPolicy.ALL, False, self._stall(timeout))
         entries: list[KeyValueEntry] = []
@@ -665,13 +690,14 @@ class KeyValue:
             self, self._reader(filters, policy, meta_only), ignore_deletes, updates_only
         )
 
-    async def status(self, *, timeout: float | None = None) -> KeyValueStatus:
+    async def status(self, *, timeout: float | timedelta | str | None = None) -> KeyValueStatus:
         """The bucket's state and settings (from the backing stream's info).
 
         Raises:
             BucketNotFoundError: the bucket was deleted.
 
         """
+        timeout = check_timeout(timeout)
         try:
             info: StreamInfo = await self._stream.info(timeout=timeout)
         except StreamNotFoundError as exc:
@@ -682,7 +708,7 @@ class KeyValue:
         self,
         *,
         older_than: float | timedelta | str | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> None:
         """Remove delete, purge and limit markers (and what they left of the keys' history).
 
@@ -695,14 +721,15 @@ class KeyValue:
                 string such as ``"1h"``; default 30 minutes, as nats.go); 0
                 removes every marker; one longer than any marker's age (up to
                 ``timedelta.max``) keeps them all.
-            timeout: seconds to wait for each reply, and the longest wait
-                without progress while reading the markers.
+            timeout: how long to wait for each reply (seconds or a duration),
+                and the longest wait without progress while reading the markers.
 
         Raises:
             InvalidOptionError: ``older_than`` is not a duration (negative, not
                 finite, beyond ``timedelta.max``, not a number), before anything is sent.
 
         """
+        timeout = check_timeout(timeout)
         if (
             isinstance(older_than, int | float)
             and not isinstance(older_than, bool)

@@ -18,7 +18,7 @@ from collections.abc import (
     Iterator,
     Mapping,
 )
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -49,6 +49,7 @@ from .._models.obj import (
     ObjectStoreStatus,
 )
 from .._stream import Stream
+from .._validation import check_timeout
 from .._watch import Reader
 from .names import (
     STREAM_PREFIX,
@@ -162,7 +163,11 @@ class ObjectStore(ObjectWriter):
         return f"<ObjectStore {self._bucket}>"
 
     async def info(
-        self, name: str, *, include_deleted: bool = False, timeout: float | None = None
+        self,
+        name: str,
+        *,
+        include_deleted: bool = False,
+        timeout: float | timedelta | str | None = None,
     ) -> ObjectInfo:
         """The info of the object ``name`` (a link's own info: links are not followed).
 
@@ -177,6 +182,7 @@ class ObjectStore(ObjectWriter):
             InvalidNameError: the name is invalid.
 
         """
+        timeout = check_timeout(timeout)
         name = validate_object_name(name)
         info, _ = await self._entry(self._meta_subject(name), timeout)
         if info is None or (info.deleted and not include_deleted):
@@ -194,7 +200,7 @@ class ObjectStore(ObjectWriter):
         headers: Mapping[str, str | list[str]] | None = None,
         metadata: Mapping[str, str] | None = None,
         chunk_size: int | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
         codec: Codec | None = None,
     ) -> ObjectInfo:
         """Store ``data`` as the object ``name``, replacing any previous version.
@@ -248,6 +254,7 @@ class ObjectStore(ObjectWriter):
             DisconnectedError, JetStreamTimeoutError: the put did not complete.
 
         """
+        timeout = check_timeout(timeout)
         return await self._put(
             name,
             data,
@@ -268,7 +275,7 @@ class ObjectStore(ObjectWriter):
         headers: Mapping[str, str | list[str]] | None = None,
         metadata: Mapping[str, str] | None = None,
         chunk_size: int | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | str | None = None,
     ) -> ObjectInfo:
         """Store the file at ``path`` (streamed, see :meth:`put`).
 
@@ -286,6 +293,7 @@ class ObjectStore(ObjectWriter):
             OSError: the file can not be opened or read.
 
         """
+        timeout = check_timeout(timeout)
         target = Path(path)
         name = validate_object_name(target.name if name is None else name)
         f = await asyncio.to_thread(target.open, "rb")
@@ -304,7 +312,9 @@ class ObjectStore(ObjectWriter):
 
     # ------------------------------------------------------------- get
 
-    async def get(self, name: str, *, timeout: float | None = None) -> ObjectResult:
+    async def get(
+        self, name: str, *, timeout: float | timedelta | str | None = None
+    ) -> ObjectResult:
         """Open the object ``name`` for reading; links are followed.
 
         ``async with await store.get(name) as result: async for chunk in result``
@@ -325,6 +335,7 @@ class ObjectStore(ObjectWriter):
             BucketNotFoundError: a link names a bucket that does not exist.
 
         """
+        timeout = check_timeout(timeout)
         store: ObjectStore = self
         info = await self.info(name, timeout=timeout)
         depth = 0
@@ -350,13 +361,20 @@ class ObjectStore(ObjectWriter):
             )
         return ObjectResult(store, info, self._wait(timeout))
 
-    async def get_bytes(self, name: str, *, timeout: float | None = None) -> bytes:
+    async def get_bytes(
+        self, name: str, *, timeout: float | timedelta | str | None = None
+    ) -> bytes:
         """The whole content of the object ``name`` (checked; see :meth:`get`)."""
+        timeout = check_timeout(timeout)
         async with await self.get(name, timeout=timeout) as result:
             return await result.read()
 
     async def get_file(
-        self, name: str, path: str | os.PathLike[str], *, timeout: float | None = None
+        self,
+        name: str,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float | timedelta | str | None = None,
     ) -> ObjectInfo:
         """Write the object ``name`` to the file ``path`` (streamed, checked; see :meth:`get`).
 
@@ -372,6 +390,7 @@ class ObjectStore(ObjectWriter):
             OSError: the file can not be written.
 
         """
+        timeout = check_timeout(timeout)
         result = await self.get(name, timeout=timeout)
         async with result:
             await write_file(result, Path(path))
@@ -380,7 +399,7 @@ class ObjectStore(ObjectWriter):
     # ------------------------------------------------------------- meta, delete, links
 
     async def update_meta(
-        self, name: str, meta: ObjectMeta, *, timeout: float | None = None
+        self, name: str, meta: ObjectMeta, *, timeout: float | timedelta | str | None = None
     ) -> ObjectInfo:
         """Replace the name, description, headers and metadata of the object ``name``.
 
@@ -394,6 +413,7 @@ class ObjectStore(ObjectWriter):
             ObjectExistsError: renaming onto a live object.
 
         """
+        timeout = check_timeout(timeout)
         if not isinstance(meta, ObjectMeta):
             raise InvalidOptionError(f"meta must be an ObjectMeta, got {type(meta).__name__}")
         name = validate_object_name(name)
@@ -469,7 +489,7 @@ class ObjectStore(ObjectWriter):
             return new
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def delete(self, name: str, *, timeout: float | None = None) -> None:
+    async def delete(self, name: str, *, timeout: float | timedelta | str | None = None) -> None:
         """Delete the object ``name``: a deleted info replaces its info, its chunks are purged.
 
         Deleting a deleted object purges its chunks again (a delete whose reply
@@ -479,6 +499,7 @@ class ObjectStore(ObjectWriter):
             ObjectNotFoundError: no such object.
 
         """
+        timeout = check_timeout(timeout)
         name = validate_object_name(name)
 
         def deleted(current: ObjectInfo | None) -> ObjectInfo | None:
@@ -497,7 +518,7 @@ class ObjectStore(ObjectWriter):
             await self._stream.purge(subject=self._chunk_subject(replaced.nuid), timeout=timeout)
 
     async def add_link(
-        self, name: str, target_info: ObjectInfo, *, timeout: float | None = None
+        self, name: str, target_info: ObjectInfo, *, timeout: float | timedelta | str | None = None
     ) -> ObjectInfo:
         """Store a link named ``name`` to the object ``target_info`` (of this or another bucket).
 
@@ -522,6 +543,7 @@ class ObjectStore(ObjectWriter):
             ObjectExistsError: a live object (not a link) is named ``name``.
 
         """
+        timeout = check_timeout(timeout)
         name = validate_object_name(name)
         if not isinstance(target_info, ObjectInfo):
             raise InvalidOptionError(
@@ -554,7 +576,11 @@ class ObjectStore(ObjectWriter):
             raise ObjectLinkError(f"{what}: it is a link itself now")
 
     async def add_bucket_link(
-        self, name: str, bucket: ObjectStore | str, *, timeout: float | None = None
+        self,
+        name: str,
+        bucket: ObjectStore | str,
+        *,
+        timeout: float | timedelta | str | None = None,
     ) -> ObjectInfo:
         """Store a link named ``name`` to a whole bucket (like a directory entry).
 
@@ -570,6 +596,7 @@ class ObjectStore(ObjectWriter):
                 link is stored).
 
         """
+        timeout = check_timeout(timeout)
         name = validate_object_name(name)
         target = bucket.bucket if isinstance(bucket, ObjectStore) else validate_bucket_name(bucket)
         if target != self._bucket:
@@ -609,7 +636,7 @@ class ObjectStore(ObjectWriter):
         return Reader(self._stream, subjects, policy, False, stall, self._js.timeout)
 
     async def list(
-        self, *, include_deleted: bool = False, timeout: float | None = None
+        self, *, include_deleted: bool = False, timeout: float | timedelta | str | None = None
     ) -> AsyncGenerator[ObjectInfo, None]:
         """Async-iterate the infos of the objects (and links) in the bucket, each once.
 
@@ -624,6 +651,7 @@ class ObjectStore(ObjectWriter):
                 :class:`JetStreamTimeoutError` (the context's default when None).
 
         """
+        timeout = check_timeout(timeout)
         reader = self._reader(DeliverPolicy.LAST_PER_SUBJECT, self._wait(timeout))
         # The meta subjects of the infos yielded (one per name): the listing ends at
         # the first message with nothing pending, so an object updated after it was
@@ -679,21 +707,23 @@ class ObjectStore(ObjectWriter):
 
     # ------------------------------------------------------------- bucket
 
-    async def seal(self, *, timeout: float | None = None) -> ObjectStoreStatus:
+    async def seal(self, *, timeout: float | timedelta | str | None = None) -> ObjectStoreStatus:
         """Seal the bucket: from now on it is read-only (the server refuses every write).
 
         Returns:
             The sealed bucket's status.
 
         """
+        timeout = check_timeout(timeout)
         with self._bucket_errors():
             info = await self._stream.info(timeout=timeout)
             config = info.config.model_copy(update={"sealed": True})
             self._stream = await self._js.update_stream(config, timeout=timeout)
         return ObjectStoreStatus.from_stream_info(self._stream.cached_info)
 
-    async def status(self, *, timeout: float | None = None) -> ObjectStoreStatus:
+    async def status(self, *, timeout: float | timedelta | str | None = None) -> ObjectStoreStatus:
         """The bucket's state and settings (from the backing stream's info)."""
+        timeout = check_timeout(timeout)
         with self._bucket_errors():
             info = await self._stream.info(timeout=timeout)
         return ObjectStoreStatus.from_stream_info(info)

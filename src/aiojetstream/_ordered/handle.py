@@ -45,7 +45,7 @@ from .._typed import (
     refuse_codec_alone,
     typed_handler,
 )
-from .._validation import validate_name
+from .._validation import check_timeout, validate_name
 from .cursor import OrderedBatch, OrderedCursor, OrderedSource, OutOfTime
 
 T = TypeVar("T")
@@ -86,13 +86,14 @@ class OrderedConsumer(OrderedCursor):
         """The stream sequence of the last message handed out (0 before any)."""
         return self._cursor
 
-    async def info(self, *, timeout: float | None = None) -> ConsumerInfo:
+    async def info(self, *, timeout: float | timedelta | str | None = None) -> ConsumerInfo:
         """Fetch the current server-side consumer's info.
 
         Raises:
             InvalidOptionError: no consumer was created yet.
 
         """
+        timeout = check_timeout(timeout)
         if self._name is None:
             raise InvalidOptionError("the ordered consumer has not created its consumer yet")
         self._info = await C.consumer_info(self._api, self._stream, self._name, timeout)

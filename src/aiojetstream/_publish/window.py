@@ -18,6 +18,7 @@ import functools
 import heapq
 import random
 from collections.abc import Sequence
+from datetime import timedelta
 
 from pydantic import ValidationError
 
@@ -96,12 +97,12 @@ class AsyncPublisher:
     subscription), and one timer handle serves every ack deadline.
     """
 
-    def __init__(self, conn: Conn, max_pending: int, ack_timeout: float) -> None:
+    def __init__(self, conn: Conn, max_pending: int, ack_timeout: float | timedelta | str) -> None:
         # (A float max_pending, NaN or inf, never filled the window; a negative, NaN
         # or infinite ack timeout was taken, a giant int raised OverflowError.)
         self._conn = conn
         self.max_pending = B.count(max_pending, "publish_async_max_pending")
-        self.ack_timeout = B.seconds(ack_timeout, "publish_async_timeout", delta=False)
+        self.ack_timeout = B.seconds(ack_timeout, "publish_async_timeout")
         self._futures: dict[bytes, tuple[AckTarget, float, str]] = {}
         #: Publishes of spans beyond the one entry each has in _futures: what is
         #: outstanding is len(_futures) + _extra (see _load).

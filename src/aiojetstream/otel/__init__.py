@@ -38,10 +38,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .consuming import instrument_consumer
-from .publishing import Publishing
-from .stores import Reconnects, Stores
-from .telemetry import READ, Telemetry
+try:
+    from .consuming import instrument_consumer
+    from .publishing import Publishing
+    from .stores import Reconnects, Stores
+    from .telemetry import READ, Telemetry
+except ModuleNotFoundError as exc:  # no otel extra: say which to install
+    from .._extras import missing_extra
+
+    error = missing_extra(exc, __name__, "otel")
+    if error is None:
+        raise
+    raise error from exc
 
 if TYPE_CHECKING:
     from .._context import JetStreamContext

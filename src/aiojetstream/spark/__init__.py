@@ -20,10 +20,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._kv import JetStreamKVDataSource
-from ._options import JetStreamSparkWarning
-from ._read import DataLossError
-from ._source import JetStreamDataSource
+try:
+    from ._kv import JetStreamKVDataSource
+    from ._options import JetStreamSparkWarning
+    from ._read import DataLossError
+    from ._source import JetStreamDataSource
+except ModuleNotFoundError as exc:  # no spark extra: say which to install
+    if (exc.name or "").partition(".")[0] not in ("pyspark", "pyarrow"):
+        raise
+    # (The same words as aiojetstream._extras.missing_extra: this package imports
+    # the library as a user would.)
+    raise ModuleNotFoundError(
+        f"{__name__} needs the 'spark' extra (pyspark >= 4.0 and pyarrow): {exc}; "
+        "install it with pip install 'aiojetstream[spark]'",
+        name=exc.name,
+        path=exc.path,
+    ) from exc
 
 __all__ = [
     "DataLossError",

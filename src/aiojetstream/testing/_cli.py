@@ -53,7 +53,11 @@ def _make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (
         ("serve", "run a server in the foreground until Ctrl-C"),
-        ("run", "start a server, run CMD with NATS_URL set, stop the server"),
+        (
+            "run",
+            "start a server, run CMD with NATS_URL set, stop the server; a CMD of "
+            "python or python3 runs this Python (sys.executable), not the first on PATH",
+        ),
     ):
         cmd = sub.add_parser(name, help=text, description=text)
         cmd.add_argument("--port", type=int, default=0, help="client port (default: a free one)")
@@ -62,7 +66,11 @@ def _make_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--no-jetstream", action="store_true", help="disable JetStream")
         cmd.add_argument("--debug", action="store_true", help="verbose server log, kept")
         if name == "run":
-            cmd.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+            cmd.add_argument(
+                "cmd",
+                nargs=argparse.REMAINDER,
+                help="-- CMD [ARGS...] (python or python3 as CMD: this Python)",
+            )
     return parser
 
 
@@ -78,7 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     its environment, stops the server and returns ``CMD``'s exit code (128 plus
     the signal's number when a signal stops ``run``: 130 for Ctrl-C, 143 for
     SIGTERM; 127 when ``CMD`` is not found, 126 when it cannot be run). A
-    server that cannot start is one error line on stderr and exit code 1.
+    ``CMD`` of ``python`` or ``python3`` is this interpreter (``sys.executable``):
+    the first ``python`` on PATH is another one unless its virtual environment
+    is activated. A server that cannot start is one error line on stderr and
+    exit code 1.
 
     Args:
         argv: Arguments (defaults to ``sys.argv[1:]``).
@@ -137,7 +148,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(sig, handler)
 
 
+#: The commands ``run`` reads as this interpreter (``run -- python app.py``).
+_PYTHONS = frozenset({"python", "python3"})
+
+
+def _command(cmd: list[str]) -> list[str]:
+    """``cmd``, a leading ``python`` / ``python3`` replaced by ``sys.executable``.
+
+    Whichever ``python`` is first on PATH lacks aiojetstream when the virtual
+    environment running this is not activated (an IDE, a service manager).
+    """
+    if cmd[0] in _PYTHONS and sys.executable:
+        return [sys.executable, *cmd[1:]]
+    return cmd
+
+
 def _run_child(cmd: list[str], url: str) -> int:
+    cmd = _command(cmd)
     try:
         child = subprocess.Popen(cmd, env=dict(os.environ, NATS_URL=url))
     except OSError as exc:
