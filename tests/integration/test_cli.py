@@ -990,6 +990,10 @@ def test_consume_ordered_replay(cli: Cli, stream: str) -> None:
     )
     assert [r["data"] for r in odd] == ["m1", "m3", "m5"]
     tail = json_lines(cli("consume", stream, "--start-seq", "4", "--idle", "0.5", "--json"))
+    # --idle (and --timeout) take the library's durations, a bare number being seconds.
+    assert json_lines(cli("--timeout", "2s", "consume", stream, "--idle", "300ms", "--json")) == (
+        json_lines(cli("consume", stream, "--idle", "0.3", "--json"))
+    )
     assert [r["seq"] for r in tail] == [4, 5]
     assert json_lines(cli("consume", stream, "--new", "--idle", "0.3", "--json")) == []
     cli("consume", stream, "--ack", expect=2)

@@ -20,9 +20,18 @@ from typer.core import TyperCommand, TyperGroup
 
 import aiojetstream
 
-from . import DEFAULT_SERVER, MAX_WAIT
+from . import DEFAULT_SERVER
 
 __all__ = ["COMMANDS", "app", "load_command", "run_app"]
+
+
+def _parse_wait(text: str | float) -> float:
+    """``--timeout``: :func:`._units.parse_wait`, loaded when the option is given."""
+    if isinstance(text, int | float):  # the default: no parsing module loaded for --help
+        return float(text)
+    from ._units import parse_wait
+
+    return parse_wait(text)
 
 
 class Entry(NamedTuple):
@@ -239,7 +248,12 @@ def root(
         ),
     ] = None,
     timeout: Annotated[
-        float, typer.Option(min=0.001, max=MAX_WAIT, help="Seconds to wait for each reply.")
+        float,
+        typer.Option(
+            parser=_parse_wait,
+            metavar="DURATION",
+            help="How long to wait for each reply (5, 1.5, 500ms, 2m: a bare number is seconds).",
+        ),
     ] = 5.0,
     json: Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")] = False,
     debug: Annotated[

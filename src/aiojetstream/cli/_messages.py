@@ -33,7 +33,7 @@ from aiojetstream import (
     RawStreamMessage,
 )
 
-from . import MAX_SEQUENCE, MAX_WAIT
+from . import MAX_SEQUENCE
 from ._common import (
     CliError,
     JsonFlag,
@@ -46,7 +46,7 @@ from ._common import (
     read_data,
     run,
 )
-from ._units import format_bytes, format_rate, format_time, parse_ttl
+from ._units import format_bytes, format_rate, format_time, parse_ttl, parse_wait
 
 __all__ = [
     "AckWindow",
@@ -427,9 +427,10 @@ def consume(
     idle: Annotated[
         float | None,
         typer.Option(
-            min=0.001,
-            max=MAX_WAIT,
-            help="Stop after this many seconds without a message (at least 1 s with a CONSUMER).",
+            parser=parse_wait,
+            metavar="DURATION",
+            help="Stop after this long without a message (30, 1.5, 500ms, 2m: a bare number "
+            "is seconds; at least 1 s with a CONSUMER).",
         ),
     ] = None,
     ack: Annotated[

@@ -20,6 +20,7 @@ __all__ = [
     "parse_payload_size",
     "parse_size",
     "parse_ttl",
+    "parse_wait",
 ]
 
 
@@ -44,6 +45,27 @@ def parse_duration(text: str | timedelta) -> timedelta:
         return aiojetstream.parse_duration(text)
     except aiojetstream.InvalidOptionError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def parse_wait(text: str | float) -> float:
+    """A wait in seconds (``--timeout``, ``--idle``): a duration as :func:`parse_duration` reads it.
+
+    ``5`` and ``1.5`` stay seconds; ``500ms``, ``2m`` and ``1h`` are taken as
+    everywhere else (the library's ``timeout=`` takes the same forms). From 1 ms
+    to what the server's nanosecond fields hold.
+
+    Raises:
+        typer.BadParameter: not a duration, or out of that range.
+
+    """
+    if isinstance(text, int | float):  # a default value
+        return float(text)
+    from . import MAX_WAIT
+
+    seconds = parse_duration(text).total_seconds()
+    if not 0.001 <= seconds <= MAX_WAIT:
+        raise typer.BadParameter(f"a wait of 1 ms to {MAX_WAIT} s (about 292 years), got {text!r}")
+    return seconds
 
 
 def parse_marker_ttl(text: str | timedelta) -> timedelta:
