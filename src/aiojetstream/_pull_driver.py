@@ -130,6 +130,28 @@ def pull_request_body(cmd: SendPull, settings: PullSettings | None = None) -> by
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+def _pending_for_a_lost_pull(info: object) -> int | None:
+    """What a no-wait fetch left unanswered may still pull (the engine pulls again if > 0).
+
+    The consumer's ``num_pending``, but 0 when the server holds pulls
+    (``num_waiting``) or the consumer is at ``max_ack_pending``: then the pull
+    is kept waiting, not lost (nats-server answers it when acks make room), and
+    pulling again would only wait again. None when ``info`` is not a consumer's.
+    """
+    found = getattr(info, "num_pending", None)
+    if type(found) is not int:
+        return None
+    waiting = getattr(info, "num_waiting", 0)
+    if type(waiting) is int and waiting > 0:
+        return 0
+    config = getattr(info, "config", None)
+    limit = getattr(config, "max_ack_pending", None)
+    ack_pending = getattr(info, "num_ack_pending", 0)
+    if type(limit) is int and limit > 0 and type(ack_pending) is int and ack_pending >= limit:
+        return 0
+    return found
+
+
 class PullDriver:
     """Runs one pull engine for a consumer; the buffer is read with :meth:`next_msg`."""
 
@@ -883,10 +905,7 @@ class PullDriver:
             timeout = min(timeout, self._api.timeout)
         try:
             info = await self._check(timeout)
-            # (ConsumerInfo.num_pending: a no-wait fetch left unanswered pulls again
-            # when messages are pending.)
-            found = getattr(info, "num_pending", None)
-            pending = found if type(found) is int else None
+            pending = _pending_for_a_lost_pull(info)
         except (ConsumerNotFoundError, ConsumerDeletedError, StreamNotFoundError) as exc:
             # (ConsumerDeletedError: a check that takes a consumer it can not look up
             # as lost, the ordered consumer's.)

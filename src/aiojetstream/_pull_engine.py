@@ -74,7 +74,8 @@ a no-wait pull), a ``fetch_no_wait`` once (a second 409 ends it with
 :class:`~aiojetstream.ClusterUnavailableError`). A no-wait pull unanswered
 within ``NO_WAIT_TIMEOUT`` is pulled again once when the consumer check (the
 driver's ``CONSUMER.INFO``) reports messages pending (``on_consumer_checked``'s
-``pending``); unanswered again, the fetch ends with
+``pending``; the driver gives 0 when the server holds pulls or the consumer is
+at ``max_ack_pending``: a pull kept waiting is not lost); unanswered again, the fetch ends with
 :class:`~aiojetstream.JetStreamTimeoutError`; with nothing pending it ends empty.
 """
 

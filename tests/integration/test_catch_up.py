@@ -117,6 +117,25 @@ async def test_an_ordered_replay_from_a_sequence_then_stops(js: JetStreamContext
     assert await asyncio.wait_for(catch_up(oc), BOUND) == []
 
 
+async def test_a_no_wait_pull_held_at_max_ack_pending_ends_empty(
+    js: JetStreamContext,
+) -> None:
+    """A no-wait pull served in part up to ``max_ack_pending`` is kept waiting by the
+    server (it answers once acks make room): no answer is then no lost pull. The
+    loop (no acks until it ends) ends with what it could take, as with nats.go's
+    ``FetchNoWait``; it was pulled again, then raised ``JetStreamTimeoutError``
+    blaming a leader change (and the documented loop with retries never ended)."""
+    name = await new_stream(js, 10)
+    consumer = await js.create_consumer(name, ConsumerConfig(durable_name="d", max_ack_pending=4))
+    held = await asyncio.wait_for(catch_up(consumer, 3), NO_WAIT_TIMEOUT * 4)
+    assert [m.metadata.sequence.stream for m in held] == [1, 2, 3, 4]
+    for msg in held:
+        await msg.ack()
+    await wait_until(lambda: _pending(consumer, 6), timeout=BOUND)
+    rest = await asyncio.wait_for(catch_up(consumer, 3), NO_WAIT_TIMEOUT * 4)
+    assert [m.metadata.sequence.stream for m in rest] == [5, 6, 7, 8]
+
+
 # --------------------------------------------------------------------------- lost pulls
 
 
