@@ -256,3 +256,30 @@ async def test_a_server_refusing_twice_leaves_the_rotation(tmp_path: Path) -> No
         for server in (refusing, other, rotated, back):
             if server is not None:
                 await server.stop()
+
+
+async def test_an_error_callback_that_closes_on_a_refusal_runs_to_its_end(tmp_path: Path) -> None:
+    """An error callback that closes the context when told of an expired JWT (a
+    common "give up" handler): the close no longer cancels the rest of the callback
+    (it ran in the read task the close cancels)."""
+    operator = Operator(tmp_path)
+    user = new_nkey(nkeys.PREFIX_BYTE_USER)
+    path = _expiring(operator, user)
+    finished = asyncio.Event()
+    holder: dict[str, JetStreamContext] = {}
+
+    async def error_cb(error: Exception) -> None:
+        if "expired" in str(error).lower():
+            await holder["js"].close()
+            finished.set()  # after the close: cancelled with the read task before
+
+    async with NatsServer(config=operator.server_config()) as server:
+        js = await aiojetstream.connect(
+            server.url, user_credentials=str(path), reconnect_time_wait=0.2, error_cb=error_cb
+        )
+        holder["js"] = js
+        try:
+            await asyncio.wait_for(finished.wait(), BOUND)
+            assert js.nc.is_closed
+        finally:
+            await js.close()

@@ -757,6 +757,10 @@ class RefusalPolicy(Protocol):
         """``server`` took the credentials."""
 
 
+#: Error callbacks of refusals running (see guard_auth_refusals), kept until done.
+_CALLBACKS: set[asyncio.Future[None]] = set()
+
+
 def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
     """Reconnect on credentials refused while connected; drop a server refusing twice.
 
@@ -790,7 +794,11 @@ def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
         nc._err = error
         if policy.refused(server, refusal, error):
             give_up(server)
-        await nc._error_cb(error)
+        # The callback in a task of its own: one that closes the connection would
+        # cancel this read task, and with it the rest of the callback.
+        callback: asyncio.Future[None] = asyncio.ensure_future(nc._error_cb(error))
+        _CALLBACKS.add(callback)
+        callback.add_done_callback(_CALLBACKS.discard)
         # A reconnect (or, with reconnects off, a close keeping the error).
         await nc._process_op_err(error)
 
