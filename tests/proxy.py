@@ -95,7 +95,9 @@ class _Listening:
     """A proxy's listening side: a port of its own and the tasks of its connections.
 
     Subclasses set up what they keep, call ``_listen(upstream_port)`` and
-    define ``_accept`` (a connection's task: it adds itself to ``_tasks``).
+    define ``_to_server`` and ``_to_client`` (the two directions of the default
+    ``_accept``), or an ``_accept`` of their own (a connection's task: it adds
+    itself to ``_tasks``).
     """
 
     def _listen(self, upstream_port: int) -> None:
@@ -109,7 +111,46 @@ class _Listening:
         return f"nats://{HOST}:{self.port}"
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection's task: relays through ``_to_server`` and ``_to_client`` until one ends."""
+        me = asyncio.current_task()
+        assert me is not None
+        self._tasks.add(me)
+        pipes: list[asyncio.Task[None]] = []
+        up_writer: asyncio.StreamWriter | None = None
+        try:
+            up_reader, up_writer = await asyncio.open_connection(HOST, self.upstream_port)
+            pipes = [
+                asyncio.create_task(self._to_server(reader, up_writer)),
+                asyncio.create_task(self._to_client(up_reader, writer)),
+            ]
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        except (OSError, asyncio.CancelledError):
+            pass  # the server is gone, or the proxy is closing
+        finally:
+            for pipe in pipes:
+                pipe.cancel()
+            try:
+                await asyncio.gather(*pipes, return_exceptions=True)
+            finally:
+                for w in (writer, up_writer):
+                    if w is not None:
+                        w.transport.abort()
+                self._tasks.discard(me)
+
+    async def _to_server(
+        self, reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
+    ) -> None:
+        """Client to server (the default ``_accept``'s)."""
         raise NotImplementedError
+
+    async def _to_client(
+        self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Server to client (the default ``_accept``'s): everything, as it comes."""
+        with contextlib.suppress(OSError):
+            while data := await up_reader.read(65536):
+                writer.write(data)
+                await writer.drain()
 
     async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._accept, HOST, 0)
@@ -318,33 +359,9 @@ class HoldingProxy(_Listening):
         self.holding = asyncio.Event()
         self.released = asyncio.Event()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        me = asyncio.current_task()
-        assert me is not None
-        self._tasks.add(me)
-        pipes: list[asyncio.Task[None]] = []
-        up_writer: asyncio.StreamWriter | None = None
-        try:
-            up_reader, up_writer = await asyncio.open_connection(HOST, self.upstream_port)
-            pipes = [
-                asyncio.create_task(self._up(reader, up_writer)),
-                asyncio.create_task(self._down(up_reader, writer)),
-            ]
-            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
-        except (OSError, asyncio.CancelledError):
-            pass  # the server is gone, or the proxy is closing
-        finally:
-            for pipe in pipes:
-                pipe.cancel()
-            try:
-                await asyncio.gather(*pipes, return_exceptions=True)
-            finally:
-                for w in (writer, up_writer):
-                    if w is not None:
-                        w.transport.abort()
-                self._tasks.discard(me)
-
-    async def _up(self, reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> None:
+    async def _to_server(
+        self, reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
+    ) -> None:
         seen = b""
         with contextlib.suppress(OSError):
             while data := await reader.read(65536):
@@ -355,7 +372,9 @@ class HoldingProxy(_Listening):
                     if self.until in seen:
                         self.released.set()
 
-    async def _down(self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _to_client(
+        self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         # The server's reads go out in order through one queue; the sender waits
         # for the release before the first read that holds ``hold_from``.
         chunks: asyncio.Queue[bytes] = asyncio.Queue()
@@ -401,32 +420,6 @@ class DroppingProxy(_Listening):
         self._prefix = prefix.encode()
         self._count = count
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        me = asyncio.current_task()
-        assert me is not None
-        self._tasks.add(me)
-        pipes: list[asyncio.Task[None]] = []
-        up_writer: asyncio.StreamWriter | None = None
-        try:
-            up_reader, up_writer = await asyncio.open_connection(HOST, self.upstream_port)
-            pipes = [
-                asyncio.create_task(self._up(reader, up_writer)),
-                asyncio.create_task(self._down(up_reader, writer)),
-            ]
-            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
-        except (OSError, asyncio.CancelledError):
-            pass  # the server is gone, or the proxy is closing
-        finally:
-            for pipe in pipes:
-                pipe.cancel()
-            try:
-                await asyncio.gather(*pipes, return_exceptions=True)
-            finally:
-                for w in (writer, up_writer):
-                    if w is not None:
-                        w.transport.abort()
-                self._tasks.discard(me)
-
     def _filter(self, buf: bytearray) -> bytearray:
         """Take the complete operations off ``buf``: what goes on to the server."""
         out = bytearray()
@@ -446,7 +439,9 @@ class DroppingProxy(_Listening):
             del buf[:size]
         return out
 
-    async def _up(self, reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> None:
+    async def _to_server(
+        self, reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
+    ) -> None:
         buf = bytearray()
         with contextlib.suppress(OSError):
             while data := await reader.read(65536):
@@ -455,10 +450,3 @@ class DroppingProxy(_Listening):
                 if out:
                     up_writer.write(out)
                     await up_writer.drain()
-
-    @staticmethod
-    async def _down(up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError):
-            while data := await up_reader.read(65536):
-                writer.write(data)
-                await writer.drain()
