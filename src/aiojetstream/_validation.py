@@ -164,12 +164,17 @@ def validate_api_prefix(prefix: object) -> str:
         InvalidSubjectError: the prefix is not a valid subject.
 
     """
+    return _subject_prefix(prefix, "api_prefix")
+
+
+def _subject_prefix(prefix: object, what: str) -> str:
+    """``prefix`` checked as a subject to publish to, a trailing ``.`` dropped."""
     if not isinstance(prefix, str):
-        raise InvalidSubjectError(f"api_prefix must be a string, got {B.shown(prefix)}")
+        raise InvalidSubjectError(f"{what} must be a string, got {B.shown(prefix)}")
     try:
         return validate_publish_subject(exact_str(prefix).rstrip("."))
     except InvalidSubjectError as exc:
-        raise InvalidSubjectError(f"invalid api_prefix {prefix!r}: {exc}") from None
+        raise InvalidSubjectError(f"invalid {what} {prefix!r}: {exc}") from None
 
 
 def validate_inbox_prefix(prefix: object) -> str:
@@ -190,12 +195,7 @@ def validate_inbox_prefix(prefix: object) -> str:
             prefix = bytes(prefix).decode()
         except UnicodeDecodeError:
             raise InvalidSubjectError("invalid inbox_prefix: not UTF-8") from None
-    if not isinstance(prefix, str):
-        raise InvalidSubjectError(f"inbox_prefix must be a string, got {B.shown(prefix)}")
-    try:
-        return validate_publish_subject(exact_str(prefix).rstrip("."))
-    except InvalidSubjectError as exc:
-        raise InvalidSubjectError(f"invalid inbox_prefix {prefix!r}: {exc}") from None
+    return _subject_prefix(prefix, "inbox_prefix")
 
 
 def positive_duration(value: object, what: str, error: type[Exception]) -> timedelta:
