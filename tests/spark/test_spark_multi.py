@@ -299,23 +299,30 @@ def test_pattern_query_picks_up_new_streams_and_fails_on_a_deleted_one(
 def test_max_offsets_per_trigger_over_streams(
     spark: SparkSession, nats: Nats, name: str, tmp_path: Path
 ) -> None:
-    a, b = f"{name}-A", f"{name}-B"
+    a, b, c = f"{name}-A", f"{name}-B", f"{name}-C"
     create(nats, a, 90)
     create(nats, b, 30)
+    create(nats, c, 1)  # its share of the first batch is 0.2: one, not none
     sink = Collector()
     df = stream_df(
-        spark, nats.url, streams=f"{a},{b}", startingOffsets="earliest", maxOffsetsPerTrigger=25
+        spark,
+        nats.url,
+        streams=f"{a},{b},{c}",
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger=25,
     )
     # A processing-time trigger: Spark 4.0/4.1 run Trigger.AvailableNow as one batch.
     query = start_query(df, sink, tmp_path / "cp", "100 milliseconds")
     try:
-        wait_until_sync(lambda: len(sink.rows) >= 120 or not query.isActive, timeout=120)
+        wait_until_sync(lambda: len(sink.rows) >= 121 or not query.isActive, timeout=120)
     finally:
         query.stop()
     assert query.exception() is None
-    assert sink.rows == [(a, i) for i in range(1, 91)] + [(b, i) for i in range(1, 31)]
+    assert sink.rows == ([(a, i) for i in range(1, 91)] + [(b, i) for i in range(1, 31)] + [(c, 1)])
     assert max(len(batch) for batch in sink.batches) <= 25
-    assert len([b for b in sink.batches if b]) == 5  # 120 / 25, rounded up
+    batches = [batch for batch in sink.batches if batch]
+    assert len(batches) == 5  # 121 / 25, rounded up
+    assert (c, 1) in batches[0]  # was: in the third (0 of the cap until then)
 
 
 def test_single_stream_checkpoint_continues_with_streams(

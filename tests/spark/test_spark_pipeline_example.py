@@ -35,6 +35,31 @@ RUN_TIMEOUT = 400.0
 pytestmark = requires_spark((4, 1), "Spark Declarative Pipelines (pyspark.pipelines)")
 
 
+#: The settings of every run, as the README gives them.
+CONFS = (
+    "--conf",
+    "spark.sql.catalogImplementation=hive",
+    # The local Connect server listens on every interface unless told otherwise.
+    "--conf",
+    "spark.connect.grpc.binding.address=127.0.0.1",
+)
+
+
+def test_readme_runs_with_the_settings_the_test_uses() -> None:
+    """Each ``spark-pipelines`` command of the README passes the settings the test passes."""
+    text = (EXAMPLE / "README.md").read_text()
+    commands = re.findall(r"^spark-pipelines (?:.*\\\n)*.*$", text, flags=re.M)
+    assert len(commands) >= 3
+    for command in commands:
+        words = command.replace("\\\n", " ").split()
+        assert words[1 : 1 + len(CONFS)] == list(CONFS), command
+        assert words[1 + len(CONFS) : 4 + len(CONFS)] == [
+            "run",
+            "--spec",
+            "examples/pipeline/spark-pipeline.yml",
+        ]
+
+
 def publish_orders(nats: Nats, stream: str, first: int, count: int) -> None:
     async def work(js: JetStreamContext) -> None:
         for n in range(first, first + count):
@@ -83,10 +108,7 @@ def test_pipeline_example_runs_twice(nats: Nats, name: str, tmp_path: Path) -> N
     env = spark_env(
         NATS_URL=nats.url, ORDERS_STREAM=source, ORDERS_SUBJECT="", ARCHIVE_PREFIX=prefix
     )
-    argv = [str(SPARK_PIPELINES), "--conf", "spark.sql.catalogImplementation=hive"]
-    # The local Connect server listens on every interface unless told otherwise.
-    argv += ["--conf", "spark.connect.grpc.binding.address=127.0.0.1"]
-    argv += ["run", "--spec", str(spec)]
+    argv = [str(SPARK_PIPELINES), *CONFS, "run", "--spec", str(spec)]
     assert_connect_port_free()
 
     publish_orders(nats, source, 0, 300)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import math
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from types import SimpleNamespace
 from typing import Any
 
@@ -166,16 +168,57 @@ def test_allot_shares_the_cap(
     if max_rows is None and max_bytes is None:
         assert taken == waiting
     if max_rows is not None:
-        assert taken <= max_rows
+        # Over the cap only by the ones of streams whose share is below one (Kafka's).
+        assert taken <= max_rows + sum(1 for lo, hi in ranges.values() if hi > lo)
         if max_bytes is None:
-            assert taken == min(waiting, max_rows)
+            kafka = kafka_rate_limit(ranges, max_rows)
+            if waiting <= max_rows:
+                assert taken == waiting
+            else:
+                assert taken == max(max_rows, sum(kafka.values()))
+            for name, (lo, _hi) in ranges.items():
+                # Kafka's amounts; what its rounding down leaves of the cap, one more.
+                assert kafka[name] <= ends[name] - lo <= kafka[name] + 1
     if waiting:
         assert taken >= 1  # a trigger always moves
+    if max_rows is not None or max_bytes is not None:
+        for name, (lo, hi) in ranges.items():
+            assert ends[name] > lo or hi == lo  # no stream with messages waiting starves
+
+
+def kafka_rate_limit(ranges: dict[str, tuple[int, int]], limit: int) -> dict[str, int]:
+    """What Spark's Kafka source takes of each range (``KafkaMicroBatchStream.rateLimit``).
+
+    ``prorate = limit * size / total``; below 1 rounded up ("Don't completely starve
+    small topicpartitions"), else down; at most the range. Exact here (Kafka's is
+    a double).
+    """
+    sizes = {name: hi - lo for name, (lo, hi) in ranges.items()}
+    total = sum(sizes.values())
+    if total < 1:
+        return sizes
+    taken = {}
+    for name, size in sizes.items():
+        prorate = Fraction(limit * size, total)
+        taken[name] = min(size, math.ceil(prorate) if prorate < 1 else math.floor(prorate))
+    return taken
 
 
 def test_allot_is_proportional() -> None:
     ends = allot({"A": (1, 901), "B": (1, 101)}, max_rows=100)
     assert ends == {"A": 91, "B": 11}
+    # A stream with 1 waiting beside a busy one: was 0 at every trigger (starved).
+    ends = allot({"HOT": (1, 100_001), "COLD": (1, 2)}, max_rows=100)
+    assert ends == {"HOT": 100, "COLD": 2}  # 99 + 1: the cap
+    ends = allot({"BIG": (1, 3001), "S1": (1, 2), "S2": (1, 4), "S3": (1, 11)}, max_rows=100)
+    # Each small one moves; BIG keeps its share rounded down (99): 102 in all, over the
+    # cap by two, as with Kafka's source.
+    assert ends == {"BIG": 100, "S1": 2, "S2": 2, "S3": 2}
+    ends = allot({"HOT": (1, 100_001), "COLD": (1, 2)}, max_bytes=100, sizes={"HOT": 1})
+    assert ends["COLD"] == 2
+    # Shares all below one: one each, over the cap (as Kafka's source).
+    ends = allot({name: (1, 4) for name in "ABCDEFGHIJ"}, max_rows=5)
+    assert ends == {name: 2 for name in "ABCDEFGHIJ"}
     # By bytes: A's messages are 10x B's.
     ends = allot({"A": (1, 101), "B": (1, 101)}, max_bytes=1100, sizes={"A": 100, "B": 10})
     assert sum(e - 1 for e in ends.values()) == 200 * 1100 // 11000

@@ -114,9 +114,15 @@ def allot(
 
     ``max_rows`` caps the sequences of the whole trigger; ``max_bytes`` caps it
     by the streams' average message sizes (``sizes``, bytes; an estimate). The
-    cap is shared in proportion to what each stream has waiting, the largest
-    remainders rounding up, so the ends add up to exactly the cap (or all of
-    it). A trigger always gets at least one sequence when any is waiting.
+    cap is shared in proportion to what each stream has waiting. As in Spark's
+    Kafka source ("Don't completely starve small topicpartitions"), a stream
+    with something waiting whose share is below one sequence gets one: no
+    stream waits for ever beside a busy one. The others get their shares
+    rounded down, the largest remainders rounding up, so the ends add up to
+    exactly the cap (or all of it) unless those ones add up to more: then the
+    trigger reads more than the cap, at most one more per stream whose share
+    was below one, as Kafka's does. A trigger always gets at least one
+    sequence when any is waiting.
     """
     waiting = {name: max(0, hi - lo) for name, (lo, hi) in ranges.items()}
     total = sum(waiting.values())
@@ -129,7 +135,12 @@ def allot(
     if cap >= total:
         return {name: hi if hi > lo else lo for name, (lo, hi) in ranges.items()}
     take = {name: n * cap // total for name, n in waiting.items()}
-    short = cap - sum(take.values())
-    for name in sorted(waiting, key=lambda k: (-(waiting[k] * cap % total), k))[:short]:
+    # Shares of one or more round down, the largest remainders up; one below one is one.
+    whole = [name for name, share in take.items() if share]
+    for name, n in waiting.items():
+        if n and not take[name]:
+            take[name] = 1
+    short = cap - sum(take.values())  # (fewer than the streams in whole)
+    for name in sorted(whole, key=lambda k: (-(waiting[k] * cap % total), k))[: max(0, short)]:
         take[name] += 1
     return {name: lo + take[name] for name, (lo, _hi) in ranges.items()}

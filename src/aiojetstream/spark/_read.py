@@ -37,6 +37,7 @@ from aiojetstream import (
     JetStreamContext,
     JetStreamError,
     MessageTooLargeError,
+    NoRespondersError,
     StreamNotFoundError,
 )
 from aiojetstream import Consumer as JSConsumer
@@ -47,7 +48,16 @@ from ._options import (
     SourceOptions,
     warn_loss,
 )
-from ._runtime import TRANSIENT, Refusals, Session, discard, retrying, shared_session
+from ._runtime import (
+    FIRST_DELAY,
+    MAX_DELAY,
+    TRANSIENT,
+    Refusals,
+    Session,
+    discard,
+    retrying,
+    shared_session,
+)
 
 __all__ = [
     "SCHEMA",
@@ -413,6 +423,10 @@ class RangeReader:
         self._consumer: JSConsumer | None = None
         self._done = start >= end
         self._rows = _FIRST_ROWS
+        #: When the pulls' current run of 503s began (None: the last pull was served)
+        #: and the delay before the next pull of it.
+        self._unserved_since: float | None = None
+        self._unserved_delay = FIRST_DELAY
 
     async def _open(self) -> JSConsumer:
         # Whenever a consumer is (re)created, whatever it would start past is lost:
@@ -502,6 +516,10 @@ class RangeReader:
                 # Idle past its inactivity threshold (Spark held the task): recreate.
                 self._consumer = None
                 continue
+            except NoRespondersError:
+                await self._unserved(consumer)
+                continue
+            self._unserved_since = None
             if batch is not None:
                 return batch
             if not self._done:
@@ -510,6 +528,49 @@ class RangeReader:
                     self._done = True
                     await self._check_skipped(self._end)  # purged up to its end?
         return None
+
+    async def _unserved(self, consumer: JSConsumer) -> None:
+        """A pull got a 503 (no responders): pull again soon, or create the consumer again.
+
+        In a cluster the server places the new consumer on any node, and the
+        first pulls may reach the client's node before the consumer's interest
+        in them has crossed the route (seen on about 1 % of R3 reads). While
+        the consumer exists it is pulled again after a delay doubling from
+        0.1 s to 2 s; a consumer that is gone is created again at the next
+        sequence (a deleted stream fails there, with its own error). Pulls
+        that get 503s for ``retryTimeout`` while the consumer exists fail.
+
+        Raises:
+            NoRespondersError: every pull got a 503 for ``retryTimeout`` seconds.
+
+        """
+        try:
+            await consumer.info()
+        except (ConsumerNotFoundError, StreamNotFoundError):
+            self._consumer = None  # recreated at the next sequence (_open)
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._unserved_since is None:
+            self._unserved_since = now
+            self._unserved_delay = FIRST_DELAY
+        timeout = self._opts.retry_timeout
+        left = self._unserved_since + timeout - now
+        if left <= 0:
+            raise NoRespondersError(
+                f"aiojetstream.spark: no responders for the pull requests of read consumer "
+                f"{consumer.name!r} of stream {self._stream!r} (503) for {timeout:g} s "
+                "(option 'retryTimeout'), although the consumer exists: nothing serves its "
+                "pulls (an account that imports the consumer API but not CONSUMER.MSG.NEXT?)"
+            ) from None
+        logger.info(
+            "aiojetstream.spark: a pull of read consumer %r of stream %r got no responders "
+            "(503) while the consumer exists; pulling again",
+            consumer.name,
+            self._stream,
+        )
+        await asyncio.sleep(min(self._unserved_delay, left))
+        self._unserved_delay = min(self._unserved_delay * 2, MAX_DELAY)
 
     async def _check_skipped(self, upto: int) -> None:
         """Check the sequences the consumer skipped, ``[next, upto)``, for data loss.
@@ -531,6 +592,8 @@ class RangeReader:
                     await fetched.collect_columns()  # an error that ended the pull after them
                 except (ConsumerNotFoundError, ConsumerDeletedError):
                     self._consumer = None  # recreated at the next sequence
+                except NoRespondersError:
+                    pass  # the next pull gets one too, and deals with it (_unserved)
         return msgs
 
     async def _fetch(self, consumer: JSConsumer, want: int) -> pa.RecordBatch | None:

@@ -50,6 +50,8 @@ from aiojetstream import (
 from ._options import ConnectOptions
 
 __all__ = [
+    "FIRST_DELAY",
+    "MAX_DELAY",
     "TRANSIENT",
     "Refusals",
     "Session",
@@ -345,8 +347,9 @@ TRANSIENT: tuple[type[Exception], ...] = (
     DisconnectedError,
     NoHeartbeatError,
 )
-_FIRST_DELAY = 0.1
-_MAX_DELAY = 2.0
+#: The first delay between two attempts (it doubles up to MAX_DELAY), in seconds.
+FIRST_DELAY = 0.1
+MAX_DELAY = 2.0
 
 
 async def retrying(
@@ -368,7 +371,7 @@ async def retrying(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    delay = _FIRST_DELAY
+    delay = FIRST_DELAY
     while True:
         refused = refusals.count if refusals is not None else 0
         try:
@@ -390,7 +393,7 @@ async def retrying(
                 raise
             logger.info("aiojetstream.spark: %s failed (%r); retrying", what, exc)
             await asyncio.sleep(min(delay, left))
-            delay = min(delay * 2, _MAX_DELAY)
+            delay = min(delay * 2, MAX_DELAY)
 
 
 def run_shared(
