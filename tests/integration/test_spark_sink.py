@@ -196,8 +196,8 @@ def test_a_copy_keeping_its_headers_stores_messages_of_one_msg_id_each(
     stored = messages(server, name)
     assert [m.data for m in stored] == [b"reading-1", b"reading-2"]
     assert [m.headers for m in stored] == [
-        {"X": "1", "Source-Nats-Msg-Id": "sensor-7", "Nats-Msg-Id": f"{writer.write_id}-SRC-1"},
-        {"Source-Nats-Msg-Id": "sensor-7", "Nats-Msg-Id": f"{writer.write_id}-SRC-2"},
+        {"X": "1", "Source-Nats-Msg-Id": "sensor-7", "Nats-Msg-Id": f"{writer.write_id}-SRC:1"},
+        {"Source-Nats-Msg-Id": "sensor-7", "Nats-Msg-Id": f"{writer.write_id}-SRC:2"},
     ]
     # A retried task: nothing stored twice, and the commit says what the stream dropped.
     again = writer.write(iter([copy]))

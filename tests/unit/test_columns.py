@@ -292,14 +292,14 @@ def test_the_sinks_ids_from_a_reads_stream_and_seq() -> None:
         ("S", 3),
     ]
     expected = [
-        "q-0-S-1",
-        "q-0-S-2",
-        "q-0-S-2.1",
-        "q-0-S-2.2",
-        "q-0-T-1-2",
+        "q-0-S:1",
+        "q-0-S:2",
+        "q-0-S:2.1",
+        "q-0-S:2.2",
+        "q-0-T-1:2",
         "q-0-1-5",  # no stream: its position in partition 1's task
         "q-0-1-6",
-        "q-0-S-3",
+        "q-0-S:3",
     ]
     assert _ids_in_batches(rows, []) == expected
     for cut in range(1, len(rows)):  # the same whatever the task's batches
@@ -307,8 +307,8 @@ def test_the_sinks_ids_from_a_reads_stream_and_seq() -> None:
     # Out of message order (S 5 again after S 6): positions from that batch on.
     assert _ids_in_batches([("S", 5), ("S", 6), ("S", 5)], []) == ["q-0-1-0", "q-0-1-1", "q-0-1-2"]
     assert _ids_in_batches([("S", 5), ("S", 6), ("S", 5)], [2]) == [
-        "q-0-S-5",
-        "q-0-S-6",
+        "q-0-S:5",
+        "q-0-S:6",
         "q-0-1-2",
     ]
 
@@ -346,9 +346,9 @@ def test_a_copys_id_wins_over_the_nats_msg_id_in_its_headers() -> None:
     assert ids.moved is not None
     assert ids.ids.to_pylist() == [
         "m0",  # the msg_id column wins over everything
-        "q-0-S-2",  # a copy's id over its header's
-        "q-0-S-3",
-        "q-0-S-4",
+        "q-0-S:2",  # a copy's id over its header's
+        "q-0-S:3",
+        "q-0-S:4",
         "h4",  # not a copy: the header's id is the row's own
         "q-0-1-5",
     ]
@@ -417,7 +417,8 @@ def test_a_replay_cut_into_other_partitions_keeps_the_ids(
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["S", "T", "S-1", None]), st.one_of(st.none(), st.integers(1, 6))
+            st.sampled_from(["S", "T", "S-1", "0", "1", None]),
+            st.one_of(st.none(), st.integers(1, 6)),
         ),
         max_size=30,
     ),

@@ -412,7 +412,7 @@ def _msg_ids(
     """The ``msg_id`` column; with ``dedupe=auto`` a generated id where it is null.
 
     A row's ``msg_id`` is always kept. With ``dedupe=auto`` the others get, in
-    this order: ``<write>-<stream>-<seq>`` for a row with the ``stream`` and
+    this order: ``<write>-<stream>:<seq>`` for a row with the ``stream`` and
     ``seq`` of a ``jetstream`` read (the message it came from, whichever task
     it is in; the k-th further row in a row from one message, as an
     ``explode`` makes, ``.k`` added); else the ``Nats-Msg-Id`` of its
@@ -459,7 +459,10 @@ def _msg_ids(
 
 
 def _source_ids(batch: pa.RecordBatch, prefix: str, run: _Run) -> pa.Array | None:
-    """``<prefix>-<stream>-<seq>[.k]`` where a row has both, else null (None: no row).
+    """``<prefix>-<stream>:<seq>[.k]`` where a row has both, else null (None: no row).
+
+    The ``:`` keeps them apart from the position ids ``<prefix>-<partition>-<row>``
+    (with ``-`` a stream named ``1`` gave the id of partition 1's row).
 
     ``prefix``: the write's or micro-batch's, without the partition (the same
     message has the same id in any task, as a replay cutting its partitions
@@ -500,7 +503,7 @@ def _source_ids(batch: pa.RecordBatch, prefix: str, run: _Run) -> pa.Array | Non
     if carried:
         k = pc.add(k, pc.if_else(pc.less(at, carried), run.index + 1, 0))
     base = pc.binary_join_element_wise(
-        pa.scalar(f"{prefix}-"), streams, pa.scalar("-"), pc.cast(seqs, pa.string()), ""
+        pa.scalar(f"{prefix}-"), streams, pa.scalar(":"), pc.cast(seqs, pa.string()), ""
     )
     ids = pc.if_else(
         pc.greater(k, 0),
