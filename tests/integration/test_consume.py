@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -140,6 +141,28 @@ async def _send_status(url: str, subject: str, status: bytes) -> None:
         await writer.wait_closed()
 
 
+@contextlib.asynccontextmanager
+async def _pull_spy(url: str, stream: str) -> AsyncIterator[list[tuple[str, bytes]]]:
+    """The (inbox, body) of each pull request on ``stream``, seen from a second connection.
+
+    Subscribed before the consumer exists: a subscription made after nats-server
+    created it missed its pulls now and then (1 in 20 here), the server's own
+    routing. Use it before creating the consumer.
+    """
+    spy = await nats.connect(url)
+    pulls: list[tuple[str, bytes]] = []
+
+    async def seen(msg: nats.aio.msg.Msg) -> None:
+        pulls.append((msg.reply, msg.data))
+
+    try:
+        await spy.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*", cb=seen)
+        await spy.flush()
+        yield pulls
+    finally:
+        await spy.close()
+
+
 @pytest.mark.parametrize("ordered", [False, True], ids=["consumer", "ordered"])
 @pytest.mark.parametrize(
     "status",
@@ -156,33 +179,23 @@ async def test_next_pulls_again_when_the_server_drops_its_pull(
     message: next() raised FetchTimeoutError at once, "before expiry". It pulls
     again for the time left and gets the message published afterwards."""
     stream = unique_name("CONS")
-    spy = await nats.connect(nats_url)  # sees each pull request, and its inbox
-    inboxes: list[str] = []
-
-    async def seen(msg: nats.aio.msg.Msg) -> None:
-        inboxes.append(msg.reply)
-
-    # Before the consumer exists: a subscription made after nats-server created it
-    # missed its pulls now and then (1 in 20 here), the server's own routing.
-    await spy.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*", cb=seen)
-    await spy.flush()
-    consumer = await make(js, stream=stream)
-    source: Any = await js.ordered_consumer(stream) if ordered else consumer
-    task = asyncio.create_task(source.next(expires=30))
-    try:
-        await wait_until(lambda: bool(inboxes) or task.done(), timeout=10)
-        assert not task.done(), task  # (its error shows what went wrong)
-        pulls = len(inboxes)
-        await _send_status(nats_url, inboxes[-1], status)
-        await wait_until(lambda: len(inboxes) > pulls or task.done(), timeout=10)
-        assert not task.done(), task
-        await js.publish("cons.0", b"after")
-        msg = await asyncio.wait_for(task, 10)
-        assert msg.data == b"after"
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await spy.close()
+    async with _pull_spy(nats_url, stream) as pulls:
+        consumer = await make(js, stream=stream)
+        source: Any = await js.ordered_consumer(stream) if ordered else consumer
+        task = asyncio.create_task(source.next(expires=30))
+        try:
+            await wait_until(lambda: bool(pulls) or task.done(), timeout=10)
+            assert not task.done(), task  # (its error shows what went wrong)
+            first = len(pulls)
+            await _send_status(nats_url, pulls[-1][0], status)
+            await wait_until(lambda: len(pulls) > first or task.done(), timeout=10)
+            assert not task.done(), task
+            await js.publish("cons.0", b"after")
+            msg = await asyncio.wait_for(task, 10)
+            assert msg.data == b"after"
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 @pytest.mark.parametrize("ordered", [False, True], ids=["consumer", "ordered"])
@@ -201,38 +214,29 @@ async def test_fetch_pulls_again_when_the_server_drops_its_pull(
     pull: the batch ended empty at once (a catch-up loop stopped there). It pulls
     again, for the time left of expires, and gets what is published afterwards."""
     stream = unique_name("CONS")
-    spy = await nats.connect(nats_url)  # sees each pull request, and its inbox
-    pulls: list[tuple[str, bytes]] = []
-
-    async def seen(msg: nats.aio.msg.Msg) -> None:
-        pulls.append((msg.reply, msg.data))
-
-    # (Before the consumer exists: see test_next_pulls_again_when_the_server_drops_its_pull.)
-    await spy.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*", cb=seen)
-    await spy.flush()
-    consumer = await make(js, stream=stream)
-    source: Any = await js.ordered_consumer(stream) if ordered else consumer
-    batch = await source.fetch(2, expires=30)
-    task = asyncio.create_task(batch.collect())
-    try:
-        await wait_until(lambda: bool(pulls) or task.done(), timeout=10)
-        assert not task.done(), task
-        first = len(pulls)
-        await _send_status(nats_url, pulls[-1][0], status)
-        await wait_until(lambda: len(pulls) > first or task.done(), timeout=10)
-        assert not task.done(), task  # (it ended: empty, before the fix)
-        again = json.loads(pulls[-1][1])
-        assert again["batch"] == 2
-        assert 25e9 < again["expires"] <= 30e9  # the time left
-        await js.publish("cons.0", b"one")
-        await js.publish("cons.1", b"two")
-        msgs = await asyncio.wait_for(task, 10)
-        assert [m.data for m in msgs] == [b"one", b"two"]
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await batch.aclose()
-        await spy.close()
+    async with _pull_spy(nats_url, stream) as pulls:
+        consumer = await make(js, stream=stream)
+        source: Any = await js.ordered_consumer(stream) if ordered else consumer
+        batch = await source.fetch(2, expires=30)
+        task = asyncio.create_task(batch.collect())
+        try:
+            await wait_until(lambda: bool(pulls) or task.done(), timeout=10)
+            assert not task.done(), task
+            first = len(pulls)
+            await _send_status(nats_url, pulls[-1][0], status)
+            await wait_until(lambda: len(pulls) > first or task.done(), timeout=10)
+            assert not task.done(), task  # (it ended: empty, before the fix)
+            again = json.loads(pulls[-1][1])
+            assert again["batch"] == 2
+            assert 25e9 < again["expires"] <= 30e9  # the time left
+            await js.publish("cons.0", b"one")
+            await js.publish("cons.1", b"two")
+            msgs = await asyncio.wait_for(task, 10)
+            assert [m.data for m in msgs] == [b"one", b"two"]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await batch.aclose()
 
 
 async def test_bad_options(js: JetStreamContext) -> None:
