@@ -988,6 +988,14 @@ class PullEngine:
             reason = self._check_reason
             if reason is None and self.settings.no_wait and self.delivered == 0 and pending:
                 return self._single_lost(now, pending)
+            if isinstance(reason, NoRespondersError):
+                # The check found the consumer: "may be gone" would send the user looking
+                # for a deletion that did not happen.
+                reason = NoRespondersError(
+                    "no responders for the pull request (503), although the consumer "
+                    "exists: its leader may be changing, or nothing serves this account's "
+                    "pulls; retry the fetch"
+                )
             return self._finish(reason)
         reason = self._check_reason
         report = _NONE

@@ -930,6 +930,26 @@ def test_fetch_no_wait_dropped_pulls_again_once_then_raises() -> None:
     assert finishes(sim.status(K.NO_MESSAGES, S.SILENT, 3, 0)) == [Finish(None)]
 
 
+@pytest.mark.parametrize("no_wait", [True, False])
+def test_fetch_answered_503_while_the_consumer_exists_does_not_say_it_may_be_gone(
+    no_wait: bool,
+) -> None:
+    """A 503 to a fetch whose check then finds the consumer: the error says it exists."""
+    sim = Sim(resolve_fetch(max_messages=3, no_wait=no_wait, expires=5.0))
+    sim.start()
+    assert checks(sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, error=no_responders()))
+    (fin,) = finishes(sim.checked(CheckResult.EXISTS, None, 7))
+    assert isinstance(fin.error, NoRespondersError)
+    assert "may be gone" not in str(fin.error)
+    assert "although the consumer exists" in str(fin.error)
+    # Not found: the original reason stands.
+    sim = Sim(resolve_fetch(max_messages=3, no_wait=no_wait, expires=5.0))
+    sim.start()
+    sim.status(K.NO_RESPONDERS, S.CHECK_CONSUMER, error=no_responders())
+    (fin,) = finishes(sim.checked(CheckResult.MISSING, ConsumerNotFoundError(404, 10014, "x")))
+    assert isinstance(fin.error, ConsumerNotFoundError)
+
+
 @pytest.mark.parametrize("pending", [None, 0])
 def test_fetch_no_wait_unanswered_with_nothing_pending_ends_empty(pending: int | None) -> None:
     sim = Sim(resolve_fetch(max_messages=3, no_wait=True))
