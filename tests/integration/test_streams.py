@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from typing import Any
 
+import nats
 import pytest
 
 import aiojetstream
@@ -295,3 +297,47 @@ async def test_stream_update_timeout_bounds_the_whole_call(
         finally:
             proxy.delay = 0.0
             await slow.close()
+
+
+async def test_configs_with_offset_times_made_by_another_client_round_trip(
+    js: JetStreamContext, nats_url: str
+) -> None:
+    """nats.go sends a time in its own zone ("+01:00"); nats-server compares configs with
+    the times' zones (a mirror on update, an idempotent create): sent back in UTC they
+    were refused (10055 "mirror configuration can not be updated", 10058, 10148)."""
+    origin, mirror, consumer = unique_name("OFS_O"), unique_name("OFS_M"), unique_name("ofs")
+    await js.create_stream(StreamConfig(name=origin, subjects=[f"{origin}.>"]))
+    start = "2020-01-01T01:00:00+01:00"
+    nc = await nats.connect(nats_url)
+    try:
+        for subject, body in (
+            (
+                f"$JS.API.STREAM.CREATE.{mirror}",
+                {"name": mirror, "mirror": {"name": origin, "opt_start_time": start}},
+            ),
+            (
+                f"$JS.API.CONSUMER.CREATE.{origin}.{consumer}",
+                {
+                    "stream_name": origin,
+                    "config": {
+                        "durable_name": consumer,
+                        "deliver_policy": "by_start_time",
+                        "opt_start_time": start,
+                        "ack_policy": "explicit",
+                    },
+                },
+            ),
+        ):
+            reply = json.loads((await nc.request(subject, json.dumps(body).encode(), 5)).data)
+            assert "error" not in reply, reply
+    finally:
+        await nc.close()
+    stream = await js.stream(mirror)
+    config = stream.cached_info.config
+    assert config.mirror is not None
+    updated = await js.update_stream(config.model_copy(update={"description": "changed"}))
+    assert updated.cached_info.config.description == "changed"
+    await js.create_stream(updated.cached_info.config)  # the same config again: accepted
+    got = await js.consumer(origin, consumer)
+    same = await js.create_consumer(origin, got.cached_info.config)
+    assert same.cached_info.config.opt_start_time == got.cached_info.config.opt_start_time

@@ -223,6 +223,34 @@ def test_parse_go_timestamps() -> None:
     assert format_timestamp(offset) == "2026-11-21T06:24:41.000000001Z"
 
 
+def test_config_times_read_with_an_offset_are_sent_back_with_it() -> None:
+    """nats-server compares configs with their times' zones: what came is what goes back."""
+    wire = {
+        "opt_start_time": "2020-01-01T01:00:00.000000001+01:00",
+        "deliver_policy": "by_start_time",
+    }
+    cfg = ConsumerConfig.model_validate(wire)
+    assert cfg.opt_start_time == datetime(2020, 1, 1, 0, 0, tzinfo=UTC)  # the same instant
+    assert to_wire(cfg)["opt_start_time"] == "2020-01-01T01:00:00.000000001+01:00"
+    moved = cfg.model_copy(update={"opt_start_time": cfg.opt_start_time + timedelta(hours=1)})
+    assert to_wire(moved)["opt_start_time"] == "2020-01-01T02:00:00+01:00"  # (arithmetic: µs)
+    west = ConsumerConfig(opt_start_time="2020-01-01T01:00:00-05:30").opt_start_time
+    assert west is not None
+    assert format_timestamp(west, keep_offset=True) == "2020-01-01T01:00:00-05:30"
+    # The plain parse and format stay in UTC; a user's own zone is sent in UTC.
+    assert format_timestamp(west) == "2020-01-01T06:30:00Z"
+    assert parse_timestamp("2020-01-01T01:00:00+01:00").tzinfo is UTC
+    own = datetime(2020, 1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+    assert format_timestamp(own, keep_offset=True) == "2020-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("bad", ["+24:00", "-99:00", "+01:60"])
+def test_parse_timestamps_with_offsets_out_of_range(bad: str) -> None:
+    for keep in (False, True):
+        with pytest.raises(ValueError, match="invalid timestamp"):
+            parse_timestamp("2020-01-01T01:00:00" + bad, keep_offset=keep)
+
+
 @pytest.mark.parametrize(
     "bad", ["2026-11-21", "2026-11-21T06:24:41", "2026-11-21T06:24:41.1234567890Z", "junk"]
 )

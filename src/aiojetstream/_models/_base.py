@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Annotated, Any, ClassVar, Final, TypeVar
 
 from pydantic import (
@@ -362,11 +362,18 @@ def parse_utc_timestamp(value: str, fraction: str | None) -> datetime | None:
     return moment
 
 
-def parse_timestamp(value: str) -> datetime:
-    """Parse an RFC 3339 timestamp with up to nine fractional digits into an aware UTC ``datetime``.
+#: The fixed zones of timestamps read with their offset (see parse_timestamp), by offset.
+_WIRE_ZONES: dict[timedelta, timezone] = {}
 
-    Handles Go's zero time (``0001-01-01T00:00:00Z``). Returns a
-    :class:`NanoDatetime` when the value has a non-zero sub-microsecond part.
+
+def parse_timestamp(value: str, *, keep_offset: bool = False) -> datetime:
+    """Parse an RFC 3339 timestamp with up to nine fractional digits into an aware ``datetime``.
+
+    In UTC, or with ``keep_offset`` in the text's own non-zero offset (a fixed
+    zone that :func:`format_timestamp` with ``keep_offset`` writes back as it
+    was). Handles Go's zero time (``0001-01-01T00:00:00Z``).
+    Returns a :class:`NanoDatetime` when the value has a non-zero
+    sub-microsecond part.
 
     Raises:
         ValueError: when ``value`` is not RFC 3339.
@@ -390,11 +397,26 @@ def parse_timestamp(value: str) -> datetime:
     offset = timedelta(0)
     if zone not in ("Z", "z"):
         sign = -1 if zone[0] == "-" else 1
-        offset = sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+        hours, minutes = int(zone[1:3]), int(zone[4:6])
+        if hours > 23 or minutes > 59:
+            raise ValueError(f"invalid timestamp {value!r}: offset out of range")
+        offset = sign * timedelta(hours=hours, minutes=minutes)
     try:
         moment = datetime(year, month, day, hour, minute, second, us, tzinfo=UTC) - offset
     except (ValueError, OverflowError) as exc:
         raise ValueError(f"invalid timestamp {value!r}: {exc}") from None
+    if keep_offset and offset:
+        # In range in UTC (checked above), so in its own offset too. nats-server compares
+        # configs with their times' zones (a mirror's opt_start_time on update, an
+        # idempotent create): sent back in UTC, one from nats.go with "+01:00" was refused.
+        zone_info = _WIRE_ZONES.get(offset)
+        if zone_info is None:
+            zone_info = _WIRE_ZONES[offset] = timezone(offset)  # at most 2,880 of them
+        if ns:
+            return NanoDatetime(
+                year, month, day, hour, minute, second, us, zone_info, nanosecond=ns
+            )
+        return datetime(year, month, day, hour, minute, second, us, tzinfo=zone_info)
     if ns:
         return NanoDatetime(
             moment.year,
@@ -410,11 +432,14 @@ def parse_timestamp(value: str) -> datetime:
     return moment
 
 
-def format_timestamp(value: datetime) -> str:
-    """Format an aware ``datetime`` the way Go marshals ``time.Time`` (RFC 3339, UTC, ``Z``).
+def format_timestamp(value: datetime, *, keep_offset: bool = False) -> str:
+    """Format an aware ``datetime`` the way Go marshals ``time.Time`` (RFC 3339).
 
-    The fraction has up to nine digits with trailing zeros removed (none at all
-    when zero), so server timestamps are reproduced byte for byte.
+    In UTC (``Z``); with ``keep_offset``, a time :func:`parse_timestamp` read
+    with its offset (``keep_offset``) is written in that offset (``+01:00``),
+    as Go writes a time in a fixed zone: a config read from the server goes
+    back as it came. The fraction has up to nine digits with trailing zeros removed
+    (none at all when zero), so server timestamps are reproduced byte for byte.
 
     Raises:
         ValueError: for a naive ``datetime``.
@@ -423,8 +448,15 @@ def format_timestamp(value: datetime) -> str:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("a timestamp must be timezone-aware")
     ns = value.nanosecond if isinstance(value, NanoDatetime) else 0
-    if value.utcoffset():
-        value = value.astimezone(UTC)
+    zone = "Z"
+    offset = value.utcoffset()
+    if offset:
+        minutes, rest = divmod(offset, timedelta(minutes=1))
+        if keep_offset and not rest and value.tzinfo is _WIRE_ZONES.get(offset):
+            sign = "-" if minutes < 0 else "+"
+            zone = f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+        else:
+            value = value.astimezone(UTC)
     frac = value.microsecond * _NS_PER_US + ns
     text = (
         f"{value.year:04d}-{value.month:02d}-{value.day:02d}"
@@ -432,12 +464,12 @@ def format_timestamp(value: datetime) -> str:
     )
     if frac:
         text += "." + f"{frac:09d}".rstrip("0")
-    return text + "Z"
+    return text + zone
 
 
 def _validate_timestamp(value: Any, info: ValidationInfo) -> Any:
     if isinstance(value, str):
-        return parse_timestamp(value)
+        return parse_timestamp(value, keep_offset=True)
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError(
@@ -452,7 +484,7 @@ def _validate_timestamp(value: Any, info: ValidationInfo) -> Any:
 
 
 def _serialize_timestamp(value: datetime) -> str:
-    return format_timestamp(value)
+    return format_timestamp(value, keep_offset=True)
 
 
 Timestamp = Annotated[
