@@ -23,6 +23,7 @@ from ._errors import (
     ConnectionClosedError,
     InvalidOptionError,
     MessageNotFoundError,
+    StreamConfigError,
     StreamNotFoundError,
 )
 from ._models import (
@@ -342,9 +343,13 @@ class JetStreamContext:
         self, template: str, to_send: StreamConfig, pedantic: bool, left: _api.Left
     ) -> Stream:
         body = T.request_body(self._stream_body(to_send), pedantic=pedantic)
-        info = await self._api.call_model(
-            template, StreamInfo, body, timeout=left(), stream=to_send.name
-        )
+        try:
+            info = await self._api.call_model(
+                template, StreamInfo, body, timeout=left(), stream=to_send.name
+            )
+        except StreamConfigError as exc:
+            T.note_deny_purge_refusal(exc, to_send, pedantic=pedantic)
+            raise
         from ._stream import Stream
 
         return Stream(self._api, info)

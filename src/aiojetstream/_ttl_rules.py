@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from ._bounds import shown
 from ._duration import text_ns
-from ._errors import FeatureNotSupportedError, InvalidStreamConfigError
+from ._errors import FeatureNotSupportedError, InvalidStreamConfigError, StreamConfigError
 from ._models import StreamConfig
 from ._models._ranges import check_from_now
 
@@ -148,6 +148,25 @@ def apply_ttl_defaults(config: StreamConfig, *, pedantic: bool = False) -> Strea
     if config.subject_delete_marker_ttl is not None and not config.allow_msg_ttl:
         update["allow_msg_ttl"] = True
     return config.model_copy(update=update) if update else config
+
+
+def note_deny_purge_refusal(
+    error: StreamConfigError, sent: StreamConfig, *, pedantic: bool = False
+) -> None:
+    """Say what to do when the server refused the ``deny_purge=False`` this module sent.
+
+    nats-server never lets ``deny_purge`` be turned off (10052 "can not cancel
+    deny purge"); a TTL stream made by another client with ``deny_purge=True``
+    is then updated with ``pedantic=True``, which sends the config as it is.
+    """
+    if pedantic or sent.deny_purge or "deny purge" not in error.description.lower():
+        return
+    if uses_ttl_settings(sent):
+        error.add_note(
+            "aiojetstream sent deny_purge=False, as ADR-43 asks of a stream with message "
+            "TTLs, and the stream has deny_purge=True, which nats-server never turns off: "
+            "update it with pedantic=True to send the config as it is"
+        )
 
 
 def may_disable_msg_ttl(config: StreamConfig) -> bool:

@@ -160,6 +160,26 @@ async def test_pedantic_sends_the_config_unchanged(js: JetStreamContext, api: Ap
     assert updated.cached_info.config.deny_purge is True
 
 
+async def test_updating_a_deny_purge_ttl_stream_says_to_use_pedantic(
+    js: JetStreamContext,
+) -> None:
+    """A TTL stream with deny_purge (made pedantically, or by another client): the update
+    the client fills in for ADR-43 (deny_purge=False) is refused by nats-server, which
+    never turns deny_purge off; the error says what to do."""
+    name = unique_name("PEDU")
+    cfg = StreamConfig(
+        name=name, subjects=[f"{name}.>"], storage=MEM, allow_msg_ttl=True, deny_purge=True
+    )
+    stored = (await js.create_stream(cfg, pedantic=True)).cached_info.config
+    with pytest.raises(StreamConfigError) as info:
+        await js.update_stream(stored.model_copy(update={"description": "d"}))
+    assert info.value.err_code == 10052
+    assert "pedantic=True" in "\n".join(getattr(info.value, "__notes__", []))
+    for call in (js.update_stream, js.create_or_update_stream):
+        done = await call(stored.model_copy(update={"description": "e"}), pedantic=True)
+        assert done.cached_info.config.deny_purge is True
+
+
 async def test_pedantic_marker_ttl_without_rollups_is_a_stream_config_error(
     js: JetStreamContext,
 ) -> None:
