@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from . import _admin as A
 from . import _api
 from . import _consumer as C
 from . import _direct as D
@@ -26,6 +27,7 @@ from ._errors import (
 from ._models import (
     ConsumerConfig,
     ConsumerInfo,
+    ConsumerPauseResponse,
     OrderedConsumerConfig,
     RawStreamMessage,
     StreamInfo,
@@ -502,6 +504,24 @@ class Stream:
         """Delete a consumer of this stream."""
         timeout = check_timeout(timeout)
         await C.delete_consumer(self._api, self._name, name, timeout)
+
+    async def pause_consumer(
+        self,
+        name: str,
+        until: datetime | timedelta | float | str,
+        *,
+        timeout: float | timedelta | str | None = None,
+    ) -> ConsumerPauseResponse:
+        """Pause a consumer of this stream until ``until`` (see :meth:`Consumer.pause`)."""
+        timeout = check_timeout(timeout)
+        return await A.pause(self._api, self._name, name, until, timeout)
+
+    async def resume_consumer(
+        self, name: str, *, timeout: float | timedelta | str | None = None
+    ) -> ConsumerPauseResponse:
+        """Resume a paused consumer of this stream (see :meth:`Consumer.resume`)."""
+        timeout = check_timeout(timeout)
+        return await A.resume(self._api, self._name, name, timeout)
 
     async def ordered_consumer(
         self, config: OrderedConsumerConfig | None = None

@@ -98,6 +98,14 @@ async def test_pause_blocks_pulls_and_resume_releases(js: JetStreamContext) -> N
     again = await js.pause_consumer(stream, "c", timedelta(seconds=30))
     assert again.paused is True
     assert (await consumer.resume()).paused is False
+    # And through the stream's handle (the context's consumer calls without the stream).
+    handle = await js.stream(stream)
+    by_stream = await handle.pause_consumer("c", "30s")
+    assert by_stream.paused is True
+    assert (await consumer.info()).paused is True
+    assert (await handle.resume_consumer("c")).paused is False
+    with pytest.raises(ConsumerNotFoundError):
+        await handle.pause_consumer("nobody", timedelta(seconds=5))
 
 
 async def test_pause_errors(js: JetStreamContext) -> None:
