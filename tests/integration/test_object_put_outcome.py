@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import aiojetstream
 from aiojetstream import (
     DigestMismatchError,
     DuplicateMsgIdInProcessError,
@@ -22,7 +23,9 @@ from aiojetstream import (
     ObjectStoreConfig,
     PubAck,
 )
+from aiojetstream.testing import NatsServer
 from helpers import recorded_publish, unique_name, wait_until
+from proxy import DroppingProxy
 
 OLD = b"previous good version"
 
@@ -279,3 +282,54 @@ async def test_put_cancelled_while_a_chunk_is_in_flight_leaves_no_chunks(
             left.append(i)
             await store.stream.purge()
     assert not left, f"chunks left behind by the cancelled puts {left}"
+
+
+async def test_replaced_versions_chunks_are_purged_when_the_purge_is_lost(
+    nats_server: NatsServer,
+) -> None:
+    """The purge of the replaced version's chunks got no reply: it is made again (once it
+    was only logged, and the old chunks stayed in the bucket for good). A put cancelled
+    while that purge is on its way has stored its object: the purge still completes."""
+    async with DroppingProxy(nats_server.port) as proxy:
+        client = await aiojetstream.connect(proxy.url)
+        try:
+            store = await new_store(client)
+            for round_ in ("awaited", "cancelled"):
+                name = f"obj-{round_}"
+                old = (await store.put(name, os.urandom(3000), chunk_size=1000)).nuid
+                proxy.drop(f"$JS.API.STREAM.PURGE.{store.stream.name}")
+                new = os.urandom(2000)
+                put = asyncio.ensure_future(store.put(name, new, chunk_size=1000, timeout=1))
+                if round_ == "cancelled":
+                    await wait_until(lambda: bool(proxy.dropped), 10, message="purge not sent")
+                    put.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await put
+                else:
+                    await put
+                    assert len(proxy.dropped) == 1  # the first purge was lost
+                proxy.dropped.clear()
+                info = await store.info(name)
+                assert await store.get_bytes(name) == new
+
+                async def only_new(nuid: str | None = info.nuid, old: str | None = old) -> bool:
+                    left = await chunk_subjects(store)
+                    prefix = f"$O.{store.bucket}.C."
+                    return left.get(prefix + str(nuid)) == 2 and prefix + str(old) not in left
+
+                await wait_until(only_new, 10, message=f"{round_}: old chunks left behind")
+        finally:
+            await client.close()
+
+
+async def test_put_reads_an_async_file_like_object(js: JetStreamContext) -> None:
+    """An asyncio.StreamReader (a subprocess's stdout, a socket) has an async read(): it
+    was called in a thread, and the put failed on the coroutine it returned."""
+    store = await new_store(js)
+    data = os.urandom(5000)
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    info = await store.put("from-reader", reader, chunk_size=1000)
+    assert (info.size, info.chunks) == (5000, 5)
+    assert await store.get_bytes("from-reader") == data

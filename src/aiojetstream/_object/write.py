@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import io
 import logging
 from collections import deque
@@ -102,10 +103,19 @@ def _is_bytes(piece: object) -> bool:
 
 
 async def _file_pieces(f: Any, size: int) -> AsyncIterator[bytes]:
-    # A file in memory is read in place; a real file in a thread (reads block).
+    # A file in memory is read in place; a real file in a thread (reads block); an
+    # async one (asyncio.StreamReader, aiofiles) awaited here.
     in_memory = isinstance(f, io.BytesIO)
+    is_async = inspect.iscoroutinefunction(f.read)
     while True:
-        piece = f.read(size) if in_memory else await asyncio.to_thread(f.read, size)
+        if is_async:
+            piece = await f.read(size)
+        elif in_memory:
+            piece = f.read(size)
+        else:
+            piece = await asyncio.to_thread(f.read, size)
+            if inspect.isawaitable(piece):  # a read that returns an awaitable
+                piece = await piece
         if piece is None:
             raise InvalidOptionError(
                 "the file returned no data (non-blocking files are not supported)"
@@ -581,19 +591,42 @@ class ObjectWriter:
             conn.remove_listener(listener)
 
     async def _purge_replaced(self, name: str, nuid: str | None, timeout: float | None) -> None:
-        """Purge a replaced version's chunks (the put itself succeeded)."""
+        """Purge a replaced version's chunks (the put itself succeeded).
+
+        Waits out a reconnect and retries, as a failed put's purge does (one try
+        left them in the bucket for good, counting against ``max_bytes``, when
+        its request was lost); a put cancelled now has stored its object, so the
+        purge goes on in a task of its own.
+        """
         assert nuid is not None
         subject = self._chunk_subject(nuid)
-        try:
-            await self._stream.purge(subject=subject, timeout=timeout)
-        except JetStreamError as exc:
-            # Not a failure of the put: the new version is stored and complete.
-            logger.warning(
-                "object %r was replaced but the old chunks on %s could not be purged: %s",
-                name,
-                subject,
-                exc,
-            )
+        wait = self._wait(timeout)
+
+        async def attempt(left: float) -> None:
+            await self._stream.purge(subject=subject, timeout=left)
+
+        async def purge() -> None:
+            try:
+                await self._when_connected(attempt, wait)
+            except JetStreamError as exc:
+                # Not a failure of the put: the new version is stored and complete.
+                logger.warning(
+                    "object %r was replaced but the old chunks could not be purged (%s): "
+                    "purge subject %s of stream %s",
+                    name,
+                    exc,
+                    subject,
+                    self._stream.name,
+                )
+
+        task = asyncio.get_running_loop().create_task(purge())
+        _REPLACED_PURGES.add(task)
+        task.add_done_callback(_REPLACED_PURGES.discard)
+        await asyncio.shield(task)
+
+
+#: Purges of replaced versions running (kept referenced until done; see _purge_replaced).
+_REPLACED_PURGES: set[asyncio.Task[None]] = set()
 
 
 class _Reconnected:
