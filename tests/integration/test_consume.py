@@ -426,6 +426,45 @@ async def test_messages_shared_by_a_pool_of_tasks(js: JetStreamContext) -> None:
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
 
 
+async def test_a_pool_on_messages_whose_first_start_is_cancelled_still_reads(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Iterated without ``async with`` by a pool: the first reader starts it, the others
+    wait for messages; that start cancelled (a timeout around the first read), nothing
+    pulled and the other readers waited for ever."""
+    consumer = await make(js, 0)
+    await _publish(consumer, js, 3)
+    it = consumer.messages()
+    got: list[bytes] = []
+    conn_type = type(js._conn)
+    subscribe = conn_type.subscribe_raw
+
+    async def suspending_subscribe(*args: Any, **kwargs: Any) -> Any:
+        # The start's subscription may wait (today's does not on a connected client):
+        # the cancellation lands there, before the first pull is sent.
+        await asyncio.sleep(0)
+        return await subscribe(*args, **kwargs)
+
+    monkeypatch.setattr(conn_type, "subscribe_raw", suspending_subscribe)
+
+    async def worker() -> None:
+        async for msg in it:
+            got.append(msg.data)
+            await msg.ack()
+
+    tasks = [asyncio.create_task(worker()) for _ in range(3)]
+    try:
+        await asyncio.sleep(0)  # every worker in its first __anext__; the first starting
+        tasks[0].cancel()
+        await wait_until(lambda: len(got) == 3, timeout=10, message="the pool never read")
+        assert sorted(got) == [b"0", b"1", b"2"]
+        assert tasks[0].cancelled()
+    finally:
+        it.stop()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+        await it.aclose()
+
+
 async def test_a_terminal_error_reaches_every_task_sharing_messages(
     js: JetStreamContext,
 ) -> None:

@@ -158,18 +158,28 @@ class MessagesContext:
     def __init__(self, driver: MessageSource) -> None:
         self._driver = driver
         self._started = False
+        #: Set while a start is under way: readers arriving meanwhile wait for it.
+        self._starting: asyncio.Future[None] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
     async def _ensure_started(self) -> None:
-        if not self._started:
-            self._started = True
+        while not self._started:
+            starting = self._starting
+            if starting is not None:
+                # Another reader (a pool of tasks on one iterator) is starting it: wait,
+                # then look again (its start may have been cancelled or have failed:
+                # then this reader starts it; waiting for messages instead hung).
+                await asyncio.shield(starting)
+                continue
+            starting = self._starting = asyncio.get_running_loop().create_future()
             try:
                 await self._driver.start()
-            except BaseException:
+                self._started = True
+            finally:
                 # Cancelled (a timeout on the first anext) or failed: the next call
                 # starts again (it waited for messages from a pull never sent).
-                self._started = False
-                raise
+                self._starting = None
+                starting.set_result(None)
 
     async def __aenter__(self) -> MessagesContext:
         await self._ensure_started()
