@@ -7,8 +7,8 @@ that by scanning the source). The other modules of ``_conn`` use nats-py's
 public API, and the names re-exported here (:data:`NatsClient`,
 :data:`nats_errors`, ...), only; what they need beyond it is a function of
 this module: a hook (``_process_info``, ``_process_connect_init``,
-``_process_op_err``, the state callbacks, ``_process_msg`` and the
-parser's ``parse``), the outgoing
+``_process_op_err``, ``_process_err``, the state callbacks, ``_process_msg``
+and the parser's ``parse``), the outgoing
 buffer (:func:`enqueue`, :func:`write_pending`, :func:`ack_nowait`), the
 transports (:func:`abort_transport`, :func:`bound_close_waits`), and
 :func:`fast_path_missing`, the check that all of it has the shape relied on.
@@ -24,7 +24,10 @@ its ``parse``, ``nc``, ``buf``, ``state``, ``needed``, ``header_needed``,
 ``Subscription._id``; for reading where the socket delivers, also
 ``nats.aio.client.DEFAULT_BUFFER_SIZE`` (what the read loop asks for) and
 ``TcpTransport._io_writer`` (its asyncio transport), without which the read
-loop parses everything.
+loop parses everything; for an ``-ERR`` line read as sent, the parser module's
+``ERR_RE`` (without it nats-py's parser reads it, lowercased). On the
+fallback, a refused request inbox is renewed through ``_resp_sub_prefix`` and
+``_subs`` (looked up defensively: without them it is not renewed).
 
 It also holds :class:`Router`, the half of the fast-path router that hooks
 nats-py's parser and drives the scan from its read buffer (the scan itself,
@@ -874,6 +877,10 @@ def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
     nc._process_connect_init = connect_init  # type: ignore[method-assign]
 
 
+#: The clients whose permissions violations are routed (see guard_permission_errors).
+_VIOLATIONS_GUARDED: weakref.WeakSet[NatsClient] = weakref.WeakSet()
+
+
 def guard_permission_errors(nc: NatsClient, on_violation: Callable[[str, bool], object]) -> None:
     """Hand each permissions violation to ``on_violation(text, exact)`` first (once per client).
 
@@ -884,8 +891,9 @@ def guard_permission_errors(nc: NatsClient, on_violation: Callable[[str, bool], 
     nats-py's parser (the router hands it on, see :func:`_process_err`).
     """
     original: Callable[[str], Awaitable[None]] | None = getattr(nc, "_process_err", None)
-    if original is None or getattr(original, "_aiojetstream_violations", False):
+    if original is None or nc in _VIOLATIONS_GUARDED:
         return  # another nats-py (its own handling), or guarded already
+    _VIOLATIONS_GUARDED.add(nc)
 
     async def process_err(err_msg: str) -> None:
         if _PERMISSIONS_ERR in err_msg:
@@ -897,7 +905,6 @@ def guard_permission_errors(nc: NatsClient, on_violation: Callable[[str, bool], 
                 logger.exception("handling %r failed", err_msg)
         await original(err_msg)
 
-    process_err._aiojetstream_violations = True  # type: ignore[attr-defined]
     nc._process_err = process_err  # type: ignore[method-assign]
 
 
@@ -967,8 +974,11 @@ class Router(Scanner):
     on), and, when nats-py's parser has the expected shape, its ``parse``
     method: the MSG / HMSG lines of routed subscriptions are then parsed here,
     straight from the read buffer and without a coroutine per message, while
-    any other protocol line (PING, PONG, INFO, -ERR, ...) and everything after
-    it in the same read goes to nats-py's parser unchanged.
+    any other protocol line (INFO, odd lines, ...) and everything after it in
+    the same read goes to nats-py's parser unchanged. PING, PONG and ``-ERR``
+    lines are handed to nats-py's client as its parser hands them on, an
+    ``-ERR``'s text kept as sent for :func:`guard_permission_errors` (see
+    :func:`_process_err`).
 
     With the parser hooked, the router also stands in front of the
     connection's asyncio protocol (:class:`~._reads.DirectReads`, over nats-py's TCP
