@@ -186,7 +186,7 @@ async def test_refused_publishes_fail_one_each_among_stored_ones(
 
 
 async def test_the_oldest_request_to_the_refused_subject_fails_and_its_case_counts(
-    server: NatsServer,
+    server: NatsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Subjects are case-sensitive: a refused ``svc.case`` is not the ``svc.Case`` waiting.
 
@@ -194,6 +194,7 @@ async def test_the_oldest_request_to_the_refused_subject_fails_and_its_case_coun
     sent, so the request to the refused subject fails, not an older one whose
     subject differs in case only (fast path).
     """
+    monkeypatch.setenv(_conn.FAST_PATH_ENV, "1")  # (make test-fallback sets it to 0)
     admin = await aiojetstream.connect(_as(server, "admin"))
     violations = Violations()
     js = await _connect(server, "app", violations)
