@@ -141,18 +141,15 @@ class Requests:
                 return
             prefix = (nc.new_inbox() + ".").encode()
             inbox = prefix.decode() + "*"
+            with translate():
+                sub = await nc.subscribe(inbox, pending_msgs_limit=0, pending_bytes_limit=0)
+            router_for(nc).internal[subscription_id(sub)] = self.on_reply
+            # The server's refusals (a round trip away: nats-py's subscribe only queued
+            # the SUB, without yielding to the read loop).
             found = watches(nc)
             found.publishes.setdefault(self, self.publish_refused)
-            # Watched before the SUB goes out: the server's refusal may come first.
-            found.subscriptions[inbox] = functools.partial(self.inbox_refused, weakref.ref(nc))
-            try:
-                with translate():
-                    sub = await nc.subscribe(inbox, pending_msgs_limit=0, pending_bytes_limit=0)
-            except BaseException:
-                found.subscriptions.pop(inbox, None)
-                raise
-            router_for(nc).internal[subscription_id(sub)] = self.on_reply
             found.subscriptions.pop(self.inbox, None)
+            found.subscriptions[inbox] = functools.partial(self.inbox_refused, weakref.ref(nc))
             self.sub = weakref.ref(sub)
             self.inbox = inbox
             self.prefix = prefix
