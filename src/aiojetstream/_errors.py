@@ -78,6 +78,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     ├── DisconnectedError                                the connection dropped while waiting
     ├── TLSError                                         TLS refused or failed (never plaintext)
     ├── AuthorizationError                               the server refused the credentials
+    │   └── PermissionViolationError                     a publish or SUB the permissions deny
     ├── InvalidResponseError                             the server sent something unparsable
     ├── DirectBatchGapError                              a batch direct get lost a reply
     ├── BatchClosedError                                 the atomic batch was committed or discarded
@@ -181,6 +182,7 @@ __all__ = [
     "ObjectStoreError",
     "OrderedConsumerResetError",
     "PayloadValidationError",
+    "PermissionViolationError",
     "PinIdMismatchError",
     "PriorityGroupConfigError",
     "PriorityGroupError",
@@ -698,6 +700,72 @@ class AuthorizationError(JetStreamError):
     ``connect`` tries each server at most twice, 250 ms apart, then raises
     this instead of :class:`ConnectionClosedError`; it never retries on its own.
     """
+
+
+class PermissionViolationError(AuthorizationError):
+    """The server refused a publish or a subscription: the user's permissions deny it.
+
+    nats-server answers such a publish or SUB with an asynchronous ``-ERR
+    'Permissions Violation for Publish to "..."'`` (or ``... for Subscription
+    to "..."``) and keeps the connection open; the connection's error
+    callback gets it as before. The call that caused it raises this error at
+    once instead of waiting for its timeout: a request or an acknowledged
+    publish to that subject, a ``publish_async`` future, a ``fetch`` /
+    ``next``; ``messages()`` / ``consume()`` report it to their error handler
+    (a refused subscription of their inbox ends them with it).
+
+    Attributes:
+        operation: ``"publish"`` or ``"subscription"``.
+        subject: The subject the server refused.
+        queue: The queue group of a refused subscription, else None.
+        inbox: True when the refused subscription is one of the client's own
+            reply inboxes (whose prefix is the connection's ``inbox_prefix``).
+
+    """
+
+    def __init__(
+        self,
+        operation: str,
+        subject: str,
+        queue: str | None = None,
+        *,
+        inbox: bool = False,
+        context: str = "",
+    ) -> None:
+        self.operation = operation
+        self.subject = subject
+        self.queue = queue
+        self.inbox = inbox
+        self._context = context
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        if self.operation == "publish":
+            text = (
+                f"permissions violation: the server refused a publish to {self.subject!r}; "
+                "the user's permissions must allow publishing to it (its 'publish' allow list)"
+            )
+        else:
+            group = f" in queue group {self.queue!r}" if self.queue is not None else ""
+            text = (
+                f"permissions violation: the server refused a subscription to "
+                f"{self.subject!r}{group}; the user's permissions must allow subscribing "
+                "to it (its 'subscribe' allow list)"
+            )
+            if self.inbox:
+                text += (
+                    ". It is one of the client's inboxes (replies and pulled messages come "
+                    "to them): allow subscribing to the inbox prefix ('_INBOX.>' by default), "
+                    "or connect with an inbox_prefix the user may subscribe to "
+                    "(connect(..., inbox_prefix=...); the CLI's --inbox-prefix)"
+                )
+        return f"{self._context}: {text}" if self._context else text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            partial(type(self), inbox=self.inbox, context=self._context),
+            (self.operation, self.subject, self.queue),
+        )
 
 
 class InvalidResponseError(JetStreamError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._api import ApiClient
-from ._errors import FeatureNotSupportedError, JetStreamTimeoutError
+from ._errors import FeatureNotSupportedError, JetStreamTimeoutError, PermissionViolationError
 from ._models import ConsumerConfig, PriorityPolicy, StreamConfig
 from ._validation import check_timeout
 
@@ -80,18 +80,27 @@ async def require(api: ApiClient, feature: Feature, timeout: float | None = None
 
     A user allowed to publish and read but not to ask for account info (a
     common least-privilege set-up: ``$JS.API.INFO`` denied) gets no reply to
-    it, only nats-py's asynchronous permissions error. So the level is asked
-    for at most ``LEVEL_PROBE`` seconds (within the call's ``timeout``); when
-    no answer comes, the check is left to the server, for this call and every
-    later one of the context (as the Go and JavaScript clients leave it), and
-    the call goes on with the rest of its time. Administrative calls (stream
-    and consumer create or update) keep the strict check.
+    it: the server refuses the request (:class:`PermissionViolationError`,
+    at once), or, where the refusal does not reach the request, it times out.
+    So the level is asked for at most ``LEVEL_PROBE`` seconds (within the
+    call's ``timeout``); refused or unanswered, the check is left to the
+    server, for this call and every later one of the context (as the Go and
+    JavaScript clients leave it), and the call goes on with the rest of its
+    time. Administrative calls (stream and consumer create or update) keep
+    the strict check.
     """
     if api.level is None and not api.level_unknown:
         allowed = check_timeout(timeout)
         probe = min(api.timeout if allowed is None else allowed, LEVEL_PROBE)
         try:
             await api.api_level(probe)
+        except PermissionViolationError:
+            api.level_unknown = True
+            logger.info(
+                "the user may not ask for the JetStream API level ($JS.API.INFO is denied): "
+                "%s is not checked before sending",
+                feature.name,
+            )
         except JetStreamTimeoutError:
             api.level_unknown = True
             logger.info(

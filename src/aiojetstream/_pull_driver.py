@@ -22,7 +22,7 @@ from typing import Any
 from . import _api
 from ._api import ApiClient
 from ._cleanup import wait_for_tasks
-from ._conn import RawSink, RawSubscription
+from ._conn import RawSink, RawSubscription, Violation
 from ._errors import (
     ConnectionClosedError,
     ConsumerDeletedError,
@@ -30,6 +30,7 @@ from ._errors import (
     DisconnectedError,
     InvalidResponseError,
     JetStreamError,
+    PermissionViolationError,
     StreamNotFoundError,
 )
 from ._message import Msg, PlainRun, total_size
@@ -180,9 +181,12 @@ class PullDriver:
         self._pinned = self.engine.pin is not None
         self._error_handler = error_handler
         self._acker = _Acker(api)
-        self._pull_subject = api.subject(
+        self._pull_subject_text = api.subject(
             _api.CONSUMER_MSG_NEXT, stream=stream, consumer=consumer
-        ).encode()
+        )
+        self._pull_subject = self._pull_subject_text.encode()
+        #: Pulls the server refused (permissions violations; see _pull_refused).
+        self._refused = 0
         self._inbox = b""
         self._sub: RawSubscription | None = None
         # Messages, and in column mode also runs of them (``_columns.Run``; see
@@ -247,6 +251,9 @@ class PullDriver:
         try:
             self._conn.add_listener(self)
             self._listening = True
+            # The server's permissions violations for the pulls and the inbox.
+            self._conn.watch_subscription(inbox, self._inbox_refused)
+            self._conn.watch_publishes(self, self._pull_refused)
             self._run(self.engine.start(self._loop.time()))
         except BaseException:
             # Nothing runs a failed start's clean-up later: unsubscribe, stop listening.
@@ -300,6 +307,7 @@ class PullDriver:
         if self._listening:
             self._listening = False
             self._conn.remove_listener(self)
+            self._conn.unwatch(self, self._inbox.decode())
         sub, self._sub = self._sub, None
         if sub is not None:
             sub.detach()
@@ -785,6 +793,34 @@ class PullDriver:
             self._settle()
             self.engine.discard_buffer()
         self._finish(self._conn.closed_error("the connection was closed"))
+
+    # permissions violations (see _conn._violations)
+    def _pull_refused(self, violation: Violation) -> bool:
+        """The server refused a publish: one of this run's pulls if none of them was yet.
+
+        Runs on one consumer share the pull subject; the server refuses each
+        pull with one ``-ERR``, in the order they were sent: the oldest run
+        with a pull not refused yet takes it.
+        """
+        if (
+            self.finished
+            or self._refused >= self.engine.pulls
+            or not violation.matches(self._pull_subject_text)
+        ):
+            return False
+        self._refused += 1
+        error = PermissionViolationError("publish", self._pull_subject_text)
+        self._settle()
+        self._run(self.engine.on_refused(error, False, self._now()))
+        return True
+
+    def _inbox_refused(self, violation: Violation) -> None:
+        """The server refused the inbox's subscription: nothing can arrive, the run ends."""
+        if self.finished:
+            return
+        error = PermissionViolationError("subscription", self._inbox.decode(), inbox=True)
+        self._settle()
+        self._run(self.engine.on_refused(error, True, self._now()))
 
     # ------------------------------------------------------------- commands
 

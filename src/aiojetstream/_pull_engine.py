@@ -9,7 +9,7 @@ events    start(now) | on_message(size) | on_consumed(size) | on_status(...)
           | on_messages(count) | on_consumed_many(count)
           | on_pin_id(pin_id) | on_timer(now) | on_disconnected(now) | on_reconnected(now)
           | on_consumer_checked(now, result, error, pending) | stop(drain, now)
-          | on_unsubscribed()
+          | on_unsubscribed() | on_refused(error, inbox, now)
 commands  SendPull(batch, max_bytes, expires, heartbeat, no_wait, pin_id) | ArmTimer(deadline)
           | CancelTimer() | Report(error) | CheckConsumer() | Unsubscribe() | Finish(error)
 
@@ -56,6 +56,10 @@ Invariants (checked by the hypothesis state machine in
   consumed;
 * a pull carries the pin id last recorded, none after a ``423``, and a ``423``
   never ends ``messages()`` / ``consume()``;
+* a pull the server refused (a permissions violation, ``on_refused``) ends a fetch
+  with its error; ``messages()`` / ``consume()`` report it and pull again no
+  sooner than a missed heartbeat would have been reported (2 x heartbeat); a
+  refused subscription of the inbox ends every run with its error;
 * a fetch pulls again only for a pull dropped before it delivered anything: one
   ended by ``409 Leadership Change`` / ``Server Shutdown`` (``fetch``: for the time
   left of its ``expires``; ``fetch_no_wait``: once), or a no-wait pull left
@@ -1036,6 +1040,38 @@ class PullEngine:
             return self._repull(now, productive=False) + self._next_timer()
         pull = self._pull()
         return ((pull,) if pull else _NONE) + self._next_timer()
+
+    def on_refused(self, error: JetStreamError, inbox: bool, now: float) -> Commands:
+        """The server refused a pull request, or (``inbox``) the inbox's subscription.
+
+        A permissions violation: the refused pull never reached the server
+        (nothing of it will come), and with a refused inbox nothing can come
+        at all. A refused inbox ends the run with ``error``, and so does a
+        refused pull of a fetch. ``messages()`` / ``consume()`` release the
+        pull (the last one sent: the server refuses a pull as it reads it),
+        report ``error`` and pull again after 2 x heartbeat (``expires``
+        without heartbeats), when a missed heartbeat would have been reported
+        for it: the consumption keeps the pace of a pull that went unanswered,
+        and goes on by itself once the user's permissions allow the pull.
+        """
+        if self.phase is Phase.DONE:
+            return _NONE
+        if inbox or self.settings.single:
+            self._release_all()
+            return self._finish(error)
+        if self.phase is Phase.DRAINING:
+            return _NONE  # every pull was written off already
+        self._release(*self._last_pull)
+        self._last_pull = (0, 0)
+        if self.phase is not Phase.RUNNING:
+            # Paused or checking: the reconnect or the check pulls again.
+            return (Report(error),)
+        s = self.settings
+        at = now + (2 * s.heartbeat if s.heartbeat > 0 else s.expires)
+        # Unproductive from now on: a consumption does not pull before the timer does.
+        self._repull_delay = max(self._repull_delay, REPULL_BACKOFF_FIRST)
+        self._pull_at = at if self._pull_at is None else max(self._pull_at, at)
+        return (Report(error), *self._next_timer())
 
     def stop(self, drain: bool, now: float) -> Commands:
         """The user stops: at once, or after consuming what is buffered (drain).

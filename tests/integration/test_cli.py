@@ -606,7 +606,8 @@ OWN_INBOXES_CONFIG: dict[str, Any] = {
 
 def test_inbox_prefix_for_a_user_allowed_its_own_inboxes_only() -> None:
     """``--inbox-prefix`` (or ``NATS_INBOX_PREFIX``, as the nats CLI): without it such a
-    user's replies never came (``_INBOX.>`` refused), every command timed out."""
+    user's replies never came (``_INBOX.>`` refused), every command timed out; now the
+    refused inbox fails the command at once, saying what to do."""
     with NatsServer(config=OWN_INBOXES_CONFIG) as server:
         alice = ("--user", "alice", "--password", "alice", "--timeout", "2")
         name = unique_name("OWN")
@@ -621,7 +622,10 @@ def test_inbox_prefix_for_a_user_allowed_its_own_inboxes_only() -> None:
         # Without it the replies go to _INBOX.>, which the server does not let alice read.
         refused = invoke(server.url, (*alice, "stream", "ls"), None, 1)
         assert "permissions violation for subscription to" in refused.stderr
-        assert "error: timed out" in refused.stderr
+        assert "error: permissions violation: the server refused a subscription to" in (
+            refused.stderr
+        )
+        assert "--inbox-prefix" in refused.stderr
         bad = invoke(server.url, (*alice, "--inbox-prefix", "_INBOX.*", "stream", "ls"), None, 1)
         assert "invalid inbox_prefix" in one_error_line(bad)
 

@@ -122,6 +122,7 @@ EXPECTED = [
     "OrderedConsumerResetError",
     "PayloadValidationError",
     "PeerInfo",
+    "PermissionViolationError",
     "PersistMode",
     "PinIdMismatchError",
     "Placement",

@@ -45,6 +45,7 @@ from aiojetstream._errors import (
     MessageTooLargeError,
     NoHeartbeatError,
     NoRespondersError,
+    PermissionViolationError,
     PinIdMismatchError,
 )
 from aiojetstream._priority import PinState
@@ -514,6 +515,100 @@ def test_warning_is_reported_once_and_releases_the_refused_pull() -> None:
     assert reports(out) == []  # same warning: reported once
     assert pulls(out) == []  # throttled
     assert sim.engine.outstanding_messages == 0
+
+
+def _refused() -> PermissionViolationError:
+    return PermissionViolationError("publish", "$JS.API.CONSUMER.MSG.NEXT.S.C")
+
+
+@pytest.mark.parametrize("no_wait", [False, True])
+def test_a_refused_pull_ends_a_fetch_with_its_error(no_wait: bool) -> None:
+    sim = Sim(resolve_fetch(max_messages=5, expires=30, no_wait=no_wait))
+    sim.start()
+    err = _refused()
+    out = sim.feed(sim.engine.on_refused(err, False, sim.now))
+    assert finishes(out) == [Finish(err)]
+    assert pulls(out) == []
+    assert sim.timer is None
+    assert sim.engine.outstanding_messages == 0
+    assert sim.engine.released == 5
+
+
+@pytest.mark.parametrize("heartbeat", [1.0, 5.0, 15.0])
+def test_a_refused_pull_of_a_consumption_is_reported_and_pulled_after_two_heartbeats(
+    heartbeat: float,
+) -> None:
+    """As a pull that went unanswered: reported, pulled again after 2 x heartbeat."""
+    sim = Sim(resolve_consume(max_messages=10, expires=30, heartbeat=heartbeat), now=100.0)
+    sim.start()
+    for _ in range(3):
+        refused_at = sim.now
+        err = _refused()
+        out = sim.feed(sim.engine.on_refused(err, False, sim.now))
+        assert reports(out) == [Report(err)]
+        assert pulls(out) == []
+        assert finishes(out) == []
+        assert sim.engine.outstanding_messages == 0  # the refused pull is released
+        # Nothing until then (no missed heartbeat either: nothing is outstanding).
+        before = sim.advance(2 * heartbeat - 0.01)
+        assert pulls(before) == []
+        assert reports(before) == []
+        assert checks(before) == []
+        (pull,) = pulls(sim.advance(0.02))
+        assert sim.now - refused_at == pytest.approx(2 * heartbeat, abs=0.02)
+        assert pull.batch == 10
+        assert not any(isinstance(r.error, NoHeartbeatError) for r in reports(sim.advance(0)))
+
+
+def test_a_consumption_does_not_pull_before_the_timer_after_a_refused_pull() -> None:
+    sim = Sim(resolve_consume(max_messages=10, threshold_messages=5, heartbeat=5, expires=30))
+    sim.start()
+    for _ in range(3):
+        sim.message()
+    sim.feed(sim.engine.on_refused(_refused(), False, sim.now))
+    for _ in range(3):
+        assert pulls(sim.consume()) == []  # the buffer is empty: the timer pulls
+    assert pulls(sim.advance(10.01))
+
+
+def test_a_refused_pull_while_checking_or_paused_is_reported_only() -> None:
+    sim = Sim(resolve_consume(max_messages=10, heartbeat=1, expires=30))
+    sim.start()
+    sim.feed(sim.engine.on_disconnected(sim.now))
+    out = sim.feed(sim.engine.on_refused(_refused(), False, sim.now))
+    assert [type(c) for c in out] == [Report]
+    out = sim.feed(sim.engine.on_reconnected(sim.now))
+    assert checks(out)
+    assert [type(c) for c in sim.feed(sim.engine.on_refused(_refused(), False, sim.now))] == [
+        Report
+    ]
+    assert pulls(sim.checked(CheckResult.EXISTS))  # the check pulls again
+
+
+def test_a_refused_pull_while_draining_changes_nothing() -> None:
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    sim.message()
+    sim.feed(sim.engine.stop(True, sim.now))
+    assert sim.feed(sim.engine.on_refused(_refused(), False, sim.now)) == ()
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_a_refused_inbox_ends_every_run(single: bool) -> None:
+    s = resolve_fetch(max_messages=5, expires=30) if single else resolve_consume(max_messages=5)
+    sim = Sim(s)
+    sim.start()
+    sim.message()
+    err = PermissionViolationError("subscription", "_INBOX.x", inbox=True)
+    out = sim.feed(sim.engine.on_refused(err, True, sim.now))
+    if single:
+        # (the fetch of one message had finished already with it)
+        assert out == () or finishes(out) == [Finish(err)]
+        return
+    assert finishes(out) == [Finish(err)]
+    assert sim.engine.outstanding_messages == 0
+    assert sim.engine.buffered_messages == 1  # still handed out before the error
+    assert sim.feed(sim.engine.on_refused(err, True, sim.now)) == ()
 
 
 def test_unknown_warnings_are_reported_once_per_code_and_bounded() -> None:
@@ -1501,6 +1596,10 @@ class PullEngineMachine(RuleBasedStateMachine):
         self.last_pinned_request: _Request | None = None  # the latest pull with a pin
         self.pins_lost = 0
         self.bad_pins: list[str] = []
+        # permissions violations (refuse_pull): the pull cadence after a refused pull
+        # (no pull before refused_until, unless something else happened meanwhile)
+        self.refused_until: float | None = None
+        self.bad_refusals: list[str] = []
 
     # ------------------------------------------------------------- plumbing
 
@@ -1634,6 +1733,16 @@ class PullEngineMachine(RuleBasedStateMachine):
             self.bad_pins.append(
                 f"the pull carries pin {cmd.pin_id!r}, not {self.client_pin!r} ({where})"
             )
+        if (
+            self.refused_until is not None
+            and event in ("on_timer", "on_consumed")
+            and self.now < self.refused_until - EPS
+        ):
+            self.bad_refusals.append(
+                f"pulled again {self.refused_until - self.now:g} s before 2 x heartbeat "
+                f"after a refused pull ({where})"
+            )
+        self.refused_until = None
         self.pulls_sent += 1
         self.checks_since_pull = 0
         self.lost_check = False
@@ -1715,6 +1824,7 @@ class PullEngineMachine(RuleBasedStateMachine):
         error: JetStreamError | None,
     ) -> Commands:
         self.last_activity = self.now
+        self.refused_until = None  # the server answers: pulls work again
         cmds = self.engine.on_status(
             kind, severity, pending_messages, pending_bytes, error, self.now
         )
@@ -1768,6 +1878,7 @@ class PullEngineMachine(RuleBasedStateMachine):
         self.engine = PullEngine(s, pin)
         self.start_time = self.now
         self.last_activity = self.now
+        self.refused_until = None  # the server answers: pulls work again
         cmds = self._feed(self.engine.start(self.now), "start")
         if len(pulls(cmds)) != 1:
             self.bad_pulls.append(f"start sent {len(pulls(cmds))} pulls")
@@ -2047,6 +2158,7 @@ class PullEngineMachine(RuleBasedStateMachine):
             self.expected_unsolicited += 1  # stop(drain=True) wrote the request off
         self.buffer.append(size)
         self.last_activity = self.now
+        self.refused_until = None  # the server answers: pulls work again
         if self.pinned:
             if self.server_pin is None or not self.server_pin.startswith("p"):
                 # Nothing pinned (or another client's pin timed out): pin this pull.
@@ -2226,6 +2338,56 @@ class PullEngineMachine(RuleBasedStateMachine):
         elif fin:
             self.bad_pins.append(f"a 423 ended the run: {cmds!r}")
 
+    @precondition(
+        lambda self: (
+            self.server_up
+            and bool(self.requests)
+            and self.requests[-1] is self.last_request
+            and self.requests[-1].fresh
+            and self.ends_a_fetch_ok
+            and self.trouble > 0
+        )
+    )
+    @rule()
+    def refuse_pull(self) -> None:
+        """The user may not publish the pull: the server refuses it as it reads it.
+
+        It never reaches the consumer (dropped from the model); a fetch ends with
+        the error, messages() / consume() report it and keep the pace of a pull
+        that went unanswered (no pull again before 2 x heartbeat).
+        """
+        self.trouble -= 1
+        self._drop(self.requests[-1])
+        err = PermissionViolationError("publish", "$JS.API.CONSUMER.MSG.NEXT.S.C")
+        running = self.engine.phase is Phase.RUNNING
+        s = self.settings
+        cmds = self._feed(self.engine.on_refused(err, False, self.now), "on_refused")
+        if s.single:
+            self._single_must_finish("a refused pull")
+            if finishes(cmds) != [Finish(err)]:
+                self.bad_refusals.append(f"a fetch's refused pull returned {cmds!r}")
+            return
+        if finishes(cmds) or pulls(cmds) or reports(cmds) != [Report(err)]:
+            self.bad_refusals.append(f"a refused pull of a consumption returned {cmds!r}")
+        if running:
+            wait = 2 * s.heartbeat if s.heartbeat > 0 else s.expires
+            self.refused_until = self.now + wait
+            if self.timer is None or self.timer > self.refused_until + EPS:
+                self.bad_refusals.append(
+                    f"no timer to pull again {wait:g} s after a refused pull: {cmds!r}"
+                )
+
+    @precondition(lambda self: self.live and self.mature)
+    @rule()
+    def refuse_inbox(self) -> None:
+        """The user may not subscribe the pull's inbox: nothing can arrive, the run ends."""
+        err = PermissionViolationError("subscription", "_INBOX.x", inbox=True)
+        self.terminal_error = err
+        self._drop_all()
+        cmds = self._feed(self.engine.on_refused(err, True, self.now), "on_refused(inbox)")
+        if finishes(cmds) != [Finish(err)]:
+            self.bad_terminal.append(f"a refused inbox returned {cmds!r}")
+
     @precondition(lambda self: self.server_up and self.mature)
     @rule(which=st.sampled_from(_TERMINALS))
     def terminal(self, which: tuple[StatusKind, type[JetStreamError]]) -> None:
@@ -2380,6 +2542,9 @@ class PullEngineMachine(RuleBasedStateMachine):
         self._feed(e.stop(True, self.now), "late stop")
         self._feed(e.on_unsubscribed(), "late on_unsubscribed")
         self._feed(e.start(self.now), "late start")
+        refused = PermissionViolationError("publish", "x")
+        self._feed(e.on_refused(refused, False, self.now), "late on_refused")
+        self._feed(e.on_refused(refused, True, self.now), "late on_refused(inbox)")
 
     # ------------------------------------------------------------- invariants
 
@@ -2513,6 +2678,11 @@ class PullEngineMachine(RuleBasedStateMachine):
             assert pin is None, "a pin kept for a consumer that is not pinned_client"
 
     @invariant()
+    def inv12_refused_pulls(self) -> None:
+        """A refused pull ends a fetch; a consumption reports it and keeps its pace."""
+        assert not self.bad_refusals, "refused pulls:\n" + "\n".join(self.bad_refusals)
+
+    @invariant()
     def inv10_no_stall(self) -> None:
         """Liveness: nothing outstanding on the server, then a pull must come once the
         user has consumed what is buffered (a consumption or the timer sends it)."""
@@ -2525,10 +2695,14 @@ class PullEngineMachine(RuleBasedStateMachine):
             return
         if e.phase is not Phase.RUNNING or s.single or self.requests:
             return
-        probe = self._probe(REPULL_BACKOFF_MAX + 0.5, consume=self.buffer)
+        horizon = REPULL_BACKOFF_MAX + 0.5
+        if self.refused_until is not None:
+            # A refused pull: the next one comes with the pace of an unanswered one.
+            horizon = max(horizon, self.refused_until - self.now + 0.5)
+        probe = self._probe(horizon, consume=self.buffer)
         assert pulls(probe), (
             f"stalled: running, no request outstanding, and no pull within "
-            f"{REPULL_BACKOFF_MAX + 0.5:g} s after consuming the {len(self.buffer)} "
+            f"{horizon:g} s after consuming the {len(self.buffer)} "
             "buffered message(s)"
         )
 

@@ -21,6 +21,8 @@ The package, by concern:
 * ``_scan``: framing the messages of routed subscriptions from the read
   buffer; ``_reads``: scanning them where the socket delivers them;
   ``_raw``: raw subscriptions; ``_requests``: requests over one inbox;
+* ``_violations``: the server's permissions violations, routed to the call
+  that caused them (a refused request, publish, pull or inbox fails at once);
 * ``_fallback``: nats-py's public API in place of the fast path;
 * ``_wire``: building PUB / HPUB commands; ``_translate``: nats-py's errors.
 
@@ -75,6 +77,7 @@ from ._reconnect import NextServer
 from ._requests import fail_requests
 from ._scan import RawSink
 from ._translate import as_jetstream_error, translate
+from ._violations import Violation, drop_refused
 from ._wire import ACK_WRITE_BYTES, MAX_SUBJECT_LINE, RawHandler, Reply, check_line, pub_command
 
 __all__ = [
@@ -96,11 +99,13 @@ __all__ = [
     "RawSink",
     "RawSubscription",
     "Reply",
+    "Violation",
     "as_jetstream_error",
     "check_line",
     "choose_path",
     "connect_nats",
     "decode_header_block",
+    "drop_refused",
     "drop_unsent_on_reconnect",
     "fail_requests",
     "fast_path_missing",

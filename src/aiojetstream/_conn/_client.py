@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ from ._nats import (
     bound_close_waits,
     enqueue,
     enqueue_many,
+    guard_permission_errors,
     nats_errors,
     set_state_callbacks,
     state_callbacks,
@@ -34,6 +36,7 @@ from ._raw import RawSubscription, subscribe_raw
 from ._requests import fail_requests, request
 from ._scan import RawSink
 from ._translate import translate
+from ._violations import PublishWatch, SubscriptionWatch, route_violation, watches
 from ._wire import MAX_SUBJECT_LINE, RawHandler, Reply, check_line, pub_command
 
 __all__ = ["CLOSE_FLUSH_TIMEOUT", "HUBS", "Conn", "ConnectionListener", "Hub"]
@@ -121,6 +124,8 @@ class Conn:
         self.nc = nc
         #: True on the fast path, False on the fallback (see the module docstring).
         self.fast = choose_path(nc)
+        # A permissions violation fails the call that caused it (see _violations).
+        guard_permission_errors(nc, functools.partial(route_violation, nc))
 
     # ----------------------------------------------------------------- state
 
@@ -167,6 +172,28 @@ class Conn:
         """How many listeners are registered on this client (for leak checks)."""
         hub = HUBS.get(self.nc)
         return 0 if hub is None else len(hub.listeners)
+
+    # ----------------------------------------------------------------- permissions
+
+    def watch_publishes(self, owner: object, watch: PublishWatch) -> None:
+        """Offer ``watch`` the server's publish permission violations (see ``_violations``).
+
+        Called in the read loop with each one until a watch takes it (returns
+        True); watches are asked in the order they were first registered.
+        """
+        watches(self.nc).publishes[owner] = watch
+
+    def watch_subscription(self, subject: str, watch: SubscriptionWatch) -> None:
+        """Tell ``watch`` when the server refuses the subscription to ``subject``."""
+        watches(self.nc).subscriptions[subject] = watch
+
+    def unwatch(self, owner: object = None, subject: str | None = None) -> None:
+        """Stop watching for ``owner``'s publishes and the subscription to ``subject``."""
+        found = watches(self.nc)
+        if owner is not None:
+            found.publishes.pop(owner, None)
+        if subject is not None:
+            found.subscriptions.pop(subject, None)
 
     # ----------------------------------------------------------------- I/O
 

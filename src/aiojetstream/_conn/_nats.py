@@ -7,8 +7,8 @@ that by scanning the source). The other modules of ``_conn`` use nats-py's
 public API, and the names re-exported here (:data:`NatsClient`,
 :data:`nats_errors`, ...), only; what they need beyond it is a function of
 this module: a hook (``_process_info``, ``_process_connect_init``,
-``_process_op_err``, the state callbacks, ``_process_msg`` and the
-parser's ``parse``), the outgoing
+``_process_op_err``, ``_process_err``, the state callbacks, ``_process_msg``
+and the parser's ``parse``), the outgoing
 buffer (:func:`enqueue`, :func:`write_pending`, :func:`ack_nowait`), the
 transports (:func:`abort_transport`, :func:`bound_close_waits`), and
 :func:`fast_path_missing`, the check that all of it has the shape relied on.
@@ -24,7 +24,10 @@ its ``parse``, ``nc``, ``buf``, ``state``, ``needed``, ``header_needed``,
 ``Subscription._id``; for reading where the socket delivers, also
 ``nats.aio.client.DEFAULT_BUFFER_SIZE`` (what the read loop asks for) and
 ``TcpTransport._io_writer`` (its asyncio transport), without which the read
-loop parses everything.
+loop parses everything; for an ``-ERR`` line read as sent, the parser module's
+``ERR_RE`` (without it nats-py's parser reads it, lowercased). On the
+fallback, a refused request inbox is renewed through ``_resp_sub_prefix`` and
+``_subs`` (looked up defensively: without them it is not renewed).
 
 It also holds :class:`Router`, the half of the fast-path router that hooks
 nats-py's parser and drives the scan from its read buffer (the scan itself,
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -77,11 +81,14 @@ __all__ = [
     "enqueue_many",
     "fail_nats_requests",
     "fast_path_missing",
+    "forget_nats_request_inbox",
     "keep_last_error",
     "guard_auth_refusals",
     "guard_connect_init",
+    "guard_permission_errors",
     "guard_process_info",
     "nats_errors",
+    "nats_request_inbox",
     "payload_limit",
     "send_now",
     "set_state_callbacks",
@@ -112,6 +119,27 @@ def _parser_internals() -> tuple[Any, Any, Any]:
 
 # Looked up defensively: a nats-py that moved them gets the fallback, not an ImportError.
 NatsParser, _AWAITING_CONTROL, _AWAITING_PAYLOAD = _parser_internals()
+
+
+def _err_line() -> re.Pattern[bytes] | None:
+    """nats-py's pattern of an ``-ERR`` line, to match at any position (None where it moved)."""
+    try:
+        from nats.protocol import parser
+    except ImportError:
+        return None
+    pattern = getattr(getattr(parser, "ERR_RE", None), "pattern", None)
+    if not isinstance(pattern, bytes) or not pattern.startswith(b"\\A-ERR"):
+        return None
+    return re.compile(pattern[2:])
+
+
+#: An ``-ERR`` line as nats-py's parser matches it (its ``ERR_RE`` without ``\A``).
+_ERR_LINE = _err_line()
+#: What the router's loop returns for an ``-ERR`` line it hands on itself (see _parse_frames).
+_SCAN_ERR: Final = 16
+#: The text of the ``-ERR`` being processed, as the server sent it (nats-py's parser
+#: hands ``_process_err`` the text lowercased), while the router processes it.
+_ERR_TEXTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 def _tcp_transport_class() -> Any:
@@ -464,6 +492,33 @@ def fail_nats_requests(nc: NatsClient) -> None:
                 fut.set_exception(nats_errors.ConnectionClosedError())
 
 
+def nats_request_inbox(nc: NatsClient) -> str | None:
+    """The wildcard subject of nats-py's own request inbox; None before its first request."""
+    prefix = getattr(nc, "_resp_sub_prefix", None)
+    if not isinstance(prefix, bytes | bytearray) or not prefix:
+        return None
+    return bytes(prefix).decode("utf-8", "replace") + "*"
+
+
+def forget_nats_request_inbox(nc: NatsClient) -> NatsSubscription | None:
+    """Make nats-py subscribe a new request inbox at its next request; return the old one's sub.
+
+    For an inbox the server refused to subscribe (a permissions violation):
+    nats-py would otherwise go on sending its requests with replies to it.
+    """
+    subject = nats_request_inbox(nc)
+    if subject is None:
+        return None
+    nc._resp_sub_prefix = None
+    subs = getattr(nc, "_subs", None)
+    if not isinstance(subs, dict):
+        return None
+    return next(
+        (sub for sub in subs.values() if getattr(sub, "subject", None) == subject),
+        None,
+    )
+
+
 # --------------------------------------------------------------------------- the outgoing buffer
 
 
@@ -757,6 +812,8 @@ class RefusalPolicy(Protocol):
         """``server`` took the credentials."""
 
 
+#: How nats-py's parser hands on a permissions violation (lowercased).
+_PERMISSIONS_ERR: Final = "permissions violation"
 #: Error callbacks of refusals running (see guard_auth_refusals), kept until done.
 _CALLBACKS: set[asyncio.Future[None]] = set()
 
@@ -820,6 +877,37 @@ def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
     nc._process_connect_init = connect_init  # type: ignore[method-assign]
 
 
+#: The clients whose permissions violations are routed (see guard_permission_errors).
+_VIOLATIONS_GUARDED: weakref.WeakSet[NatsClient] = weakref.WeakSet()
+
+
+def guard_permission_errors(nc: NatsClient, on_violation: Callable[[str, bool], object]) -> None:
+    """Hand each permissions violation to ``on_violation(text, exact)`` first (once per client).
+
+    nats-py only gives an ``-ERR 'Permissions Violation for ...'`` to the
+    error callback; ``on_violation`` (``_violations``) fails the call that
+    caused it, then nats-py processes the error as before (the error
+    callback gets it). ``exact``: ``text`` is the server's, not lowercased by
+    nats-py's parser (the router hands it on, see :func:`_process_err`).
+    """
+    original: Callable[[str], Awaitable[None]] | None = getattr(nc, "_process_err", None)
+    if original is None or nc in _VIOLATIONS_GUARDED:
+        return  # another nats-py (its own handling), or guarded already
+    _VIOLATIONS_GUARDED.add(nc)
+
+    async def process_err(err_msg: str) -> None:
+        if _PERMISSIONS_ERR in err_msg:
+            text = _ERR_TEXTS.get(nc)
+            exact = text is not None and text.lower() == err_msg
+            try:
+                on_violation(text if exact and text is not None else err_msg, exact)
+            except Exception:
+                logger.exception("handling %r failed", err_msg)
+        await original(err_msg)
+
+    nc._process_err = process_err  # type: ignore[method-assign]
+
+
 def keep_last_error(nc: NatsClient, error: Exception) -> None:
     """Make ``error`` nats-py's ``last_error`` (in place of its closing ``NoServersError``)."""
     nc._err = error
@@ -848,6 +936,37 @@ def drop_unsent_on_reconnect(nc: NatsClient) -> None:
     nc._process_op_err = process_op_err  # type: ignore[method-assign,assignment]
 
 
+def _err_frame(view: bytes, pos: int) -> tuple[int, str]:
+    """The end of the ``-ERR`` line at ``pos`` and its text, as nats-py's parser reads them.
+
+    ``(pos, "")`` when nats-py's parser must read it itself: not all in yet,
+    without a text (nats-py raises on those), or not UTF-8.
+    """
+    if _ERR_LINE is None:
+        return pos, ""
+    found = _ERR_LINE.match(view, pos)
+    if found is None or found.group(1) is None:
+        return pos, ""
+    try:
+        text = found.group(1).decode()
+    except UnicodeDecodeError:
+        return pos, ""
+    return found.end(), text
+
+
+async def _process_err(nc: NatsClient, text: str) -> None:
+    """nats-py's processing of an ``-ERR`` (lowercased, as its parser does), the text kept.
+
+    :func:`guard_auth_refusals` reads the text as sent (a permissions
+    violation names a subject, and subjects are case-sensitive).
+    """
+    _ERR_TEXTS[nc] = text
+    try:
+        await nc._process_err(text.lower())
+    finally:
+        _ERR_TEXTS.pop(nc, None)
+
+
 class Router(Scanner):
     """Takes the messages of routed sids from nats-py's parser (see ``_raw``).
 
@@ -855,8 +974,11 @@ class Router(Scanner):
     on), and, when nats-py's parser has the expected shape, its ``parse``
     method: the MSG / HMSG lines of routed subscriptions are then parsed here,
     straight from the read buffer and without a coroutine per message, while
-    any other protocol line (PING, PONG, INFO, -ERR, ...) and everything after
-    it in the same read goes to nats-py's parser unchanged.
+    any other protocol line (INFO, odd lines, ...) and everything after it in
+    the same read goes to nats-py's parser unchanged. PING, PONG and ``-ERR``
+    lines are handed to nats-py's client as its parser hands them on, an
+    ``-ERR``'s text kept as sent for :func:`guard_permission_errors` (see
+    :func:`_process_err`).
 
     With the parser hooked, the router also stands in front of the
     connection's asyncio protocol (:class:`~._reads.DirectReads`, over nats-py's TCP
@@ -1031,8 +1153,13 @@ class Router(Scanner):
         size = len(view)
         pos = 0
         dropped = 0  # how much of view was already removed from buf
+        err_text = ""
         while True:
             pos, after, what, message = self._scan(view, pos, size)
+            if what == SCAN_OTHER and view.startswith(b"-ERR", pos):
+                after, err_text = _err_frame(view, pos)
+                if after > pos:
+                    what = _SCAN_ERR
             if what <= SCAN_OTHER:  # the end, or a line for nats-py's parser
                 break
             # A frame that needs an await: consume what was parsed first.
@@ -1043,6 +1170,8 @@ class Router(Scanner):
                 await ps.nc._process_ping()
             elif what == SCAN_PONG:
                 await ps.nc._process_pong()
+            elif what == _SCAN_ERR:
+                await _process_err(ps.nc, err_text)
             else:
                 # Not ours: nats-py's own processing (callbacks, futures, JetStream
                 # control messages).

@@ -28,7 +28,9 @@ from .._conn import (
     Conn,
     RawSink,
     RawSubscription,
+    Violation,
     check_line,
+    drop_refused,
     pub_command,
 )
 from .._errors import (
@@ -38,6 +40,7 @@ from .._errors import (
     InvalidResponseError,
     JetStreamError,
     JetStreamTimeoutError,
+    PermissionViolationError,
     StreamFullError,
 )
 from .._models import PubAck
@@ -89,8 +92,10 @@ class AsyncPublisher:
 
     Every future completes: with a :class:`PubAck`, with the typed error of its
     reply, with :class:`JetStreamTimeoutError` after its ack timeout, with
-    :class:`DisconnectedError` when the connection drops, or with
-    :class:`ConnectionClosedError` when the context closes.
+    :class:`DisconnectedError` when the connection drops, with
+    :class:`ConnectionClosedError` when the context closes, or with
+    :class:`PermissionViolationError` when the server refuses the publish (or
+    the reply subscription; see :meth:`_publish_refused`).
 
     The hot path builds each PUB/HPUB command itself and queues it without
     awaiting; replies come straight from the protocol parser (a raw
@@ -166,6 +171,9 @@ class AsyncPublisher:
             self._prefix = prefix.encode()
             self._prefix_len = len(self._prefix)
             self._conn.add_listener(self)
+            # The server's permissions violations: a refused publish, a refused inbox.
+            self._conn.watch_publishes(self, self._publish_refused)
+            self._conn.watch_subscription(prefix + "*", self._inbox_refused)
             self._loop = asyncio.get_running_loop()
             self._started = True
 
@@ -724,6 +732,48 @@ class AsyncPublisher:
         if entry is not None and not entry[0].done():
             entry[0].set_exception(error)
 
+    # ----------------------------------------------------------------- permissions
+
+    def _publish_refused(self, violation: Violation) -> bool:
+        """The server refused a publish: the oldest one outstanding to its subject fails.
+
+        The server refuses each publish with one ``-ERR`` (its subject only): a
+        scan of the outstanding publishes, in publish order, on that rare
+        event, and nothing per publish. A span with several subjects is not
+        matched (only its first is known): it waits for its ack deadline.
+        """
+        for token, (target, _, subject) in self._futures.items():
+            if target.done() or not violation.matches(subject):
+                continue
+            error = PermissionViolationError("publish", subject)
+            if type(target) is AckSpan:
+                if target.mixed:
+                    continue
+                if self._span_answered(token, target, 1):
+                    target.tally.set_exception(error)
+            else:
+                self._not_sent(token, error)
+            return True
+        return False
+
+    def _inbox_refused(self, violation: Violation) -> None:
+        """The server refused the reply subscription: no acknowledgement can come.
+
+        Every outstanding publish fails; the next one subscribes a new inbox.
+        """
+        inbox = self._prefix.decode() + "*"
+        self._fail_all(
+            PermissionViolationError,
+            "",
+            PermissionViolationError("subscription", inbox, inbox=True),
+        )
+        self._conn.unwatch(subject=inbox)
+        sub, self._sub = self._sub, None
+        self._started = False
+        if sub is not None:
+            sub.detach()
+            drop_refused(sub.unsubscribe)
+
     def _arm(self, deadline: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -763,7 +813,10 @@ class AsyncPublisher:
         if heap:
             self._arm(heap[0][0])
 
-    def _fail_all(self, make_error: type[JetStreamError], text: str) -> None:
+    def _fail_all(
+        self, make_error: type[JetStreamError], text: str, error: JetStreamError | None = None
+    ) -> None:
+        """Fail every outstanding publish: ``make_error(text (publish to ...))``, or ``error``."""
         entries = list(self._futures.values())
         self._futures.clear()
         self._extra = 0
@@ -782,7 +835,7 @@ class AsyncPublisher:
         self._idle.set()
         for fut, _, subject in entries:
             if not fut.done():
-                fut.set_exception(make_error(f"{text} (publish to {subject!r})"))
+                fut.set_exception(error or make_error(f"{text} (publish to {subject!r})"))
 
     # ConnectionListener
     def on_disconnected(self) -> None:
@@ -832,6 +885,7 @@ class AsyncPublisher:
             "the JetStream context was closed before the acknowledgement (the message may "
             "still have been stored)",
         )
+        self._conn.unwatch(self, self._prefix.decode() + "*" if self._prefix else None)
         if self._sub is not None:
             self._conn.remove_listener(self)
             sub, self._sub = self._sub, None

@@ -44,6 +44,7 @@ from aiojetstream import (
     JetStreamContext,
     JetStreamTimeoutError,
     NoHeartbeatError,
+    PermissionViolationError,
     TLSError,
 )
 
@@ -367,7 +368,9 @@ async def retrying(
     ``retryTimeout`` option. ``on_error`` sees each transient error first (to
     drop state the failure may have broken). A timeout while the server
     reported a permission violation on the connection (``refusals``) is not
-    retried: :class:`~aiojetstream.AuthorizationError` names the violation.
+    retried, nor is a :class:`~aiojetstream.PermissionViolationError` (the
+    request the server refused): :class:`~aiojetstream.AuthorizationError`
+    names the violation.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -376,6 +379,11 @@ async def retrying(
         refused = refusals.count if refusals is not None else 0
         try:
             return await work()
+        except PermissionViolationError as exc:
+            raise AuthorizationError(
+                f"aiojetstream.spark: {what}: the server refused it ({exc}); "
+                "check the user's permissions (and consumerNamePrefix)"
+            ) from exc
         except TRANSIENT as exc:
             if refusals is not None and refusals.count > refused:
                 raise AuthorizationError(
