@@ -1,0 +1,149 @@
+"""Replies a real nats-server never sends: refused or treated as a gap, never taken as data.
+
+A proxy in front of the session's nats-server (``RewritingProxy``,
+``tests/proxy.py``) rewrites one reply or delivery, as a buggy or newer server
+or a man in the middle could. What used to happen, each case in its test:
+
+* an ordered consumer's delivery whose stream sequence went back (stream
+  sequence 1 again, with its data, under the next consumer sequence) was
+  handed out: ``[1, 2, 1]``, and the cursor moved back to 1;
+* a publish acknowledgement with ``seq`` -1, 0, 2**70, ``"5"``, 5.0 or
+  ``true``, or ``duplicate`` ``"true"`` or 1, was returned as a PubAck;
+* ``publish_many`` counted as stored any reply that started
+  ``{"stream":"`` and held ``"seq":`` (``"seq":"x"``, trailing bytes);
+* KV ``keys()``, ``watch()`` and ``history()`` cut the key out of any
+  delivery subject: another bucket's key, ``''``, ``'.x'``;
+* ``js.stream("S")`` answered about stream ``OTHER`` gave a handle on
+  ``OTHER`` (its purge emptied ``OTHER``); the same for consumers;
+* a stream or consumer info with a negative, string, bool or past-uint64
+  sequence or count was taken as it was;
+* ``kv.get`` took a ``Nats-Sequence`` of 0 or past 2**64 - 1 on its fast
+  path; a latest-value get answered with another key's message said
+  "revision None is not a revision of key".
+
+Each is now an :class:`InvalidResponseError` (the ordered consumer: a gap,
+reset at the cursor).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+import pytest_asyncio
+
+import aiojetstream
+from aiojetstream import (
+    JetStreamContext,
+    OrderedConsumerConfig,
+    StorageType,
+    StreamConfig,
+)
+from aiojetstream.testing import NatsServer
+from helpers import unique_name
+from proxy import Frame, RewritingProxy
+
+
+@dataclass
+class Hostile:
+    """A context connected through a :class:`RewritingProxy` to the session's server."""
+
+    proxy: RewritingProxy
+    js: JetStreamContext
+
+
+@pytest_asyncio.fixture
+async def hostile(js: JetStreamContext, nats_server: NatsServer) -> AsyncIterator[Hostile]:
+    """Through the proxy (``js`` deletes the streams before and after)."""
+    async with RewritingProxy(nats_server.port) as proxy:
+        context = await aiojetstream.connect(proxy.url)
+        try:
+            yield Hostile(proxy, context)
+        finally:
+            await context.close()
+
+
+async def _stream(js: JetStreamContext, prefix: str) -> tuple[str, aiojetstream.Stream]:
+    name = unique_name(prefix)
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    return name, stream
+
+
+# --------------------------------------------------------------------------- ordered consumer
+
+
+class _StreamBack:
+    """The third delivery comes again as stream sequence 1, with message 1's data (once)."""
+
+    def __init__(self, stream: str) -> None:
+        self._prefix = f"$JS.ACK.{stream}.".encode()
+        self.first: Frame | None = None
+        self.done = False
+
+    def __call__(self, frame: Frame) -> list[Frame] | None:
+        if self.done or not frame.reply.startswith(self._prefix):
+            return None
+        tokens = frame.reply.split(b".")  # $JS.ACK.<stream>.<consumer>.<n>.<sseq>.<cseq>...
+        if tokens[6] == b"1":
+            self.first = frame
+        elif tokens[6] == b"3":
+            assert self.first is not None
+            self.done = True
+            tokens[5] = b"1"
+            return [
+                frame.replace(
+                    reply=b".".join(tokens), hdr=self.first.hdr, payload=self.first.payload
+                )
+            ]
+        return None
+
+
+@pytest.mark.parametrize("how", ["messages", "fetch", "next"])
+async def test_an_ordered_delivery_whose_stream_sequence_goes_back_is_a_gap(
+    hostile: Hostile, how: str
+) -> None:
+    """Reset at the cursor: 3 comes again from the server, 1 is never handed out twice."""
+    js = hostile.js
+    name, stream = await _stream(js, "HRO")
+    for i in range(1, 4):
+        await js.publish(f"{name}.x", f"m{i}".encode())
+    rewrite = hostile.proxy.rewrite = _StreamBack(name)
+    oc = await stream.ordered_consumer(OrderedConsumerConfig())
+    got: list[tuple[int, bytes]] = []
+
+    async def read(count: int) -> None:
+        if how == "messages":
+            async with oc.messages() as it:
+                async for msg in it:
+                    got.append((msg.metadata.sequence.stream, msg.data))
+                    if len(got) == count:
+                        break
+        elif how == "fetch":
+            while len(got) < count:
+                async for msg in await oc.fetch(count - len(got), expires=2):
+                    got.append((msg.metadata.sequence.stream, msg.data))
+        else:
+            while len(got) < count:
+                msg = await oc.next(expires=2)
+                got.append((msg.metadata.sequence.stream, msg.data))
+
+    await read(3)
+    assert rewrite.done
+    assert got == [(1, b"m1"), (2, b"m2"), (3, b"m3")]
+    assert oc.cursor == 3
+    # And on from there, in order.
+    for i in range(4, 6):
+        await js.publish(f"{name}.x", f"m{i}".encode())
+    await read(5)
+    assert got[3:] == [(4, b"m4"), (5, b"m5")]
+
+
+def _json(frame: Frame, **fields: object) -> list[Frame]:
+    """``frame`` with ``fields`` set in its JSON payload."""
+    body = json.loads(frame.payload)
+    body.update(fields)
+    return [frame.replace(payload=json.dumps(body).encode())]
