@@ -36,6 +36,7 @@ import pytest_asyncio
 
 import aiojetstream
 from aiojetstream import (
+    InvalidResponseError,
     JetStreamContext,
     OrderedConsumerConfig,
     StorageType,
@@ -147,3 +148,81 @@ def _json(frame: Frame, **fields: object) -> list[Frame]:
     body = json.loads(frame.payload)
     body.update(fields)
     return [frame.replace(payload=json.dumps(body).encode())]
+
+
+# --------------------------------------------------------------------------- publish acks
+
+#: Acknowledgements nats-server never writes (``%s``: the stream's name).
+BAD_ACKS = {
+    "seq -1": '{"stream":"%s","seq":-1}',
+    "seq 0": '{"stream":"%s","seq":0}',
+    "seq 2**64": '{"stream":"%s","seq":18446744073709551616}',
+    "seq 2**70": '{"stream":"%s","seq":1180591620717411303424}',
+    "seq a string": '{"stream":"%s","seq":"5"}',
+    "seq a float": '{"stream":"%s","seq":5.0}',
+    "seq true": '{"stream":"%s","seq":true}',
+    "duplicate a string": '{"stream":"%s","seq":5,"duplicate":"true"}',
+    "duplicate 1": '{"stream":"%s","seq":5,"duplicate":1}',
+}
+#: Replies publish_many counted as stored without a parse (and publish refused).
+BAD_MANY = {
+    **BAD_ACKS,
+    "seq text": '{"stream":"%s","seq":"x"}',
+    "trailing bytes": '{"stream":"%s","seq":5}xx',
+    "a leading zero": '{"stream":"%s","seq":05}',
+    "nested too deep": '{"stream":"%s","seq":5,"x":' + "[" * 1000 + "]" * 1000 + "}",
+}
+
+
+def _answer(hostile: Hostile, subject: str, payload: str) -> None:
+    """Replies to publishes to ``subject`` say ``payload`` instead."""
+    wanted = subject.encode()
+    answer = payload.encode()
+
+    def rewrite(frame: Frame) -> list[Frame] | None:
+        return [frame.replace(payload=answer)] if frame.request == wanted else None
+
+    hostile.proxy.rewrite = rewrite
+
+
+@pytest.mark.parametrize("case", list(BAD_ACKS))
+async def test_a_publish_ack_with_an_impossible_value_is_refused(
+    hostile: Hostile, case: str
+) -> None:
+    js = hostile.js
+    name, _ = await _stream(js, "HRP")
+    subject = f"{name}.x"
+    _answer(hostile, subject, BAD_ACKS[case] % name)
+    with pytest.raises(InvalidResponseError, match="invalid publish acknowledgement"):
+        await js.publish(subject, b"x")
+    future = await js.publish_async(subject, b"x")
+    with pytest.raises(InvalidResponseError, match="invalid publish acknowledgement"):
+        await future
+
+
+async def test_a_publish_ack_at_the_bounds_is_taken(hostile: Hostile) -> None:
+    """The control: the largest sequence, a duplicate (as nats-server writes it), a domain."""
+    js = hostile.js
+    name, _ = await _stream(js, "HRP")
+    subject = f"{name}.x"
+    _answer(hostile, subject, f'{{"stream":"{name}","seq":18446744073709551615,"duplicate": true}}')
+    ack = await js.publish(subject, b"x")
+    assert (ack.stream, ack.seq, ack.duplicate) == (name, 2**64 - 1, True)
+    _answer(hostile, subject, f'{{"stream":"{name}","domain":"hub","seq":1}}')
+    ack = await (await js.publish_async(subject, b"x"))
+    assert (ack.seq, ack.duplicate, ack.domain) == (1, False, "hub")
+    summary = await js.publish_many(subject, [b"a", b"b", b"c"])
+    assert (summary.stored, summary.duplicates) == (3, 0)
+
+
+@pytest.mark.parametrize("case", list(BAD_MANY))
+async def test_publish_many_parses_a_reply_of_another_shape(hostile: Hostile, case: str) -> None:
+    """Counted as stored only in nats-server's exact shape; anything else parsed (and refused)."""
+    js = hostile.js
+    name, _ = await _stream(js, "HRM")
+    subject = f"{name}.x"
+    _answer(hostile, subject, BAD_MANY[case] % name)
+    with pytest.raises(InvalidResponseError, match="invalid publish acknowledgement"):
+        await js.publish(subject, b"x")
+    with pytest.raises(InvalidResponseError, match="invalid publish acknowledgement"):
+        await js.publish_many(subject, [b"a", b"b", b"c"])
