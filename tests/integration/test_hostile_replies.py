@@ -38,6 +38,8 @@ import aiojetstream
 from aiojetstream import (
     InvalidResponseError,
     JetStreamContext,
+    KeyValue,
+    KeyValueConfig,
     OrderedConsumerConfig,
     StorageType,
     StreamConfig,
@@ -226,3 +228,94 @@ async def test_publish_many_parses_a_reply_of_another_shape(hostile: Hostile, ca
         await js.publish(subject, b"x")
     with pytest.raises(InvalidResponseError, match="invalid publish acknowledgement"):
         await js.publish_many(subject, [b"a", b"b", b"c"])
+
+
+# --------------------------------------------------------------------------- KV deliveries
+
+
+def _readdress(hostile: Hostile, bucket: str, key: str, subject: str) -> None:
+    """Deliveries of ``key`` (the bucket's consumers) come on ``subject`` instead."""
+    ack = f"$JS.ACK.KV_{bucket}.".encode()
+    old = f"$KV.{bucket}.{key}".encode()
+    new = subject.format(bucket=bucket).encode()
+
+    def rewrite(frame: Frame) -> list[Frame] | None:
+        if frame.subject != old or not frame.reply.startswith(ack):
+            return None
+        return [frame.replace(subject=new)]
+
+    hostile.proxy.rewrite = rewrite
+
+
+#: Subjects no delivery of a bucket's consumer has (``{bucket}``: the bucket's name).
+NOT_KEYS = {
+    "another bucket's key": "$KV.other.secret",
+    "a longer bucket name": "$KV.{bucket}x.k2",
+    "no prefix": "zz",
+    "the prefix without a key": "$KV.{bucket}",
+    "an empty key": "$KV.{bucket}.",
+    "an empty first token": "$KV.{bucket}..x",
+    "an empty last token": "$KV.{bucket}.k2.",
+    "a wildcard": "$KV.{bucket}.>",
+}
+
+
+async def _bucket(js: JetStreamContext) -> tuple[str, KeyValue]:
+    bucket = unique_name("hrkv")
+    kv = await js.create_key_value(KeyValueConfig(bucket=bucket, history=5))
+    await kv.put("k1", b"v1")
+    await kv.put("k2", b"v2")
+    return bucket, kv
+
+
+#: What the error says.
+NOT_A_KEY = r"not \$KV\.\w+\.<key> with a valid key"
+
+
+async def _keys(kv: KeyValue) -> list[str]:
+    return [key async for key in kv.keys()]  # noqa: SIM118 (an async generator, not a dict)
+
+
+async def _watched(kv: KeyValue) -> list[str]:
+    keys: list[str] = []
+    async with kv.watch(">") as watcher:
+        async for entry in watcher:
+            if entry is None:
+                break
+            keys.append(entry.key)
+    return keys
+
+
+@pytest.mark.parametrize("case", list(NOT_KEYS))
+async def test_a_kv_delivery_outside_the_buckets_keys_is_refused(
+    hostile: Hostile, case: str
+) -> None:
+    """keys(), watch() and history(): InvalidResponseError, never a key cut out of it."""
+    bucket, kv = await _bucket(hostile.js)
+    _readdress(hostile, bucket, "k2", NOT_KEYS[case])
+    with pytest.raises(InvalidResponseError, match=NOT_A_KEY):
+        await _keys(kv)
+    async with kv.watch(">") as watcher:
+        first = await anext(watcher)
+        assert first is not None
+        assert first.key == "k1"
+        with pytest.raises(InvalidResponseError, match=NOT_A_KEY):
+            await anext(watcher)
+        assert await anext(watcher) is None  # the watch goes on: the initial values' end
+    with pytest.raises(InvalidResponseError, match=NOT_A_KEY):
+        await kv.history("k2")
+    hostile.proxy.rewrite = None  # the control: the same calls, as the server answers
+    assert await _keys(kv) == ["k1", "k2"]
+    assert await _watched(kv) == ["k1", "k2"]
+    assert [entry.value for entry in await kv.history("k2")] == [b"v2"]
+
+
+async def test_purge_deletes_never_purges_by_a_subject_that_is_no_key(hostile: Hostile) -> None:
+    """A marker delivered on ``$KV.<bucket>.>`` purged every key below its revision."""
+    bucket, kv = await _bucket(hostile.js)
+    await kv.delete("k2")
+    _readdress(hostile, bucket, "k2", "$KV.{bucket}.>")
+    with pytest.raises(InvalidResponseError, match=NOT_A_KEY):
+        await kv.purge_deletes(older_than=0)
+    hostile.proxy.rewrite = None
+    assert (await kv.get("k1")).value == b"v1"

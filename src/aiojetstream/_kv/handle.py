@@ -57,6 +57,7 @@ from .keys import (
     ROLLUP_SUBJECT,
     bucket_of,
     entry_operation,
+    key_of,
     key_pattern,
     kv_namespaces,
     plain_reply,
@@ -545,10 +546,11 @@ class KeyValue:
         return kv_entry(self._bucket, subject[len(self._prefix) :], data, seq, created, 0, op)
 
     def _entry(self, msg: Msg, op: KeyValueOp) -> KeyValueEntry:
+        """The entry of a delivered message (InvalidResponseError: its subject is no key)."""
         meta = msg.metadata
         return kv_entry(
             self._bucket,
-            msg.subject[len(self._prefix) :],
+            key_of(msg.subject, self._prefix, self._bucket),
             msg.data,
             meta.sequence.stream,
             meta.timestamp,
@@ -586,6 +588,10 @@ class KeyValue:
                 next key) before :class:`JetStreamTimeoutError`; the context's
                 default when None.
 
+        Raises:
+            InvalidResponseError: a message delivered on a subject that is not
+                one of the bucket's keys (no nats-server sends one).
+
         """
         timeout = check_timeout(timeout)
         stall = self._stall(timeout)
@@ -598,7 +604,7 @@ class KeyValue:
                 if not isinstance(item, Msg):
                     break
                 if entry_operation(item.headers) is KeyValueOp.PUT:
-                    key = item.subject[len(self._prefix) :]
+                    key = key_of(item.subject, self._prefix, self._bucket)
                     if key not in seen:
                         seen.add(key)
                         yield key
@@ -617,6 +623,8 @@ class KeyValue:
 
         Raises:
             KeyNotFoundError: the key has no revisions.
+            InvalidResponseError: a message delivered on a subject that is not
+                one of the bucket's keys (no nats-server sends one).
 
         """
         timeout = check_timeout(timeout)
@@ -667,6 +675,10 @@ class KeyValue:
                 refuses that); before anything is sent.
             InvalidOptionError: ``updates_only`` with ``include_history`` (they
                 contradict each other; nats.go refuses the pair too).
+
+        Iterating the watcher raises :class:`InvalidResponseError` for a
+        message delivered on a subject that is not one of the bucket's keys
+        (no nats-server sends one); the next ``anext()`` goes on after it.
 
         """
         if updates_only and include_history:
@@ -757,6 +769,7 @@ class KeyValue:
                 if not isinstance(item, Msg):
                     break
                 if entry_operation(item.headers) is not KeyValueOp.PUT:
+                    key_of(item.subject, self._prefix, self._bucket)  # purged by its subject
                     meta = item.metadata
                     markers.append((item.subject, meta.timestamp, meta.sequence.stream))
         finally:

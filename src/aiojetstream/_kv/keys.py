@@ -15,6 +15,7 @@ from .. import _headers as H
 from .._bounds import shown
 from .._errors import (
     InvalidKeyError,
+    InvalidResponseError,
     KeyValueError,
 )
 from .._models import (
@@ -45,6 +46,8 @@ MARKERS_API_LEVEL: Final = 1
 
 # ADR-8: ^[-/_=\.a-zA-Z0-9]+$, no leading or trailing '.', no '..'.
 _KEY_TOKEN_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+")
+#: A whole valid key, in one match (what a delivered subject holds after the prefix).
+_KEY_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+(?:\.[-/_=a-zA-Z0-9]+)*")
 
 
 #: The whole header block of a direct get of a value stored without headers (a
@@ -111,6 +114,24 @@ def validate_key(key: object) -> str:
         raise InvalidKeyError(f"invalid key {shown(key)}: {problem}")
     assert isinstance(key, str)
     return exact_str(key)
+
+
+def key_of(subject: str, prefix: str, bucket: str) -> str:
+    """The key of a message delivered on ``subject`` (the bucket's subjects start ``prefix``).
+
+    Raises:
+        InvalidResponseError: ``subject`` is not ``prefix`` plus a valid key: a
+            server delivers only the subjects a bucket's filter takes, and the
+            KV API writes valid keys only (another bucket's subject, ``''``,
+            ``'.x'`` are none).
+
+    """
+    if subject.startswith(prefix) and _KEY_RE.fullmatch(subject, len(prefix)):
+        return subject[len(prefix) :]
+    raise InvalidResponseError(
+        f"bucket {bucket!r}: a message delivered on {shown(subject)}, "
+        f"which is not {prefix}<key> with a valid key"
+    )
 
 
 def validate_key_filter(key: object) -> str:
