@@ -36,6 +36,7 @@ import pytest_asyncio
 
 import aiojetstream
 from aiojetstream import (
+    ConsumerConfig,
     InvalidResponseError,
     JetStreamContext,
     KeyValue,
@@ -143,13 +144,6 @@ async def test_an_ordered_delivery_whose_stream_sequence_goes_back_is_a_gap(
         await js.publish(f"{name}.x", f"m{i}".encode())
     await read(5)
     assert got[3:] == [(4, b"m4"), (5, b"m5")]
-
-
-def _json(frame: Frame, **fields: object) -> list[Frame]:
-    """``frame`` with ``fields`` set in its JSON payload."""
-    body = json.loads(frame.payload)
-    body.update(fields)
-    return [frame.replace(payload=json.dumps(body).encode())]
 
 
 # --------------------------------------------------------------------------- publish acks
@@ -319,3 +313,90 @@ async def test_purge_deletes_never_purges_by_a_subject_that_is_no_key(hostile: H
         await kv.purge_deletes(older_than=0)
     hostile.proxy.rewrite = None
     assert (await kv.get("k1")).value == b"v1"
+
+
+# --------------------------------------------------------------------------- API replies
+
+
+def _patch(hostile: Hostile, request: str, **fields: object) -> None:
+    """Replies to API requests to ``request`` get ``fields`` set (``a__b``: field b of a)."""
+    wanted = request.encode()
+
+    def rewrite(frame: Frame) -> list[Frame] | None:
+        if frame.request != wanted:
+            return None
+        body = json.loads(frame.payload)
+        for path, value in fields.items():
+            *parents, last = path.split("__")
+            target = body
+            for parent in parents:
+                target = target[parent]
+            target[last] = value
+        return [frame.replace(payload=json.dumps(body).encode())]
+
+    hostile.proxy.rewrite = rewrite
+
+
+async def test_a_stream_handle_is_never_one_on_another_stream(hostile: Hostile) -> None:
+    """``js.stream("S")`` answered about OTHER gave a handle on OTHER (its purge emptied OTHER)."""
+    js = hostile.js
+    name, stream = await _stream(js, "HRS")
+    other, _ = await _stream(js, "HRX")
+    await js.publish(f"{other}.x", b"keep")
+    info = f"$JS.API.STREAM.INFO.{name}"
+    _patch(hostile, info, config__name=other)
+    with pytest.raises(InvalidResponseError, match=f"asked about stream '{name}'.*'{other}'"):
+        await js.stream(name)
+    with pytest.raises(InvalidResponseError, match="asked about stream"):
+        await stream.info()
+    assert stream.name == name
+    config = StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    with pytest.raises(InvalidResponseError, match="asked about stream"):
+        await js.update_stream(config)  # the current config read first (allow_msg_ttl kept)
+    _patch(hostile, f"$JS.API.STREAM.CREATE.{name}", config__name=other)
+    with pytest.raises(InvalidResponseError, match="asked about stream"):
+        await js.create_stream(config)
+    _patch(hostile, f"$JS.API.STREAM.UPDATE.{name}", config__name=other)
+    with pytest.raises(InvalidResponseError, match="asked about stream"):
+        await js.update_stream(config)
+    hostile.proxy.rewrite = None
+    assert (await (await js.stream(other)).info()).state.messages == 1
+    assert (await js.stream(name)).name == name
+
+
+#: What the error of a reply about another stream or consumer says.
+ASKED = r"asked about (stream|consumer) '\w+', the server answered about"
+
+
+async def test_a_consumer_handle_is_never_one_on_another_consumer(hostile: Hostile) -> None:
+    js = hostile.js
+    name, stream = await _stream(js, "HRC")
+    consumer = await stream.create_consumer(ConsumerConfig(durable_name="d"))
+    info = f"$JS.API.CONSUMER.INFO.{name}.d"
+    for fields in ({"name": "zzz"}, {"stream_name": "OTHER"}):
+        _patch(hostile, info, **fields)
+        with pytest.raises(InvalidResponseError, match=ASKED):
+            await js.consumer(name, "d")
+        with pytest.raises(InvalidResponseError, match=ASKED):
+            await consumer.info()
+        with pytest.raises(InvalidResponseError, match=ASKED):
+            await stream.consumer("d")
+        # The administration reading the info first: it drives where they move the consumer.
+        with pytest.raises(InvalidResponseError, match=ASKED):
+            await consumer.backlog()
+        with pytest.raises(InvalidResponseError, match=ASKED):
+            await consumer.clear_backlog()
+        with pytest.raises(InvalidResponseError, match=ASKED):
+            await consumer.skip_older_than(60)
+        _patch(hostile, f"$JS.API.CONSUMER.RESET.{name}.d", **fields)
+        with pytest.raises(InvalidResponseError, match=ASKED):
+            await consumer.reset()
+        _patch(hostile, f"$JS.API.CONSUMER.CREATE.{name}.d", **fields)
+        with pytest.raises(InvalidResponseError, match=ASKED):
+            await stream.create_consumer(ConsumerConfig(durable_name="d"))
+    _patch(hostile, f"$JS.API.CONSUMER.CREATE.{name}", stream_name="OTHER")
+    with pytest.raises(InvalidResponseError, match="asked about stream"):
+        await stream.create_consumer(ConsumerConfig())  # a server-named one
+    hostile.proxy.rewrite = None
+    assert (consumer.stream_name, consumer.name) == (name, "d")
+    assert (await js.consumer(name, "d")).name == "d"
