@@ -28,7 +28,7 @@ reset at the cursor).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
@@ -400,3 +400,51 @@ async def test_a_consumer_handle_is_never_one_on_another_consumer(hostile: Hosti
     hostile.proxy.rewrite = None
     assert (consumer.stream_name, consumer.name) == (name, "d")
     assert (await js.consumer(name, "d")).name == "d"
+
+
+#: Values a Go uint64 (or a count) never holds.
+NOT_UINT64: dict[str, object] = {
+    "-1": -1,
+    "2**64": 2**64,
+    "a string": "5",
+    "true": True,
+    "5.0": 5.0,
+}
+
+
+@pytest.mark.parametrize("value", list(NOT_UINT64))
+async def test_a_sequence_or_count_no_server_sends_is_refused(hostile: Hostile, value: str) -> None:
+    """Stream state, consumer positions and counts, account usage: strict 0 to 2**64 - 1."""
+    js = hostile.js
+    bad = NOT_UINT64[value]
+    name, stream = await _stream(js, "HRN")
+    await js.publish(f"{name}.x", b"x")
+    consumer = await stream.create_consumer(ConsumerConfig(durable_name="d"))
+    calls: dict[str, tuple[str, str, Callable[[], Awaitable[object]]]] = {
+        "state.messages": (f"$JS.API.STREAM.INFO.{name}", "state__messages", stream.info),
+        "state.last_seq": (f"$JS.API.STREAM.INFO.{name}", "state__last_seq", stream.info),
+        "state.first_seq": (f"$JS.API.STREAM.INFO.{name}", "state__first_seq", stream.info),
+        "num_pending": (f"$JS.API.CONSUMER.INFO.{name}.d", "num_pending", consumer.info),
+        "num_ack_pending": (f"$JS.API.CONSUMER.INFO.{name}.d", "num_ack_pending", consumer.info),
+        "delivered.stream_seq": (
+            f"$JS.API.CONSUMER.INFO.{name}.d",
+            "delivered__stream_seq",
+            consumer.info,
+        ),
+        "backlog num_pending": (f"$JS.API.CONSUMER.INFO.{name}.d", "num_pending", consumer.backlog),
+        "account memory": ("$JS.API.INFO", "memory", js.account_info),
+        "account api.level": ("$JS.API.INFO", "api__level", js.account_info),
+    }
+    accepted = []
+    for label, (request, field, call) in calls.items():
+        _patch(hostile, request, **{field: bad})
+        try:
+            await call()
+        except InvalidResponseError:
+            continue
+        accepted.append(label)
+    assert accepted == []
+    hostile.proxy.rewrite = None  # the control: limits of -1 (no limit) as the server sends them
+    info = await stream.info()
+    assert (info.config.max_msgs, info.state.messages) == (-1, 1)
+    assert (await js.account_info()).limits.max_memory == -1
