@@ -28,6 +28,7 @@ reset at the cursor).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ from aiojetstream import (
     ConsumerConfig,
     InvalidResponseError,
     JetStreamContext,
+    KeyNotFoundError,
     KeyValue,
     KeyValueConfig,
     OrderedConsumerConfig,
@@ -448,3 +450,50 @@ async def test_a_sequence_or_count_no_server_sends_is_refused(hostile: Hostile, 
     info = await stream.info()
     assert (info.config.max_msgs, info.state.messages) == (-1, 1)
     assert (await js.account_info()).limits.max_memory == -1
+
+
+# --------------------------------------------------------------------------- kv.get
+
+
+def _direct_header(hostile: Hostile, bucket: str, name: bytes, value: bytes) -> None:
+    """Direct get replies of the bucket's stream say ``value`` for header ``name``."""
+    request = f"$JS.API.DIRECT.GET.KV_{bucket}".encode()
+    line = re.compile(rb"(\r\n" + re.escape(name) + rb": )[^\r\n]*")
+
+    def rewrite(frame: Frame) -> list[Frame] | None:
+        if frame.hdr is None or frame.request is None or not frame.request.startswith(request):
+            return None
+        return [frame.replace(hdr=line.sub(lambda m: m[1] + value, frame.hdr))]
+
+    hostile.proxy.rewrite = rewrite
+
+
+@pytest.mark.parametrize("revision", ["0", "18446744073709551616", "99999999999999999999"])
+async def test_a_kv_get_revision_out_of_range_is_refused(hostile: Hostile, revision: str) -> None:
+    """A plain reply's ``Nats-Sequence`` 0 or past 2**64 - 1 was taken as the revision."""
+    bucket, kv = await _bucket(hostile.js)
+    _direct_header(hostile, bucket, b"Nats-Sequence", revision.encode())
+    with pytest.raises(InvalidResponseError, match=r"Nats-Sequence|revision 0"):
+        await kv.get("k1")
+    hostile.proxy.rewrite = None
+    assert (await kv.get("k1")).revision == 1
+
+
+async def test_a_kv_get_answered_with_another_key_or_revision_is_refused(
+    hostile: Hostile,
+) -> None:
+    bucket, kv = await _bucket(hostile.js)
+    # The latest value answered with another key's message: it said "revision None is
+    # not a revision of key 'k1'" (KeyNotFoundError).
+    _direct_header(hostile, bucket, b"Nats-Subject", f"$KV.{bucket}.k2".encode())
+    with pytest.raises(InvalidResponseError, match=r"the latest value of key 'k1'.*k2"):
+        await kv.get("k1")
+    # Another revision than asked for (of the same key): it was returned as it was.
+    _direct_header(hostile, bucket, b"Nats-Sequence", b"3")
+    with pytest.raises(InvalidResponseError, match=r"revision 1 of key 'k1'.*revision 3"):
+        await kv.get("k1", revision=1)
+    hostile.proxy.rewrite = None
+    # The control: a revision of another key is not found (a server does answer so).
+    with pytest.raises(KeyNotFoundError, match="revision 2 is not a revision of key 'k1'"):
+        await kv.get("k1", revision=2)
+    assert (await kv.get("k1", revision=1)).value == b"v1"

@@ -21,6 +21,7 @@ from .._codec import Codec
 from .._errors import (
     InvalidKeyError,
     InvalidOptionError,
+    InvalidResponseError,
     InvalidTTLError,
     JetStreamError,
     KeyExistsError,
@@ -537,7 +538,23 @@ class KeyValue:
         data: bytes,
         created: datetime,
     ) -> KeyValueEntry:
-        """The entry of a get, or KeyNotFoundError for another key's revision or a marker."""
+        """The entry of a get, or KeyNotFoundError for another key's revision or a marker.
+
+        Raises:
+            InvalidResponseError: a reply no server sends: another key's message for
+                the latest value, another revision than asked for, revision 0.
+
+        """
+        if revision is None and found != subject:
+            raise InvalidResponseError(
+                f"asked for the latest value of key {key!r}, the server answered "
+                f"with a message on {shown(found)}"
+            )
+        if not (seq >= 1 if revision is None else seq == revision):
+            what = "the latest value" if revision is None else f"revision {revision}"
+            raise InvalidResponseError(
+                f"asked for {what} of key {key!r}, the server answered with revision {seq}"
+            )
         if found != subject:
             raise KeyNotFoundError(f"revision {revision} is not a revision of key {key!r}")
         op = entry_operation(headers)
