@@ -15,13 +15,18 @@ until the client sends another (a slow link, made to order).
 
 :class:`DroppingProxy` drops some of a client's publishes on their way to the
 server (a request lost without a word, made to order).
+
+:class:`RewritingProxy` rewrites chosen messages the server sends to the
+client (a buggy or hostile server, or a man in the middle, made to order).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Self
 
 __all__ = [
@@ -29,8 +34,10 @@ __all__ = [
     "MAX_REQUESTS_PER_SECOND",
     "ApiCountingProxy",
     "DroppingProxy",
+    "Frame",
     "HoldingProxy",
     "PubScanner",
+    "RewritingProxy",
     "StallingProxy",
     "max_per_second",
 ]
@@ -450,3 +457,138 @@ class DroppingProxy(_Listening):
                 if out:
                     up_writer.write(out)
                     await up_writer.drain()
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A message the server sends (``MSG`` or ``HMSG``), as :class:`RewritingProxy` sees it.
+
+    ``request`` is the subject of the client's publish whose reply inbox this
+    message is sent to (an API call's, a publish's, a direct get's), None for
+    any other (a delivery, a heartbeat).
+    """
+
+    subject: bytes
+    sid: bytes
+    reply: bytes
+    hdr: bytes | None
+    payload: bytes
+    request: bytes | None = None
+
+    def replace(self, **changes: Any) -> Frame:
+        """A copy with ``changes``."""
+        return dataclasses.replace(self, **changes)
+
+    def encode(self) -> bytes:
+        """The frame on the wire (its sizes computed anew)."""
+        reply = b" " + self.reply if self.reply else b""
+        if self.hdr is None:
+            return b"MSG %b %b%b %d\r\n%b\r\n" % (
+                self.subject,
+                self.sid,
+                reply,
+                len(self.payload),
+                self.payload,
+            )
+        size = len(self.hdr) + len(self.payload)
+        return b"HMSG %b %b%b %d %d\r\n%b%b\r\n" % (
+            self.subject,
+            self.sid,
+            reply,
+            len(self.hdr),
+            size,
+            self.hdr,
+            self.payload,
+        )
+
+
+#: What :class:`RewritingProxy` sends for a frame: None (the frame as it is) or these.
+Rewrite = Callable[[Frame], list[Frame] | None]
+
+
+class RewritingProxy(_Listening):
+    """A TCP proxy that rewrites chosen messages a server sends (a hostile server, made to order).
+
+    The client's bytes go through unchanged; their ``PUB``/``HPUB`` operations
+    tell which subject each reply inbox was sent with (a frame's ``request``).
+    The server's ``MSG``/``HMSG`` frames go through :attr:`rewrite` (when set),
+    which returns None to send the frame as it is, or the frames to send
+    instead (none: the frame is dropped); every other line goes through as it
+    is. :attr:`rewrite` may be set and cleared at any time.
+    """
+
+    def __init__(self, upstream_port: int, rewrite: Rewrite | None = None) -> None:
+        self._listen(upstream_port)
+        self.rewrite = rewrite
+        #: Reply inbox -> the subject the client sent with it.
+        self.requests: dict[bytes, bytes] = {}
+
+    async def _to_server(
+        self, reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
+    ) -> None:
+        buf = bytearray()
+        skip = 0
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                # Read before forwarding: the inbox is known before its reply can come.
+                buf += data
+                while True:
+                    if skip:
+                        n = min(skip, len(buf))
+                        del buf[:n]
+                        skip -= n
+                        if skip:
+                            break
+                    end = buf.find(b"\r\n")
+                    if end < 0:
+                        break
+                    words = bytes(buf[:end]).split()
+                    del buf[: end + 2]
+                    op = words[0].upper() if words else b""
+                    if op in (b"PUB", b"HPUB"):
+                        # PUB <subject> [reply] <size>, HPUB <subject> [reply] <hdr> <size>
+                        if len(words) == (4 if op == b"PUB" else 5):
+                            self.requests[words[2]] = words[1]
+                        skip = int(words[-1]) + 2
+                up_writer.write(data)
+                await up_writer.drain()
+
+    async def _to_client(
+        self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        buf = bytearray()
+        with contextlib.suppress(OSError):
+            while data := await up_reader.read(65536):
+                buf += data
+                out = bytearray()
+                while (end := buf.find(b"\r\n")) >= 0:
+                    words = bytes(buf[:end]).split()
+                    op = words[0].upper() if words else b""
+                    if op not in (b"MSG", b"HMSG"):
+                        out += buf[: end + 2]
+                        del buf[: end + 2]
+                        continue
+                    # MSG <subject> <sid> [reply] <size>, HMSG ... [reply] <hdr> <size>
+                    total = int(words[-1])
+                    if len(buf) < end + 2 + total + 2:
+                        break  # the payload is not all here yet
+                    body = bytes(buf[end + 2 : end + 2 + total])
+                    del buf[: end + 2 + total + 2]
+                    if op == b"HMSG":
+                        split = int(words[-2])
+                        hdr: bytes | None = body[:split]
+                        payload = body[split:]
+                        reply = words[3] if len(words) == 6 else b""
+                    else:
+                        hdr, payload = None, body
+                        reply = words[3] if len(words) == 5 else b""
+                    frame = Frame(
+                        words[1], words[2], reply, hdr, payload, self.requests.get(words[1])
+                    )
+                    rewrite = self.rewrite
+                    sent = None if rewrite is None else rewrite(frame)
+                    for each in [frame] if sent is None else sent:
+                        out += each.encode()
+                if out:
+                    writer.write(out)
+                    await writer.drain()

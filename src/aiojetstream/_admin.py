@@ -170,9 +170,16 @@ async def resume(
 
 
 async def _info(api: ApiClient, stream: str, name: str, left: Left) -> ConsumerInfo:
-    return await api.call_model(
+    info = await api.call_model(
         _api.CONSUMER_INFO, ConsumerInfo, timeout=left(), stream=stream, consumer=name
     )
+    _named(info, stream, name)
+    return info
+
+
+def _named(info: ConsumerInfo, stream: str, name: str) -> None:
+    _api.check_named("stream", stream, info.stream_name)
+    _api.check_named("consumer", name, info.name)
 
 
 async def _last_seq(api: ApiClient, stream: str, left: Left) -> int:
@@ -243,6 +250,7 @@ async def _reset(
         await _info(api, stream, name, lambda: min(api.timeout, FOLLOW_UP_TIMEOUT))
         raise
     info = _api.parse(ConsumerInfo, {k: v for k, v in reply.items() if k != "reset_seq"})
+    _named(info, stream, name)
     seq = reply.get("reset_seq")
     if not isinstance(seq, int):
         seq = info.delivered.stream_seq + 1

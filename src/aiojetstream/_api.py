@@ -252,6 +252,21 @@ def reply_int(value: object, what: str, maximum: int = MAX_UINT64) -> int:
     return value
 
 
+def check_named(kind: str, asked: str, answered: str) -> None:
+    """Refuse a reply about another stream (or consumer) than the one asked about.
+
+    A handle built from it would act on that one (a purge emptying another stream).
+
+    Raises:
+        InvalidResponseError: ``answered`` is not ``asked``.
+
+    """
+    if answered != asked:
+        raise InvalidResponseError(
+            f"asked about {kind} {asked!r}, the server answered about {kind} {shown(answered)}"
+        )
+
+
 def reply_text(value: object, what: str) -> str:
     """A JSON string.
 

@@ -337,6 +337,7 @@ class JetStreamContext:
         current = await self._api.call_model(
             _api.STREAM_INFO, StreamInfo, timeout=left(), stream=to_send.name
         )
+        _api.check_named("stream", to_send.name, current.config.name)
         T.check_not_disabling(current.config, to_send)
 
     async def _send_stream(
@@ -350,6 +351,7 @@ class JetStreamContext:
         except StreamConfigError as exc:
             T.note_deny_purge_refusal(exc, to_send, pedantic=pedantic)
             raise
+        _api.check_named("stream", to_send.name, info.config.name)
         from ._stream import Stream
 
         return Stream(self._api, info)
@@ -366,6 +368,7 @@ class JetStreamContext:
         info = await self._api.call_model(
             _api.STREAM_INFO, StreamInfo, timeout=timeout, stream=name
         )
+        _api.check_named("stream", name, info.config.name)
         from ._stream import Stream
 
         return Stream(self._api, info)

@@ -203,8 +203,10 @@ class Stream:
             offset += len(page) - overlap
         if subjects_filter is not None and "state" in reply:
             reply["state"]["subjects"] = subjects
-        self._info = _api.parse(StreamInfo, reply)
-        return self._info
+        info = _api.parse(StreamInfo, reply)
+        _api.check_named("stream", self._name, info.config.name)
+        self._info = info
+        return info
 
     async def purge(
         self,

@@ -60,7 +60,12 @@ SIZE = st.sampled_from([b"%d"] * 10 + [b"0%d", b"+%d"])
 
 
 def _plain(payload: bytes, stream: bytes, tail: bytes) -> bool:
-    shape = rb'\{"stream":"%b","seq":[0-9]{1,20}%b\}' % (re.escape(stream), re.escape(tail))
+    # nats-server's sequence: from 1, no leading zero; 20 digits (maybe past 2**64 - 1),
+    # 0 and a leading zero are left to the full parse.
+    shape = rb'\{"stream":"%b","seq":[1-9][0-9]{0,18}%b\}' % (
+        re.escape(stream),
+        re.escape(tail),
+    )
     return re.fullmatch(shape, payload) is not None
 
 

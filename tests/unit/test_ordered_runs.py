@@ -117,6 +117,46 @@ def test_a_forged_reply_at_a_run_end_is_caught() -> None:
     assert owner._needs_reset
 
 
+def test_a_stream_sequence_going_back_at_a_run_end_is_a_gap() -> None:
+    """A server never delivers a stream sequence again: at the run's end, checked one by one."""
+    messages = [_msg(1, 1), _msg(2, 2), _msg(1, 3)]
+    source, owner = _source(messages)
+    assert _drain(source) == messages[:2]
+    assert owner._needs_reset
+    assert owner.cursor == 2
+
+
+def test_a_run_starting_at_the_cursor_is_a_gap() -> None:
+    """A new consumer's first delivery at (or below) the cursor: nothing handed out."""
+    source, owner = _source([_msg(5, 1), _msg(6, 2)])
+    owner._cursor_value = 5  # 5 was handed out (from an earlier consumer)
+    assert _drain(source) == []
+    assert owner._needs_reset
+    assert owner.cursor == 5
+
+
+def test_a_single_message_after_a_run_is_checked_against_its_last() -> None:
+    """The last of a run handed out unparsed is the cursor the next message is checked with."""
+    messages = [_msg(10, 1), _msg(11, 2), _msg(12, 3)]
+    source, owner = _source(messages)
+    assert _drain(source) == messages
+    assert owner._cursor_msg is not owner._cursor_parsed  # not parsed yet
+    driver = cast(_Driver, source._driver)
+    driver.buffer.append(_msg(11, 4))  # one message: not a run
+    assert source.take() is None
+    assert owner._needs_reset
+    assert owner.cursor == 12
+
+
+def test_a_message_checked_alone_whose_stream_sequence_goes_back_is_a_gap() -> None:
+    """The fetch / next path (``_accept``): not handed out, the next fetch resets."""
+    owner = OrderedConsumer(cast(Any, None), "S", OrderedConsumerConfig())
+    assert owner._accept(_msg(7, 1)) is True
+    assert owner._accept(_msg(7, 2)) is False
+    assert owner._needs_reset
+    assert owner.cursor == 7
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.integers(min_value=1, max_value=3), min_size=1, max_size=40),

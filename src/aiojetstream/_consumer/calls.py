@@ -95,7 +95,11 @@ async def upsert_consumer(
             if len(filtered) <= _api.MAX_SUBJECT_WITH_SUBJECT:
                 subject = filtered
     reply = await api.request(subject, body, timeout=timeout, stream=stream, consumer=name)
-    return _api.parse(ConsumerInfo, reply)
+    info = _api.parse(ConsumerInfo, reply)
+    _api.check_named("stream", stream, info.stream_name)
+    if name is not None:
+        _api.check_named("consumer", name, info.name)
+    return info
 
 
 async def consumer_info(
@@ -104,9 +108,12 @@ async def consumer_info(
     """Fetch a consumer's info (raises ConsumerNotFoundError when it does not exist)."""
     validate_name(stream, "stream")
     validate_name(name, "consumer")
-    return await api.call_model(
+    info = await api.call_model(
         _api.CONSUMER_INFO, ConsumerInfo, timeout=timeout, stream=stream, consumer=name
     )
+    _api.check_named("stream", stream, info.stream_name)
+    _api.check_named("consumer", name, info.name)
+    return info
 
 
 async def delete_consumer(api: ApiClient, stream: str, name: str, timeout: float | None) -> None:

@@ -21,6 +21,7 @@ from .._codec import Codec
 from .._errors import (
     InvalidKeyError,
     InvalidOptionError,
+    InvalidResponseError,
     InvalidTTLError,
     JetStreamError,
     KeyExistsError,
@@ -57,6 +58,7 @@ from .keys import (
     ROLLUP_SUBJECT,
     bucket_of,
     entry_operation,
+    key_of,
     key_pattern,
     kv_namespaces,
     plain_reply,
@@ -536,7 +538,23 @@ class KeyValue:
         data: bytes,
         created: datetime,
     ) -> KeyValueEntry:
-        """The entry of a get, or KeyNotFoundError for another key's revision or a marker."""
+        """The entry of a get, or KeyNotFoundError for another key's revision or a marker.
+
+        Raises:
+            InvalidResponseError: a reply no server sends: another key's message for
+                the latest value, another revision than asked for, revision 0.
+
+        """
+        if revision is None and found != subject:
+            raise InvalidResponseError(
+                f"asked for the latest value of key {key!r}, the server answered "
+                f"with a message on {shown(found)}"
+            )
+        if not (seq >= 1 if revision is None else seq == revision):
+            what = "the latest value" if revision is None else f"revision {revision}"
+            raise InvalidResponseError(
+                f"asked for {what} of key {key!r}, the server answered with revision {seq}"
+            )
         if found != subject:
             raise KeyNotFoundError(f"revision {revision} is not a revision of key {key!r}")
         op = entry_operation(headers)
@@ -545,10 +563,11 @@ class KeyValue:
         return kv_entry(self._bucket, subject[len(self._prefix) :], data, seq, created, 0, op)
 
     def _entry(self, msg: Msg, op: KeyValueOp) -> KeyValueEntry:
+        """The entry of a delivered message (InvalidResponseError: its subject is no key)."""
         meta = msg.metadata
         return kv_entry(
             self._bucket,
-            msg.subject[len(self._prefix) :],
+            key_of(msg.subject, self._prefix, self._bucket),
             msg.data,
             meta.sequence.stream,
             meta.timestamp,
@@ -586,6 +605,10 @@ class KeyValue:
                 next key) before :class:`JetStreamTimeoutError`; the context's
                 default when None.
 
+        Raises:
+            InvalidResponseError: a message delivered on a subject that is not
+                one of the bucket's keys (no nats-server sends one).
+
         """
         timeout = check_timeout(timeout)
         stall = self._stall(timeout)
@@ -598,7 +621,7 @@ class KeyValue:
                 if not isinstance(item, Msg):
                     break
                 if entry_operation(item.headers) is KeyValueOp.PUT:
-                    key = item.subject[len(self._prefix) :]
+                    key = key_of(item.subject, self._prefix, self._bucket)
                     if key not in seen:
                         seen.add(key)
                         yield key
@@ -617,6 +640,8 @@ class KeyValue:
 
         Raises:
             KeyNotFoundError: the key has no revisions.
+            InvalidResponseError: a message delivered on a subject that is not
+                one of the bucket's keys (no nats-server sends one).
 
         """
         timeout = check_timeout(timeout)
@@ -667,6 +692,10 @@ class KeyValue:
                 refuses that); before anything is sent.
             InvalidOptionError: ``updates_only`` with ``include_history`` (they
                 contradict each other; nats.go refuses the pair too).
+
+        Iterating the watcher raises :class:`InvalidResponseError` for a
+        message delivered on a subject that is not one of the bucket's keys
+        (no nats-server sends one); the next ``anext()`` goes on after it.
 
         """
         if updates_only and include_history:
@@ -757,6 +786,7 @@ class KeyValue:
                 if not isinstance(item, Msg):
                     break
                 if entry_operation(item.headers) is not KeyValueOp.PUT:
+                    key_of(item.subject, self._prefix, self._bucket)  # purged by its subject
                     meta = item.metadata
                     markers.append((item.subject, meta.timestamp, meta.sequence.stream))
         finally:

@@ -12,9 +12,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
 from .. import _headers as H
-from .._bounds import shown
+from .._bounds import MAX_UINT64, shown
 from .._errors import (
     InvalidKeyError,
+    InvalidResponseError,
     KeyValueError,
 )
 from .._models import (
@@ -45,6 +46,8 @@ MARKERS_API_LEVEL: Final = 1
 
 # ADR-8: ^[-/_=\.a-zA-Z0-9]+$, no leading or trailing '.', no '..'.
 _KEY_TOKEN_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+")
+#: A whole valid key, in one match (what a delivered subject holds after the prefix).
+_KEY_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+(?:\.[-/_=a-zA-Z0-9]+)*")
 
 
 #: The whole header block of a direct get of a value stored without headers (a
@@ -55,16 +58,23 @@ _KEY_TOKEN_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+")
 #: that general path.
 _PLAIN_REPLY: Final = re.compile(
     rb"NATS/1\.0\r\nNats-Stream: [^\r\n]*\r\nNats-Subject: ([^\r\n]*)\r\n"
-    rb"Nats-Sequence: ([0-9]{1,20})\r\n"
+    rb"Nats-Sequence: ([1-9][0-9]{0,19})\r\n"
     rb"Nats-Time-Stamp: ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.([0-9]{1,9}))?Z)"
     rb"\r\n\r\n"
 )
 
 
 def plain_reply(block: bytes, subject: bytes) -> tuple[int, datetime] | None:
-    """Revision and time of a plain direct get reply on ``subject`` (None: the general path)."""
+    """Revision and time of a plain direct get reply on ``subject`` (None: the general path).
+
+    The revision is 1 to 2**64 - 1 (a stored message's sequence); any other
+    (0, a leading zero, past 2**64 - 1) takes the general path, which words its error.
+    """
     match = _PLAIN_REPLY.fullmatch(block)
     if match is None or match[1] != subject:
+        return None
+    revision = int(match[2])
+    if revision > MAX_UINT64:
         return None
     fraction = match[4]
     created = parse_utc_timestamp(
@@ -72,7 +82,7 @@ def plain_reply(block: bytes, subject: bytes) -> tuple[int, datetime] | None:
     )
     if created is None:
         return None  # out of range: the general path words the error
-    return int(match[2]), created
+    return revision, created
 
 
 # --------------------------------------------------------------------------- validation
@@ -111,6 +121,24 @@ def validate_key(key: object) -> str:
         raise InvalidKeyError(f"invalid key {shown(key)}: {problem}")
     assert isinstance(key, str)
     return exact_str(key)
+
+
+def key_of(subject: str, prefix: str, bucket: str) -> str:
+    """The key of a message delivered on ``subject`` (the bucket's subjects start ``prefix``).
+
+    Raises:
+        InvalidResponseError: ``subject`` is not ``prefix`` plus a valid key: a
+            server delivers only the subjects a bucket's filter takes, and the
+            KV API writes valid keys only (another bucket's subject, ``''``,
+            ``'.x'`` are none).
+
+    """
+    if subject.startswith(prefix) and _KEY_RE.fullmatch(subject, len(prefix)):
+        return subject[len(prefix) :]
+    raise InvalidResponseError(
+        f"bucket {bucket!r}: a message delivered on {shown(subject)}, "
+        f"which is not {prefix}<key> with a valid key"
+    )
 
 
 def validate_key_filter(key: object) -> str:

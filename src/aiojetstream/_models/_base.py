@@ -34,16 +34,18 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Field,
     PlainSerializer,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    Strict,
     ValidationInfo,
     WithJsonSchema,
     model_serializer,
     model_validator,
 )
 
-from .._bounds import check_config, shown
+from .._bounds import MAX_UINT64, check_config, shown
 from .._duration import text_timedelta
 from .._errors import InvalidOptionError
 from ._docstrings import DOCSTRINGS
@@ -59,6 +61,8 @@ __all__ = [
     "ResponseModel",
     "Timestamp",
     "WireModel",
+    "WireSequence",
+    "WireUint64",
     "coerce_duration",
     "duration_to_ns",
     "format_timestamp",
@@ -494,6 +498,18 @@ Timestamp = Annotated[
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
 """A timezone-aware ``datetime``; RFC 3339 with up to nanosecond precision on the wire."""
+
+WireUint64 = Annotated[int, Strict(), Field(ge=0, le=MAX_UINT64)]
+"""A sequence or a count of a server reply: a JSON integer from 0 to 2**64 - 1.
+
+What a Go ``uint64`` (or a count that is never negative) holds: a string, a
+float, a bool or a number out of range does not validate (the reply is
+refused as invalid, as nats.go's ``json.Unmarshal`` refuses it). Not for
+limits and durations, where the server sends -1.
+"""
+
+WireSequence = Annotated[int, Strict(), Field(ge=1, le=MAX_UINT64)]
+"""The sequence of a stored message in a server reply: a JSON integer from 1 to 2**64 - 1."""
 
 
 # --------------------------------------------------------------------------- attribute docstrings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ._base import ResponseModel
+from ._base import ResponseModel, WireUint64
 
 __all__ = ["APIStats", "AccountInfo", "AccountLimits", "Tier"]
 
@@ -12,16 +12,16 @@ __all__ = ["APIStats", "AccountInfo", "AccountLimits", "Tier"]
 class APIStats(ResponseModel):
     """JetStream API statistics of the account, and the server's API level."""
 
-    level: int = 0
+    level: WireUint64 = 0
     """The JetStream API level the server supports (0 before nats-server 2.11).
 
     ADR-43 features (``allow_msg_ttl``, ``subject_delete_marker_ttl``) need level >= 1.
     """
-    total: int = 0
+    total: WireUint64 = 0
     """API requests served."""
-    errors: int = 0
+    errors: WireUint64 = 0
     """API requests that failed."""
-    inflight: int | None = None
+    inflight: WireUint64 | None = None
     """API requests in flight (when reported)."""
 
 
@@ -49,17 +49,17 @@ class AccountLimits(ResponseModel):
 class Tier(ResponseModel):
     """Usage and limits of one replication tier (``R1``, ``R3``, ...)."""
 
-    memory: int = 0
+    memory: WireUint64 = 0
     """Memory storage used, in bytes."""
-    storage: int = 0
+    storage: WireUint64 = 0
     """File storage used, in bytes."""
-    reserved_memory: int = 0
+    reserved_memory: WireUint64 = 0
     """Memory storage reserved by stream limits, in bytes."""
-    reserved_storage: int = 0
+    reserved_storage: WireUint64 = 0
     """File storage reserved by stream limits, in bytes."""
-    streams: int = 0
+    streams: WireUint64 = 0
     """Streams in the tier."""
-    consumers: int = 0
+    consumers: WireUint64 = 0
     """Consumers in the tier."""
     limits: AccountLimits
     """The tier's limits."""

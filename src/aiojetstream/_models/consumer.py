@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import StrEnum
 
-from ._base import ConfigModel, Duration, ResponseModel, Timestamp
+from ._base import ConfigModel, Duration, ResponseModel, Timestamp, WireUint64
 from .stream import ClusterInfo
 
 __all__ = [
@@ -209,9 +209,9 @@ class OrderedConsumerConfig(ConfigModel):
 class SequenceInfo(ResponseModel):
     """A consumer sequence and the matching stream sequence."""
 
-    consumer_seq: int
+    consumer_seq: WireUint64
     """The consumer sequence."""
-    stream_seq: int
+    stream_seq: WireUint64
     """The stream sequence."""
     last_active: Timestamp | None = None
     """When this position last moved."""
@@ -243,13 +243,13 @@ class ConsumerInfo(ResponseModel):
     """The last delivered message."""
     ack_floor: SequenceInfo
     """The highest contiguously acknowledged message."""
-    num_ack_pending: int = 0
+    num_ack_pending: WireUint64 = 0
     """Delivered messages not yet acknowledged."""
-    num_redelivered: int = 0
+    num_redelivered: WireUint64 = 0
     """Messages redelivered and not yet acknowledged."""
-    num_waiting: int = 0
+    num_waiting: WireUint64 = 0
     """Pull requests waiting."""
-    num_pending: int = 0
+    num_pending: WireUint64 = 0
     """Messages matching the filter not delivered yet."""
     cluster: ClusterInfo | None = None
     """The RAFT group (the leader only on a single server)."""

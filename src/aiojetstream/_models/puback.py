@@ -1,12 +1,16 @@
 """``PubAck``: the server's acknowledgement of a JetStream publish.
 
 On the publish hot path: parsed with ``PubAck.model_validate_json(raw)`` only,
-no validators, no durations (so no ``WIRE`` context needed).
+no validators, no durations (so no ``WIRE`` context needed). Strict types: a
+``seq`` that is not a JSON integer from 1 to 2**64 - 1, or a ``duplicate``
+that is not a JSON bool, does not validate (nats-server never sends one).
 """
 
 from __future__ import annotations
 
-from ._base import ResponseModel
+from pydantic import StrictBool
+
+from ._base import ResponseModel, WireSequence
 
 __all__ = ["PubAck"]
 
@@ -20,9 +24,9 @@ class PubAck(ResponseModel):
 
     stream: str
     """The stream that stored the message."""
-    seq: int
+    seq: WireSequence
     """The stream sequence of the message."""
-    duplicate: bool = False
+    duplicate: StrictBool = False
     """``True`` when the ``Nats-Msg-Id`` was already seen within the duplicate window."""
     domain: str | None = None
     """The JetStream domain of the stream, when one is configured."""

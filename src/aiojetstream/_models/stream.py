@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from ._base import ConfigModel, Duration, ResponseModel, Timestamp
+from ._base import ConfigModel, Duration, ResponseModel, Timestamp, WireUint64
 
 __all__ = [
     "ClusterInfo",
@@ -272,7 +272,7 @@ class PeerInfo(ResponseModel):
     """Whether the peer is considered offline."""
     active: Duration
     """Time since the peer was last seen."""
-    lag: int = 0
+    lag: WireUint64 = 0
     """Number of operations the peer is behind the leader."""
     peer: str | None = None
     """The peer's id."""
@@ -304,7 +304,7 @@ class StreamSourceInfo(ResponseModel):
     """Name of the origin stream."""
     external: ExternalStream | None = None
     """Set when the origin is in another account or domain."""
-    lag: int = 0
+    lag: WireUint64 = 0
     """How many messages the mirror or source is behind."""
     active: Duration
     """Time since the last activity (negative when there was none)."""
@@ -319,36 +319,36 @@ class StreamSourceInfo(ResponseModel):
 class LostStreamData(ResponseModel):
     """Messages the server found lost or corrupt."""
 
-    msgs: list[int] | None = None
+    msgs: list[WireUint64] | None = None
     """Sequences of the lost messages."""
-    bytes: int = 0
+    bytes: WireUint64 = 0
     """Bytes lost."""
 
 
 class StreamState(ResponseModel):
     """The state of a stream at the time of the request."""
 
-    messages: int
+    messages: WireUint64
     """Messages stored."""
-    bytes: int
+    bytes: WireUint64
     """Bytes stored."""
-    first_seq: int
+    first_seq: WireUint64
     """Sequence of the first message (or the next sequence when empty)."""
     first_ts: Timestamp
     """Time of the first message (Go's zero time ``0001-01-01T00:00:00Z`` when empty)."""
-    last_seq: int
+    last_seq: WireUint64
     """Sequence of the last message."""
     last_ts: Timestamp
     """Time of the last message (Go's zero time when empty)."""
-    consumer_count: int = 0
+    consumer_count: WireUint64 = 0
     """Number of consumers."""
-    num_deleted: int = 0
+    num_deleted: WireUint64 = 0
     """Number of deleted messages inside the sequence range (interior gaps)."""
-    num_subjects: int = 0
+    num_subjects: WireUint64 = 0
     """Number of distinct subjects."""
-    deleted: list[int] | None = None
+    deleted: list[WireUint64] | None = None
     """Deleted sequences (only when asked for with ``deleted_details``)."""
-    subjects: dict[str, int] | None = None
+    subjects: dict[str, WireUint64] | None = None
     """Messages per subject (only when asked for with ``subjects_filter``)."""
     lost: LostStreamData | None = None
     """Lost or corrupt messages, if any."""

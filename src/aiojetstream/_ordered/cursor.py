@@ -483,17 +483,22 @@ class OrderedCursor:
     def _accept(self, msg: Msg) -> bool | None:
         """True if ``msg`` is the next one in order (and advance); False on a gap.
 
-        None: in order, but handed out before a reset (skip it).
+        None: in order, but handed out before a reset (skip it). A stream
+        sequence not above the cursor's, other than that, is a gap too: a
+        server never delivers one (it would be handed out a second time).
         """
         stream_seq = next_in_order(msg, self._expected)
         if stream_seq < 0:
             self._needs_reset = True
             return False
         self._expected += 1
+        if stream_seq > self._cursor:
+            self._handed_out(msg, stream_seq)
+            return True
         if stream_seq <= self._skip_through:
             return None
-        self._handed_out(msg, stream_seq)
-        return True
+        self._needs_reset = True
+        return False
 
     def _driver(self, settings: PullSettings, error_handler: ErrorHandler | None) -> PullDriver:
         name = self._name
@@ -923,9 +928,10 @@ class OrderedSource:
         """A buffered in-order message, without waiting (None at a gap or when empty).
 
         The buffer is checked a run at a time: when its first message has the
-        next consumer sequence and its last the one ``count - 1`` further, the
-        ``count`` messages are in order, and are handed out without parsing
-        each one's reply subject. The server numbers a consumer's deliveries
+        next consumer sequence and its last the one ``count - 1`` further (and
+        their stream sequences go up from the cursor's), the ``count``
+        messages are in order, and are handed out without parsing each one's
+        reply subject. The server numbers a consumer's deliveries
         1, 2, 3, ...: only a reset of the consumer through the API (by
         another client) numbers them from 1 again, which alone makes the ends
         disagree; with exactly as many messages lost as it set back, in one
@@ -939,7 +945,7 @@ class OrderedSource:
             return None
         while True:
             if not self._in_order and not owner._skip_through:
-                self._in_order = _run_in_order(driver, owner._expected)
+                self._in_order = _run_in_order(driver, owner)
             if self._in_order:
                 msg = driver.take()
                 if msg is not None:
@@ -958,11 +964,19 @@ class OrderedSource:
                 driver.stop()
                 return None
             owner._expected += 1
-            if stream_seq > owner._skip_through:
+            cursor = owner._cursor_value
+            if owner._cursor_msg is not owner._cursor_parsed:
+                cursor = owner._cursor  # the last of a run handed out unparsed
+            if stream_seq > cursor:
                 # owner._handed_out(msg, stream_seq), inlined
                 owner._cursor_msg = owner._cursor_parsed = msg
                 owner._cursor_value = stream_seq
                 return msg
+            if stream_seq > owner._skip_through:
+                # Not above the cursor: a server never delivers it again (a gap).
+                owner._needs_reset = True
+                driver.stop()
+                return None
 
     async def next_msg(self) -> Msg | None:
         """The next in-order message, resetting the consumer as needed.
@@ -1040,17 +1054,21 @@ class OrderedSource:
             await wait_for_tasks(self._tasks)
 
 
-def _run_in_order(driver: PullDriver, expected: int) -> int:
+def _run_in_order(driver: PullDriver, owner: OrderedCursor) -> int:
     """How many buffered messages are next in order, checked at the run's two ends (0: unsure).
 
-    The first must have consumer sequence ``expected`` and the last
-    ``expected + count - 1``: deliveries numbered one by one between them
-    leave no room for a gap (see :meth:`OrderedSource.take` for the one case
-    where they are not). A single message is left to the caller's own check.
+    The first must have the next consumer sequence and the last the one
+    ``count - 1`` further: deliveries numbered one by one between them leave
+    no room for a gap (see :meth:`OrderedSource.take` for the one case where
+    they are not). The first's stream sequence must be above the cursor's and
+    the last's above the first's (the server delivers them in order). A
+    single message is left to the caller's own check.
     """
     count, first, last = driver.buffer_ends()
     if count < 2 or first is None or last is None:
         return 0
-    if next_in_order(first, expected) < 0 or next_in_order(last, expected + count - 1) < 0:
+    expected = owner._expected
+    first_seq = next_in_order(first, expected)
+    if first_seq <= owner._cursor or next_in_order(last, expected + count - 1) <= first_seq:
         return 0
     return count

@@ -170,11 +170,20 @@ class AckRun:
 #: The stream a plain acknowledgement names (to build the run pattern for it), and
 #: whether it is a duplicate's.
 _ACK_STREAM: Final = re.compile(
-    rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":[0-9]{1,20}(\}|,"duplicate": ?true\})'
+    rb'\{"stream":"([^"\\\r\n ]{1,255})","seq":[1-9][0-9]{0,18}(\}|,"duplicate": ?true\})'
 )
 
-#: The most digits of a sequence (a uint64).
-_SEQ_DIGITS: Final = 20
+#: The most digits of a sequence counted without a parse: 19, all below 2**64 - 1
+#: (a 20-digit one may be past it; it goes through the full parse, as a 0 or a leading 0).
+_SEQ_DIGITS: Final = 19
+
+#: nats-server's plain acknowledgement, exactly (``{"stream":"<S>","seq":<n>}``, with
+#: ``"domain":"<D>",`` before the sequence in a domain; ``<n>`` from 1, without a
+#: leading zero, at most 19 digits): counted as stored without a :class:`PubAck`.
+#: Anything else (a duplicate, an error, another shape) takes the full parse.
+plain_ack: Final = re.compile(
+    rb'\{"stream":"[^"\\]+",(?:"domain":"[^"\\]*",)?"seq":[1-9][0-9]{0,18}\}'
+).fullmatch
 
 
 class AckRuns:
@@ -184,8 +193,8 @@ class AckRuns:
     subject (``<prefix><mark><hex>``) whose payloads are plain acknowledgements
     ``{"stream":"<S>","seq":<n>}`` of one stream, or all duplicates'
     ``{"stream":"<S>","seq":<n>,"duplicate": true}`` (as nats-server writes
-    it; without the blank too), no error, domain or status: one regular
-    expression matches all of them at once, with each
+    it; without the blank too; ``<n>`` as :data:`plain_ack` takes it), no
+    error, domain or status: one regular expression matches all of them at once, with each
     message's size written into it for each count of digits of ``<n>``, so it
     matches exactly what framing by sizes reads, and nothing else. Anything
     else ends the run, and the router's loop takes it one by one. Pure
@@ -218,8 +227,8 @@ class AckRuns:
         pattern: tuple[re.Pattern[bytes], int] | None = None
         if width == len(str(sizes[-1])):  # else its bytes are not simply counted: none
             payloads = b"|".join(
-                b'%d\\r\\n\\{"stream":"%b","seq":[0-9]{%d}%b\\}'
-                % (size, re.escape(stream), digits, re.escape(tail))
+                b'%d\\r\\n\\{"stream":"%b","seq":[1-9][0-9]{%d}%b\\}'
+                % (size, re.escape(stream), digits - 1, re.escape(tail))
                 for digits, size in enumerate(sizes, 1)
             )
             head = b"MSG " + re.escape(self._prefix)

@@ -44,7 +44,7 @@ from .._errors import (
     StreamFullError,
 )
 from .._models import PubAck
-from .acks import SPAN_MARK, AckRun, AckRuns, AckSpan, AckTally, AckTarget
+from .acks import SPAN_MARK, AckRun, AckRuns, AckSpan, AckTally, AckTarget, plain_ack
 from .single import HOLD_FIRST_WAIT, HOLD_MAX_WAIT, HOLD_MIN_WAIT, ack_from_reply
 
 #: The deadline heap of publish_async is compacted once it holds this many more
@@ -469,17 +469,10 @@ class AsyncPublisher:
         fut, _, target = entry
         if isinstance(fut, AckSpan) or fut.done():
             return  # (a span's replies never come here: their tokens are told apart)
-        if (
-            type(fut) is AckTally
-            and hdr is None
-            and data.startswith(b'{"stream":"')
-            and b'"seq":' in data
-            and b'"error"' not in data
-            and b'"duplicate"' not in data
-        ):
+        if type(fut) is AckTally and hdr is None and plain_ack(data) is not None:
             # A plain acknowledgement, counted without a PubAck. Anything else
-            # (a duplicate, an error, a status) is parsed below and reaches the
-            # tally as an acknowledgement or as the error it carries.
+            # (a duplicate, an error, a status, another shape) is parsed below and
+            # reaches the tally as an acknowledgement or as the error it carries.
             fut.count(False)
             return
         try:
@@ -532,13 +525,7 @@ class AsyncPublisher:
         if not self._span_answered(token, span, 1):
             return
         tally = span.tally
-        if (
-            hdr is None
-            and data.startswith(b'{"stream":"')
-            and b'"seq":' in data
-            and b'"error"' not in data
-            and b'"duplicate"' not in data
-        ):
+        if hdr is None and plain_ack(data) is not None:
             tally.count(False)
             return
         try:
