@@ -46,8 +46,11 @@ MARKERS_API_LEVEL: Final = 1
 
 # ADR-8: ^[-/_=\.a-zA-Z0-9]+$, no leading or trailing '.', no '..'.
 _KEY_TOKEN_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+")
-#: A whole valid key, in one match (what a delivered subject holds after the prefix).
-_KEY_RE: Final = re.compile(r"[-/_=a-zA-Z0-9]+(?:\.[-/_=a-zA-Z0-9]+)*")
+#: What a delivered subject may hold after the prefix: literal subject tokens (not
+#: only ADR-8 keys: another client, a raw publish, may have stored any literal subject,
+#: and listing the bucket must not fail on it), none empty and none a wildcard.
+_TOKEN: Final = r"(?![*>](?:\.|\Z))[^.]+"
+_KEY_RE: Final = re.compile(rf"{_TOKEN}(?:\.{_TOKEN})*")
 
 
 #: The whole header block of a direct get of a value stored without headers (a
@@ -127,17 +130,18 @@ def key_of(subject: str, prefix: str, bucket: str) -> str:
     """The key of a message delivered on ``subject`` (the bucket's subjects start ``prefix``).
 
     Raises:
-        InvalidResponseError: ``subject`` is not ``prefix`` plus a valid key: a
-            server delivers only the subjects a bucket's filter takes, and the
-            KV API writes valid keys only (another bucket's subject, ``''``,
-            ``'.x'`` are none).
+        InvalidResponseError: ``subject`` is not ``prefix`` plus literal subject
+            tokens: a server delivers only the subjects a bucket's filter takes,
+            and stores only literal subjects (another bucket's subject, ``''``,
+            ``'.x'``, ``'>'`` are none). A key stored by another client outside
+            ADR-8's characters (``'ключ'``) is listed.
 
     """
     if subject.startswith(prefix) and _KEY_RE.fullmatch(subject, len(prefix)):
         return subject[len(prefix) :]
     raise InvalidResponseError(
         f"bucket {bucket!r}: a message delivered on {shown(subject)}, "
-        f"which is not {prefix}<key> with a valid key"
+        f"which is not {prefix}<key>"
     )
 
 
