@@ -140,8 +140,7 @@ def key_of(subject: str, prefix: str, bucket: str) -> str:
     if subject.startswith(prefix) and _KEY_RE.fullmatch(subject, len(prefix)):
         return subject[len(prefix) :]
     raise InvalidResponseError(
-        f"bucket {bucket!r}: a message delivered on {shown(subject)}, "
-        f"which is not {prefix}<key>"
+        f"bucket {bucket!r}: a message delivered on {shown(subject)}, which is not {prefix}<key>"
     )
 
 
