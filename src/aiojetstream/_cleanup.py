@@ -18,16 +18,19 @@ logger = logging.getLogger("aiojetstream")
 _CLOSING: set[asyncio.Task[None]] = set()
 
 
-def close_in_background(close: Coroutine[Any, Any, None]) -> None:
+def close_in_background(close: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
     """Run ``close`` in a task kept until done, for a caller that must not wait.
 
     For a close that no cancellation may cut short once something was handed
     out (an ordered ``next()`` returns its message at once, its fetch's
     subscription released meanwhile). An error it raises is logged (debug).
+    A caller that waits after all awaits ``asyncio.shield()`` of the task
+    returned: its cancellation then leaves the close running.
     """
     task = asyncio.get_running_loop().create_task(close)
     _CLOSING.add(task)
     task.add_done_callback(_closed)
+    return task
 
 
 def _closed(task: asyncio.Task[None]) -> None:

@@ -42,7 +42,7 @@ from aiojetstream import _consumer as C
 from aiojetstream._ordered import OrderedConsumer
 from aiojetstream._pull_driver import PullDriver
 from aiojetstream._stream import Stream as StreamClass
-from helpers import unique_name, wait_until
+from helpers import cancel_after, unique_name, wait_until
 
 STEP = 10
 #: err_code of "maximum consumers limit reached".
@@ -669,3 +669,63 @@ async def test_closed_after_a_cancelled_creation_leaves_no_consumer(
         return (await stream.info()).state.consumer_count == 0
 
     await wait_until(no_consumers, STEP, message="the consumer created was left behind")
+
+
+async def test_a_cancelled_close_of_messages_still_deletes_the_consumer(
+    js: JetStreamContext,
+) -> None:
+    """``aclose()`` of an ordered ``messages()`` cancelled while it closed (a timeout
+    around ``kv.history()``, a task cancelled leaving ``async with``) skipped the delete,
+    and a second ``aclose()`` did nothing: the consumer stayed for its
+    inactive_threshold (5 min) with a pull waiting. The close goes on to the delete,
+    and a second ``aclose()`` returns once it is done."""
+    name = unique_name("OCC")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    await js.publish(f"{name}.a", b"1")
+    cancelled = 0
+    for n in range(8):  # the cancel lands at each suspension point of the close in turn
+        oc = await stream.ordered_consumer()
+        it = oc.messages()
+        await it.__aenter__()
+        assert (await asyncio.wait_for(it.next(), STEP)).data == b"1"
+        assert (await stream.info()).state.consumer_count == 1
+        cancelled += await cancel_after(it.aclose(), n)
+        await asyncio.wait_for(it.aclose(), STEP)  # waits for the close under way
+        assert (await stream.info()).state.consumer_count == 0, f"left behind at n={n}"
+        # The ordered consumer is free again (the cancelled close kept its claim: "an
+        # ordered consumer runs one operation at a time").
+        async with oc.messages():
+            assert (await stream.info()).state.consumer_count == 1
+        assert (await stream.info()).state.consumer_count == 0
+    assert cancelled >= 4
+
+
+@pytest.mark.parametrize("call", ["history", "keys"])
+async def test_a_cancelled_kv_read_leaves_no_consumer(js: JetStreamContext, call: str) -> None:
+    """``kv.history()`` / ``kv.keys()`` cancelled at each point in turn (as by an
+    ``asyncio.timeout()`` around them): a cancel landing while they closed their
+    ordered consumer left it on the server for inactive_threshold (5 min)."""
+    kv = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("KCR"), history=5, storage=StorageType.MEMORY)
+    )
+    for i in range(10):
+        await kv.put(f"k{i}", b"v")
+    stream = kv.stream
+
+    async def read() -> None:
+        if call == "history":
+            await kv.history("k1")
+        else:
+            _ = [key async for key in kv.keys()]  # noqa: SIM118 (an async iterator)
+
+    async def no_consumers() -> bool:
+        return (await stream.info()).state.consumer_count == 0
+
+    n = 0
+    while await cancel_after(read(), n):  # until the call completes before its cancel
+        await wait_until(no_consumers, STEP, message=f"a consumer left after a cancel at {n}")
+        n += 1
+        assert n < 1000
+    await wait_until(no_consumers, STEP, message="a consumer left after the whole call")

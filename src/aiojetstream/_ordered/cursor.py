@@ -859,6 +859,8 @@ class OrderedSource:
         self._stopped = False
         self._draining = False
         self._closed = False
+        #: The close aclose() started, in a task of its own (see aclose).
+        self._closing: asyncio.Task[None] | None = None
         self._ending = asyncio.Event()  # set by stop, drain and aclose: a reset gives up
         self._tasks: set[asyncio.Task[None]] = set()
         #: Buffered messages, from the driver's first on, known to be next in order.
@@ -1022,22 +1024,33 @@ class OrderedSource:
         One whose start failed after its claim (cancelled while creating the
         consumer) deletes what the creation may have left, unless another run
         holds the ordered consumer by then.
+
+        The close runs in a task of its own: a caller cancelled meanwhile (a
+        timeout around ``kv.history()``, a cancelled task leaving ``async
+        with``) leaves it running to the delete, rather than leaving the
+        consumer for its ``inactive_threshold`` with a pull waiting, and a
+        second call waits for it.
         """
-        if not self._closed:
+        closing = self._closing
+        if closing is None:
             self._closed = True
             self._stopped = True
             self._ending.set()
-            if self._driver is not None:
-                await self._driver.aclose()
-            owner = self._owner
-            token = self._claim_token
-            if token is not None and owner._active in (None, token):
-                await owner._delete_current()
-                if owner._active is token:
-                    owner._release()
+            closing = self._closing = close_in_background(self._close())
+        await asyncio.shield(closing)
         # The error handlers, unless called from one (it would wait for itself).
         if not in_error_handler(self):
             await wait_for_tasks(self._tasks)
+
+    async def _close(self) -> None:
+        if self._driver is not None:
+            await self._driver.aclose()
+        owner = self._owner
+        token = self._claim_token
+        if token is not None and owner._active in (None, token):
+            await owner._delete_current()
+            if owner._active is token:
+                owner._release()
 
 
 def _run_in_order(driver: PullDriver, expected: int) -> int:
