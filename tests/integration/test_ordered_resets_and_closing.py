@@ -729,3 +729,59 @@ async def test_a_cancelled_kv_read_leaves_no_consumer(js: JetStreamContext, call
         n += 1
         assert n < 1000
     await wait_until(no_consumers, STEP, message="a consumer left after the whole call")
+
+
+async def test_a_delete_that_overtakes_the_creation_is_made_again(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start cancelled while its consumer's creation was queued on the server: the
+    server's API workers may serve the close's delete first ("not found") and create
+    the consumer after it (seen against nats-server, about one cancelled start in 60),
+    which then stayed for inactive_threshold (5 min). The close deletes it again once
+    the creation is answered."""
+    name = unique_name("ODO")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    await js.publish(f"{name}.a", b"1")
+    queued, serve, not_found = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    created = asyncio.Event()
+    upsert, delete = C.upsert_consumer, C.delete_consumer
+
+    async def served_later(*args: Any, **kwargs: Any) -> ConsumerInfo:
+        await serve.wait()
+        info = await upsert(*args, **kwargs)
+        created.set()
+        return info
+
+    async def queued_creation(*args: Any, **kwargs: Any) -> ConsumerInfo:
+        # In the server's queue: the caller's cancellation can not take it back.
+        served = asyncio.ensure_future(served_later(*args, **kwargs))
+        queued.set()
+        return await asyncio.shield(served)
+
+    async def noting_delete(*args: Any, **kwargs: Any) -> None:
+        try:
+            await delete(*args, **kwargs)
+        except ConsumerNotFoundError:
+            not_found.set()
+            raise
+
+    monkeypatch.setattr(C, "upsert_consumer", queued_creation)
+    monkeypatch.setattr(C, "delete_consumer", noting_delete)
+    it = (await stream.ordered_consumer()).messages()
+    entering = asyncio.ensure_future(it.__aenter__())
+    await asyncio.wait_for(queued.wait(), STEP)
+    entering.cancel()
+    closing = asyncio.ensure_future(it.aclose())
+    await asyncio.wait_for(not_found.wait(), STEP)  # the delete was served first
+    serve.set()  # then the creation
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(entering, STEP)
+    await asyncio.wait_for(closing, STEP)
+    await asyncio.wait_for(created.wait(), STEP)
+
+    async def no_consumers() -> bool:
+        return (await stream.info()).state.consumer_count == 0
+
+    await wait_until(no_consumers, STEP, message="the consumer created after the delete")
