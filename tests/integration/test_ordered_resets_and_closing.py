@@ -731,6 +731,59 @@ async def test_a_cancelled_kv_read_leaves_no_consumer(js: JetStreamContext, call
     await wait_until(no_consumers, STEP, message="a consumer left after the whole call")
 
 
+@pytest.mark.parametrize("call", ["messages", "consume"])
+@pytest.mark.parametrize("kind", ["ordered", "plain"])
+async def test_messages_or_consume_cancelled_at_any_point_leaves_nothing_behind(
+    js: JetStreamContext, kind: str, call: str
+) -> None:
+    """``async with c.messages(): pass`` or ``await c.consume()`` then its end,
+    cancelled at each point in turn (a timeout around it): nothing stays. An ordered
+    one cancelled on its way in left the consumer its creation request made for
+    inactive_threshold (5 min): the caller never gets the context to close, and
+    ``async with`` runs no exit when the entry raised. A plain one cancelled while it
+    closed left its subscription (the wait for the pull's clean-up cancelled it)."""
+    name = unique_name("OSC")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    await js.publish(f"{name}.a", b"1")
+    durable = None
+    if kind == "plain":
+        durable = await stream.create_consumer(ConsumerConfig(durable_name="d"))
+    nc = js.nc
+    subs0 = len(nc._subs)
+    listeners0 = js._conn.listener_count()
+
+    async def nothing_left() -> bool:
+        consumers = (await stream.info()).state.consumer_count
+        return (
+            consumers == (1 if durable else 0)
+            and len(nc._subs) == subs0
+            and js._conn.listener_count() == listeners0
+        )
+
+    n = 0
+    while True:
+        reader = durable if durable is not None else await stream.ordered_consumer()
+
+        async def start(reader: C.Consumer | OrderedConsumer) -> None:
+            if call == "messages":
+                async with reader.messages():
+                    pass
+            else:
+                ctx = await reader.consume(lambda msg: None)
+                ctx.stop()
+                await ctx.closed()
+
+        if not await cancel_after(start(reader), n):
+            break  # the whole call ran before its cancel
+        await wait_until(nothing_left, STEP, message=f"something left after a cancel at {n}")
+        n += 1
+        assert n < 1000
+    assert n > 2
+    await wait_until(nothing_left, STEP, message="something left after the whole call")
+
+
 async def test_a_delete_that_overtakes_the_creation_is_made_again(
     js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
