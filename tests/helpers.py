@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "assert_watch_start_fails_cleanly",
+    "cancel_after",
     "library_tasks",
     "recorded_publish",
     "unique_name",
@@ -143,6 +144,36 @@ async def wait_pullable(
         return True
 
     await wait_until(answered, timeout=timeout, interval=0.05, message=f"{subject} pullable")
+
+
+async def cancel_after(aw: Awaitable[Any], n: int) -> bool:
+    """Run ``aw`` in a task and cancel it ``n`` event-loop iterations later.
+
+    The cancel comes from a ``loop.call_soon`` chain (no clock), so a sweep over
+    ``n`` lands it at each suspension point of the call in turn, as an
+    ``asyncio.timeout()`` around the call would. Returns True when the cancel
+    ended the call, False when the call finished first (its result dropped);
+    any other error of the call is raised.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(aw)
+
+    def step(k: int) -> None:
+        if task.done():
+            return
+        if k <= 0:
+            task.cancel()
+        else:
+            loop.call_soon(step, k - 1)
+
+    loop.call_soon(step, n)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if task.cancelled():
+            return True
+        raise
+    return False
 
 
 def library_tasks() -> set[asyncio.Task[Any]]:

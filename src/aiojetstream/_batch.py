@@ -220,6 +220,13 @@ class AtomicBatch:
         self._state = BatchState(uuid.uuid4().hex if batch_id is None else batch_id, max_messages)
         #: The subject of the last message sent (a subject of the batch's stream).
         self._subject: str | None = None
+        #: True once the server holds nothing of the batch for us to release:
+        #: released (see :meth:`_release`), committed, or its first message refused.
+        #: Apart from ``closed``, which a failed call sets too: a call cancelled or
+        #: timed out after its message may have reached the server still releases it.
+        self._released = False
+        #: True once the stream answered the first message (the batch is open there).
+        self._opened = False
 
     @property
     def batch_id(self) -> str:
@@ -259,14 +266,24 @@ class AtomicBatch:
         sequence makes the server drop the batch (it is not stored either).
         That message is queued without waiting; when it can not be sent (the
         connection is down or closed) the server drops the batch after its
-        10 s. Idempotent; a committed batch stays committed.
+        10 s. This holds for a batch closed by a failed, timed-out or
+        cancelled :meth:`add` too (its message may have reached the server;
+        such a call releases it already). Idempotent; a committed batch stays
+        committed.
         """
+        self._state.closed = True
+        self._release()
+
+    def _release(self) -> None:
+        """Send the message that makes the server drop the batch, once, if it may hold it."""
         state = self._state
-        if state.closed:
+        if self._released or not state.size or self._subject is None:
+            return  # released, committed or refused; or nothing of it reached the server
+        if not self._opened and self._api.level is None:
+            # The stream never answered, and the server's API level is unknown:
+            # a server without atomic batches would store the message alone.
             return
-        state.closed = True
-        if not state.size or self._subject is None:
-            return  # nothing of it reached the server
+        self._released = True
         gap = {BATCH_ID: state.batch_id, BATCH_SEQUENCE: str(state.size + 2)}
         try:
             self._api.conn.publish_nowait(
@@ -309,7 +326,7 @@ class AtomicBatch:
         try:
             await self._api.conn.publish(subject, data, headers=headers)
         except BaseException:
-            self._state.closed = True  # the server may or may not have it: unusable
+            self.discard()  # the server may or may not have it: unusable, released
             raise
 
     async def _request(
@@ -395,17 +412,26 @@ class AtomicBatch:
         self._state.sent()
         self._subject = subject
         try:
-            check_first_reply(await self._request(subject, data, hdrs, timeout))
+            reply = await self._request(subject, data, hdrs, timeout)
         except JetStreamTimeoutError as exc:
-            self._state.closed = True
+            self.discard()  # it may be open there (a no_ack stream holds it)
             raise JetStreamTimeoutError(
                 f"{exc}: the stream did not answer the batch's first message (a stream "
                 "with no_ack never does; atomic batches need one that acknowledges); "
                 "the batch is closed"
             ) from exc
         except BaseException:
-            self._state.closed = True
+            self.discard()  # cancelled (a timeout around it) or lost: it may be open there
             raise
+        try:
+            check_first_reply(reply)
+        except BaseException:
+            # Answered: the stream refused the batch (or an old server stored the
+            # message alone); it holds no open batch.
+            self._state.closed = True
+            self._released = True
+            raise
+        self._opened = True
 
     async def commit(
         self,
@@ -467,7 +493,16 @@ class AtomicBatch:
             subject, data, hdrs = self._prepare(*args, commit=True)
         self._state.sent()
         self._state.closed = True
-        ack = batch_ack(await self._request(subject, data, hdrs, timeout))
+        try:
+            reply = await self._request(subject, data, hdrs, timeout)
+        except BaseException:
+            # No answer: the commit may or may not have reached the server. The
+            # release is sent after it on this connection, so it can not undo a
+            # commit that arrived; one that did not would leave the batch open.
+            self._release()
+            raise
+        self._released = True  # answered: committed, or dropped by the server
+        ack = batch_ack(reply)
         if ack.batch_id != self.batch_id or ack.batch_size != self.size:
             raise InvalidResponseError(
                 f"batch acknowledgement for {ack.batch_id!r} of {ack.batch_size} messages, "

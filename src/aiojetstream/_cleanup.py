@@ -16,18 +16,23 @@ logger = logging.getLogger("aiojetstream")
 
 #: Closes of readers dropped unfinished, kept until done.
 _CLOSING: set[asyncio.Task[None]] = set()
+#: Waits for tasks whose waiter was cancelled (see wait_for_tasks), kept until done.
+_WAITING: set[asyncio.Future[Any]] = set()
 
 
-def close_in_background(close: Coroutine[Any, Any, None]) -> None:
+def close_in_background(close: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
     """Run ``close`` in a task kept until done, for a caller that must not wait.
 
     For a close that no cancellation may cut short once something was handed
     out (an ordered ``next()`` returns its message at once, its fetch's
     subscription released meanwhile). An error it raises is logged (debug).
+    A caller that waits after all awaits ``asyncio.shield()`` of the task
+    returned: its cancellation then leaves the close running.
     """
     task = asyncio.get_running_loop().create_task(close)
     _CLOSING.add(task)
     task.add_done_callback(_closed)
+    return task
 
 
 def _closed(task: asyncio.Task[None]) -> None:
@@ -45,11 +50,21 @@ async def wait_for_tasks(*groups: Collection[asyncio.Task[Any]]) -> None:
     await asyncio.gather(*tasks)``: from Python 3.12 ``gather`` of tasks all
     done completes without yielding to the loop, so a done task whose discard
     callback is still scheduled stays in its set and that loop spins forever.
+
+    A cancellation of the caller leaves the tasks running (the wait is
+    shielded): ``gather`` cancelled them, and a pull's clean-up cancelled
+    before it ran (a close cut short by a timeout) left its subscription.
     """
     gathered: set[asyncio.Task[Any]] = set()
     while tasks := [task for group in groups for task in group if task not in gathered]:
         gathered.update(tasks)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        waiting = asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            _WAITING.add(waiting)  # kept until done (the loop holds tasks weakly)
+            waiting.add_done_callback(_WAITING.discard)
+            raise
 
 
 def close_when_collected(

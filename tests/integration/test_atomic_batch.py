@@ -32,7 +32,7 @@ from aiojetstream import (
     WrongLastSequenceError,
 )
 from aiojetstream.testing import NatsServer
-from helpers import unique_name
+from helpers import cancel_after, unique_name, wait_until
 
 
 async def atomic_stream(js: JetStreamContext, **extra: Any) -> tuple[Stream, str]:
@@ -144,6 +144,70 @@ async def test_a_discarded_batch_is_released_on_the_server_at_once(
     ack = await again.commit(f"{p}.b", b"kept")
     assert ack.batch_size == 2
     assert await last_seq(stream) == 2  # nothing of the discarded batches was stored
+
+
+async def test_a_cancelled_call_releases_the_batch_on_the_server(js: JetStreamContext) -> None:
+    """A first add cancelled while the stream's answer was on its way closed the batch,
+    and leaving ``async with`` then sent nothing: the server held each such batch for
+    10 s, and 50 of them made every new batch on the stream fail with
+    TooManyInflightBatchesError. An add or commit cancelled at any point releases it."""
+    stream, p = await atomic_stream(js)
+    async with js.atomic_batch() as warm:  # the API level read, the request inbox up
+        await warm.add(f"{p}.w", b"1")
+        await warm.commit(f"{p}.w", b"2")
+    seen: dict[str, list[tuple[str, bool]]] = {}
+
+    async def note(msg: Any) -> None:
+        hdrs = msg.headers or {}
+        seen.setdefault(hdrs["Nats-Batch-Id"], []).append(
+            (hdrs["Nats-Batch-Sequence"], "Nats-Batch-Commit" in hdrs)
+        )
+
+    sub = await js.nc.subscribe(f"{p}.*", cb=note)
+    batches: list[aiojetstream.AtomicBatch] = []
+
+    async def first_add() -> None:
+        async with js.atomic_batch() as batch:
+            batches.append(batch)
+            await batch.add(f"{p}.a", b"first")
+
+    async def cancelled_call(stage: int, n: int) -> None:
+        """Stage 0: the first add cancelled after n iterations; 1: the second; 2: the commit."""
+        async with js.atomic_batch() as batch:
+            batches.append(batch)
+            for i in range(stage):
+                await batch.add(f"{p}.a", str(i).encode())
+            if stage < 2:
+                await cancel_after(batch.add(f"{p}.a", b"cancelled"), n)
+            else:
+                await cancel_after(batch.commit(f"{p}.c", b"cancelled"), n)
+
+    cancelled = 0
+    for _ in range(50):  # cancelled in the loop iteration that sent the first message
+        cancelled += await cancel_after(first_add(), 0)
+    assert cancelled == 50
+    for stage in range(3):
+        for n in range(4):
+            await cancelled_call(stage, n)
+
+    def ended(batch: aiojetstream.AtomicBatch) -> bool:
+        # Committed, or released by a message skipping a batch sequence.
+        got = seen.get(batch.batch_id, [])
+        return any(commit or int(seq) == batch.size + 2 for seq, commit in got)
+
+    await wait_until(
+        lambda: all(ended(b) for b in batches if b.size),
+        message="every batch that sent a message committed or released",
+    )
+    await sub.unsubscribe()
+    assert all(b.is_closed for b in batches)
+    again = js.atomic_batch()
+    await again.add(f"{p}.a", b"kept")  # TooManyInflightBatchesError if they were open
+    await again.commit(f"{p}.b", b"kept")
+    # The releases undid no commit: the committed batches (3 messages each) and these.
+    commits = sum(1 for got in seen.values() for _, commit in got if commit)
+    assert commits
+    assert (await stream.info()).state.messages == 2 + 3 * commits + 2
 
 
 async def test_a_server_configured_for_larger_batches_takes_max_messages() -> None:

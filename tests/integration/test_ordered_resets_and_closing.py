@@ -42,7 +42,7 @@ from aiojetstream import _consumer as C
 from aiojetstream._ordered import OrderedConsumer
 from aiojetstream._pull_driver import PullDriver
 from aiojetstream._stream import Stream as StreamClass
-from helpers import unique_name, wait_until
+from helpers import cancel_after, unique_name, wait_until
 
 STEP = 10
 #: err_code of "maximum consumers limit reached".
@@ -669,3 +669,172 @@ async def test_closed_after_a_cancelled_creation_leaves_no_consumer(
         return (await stream.info()).state.consumer_count == 0
 
     await wait_until(no_consumers, STEP, message="the consumer created was left behind")
+
+
+async def test_a_cancelled_close_of_messages_still_deletes_the_consumer(
+    js: JetStreamContext,
+) -> None:
+    """``aclose()`` of an ordered ``messages()`` cancelled while it closed (a timeout
+    around ``kv.history()``, a task cancelled leaving ``async with``) skipped the delete,
+    and a second ``aclose()`` did nothing: the consumer stayed for its
+    inactive_threshold (5 min) with a pull waiting. The close goes on to the delete,
+    and a second ``aclose()`` returns once it is done."""
+    name = unique_name("OCC")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    await js.publish(f"{name}.a", b"1")
+    cancelled = 0
+    for n in range(8):  # the cancel lands at each suspension point of the close in turn
+        oc = await stream.ordered_consumer()
+        it = oc.messages()
+        await it.__aenter__()
+        assert (await asyncio.wait_for(it.next(), STEP)).data == b"1"
+        assert (await stream.info()).state.consumer_count == 1
+        cancelled += await cancel_after(it.aclose(), n)
+        await asyncio.wait_for(it.aclose(), STEP)  # waits for the close under way
+        assert (await stream.info()).state.consumer_count == 0, f"left behind at n={n}"
+        # The ordered consumer is free again (the cancelled close kept its claim: "an
+        # ordered consumer runs one operation at a time").
+        async with oc.messages():
+            assert (await stream.info()).state.consumer_count == 1
+        assert (await stream.info()).state.consumer_count == 0
+    assert cancelled >= 4
+
+
+@pytest.mark.parametrize("call", ["history", "keys"])
+async def test_a_cancelled_kv_read_leaves_no_consumer(js: JetStreamContext, call: str) -> None:
+    """``kv.history()`` / ``kv.keys()`` cancelled at each point in turn (as by an
+    ``asyncio.timeout()`` around them): a cancel landing while they closed their
+    ordered consumer left it on the server for inactive_threshold (5 min)."""
+    kv = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("KCR"), history=5, storage=StorageType.MEMORY)
+    )
+    for i in range(10):
+        await kv.put(f"k{i}", b"v")
+    stream = kv.stream
+
+    async def read() -> None:
+        if call == "history":
+            await kv.history("k1")
+        else:
+            _ = [key async for key in kv.keys()]  # noqa: SIM118 (an async iterator)
+
+    async def no_consumers() -> bool:
+        return (await stream.info()).state.consumer_count == 0
+
+    n = 0
+    while await cancel_after(read(), n):  # until the call completes before its cancel
+        await wait_until(no_consumers, STEP, message=f"a consumer left after a cancel at {n}")
+        n += 1
+        assert n < 1000
+    await wait_until(no_consumers, STEP, message="a consumer left after the whole call")
+
+
+@pytest.mark.parametrize("call", ["messages", "consume"])
+@pytest.mark.parametrize("kind", ["ordered", "plain"])
+async def test_messages_or_consume_cancelled_at_any_point_leaves_nothing_behind(
+    js: JetStreamContext, kind: str, call: str
+) -> None:
+    """``async with c.messages(): pass`` or ``await c.consume()`` then its end,
+    cancelled at each point in turn (a timeout around it): nothing stays. An ordered
+    one cancelled on its way in left the consumer its creation request made for
+    inactive_threshold (5 min): the caller never gets the context to close, and
+    ``async with`` runs no exit when the entry raised. A plain one cancelled while it
+    closed left its subscription (the wait for the pull's clean-up cancelled it)."""
+    name = unique_name("OSC")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    await js.publish(f"{name}.a", b"1")
+    durable = None
+    if kind == "plain":
+        durable = await stream.create_consumer(ConsumerConfig(durable_name="d"))
+    nc = js.nc
+    subs0 = len(nc._subs)
+    listeners0 = js._conn.listener_count()
+
+    async def nothing_left() -> bool:
+        consumers = (await stream.info()).state.consumer_count
+        return (
+            consumers == (1 if durable else 0)
+            and len(nc._subs) == subs0
+            and js._conn.listener_count() == listeners0
+        )
+
+    n = 0
+    while True:
+        reader = durable if durable is not None else await stream.ordered_consumer()
+
+        async def start(reader: C.Consumer | OrderedConsumer) -> None:
+            if call == "messages":
+                async with reader.messages():
+                    pass
+            else:
+                ctx = await reader.consume(lambda msg: None)
+                ctx.stop()
+                await ctx.closed()
+
+        if not await cancel_after(start(reader), n):
+            break  # the whole call ran before its cancel
+        await wait_until(nothing_left, STEP, message=f"something left after a cancel at {n}")
+        n += 1
+        assert n < 1000
+    assert n > 2
+    await wait_until(nothing_left, STEP, message="something left after the whole call")
+
+
+async def test_a_delete_that_overtakes_the_creation_is_made_again(
+    js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start cancelled while its consumer's creation was queued on the server: the
+    server's API workers may serve the close's delete first ("not found") and create
+    the consumer after it (seen against nats-server, about one cancelled start in 60),
+    which then stayed for inactive_threshold (5 min). The close deletes it again once
+    the creation is answered."""
+    name = unique_name("ODO")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    await js.publish(f"{name}.a", b"1")
+    queued, serve, not_found = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    created = asyncio.Event()
+    upsert, delete = C.upsert_consumer, C.delete_consumer
+
+    async def served_later(*args: Any, **kwargs: Any) -> ConsumerInfo:
+        await serve.wait()
+        info = await upsert(*args, **kwargs)
+        created.set()
+        return info
+
+    async def queued_creation(*args: Any, **kwargs: Any) -> ConsumerInfo:
+        # In the server's queue: the caller's cancellation can not take it back.
+        served = asyncio.ensure_future(served_later(*args, **kwargs))
+        queued.set()
+        return await asyncio.shield(served)
+
+    async def noting_delete(*args: Any, **kwargs: Any) -> None:
+        try:
+            await delete(*args, **kwargs)
+        except ConsumerNotFoundError:
+            not_found.set()
+            raise
+
+    monkeypatch.setattr(C, "upsert_consumer", queued_creation)
+    monkeypatch.setattr(C, "delete_consumer", noting_delete)
+    it = (await stream.ordered_consumer()).messages()
+    entering = asyncio.ensure_future(it.__aenter__())
+    await asyncio.wait_for(queued.wait(), STEP)
+    entering.cancel()
+    closing = asyncio.ensure_future(it.aclose())
+    await asyncio.wait_for(not_found.wait(), STEP)  # the delete was served first
+    serve.set()  # then the creation
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(entering, STEP)
+    await asyncio.wait_for(closing, STEP)
+    await asyncio.wait_for(created.wait(), STEP)
+
+    async def no_consumers() -> bool:
+        return (await stream.info()).state.consumer_count == 0
+
+    await wait_until(no_consumers, STEP, message="the consumer created after the delete")

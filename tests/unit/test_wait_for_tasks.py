@@ -13,6 +13,7 @@ hanging the test run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -118,5 +119,26 @@ async def test_a_pull_drivers_close_returns_with_such_a_task() -> None:
 async def test_an_ordered_close_returns_with_such_a_task() -> None:
     tasks = CountingSet()
     await _done_with_discard_pending(tasks)
-    source: Any = SimpleNamespace(_closed=True, _tasks=tasks)
+    closing = asyncio.get_running_loop().create_task(_nothing())  # its close, done
+    await closing
+    source: Any = SimpleNamespace(_closed=True, _closing=closing, _tasks=tasks)
     await asyncio.wait_for(OrderedSource.aclose(source), 5)
+
+
+async def test_a_cancelled_wait_leaves_the_tasks_running() -> None:
+    """The caller of a close cancelled (a timeout around it): the tasks it waited for
+    go on. ``gather`` cancelled them: a pull's clean-up cancelled before it ran left
+    its subscription."""
+    tasks = CountingSet()
+    gate = asyncio.Event()
+    task = _track(tasks, gate.wait())
+    waiter = asyncio.get_running_loop().create_task(wait_for_tasks(tasks))
+    await asyncio.sleep(0)  # it waits
+    waiter.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiter
+    assert waiter.cancelled()
+    assert not task.done()
+    gate.set()
+    await task
+    assert not task.cancelled()

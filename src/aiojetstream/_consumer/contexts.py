@@ -181,8 +181,19 @@ class MessagesContext:
                 self._starting = None
                 starting.set_result(None)
 
+    async def _enter(self) -> None:
+        try:
+            await self._ensure_started()
+        except BaseException:
+            # No ``async with`` body, no exit: nothing else would close it. A start
+            # cancelled (a timeout around the entry) or failed may have left what it
+            # made: the consumer an ordered start's creation request made, a
+            # subscription. (As a watcher's entry does.)
+            await self.aclose()
+            raise
+
     async def __aenter__(self) -> MessagesContext:
-        await self._ensure_started()
+        await self._enter()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -266,7 +277,7 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
         self._on_refused = on_refused
 
     async def __aenter__(self) -> TypedMessagesContext[T]:
-        await self._ensure_started()
+        await self._enter()
         return self
 
     def __aiter__(self) -> TypedMessagesContext[T]:
@@ -314,7 +325,14 @@ class ConsumeContext:
         self.error: JetStreamError | None = None
 
     async def _start(self) -> None:
-        await self._driver.start()
+        try:
+            await self._driver.start()
+        except BaseException:
+            # The caller never gets this context to close: a start cancelled (a
+            # timeout around ``consume()``) or failed is closed here, with what it
+            # made (the consumer an ordered start's creation request made).
+            await self._driver.aclose()
+            raise
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:

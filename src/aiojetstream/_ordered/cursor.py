@@ -24,7 +24,7 @@ import logging
 import secrets
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from .. import _api
 from .. import _consumer as C
@@ -90,6 +90,8 @@ class _ResetState:
     """Loop time of the next attempt."""
     error: JetStreamError | None = None
     """The last attempt's error."""
+    creating: asyncio.Task[ConsumerInfo] | None = None
+    """The last attempt's creation request: it goes on when its caller is cancelled."""
 
 
 class _Closed:
@@ -274,21 +276,43 @@ class OrderedCursor:
                     names.append(other)
         if not names:
             return
-        await self._delete_all(names, deadline)
+        creating = state.creating if state is not None else None
+        if creating is None or creating.done():
+            await self._delete_all(names, deadline)
+            return
+        # Its creation is still on its way: the server's API workers may serve the
+        # delete first ("not found"), and then create the consumer. Once the creation
+        # is answered (or timed out), such a consumer is deleted again.
+        missing: set[str] = set()
+        await self._delete_all(names, deadline, missing)
+        if state is not None and state.config.name in missing:
+            # (Its request's own timeout, at most the API's, bounds it.)
+            wait = self._api.timeout
+            if deadline is not None:
+                wait = min(wait, max(deadline - asyncio.get_running_loop().time(), 0.25))
+            await asyncio.wait({creating}, timeout=wait)
+            await self._delete_all([state.config.name], deadline)
 
-    async def _delete_all(self, names: list[str], deadline: float | None) -> None:
-        """Delete the consumers ``names``, each bounded as :meth:`_delete_current` says."""
+    async def _delete_all(
+        self, names: list[str], deadline: float | None, missing: set[str] | None = None
+    ) -> None:
+        """Delete the consumers ``names``, each bounded as :meth:`_delete_current` says.
+
+        The names the server did not find are added to ``missing``.
+        """
         # Bounded: during an outage a close must not wait for the API (nor a fetch
         # past its deadline).
         timeout = min(self._api.timeout, DELETE_TIMEOUT)
         if deadline is not None:
             timeout = min(timeout, max(deadline - asyncio.get_running_loop().time(), 0.25))
-        await asyncio.gather(*(self._delete(n, timeout) for n in names))
+        await asyncio.gather(*(self._delete(n, timeout, missing) for n in names))
 
-    async def _delete(self, name: str, timeout: float) -> None:
+    async def _delete(self, name: str, timeout: float, missing: set[str] | None = None) -> None:
         try:
             await C.delete_consumer(self._api, self._stream, name, timeout)
         except ConsumerNotFoundError:
+            if missing is not None:
+                missing.add(name)
             return  # gone already: what the delete was for
         except JetStreamError as exc:
             # Ephemeral: it disappears after inactive_threshold anyway.
@@ -346,9 +370,16 @@ class OrderedCursor:
             if deadline is not None:
                 timeout = min(self._api.timeout, max(deadline - loop.time(), MIN_EXPIRES))
             try:
-                info = await C.upsert_consumer(
-                    self._api, self._stream, state.config, C.ACTION_CREATE, timeout
+                # In a task of its own: a caller cancelled meanwhile leaves the request
+                # waiting for its answer, so that a delete sent on closing can tell when
+                # the consumer may exist (see _delete_current).
+                creating = state.creating = asyncio.ensure_future(
+                    C.upsert_consumer(
+                        self._api, self._stream, state.config, C.ACTION_CREATE, timeout
+                    )
                 )
+                creating.add_done_callback(_retrieved)
+                info = await asyncio.shield(creating)
                 if self._origin is not None:
                     if deadline is not None:
                         timeout = min(self._api.timeout, max(deadline - loop.time(), MIN_EXPIRES))
@@ -864,6 +895,8 @@ class OrderedSource:
         self._stopped = False
         self._draining = False
         self._closed = False
+        #: The close aclose() started, in a task of its own (see aclose).
+        self._closing: asyncio.Task[None] | None = None
         self._ending = asyncio.Event()  # set by stop, drain and aclose: a reset gives up
         self._tasks: set[asyncio.Task[None]] = set()
         #: Buffered messages, from the driver's first on, known to be next in order.
@@ -1036,22 +1069,39 @@ class OrderedSource:
         One whose start failed after its claim (cancelled while creating the
         consumer) deletes what the creation may have left, unless another run
         holds the ordered consumer by then.
+
+        The close runs in a task of its own: a caller cancelled meanwhile (a
+        timeout around ``kv.history()``, a cancelled task leaving ``async
+        with``) leaves it running to the delete, rather than leaving the
+        consumer for its ``inactive_threshold`` with a pull waiting, and a
+        second call waits for it.
         """
-        if not self._closed:
+        closing = self._closing
+        if closing is None:
             self._closed = True
             self._stopped = True
             self._ending.set()
-            if self._driver is not None:
-                await self._driver.aclose()
-            owner = self._owner
-            token = self._claim_token
-            if token is not None and owner._active in (None, token):
-                await owner._delete_current()
-                if owner._active is token:
-                    owner._release()
+            closing = self._closing = close_in_background(self._close())
+        await asyncio.shield(closing)
         # The error handlers, unless called from one (it would wait for itself).
         if not in_error_handler(self):
             await wait_for_tasks(self._tasks)
+
+    async def _close(self) -> None:
+        if self._driver is not None:
+            await self._driver.aclose()
+        owner = self._owner
+        token = self._claim_token
+        if token is not None and owner._active in (None, token):
+            await owner._delete_current()
+            if owner._active is token:
+                owner._release()
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark what a task raised as retrieved (its caller may have been cancelled meanwhile)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _run_in_order(driver: PullDriver, owner: OrderedCursor) -> int:
