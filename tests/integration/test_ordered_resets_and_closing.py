@@ -28,6 +28,8 @@ from aiojetstream import (
     KeyValueConfig,
     KeyValueEntry,
     KeyWatcher,
+    MessagesContext,
+    Msg,
     ObjectInfo,
     ObjectStoreConfig,
     ObjectWatcher,
@@ -838,3 +840,54 @@ async def test_a_delete_that_overtakes_the_creation_is_made_again(
         return (await stream.info()).state.consumer_count == 0
 
     await wait_until(no_consumers, STEP, message="the consumer created after the delete")
+
+
+@pytest.mark.parametrize("reader", ["same context", "waiting reader"])
+async def test_a_context_whose_entry_was_cancelled_ends_and_frees_the_consumer(
+    js: JetStreamContext, reader: str
+) -> None:
+    """``async with oc.messages()`` cancelled on its way in closes the context. Then a
+    ``next()`` on that context (or one already waiting on it) started it again on the
+    closed source: its claim was never released, and the ordered consumer refused every
+    later call ("runs one operation at a time"). Now the closed context ends iteration."""
+    name = unique_name("OEC")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    await js.publish(f"{name}.a", b"0")
+    n = 0
+    while True:
+        oc = await stream.ordered_consumer()
+        ctx = oc.messages()
+        waiting: asyncio.Future[Msg] | None = None
+
+        async def enter(ctx: MessagesContext = ctx) -> None:
+            nonlocal waiting
+            if reader == "waiting reader":
+                # A reader arriving once the entry's start is under way: it waits for it.
+                entering = asyncio.ensure_future(ctx.__aenter__())
+                await asyncio.sleep(0)
+                waiting = asyncio.ensure_future(ctx.next())
+                await entering
+            else:
+                await ctx.__aenter__()
+
+        if not await cancel_after(enter(), n):
+            await ctx.aclose()
+            if waiting is not None:
+                waiting.cancel()
+            break  # the entry completed before its cancel
+        # Ended (the entry's close came first), or the message (the start had completed:
+        # only the entry's return was cancelled); never a hang.
+        try:
+            got = await asyncio.wait_for(waiting if waiting is not None else ctx.next(), STEP)
+        except StopAsyncIteration:
+            pass
+        else:
+            assert got.data == b"0"
+        await ctx.aclose()
+        async with oc.messages():  # the ordered consumer is free again (was: refused)
+            pass
+        n += 1
+        assert n < 1000
+    assert n > 0

@@ -232,6 +232,9 @@ def test_config_times_read_with_an_offset_are_sent_back_with_it() -> None:
     cfg = ConsumerConfig.model_validate(wire)
     assert cfg.opt_start_time == datetime(2020, 1, 1, 0, 0, tzinfo=UTC)  # the same instant
     assert to_wire(cfg)["opt_start_time"] == "2020-01-01T01:00:00.000000001+01:00"
+    for copied in (copy.deepcopy(cfg), pickle.loads(pickle.dumps(cfg)), cfg.model_copy(deep=True)):
+        # (a deep copy or a pickle, a Spark task's config, keeps it too)
+        assert to_wire(copied)["opt_start_time"] == "2020-01-01T01:00:00.000000001+01:00"
     moved = cfg.model_copy(update={"opt_start_time": cfg.opt_start_time + timedelta(hours=1)})
     assert to_wire(moved)["opt_start_time"] == "2020-01-01T02:00:00+01:00"  # (arithmetic: µs)
     west = ConsumerConfig(opt_start_time="2020-01-01T01:00:00-05:30").opt_start_time

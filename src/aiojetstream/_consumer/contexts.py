@@ -158,12 +158,15 @@ class MessagesContext:
     def __init__(self, driver: MessageSource) -> None:
         self._driver = driver
         self._started = False
+        #: Set by aclose(): iteration ends, nothing starts the pulling again.
+        self._closed = False
         #: Set while a start is under way: readers arriving meanwhile wait for it.
         self._starting: asyncio.Future[None] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
     async def _ensure_started(self) -> None:
-        while not self._started:
+        """Start pulling, once; nothing when closed (``_started`` stays False)."""
+        while not self._started and not self._closed:
             starting = self._starting
             if starting is not None:
                 # Another reader (a pool of tasks on one iterator) is starting it: wait,
@@ -215,6 +218,8 @@ class MessagesContext:
             if self._finalizer is None:
                 self._finalizer = close_when_collected(self, self._driver.aclose)
             await self._ensure_started()
+            if not self._started:
+                raise StopAsyncIteration  # closed (an entry cancelled, aclose())
         driver = self._driver
         # A buffered message is handed out without a coroutine (as consume() does).
         msg = driver.take()
@@ -243,7 +248,8 @@ class MessagesContext:
         self._driver.drain()
 
     async def aclose(self) -> None:
-        """Stop and release the subscription (idempotent)."""
+        """Stop and release the subscription (idempotent); iteration ends."""
+        self._closed = True  # first: a reader woken by a cancelled start must not restart it
         if self._finalizer is not None:
             self._finalizer.detach()
         await self._driver.aclose()
@@ -288,6 +294,8 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
             if self._finalizer is None:
                 self._finalizer = close_when_collected(self, self._driver.aclose)
             await self._ensure_started()
+            if not self._started:
+                raise StopAsyncIteration  # closed (an entry cancelled, aclose())
         driver = self._driver
         decode = self._decode
         while True:

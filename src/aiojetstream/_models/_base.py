@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Annotated, Any, ClassVar, Final, TypeVar
 
 from pydantic import (
@@ -366,8 +366,54 @@ def parse_utc_timestamp(value: str, fraction: str | None) -> datetime | None:
     return moment
 
 
-#: The fixed zones of timestamps read with their offset (see parse_timestamp), by offset.
-_WIRE_ZONES: dict[timedelta, timezone] = {}
+class WireOffset(tzinfo):
+    """The fixed UTC offset a timestamp was read with, kept to be written back (``+01:00``).
+
+    A ``datetime.timezone`` of its own type, so that the offset survives a copy,
+    a deep copy or a pickle (a Spark task's config): :func:`format_timestamp`
+    with ``keep_offset`` writes a time in this zone with its offset.
+    """
+
+    __slots__ = ("_offset",)
+
+    def __init__(self, offset: timedelta) -> None:
+        self._offset = offset
+
+    def utcoffset(self, dt: datetime | None) -> timedelta:
+        """The offset (the same at every time)."""
+        return self._offset
+
+    def dst(self, dt: datetime | None) -> None:
+        """No daylight saving time."""
+        return None
+
+    def tzname(self, dt: datetime | None) -> str:
+        """``UTC+01:00``, as ``datetime.timezone`` names a fixed offset."""
+        return timezone(self._offset).tzname(None)
+
+    def __repr__(self) -> str:
+        return f"WireOffset({self._offset!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WireOffset) and other._offset == self._offset
+
+    def __hash__(self) -> int:
+        return hash(self._offset)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (wire_offset, (self._offset,))
+
+
+#: The zones of timestamps read with their offset (see parse_timestamp), by offset.
+_WIRE_ZONES: dict[timedelta, WireOffset] = {}
+
+
+def wire_offset(offset: timedelta) -> WireOffset:
+    """The :class:`WireOffset` of ``offset`` (one per offset; at most 2,878 of them)."""
+    zone = _WIRE_ZONES.get(offset)
+    if zone is None:
+        zone = _WIRE_ZONES[offset] = WireOffset(offset)
+    return zone
 
 
 def parse_timestamp(value: str, *, keep_offset: bool = False) -> datetime:
@@ -413,9 +459,7 @@ def parse_timestamp(value: str, *, keep_offset: bool = False) -> datetime:
         # In range in UTC (checked above), so in its own offset too. nats-server compares
         # configs with their times' zones (a mirror's opt_start_time on update, an
         # idempotent create): sent back in UTC, one from nats.go with "+01:00" was refused.
-        zone_info = _WIRE_ZONES.get(offset)
-        if zone_info is None:
-            zone_info = _WIRE_ZONES[offset] = timezone(offset)  # at most 2,880 of them
+        zone_info = wire_offset(offset)
         if ns:
             return NanoDatetime(
                 year, month, day, hour, minute, second, us, zone_info, nanosecond=ns
@@ -456,7 +500,7 @@ def format_timestamp(value: datetime, *, keep_offset: bool = False) -> str:
     offset = value.utcoffset()
     if offset:
         minutes, rest = divmod(offset, timedelta(minutes=1))
-        if keep_offset and not rest and value.tzinfo is _WIRE_ZONES.get(offset):
+        if keep_offset and not rest and isinstance(value.tzinfo, WireOffset):
             sign = "-" if minutes < 0 else "+"
             zone = f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
         else:
