@@ -10,6 +10,7 @@ DOCSTRINGS: dict[str, dict[str, dict[str, str]]] = {
     "aiojetstream._models._base": {
         "NanoTimedelta": {},
         "NanoDatetime": {},
+        "WireOffset": {},
         "DocumentedModel": {},
         "WireModel": {
             "_omit_if_unset": "Field name -> default, for the fields left out of dumps when unset and default.",
