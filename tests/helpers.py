@@ -11,8 +11,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiojetstream import WrongLastSequenceError
+from aiojetstream._pull_driver import PullDriver
 
 if TYPE_CHECKING:
+    import pytest
+
     from aiojetstream import JetStreamContext, PubAck
 
 __all__ = [
@@ -20,6 +23,7 @@ __all__ = [
     "cancel_after",
     "library_tasks",
     "recorded_publish",
+    "UnservedPulls",
     "unique_name",
     "wait_pullable",
     "wait_routable",
@@ -278,3 +282,38 @@ accounts: {
   }
 }
 """
+
+
+class UnservedPulls:
+    """Every pull request sent on ``stream``; the first ``unserved`` go to nobody (a 503).
+
+    The chosen pulls are sent to a consumer name nobody serves, and the server
+    answers them with a real 503 while the consumer itself exists (as when its
+    node is down, or its interest has not crossed a route yet). ``limit`` may be
+    changed on the way.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, stream: str, unserved: int) -> None:
+        self.subjects: list[bytes] = []
+        self.unserved = 0
+        self.limit = unserved
+        prefix = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.".encode()
+        real = PullDriver._send_pull
+
+        def send(driver: PullDriver, cmd: Any) -> None:
+            subject = driver._pull_subject
+            if not subject.startswith(prefix):
+                real(driver, cmd)
+                return
+            self.subjects.append(subject)
+            if self.unserved >= self.limit:
+                real(driver, cmd)
+                return
+            self.unserved += 1
+            driver._pull_subject = subject + b"-nobody"
+            try:
+                real(driver, cmd)
+            finally:
+                driver._pull_subject = subject
+
+        monkeypatch.setattr(PullDriver, "_send_pull", send)

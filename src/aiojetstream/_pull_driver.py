@@ -30,12 +30,15 @@ from ._errors import (
     DisconnectedError,
     InvalidResponseError,
     JetStreamError,
+    JetStreamTimeoutError,
     PermissionViolationError,
     StreamNotFoundError,
 )
 from ._message import Msg, PlainRun, total_size
 from ._priority import PinState, pin_header_size, pin_id_from_headers
 from ._pull_engine import (
+    FETCH_GRACE,
+    NO_WAIT_TIMEOUT,
     ArmTimer,
     CancelTimer,
     CheckConsumer,
@@ -233,8 +236,28 @@ class PullDriver:
     # ------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        """Subscribe and send the first pull."""
+        """Subscribe and send the first pull.
+
+        A single pull (fetch, next) made while the client reconnects waits for
+        the reconnect first, within its own bound: its SUB and pull, buffered by
+        nats-py, would be sent after the reconnect even once the call had given
+        up, and the server would deliver the pull's messages (lost with
+        ``AckPolicy.NONE``) to an inbox nobody reads.
+        """
         self._loop = asyncio.get_running_loop()
+        settings = self.settings
+        if settings.single and not self._conn.is_connected and not self._conn.is_closed:
+            bound = (
+                NO_WAIT_TIMEOUT
+                if settings.no_wait
+                else settings.expires + max(FETCH_GRACE, settings.heartbeat)
+            )
+            if not await self._conn.wait_connected(bound):
+                if self._conn.is_closed:
+                    raise self._conn.closed_error()
+                raise JetStreamTimeoutError(
+                    f"not reconnected within {bound:g} s: nothing was pulled (fetch again)"
+                )
         inbox = self._conn.new_inbox()
         self._inbox = inbox.encode()
         sink = None

@@ -1854,3 +1854,48 @@ async def test_no_responders_while_the_consumer_exists_is_reported(mode: str) ->
         finally:
             await user.close()
             await owner.close()
+
+
+@pytest.mark.parametrize("call", ["fetch", "fetch_no_wait", "next"])
+async def test_a_pull_given_up_during_an_outage_takes_nothing_after_it(call: str) -> None:
+    """A fetch / next made while the client reconnects: its SUB and pull went to nats-py's
+    reconnect buffer and were sent after the reconnect although the call had given up;
+    the server delivered the pull's messages to an inbox nobody read (lost with
+    AckPolicy.NONE) and kept the subscription. Now it waits for the reconnect within its
+    own bound and, not reconnected, raises having queued nothing."""
+    async with NatsServer() as server:
+        js = await connect(server.url)
+        try:
+            name = unique_name("OUT")
+            await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+            await fill(js, f"{name}.x", 20)
+            consumer = await js.create_consumer(
+                name, ConsumerConfig(durable_name="d", ack_policy=AckPolicy.NONE)
+            )
+            await server.kill()  # the store is kept
+            await wait_until(lambda: not js.nc.is_connected, 10, message="still connected")
+
+            async def pull() -> object:
+                if call == "fetch":
+                    return await (await consumer.fetch(3, expires=1)).collect()
+                if call == "fetch_no_wait":
+                    return await (await consumer.fetch_no_wait(3)).collect()
+                return await consumer.next(expires=1)
+
+            for _ in range(3):
+                with pytest.raises(JetStreamTimeoutError, match="not reconnected"):
+                    await pull()
+            await server.start()
+            await wait_until(lambda: js.nc.is_connected, 30, message="not reconnected")
+            got: list[bytes] = []
+            while batch := await (await consumer.fetch_no_wait(100)).collect():
+                got += [msg.data for msg in batch]
+            assert got == [str(i).encode() for i in range(20)]  # none taken by a lost pull
+            info = await consumer.info()
+            assert (info.delivered.stream_seq, info.num_waiting) == (20, 0)
+            mine = {sub.subject for sub in js.nc._subs.values()}
+            connz = await server.monitor("connz?subs=1")
+            on_server = {s for c in connz["connections"] for s in c.get("subscriptions_list", [])}
+            assert on_server <= mine, on_server - mine
+        finally:
+            await js.close()

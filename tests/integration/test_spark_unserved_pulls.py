@@ -22,40 +22,12 @@ import pytest
 
 import aiojetstream
 from aiojetstream import JetStreamContext, NoRespondersError, StreamConfig
-from aiojetstream._pull_driver import PullDriver
 from aiojetstream.spark._options import parse_source_options
 from aiojetstream.spark._read import read_range
 from aiojetstream.testing import NatsCluster
+from helpers import UnservedPulls as Pulls
 from helpers import unique_name
 from reliability.harness import create_r3_stream
-
-
-class Pulls:
-    """Every pull request sent on ``stream``; the first ``unserved`` go to nobody (a 503)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, stream: str, unserved: int) -> None:
-        self.subjects: list[bytes] = []
-        self.unserved = 0
-        prefix = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.".encode()
-        real = PullDriver._send_pull
-
-        def send(driver: PullDriver, cmd: Any) -> None:
-            subject = driver._pull_subject
-            if not subject.startswith(prefix):
-                real(driver, cmd)
-                return
-            self.subjects.append(subject)
-            if self.unserved >= unserved:
-                real(driver, cmd)
-                return
-            self.unserved += 1
-            driver._pull_subject = subject + b"-nobody"
-            try:
-                real(driver, cmd)
-            finally:
-                driver._pull_subject = subject
-
-        monkeypatch.setattr(PullDriver, "_send_pull", send)
 
 
 async def fill(js: JetStreamContext, stream: str, n: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -55,6 +56,25 @@ class ConnectionListener(Protocol):
 
     def on_closed(self) -> None:
         """The connection is closed for good."""
+
+
+class _Waking:
+    """A connection listener that sets ``event`` at each state change (see wait_connected)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def on_disconnected(self) -> None:
+        """Wake the waiter (it looks again)."""
+        self.event.set()
+
+    def on_reconnected(self) -> None:
+        """Wake the waiter."""
+        self.event.set()
+
+    def on_closed(self) -> None:
+        """Wake the waiter (it gives up)."""
+        self.event.set()
 
 
 class Hub:
@@ -150,6 +170,28 @@ class Conn:
     def is_connected(self) -> bool:
         """True while connected to a server."""
         return bool(self.nc.is_connected)
+
+    async def wait_connected(self, timeout: float) -> bool:
+        """Wait until connected: True; False once closed or after ``timeout`` seconds.
+
+        At once while connected. For a call that must not queue anything for a
+        server it never reaches: what nats-py buffers while reconnecting is sent
+        after the reconnect, even when the call that wrote it has given up.
+        """
+        if self.is_connected or self.is_closed:
+            return self.is_connected
+        waking = _Waking()
+        self.add_listener(waking)
+        try:
+            async with asyncio.timeout(timeout):
+                while not (self.is_connected or self.is_closed):
+                    waking.event.clear()
+                    await waking.event.wait()
+        except TimeoutError:
+            return False
+        finally:
+            self.remove_listener(waking)
+        return self.is_connected
 
     def add_listener(self, listener: ConnectionListener) -> None:
         """Start delivering connection state changes to ``listener``."""

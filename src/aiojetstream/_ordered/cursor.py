@@ -38,6 +38,7 @@ from .._errors import (
     InvalidOptionError,
     JetStreamError,
     NoHeartbeatError,
+    NoRespondersError,
     NotJetStreamMessageError,
     OrderedConsumerResetError,
     StreamNotFoundError,
@@ -69,8 +70,11 @@ _FROM_THE_END: Final = frozenset((DeliverPolicy.NEW, DeliverPolicy.LAST))
 DEFAULT_INACTIVE_THRESHOLD: Final = timedelta(minutes=5)
 #: How long closing waits for the ephemeral consumer's deletion.
 DELETE_TIMEOUT: Final = 2.0
-#: Errors after which the ordered consumer recreates its consumer.
-RESETTABLE = (ConsumerDeletedError, ConsumerNotFoundError, NoHeartbeatError)
+#: Errors after which the ordered consumer recreates its consumer. A ``503`` to a
+#: pull while the look-up finds the consumer is one of them: the consumer is R1, and
+#: a meta leader answers the look-up of one whose node is down from its assignment
+#: (nats.go resets on no responders too).
+RESETTABLE = (ConsumerDeletedError, ConsumerNotFoundError, NoHeartbeatError, NoRespondersError)
 #: err_code of "maximum consumers limit reached".
 _MAX_CONSUMERS: Final = 10026
 
@@ -174,6 +178,11 @@ class OrderedCursor:
         #: When the first consumer was created (the server's clock): a stream created
         #: after it is not the one read so far (see _same_stream).
         self._origin: datetime | None = None
+        #: Resets for pulls nothing serves (see note_503) in a row with the cursor
+        #: where it was, the cursor then, and what the next reset waits first.
+        self._lost_in_a_row = 0
+        self._lost_at = -1
+        self._lost_wait: tuple[float, JetStreamError] | None = None
 
     @property
     def _cursor(self) -> int:
@@ -191,6 +200,25 @@ class OrderedCursor:
         """``msg`` (at ``stream_seq``) was handed out: the cursor is at it."""
         self._cursor_msg = self._cursor_parsed = msg
         self._cursor_value = stream_seq
+
+    def note_503(self, error: JetStreamError) -> None:
+        """The consumer's pulls got ``503`` although its look-up found it (a reset follows).
+
+        The consumer is R1 and its node may be down (a meta leader answers the
+        look-up from the consumer's assignment). Nothing may serve pulls at all
+        though (an account importing the look-up but not the pulls): a reset that
+        brings no message is followed by the next after the reset backoff (1 s
+        doubling to 10 s), not at once, or consumers are created and deleted in a
+        tight loop.
+        """
+        cursor = self._cursor
+        if cursor == self._lost_at:
+            self._lost_in_a_row += 1
+        else:
+            self._lost_at, self._lost_in_a_row = cursor, 1
+        if self._lost_in_a_row > 1:
+            delay = min(RESET_BACKOFF_FIRST * 2 ** (self._lost_in_a_row - 2), RESET_BACKOFF_MAX)
+            self._lost_wait = (delay, error)
 
     def _initial_done(self) -> bool:
         """Whether the current "last per subject" consumer's initial values are all done.
@@ -347,6 +375,10 @@ class OrderedCursor:
             # behind (as nats.go). The current one is deleted once it exists.
             old, self._name = self._name, None
             state = self._resetting = _ResetState(self._consumer_config(), old)
+            if self._lost_wait is not None:
+                delay, state.error = self._lost_wait
+                self._lost_wait = None
+                state.retry_at = loop.time() + delay
         limit = self._config.max_reset_attempts
         while True:
             wait_until = state.retry_at
@@ -762,7 +794,9 @@ class OrderedBatch(C.MessageBatch):
             driver = self._driver
             try:
                 msg = await driver.next_msg()
-            except RESETTABLE:
+            except RESETTABLE as exc:
+                if isinstance(exc, NoRespondersError):
+                    self._owner.note_503(exc)
                 msg = accepted = None
                 reset = True
             except BaseException:
@@ -828,6 +862,8 @@ class OrderedBatch(C.MessageBatch):
                     break
                 out.append(msg)
             gone = gap or isinstance(driver.error, RESETTABLE)
+            if isinstance(driver.error, NoRespondersError):
+                owner.note_503(driver.error)
             try:
                 if gone:
                     if not out and self._resets and await self._reset_and_pull():
@@ -938,8 +974,11 @@ class OrderedSource:
         await driver.start()
 
     def _on_report(self, error: JetStreamError) -> None:
-        if isinstance(error, NoHeartbeatError) and self._driver is not None:
-            # Missed heartbeats: do not trust this consumer any more.
+        if isinstance(error, (NoHeartbeatError, NoRespondersError)) and self._driver is not None:
+            # Missed heartbeats, or pulls nothing serves although the consumer is
+            # found (see RESETTABLE): do not trust this consumer any more.
+            if isinstance(error, NoRespondersError):
+                self._owner.note_503(error)
             self._owner._needs_reset = True
             self._driver.stop()
         self.report(error)
@@ -1032,9 +1071,11 @@ class OrderedSource:
                 continue
             try:
                 msg = await driver.next_msg()
-            except RESETTABLE:
+            except RESETTABLE as exc:
                 if self._draining:
                     return None
+                if isinstance(exc, NoRespondersError):
+                    self._owner.note_503(exc)
                 self._owner._needs_reset = True
                 continue
             if msg is None:
