@@ -1893,9 +1893,14 @@ async def test_a_pull_given_up_during_an_outage_takes_nothing_after_it(call: str
             assert got == [str(i).encode() for i in range(20)]  # none taken by a lost pull
             info = await consumer.info()
             assert (info.delivered.stream_seq, info.num_waiting) == (20, 0)
-            mine = {sub.subject for sub in js.nc._subs.values()}
-            connz = await server.monitor("connz?subs=1")
-            on_server = {s for c in connz["connections"] for s in c.get("subscriptions_list", [])}
-            assert on_server <= mine, on_server - mine
+
+            async def only_mine() -> bool:
+                # (The last fetch's UNSUB may still be on its way: bounded wait.)
+                mine = {sub.subject for sub in js.nc._subs.values()}
+                connz = await server.monitor("connz?subs=1")
+                conns = connz["connections"]
+                return {s for c in conns for s in c.get("subscriptions_list", [])} <= mine
+
+            await wait_until(only_mine, 10, message="a given-up pull's SUB is on the server")
         finally:
             await js.close()
