@@ -295,6 +295,9 @@ class UnservedPulls:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, stream: str, unserved: int) -> None:
         self.subjects: list[bytes] = []
+        #: When each pull was sent (loop time), beside ``subjects``; and whether served.
+        self.times: list[float] = []
+        self.served: list[bool] = []
         self.unserved = 0
         self.limit = unserved
         prefix = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.".encode()
@@ -306,7 +309,9 @@ class UnservedPulls:
                 real(driver, cmd)
                 return
             self.subjects.append(subject)
-            if self.unserved >= self.limit:
+            self.times.append(asyncio.get_running_loop().time())
+            self.served.append(self.unserved >= self.limit)
+            if self.served[-1]:
                 real(driver, cmd)
                 return
             self.unserved += 1

@@ -38,6 +38,7 @@ from ._message import Msg, PlainRun, total_size
 from ._priority import PinState, pin_header_size, pin_id_from_headers
 from ._pull_engine import (
     FETCH_GRACE,
+    MIN_EXPIRES,
     NO_WAIT_TIMEOUT,
     ArmTimer,
     CancelTimer,
@@ -51,6 +52,7 @@ from ._pull_engine import (
     SendPull,
     Unsubscribe,
     buffer_limits,
+    shortened,
 )
 from ._status import Severity, StatusKind, parse_status
 
@@ -232,32 +234,23 @@ class PullDriver:
         #: Called with a heartbeat's ``Nats-Last-Consumer`` (the consumer sequence the
         #: server delivered last): the ordered consumer spots a lost last message.
         self.on_heartbeat: Callable[[int], None] | None = None
+        #: Called at each status but a 503 (the server answered a pull of this consumer).
+        self.on_answer: Callable[[], None] | None = None
 
     # ------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
         """Subscribe and send the first pull.
 
-        A single pull (fetch, next) made while the client reconnects waits for
-        the reconnect first, within its own bound: its SUB and pull, buffered by
-        nats-py, would be sent after the reconnect even once the call had given
-        up, and the server would deliver the pull's messages (lost with
-        ``AckPolicy.NONE``) to an inbox nobody reads.
+        No pull is written while the client reconnects (see :meth:`_send_pull`).
+        A single pull (fetch, next) made meanwhile waits for the reconnect
+        first, within its own bound, and raises if it does not come; a run
+        (``messages`` / ``consume``) starts paused, and pulls once reconnected.
         """
-        self._loop = asyncio.get_running_loop()
-        settings = self.settings
-        if settings.single and not self._conn.is_connected and not self._conn.is_closed:
-            bound = (
-                NO_WAIT_TIMEOUT
-                if settings.no_wait
-                else settings.expires + max(FETCH_GRACE, settings.heartbeat)
-            )
-            if not await self._conn.wait_connected(bound):
-                if self._conn.is_closed:
-                    raise self._conn.closed_error()
-                raise JetStreamTimeoutError(
-                    f"not reconnected within {bound:g} s: nothing was pulled (fetch again)"
-                )
+        self._loop = loop = asyncio.get_running_loop()
+        began = loop.time()
+        if self.settings.single and self._conn.is_reconnecting:
+            await self._wait_reconnected(began)
         inbox = self._conn.new_inbox()
         self._inbox = inbox.encode()
         sink = None
@@ -277,11 +270,44 @@ class PullDriver:
             # The server's permissions violations for the pulls and the inbox.
             self._conn.watch_subscription(inbox, self._inbox_refused)
             self._conn.watch_publishes(self, self._pull_refused)
-            self._run(self.engine.start(self._loop.time()))
+            # (A no-wait fetch that waited for a reconnect keeps its bound from the call.)
+            self._run(self.engine.start(began if self.settings.no_wait else loop.time()))
+            if self._conn.is_reconnecting:
+                # Its first pull was not written: paused, it pulls after the reconnect.
+                self._run(self.engine.on_disconnected(self._loop.time()))
         except BaseException:
             # Nothing runs a failed start's clean-up later: unsubscribe, stop listening.
             await self._cleanup()
             raise
+
+    async def _wait_reconnected(self, began: float) -> None:
+        """A single pull made while reconnecting: wait for the reconnect within its bound.
+
+        The fetch keeps the bound of a call made while connected: the wait takes
+        what the pull would have (``expires`` less the shortest pull,
+        ``MIN_EXPIRES``; a no-wait fetch's answer keeps ``FETCH_GRACE`` of its
+        ``NO_WAIT_TIMEOUT``), and the pull gets what is left.
+
+        Raises:
+            ConnectionClosedError: the connection closed meanwhile.
+            JetStreamTimeoutError: not reconnected in time; nothing was pulled.
+
+        """
+        settings = self.settings
+        if settings.no_wait:
+            bound = NO_WAIT_TIMEOUT - FETCH_GRACE
+        else:
+            bound = max(settings.expires - MIN_EXPIRES, 0.0)
+        conn = self._conn
+        if bound <= 0 or not await conn.wait_connected(bound):
+            if conn.is_closed:
+                raise conn.closed_error()
+            raise JetStreamTimeoutError(
+                f"not reconnected within {bound:g} s: nothing was pulled (fetch again)"
+            )
+        if not settings.no_wait:
+            waited = asyncio.get_running_loop().time() - began
+            self.settings = self.engine.settings = shortened(settings, settings.expires - waited)
 
     def stop(self) -> None:
         """Stop now: buffered messages are dropped (redelivered unless AckPolicy.NONE)."""
@@ -753,6 +779,8 @@ class PullDriver:
         if status is None:
             self.report(InvalidResponseError(f"malformed status message: {hdr[:80]!r}"))
             return
+        if self.on_answer is not None and status.kind is not StatusKind.NO_RESPONDERS:
+            self.on_answer()
         if status.kind is StatusKind.HEARTBEAT and self.on_heartbeat is not None:
             last = status.headers.get(_LAST_CONSUMER)
             if (
@@ -874,7 +902,18 @@ class PullDriver:
                 self._finish(cmd.error)
 
     def _send_pull(self, cmd: SendPull) -> None:
+        """Write a pull request, unless the client is reconnecting.
+
+        nats-py would buffer it and send it after the reconnect, also when this
+        run has ended meanwhile: the server then delivered its messages (lost
+        with ``AckPolicy.NONE``) to an inbox nobody reads. The disconnect (told
+        to the engine, or at start) writes off the pull, and the engine pulls
+        again once reconnected.
+        """
         conn = self._conn
+        if conn.is_reconnecting:
+            logger.debug("pull request not sent: reconnecting")
+            return
         try:
             body = pull_request_body(cmd, self.settings)
             # At once: the consumer may go on with a full buffer for a while before

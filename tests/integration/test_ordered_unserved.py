@@ -22,6 +22,7 @@ from aiojetstream import (
     StorageType,
     StreamConfig,
 )
+from aiojetstream._ordered.cursor import OrderedBatch
 from helpers import UnservedPulls, unique_name, wait_until
 
 
@@ -83,3 +84,67 @@ async def test_ordered_messages_reset_after_503s_with_backoff(
         seqs += [(await asyncio.wait_for(it.next(), 15)).metadata.sequence.stream for _ in range(4)]
     assert any(isinstance(e, NoRespondersError) for e in reports), reports
     assert [n async for n in js.consumer_names(stream)] == []  # closing deleted the last one
+
+
+async def test_an_ordered_fetch_out_of_time_after_a_503_raises_it(
+    monkeypatch: pytest.MonkeyPatch, js: JetStreamContext
+) -> None:
+    """A 503 whose recreation has no time left in the fetch (made to order here) raised
+    nothing: the fetch returned an empty batch, which says "nothing is there", and a
+    catch-up loop stopped early with messages waiting."""
+    stream = await _stream(js, 3)
+    oc = await js.ordered_consumer(stream)
+    UnservedPulls(monkeypatch, stream, unserved=10**9)
+
+    async def out_of_time(self: OrderedBatch) -> bool:
+        return False
+
+    monkeypatch.setattr(OrderedBatch, "_reset_and_pull", out_of_time)
+    with pytest.raises(NoRespondersError):
+        await (await oc.fetch(3, expires=2)).collect()
+    with pytest.raises(NoRespondersError):
+        [m async for m in await oc.fetch(3, expires=2)]
+    monkeypatch.undo()
+    got = await (await oc.fetch(3, expires=2)).collect()
+    assert [m.metadata.sequence.stream for m in got] == [1, 2, 3]
+    await js.delete_consumer(stream, oc.name or "")
+
+
+async def test_a_503_after_answered_pulls_on_a_quiet_stream_resets_at_once(
+    monkeypatch: pytest.MonkeyPatch, js: JetStreamContext
+) -> None:
+    """Was: on a quiet stream every later 503 (say one per node restart) waited 1 s, 2 s,
+    4 s ... before the consumer was recreated, as no message had come in between,
+    although the recreated consumer's pulls were answered (a 408 at each expiry)."""
+    stream = await _stream(js, 0)
+    pulls = UnservedPulls(monkeypatch, stream, unserved=0)
+    oc = await js.ordered_consumer(stream)
+    delays: list[float] = []
+    async with oc.messages(expires=1) as it:
+        reading = asyncio.ensure_future(it.next())  # resets are made by the reader
+        for _ in range(3):
+            # The current consumer's pulls are answered (a 408 each second): the next
+            # pull is unserved, and the consumer after it pulls twice (answered).
+            await wait_until(lambda: len(pulls.subjects) >= 2 and pulls.served[-1], 10)
+            answered = pulls.subjects[-1]
+
+            def pulled_again(subject: bytes = answered) -> bool:
+                return pulls.subjects.count(subject) >= 2
+
+            await wait_until(pulled_again, 10, interval=0.01)
+            sent = len(pulls.subjects)
+            pulls.limit += 1
+
+            def served_after_unserved(sent: int = sent) -> bool:
+                after = pulls.served[sent:]
+                return False in after and True in after[after.index(False) :]
+
+            await wait_until(served_after_unserved, 10, interval=0.01)
+            unserved = pulls.served.index(False, sent)
+            served = pulls.served.index(True, unserved)
+            assert pulls.subjects[served] != answered  # a new consumer
+            delays.append(pulls.times[served] - pulls.times[unserved])
+        assert not reading.done()
+        reading.cancel()
+    # Each at once (the backoff would have waited 0, 1 and 2 s).
+    assert max(delays) < 0.9, delays

@@ -40,6 +40,7 @@ class FakeConn:
 
     fast = True
     is_closed = False
+    is_reconnecting = False
 
     def __init__(self) -> None:
         self.sent: list[tuple[int, bytes]] = []

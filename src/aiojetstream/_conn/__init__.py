@@ -74,7 +74,7 @@ from ._nats import (
 from ._paths import FAST_PATH_ENV, choose_path, fast_path_switched_on
 from ._raw import RawSubscription
 from ._reconnect import NextServer
-from ._requests import fail_requests
+from ._requests import RequestNotSentError, fail_requests
 from ._scan import RawSink
 from ._translate import as_jetstream_error, translate
 from ._violations import Violation, drop_refused
@@ -99,6 +99,7 @@ __all__ = [
     "RawSink",
     "RawSubscription",
     "Reply",
+    "RequestNotSentError",
     "Violation",
     "as_jetstream_error",
     "check_line",

@@ -24,6 +24,7 @@ from ._nats import (
     enqueue_many,
     guard_permission_errors,
     nats_errors,
+    queue_unsub,
     set_state_callbacks,
     state_callbacks,
     write_now,
@@ -170,6 +171,15 @@ class Conn:
     def is_connected(self) -> bool:
         """True while connected to a server."""
         return bool(self.nc.is_connected)
+
+    @property
+    def is_reconnecting(self) -> bool:
+        """True while the connection is lost and nats-py tries to reconnect.
+
+        What is written meanwhile waits in nats-py's buffer and is sent after the
+        reconnect, also when the call that wrote it has given up.
+        """
+        return bool(self.nc.is_reconnecting)
 
     async def wait_connected(self, timeout: float) -> bool:
         """Wait until connected: True; False once closed or after ``timeout`` seconds.
@@ -425,15 +435,26 @@ class Conn:
         return bool(self.nc.is_draining_pubs)
 
     async def unsubscribe(self, sub: NatsSubscription) -> None:
-        """Unsubscribe; a closed connection is not an error here."""
-        if self.nc.is_closed:
+        """Unsubscribe; a closed connection is not an error here.
+
+        While reconnecting nats-py forgets the subscription but writes no
+        UNSUB, whereas the SUB of a subscription made meanwhile waits in its
+        buffer and is sent after the reconnect: the server kept the interest
+        (and delivered to it) for as long as the connection lived. The UNSUB is
+        queued behind it (a server that does not know the sid ignores it).
+        """
+        nc = self.nc
+        if nc.is_closed:
             return
+        reconnecting = nc.is_reconnecting  # as nats-py sees it below
         with contextlib.suppress(
             nats_errors.ConnectionClosedError,
             nats_errors.ConnectionDrainingError,  # the drain removes it anyway
             nats_errors.BadSubscriptionError,
         ):
             await sub.unsubscribe()
+            if reconnecting and not nc.is_closed:
+                await queue_unsub(nc, sub)
 
     async def drain_subscription(
         self, sub: NatsSubscription, timeout: float, *, routed: bool

@@ -475,6 +475,11 @@ def subscription_id(sub: NatsSubscription) -> int:
     return sub._id
 
 
+async def queue_unsub(nc: NatsClient, sub: NatsSubscription) -> None:
+    """Queue an UNSUB of ``sub`` in nats-py's buffer (it writes none while reconnecting)."""
+    await nc._send_command(b"UNSUB %d\r\n" % sub._id)
+
+
 def payload_limit(nc: NatsClient) -> int:
     """The server's ``max_payload`` as nats-py's publish checks it."""
     return nc._max_payload

@@ -288,6 +288,40 @@ def _time_out(fut: asyncio.Future[Reply], subject: str) -> None:
         fut.set_exception(JetStreamTimeoutError(f"timed out waiting for a reply on {subject!r}"))
 
 
+class RequestNotSentError(JetStreamTimeoutError):
+    """A request made while reconnecting that was never sent: not reconnected in time.
+
+    Unlike a reply that did not come, it tells that the request was not made.
+    """
+
+
+async def _after_reconnect(conn: Conn, subject: str, timeout: float) -> float:
+    """Wait for the reconnect within ``timeout``; the time left for the request.
+
+    Written while reconnecting, a request waits in nats-py's buffer and is
+    sent after the reconnect even when it has given up: a create, an update
+    or a publish the caller was told timed out was then made (a retry found
+    its own write: ``KeyExistsError``). It waits here instead, and is not
+    sent at all unless the connection is back in time.
+
+    Raises:
+        ConnectionClosedError: the connection closed meanwhile.
+        JetStreamTimeoutError: not reconnected within ``timeout``: nothing was sent.
+
+    """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    if await conn.wait_connected(timeout):
+        left = timeout - (loop.time() - started)
+        if left > 0:
+            return left
+    if conn.nc.is_closed:
+        raise closed_error(conn.nc)
+    raise RequestNotSentError(
+        f"not reconnected within {timeout:g} s: the request on {subject!r} was not sent"
+    )
+
+
 async def request(
     conn: Conn, subject: str, payload: bytes, timeout: float, header_block: bytes | None
 ) -> Reply:
@@ -299,6 +333,8 @@ async def request(
     if len(payload) + (len(header_block) if header_block else 0) > payload_limit(nc):
         # Headers count: past the limit the server closes the connection.
         raise MaxPayloadExceededError("message exceeds the server's max_payload")
+    if nc.is_reconnecting:
+        timeout = await _after_reconnect(conn, subject, timeout)
     if not conn.fast:
         if len(subject) > MAX_SUBJECT_LINE // 4 - 70:  # else short in any encoding
             check_line(subject.encode(), b"_INBOX." + b"x" * 60)  # nats-py's inbox, at most

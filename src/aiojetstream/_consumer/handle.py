@@ -294,8 +294,11 @@ class Consumer:
     ) -> MessageBatch | TypedMessageBatch[Any]:
         """Pull up to ``max_messages`` with one request (ADR-37 ``Fetch``).
 
-        Returns at once; iterate the batch to receive the messages. The pull
-        ends when it is filled or after ``expires`` (minimum 1 s). The heartbeat
+        Returns once the pull is sent (while the client reconnects, once it is
+        back: the wait comes out of ``expires``, and not reconnected in time it
+        raises :class:`JetStreamTimeoutError`); iterate the batch to receive the
+        messages. The pull ends when it is filled or after ``expires``
+        (minimum 1 s). The heartbeat
         defaults to 5 s when ``expires >= 10 s`` and is off below. A pull the
         server drops before any message (``409 Leadership Change``, ``409
         Server Shutdown``: a consumer leader change) is sent again for the time

@@ -34,6 +34,7 @@ from .. import _bounds as B
 from .. import _codec as PC
 from .. import _headers as H
 from .._codec import Codec
+from .._conn import RequestNotSentError
 from .._errors import (
     APIError,
     BucketNotFoundError,
@@ -398,6 +399,11 @@ class ObjectWriter:
         try:
             await self._try_store(swap, timeout)
             return
+        except RequestNotSentError as exc:
+            # Made while reconnecting and never sent (a conflict before it stored
+            # nothing either): purged once reconnected.
+            await self._discard(chunk_subject, (), exc, timeout)
+            raise
         except (JetStreamTimeoutError, DisconnectedError, DuplicateMsgIdInProcessError) as exc:
             # No reply, or a copy of it (a PUB sent again after a reconnect) still
             # being stored: settled below.
@@ -556,39 +562,30 @@ class ObjectWriter:
         conn = self._js._conn
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CLEANUP_ROUNDS * wait
-        listener = _Reconnected()
-        conn.add_listener(listener)
-        try:
-            while True:
-                listener.event.clear()
-                try:
-                    left = deadline - loop.time()
-                    await attempt(max(min(wait, left), 0.1))
-                    return
-                except (DisconnectedError, JetStreamTimeoutError):
-                    if conn.is_closed or loop.time() >= deadline:
-                        raise
-                except (
-                    JetStreamNotEnabledError,
-                    ClusterUnavailableError,
-                    DuplicateMsgIdInProcessError,
-                    NoRespondersError,
-                ):
-                    # Reconnected before the server's JetStream is back (or mid-election).
-                    if loop.time() + CLEANUP_RETRY_WAIT >= deadline:
-                        raise
-                    await asyncio.sleep(CLEANUP_RETRY_WAIT)
-                    continue
-                if not conn.is_connected:
-                    try:
-                        async with asyncio.timeout(deadline - loop.time()):
-                            await listener.event.wait()
-                    except TimeoutError:
-                        raise DisconnectedError(
-                            f"not reconnected within {CLEANUP_ROUNDS * wait:g} s"
-                        ) from None
-        finally:
-            conn.remove_listener(listener)
+        while True:
+            try:
+                left = deadline - loop.time()
+                # (Made while reconnecting, a request waits for the reconnect itself.)
+                await attempt(max(min(wait, left), 0.1))
+                return
+            except (DisconnectedError, JetStreamTimeoutError):
+                if conn.is_closed or loop.time() >= deadline:
+                    raise
+            except (
+                JetStreamNotEnabledError,
+                ClusterUnavailableError,
+                DuplicateMsgIdInProcessError,
+                NoRespondersError,
+            ):
+                # Reconnected before the server's JetStream is back (or mid-election).
+                if loop.time() + CLEANUP_RETRY_WAIT >= deadline:
+                    raise
+                await asyncio.sleep(CLEANUP_RETRY_WAIT)
+                continue
+            if not await conn.wait_connected(deadline - loop.time()):
+                if conn.is_closed:
+                    raise conn.closed_error()
+                raise DisconnectedError(f"not reconnected within {CLEANUP_ROUNDS * wait:g} s")
 
     async def _purge_replaced(self, name: str, nuid: str | None, timeout: float | None) -> None:
         """Purge a replaced version's chunks (the put itself succeeded).
@@ -627,24 +624,6 @@ class ObjectWriter:
 
 #: Purges of replaced versions running (kept referenced until done; see _purge_replaced).
 _REPLACED_PURGES: set[asyncio.Task[None]] = set()
-
-
-class _Reconnected:
-    """A connection listener that sets ``event`` when the connection is back (or closed)."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    def on_disconnected(self) -> None:
-        """Nothing to do: the purge is retried once reconnected."""
-
-    def on_reconnected(self) -> None:
-        """Wake the waiting purge."""
-        self.event.set()
-
-    def on_closed(self) -> None:
-        """Wake the waiting purge (which then gives up)."""
-        self.event.set()
 
 
 class _InfoSwap:

@@ -178,10 +178,13 @@ class OrderedCursor:
         #: When the first consumer was created (the server's clock): a stream created
         #: after it is not the one read so far (see _same_stream).
         self._origin: datetime | None = None
-        #: Resets for pulls nothing serves (see note_503) in a row with the cursor
-        #: where it was, the cursor then, and what the next reset waits first.
+        #: Resets for pulls nothing serves (see note_503) in a row with no answer
+        #: between them, the cursor at the last, whether a pull was answered since
+        #: (a message, a heartbeat, any status but a 503), and what the next reset
+        #: waits first.
         self._lost_in_a_row = 0
         self._lost_at = -1
+        self._answered = False
         self._lost_wait: tuple[float, JetStreamError] | None = None
 
     @property
@@ -206,16 +209,18 @@ class OrderedCursor:
 
         The consumer is R1 and its node may be down (a meta leader answers the
         look-up from the consumer's assignment). Nothing may serve pulls at all
-        though (an account importing the look-up but not the pulls): a reset that
-        brings no message is followed by the next after the reset backoff (1 s
-        doubling to 10 s), not at once, or consumers are created and deleted in a
-        tight loop.
+        though (an account importing the look-up but not the pulls): a reset
+        whose pulls got no answer (no message, heartbeat or other status) before
+        the next 503 is followed by the next after the reset backoff (1 s
+        doubling to 10 s), not at once, or consumers are created and deleted in
+        a tight loop. On a quiet stream an answered pull is progress too.
         """
         cursor = self._cursor
-        if cursor == self._lost_at:
-            self._lost_in_a_row += 1
+        if self._answered or cursor != self._lost_at:
+            self._lost_in_a_row = 1
         else:
-            self._lost_at, self._lost_in_a_row = cursor, 1
+            self._lost_in_a_row += 1
+        self._lost_at, self._answered = cursor, False
         if self._lost_in_a_row > 1:
             delay = min(RESET_BACKOFF_FIRST * 2 ** (self._lost_in_a_row - 2), RESET_BACKOFF_MAX)
             self._lost_wait = (delay, error)
@@ -328,8 +333,21 @@ class OrderedCursor:
 
         The names the server did not find are added to ``missing``.
         """
-        # Bounded: during an outage a close must not wait for the API (nor a fetch
-        # past its deadline).
+        conn = self._api.conn
+        if conn.is_reconnecting:
+            # Queued, not awaited: sent after the reconnect, so a close during an outage
+            # neither waits for it nor leaves the consumer for inactive_threshold. (No
+            # creation is written while reconnecting, so none can follow the delete.)
+            for name in names:
+                subject = self._api.subject(
+                    _api.CONSUMER_DELETE, stream=self._stream, consumer=name
+                )
+                try:
+                    await conn.publish(subject, b"", reply=conn.new_inbox())
+                except JetStreamError as exc:  # the reconnect buffer is full
+                    logger.debug("could not queue the delete of consumer %s: %s", name, exc)
+            return
+        # Bounded: a close must not wait long for the API (nor a fetch past its deadline).
         timeout = min(self._api.timeout, DELETE_TIMEOUT)
         if deadline is not None:
             timeout = min(timeout, max(deadline - asyncio.get_running_loop().time(), 0.25))
@@ -593,7 +611,11 @@ class OrderedCursor:
             self._api, self._stream, name, settings, check, error_handler, acks=False
         )  # (AckPolicy.NONE)
         driver.on_heartbeat = functools.partial(self._on_heartbeat, driver)
+        driver.on_answer = self._on_answer
         return driver
+
+    def _on_answer(self) -> None:
+        self._answered = True
 
     def _on_heartbeat(self, driver: PullDriver, last_delivered: int) -> None:
         """A heartbeat names the consumer sequence the server delivered last.
@@ -814,6 +836,11 @@ class OrderedBatch(C.MessageBatch):
                     if self._resets and await self._reset_and_pull():
                         continue
                     self._gone(driver)
+                    if self._resets and isinstance(driver.error, NoRespondersError):
+                        # Out of time to recreate it: nothing came because of the 503,
+                        # which an empty batch would hide ("nothing is there").
+                        await self.aclose()
+                        raise driver.error
                 elif msg is None and await self._pull_again():
                     continue
             except BaseException:
@@ -881,6 +908,8 @@ class OrderedBatch(C.MessageBatch):
         if gone:
             if not gap:
                 self._gone(driver)
+            if not out and self._resets and isinstance(driver.error, NoRespondersError):
+                raise driver.error  # out of time to recreate it (see __anext__)
             return out
         error = driver.error
         if error is None or out:
