@@ -264,12 +264,15 @@ class StallingProxy(_Listening):
     sends its second PING (the reconnect's flush, after its subscriptions are
     replayed), writes ``inject(what the client sent)`` to the client and from
     then on relays nothing from the server, leaving the connection open: the
-    flush is never answered. ``accepted`` counts the connections.
+    flush is never answered. ``accepted`` counts the connections. While
+    :attr:`holding`, a new connection is accepted and held with nothing relayed,
+    not even the server's INFO (a hung server: the client waits in its handshake).
     """
 
     def __init__(self, upstream_port: int) -> None:
         self._listen(upstream_port)
         self.accepted = 0
+        self.holding = False
         self._stall: Callable[[bytes], bytes] | None = None
         self._clients: set[asyncio.StreamWriter] = set()
 
@@ -297,6 +300,10 @@ class StallingProxy(_Listening):
         pipes: list[asyncio.Task[None]] = []
         up_writer: asyncio.StreamWriter | None = None
         try:
+            if self.holding:
+                while await reader.read(65536):
+                    pass  # (until the client gives up or cut() aborts it)
+                return
             up_reader, up_writer = await asyncio.open_connection(HOST, self.upstream_port)
             stalled = asyncio.Event()
             pipes = [

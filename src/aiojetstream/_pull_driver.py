@@ -249,7 +249,7 @@ class PullDriver:
         """
         self._loop = loop = asyncio.get_running_loop()
         began = loop.time()
-        if self.settings.single and self._conn.is_reconnecting:
+        if self.settings.single and self._conn.is_down:
             await self._wait_reconnected(began)
         inbox = self._conn.new_inbox()
         self._inbox = inbox.encode()
@@ -272,7 +272,7 @@ class PullDriver:
             self._conn.watch_publishes(self, self._pull_refused)
             # (A no-wait fetch that waited for a reconnect keeps its bound from the call.)
             self._run(self.engine.start(began if self.settings.no_wait else loop.time()))
-            if self._conn.is_reconnecting:
+            if self._conn.is_down:
                 # Its first pull was not written: paused, it pulls after the reconnect.
                 self._run(self.engine.on_disconnected(self._loop.time()))
         except BaseException:
@@ -911,7 +911,7 @@ class PullDriver:
         again once reconnected.
         """
         conn = self._conn
-        if conn.is_reconnecting:
+        if conn.is_down:
             logger.debug("pull request not sent: reconnecting")
             return
         try:

@@ -37,6 +37,7 @@ from aiojetstream import (
 from aiojetstream._object.write import ObjectWriter
 from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
+from proxy import StallingProxy
 
 #: A loaded two-core machine's margin over a call's own bound.
 MARGIN = 1.5
@@ -283,7 +284,7 @@ async def test_an_object_put_whose_info_was_not_sent_purges_its_chunks(
 
     monkeypatch.setattr(ObjectWriter, "_store_info", store_info)
     monkeypatch.setattr(ObjectWriter, "_discard", discard)
-    put = asyncio.ensure_future(obs.put("obj", b"new" * 1000, timeout=1))
+    put = asyncio.ensure_future(obs.put("obj", b"new" * 1000, timeout=2))  # purge: 3 x 2 s
     waiting = asyncio.ensure_future(discarding.wait())
     await asyncio.wait(
         {put, waiting},
@@ -300,3 +301,60 @@ async def test_an_object_put_whose_info_was_not_sent_purges_its_chunks(
     stream = await js.stream(f"OBJ_{bucket}")
     chunks = (await stream.info(subjects_filter=f"$O.{bucket}.C.>")).state.subjects or {}
     assert chunks == {f"$O.{bucket}.C.{old.nuid}": 1}, chunks
+
+
+async def test_a_request_made_during_a_reconnect_handshake_is_not_sent() -> None:
+    """A hung server (the TCP connection taken, no INFO): nats-py waits in each attempt's
+    handshake (CONNECTING, not RECONNECTING) for most of the outage. Was: a request made
+    then was buffered, "timed out waiting for a reply", and made after the reconnect."""
+    async with NatsServer() as server, StallingProxy(server.port) as proxy:
+        js = await connect(proxy.url, timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+        try:
+            kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("B")))
+            proxy.holding = True
+            proxy.cut()
+            await wait_until(lambda: js.nc.is_connecting, 10, interval=0.01)
+            with pytest.raises(JetStreamTimeoutError, match="was not sent"):
+                await kv.create("k", b"v", timeout=1)
+            proxy.holding = False
+            proxy.cut()  # the held attempt: the next one is relayed
+            await wait_until(lambda: js.nc.is_connected, 30, message="not reconnected")
+            with pytest.raises(KeyNotFoundError):
+                await kv.get("k")
+            await kv.create("k", b"v")  # the retry is not refused as its own write
+        finally:
+            await js.close()
+
+
+async def test_a_watch_cancelled_while_its_consumer_waits_for_the_reconnect_leaves_none(
+    server: NatsServer,
+) -> None:
+    """The watch's consumer creation waits for the reconnect (a 10 s API timeout); the
+    caller gives up after 1 s. Was: the close queued the delete, and after the reconnect
+    the creation was sent behind it: the consumer stayed for 5 minutes."""
+    js = await connect(server.url, timeout=10, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+    try:
+        bucket = unique_name("B")
+        kv = await js.create_key_value(KeyValueConfig(bucket=bucket))
+        await kv.put("a", b"1")
+        await outage(server, js)
+
+        async def watch() -> None:
+            async with kv.watch() as watcher:
+                async for _entry in watcher:
+                    raise AssertionError("a watch started during the outage")
+
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(1):
+                await watch()
+        await back(server, js)
+        await only_known_subscriptions(server, js)
+        # A creation sent after the reconnect would be answered by now: ask after it.
+        await js.account_info()
+
+        async def no_consumer() -> bool:
+            return [n async for n in js.consumer_names(f"KV_{bucket}")] == []
+
+        await wait_until(no_consumer, 10, message="the watch's consumer is left on the server")
+    finally:
+        await js.close()

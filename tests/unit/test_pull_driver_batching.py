@@ -40,7 +40,7 @@ class FakeConn:
 
     fast = True
     is_closed = False
-    is_reconnecting = False
+    is_down = False
 
     def __init__(self) -> None:
         self.sent: list[tuple[int, bytes]] = []

@@ -23,6 +23,7 @@ from ._nats import (
     enqueue,
     enqueue_many,
     guard_permission_errors,
+    is_down,
     nats_errors,
     queue_unsub,
     set_state_callbacks,
@@ -173,13 +174,14 @@ class Conn:
         return bool(self.nc.is_connected)
 
     @property
-    def is_reconnecting(self) -> bool:
-        """True while the connection is lost and nats-py tries to reconnect.
+    def is_down(self) -> bool:
+        """True while the connection is lost and nats-py reconnects.
 
-        What is written meanwhile waits in nats-py's buffer and is sent after the
-        reconnect, also when the call that wrote it has given up.
+        Between two attempts and during each one (its handshake, nats-py's
+        CONNECTING): what is written meanwhile waits in nats-py's buffer and is
+        sent after the reconnect, also when the call that wrote it has given up.
         """
-        return bool(self.nc.is_reconnecting)
+        return is_down(self.nc)
 
     async def wait_connected(self, timeout: float) -> bool:
         """Wait until connected: True; False once closed or after ``timeout`` seconds.

@@ -87,9 +87,11 @@ __all__ = [
     "guard_connect_init",
     "guard_permission_errors",
     "guard_process_info",
+    "is_down",
     "nats_errors",
     "nats_request_inbox",
     "payload_limit",
+    "queue_unsub",
     "send_now",
     "set_state_callbacks",
     "state_callbacks",
@@ -473,6 +475,11 @@ def set_state_callbacks(
 def subscription_id(sub: NatsSubscription) -> int:
     """The sid of a nats-py subscription (what its messages carry)."""
     return sub._id
+
+
+def is_down(nc: NatsClient) -> bool:
+    """True between two connections: nats-py reconnects (RECONNECTING or CONNECTING)."""
+    return bool(nc.is_reconnecting or nc.is_connecting)
 
 
 async def queue_unsub(nc: NatsClient, sub: NatsSubscription) -> None:

@@ -333,7 +333,7 @@ async def request(
     if len(payload) + (len(header_block) if header_block else 0) > payload_limit(nc):
         # Headers count: past the limit the server closes the connection.
         raise MaxPayloadExceededError("message exceeds the server's max_payload")
-    if nc.is_reconnecting:
+    if conn.is_down:
         timeout = await _after_reconnect(conn, subject, timeout)
     if not conn.fast:
         if len(subject) > MAX_SUBJECT_LINE // 4 - 70:  # else short in any encoding

@@ -310,6 +310,13 @@ class OrderedCursor:
         if not names:
             return
         creating = state.creating if state is not None else None
+        if creating is not None and not creating.done() and self._api.conn.is_down:
+            # Between connections its request either waits for the reconnect (not sent:
+            # sent after it, it would follow the delete queued below and create the
+            # consumer for good) or was sent before the connection dropped (the queued
+            # delete follows it). Either way it goes no further.
+            creating.cancel()
+            creating = None
         if creating is None or creating.done():
             await self._delete_all(names, deadline)
             return
@@ -334,10 +341,11 @@ class OrderedCursor:
         The names the server did not find are added to ``missing``.
         """
         conn = self._api.conn
-        if conn.is_reconnecting:
+        if conn.is_down:
             # Queued, not awaited: sent after the reconnect, so a close during an outage
             # neither waits for it nor leaves the consumer for inactive_threshold. (No
-            # creation is written while reconnecting, so none can follow the delete.)
+            # request is written between connections, and a creation waiting for the
+            # reconnect was cancelled: none can follow the delete.)
             for name in names:
                 subject = self._api.subject(
                     _api.CONSUMER_DELETE, stream=self._stream, consumer=name
