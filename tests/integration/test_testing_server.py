@@ -567,8 +567,16 @@ async def test_cluster_elects_a_meta_leader_and_takes_r3_streams() -> None:
             created = await create_stream(nc, "REPL", replicas=3)
             assert created["config"]["num_replicas"] == 3
             assert len(created["cluster"]["replicas"]) == 2
-            ack = await publish_one(nc, "repl.x", b"x")
-            assert ack["stream"] == "REPL"
+
+            async def stored() -> bool:
+                try:
+                    ack = await publish_one(nc, "repl.x", b"x")
+                except nats.errors.NoRespondersError:
+                    return False  # the stream's interest has not crossed the route yet
+                assert ack["stream"] == "REPL"
+                return True
+
+            await wait_until(stored, 15, message="repl.x never reached the stream")
         finally:
             await nc.close()
         # With the leader down the others elect a new one, and meta_leader() finds

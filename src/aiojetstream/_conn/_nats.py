@@ -856,7 +856,7 @@ def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
     async def process_err(err_msg: str) -> None:
         server: Srv | None = nc._current_server
         refusal = policy.refusal(err_msg)
-        if refusal is None or server is None or not nc.is_connected:
+        if refusal is None or server is None or nc.is_closed:
             await original_err(err_msg)
             return
         error = nats_errors.Error(f"nats: {err_msg.strip().strip(chr(39))}")
@@ -868,7 +868,12 @@ def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
         callback: asyncio.Future[None] = asyncio.ensure_future(nc._error_cb(error))
         _CALLBACKS.add(callback)
         callback.add_done_callback(_CALLBACKS.discard)
-        # A reconnect (or, with reconnects off, a close keeping the error).
+        # A reconnect (or, with reconnects off, a close keeping the error). In the tail
+        # of a reconnect (the handshake done, nats-py not CONNECTED yet: a JWT the
+        # server took within the second it expires, and expired at once) this is a
+        # no-op, and the server's close of the socket drives the next attempt: nats-py's
+        # own handling closed the client for good there, and the refusal went uncounted
+        # (the close then named only the refusals that followed).
         await nc._process_op_err(error)
 
     async def connect_init() -> None:
