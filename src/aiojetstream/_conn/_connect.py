@@ -32,6 +32,7 @@ from ._nats import (
     FailedAttempt,
     NatsClient,
     abort_transport,
+    accepted_on_reconnect,
     bound_internal_close,
     drop_unsent_on_reconnect,
     guard_auth_refusals,
@@ -230,6 +231,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
         options["disconnected_cb"], options["reconnected_cb"] = one_disconnect_each(
             nc, options["disconnected_cb"], options.get("reconnected_cb")
         )
+    options["reconnected_cb"] = _accepting(nc, options.get("reconnected_cb"))
     options["closed_cb"] = _failing_requests(nc, options.get("closed_cb"))
     user_error_cb = options.get("error_cb")
     options["error_cb"] = initial_error_cb(
@@ -433,6 +435,26 @@ def one_disconnect_each(
             await reconnected()
 
     return on_disconnected, on_reconnected
+
+
+def _accepting(
+    nc: NatsClient, user_cb: Callable[[], Awaitable[None]] | None
+) -> Callable[[], Awaitable[None]]:
+    """A ``reconnected_cb`` that counts the server as having taken the credentials.
+
+    Only a completed reconnect does (see :func:`~._nats.guard_auth_refusals`).
+    """
+    client = weakref.ref(nc)  # the callback is kept by the client itself
+
+    async def reconnected() -> None:
+        target = client()
+        refusals = REFUSALS.get(target) if target is not None else None
+        if target is not None and refusals is not None:
+            accepted_on_reconnect(target, refusals)
+        if user_cb is not None:
+            await user_cb()
+
+    return reconnected
 
 
 def _failing_requests(

@@ -72,6 +72,7 @@ __all__ = [
     "Server",
     "Srv",
     "abort_transport",
+    "accepted_on_reconnect",
     "ack_nowait",
     "asyncio_transport",
     "bound_close_waits",
@@ -856,7 +857,7 @@ def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
     async def process_err(err_msg: str) -> None:
         server: Srv | None = nc._current_server
         refusal = policy.refusal(err_msg)
-        if refusal is None or server is None or nc.is_closed:
+        if refusal is None or server is None or not nc.is_connected:
             await original_err(err_msg)
             return
         error = nats_errors.Error(f"nats: {err_msg.strip().strip(chr(39))}")
@@ -868,12 +869,7 @@ def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
         callback: asyncio.Future[None] = asyncio.ensure_future(nc._error_cb(error))
         _CALLBACKS.add(callback)
         callback.add_done_callback(_CALLBACKS.discard)
-        # A reconnect (or, with reconnects off, a close keeping the error). In the tail
-        # of a reconnect (the handshake done, nats-py not CONNECTED yet: a JWT the
-        # server took within the second it expires, and expired at once) this is a
-        # no-op, and the server's close of the socket drives the next attempt: nats-py's
-        # own handling closed the client for good there, and the refusal went uncounted
-        # (the close then named only the refusals that followed).
+        # A reconnect (or, with reconnects off, a close keeping the error).
         await nc._process_op_err(error)
 
     async def connect_init() -> None:
@@ -887,7 +883,13 @@ def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
             if refusal is not None and server is not None and policy.refused(server, refusal, exc):
                 give_up(server)
             raise
-        if server is not None:
+        if server is not None and asyncio.current_task() is not getattr(
+            nc, "_reconnection_task", None
+        ):
+            # A first connection. A reconnect's is taken once the reconnect completed
+            # (its flush answered: see accepted_on_reconnect): nats-server takes a user
+            # JWT within the second it expires and drops the connection at once, and
+            # such a connection cleared the refusals a close was to name.
             policy.accepted(server)
 
     nc._process_err = process_err  # type: ignore[method-assign]
@@ -951,6 +953,13 @@ def drop_unsent_on_reconnect(nc: NatsClient) -> None:
         await original(error)
 
     nc._process_op_err = process_op_err  # type: ignore[method-assign,assignment]
+
+
+def accepted_on_reconnect(nc: NatsClient, policy: RefusalPolicy) -> None:
+    """A reconnect completed: the server it reached took the credentials."""
+    server: Srv | None = nc._current_server
+    if server is not None:
+        policy.accepted(server)
 
 
 def _err_frame(view: bytes, pos: int) -> tuple[int, str]:
