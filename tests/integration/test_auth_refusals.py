@@ -21,9 +21,11 @@ import nkeys  # type: ignore[import-untyped]  # no type hints
 
 import aiojetstream
 from aiojetstream import ConnectionClosedError, ConsumerConfig, JetStreamContext, StreamConfig
+from aiojetstream._conn._auth import REFUSALS
 from aiojetstream.testing import NatsServer
 from credentials import Operator, new_nkey
-from helpers import unique_name
+from helpers import unique_name, wait_until
+from proxy import StallingProxy
 
 #: Bound of every wait here: far more than the few seconds each step takes.
 BOUND = 20.0
@@ -281,5 +283,41 @@ async def test_an_error_callback_that_closes_on_a_refusal_runs_to_its_end(tmp_pa
         try:
             await asyncio.wait_for(finished.wait(), BOUND)
             assert js.nc.is_closed
+        finally:
+            await js.close()
+
+
+async def test_a_reconnect_dropped_after_its_handshake_keeps_the_refusals() -> None:
+    """A connection the server took (the handshake answered) and dropped before the
+    reconnect completed (nats-server takes a user JWT within the second it expires and
+    expires it at once) is not a server taking the credentials. Was: its handshake
+    cleared the refusals counted so far, and a close named only those after it
+    ("authorization violation", not "user authentication expired"; seen in CI). Here
+    the proxy answers two reconnects' flush with a refusal, then holds the next one."""
+    events = Events()
+    async with NatsServer() as server, StallingProxy(server.port) as proxy:
+        js = await aiojetstream.connect(
+            proxy.url, reconnect_time_wait=0.5, max_reconnect_attempts=-1, **events.options()
+        )
+        try:
+            expired, violation = (
+                b"-ERR 'User Authentication Expired'\r\n",
+                b"-ERR 'Authorization Violation'\r\n",
+            )
+            proxy.stall_next(lambda _sent: expired)
+            proxy.cut()
+            await wait_until(lambda: proxy.accepted == 2, BOUND, interval=0.01)
+            proxy.stall_next(lambda _sent: violation)  # the next attempt's, 0.5 s later
+            await events.told("user authentication expired")
+            await wait_until(lambda: proxy.accepted == 3, BOUND, interval=0.01)
+            proxy.holding = True  # the attempt after it waits in its handshake
+            await events.told("authorization violation")
+            reason = REFUSALS[js.nc].reason
+            assert reason is not None
+            assert "(user authentication expired, then authorization violation)" in reason
+            proxy.holding = False
+            proxy.cut()
+            await asyncio.wait_for(events.reconnected.wait(), BOUND)
+            await wait_until(lambda: REFUSALS[js.nc].reason is None, BOUND)  # a completed one
         finally:
             await js.close()
