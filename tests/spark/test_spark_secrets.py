@@ -438,8 +438,17 @@ def capture(
             captured.add(name, tail.read())
         captured.jvm_stderr_readable = tails["JVM stderr"].readable
         if WORKER_LOGS:
-            worker_logs = spark.tvf.python_worker_logs().where(F.col("ts") >= F.lit(started))
-            captured.add("Python worker logs", *(row.asDict() for row in worker_logs.collect()))
+            rows: list[dict[str, Any]] = []
+
+            def marker_logged() -> bool:
+                # The workers' logs reach the table on their own time: the marker last.
+                nonlocal rows
+                logs = spark.tvf.python_worker_logs().where(F.col("ts") >= F.lit(started))
+                rows = [row.asDict() for row in logs.collect()]
+                return any(marker in str(row) for row in rows)
+
+            wait_until_sync(marker_logged, timeout=30, message="the marker in the worker logs")
+            captured.add("Python worker logs", *rows)
             spark.conf.set(logging_key, old_logging)
         executions = store.executionsList()
         index = executions.size() - 1
