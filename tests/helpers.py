@@ -17,11 +17,13 @@ if TYPE_CHECKING:
     import pytest
 
     from aiojetstream import JetStreamContext, PubAck
+    from aiojetstream.testing import NatsServer
 
 __all__ = [
     "assert_watch_start_fails_cleanly",
     "cancel_after",
     "library_tasks",
+    "only_known_subscriptions",
     "recorded_publish",
     "UnservedPulls",
     "unique_name",
@@ -322,3 +324,15 @@ class UnservedPulls:
                 driver._pull_subject = subject
 
         monkeypatch.setattr(PullDriver, "_send_pull", send)
+
+
+async def only_known_subscriptions(server: NatsServer, js: JetStreamContext) -> None:
+    """Wait (bounded) until the server holds no subscription the client has forgotten."""
+
+    async def only_mine() -> bool:
+        mine = {sub.subject for sub in js.nc._subs.values()}
+        connz = await server.monitor("connz?subs=1")
+        conns = connz["connections"]
+        return {s for c in conns for s in c.get("subscriptions_list", [])} <= mine
+
+    await wait_until(only_mine, 10, message="a forgotten subscription is on the server")

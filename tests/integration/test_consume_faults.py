@@ -58,7 +58,7 @@ from aiojetstream import (
 )
 from aiojetstream._conn import CLOSE_FLUSH_TIMEOUT
 from aiojetstream.testing import NatsCluster, NatsServer
-from helpers import unique_name, wait_pullable, wait_routable, wait_until
+from helpers import only_known_subscriptions, unique_name, wait_pullable, wait_routable, wait_until
 from proxy import MAX_REQUESTS_PER_SECOND, ApiCountingProxy, max_per_second
 from reliability.harness import created
 
@@ -1893,14 +1893,7 @@ async def test_a_pull_given_up_during_an_outage_takes_nothing_after_it(call: str
             assert got == [str(i).encode() for i in range(20)]  # none taken by a lost pull
             info = await consumer.info()
             assert (info.delivered.stream_seq, info.num_waiting) == (20, 0)
-
-            async def only_mine() -> bool:
-                # (The last fetch's UNSUB may still be on its way: bounded wait.)
-                mine = {sub.subject for sub in js.nc._subs.values()}
-                connz = await server.monitor("connz?subs=1")
-                conns = connz["connections"]
-                return {s for c in conns for s in c.get("subscriptions_list", [])} <= mine
-
-            await wait_until(only_mine, 10, message="a given-up pull's SUB is on the server")
+            # (The last fetch's UNSUB may still be on its way: a bounded wait.)
+            await only_known_subscriptions(server, js)
         finally:
             await js.close()

@@ -36,7 +36,7 @@ from aiojetstream import (
 )
 from aiojetstream._object.write import ObjectWriter
 from aiojetstream.testing import NatsServer
-from helpers import unique_name, wait_until
+from helpers import only_known_subscriptions, unique_name, wait_until
 from proxy import StallingProxy
 
 #: A loaded two-core machine's margin over a call's own bound.
@@ -66,18 +66,6 @@ async def outage(server: NatsServer, js: JetStreamContext) -> None:
 async def back(server: NatsServer, js: JetStreamContext) -> None:
     await server.start()
     await wait_until(lambda: js.nc.is_connected, 30, message="not reconnected")
-
-
-async def only_known_subscriptions(server: NatsServer, js: JetStreamContext) -> None:
-    """Wait (bounded) until the server holds no subscription the client has forgotten."""
-
-    async def only_mine() -> bool:
-        mine = {sub.subject for sub in js.nc._subs.values()}
-        connz = await server.monitor("connz?subs=1")
-        conns = connz["connections"]
-        return {s for c in conns for s in c.get("subscriptions_list", [])} <= mine
-
-    await wait_until(only_mine, 10, message="a forgotten subscription is on the server")
 
 
 async def test_requests_given_up_during_an_outage_are_not_sent(
