@@ -899,6 +899,8 @@ class JetStreamContext:
         if schedule is not None:  # checked once the input is (the check may ask the server)
             at = schedule.spec.startswith("@at ")
             await F.require(self._api, F.SCHEDULES if at else F.SCHEDULE_PATTERNS, timeout)
+        if ttl is not None:  # a server before 2.11 would store it and never expire it
+            await F.require(self._api, F.MSG_TTL, timeout)
         wait = self._timeout if timeout is None else timeout
         if hold is None:
             return await P.publish(self._conn, subject, data, hdrs, wait)
@@ -963,6 +965,8 @@ class JetStreamContext:
         if schedule is not None:  # checked once the input is (the check may ask the server)
             at = schedule.spec.startswith("@at ")
             await F.require(self._api, F.SCHEDULES if at else F.SCHEDULE_PATTERNS, timeout)
+        if ttl is not None:  # a server before 2.11 would store it and never expire it
+            await F.require(self._api, F.MSG_TTL, timeout)
         publisher = self._publisher
         if publisher.has_room:
             return publisher.send(subject, data, hdrs, timeout, hold)
@@ -1125,6 +1129,8 @@ class JetStreamContext:
                 for i in range(count)
             ]
         P.check_sizes(self._conn, data, blocks)  # all of them, before the first is sent
+        if ttls is not None and any(ttl is not None for ttl in ttls):
+            await F.require(self._api, F.MSG_TTL, timeout)  # (a server before 2.11 keeps them)
         tally = P.AckTally()
         sent = 0
         while sent < count:

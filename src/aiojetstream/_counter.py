@@ -202,7 +202,13 @@ class Counter:
         try:
             return ack_value(ack)
         except InvalidResponseError as exc:
-            exc.add_note(f"the increment was stored: stream {ack.stream!r}, sequence {ack.seq}")
+            where = f"stream {ack.stream!r}, sequence {ack.seq}"
+            if self._api.level_unknown and "val" not in (ack.model_extra or {}):
+                # A server without counters (its level was not known) stored a plain message.
+                raise F.old_server(
+                    F.COUNTERS, f"it stored the increment as a plain message ({where})"
+                ) from None
+            exc.add_note(f"the increment was stored: {where}")
             raise
 
     async def get(self, subject: str, *, timeout: float | timedelta | str | None = None) -> int:

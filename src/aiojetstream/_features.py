@@ -15,14 +15,17 @@ from typing import Final
 
 from ._api import ApiClient
 from ._errors import FeatureNotSupportedError, JetStreamTimeoutError, PermissionViolationError
-from ._models import ConsumerConfig, PriorityPolicy, StreamConfig
+from ._models import AckPolicy, ConsumerConfig, PriorityPolicy, StreamConfig
 from ._validation import check_timeout
 
 __all__ = [
     "ATOMIC_BATCH",
     "BATCH_GET",
     "COUNTERS",
+    "FAST_BATCH",
+    "FLOW_CONTROL_ACK",
     "LEVEL_PROBE",
+    "MSG_TTL",
     "PAUSED_CONSUMER",
     "PERSIST_MODE",
     "PRIORITIZED",
@@ -53,6 +56,8 @@ class Feature:
 
 
 BATCH_GET: Final = Feature("batch direct get", 1, "2.11")
+#: ``ttl=`` on a publish: an older server stores the ``Nats-TTL`` header and never expires it.
+MSG_TTL: Final = Feature("per-message TTL (ttl=, Nats-TTL)", 1, "2.11")
 COUNTERS: Final = Feature("message counters (allow_msg_counter)", 2, "2.12")
 ATOMIC_BATCH: Final = Feature("atomic batch publish (allow_atomic)", 2, "2.12")
 SCHEDULES: Final = Feature("message schedules (allow_msg_schedules)", 2, "2.12")
@@ -67,6 +72,12 @@ PAUSED_CONSUMER: Final = Feature("consumer pause (pause_until)", 1, "2.11")
 PERSIST_MODE: Final = Feature("persist_mode", 2, "2.12")
 #: A 2.11 server (API level 1) refuses this policy: 2.12 is API level 2.
 PRIORITIZED: Final = Feature("priority groups (prioritized policy)", 2, "2.12")
+#: ``allow_batched``: 2.10 and 2.11 ignore the field, 2.12 refuses it as unknown JSON.
+FAST_BATCH: Final = Feature("fast batch publish (allow_batched)", 4, "2.14")
+#: ``AckPolicy.FLOW_CONTROL``: older servers refuse it as invalid JSON.
+FLOW_CONTROL_ACK: Final = Feature(
+    "flow-control acknowledgement (AckPolicy.FLOW_CONTROL)", 4, "2.14"
+)
 
 
 def check_level(feature: Feature, level: int) -> None:
@@ -135,6 +146,8 @@ def stream_config_features(config: StreamConfig) -> list[Feature]:
         used.append(SCHEDULES)
     if config.persist_mode is not None and config.persist_mode != "default":
         used.append(PERSIST_MODE)
+    if config.allow_batched:
+        used.append(FAST_BATCH)
     return used
 
 
@@ -152,4 +165,6 @@ def consumer_config_features(config: ConsumerConfig) -> list[Feature]:
         used.append(PRIORITIZED)
     if config.pause_until is not None:
         used.append(PAUSED_CONSUMER)
+    if config.ack_policy == AckPolicy.FLOW_CONTROL:
+        used.append(FLOW_CONTROL_ACK)
     return used
