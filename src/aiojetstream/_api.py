@@ -334,9 +334,18 @@ async def paged(
     repeated entries), and they are logged as a warning. A stream whose peers
     are all offline is in both (its config only) and counted once. A page the same as
     the one before is :class:`InvalidResponseError` (no end otherwise).
+
+    The server sorts the listing by name and pages it by offset, so an entry
+    created or deleted before the offset while paging moved the next page by
+    one: an entry was listed twice, or one that existed throughout was never
+    listed. Each page after the first starts one entry early and must begin
+    at or before the last name listed (names up to it are not listed again);
+    a page that begins past it is asked for again from further back.
     """
     offset = 0
     previous: list[Any] = []
+    last: str | None = None  # the last name of the listing seen so far (listed or missing)
+    back = 1
     while True:
         reply = await api.call(template, {**body, "offset": offset}, timeout=timeout, **parts)
         items = reply.get(key) or []
@@ -357,16 +366,36 @@ async def paged(
                     else "with the page before it again"
                 )
             )
-        previous = items
-        for item in items:
-            yield item
         missing = reply.get("missing") or []
         if not isinstance(missing, list):
             raise InvalidResponseError(f"invalid 'missing' in a list reply: {shown(missing)}")
+        total = reply_int(reply.get("total", 0), "list 'total'")
+        names: list[Any] = [item_name(item) for item in items]
         # A stream or consumer whose peers are all offline is in both (its config,
         # by hand): counted once, or the next page would start past an entry.
-        listed = {item_name(item) for item in items} if missing else set()
+        listed = set(names) if missing else set()
         left_out = [name for name in missing if name not in listed]
+        window = [*names, *left_out]  # the page's part of the sorted listing
+        ordered = all(type(name) is str for name in window) and names == sorted(names)
+        if (
+            last is not None
+            and ordered
+            and offset
+            and total
+            and back < 64**4  # (a listing that keeps shrinking: go on after 4 tries)
+            and (not window or min(window) > last)
+        ):
+            # Entries before the offset went away meanwhile: ask from further
+            # back. (From offset 0 the page is the listing's true start.)
+            back *= 64
+            offset = max(0, min(offset, total) - back)
+            previous = []
+            continue
+        previous = items
+        skip = last if ordered else None
+        for item, name in zip(items, names, strict=True):
+            if skip is None or name > skip:
+                yield item
         what = template.split(".{")[0].lower()
         if left_out:
             logger.warning(
@@ -382,7 +411,10 @@ async def paged(
                 len(missing) - len(left_out),
                 ", ".join(str(name) for name in missing if name in listed),
             )
-        offset += len(items) + len(left_out)
-        total = reply_int(reply.get("total", 0), "list 'total'")
-        if not (items or missing) or offset >= total:
+        end = offset + len(window)
+        if not (items or missing) or end >= total:
             return
+        # The next page starts at this one's last entry (when the names are in order).
+        overlap = 1 if ordered and len(window) > 1 else 0
+        last = max(window) if overlap else None
+        offset = end - overlap

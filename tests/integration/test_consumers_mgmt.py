@@ -116,6 +116,42 @@ async def test_consumer_paging(js: JetStreamContext, stream: str) -> None:
     assert len(infos) == count
 
 
+async def _consumers(js: JetStreamContext, stream: str, names: list[str]) -> None:
+    for start in range(0, len(names), 45):
+        await asyncio.gather(
+            *(js.create_consumer(stream, ConsumerConfig(name=n)) for n in names[start : start + 45])
+        )
+
+
+@pytest.mark.parametrize("change", ["one created", "two deleted", "the first page deleted"])
+async def test_a_listing_survives_changes_before_its_offset(
+    js: JetStreamContext, stream: str, change: str
+) -> None:
+    """The server sorts a listing by name and pages it by offset (256 infos a page):
+    an entry created before the offset while paging listed one entry twice, and
+    entries deleted before it left out as many that existed throughout."""
+    names = [f"k{i:03d}" for i in range(300)]
+    await _consumers(js, stream, names)
+    throughout = set(names)
+    listed: list[str] = []
+    async for info in js.list_consumers(stream):
+        listed.append(info.name)
+        if len(listed) == 10:  # the first page is read: change what sorts first
+            if change == "one created":
+                await js.create_consumer(stream, ConsumerConfig(name="a000"))
+            else:
+                gone = names[1:3] if change == "two deleted" else names[:260]
+                for start in range(0, len(gone), 45):
+                    await asyncio.gather(
+                        *(js.delete_consumer(stream, n) for n in gone[start : start + 45])
+                    )
+                throughout -= set(gone)
+    assert len(listed) == len(set(listed)), "listed twice: " + ", ".join(
+        sorted(n for n in set(listed) if listed.count(n) > 1)
+    )
+    assert throughout <= set(listed), "never listed: " + ", ".join(sorted(throughout - set(listed)))
+
+
 async def test_bad_consumer_input(js: JetStreamContext, stream: str) -> None:
     before = js.nc.stats["out_msgs"]
     for bad in ["a.b", "a*", "a>", "a b", "a/b"]:

@@ -7,6 +7,7 @@ stream (``B`` <-> ``KV_B``). Pure: nothing here talks to a server.
 
 from __future__ import annotations
 
+import bisect
 import re
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
@@ -173,8 +174,13 @@ def watch_filters(filters: list[str]) -> list[str]:
     """
     unique = list(dict.fromkeys(filters))
     tokens = [f.split(".") for f in unique]
+    # A filter without wildcards covers only itself (repeats are gone): only pairs
+    # with a wildcard filter can overlap (a watch of 6,000 keys took 6 s of CPU).
+    wild = [i for i, each in enumerate(tokens) if "*" in each or ">" in each]
+    is_wild = set(wild)
     for i, first in enumerate(tokens):
-        for j in range(i + 1, len(tokens)):
+        later = range(i + 1, len(tokens)) if i in is_wild else wild[bisect.bisect_right(wild, i) :]
+        for j in later:
             if tokens_cover(first, tokens[j]):
                 wide, narrow = i, j
             elif tokens_cover(tokens[j], first):
