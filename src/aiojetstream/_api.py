@@ -345,7 +345,8 @@ async def paged(
     offset = 0
     previous: list[Any] = []
     last: str | None = None  # the last name of the listing seen so far (listed or missing)
-    back = 1
+    back = 1  # how far the next page that starts too late is asked for from
+    retries = 0
     while True:
         reply = await api.call(template, {**body, "offset": offset}, timeout=timeout, **parts)
         items = reply.get(key) or []
@@ -382,15 +383,17 @@ async def paged(
             and ordered
             and offset
             and total
-            and back < 64**4  # (a listing that keeps shrinking: go on after 4 tries)
+            and retries < 16  # (a listing that keeps shrinking: go on after 16 tries)
             and (not window or min(window) > last)
         ):
             # Entries before the offset went away meanwhile: ask from further
             # back. (From offset 0 the page is the listing's true start.)
             back *= 64
+            retries += 1
             offset = max(0, min(offset, total) - back)
             previous = []
             continue
+        back = 1
         previous = items
         skip = last if ordered else None
         for item, name in zip(items, names, strict=True):
