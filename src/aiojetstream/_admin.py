@@ -97,6 +97,9 @@ class Backlog:
     oldest_unacked_age: timedelta | None
 
 
+#: How far off the client's clock may be from the server's: a pause's end this far in
+#: the past is refused before anything is sent.
+CLOCK_MARGIN: Final = timedelta(days=1)
 #: Seconds for the look-up that tells a timed-out reset from a deleted consumer.
 FOLLOW_UP_TIMEOUT: Final = 1.0
 
@@ -107,8 +110,8 @@ async def _check_level(api: ApiClient, need: int, version: str, feature: str, le
         raise FeatureNotSupportedError(feature, need, level, version)
 
 
-def _until(until: datetime | timedelta | float | str) -> datetime:
-    now = datetime.now(UTC)
+def _until(until: datetime | timedelta | float | str) -> datetime | timedelta:
+    """``until`` checked: a UTC datetime, or the duration from now (InvalidOptionError)."""
     if isinstance(until, datetime):
         if until.tzinfo is None or until.utcoffset() is None:
             raise InvalidOptionError("pause until: a datetime must be timezone-aware")
@@ -118,24 +121,54 @@ def _until(until: datetime | timedelta | float | str) -> datetime:
             raise InvalidOptionError(
                 f"pause until: {B.shown(until)} is out of range in UTC"
             ) from None
-    else:
-        delta = positive_duration(until, "pause until", InvalidOptionError)
-        try:
-            when = now + delta
-        except OverflowError:
-            raise InvalidOptionError(f"pause until: {B.shown(until)} is too far ahead") from None
-    if when <= now:
-        raise InvalidOptionError(f"pause until: {B.shown(until)} is not in the future")
-    return when
+        if when <= datetime.now(UTC) - CLOCK_MARGIN:
+            # Past by any clock: refused before anything is sent (the server's
+            # clock decides the rest, see _pause_request).
+            raise InvalidOptionError(f"pause until: {B.shown(until)} is not in the future")
+        return when
+    delta = positive_duration(until, "pause until", InvalidOptionError)
+    try:
+        datetime.now(UTC) + delta
+    except OverflowError:
+        raise InvalidOptionError(f"pause until: {B.shown(until)} is too far ahead") from None
+    return delta
+
+
+def server_now(info: ConsumerInfo) -> datetime:
+    """The server's time when it answered ``info`` (its ``ts``; the client's without it).
+
+    Times the server compares with its own clock (a pause's end, a cutoff by
+    age) are counted from it: a client clock minutes off paused nothing, or
+    skipped (and so deleted, on an interest stream) messages just stored.
+    """
+    return info.ts if info.ts is not None else datetime.now(UTC)
 
 
 async def _pause_request(
-    api: ApiClient, stream: str, name: str, body: dict[str, Any] | None, timeout: float | None
+    api: ApiClient,
+    stream: str,
+    name: str,
+    until: datetime | timedelta | None,
+    timeout: float | None,
 ) -> ConsumerPauseResponse:
     validate_name(stream, "stream")
     validate_name(name, "consumer")
     left = api.budget(timeout)
     await _check_level(api, PAUSE_API_LEVEL, PAUSE_SERVER_VERSION, "consumer pause", left)
+    body: dict[str, Any] | None = None
+    if until is not None:
+        # The server ends the pause by its own clock: "now" is its time, not ours.
+        now = server_now(await _info(api, stream, name, left))
+        try:
+            when = until if isinstance(until, datetime) else now + until
+        except OverflowError:
+            raise InvalidOptionError(f"pause until: {B.shown(until)} is too far ahead") from None
+        if when <= now:
+            raise InvalidOptionError(
+                f"pause until: {B.shown(until)} is not in the future by the server's clock "
+                f"(it is {format_timestamp(now)} there); nothing was paused"
+            )
+        body = {"pause_until": format_timestamp(when)}
     response = await api.call_model(
         _api.CONSUMER_PAUSE,
         ConsumerPauseResponse,
@@ -157,9 +190,8 @@ async def pause(
     until: datetime | timedelta | float | str,
     timeout: float | None,
 ) -> ConsumerPauseResponse:
-    """Pause a consumer until ``until`` (a datetime, or a duration from now)."""
-    body = {"pause_until": format_timestamp(_until(until))}
-    return await _pause_request(api, stream, name, body, timeout)
+    """Pause a consumer until ``until`` (a datetime, or a duration from the server's now)."""
+    return await _pause_request(api, stream, name, _until(until), timeout)
 
 
 async def resume(
@@ -328,11 +360,17 @@ async def clear_backlog(
     return await _reset(api, stream, name, last + 1, left)
 
 
-def _cutoff(age: float | timedelta | str) -> datetime:
-    """``now - age``: when the messages ``age`` old were stored (InvalidOptionError)."""
+def _age(age: float | timedelta | str) -> timedelta:
+    """``age`` checked (InvalidOptionError): a cutoff it gives must be a server time."""
     value = check_server_duration(positive_duration(age, "age", InvalidOptionError), "age")
+    _cutoff(age, value, datetime.now(UTC))  # (minutes of clock skew do not matter here)
+    return value
+
+
+def _cutoff(age: object, value: timedelta, now: datetime) -> datetime:
+    """``now - age``: when the messages ``age`` old were stored (InvalidOptionError)."""
     try:
-        cutoff = datetime.now(UTC) - value
+        cutoff = now - value
     except OverflowError:
         raise InvalidOptionError(f"age: {age!r} reaches before year 1") from None
     # Before 1677-09-21 the server wraps the time to after every message: all skipped.
@@ -356,11 +394,13 @@ async def skip_older_than(
     """
     validate_name(stream, "stream")
     validate_name(name, "consumer")
-    cutoff = _cutoff(age)
+    value = _age(age)
     left = api.budget(timeout)
     await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset", left)
     info = await _info(api, stream, name, left)
     _check_resettable(info, "skip_older_than")
+    # Message times are the server's: the cutoff is counted from its clock.
+    cutoff = _cutoff(age, value, server_now(info))
     floor = info.ack_floor.stream_seq + 1
     # Read before looking for the cutoff: a message stored in between is younger.
     last = await _last_seq(api, stream, left)
@@ -525,5 +565,5 @@ async def backlog(api: ApiClient, stream: str, name: str, timeout: float | None)
         waiting=info.num_waiting,
         oldest_unacked_sequence=oldest[0] if oldest else None,
         oldest_unacked_time=oldest[1] if oldest else None,
-        oldest_unacked_age=(datetime.now(UTC) - oldest[1]) if oldest else None,
+        oldest_unacked_age=(server_now(info) - oldest[1]) if oldest else None,
     )
