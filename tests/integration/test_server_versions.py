@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-import aiojetstream
 from aiojetstream import (
     AckPolicy,
     ConsumerConfig,
@@ -321,10 +320,3 @@ async def test_a_newer_feature_is_refused_or_takes_effect(
 ) -> None:
     needs, case = FEATURES[feature]
     await case(js, level >= needs)
-
-
-async def test_a_plain_context_reads_the_level_once(nats_server: NatsServer) -> None:
-    """The level comes from the server that answers; a fresh context asks it again."""
-    async with await aiojetstream.connect(nats_server.url) as js:
-        first = await js.api_level()
-        assert await js.api_level() == first
