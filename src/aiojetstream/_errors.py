@@ -18,7 +18,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── MessageNotFoundError           10037, 10043
     │   │   └── CounterNotFoundError       a counter's subject has no value (client-side, 404)
     │   ├── MessageDeleteError             10057, 10110 (a delete / purge refused)
-    │   ├── MessageSizeExceedsMaximumError 10054
+    │   ├── MessageSizeExceedsMaximumError 10054, 10097 (headers over 64 KiB)
     │   ├── MessageTTLInvalidError         10165
     │   ├── MessageTTLDisabledError        10166
     │   ├── CountersDisabledError          10168 (Nats-Incr on a stream without allow_msg_counter)
@@ -329,7 +329,11 @@ class MessageDeleteError(APIError):
 
 
 class MessageSizeExceedsMaximumError(APIError):
-    """The message is larger than the stream's ``max_msg_size``."""
+    """The message is too large for the server (10054, 10097).
+
+    Larger than the stream's ``max_msg_size`` (10054), or its headers are over
+    the server's 64 KiB (10097).
+    """
 
 
 class MessageTTLInvalidError(APIError):
@@ -942,6 +946,7 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10037: MessageNotFoundError,
     10043: MessageNotFoundError,
     10054: MessageSizeExceedsMaximumError,
+    10097: MessageSizeExceedsMaximumError,
     10057: MessageDeleteError,
     10165: MessageTTLInvalidError,
     10166: MessageTTLDisabledError,

@@ -265,3 +265,30 @@ def shortened(settings: PullSettings, left: float) -> PullSettings:
     if expires >= settings.expires:
         return settings
     return replace(settings, expires=expires, heartbeat=fit_heartbeat(settings.heartbeat, expires))
+
+
+def fit_to_limits(
+    settings: PullSettings, max_batch: int | None, max_bytes: int | None, max_expires: float | None
+) -> PullSettings:
+    """``settings`` cut to a consumer's pull limits (``max_batch``, ``max_bytes``, ``max_expires``).
+
+    For the library's own consumers (the ordered consumer, and through it the
+    key-value and object reads), whose pull sizes the library picks: the
+    server gives a consumer created without these limits the server's or
+    account's (``max_request_batch`` and friends) and answers every pull over
+    them with a 409, so a watch waited for ever. None or 0 is no limit.
+    """
+    changes: dict[str, object] = {}
+    if max_batch and max_batch > 0 and settings.max_messages > max_batch:
+        changes["max_messages"] = max_batch
+        changes["threshold_messages"] = min(settings.threshold_messages, math.ceil(max_batch / 2))
+    if max_bytes and max_bytes > 0:
+        if settings.max_bytes > max_bytes:
+            changes["max_bytes"] = max_bytes
+            changes["threshold_bytes"] = min(settings.threshold_bytes, math.ceil(max_bytes / 2))
+        if settings.byte_cap > max_bytes:
+            changes["byte_cap"] = max_bytes
+    fitted = replace(settings, **changes) if changes else settings  # type: ignore[arg-type]
+    if max_expires and max_expires > 0 and fitted.expires > max_expires:
+        fitted = shortened(fitted, max_expires)
+    return fitted

@@ -34,7 +34,9 @@ from aiojetstream import (
     ObjectStore,
     ObjectStoreConfig,
     ObjectStoreError,
+    ResourcesExceededError,
     StorageType,
+    StreamConfig,
     StreamNameInUseError,
     StreamSealedError,
 )
@@ -814,3 +816,39 @@ async def test_header_names_other_clients_write_are_taken(js: JetStreamContext) 
     updated = await store.update_meta("o", meta)
     assert updated.description == "new"
     assert (await store.info("o")).headers == headers
+
+
+async def test_a_put_refused_by_a_full_account_leaves_no_chunks() -> None:
+    """The account has room for the first chunk, not for the second nor for the
+    cleanup's empty flush message: the flush's refusal (10002) stopped the cleanup
+    before its purge, and the chunk stayed, keeping the account full for good."""
+    limit = 1_000_000
+    config = {
+        "accounts": {
+            "A": {
+                "jetstream": {"max_file": limit, "max_mem": limit},
+                "users": [{"user": "a", "password": "a"}],
+            }
+        }
+    }
+    async with NatsServer(config=config) as server:
+        js = await aiojetstream.connect(server.url.replace("nats://", "nats://a:a@"))
+        try:
+            store = await js.create_object_store(ObjectStoreConfig(bucket="FULL"))
+            await store.put("old", b"O" * 100_000)
+            await js.create_stream(StreamConfig(name="FILLER", subjects=["filler"]))
+            # File storage counts 22 + subject + data + 8 bytes a message: leave 400,000.
+            free = limit - (await js.account_info()).storage
+            await js.publish("filler", b"F" * (free - 400_000 - 36))
+            free = limit - (await js.account_info()).storage
+            assert free == 400_000
+            chunk = free - 59 - 30  # ($O.FULL.C.<nuid>: 59 bytes and the data a chunk)
+            with pytest.raises(ResourcesExceededError):
+                await store.put("big", b"N" * (chunk * 3), chunk_size=chunk)
+            bucket = await js.stream("OBJ_FULL")
+            assert (await bucket.info()).state.messages == 2  # "old": one chunk, its info
+            assert [info.name async for info in store.list()] == ["old"]
+            await store.put("small", b"s" * 10)  # the account has its room back
+            assert await (await store.get("old")).read() == b"O" * 100_000
+        finally:
+            await js.close()

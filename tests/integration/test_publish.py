@@ -18,6 +18,7 @@ from aiojetstream import (
     JetStreamContext,
     JetStreamTimeoutError,
     MaxPayloadExceededError,
+    MessageSizeExceedsMaximumError,
     MessageTTLDisabledError,
     NoRespondersError,
     PubAck,
@@ -442,3 +443,15 @@ async def test_replies_no_server_writes_fail_typed_and_at_once(
         await asyncio.wait_for(js.publish_async_complete(timeout=10), 10)
     finally:
         await sub.unsubscribe()
+
+
+async def test_headers_over_64_kib_are_a_message_size_error(js: JetStreamContext) -> None:
+    """nats-server refuses a header block over 64 KiB (10097): a plain APIError before."""
+    name = unique_name("HDR")
+    await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    with pytest.raises(MessageSizeExceedsMaximumError) as info:
+        await js.publish(f"{name}.a", b"x", headers={"X-Big": "v" * 70_000})
+    assert info.value.err_code == 10097
+    assert (await (await js.stream(name)).info()).state.messages == 0

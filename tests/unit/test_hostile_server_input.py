@@ -252,7 +252,8 @@ async def test_a_malformed_list_page_is_an_invalid_response(reply: dict[str, Any
 async def test_list_pages_of_names_and_infos_read() -> None:
     replies = [
         {"total": 3, "offset": 0, "streams": ["A", {"config": {"name": "B"}}]},
-        {"total": 3, "offset": 2, "streams": ["C"]},
+        # (asked from one entry early: B, listed already, is not listed again)
+        {"total": 3, "offset": 1, "streams": [{"config": {"name": "B"}}, "C"]},
     ]
     items = [item async for item in paged(_Answers(replies), STREAM_NAMES, "streams", {}, None)]
     assert items == ["A", {"config": {"name": "B"}}, "C"]

@@ -27,6 +27,7 @@ from .._pull_engine import (
     PriorityConsumer,
     PullSettings,
     fit_heartbeat,
+    fit_to_limits,
     resolve_consume,
     resolve_fetch,
 )
@@ -250,6 +251,26 @@ class Consumer:
             consumer=self._name,
         )
 
+    def _fit(
+        self, settings: PullSettings, *, batch_given: bool, expires_given: bool = True
+    ) -> PullSettings:
+        """What the library picked, cut to the consumer's pull limits (else a 409 every pull).
+
+        The batch of a pull limited by bytes (1,000,000), and the defaults of
+        ``messages()`` / ``consume()`` (500 messages, 30 s), are the library's:
+        they keep within the consumer's ``max_batch`` and ``max_expires``, which
+        the server sets from its own limits when the config leaves them out
+        (``jetstream.limits.max_request_batch``). What the caller gave, and a
+        fetch's or ``next()``'s ``expires``, is sent as given: over a limit, the
+        server's 409 says so at once.
+        """
+        config = self._info.config
+        batch = config.max_batch if not batch_given or settings.max_bytes else None
+        limit = config.max_expires if not expires_given else None
+        return fit_to_limits(
+            settings, batch, None, limit.total_seconds() if limit is not None else None
+        )
+
     async def _fetch(
         self,
         settings: PullSettings,
@@ -322,15 +343,18 @@ class Consumer:
 
         """
         return await self._fetch(
-            resolve_fetch(
-                max_messages=max_messages,
-                expires=secs(expires, "expires"),
-                heartbeat=secs(heartbeat, "heartbeat"),
-                consumer=self._priority(),
-                group=group,
-                min_pending=min_pending,
-                min_ack_pending=min_ack_pending,
-                priority=priority,
+            self._fit(
+                resolve_fetch(
+                    max_messages=max_messages,
+                    expires=secs(expires, "expires"),
+                    heartbeat=secs(heartbeat, "heartbeat"),
+                    consumer=self._priority(),
+                    group=group,
+                    min_pending=min_pending,
+                    min_ack_pending=min_ack_pending,
+                    priority=priority,
+                ),
+                batch_given=True,
             ),
             model,
             codec,
@@ -374,15 +398,18 @@ class Consumer:
 
         """
         return await self._fetch(
-            resolve_fetch(
-                max_bytes=max_bytes,
-                expires=secs(expires, "expires"),
-                heartbeat=secs(heartbeat, "heartbeat"),
-                consumer=self._priority(),
-                group=group,
-                min_pending=min_pending,
-                min_ack_pending=min_ack_pending,
-                priority=priority,
+            self._fit(
+                resolve_fetch(
+                    max_bytes=max_bytes,
+                    expires=secs(expires, "expires"),
+                    heartbeat=secs(heartbeat, "heartbeat"),
+                    consumer=self._priority(),
+                    group=group,
+                    min_pending=min_pending,
+                    min_ack_pending=min_ack_pending,
+                    priority=priority,
+                ),
+                batch_given=False,
             ),
             model,
             codec,
@@ -435,15 +462,18 @@ class Consumer:
 
         """
         return await self._fetch(
-            resolve_fetch(
-                max_messages=max_messages,
-                max_bytes=max_bytes,
-                no_wait=True,
-                consumer=self._priority(),
-                group=group,
-                min_pending=min_pending,
-                min_ack_pending=min_ack_pending,
-                priority=priority,
+            self._fit(
+                resolve_fetch(
+                    max_messages=max_messages,
+                    max_bytes=max_bytes,
+                    no_wait=True,
+                    consumer=self._priority(),
+                    group=group,
+                    min_pending=min_pending,
+                    min_ack_pending=min_ack_pending,
+                    priority=priority,
+                ),
+                batch_given=max_messages is not None,
             ),
             model,
             codec,
@@ -632,6 +662,11 @@ class Consumer:
             min_ack_pending=min_ack_pending,
             priority=priority,
         )
+        settings = self._fit(
+            settings,
+            batch_given=max_messages is not None,
+            expires_given=expires != DEFAULT_EXPIRES,
+        )
         if model is not None:
             return TypedMessagesContext(
                 self._driver(settings, error_handler), model, codec, on_invalid, self._on_refused
@@ -708,6 +743,11 @@ class Consumer:
             min_pending=min_pending,
             min_ack_pending=min_ack_pending,
             priority=priority,
+        )
+        settings = self._fit(
+            settings,
+            batch_given=max_messages is not None,
+            expires_given=expires != DEFAULT_EXPIRES,
         )
         ctx = ConsumeContext(self._driver(settings, error_handler), handler)
         holder.append(ctx)

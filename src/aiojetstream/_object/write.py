@@ -48,8 +48,6 @@ from .._errors import (
     MessageNotFoundError,
     NoRespondersError,
     StreamNotFoundError,
-    StreamSealedError,
-    StreamStoreFailedError,
     WrongLastSequenceError,
 )
 from .._models import (
@@ -540,9 +538,10 @@ class ObjectWriter:
         """
 
         async def attempt(left: float) -> None:
-            # Refused (full, sealed): nothing more is stored. No responders: the purge
-            # says why (the bucket is gone: at once, not after the retries).
-            with contextlib.suppress(StreamStoreFailedError, StreamSealedError, NoRespondersError):
+            # Refused (a full stream or account, sealed): it is not stored, and what came
+            # before it is handled by then; a purge needs no room. No responders: the
+            # purge says why (the bucket is gone: at once, not after the retries).
+            with contextlib.suppress(APIError, NoRespondersError):
                 await self._js.publish(subject, b"", timeout=left)
             await self._stream.purge(subject=subject, timeout=left)
 

@@ -56,6 +56,7 @@ from .._pull_driver import ErrorHandler, PullDriver, in_error_handler, spawn_err
 from .._pull_engine import (
     MIN_EXPIRES,
     PullSettings,
+    fit_to_limits,
     shortened,
 )
 
@@ -592,6 +593,16 @@ class OrderedCursor:
     def _driver(self, settings: PullSettings, error_handler: ErrorHandler | None) -> PullDriver:
         name = self._name
         assert name is not None
+        info = self._info
+        if info is not None:  # (the server's limits, given to a consumer created without)
+            config = info.config
+            expires = config.max_expires
+            settings = fit_to_limits(
+                settings,
+                config.max_batch,
+                config.max_bytes,
+                expires.total_seconds() if expires is not None else None,
+            )
 
         async def check(timeout: float | None) -> ConsumerInfo:
             try:
