@@ -14,7 +14,7 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar
 
-from ._cleanup import close_when_collected
+from ._cleanup import close_in_background, close_when_collected
 from ._errors import (
     BucketNotFoundError,
     JetStreamError,
@@ -220,12 +220,23 @@ class Reader:
             return msg
 
     async def aclose(self) -> None:
-        """Stop reading and delete the consumer (idempotent)."""
+        """Stop reading and delete the consumer (idempotent).
+
+        The close runs in a task of its own, awaited through a shield: a caller
+        cancelled again while it closes (anyio's cancel scopes cancel every
+        await until the scope exits) left the consumer and its subscription
+        behind, and a later ``aclose()`` returned at once.
+        """
         if self._closed:
             return
         self._closed = True
         task, starting = self._task, self._starting
         self._task = None
+        await asyncio.shield(close_in_background(self._close(task, starting)))
+
+    async def _close(
+        self, task: asyncio.Task[Msg] | None, starting: asyncio.Task[None] | None
+    ) -> None:
         if starting is not None:
             if not starting.done():
                 starting.cancel()

@@ -556,7 +556,7 @@ def write_pending(nc: NatsClient) -> bool:
     nc._pending_data_size = 0
     try:
         transport.writelines(pending)
-    except (TypeError, AttributeError) as exc:
+    except LOST_WRITE as exc:
         _lost_socket_write(nc, exc)
     return True
 
@@ -580,7 +580,7 @@ def write_now(nc: NatsClient, cmd: bytes, payload_size: int) -> bool:
         pending = [cmd]
     try:
         transport.writelines(pending)
-    except (TypeError, AttributeError) as exc:
+    except LOST_WRITE as exc:
         _lost_socket_write(nc, exc)
     stats = nc.stats
     stats["out_msgs"] += 1
@@ -588,14 +588,21 @@ def write_now(nc: NatsClient, cmd: bytes, payload_size: int) -> bool:
     return True
 
 
+#: What a write to a socket already lost raises, by event loop (see :func:`_lost_socket_write`).
+LOST_WRITE: Final = (TypeError, AttributeError, RuntimeError)
+
+
 def _lost_socket_write(nc: NatsClient, exc: Exception) -> None:
-    """Drop a ``writelines()`` to a socket already lost, as Python 3.11 does; else raise ``exc``.
+    """Drop a write to a socket already lost, as Python 3.11 does; else raise ``exc``.
 
     From Python 3.12 asyncio's socket transport has a ``writelines()`` of its
     own that, unlike its ``write()`` (and 3.11's ``writelines()``), does not
     check for a lost connection: once the connection is lost it raises
-    ``TypeError`` (CPython gh-136234). The connection is gone: what was
-    written is lost with it either way, and nats-py reconnects or closes.
+    ``TypeError`` (CPython gh-136234). uvloop's transport raises
+    ``RuntimeError`` ("the handler is closed") from ``write()`` and
+    ``writelines()`` alike once closed, also before nats-py noticed the loss.
+    The connection is gone: what was written is lost with it either way, and
+    nats-py reconnects or closes. Raised as it is when the socket is not closing.
     """
     under = _socket_transport(nc)
     if under is None or not under.is_closing():
@@ -698,7 +705,10 @@ def send_now(nc: NatsClient, cmd: bytes, payload_size: int) -> None:
         # flusher task first (one event-loop round trip less per request).
         # Only over TCP (TLS included): a websocket transport sends in the
         # flusher's drain(), so there the command is queued and the flusher woken.
-        transport.write(cmd)
+        try:
+            transport.write(cmd)
+        except LOST_WRITE as exc:
+            _lost_socket_write(nc, exc)
         stats = nc.stats
         stats["out_msgs"] += 1
         stats["out_bytes"] += payload_size
@@ -784,7 +794,7 @@ def bound_close_waits(nc: NatsClient, timeout: float) -> None:
         def guarded(payload: Any) -> None:
             try:
                 writelines(payload)
-            except (TypeError, AttributeError) as exc:
+            except LOST_WRITE as exc:
                 _lost_socket_write(nc, exc)
 
         transport.writelines = guarded  # type: ignore[method-assign]

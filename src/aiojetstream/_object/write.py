@@ -24,6 +24,7 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Coroutine,
     Iterable,
     Mapping,
 )
@@ -33,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, TypeAlias
 from .. import _bounds as B
 from .. import _codec as PC
 from .. import _headers as H
+from .._cleanup import close_in_background
 from .._codec import Codec
 from .._conn import RequestNotSentError
 from .._errors import (
@@ -488,6 +490,23 @@ class ObjectWriter:
         *,
         acked: bool = True,
     ) -> None:
+        """:meth:`_discard_now` in a task of its own, awaited through a shield.
+
+        A put cancelled again while it purges (anyio's cancel scopes cancel
+        every await until the scope exits) left its chunks in the bucket for
+        good; the purge now goes on without the put.
+        """
+        await _in_background(self._discard_now(chunk_subject, pending, error, timeout, acked=acked))
+
+    async def _discard_now(
+        self,
+        chunk_subject: str,
+        pending: Iterable[asyncio.Future[PubAck]],
+        error: BaseException,
+        timeout: float | None,
+        *,
+        acked: bool = True,
+    ) -> None:
         """Purge a failed put's chunks once those in flight have settled.
 
         Skipped when nothing can have been stored: no chunk was acknowledged
@@ -615,14 +634,15 @@ class ObjectWriter:
                     self._stream.name,
                 )
 
-        task = asyncio.get_running_loop().create_task(purge())
-        _REPLACED_PURGES.add(task)
-        task.add_done_callback(_REPLACED_PURGES.discard)
-        await asyncio.shield(task)
+        await _in_background(purge())
 
 
-#: Purges of replaced versions running (kept referenced until done; see _purge_replaced).
-_REPLACED_PURGES: set[asyncio.Task[None]] = set()
+async def _in_background(purge: Coroutine[Any, Any, None]) -> None:
+    """Run ``purge`` in a task of its own and wait for it through a shield.
+
+    Cancelling the caller (a cancelled put) leaves the purge running to its end.
+    """
+    await asyncio.shield(close_in_background(purge))
 
 
 class _InfoSwap:
