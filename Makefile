@@ -35,8 +35,8 @@ help:
 	@echo "                installs .[testing,spark]"
 	@echo "make spark-matrix the Spark tests under pyspark $(SPARK_MATRIX) (a .venv-spark-X.Y each; not in make test)"
 	@echo "make test-pyversions the unit tests and a few integration files under $(PYVERSIONS_PYTHONS)"
-	@echo "make test-servers tests/integration/test_server_versions.py against nats-server $(SERVER_VERSIONS)"
 	@echo "                (a .venv-pyX.Y each with the dev extra; a missing interpreter is skipped; not in make test)"
+	@echo "make test-servers tests/integration/test_server_versions.py against nats-server $(SERVER_VERSIONS)"
 	@echo "make bench      run benchmarks/run.py"
 	@echo "make clean      remove caches and build output (distclean also removes $(VENV))"
 

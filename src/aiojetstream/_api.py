@@ -344,8 +344,9 @@ async def paged(
     """
     offset = 0
     previous: list[Any] = []
-    last: str | None = None  # the last name of the listing seen so far (listed or missing)
-    back = 1  # how far the next page that starts too late is asked for from
+    last: str | None = None  # the greatest name of the listing seen so far (listed or missing)
+    early = False  # whether this page was asked for from one entry before ``last``
+    back = 1  # how far a page that starts too late is asked for again from
     retries = 0
     while True:
         reply = await api.call(template, {**body, "offset": offset}, timeout=timeout, **parts)
@@ -376,11 +377,14 @@ async def paged(
         # by hand): counted once, or the next page would start past an entry.
         listed = set(names) if missing else set()
         left_out = [name for name in missing if name not in listed]
-        window = [*names, *left_out]  # the page's part of the sorted listing
-        ordered = all(type(name) is str for name in window) and names == sorted(names)
+        # The page's part of the listing, which the server sorts by name before it
+        # pages it (the page itself may not be in that order: a consumer whose peers
+        # are offline comes first, its info made up with the name "").
+        window = [*names, *left_out]
+        named = all(type(name) is str for name in window)
         if (
-            last is not None
-            and ordered
+            early
+            and named
             and offset
             and total
             and retries < 16  # (a listing that keeps shrinking: go on after 16 tries)
@@ -395,7 +399,7 @@ async def paged(
             continue
         back = 1
         previous = items
-        skip = last if ordered else None
+        skip = last if named else None  # (listed already, on a page before)
         for item, name in zip(items, names, strict=True):
             if skip is None or name > skip:
                 yield item
@@ -417,7 +421,8 @@ async def paged(
         end = offset + len(window)
         if not (items or missing) or end >= total:
             return
-        # The next page starts at this one's last entry (when the names are in order).
-        overlap = 1 if ordered and len(window) > 1 else 0
-        last = max(window) if overlap else None
-        offset = end - overlap
+        if named and window:  # (never backwards: a page asked from further back is behind)
+            last = max(window) if last is None else max(last, *window)
+        # The next page starts at this one's last entry, to be checked against ``last``.
+        early = named and last is not None and len(window) > 1
+        offset = end - early

@@ -98,6 +98,7 @@ class Reader:
         self._it: MessagesContext | None = None
         self._task: asyncio.Task[Msg] | None = None
         self._starting: asyncio.Task[None] | None = None
+        self._closing: asyncio.Task[None] | None = None
         self._announce = False
         self._closed = False
         self.caught_up = False
@@ -227,12 +228,13 @@ class Reader:
         await until the scope exits) left the consumer and its subscription
         behind, and a later ``aclose()`` returned at once.
         """
-        if self._closed:
-            return
-        self._closed = True
-        task, starting = self._task, self._starting
-        self._task = None
-        await asyncio.shield(close_in_background(self._close(task, starting)))
+        if not self._closed:
+            self._closed = True
+            task, starting = self._task, self._starting
+            self._task = None
+            self._closing = close_in_background(self._close(task, starting))
+        if self._closing is not None and not self._closing.done():
+            await asyncio.shield(self._closing)  # (a second aclose waits for it too)
 
     async def _close(
         self, task: asyncio.Task[Msg] | None, starting: asyncio.Task[None] | None

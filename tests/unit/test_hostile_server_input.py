@@ -9,12 +9,15 @@ JSON nested deeper than the parser's recursion limit: a bare ``RecursionError``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiojetstream import InvalidOptionError, InvalidResponseError, NotJetStreamMessageError
 from aiojetstream._api import (
@@ -267,13 +270,18 @@ class _ClusterPages(ApiClient):
     made-up info of an offline consumer with ``"name": ""`` and ``"stream_name": ""``.
     """
 
-    __slots__ = ("consumers", "names", "offline")
+    __slots__ = ("consumers", "names", "offline", "resort")
 
-    def __init__(self, names: list[str], offline: set[str], consumers: bool = False) -> None:
+    def __init__(
+        self, names: list[str], offline: set[str], consumers: bool = False, resort: bool = False
+    ) -> None:
         super().__init__(None, "$JS.API", 1.0)  # type: ignore[arg-type]
         self.names = names
         self.offline = offline
         self.consumers = consumers
+        #: Sort a consumer page by its infos' ``name`` as nats-server does after paging
+        #: (jsClusteredConsumerListRequest): the made-up ``""`` first.
+        self.resort = resort
 
     def _item(self, name: str) -> dict[str, Any]:
         if not self.consumers:
@@ -291,10 +299,13 @@ class _ClusterPages(ApiClient):
     async def call(self, template: str, body: Any = None, **parts: Any) -> dict[str, Any]:
         offset = body["offset"]
         page = self.names[offset : offset + 2]
+        items = [self._item(n) for n in page]
+        if self.resort:
+            items.sort(key=lambda item: str(item.get("name")))
         return {
             "total": len(self.names),
             "offset": offset,
-            "consumers" if self.consumers else "streams": [self._item(n) for n in page],
+            "consumers" if self.consumers else "streams": items,
             "missing": [n for n in page if n in self.offline],
         }
 
@@ -322,6 +333,75 @@ async def test_a_consumer_both_listed_and_missing_is_counted_once_and_named(
     # Not "left out, their leaders did not answer in time": they were listed.
     assert "left out" not in caplog.text
     assert "listed with their configuration only, their peers are offline: B" in caplog.text
+
+
+@pytest.mark.parametrize("offline", ["A", "B", "C", "D", "E", "F"])
+async def test_an_offline_consumer_sorted_first_on_its_page_is_listed_once(offline: str) -> None:
+    """Each page is asked for from one entry early; a page with an offline consumer's
+    made-up info (named "", so sorted first) looked out of order, and its first entry,
+    listed already, was listed again (a 3-node cluster with a node down: c387 twice)."""
+    names = ["A", "B", "C", "D", "E", "F"]
+    api = _ClusterPages(names, offline={offline}, consumers=True, resort=True)
+    infos = [info async for info in list_consumers(api, "S", None)]
+    assert sorted(i.name for i in infos) == names
+
+
+class _LivePages(ApiClient):
+    """nats-server's names listing (sorted, paged by offset, ``page`` a page) of a set of
+    names that ``changes`` (one a request, applied after it) edit while it is listed."""
+
+    __slots__ = ("changes", "names", "page")
+
+    def __init__(self, names: set[str], changes: list[tuple[set[str], set[str]]], page: int):
+        super().__init__(None, "$JS.API", 1.0)  # type: ignore[arg-type]
+        self.names = set(names)
+        self.changes = list(changes)
+        self.page = page
+
+    async def call(self, template: str, body: Any = None, **parts: Any) -> dict[str, Any]:
+        listing = sorted(self.names)
+        offset = min(body["offset"], len(listing))
+        reply = {
+            "total": len(listing),
+            "offset": offset,
+            "streams": listing[offset : offset + self.page],
+        }
+        if self.changes:
+            created, deleted = self.changes.pop(0)
+            self.names = (self.names | created) - deleted
+        return reply
+
+
+NAME = st.text(alphabet="abcdefgh", min_size=1, max_size=3)
+
+
+@given(
+    st.sets(NAME, max_size=40),
+    # (Fewer created between two requests than a page less one: as many repeat the
+    # page, taken as a server answering the same page again; nats-server's pages are
+    # 256 and 1,024 entries, see test_a_listing_answered_with_the_same_page_again_ends.)
+    st.lists(st.tuples(st.sets(NAME, max_size=1), st.sets(NAME, max_size=5)), max_size=8),
+    st.integers(3, 6),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_listing_changed_while_paged_lists_what_existed_throughout_once(
+    names: set[str], changes: list[tuple[set[str], set[str]]], page: int
+) -> None:
+    """Entries created or deleted before the offset between two pages moved the next
+    page: an entry was listed twice, or one that existed throughout left out; a page
+    asked for again from further back moved the last name listed backwards (3,037 of
+    5,300 consumers listed twice)."""
+    api = _LivePages(names, changes, page)
+
+    async def listing() -> list[str]:
+        return [name async for name in paged(api, STREAM_NAMES, "streams", {}, None)]
+
+    listed = asyncio.run(listing())
+    assert len(listed) == len(set(listed)), listed
+    throughout = set(names)
+    for _, deleted in changes:
+        throughout -= deleted
+    assert throughout <= set(listed)
 
 
 @pytest.mark.parametrize("level", ["x", None, 1e999, 1.5, -1, True, 2**64])
