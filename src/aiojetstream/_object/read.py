@@ -30,6 +30,7 @@ from .._errors import (
 )
 from .._message import Msg
 from .._models import (
+    DeliverPolicy,
     OrderedConsumerConfig,
 )
 from .._models.obj import (
@@ -118,6 +119,8 @@ class ObjectResult:
         self._chunks = 0
         self._it: MessagesContext | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._last_seq = 0  # the stream sequence of the last chunk read
+        self._behind_since: float | None = None  # see _read_elsewhere
         self._started = False
         self._done = False
         # How the read ended: every chunk read and checked (True), or its error.
@@ -147,8 +150,7 @@ class ObjectResult:
         try:
             if not self._started:
                 self._started = True
-                if not await self._start():
-                    await self._end()
+                if not await self._start() and await self._end():
                     self._complete = True
                     raise StopAsyncIteration
             msg = await self._next()
@@ -157,13 +159,15 @@ class ObjectResult:
                 self._complete = True
                 raise StopAsyncIteration
             data = msg.data
+            meta = msg.metadata
+            self._last_seq = meta.sequence.stream
+            self._behind_since = None
             self._sha.update(data)
             self._size += len(data)
             self._chunks += 1
             if self._size > self.info.size:
                 self._mismatch("more data than its size")
-            if msg.metadata.num_pending == 0:
-                await self._end()
+            if meta.num_pending == 0 and await self._end():
                 self._complete = True
                 await self.aclose()
             return data
@@ -197,8 +201,11 @@ class ObjectResult:
             "get the object again to read it"
         )
 
-    async def _start(self) -> bool:
-        """Start reading the chunks; False when there is nothing to read."""
+    async def _start(self, after: int = 0) -> bool:
+        """Start reading the chunks stored after sequence ``after``.
+
+        False when the consumer has nothing to read.
+        """
         info = self.info
         if not info.size and not info.chunks:
             return False
@@ -207,9 +214,17 @@ class ObjectResult:
         chunk_size = info.options.max_chunk_size if info.options is not None else None
         per_chunk = chunk_size or DEFAULT_CHUNK_SIZE
         batch = min(64, max(2, GET_BUFFER_BYTES // per_chunk))
-        oc = await store.stream.ordered_consumer(
-            OrderedConsumerConfig(filter_subjects=[chunk_subject(store.bucket, info.nuid)])
+        subjects = [chunk_subject(store.bucket, info.nuid)]
+        config = (
+            OrderedConsumerConfig(
+                filter_subjects=subjects,
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=after + 1,
+            )
+            if after
+            else OrderedConsumerConfig(filter_subjects=subjects)
         )
+        oc = await store.stream.ordered_consumer(config)
         it = self._it = oc.messages(max_messages=batch)
         # Dropped unfinished (``async for ... : break`` without ``async with``): the
         # consumer, its subscription and its buffer are closed anyway.
@@ -296,19 +311,57 @@ class ObjectResult:
             f"while it was read ({self._chunks} of {info.chunks} chunks read)"
         )
 
-    async def _end(self) -> None:
-        """The read is at its end: check it against the info.
+    async def _end(self) -> bool:
+        """The consumer has nothing more: check the read against the info (True), or read on.
 
         A read that found less than the info says (nothing at all, when the
         object was deleted or replaced between ``get`` and the first read) is
         ObjectNotFoundError when the object's chunks are gone because the
-        object was deleted or replaced, as in the middle of a read (not corrupt).
+        object was deleted or replaced, as in the middle of a read (not
+        corrupt). False when the stream's leader still holds the chunks (or
+        can not tell now): the consumer reads a replica that is behind (its
+        node restarted and is catching up), so the chunks still come (within
+        the stall timeout); such a read said the object was corrupt.
         """
         info = self.info
-        if self._size < info.size or self._chunks < info.chunks:
-            self._done = True
-            await self._chunks_gone(self._stall)
+        if (self._size < info.size or self._chunks < info.chunks) and not await self._chunks_gone(
+            self._stall
+        ):
+            await self._read_elsewhere()
+            return False
         self._verify()
+        return True
+
+    async def _read_elsewhere(self) -> None:
+        """Read on from a new consumer: this one's replica is behind the leader.
+
+        nats-server places a read's consumer (R1) on any of the bucket's peers;
+        on one whose node restarted and is still catching up, the chunks came
+        only once it caught up (15 s seen). A new consumer, from the chunk
+        after the last one read, is placed anew; one that again has nothing to
+        read is replaced after a pause growing from 0.1 s to 1 s, until it has,
+        or the stall timeout is up (:class:`JetStreamTimeoutError`).
+        """
+        loop = asyncio.get_running_loop()
+        if self._behind_since is None:
+            self._behind_since = loop.time()
+        pause = 0.1
+        while True:
+            it, self._it = self._it, None
+            if self._finalizer is not None:
+                self._finalizer.detach()
+            if it is not None:
+                await _close_reading(it)
+            if loop.time() - self._behind_since > self._stall:
+                raise JetStreamTimeoutError(
+                    f"object {self.info.name!r}: the bucket's replicas held no more chunks "
+                    f"for {self._stall:g} s, while its leader has them ({self._chunks} of "
+                    f"{self.info.chunks} read)"
+                )
+            await asyncio.sleep(pause)  # (a backoff: the replica may catch up meanwhile)
+            pause = min(pause * 2, 1.0)
+            if await self._start(self._last_seq):
+                return
 
     def _mismatch(self, what: str) -> None:
         info = self.info
