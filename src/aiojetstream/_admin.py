@@ -18,6 +18,7 @@ These are Pulsar's subscription operations in JetStream terms (see
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -397,10 +398,14 @@ async def skip_older_than(
     value = _age(age)
     left = api.budget(timeout)
     await _check_level(api, RESET_API_LEVEL, RESET_SERVER_VERSION, "consumer reset", left)
+    loop = asyncio.get_running_loop()
+    asked = loop.time()
     info = await _info(api, stream, name, left)
     _check_resettable(info, "skip_older_than")
-    # Message times are the server's: the cutoff is counted from its clock.
-    cutoff = _cutoff(age, value, server_now(info))
+    # Message times are the server's: the cutoff is counted from its clock, as it was
+    # when the call asked (its ts less the look-up's time: never later than then).
+    now = server_now(info) - timedelta(seconds=loop.time() - asked)
+    cutoff = _cutoff(age, value, now)
     floor = info.ack_floor.stream_seq + 1
     # Read before looking for the cutoff: a message stored in between is younger.
     last = await _last_seq(api, stream, left)

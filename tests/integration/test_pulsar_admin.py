@@ -54,12 +54,18 @@ async def durable(js: JetStreamContext, stream: str, name: str, **config: object
 async def old_and_new(
     js: JetStreamContext, prefix: str, old: int, new: int
 ) -> tuple[str, datetime]:
-    """A stream with ``old`` messages, then (once the clock passed them) ``new`` ones on
-    ``<stream>.a``; its name and a cut-off between the two."""
+    """A stream with ``old`` messages, then (once the clock passed them by 400 ms) ``new``
+    ones on ``<stream>.a``; its name and a cut-off halfway between the two.
+
+    ``skip_older_than`` counts its cutoff from the server's clock, as it was when the
+    call asked (the consumer info's ``ts`` less the look-up's time): within a round
+    trip of the caller's clock here, so the cutoff keeps 200 ms from either side (a
+    loaded machine's round trips).
+    """
     stream = await stream_with(js, prefix, old)
     stored = (await js.stream(stream)).cached_info.state.last_ts
-    cutoff = stored + timedelta(microseconds=1)
-    await wait_until(lambda: datetime.now(UTC) > cutoff, timeout=2)
+    cutoff = stored + timedelta(milliseconds=200)
+    await wait_until(lambda: datetime.now(UTC) > stored + timedelta(milliseconds=400), timeout=2)
     for i in range(new):
         await js.publish(f"{stream}.a", b"new-%d" % i)
     return stream, cutoff
