@@ -19,6 +19,7 @@ from ._errors import (
     BucketNotFoundError,
     JetStreamError,
     JetStreamTimeoutError,
+    MessageNotFoundError,
     StreamNotFoundError,
 )
 from ._message import Msg
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 #: Seconds without a message after which a listing asks the server whether it is
 #: already past the initial values (they may have expired before delivery).
 IDLE_CHECK: Final = 1.0
+#: The start policies that read the stored values first (see Reader._behind_leader).
+_FROM_THE_START: Final = frozenset((DeliverPolicy.ALL, DeliverPolicy.LAST_PER_SUBJECT))
 #: The heartbeat of a watcher's (and listing's) pulls: a watcher whose consumer
 #: died with its node is reset after 2 x this of silence (the ``messages()``
 #: default, half of the 30 s expiry, took 30 s; nats.go's ordered consumers use 5 s).
@@ -102,6 +105,8 @@ class Reader:
         self._announce = False
         self._closed = False
         self.caught_up = False
+        #: The highest stream sequence read (see :meth:`_behind_leader`).
+        self._seen = 0
 
     async def start(self) -> None:
         """Create the consumer (BucketNotFoundError once the bucket is deleted).
@@ -149,9 +154,35 @@ class Reader:
                     f"could not start reading stream {self._stream.name!r} within {bound:g} s"
                 ) from None
         info = oc.cached_info
-        if info is not None and info.num_pending == 0:
+        if info is not None and info.num_pending == 0 and not await self._behind_leader():
             self.caught_up = True
             self._announce = True
+
+    async def _behind_leader(self) -> bool:
+        """Whether the stream's leader holds a message of the filters not read yet.
+
+        The consumer says it has nothing more: nats-server places it (R1) on any
+        of the stream's peers, and on one still catching up after its node
+        restarted, it had nothing more while the leader held more: ``keys()``
+        returned 0 of 301 keys and ``history()`` 1 of 3 entries, without an
+        error. The leader answers a plain (not direct) get of the last message
+        of each filter. Not for a read from the end (``updates_only``), and not
+        when the leader does not answer (the consumer's word is taken then).
+        """
+        config = self._config
+        if config.deliver_policy not in _FROM_THE_START:
+            return False
+        wait = self._stall if self._stall is not None else IDLE_CHECK
+        for subject in config.filter_subjects or ():
+            try:
+                last = await self._stream._api_get({"last_by_subj": subject}, wait)
+            except MessageNotFoundError:
+                continue
+            except JetStreamError:
+                return False
+            if last.seq > self._seen:
+                return True
+        return False
 
     async def _idle_caught_up(self) -> bool:
         oc = self._oc
@@ -165,7 +196,8 @@ class Reader:
         delivered = info.delivered.consumer_seq
         # Everything the consumer delivered was handed out (or skipped as handed out
         # before a reset: the ordered consumer counts those too).
-        return delivered == 0 or (info.name == oc.name and oc._expected - 1 >= delivered)
+        handed_out = delivered == 0 or (info.name == oc.name and oc._expected - 1 >= delivered)
+        return handed_out and not await self._behind_leader()
 
     async def next(self) -> Msg | ReaderEvent:
         """The next message, ``CAUGHT_UP`` once (after the last initial message), or ``END``."""
@@ -215,9 +247,11 @@ class Reader:
                     return ReaderEvent.END  # closed meanwhile (aclose cancelled the read), not us
                 raise
             meta = msg.metadata
-            if not self.caught_up and meta.num_pending == 0:
-                self.caught_up = True
-                self._announce = True
+            if not self.caught_up:
+                self._seen = max(self._seen, meta.sequence.stream)
+                if meta.num_pending == 0 and not await self._behind_leader():
+                    self.caught_up = True
+                    self._announce = True
             return msg
 
     async def aclose(self) -> None:
