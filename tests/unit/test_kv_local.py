@@ -22,6 +22,7 @@ from aiojetstream import (
     JetStreamTimeoutError,
     KeyValueConfig,
     KeyValueOp,
+    MessageNotFoundError,
     _kv,
     _watch,
 )
@@ -95,6 +96,10 @@ class _Stream:
 
     async def ordered_consumer(self, config: object) -> _Silent:
         return self.consumer
+
+    async def _api_get(self, body: object, timeout: object) -> object:
+        # The leader has none either: the initial values vanished (Reader._behind_leader).
+        raise MessageNotFoundError(404, 10037, "no message found")
 
 
 async def test_initial_values_that_vanished_still_end_with_none(
