@@ -339,3 +339,64 @@ async def test_a_consume_stopped_from_the_reconnected_callback_leaves_no_unawait
             assert unawaited == []
         finally:
             await js.close()
+
+
+async def test_a_connection_the_server_closed_says_why_in_later_calls() -> None:
+    """nats-py closes for good on an ``-ERR`` such as 'Maximum Control Line Exceeded'
+    (a core publish on the shared connection with a subject over the server's
+    ``max_control_line``): the calls after it said only 'the connection is closed'."""
+    async with NatsServer(config={"max_control_line": 512}) as server:
+        closed = asyncio.Event()
+
+        async def on_closed() -> None:
+            closed.set()
+
+        js = await aiojetstream.connect(server.url, closed_cb=on_closed)
+        try:
+            await js.account_info()
+            await js.nc.publish("x" * 600, b"")
+            await asyncio.wait_for(closed.wait(), 10)
+            with pytest.raises(ConnectionClosedError) as raised:
+                await js.account_info()
+            assert "maximum control line exceeded" in str(raised.value).lower()
+        finally:
+            await js.close()
+
+
+async def test_used_up_reconnects_say_so_and_a_close_of_the_users_says_nothing_more() -> None:
+    """Reconnect attempts used up name the cause; a close the user asked for, after
+    errors that closed nothing (a permissions violation), adds no cause."""
+    async with NatsServer() as server:
+        closed = asyncio.Event()
+
+        async def on_closed() -> None:
+            closed.set()
+
+        js = await aiojetstream.connect(
+            server.url, max_reconnect_attempts=1, reconnect_time_wait=0.05, closed_cb=on_closed
+        )
+        try:
+            await server.kill()
+            await asyncio.wait_for(closed.wait(), 20)
+            with pytest.raises(ConnectionClosedError) as raised:
+                await js.account_info()
+            assert "max_reconnect_attempts" in str(raised.value)
+        finally:
+            await js.close()
+    users = {
+        "users": [{"user": "u", "password": "p", "permissions": {"publish": ["$JS.>", "_INBOX.>"]}}]
+    }
+    async with NatsServer(config={"authorization": users}) as server:
+        errors: list[Exception] = []
+
+        async def on_error(exc: Exception) -> None:
+            errors.append(exc)
+
+        js = await aiojetstream.connect(server.url, user="u", password="p", error_cb=on_error)
+        await js.nc.publish("forbidden", b"")
+        await wait_until(lambda: bool(errors), 10)
+        assert js.nc.last_error is not None
+        await js.close()
+        with pytest.raises(ConnectionClosedError) as raised:
+            await js.account_info()
+        assert str(raised.value) == "the connection is closed"

@@ -35,7 +35,15 @@ from .._errors import ConnectionClosedError
 from .._redact import redact_url
 from ._nats import NatsClient, Srv, nats_errors
 
-__all__ = ["AUTH_ERRORS", "REFUSALS", "Refusals", "closed_error", "is_auth_error", "refusal_of"]
+__all__ = [
+    "AUTH_ERRORS",
+    "REFUSALS",
+    "Refusals",
+    "closed_error",
+    "closing_reason",
+    "is_auth_error",
+    "refusal_of",
+]
 
 logger = logging.getLogger("aiojetstream")
 
@@ -75,7 +83,7 @@ class Refusals:
     connected (in order, each once), which :attr:`reason` names.
     """
 
-    __slots__ = ("error", "last", "streak", "where")
+    __slots__ = ("closed_by", "closing", "error", "known_error", "last", "streak", "where")
 
     def __init__(self) -> None:
         self.last: dict[str, str] = {}
@@ -83,6 +91,12 @@ class Refusals:
         self.where = ""
         #: The last refusal, as nats-py reported it (or the -ERR read while connected).
         self.error: Exception | None = None
+        #: nats-py's ``last_error`` when the client last connected: older news.
+        self.known_error: BaseException | None = None
+        #: Set by :meth:`~._client.Conn.close`: the user closed it, nothing went wrong.
+        self.closing = False
+        #: The error after which nats-py closed the client by itself (its text, screened).
+        self.closed_by: str | None = None
 
     @staticmethod
     def refusal(text: str) -> str | None:
@@ -127,5 +141,27 @@ REFUSALS: weakref.WeakKeyDictionary[NatsClient, Refusals] = weakref.WeakKeyDicti
 def closed_error(nc: NatsClient, text: str = "the connection is closed") -> ConnectionClosedError:
     """A :class:`ConnectionClosedError` saying ``text``, and the refusal that closed it if any."""
     refusals = REFUSALS.get(nc)
-    reason = None if refusals is None else refusals.reason
-    return ConnectionClosedError(text if reason is None else f"{text}: {reason}")
+    if refusals is None:
+        return ConnectionClosedError(text)
+    if refusals.reason is not None:
+        return ConnectionClosedError(f"{text}: {refusals.reason}")
+    if refusals.closed_by is not None:
+        return ConnectionClosedError(f"{text} ({refusals.closed_by})")
+    return ConnectionClosedError(text)
+
+
+def closing_reason(error: BaseException) -> str | None:
+    """Why nats-py closed a client by itself after ``error`` (its ``last_error``), or None.
+
+    nats-py closes for good on any ``-ERR`` but a stale connection or a
+    permissions violation (``'Maximum Control Line Exceeded'``, ``'maximum
+    payload violation'`` after a reload lowered it, ...), and when the
+    reconnect attempts are used up; later calls only heard that the
+    connection is closed (nats.go keeps the error in ``LastError()``).
+    """
+    if isinstance(error, nats_errors.NoServersError):
+        return "no server could be reached in max_reconnect_attempts reconnect attempts"
+    text = str(error)
+    if not text or "permissions violation" in text.lower():
+        return None  # reported to the error callback; it closes nothing
+    return f"after the error: {text}"

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from .._errors import ConnectionClosedError, JetStreamError
-from ._auth import closed_error
+from ._auth import REFUSALS, closed_error
 from ._connect import logging_errors
 from ._fallback import after_background_publishes, publish_in_task
 from ._nats import (
@@ -514,6 +514,9 @@ class Conn:
         """
         if not self.nc.is_closed:
             bound_close_waits(self.nc, CLOSE_FLUSH_TIMEOUT)
+            refusals = REFUSALS.get(self.nc)
+            if refusals is not None:
+                refusals.closing = True
         try:
             with translate():
                 await self.nc.close()

@@ -27,7 +27,7 @@ from .._errors import (
 )
 from .._redact import AT_SIGNS, connection_secrets, mentions, redact_servers, scrub
 from .._validation import validate_inbox_prefix
-from ._auth import REFUSALS, Refusals, is_auth_error
+from ._auth import REFUSALS, Refusals, closing_reason, is_auth_error
 from ._nats import (
     FailedAttempt,
     NatsClient,
@@ -232,7 +232,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
             nc, options["disconnected_cb"], options.get("reconnected_cb")
         )
     options["reconnected_cb"] = _accepting(nc, options.get("reconnected_cb"))
-    options["closed_cb"] = _failing_requests(nc, options.get("closed_cb"))
+    options["closed_cb"] = _failing_requests(nc, options.get("closed_cb"), secrets)
     user_error_cb = options.get("error_cb")
     options["error_cb"] = initial_error_cb(
         logging_errors(user_error_cb, "error_cb") if user_error_cb else _log_connection_error,
@@ -281,6 +281,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
     drop_unsent_on_reconnect(nc)
     bound_internal_close(nc)
     refusals = REFUSALS[nc] = Refusals()
+    refusals.known_error = nc.last_error
     guard_auth_refusals(nc, refusals)
     return nc
 
@@ -451,6 +452,7 @@ def _accepting(
         refusals = REFUSALS.get(target) if target is not None else None
         if target is not None and refusals is not None:
             accepted_on_reconnect(target, refusals)
+            refusals.known_error = target.last_error
         if user_cb is not None:
             await user_cb()
 
@@ -458,11 +460,14 @@ def _accepting(
 
 
 def _failing_requests(
-    nc: NatsClient, user_cb: Callable[[], Awaitable[None]] | None
+    nc: NatsClient, user_cb: Callable[[], Awaitable[None]] | None, secrets: list[str]
 ) -> Callable[[], Awaitable[None]]:
     """A ``closed_cb`` that fails the requests in flight, then calls the user's.
 
-    nats-py closes by itself too (reconnect attempts used up, credentials refused).
+    nats-py closes by itself too (reconnect attempts used up, credentials
+    refused, any other ``-ERR`` but a permissions violation): the error it
+    closed after, if it was not there when the client last connected, is
+    kept for :func:`~._auth.closed_error` (screened of ``secrets``).
     """
     client = weakref.ref(nc)  # the callback is kept by the client itself
 
@@ -477,6 +482,15 @@ def _failing_requests(
             ):
                 # nats-py gave up for want of a server that takes the credentials.
                 keep_last_error(target, refusals.error)
+            last = target.last_error
+            if (
+                refusals is not None
+                and not refusals.closing
+                and last is not None
+                and last is not refusals.known_error
+            ):
+                reason = closing_reason(last)
+                refusals.closed_by = None if reason is None else scrub(reason, secrets)
             fail_requests(target)
         if user_cb is not None:
             await user_cb()
