@@ -53,6 +53,7 @@ async def test_a_publish_to_a_server_without_jetstream_says_so() -> None:
         for info in (sync, pipelined):
             assert str(info.value).startswith("no stream captures subject 'orders.new': ")
             assert "a server without JetStream enabled answers the same" in str(info.value)
+            assert "while it has no leader" in str(info.value)
 
 
 async def test_timeouts_are_typed_and_bounded() -> None:

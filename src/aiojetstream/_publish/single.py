@@ -53,10 +53,11 @@ def parse_pub_ack(data: bytes) -> PubAck:
 
 
 def no_stream_text(shown: str) -> str:
-    """What a publish nothing answered says: no stream, or no JetStream at all."""
+    """What a publish nothing answered says: no stream, no JetStream, or no stream leader."""
     return (
         f"no stream captures subject {shown}: create a stream whose subjects match it "
-        "(a server without JetStream enabled answers the same)"
+        "(a server without JetStream enabled answers the same, and so does a clustered "
+        "stream while it has no leader: an election, or a quorum lost; retry then)"
     )
 
 
