@@ -1427,3 +1427,55 @@ async def test_publish_many_headers_of_any_column_carry_the_trace_context(
         assert stored.headers is not None
         assert stored.headers["traceparent"].split("-")[2] == format(send.context.span_id, "016x")
         assert {k: v for k, v in stored.headers.items() if k == "X"} == mine
+
+
+class FailingSends(SpanProcessor):
+    """A span processor raising at the end of send spans."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.name.startswith("send"):
+            raise RuntimeError("processor failed")
+
+
+class FailingHistogram:
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("histogram failed")
+
+
+@pytest.mark.parametrize("failing", ["span", "metric"])
+async def test_a_failing_span_processor_or_metric_never_fails_a_stored_publish(
+    nats_server: NatsServer, rec: Recorded, caplog: pytest.LogCaptureFixture, failing: str
+) -> None:
+    """Raised after the stream stored the message, the caller would publish it again."""
+    from aiojetstream import KeyValueConfig, NoRespondersError
+
+    caplog.set_level("DEBUG", logger="aiojetstream")  # (a failure is logged in full once)
+    provider = rec.tracer_provider
+    if failing == "span":
+        provider.add_span_processor(FailingSends())
+    js = instrument(
+        await aiojetstream.connect(nats_server.url),
+        tracer_provider=provider,
+        meter_provider=rec.meter_provider,
+    )
+    if failing == "metric":
+        js._telemetry.publish_duration = FailingHistogram()  # type: ignore[attr-defined]
+    try:
+        stream = unique_name("OT")
+        await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+        assert (await js.publish(f"{stream}.a", b"1")).seq == 1
+        assert (await js.publish_many(f"{stream}.a", [b"2", b"3"])).stored == 2
+        assert (await (await js.publish_many_async(f"{stream}.a", [b"4"]))).stored == 1
+        assert (await (await js.publish_async(f"{stream}.a", b"5"))).seq == 5
+        kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("KV")))
+        assert await kv.put("k", b"v") == 1
+        with pytest.raises(NoRespondersError):  # the publish's own error, not the telemetry's
+            await js.publish(f"{unique_name('NONE')}.a", b"x", timeout=2)
+        with pytest.raises(NoRespondersError):
+            await js.publish_many(f"{unique_name('NONE')}.a", [b"x"], timeout=2)
+        assert (await (await js.stream(stream)).info()).state.messages == 5
+        await wait_until(lambda: len(rec.spans("send ")) == 7)  # every span still ended
+        assert [s.status.status_code for s in rec.spans("send NONE")] == [StatusCode.ERROR] * 2
+    finally:
+        await js.close()
+    assert "failed" in caplog.text
