@@ -1444,11 +1444,18 @@ class FailingHistogram:
 
 @pytest.mark.parametrize("failing", ["span", "metric"])
 async def test_a_failing_span_processor_or_metric_never_fails_a_stored_publish(
-    nats_server: NatsServer, rec: Recorded, caplog: pytest.LogCaptureFixture, failing: str
+    nats_server: NatsServer,
+    rec: Recorded,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    failing: str,
 ) -> None:
     """Raised after the stream stored the message, the caller would publish it again."""
     from aiojetstream import KeyValueConfig, NoRespondersError
+    from aiojetstream.otel import telemetry
 
+    # (the failures logged in full once: not these, for the tests after this one)
+    monkeypatch.setattr(telemetry, "_REPORTED", set())
     caplog.set_level("DEBUG", logger="aiojetstream")  # (a failure is logged in full once)
     provider = rec.tracer_provider
     if failing == "span":
@@ -1479,3 +1486,43 @@ async def test_a_failing_span_processor_or_metric_never_fails_a_stored_publish(
     finally:
         await js.close()
     assert "failed" in caplog.text
+
+
+async def test_the_users_publishes_while_an_object_put_reads_its_data_are_traced_as_theirs(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """The put's span belongs to the store's own chunks and info, not to what the user's data
+    iterator publishes meanwhile (progress events): those get their own send spans."""
+    from aiojetstream import ObjectStoreConfig
+
+    events = unique_name("EV")
+    await tjs.create_stream(StreamConfig(name=events, subjects=[f"{events}.>"]))
+    store = await tjs.create_object_store(ObjectStoreConfig(bucket=unique_name("OB")))
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for i in range(3):
+            yield b"x" * 100
+            await tjs.publish(f"{events}.progress", str(i).encode())
+            await (await tjs.publish_async(f"{events}.async", str(i).encode()))
+
+    info = await store.put("dump", pieces(), chunk_size=100)
+    assert info.chunks == 3
+    meta_subject = store._meta_subject("dump")
+    await wait_until(lambda: len(rec.spans("send ")) == 7)
+    [put] = rec.spans(f"send {meta_subject}")
+    assert (put.attributes or {})["messaging.destination.name"] == meta_subject
+    assert len(rec.spans(f"send {events}.progress")) == 3
+    assert len(rec.spans(f"send {events}.async")) == 3
+    stream = await tjs.stream(events)
+    for seq in range(1, 7):
+        headers = (await stream.get_msg(seq)).headers or {}
+        assert headers["traceparent"].split("-")[2] != format(put.context.span_id, "016x")
+    stored = await store.stream.get_last_msg_for_subject(meta_subject)
+    assert (stored.headers or {})["traceparent"].split("-")[2] == format(
+        put.context.span_id, "016x"
+    )
+    assert rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": events}) == 6
+    assert (
+        rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": store.stream.name})
+        == 4
+    )

@@ -30,6 +30,51 @@ if TYPE_CHECKING:
     from .._watch import Reader
 
 
+#: The send span of the object-store put running in this task, for its own
+#: publishes (:class:`_PutPublishes`): the user's code the put runs (its data
+#: iterator, a file's ``read``) publishes as usual.
+PUTTING: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "aiojetstream_otel_putting", default=None
+)
+
+
+class _PutPublishes:
+    """An object store's context, its publishes marked as the running put's (:data:`OBJECT_PUT`).
+
+    The store publishes its chunks and info through it; everything else is
+    the context's. :data:`OBJECT_PUT` is set only for these calls, not while
+    the put awaits the user's data.
+    """
+
+    __slots__ = ("_context",)
+
+    def __init__(self, js: Any) -> None:
+        self._context = js
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def publish(self, *args: Any, **kwargs: Any) -> Any:
+        span = PUTTING.get()
+        if span is None:
+            return await self._context.publish(*args, **kwargs)
+        token = OBJECT_PUT.set(span)
+        try:
+            return await self._context.publish(*args, **kwargs)
+        finally:
+            OBJECT_PUT.reset(token)
+
+    async def publish_async(self, *args: Any, **kwargs: Any) -> Any:
+        span = PUTTING.get()
+        if span is None:
+            return await self._context.publish_async(*args, **kwargs)
+        token = OBJECT_PUT.set(span)
+        try:
+            return await self._context.publish_async(*args, **kwargs)
+        finally:
+            OBJECT_PUT.reset(token)
+
+
 class Batch:
     """What a traced one-shot read saw: how many messages, and links to their writes.
 
@@ -346,7 +391,7 @@ class Stores:
                     "messaging.nats.stream": stream,
                 },
             )
-            token = OBJECT_PUT.set(span)
+            token = PUTTING.set(span)  # (OBJECT_PUT: around the store's own publishes only)
             try:
                 info = await put(name, *args, **kwargs)
             except BaseException as exc:
@@ -354,7 +399,7 @@ class Stores:
                 end_span(span)  # the error raised is the put's, not the span's
                 raise
             finally:
-                OBJECT_PUT.reset(token)
+                PUTTING.reset(token)
             span.set_attributes(
                 {
                     "messaging.batch.message_count": info.chunks,
@@ -402,6 +447,8 @@ class Stores:
                 store._meta_prefix + ">", store.stream.name, listing(*args, **kwargs)
             )
 
+        if not isinstance(store._js, _PutPublishes):
+            store._js = _PutPublishes(store._js)
         store._reader = self._collecting(store._reader)
         store.put = traced_put
         store.get = traced_get

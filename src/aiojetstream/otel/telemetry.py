@@ -444,7 +444,8 @@ def send_attrs(subject: object) -> dict[str, Any]:
     return attrs
 
 
-#: The send span of the object-store put running in this task: its chunks are
+#: The send span of the object-store put publishing in this task (set around
+#: the store's own publishes only, see ``stores.PUTTING``): its chunks are
 #: published without a span of their own, its info (the meta message) carries
 #: the put's trace context.
 OBJECT_PUT: contextvars.ContextVar[trace.Span | None] = contextvars.ContextVar(
