@@ -1526,3 +1526,56 @@ async def test_the_users_publishes_while_an_object_put_reads_its_data_are_traced
         rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": store.stream.name})
         == 4
     )
+
+
+async def test_contexts_sharing_a_connection_count_each_reconnect_once(rec: Recorded) -> None:
+    """Two contexts on one nats-py connection (another API prefix, a domain) and one meter
+    provider: the connection's reconnect is one, until the last context closes."""
+    import nats
+
+    server = NatsServer()
+    await server.start()
+    try:
+        nc = await nats.connect(server.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        first = instrument(
+            JetStreamContext(nc),
+            tracer_provider=rec.tracer_provider,
+            meter_provider=rec.meter_provider,
+        )
+        second = instrument(
+            JetStreamContext(nc, api_prefix="$JS.other.API"),
+            tracer_provider=rec.tracer_provider,
+            meter_provider=rec.meter_provider,
+        )
+        reconnects = 0
+
+        class Watch:
+            def on_disconnected(self) -> None:
+                pass
+
+            def on_reconnected(self) -> None:
+                nonlocal reconnects
+                reconnects += 1
+
+            def on_closed(self) -> None:
+                pass
+
+        watch = Watch()
+        first._conn.add_listener(watch)
+        try:
+            await server.restart()
+            await wait_until(lambda: reconnects == 1, timeout=30)
+            assert rec.total("aiojetstream.reconnects") == 1
+            await first.close()  # the other context still counts the connection's
+            await server.restart()
+            await wait_until(lambda: reconnects == 2, timeout=30)
+            assert rec.total("aiojetstream.reconnects") == 2
+            await second.close()
+        finally:
+            first._conn.remove_listener(watch)
+            await first.close()
+            await second.close()
+            assert first._conn.listener_count() == 0  # the last close removed it
+            await nc.close()
+    finally:
+        await server.stop()

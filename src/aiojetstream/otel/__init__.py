@@ -174,16 +174,18 @@ def instrument(
 
     js.ordered_consumer = traced_ordered  # type: ignore[method-assign]
 
-    listener = Reconnects(tel)
     conn = js._conn
-    conn.add_listener(listener)
+    # One per connection and meter provider: contexts sharing a connection count it once.
+    listener = Reconnects.hold(tel.metrics, conn)
+    held = [listener]
     close = js.close
 
     async def traced_close() -> None:
         try:
             await close()
         finally:
-            conn.remove_listener(listener)
+            if held:
+                held.pop().release(conn)
             tel.end_open()  # nothing can settle a message any more
 
     js.close = traced_close  # type: ignore[method-assign]

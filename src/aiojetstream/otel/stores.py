@@ -27,7 +27,9 @@ from .telemetry import (
 )
 
 if TYPE_CHECKING:
+    from .._conn import Conn
     from .._watch import Reader
+    from .telemetry import Metrics
 
 
 #: The send span of the object-store put running in this task, for its own
@@ -458,19 +460,45 @@ class Stores:
 
 
 class Reconnects:
-    """A connection listener counting reconnects."""
+    """A connection listener counting the reconnects of one connection.
 
-    def __init__(self, tel: Telemetry) -> None:
-        self.tel = tel
+    One per connection and meter provider (:class:`Metrics`), however many
+    instrumented contexts share the connection: each reconnect is counted
+    once. Taken with :meth:`hold`, given back with :meth:`release` (the last
+    context closed removes it).
+    """
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.users = 0  # the instrumented contexts holding it
+
+    @classmethod
+    def hold(cls, metrics: Metrics, conn: Conn) -> Reconnects:
+        """The listener of ``conn`` counting into ``metrics``, listening (made if need be)."""
+        with metrics.lock:
+            listener: Reconnects | None = metrics.reconnects.get(conn.nc)
+            if listener is None:
+                listener = metrics.reconnects[conn.nc] = cls(metrics)
+            listener.users += 1
+        conn.add_listener(listener)
+        return listener
+
+    def release(self, conn: Conn) -> None:
+        """A context holding it closed: the last one stops the listening."""
+        with self.metrics.lock:
+            self.users -= 1
+            last = self.users <= 0
+            if last and self.metrics.reconnects.get(conn.nc) is self:
+                del self.metrics.reconnects[conn.nc]
+        if last:
+            conn.remove_listener(self)
 
     def on_disconnected(self) -> None:
         """Nothing is counted on a disconnect."""
-        pass
 
     def on_reconnected(self) -> None:
         """Count a reconnect."""
-        self.tel.of(None).reconnects += 1
+        self.metrics.of(None).reconnects += 1
 
     def on_closed(self) -> None:
         """Nothing is counted on close."""
-        pass

@@ -202,6 +202,8 @@ class Metrics:
 
     def __init__(self, meter: metrics.Meter) -> None:
         self.counts: dict[tuple[str, str | None], Counts] = {}
+        #: The reconnect counter of each connection counting here (``stores.Reconnects``).
+        self.reconnects: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         # Creating and dropping counts: collections may run in another thread
         # (a periodic reader's).
         self.lock = threading.Lock()
