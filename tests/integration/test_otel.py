@@ -419,6 +419,16 @@ async def test_consumers_of_stream_handles_are_traced(tjs: JetStreamContext, rec
     assert (process.attributes or {})["messaging.nats.settlement"] == "term"
     again = await (await tjs.stream(stream_name)).consumer(consumer.name)
     assert getattr(again, "_telemetry_state", None) is not None
+    # The handle's ordered consumer too (it was not: no span, no count).
+    ordered = await (await tjs.stream(stream_name)).ordered_consumer()
+    assert (await ordered.next(expires=2)).data == b"1"
+    assert len(rec.spans("process ")) == 2
+    labels = {"messaging.nats.stream": stream_name, "messaging.consumer.group.name": "(ordered)"}
+    assert rec.total("messaging.client.consumed.messages", **labels) == 1
+    # js.ordered_consumer takes the traced handle's: instrumented once, counted once.
+    assert (await (await tjs.ordered_consumer(stream_name)).next(expires=2)).data == b"1"
+    assert len(rec.spans("process ")) == 3
+    assert rec.total("messaging.client.consumed.messages", **labels) == 2
 
 
 async def test_reconnects_are_counted(rec: Recorded) -> None:
