@@ -1589,3 +1589,31 @@ async def test_contexts_sharing_a_connection_count_each_reconnect_once(rec: Reco
             await nc.close()
     finally:
         await server.stop()
+
+
+async def test_a_forwarded_trace_context_of_another_case_is_replaced(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """Headers forwarded from a Go service (``Traceparent``, ``Tracestate``): the publish's own
+    trace context replaces them; kept next to it, a Go reader (which canonicalises the
+    key) continued the old trace."""
+    stream = unique_name("OT")
+    await tjs.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    old = {
+        "Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "Tracestate": "go=old",
+        "tracestate": "py=old",
+        "Keep": "1",
+    }
+    await tjs.publish(f"{stream}.a", b"1", headers=old)
+    await (await tjs.publish_async(f"{stream}.a", b"2", headers=old))
+    await tjs.publish_many(f"{stream}.a", [b"3", b"4"], headers=[old, None])
+    await wait_until(lambda: len(rec.spans("send ")) == 3)
+    sends = {format(s.context.span_id, "016x") for s in rec.spans("send ")}
+    handle = await tjs.stream(stream)
+    for seq in range(1, 5):
+        headers = (await handle.get_msg(seq)).headers or {}
+        assert {k for k in headers if k.lower() in ("traceparent", "tracestate")} == {"traceparent"}
+        assert headers["traceparent"].split("-")[2] in sends
+        if seq != 4:
+            assert headers["Keep"] == "1"

@@ -13,6 +13,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from .propagation import without_stale
 from .telemetry import (
     CACHE,
     OBJECT_PUT,
@@ -350,7 +351,7 @@ class Publishing:
             if given is None:
                 kwargs["headers"] = [carrier] * count
             elif (items := _header_list(given)) is not None:
-                kwargs["headers"] = [{**h, **carrier} if h else carrier for h in items]
+                kwargs["headers"] = [without_stale(h, carrier) if h else carrier for h in items]
             # else: left as given, for publish_many to refuse as without telemetry
         return span
 
