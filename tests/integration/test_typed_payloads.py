@@ -978,6 +978,12 @@ async def test_a_codec_invalid_option_error_is_raised_as_it_is_and_loses_nothing
         await batch.collect()
     assert [m.value for m in await batch.collect()] == [3, 4]
     assert (await consumer.info()).num_ack_pending == 5  # not terminated
+    seen: list[int] = []
+    ordered = await js.ordered_consumer(stream)
+    ctx = await ordered.consume(lambda m: seen.append(m.value), model=int, codec=codec)
+    error = await asyncio.wait_for(ctx.closed(), STEP)  # consume ends with it
+    assert isinstance(error, InvalidOptionError)
+    assert seen == [0, 1]
     raw = await (await js.stream(stream)).get_msg(3)
     with pytest.raises(InvalidOptionError, match="at all"):
         raw.decode(int, codec)
