@@ -55,6 +55,9 @@ class Codec(Protocol):
 
         Raise ``ValueError`` (pydantic's ``ValidationError`` is one) when
         ``data`` is not one: it is reported as :class:`PayloadValidationError`.
+        Any other ``Exception`` (``struct.error``, protobuf's ``DecodeError``)
+        is too; only :class:`InvalidOptionError` (``type_`` cannot be decoded
+        at all) is raised as it is.
         """
         ...
 
@@ -393,18 +396,28 @@ def decode(
         return codec.decode(data, type_)  # type: ignore[union-attr]
     except InvalidOptionError:
         raise
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+    except Exception as exc:  # pydantic's ValidationError, any error of the codec's
         raise invalid(exc, type_, *where()) from exc
 
 
 def invalid(
-    exc: ValueError, type_: object, subject: str, sequence: int | None
+    exc: Exception, type_: object, subject: str, sequence: int | None
 ) -> PayloadValidationError:
-    """The :class:`PayloadValidationError` of a payload ``exc`` refused."""
+    """The :class:`PayloadValidationError` of a payload ``exc`` refused.
+
+    ``exc``: pydantic's ``ValidationError`` (its errors are kept), or a codec's
+    error (one ``{"msg": ...}``; named by its type unless a ``ValueError``).
+    """
+    errors: list[Any] | None = None
     errors_of = getattr(exc, "errors", None)
-    errors: list[Any] = (
-        list(errors_of(include_url=False)) if callable(errors_of) else [{"msg": str(exc)}]
-    )
+    if callable(errors_of):
+        try:
+            errors = list(errors_of(include_url=False))
+        except Exception:  # not pydantic's errors(): the message below
+            errors = None
+    if errors is None:
+        text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        errors = [{"msg": text}]
     name = getattr(type_, "__name__", repr(type_))
     where = f"{subject!r}" + (f" (sequence {sequence})" if sequence is not None else "")
     first = errors[0].get("msg", "") if errors and isinstance(errors[0], dict) else ""

@@ -582,7 +582,7 @@ class PayloadValidationError(JetStreamError, ValueError):
         sequence: The message's stream sequence (the entry's revision), or None
             when not known.
         errors: pydantic's errors (``ValidationError.errors()``), or one
-            ``{"msg": ...}`` for a codec's other ``ValueError``.
+            ``{"msg": ...}`` for an error of a codec's own.
 
     """
 

@@ -56,7 +56,14 @@ default) costs a None check, on invalid messages only.
 
 
 def decoder(model: type[T], codec: Codec | None) -> Callable[[bytes], T]:
-    """The payload decoder of a typed consumer (raises ValueError on a bad payload).
+    """The payload decoder of a typed consumer.
+
+    It raises on a bad payload: pydantic's ``ValidationError``, or whatever
+    the codec raises. Any ``Exception`` but :class:`InvalidOptionError` (a
+    codec's ``struct.error``, protobuf's ``DecodeError``, a ``KeyError``) is an
+    invalid payload, handled by ``on_invalid``; an ``InvalidOptionError`` (the
+    codec cannot decode into ``model`` at all) is raised as it is, the message
+    left unsettled.
 
     Without a codec (or with a :class:`JsonCodec`), pydantic's validator of
     ``model`` is built here, once: a type it cannot validate is refused now,
@@ -126,7 +133,7 @@ def refuse_codec_alone(model: object, codec: object) -> None:
 
 async def refuse(
     msg: Msg,
-    exc: ValueError,
+    exc: Exception,
     model: object,
     on_invalid: str,
     on_refused: Refused | None = None,
@@ -183,11 +190,14 @@ def typed_handler(
     async def handle(msg: Msg) -> None:
         try:
             value = decode(msg.data)
-        except ValueError as exc:
+        except Exception as exc:  # any codec error is an invalid payload (see decoder)
+            running: _Failing = ctx[0]
+            if isinstance(exc, InvalidOptionError):  # the codec cannot decode at all: the end
+                running._fail(exc)
+                return
             try:
                 await refuse(msg, exc, model, on_invalid, on_refused)
             except PayloadValidationError as error:  # on_invalid="raise": the end
-                running: _Failing = ctx[0]
                 running._fail(error)
             return
         if is_async:
@@ -244,7 +254,9 @@ async def next_valid(
             raise out_of_time() from exc
         try:
             value = decode(msg.data)
-        except ValueError as exc:
+        except InvalidOptionError:
+            raise
+        except Exception as exc:  # any codec error is an invalid payload (see decoder)
             await refuse(msg, exc, model, on_invalid, on_refused)
             refused += 1
             left = deadline - loop.time()
@@ -296,7 +308,9 @@ class TypedMessageBatch(Generic[T]):
             msg = self._held.popleft() if self._held else await self._batch.__anext__()
             try:
                 value = decode(msg.data)
-            except ValueError as exc:
+            except InvalidOptionError:
+                raise
+            except Exception as exc:  # any codec error is an invalid payload (see decoder)
                 await refuse(msg, exc, self._model, self._on_invalid, self._on_refused)
                 continue
             return typed(msg, value)
@@ -331,12 +345,15 @@ class TypedMessageBatch(Generic[T]):
         for index, msg in enumerate(raw):
             try:
                 value = decode(msg.data)
-            except ValueError as exc:
-                if self._on_invalid == "raise":
+            except Exception as exc:  # any codec error is an invalid payload (see decoder)
+                usage = isinstance(exc, InvalidOptionError)  # raised as it is
+                if usage or self._on_invalid == "raise":
                     if out:  # returned first; the next call raises
                         self._held.extend(raw[index:])
                         return out
-                    self._held.extend(raw[index + 1 :])
+                    self._held.extend(raw[index + 1 :])  # (the next call goes on with them)
+                    if usage:
+                        raise
                 await refuse(msg, exc, self._model, self._on_invalid, self._on_refused)
                 continue
             out.append(typed(msg, value))

@@ -419,6 +419,16 @@ async def test_consumers_of_stream_handles_are_traced(tjs: JetStreamContext, rec
     assert (process.attributes or {})["messaging.nats.settlement"] == "term"
     again = await (await tjs.stream(stream_name)).consumer(consumer.name)
     assert getattr(again, "_telemetry_state", None) is not None
+    # The handle's ordered consumer too (it was not: no span, no count).
+    ordered = await (await tjs.stream(stream_name)).ordered_consumer()
+    assert (await ordered.next(expires=2)).data == b"1"
+    assert len(rec.spans("process ")) == 2
+    labels = {"messaging.nats.stream": stream_name, "messaging.consumer.group.name": "(ordered)"}
+    assert rec.total("messaging.client.consumed.messages", **labels) == 1
+    # js.ordered_consumer takes the traced handle's: instrumented once, counted once.
+    assert (await (await tjs.ordered_consumer(stream_name)).next(expires=2)).data == b"1"
+    assert len(rec.spans("process ")) == 3
+    assert rec.total("messaging.client.consumed.messages", **labels) == 2
 
 
 async def test_reconnects_are_counted(rec: Recorded) -> None:
@@ -1427,3 +1437,183 @@ async def test_publish_many_headers_of_any_column_carry_the_trace_context(
         assert stored.headers is not None
         assert stored.headers["traceparent"].split("-")[2] == format(send.context.span_id, "016x")
         assert {k: v for k, v in stored.headers.items() if k == "X"} == mine
+
+
+class FailingSends(SpanProcessor):
+    """A span processor raising at the end of send spans."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.name.startswith("send"):
+            raise RuntimeError("processor failed")
+
+
+class FailingHistogram:
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("histogram failed")
+
+
+@pytest.mark.parametrize("failing", ["span", "metric"])
+async def test_a_failing_span_processor_or_metric_never_fails_a_stored_publish(
+    nats_server: NatsServer,
+    rec: Recorded,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    failing: str,
+) -> None:
+    """Raised after the stream stored the message, the caller would publish it again."""
+    from aiojetstream import KeyValueConfig, NoRespondersError
+    from aiojetstream.otel import telemetry
+
+    # (the failures logged in full once: not these, for the tests after this one)
+    monkeypatch.setattr(telemetry, "_REPORTED", set())
+    caplog.set_level("DEBUG", logger="aiojetstream")  # (a failure is logged in full once)
+    provider = rec.tracer_provider
+    if failing == "span":
+        provider.add_span_processor(FailingSends())
+    js = instrument(
+        await aiojetstream.connect(nats_server.url),
+        tracer_provider=provider,
+        meter_provider=rec.meter_provider,
+    )
+    if failing == "metric":
+        js._telemetry.publish_duration = FailingHistogram()  # type: ignore[attr-defined]
+    try:
+        stream = unique_name("OT")
+        await js.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+        assert (await js.publish(f"{stream}.a", b"1")).seq == 1
+        assert (await js.publish_many(f"{stream}.a", [b"2", b"3"])).stored == 2
+        assert (await (await js.publish_many_async(f"{stream}.a", [b"4"]))).stored == 1
+        assert (await (await js.publish_async(f"{stream}.a", b"5"))).seq == 5
+        kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("KV")))
+        assert await kv.put("k", b"v") == 1
+        with pytest.raises(NoRespondersError):  # the publish's own error, not the telemetry's
+            await js.publish(f"{unique_name('NONE')}.a", b"x", timeout=2)
+        with pytest.raises(NoRespondersError):
+            await js.publish_many(f"{unique_name('NONE')}.a", [b"x"], timeout=2)
+        assert (await (await js.stream(stream)).info()).state.messages == 5
+        await wait_until(lambda: len(rec.spans("send ")) == 7)  # every span still ended
+        assert [s.status.status_code for s in rec.spans("send NONE")] == [StatusCode.ERROR] * 2
+    finally:
+        await js.close()
+    assert "failed" in caplog.text
+
+
+async def test_the_users_publishes_while_an_object_put_reads_its_data_are_traced_as_theirs(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """The put's span belongs to the store's own chunks and info, not to what the user's data
+    iterator publishes meanwhile (progress events): those get their own send spans."""
+    from aiojetstream import ObjectStoreConfig
+
+    events = unique_name("EV")
+    await tjs.create_stream(StreamConfig(name=events, subjects=[f"{events}.>"]))
+    store = await tjs.create_object_store(ObjectStoreConfig(bucket=unique_name("OB")))
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for i in range(3):
+            yield b"x" * 100
+            await tjs.publish(f"{events}.progress", str(i).encode())
+            await (await tjs.publish_async(f"{events}.async", str(i).encode()))
+
+    info = await store.put("dump", pieces(), chunk_size=100)
+    assert info.chunks == 3
+    meta_subject = store._meta_subject("dump")
+    await wait_until(lambda: len(rec.spans("send ")) == 7)
+    [put] = rec.spans(f"send {meta_subject}")
+    assert (put.attributes or {})["messaging.destination.name"] == meta_subject
+    assert len(rec.spans(f"send {events}.progress")) == 3
+    assert len(rec.spans(f"send {events}.async")) == 3
+    stream = await tjs.stream(events)
+    for seq in range(1, 7):
+        headers = (await stream.get_msg(seq)).headers or {}
+        assert headers["traceparent"].split("-")[2] != format(put.context.span_id, "016x")
+    stored = await store.stream.get_last_msg_for_subject(meta_subject)
+    assert (stored.headers or {})["traceparent"].split("-")[2] == format(
+        put.context.span_id, "016x"
+    )
+    assert rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": events}) == 6
+    assert (
+        rec.total("messaging.client.sent.messages", **{"messaging.nats.stream": store.stream.name})
+        == 4
+    )
+
+
+async def test_contexts_sharing_a_connection_count_each_reconnect_once(rec: Recorded) -> None:
+    """Two contexts on one nats-py connection (another API prefix, a domain) and one meter
+    provider: the connection's reconnect is one, until the last context closes."""
+    import nats
+
+    server = NatsServer()
+    await server.start()
+    try:
+        nc = await nats.connect(server.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        first = instrument(
+            JetStreamContext(nc),
+            tracer_provider=rec.tracer_provider,
+            meter_provider=rec.meter_provider,
+        )
+        second = instrument(
+            JetStreamContext(nc, api_prefix="$JS.other.API"),
+            tracer_provider=rec.tracer_provider,
+            meter_provider=rec.meter_provider,
+        )
+        reconnects = 0
+
+        class Watch:
+            def on_disconnected(self) -> None:
+                pass
+
+            def on_reconnected(self) -> None:
+                nonlocal reconnects
+                reconnects += 1
+
+            def on_closed(self) -> None:
+                pass
+
+        watch = Watch()
+        first._conn.add_listener(watch)
+        try:
+            await server.restart()
+            await wait_until(lambda: reconnects == 1, timeout=30)
+            assert rec.total("aiojetstream.reconnects") == 1
+            await first.close()  # the other context still counts the connection's
+            await server.restart()
+            await wait_until(lambda: reconnects == 2, timeout=30)
+            assert rec.total("aiojetstream.reconnects") == 2
+            await second.close()
+        finally:
+            first._conn.remove_listener(watch)
+            await first.close()
+            await second.close()
+            assert first._conn.listener_count() == 0  # the last close removed it
+            await nc.close()
+    finally:
+        await server.stop()
+
+
+async def test_a_forwarded_trace_context_of_another_case_is_replaced(
+    tjs: JetStreamContext, rec: Recorded
+) -> None:
+    """Headers forwarded from a Go service (``Traceparent``, ``Tracestate``): the publish's own
+    trace context replaces them; kept next to it, a Go reader (which canonicalises the
+    key) continued the old trace."""
+    stream = unique_name("OT")
+    await tjs.create_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"]))
+    old = {
+        "Traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "Tracestate": "go=old",
+        "tracestate": "py=old",
+        "Keep": "1",
+    }
+    await tjs.publish(f"{stream}.a", b"1", headers=old)
+    await (await tjs.publish_async(f"{stream}.a", b"2", headers=old))
+    await tjs.publish_many(f"{stream}.a", [b"3", b"4"], headers=[old, None])
+    await wait_until(lambda: len(rec.spans("send ")) == 3)
+    sends = {format(s.context.span_id, "016x") for s in rec.spans("send ")}
+    handle = await tjs.stream(stream)
+    for seq in range(1, 5):
+        headers = (await handle.get_msg(seq)).headers or {}
+        assert {k for k in headers if k.lower() in ("traceparent", "tracestate")} == {"traceparent"}
+        assert headers["traceparent"].split("-")[2] in sends
+        if seq != 4:
+            assert headers["Keep"] == "1"

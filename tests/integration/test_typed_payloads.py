@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import struct
 from collections.abc import Callable
 from typing import Any, TypeVar, assert_type
 
@@ -873,3 +874,116 @@ async def test_a_codec_without_a_model_is_refused(js: JetStreamContext) -> None:
         with pytest.raises(InvalidOptionError, match="give model= too"):
             await handle.consume(lambda msg: None, codec=codec)
     assert js.nc.stats["out_msgs"] == before
+
+
+class PackedCodec:
+    """Ints as 4 bytes: ``struct.error`` (not a ValueError) on any other length, as protobuf's
+    ``DecodeError`` is not one either."""
+
+    def encode(self, value: Any) -> bytes:
+        return struct.pack(">i", value)
+
+    def decode(self, data: bytes, type_: type[T]) -> T:
+        if data == b"usage":
+            raise InvalidOptionError("cannot decode that at all")
+        value: T = struct.unpack(">i", data)[0]
+        return value
+
+
+async def publish_packed(js: JetStreamContext, stream: str, bad: bytes = b"bad") -> None:
+    """0, 1, a payload the codec fails on (sequence 3), 3, 4."""
+    for i in range(5):
+        if i == 2:
+            await js.publish(f"{stream}.a", bad)
+        else:
+            await js.publish(f"{stream}.a", i, codec=PackedCodec())
+
+
+async def test_a_codec_error_that_is_not_a_value_error_is_an_invalid_payload(
+    js: JetStreamContext,
+) -> None:
+    codec = PackedCodec()
+    stream, consumer = await make(js)
+    await publish_packed(js, stream)
+    # An ordered consumer's collect: those before, the error, those after (none lost).
+    ordered = await js.ordered_consumer(stream)
+    batch = await ordered.fetch(5, expires=STEP, model=int, codec=codec)
+    assert [m.value for m in await batch.collect()] == [0, 1]
+    with pytest.raises(PayloadValidationError) as info:
+        await batch.collect()
+    assert info.value.sequence == 3
+    assert isinstance(info.value.__cause__, struct.error)
+    assert "error: unpack requires" in str(info.value)
+    assert [m.value for m in await batch.collect()] == [3, 4]
+    # An AckNone consumer's collect: the same.
+    none = await js.create_consumer(
+        stream, ConsumerConfig(durable_name="none", ack_policy=AckPolicy.NONE)
+    )
+    batch = await none.fetch(5, expires=STEP, model=int, codec=codec, on_invalid="raise")
+    assert [m.value for m in await batch.collect()] == [0, 1]
+    with pytest.raises(PayloadValidationError):
+        await batch.collect()
+    assert [m.value for m in await batch.collect()] == [3, 4]
+    # term: terminated and left out.
+    advisories = await terminated_advisories(js, stream)
+    batch = await consumer.fetch(5, expires=STEP, model=int, codec=codec)
+    assert [m.value for m in await batch.collect()] == [0, 1, 3, 4]
+    await wait_until(lambda: bool(advisories), timeout=STEP)
+    assert [a["stream_seq"] for a in advisories] == [3]
+    # Iteration, next, messages: one error, then on.
+    ordered = await js.ordered_consumer(stream)
+    iterated = await ordered.fetch(5, expires=STEP, model=int, codec=codec)
+    got: list[object] = []
+    for _ in range(5):
+        try:
+            got.append((await anext(iterated)).value)
+        except PayloadValidationError as exc:
+            got.append(exc.sequence)
+    assert got == [0, 1, 3, 3, 4]
+    ordered = await js.ordered_consumer(stream)
+    assert (await ordered.next(expires=STEP, model=int, codec=codec)).value == 0
+    assert (await ordered.next(expires=STEP, model=int, codec=codec)).value == 1
+    with pytest.raises(PayloadValidationError):
+        await ordered.next(expires=STEP, model=int, codec=codec)
+    assert (await ordered.next(expires=STEP, model=int, codec=codec)).value == 3
+    ordered = await js.ordered_consumer(stream)
+    async with ordered.messages(model=int, codec=codec) as it:
+        assert [(await it.next()).value for _ in range(2)] == [0, 1]
+        with pytest.raises(PayloadValidationError):
+            await asyncio.wait_for(it.next(), STEP)
+        assert (await asyncio.wait_for(it.next(), STEP)).value == 3
+    # consume: an ordered one ends with the error (it was only logged).
+    seen: list[int] = []
+    ordered = await js.ordered_consumer(stream)
+    ctx = await ordered.consume(lambda m: seen.append(m.value), model=int, codec=codec)
+    error = await asyncio.wait_for(ctx.closed(), STEP)
+    assert isinstance(error, PayloadValidationError)
+    assert (error.sequence, seen) == (3, [0, 1])
+    # Msg.decode: the same error.
+    raw = await (await js.stream(stream)).get_msg(3)
+    with pytest.raises(PayloadValidationError) as info:
+        raw.decode(int, codec)
+    assert isinstance(info.value.__cause__, struct.error)
+
+
+async def test_a_codec_invalid_option_error_is_raised_as_it_is_and_loses_nothing(
+    js: JetStreamContext,
+) -> None:
+    codec = PackedCodec()
+    stream, consumer = await make(js)
+    await publish_packed(js, stream, bad=b"usage")
+    batch = await consumer.fetch(5, expires=STEP, model=int, codec=codec)  # on_invalid="term"
+    assert [m.value for m in await batch.collect()] == [0, 1]
+    with pytest.raises(InvalidOptionError, match="at all"):
+        await batch.collect()
+    assert [m.value for m in await batch.collect()] == [3, 4]
+    assert (await consumer.info()).num_ack_pending == 5  # not terminated
+    seen: list[int] = []
+    ordered = await js.ordered_consumer(stream)
+    ctx = await ordered.consume(lambda m: seen.append(m.value), model=int, codec=codec)
+    error = await asyncio.wait_for(ctx.closed(), STEP)  # consume ends with it
+    assert isinstance(error, InvalidOptionError)
+    assert seen == [0, 1]
+    raw = await (await js.stream(stream)).get_msg(3)
+    with pytest.raises(InvalidOptionError, match="at all"):
+        raw.decode(int, codec)

@@ -163,3 +163,22 @@ def test_a_go_publishers_canonical_header_case_is_read(
     assert parent is not None
     if baggage_header:
         assert baggage.get_all(parent) == {"k": "v"}
+
+
+def test_a_trace_context_of_another_case_is_replaced_only_by_a_new_one(
+    default_propagator: None,
+) -> None:
+    old = {"Traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01", "Tracestate": "a=b", "K": "v"}
+    p = Propagation()
+    span = _span()
+    for carrier in (p.inject(old, span), p.inject_ids(old, 1, 2, 1, None)):  # the fast path
+        assert set(carrier) == {"traceparent", "K"}
+    token = otel_context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        carrier = p.inject(old, span)  # through the propagator
+    finally:
+        otel_context.detach(token)
+    assert set(carrier) == {"traceparent", "baggage", "K"}
+    propagate.set_global_textmap(Custom())  # writes no traceparent: the old one stays
+    assert set(p.inject(old, span)) == {"Traceparent", "Tracestate", "K", "x-custom"}
+    assert old["Traceparent"].startswith("00-1111")  # (the caller's headers untouched)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .._cleanup import close_in_background, close_when_collected
 from .._codec import Codec
-from .._errors import JetStreamError
+from .._errors import InvalidOptionError, JetStreamError
 from .._message import Msg, TypedMsg, typed
 from .._pull_driver import PullDriver, in_error_handler
 from .._typed import (
@@ -306,7 +306,9 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
                     raise StopAsyncIteration
             try:
                 value = decode(msg.data)
-            except ValueError as exc:
+            except InvalidOptionError:
+                raise
+            except Exception as exc:  # any codec error is an invalid payload (see decoder)
                 await refuse(msg, exc, self._model, self._on_invalid, self._on_refused)
                 continue
             return typed(msg, value)

@@ -63,6 +63,8 @@ _STREAM_METHODS = ("stream", "create_stream", "update_stream", "create_or_update
 # Methods of JetStreamContext that return a KeyValue, and an ObjectStore.
 _KV_METHODS = ("key_value", "create_key_value", "update_key_value", "create_or_update_key_value")
 _OBJECT_METHODS = ("object_store", "create_object_store", "update_object_store")
+# The name prefixes of the buckets' backing streams.
+_BUCKET_PREFIXES = ("KV_", "OBJ_")
 # Methods of JetStreamContext that delete a stream, and the prefix of its name.
 _STREAM_DELETES = (
     ("delete_stream", ""),
@@ -88,8 +90,10 @@ def instrument(
             (default: linked to it, as the messaging conventions recommend).
 
     Consumers obtained from ``js`` afterwards (``consumer``, ``create_consumer``,
-    ``update_consumer``, ``create_or_update_consumer``, and the same methods of
-    the :class:`Stream` handles ``js`` returns) are traced too.
+    ``update_consumer``, ``create_or_update_consumer``, ``ordered_consumer``, and
+    the same methods of the :class:`Stream` handles ``js`` returns) are traced
+    too; a bucket's backing stream (``KV_``, ``OBJ_``) keeps its handle's
+    ``ordered_consumer`` (the stores' reads, traced as those).
 
     """
     if getattr(js, "_telemetry", None) is not None:
@@ -108,11 +112,20 @@ def instrument(
 
         return get
 
+    def traced_ordered_of(method: Callable[..., Any]) -> Callable[..., Any]:
+        async def get(*args: Any, **kwargs: Any) -> Any:
+            return instrument_consumer(await method(*args, **kwargs), tel, ordered=True)
+
+        return get
+
     def traced_stream(method: Callable[..., Any]) -> Callable[..., Any]:
         async def get(*args: Any, **kwargs: Any) -> Any:
             stream = await method(*args, **kwargs)
             for name in _CONSUMER_METHODS:
                 setattr(stream, name, traced_getter(getattr(stream, name)))
+            if not stream.name.startswith(_BUCKET_PREFIXES):
+                # (a bucket's ordered consumers are its reads and watches, traced as those)
+                stream.ordered_consumer = traced_ordered_of(stream.ordered_consumer)
             last_msg = stream.get_last_msg_for_subject
 
             async def traced_last_msg(*args: Any, **kwargs: Any) -> Any:
@@ -167,23 +180,21 @@ def instrument(
 
     for name, prefix in _STREAM_DELETES:
         setattr(js, name, traced_stream_gone(getattr(js, name), prefix))
-    ordered_consumer = js.ordered_consumer
+    # (through the traced stream handle's, or on a bucket's stream: instrumented once)
+    js.ordered_consumer = traced_ordered_of(js.ordered_consumer)  # type: ignore[method-assign]
 
-    async def traced_ordered(*args: Any, **kwargs: Any) -> Any:
-        return instrument_consumer(await ordered_consumer(*args, **kwargs), tel, ordered=True)
-
-    js.ordered_consumer = traced_ordered  # type: ignore[method-assign]
-
-    listener = Reconnects(tel)
     conn = js._conn
-    conn.add_listener(listener)
+    # One per connection and meter provider: contexts sharing a connection count it once.
+    listener = Reconnects.hold(tel.metrics, conn)
+    held = [listener]
     close = js.close
 
     async def traced_close() -> None:
         try:
             await close()
         finally:
-            conn.remove_listener(listener)
+            if held:
+                held.pop().release(conn)
             tel.end_open()  # nothing can settle a message any more
 
     js.close = traced_close  # type: ignore[method-assign]

@@ -68,6 +68,31 @@ class _Headers(Getter[Mapping[str, str]]):
 _GETTER = _Headers()
 
 
+_TRACE_KEYS = frozenset((TRACEPARENT, TRACESTATE))
+
+
+def _stale(headers: Mapping[Any, Any]) -> list[Any]:
+    """The keys of ``headers`` a new trace context replaces: its two, in any case.
+
+    ``traceparent`` and ``tracestate`` as any writer spelled them: Go's
+    ``Traceparent``, kept next to the new one, was what a Go reader took.
+    """
+    return [key for key in headers if type(key) is str and key.lower() in _TRACE_KEYS]
+
+
+def without_stale(headers: Mapping[Any, Any], carrier: Mapping[str, str]) -> dict[Any, Any]:
+    """``headers`` with ``carrier`` (a trace context) added, replacing the one they carried.
+
+    The old ``traceparent`` / ``tracestate`` go (any case) when ``carrier`` has a
+    ``traceparent``.
+    """
+    if TRACEPARENT in carrier:
+        stale = _stale(headers)
+        if stale:
+            headers = {k: v for k, v in headers.items() if k not in stale}
+    return {**headers, **carrier}
+
+
 def _copied(headers: object) -> dict[str, str] | None:
     """A copy of ``headers`` to add the trace context to; None when they are not a mapping.
 
@@ -119,6 +144,9 @@ class Propagation:
         if self.fast() and not baggage.get_all():
             sc = span.get_span_context()
             if sc.is_valid:
+                if carrier:
+                    for key in _stale(carrier):
+                        del carrier[key]
                 carrier[TRACEPARENT] = (
                     f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"
                 )
@@ -143,6 +171,9 @@ class Propagation:
         if carrier is None:
             return headers
         if self.fast() and not baggage.get_all():
+            if carrier:
+                for key in _stale(carrier):
+                    del carrier[key]
             carrier[TRACEPARENT] = f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
             if trace_state:
                 carrier[TRACESTATE] = trace_state.to_header()
@@ -152,7 +183,10 @@ class Propagation:
 
     @staticmethod
     def _propagated(carrier: dict[str, str], span: trace.Span) -> dict[str, str]:
+        stale = {key: carrier.pop(key) for key in _stale(carrier)} if carrier else None
         propagate.inject(carrier, context=trace.set_span_in_context(span))
+        if stale and TRACEPARENT not in carrier:  # (another propagator: left as they were)
+            carrier.update(stale)
         return carrier
 
     def extract(

@@ -13,11 +13,13 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from .propagation import without_stale
 from .telemetry import (
     CACHE,
     OBJECT_PUT,
     Telemetry,
     body_size,
+    end_span,
     failed,
     record_error,
     send_attrs,
@@ -98,20 +100,33 @@ class Publishing:
         return self.tel.tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attrs)
 
     def _acked(self, span: trace.Span, start: float, ack: Any, count: int = 1) -> None:
-        stream = getattr(ack, "stream", None)
-        seq = getattr(ack, "seq", None)
-        if stream is not None and seq is not None:
-            span.set_attributes({"messaging.nats.stream": stream, "messaging.message.id": str(seq)})
-        counts = self.tel.of(stream)
-        self.tel.publish_duration.record(time.perf_counter() - start, counts.send_labels)
-        counts.sent += count
-        span.end()
+        """End the span of a publish acknowledged: a failing reader or processor is logged.
+
+        The message was stored: raising would have the caller publish it again.
+        """
+        try:
+            stream = getattr(ack, "stream", None)
+            seq = getattr(ack, "seq", None)
+            if stream is not None and seq is not None:
+                span.set_attributes(
+                    {"messaging.nats.stream": stream, "messaging.message.id": str(seq)}
+                )
+            counts = self.tel.of(stream)
+            self.tel.publish_duration.record(time.perf_counter() - start, counts.send_labels)
+            counts.sent += count
+        except Exception:
+            failed("recording a publish")
+        end_span(span)
 
     def _failed(self, span: trace.Span, start: float, exc: BaseException) -> None:
-        record_error(span, exc)
-        labels = {**self.tel.of(None).send_labels, "error.type": type(exc).__name__}
-        self.tel.publish_duration.record(time.perf_counter() - start, labels)
-        span.end()
+        """End the span of a publish that failed: the error raised is the publish's."""
+        try:
+            record_error(span, exc)
+            labels = {**self.tel.of(None).send_labels, "error.type": type(exc).__name__}
+            self.tel.publish_duration.record(time.perf_counter() - start, labels)
+        except Exception:
+            failed("recording a publish")
+        end_span(span)
 
     def _encoded(self, payload: Any, kwargs: dict[str, Any]) -> tuple[Any, int | None]:
         """The payload as bytes (a model or a ``codec=`` value encoded here, once) and its size.
@@ -310,16 +325,19 @@ class Publishing:
         else:
             assert self.deferred is not None
             span = self.deferred.start(slot, extra)
-        if ack is None and exc is None:  # cancelled
-            span.set_attribute("error.type", "cancelled")
-        elif exc is not None:
-            record_error(span, exc)
-            labels = {**tel.of(None).send_labels, "error.type": type(exc).__name__}
-            tel.publish_duration.record(max(now - start, 0) / 1e9, labels)
-        else:
-            counts = tel.of(stream)
-            tel.publish_duration.record(max(now - start, 0) / 1e9, counts.send_labels)
-            counts.sent += 1
+        try:
+            if ack is None and exc is None:  # cancelled
+                span.set_attribute("error.type", "cancelled")
+            elif exc is not None:
+                record_error(span, exc)
+                labels = {**tel.of(None).send_labels, "error.type": type(exc).__name__}
+                tel.publish_duration.record(max(now - start, 0) / 1e9, labels)
+            else:
+                counts = tel.of(stream)
+                tel.publish_duration.record(max(now - start, 0) / 1e9, counts.send_labels)
+                counts.sent += 1
+        except Exception:  # the span still ends (its processor failing: see _done)
+            failed("recording a publish")
         span.end(end_time=now)
 
     def _start_many(self, subject: Any, payloads: Any, kwargs: dict[str, Any]) -> trace.Span:
@@ -333,15 +351,19 @@ class Publishing:
             if given is None:
                 kwargs["headers"] = [carrier] * count
             elif (items := _header_list(given)) is not None:
-                kwargs["headers"] = [{**h, **carrier} if h else carrier for h in items]
+                kwargs["headers"] = [without_stale(h, carrier) if h else carrier for h in items]
             # else: left as given, for publish_many to refuse as without telemetry
         return span
 
     def _summed(self, span: trace.Span, start: float, count: int, summary: Any) -> None:
-        counts = self.tel.of(getattr(summary, "stream", None))
-        self.tel.publish_duration.record(time.perf_counter() - start, counts.send_labels)
-        counts.sent += count
-        span.end()
+        """End the span of a batch acknowledged (stored: a failing processor is logged)."""
+        try:
+            counts = self.tel.of(getattr(summary, "stream", None))
+            self.tel.publish_duration.record(time.perf_counter() - start, counts.send_labels)
+            counts.sent += count
+        except Exception:
+            failed("recording a publish")
+        end_span(span)
 
     async def traced_publish_many(
         self, subject: Any, payloads: Any, *args: Any, **kwargs: Any
@@ -375,7 +397,7 @@ class Publishing:
     def _many_done(self, span: trace.Span, start: float, count: int, fut: Any) -> None:
         if fut.cancelled():
             span.set_attribute("error.type", "cancelled")
-            span.end()
+            end_span(span)
         elif fut.exception() is not None:
             self._failed(span, start, fut.exception())
         else:

@@ -27,7 +27,54 @@ from .telemetry import (
 )
 
 if TYPE_CHECKING:
+    from .._conn import Conn
     from .._watch import Reader
+    from .telemetry import Metrics
+
+
+#: The send span of the object-store put running in this task, for its own
+#: publishes (:class:`_PutPublishes`): the user's code the put runs (its data
+#: iterator, a file's ``read``) publishes as usual.
+PUTTING: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "aiojetstream_otel_putting", default=None
+)
+
+
+class _PutPublishes:
+    """An object store's context, its publishes marked as the running put's (:data:`OBJECT_PUT`).
+
+    The store publishes its chunks and info through it; everything else is
+    the context's. :data:`OBJECT_PUT` is set only for these calls, not while
+    the put awaits the user's data.
+    """
+
+    __slots__ = ("_context",)
+
+    def __init__(self, js: Any) -> None:
+        self._context = js
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def publish(self, *args: Any, **kwargs: Any) -> Any:
+        span = PUTTING.get()
+        if span is None:
+            return await self._context.publish(*args, **kwargs)
+        token = OBJECT_PUT.set(span)
+        try:
+            return await self._context.publish(*args, **kwargs)
+        finally:
+            OBJECT_PUT.reset(token)
+
+    async def publish_async(self, *args: Any, **kwargs: Any) -> Any:
+        span = PUTTING.get()
+        if span is None:
+            return await self._context.publish_async(*args, **kwargs)
+        token = OBJECT_PUT.set(span)
+        try:
+            return await self._context.publish_async(*args, **kwargs)
+        finally:
+            OBJECT_PUT.reset(token)
 
 
 class Batch:
@@ -346,7 +393,7 @@ class Stores:
                     "messaging.nats.stream": stream,
                 },
             )
-            token = OBJECT_PUT.set(span)
+            token = PUTTING.set(span)  # (OBJECT_PUT: around the store's own publishes only)
             try:
                 info = await put(name, *args, **kwargs)
             except BaseException as exc:
@@ -354,7 +401,7 @@ class Stores:
                 end_span(span)  # the error raised is the put's, not the span's
                 raise
             finally:
-                OBJECT_PUT.reset(token)
+                PUTTING.reset(token)
             span.set_attributes(
                 {
                     "messaging.batch.message_count": info.chunks,
@@ -402,6 +449,8 @@ class Stores:
                 store._meta_prefix + ">", store.stream.name, listing(*args, **kwargs)
             )
 
+        if not isinstance(store._js, _PutPublishes):
+            store._js = _PutPublishes(store._js)
         store._reader = self._collecting(store._reader)
         store.put = traced_put
         store.get = traced_get
@@ -411,19 +460,45 @@ class Stores:
 
 
 class Reconnects:
-    """A connection listener counting reconnects."""
+    """A connection listener counting the reconnects of one connection.
 
-    def __init__(self, tel: Telemetry) -> None:
-        self.tel = tel
+    One per connection and meter provider (:class:`Metrics`), however many
+    instrumented contexts share the connection: each reconnect is counted
+    once. Taken with :meth:`hold`, given back with :meth:`release` (the last
+    context closed removes it).
+    """
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.users = 0  # the instrumented contexts holding it
+
+    @classmethod
+    def hold(cls, metrics: Metrics, conn: Conn) -> Reconnects:
+        """The listener of ``conn`` counting into ``metrics``, listening (made if need be)."""
+        with metrics.lock:
+            listener: Reconnects | None = metrics.reconnects.get(conn.nc)
+            if listener is None:
+                listener = metrics.reconnects[conn.nc] = cls(metrics)
+            listener.users += 1
+        conn.add_listener(listener)
+        return listener
+
+    def release(self, conn: Conn) -> None:
+        """A context holding it closed: the last one stops the listening."""
+        with self.metrics.lock:
+            self.users -= 1
+            last = self.users <= 0
+            if last and self.metrics.reconnects.get(conn.nc) is self:
+                del self.metrics.reconnects[conn.nc]
+        if last:
+            conn.remove_listener(self)
 
     def on_disconnected(self) -> None:
         """Nothing is counted on a disconnect."""
-        pass
 
     def on_reconnected(self) -> None:
         """Count a reconnect."""
-        self.tel.of(None).reconnects += 1
+        self.metrics.of(None).reconnects += 1
 
     def on_closed(self) -> None:
         """Nothing is counted on close."""
-        pass

@@ -202,6 +202,8 @@ class Metrics:
 
     def __init__(self, meter: metrics.Meter) -> None:
         self.counts: dict[tuple[str, str | None], Counts] = {}
+        #: The reconnect counter of each connection counting here (``stores.Reconnects``).
+        self.reconnects: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         # Creating and dropping counts: collections may run in another thread
         # (a periodic reader's).
         self.lock = threading.Lock()
@@ -444,7 +446,8 @@ def send_attrs(subject: object) -> dict[str, Any]:
     return attrs
 
 
-#: The send span of the object-store put running in this task: its chunks are
+#: The send span of the object-store put publishing in this task (set around
+#: the store's own publishes only, see ``stores.PUTTING``): its chunks are
 #: published without a span of their own, its info (the meta message) carries
 #: the put's trace context.
 OBJECT_PUT: contextvars.ContextVar[trace.Span | None] = contextvars.ContextVar(
