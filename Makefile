@@ -36,7 +36,7 @@ help:
 	@echo "make spark-matrix the Spark tests under pyspark $(SPARK_MATRIX) (a .venv-spark-X.Y each; not in make test)"
 	@echo "make test-pyversions the unit tests and a few integration files under $(PYVERSIONS_PYTHONS)"
 	@echo "                (a .venv-pyX.Y each with the dev extra; a missing interpreter is skipped; not in make test)"
-	@echo "make test-servers tests/integration/test_server_versions.py against nats-server $(SERVER_VERSIONS)"
+	@echo "make test-servers tests/integration/test_server_versions.py against nats-server $(SERVER_VERSIONS), then a mixed-version cluster"
 	@echo "make bench      run benchmarks/run.py"
 	@echo "make clean      remove caches and build output (distclean also removes $(VENV))"
 
@@ -154,15 +154,23 @@ test-pyversions:
 # .cache/nats-server/ (tools/server_versions.py), and the everyday calls plus every
 # newer feature (refused before sending, or shown to take effect) run against it.
 # An older server silently ignores what it does not know. About 10 s a release.
+# Then a mixed-version cluster (a rolling upgrade: n1 on 2.10.26, the others on the
+# bundled release): settings the old node drops raise (MIXED_TESTS, a few seconds).
 SERVER_VERSIONS ?= 2.10.26 2.11.11 2.12.8 2.14.6
 SERVER_TESTS ?= tests/integration/test_server_versions.py
+MIXED_OLD_VERSION ?= 2.10.26
+MIXED_TESTS ?= tests/integration/test_mixed_versions.py
 test-servers: install
 	@status=0; for version in $(SERVER_VERSIONS); do \
 		bin=$$($(PY) tools/server_versions.py $$version) || exit 1; \
 		echo "== nats-server $$version ($$bin)"; \
 		NATS_SERVER_BIN=$$bin EXPECT_SERVER_VERSION=$$version \
 			$(BIN)/pytest -q -rs $(PYTEST_ARGS) $(SERVER_TESTS) || status=1; \
-	done; exit $$status
+	done; \
+	bin=$$($(PY) tools/server_versions.py $(MIXED_OLD_VERSION)) || exit 1; \
+	echo "== a mixed cluster: nats-server $(MIXED_OLD_VERSION) and the bundled one"; \
+	MIXED_OLD_SERVER_BIN=$$bin $(BIN)/pytest -q -rs $(PYTEST_ARGS) $(MIXED_TESTS) || status=1; \
+	exit $$status
 
 # Every fault test: the cluster set (long ones included) and the single-node fault files.
 RELIABILITY_TESTS := tests/reliability tests/integration/test_consume_faults.py \

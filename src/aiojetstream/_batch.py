@@ -112,20 +112,21 @@ def batch_ack(data: bytes) -> BatchAck:
         raise InvalidResponseError(f"not a batch acknowledgement: {data[:200]!r}") from exc
 
 
-def check_first_reply(reply: bytes) -> None:
+def check_first_reply(reply: bytes, level: int | None = None) -> None:
     """Check the answer to a batch's first message: empty while the batch is open.
 
     Raises:
         APIError: the stream refused it (its typed subclass, such as
             ``AtomicPublishDisabledError``).
         FeatureNotSupportedError: it was acknowledged as a message of its own:
-            a server without atomic batches (whose API level was not known, see
-            ``_features.require``) stored it alone.
+            a server without atomic batches stored it alone (its API level was
+            not known, see ``_features.require``; or ``level``, the meta
+            leader's in a cluster, is newer than the stream's node).
 
     """
     if reply:
         check_reply(reply)  # raises the typed error
-        raise F.old_server(F.ATOMIC_BATCH, "it stored the batch's first message alone")
+        raise F.old_server(F.ATOMIC_BATCH, "it stored the batch's first message alone", level)
 
 
 class BatchState:
@@ -424,7 +425,7 @@ class AtomicBatch:
             self.discard()  # cancelled (a timeout around it) or lost: it may be open there
             raise
         try:
-            check_first_reply(reply)
+            check_first_reply(reply, self._api.level)
         except BaseException:
             # Answered: the stream refused the batch (or an old server stored the
             # message alone); it holds no open batch.

@@ -193,7 +193,9 @@ class JetStreamContext:
     async def api_level(self, *, timeout: float | timedelta | str | None = None) -> int:
         """The server's JetStream API level (from account info, fetched once and cached).
 
-        Level 1 is nats-server 2.11 (per-message TTL, limit markers).
+        Level 1 is nats-server 2.11 (per-message TTL, limit markers). In a
+        cluster this is the meta leader's level (only it answers
+        ``$JS.API.INFO``): a node of a mixed-version cluster may be older.
         """
         timeout = check_timeout(timeout)
         return await self._api.api_level(timeout)
@@ -223,7 +225,10 @@ class JetStreamContext:
         Raises:
             StreamNameInUseError: a stream of that name exists with another configuration.
             InvalidStreamConfigError: a marker TTL under 1 s or on a mirror.
-            FeatureNotSupportedError: TTL settings or ``pedantic`` on nats-server < 2.11.
+            FeatureNotSupportedError: TTL settings or ``pedantic`` on nats-server < 2.11
+                (a newer feature's setting below its level), before sending; or
+                after it, a gated setting the server's reply lacks (an older node
+                of a mixed-version cluster ignored it): the stream was created.
 
         """
         timeout = check_timeout(timeout)
@@ -352,6 +357,10 @@ class JetStreamContext:
             T.note_deny_purge_refusal(exc, to_send, pedantic=pedantic)
             raise
         _api.check_named("stream", to_send.name, info.config.name)
+        dropped = F.stream_dropped(to_send, info.config)
+        if dropped:
+            done = "created" if template == _api.STREAM_CREATE else "updated"
+            raise F.dropped_error(dropped, f"stream {to_send.name!r}", done, self._api.level)
         from ._stream import Stream
 
         return Stream(self._api, info)

@@ -203,10 +203,14 @@ class Counter:
             return ack_value(ack)
         except InvalidResponseError as exc:
             where = f"stream {ack.stream!r}, sequence {ack.seq}"
-            if self._api.level_unknown and "val" not in (ack.model_extra or {}):
-                # A server without counters (its level was not known) stored a plain message.
+            if "val" not in (ack.model_extra or {}):
+                # A server without counters stored a plain message: its level was not
+                # known, or (in a cluster, where the level read is the meta leader's)
+                # the stream's node is older.
                 raise F.old_server(
-                    F.COUNTERS, f"it stored the increment as a plain message ({where})"
+                    F.COUNTERS,
+                    f"it stored the increment as a plain message ({where})",
+                    self._api.level,
                 ) from None
             exc.add_note(f"the increment was stored: {where}")
             raise

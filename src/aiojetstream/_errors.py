@@ -788,32 +788,51 @@ class DirectBatchGapError(JetStreamError):
 class FeatureNotSupportedError(JetStreamError):
     """The server's JetStream API level is too low for a requested feature.
 
-    Raised before the request that needs the feature is sent.
+    Raised before the request that needs the feature is sent; or after it,
+    when the answer shows that the server (in a cluster: a node older than
+    the meta leader, whose level the client reads) does not have the feature:
+    a stream or consumer created or updated without a setting it ignored,
+    an increment or a batch's first message stored as a plain message.
 
     Attributes:
         feature: What was asked for (for example ``"allow_msg_ttl"``).
         required_level: The JetStream API level the feature needs.
-        server_level: The API level the server reports.
+        server_level: The API level the server reports (in a cluster, the meta
+            leader's; 0 when unknown).
         server_version: The first nats-server release with ``required_level``.
+        reason: Why it is refused, when not the level reported (None then).
 
     """
 
     def __init__(
-        self, feature: str, required_level: int, server_level: int, server_version: str
+        self,
+        feature: str,
+        required_level: int,
+        server_level: int,
+        server_version: str,
+        reason: str | None = None,
     ) -> None:
         self.feature = feature
         self.required_level = required_level
         self.server_level = server_level
         self.server_version = server_version
+        self.reason = reason
+        why = reason if reason is not None else f"the server reports API level {server_level}"
         super().__init__(
             f"{feature} needs nats-server >= {server_version} (JetStream API level >= "
-            f"{required_level}); the server reports API level {server_level}"
+            f"{required_level}); {why}"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             type(self),
-            (self.feature, self.required_level, self.server_level, self.server_version),
+            (
+                self.feature,
+                self.required_level,
+                self.server_level,
+                self.server_version,
+                self.reason,
+            ),
         )
 
 

@@ -5,6 +5,13 @@ One table, so every feature refuses an old server the same way: with a
 has it, raised before the request that needs it is sent. Stream settings of
 these features are checked by the stream create and update calls too (an
 older server would silently ignore a field it does not know).
+
+In a cluster the level is the meta leader's (only it answers
+``$JS.API.INFO``): during a rolling upgrade, a stream or consumer placed on
+an older node passes the check and that node drops the settings it does not
+know. So the config the server echoes after a create or update is compared
+with the gated settings sent (:func:`stream_dropped`, :func:`consumer_dropped`,
+as nats.go checks its own, e.g. "stream subject transforms not supported").
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ __all__ = [
     "FAST_BATCH",
     "FLOW_CONTROL_ACK",
     "LEVEL_PROBE",
+    "MARKER_TTL",
     "MSG_TTL",
     "PAUSED_CONSUMER",
     "PERSIST_MODE",
@@ -32,12 +40,16 @@ __all__ = [
     "PRIORITY_GROUPS",
     "SCHEDULES",
     "SCHEDULE_PATTERNS",
+    "STREAM_MSG_TTL",
     "Feature",
     "check_level",
     "consumer_config_features",
+    "consumer_dropped",
+    "dropped_error",
     "old_server",
     "require",
     "stream_config_features",
+    "stream_dropped",
 ]
 
 
@@ -58,6 +70,9 @@ class Feature:
 BATCH_GET: Final = Feature("batch direct get", 1, "2.11")
 #: ``ttl=`` on a publish: an older server stores the ``Nats-TTL`` header and never expires it.
 MSG_TTL: Final = Feature("per-message TTL (ttl=, Nats-TTL)", 1, "2.11")
+#: The ADR-43 stream settings (checked before sending by ``_ttl_rules``; here for the echo).
+STREAM_MSG_TTL: Final = Feature("allow_msg_ttl", 1, "2.11")
+MARKER_TTL: Final = Feature("subject_delete_marker_ttl", 1, "2.11")
 COUNTERS: Final = Feature("message counters (allow_msg_counter)", 2, "2.12")
 ATOMIC_BATCH: Final = Feature("atomic batch publish (allow_atomic)", 2, "2.12")
 SCHEDULES: Final = Feature("message schedules (allow_msg_schedules)", 2, "2.12")
@@ -124,14 +139,96 @@ async def require(api: ApiClient, feature: Feature, timeout: float | None = None
         check_level(feature, api.level)
 
 
-def old_server(feature: Feature, what: str) -> FeatureNotSupportedError:
-    """The error for a server that turned out not to have ``feature`` (its level unknown).
+def _level_note(level: int | None) -> str:
+    if level is None:
+        return "the server's API level is unknown (not asked for, or not answered)"
+    return (
+        f"the API level read, {level}, is the meta leader's in a cluster: a node older than "
+        "it (a mixed-version cluster, as in a rolling upgrade) passes that check"
+    )
 
-    For a data-plane call that went ahead without the level (see
-    :func:`require`) and got an answer only an older server gives.
+
+def old_server(feature: Feature, what: str, level: int | None = None) -> FeatureNotSupportedError:
+    """The error for a server that turned out not to have ``feature``.
+
+    For a data-plane call whose answer only an older server gives: it went
+    ahead without the level (see :func:`require`, ``level`` None), or the
+    level (the meta leader's, in a cluster) allowed it and the stream's node
+    is older.
     """
-    error = FeatureNotSupportedError(feature.name, feature.level, 0, feature.version)
-    error.add_note(f"the server's API level is unknown, but {what}")
+    error = FeatureNotSupportedError(
+        feature.name,
+        feature.level,
+        level or 0,
+        feature.version,
+        "the server that holds the stream (in a cluster, the stream's node) is older",
+    )
+    error.add_note(f"{_level_note(level)}; but {what}")
+    return error
+
+
+def stream_dropped(sent: StreamConfig, echoed: StreamConfig) -> list[Feature]:
+    """The gated settings ``sent`` turned on that the server's ``echoed`` config lacks (pure).
+
+    A node older than the setting (of a mixed-version cluster) creates or
+    updates the stream without it and echoes its own config.
+    """
+    dropped: list[Feature] = []
+    if sent.allow_msg_ttl and not echoed.allow_msg_ttl:
+        dropped.append(STREAM_MSG_TTL)
+    if sent.subject_delete_marker_ttl is not None and echoed.subject_delete_marker_ttl is None:
+        dropped.append(MARKER_TTL)
+    if sent.allow_msg_counter and not echoed.allow_msg_counter:
+        dropped.append(COUNTERS)
+    if sent.allow_atomic and not echoed.allow_atomic:
+        dropped.append(ATOMIC_BATCH)
+    if sent.allow_msg_schedules and not echoed.allow_msg_schedules:
+        dropped.append(SCHEDULES)
+    if (
+        sent.persist_mode is not None
+        and sent.persist_mode != "default"
+        and echoed.persist_mode != sent.persist_mode
+    ):
+        dropped.append(PERSIST_MODE)
+    if sent.allow_batched and not echoed.allow_batched:
+        dropped.append(FAST_BATCH)
+    return dropped
+
+
+def consumer_dropped(sent: ConsumerConfig, echoed: ConsumerConfig) -> list[Feature]:
+    """The gated settings ``sent`` turned on that the server's ``echoed`` config lacks (pure)."""
+    dropped: list[Feature] = []
+    policy = sent.priority_policy
+    if (sent.priority_groups and not echoed.priority_groups) or (
+        policy is not None and policy != PriorityPolicy.NONE and echoed.priority_policy != policy
+    ):
+        dropped.append(PRIORITIZED if policy == PriorityPolicy.PRIORITIZED else PRIORITY_GROUPS)
+    if sent.pause_until is not None and echoed.pause_until is None:
+        dropped.append(PAUSED_CONSUMER)
+    if sent.ack_policy == AckPolicy.FLOW_CONTROL and echoed.ack_policy != AckPolicy.FLOW_CONTROL:
+        dropped.append(FLOW_CONTROL_ACK)
+    return dropped
+
+
+def dropped_error(
+    dropped: list[Feature], what: str, done: str, level: int | None
+) -> FeatureNotSupportedError:
+    """The error for settings the server dropped: ``what`` (``"stream 'S'"``) was ``done`` anyway.
+
+    Raised after the create or update (nothing is undone: the caller decides).
+    """
+    top = max(dropped, key=lambda feature: feature.level)
+    names = ", ".join(feature.name for feature in dropped)
+    error = FeatureNotSupportedError(
+        names,
+        top.level,
+        level or 0,
+        top.version,
+        f"{what} WAS {done} without it: the server that holds it ignored the setting "
+        "(a node of the cluster too old for it, as in a mixed-version cluster during "
+        "a rolling upgrade, or an older server)",
+    )
+    error.add_note(_level_note(level))
     return error
 
 

@@ -255,6 +255,11 @@ class Stream:
     ) -> RawStreamMessage:
         """Read the message stored at ``sequence`` (a direct get when the stream allows it).
 
+        In a cluster a direct get is answered by the replica nearest the
+        client, which may not hold the last acknowledged write yet (no
+        read-your-writes from a follower); a stream without ``allow_direct``
+        is read from its leader.
+
         Raises:
             MessageNotFoundError: no message has that sequence.
 
@@ -267,6 +272,9 @@ class Stream:
         self, subject: str, *, timeout: float | timedelta | str | None = None
     ) -> RawStreamMessage:
         """Read the last message stored on ``subject`` (direct get when the stream allows it).
+
+        As :meth:`get_msg`: a direct get may be answered by a replica one
+        write behind; a stream without ``allow_direct`` is read from its leader.
 
         Raises:
             MessageNotFoundError: the stream holds no message on that subject.

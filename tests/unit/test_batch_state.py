@@ -113,3 +113,14 @@ def test_a_first_message_stored_alone_means_an_old_server() -> None:
         check_first_reply(b'{"stream":"S","seq":7}')
     assert info.value.required_level == 2
     assert any("stored the batch's first message alone" in n for n in info.value.__notes__)
+    assert "reports API level 0" not in str(info.value)  # the level was not known
+    assert any("level is unknown" in n for n in info.value.__notes__)
+
+
+def test_a_first_message_stored_alone_with_a_level_names_the_meta_leader() -> None:
+    """A level was read (the meta leader's, in a cluster): an older node stored it alone."""
+    with pytest.raises(FeatureNotSupportedError) as info:
+        check_first_reply(b'{"stream":"S","seq":7}', 5)
+    assert info.value.server_level == 5
+    assert "reports API level" not in str(info.value)
+    assert any("meta leader" in n for n in info.value.__notes__)

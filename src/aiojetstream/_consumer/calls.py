@@ -99,6 +99,11 @@ async def upsert_consumer(
     _api.check_named("stream", stream, info.stream_name)
     if name is not None:
         _api.check_named("consumer", name, info.name)
+    dropped = F.consumer_dropped(config, info.config)
+    if dropped:
+        done = "updated" if action == ACTION_UPDATE else "created or updated"
+        what = f"consumer {info.name!r} of stream {stream!r}"
+        raise F.dropped_error(dropped, what, done, api.level)
     return info
 
 

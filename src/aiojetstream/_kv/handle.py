@@ -472,8 +472,16 @@ class KeyValue:
     # ------------------------------------------------------------- reading
 
     async def _last_or_none(self, subject: str, timeout: float | None) -> RawStreamMessage | None:
+        """The last message on ``subject`` as the stream's leader holds it, or None.
+
+        A plain (not direct) get, which only the leader answers: this read
+        follows the leader's refusal of a write (wrong last sequence), and a
+        direct get is answered by the nearest replica, which may not have
+        applied the last acknowledged write yet (a delete: create then raised
+        ``KeyExistsError`` from a follower).
+        """
         try:
-            return await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
+            return await self._stream._api_get({"last_by_subj": subject}, timeout)
         except MessageNotFoundError:
             return None
 

@@ -462,7 +462,7 @@ class ObjectStore(ObjectWriter):
         stored since then stays).
         """
         for attempt in range(MAX_CONFLICTS):
-            info, seq = await self._entry(subject, timeout)
+            info, seq = await self._entry(subject, timeout, leader=attempt > 0)
             new = updated(info)
             assert info is not None
 

@@ -231,14 +231,20 @@ class ObjectWriter:
 
     # ------------------------------------------------------------- infos
 
-    async def _entry(self, subject: str, timeout: float | None) -> Entry:
+    async def _entry(self, subject: str, timeout: float | None, *, leader: bool = False) -> Entry:
         """The info stored on ``subject`` (deleted ones too) and its sequence, or ``(None, 0)``.
 
         The sequence is what a replacement of the info expects
         (``expected_last_subject_sequence``): 0 when nothing is stored there.
+        ``leader``: read it from the stream's leader (a plain get), as after a
+        conflict: the leader refused a replacement, and a direct get may be
+        answered by a replica that has not applied the info it refused it for.
         """
         try:
-            msg = await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
+            if leader:
+                msg = await self._stream._api_get({"last_by_subj": subject}, timeout)
+            else:
+                msg = await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
         except MessageNotFoundError:
             return None, 0
         except StreamNotFoundError as exc:
@@ -287,7 +293,7 @@ class ObjectWriter:
         nothing was published).
         """
         for attempt in range(MAX_CONFLICTS):
-            current, seq = await self._entry(subject, timeout)
+            current, seq = await self._entry(subject, timeout, leader=attempt > 0)
             new = change(current)
             if new is None:
                 return (current, seq), (None, 0)
@@ -447,7 +453,7 @@ class ObjectWriter:
             try:
                 await self._publish_info(info, timeout, expected=swap.seq, msg_id=swap.msg_id)
             except WrongLastSequenceError as exc:
-                current, seq = await self._entry(swap.subject, timeout)
+                current, seq = await self._entry(swap.subject, timeout, leader=True)
                 if current is not None and current.nuid == info.nuid:
                     swap.replaced = swap.current  # stored by a copy without a reply
                     return
