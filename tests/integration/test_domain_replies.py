@@ -10,6 +10,7 @@ bucket, no direct get) comes only as a timeout.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -18,7 +19,10 @@ import pytest_asyncio
 
 import aiojetstream
 from aiojetstream import (
+    BucketNotFoundError,
     JetStreamContext,
+    KeyValueConfig,
+    NoRespondersError,
     ObjectNotFoundError,
     ObjectStoreConfig,
     ObjectStoreError,
@@ -164,3 +168,59 @@ async def test_a_plain_publish_is_stored_by_both_domains(hub_leaf: HubLeaf) -> N
     finally:
         for js in (hub, leaf, via_leaf):
             await js.close()
+
+
+async def test_kv_put_and_get_on_a_deleted_bucket_through_a_domain(hub_leaf: HubLeaf) -> None:
+    """Locally a deleted bucket is BucketNotFoundError (a 503, then a look-up); through a
+    domain the leaf drops the request and the put and get timed out after the whole
+    timeout. The timeout now runs the same look-up."""
+    bucket = unique_name("K")
+    hub = await aiojetstream.connect(hub_leaf.hub.url)
+    via_leaf = await aiojetstream.connect(hub_leaf.leaf.url, domain="hub", timeout=1)
+    try:
+        await hub.create_key_value(KeyValueConfig(bucket=bucket))
+        kv = await via_leaf.key_value(bucket)
+        await kv.put("a", b"1")
+        assert (await kv.get("a")).value == b"1"
+        await hub.delete_key_value(bucket)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(BucketNotFoundError):
+            await kv.put("a", b"2")
+        with pytest.raises(BucketNotFoundError):
+            await kv.get("a")
+        assert loop.time() - start < 5  # each: the 1 s timeout, then the look-up
+    finally:
+        await hub.close()
+        await via_leaf.close()
+
+
+async def test_batch_gets_without_allow_direct_through_a_domain(hub_leaf: HubLeaf) -> None:
+    """Locally a batch direct get on a stream without allow_direct is NoRespondersError at
+    once (a 503); through a domain it timed out. The handle knows allow_direct is off:
+    refused before the request is sent, with the local error's text, once the stream's
+    config (asked afresh) still says so."""
+    name = unique_name("S")
+    hub = await aiojetstream.connect(hub_leaf.hub.url)
+    via_leaf = await aiojetstream.connect(hub_leaf.leaf.url, domain="hub", timeout=3)
+    try:
+        await hub.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+        await hub.publish(f"{name}.a", b"x")
+        stream = await via_leaf.stream(name)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(NoRespondersError, match=r"is allow_direct on\?"):
+            async for _ in stream.get_batch(10):
+                pass
+        with pytest.raises(NoRespondersError, match=r"is allow_direct on\?"):
+            async for _ in stream.get_last_msgs_for(f"{name}.>"):
+                pass
+        assert loop.time() - start < 2
+        # Enabled since the handle was bound: its stale info does not refuse.
+        config = (await (await hub.stream(name)).info()).config
+        await hub.update_stream(config.model_copy(update={"allow_direct": True}))
+        assert [m.data async for m in stream.get_batch(10)] == [b"x"]
+        assert [m.data async for m in stream.get_last_msgs_for(f"{name}.>")] == [b"x"]
+    finally:
+        await hub.close()
+        await via_leaf.close()
