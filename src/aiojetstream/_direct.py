@@ -117,6 +117,13 @@ def classify_frame(hdr: bytes | None) -> DirectFrame:
     return DirectFrame(FrameKind.ERROR, headers, status, description)
 
 
+def no_direct_responders(stream: str) -> NoRespondersError:
+    """The error of a batch direct get on a stream that does not allow direct gets."""
+    return NoRespondersError(
+        f"no direct get responders for stream {stream!r} (is allow_direct on?)"
+    )
+
+
 def status_error(frame: DirectFrame, stream: str) -> JetStreamError:
     """The typed exception for an error status of a batch direct get (pure)."""
     status = frame.status or ""
@@ -124,9 +131,7 @@ def status_error(frame: DirectFrame, stream: str) -> JetStreamError:
     description = (frame.description or "").strip()
     code = int(status) if status.isdigit() else 0
     if code == 503:
-        return NoRespondersError(
-            f"no direct get responders for stream {stream!r} (is allow_direct on?)"
-        )
+        return no_direct_responders(stream)
     if code == 413:
         return TooManyResultsError(
             413, 0, f"{description or 'Too Many Results'}: multi_last matched over 1,024 subjects"
@@ -390,10 +395,13 @@ class DirectBatch:
         up_to_seq: int | None = None,
         up_to_time: datetime | None = None,
         timeout: float | None = None,
+        direct_off: bool = False,
     ) -> None:
         checked = B.timeout(timeout)  # (NaN, infinity and 1e300 waited forever)
         self._api = api
         self._stream = stream
+        # The caller's stream info says allow_direct is off: checked before sending.
+        self._direct_off = direct_off
         self._body = body
         self._timeout = api.timeout if checked is None else checked
         self._cursor = BatchCursor(up_to_seq, up_to_time)
@@ -454,6 +462,15 @@ class DirectBatch:
     async def _start(self) -> None:
         self._started = True
         await F.require(self._api, F.BATCH_GET, self._timeout)
+        if self._direct_off:
+            # Through a domain or a leaf node the request would only time out (a
+            # leaf sends no 503): the stream's config, asked afresh, says it now.
+            reply = await self._api.call(
+                _api.STREAM_INFO, timeout=self._timeout, stream=self._stream
+            )
+            config = reply.get("config")
+            if not (isinstance(config, dict) and config.get("allow_direct") is True):
+                raise no_direct_responders(self._stream)
         conn = self._api.conn
         inbox = conn.new_inbox()
         replies = self._replies = _Replies()

@@ -385,6 +385,7 @@ class Stream:
             up_to_seq=up_to_seq,
             up_to_time=up_to_time,
             timeout=timeout,
+            direct_off=not self._direct(),
         )
 
     def get_last_msgs_for(
@@ -446,6 +447,7 @@ class Stream:
             up_to_seq=up_to_seq,
             up_to_time=up_to_time,
             timeout=timeout,
+            direct_off=not self._direct(),
         )
 
     async def delete_msg(

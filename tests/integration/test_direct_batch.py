@@ -334,11 +334,14 @@ async def test_paging_multi_last_on_a_2_11_server_keeps_the_last_subject(
     and docs/batch-get.md's paging loop ended without it. Each message's count is
     right; the batch takes the last one's. No 2.11 binary here: a subscriber on the
     stream's direct-get subject (the stream does not allow direct gets, so the server
-    does not answer) replies with the frames of 2.11's ``getDirectMulti``."""
+    does not answer) replies with the frames of 2.11's ``getDirectMulti``. The handle is
+    bound while the stream allows them: one that knows it does not refuses before
+    sending."""
     name = unique_name("DG211")
-    stream = await js.create_stream(
-        StreamConfig(name=name, subjects=[f"{name}.>"], allow_direct=False)
-    )
+    config = StreamConfig(name=name, subjects=[f"{name}.>"], allow_direct=True)
+    stream = await js.create_stream(config)
+    await js.update_stream(config.model_copy(update={"allow_direct": False}))
+    assert stream.cached_info.config.allow_direct
     lasts = [(4, f"{name}.a"), (5, f"{name}.b"), (6, f"{name}.c")]
 
     def frames(req: dict[str, Any]) -> list[tuple[bytes, bytes]]:

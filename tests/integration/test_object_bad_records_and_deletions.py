@@ -14,6 +14,7 @@ import pytest
 import aiojetstream
 from aiojetstream import (
     BucketNotFoundError,
+    DigestMismatchError,
     InvalidResponseError,
     JetStreamContext,
     ObjectLinkError,
@@ -202,6 +203,27 @@ async def test_an_object_deleted_or_replaced_before_the_first_read_is_not_found(
     await wait_until(lambda: no_consumers(store), STEP)
     if how == "replace":
         assert await store.get_bytes("obj") == b"new"
+
+
+@pytest.mark.parametrize("missing", [1, 2, 3])
+async def test_a_chunk_missing_from_the_stream_is_a_digest_mismatch_at_once(
+    js: JetStreamContext, missing: int
+) -> None:
+    """A chunk gone from the stream (``delete_msg``) with the info unchanged: the read
+    stalled for the whole stall timeout and then said the leader still had the chunks
+    (JetStreamTimeoutError), because any chunk count on the leader passed for "still
+    there". The leader holds no more chunks than were read: DigestMismatchError at
+    once, as nats.go."""
+    store = await new_store(js)
+    info = await store.put("big", os.urandom(3000), chunk_size=1000)
+    assert info.chunks == 3
+    await store.stream.delete_msg(missing)  # chunks are sequences 1..3, the info 4
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    with pytest.raises(DigestMismatchError, match="corrupt"):
+        await store.get_bytes("big", timeout=STEP)
+    assert loop.time() - start < 2.5
+    await wait_until(lambda: no_consumers(store), STEP)
 
 
 async def test_a_bucket_deleted_under_a_watch_or_a_read_is_bucket_not_found(

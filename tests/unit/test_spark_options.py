@@ -237,15 +237,15 @@ def test_sink_and_kv_options() -> None:
 
 def test_connect_kwargs(tmp_path: Path) -> None:
     opts = parse_source_options(
-        {"stream": "S", "user": "u", "password": "p", "domain": "hub", "apiPrefix": "$X.API"},
-        streaming=False,
+        {"stream": "S", "user": "u", "password": "p", "domain": "hub"}, streaming=False
     )
     kwargs = opts.connect.connect_kwargs()
     assert kwargs["user"] == "u"
     assert kwargs["password"] == "p"
     assert kwargs["domain"] == "hub"
-    assert kwargs["api_prefix"] == "$X.API"
     assert "tls" not in kwargs
+    prefixed = parse_source_options({"stream": "S", "apiPrefix": "$X.API"}, streaming=False)
+    assert prefixed.connect.connect_kwargs()["api_prefix"] == "$X.API"
     assert "p" not in opts.connect.describe()
     with pytest.raises(InvalidOptionError, match="URL 1 of 2 has credentials in it"):
         parse_source_options(
@@ -255,6 +255,19 @@ def test_connect_kwargs(tmp_path: Path) -> None:
     token = parse_source_options({"stream": "S", "token": "t", "creds": creds}, streaming=False)
     kwargs = token.connect.connect_kwargs()
     assert (kwargs["token"], kwargs["user_credentials"]) == ("t", creds)
+
+
+def test_domain_and_api_prefix_exclude_each_other() -> None:
+    """Given both, connect() took the domain and dropped apiPrefix without a word (the
+    command line refuses the pair): refused before anything is sent, whatever the
+    options' case, for reads and writes."""
+    for pair in ({"domain": "hub", "apiPrefix": "fromA"}, {"DOMAIN": "hub", "apiprefix": "x"}):
+        with pytest.raises(InvalidOptionError, match="'domain' and 'apiPrefix' exclude"):
+            parse_source_options({"stream": "S", **pair}, streaming=False)
+        with pytest.raises(InvalidOptionError, match="'domain' and 'apiPrefix' exclude"):
+            parse_sink_options({"subject": "s", **pair})
+        with pytest.raises(InvalidOptionError, match="'domain' and 'apiPrefix' exclude"):
+            parse_kv_options({"bucket": "b", **pair})
 
 
 def test_inbox_prefix() -> None:

@@ -24,6 +24,7 @@ from .._errors import (
     InvalidResponseError,
     InvalidTTLError,
     JetStreamError,
+    JetStreamTimeoutError,
     KeyExistsError,
     KeyNotFoundError,
     KeyValueError,
@@ -180,12 +181,14 @@ class KeyValue:
 
         Raises:
             InvalidKeyError: the key is invalid.
+            BucketNotFoundError: the bucket was deleted.
 
         """
         timeout = check_timeout(timeout)
         try:
             ack = await self._js.publish(self._subject(key), value, timeout=timeout, codec=codec)
-        except NoRespondersError:
+        except (NoRespondersError, JetStreamTimeoutError):
+            # (Through a domain a deleted bucket is a timeout: a leaf sends no 503.)
             await self._check_bucket(timeout)
             raise
         return ack.seq
@@ -439,8 +442,10 @@ class KeyValue:
     async def _check_bucket(self, timeout: float | None) -> None:
         """After a write found no stream: raise BucketNotFoundError if the bucket was deleted.
 
-        No responders may also mean the stream's server is down or mid-election:
-        then (or when the look-up fails) the caller raises its NoRespondersError.
+        No responders (or, through a domain, a timeout: a leaf node drops a
+        request nobody answers) may also mean the stream's server is down or
+        mid-election: then (or when the look-up fails) the caller raises its
+        error.
         The look-up takes at most :data:`BUCKET_CHECK_TIMEOUT` seconds (the write
         already used up to ``timeout``).
         """
@@ -534,6 +539,10 @@ class KeyValue:
             )
         except StreamNotFoundError as exc:
             raise bucket_gone(stream.name) from exc
+        except JetStreamTimeoutError:
+            # (Through a domain a deleted bucket is a timeout: a leaf sends no 503.)
+            await self._check_bucket(timeout)
+            raise
 
     def _found(
         self,

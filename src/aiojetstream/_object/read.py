@@ -277,8 +277,9 @@ class ObjectResult:
         Raises ObjectNotFoundError when they are gone because the object was
         deleted or replaced (its info changed: delete and put, ours and other
         clients', write the new info before purging the old chunks). True: gone
-        with the info unchanged, the bucket lost them (corrupt). False: they are
-        there, or that can not be told now.
+        with the info unchanged, the bucket lost them (corrupt; also when the
+        leader holds no more of them than were read: one is missing). False: the
+        leader holds more than were read, or that can not be told now.
 
         Asks the stream leader (stream info, per-subject counts; a plain get of
         the info): a direct get may be answered by a lagging replica or mirror.
@@ -292,7 +293,10 @@ class ObjectResult:
             now = await store.stream.info(subjects_filter=subject, timeout=timeout)
         except JetStreamTimeoutError:
             return False  # cannot tell now: the chunk may still come
-        if (now.state.subjects or {}).get(subject):
+        # More chunks on the leader than were read: they are still to come (a
+        # replica behind the leader). No more than were read: nothing is left to
+        # read, so a chunk is missing unless the object was deleted or replaced.
+        if (now.state.subjects or {}).get(subject, 0) > self._chunks:
             return False
         info_subject = meta_subject(store.bucket, info.name)
         try:
@@ -318,8 +322,10 @@ class ObjectResult:
         object was deleted or replaced between ``get`` and the first read) is
         ObjectNotFoundError when the object's chunks are gone because the
         object was deleted or replaced, as in the middle of a read (not
-        corrupt). False when the stream's leader still holds the chunks (or
-        can not tell now): the consumer reads a replica that is behind (its
+        corrupt), DigestMismatchError when the leader holds no more chunks
+        than were read (one is missing). False when the stream's leader
+        holds more chunks than were read (or can not tell now): the
+        consumer reads a replica that is behind (its
         node restarted and is catching up), so the chunks still come (within
         the stall timeout); such a read said the object was corrupt.
         """

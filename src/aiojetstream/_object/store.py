@@ -252,6 +252,9 @@ class ObjectStore(ObjectWriter):
             MaxBytesExceededError: the bucket is full (nothing of the object stays).
             WrongLastSequenceError: other writers kept replacing the info.
             DisconnectedError, JetStreamTimeoutError: the put did not complete.
+            ObjectStoreError: through a context with a ``domain``, an
+                acknowledgement came from another domain (a bucket of the same
+                name in the local domain captured the write).
 
         """
         timeout = check_timeout(timeout)

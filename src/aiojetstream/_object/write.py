@@ -49,6 +49,7 @@ from .._errors import (
     JetStreamTimeoutError,
     MessageNotFoundError,
     NoRespondersError,
+    ObjectStoreError,
     StreamNotFoundError,
     WrongLastSequenceError,
 )
@@ -207,6 +208,8 @@ class ObjectWriter:
         self._bucket = name[len(STREAM_PREFIX) :] if name.startswith(STREAM_PREFIX) else name
         self._meta_prefix = f"$O.{self._bucket}.M."
         self._chunk_prefix = f"$O.{self._bucket}.C."
+        # The domain the context addresses: every acknowledgement must come from it.
+        self._domain = _domain_of(stream._api.prefix)
 
     def _meta_subject(self, name: str) -> str:
         return self._meta_prefix + encode_name(name)
@@ -268,13 +271,35 @@ class ObjectWriter:
         replace an info they did not read: each then purges exactly the chunks
         of the version it replaced.
         """
-        return await self._js.publish(
+        ack = await self._js.publish(
             self._meta_subject(info.name),
             meta_body(info),
             headers={H.ROLLUP: "sub"},
             msg_id=msg_id,
             expected_last_subject_sequence=expected,
             timeout=timeout,
+        )
+        if self._domain is not None and ack.domain != self._domain:
+            raise self._foreign_ack(ack, f"the info of object {info.name!r}")
+        return ack
+
+    def _foreign_ack(self, ack: PubAck, what: str) -> ObjectStoreError:
+        """The error of an acknowledgement from another domain than the context's.
+
+        A stream in another domain linked by a leaf node connection (the
+        leaf's own, for a client of the leaf) that captures the bucket's
+        subjects (a bucket of the same name) stores the message too, and its
+        acknowledgement may arrive first: taken as success, the put reported
+        an object the target domain did not have whole.
+        """
+        return ObjectStoreError(
+            f"{what} was acknowledged by stream {ack.stream!r} in JetStream domain "
+            f"{ack.domain!r}, not in domain {self._domain!r} this context addresses: "
+            f"a stream there captures the bucket's subjects ($O.{self._bucket}.>; a "
+            f"bucket of the same name) and answered first, so whether domain "
+            f"{self._domain!r} stored it is unknown. Delete or rename that bucket in "
+            f"domain {ack.domain!r} (across a leaf node connection both domains' "
+            "buckets store every write to these subjects)"
         )
 
     async def _replace_info(
@@ -358,7 +383,7 @@ class ObjectWriter:
         # Chunks awaiting their acknowledgement; a failed one stays (for _discard).
         pending: deque[asyncio.Future[PubAck]] = deque()
         acked = False
-        js = self._js
+        js, domain = self._js, self._domain
         ack_wait = self._wait(timeout)  # _discard waits this long for chunks in flight
         try:
             async for chunk in rechunk(pieces, size):
@@ -367,11 +392,15 @@ class ObjectWriter:
                 count += 1
                 pending.append(await js.publish_async(chunk_subject, chunk, timeout=ack_wait))
                 while pending and (len(pending) >= window or pending[0].done()):
-                    await _settled(pending[0])  # raises the chunk's error
+                    ack = await _settled(pending[0])  # raises the chunk's error
+                    if domain is not None and ack.domain != domain:
+                        raise self._foreign_ack(ack, f"a chunk of object {name!r}")
                     pending.popleft()
                     acked = True
             while pending:
-                await _settled(pending[0])
+                ack = await _settled(pending[0])
+                if domain is not None and ack.domain != domain:
+                    raise self._foreign_ack(ack, f"a chunk of object {name!r}")
                 pending.popleft()
                 acked = True
         except (Exception, asyncio.CancelledError) as exc:
@@ -567,10 +596,29 @@ class ObjectWriter:
             # before it is handled by then; a purge needs no room. No responders: the
             # purge says why (the bucket is gone: at once, not after the retries).
             with contextlib.suppress(APIError, NoRespondersError):
-                await self._js.publish(subject, b"", timeout=left)
+                ack = await self._js.publish(subject, b"", timeout=left)
+                if self._domain is not None and ack.domain != self._domain:
+                    await self._barrier_stored(subject, left)
             await self._stream.purge(subject=subject, timeout=left)
 
         await self._when_connected(attempt, wait)
+
+    async def _barrier_stored(self, subject: str, wait: float) -> None:
+        """Wait (at most ``wait`` seconds) until the context's domain stored the empty barrier.
+
+        Its acknowledgement came from another domain (a stream there captures
+        the subject too), so the chunks before it may not be stored in this
+        one yet: a purge now would leave them behind. Chunks are never empty.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while loop.time() < deadline:
+            with contextlib.suppress(MessageNotFoundError, JetStreamTimeoutError):
+                left = max(deadline - loop.time(), 0.1)
+                msg = await self._stream.get_last_msg_for_subject(subject, timeout=left)
+                if not msg.data:
+                    return
+            await asyncio.sleep(CLEANUP_RETRY_WAIT / 5)
 
     async def _when_connected(
         self, attempt: Callable[[float], Awaitable[object]], wait: float
@@ -641,6 +689,14 @@ class ObjectWriter:
                 )
 
         await _in_background(purge())
+
+
+def _domain_of(prefix: str) -> str | None:
+    """The JetStream domain an API prefix addresses (``$JS.<domain>.API``), or None."""
+    parts = prefix.split(".")
+    if len(parts) == 3 and parts[0] == "$JS" and parts[2] == "API":
+        return parts[1]
+    return None
 
 
 async def _in_background(purge: Coroutine[Any, Any, None]) -> None:

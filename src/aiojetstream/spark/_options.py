@@ -436,6 +436,12 @@ def _connect(options: Mapping[str, str]) -> ConnectOptions:
     domain = options.get("domain") or None
     if domain is not None and not NAME_RE.match(domain):
         raise InvalidOptionError(f"option 'domain': invalid domain {domain!r}")
+    if domain is not None and options.get("apiprefix"):
+        # (connect() would take the domain's $JS.<domain>.API and drop the prefix.)
+        raise InvalidOptionError(
+            "options 'domain' and 'apiPrefix' exclude each other: 'domain' addresses "
+            "$JS.<domain>.API, 'apiPrefix' any other prefix; give one of them"
+        )
     creds_secret = options.get("credssecret")
     nkey_secret = options.get("nkeysecret")
     if creds_secret is not None and options.get("creds") is not None:
