@@ -90,6 +90,9 @@ def increment_header(delta: object) -> str:
         ) from None
 
 
+#: The most a page of get_many asks for (a counter is some 100 bytes: 1,024 fit in one).
+_PAGE_BYTES: Final = 256 * 1024
+
 #: A counter value as the server writes it: a decimal integer of any size.
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
@@ -273,8 +276,9 @@ class Counter:
         A batch direct get (ADR-31, ``multi_last``) in stream order; wildcards
         are allowed, at most 1,024 subjects may match, and subjects without a
         counter are left out. The stream needs ``allow_direct``. A reply the
-        server cuts short (its ``max_pending`` bytes) is continued where it
-        stopped, as of the same stream sequence: every counter comes once.
+        server cuts short (at 256 KiB, or its ``max_pending`` bytes) is
+        continued where it stopped, as of the same stream sequence: every
+        counter comes once.
 
         Raises:
             TooManyResultsError: more than 1,024 subjects matched.
@@ -285,7 +289,10 @@ class Counter:
 
         """
         timeout = check_timeout(timeout)
-        body = D.last_msgs_request(subjects)
+        # Pages of at most _PAGE_BYTES: without max_bytes the server sends up to its
+        # max_pending (the client's whole outbound allowance) at once, and a client a
+        # little slow to read is cut off as a slow consumer.
+        body = D.last_msgs_request(subjects, max_bytes=_PAGE_BYTES)
         await F.require(self._api, F.COUNTERS, timeout)
         seen: set[str] = set()  # (at most 1,024) a subject updated between two pages
         while True:

@@ -243,8 +243,10 @@ async def test_a_mapped_subject_reaches_the_counter_stream() -> None:
 
 
 async def test_get_many_continues_a_reply_cut_short() -> None:
-    """A multi-last reply the server cuts at its ``max_pending`` bytes: get_many ended
-    there, silently leaving out the counters after the cut."""
+    """A multi-last reply cut short (at the library's 256 KiB page, or the server's
+    ``max_pending`` bytes): get_many ended there, silently leaving out the counters
+    after the cut. (Without a page bound the server sent a whole ``max_pending`` at
+    once, and now and then cut the client off as a slow consumer.)"""
     async with NatsServer(config={"max_pending": 1 << 20, "max_payload": 1 << 20}) as server:
         js = await aiojetstream.connect(server.url)
         try:
