@@ -262,7 +262,22 @@ async def _reset(
     api: ApiClient, stream: str, name: str, sequence: int | None, left: Left
 ) -> tuple[int, ConsumerInfo]:
     # The server never answers a reset of a missing consumer: ask first.
-    await _info(api, stream, name, left)
+    before = await _info(api, stream, name, left)
+    if (
+        sequence is None
+        and before.config.deliver_policy == DeliverPolicy.LAST_PER_SUBJECT
+        and before.num_ack_pending > 0
+    ):
+        # nats-server (2.15.1) keeps the list of initial values a last_per_subject
+        # consumer has still to send across a reset: it sends the rest and jumps past
+        # them, so a value delivered and not acknowledged never came again, and the
+        # floor passed it (on an interest stream it was removed).
+        raise InvalidOptionError(
+            f"consumer {name!r} of stream {stream!r} delivers the last message per subject "
+            f"and has {before.num_ack_pending} unacknowledged: nats-server would not deliver "
+            "them again after a reset with no sequence. Acknowledge or nak them first (a "
+            "nak redelivers without a reset), or create the consumer anew"
+        )
     work_queue = deny_purge = False
     if sequence is not None:
         last, work_queue, deny_purge = await _stream_state(api, stream, left)

@@ -187,6 +187,37 @@ async def test_forbidden_resets_are_typed(js: JetStreamContext) -> None:
     assert await from_five.reset(7) == 7
 
 
+async def test_a_reset_that_would_lose_a_last_per_subject_value_is_refused(
+    js: JetStreamContext,
+) -> None:
+    """nats-server keeps a last_per_subject consumer's initial values still to send
+    across a reset with no sequence: a value delivered and not acknowledged never came
+    again and the ack floor passed it (a1 a2 b3 b4 a5: values 4 and 5; 4 taken, reset,
+    then only 5)."""
+    stream = await stream_with(js, "RL", 0)
+    for subject in "aabba":
+        await js.publish(f"{stream}.{subject}", subject.encode())
+    consumer = await durable(
+        js,
+        stream,
+        "c",
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        filter_subject=f"{stream}.>",
+        ack_wait=30,
+    )
+    first = await consumer.next(expires=2)
+    assert first.metadata.sequence.stream == 4
+    with pytest.raises(InvalidOptionError, match="1 unacknowledged"):
+        await consumer.reset()
+    # Nothing was sent: 4 is still pending, 5 comes next, and a nak brings 4 again.
+    assert (await consumer.info()).num_ack_pending == 1
+    assert await take(consumer, 1) == [5]
+    await first.nak()
+    assert await take(consumer, 1) == [4]
+    # Nothing unacknowledged: the reset is sent (back to the floor + 1).
+    assert await consumer.reset() == 6
+
+
 async def test_clear_backlog_on_limits_and_interest_streams(js: JetStreamContext) -> None:
     stream = await stream_with(js, "CL", 6)
     consumer = await durable(js, stream, "c")

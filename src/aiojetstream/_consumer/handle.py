@@ -136,12 +136,14 @@ class Consumer:
 
         Raises:
             InvalidOptionError: ``sequence`` is beyond the stream's last
-                sequence + 1 (the server would silently skip future messages).
+                sequence + 1 (the server would silently skip future messages);
+                or ``None`` on a ``last_per_subject`` consumer with messages
+                unacknowledged (the server would never deliver them again).
             ConsumerNotFoundError: the consumer does not exist (promptly).
             StreamNotFoundError: the stream does not exist (promptly).
             FeatureNotSupportedError: the server is older than 2.14.
             ConsumerResetError: the server refused (10204: not allowed for the
-                consumer's deliver policy, or below its start sequence).
+                consumer's deliver policy, or below its start sequence or time).
 
         """
         timeout = check_timeout(timeout)
