@@ -650,7 +650,8 @@ class RangeReader:
                 if refusals is None or refusals.count == refused or request.done():
                     continue
                 refused = refusals.count
-                if request_subject in refusals.last:  # (not another request's refusal)
+                # (Not another request's refusal; nats-py gives the subject in lower case.)
+                if request_subject.lower() in refusals.last.lower():
                     _REFUSED_GETS.setdefault(refusals, set()).add(self._stream)
                     logger.warning(
                         "aiojetstream.spark: reading stream %r: the server refused a message "
