@@ -8,7 +8,9 @@ storage, one replica, an inactivity threshold so an abandoned read cleans up
 after itself; named ``<consumerNamePrefix>-<unique>`` when a prefix is given),
 in fetches sized to what the next Arrow batch needs, and the consumer is
 deleted at the end. Every server call retries what a leader election causes
-within ``retryTimeout`` (:func:`~aiojetstream.spark._runtime.retrying`).
+within ``retryTimeout`` (:func:`~aiojetstream.spark._runtime.retrying`). A
+consumer with nothing more before the range's end ends the read only once the
+stream's leader holds nothing more of it either (``RangeReader._run_out``).
 """
 
 from __future__ import annotations
@@ -16,26 +18,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import json
 import logging
 import uuid
+import weakref
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+import nats.errors
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from aiojetstream import (
     AckPolicy,
+    ClusterUnavailableError,
     ConsumerConfig,
     ConsumerDeletedError,
     ConsumerNotFoundError,
     DeliverPolicy,
+    DisconnectedError,
     InvalidOptionError,
     InvalidResponseError,
     JetStreamContext,
     JetStreamError,
+    JetStreamTimeoutError,
     MessageTooLargeError,
     NoRespondersError,
     StreamNotFoundError,
@@ -103,6 +111,16 @@ _TARGET_BYTES: Final = 8 << 20
 _PULL_BYTES: Final = 32 << 20
 #: Seconds a read task's clean-up may take after a failure (the consumer delete).
 CLEANUP_TIMEOUT: Final = 2.0
+#: The longest pause before a read's consumer on a replica behind the leader is
+#: created again (the pause doubles from FIRST_DELAY up to it; see _read_elsewhere).
+_BEHIND_PAUSE: Final = 1.0
+#: The error code of a message get that found no message (404).
+_NO_MESSAGE: Final = 10037
+#: The error code of "JetStream cluster not available" (503: no leader now).
+_CLUSTER_UNAVAILABLE: Final = 10008
+#: The streams whose leader a connection may not ask (its user may not publish
+#: STREAM.MSG.GET): asked once, so one refusal at most (each counts, see Refusals).
+_REFUSED_GETS: weakref.WeakKeyDictionary[Refusals, set[str]] = weakref.WeakKeyDictionary()
 
 
 class DataLossError(JetStreamError):
@@ -126,6 +144,8 @@ class Bounds:
     created: str = ""
     #: The average stored size of its messages in bytes (for ``maxBytesPerTrigger``).
     size: int = 0
+    #: Its replicas (its config's ``num_replicas``).
+    replicas: int = 1
 
 
 async def resolve_streams(js: JetStreamContext, opts: SourceOptions) -> list[str]:
@@ -161,7 +181,7 @@ async def stream_bounds(
     nxt = state.last_seq + 1
     first = nxt if state.messages == 0 else max(state.first_seq, 1)
     size = state.bytes // state.messages if state.messages else 0
-    return Bounds(first, nxt, info.created.isoformat(), size)
+    return Bounds(first, nxt, info.created.isoformat(), size, info.config.num_replicas)
 
 
 def _consumer_config(opts: SourceOptions, **start: object) -> ConsumerConfig:
@@ -325,6 +345,16 @@ async def _delete(js: JetStreamContext, consumer: JSConsumer) -> None:
         await js.delete_consumer(consumer.stream_name, consumer.name)
 
 
+#: The deletes of replaced consumers under way (a reference keeps each task alive).
+_DELETES: set[asyncio.Future[None]] = set()
+
+
+async def _delete_quietly(js: JetStreamContext, consumer: JSConsumer) -> None:
+    """Delete a consumer given up, within :data:`CLEANUP_TIMEOUT` (it may not be)."""
+    with contextlib.suppress(JetStreamError, TimeoutError):
+        await asyncio.wait_for(_delete(js, consumer), CLEANUP_TIMEOUT)
+
+
 def _ack_base(tokens: int) -> int:
     """Where a ``$JS.ACK`` subject of ``tokens`` tokens holds its stream name (v1 or v2)."""
     if tokens == 9:
@@ -427,6 +457,16 @@ class RangeReader:
         #: and the delay before the next pull of it.
         self._unserved_since: float | None = None
         self._unserved_delay = FIRST_DELAY
+        #: The consumer has nothing (matching) more now (see :meth:`_run_out`), and
+        #: whether the sequences it skipped to the range's end need a loss check then.
+        self._drained = False
+        self._check_end = False
+        #: The stream's replicas when the consumer was created (1: no leader check).
+        self._replicas = 1
+        #: When reads began to find the consumer's replica behind the leader (None:
+        #: the last pull read something) and the pause before the next consumer.
+        self._behind_since: float | None = None
+        self._behind_pause = FIRST_DELAY
 
     async def _open(self) -> JSConsumer:
         # Whenever a consumer is (re)created, whatever it would start past is lost:
@@ -435,6 +475,7 @@ class RangeReader:
         if self._created is not None and bounds.created != self._created:
             self._recreated(bounds.created)
         self._next = max(self._next, self._check_loss(self._next, bounds.first))
+        self._replicas = bounds.replicas
         consumer = await self._js.create_consumer(
             self._stream,
             _consumer_config(
@@ -449,8 +490,12 @@ class RangeReader:
             # The stream lost [next, started) between the check and the creation (its
             # limits at work): the server started the consumer at its new first message.
             self._next = self._check_loss(self._next, started)
-        if consumer.cached_info.num_pending == 0 or self._next >= self._end:
-            self._done = True  # nothing (matching) from here on
+        self._check_end = False
+        # Nothing (matching) from here on; or a start before the one asked for, by a
+        # replica that holds less (behind the leader): both see _run_out.
+        self._drained = consumer.cached_info.num_pending == 0 or started < self._next
+        if self._next >= self._end:
+            self._done = True
         return consumer
 
     @property
@@ -506,9 +551,12 @@ class RangeReader:
 
     async def _next_batch(self) -> pa.RecordBatch | None:
         while not self._done:
+            if self._drained:
+                await self._run_out()
+                continue
             consumer = self._consumer or await self._open()
-            if self._done:
-                break
+            if self._done or self._drained:
+                continue
             want = min(self._rows, self._end - self._next)
             try:
                 batch = await self._fetch(consumer, want)
@@ -522,12 +570,198 @@ class RangeReader:
             self._unserved_since = None
             if batch is not None:
                 return batch
-            if not self._done:
+            if not self._done and not self._drained:
                 info = await consumer.info()
                 if info.num_pending == 0:
-                    self._done = True
-                    await self._check_skipped(self._end)  # purged up to its end?
+                    self._drained = True
+                    self._check_end = True  # purged up to its end?
         return None
+
+    async def _run_out(self) -> None:
+        """The consumer has nothing (matching) more: end the read, or read on elsewhere.
+
+        The end when the range is read, or when the stream's leader holds no
+        message of the read in ``[next, end)`` (the rest was deleted or does
+        not match the filter). Otherwise the consumer's replica is behind the
+        leader and it is created again (:meth:`_read_elsewhere`).
+        """
+        if self._next < self._end and await self._leader_holds_more():
+            await self._read_elsewhere()
+            return
+        self._done = True
+        if self._check_end:
+            await self._check_skipped(self._end)
+
+    async def _leader_holds_more(self) -> bool:
+        """Whether the stream's leader holds a message of the read in ``[next, end)``.
+
+        nats-server places the read's consumer (R1) on any of the stream's
+        peers; on one whose node restarted and is still catching up, the
+        consumer has nothing more while the leader holds the rest of the range
+        (40 of 1131 ranges read short, without an error). The leader answers a
+        plain (not direct) get of the next message of each filter from
+        ``next``. Not asked of a stream of one replica. A get that times out,
+        or that the election of a leader fails, is retried as any other
+        request of the read (:data:`TRANSIENT`); the consumer's word is taken
+        when the leader can not be asked (the get refused or not served).
+        """
+        if self._replicas <= 1:
+            return False
+        for subject in self._opts.subjects or (">",):
+            seq = await self._leader_next(subject)
+            if seq is None:
+                return False  # the leader can not be asked: the consumer's word is taken
+            if 0 < seq < self._end:
+                return True
+        return False
+
+    async def _leader_next(self, subject: str) -> int | None:
+        """The sequence of the leader's first message on ``subject`` from ``next`` (0: none).
+
+        A request on the connection: a ``STREAM.MSG.GET``, which only the
+        stream's leader answers (a direct get may be answered by the replica
+        behind). None when it can not be asked: the server refused the
+        request (the user may not publish it), nobody serves it (an account
+        importing the consumer API only), or an error other than an election's.
+
+        Raises:
+            JetStreamTimeoutError: no reply within the request timeout.
+            DisconnectedError: the connection dropped meanwhile.
+            ClusterUnavailableError: the stream has no leader now (an election).
+
+        """
+        connect = self._opts.connect
+        prefix = (
+            f"$JS.{connect.domain}.API"
+            if connect.domain
+            else (connect.api_prefix or "$JS.API").rstrip(".")
+        )
+        request_subject = f"{prefix}.STREAM.MSG.GET.{self._stream}"
+        refusals = self._refusals
+        if refusals is not None and self._stream in _REFUSED_GETS.get(refusals, ()):
+            return None
+        refused = refusals.count if refusals is not None else 0
+        body = json.dumps({"seq": self._next, "next_by_subj": subject}).encode()
+        request = asyncio.ensure_future(self._js.nc.request(request_subject, body, connect.timeout))
+        try:
+            # A refused request gets no reply, only the server's -ERR (see Refusals).
+            while not request.done():
+                await asyncio.wait({request}, timeout=0.05)
+                if refusals is None or refusals.count == refused or request.done():
+                    continue
+                refused = refusals.count
+                # (Not another request's refusal; nats-py gives the subject in lower case.)
+                if request_subject.lower() in refusals.last.lower():
+                    _REFUSED_GETS.setdefault(refusals, set()).add(self._stream)
+                    logger.warning(
+                        "aiojetstream.spark: reading stream %r: the server refused a message "
+                        "get (%s): allow the user to publish to %s, or a read task whose "
+                        "consumer is placed on a replica still catching up after a restart "
+                        "may end its range early",
+                        self._stream,
+                        refusals.last,
+                        request_subject,
+                    )
+                    return None
+            try:
+                reply = json.loads(request.result().data)
+            except nats.errors.NoRespondersError:
+                self._unasked("no responders")
+                return None
+            except nats.errors.TimeoutError:
+                raise JetStreamTimeoutError(
+                    f"timed out waiting for a reply on {request_subject!r}"
+                ) from None
+            except (
+                nats.errors.ConnectionClosedError,
+                nats.errors.ConnectionReconnectingError,
+                nats.errors.ConnectionDrainingError,
+                nats.errors.StaleConnectionError,
+                nats.errors.OutboundBufferLimitError,
+            ) as exc:
+                raise DisconnectedError(
+                    f"disconnected while waiting for a reply on {request_subject!r}"
+                ) from exc
+            except ValueError as exc:
+                self._unasked(repr(exc))
+                return None
+        finally:
+            request.cancel()
+        error = reply.get("error") if isinstance(reply, dict) else None
+        if isinstance(error, dict):
+            code, err_code = error.get("code"), error.get("err_code")
+            if err_code == _NO_MESSAGE or code == 404:
+                return 0
+            if code == 503 or err_code == _CLUSTER_UNAVAILABLE:
+                raise ClusterUnavailableError(
+                    503,
+                    _CLUSTER_UNAVAILABLE,
+                    str(error.get("description", "")),
+                    stream=self._stream,
+                )
+            self._unasked(repr(error))
+            return None
+        message = reply.get("message") if isinstance(reply, dict) else None
+        seq = message.get("seq") if isinstance(message, dict) else None
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            self._unasked(f"unexpected reply {str(reply)[:200]}")
+            return None
+        return seq
+
+    def _unasked(self, why: str) -> None:
+        logger.debug(
+            "aiojetstream.spark: could not ask the leader of stream %r for sequences %d..%d "
+            "(%s): the read ends where its consumer does",
+            self._stream,
+            self._next,
+            self._end - 1,
+            why,
+        )
+
+    async def _read_elsewhere(self) -> None:
+        """Create the consumer again at the next sequence: its replica is behind the leader.
+
+        The new consumer is placed anew (or its replica caught up meanwhile);
+        one that again has nothing more is replaced after a pause doubling from
+        0.1 s to 1 s, until a pull reads something, or for ``retryTimeout``.
+
+        Raises:
+            JetStreamTimeoutError: the replicas the consumers were placed on held
+                nothing more of the range for ``retryTimeout`` seconds.
+
+        """
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._behind_since is None:
+            self._behind_since = now
+            self._behind_pause = FIRST_DELAY
+        timeout = self._opts.retry_timeout
+        left = self._behind_since + timeout - now
+        if left <= 0:
+            raise JetStreamTimeoutError(
+                f"aiojetstream.spark: reading stream {self._stream!r}: the replicas its read "
+                f"consumers were placed on held nothing from sequence {self._next} for "
+                f"{timeout:g} s (option 'retryTimeout'), while the stream's leader holds "
+                f"messages of sequences {self._next}..{self._end - 1}"
+            )
+        consumer, self._consumer = self._consumer, None
+        self._drained = False
+        if consumer is not None:
+            logger.info(
+                "aiojetstream.spark: read consumer %r of stream %r has nothing from sequence "
+                "%d, which the stream's leader holds (its replica is catching up): "
+                "creating it again",
+                consumer.name,
+                self._stream,
+                self._next,
+            )
+            # Deleted meanwhile (its node may answer slowly while it catches up); its
+            # inactivity threshold removes it when the delete fails.
+            task = asyncio.ensure_future(_delete_quietly(self._js, consumer))
+            _DELETES.add(task)
+            task.add_done_callback(_DELETES.discard)
+        await asyncio.sleep(min(self._behind_pause, left))
+        self._behind_pause = min(self._behind_pause * 2, _BEHIND_PAUSE)
 
     async def _unserved(self, consumer: JSConsumer) -> None:
         """A pull got a 503 (no responders): pull again soon, or create the consumer again.
@@ -608,6 +842,11 @@ class RangeReader:
             return None
         seqs, stamps, pending = _numbers(msgs.column(1))
         first = seqs[0].as_py()
+        if first < self._next:
+            # Before the range's next sequence: the consumer was started by a replica
+            # behind the leader (at its end), which caught up since. See _run_out.
+            self._drained = True
+            return None
         if first > self._next:
             await self._check_skipped(first)
         n = msgs.num_rows
@@ -622,8 +861,9 @@ class RangeReader:
             seqs = seqs.slice(0, n)
             stamps = stamps.slice(0, n)
         elif pending == 0:
-            self._done = True  # nothing (matching) after it now
+            self._drained = True  # nothing (matching) after it now (see _run_out)
         self._next = seqs[n - 1].as_py() + 1
+        self._behind_since = None
         if self._next >= end:
             self._done = True
         data = msgs.column(3)
