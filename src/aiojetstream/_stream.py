@@ -251,30 +251,53 @@ class Stream:
         return bool(self._info.config.allow_direct)
 
     async def get_msg(
-        self, sequence: int, *, timeout: float | timedelta | str | None = None
+        self,
+        sequence: int,
+        *,
+        subject: str | None = None,
+        direct: bool = True,
+        timeout: float | timedelta | str | None = None,
     ) -> RawStreamMessage:
         """Read the message stored at ``sequence`` (a direct get when the stream allows it).
+
+        With ``subject`` (wildcards allowed), the first message at or after
+        ``sequence`` on it (nats.go's ``WithGetMsgSubject``).
 
         In a cluster a direct get is answered by the replica nearest the
         client, which may not hold the last acknowledged write yet (no
         read-your-writes from a follower); a stream without ``allow_direct``
-        is read from its leader.
+        is read from its leader, and so is every get with ``direct=False``
+        (read-your-writes, at the cost of a round trip to the leader).
 
         Raises:
-            MessageNotFoundError: no message has that sequence.
+            MessageNotFoundError: no message has that sequence (or none on
+                ``subject`` from it).
+            InvalidSubjectError: ``subject`` is not a valid subject filter.
 
         """
         timeout = check_timeout(timeout)
         seq = check_sequence(sequence, "sequence", 1)
-        return await self._get({"seq": seq}, f"sequence {seq}", timeout)
+        body: dict[str, Any] = {"seq": seq}
+        what = f"sequence {seq}"
+        if subject is not None:
+            body["next_by_subj"] = validate_filter_subject(subject)
+            what = f"subject {body['next_by_subj']!r} from sequence {seq}"
+        if not direct:
+            return await self._api_get(body, timeout)
+        return await self._get(body, what, timeout)
 
     async def get_last_msg_for_subject(
-        self, subject: str, *, timeout: float | timedelta | str | None = None
+        self,
+        subject: str,
+        *,
+        direct: bool = True,
+        timeout: float | timedelta | str | None = None,
     ) -> RawStreamMessage:
         """Read the last message stored on ``subject`` (direct get when the stream allows it).
 
         As :meth:`get_msg`: a direct get may be answered by a replica one
-        write behind; a stream without ``allow_direct`` is read from its leader.
+        write behind; a stream without ``allow_direct``, or ``direct=False``,
+        is read from its leader.
 
         Raises:
             MessageNotFoundError: the stream holds no message on that subject.
@@ -282,6 +305,8 @@ class Stream:
         """
         timeout = check_timeout(timeout)
         subject = validate_filter_subject(subject)  # (an exact str from here)
+        if not direct:
+            return await self._api_get({"last_by_subj": subject}, timeout)
         return await self._get({"last_by_subj": subject}, f"subject {subject!r}", timeout)
 
     async def _get(

@@ -202,6 +202,43 @@ async def test_get_msg_direct_and_not(js: JetStreamContext, direct: bool) -> Non
         await stream.get_last_msg_for_subject(f"{name}.zzz")
 
 
+@pytest.mark.parametrize("direct", [True, False])
+async def test_get_msg_by_subject_and_from_the_leader(js: JetStreamContext, direct: bool) -> None:
+    """``get_msg(seq, subject=)`` is the first message on the subject from ``seq`` (direct
+    or not); ``direct=False`` always asks the leader (``STREAM.MSG.GET``), for
+    read-your-writes on a stream that allows direct gets."""
+    name = unique_name("GETBY")
+    stream = await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], allow_direct=True)
+    )
+    for subject in "abab":
+        await js.publish(f"{name}.{subject}", subject.encode())
+    asked: list[str] = []
+
+    async def record(msg: Any) -> None:
+        asked.append(msg.subject.split(".")[2])
+
+    sub = await js.nc.subscribe(f"$JS.API.*.*.{name}", cb=record)
+    sub_get = await js.nc.subscribe(f"$JS.API.STREAM.MSG.GET.{name}", cb=record)
+    try:
+        msg = await stream.get_msg(2, subject=f"{name}.a", direct=direct)
+        assert (msg.seq, msg.subject) == (3, f"{name}.a")
+        assert (await stream.get_msg(1, subject=f"{name}.*", direct=direct)).seq == 1
+        last = await stream.get_last_msg_for_subject(f"{name}.b", direct=direct)
+        assert last.seq == 4
+        with pytest.raises(MessageNotFoundError):
+            await stream.get_msg(4, subject=f"{name}.a", direct=direct)
+        with pytest.raises(InvalidSubjectError):
+            await stream.get_msg(1, subject="bad subject", direct=direct)
+        await js.nc.flush()
+        expected = "DIRECT" if direct else "STREAM"
+        assert asked, "no get was seen"
+        assert set(asked) == {expected}, asked
+    finally:
+        await sub.unsubscribe()
+        await sub_get.unsubscribe()
+
+
 @pytest.mark.parametrize("erase", [False, True])
 async def test_delete_msg(js: JetStreamContext, erase: bool) -> None:
     stream = await js.create_stream(StreamConfig(name=unique_name("DEL"), subjects=["del.>"]))

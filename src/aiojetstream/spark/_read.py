@@ -18,21 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import json
 import logging
 import uuid
-import weakref
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-import nats.errors
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from aiojetstream import (
     AckPolicy,
+    AuthorizationError,
     ClusterUnavailableError,
     ConsumerConfig,
     ConsumerDeletedError,
@@ -44,11 +42,13 @@ from aiojetstream import (
     JetStreamContext,
     JetStreamError,
     JetStreamTimeoutError,
+    MessageNotFoundError,
     MessageTooLargeError,
     NoRespondersError,
     StreamNotFoundError,
 )
 from aiojetstream import Consumer as JSConsumer
+from aiojetstream import Stream as JSStream
 
 from ._options import (
     MAX_DEFAULT_PARTITIONS,
@@ -114,13 +114,9 @@ CLEANUP_TIMEOUT: Final = 2.0
 #: The longest pause before a read's consumer on a replica behind the leader is
 #: created again (the pause doubles from FIRST_DELAY up to it; see _read_elsewhere).
 _BEHIND_PAUSE: Final = 1.0
-#: The error code of a message get that found no message (404).
-_NO_MESSAGE: Final = 10037
-#: The error code of "JetStream cluster not available" (503: no leader now).
-_CLUSTER_UNAVAILABLE: Final = 10008
-#: The streams whose leader a connection may not ask (its user may not publish
-#: STREAM.MSG.GET): asked once, so one refusal at most (each counts, see Refusals).
-_REFUSED_GETS: weakref.WeakKeyDictionary[Refusals, set[str]] = weakref.WeakKeyDictionary()
+#: The streams whose leader this process may not ask (its user may not publish
+#: STREAM.MSG.GET): asked once, so one refusal (and warning) at most per stream.
+_REFUSED_GETS: set[str] = set()
 
 
 class DataLossError(JetStreamError):
@@ -447,6 +443,8 @@ class RangeReader:
         self._js = js
         self._opts = opts
         self._stream = name
+        #: The stream's handle, for the leader's gets (see :meth:`_leader_next`).
+        self._handle: JSStream | None = None
         self._start = start
         self._next = start
         self._end = end
@@ -618,11 +616,12 @@ class RangeReader:
     async def _leader_next(self, subject: str) -> int | None:
         """The sequence of the leader's first message on ``subject`` from ``next`` (0: none).
 
-        A request on the connection: a ``STREAM.MSG.GET``, which only the
+        ``get_msg(direct=False)``: a ``STREAM.MSG.GET``, which only the
         stream's leader answers (a direct get may be answered by the replica
         behind). None when it can not be asked: the server refused the
-        request (the user may not publish it), nobody serves it (an account
-        importing the consumer API only), or an error other than an election's.
+        request (the user may not publish it: said once per stream and
+        process), nobody serves it (an account importing the consumer API
+        only), or an error other than an election's.
 
         Raises:
             JetStreamTimeoutError: no reply within the request timeout.
@@ -630,83 +629,31 @@ class RangeReader:
             ClusterUnavailableError: the stream has no leader now (an election).
 
         """
-        connect = self._opts.connect
-        prefix = (
-            f"$JS.{connect.domain}.API"
-            if connect.domain
-            else (connect.api_prefix or "$JS.API").rstrip(".")
-        )
-        request_subject = f"{prefix}.STREAM.MSG.GET.{self._stream}"
-        refusals = self._refusals
-        if refusals is not None and self._stream in _REFUSED_GETS.get(refusals, ()):
+        if self._stream in _REFUSED_GETS:
             return None
-        refused = refusals.count if refusals is not None else 0
-        body = json.dumps({"seq": self._next, "next_by_subj": subject}).encode()
-        request = asyncio.ensure_future(self._js.nc.request(request_subject, body, connect.timeout))
         try:
-            # A refused request gets no reply, only the server's -ERR (see Refusals).
-            while not request.done():
-                await asyncio.wait({request}, timeout=0.05)
-                if refusals is None or refusals.count == refused or request.done():
-                    continue
-                refused = refusals.count
-                # (Not another request's refusal; nats-py gives the subject in lower case.)
-                if request_subject.lower() in refusals.last.lower():
-                    _REFUSED_GETS.setdefault(refusals, set()).add(self._stream)
-                    logger.warning(
-                        "aiojetstream.spark: reading stream %r: the server refused a message "
-                        "get (%s): allow the user to publish to %s, or a read task whose "
-                        "consumer is placed on a replica still catching up after a restart "
-                        "may end its range early",
-                        self._stream,
-                        refusals.last,
-                        request_subject,
-                    )
-                    return None
-            try:
-                reply = json.loads(request.result().data)
-            except nats.errors.NoRespondersError:
-                self._unasked("no responders")
-                return None
-            except nats.errors.TimeoutError:
-                raise JetStreamTimeoutError(
-                    f"timed out waiting for a reply on {request_subject!r}"
-                ) from None
-            except (
-                nats.errors.ConnectionClosedError,
-                nats.errors.ConnectionReconnectingError,
-                nats.errors.ConnectionDrainingError,
-                nats.errors.StaleConnectionError,
-                nats.errors.OutboundBufferLimitError,
-            ) as exc:
-                raise DisconnectedError(
-                    f"disconnected while waiting for a reply on {request_subject!r}"
-                ) from exc
-            except ValueError as exc:
-                self._unasked(repr(exc))
-                return None
-        finally:
-            request.cancel()
-        error = reply.get("error") if isinstance(reply, dict) else None
-        if isinstance(error, dict):
-            code, err_code = error.get("code"), error.get("err_code")
-            if err_code == _NO_MESSAGE or code == 404:
-                return 0
-            if code == 503 or err_code == _CLUSTER_UNAVAILABLE:
-                raise ClusterUnavailableError(
-                    503,
-                    _CLUSTER_UNAVAILABLE,
-                    str(error.get("description", "")),
-                    stream=self._stream,
-                )
-            self._unasked(repr(error))
+            if self._handle is None:
+                self._handle = await self._js.stream(self._stream)
+            message = await self._handle.get_msg(self._next, subject=subject, direct=False)
+        except MessageNotFoundError:
+            return 0
+        except (JetStreamTimeoutError, DisconnectedError, ClusterUnavailableError):
+            raise
+        except AuthorizationError as exc:
+            _REFUSED_GETS.add(self._stream)
+            logger.warning(
+                "aiojetstream.spark: reading stream %r: the server refused a message get "
+                "(%s): allow the user STREAM.MSG.GET on the stream, or a read task whose "
+                "consumer is placed on a replica still catching up after a restart may end "
+                "its range early",
+                self._stream,
+                exc,
+            )
             return None
-        message = reply.get("message") if isinstance(reply, dict) else None
-        seq = message.get("seq") if isinstance(message, dict) else None
-        if not isinstance(seq, int) or isinstance(seq, bool):
-            self._unasked(f"unexpected reply {str(reply)[:200]}")
+        except JetStreamError as exc:  # no responders, another API error
+            self._unasked(repr(exc))
             return None
-        return seq
+        return message.seq
 
     def _unasked(self, why: str) -> None:
         logger.debug(
