@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 )
 
 import aiojetstream
-from aiojetstream import NoRespondersError, RawStreamMessage, StreamConfig
+from aiojetstream import InvalidOptionError, NoRespondersError, RawStreamMessage, StreamConfig
 from aiojetstream.spark import JetStreamDataSource, JetStreamSparkWarning, _runtime
 from aiojetstream.spark._write import StreamWriter, Writer, WriteResult
 from aiojetstream.testing import NatsServer
@@ -133,6 +133,24 @@ def test_an_account_without_jetstream_writing_through_a_service_import(
             options["subject"] = f"shared.{name}.opt"
         write_both_ways(options, None if subject_option else f"shared.{name}.col")
     assert subjects(server, name) == [f"shared.{name}.col"] * 2 + [f"shared.{name}.opt"] * 2
+
+
+def test_option_subject_overrides_the_subject_column(server: NatsServer) -> None:
+    """As Kafka's topic option overrides a topic column: every row goes to the
+    option's subject, whatever its column says (a copy of a read went back into
+    its source stream, a loop when streaming)."""
+    name = shared_stream(server)
+    options = {"servers": server.url, "user": "a", "password": "a"}
+    with pytest.warns(JetStreamSparkWarning, match=r"option\('subject'\) overrides"):
+        write_both_ways({**options, "subject": f"shared.{name}.opt"}, f"shared.{name}.col")
+    assert subjects(server, name) == [f"shared.{name}.opt"] * 2
+    # Without the option the column is the subject, and a null one is refused.
+    write_both_ways(options, f"shared.{name}.col")
+    assert subjects(server, name)[2:] == [f"shared.{name}.col"] * 2
+    writer = JetStreamDataSource(options).writer(SCHEMA, False)
+    assert isinstance(writer, Writer)
+    with pytest.raises(InvalidOptionError, match="row 0 has a null 'subject'"):
+        writer.write(iter([row("x", None)]))
 
 
 def test_a_subject_no_stream_captures_fails_the_task_saying_what_to_do(

@@ -69,13 +69,39 @@ def test_write_string_data_and_option_subject(spark: SparkSession, nats: Nats, n
         [("hello", None), ("world", f"{name}.own"), ("numbers", None)],
         "data string, subject string",
     )
+    # The option overrides the 'subject' column for every row (Kafka's topic option).
     df.write.format("jetstream").option("servers", nats.url).option(
         "subject", f"{name}.default"
     ).mode("append").save()
     got = rows(reader(spark, nats.url, name).load())
     assert sorted((r["subject"], r["data"]) for r in got) == sorted(
-        [(f"{name}.default", b"hello"), (f"{name}.own", b"world"), (f"{name}.default", b"numbers")]
+        [
+            (f"{name}.default", b"hello"),
+            (f"{name}.default", b"world"),
+            (f"{name}.default", b"numbers"),
+        ]
     )
+
+
+def test_option_subject_retargets_a_copy_of_a_read(
+    spark: SparkSession, nats: Nats, name: str
+) -> None:
+    """A whole read (it has a 'subject' column) written with option('subject'): the
+    column won, the rows went back into the source stream and the target got none."""
+    source, target = name + "SRC", name + "DST"
+    create(nats, source)
+    create(nats, target)
+    spark.createDataFrame(
+        [(b"%d" % i, f"{source}.e") for i in range(5)], "data binary, subject string"
+    ).write.format("jetstream").option("servers", nats.url).mode("append").save()
+    reader(spark, nats.url, source).load().write.format("jetstream").option(
+        "servers", nats.url
+    ).option("subject", f"{target}.copy").option("dedupe", "auto").mode("append").save()
+    assert stored(nats, source) == 5
+    got = rows(reader(spark, nats.url, target).load())
+    assert sorted((r["subject"], bytes(r["data"])) for r in got) == [
+        (f"{target}.copy", b"%d" % i) for i in range(5)
+    ]
 
 
 @pytest.fixture

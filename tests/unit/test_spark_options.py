@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -183,6 +184,36 @@ def test_bad_json_offsets(offset: str) -> None:
 def test_bad_source_options_name_the_option(options: dict[str, str], names: str) -> None:
     with pytest.raises(InvalidOptionError, match=names):
         parse_source_options(options, streaming=False)
+
+
+@pytest.mark.parametrize(
+    ("options", "where"),
+    [
+        ({"stream": "S", "startingOffsets": "latest"}, ""),
+        ({"stream": "S", "startingOffsets": " LATEST "}, ""),
+        ({"streams": "A,B", "startingOffsets": "latest"}, ""),
+        ({"streams": "A,B", "startingOffsets": '{"A": 5, "B": "latest"}'}, " for stream 'B'"),
+        ({"streamPattern": "A.*", "startingOffsets": '{"A1": "latest"}'}, " for stream 'A1'"),
+    ],
+)
+def test_batch_reads_refuse_a_latest_start(options: dict[str, str], where: str) -> None:
+    """Kafka: "starting offset can't be latest for batch queries". A batch read from
+    the stream's end was accepted and always returned no rows."""
+    with pytest.raises(
+        InvalidOptionError,
+        match=re.escape(f"option 'startingOffsets': 'latest'{where} applies to streaming"),
+    ):
+        parse_source_options(options, streaming=False)
+    # A stream may start there; a batch read's startingTimestamp wins over startingOffsets.
+    assert parse_source_options(options, streaming=True)
+    assert parse_source_options({**options, "startingTimestamp": "0"}, streaming=False)
+    assert parse_source_options(
+        {
+            **options,
+            "startingOffsets": re.sub("latest", "earliest", options["startingOffsets"], flags=re.I),
+        },
+        streaming=False,
+    )
 
 
 def test_ending_offsets_batch_only() -> None:

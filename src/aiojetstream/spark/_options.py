@@ -612,6 +612,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             pattern,
         )
         starting = first  # type: ignore[assignment]
+        if not streaming and "startingtimestamp" not in opts:
+            _refuse_latest_start(starting, starting_by)
     ending: End = "latest"
     ending_by: dict[str, str | int] = {}
     if "endingoffsets" in opts:
@@ -710,6 +712,19 @@ def _offsets(
     if per is None:
         return parse_offset(raw, display, words, stream), {}
     return None, _check_named(per, display, selected, pattern)
+
+
+def _refuse_latest_start(starting: object, starting_by: Mapping[str, str | int]) -> None:
+    """A batch read cannot start at ``latest``: it would always read nothing (Kafka refuses it)."""
+    named = sorted(name for name, value in starting_by.items() if value == "latest")
+    if starting != "latest" and not named:
+        return
+    where = f" for stream {named[0]!r}" if named else ""
+    raise InvalidOptionError(
+        f"option 'startingOffsets': 'latest'{where} applies to streaming reads only "
+        "(a batch read from the stream's end returns no rows, and Kafka refuses it); "
+        "use 'earliest', a sequence or 'startingTimestamp'"
+    )
 
 
 def _check_named(

@@ -180,8 +180,12 @@ async def stream_bounds(
     return Bounds(first, nxt, info.created.isoformat(), size, info.config.num_replicas)
 
 
-def _consumer_config(opts: SourceOptions, **start: object) -> ConsumerConfig:
-    subjects = opts.subjects
+def _consumer_config(
+    opts: SourceOptions, subjects: tuple[str, ...] | None = None, **start: object
+) -> ConsumerConfig:
+    """A read consumer's config: ``subjects`` filters (the read's by default), ``start``."""
+    if subjects is None:
+        subjects = opts.subjects
     prefix = opts.consumer_name_prefix
     return ConsumerConfig(
         name=f"{prefix}-{uuid.uuid4().hex[:16]}" if prefix else None,
@@ -198,12 +202,20 @@ def _consumer_config(opts: SourceOptions, **start: object) -> ConsumerConfig:
 async def sequence_at(
     js: JetStreamContext, opts: SourceOptions, when: datetime, stream: str | None = None
 ) -> int:
-    """The first sequence of ``stream`` stored at or after ``when`` (its next one if none)."""
+    """The first sequence of ``stream`` stored at or after ``when`` (its next one if none).
+
+    Whatever the subject: the consumer has no filter. With two or more, nats-server
+    (seen with 2.15.1, ``selectStartingSeqNo``) starts a by-time consumer at the
+    first-ever message of a filter whose first message is at or after ``when``,
+    skipping the later messages of the filters that began before it. The
+    unfiltered time lookup is exact, and a range read skips what its filters do
+    not match anyway.
+    """
     name = stream if stream is not None else opts.stream
     assert name is not None
     consumer = await js.create_consumer(
         name,
-        _consumer_config(opts, deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=when),
+        _consumer_config(opts, (), deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=when),
     )
     try:
         return consumer.cached_info.delivered.stream_seq + 1

@@ -84,7 +84,7 @@ _ROW_CHUNK: Final = 10_000
 
 @dataclass(frozen=True, slots=True)
 class SinkColumns:
-    """Which of the sink's columns the DataFrame has, and their Arrow types."""
+    """Which of the sink's columns the write uses, and their Arrow types."""
 
     subject: bool
     headers: bool
@@ -178,17 +178,21 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
         and isinstance(fields.get("stream"), StringType)
         and isinstance(fields.get("seq"), ByteType | ShortType | IntegerType | LongType)
     )
-    used = (*_SINK_COLUMNS, *_SOURCE_ID_COLUMNS) if source_ids else _SINK_COLUMNS
+    used: tuple[str, ...] = (*_SINK_COLUMNS, *_SOURCE_ID_COLUMNS) if source_ids else _SINK_COLUMNS
+    overridden = subject is not None and opts.subject is not None
+    if overridden:  # the option is every row's subject (as Kafka's topic option)
+        used = tuple(c for c in used if c != "subject")
     extra = sorted(set(fields) - set(used))
     if extra:
+        note = "; option('subject') overrides the 'subject' column" if overridden else ""
         warnings.warn(
             f"aiojetstream.spark: columns {extra} are not written (the sink writes "
-            f"{', '.join(_SINK_COLUMNS)})",
+            f"{', '.join(_SINK_COLUMNS)}{note})",
             JetStreamSparkWarning,
             stacklevel=2,
         )
     return SinkColumns(
-        subject=subject is not None,
+        subject=subject is not None and not overridden,
         headers=headers is not None,
         msg_id=msg_id is not None,
         ttl=ttl is not None,
@@ -278,24 +282,17 @@ class _Publisher:
         if not n:
             return
         first_row = self.result.rows
-        subjects = _column(batch, "subject")
-        default = self._default
-        if subjects is not None and default is not None and None in subjects:
-            # Nulls take the option's subject (all null: the option's for every row).
-            if all(s is None for s in subjects):
-                subjects = None
-            else:
-                subjects = [default if s is None else s for s in subjects]
-        subject: str | list[str]
-        if subjects is not None and None not in subjects:
+        # The option is every row's subject, a 'subject' column or not (Kafka's rule for
+        # its topic option): a copy of a read (which has the column) goes where it says.
+        subject: str | list[str] | None = self._default
+        if subject is None:
+            subjects = _column(batch, "subject")
+            if subjects is None or None in subjects:
+                row = first_row + (0 if subjects is None else subjects.index(None))
+                raise InvalidOptionError(
+                    f"row {row} has a null 'subject' and no option('subject') is set"
+                )
             subject = subjects
-        elif default is not None:
-            subject = default
-        else:
-            row = first_row + (0 if subjects is None else subjects.index(None))
-            raise InvalidOptionError(
-                f"row {row} has a null 'subject' and no option('subject') is set"
-            )
         headers = _column(batch, "headers")
         header_ids = None
         if headers is not None and self._id_prefix is not None:
