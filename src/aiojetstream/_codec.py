@@ -12,6 +12,7 @@ payload that does not validate raises :class:`PayloadValidationError`.
 
 from __future__ import annotations
 
+import struct
 import weakref
 from collections.abc import Mapping
 from contextlib import suppress
@@ -55,9 +56,12 @@ class Codec(Protocol):
 
         Raise ``ValueError`` (pydantic's ``ValidationError`` is one) when
         ``data`` is not one: it is reported as :class:`PayloadValidationError`.
-        Any other ``Exception`` (``struct.error``, protobuf's ``DecodeError``)
-        is too; only :class:`InvalidOptionError` (``type_`` cannot be decoded
-        at all) is raised as it is.
+        So are ``TypeError``, ``LookupError`` (``KeyError``, ``IndexError``),
+        ``struct.error``, an error of a class named ``DecodeError`` (protobuf's)
+        and those in the codec's optional ``invalid_errors`` attribute (a tuple
+        of exception classes). Anything else (a ``ConnectionError`` of a schema
+        registry, an :class:`InvalidOptionError`: ``type_`` cannot be decoded
+        at all) is raised as it is, the message left unsettled.
         """
         ...
 
@@ -394,10 +398,34 @@ def decode(
             value: T = validate(data)
             return value
         return codec.decode(data, type_)  # type: ignore[union-attr]
-    except InvalidOptionError:
-        raise
-    except Exception as exc:  # pydantic's ValidationError, any error of the codec's
+    except Exception as exc:  # pydantic's ValidationError, a codec's invalid payload
+        if not invalid_payload(exc, codec):
+            raise
         raise invalid(exc, type_, *where()) from exc
+
+
+#: The errors of a decode that say the payload is invalid (see Codec.decode).
+_INVALID_PAYLOAD: Final = (ValueError, TypeError, LookupError, struct.error)
+
+
+def invalid_payload(exc: BaseException, codec: object | None = None) -> bool:
+    """Whether ``exc``, raised by decoding, says the payload is invalid (pure).
+
+    ``ValueError`` (pydantic's ``ValidationError``, ``UnicodeError``, JSON's
+    and msgpack's errors), ``TypeError``, ``LookupError``, ``struct.error``, a
+    class named ``DecodeError`` (protobuf's) or one of ``codec``'s
+    ``invalid_errors``. Not an :class:`InvalidOptionError` (the codec cannot
+    decode at all) nor any other error (a schema registry's ``ConnectionError``,
+    a ``MemoryError``): those leave the message unsettled, to come again.
+    """
+    if isinstance(exc, InvalidOptionError) or not isinstance(exc, Exception):
+        return False
+    if isinstance(exc, _INVALID_PAYLOAD):
+        return True
+    if any(cls.__name__ == "DecodeError" for cls in type(exc).__mro__):
+        return True
+    declared = getattr(codec, "invalid_errors", None)
+    return isinstance(declared, tuple) and isinstance(exc, declared)
 
 
 def invalid(

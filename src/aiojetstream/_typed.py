@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, TypeVar
 
-from ._codec import Codec, JsonCodec, invalid, json_validator
+from ._codec import Codec, JsonCodec, invalid, invalid_payload, json_validator
 from ._errors import FetchTimeoutError, InvalidOptionError, JetStreamError, PayloadValidationError
 from ._message import Msg, TypedMsg, typed, where
 from ._pull_engine import MIN_EXPIRES
@@ -59,11 +59,12 @@ def decoder(model: type[T], codec: Codec | None) -> Callable[[bytes], T]:
     """The payload decoder of a typed consumer.
 
     It raises on a bad payload: pydantic's ``ValidationError``, or whatever
-    the codec raises. Any ``Exception`` but :class:`InvalidOptionError` (a
-    codec's ``struct.error``, protobuf's ``DecodeError``, a ``KeyError``) is an
-    invalid payload, handled by ``on_invalid``; an ``InvalidOptionError`` (the
-    codec cannot decode into ``model`` at all) is raised as it is, the message
-    left unsettled.
+    the codec raises. An error :func:`~._codec.invalid_payload` calls so
+    (``ValueError``, ``struct.error``, protobuf's ``DecodeError``, a
+    ``KeyError``, ...) is an invalid payload, handled by ``on_invalid``; any
+    other (an ``InvalidOptionError``: the codec cannot decode into ``model``
+    at all; a schema registry's ``ConnectionError``) is raised as it is, the
+    message left unsettled (it comes again after ``ack_wait``).
 
     Without a codec (or with a :class:`JsonCodec`), pydantic's validator of
     ``model`` is built here, once: a type it cannot validate is refused now,
@@ -190,11 +191,13 @@ def typed_handler(
     async def handle(msg: Msg) -> None:
         try:
             value = decode(msg.data)
-        except Exception as exc:  # any codec error is an invalid payload (see decoder)
+        except Exception as exc:
             running: _Failing = ctx[0]
             if isinstance(exc, InvalidOptionError):  # the codec cannot decode at all: the end
                 running._fail(exc)
                 return
+            if not invalid_payload(exc, codec):
+                raise  # as a handler's error: logged, the message left unsettled
             try:
                 await refuse(msg, exc, model, on_invalid, on_refused)
             except PayloadValidationError as error:  # on_invalid="raise": the end
@@ -254,9 +257,9 @@ async def next_valid(
             raise out_of_time() from exc
         try:
             value = decode(msg.data)
-        except InvalidOptionError:
-            raise
-        except Exception as exc:  # any codec error is an invalid payload (see decoder)
+        except Exception as exc:
+            if not invalid_payload(exc, codec):
+                raise  # the message is left unsettled (see decoder)
             await refuse(msg, exc, model, on_invalid, on_refused)
             refused += 1
             left = deadline - loop.time()
@@ -281,7 +284,7 @@ class TypedMessageBatch(Generic[T]):
     (see :func:`refuse`).
     """
 
-    __slots__ = ("_batch", "_decode", "_held", "_model", "_on_invalid", "_on_refused")
+    __slots__ = ("_batch", "_codec", "_decode", "_held", "_model", "_on_invalid", "_on_refused")
 
     def __init__(
         self,
@@ -293,6 +296,7 @@ class TypedMessageBatch(Generic[T]):
     ) -> None:
         self._batch = batch
         self._decode = decoder(model, codec)
+        self._codec = codec
         self._model = model
         self._on_invalid = on_invalid
         self._on_refused = on_refused
@@ -308,9 +312,9 @@ class TypedMessageBatch(Generic[T]):
             msg = self._held.popleft() if self._held else await self._batch.__anext__()
             try:
                 value = decode(msg.data)
-            except InvalidOptionError:
-                raise
-            except Exception as exc:  # any codec error is an invalid payload (see decoder)
+            except Exception as exc:
+                if not invalid_payload(exc, self._codec):
+                    raise  # the message is left unsettled (see decoder)
                 await refuse(msg, exc, self._model, self._on_invalid, self._on_refused)
                 continue
             return typed(msg, value)
@@ -345,8 +349,8 @@ class TypedMessageBatch(Generic[T]):
         for index, msg in enumerate(raw):
             try:
                 value = decode(msg.data)
-            except Exception as exc:  # any codec error is an invalid payload (see decoder)
-                usage = isinstance(exc, InvalidOptionError)  # raised as it is
+            except Exception as exc:
+                usage = not invalid_payload(exc, self._codec)  # raised as it is
                 if usage or self._on_invalid == "raise":
                     if out:  # returned first; the next call raises
                         self._held.extend(raw[index:])

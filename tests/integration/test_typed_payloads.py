@@ -28,6 +28,7 @@ from aiojetstream import (
     ObjectStoreConfig,
     PayloadValidationError,
     RawCodec,
+    RetentionPolicy,
     StorageType,
     StreamConfig,
     TypedMsg,
@@ -987,3 +988,62 @@ async def test_a_codec_invalid_option_error_is_raised_as_it_is_and_loses_nothing
     raw = await (await js.stream(stream)).get_msg(3)
     with pytest.raises(InvalidOptionError, match="at all"):
         raw.decode(int, codec)
+
+
+class FlakyRegistryCodec:
+    """JSON after a schema-registry look-up that fails (``ConnectionError``) ``down`` times:
+    not an invalid payload, so nothing may be settled for it."""
+
+    def __init__(self, down: int) -> None:
+        self.down = down
+
+    def encode(self, value: Any) -> bytes:
+        return json.dumps(value).encode()
+
+    def decode(self, data: bytes, type_: type[T]) -> T:
+        if self.down:
+            self.down -= 1
+            raise ConnectionError("schema registry unreachable")
+        value: T = json.loads(data)
+        return value
+
+
+async def test_a_codec_that_fails_for_a_passing_reason_settles_nothing(
+    js: JetStreamContext,
+) -> None:
+    """A codec error that says nothing about the payload (a ConnectionError) is raised
+    as it is and the message is left unsettled, to come again: the default
+    on_invalid="term" terminated it (on a work queue: removed, never consumed)."""
+    stream = unique_name("FLAKY")
+    await js.create_stream(
+        StreamConfig(
+            name=stream,
+            subjects=[f"{stream}.>"],
+            storage=StorageType.MEMORY,
+            retention=RetentionPolicy.WORKQUEUE,
+        )
+    )
+    consumer = await js.create_consumer(
+        stream, ConsumerConfig(durable_name="w", ack_policy=AckPolicy.EXPLICIT, ack_wait=1)
+    )
+    for i in range(3):
+        await js.publish(f"{stream}.a", i, codec=JsonCodec())
+    codec = FlakyRegistryCodec(down=1)
+    batch = await consumer.fetch(3, expires=STEP, model=int, codec=codec)
+    with pytest.raises(ConnectionError):
+        await batch.collect()
+    assert [m.value for m in await batch.collect()] == [1, 2]  # held, not lost
+    codec.down = 1
+    with pytest.raises(ConnectionError):
+        await consumer.next(expires=10, model=int, codec=codec)  # one comes after ack_wait
+    got: list[int] = []
+
+    async def all_three() -> bool:
+        batch = await consumer.fetch(3, expires=1, model=int, codec=codec)
+        for msg in await batch.collect():
+            got.append(msg.value)
+            await msg.ack()
+        return sorted(got) == [0, 1, 2]
+
+    await wait_until(all_three, timeout=15)  # 0 (and 1) again after ack_wait
+    assert (await (await js.stream(stream)).info()).state.messages == 0

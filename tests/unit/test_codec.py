@@ -238,3 +238,45 @@ def test_what_pydantic_cannot_validate_says_why() -> None:
     with pytest.raises(InvalidOptionError, match=r"list\[.*NoSchema\].*schema for .*NoSchema"):
         decoder(list[NoSchema], None)
     assert decoder(list[int], None)(b"[1]") == [1]
+
+
+def test_only_errors_that_say_the_payload_is_invalid_are_invalid_payloads() -> None:
+    """A codec's ValueError, TypeError, LookupError, struct.error, protobuf's DecodeError
+    and its declared ``invalid_errors`` are invalid payloads (settled by on_invalid); a
+    passing error (a registry's ConnectionError) or InvalidOptionError is not."""
+    import struct
+
+    from aiojetstream import InvalidOptionError
+    from aiojetstream._codec import invalid_payload
+
+    class DecodeError(Exception):  # protobuf's name, not a ValueError
+        pass
+
+    class Corrupt(Exception):
+        pass
+
+    class Declaring:
+        invalid_errors = (Corrupt,)
+
+    for exc in (
+        ValueError(),
+        UnicodeDecodeError("utf-8", b"", 0, 1, "x"),
+        TypeError(),
+        KeyError("k"),
+        IndexError(),
+        struct.error(),
+        DecodeError(),
+    ):
+        assert invalid_payload(exc), exc
+    assert invalid_payload(Corrupt(), Declaring())
+    assert not invalid_payload(Corrupt(), None)
+    for passing in (
+        ConnectionError(),
+        TimeoutError(),
+        OSError(),
+        MemoryError(),
+        RecursionError(),
+        RuntimeError(),
+        InvalidOptionError("x"),
+    ):
+        assert not invalid_payload(passing), passing

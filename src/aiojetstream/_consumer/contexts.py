@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .._cleanup import close_in_background, close_when_collected
-from .._codec import Codec
-from .._errors import InvalidOptionError, JetStreamError
+from .._codec import Codec, invalid_payload
+from .._errors import JetStreamError
 from .._message import Msg, TypedMsg, typed
 from .._pull_driver import PullDriver, in_error_handler
 from .._typed import (
@@ -278,6 +278,7 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
     ) -> None:
         super().__init__(driver)
         self._decode = decoder(model, codec)
+        self._codec = codec
         self._model = model
         self._on_invalid = on_invalid
         self._on_refused = on_refused
@@ -306,9 +307,9 @@ class TypedMessagesContext(MessagesContext, Generic[T]):
                     raise StopAsyncIteration
             try:
                 value = decode(msg.data)
-            except InvalidOptionError:
-                raise
-            except Exception as exc:  # any codec error is an invalid payload (see decoder)
+            except Exception as exc:
+                if not invalid_payload(exc, self._codec):
+                    raise  # the codec cannot decode now: the message is left unsettled
                 await refuse(msg, exc, self._model, self._on_invalid, self._on_refused)
                 continue
             return typed(msg, value)
