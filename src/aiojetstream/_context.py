@@ -154,9 +154,21 @@ class JetStreamContext:
         shutdown), it goes on, and calling ``close()`` again waits for it;
         called from within it (a ``disconnected_cb`` or ``closed_cb`` that
         closes the context), it returns at once.
+
+        Called from an event loop other than the connection's: when that loop
+        has ended (the context was opened in an earlier ``asyncio.run()``), the
+        connection is dropped quietly (its socket shut down) if the context
+        owns it; when it still runs, :class:`InvalidOptionError` is raised.
         """
         task = self._closing
         if task is None:
+            if self._conn.orphaned():
+                # Its event loop has ended (connected in an earlier asyncio.run()):
+                # nothing can run there, nats-py's close raised RuntimeError.
+                self._publisher.abandon()
+                if self._owns_connection:
+                    await self._conn.close()  # shuts the socket down, marks it closed
+                return
             task = self._closing = asyncio.ensure_future(self._close())
         elif task is asyncio.current_task():
             return  # a connection callback the close runs: waiting for itself hung
