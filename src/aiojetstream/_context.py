@@ -497,16 +497,19 @@ class JetStreamContext:
     async def consumer(
         self, stream: str, name: str, *, timeout: float | timedelta | str | None = None
     ) -> C.Consumer:
-        """A handle on an existing consumer.
+        """A handle on an existing pull consumer.
 
         Raises:
             ConsumerNotFoundError: the consumer does not exist.
+            InvalidOptionError: it is a push consumer (it has a ``deliver_subject``):
+                this library pulls.
 
         """
         timeout = check_timeout(timeout)
         from . import _consumer as C
 
-        return C.Consumer(self._api, await C.consumer_info(self._api, stream, name, timeout))
+        info = await C.consumer_info(self._api, stream, name, timeout)
+        return C.Consumer(self._api, C.pull_consumer(info))
 
     async def delete_consumer(
         self, stream: str, name: str, *, timeout: float | timedelta | str | None = None
