@@ -22,6 +22,7 @@ from ._conn import MAX_SUBJECT_LINE, Conn, NatsClient, check_line, connect_nats
 from ._errors import (
     ConnectionClosedError,
     InvalidOptionError,
+    JetStreamError,
     MessageNotFoundError,
     StreamConfigError,
     StreamNotFoundError,
@@ -508,8 +509,29 @@ class JetStreamContext:
         timeout = check_timeout(timeout)
         from . import _consumer as C
 
-        info = await C.consumer_info(self._api, stream, name, timeout)
+        try:
+            info = await C.consumer_info(self._api, stream, name, timeout)
+        except StreamNotFoundError as exc:
+            await self._note_swapped(exc, stream, name, timeout)
+            raise
         return C.Consumer(self._api, C.pull_consumer(info))
+
+    async def _note_swapped(
+        self, error: StreamNotFoundError, stream: str, name: str, timeout: float | None
+    ) -> None:
+        """``stream`` is missing: if ``name`` (the consumer) names a stream, say the order.
+
+        ``js.consumer("worker", "ORDERS")`` said only ``stream 'worker' not found``.
+        One look-up, on this error path only.
+        """
+        try:
+            await self._api.call(_api.STREAM_INFO, timeout=timeout, stream=name)
+        except JetStreamError:
+            return  # no such stream either (or no answer): the error says enough
+        error.args = (
+            f"{error.args[0]}: {name!r}, given as the consumer, is a stream: the stream "
+            "comes first, then the consumer (swapped arguments?)",
+        )
 
     async def delete_consumer(
         self, stream: str, name: str, *, timeout: float | timedelta | str | None = None
@@ -523,7 +545,11 @@ class JetStreamContext:
         timeout = check_timeout(timeout)
         from . import _consumer as C
 
-        await C.delete_consumer(self._api, stream, name, timeout)
+        try:
+            await C.delete_consumer(self._api, stream, name, timeout)
+        except StreamNotFoundError as exc:
+            await self._note_swapped(exc, stream, name, timeout)
+            raise
 
     async def pause_consumer(
         self,

@@ -223,3 +223,27 @@ async def test_a_pull_of_a_consumer_made_push_meanwhile(js: JetStreamContext, st
     assert PUSH_HINT in str(refused.value)
     with pytest.raises(InvalidOptionError, match=PUSH_HINT):
         await handle.next(expires=2)
+
+
+async def test_swapped_stream_and_consumer_arguments_get_a_hint(
+    js: JetStreamContext, stream: str
+) -> None:
+    await js.create_consumer(stream, ConsumerConfig(durable_name="w"))
+    missing = unique_name("NOPE")
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: js.consumer("w", stream),
+        lambda: js.delete_consumer("w", stream),
+    ]
+    for call in calls:
+        with pytest.raises(StreamNotFoundError) as swapped:
+            await call()
+        text = str(swapped.value)
+        assert text.startswith("stream 'w' not found (code=404, err_code=10059)")
+        assert f"{stream!r}, given as the consumer, is a stream" in text
+        assert "the stream comes first, then the consumer" in text
+        assert swapped.value.err_code == 10059
+    # No stream of the consumer's name: nothing to hint at.
+    with pytest.raises(StreamNotFoundError) as plain:
+        await js.consumer(missing, "w")
+    assert str(plain.value) == f"stream {missing!r} not found (code=404, err_code=10059)"
+    assert (await js.consumer(stream, "w")).name == "w"
