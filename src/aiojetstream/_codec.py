@@ -306,8 +306,8 @@ def json_validator(type_: Any) -> Callable[[bytes], Any]:
 def _refusal(payload: object) -> str:
     if isinstance(payload, str):
         return (
-            "payload must be bytes, a pydantic model, or any value with codec=; got str: "
-            "publish text as bytes, for example payload.encode() (UTF-8)"
+            "payload must be bytes, bytearray, memoryview, a pydantic model, or any value "
+            "with codec=; got str: publish text as bytes, for example payload.encode() (UTF-8)"
         )
     got = (
         f"the class {payload.__name__} (pass an instance)"

@@ -22,6 +22,7 @@ from ._conn import MAX_SUBJECT_LINE, Conn, NatsClient, check_line, connect_nats
 from ._errors import (
     ConnectionClosedError,
     InvalidOptionError,
+    JetStreamError,
     MessageNotFoundError,
     StreamConfigError,
     StreamNotFoundError,
@@ -154,9 +155,21 @@ class JetStreamContext:
         shutdown), it goes on, and calling ``close()`` again waits for it;
         called from within it (a ``disconnected_cb`` or ``closed_cb`` that
         closes the context), it returns at once.
+
+        Called from an event loop other than the connection's: when that loop
+        has ended (the context was opened in an earlier ``asyncio.run()``), the
+        connection is dropped quietly (its socket shut down) if the context
+        owns it; when it still runs, :class:`InvalidOptionError` is raised.
         """
         task = self._closing
         if task is None:
+            if self._conn.orphaned():
+                # Its event loop has ended (connected in an earlier asyncio.run()):
+                # nothing can run there, nats-py's close raised RuntimeError.
+                self._publisher.abandon()
+                if self._owns_connection:
+                    await self._conn.close()  # shuts the socket down, marks it closed
+                return
             task = self._closing = asyncio.ensure_future(self._close())
         elif task is asyncio.current_task():
             return  # a connection callback the close runs: waiting for itself hung
@@ -485,16 +498,40 @@ class JetStreamContext:
     async def consumer(
         self, stream: str, name: str, *, timeout: float | timedelta | str | None = None
     ) -> C.Consumer:
-        """A handle on an existing consumer.
+        """A handle on an existing pull consumer.
 
         Raises:
             ConsumerNotFoundError: the consumer does not exist.
+            InvalidOptionError: it is a push consumer (it has a ``deliver_subject``):
+                this library pulls.
 
         """
         timeout = check_timeout(timeout)
         from . import _consumer as C
 
-        return C.Consumer(self._api, await C.consumer_info(self._api, stream, name, timeout))
+        try:
+            info = await C.consumer_info(self._api, stream, name, timeout)
+        except StreamNotFoundError as exc:
+            await self._note_swapped(exc, stream, name, timeout)
+            raise
+        return C.Consumer(self._api, C.pull_consumer(info))
+
+    async def _note_swapped(
+        self, error: StreamNotFoundError, stream: str, name: str, timeout: float | None
+    ) -> None:
+        """``stream`` is missing: if ``name`` (the consumer) names a stream, say the order.
+
+        ``js.consumer("worker", "ORDERS")`` said only ``stream 'worker' not found``.
+        One look-up, on this error path only.
+        """
+        try:
+            await self._api.call(_api.STREAM_INFO, timeout=timeout, stream=name)
+        except JetStreamError:
+            return  # no such stream either (or no answer): the error says enough
+        error.args = (
+            f"{error.args[0]}: {name!r}, given as the consumer, is a stream: the stream "
+            "comes first, then the consumer (swapped arguments?)",
+        )
 
     async def delete_consumer(
         self, stream: str, name: str, *, timeout: float | timedelta | str | None = None
@@ -508,7 +545,11 @@ class JetStreamContext:
         timeout = check_timeout(timeout)
         from . import _consumer as C
 
-        await C.delete_consumer(self._api, stream, name, timeout)
+        try:
+            await C.delete_consumer(self._api, stream, name, timeout)
+        except StreamNotFoundError as exc:
+            await self._note_swapped(exc, stream, name, timeout)
+            raise
 
     async def pause_consumer(
         self,

@@ -247,7 +247,10 @@ class PullDriver:
         first, within its own bound, and raises if it does not come; a run
         (``messages`` / ``consume``) starts paused, and pulls once reconnected.
         """
-        self._loop = loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        if loop is not self._conn.loop:  # nothing is subscribed nor pulled (Conn.other_loop)
+            self._conn.other_loop(loop)
+        self._loop = loop
         began = loop.time()
         if self.settings.single and self._conn.is_down:
             await self._wait_reconnected(began)

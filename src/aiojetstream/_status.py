@@ -31,6 +31,7 @@ from ._errors import (
     APIError,
     BadRequestError,
     ConsumerDeletedError,
+    InvalidOptionError,
     JetStreamError,
     MessageTooLargeError,
     NoRespondersError,
@@ -235,6 +236,8 @@ class Status:
         * 409 Message Size Exceeds MaxBytes:
           :class:`~aiojetstream.MessageTooLargeError`.
         * 400: :class:`~aiojetstream.BadRequestError`.
+        * 409 Consumer is push based: :class:`~aiojetstream.InvalidOptionError`
+          (this library pulls: create the consumer without ``deliver_subject``).
         * 423: :class:`~aiojetstream.PinIdMismatchError` (``reason``
           ``"wrong_pin"`` for ``Nats-Wrong-Pin-Id``, else ``"mismatch"``).
         * anything else: :class:`~aiojetstream.APIError` with ``err_code`` 0.
@@ -257,6 +260,11 @@ class Status:
         if kind is StatusKind.PIN_MISMATCH:
             reason = "wrong_pin" if "wrong" in self.description.lower() else "mismatch"
             return PinIdMismatchError(f"the pinned client lost its pin ({text})", reason)
+        if kind is StatusKind.PUSH_BASED:  # the consumer became one after the handle was made
+            return InvalidOptionError(
+                f"the consumer is a push consumer ({text}): aiojetstream pulls: create the "
+                "consumer without deliver_subject (a pull consumer)"
+            )
         description = self.description or f"status {self.code}"
         if kind is StatusKind.BAD_REQUEST:
             return BadRequestError(self.code, 0, description)

@@ -25,7 +25,7 @@ import typer
 from typer.testing import CliRunner, Result
 
 import aiojetstream
-from aiojetstream import JetStreamContext, StreamNotFoundError
+from aiojetstream import ConsumerConfig, JetStreamContext, StreamNotFoundError
 from aiojetstream.cli._app import app
 from aiojetstream.testing import NatsServer
 from credentials import CertificateAuthority, Operator, new_nkey, public_key, seed_text
@@ -109,6 +109,15 @@ def stream(cli: Cli) -> Iterator[str]:
     cli("stream", "add", name, "--subjects", f"{name}.>")
     yield name
     cli("stream", "rm", name, "--force", expect=0)
+
+
+def test_consumer_info_of_a_push_consumer(cli: Cli, stream: str, nats_url: str) -> None:
+    # js.consumer() refuses a push consumer (the library pulls); the CLI shows any.
+    deliver = unique_name("deliver")
+    config = ConsumerConfig(durable_name="p", deliver_subject=deliver)
+    query(nats_url, lambda js: js.create_consumer(stream, config))
+    info = as_json(cli("consumer", "info", stream, "p", "--json"))
+    assert info["config"]["deliver_subject"] == deliver
 
 
 # --------------------------------------------------------------------------- stream

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from aiojetstream import (
     InvalidNameError,
     InvalidOptionError,
     JetStreamContext,
+    Msg,
     StorageType,
     StreamConfig,
     StreamNotFoundError,
@@ -167,3 +169,81 @@ async def test_bad_consumer_input(js: JetStreamContext, stream: str) -> None:
 async def test_consumer_on_missing_stream(js: JetStreamContext) -> None:
     with pytest.raises(StreamNotFoundError):
         await js.create_consumer("MISSING", ConsumerConfig(name="x"))
+
+
+PUSH_HINT = "create the consumer without deliver_subject"
+
+
+async def _ignore(msg: Msg) -> None:
+    pass
+
+
+async def test_a_push_consumer_is_refused_at_binding(js: JetStreamContext, stream: str) -> None:
+    await js.publish("c.1", b"x")
+    push = ConsumerConfig(durable_name="push", deliver_subject=unique_name("deliver"))
+    created = await js.create_consumer(stream, push)  # made for another client: fine
+    stream_handle = await js.stream(stream)
+    binds: list[Callable[[], Awaitable[object]]] = [
+        lambda: js.consumer(stream, "push"),
+        lambda: stream_handle.consumer("push"),
+    ]
+    for bind in binds:
+        with pytest.raises(InvalidOptionError) as refused:
+            await bind()
+        assert "'push' is a push consumer" in str(refused.value)
+        assert PUSH_HINT in str(refused.value)
+    # The handle of the create call refuses every pull before sending it.
+    pulls: list[Callable[[], Awaitable[object]]] = [
+        lambda: created.fetch(1, expires=1),
+        lambda: created.next(expires=1),
+        lambda: created.fetch_no_wait(1),
+        lambda: created.consume(_ignore),
+    ]
+    for pull in pulls:
+        with pytest.raises(InvalidOptionError, match=PUSH_HINT):
+            await pull()
+    with pytest.raises(InvalidOptionError, match=PUSH_HINT):
+        created.messages()
+    info = await created.info()  # administration still works on it
+    assert info.delivered.consumer_seq == 0
+    assert info.num_waiting == 0
+
+
+async def test_a_pull_of_a_consumer_made_push_meanwhile(js: JetStreamContext, stream: str) -> None:
+    await js.publish("c.1", b"x")
+    handle = await js.create_consumer(stream, ConsumerConfig(durable_name="later"))
+    await js.delete_consumer(stream, "later")
+    await js.create_consumer(
+        stream, ConsumerConfig(durable_name="later", deliver_subject=unique_name("deliver"))
+    )
+    # The handle still knows a pull consumer: the server's 409, typed, with the way out.
+    with pytest.raises(InvalidOptionError) as refused:
+        await (await handle.fetch(1, expires=2)).collect()
+    assert "409 Consumer is push based" in str(refused.value)
+    assert PUSH_HINT in str(refused.value)
+    with pytest.raises(InvalidOptionError, match=PUSH_HINT):
+        await handle.next(expires=2)
+
+
+async def test_swapped_stream_and_consumer_arguments_get_a_hint(
+    js: JetStreamContext, stream: str
+) -> None:
+    await js.create_consumer(stream, ConsumerConfig(durable_name="w"))
+    missing = unique_name("NOPE")
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: js.consumer("w", stream),
+        lambda: js.delete_consumer("w", stream),
+    ]
+    for call in calls:
+        with pytest.raises(StreamNotFoundError) as swapped:
+            await call()
+        text = str(swapped.value)
+        assert text.startswith("stream 'w' not found (code=404, err_code=10059)")
+        assert f"{stream!r}, given as the consumer, is a stream" in text
+        assert "the stream comes first, then the consumer" in text
+        assert swapped.value.err_code == 10059
+    # No stream of the consumer's name: nothing to hint at.
+    with pytest.raises(StreamNotFoundError) as plain:
+        await js.consumer(missing, "w")
+    assert str(plain.value) == f"stream {missing!r} not found (code=404, err_code=10059)"
+    assert (await js.consumer(stream, "w")).name == "w"

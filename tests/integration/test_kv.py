@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -92,6 +93,24 @@ async def lasting_markers(js: JetStreamContext) -> KeyValue:
     return await js.create_key_value(
         KeyValueConfig(bucket=unique_name("lm"), history=1, limit_marker_ttl=60)
     )
+
+
+async def test_a_str_value_says_how_to_store_text(kv: KeyValue) -> None:
+    # (publish's own wording said "publish text as bytes, for example payload.encode()")
+    calls: list[tuple[Callable[[], Awaitable[int]], str]] = [
+        (lambda: kv.put("k", "text"), "kv.put(key, value.encode())"),
+        (lambda: kv.create("k", "text"), "kv.create(key, value.encode())"),
+        (lambda: kv.update("k", "text", 1), "kv.update(key, value.encode(), last_revision)"),
+    ]
+    for call, fix in calls:
+        with pytest.raises(InvalidOptionError) as refused:
+            await call()
+        assert "got str: store text as bytes" in str(refused.value)
+        assert fix in str(refused.value)
+        assert "publish" not in str(refused.value)
+    assert await is_gone(kv, "k")
+    value = "text"
+    assert await kv.put("k", value.encode()) == 1  # as the error says
 
 
 # --------------------------------------------------------------------------- buckets

@@ -9,6 +9,7 @@ cover the orders it does).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiojetstream import ConnectionClosedError
@@ -31,6 +32,7 @@ class FakeConn:
     def __init__(self) -> None:
         self.nc = _NatsClient()
         self.sent: list[bytes] = []
+        self.loop = asyncio.get_running_loop()  # the connection's event loop
 
     def publish_nowait(self, subject: bytes, payload: bytes, reply: bytes, *args: Any) -> None:
         self.sent.append(reply.removeprefix(PREFIX))

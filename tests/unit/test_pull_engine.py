@@ -1521,7 +1521,7 @@ def pull_settings(draw: st.DrawFn) -> PullSettings:
 
 _TERMINALS: list[tuple[StatusKind, type[JetStreamError]]] = [
     (K.CONSUMER_DELETED, ConsumerDeletedError),
-    (K.PUSH_BASED, APIError),
+    (K.PUSH_BASED, InvalidOptionError),
     (K.BAD_REQUEST, BadRequestError),
 ]
 

@@ -10,7 +10,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from .._errors import ConnectionClosedError, JetStreamError
+from .._errors import ConnectionClosedError, InvalidOptionError, JetStreamError
 from ._auth import REFUSALS, closed_error
 from ._connect import logging_errors
 from ._fallback import after_background_publishes, publish_in_task
@@ -19,12 +19,14 @@ from ._nats import (
     NatsClient,
     NatsMsg,
     NatsSubscription,
+    abandon,
     bound_close_waits,
     enqueue,
     enqueue_many,
     guard_permission_errors,
     is_down,
     nats_errors,
+    owning_loop,
     queue_unsub,
     set_state_callbacks,
     state_callbacks,
@@ -137,13 +139,24 @@ class Hub:
 HUBS: weakref.WeakKeyDictionary[NatsClient, Hub] = weakref.WeakKeyDictionary()
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running event loop, None outside one."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class Conn:
     """A thin, typed facade over one nats-py client."""
 
-    __slots__ = ("__weakref__", "fast", "nc")
+    __slots__ = ("__weakref__", "fast", "loop", "nc")
 
     def __init__(self, nc: NatsClient) -> None:
         self.nc = nc
+        #: The event loop the connection belongs to (nats-py's tasks run there): a
+        #: call from another loop is refused (:meth:`other_loop`). None until known.
+        self.loop = owning_loop(nc) or _running_loop()
         #: True on the fast path, False on the fallback (see the module docstring).
         self.fast = choose_path(nc)
         # A permissions violation fails the call that caused it (see _violations).
@@ -227,6 +240,58 @@ class Conn:
         hub = HUBS.get(self.nc)
         return 0 if hub is None else len(hub.listeners)
 
+    def other_loop(self, running: asyncio.AbstractEventLoop) -> None:
+        """A call from ``running``, not :attr:`loop`: adopt it if none was known, else refuse.
+
+        The callers compare ``asyncio.get_running_loop() is not conn.loop``
+        first (one identity check per call). Written from another loop, a
+        command went out on the old loop's socket while the reply could only
+        come to the old loop's read task: the call waited out its timeout and
+        reported a failure for a write the server had carried out.
+
+        Raises:
+            ConnectionClosedError: the connection's loop has ended (closed).
+            InvalidOptionError: the connection's loop still runs (another thread's).
+
+        """
+        owner = self.loop
+        if owner is None:
+            self.loop = running
+            return
+        raise self.other_loop_error(owner)
+
+    @staticmethod
+    def other_loop_error(owner: asyncio.AbstractEventLoop) -> JetStreamError:
+        """The error of a call made from an event loop other than ``owner``, the connection's."""
+        if owner.is_closed():
+            return ConnectionClosedError(
+                "this connection belongs to another event loop, one that has ended (it was "
+                "opened in an earlier asyncio.run(), say): nothing was sent. Connect inside "
+                "the event loop that uses it (in the same asyncio.run())"
+            )
+        return InvalidOptionError(
+            "this connection belongs to another event loop (still running: another "
+            "thread's?): nothing was sent. Connect inside the event loop that uses it, or "
+            "run the call in the connection's loop (asyncio.run_coroutine_threadsafe)"
+        )
+
+    def orphaned(self) -> bool:
+        """True when the connection's event loop has ended and the caller runs in another.
+
+        Closing it normally from there raised ``RuntimeError: Event loop is
+        closed`` and left the socket open: :meth:`close` drops it instead.
+
+        Raises:
+            InvalidOptionError: the connection's loop still runs (another thread's).
+
+        """
+        owner = self.loop
+        if owner is None or owner is asyncio.get_running_loop():
+            return False
+        if not owner.is_closed():
+            raise self.other_loop_error(owner)
+        return True
+
     # ----------------------------------------------------------------- permissions
 
     def watch_publishes(self, owner: object, watch: PublishWatch) -> None:
@@ -285,6 +350,9 @@ class Conn:
         On the fallback it is queued after the asynchronous publishes made
         before it (:func:`~._fallback.after_background_publishes`).
         """
+        running = asyncio.get_running_loop()
+        if running is not self.loop:
+            self.other_loop(running)
         if len(subject) + len(reply) > MAX_SUBJECT_LINE // 4:  # else short in any encoding
             check_line(subject.encode(), reply.encode())
         if not self.fast:
@@ -301,6 +369,9 @@ class Conn:
         pending_bytes_limit: int = 0,
     ) -> NatsSubscription:
         """Subscribe with a callback; limits of 0 mean unlimited (no client-side drops)."""
+        running = asyncio.get_running_loop()
+        if running is not self.loop:
+            self.other_loop(running)
         with translate(subject, self.nc):
             return await self.nc.subscribe(
                 subject,
@@ -326,6 +397,9 @@ class Conn:
         the router frames itself are buffered through it instead (see
         :class:`RawSink`); the handler gets the others.
         """
+        running = asyncio.get_running_loop()
+        if running is not self.loop:
+            self.other_loop(running)
         return await subscribe_raw(self, subject, handler, internal, sink)
 
     def publish_nowait(
@@ -511,7 +585,19 @@ class Conn:
         """Close the connection, flushing for at most ``CLOSE_FLUSH_TIMEOUT`` seconds.
 
         Requests still waiting for a reply fail with :class:`ConnectionClosedError`.
+        A connection whose event loop has ended (closed from the next
+        ``asyncio.run()``) is dropped quietly: its socket shut down, the client
+        marked closed (:meth:`orphaned`).
+
+        Raises:
+            InvalidOptionError: called from an event loop other than the
+                connection's, which still runs.
+
         """
+        if self.orphaned():
+            if not self.nc.is_closed:
+                abandon(self.nc)
+            return
         if not self.nc.is_closed:
             bound_close_waits(self.nc, CLOSE_FLUSH_TIMEOUT)
             refusals = REFUSALS.get(self.nc)

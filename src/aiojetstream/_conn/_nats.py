@@ -37,8 +37,10 @@ which needs nothing of nats-py, is ``_scan.Scanner``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
+import socket
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -71,6 +73,7 @@ __all__ = [
     "Router",
     "Server",
     "Srv",
+    "abandon",
     "abort_transport",
     "accepted_on_reconnect",
     "ack_nowait",
@@ -91,6 +94,7 @@ __all__ = [
     "is_down",
     "nats_errors",
     "nats_request_inbox",
+    "owning_loop",
     "payload_limit",
     "queue_unsub",
     "send_now",
@@ -721,6 +725,37 @@ def send_now(nc: NatsClient, cmd: bytes, payload_size: int) -> None:
 # See ``_reconnect`` for why a reconnect aborts the connection it gives up
 # (:func:`drop_unsent_on_reconnect`) and a close is bounded
 # (:func:`bound_close_waits`): both hook nats-py here.
+
+
+def owning_loop(nc: NatsClient) -> asyncio.AbstractEventLoop | None:
+    """The event loop nats-py's connection runs in: its tasks' (None before it connected).
+
+    nats-py records no loop: each task it starts for a connection (read loop,
+    pings, flusher, a reconnect) belongs to the loop that ran the connect.
+    """
+    for name in (*_CONNECTION_TASKS, "_reconnection_task"):
+        task = getattr(nc, name, None)
+        if isinstance(task, asyncio.Task):
+            return task.get_loop()
+    return None
+
+
+def abandon(nc: NatsClient) -> None:
+    """Drop a connection whose event loop has ended: shut its socket down, mark it closed.
+
+    nats-py's ``close()`` (and asyncio's ``abort()``) schedule work on that
+    loop, which raises ``RuntimeError: Event loop is closed``. The socket is
+    shut down instead (the server sees the connection end; the descriptor goes
+    with the transport) and the client is marked closed, so every later call
+    raises ``ConnectionClosedError``. Nothing runs on the dead loop: its
+    callbacks and tasks went with it.
+    """
+    transport = _socket_transport(nc)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    nc._status = NatsClient.CLOSED
 
 
 def abort_transport(nc: NatsClient) -> None:

@@ -329,6 +329,9 @@ async def request(
     nc = conn.nc
     if nc.is_closed:
         raise closed_error(nc)
+    loop = asyncio.get_running_loop()
+    if loop is not conn.loop:  # written on another loop's socket, it timed out (Conn.other_loop)
+        conn.other_loop(loop)
     check_timeout(timeout)  # a wrong one was sent, then reported as a failure
     if len(payload) + (len(header_block) if header_block else 0) > payload_limit(nc):
         # Headers count: past the limit the server closes the connection.
@@ -358,7 +361,6 @@ async def request(
         check_line(subj, mux.prefix + b"%x" % (mux.counter + 1))
     mux.counter += 1
     token = b"%x" % mux.counter
-    loop = asyncio.get_running_loop()
     fut: asyncio.Future[Reply] = loop.create_future()
     futures = mux.futures
     futures[token] = (fut, subject)

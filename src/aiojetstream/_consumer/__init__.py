@@ -17,6 +17,8 @@ from .calls import (
     consumer_names,
     delete_consumer,
     list_consumers,
+    not_pull_error,
+    pull_consumer,
     upsert_consumer,
 )
 from .contexts import (
@@ -45,6 +47,8 @@ __all__ = [
     "consumer_names",
     "delete_consumer",
     "list_consumers",
+    "not_pull_error",
+    "pull_consumer",
     "secs",
     "upsert_consumer",
 ]

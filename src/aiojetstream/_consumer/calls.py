@@ -121,6 +121,30 @@ async def consumer_info(
     return info
 
 
+#: What to do about a push consumer: this library pulls (nats.go: ErrNotPullConsumer).
+PUSH_HINT: Final = (
+    "aiojetstream pulls: create the consumer without deliver_subject (a pull consumer)"
+)
+
+
+def not_pull_error(name: str, deliver_subject: str) -> InvalidOptionError:
+    """The error of binding or pulling a push consumer (one with a ``deliver_subject``)."""
+    return InvalidOptionError(
+        f"consumer {name!r} is a push consumer (deliver_subject={deliver_subject!r}): {PUSH_HINT}"
+    )
+
+
+def pull_consumer(info: ConsumerInfo) -> ConsumerInfo:
+    """``info`` of a pull consumer, else :class:`InvalidOptionError` (see :func:`not_pull_error`).
+
+    Every pull of a push consumer failed with a bare ``409 Consumer is push based``.
+    """
+    deliver_subject = info.config.deliver_subject
+    if deliver_subject:
+        raise not_pull_error(info.name, deliver_subject)
+    return info
+
+
 async def delete_consumer(api: ApiClient, stream: str, name: str, timeout: float | None) -> None:
     """Delete a consumer (raises ConsumerNotFoundError when it does not exist)."""
     validate_name(stream, "stream")

@@ -42,7 +42,7 @@ from .._typed import (
     typed_handler,
 )
 from .._validation import check_timeout
-from .calls import consumer_info
+from .calls import consumer_info, not_pull_error
 from .contexts import ConsumeContext, MessageBatch, MessagesContext, TypedMessagesContext
 from .options import ConsumeOptions, FetchOptions, NoWaitOptions, secs
 
@@ -195,6 +195,9 @@ class Consumer:
     def _driver(
         self, settings: PullSettings, error_handler: ErrorHandler | None = None
     ) -> PullDriver:
+        deliver_subject = self._info.config.deliver_subject
+        if deliver_subject:  # (a handle from a create call) refused before anything is sent
+            raise not_pull_error(self._name, deliver_subject)
         pin = None
         if settings.priority is not None and settings.priority.pinned:
             pin = self._pins.setdefault(settings.priority.group, PinState())

@@ -185,6 +185,8 @@ class KeyValue:
 
         """
         timeout = check_timeout(timeout)
+        if codec is None and isinstance(value, str):
+            raise _text_refused("kv.put(key, value.encode())")
         try:
             ack = await self._js.publish(self._subject(key), value, timeout=timeout, codec=codec)
         except (NoRespondersError, JetStreamTimeoutError):
@@ -232,6 +234,8 @@ class KeyValue:
         timeout = check_timeout(timeout)
         subject, _, _, _, put_subject = self._key(key)
         headers = None  # a model's (or codec's) Content-Type, as put and update send
+        if codec is None and isinstance(value, str):
+            raise _text_refused("kv.create(key, value.encode())")
         if codec is not None or type(value) is not bytes:
             value, headers = PC.encode(value, codec, None)  # once, before anything is sent
         if ttl is not None:
@@ -293,6 +297,8 @@ class KeyValue:
 
         """
         timeout = check_timeout(timeout)
+        if codec is None and isinstance(value, str):
+            raise _text_refused("kv.update(key, value.encode(), last_revision)")
         subject = self._subject(key)
         revision = check_sequence(last_revision, "last_revision")
         try:
@@ -851,3 +857,11 @@ class KeyWatcher(Watcher[KeyValueEntry]):
         if self._ignore_deletes and op is not KeyValueOp.PUT:
             return None
         return self._kv._entry(msg, op)
+
+
+def _text_refused(fix: str) -> InvalidOptionError:
+    """The error of a ``str`` value (publish's own names publish): ``fix`` shows the call."""
+    return InvalidOptionError(
+        "value must be bytes, bytearray, memoryview, a pydantic model, or any value with "
+        f"codec=; got str: store text as bytes, for example {fix} (UTF-8)"
+    )

@@ -138,10 +138,6 @@ class AsyncPublisher:
         self._last_full: StreamFullError | None = None
         self._resending: bytes | None = None  # the held message sent again, awaiting its reply
         self._resend_timer: asyncio.TimerHandle | None = None  # its reply's deadline
-        #: The event loop, once the reply subscription started in it: asking
-        #: asyncio for the running loop costs a getpid() system call on Python
-        #: 3.11 (about 0.2 us here), once per publish_async otherwise.
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def pending(self) -> int:
@@ -174,7 +170,6 @@ class AsyncPublisher:
             # The server's permissions violations: a refused publish, a refused inbox.
             self._conn.watch_publishes(self, self._publish_refused)
             self._conn.watch_subscription(prefix + "*", self._inbox_refused)
-            self._loop = asyncio.get_running_loop()
             self._started = True
 
     @property
@@ -218,6 +213,9 @@ class AsyncPublisher:
         """
         if self._closed:
             raise ConnectionClosedError("the JetStream context is closed")
+        running = asyncio.get_running_loop()
+        if running is not self._conn.loop:  # nothing is sent (Conn.other_loop)
+            self._conn.other_loop(running)
         if not self._started:
             await self._ensure_sub()
             if self._closed:
@@ -255,9 +253,11 @@ class AsyncPublisher:
         conn = self._conn
         if conn.nc.is_draining_pubs:
             raise ConnectionClosedError("the connection is draining")
+        loop = asyncio.get_running_loop()
+        if loop is not conn.loop:  # nothing is sent (Conn.other_loop)
+            conn.other_loop(loop)
         self._next += 1
         token = b"%x" % self._next
-        loop = self._loop or asyncio.get_running_loop()
         subject_b = subject.encode()
         if hold is not None and (self._hold_queue or self._resending is not None):
             self._hold_queue.append(self._next)  # behind the held ones, in order
@@ -327,6 +327,8 @@ class AsyncPublisher:
         if len(longest) + len(reply) > MAX_SUBJECT_LINE:
             check_line(longest, reply)
         loop = asyncio.get_running_loop()
+        if loop is not conn.loop:  # nothing is sent (Conn.other_loop)
+            conn.other_loop(loop)
         deadline = loop.time() + (self.ack_timeout if timeout is None else timeout)
         if conn.fast:
             if blocks is None and one is not None:
@@ -855,6 +857,16 @@ class AsyncPublisher:
             raise JetStreamTimeoutError(
                 f"{self._load()} asynchronous publishes still pending after {timeout} s"
             ) from None
+
+    def abandon(self) -> None:
+        """Close without touching the connection: its event loop has ended.
+
+        The futures and the subscription belong to that loop; failing them
+        would schedule their callbacks there (``RuntimeError``).
+        """
+        self._closed = True
+        self._started = False
+        self._sub = None
 
     async def aclose(self, *, unsubscribe: bool = True) -> None:
         """Fail outstanding futures and drop the reply subscription (idempotent).

@@ -15,6 +15,7 @@ from aiojetstream import (
     ConsumerInfo,
     ConsumerPauseResponse,
     DeliverPolicy,
+    InvalidOptionError,
     JetStreamContext,
 )
 
@@ -163,13 +164,24 @@ def ls(
     out.table(table)
 
 
+async def _consumer_info(js: JetStreamContext, stream: str, name: str) -> ConsumerInfo:
+    """The info of any consumer: ``js.consumer`` refuses a push one (the library pulls)."""
+    try:
+        return await (await js.consumer(stream, name)).info()
+    except InvalidOptionError:
+        async for info in js.list_consumers(stream):  # a push consumer: looked up by name
+            if info.name == name:
+                return info
+        raise
+
+
 @app.command("info")
 def info(ctx: typer.Context, stream: Stream, name: Name, json_flag: JsonFlag = False) -> None:
     """Show a consumer's configuration and state."""
     out = output(ctx, json_flag)
 
     async def work(js: JetStreamContext) -> ConsumerInfo:
-        return await (await js.consumer(stream, name)).info()
+        return await _consumer_info(js, stream, name)
 
     result = run(ctx, work)
     if out.json:

@@ -1,0 +1,191 @@
+"""A context used from an event loop other than its connection's: refused at once, nothing sent.
+
+The newcomer's mistake: ``js = asyncio.run(aiojetstream.connect(url))`` and
+then ``asyncio.run(main())`` (or a session-scoped fixture used from the
+function-scoped loops of pytest-asyncio). Every command was written on the old
+loop's socket, the server carried it out, and the call waited out its whole
+timeout for a reply only the old loop could read: a ``JetStreamTimeoutError``
+for a stream created, a message stored (twice when retried). ``close()`` raised
+``RuntimeError: Event loop is closed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NatsClient
+
+import aiojetstream
+from aiojetstream import (
+    ConnectionClosedError,
+    ConsumerConfig,
+    InvalidOptionError,
+    JetStreamContext,
+    KeyNotFoundError,
+    KeyValueConfig,
+    StreamConfig,
+    StreamNotFoundError,
+)
+from helpers import unique_name
+
+#: The refusal comes before anything is sent: well within this.
+PROMPT = 0.5
+
+
+async def _refused(
+    call: Callable[[], Awaitable[Any]], error: type[Exception] = ConnectionClosedError
+) -> str:
+    began = time.monotonic()
+    with pytest.raises(error) as caught:
+        async with asyncio.timeout(10):  # (without the check some calls hung for good)
+            await call()
+    assert time.monotonic() - began < PROMPT
+    text = str(caught.value)
+    assert "another event loop" in text
+    assert "nothing was sent" in text
+    return text
+
+
+async def _drain_messages(consumer: Any) -> None:
+    async with consumer.messages() as it:
+        async for _ in it:
+            break
+
+
+def test_a_context_from_an_ended_loop_refuses_every_call_at_once(nats_url: str) -> None:
+    name = unique_name("LOOPS")
+    bucket = unique_name("LOOPS")
+    other = unique_name("LOOPS")
+
+    async def first() -> tuple[JetStreamContext, Any, Any, Any]:
+        js = await aiojetstream.connect(nats_url)
+        stream = await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+        await js.publish(f"{name}.a", b"1")
+        await (await js.publish_async(f"{name}.a", b"2"))  # the window's subscription is up
+        consumer = await js.create_consumer(name, ConsumerConfig(durable_name="C"))
+        kv = await js.create_key_value(KeyValueConfig(bucket=bucket))
+        return js, stream, consumer, kv
+
+    js, stream, consumer, kv = asyncio.run(first())  # the loop ends, the connection stays open
+
+    async def second() -> None:
+        text = await _refused(
+            lambda: js.create_stream(StreamConfig(name=other, subjects=[f"{other}.>"]))
+        )
+        assert "Connect inside the event loop that uses it" in text
+        await _refused(lambda: js.publish(f"{name}.a", b"x"))
+        await _refused(lambda: js.publish_async(f"{name}.a", b"x"))
+        await _refused(lambda: js.publish_many(f"{name}.a", [b"x", b"y"]))
+        await _refused(lambda: stream.info())
+        await _refused(lambda: consumer.fetch(1, expires=2))
+        await _refused(lambda: consumer.next(expires=2))
+        await _refused(lambda: consumer.fetch_no_wait(1))
+        await _refused(lambda: _drain_messages(consumer))
+        await _refused(lambda: consumer.consume(lambda msg: None))
+        await _refused(lambda: kv.put("k", b"x"))
+        await _refused(lambda: kv.get("k"))
+        # Dropped quietly: no RuntimeError('Event loop is closed'); then closed for good.
+        await js.close()
+        assert js.nc.is_closed
+        await js.close()
+        with pytest.raises(ConnectionClosedError):
+            await js.publish(f"{name}.a", b"x")
+
+    asyncio.run(second())
+
+    async def check() -> None:
+        async with await aiojetstream.connect(nats_url) as fresh:
+            info = await (await fresh.stream(name)).info()
+            assert info.state.messages == 2  # the first loop's two only
+            with pytest.raises(StreamNotFoundError):
+                await fresh.stream(other)
+            with pytest.raises(KeyNotFoundError):
+                await (await fresh.key_value(bucket)).get("k")
+            delivered = (await (await fresh.consumer(name, "C")).info()).delivered
+            assert delivered.consumer_seq == 0  # nothing was pulled
+
+    asyncio.run(check())
+
+
+def test_a_context_on_a_nats_client_from_an_ended_loop(nats_url: str) -> None:
+    name = unique_name("LOOPS")
+
+    async def first() -> NatsClient:
+        return await nats.connect(nats_url)
+
+    nc = asyncio.run(first())
+
+    async def second() -> None:
+        js = JetStreamContext(nc)  # made in the new loop: the client's loop still counts
+        await _refused(lambda: js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"])))
+        await _refused(lambda: js.publish(f"{name}.a", b"x"))
+        await js.close()  # not its connection: left alone, no RuntimeError
+        assert not nc.is_closed
+
+    asyncio.run(second())
+
+    async def check() -> None:
+        async with await aiojetstream.connect(nats_url) as fresh:
+            with pytest.raises(StreamNotFoundError):
+                await fresh.stream(name)
+
+    asyncio.run(check())
+
+
+class _LoopThread:
+    """An event loop running in a thread of its own."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, aw: Awaitable[Any]) -> Any:
+        async def wrap() -> Any:
+            return await aw
+
+        return asyncio.run_coroutine_threadsafe(wrap(), self.loop).result(30)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[_LoopThread]:
+    thread = _LoopThread()
+    yield thread
+    thread.stop()
+
+
+def test_a_context_of_a_loop_still_running_elsewhere(
+    nats_url: str, loop_thread: _LoopThread
+) -> None:
+    name = unique_name("LOOPS")
+    js: JetStreamContext = loop_thread.run(aiojetstream.connect(nats_url))
+    try:
+
+        async def here() -> None:
+            text = await _refused(
+                lambda: js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"])),
+                InvalidOptionError,
+            )
+            assert "run_coroutine_threadsafe" in text
+            await _refused(lambda: js.publish(f"{name}.a", b"x"), InvalidOptionError)
+            await _refused(lambda: js.close(), InvalidOptionError)
+            assert not js.nc.is_closed
+
+        asyncio.run(here())
+        # In its own loop it works.
+        loop_thread.run(js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"])))
+        assert loop_thread.run(js.publish(f"{name}.a", b"x")).seq == 1
+    finally:
+        loop_thread.run(js.close())
+    assert js.nc.is_closed
