@@ -498,12 +498,14 @@ class JetStreamContext:
     async def consumer(
         self, stream: str, name: str, *, timeout: float | timedelta | str | None = None
     ) -> C.Consumer:
-        """A handle on an existing pull consumer.
+        """A handle on an existing consumer.
+
+        On a push consumer (one with a ``deliver_subject``: this library pulls)
+        every pull raises :class:`InvalidOptionError` before sending; the
+        calls that are not pulls (``info``, ``backlog``, ``pause``, ``reset``) work.
 
         Raises:
             ConsumerNotFoundError: the consumer does not exist.
-            InvalidOptionError: it is a push consumer (it has a ``deliver_subject``):
-                this library pulls.
 
         """
         timeout = check_timeout(timeout)
@@ -514,7 +516,7 @@ class JetStreamContext:
         except StreamNotFoundError as exc:
             await self._note_swapped(exc, stream, name, timeout)
             raise
-        return C.Consumer(self._api, C.pull_consumer(info))
+        return C.Consumer(self._api, info)
 
     async def _note_swapped(
         self, error: StreamNotFoundError, stream: str, name: str, timeout: float | None

@@ -531,16 +531,15 @@ class Stream:
     async def consumer(
         self, name: str, *, timeout: float | timedelta | str | None = None
     ) -> C.Consumer:
-        """A handle on an existing pull consumer.
+        """A handle on an existing consumer (pulls refused on a push consumer's).
 
         Raises:
             ConsumerNotFoundError: the consumer does not exist.
-            InvalidOptionError: it is a push consumer (it has a ``deliver_subject``).
 
         """
         timeout = check_timeout(timeout)
         info = await C.consumer_info(self._api, self._name, name, timeout)
-        return C.Consumer(self._api, C.pull_consumer(info))
+        return C.Consumer(self._api, info)
 
     async def delete_consumer(
         self, name: str, *, timeout: float | timedelta | str | None = None

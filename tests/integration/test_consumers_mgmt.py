@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
@@ -178,35 +179,34 @@ async def _ignore(msg: Msg) -> None:
     pass
 
 
-async def test_a_push_consumer_is_refused_at_binding(js: JetStreamContext, stream: str) -> None:
+async def test_a_push_consumer_handle_refuses_pulls(js: JetStreamContext, stream: str) -> None:
     await js.publish("c.1", b"x")
     push = ConsumerConfig(durable_name="push", deliver_subject=unique_name("deliver"))
     created = await js.create_consumer(stream, push)  # made for another client: fine
     stream_handle = await js.stream(stream)
-    binds: list[Callable[[], Awaitable[object]]] = [
-        lambda: js.consumer(stream, "push"),
-        lambda: stream_handle.consumer("push"),
-    ]
-    for bind in binds:
-        with pytest.raises(InvalidOptionError) as refused:
-            await bind()
-        assert "'push' is a push consumer" in str(refused.value)
-        assert PUSH_HINT in str(refused.value)
-    # The handle of the create call refuses every pull before sending it.
-    pulls: list[Callable[[], Awaitable[object]]] = [
-        lambda: created.fetch(1, expires=1),
-        lambda: created.next(expires=1),
-        lambda: created.fetch_no_wait(1),
-        lambda: created.consume(_ignore),
-    ]
-    for pull in pulls:
+    # Each handle (a create call's, or bound) refuses every pull before sending it.
+    for handle in (
+        created,
+        await js.consumer(stream, "push"),
+        await stream_handle.consumer("push"),
+    ):
+        pulls: list[Callable[[], Awaitable[object]]] = [
+            functools.partial(handle.fetch, 1, expires=1),
+            functools.partial(handle.next, expires=1),
+            functools.partial(handle.fetch_no_wait, 1),
+            functools.partial(handle.consume, _ignore),
+        ]
+        for pull in pulls:
+            with pytest.raises(InvalidOptionError) as refused:
+                await pull()
+            assert "'push' is a push consumer" in str(refused.value)
+            assert PUSH_HINT in str(refused.value)
         with pytest.raises(InvalidOptionError, match=PUSH_HINT):
-            await pull()
-    with pytest.raises(InvalidOptionError, match=PUSH_HINT):
-        created.messages()
-    info = await created.info()  # administration still works on it
-    assert info.delivered.consumer_seq == 0
-    assert info.num_waiting == 0
+            handle.messages()
+        info = await handle.info()  # administration still works on it
+        assert info.delivered.consumer_seq == 0
+        assert info.num_waiting == 0
+        assert (await handle.backlog()).pending == 1
 
 
 async def test_a_pull_of_a_consumer_made_push_meanwhile(js: JetStreamContext, stream: str) -> None:

@@ -18,7 +18,6 @@ from .calls import (
     delete_consumer,
     list_consumers,
     not_pull_error,
-    pull_consumer,
     upsert_consumer,
 )
 from .contexts import (
@@ -48,7 +47,6 @@ __all__ = [
     "delete_consumer",
     "list_consumers",
     "not_pull_error",
-    "pull_consumer",
     "secs",
     "upsert_consumer",
 ]

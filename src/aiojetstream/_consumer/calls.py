@@ -134,17 +134,6 @@ def not_pull_error(name: str, deliver_subject: str) -> InvalidOptionError:
     )
 
 
-def pull_consumer(info: ConsumerInfo) -> ConsumerInfo:
-    """``info`` of a pull consumer, else :class:`InvalidOptionError` (see :func:`not_pull_error`).
-
-    Every pull of a push consumer failed with a bare ``409 Consumer is push based``.
-    """
-    deliver_subject = info.config.deliver_subject
-    if deliver_subject:
-        raise not_pull_error(info.name, deliver_subject)
-    return info
-
-
 async def delete_consumer(api: ApiClient, stream: str, name: str, timeout: float | None) -> None:
     """Delete a consumer (raises ConsumerNotFoundError when it does not exist)."""
     validate_name(stream, "stream")
