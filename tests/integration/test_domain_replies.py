@@ -224,3 +224,31 @@ async def test_batch_gets_without_allow_direct_through_a_domain(hub_leaf: HubLea
     finally:
         await hub.close()
         await via_leaf.close()
+
+
+async def test_an_object_put_through_a_mapped_prefix_of_a_server_without_a_domain() -> None:
+    """A domain's prefix mapped by the account to a server without a JetStream domain:
+    its acknowledgements carry no domain, which is no other domain (the put failed)."""
+    config = {
+        "accounts": {
+            "A": {
+                "jetstream": "enabled",
+                "users": [{"user": "a", "password": "a"}],
+                "mappings": {"$JS.hub.API.>": "$JS.API.>"},
+            }
+        }
+    }
+    async with NatsServer(config=config) as server:
+        plain = await aiojetstream.connect(server.url, user="a", password="a")
+        try:
+            bucket = unique_name("mapped")
+            await plain.create_object_store(ObjectStoreConfig(bucket=bucket))
+            for options in ({"domain": "hub"}, {"api_prefix": "$JS.hub.API"}):
+                js = aiojetstream.JetStreamContext(plain.nc, **options)  # type: ignore[arg-type]
+                store = await js.object_store(bucket)
+                name = f"obj-{next(iter(options))}"
+                info = await store.put(name, b"hello" * 1000)
+                assert info.size == 5000
+                assert await (await plain.object_store(bucket)).get_bytes(name) == b"hello" * 1000
+        finally:
+            await plain.close()

@@ -30,12 +30,13 @@ from aiojetstream import (
     ConsumerConfig,
     JetStreamContext,
     JetStreamError,
+    KeyValueConfig,
     PermissionViolationError,
     StreamConfig,
     _conn,
 )
 from aiojetstream.testing import NatsServer
-from helpers import wait_until
+from helpers import unique_name, wait_until
 
 T = TypeVar("T")
 
@@ -422,3 +423,53 @@ async def test_a_refused_ack_inbox_fails_every_pending_publish_async(
                 assert error.inbox
     finally:
         await js.close()
+
+
+async def test_kv_create_over_a_deleted_key_with_direct_gets_only() -> None:
+    """A user allowed the bucket's writes, info and direct gets, not STREAM.MSG.GET (as
+    nats.go's KV needs): create over a deleted key reads the last revision by a direct
+    get when the leader's get is refused (it raised PermissionViolationError)."""
+    bucket = unique_name("perm")
+    stream = f"KV_{bucket}"
+    app = {
+        "user": "app",
+        "password": "app",
+        "permissions": {
+            "publish": {
+                "allow": [
+                    f"$KV.{bucket}.>",
+                    "$JS.API.INFO",
+                    f"$JS.API.STREAM.INFO.{stream}",
+                    f"$JS.API.DIRECT.GET.{stream}",
+                    f"$JS.API.DIRECT.GET.{stream}.>",
+                ]
+            },
+            "subscribe": {"allow": ["_INBOX.>"]},
+        },
+    }
+    config = {
+        "accounts": {
+            "A": {
+                "jetstream": "enabled",
+                "users": [{"user": "admin", "password": "admin"}, app],
+            }
+        }
+    }
+
+    async def quiet(_: Exception) -> None:
+        pass
+
+    async with NatsServer(config=config) as server:
+        admin = await aiojetstream.connect(server.url, user="admin", password="admin")
+        js = await aiojetstream.connect(server.url, user="app", password="app", error_cb=quiet)
+        try:
+            await admin.create_key_value(KeyValueConfig(bucket=bucket))
+            kv = await js.key_value(bucket)
+            await kv.put("k", b"1")
+            await kv.delete("k")
+            revision = await kv.create("k", b"2")
+            assert revision == 3
+            assert (await kv.get("k")).value == b"2"
+        finally:
+            await js.close()
+            await admin.close()

@@ -19,6 +19,7 @@ from .._api import DEFAULT_API_PREFIX
 from .._bounds import shown
 from .._codec import Codec
 from .._errors import (
+    AuthorizationError,
     InvalidKeyError,
     InvalidOptionError,
     InvalidResponseError,
@@ -495,6 +496,13 @@ class KeyValue:
             return await self._stream._api_get({"last_by_subj": subject}, timeout)
         except MessageNotFoundError:
             return None
+        except AuthorizationError:
+            # A user allowed direct gets but not STREAM.MSG.GET (as nats.go's KV needs):
+            # the direct get, as before, with its replica's lag.
+            try:
+                return await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
+            except MessageNotFoundError:
+                return None
 
     async def get(
         self,

@@ -39,6 +39,7 @@ from .._codec import Codec
 from .._conn import RequestNotSentError
 from .._errors import (
     APIError,
+    AuthorizationError,
     BucketNotFoundError,
     ClusterUnavailableError,
     DisconnectedError,
@@ -208,7 +209,9 @@ class ObjectWriter:
         self._bucket = name[len(STREAM_PREFIX) :] if name.startswith(STREAM_PREFIX) else name
         self._meta_prefix = f"$O.{self._bucket}.M."
         self._chunk_prefix = f"$O.{self._bucket}.C."
-        # The domain the context addresses: every acknowledgement must come from it.
+        # The domain the context addresses: every acknowledgement carrying a domain must
+        # come from it (a server without a JetStream domain, reached through a mapping of
+        # the prefix, acknowledges with none).
         self._domain = _domain_of(stream._api.prefix)
 
     def _meta_subject(self, name: str) -> str:
@@ -244,9 +247,12 @@ class ObjectWriter:
         answered by a replica that has not applied the info it refused it for.
         """
         try:
+            msg = None
             if leader:
-                msg = await self._stream._api_get({"last_by_subj": subject}, timeout)
-            else:
+                # A user allowed direct gets only (as nats.go's needs): the direct get.
+                with contextlib.suppress(AuthorizationError):
+                    msg = await self._stream._api_get({"last_by_subj": subject}, timeout)
+            if msg is None:
                 msg = await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
         except MessageNotFoundError:
             return None, 0
@@ -279,7 +285,7 @@ class ObjectWriter:
             expected_last_subject_sequence=expected,
             timeout=timeout,
         )
-        if self._domain is not None and ack.domain != self._domain:
+        if _elsewhere(ack.domain, self._domain):
             raise self._foreign_ack(ack, f"the info of object {info.name!r}")
         return ack
 
@@ -393,13 +399,13 @@ class ObjectWriter:
                 pending.append(await js.publish_async(chunk_subject, chunk, timeout=ack_wait))
                 while pending and (len(pending) >= window or pending[0].done()):
                     ack = await _settled(pending[0])  # raises the chunk's error
-                    if domain is not None and ack.domain != domain:
+                    if _elsewhere(ack.domain, domain):
                         raise self._foreign_ack(ack, f"a chunk of object {name!r}")
                     pending.popleft()
                     acked = True
             while pending:
                 ack = await _settled(pending[0])
-                if domain is not None and ack.domain != domain:
+                if _elsewhere(ack.domain, domain):
                     raise self._foreign_ack(ack, f"a chunk of object {name!r}")
                 pending.popleft()
                 acked = True
@@ -597,7 +603,7 @@ class ObjectWriter:
             # purge says why (the bucket is gone: at once, not after the retries).
             with contextlib.suppress(APIError, NoRespondersError):
                 ack = await self._js.publish(subject, b"", timeout=left)
-                if self._domain is not None and ack.domain != self._domain:
+                if _elsewhere(ack.domain, self._domain):
                     await self._barrier_stored(subject, left)
             await self._stream.purge(subject=subject, timeout=left)
 
@@ -689,6 +695,11 @@ class ObjectWriter:
                 )
 
         await _in_background(purge())
+
+
+def _elsewhere(acked: str | None, domain: str | None) -> bool:
+    """An acknowledgement from ``acked``, another domain than ``domain`` (None: unknown)."""
+    return domain is not None and acked is not None and acked != domain
 
 
 def _domain_of(prefix: str) -> str | None:
