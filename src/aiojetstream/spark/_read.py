@@ -20,6 +20,7 @@ import contextlib
 import heapq
 import logging
 import uuid
+import weakref
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
@@ -114,9 +115,9 @@ CLEANUP_TIMEOUT: Final = 2.0
 #: The longest pause before a read's consumer on a replica behind the leader is
 #: created again (the pause doubles from FIRST_DELAY up to it; see _read_elsewhere).
 _BEHIND_PAUSE: Final = 1.0
-#: The streams whose leader this process may not ask (its user may not publish
-#: STREAM.MSG.GET): asked once, so one refusal (and warning) at most per stream.
-_REFUSED_GETS: set[str] = set()
+#: Per connection (a session's context), the streams whose leader it may not ask
+#: (its user may not publish STREAM.MSG.GET): one refusal (and warning) per stream.
+_REFUSED_GETS: weakref.WeakKeyDictionary[JetStreamContext, set[str]] = weakref.WeakKeyDictionary()
 
 
 class DataLossError(JetStreamError):
@@ -641,7 +642,7 @@ class RangeReader:
             ClusterUnavailableError: the stream has no leader now (an election).
 
         """
-        if self._stream in _REFUSED_GETS:
+        if self._stream in _REFUSED_GETS.get(self._js, ()):
             return None
         try:
             if self._handle is None:
@@ -652,7 +653,7 @@ class RangeReader:
         except (JetStreamTimeoutError, DisconnectedError, ClusterUnavailableError):
             raise
         except AuthorizationError as exc:
-            _REFUSED_GETS.add(self._stream)
+            _REFUSED_GETS.setdefault(self._js, set()).add(self._stream)
             logger.warning(
                 "aiojetstream.spark: reading stream %r: the server refused a message get "
                 "(%s): allow the user STREAM.MSG.GET on the stream, or a read task whose "
