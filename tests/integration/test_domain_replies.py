@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
 import pytest_asyncio
@@ -29,49 +28,17 @@ from aiojetstream import (
     StreamConfig,
 )
 from aiojetstream.testing import NatsServer
-from aiojetstream.testing import _free_port as free_port
 from helpers import unique_name, wait_until
+from hub_leaf import HubLeaf, hub_and_leaf
 
 STEP = 10.0  # bound of any single wait for the server
-
-
-@dataclass
-class HubLeaf:
-    hub: NatsServer
-    leaf: NatsServer
 
 
 @pytest_asyncio.fixture
 async def hub_leaf() -> AsyncIterator[HubLeaf]:
     """A hub (domain ``hub``) and a leaf node of it (domain ``leaf``), both with JetStream."""
-    port = free_port()
-    hub = NatsServer(
-        server_name="hub",
-        config={"jetstream": {"domain": "hub"}, "leafnodes": {"listen": f"127.0.0.1:{port}"}},
-    )
-    leaf = NatsServer(
-        server_name="leaf",
-        config={
-            "jetstream": {"domain": "leaf"},
-            "leafnodes": {"remotes": [{"url": f"nats://127.0.0.1:{port}"}]},
-        },
-    )
-    async with hub, leaf:
-        via_leaf = await aiojetstream.connect(leaf.url, domain="hub", timeout=1)
-        try:
-            # The leaf connection is up once the hub's JetStream answers through it.
-            await wait_until(lambda: _answers(via_leaf), 3 * STEP)
-        finally:
-            await via_leaf.close()
-        yield HubLeaf(hub, leaf)
-
-
-async def _answers(js: JetStreamContext) -> bool:
-    try:
-        await js.account_info()
-    except aiojetstream.JetStreamError:
-        return False
-    return True
+    async with hub_and_leaf() as pair:
+        yield pair
 
 
 async def _messages(js: JetStreamContext, stream: str) -> int:
