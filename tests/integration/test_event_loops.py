@@ -189,3 +189,55 @@ def test_a_context_of_a_loop_still_running_elsewhere(
     finally:
         loop_thread.run(js.close())
     assert js.nc.is_closed
+
+
+def test_acks_from_a_later_loop_raise_instead_of_going_nowhere(nats_url: str) -> None:
+    """An ack or nak made in a later asyncio.run() went into nats-py's buffer, which
+    only the ended loop's flusher would write: reported done, never sent (the messages
+    came again after ack_wait). It raises now, as double_ack did."""
+    name = unique_name("LOOPACK")
+
+    async def first() -> tuple[JetStreamContext, list[Any]]:
+        js = await aiojetstream.connect(nats_url)
+        await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+        for i in range(3):
+            await js.publish(f"{name}.a", b"%d" % i)
+        consumer = await js.create_consumer(name, ConsumerConfig(durable_name="C", ack_wait=30))
+        batch = await consumer.fetch(3, expires=2)
+        return js, [msg async for msg in batch]
+
+    js, msgs = asyncio.run(first())
+
+    async def second() -> None:
+        await _refused(msgs[0].ack)
+        await _refused(msgs[1].nak)
+        await _refused(msgs[2].term)
+        await js.close()
+
+    asyncio.run(second())
+
+    async def check() -> None:
+        async with await aiojetstream.connect(nats_url) as fresh:
+            info = await (await fresh.stream(name)).consumer("C")
+            assert (await info.info()).num_ack_pending == 3  # none acknowledged, none lost
+            await fresh.delete_stream(name)
+
+    asyncio.run(check())
+
+
+def test_a_loop_left_open_but_idle_is_named_so(nats_url: str) -> None:
+    """A connection made in a loop that is still open but not running (a wider-scoped
+    pytest-asyncio fixture's): refused, and the error says what is likely."""
+    owner = asyncio.new_event_loop()
+    try:
+        js = owner.run_until_complete(aiojetstream.connect(nats_url))
+
+        async def other() -> None:
+            text = await _refused(js.account_info, InvalidOptionError)
+            assert "open but not running" in text
+            assert "loop_scope" in text
+
+        asyncio.run(other())
+        owner.run_until_complete(js.close())
+    finally:
+        owner.close()

@@ -55,6 +55,7 @@ def connected(
     conn = _conn.Conn.__new__(_conn.Conn)
     conn.nc = nc
     conn.fast = True
+    conn.loop = None  # (as Conn.__init__ outside a loop: unknown)
     return conn, nc, transport
 
 

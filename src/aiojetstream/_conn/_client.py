@@ -269,6 +269,13 @@ class Conn:
                 "opened in an earlier asyncio.run(), say): nothing was sent. Connect inside "
                 "the event loop that uses it (in the same asyncio.run())"
             )
+        if not owner.is_running():
+            return InvalidOptionError(
+                "this connection belongs to another event loop, open but not running (one "
+                "left from an earlier run: a pytest-asyncio fixture of a wider loop_scope "
+                "than the test's?): nothing was sent. Connect inside the event loop that "
+                "uses it (give the fixture and the test the same loop_scope)"
+            )
         return InvalidOptionError(
             "this connection belongs to another event loop (still running: another "
             "thread's?): nothing was sent. Connect inside the event loop that uses it, or "

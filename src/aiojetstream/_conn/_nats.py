@@ -642,9 +642,14 @@ def enqueue(nc: NatsClient, cmd: bytes, payload_size: int, msgs: int = 1) -> Non
 
 
 class HasClient(Protocol):
-    """What :func:`ack_nowait` needs of its ``Conn``: the nats-py client."""
+    """What :func:`ack_nowait` needs of its ``Conn``: the nats-py client and its loop."""
 
     nc: NatsClient
+    loop: asyncio.AbstractEventLoop | None
+
+    def other_loop_error(self, owner: asyncio.AbstractEventLoop) -> Exception:
+        """The error of a call from an event loop other than ``owner``."""
+        ...
 
 
 def ack_nowait(self: HasClient, subject: bytes, payload: bytes) -> None:
@@ -659,13 +664,18 @@ def ack_nowait(self: HasClient, subject: bytes, payload: bytes) -> None:
     within that many bytes, not only when the loop next waits.
 
     Raises:
-        ConnectionClosedError: the connection is closed.
+        ConnectionClosedError: the connection is closed, or its event loop has
+            ended (an ack from a later ``asyncio.run()`` went into a buffer only
+            the ended loop would write: reported done, never sent).
         DisconnectedError: disconnected and the reconnect buffer is full.
         MaxPayloadExceededError: ``payload`` (not one of the constant
             acknowledgements: a long ``+TERM`` reason) is over the server's
             ``max_payload``. Queued, it made the server close the connection.
 
     """
+    loop = self.loop
+    if loop is not None and loop.is_closed():
+        raise self.other_loop_error(loop)
     nc = self.nc
     tail = ACK_TAILS.get(payload)
     if tail is None:
