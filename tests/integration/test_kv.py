@@ -615,6 +615,27 @@ async def all_keys_within(kv: KeyValue, timeout: float) -> list[str]:
     return [k async for k in kv.keys(timeout=timeout)]
 
 
+async def test_a_timeout_without_a_domain_ends_at_the_callers_deadline() -> None:
+    """A put or get that timed out looked the bucket up afterwards (for a deleted
+    bucket seen through a domain, where a leaf answers nothing): on a frozen server
+    that took up to a second more than the caller's timeout. Without a domain or an
+    API prefix a deleted bucket is no responders, so a timeout is raised at once."""
+    async with NatsServer() as server, await aiojetstream.connect(server.url) as js:
+        kv = await js.create_key_value(KeyValueConfig(bucket=unique_name("frozen")))
+        await kv.put("k", b"1")
+        loop = asyncio.get_running_loop()
+        server.freeze()
+        try:
+            for call in (kv.put("k", b"2", timeout=1.0), kv.get("k", timeout=1.0)):
+                start = loop.time()
+                with pytest.raises(JetStreamTimeoutError):
+                    await call
+                took = loop.time() - start
+                assert 0.9 <= took < 1.6, took  # 2.0 s with the look-up
+        finally:
+            server.thaw()
+
+
 async def test_a_deleted_bucket_is_bucket_not_found_everywhere(js: JetStreamContext) -> None:
     """status(), get() and a running watch raised StreamNotFoundError, the writes
     NoRespondersError, on a deleted bucket; keys, history and a watch's start said

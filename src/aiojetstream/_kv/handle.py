@@ -190,9 +190,12 @@ class KeyValue:
             raise _text_refused("kv.put(key, value.encode())")
         try:
             ack = await self._js.publish(self._subject(key), value, timeout=timeout, codec=codec)
-        except (NoRespondersError, JetStreamTimeoutError):
-            # (Through a domain a deleted bucket is a timeout: a leaf sends no 503.)
+        except NoRespondersError:
             await self._check_bucket(timeout)
+            raise
+        except JetStreamTimeoutError:
+            # (Through a domain a deleted bucket is a timeout: a leaf sends no 503.)
+            await self._check_bucket(timeout, timed_out=True)
             raise
         return ack.seq
 
@@ -446,7 +449,7 @@ class KeyValue:
         if not stretch_told(self._bucket, key):
             logger.warning("%s (logged once for keys %r of this bucket)", text, key_pattern(key))
 
-    async def _check_bucket(self, timeout: float | None) -> None:
+    async def _check_bucket(self, timeout: float | None, *, timed_out: bool = False) -> None:
         """After a write found no stream: raise BucketNotFoundError if the bucket was deleted.
 
         No responders (or, through a domain, a timeout: a leaf node drops a
@@ -454,8 +457,13 @@ class KeyValue:
         mid-election: then (or when the look-up fails) the caller raises its
         error.
         The look-up takes at most :data:`BUCKET_CHECK_TIMEOUT` seconds (the write
-        already used up to ``timeout``).
+        already used up to ``timeout``). After a timeout (``timed_out``) it is
+        made only through a domain or an API prefix: without one a deleted bucket
+        is no responders, and the look-up would only make the caller's timeout
+        later (by up to a second, on a frozen server).
         """
+        if timed_out and self._stream._api.prefix == DEFAULT_API_PREFIX:
+            return
         wait = self._js.timeout if timeout is None else timeout
         try:
             await self._stream.info(timeout=min(wait, BUCKET_CHECK_TIMEOUT))
@@ -555,7 +563,7 @@ class KeyValue:
             raise bucket_gone(stream.name) from exc
         except JetStreamTimeoutError:
             # (Through a domain a deleted bucket is a timeout: a leaf sends no 503.)
-            await self._check_bucket(timeout)
+            await self._check_bucket(timeout, timed_out=True)
             raise
 
     def _found(
