@@ -191,6 +191,64 @@ def test_a_context_of_a_loop_still_running_elsewhere(
     assert js.nc.is_closed
 
 
+def test_publish_async_after_the_first_from_a_loop_running_elsewhere(
+    nats_url: str, loop_thread: _LoopThread
+) -> None:
+    """Once its window had started, publish_async from another thread's live loop
+    wrote the message (the server stored it) and then raised a bare ValueError:
+    the caller could only send it again (stored twice). Refused before sending."""
+    name = unique_name("LOOPPA")
+    js: JetStreamContext = loop_thread.run(aiojetstream.connect(nats_url))
+    try:
+        loop_thread.run(js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"])))
+
+        async def publish(payload: bytes) -> int:
+            return (await (await js.publish_async(f"{name}.a", payload))).seq
+
+        assert loop_thread.run(publish(b"0")) == 1  # the window runs and has room
+
+        async def here() -> None:
+            text = await _refused(lambda: js.publish_async(f"{name}.a", b"1"), InvalidOptionError)
+            assert "run_coroutine_threadsafe" in text
+
+        asyncio.run(here())
+        assert loop_thread.run(publish(b"2")) == 2  # nothing was stored meanwhile
+    finally:
+        loop_thread.run(js.close())
+
+
+def test_publish_async_from_a_loop_beside_an_idle_one(nats_url: str) -> None:
+    """The connection's loop open but not running in this thread (a wider-scoped
+    pytest-asyncio fixture's): the message went into a buffer only that loop writes,
+    and the future waited out its timeout. Refused, saying what is likely."""
+    name = unique_name("LOOPIDLE")
+    owner = asyncio.new_event_loop()
+    try:
+        js = owner.run_until_complete(aiojetstream.connect(nats_url))
+
+        async def first() -> int:
+            await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+            return (await (await js.publish_async(f"{name}.a", b"0"))).seq
+
+        assert owner.run_until_complete(first()) == 1
+
+        async def other() -> None:
+            text = await _refused(lambda: js.publish_async(f"{name}.a", b"1"), InvalidOptionError)
+            assert "open but not running" in text
+
+        asyncio.run(other())
+
+        async def last() -> int:
+            seq = (await (await js.publish_async(f"{name}.a", b"2"))).seq
+            await js.delete_stream(name)
+            await js.close()
+            return seq
+
+        assert owner.run_until_complete(last()) == 2
+    finally:
+        owner.close()
+
+
 def test_acks_from_a_later_loop_raise_instead_of_going_nowhere(nats_url: str) -> None:
     """An ack or nak made in a later asyncio.run() went into nats-py's buffer, which
     only the ended loop's flusher would write: reported done, never sent (the messages

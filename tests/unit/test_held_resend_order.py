@@ -37,6 +37,9 @@ class FakeConn:
     def publish_nowait(self, subject: bytes, payload: bytes, reply: bytes, *args: Any) -> None:
         self.sent.append(reply.removeprefix(PREFIX))
 
+    def on_own_loop(self) -> bool:
+        return asyncio.get_running_loop() is self.loop
+
 
 def started(conn: FakeConn, ack_timeout: float) -> AsyncPublisher:
     publisher = AsyncPublisher(conn, 100, ack_timeout)  # type: ignore[arg-type]

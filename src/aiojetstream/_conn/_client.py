@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -150,13 +151,17 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 class Conn:
     """A thin, typed facade over one nats-py client."""
 
-    __slots__ = ("__weakref__", "fast", "loop", "nc")
+    __slots__ = ("__weakref__", "fast", "loop", "nc", "thread")
 
     def __init__(self, nc: NatsClient) -> None:
         self.nc = nc
         #: The event loop the connection belongs to (nats-py's tasks run there): a
         #: call from another loop is refused (:meth:`other_loop`). None until known.
         self.loop = owning_loop(nc) or _running_loop()
+        #: The thread :attr:`loop` was seen running in (None until known): with
+        #: ``loop.is_running()``, what the per-publish check compares (cheaper than
+        #: asking asyncio for the running loop).
+        self.thread = threading.get_ident() if self.loop is _running_loop() else None
         #: True on the fast path, False on the fallback (see the module docstring).
         self.fast = choose_path(nc)
         # A permissions violation fails the call that caused it (see _violations).
@@ -257,8 +262,28 @@ class Conn:
         owner = self.loop
         if owner is None:
             self.loop = running
+            self.thread = threading.get_ident()
             return
         raise self.other_loop_error(owner)
+
+    def on_own_loop(self) -> bool:
+        """True when the caller runs in :attr:`loop` (its thread, and it is running).
+
+        The per-publish form of ``asyncio.get_running_loop() is conn.loop``: a
+        thread id and an attribute read, where asking asyncio for the running
+        loop costs a ``getpid()`` system call on Python 3.11. Only called from
+        coroutines and callbacks, so some loop runs in this thread: when the
+        connection's does, it is the running one.
+        """
+        loop = self.loop
+        if loop is None:
+            return False
+        thread = self.thread
+        if thread is None:  # (made outside its loop: learnt at the first call in it)
+            if _running_loop() is not loop:
+                return False
+            thread = self.thread = threading.get_ident()
+        return thread == threading.get_ident() and loop.is_running()
 
     @staticmethod
     def other_loop_error(owner: asyncio.AbstractEventLoop) -> JetStreamError:

@@ -253,13 +253,11 @@ class AsyncPublisher:
         conn = self._conn
         if conn.nc.is_draining_pubs:
             raise ConnectionClosedError("the connection is draining")
-        # The connection's loop, checked to be alive (an attribute read): asking
-        # asyncio for the running loop costs a getpid() system call on Python 3.11
-        # (0.1-0.2 us), once per publish. A call from a live loop of another thread
-        # is caught by wait_for_room, which the first publish of a context goes
-        # through, and by every request.
+        # The connection's loop, checked to be the caller's by its thread and
+        # is_running() (Conn.on_own_loop): asking asyncio for the running loop
+        # costs a getpid() system call on Python 3.11 (0.1-0.2 us) per publish.
         loop = conn.loop
-        if loop is None or loop.is_closed():
+        if loop is None or not conn.on_own_loop():
             running = asyncio.get_running_loop()
             if running is not loop:  # nothing is sent (Conn.other_loop)
                 conn.other_loop(running)
