@@ -120,6 +120,38 @@ _BEHIND_PAUSE: Final = 1.0
 _REFUSED_GETS: weakref.WeakKeyDictionary[JetStreamContext, set[str]] = weakref.WeakKeyDictionary()
 
 
+class _Run:
+    """A run of attempts that found nothing, with pauses doubling from FIRST_DELAY.
+
+    :meth:`left` starts the run (if none is running) and says how much of
+    ``retryTimeout`` is left of it; :meth:`end` ends it (an attempt succeeded).
+    """
+
+    __slots__ = ("_cap", "_pause", "_since")
+
+    def __init__(self, cap: float) -> None:
+        self._cap = cap
+        self._since: float | None = None
+        self._pause = FIRST_DELAY
+
+    def left(self, timeout: float) -> float:
+        """Seconds left of ``timeout`` since the run began (it begins now if none runs)."""
+        now = asyncio.get_running_loop().time()
+        if self._since is None:
+            self._since = now
+            self._pause = FIRST_DELAY
+        return self._since + timeout - now
+
+    async def pause(self, left: float) -> None:
+        """Wait before the next attempt: the run's pause (doubled after), at most ``left``."""
+        await asyncio.sleep(min(self._pause, left))
+        self._pause = min(self._pause * 2, self._cap)
+
+    def end(self) -> None:
+        """An attempt succeeded: the next failure begins a new run."""
+        self._since = None
+
+
 class DataLossError(JetStreamError):
     """Messages the read should include are gone (purged, expired or removed by limits).
 
@@ -464,20 +496,17 @@ class RangeReader:
         self._consumer: JSConsumer | None = None
         self._done = start >= end
         self._rows = _FIRST_ROWS
-        #: When the pulls' current run of 503s began (None: the last pull was served)
-        #: and the delay before the next pull of it.
-        self._unserved_since: float | None = None
-        self._unserved_delay = FIRST_DELAY
+        #: The pulls' current run of 503s (ended by a pull served).
+        self._unserved = _Run(MAX_DELAY)
         #: The consumer has nothing (matching) more now (see :meth:`_run_out`), and
         #: whether the sequences it skipped to the range's end need a loss check then.
         self._drained = False
         self._check_end = False
         #: The stream's replicas when the consumer was created (1: no leader check).
         self._replicas = 1
-        #: When reads began to find the consumer's replica behind the leader (None:
-        #: the last pull read something) and the pause before the next consumer.
-        self._behind_since: float | None = None
-        self._behind_pause = FIRST_DELAY
+        #: Reads finding the consumer's replica behind the leader (ended by a pull
+        #: that reads something).
+        self._behind = _Run(_BEHIND_PAUSE)
 
     async def _open(self) -> JSConsumer:
         # Whenever a consumer is (re)created, whatever it would start past is lost:
@@ -576,9 +605,9 @@ class RangeReader:
                 self._consumer = None
                 continue
             except NoRespondersError:
-                await self._unserved(consumer)
+                await self._pull_unserved(consumer)
                 continue
-            self._unserved_since = None
+            self._unserved.end()
             if batch is not None:
                 return batch
             if not self._done and not self._drained:
@@ -690,13 +719,8 @@ class RangeReader:
                 nothing more of the range for ``retryTimeout`` seconds.
 
         """
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if self._behind_since is None:
-            self._behind_since = now
-            self._behind_pause = FIRST_DELAY
         timeout = self._opts.retry_timeout
-        left = self._behind_since + timeout - now
+        left = self._behind.left(timeout)
         if left <= 0:
             raise JetStreamTimeoutError(
                 f"aiojetstream.spark: reading stream {self._stream!r}: the replicas its read "
@@ -720,10 +744,9 @@ class RangeReader:
             task = asyncio.ensure_future(_delete_quietly(self._js, consumer))
             _DELETES.add(task)
             task.add_done_callback(_DELETES.discard)
-        await asyncio.sleep(min(self._behind_pause, left))
-        self._behind_pause = min(self._behind_pause * 2, _BEHIND_PAUSE)
+        await self._behind.pause(left)
 
-    async def _unserved(self, consumer: JSConsumer) -> None:
+    async def _pull_unserved(self, consumer: JSConsumer) -> None:
         """A pull got a 503 (no responders): pull again soon, or create the consumer again.
 
         In a cluster the server places the new consumer on any node, and the
@@ -743,13 +766,8 @@ class RangeReader:
         except (ConsumerNotFoundError, StreamNotFoundError):
             self._consumer = None  # recreated at the next sequence (_open)
             return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if self._unserved_since is None:
-            self._unserved_since = now
-            self._unserved_delay = FIRST_DELAY
         timeout = self._opts.retry_timeout
-        left = self._unserved_since + timeout - now
+        left = self._unserved.left(timeout)
         if left <= 0:
             raise NoRespondersError(
                 f"aiojetstream.spark: no responders for the pull requests of read consumer "
@@ -763,8 +781,7 @@ class RangeReader:
             consumer.name,
             self._stream,
         )
-        await asyncio.sleep(min(self._unserved_delay, left))
-        self._unserved_delay = min(self._unserved_delay * 2, MAX_DELAY)
+        await self._unserved.pause(left)
 
     async def _check_skipped(self, upto: int) -> None:
         """Check the sequences the consumer skipped, ``[next, upto)``, for data loss.
@@ -787,7 +804,7 @@ class RangeReader:
                 except (ConsumerNotFoundError, ConsumerDeletedError):
                     self._consumer = None  # recreated at the next sequence
                 except NoRespondersError:
-                    pass  # the next pull gets one too, and deals with it (_unserved)
+                    pass  # the next pull gets one too, and deals with it (_pull_unserved)
         return msgs
 
     async def _fetch(self, consumer: JSConsumer, want: int) -> pa.RecordBatch | None:
@@ -823,7 +840,7 @@ class RangeReader:
         elif pending == 0:
             self._drained = True  # nothing (matching) after it now (see _run_out)
         self._next = seqs[n - 1].as_py() + 1
-        self._behind_since = None
+        self._behind.end()
         if self._next >= end:
             self._done = True
         data = msgs.column(3)
