@@ -34,7 +34,7 @@ MIN_RUNNABLE = {
     "consumers.md": 4,
     "counters.md": 2,
     "errors.md": 1,
-    "from-pulsar.md": 12,
+    "from-pulsar.md": 13,
     "getting-started.md": 12,
     "kv.md": 3,
     "object-store.md": 8,
