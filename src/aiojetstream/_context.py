@@ -271,6 +271,10 @@ class JetStreamContext:
         ``pedantic=True`` the config is sent unchanged with ``"pedantic": true``
         and the server refuses anything it would have adjusted.
 
+        Changing ``retention`` from limits to interest removes at once every
+        stored message no consumer still needs (all of them on a stream without
+        consumers): create the consumers first.
+
         Args:
             config: the stream's new configuration.
             pedantic: send the config unchanged in the server's pedantic mode.
