@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -125,3 +127,27 @@ def test_abandoned_session_finalized_on_its_own_loop_thread(server: NatsServer) 
     assert not thread.is_alive()
     assert js.nc.is_closed
     assert session._loop.is_closed()
+
+
+def test_an_abandoned_session_is_finalized_without_waiting(server: NatsServer) -> None:
+    """A garbage collection runs the finalizer in whatever thread it happens on (an
+    event loop's too): it waited for the connection's close on the session's loop and
+    for the thread's end, as long as that loop was busy (up to 10 s each). It only
+    schedules them now; the thread ends by itself."""
+    opts = parse_source_options({"servers": server.url, "stream": "ANY"}, streaming=False)
+    session = Session(opts.connect)
+    js, thread = session.js, session._thread
+    busy = threading.Event()
+
+    def hold_the_loop() -> None:
+        busy.set()
+        time.sleep(1.5)  # the session's loop is busy (a slow synchronous step)
+
+    session._loop.call_soon_threadsafe(hold_the_loop)
+    assert busy.wait(10)
+    began = time.monotonic()
+    session._closer()  # what weakref.finalize runs when the session is collected
+    assert time.monotonic() - began < 0.5  # waited 1.5 s (the loop's step) before
+    thread.join(10)
+    assert not thread.is_alive()
+    assert js.nc.is_closed

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import functools
 import logging
 import os
@@ -93,33 +94,31 @@ async def _close_then_stop(js: JetStreamContext) -> None:
 
 
 def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, js: list[Any]) -> None:
-    """Close the connection (if still held), stop the loop and end its thread.
+    """Close the connection (if still held) and stop the loop, on the loop's own thread.
 
-    Also the finalizer of a :class:`Session` that was never closed (Spark may
-    never call ``stop()``): its thread and connection do not outlive it. A
-    failure to close the connection here is logged (nobody is left to raise to).
-    Run on the session's own thread (a garbage collection there), it cannot
-    wait for the loop: it schedules the close and the stop instead.
+    The finalizer of a :class:`Session` that was never closed (Spark may never
+    call ``stop()``): its thread and connection do not outlive it. It never
+    waits: a garbage collection runs it in whichever thread allocated at that
+    moment, an event loop's included, which would wait for the close and the
+    thread's end (up to CLOSE_TIMEOUT each when the session's loop is busy).
+    The close and the stop are scheduled on the session's loop, whose thread
+    then ends; a failure to close is logged there (nobody is left to raise to).
+    :meth:`Session.close` waits for the thread itself.
     """
     if loop.is_closed() or not thread.is_alive():
         return
-    if thread is threading.current_thread():
+
+    def begin() -> None:
         if js:
             loop.create_task(_close_then_stop(js.pop()))
         else:
             loop.stop()
+
+    if thread is threading.current_thread():
+        begin()
         return
-    try:
-        if js:
-            done = asyncio.run_coroutine_threadsafe(js.pop().close(), loop)
-            try:
-                done.result(CLOSE_TIMEOUT)
-            except Exception as exc:
-                done.cancel()
-                logger.warning("closing an abandoned Spark session's connection failed: %r", exc)
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(CLOSE_TIMEOUT)
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing to stop
+        loop.call_soon_threadsafe(begin)
 
 
 class Refusals:
@@ -167,6 +166,7 @@ class Session:
             self._held.append(self.run(self._connect()))
         except BaseException:
             self._closer()
+            self._join()
             raise
         self.refusals.connected = True
 
@@ -243,6 +243,12 @@ class Session:
                 self.run(self._loop.shutdown_asyncgens())
         finally:
             self._closer()
+            self._join()
+
+    def _join(self) -> None:
+        """Wait (at most CLOSE_TIMEOUT) for the loop's thread to end, unless on it."""
+        if threading.current_thread() is not self._thread:
+            self._thread.join(CLOSE_TIMEOUT)
 
     def __enter__(self) -> Session:
         return self
