@@ -283,6 +283,42 @@ def test_acks_from_a_later_loop_raise_instead_of_going_nowhere(nats_url: str) ->
     asyncio.run(check())
 
 
+def test_acks_from_a_loop_running_elsewhere_are_refused(
+    nats_url: str, loop_thread: _LoopThread
+) -> None:
+    """An ack from another thread's running loop (sync code bridged with
+    asyncio.run in a worker thread) wrote into nats-py's outgoing buffer from two
+    threads at once. Refused before anything is queued; the message stays open."""
+    name = unique_name("LOOPACKT")
+    js: JetStreamContext = loop_thread.run(aiojetstream.connect(nats_url))
+    try:
+
+        async def first() -> list[Any]:
+            await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+            for i in range(2):
+                await js.publish(f"{name}.a", b"%d" % i)
+            consumer = await js.create_consumer(name, ConsumerConfig(durable_name="C", ack_wait=30))
+            batch = await consumer.fetch(2, expires=2)
+            return [msg async for msg in batch]
+
+        msgs = loop_thread.run(first())
+
+        async def here() -> None:
+            await _refused(msgs[0].ack, InvalidOptionError)
+            await _refused(msgs[1].nak, InvalidOptionError)
+
+        asyncio.run(here())
+
+        async def pending() -> int:
+            consumer = await js.consumer(name, "C")
+            return (await consumer.info()).num_ack_pending
+
+        assert loop_thread.run(pending()) == 2  # neither was sent
+        loop_thread.run(msgs[0].ack())  # in its own loop the message can still be acked
+    finally:
+        loop_thread.run(js.close())
+
+
 def test_a_loop_left_open_but_idle_is_named_so(nats_url: str) -> None:
     """A connection made in a loop that is still open but not running (a wider-scoped
     pytest-asyncio fixture's): refused, and the error says what is likely."""

@@ -43,6 +43,7 @@ import re
 import socket
 import weakref
 from collections.abc import Awaitable, Callable
+from threading import get_ident as _thread_id
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import nats.errors as nats_errors
@@ -642,10 +643,11 @@ def enqueue(nc: NatsClient, cmd: bytes, payload_size: int, msgs: int = 1) -> Non
 
 
 class HasClient(Protocol):
-    """What :func:`ack_nowait` needs of its ``Conn``: the nats-py client and its loop."""
+    """What :func:`ack_nowait` needs of its ``Conn``: the nats-py client, its loop and thread."""
 
     nc: NatsClient
     loop: asyncio.AbstractEventLoop | None
+    thread: int | None
 
     def other_loop_error(self, owner: asyncio.AbstractEventLoop) -> Exception:
         """The error of a call from an event loop other than ``owner``."""
@@ -667,6 +669,8 @@ def ack_nowait(self: HasClient, subject: bytes, payload: bytes) -> None:
         ConnectionClosedError: the connection is closed, or its event loop has
             ended (an ack from a later ``asyncio.run()`` went into a buffer only
             the ended loop would write: reported done, never sent).
+        InvalidOptionError: called from another thread's running event loop
+            (it wrote into nats-py's buffer from two threads at once).
         DisconnectedError: disconnected and the reconnect buffer is full.
         MaxPayloadExceededError: ``payload`` (not one of the constant
             acknowledgements: a long ``+TERM`` reason) is over the server's
@@ -674,8 +678,10 @@ def ack_nowait(self: HasClient, subject: bytes, payload: bytes) -> None:
 
     """
     loop = self.loop
-    if loop is not None and loop.is_closed():
-        raise self.other_loop_error(loop)
+    if loop is not None and (self.thread != _thread_id() or loop.is_closed()):
+        if loop is not asyncio.get_running_loop():
+            raise self.other_loop_error(loop)
+        self.thread = _thread_id()  # (unknown: the connection was made outside its loop)
     nc = self.nc
     tail = ACK_TAILS.get(payload)
     if tail is None:
