@@ -86,15 +86,26 @@ def decoder(model: type[T], codec: Codec | None) -> Callable[[bytes], T]:
     return lambda data: decode(data, model)
 
 
-def check_on_invalid(on_invalid: str, *, acks: bool = True) -> None:
+def check_on_invalid(on_invalid: str, *, acks: bool = True, ack_all: bool = False) -> None:
     """Check ``on_invalid`` (``acks=False``: an ordered consumer, where only ``"raise"`` applies).
 
+    ``ack_all``: the consumer's ack policy is ``all``, where nats-server takes a
+    ``+TERM`` as an acknowledgement of every earlier message too.
+
     Raises:
-        InvalidOptionError: an unknown value, or term/nak without acknowledgements.
+        InvalidOptionError: an unknown value, term/nak without acknowledgements,
+            or term on an ``ack_policy=all`` consumer.
 
     """
     if on_invalid not in _ON_INVALID:
         raise InvalidOptionError(f"on_invalid must be 'term', 'nak' or 'raise', not {on_invalid!r}")
+    if ack_all and on_invalid == "term":
+        raise InvalidOptionError(
+            "on_invalid='term' (the default) on an ack_policy=all consumer: the server takes "
+            "a +TERM as an acknowledgement of every earlier message too, those handed out "
+            "and not processed yet included (they would never come again); pass "
+            "on_invalid='raise' (catch PayloadValidationError, ack as usual) or 'nak'"
+        )
     if not acks and on_invalid != "raise":
         raise InvalidOptionError(
             f"on_invalid={on_invalid!r} does not apply to an ordered consumer: it acknowledges "
@@ -104,17 +115,23 @@ def check_on_invalid(on_invalid: str, *, acks: bool = True) -> None:
 
 
 def check_typed(
-    model: type[Any], codec: Codec | None, on_invalid: str, *, acks: bool = True
+    model: type[Any],
+    codec: Codec | None,
+    on_invalid: str,
+    *,
+    acks: bool = True,
+    ack_all: bool = False,
 ) -> None:
     """Refuse, before anything is sent, a bad ``on_invalid`` and a codec without ``decode``.
 
-    ``acks=False``: an ordered consumer (``"raise"`` only).
+    ``acks=False``: an ordered consumer (``"raise"`` only); ``ack_all``: an
+    ``ack_policy=all`` consumer (no ``"term"``).
 
     Raises:
         InvalidOptionError: as :func:`check_on_invalid` and :func:`decoder`.
 
     """
-    check_on_invalid(on_invalid, acks=acks)
+    check_on_invalid(on_invalid, acks=acks, ack_all=ack_all)
     decoder(model, codec)
 
 

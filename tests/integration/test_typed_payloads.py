@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, assert_type
 
 import pytest
@@ -1047,3 +1047,47 @@ async def test_a_codec_that_fails_for_a_passing_reason_settles_nothing(
 
     await wait_until(all_three, timeout=15)  # 0 (and 1) again after ack_wait
     assert (await (await js.stream(stream)).info()).state.messages == 0
+
+
+async def test_term_is_refused_on_an_ack_all_consumer(js: JetStreamContext) -> None:
+    """nats-server takes a +TERM as an ack of every earlier message on an AckAll
+    consumer: the default on_invalid='term' acknowledged messages handed out and not
+    processed yet (never redelivered). Refused before anything is sent; 'nak' and
+    'raise' leave the earlier messages pending."""
+    stream = unique_name("TYPEDALL")
+    await js.create_stream(
+        StreamConfig(name=stream, subjects=[f"{stream}.>"], storage=StorageType.MEMORY)
+    )
+    consumer = await js.create_consumer(
+        stream, ConsumerConfig(durable_name="all", ack_policy=AckPolicy.ALL, ack_wait=30)
+    )
+    await js.publish(f"{stream}.o", Order(id=1, item="a"))
+    await js.publish(f"{stream}.o", b'{"id": "bad"}')
+    await js.publish(f"{stream}.o", Order(id=3, item="c"))
+
+    async def handler(msg: Any) -> None:
+        raise AssertionError("nothing is delivered")
+
+    refused: dict[str, Callable[[], Awaitable[Any]]] = {
+        "fetch": lambda: consumer.fetch(3, model=Order),
+        "fetch_bytes": lambda: consumer.fetch_bytes(1 << 20, model=Order),
+        "fetch_no_wait": lambda: consumer.fetch_no_wait(3, model=Order),
+        "next": lambda: consumer.next(model=Order),
+        "next term": lambda: consumer.next(model=Order, on_invalid="term"),
+    }
+    for what, call in refused.items():
+        with pytest.raises(InvalidOptionError, match="ack_policy=all") as caught:
+            await call()
+        assert "on_invalid='raise'" in str(caught.value), what
+    with pytest.raises(InvalidOptionError, match="ack_policy=all"):
+        consumer.messages(model=Order)
+    with pytest.raises(InvalidOptionError, match="ack_policy=all"):
+        await consumer.consume(handler, model=Order)
+    assert (await consumer.info()).num_ack_pending == 0  # nothing was pulled
+
+    batch = await consumer.fetch(3, expires=2, model=Order, on_invalid="nak")
+    got = [msg.value.id async for msg in batch]
+    assert got == [1, 3]
+    info = await consumer.info()
+    assert info.ack_floor.stream_seq == 0  # the nak acknowledged nothing before it
+    assert info.num_ack_pending >= 2

@@ -192,6 +192,11 @@ class Consumer:
     def _check(self, timeout: float | None) -> Awaitable[ConsumerInfo]:
         return consumer_info(self._api, self._stream, self._name, timeout)
 
+    @property
+    def _ack_all(self) -> bool:
+        """Whether the consumer's ack policy is ``all`` (a ``+TERM`` acks what came before)."""
+        return self._info.config.ack_policy is AckPolicy.ALL
+
     def _driver(
         self, settings: PullSettings, error_handler: ErrorHandler | None = None
     ) -> PullDriver:
@@ -286,7 +291,7 @@ class Consumer:
         """Start the pull of ``settings``; with ``model``, its batch typed (checked first)."""
         refuse_codec_alone(model, codec)
         if model is not None:
-            check_typed(model, codec, on_invalid)  # refused before anything is sent
+            check_typed(model, codec, on_invalid, ack_all=self._ack_all)  # before anything is sent
         driver = self._driver(settings)
         await driver.start()
         batch = MessageBatch(driver)
@@ -528,7 +533,7 @@ class Consumer:
             return await self._next(
                 expires, heartbeat, group, min_pending, min_ack_pending, priority
             )
-        check_typed(model, codec, on_invalid)  # refused before anything is sent
+        check_typed(model, codec, on_invalid, ack_all=self._ack_all)  # before anything is sent
         seconds = secs(expires, "expires")
         beat = secs(heartbeat, "heartbeat")
         settings = resolve_fetch(  # checked before anything is sent
@@ -653,7 +658,7 @@ class Consumer:
         """
         refuse_codec_alone(model, codec)
         if model is not None:
-            check_typed(model, codec, on_invalid)  # refused before anything is sent
+            check_typed(model, codec, on_invalid, ack_all=self._ack_all)  # before anything is sent
         settings = resolve_consume(
             max_messages=max_messages,
             max_bytes=max_bytes,
@@ -734,7 +739,7 @@ class Consumer:
         holder: list[ConsumeContext] = []
         refuse_codec_alone(model, codec)
         if model is not None:
-            check_on_invalid(on_invalid)
+            check_on_invalid(on_invalid, ack_all=self._ack_all)
             handler = typed_handler(handler, model, codec, on_invalid, holder, self._on_refused)
         settings = resolve_consume(
             max_messages=max_messages,
