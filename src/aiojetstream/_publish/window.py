@@ -36,10 +36,12 @@ from .._conn import (
 from .._errors import (
     ConnectionClosedError,
     DisconnectedError,
+    DuplicateMsgIdInProcessError,
     InvalidOptionError,
     InvalidResponseError,
     JetStreamError,
     JetStreamTimeoutError,
+    NoRespondersError,
     PermissionViolationError,
     StreamFullError,
 )
@@ -52,14 +54,31 @@ from .single import HOLD_FIRST_WAIT, HOLD_MAX_WAIT, HOLD_MIN_WAIT, ack_from_repl
 _HEAP_SLACK = 4096
 
 
-def _stream_full(data: bytes, hdr: bytes | None, subject: bytes) -> StreamFullError | None:
-    """The reply's :class:`StreamFullError`, or None for any other reply (handled by the caller)."""
+def _retried(data: bytes, hdr: bytes | None, subject: bytes) -> JetStreamError | None:
+    """The reply's error when a held publish may be tried again after it, else None.
+
+    :class:`StreamFullError`; :class:`DuplicateMsgIdInProcessError` (an
+    earlier attempt with the same msg id is still being stored: the next one
+    gets its duplicate acknowledgement); :class:`NoRespondersError` (no stream
+    leader for now). Any other reply is the caller's.
+    """
     try:
         ack_from_reply(data, hdr, subject.decode())
-    except StreamFullError as exc:
+    except (StreamFullError, DuplicateMsgIdInProcessError, NoRespondersError) as exc:
         return exc
     except Exception:
         return None  # another refusal: _on_reply parses the reply again and raises it
+    return None
+
+
+def _msg_id_of(block: bytes | None) -> str | None:
+    """The ``Nats-Msg-Id`` of a header block (held publishes always have one), or None."""
+    if block is None:
+        return None
+    for line in block.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"nats-msg-id":
+            return value.strip().decode(errors="replace")
     return None
 
 
@@ -572,29 +591,48 @@ class AsyncPublisher:
         loop = asyncio.get_running_loop()
         if token == self._resending:
             self._resent_answered()
+        maybe_stored = held.unanswered  # an earlier attempt got no reply in time
         held.unanswered = False
-        full = _stream_full(data, hdr, held.subject) if b"10077" in data else None
-        if full is not None:
-            self._last_full = full
-            held.error = full
-            entry = self._futures.get(token)
-            wanted = entry is not None and not entry[0].done()  # not cancelled by its caller
-            if wanted and loop.time() + HOLD_MIN_WAIT <= held.until:
-                self._queue_held(token)
-                if self._resending is None:  # else the resend in flight arms the next one
-                    self._arm_hold(backoff=True)
-                return True
+        again = (
+            _retried(data, hdr, held.subject)
+            if b"10077" in data or b"10158" in data or (maybe_stored and hdr and not data)
+            else None
+        )
+        if isinstance(again, NoRespondersError) and not maybe_stored:
+            again = None  # (not asked for: a 503 with nothing stored before is the answer)
+        entry = self._futures.get(token)
+        wanted = entry is not None and not entry[0].done()  # not cancelled by its caller
+        if isinstance(again, StreamFullError):
+            self._last_full = again
+            held.error = again
+        elif again is not None:
+            # An earlier attempt is still being stored (10158), or one that got no reply
+            # may be stored and the stream has no leader now (503): this reply is not the
+            # end, nor is its error; the next attempt, with the same msg id, gets the
+            # duplicate acknowledgement if it was stored.
+            held.unanswered = True
+        if again is not None and wanted and loop.time() + HOLD_MIN_WAIT <= held.until:
+            self._queue_held(token)
+            if self._resending is None:  # else the resend in flight arms the next one
+                self._arm_hold(backoff=True)
+            return True
         # Stored, refused for another reason, or out of time: _on_reply completes it.
         del self._held[token]
         if self._hold_queue and self._resending is None:
             # The next held message goes out whatever this reply was (a held message
             # waits for a resend, never for an unrelated reply that may not come).
-            if full is not None:
-                self._arm_hold(backoff=True)  # out of time, but the stream is still full
+            if again is not None:
+                self._arm_hold(backoff=True)  # out of time, but the stream is still busy
             else:
                 if b'"error"' not in data:
                     self._hold_wait = HOLD_FIRST_WAIT  # there is room again
                 self._arm_hold(backoff=False)
+        if again is not None and not isinstance(again, StreamFullError) and wanted:
+            # Out of time while a copy may be stored: a timeout, saying so.
+            assert entry is not None
+            self._forget(token)
+            entry[0].set_exception(self._out_of_time(held, entry[2]))
+            return True
         return False
 
     def _arm_hold(self, *, backoff: bool) -> None:
@@ -668,9 +706,17 @@ class AsyncPublisher:
         """
         error = held.error or self._last_full
         if held.unanswered or error is None:
+            msg_id = _msg_id_of(held.block)
+            again = (
+                ""
+                if msg_id is None
+                else f": it may be stored; publish again with msg_id={msg_id!r} (a duplicate "
+                "acknowledgement if it was)"
+            )
             return JetStreamTimeoutError(
-                f"no acknowledgement for the publish to {subject!r} "
-                "(held while the stream was full; its last attempt got no reply)"
+                f"no acknowledgement for the publish to {subject!r} (held while the stream "
+                "was full; its last attempt got no reply, or found an earlier attempt still "
+                f"being stored){again}"
             )
         return error
 
