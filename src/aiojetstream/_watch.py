@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import weakref
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 IDLE_CHECK: Final = 1.0
 #: The start policies that read the stored values first (see Reader._behind_leader).
 _FROM_THE_START: Final = frozenset((DeliverPolicy.ALL, DeliverPolicy.LAST_PER_SUBJECT))
+#: How many filters' last messages a reader asks the stream's leader for at once.
+LEADER_GETS_AT_ONCE: Final = 64
 #: The heartbeat of a watcher's (and listing's) pulls: a watcher whose consumer
 #: died with its node is reset after 2 x this of silence (the ``messages()``
 #: default, half of the 30 s expiry, took 30 s; nats.go's ordered consumers use 5 s).
@@ -65,8 +68,10 @@ class Reader:
     """An ordered consumer over a bucket that knows when the initial values were read.
 
     The end of the initial values is the first message with ``num_pending == 0``,
-    or right away when the consumer had nothing pending when created (ADR-8). As
-    a safety net for values removed between the consumer's creation and their
+    or right away when the consumer had nothing pending when created (ADR-8);
+    reading from the start, also the first message at or past the last sequence
+    the stream's leader held when the read started (see :meth:`_behind_leader`).
+    As a safety net for values removed between the consumer's creation and their
     delivery, after :data:`IDLE_CHECK` seconds without a message the consumer's
     info is checked: nothing pending and nothing undelivered is the end too.
 
@@ -105,8 +110,10 @@ class Reader:
         self._announce = False
         self._closed = False
         self.caught_up = False
-        #: The highest stream sequence read (see :meth:`_behind_leader`).
+        #: The highest stream sequence read, and the last sequence of the filters the
+        #: stream's leader held (None: not asked, or no answer; see _behind_leader).
         self._seen = 0
+        self._target: int | None = None
 
     async def start(self) -> None:
         """Create the consumer (BucketNotFoundError once the bucket is deleted).
@@ -153,36 +160,62 @@ class Reader:
                 raise JetStreamTimeoutError(
                     f"could not start reading stream {self._stream.name!r} within {bound:g} s"
                 ) from None
+        behind = await self._behind_leader()  # (the target, asked once here)
         info = oc.cached_info
-        if info is not None and info.num_pending == 0 and not await self._behind_leader():
+        if info is not None and info.num_pending == 0 and not behind:
             self.caught_up = True
             self._announce = True
 
-    async def _behind_leader(self) -> bool:
-        """Whether the stream's leader holds a message of the filters not read yet.
+    async def _behind_leader(self, *, again: bool = False) -> bool:
+        """Whether the stream's leader held a message of the filters not read yet.
 
         The consumer says it has nothing more: nats-server places it (R1) on any
         of the stream's peers, and on one still catching up after its node
         restarted, it had nothing more while the leader held more: ``keys()``
         returned 0 of 301 keys and ``history()`` 1 of 3 entries, without an
         error. The leader answers a plain (not direct) get of the last message
-        of each filter. Not for a read from the end (``updates_only``), and not
-        when the leader does not answer (the consumer's word is taken then).
+        of each filter, once, when the read starts: that sequence is the target
+        (asking on every message moved it with every write, and under steady
+        writes the end never came: ``keys()`` never returned). ``again``: ask
+        anew (the idle check: values removed since, a purge). Not for a read
+        from the end (``updates_only``), and not when the leader does not answer
+        (the consumer's word is taken then).
         """
         config = self._config
         if config.deliver_policy not in _FROM_THE_START:
             return False
-        wait = self._stall if self._stall is not None else IDLE_CHECK
-        for subject in config.filter_subjects or ():
-            try:
-                last = await self._stream._api_get({"last_by_subj": subject}, wait)
-            except MessageNotFoundError:
-                continue
-            except JetStreamError:
+        if self._target is None or again:
+            target = await self._leader_last(config.filter_subjects or ())
+            if target is None:
                 return False
-            if last.seq > self._seen:
-                return True
-        return False
+            self._target = target
+        return self._seen < self._target
+
+    async def _leader_last(self, filters: Sequence[str]) -> int | None:
+        """The last sequence of ``filters`` on the stream's leader (0: none), None unanswered.
+
+        The filters are asked :data:`LEADER_GETS_AT_ONCE` at a time (a watch of
+        many keys has a filter each).
+        """
+        wait = self._stall if self._stall is not None else IDLE_CHECK
+
+        async def last_of(subject: str) -> int:
+            try:
+                return (await self._stream._api_get({"last_by_subj": subject}, wait)).seq
+            except MessageNotFoundError:
+                return 0
+
+        last_seq = 0
+        for at in range(0, len(filters), LEADER_GETS_AT_ONCE):
+            chunk = filters[at : at + LEADER_GETS_AT_ONCE]
+            found = await asyncio.gather(*map(last_of, chunk), return_exceptions=True)
+            for seq in found:
+                if isinstance(seq, JetStreamError):
+                    return None
+                if isinstance(seq, BaseException):
+                    raise seq
+                last_seq = max(last_seq, seq)
+        return last_seq
 
     async def _idle_caught_up(self) -> bool:
         oc = self._oc
@@ -197,7 +230,7 @@ class Reader:
         # Everything the consumer delivered was handed out (or skipped as handed out
         # before a reset: the ordered consumer counts those too).
         handed_out = delivered == 0 or (info.name == oc.name and oc._expected - 1 >= delivered)
-        return handed_out and not await self._behind_leader()
+        return handed_out and not await self._behind_leader(again=True)
 
     async def next(self) -> Msg | ReaderEvent:
         """The next message, ``CAUGHT_UP`` once (after the last initial message), or ``END``."""
@@ -248,8 +281,11 @@ class Reader:
                 raise
             meta = msg.metadata
             if not self.caught_up:
-                self._seen = max(self._seen, meta.sequence.stream)
-                if meta.num_pending == 0 and not await self._behind_leader():
+                seen = self._seen = max(self._seen, meta.sequence.stream)
+                target = self._target
+                if (target is not None and seen >= target) or (
+                    meta.num_pending == 0 and not await self._behind_leader()
+                ):
                     self.caught_up = True
                     self._announce = True
             return msg
