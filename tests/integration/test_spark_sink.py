@@ -223,3 +223,70 @@ def test_a_copy_keeping_its_headers_stores_messages_of_one_msg_id_each(
     with pytest.warns(JetStreamSparkWarning, match="published 2 rows; the stream dropped 2"):
         writer.commit([again])
     assert len(messages(server, name)) == 2
+
+
+def test_a_copy_leaves_out_the_sources_expectations_and_batch_headers(
+    server: NatsServer,
+) -> None:
+    """A copy of a read that keeps its headers sent the source's control headers
+    again: a kv.create's Nats-Expected-Last-Subject-Sequence (the second copy into an
+    archive failed, wrong last sequence) and an atomic batch's Nats-Batch-* (into a
+    stream allowing batches: no acknowledgement, the task failed after storing; each
+    retry stored the rows again). Left out, as nats-server's sourcing does."""
+    src, arc = unique_name("CTLSRC"), unique_name("CTLARC")
+
+    async def setup() -> list[RawStreamMessage]:
+        js = await aiojetstream.connect(server.url, user="a", password="a")
+        try:
+            await js.create_stream(
+                StreamConfig(name=src, subjects=[f"shared.{src}.>"], allow_atomic=True)
+            )
+            await js.create_stream(
+                StreamConfig(name=arc, subjects=[f"shared.{arc}.>"], allow_atomic=True)
+            )
+            await js.publish(f"shared.{src}.k", b"first", expected_last_subject_sequence=0)
+            await js.publish(f"shared.{src}.k", b"second", expected_last_subject_sequence=1)
+            batch = js.atomic_batch()
+            await batch.add(f"shared.{src}.b", b"b1")
+            await batch.commit(f"shared.{src}.b", b"b2")
+            stream = await js.stream(src)
+            return [await stream.get_msg(seq) for seq in range(1, 5)]
+        finally:
+            await js.close()
+
+    source = asyncio.run(setup())
+    controls = {k for m in source for k in (m.headers or {}) if k.startswith("Nats-")}
+    assert "Nats-Expected-Last-Subject-Sequence" in controls
+    assert "Nats-Batch-Id" in controls
+    copy = pa.RecordBatch.from_pylist(
+        [{"data": m.data, "headers": list((m.headers or {}).items())} for m in source],
+        pa.schema([("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.string()))]),
+    )
+    copy = copy.append_column("stream", pa.array([src] * len(source))).append_column(
+        "seq", pa.array([m.seq for m in source], pa.int64())
+    )
+    schema = StructType(
+        [
+            StructField("data", BinaryType()),
+            StructField("headers", MapType(StringType(), StringType())),
+            StructField("stream", StringType()),
+            StructField("seq", LongType()),
+        ]
+    )
+    options = {
+        "servers": server.url,
+        "user": "a",
+        "password": "a",
+        "subject": f"shared.{arc}.copy",
+    }
+    for _ in range(2):  # two writes: the second is a new copy (a new write id)
+        writer = JetStreamDataSource(options).writer(schema, False)
+        assert isinstance(writer, Writer)
+        result = writer.write(iter([copy]))
+        assert result == WriteResult(rows=4)
+        writer.commit([result])
+    stored = messages(server, arc)
+    assert [m.data for m in stored] == [b"first", b"second", b"b1", b"b2"] * 2
+    for m in stored:
+        left = {k for k in (m.headers or {}) if k.startswith(("Nats-Expected-", "Nats-Batch-"))}
+        assert not left, m.headers

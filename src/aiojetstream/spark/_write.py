@@ -304,6 +304,8 @@ class _Publisher:
                 own = row_headers[i]
                 assert own is not None  # it has the id
                 own.setdefault(SOURCE_MSG_ID_HEADER, own.pop(MSG_ID_HEADER))
+        if row_headers is not None:
+            _drop_source_controls(batch, row_headers)
         ttls = _column(batch, "ttl")
         if ttls is not None:
             ttls = [t if t is None or type(t) is str else float(t) for t in ttls]
@@ -351,6 +353,35 @@ def _retrieve(done: asyncio.Future[PublishSummary]) -> None:
 
 
 #: The header the server deduplicates by (the name exactly as it reads it).
+#: What nats-server's stream sourcing leaves out of a copy: a publish's expectations
+#: (of the source stream, which the target would check against itself) and the
+#: headers of an atomic batch (which the sink does not publish).
+_SOURCE_CONTROLS: Final = ("nats-expected-", "nats-batch-")
+
+
+def _drop_source_controls(batch: pa.RecordBatch, row_headers: list[dict[str, str] | None]) -> None:
+    """Leave the source's control headers out of the rows copied from a read (in place).
+
+    A row with ``stream`` and ``seq`` (a ``jetstream`` read's) carries the
+    headers the source message was stored with: a ``kv.create`` /
+    ``kv.update``'s ``Nats-Expected-Last-Subject-Sequence``, an atomic batch's
+    ``Nats-Batch-Id``. Sent again, the target checked the expectation against
+    itself (a second copy failed: wrong last sequence) or took the message as
+    part of a batch (no acknowledgement: a task failed after storing, and each
+    retry stored the rows again). They are dropped, as nats-server drops them
+    from a sourced message. Other rows keep their headers (the user's own).
+    """
+    names = batch.schema.names
+    if "stream" not in names or "seq" not in names:
+        return
+    copied = pc.and_(pc.is_valid(batch.column("stream")), pc.is_valid(batch.column("seq")))
+    for i in pc.indices_nonzero(copied).to_pylist():
+        own = row_headers[i]
+        if own:
+            for name in [k for k in own if k.lower().startswith(_SOURCE_CONTROLS)]:
+                del own[name]
+
+
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
 #: Where a copy keeps the ``Nats-Msg-Id`` its ``headers`` carried when ``dedupe=auto``
 #: sends it with the id of the message it was read from instead (see :func:`_msg_ids`).
