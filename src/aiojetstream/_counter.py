@@ -183,6 +183,8 @@ class Counter:
             CountersDisabledError: the counter stream is no counter.
             NoRespondersError: no stream captures ``subject``.
             FeatureNotSupportedError: the server is older than 2.12.
+            JetStreamTimeoutError: no reply in time; the increment may have been
+                applied (asking again may count it twice).
 
         """
         block = P.header_block({INCR: increment_header(delta)})
