@@ -21,6 +21,7 @@ from aiojetstream import (
     BatchUnsupportedHeaderError,
     FeatureNotSupportedError,
     InvalidOptionError,
+    InvalidResponseError,
     JetStreamContext,
     JetStreamTimeoutError,
     PersistMode,
@@ -440,3 +441,17 @@ async def test_old_server_is_refused(js: JetStreamContext) -> None:
             await js.atomic_batch().commit(f"{p}.a")
     finally:
         js._api.level = None
+
+
+async def test_a_hand_made_batch_message_says_why_no_acknowledgement_came(
+    js: JetStreamContext,
+) -> None:
+    """A publish with batch headers but no commit (a copy of a batch's message) gets an
+    empty reply: it said only "invalid publish acknowledgement: b''"."""
+    stream, p = await atomic_stream(js)
+    headers = {"Nats-Batch-Id": "copied", "Nats-Batch-Sequence": "1"}
+    with pytest.raises(InvalidResponseError, match=r"atomic batch.*js\.atomic_batch\(\)"):
+        await js.publish(f"{p}.raw", b"x", headers=headers)
+    with pytest.raises(InvalidResponseError, match="atomic batch"):
+        await (await js.publish_async(f"{p}.raw", b"x", headers={**headers, "Nats-Batch-Id": "c2"}))
+    assert await last_seq(stream) == 0  # not stored: the batch was never committed

@@ -48,8 +48,19 @@ def parse_pub_ack(data: bytes) -> PubAck:
         # model_validate_json without its wrapper (this runs once per publish).
         ack: PubAck = PubAck.__pydantic_validator__.validate_json(data)
     except ValidationError as exc:
-        raise InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}") from exc
+        raise invalid_ack(data) from exc
     return ack
+
+
+def invalid_ack(data: bytes) -> InvalidResponseError:
+    """The error of a reply that is no publish acknowledgement (an empty one explained)."""
+    if not data:
+        return InvalidResponseError(
+            "an empty reply to a publish: nats-server answers so the messages of an atomic "
+            "batch before its commit (Nats-Batch-* headers; js.atomic_batch() sends a "
+            "batch), and stores them only once it is committed"
+        )
+    return InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}")
 
 
 def no_stream_text(shown: str) -> str:

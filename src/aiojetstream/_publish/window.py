@@ -47,7 +47,7 @@ from .._errors import (
 )
 from .._models import PubAck
 from .acks import SPAN_MARK, AckRun, AckRuns, AckSpan, AckTally, AckTarget, plain_ack
-from .single import HOLD_FIRST_WAIT, HOLD_MAX_WAIT, HOLD_MIN_WAIT, ack_from_reply
+from .single import HOLD_FIRST_WAIT, HOLD_MAX_WAIT, HOLD_MIN_WAIT, ack_from_reply, invalid_ack
 
 #: The deadline heap of publish_async is compacted once it holds this many more
 #: entries than twice the outstanding publishes.
@@ -84,7 +84,7 @@ def _msg_id_of(block: bytes | None) -> str | None:
 
 def _invalid(data: bytes, exc: Exception) -> InvalidResponseError:
     """The error of a reply that could not be read as a publish acknowledgement."""
-    error = InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}")
+    error = invalid_ack(data)
     error.__cause__ = exc
     return error
 
@@ -509,9 +509,7 @@ class AsyncPublisher:
             else:
                 ack = ack_from_reply(data, hdr, target)
         except ValidationError:
-            fut.set_exception(
-                InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}")
-            )
+            fut.set_exception(invalid_ack(data))
         except JetStreamError as exc:
             fut.set_exception(exc)
         except Exception as exc:  # a reply no JetStream server writes: fail, never hang
@@ -558,9 +556,7 @@ class AsyncPublisher:
         try:
             ack = ack_from_reply(data, hdr, entry[2], span.about(entry[2]))
         except ValidationError:
-            tally.set_exception(
-                InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}")
-            )
+            tally.set_exception(invalid_ack(data))
         except JetStreamError as exc:
             tally.set_exception(exc)
         except Exception as exc:  # a reply no JetStream server writes: fail, never hang
