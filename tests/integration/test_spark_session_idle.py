@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -130,10 +133,11 @@ def test_abandoned_session_finalized_on_its_own_loop_thread(server: NatsServer) 
 
 
 def test_an_abandoned_session_is_finalized_without_waiting(server: NatsServer) -> None:
-    """A garbage collection runs the finalizer in whatever thread it happens on (an
-    event loop's too): it waited for the connection's close on the session's loop and
-    for the thread's end, as long as that loop was busy (up to 10 s each). It only
-    schedules them now; the thread ends by itself."""
+    """A garbage collection runs the finalizer in whatever thread it happens on, an
+    event loop's too: it waited there for the connection's close on the session's loop
+    and for the thread's end, as long as that loop was busy (up to 10 s each), with
+    the event loop standing still. In an event loop's thread it only schedules them
+    now; the thread ends by itself."""
     opts = parse_source_options({"servers": server.url, "stream": "ANY"}, streaming=False)
     session = Session(opts.connect)
     js, thread = session.js, session._thread
@@ -145,9 +149,49 @@ def test_an_abandoned_session_is_finalized_without_waiting(server: NatsServer) -
 
     session._loop.call_soon_threadsafe(hold_the_loop)
     assert busy.wait(10)
-    began = time.monotonic()
-    session._closer()  # what weakref.finalize runs when the session is collected
-    assert time.monotonic() - began < 0.5  # waited 1.5 s (the loop's step) before
+
+    async def collected_in_an_event_loop() -> float:
+        began = time.monotonic()
+        session._closer()  # what weakref.finalize runs when the session is collected
+        return time.monotonic() - began
+
+    assert asyncio.run(collected_in_an_event_loop()) < 0.5  # waited 1.5 s before
     thread.join(10)
     assert not thread.is_alive()
     assert js.nc.is_closed
+
+
+_EXIT_CHILD = """
+import sys
+from aiojetstream.spark import _runtime
+from aiojetstream.spark._options import parse_source_options
+
+url, marker = sys.argv[1], sys.argv[2]
+opts = parse_source_options({"servers": url, "stream": "ANY"}, streaming=False)
+js = _runtime.shared_session(opts.connect).js
+close = js.close
+
+
+async def closing(*args, **kwargs):
+    await close(*args, **kwargs)
+    open(marker, "w").write("closed")
+
+
+js.close = closing
+"""
+
+
+def test_a_session_left_open_is_closed_at_exit(server: NatsServer, tmp_path: Path) -> None:
+    """At interpreter exit weakref.finalize's own hook runs the finalizer before the
+    shared sessions are closed: when it only scheduled the close (to spare an event
+    loop's thread), the process ended before the connection was closed."""
+    marker = tmp_path / "closed"
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_CHILD, server.url, str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert marker.read_text() == "closed"

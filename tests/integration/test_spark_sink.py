@@ -9,6 +9,7 @@ driver do. The real-Spark sink tests are in tests/spark/.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import warnings
 from collections.abc import Iterator
 
@@ -24,11 +25,20 @@ from pyspark.sql.types import (
 )
 
 import aiojetstream
-from aiojetstream import InvalidOptionError, NoRespondersError, RawStreamMessage, StreamConfig
+from aiojetstream import (
+    InvalidOptionError,
+    KeyValueConfig,
+    MessageNotFoundError,
+    NoRespondersError,
+    RawStreamMessage,
+    Stream,
+    StreamConfig,
+    StreamSource,
+)
 from aiojetstream.spark import JetStreamDataSource, JetStreamSparkWarning, _runtime
 from aiojetstream.spark._write import StreamWriter, Writer, WriteResult
 from aiojetstream.testing import NatsServer
-from helpers import CROSS_ACCOUNTS_CONFIG, unique_name
+from helpers import CROSS_ACCOUNTS_CONFIG, unique_name, wait_until
 
 SCHEMA = StructType([StructField("data", StringType()), StructField("subject", StringType())])
 SCHEMA_ARROW = pa.schema([("data", pa.string()), ("subject", pa.string())])
@@ -290,3 +300,81 @@ def test_a_copy_leaves_out_the_sources_expectations_and_batch_headers(
     for m in stored:
         left = {k for k in (m.headers or {}) if k.startswith(("Nats-Expected-", "Nats-Batch-"))}
         assert not left, m.headers
+
+
+def test_a_copy_does_not_roll_up_count_or_claim_a_source_again(server: NatsServer) -> None:
+    """The review of the first fix: a KV purge entry's Nats-Rollup (into an archive
+    allowing rollups the write reported 4 rows and the archive kept 2: the copied
+    purge deleted the copies before it; elsewhere 10111), a counter's Nats-Incr
+    (10168) and a sourced message's Nats-Stream-Source (10227) went out again too."""
+    bucket, counters, sourced, arc = (
+        unique_name("CTLKV"),
+        unique_name("CTLCNT"),
+        unique_name("CTLSRCD"),
+        unique_name("CTLARC2"),
+    )
+
+    async def setup() -> list[RawStreamMessage]:
+        js = await aiojetstream.connect(server.url, user="a", password="a")
+        try:
+            kv = await js.create_key_value(KeyValueConfig(bucket=bucket, history=5))
+            await kv.put("k", b"1")
+            await kv.put("k", b"2")
+            await kv.purge("k")
+            await js.create_stream(
+                StreamConfig(
+                    name=counters, subjects=[f"shared.{counters}.>"], allow_msg_counter=True
+                )
+            )
+            await js.counter(counters).add(f"shared.{counters}.c", 5)
+            await js.create_stream(
+                StreamConfig(name=sourced, sources=[StreamSource(name=counters)])
+            )
+            await js.create_stream(
+                StreamConfig(name=arc, subjects=[f"shared.{arc}.>"], allow_rollup_hdrs=True)
+            )
+            out: list[RawStreamMessage] = []
+            for name, count in ((f"KV_{bucket}", 3), (counters, 1), (sourced, 1)):
+                stream = await js.stream(name)
+
+                async def holds(stream: Stream = stream, count: int = count) -> bool:
+                    return (await stream.info()).state.last_seq >= count
+
+                await wait_until(holds, 10)
+                last = (await stream.info()).state.last_seq
+                for seq in range(1, last + 1):
+                    with contextlib.suppress(MessageNotFoundError):  # (purged revisions)
+                        out.append(await stream.get_msg(seq))
+            return out
+        finally:
+            await js.close()
+
+    source = asyncio.run(setup())
+    controls = {k for m in source for k in (m.headers or {})}
+    assert {"Nats-Rollup", "Nats-Incr", "Nats-Stream-Source"} <= controls
+    copy = pa.RecordBatch.from_pylist(
+        [{"data": m.data, "headers": list((m.headers or {}).items())} for m in source],
+        pa.schema([("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.string()))]),
+    )
+    copy = copy.append_column("stream", pa.array(["S"] * len(source))).append_column(
+        "seq", pa.array(range(1, len(source) + 1), pa.int64())
+    )
+    schema = StructType(
+        [
+            StructField("data", BinaryType()),
+            StructField("headers", MapType(StringType(), StringType())),
+            StructField("stream", StringType()),
+            StructField("seq", LongType()),
+        ]
+    )
+    writer = JetStreamDataSource(
+        {"servers": server.url, "user": "a", "password": "a", "subject": f"shared.{arc}.copy"}
+    ).writer(schema, False)
+    assert isinstance(writer, Writer)
+    result = writer.write(iter([copy]))
+    assert result == WriteResult(rows=len(source))
+    writer.commit([result])
+    stored = messages(server, arc)
+    assert [m.data for m in stored] == [m.data for m in source]  # nothing rolled up
+    for m in stored:
+        assert not {"Nats-Rollup", "Nats-Incr", "Nats-Stream-Source"} & set(m.headers or {})

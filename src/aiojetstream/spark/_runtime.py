@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import functools
 import logging
 import os
@@ -96,14 +95,16 @@ async def _close_then_stop(js: JetStreamContext) -> None:
 def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, js: list[Any]) -> None:
     """Close the connection (if still held) and stop the loop, on the loop's own thread.
 
-    The finalizer of a :class:`Session` that was never closed (Spark may never
-    call ``stop()``): its thread and connection do not outlive it. It never
-    waits: a garbage collection runs it in whichever thread allocated at that
-    moment, an event loop's included, which would wait for the close and the
-    thread's end (up to CLOSE_TIMEOUT each when the session's loop is busy).
-    The close and the stop are scheduled on the session's loop, whose thread
-    then ends; a failure to close is logged there (nobody is left to raise to).
-    :meth:`Session.close` waits for the thread itself.
+    Also the finalizer of a :class:`Session` that was never closed (Spark may
+    never call ``stop()``): its thread and connection do not outlive it. The
+    close and the stop are scheduled on the session's loop, whose thread then
+    ends; a failure to close is logged there (nobody is left to raise to). The
+    caller waits for that thread (at most CLOSE_TIMEOUT), as :meth:`Session.close`
+    does, unless it runs an event loop itself: a garbage collection runs the
+    finalizer in whichever thread it happens on, and an event loop's thread
+    would stand still meanwhile (up to CLOSE_TIMEOUT while the session's loop
+    is busy). At interpreter exit (``weakref.finalize``'s own exit hook, which
+    runs before :func:`_close_shared`) it waits, so the connection is closed.
     """
     if loop.is_closed() or not thread.is_alive():
         return
@@ -117,8 +118,14 @@ def _shut_down(loop: asyncio.AbstractEventLoop, thread: threading.Thread, js: li
     if thread is threading.current_thread():
         begin()
         return
-    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing to stop
+    try:
         loop.call_soon_threadsafe(begin)
+    except RuntimeError:
+        return  # the loop closed meanwhile: nothing to stop
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        thread.join(CLOSE_TIMEOUT)  # no event loop here to hold up
 
 
 class Refusals:
@@ -246,7 +253,11 @@ class Session:
             self._join()
 
     def _join(self) -> None:
-        """Wait (at most CLOSE_TIMEOUT) for the loop's thread to end, unless on it."""
+        """Wait (at most CLOSE_TIMEOUT) for the loop's thread to end, unless on it.
+
+        (The finalizer waits only where no event loop runs: an explicit close
+        waits wherever it is called.)
+        """
         if threading.current_thread() is not self._thread:
             self._thread.join(CLOSE_TIMEOUT)
 

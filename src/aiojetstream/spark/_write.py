@@ -352,11 +352,16 @@ def _retrieve(done: asyncio.Future[PublishSummary]) -> None:
         done.exception()
 
 
-#: The header the server deduplicates by (the name exactly as it reads it).
-#: What nats-server's stream sourcing leaves out of a copy: a publish's expectations
-#: (of the source stream, which the target would check against itself) and the
-#: headers of an atomic batch (which the sink does not publish).
-_SOURCE_CONTROLS: Final = ("nats-expected-", "nats-batch-")
+#: The headers a copied row leaves out (lower case): those that make nats-server act
+#: on a publish, or that it refuses from a client, where the source stored them as
+#: facts: a publish's expectations (the target would check them against itself), an
+#: atomic batch's, a schedule's (it would schedule again), a rollup (a KV purge
+#: entry's: it would delete the copies before it), a counter's increment and
+#: sources, a sourced message's origin.
+_SOURCE_CONTROL_PREFIXES: Final = ("nats-expected-", "nats-batch-", "nats-schedule")
+_SOURCE_CONTROLS: Final = frozenset(
+    ("nats-rollup", "nats-incr", "nats-counter-sources", "nats-stream-source")
+)
 
 
 def _drop_source_controls(batch: pa.RecordBatch, row_headers: list[dict[str, str] | None]) -> None:
@@ -365,11 +370,14 @@ def _drop_source_controls(batch: pa.RecordBatch, row_headers: list[dict[str, str
     A row with ``stream`` and ``seq`` (a ``jetstream`` read's) carries the
     headers the source message was stored with: a ``kv.create`` /
     ``kv.update``'s ``Nats-Expected-Last-Subject-Sequence``, an atomic batch's
-    ``Nats-Batch-Id``. Sent again, the target checked the expectation against
-    itself (a second copy failed: wrong last sequence) or took the message as
-    part of a batch (no acknowledgement: a task failed after storing, and each
-    retry stored the rows again). They are dropped, as nats-server drops them
-    from a sourced message. Other rows keep their headers (the user's own).
+    ``Nats-Batch-Id``, a KV purge entry's ``Nats-Rollup``, a counter's
+    ``Nats-Incr``, a sourced message's ``Nats-Stream-Source``. Sent again, the
+    target checked the expectation against itself (a second copy failed: wrong
+    last sequence), took the message as part of a batch (no acknowledgement: a
+    task failed after storing, and each retry stored the rows again), rolled up
+    (deleting the copies stored before it) or refused the header. They are
+    left out (:data:`_SOURCE_CONTROLS`): a copy stores the message, it does
+    not act again. Other rows keep their headers (the user's own).
     """
     names = batch.schema.names
     if "stream" not in names or "seq" not in names:
@@ -378,10 +386,16 @@ def _drop_source_controls(batch: pa.RecordBatch, row_headers: list[dict[str, str
     for i in pc.indices_nonzero(copied).to_pylist():
         own = row_headers[i]
         if own:
-            for name in [k for k in own if k.lower().startswith(_SOURCE_CONTROLS)]:
+            for name in [k for k in own if _control(k.lower())]:
                 del own[name]
 
 
+def _control(name: str) -> bool:
+    """Whether a (lower-case) header name is one a copy leaves out."""
+    return name in _SOURCE_CONTROLS or name.startswith(_SOURCE_CONTROL_PREFIXES)
+
+
+#: The header the server deduplicates by (the name exactly as it reads it).
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
 #: Where a copy keeps the ``Nats-Msg-Id`` its ``headers`` carried when ``dedupe=auto``
 #: sends it with the id of the message it was read from instead (see :func:`_msg_ids`).
