@@ -335,3 +335,40 @@ def test_a_loop_left_open_but_idle_is_named_so(nats_url: str) -> None:
         owner.run_until_complete(js.close())
     finally:
         owner.close()
+
+
+def test_an_ack_beside_an_idle_owner_loop_is_refused(nats_url: str) -> None:
+    """The connection's loop open but idle in this thread (a wider-scoped fixture's),
+    an ack from another loop: it went into a buffer only the idle loop writes,
+    reported done and never sent (the message came again after ack_wait)."""
+    name = unique_name("LOOPACKI")
+    owner = asyncio.new_event_loop()
+    try:
+        js = owner.run_until_complete(aiojetstream.connect(nats_url))
+
+        async def first() -> list[Any]:
+            await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+            await js.publish(f"{name}.a", b"0")
+            consumer = await js.create_consumer(name, ConsumerConfig(durable_name="C", ack_wait=30))
+            batch = await consumer.fetch(1, expires=2)
+            return [msg async for msg in batch]
+
+        (msg,) = owner.run_until_complete(first())
+
+        async def other() -> None:
+            text = await _refused(msg.ack, InvalidOptionError)
+            assert "open but not running" in text
+
+        asyncio.run(other())
+
+        async def last() -> int:
+            consumer = await js.consumer(name, "C")
+            pending = (await consumer.info()).num_ack_pending
+            await msg.ack()  # in its own loop it goes
+            await js.delete_stream(name)
+            await js.close()
+            return pending
+
+        assert owner.run_until_complete(last()) == 1  # the refused ack was not sent
+    finally:
+        owner.close()

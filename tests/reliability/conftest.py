@@ -43,5 +43,10 @@ def _own_heap() -> Iterator[None]:
         yield
     finally:
         gc.callbacks.remove(timed)
+        # Frozen objects are freed by reference counting only: what became cyclic
+        # garbage meanwhile is collected now, and what lives on frozen again.
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
         for generation, took in pauses:
             logger.warning("the collector stopped the loop %.3fs (gen %d)", took, generation)

@@ -670,7 +670,9 @@ def ack_nowait(self: HasClient, subject: bytes, payload: bytes) -> None:
             ended (an ack from a later ``asyncio.run()`` went into a buffer only
             the ended loop would write: reported done, never sent).
         InvalidOptionError: called from another thread's running event loop
-            (it wrote into nats-py's buffer from two threads at once).
+            (it wrote into nats-py's buffer from two threads at once), or from
+            a loop beside the connection's, left open but idle in this thread
+            (the ack went into a buffer only that loop writes).
         DisconnectedError: disconnected and the reconnect buffer is full.
         MaxPayloadExceededError: ``payload`` (not one of the constant
             acknowledgements: a long ``+TERM`` reason) is over the server's
@@ -678,7 +680,7 @@ def ack_nowait(self: HasClient, subject: bytes, payload: bytes) -> None:
 
     """
     loop = self.loop
-    if loop is not None and (self.thread != _thread_id() or loop.is_closed()):
+    if loop is not None and (self.thread != _thread_id() or not loop.is_running()):
         if loop is not asyncio.get_running_loop():
             raise self.other_loop_error(loop)
         self.thread = _thread_id()  # (unknown: the connection was made outside its loop)

@@ -56,9 +56,10 @@ def invalid_ack(data: bytes) -> InvalidResponseError:
     """The error of a reply that is no publish acknowledgement (an empty one explained)."""
     if not data:
         return InvalidResponseError(
-            "an empty reply to a publish: nats-server answers so the messages of an atomic "
-            "batch before its commit (Nats-Batch-* headers; js.atomic_batch() sends a "
-            "batch), and stores them only once it is committed"
+            "an empty reply to a publish, not a JetStream acknowledgement: nats-server "
+            "answers so the messages of an atomic batch before its commit (Nats-Batch-* "
+            "headers; js.atomic_batch() sends a batch) and stores them only once it is "
+            "committed; otherwise a service that is no stream answered the subject"
         )
     return InvalidResponseError(f"invalid publish acknowledgement: {data[:200]!r}")
 
