@@ -208,6 +208,23 @@ def test_kv_read_continues_a_reply_the_server_cut_at_its_byte_limit() -> None:
     assert all(m.data == old for m in entries)
 
 
+def test_kv_read_of_long_keys_keeps_each_request_under_max_payload(nats: Nats) -> None:
+    """1,024 keys a batch get named 1,024 subjects in one request: keys of 1,200
+    characters (valid) made it 1.2 MB, over the server's max_payload of 1 MiB, and the
+    read failed at once with MaxPayloadExceededError. Pages are cut by bytes too."""
+    bucket = unique_name("KVLONG")
+    keys = [f"{i:04d}" + "k" * 1_196 for i in range(1_100)]
+    kv = nats.run(lambda js: js.create_key_value(KeyValueConfig(bucket=bucket)))
+    for key in keys:
+        nats.run(kv.put(key, b"v"))
+    snapshot = _Snapshot(kv)
+    nats.run(snapshot.start())
+    entries: list[RawStreamMessage] = []
+    while not snapshot.ended:
+        entries += nats.run(snapshot.next_entries())
+    assert sorted(m.subject.rsplit(".", 1)[1] for m in entries) == keys
+
+
 def test_kv_read_leaves_out_stored_subjects_with_wildcard_tokens(nats: Nats) -> None:
     """A subject such as ``$KV.<b>.>`` is no key (puts refuse it), but a server stores
     what another client publishes there; as a filter it would match every key."""

@@ -13,6 +13,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from aiojetstream import (
+    AuthorizationError,
     BucketNotFoundError,
     FeatureNotSupportedError,
     InvalidOptionError,
@@ -20,13 +21,23 @@ from aiojetstream import (
     KeyValue,
     MessageNotFoundError,
     RawStreamMessage,
+    Stream,
     StreamInfo,
     StreamNotFoundError,
 )
 
 from ._options import DEFAULT_RETRY_TIMEOUT, KVOptions, lower_keys, parse_kv_options
 from ._read import DataLossError
-from ._runtime import TRANSIENT, Refusals, Session, discard, retrying, run_shared, shared_session
+from ._runtime import (
+    TRANSIENT,
+    Refusals,
+    Session,
+    discard,
+    led,
+    retrying,
+    run_shared,
+    shared_session,
+)
 from ._source import check_read_schema
 from ._surface import surfaced, surfaced_iter
 from ._telemetry import counted
@@ -55,6 +66,9 @@ _MULTI_LAST: Final = 1_024
 #: The server sends a reply at once, without flow control: a large one can exceed
 #: the client's allowance in the server (``max_pending``) and cost the connection.
 _PAGE_BYTES: Final = 1024 * 1024
+#: Bytes of subjects a batch direct get's request names at most (1,024 long keys
+#: went over the server's max_payload of 1 MiB); half of max_payload when smaller.
+_REQUEST_BYTES: Final = 256 * 1024
 
 T = TypeVar("T")
 
@@ -210,7 +224,13 @@ class KVReader(DataSourceReader):
             kv = session.run(_looked_up(session, opts))
             # A bucket created again since the read was planned fails the task.
             created = partition.created if isinstance(partition, KVPartition) else None
-            snapshot = _Snapshot(kv, opts.retry_timeout, session.refusals, created)
+            snapshot = _Snapshot(
+                kv,
+                opts.retry_timeout,
+                session.refusals,
+                created,
+                request_bytes=session.js.nc.max_payload // 2,
+            )
             session.run(snapshot.start())
             yield from counted(
                 self._batches(session, snapshot),
@@ -270,8 +290,11 @@ class _Snapshot:
         retry_timeout: float = DEFAULT_RETRY_TIMEOUT,
         refusals: Refusals | None = None,
         created: str | None = None,
+        request_bytes: int = _REQUEST_BYTES,
     ) -> None:
         self._kv = kv
+        #: The most subjects' bytes one batch get may name (its request is one message).
+        self._request_bytes = min(request_bytes, _REQUEST_BYTES)
         self._retry_timeout = retry_timeout
         self._refusals = refusals
         #: When the bucket's stream was created: the snapshot reads that stream only.
@@ -313,7 +336,7 @@ class _Snapshot:
 
     async def _info(self, subjects_filter: str | None = None) -> StreamInfo:
         """The bucket stream's info, checked to be of the stream the snapshot reads."""
-        info = await _found(self._kv, self._kv.stream.info(subjects_filter=subjects_filter))
+        info = led(await _found(self._kv, self._kv.stream.info(subjects_filter=subjects_filter)))
         created = info.created.isoformat()
         if created != self._created:
             raise DataLossError(
@@ -327,7 +350,7 @@ class _Snapshot:
         """The live values of the next keys (up to ``_BATCH_ROWS``); sets ``ended`` at the end."""
         entries: list[RawStreamMessage] = []
         while not self.ended and len(entries) < _BATCH_ROWS:
-            page = self._subjects[self._next : self._next + _MULTI_LAST]
+            page = self._page_at(self._next)
             entries += await self._retrying(
                 functools.partial(self._page, page), f"reading keys from {page[0]!r}"
             )
@@ -336,6 +359,17 @@ class _Snapshot:
         # Still the bucket of the start (not deleted and created again meanwhile)?
         await self._retrying(self._info, "checking the bucket")
         return entries
+
+    def _page_at(self, at: int) -> list[str]:
+        """The keys of one batch get from ``at``: at most 1,024, and of request_bytes."""
+        page: list[str] = []
+        size = 0
+        for subject in self._subjects[at : at + _MULTI_LAST]:
+            size += len(subject.encode()) + 3  # quoted, with a comma
+            if page and size > self._request_bytes:
+                break
+            page.append(subject)
+        return page
 
     async def _page(self, subjects: list[str]) -> list[RawStreamMessage]:
         return await _found(self._kv, self._page_of(subjects))
@@ -358,13 +392,26 @@ class _Snapshot:
                 # Listed before L was taken, so it existed at L: its revisions up to L
                 # were replaced since (history=1). Its value now, if it still exists.
                 with contextlib.suppress(MessageNotFoundError):
-                    found[subject] = await stream.get_last_msg_for_subject(subject)
+                    found[subject] = await _last_from_leader(stream, subject)
         live = []
         for subject in subjects:
             last = found.get(subject)
             if last is not None and not _marker(last.headers):
                 live.append(last)  # not deleted, purged or expired
         return live
+
+
+async def _last_from_leader(stream: Stream, subject: str) -> RawStreamMessage:
+    """The last message on ``subject`` as the stream's leader holds it.
+
+    A direct get is answered by any replica, and one behind the leader may not
+    have the key yet (it was listed: it exists): the key left out, no error. A
+    user allowed direct gets only (``STREAM.MSG.GET`` refused) reads directly.
+    """
+    try:
+        return await stream.get_last_msg_for_subject(subject, direct=False)
+    except AuthorizationError:
+        return await stream.get_last_msg_for_subject(subject)
 
 
 _WILDCARD_TOKENS: Final = frozenset(("*", ">"))

@@ -64,6 +64,7 @@ from ._runtime import (
     Refusals,
     Session,
     discard,
+    led,
     retrying,
     shared_session,
 )
@@ -200,7 +201,7 @@ async def stream_bounds(
     name = stream if stream is not None else opts.stream
     assert name is not None
     try:
-        info = (await js.stream(name)).cached_info
+        info = led((await js.stream(name)).cached_info)
     except StreamNotFoundError as exc:
         raise InvalidOptionError(
             f"option '{'stream' if opts.stream is not None else 'streams'}': stream {name!r} "

@@ -45,6 +45,7 @@ from aiojetstream import (
     JetStreamTimeoutError,
     NoHeartbeatError,
     PermissionViolationError,
+    StreamInfo,
     TLSError,
 )
 
@@ -56,6 +57,7 @@ __all__ = [
     "TRANSIENT",
     "Refusals",
     "Session",
+    "led",
     "retrying",
     "run_once",
     "run_shared",
@@ -419,6 +421,31 @@ async def retrying(
             logger.info("aiojetstream.spark: %s failed (%r); retrying", what, exc)
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, MAX_DELAY)
+
+
+def led(info: StreamInfo) -> StreamInfo:
+    """``info`` unless a replicated stream answered it without a leader.
+
+    While a replicated stream has no leader, nats-server lets a member of its
+    group answer ``STREAM.INFO`` itself, with ``cluster.leader`` empty and that
+    member's own state, which may be far behind (a node paused or restarting):
+    a read planned on it ended early or (``jetstream_kv``) read an old bucket,
+    with no error. Such an answer raises :class:`ClusterUnavailableError`,
+    which :func:`retrying` asks again (within ``retryTimeout``) until a leader
+    answers.
+
+    Raises:
+        ClusterUnavailableError: a stream of more than one replica, no leader named.
+
+    """
+    if info.config.num_replicas > 1 and (info.cluster is None or not info.cluster.leader):
+        raise ClusterUnavailableError(
+            503,
+            0,
+            f"stream {info.config.name!r} has no leader (a member of its group answered "
+            "its info, whose state may be behind): waiting for an election",
+        )
+    return info
 
 
 def run_shared(

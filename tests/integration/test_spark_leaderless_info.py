@@ -1,0 +1,73 @@
+"""A Spark read is not planned on a stream's info answered without a leader.
+
+While a replicated stream has no leader, nats-server lets a member of its group
+answer ``STREAM.INFO`` itself: ``cluster.leader`` empty and the member's own
+state, which can be far behind (a node paused or restarting). A ``jetstream_kv``
+read built its snapshot on it (124 of 20,100 keys, deleted keys read as live)
+and a batch read's end could come from it. Such an answer is retried (within
+``retryTimeout``) as the cluster being unavailable.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import aiojetstream
+from aiojetstream import ClusterUnavailableError, KeyValueConfig, StreamConfig
+from aiojetstream.spark._kv import _Snapshot
+from aiojetstream.spark._options import parse_source_options
+from aiojetstream.spark._read import stream_bounds
+from aiojetstream.testing import NatsCluster
+from helpers import unique_name, wait_until
+
+pytestmark = pytest.mark.cluster
+
+
+async def test_stream_info_without_a_leader_is_not_read_from() -> None:
+    async with NatsCluster(3) as cluster:
+        admin = await aiojetstream.connect(cluster.urls, timeout=10)
+        name, bucket = unique_name("LEADERLESS"), unique_name("leaderless")
+        try:
+            stream = await admin.create_stream(
+                StreamConfig(name=name, subjects=[f"{name}.>"], num_replicas=3), timeout=10
+            )
+            kv = await admin.create_key_value(KeyValueConfig(bucket=bucket, replicas=3), timeout=10)
+            for i in range(3):
+                await admin.publish(f"{name}.x", b"%d" % i)
+                await kv.put(f"k{i}", b"v")
+
+            async def placed() -> bool:
+                info = await stream.info()
+                kv_info = await kv.stream.info()
+                return bool(info.cluster and info.cluster.leader) and bool(
+                    kv_info.cluster and kv_info.cluster.leader
+                )
+
+            await wait_until(placed, 30)
+        finally:
+            await admin.close()
+        lone = cluster.servers[0]
+        js = await aiojetstream.connect([lone.url], dont_randomize=True, timeout=2)
+        try:
+            for other in cluster.servers[1:]:
+                await other.stop()  # no quorum: no leader, no election
+
+            async def answered_leaderless() -> bool:
+                try:
+                    info = (await js.stream(name)).cached_info
+                    kv_info = (await js.stream(f"KV_{bucket}")).cached_info
+                except aiojetstream.JetStreamTimeoutError:
+                    return False  # (the member answers once it gave up on the leader)
+                return not (info.cluster and info.cluster.leader) and not (
+                    kv_info.cluster and kv_info.cluster.leader
+                )
+
+            await wait_until(answered_leaderless, 60, interval=0.5)
+            opts = parse_source_options({"servers": lone.url, "stream": name}, streaming=False)
+            with pytest.raises(ClusterUnavailableError, match="no leader"):
+                await stream_bounds(js, opts, name)
+            snapshot = _Snapshot(await js.key_value(bucket), retry_timeout=1)
+            with pytest.raises(ClusterUnavailableError, match="no leader"):
+                await snapshot._info()
+        finally:
+            await js.close()
