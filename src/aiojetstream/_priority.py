@@ -254,9 +254,16 @@ class PinState:
         self.changes += 1
         return True
 
-    def lost(self) -> bool:
-        """A 423 status: forget the pin; True when one was held."""
-        if self.id is None:
+    def lost(self, sent: str | None = None) -> bool:
+        """A 423 status: forget the pin; True when one was held.
+
+        ``sent``: the pin id the refused run's pulls last carried. A pin taken
+        since (another pull of the handle was given a new one: the server pins
+        the first waiting pull without an id, and refuses the older-pin pulls
+        behind it later) is kept: forgetting it left no pull holding it, and
+        the only client got nothing until the pin's ``priority_timeout``.
+        """
+        if self.id is None or (sent is not None and sent != self.id):
             return False
         self.id = None
         self.changes += 1

@@ -315,6 +315,7 @@ class PullEngine:
         "_no_responders_at",
         "_pull_at",
         "_repull_delay",
+        "_sent_pin",
         "_silent_ticks",
         "_single_repulls",
         "_tick_at",
@@ -386,6 +387,7 @@ class PullEngine:
         self._warned: set[tuple[StatusKind, int, str]] = set()
         self._last_pull = (0, 0)
         self._last_pinned_pull = (0, 0)  # the last pull sent with a pin id
+        self._sent_pin: str | None = None  # and that id
 
     # ------------------------------------------------------------- derived
 
@@ -448,6 +450,7 @@ class PullEngine:
         pin_id = self.pin.id if self.pin is not None else None
         if pin_id is not None:
             self._last_pinned_pull = (batch, room)
+            self._sent_pin = pin_id
         return SendPull(
             batch,
             room,
@@ -707,7 +710,8 @@ class PullEngine:
         if self.phase is Phase.DONE:
             return _NONE
         if kind is StatusKind.PIN_MISMATCH and self.pin is not None:
-            self.pin.lost()  # even while draining: the next run must not send it
+            # Even while draining (the next run must not send it); not a newer pin.
+            self.pin.lost(self._sent_pin)
         if kind is StatusKind.HEARTBEAT or kind is StatusKind.FLOW_CONTROL:
             return _NONE
         if self.phase is Phase.DRAINING and severity is not Severity.TERMINAL:

@@ -279,3 +279,23 @@ def test_no_pin_state_without_pinned_client() -> None:
     e.on_pin_id("x")  # ignored
     (pull,) = pulls(e.start(0.0))
     assert pull.pin_id is None
+
+
+def test_a_stale_mismatch_keeps_a_pin_taken_since() -> None:
+    """The server pins the first waiting pull without an id, then refuses an older-pin
+    pull of the same handle behind it (423 Nats-Wrong-Pin-Id): forgetting the new pin
+    left no pull holding it, and the only client got nothing until priority_timeout."""
+    pin = PinState()
+    pin.pinned("old")
+    stale = PullEngine(resolve_consume(max_messages=3, consumer=PINNED, group="jobs"), pin)
+    (first,) = pulls(stale.start(0.0))
+    assert first.pin_id == "old"
+    pin.pinned("new")  # another pull of the handle was given the new pin
+    err = PinIdMismatchError("423 Nats-Wrong-Pin-Id", "wrong_pin")
+    cmds = stale.on_status(StatusKind.PIN_MISMATCH, Severity.SILENT, 0, 0, err, 0.0)
+    assert pin.id == "new"  # kept
+    (again,) = pulls(cmds)
+    assert again.pin_id == "new"
+    # A mismatch of the pin the run's pulls did carry still forgets it.
+    cmds = stale.on_status(StatusKind.PIN_MISMATCH, Severity.SILENT, 0, 0, err, 1.0)
+    assert pin.id is None
