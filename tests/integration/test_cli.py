@@ -16,6 +16,7 @@ import shutil
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -1037,6 +1038,26 @@ def test_consume_durable_acks(cli: Cli, stream: str, nats_url: str) -> None:
     cli("consume", stream, "work", "--subject", "x", expect=2)
 
 
+def test_consume_pulls_within_the_consumers_limits(cli: Cli, stream: str, nats_url: str) -> None:
+    """consume asked 100 messages a pull and waited up to 30 s: a consumer with a
+    smaller max_batch or max_expires (its own, or a server's max_request_batch) answered
+    every pull with a 409, and the command failed with nothing printed."""
+    for n in range(5):
+        cli("pub", f"{stream}.x", f"m{n}")
+
+    async def limited(js: JetStreamContext) -> None:
+        await js.create_consumer(stream, ConsumerConfig(durable_name="small", max_batch=2))
+        await js.create_consumer(
+            stream, ConsumerConfig(durable_name="short", max_expires=timedelta(seconds=5))
+        )
+
+    query(nats_url, limited)
+    got = cli("consume", stream, "small", "--idle", "2", "--raw")
+    assert got.stdout == "m0\nm1\nm2\nm3\nm4\n"
+    got = cli("consume", stream, "short", "--count", "3", "--raw")
+    assert got.stdout == "m0\nm1\nm2\n"
+
+
 def test_consume_idle_counts_from_the_last_message(cli: Cli, stream: str) -> None:
     """Each pull waited a whole --idle: a message at the start of one and none after it
     ended the command after about twice --idle."""
@@ -1247,7 +1268,7 @@ def test_kv_watch(cli: Cli) -> None:
     cli("kv", "put", bucket, "a.1", "y")
     cli("kv", "put", bucket, "b.1", "z")
     cli("kv", "del", bucket, "b.1", "-f")
-    latest = json_lines(cli("kv", "watch", bucket, "--idle", "0.5", "--json"))
+    latest = json_lines(cli("kv", "watch", bucket, "--idle", "500ms", "--json"))
     assert [(e["key"], e["operation"]) for e in latest] == [("a.1", "PUT"), ("b.1", "DEL")]
     every = json_lines(cli("kv", "watch", bucket, "a.*", "--history", "-c", "2", "--json"))
     assert [e["value"] for e in every] == ["x", "y"]

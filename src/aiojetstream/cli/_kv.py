@@ -58,6 +58,7 @@ from ._units import (
     parse_marker_ttl,
     parse_size,
     parse_ttl,
+    parse_wait,
 )
 
 __all__ = ["app", "entry_record"]
@@ -501,7 +502,12 @@ def watch(
         int | None, typer.Option("--count", "-c", min=1, help="Stop after this many entries.")
     ] = None,
     idle: Annotated[
-        float | None, typer.Option(min=0.001, help="Stop after this many seconds without one.")
+        float | None,
+        typer.Option(
+            parser=parse_wait,
+            metavar="DURATION",
+            help="Stop after this long without one (30, 1.5, 500ms, 2m: a bare number is seconds).",
+        ),
     ] = None,
     json_flag: JsonFlag = False,
 ) -> None:

@@ -318,20 +318,20 @@ def pub(
                 # The library's window bounds what is outstanding; nothing is
                 # kept per message, and the first failure stops the sending.
                 window = AckWindow()
-
-                for n in range(1, total + 1):
-                    window.check()
-                    body = fill(payload, n)
-                    summary.payload_bytes += len(body)
-                    fut = await js.publish_async(
-                        subject, body, headers=headers, msg_id=fill_id(msg_id, n), ttl=ttl
-                    )
-                    window.track(fut, summary.add)
-                    if n % _PROGRESS_EVERY == 0:  # not per ack: the bar redraws 10 times a second
-                        progress.update(task, completed=summary.acked)
                 try:
+                    for n in range(1, total + 1):
+                        window.check()
+                        body = fill(payload, n)
+                        summary.payload_bytes += len(body)
+                        fut = await js.publish_async(
+                            subject, body, headers=headers, msg_id=fill_id(msg_id, n), ttl=ttl
+                        )
+                        window.track(fut, summary.add)
+                        if n % _PROGRESS_EVERY == 0:  # not per ack: it redraws 10 times a second
+                            progress.update(task, completed=summary.acked)
                     await window.wait()  # raises the first failed publish's error
                 finally:
+                    # (Also when sending stopped at a failure: the bar shows what was stored.)
                     progress.update(task, completed=summary.acked)
             else:
                 for n in range(1, total + 1):
@@ -522,20 +522,29 @@ def consume(
         if do_ack and durable.cached_info.config.ack_policy is AckPolicy.NONE:
             raise CliError(f"consumer {stream} > {consumer} does not take acks (use --no-ack)")
         # Batches no larger than what is still wanted: a message pulled is
-        # delivered, and one left unacknowledged waits out the ack wait.
+        # delivered, and one left unacknowledged waits out the ack wait. Pulls
+        # within the consumer's limits (its own, or the server's max_request_batch
+        # and friends it was given): the server answers a larger one with a 409.
+        limits = durable.cached_info.config
+        batch_limit = _PULL_BATCH
+        if limits.max_batch and limits.max_batch > 0:
+            batch_limit = min(batch_limit, limits.max_batch)
+        expires_limit = _PULL_EXPIRES
+        if limits.max_expires and limits.max_expires.total_seconds() > 0:
+            expires_limit = min(expires_limit, limits.max_expires.total_seconds())
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()  # the last message (or the start)
         seen = 0
         while count is None or seen < count:
-            expires = _PULL_EXPIRES
+            expires = expires_limit
             if idle is not None:
                 # The pull waits out what is left of --idle since the last message
                 # (a whole --idle each pull waited up to twice as long).
                 left = idle - (loop.time() - quiet_since)
                 if left <= 0:
                     break  # --idle seconds without a message
-                expires = max(left, MIN_EXPIRES)
-            wanted = _PULL_BATCH if count is None else min(count - seen, _PULL_BATCH)
+                expires = min(max(left, MIN_EXPIRES), expires_limit)
+            wanted = batch_limit if count is None else min(count - seen, batch_limit)
             acks: list[asyncio.Future[None]] = []
             got = 0
             async for msg in await durable.fetch(wanted, expires=expires):

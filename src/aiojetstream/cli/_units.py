@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from typing import Final
 
 import typer
@@ -140,10 +141,11 @@ def parse_size(text: str | int) -> int:
     if binary and not prefix:
         raise typer.BadParameter(f"{text!r} is not a size (examples: 512, 64KiB, 10MB, 1G)")
     base = 1000 if (prefix and unit_b and not binary) else 1024
-    try:
-        return int(float(number) * base**power)
-    except OverflowError:  # float("9" * 400) is inf
-        raise typer.BadParameter(f"{text!r} is too large a size") from None
+    # Exact (a float made 8.2GB 8,199,999,999 bytes); a fraction of a byte is cut.
+    size = int(Fraction(number) * base**power)
+    if size.bit_length() > 128:  # (the config's own check names the field's range)
+        raise typer.BadParameter(f"{text!r} is too large a size")
+    return size
 
 
 def parse_payload_size(text: str | int) -> int:
