@@ -1052,6 +1052,15 @@ def test_consume_pulls_within_the_consumers_limits(cli: Cli, stream: str, nats_u
         )
 
     query(nats_url, limited)
+
+    async def too_short(js: JetStreamContext) -> None:
+        await js.create_consumer(
+            stream, ConsumerConfig(durable_name="half", max_expires=timedelta(seconds=0.5))
+        )
+
+    query(nats_url, too_short)
+    line = one_error_line(cli("consume", stream, "half", "--count", "1", expect=1))
+    assert "max_expires 500ms" in line, line
     got = cli("consume", stream, "small", "--idle", "2", "--raw")
     assert got.stdout == "m0\nm1\nm2\nm3\nm4\n"
     got = cli("consume", stream, "short", "--count", "3", "--raw")

@@ -306,11 +306,13 @@ def test_a_copy_does_not_roll_up_count_or_claim_a_source_again(server: NatsServe
     """The review of the first fix: a KV purge entry's Nats-Rollup (into an archive
     allowing rollups the write reported 4 rows and the archive kept 2: the copied
     purge deleted the copies before it; elsewhere 10111), a counter's Nats-Incr
-    (10168) and a sourced message's Nats-Stream-Source (10227) went out again too."""
-    bucket, counters, sourced, arc = (
+    (10168), a sourced message's Nats-Stream-Source (10227) and a Nats-TTL (into a
+    stream without TTLs: 10166, part of the copy stored) went out again too."""
+    bucket, counters, sourced, ttls, arc = (
         unique_name("CTLKV"),
         unique_name("CTLCNT"),
         unique_name("CTLSRCD"),
+        unique_name("CTLTTL"),
         unique_name("CTLARC2"),
     )
 
@@ -331,10 +333,14 @@ def test_a_copy_does_not_roll_up_count_or_claim_a_source_again(server: NatsServe
                 StreamConfig(name=sourced, sources=[StreamSource(name=counters)])
             )
             await js.create_stream(
+                StreamConfig(name=ttls, subjects=[f"shared.{ttls}.>"], allow_msg_ttl=True)
+            )
+            await js.publish(f"shared.{ttls}.t", b"for a minute", ttl=60)
+            await js.create_stream(
                 StreamConfig(name=arc, subjects=[f"shared.{arc}.>"], allow_rollup_hdrs=True)
             )
             out: list[RawStreamMessage] = []
-            for name, count in ((f"KV_{bucket}", 3), (counters, 1), (sourced, 1)):
+            for name, count in ((f"KV_{bucket}", 3), (counters, 1), (sourced, 1), (ttls, 1)):
                 stream = await js.stream(name)
 
                 async def holds(stream: Stream = stream, count: int = count) -> bool:
@@ -351,7 +357,7 @@ def test_a_copy_does_not_roll_up_count_or_claim_a_source_again(server: NatsServe
 
     source = asyncio.run(setup())
     controls = {k for m in source for k in (m.headers or {})}
-    assert {"Nats-Rollup", "Nats-Incr", "Nats-Stream-Source"} <= controls
+    assert {"Nats-Rollup", "Nats-Incr", "Nats-Stream-Source", "Nats-TTL"} <= controls
     copy = pa.RecordBatch.from_pylist(
         [{"data": m.data, "headers": list((m.headers or {}).items())} for m in source],
         pa.schema([("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.string()))]),
@@ -377,4 +383,5 @@ def test_a_copy_does_not_roll_up_count_or_claim_a_source_again(server: NatsServe
     stored = messages(server, arc)
     assert [m.data for m in stored] == [m.data for m in source]  # nothing rolled up
     for m in stored:
-        assert not {"Nats-Rollup", "Nats-Incr", "Nats-Stream-Source"} & set(m.headers or {})
+        left = {"Nats-Rollup", "Nats-Incr", "Nats-Stream-Source", "Nats-TTL"}
+        assert not left & set(m.headers or {})

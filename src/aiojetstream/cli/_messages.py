@@ -46,7 +46,7 @@ from ._common import (
     read_data,
     run,
 )
-from ._units import format_bytes, format_rate, format_time, parse_ttl, parse_wait
+from ._units import format_bytes, format_duration, format_rate, format_time, parse_ttl, parse_wait
 
 __all__ = [
     "AckWindow",
@@ -532,6 +532,12 @@ def consume(
         expires_limit = _PULL_EXPIRES
         if limits.max_expires and limits.max_expires.total_seconds() > 0:
             expires_limit = min(expires_limit, limits.max_expires.total_seconds())
+            if expires_limit < MIN_EXPIRES:
+                raise CliError(
+                    f"consumer {stream} > {consumer} has max_expires "
+                    f"{format_duration(limits.max_expires)}, below the 1 s a pull waits at "
+                    "least: raise it (consumer add --config) to consume here"
+                )
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()  # the last message (or the start)
         seen = 0

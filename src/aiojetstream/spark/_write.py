@@ -357,10 +357,11 @@ def _retrieve(done: asyncio.Future[PublishSummary]) -> None:
 #: facts: a publish's expectations (the target would check them against itself), an
 #: atomic batch's, a schedule's (it would schedule again), a rollup (a KV purge
 #: entry's: it would delete the copies before it), a counter's increment and
-#: sources, a sourced message's origin.
+#: sources, a sourced message's origin, a per-message TTL (a stream without TTLs
+#: refuses it: a copy failed part-way; the ``ttl`` column sets one on purpose).
 _SOURCE_CONTROL_PREFIXES: Final = ("nats-expected-", "nats-batch-", "nats-schedule")
 _SOURCE_CONTROLS: Final = frozenset(
-    ("nats-rollup", "nats-incr", "nats-counter-sources", "nats-stream-source")
+    ("nats-rollup", "nats-incr", "nats-counter-sources", "nats-stream-source", "nats-ttl")
 )
 
 
