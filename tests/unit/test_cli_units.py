@@ -420,3 +420,10 @@ def test_parse_marker_ttl_is_at_least_a_second() -> None:
     for short in ("0.5s", "999ms", "0"):
         with pytest.raises(typer.BadParameter, match=f"at least 1 second, got '{short}'"):
             parse_marker_ttl(short)
+
+
+def test_parse_size_of_thousands_of_digits_is_too_large() -> None:
+    """Over Python's 4,300 digits of int conversion the error was click's own
+    ("Exceeds the limit (4300 digits) ...")."""
+    with pytest.raises(typer.BadParameter, match=r"\.\.\. is too large a size"):
+        parse_size("9" * 5_000)

@@ -142,9 +142,13 @@ def parse_size(text: str | int) -> int:
         raise typer.BadParameter(f"{text!r} is not a size (examples: 512, 64KiB, 10MB, 1G)")
     base = 1000 if (prefix and unit_b and not binary) else 1024
     # Exact (a float made 8.2GB 8,199,999,999 bytes); a fraction of a byte is cut.
-    size = int(Fraction(number) * base**power)
+    try:
+        size = int(Fraction(number) * base**power)
+    except ValueError:  # over Python's 4,300 digits of int conversion
+        size = 1 << 129
     if size.bit_length() > 128:  # (the config's own check names the field's range)
-        raise typer.BadParameter(f"{text!r} is too large a size")
+        shown = repr(text) if len(text) <= 40 else f"{text[:40]!r}..."
+        raise typer.BadParameter(f"{shown} is too large a size")
     return size
 
 
