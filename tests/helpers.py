@@ -336,3 +336,31 @@ async def only_known_subscriptions(server: NatsServer, js: JetStreamContext) -> 
         return {s for c in conns for s in c.get("subscriptions_list", [])} <= mine
 
     await wait_until(only_mine, 10, message="a forgotten subscription is on the server")
+
+
+def spark_reader_config(stream: str, inbox_prefix: str) -> str:
+    """A server config: account A with ``admin`` (any call) and ``reader`` (password as the
+    name), who may do only what a Spark read of ``stream`` asks for (the API level, the
+    stream's info, its read consumers: create, pull, info, delete) and subscribe only
+    under ``inbox_prefix`` (``_INBOX_<name>``): no ``STREAM.MSG.GET``, no direct gets."""
+    return f"""
+accounts: {{
+  A: {{
+    jetstream: enabled
+    users: [
+      {{user: admin, password: admin}},
+      {{user: reader, password: reader, permissions: {{
+         publish: {{allow: [
+           "$JS.API.INFO",
+           "$JS.API.STREAM.INFO.{stream}",
+           "$JS.API.CONSUMER.CREATE.{stream}.*",
+           "$JS.API.CONSUMER.CREATE.{stream}.*.>",
+           "$JS.API.CONSUMER.MSG.NEXT.{stream}.*",
+           "$JS.API.CONSUMER.INFO.{stream}.*",
+           "$JS.API.CONSUMER.DELETE.{stream}.*"
+         ]}},
+         subscribe: {{allow: ["{inbox_prefix}.>"]}}}}}}
+    ]
+  }}
+}}
+"""

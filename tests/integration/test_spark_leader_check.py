@@ -26,29 +26,10 @@ from aiojetstream.spark._options import SourceOptions, parse_source_options
 from aiojetstream.spark._read import Bounds, read_range
 from aiojetstream.spark._runtime import shared_session
 from aiojetstream.testing import NatsServer
+from helpers import spark_reader_config
 
 STREAM = "LEADERCHECK"
-CONFIG = f"""
-accounts: {{
-  A: {{
-    jetstream: enabled
-    users: [
-      {{user: admin, password: admin}},
-      {{user: reader, password: reader, permissions: {{
-         publish: {{allow: [
-           "$JS.API.INFO",
-           "$JS.API.STREAM.INFO.{STREAM}",
-           "$JS.API.CONSUMER.CREATE.{STREAM}.*",
-           "$JS.API.CONSUMER.CREATE.{STREAM}.*.>",
-           "$JS.API.CONSUMER.MSG.NEXT.{STREAM}.*",
-           "$JS.API.CONSUMER.INFO.{STREAM}.*",
-           "$JS.API.CONSUMER.DELETE.{STREAM}.*"
-         ]}},
-         subscribe: {{allow: ["_INBOX_lc.>"]}}}}}}
-    ]
-  }}
-}}
-"""
+CONFIG = spark_reader_config(STREAM, "_INBOX_lc")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pytest
@@ -111,6 +111,39 @@ def write_both_ways(options: dict[str, str], subject: str | None) -> None:
     stream_writer.commit([result], 0)
 
 
+#: The columns of a copy of a ``jetstream`` read that keeps its headers.
+COPY_SCHEMA = StructType(
+    [
+        StructField("data", BinaryType()),
+        StructField("headers", MapType(StringType(), StringType())),
+        StructField("stream", StringType()),
+        StructField("seq", LongType()),
+    ]
+)
+
+
+def copied_rows(
+    messages: list[tuple[bytes, dict[str, str] | None]],
+    streams: list[str],
+    seqs: Iterable[int],
+) -> pa.RecordBatch:
+    """Rows as a read hands them to a copy: data, headers, stream and seq (COPY_SCHEMA)."""
+    return pa.RecordBatch.from_pylist(
+        [
+            {"data": data, "headers": list((headers or {}).items()), "stream": name, "seq": seq}
+            for (data, headers), name, seq in zip(messages, streams, seqs, strict=True)
+        ],
+        pa.schema(
+            [
+                ("data", pa.binary()),
+                ("headers", pa.map_(pa.string(), pa.string())),
+                ("stream", pa.string()),
+                ("seq", pa.int64()),
+            ]
+        ),
+    )
+
+
 def row(data: str, subject: str | None) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([{"data": data, "subject": subject}], SCHEMA_ARROW)
 
@@ -188,24 +221,15 @@ def test_a_copy_keeping_its_headers_stores_messages_of_one_msg_id_each(
     the copied header was sent as the id, the copy stored one of them, and the write
     reported success. The copy's id wins; the header's value stays readable."""
     name = shared_stream(server)
-    copy = pa.RecordBatch.from_pylist(
+    copy = copied_rows(
         [
-            {"data": b"reading-1", "headers": [("Nats-Msg-Id", "sensor-7"), ("X", "1")]},
-            {"data": b"reading-2", "headers": [("Nats-Msg-Id", "sensor-7")]},
+            (b"reading-1", {"Nats-Msg-Id": "sensor-7", "X": "1"}),
+            (b"reading-2", {"Nats-Msg-Id": "sensor-7"}),
         ],
-        pa.schema([("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.string()))]),
+        ["SRC", "SRC"],
+        [1, 2],
     )
-    copy = copy.append_column("stream", pa.array(["SRC", "SRC"])).append_column(
-        "seq", pa.array([1, 2], pa.int64())
-    )
-    schema = StructType(
-        [
-            StructField("data", BinaryType()),
-            StructField("headers", MapType(StringType(), StringType())),
-            StructField("stream", StringType()),
-            StructField("seq", LongType()),
-        ]
-    )
+    schema = COPY_SCHEMA
     writer = JetStreamDataSource(
         {
             "servers": server.url,
@@ -268,21 +292,10 @@ def test_a_copy_leaves_out_the_sources_expectations_and_batch_headers(
     controls = {k for m in source for k in (m.headers or {}) if k.startswith("Nats-")}
     assert "Nats-Expected-Last-Subject-Sequence" in controls
     assert "Nats-Batch-Id" in controls
-    copy = pa.RecordBatch.from_pylist(
-        [{"data": m.data, "headers": list((m.headers or {}).items())} for m in source],
-        pa.schema([("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.string()))]),
+    copy = copied_rows(
+        [(m.data, m.headers) for m in source], [src] * len(source), [m.seq for m in source]
     )
-    copy = copy.append_column("stream", pa.array([src] * len(source))).append_column(
-        "seq", pa.array([m.seq for m in source], pa.int64())
-    )
-    schema = StructType(
-        [
-            StructField("data", BinaryType()),
-            StructField("headers", MapType(StringType(), StringType())),
-            StructField("stream", StringType()),
-            StructField("seq", LongType()),
-        ]
-    )
+    schema = COPY_SCHEMA
     options = {
         "servers": server.url,
         "user": "a",
@@ -358,21 +371,10 @@ def test_a_copy_does_not_roll_up_count_or_claim_a_source_again(server: NatsServe
     source = asyncio.run(setup())
     controls = {k for m in source for k in (m.headers or {})}
     assert {"Nats-Rollup", "Nats-Incr", "Nats-Stream-Source", "Nats-TTL"} <= controls
-    copy = pa.RecordBatch.from_pylist(
-        [{"data": m.data, "headers": list((m.headers or {}).items())} for m in source],
-        pa.schema([("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.string()))]),
+    copy = copied_rows(
+        [(m.data, m.headers) for m in source], ["S"] * len(source), range(1, len(source) + 1)
     )
-    copy = copy.append_column("stream", pa.array(["S"] * len(source))).append_column(
-        "seq", pa.array(range(1, len(source) + 1), pa.int64())
-    )
-    schema = StructType(
-        [
-            StructField("data", BinaryType()),
-            StructField("headers", MapType(StringType(), StringType())),
-            StructField("stream", StringType()),
-            StructField("seq", LongType()),
-        ]
-    )
+    schema = COPY_SCHEMA
     writer = JetStreamDataSource(
         {"servers": server.url, "user": "a", "password": "a", "subject": f"shared.{arc}.copy"}
     ).writer(schema, False)

@@ -23,31 +23,11 @@ from pyspark.sql import SparkSession
 
 from aiojetstream import JetStreamContext, StreamConfig
 from aiojetstream.testing import NatsServer
-from helpers import wait_until_sync
+from helpers import spark_reader_config, wait_until_sync
 from spark.spark_helpers import CreateSpy, Nats
 
 STREAM = "PERMS"
-CONFIG = f"""
-accounts: {{
-  A: {{
-    jetstream: enabled
-    users: [
-      {{user: admin, password: admin}},
-      {{user: reader, password: reader, permissions: {{
-         publish: {{allow: [
-           "$JS.API.INFO",
-           "$JS.API.STREAM.INFO.{STREAM}",
-           "$JS.API.CONSUMER.CREATE.{STREAM}.*",
-           "$JS.API.CONSUMER.CREATE.{STREAM}.*.>",
-           "$JS.API.CONSUMER.MSG.NEXT.{STREAM}.*",
-           "$JS.API.CONSUMER.INFO.{STREAM}.*",
-           "$JS.API.CONSUMER.DELETE.{STREAM}.*"
-         ]}},
-         subscribe: {{allow: ["_INBOX_etl.>"]}}}}}}
-    ]
-  }}
-}}
-"""
+CONFIG = spark_reader_config(STREAM, "_INBOX_etl")
 
 
 @pytest.fixture
