@@ -857,6 +857,25 @@ async def test_sourced_bucket(js: JetStreamContext) -> None:
     assert await all_keys(agg) == ["k", "own"]
 
 
+async def test_create_through_a_mirror_over_a_deleted_key(js: JetStreamContext) -> None:
+    """A mirror bucket's handle writes to the origin and read its own stream after the
+    origin refused a create: the mirror did not have the delete yet, and create raised
+    KeyExistsError for a free key (67 of 300 times). It reads again until the mirror
+    holds the revision the refusal named."""
+    src = unique_name("src")
+    await js.create_key_value(KeyValueConfig(bucket=src, history=5))
+    mirror = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("mir"), history=5, mirror=StreamSource(name=src))
+    )
+    for i in range(300):
+        key = f"k{i}"
+        await mirror.put(key, b"v1")
+        await mirror.delete(key)
+        assert await mirror.create(key, b"v2") > 0  # never KeyExistsError
+    with pytest.raises(KeyExistsError):  # a live value still refuses it
+        await mirror.create("k0", b"v3")
+
+
 async def test_mirror_bucket_reads_the_origin_keys_and_writes_to_the_origin(
     js: JetStreamContext,
 ) -> None:

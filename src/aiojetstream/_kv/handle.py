@@ -7,8 +7,10 @@ ADR-8), reads through direct get, listings and watches through the shared
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncGenerator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final
@@ -263,6 +265,9 @@ class KeyValue:
             raise
         # The key has revisions: allowed if the last one is a delete, purge or limit marker.
         last = await self._last_or_none(subject, timeout)
+        refused_at = _wrong_last(first)
+        if refused_at is not None and (last is None or last.seq < refused_at):
+            last = await self._last_reaching(subject, refused_at, timeout, last)
         if last is None or entry_operation(last.headers) is KeyValueOp.PUT:
             raise _exists(first, f"key {key!r} exists") from None
         try:
@@ -511,6 +516,31 @@ class KeyValue:
                 return await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
             except MessageNotFoundError:
                 return None
+
+    async def _last_reaching(
+        self,
+        subject: str,
+        seq: int,
+        timeout: float | None,
+        last: RawStreamMessage | None,
+    ) -> RawStreamMessage | None:
+        """The last message on ``subject``, read again until it is at least ``seq``.
+
+        A mirror bucket's handle writes to the origin and reads its own stream,
+        whose leader applies the origin's writes a moment later: the origin
+        refused a create at revision ``seq`` (a delete) while the mirror still
+        held the value before it, and the create raised ``KeyExistsError`` for
+        a free key (67 of 300 times). Read again, 10 ms apart and doubling, for
+        at most the call's timeout; still behind, the last read is returned.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self._js.timeout if timeout is None else timeout)
+        pause = 0.01
+        while (last is None or last.seq < seq) and loop.time() + pause < deadline:
+            await asyncio.sleep(pause)  # a bounded wait for the mirror, not a sync
+            pause = min(pause * 2, 0.25)
+            last = await self._last_or_none(subject, timeout)
+        return last
 
     async def get(
         self,
@@ -852,6 +882,15 @@ _MAX_AGE_SECONDS: Final = timedelta.max.total_seconds()
 
 def _exists(exc: WrongLastSequenceError, what: str) -> KeyExistsError:
     return KeyExistsError(exc.code, exc.err_code, f"{what}: {exc.description}")
+
+
+_WRONG_LAST: Final = re.compile(r"wrong last sequence: (\d+)")
+
+
+def _wrong_last(exc: WrongLastSequenceError) -> int | None:
+    """The subject's last sequence a refusal names (nats-server: ``wrong last sequence: N``)."""
+    found = _WRONG_LAST.search(exc.description)
+    return int(found.group(1)) if found else None
 
 
 class KeyWatcher(Watcher[KeyValueEntry]):
