@@ -29,6 +29,7 @@ from . import _bounds as B
 from . import _direct as D
 from ._api import ApiClient, Left
 from ._errors import (
+    ClusterUnavailableError,
     FeatureNotSupportedError,
     InvalidOptionError,
     InvalidResponseError,
@@ -225,6 +226,20 @@ async def _stream_state(api: ApiClient, stream: str, left: Left) -> tuple[int, b
     config, state = reply.get("config", {}), reply.get("state", {})
     if not isinstance(config, dict) or not isinstance(state, dict):
         raise InvalidResponseError(f"unexpected stream info for {stream!r}")
+    cluster = reply.get("cluster")
+    replicas = config.get("num_replicas", 1)
+    led = isinstance(cluster, dict) and bool(cluster.get("leader"))
+    if isinstance(replicas, int) and replicas > 1 and not led:
+        # While a replicated stream has no leader, a member of its group answers
+        # its info itself, with its own state, maybe far behind: clear_backlog
+        # found "nothing to clear" (and 1,500 stored messages came after it), a
+        # reset's range check took an old last sequence.
+        raise ClusterUnavailableError(
+            503,
+            0,
+            f"stream {stream!r} has no leader (a member of its group answered its "
+            "info, whose state may be behind): try again once one is elected",
+        )
     last = _api.reply_int(state.get("last_seq", 0), "last sequence")
     return last, config.get("retention") == "workqueue", bool(config.get("deny_purge"))
 

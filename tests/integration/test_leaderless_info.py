@@ -1,11 +1,12 @@
-"""A Spark read is not planned on a stream's info answered without a leader.
+"""Nothing is decided on a stream's info answered without a leader.
 
 While a replicated stream has no leader, nats-server lets a member of its group
 answer ``STREAM.INFO`` itself: ``cluster.leader`` empty and the member's own
 state, which can be far behind (a node paused or restarting). A ``jetstream_kv``
-read built its snapshot on it (124 of 20,100 keys, deleted keys read as live)
-and a batch read's end could come from it. Such an answer is retried (within
-``retryTimeout``) as the cluster being unavailable.
+read built its snapshot on it (124 of 20,100 keys, deleted keys read as live),
+a batch read's end could come from it, and ``clear_backlog`` found "nothing to
+clear" (1,500 stored messages were delivered after it). Such an answer is
+``ClusterUnavailableError`` there (Spark retries it within ``retryTimeout``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 import aiojetstream
 from aiojetstream import ClusterUnavailableError, KeyValueConfig, StreamConfig
+from aiojetstream._admin import _stream_state
 from aiojetstream.spark._kv import _Snapshot
 from aiojetstream.spark._options import parse_source_options
 from aiojetstream.spark._read import stream_bounds
@@ -69,5 +71,8 @@ async def test_stream_info_without_a_leader_is_not_read_from() -> None:
             snapshot = _Snapshot(await js.key_value(bucket), retry_timeout=1)
             with pytest.raises(ClusterUnavailableError, match="no leader"):
                 await snapshot._info()
+            # clear_backlog's and reset's look-up of the stream's last sequence.
+            with pytest.raises(ClusterUnavailableError, match="no leader"):
+                await _stream_state(js._api, name, lambda: 2.0)
         finally:
             await js.close()
