@@ -265,8 +265,9 @@ class KeyValue:
             raise
         # The key has revisions: allowed if the last one is a delete, purge or limit marker.
         last = await self._last_or_none(subject, timeout)
-        refused_at = _wrong_last(first)
+        refused_at = _wrong_last(first) if self._stream.cached_info.config.mirror else None
         if refused_at is not None and (last is None or last.seq < refused_at):
+            # (A mirror's handle: the origin refused, the mirror may not have caught up.)
             last = await self._last_reaching(subject, refused_at, timeout, last)
         if last is None or entry_operation(last.headers) is KeyValueOp.PUT:
             raise _exists(first, f"key {key!r} exists") from None
