@@ -427,3 +427,13 @@ def test_parse_size_of_thousands_of_digits_is_too_large() -> None:
     ("Exceeds the limit (4300 digits) ...")."""
     with pytest.raises(typer.BadParameter, match=r"\.\.\. is too large a size"):
         parse_size("9" * 5_000)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("0." + "0" * 5_000 + "1", 0), ("0" * 5_000 + "1", 1), ("1." + "5" * 5_000 + "KB", 1_555)],
+)
+def test_parse_size_of_long_but_small_numbers(text: str, size: int) -> None:
+    """Thousands of digits that make a small size (zeros, a long fraction) were called
+    too large (Python's int conversion limit)."""
+    assert parse_size(text) == size

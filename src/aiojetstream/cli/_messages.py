@@ -536,7 +536,9 @@ def consume(
                 raise CliError(
                     f"consumer {stream} > {consumer} has max_expires "
                     f"{format_duration(limits.max_expires)}, below the 1 s a pull waits at "
-                    "least: raise it (consumer add --config) to consume here"
+                    "least: to consume here, create it again with max_expires of 1s or more "
+                    "(consumer rm, then consumer add --config), or raise it with the "
+                    "library's update_consumer"
                 )
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()  # the last message (or the start)

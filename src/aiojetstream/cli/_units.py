@@ -142,10 +142,11 @@ def parse_size(text: str | int) -> int:
         raise typer.BadParameter(f"{text!r} is not a size (examples: 512, 64KiB, 10MB, 1G)")
     base = 1000 if (prefix and unit_b and not binary) else 1024
     # Exact (a float made 8.2GB 8,199,999,999 bytes); a fraction of a byte is cut.
-    try:
-        size = int(Fraction(number) * base**power)
-    except ValueError:  # over Python's 4,300 digits of int conversion
-        size = 1 << 129
+    whole, _, fraction = number.partition(".")
+    whole = whole.lstrip("0") or "0"
+    # (Past 30 decimals a fraction changes no byte count; past 40 digits the size is
+    # too large anyway, and over 4,300 Python refuses to make an int of the text.)
+    size = 1 << 129 if len(whole) > 40 else int(Fraction(f"{whole}.{fraction[:30]}0") * base**power)
     if size.bit_length() > 128:  # (the config's own check names the field's range)
         shown = repr(text) if len(text) <= 40 else f"{text[:40]!r}..."
         raise typer.BadParameter(f"{shown} is too large a size")
