@@ -61,6 +61,9 @@ __all__ = [
 PAUSE_API_LEVEL: Final = 1
 PAUSE_SERVER_VERSION: Final = "2.11"
 RESET_API_LEVEL: Final = 4
+#: The first and longest pause between two asks of a leaderless stream's info.
+LEADERLESS_FIRST_WAIT: Final = 0.05
+LEADERLESS_MAX_WAIT: Final = 1.0
 RESET_SERVER_VERSION: Final = "2.14"
 
 logger = logging.getLogger("aiojetstream")
@@ -221,25 +224,39 @@ async def _last_seq(api: ApiClient, stream: str, left: Left) -> int:
 
 
 async def _stream_state(api: ApiClient, stream: str, left: Left) -> tuple[int, bool, bool]:
-    """The stream's last sequence, whether it is a work queue, and whether it denies purges."""
-    reply = await api.call(_api.STREAM_INFO, timeout=left(), stream=stream)
-    config, state = reply.get("config", {}), reply.get("state", {})
-    if not isinstance(config, dict) or not isinstance(state, dict):
-        raise InvalidResponseError(f"unexpected stream info for {stream!r}")
-    cluster = reply.get("cluster")
-    replicas = config.get("num_replicas", 1)
-    led = isinstance(cluster, dict) and bool(cluster.get("leader"))
-    if isinstance(replicas, int) and replicas > 1 and not led:
-        # While a replicated stream has no leader, a member of its group answers
-        # its info itself, with its own state, maybe far behind: clear_backlog
-        # found "nothing to clear" (and 1,500 stored messages came after it), a
-        # reset's range check took an old last sequence.
-        raise ClusterUnavailableError(
-            503,
-            0,
-            f"stream {stream!r} has no leader (a member of its group answered its "
-            "info, whose state may be behind): try again once one is elected",
-        )
+    """The stream's last sequence, whether it is a work queue, and whether it denies purges.
+
+    While a replicated stream has no leader, a member of its group answers its
+    info itself, with its own state, maybe far behind: ``clear_backlog`` found
+    "nothing to clear" (and 1,500 stored messages came after it), a reset's
+    range check took an old last sequence. Such an answer is asked again,
+    :data:`LEADERLESS_FIRST_WAIT` apart and doubling, within the call's time
+    (an election, a scale-up: about 0.1 s); then it raises.
+
+    Raises:
+        ClusterUnavailableError: the stream had no leader for the call's whole time.
+
+    """
+    pause = LEADERLESS_FIRST_WAIT
+    while True:
+        reply = await api.call(_api.STREAM_INFO, timeout=left(), stream=stream)
+        config, state = reply.get("config", {}), reply.get("state", {})
+        if not isinstance(config, dict) or not isinstance(state, dict):
+            raise InvalidResponseError(f"unexpected stream info for {stream!r}")
+        cluster = reply.get("cluster")
+        replicas = config.get("num_replicas", 1)
+        led = isinstance(cluster, dict) and bool(cluster.get("leader"))
+        if led or not isinstance(replicas, int) or replicas <= 1:
+            break
+        if left() <= pause:
+            raise ClusterUnavailableError(
+                503,
+                0,
+                f"stream {stream!r} has no leader (a member of its group answered its "
+                "info, whose state may be behind): try again once one is elected",
+            )
+        await asyncio.sleep(pause)  # a bounded wait for an election, not a sync
+        pause = min(pause * 2, LEADERLESS_MAX_WAIT)
     last = _api.reply_int(state.get("last_seq", 0), "last sequence")
     return last, config.get("retention") == "workqueue", bool(config.get("deny_purge"))
 

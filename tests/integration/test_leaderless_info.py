@@ -11,10 +11,12 @@ clear" (1,500 stored messages were delivered after it). Such an answer is
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import aiojetstream
-from aiojetstream import ClusterUnavailableError, KeyValueConfig, StreamConfig
+from aiojetstream import ClusterUnavailableError, ConsumerConfig, KeyValueConfig, StreamConfig
 from aiojetstream._admin import _stream_state
 from aiojetstream.spark._kv import _Snapshot
 from aiojetstream.spark._options import parse_source_options
@@ -71,8 +73,33 @@ async def test_stream_info_without_a_leader_is_not_read_from() -> None:
             snapshot = _Snapshot(await js.key_value(bucket), retry_timeout=1)
             with pytest.raises(ClusterUnavailableError, match="no leader"):
                 await snapshot._info()
-            # clear_backlog's and reset's look-up of the stream's last sequence.
+            # clear_backlog's and reset's look-up of the stream's last sequence: asked
+            # again within the call's time, then refused.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 2.0
             with pytest.raises(ClusterUnavailableError, match="no leader"):
-                await _stream_state(js._api, name, lambda: 2.0)
+                await _stream_state(js._api, name, lambda: deadline - loop.time())
+            assert loop.time() >= deadline - 1.0  # it waited for an election
+        finally:
+            await js.close()
+
+
+async def test_clear_backlog_right_after_a_scale_up_waits_for_the_leader() -> None:
+    """Scaled from one replica to three, a stream names no leader for about 0.1 s:
+    clear_backlog raised ClusterUnavailableError there (8 of 8). The look-up is asked
+    again within the call's time."""
+    async with NatsCluster(3) as cluster:
+        js = await aiojetstream.connect(cluster.urls, timeout=10)
+        try:
+            name = unique_name("SCALEUP")
+            config = StreamConfig(name=name, subjects=[f"{name}.>"], num_replicas=1)
+            await js.create_stream(config, timeout=10)
+            for i in range(5):
+                await js.publish(f"{name}.x", b"%d" % i)
+            consumer = await js.create_consumer(
+                name, ConsumerConfig(durable_name="c", num_replicas=1), timeout=10
+            )
+            await js.update_stream(config.model_copy(update={"num_replicas": 3}), timeout=10)
+            assert await consumer.clear_backlog(timeout=10) == 6
         finally:
             await js.close()
