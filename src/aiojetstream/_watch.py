@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar
 from ._cleanup import close_in_background, close_when_collected
 from ._errors import (
     BucketNotFoundError,
+    ClusterUnavailableError,
     JetStreamError,
     JetStreamTimeoutError,
     MessageNotFoundError,
@@ -114,6 +115,8 @@ class Reader:
         #: stream's leader held (None: not asked, or no answer; see _behind_leader).
         self._seen = 0
         self._target: int | None = None
+        #: The last ask of the leader found none (said in a stall's error).
+        self._leaderless = False
 
     async def start(self) -> None:
         """Create the consumer (BucketNotFoundError once the bucket is deleted).
@@ -179,13 +182,23 @@ class Reader:
         writes the end never came: ``keys()`` never returned). ``again``: ask
         anew (the idle check: values removed since, a purge). Not for a read
         from the end (``updates_only``), and not when the leader does not answer
-        (the consumer's word is taken then).
+        (a timeout, a user not allowed the get: the consumer's word is taken
+        then). While the stream has no leader (a member answers 503, "cluster
+        not available") the read is behind: the consumer, on the only peer that
+        answers, may have far less (``keys()`` returned 0 of 55 keys without an
+        error); it is asked again at the next chance (and a one-shot read ends
+        with its stall timeout).
         """
         config = self._config
         if config.deliver_policy not in _FROM_THE_START:
             return False
         if self._target is None or again:
-            target = await self._leader_last(config.filter_subjects or ())
+            try:
+                target = await self._leader_last(config.filter_subjects or ())
+            except ClusterUnavailableError:
+                self._leaderless = True
+                return True
+            self._leaderless = False
             if target is None:
                 return False
             self._target = target
@@ -210,6 +223,8 @@ class Reader:
             chunk = filters[at : at + LEADER_GETS_AT_ONCE]
             found = await asyncio.gather(*map(last_of, chunk), return_exceptions=True)
             for seq in found:
+                if isinstance(seq, ClusterUnavailableError):
+                    raise seq  # no leader: not an answer to take the consumer's word on
                 if isinstance(seq, JetStreamError):
                     return None
                 if isinstance(seq, BaseException):
@@ -259,9 +274,14 @@ class Reader:
                         # info was asked for (a slow link): it goes out first.
                         self._announce = True
                     elif self._stall is not None and loop.time() - since >= self._stall:
+                        why = (
+                            " (the stream has no leader: the values its leader holds are unknown)"
+                            if self._leaderless
+                            else ""
+                        )
                         raise JetStreamTimeoutError(
                             f"no message from stream {self._stream.name!r} for "
-                            f"{self._stall:g} s while values were still pending"
+                            f"{self._stall:g} s while values were still pending{why}"
                         )
                     else:
                         continue

@@ -265,7 +265,11 @@ def info_table(info: StreamInfo) -> list[Table]:
     ]
     if info.cluster is not None and info.cluster.name:
         state_rows.append(("Cluster", info.cluster.name))
-        state_rows.append(("Leader", info.cluster.leader))
+        leader = info.cluster.leader
+        if not leader and cfg.num_replicas > 1:
+            # A member answers while there is no leader, with its own state.
+            leader = "none (this state is a member's, maybe behind)"
+        state_rows.append(("Leader", leader))
     return [kv_table("Configuration", config_rows), kv_table("State", state_rows)]
 
 
