@@ -7,6 +7,9 @@ read built its snapshot on it (124 of 20,100 keys, deleted keys read as live),
 a batch read's end could come from it, and ``clear_backlog`` found "nothing to
 clear" (1,500 stored messages were delivered after it). Such an answer is
 ``ClusterUnavailableError`` there (Spark retries it within ``retryTimeout``).
+(The KV readers' side, a leader get answered 503, is tests/unit/test_kv_local.py:
+a lone restarted peer sometimes refuses its info with 10008 instead, so a
+cluster test of it could not be made to reach that state every time.)
 """
 
 from __future__ import annotations
@@ -101,69 +104,5 @@ async def test_clear_backlog_right_after_a_scale_up_waits_for_the_leader() -> No
             )
             await js.update_stream(config.model_copy(update={"num_replicas": 3}), timeout=10)
             assert await consumer.clear_backlog(timeout=10) == 6
-        finally:
-            await js.close()
-
-
-async def test_kv_listings_without_a_leader_are_not_empty_answers() -> None:
-    """Five nodes (the meta leader stays); an R3 bucket whose only reachable peer
-    missed 50 writes and has no leader: the readers asked the leader for its last
-    sequence, got "cluster not available" and took the word of their consumer, on
-    that peer: keys() returned 0 of 55 keys, history() raised KeyNotFoundError,
-    watch() said caught up after 0 values, all without an error. The read is behind
-    while there is no leader: a one-shot read ends with a timeout saying so."""
-    async with NatsCluster(5) as cluster:
-        by_name = {server.server_name: server for server in cluster.servers}
-        bucket = unique_name("NOLEADER")
-        admin = await aiojetstream.connect(cluster.urls, timeout=10)
-        try:
-            kv = await admin.create_key_value(KeyValueConfig(bucket=bucket, replicas=3), timeout=10)
-            for i in range(5):
-                await kv.put(f"old{i}", b"v")
-            info = await kv.stream.info()
-            assert info.cluster is not None
-            assert info.cluster.leader
-            peers = [info.cluster.leader, *(r.name for r in info.cluster.replicas or ())]
-        finally:
-            await admin.close()
-        behind = by_name[peers[1]]
-        others = [by_name[name] for name in peers if name != behind.server_name]
-        rest = [s for s in cluster.servers if s.server_name not in peers]
-        await behind.stop()
-        writer = await aiojetstream.connect([s.url for s in others], timeout=10)
-        try:
-            kv = await writer.key_value(bucket)
-
-            async def stored() -> bool:
-                try:
-                    await kv.put("new0", b"v", timeout=2)
-                except aiojetstream.JetStreamError:
-                    return False  # (the group's new leader being elected)
-                return True
-
-            await wait_until(stored, 30, interval=0.5)
-            for i in range(1, 50):
-                await kv.put(f"new{i}", b"v", timeout=10)
-        finally:
-            await writer.close()
-        for server in others:
-            await server.stop()
-        await behind.start()
-        js = await aiojetstream.connect([behind.url] + [s.url for s in rest], timeout=5)
-        try:
-
-            async def leaderless() -> bool:
-                try:
-                    info = (await js.stream(f"KV_{bucket}")).cached_info
-                except aiojetstream.JetStreamError:
-                    return False
-                return not (info.cluster and info.cluster.leader)
-
-            await wait_until(leaderless, 30, interval=0.5)
-            reader = await js.key_value(bucket)
-            with pytest.raises(aiojetstream.JetStreamTimeoutError, match="no leader"):
-                _ = [key async for key in reader.keys(timeout=3)]
-            with pytest.raises(aiojetstream.JetStreamTimeoutError, match="no leader"):
-                await reader.history("new0", timeout=3)
         finally:
             await js.close()

@@ -17,6 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from aiojetstream import (
+    ClusterUnavailableError,
     DeliverPolicy,
     InvalidNameError,
     JetStreamTimeoutError,
@@ -184,3 +185,25 @@ def test_mirror_transforms_that_are_no_rename_are_refused() -> None:
     ):
         with pytest.raises(KeyValueError, match="could not be read"):
             mirrored_namespace(_mirror_of("KV_b", *bad), "b")
+
+
+class _LeaderlessStream(_Stream):
+    async def _api_get(self, body: object, timeout: object) -> object:
+        # A member of the group answers while the stream has no leader.
+        raise ClusterUnavailableError(503, 10008, "JetStream system temporarily unavailable")
+
+
+async def test_a_read_without_a_leader_is_behind_not_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replicated bucket without a leader: its consumer, on the only peer left, had
+    nothing (that peer had missed writes), and the leader's 503 was taken as no answer:
+    keys() returned 0 of 55 keys (a 5-node cluster, the reviewer's repro). The read is
+    behind while there is no leader; a one-shot read times out saying so."""
+    monkeypatch.setattr(_watch, "IDLE_CHECK", 0.05)
+    silent = _Silent()  # nothing pending, as the stale peer says
+    stream: Any = _LeaderlessStream(silent)
+    reader = _watch.Reader(stream, ["$KV.b.>"], DeliverPolicy.LAST_PER_SUBJECT, True, stall=0.3)
+    await reader.start()
+    assert not reader.caught_up
+    with pytest.raises(JetStreamTimeoutError, match="no leader"):
+        await asyncio.wait_for(reader.next(), STEP)
+    await reader.aclose()
