@@ -26,6 +26,7 @@ import aiojetstream
 from aiojetstream import (
     JetStreamContext,
     KeyValueConfig,
+    NoRespondersError,
     ObjectMeta,
     ObjectStoreConfig,
     StorageType,
@@ -103,6 +104,17 @@ async def test_kv_create_after_delete_reads_the_leader() -> None:
 
         async def test(js: JetStreamContext) -> None:
             kv = await js.key_value(bucket)
+
+            async def routed() -> bool:
+                # A fresh connection to a follower: its first publishes got 503 in a
+                # CI run (the stream's interest not known there yet): not what is tested.
+                try:
+                    await kv.put("warm-up", b"", timeout=2)
+                except NoRespondersError:
+                    return False
+                return True
+
+            await wait_until(routed, 30, interval=0.2)
             async with _watch_gets(js, stream) as gets:
                 for key in keys:
                     await kv.put(key, b"v1")
