@@ -273,6 +273,31 @@ def test_jetstream_cluster_of_one_is_refused_before_start() -> None:
     NatsCluster(1, jetstream=False).stop_sync()  # core NATS only: nothing to refuse
 
 
+def test_mesh_ready_needs_every_pair_routed_from_both_ends() -> None:
+    """A meta leader is elected over a partial mesh; a node without a route to a
+    stream's leader gets no answer to its info and 503s for its publishes (NATS does
+    not forward between routes): ready waits for every pair's routes."""
+
+    def routez(own: str, *remotes: str) -> dict[str, object]:
+        return {"server_id": own, "routes": [{"remote_id": r} for r in remotes]}
+
+    pooled = [routez(a, *[b for b in "ABC" if b != a for _ in range(4)]) for a in "ABC"]
+    assert NatsCluster._mesh_ready(pooled)
+    # A and C not routed yet (both reach B): not ready.
+    assert not NatsCluster._mesh_ready([routez("A", "B"), routez("B", "A", "C"), routez("C", "B")])
+    # A pool still forming: A counts 4 routes to B, B counts 3 to A.
+    forming = [
+        routez("A", "B", "B", "B", "B", "C"),
+        routez("B", "A", "A", "A", "C"),
+        routez("C", "A", "B"),
+    ]
+    assert not NatsCluster._mesh_ready(forming)
+    # A mixed-version cluster: pairs may pool differently, each pair agreeing.
+    mixed = [routez("A", "B", "B", "C"), routez("B", "A", "A", "C"), routez("C", "A", "B")]
+    assert NatsCluster._mesh_ready(mixed)
+    assert not NatsCluster._mesh_ready([None, *pooled[1:]])
+
+
 def test_meta_ready_needs_agreement_and_current_replicas() -> None:
     """``/jsz`` does not name its server (the check once compared a ``server_name``
     it never carries, so the leader's replicas were never looked at): the node

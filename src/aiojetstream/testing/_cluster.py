@@ -35,8 +35,9 @@ class NatsCluster:
     other node. Fault injection goes through the nodes:
     ``await cluster.servers[0].kill()``, ``cluster.servers[1].freeze()``, ...
 
-    Ready means every node is healthy and all nodes agree on an elected
-    JetStream meta leader, so that R3 streams can be created at once.
+    Ready means every node is healthy, has its routes to every other node, and
+    all nodes agree on an elected JetStream meta leader, so that R3 streams can
+    be created at once through any node.
 
     Args:
         size: Number of nodes.
@@ -203,6 +204,32 @@ class NatsCluster:
             return leader
         return None  # the agreed leader is not among the probed nodes
 
+    @staticmethod
+    def _mesh_ready(routez: Sequence[Any]) -> bool:
+        """Whether every node has its routes to every other node (``/routez`` of each).
+
+        A meta leader is elected over a partial mesh; a node without a route to a
+        stream's leader then gets no answer to the stream's info and a 503 for its
+        publishes (NATS does not forward between routes). Each pair must also see the
+        same number of routes from both ends (the pooled connections formed).
+        """
+        counts: dict[tuple[str, str], int] = {}
+        ids: list[str] = []
+        for doc in routez:
+            if not isinstance(doc, dict) or not doc.get("server_id"):
+                return False
+            own = str(doc["server_id"])
+            ids.append(own)
+            for route in doc.get("routes") or []:
+                pair = (own, str(route.get("remote_id")))
+                counts[pair] = counts.get(pair, 0) + 1
+        return all(
+            counts.get((a, b), 0) > 0 and counts.get((a, b)) == counts.get((b, a))
+            for a in ids
+            for b in ids
+            if a != b
+        )
+
     async def _probe_meta_async(self, deadline: float, live_only: bool = False) -> str | None:
         """The agreed leader of every node (``live_only``: of those running, not frozen).
 
@@ -223,7 +250,18 @@ class NatsCluster:
                 return None
             reports.append((str(server.server_name), health, jsz, len(self.servers)))
         live = None if nodes is None else [str(s.server_name) for s in nodes]
-        return self._meta_ready(reports, live)
+        leader = self._meta_ready(reports, live)
+        if leader is None or nodes is not None:
+            return leader
+        routez: list[Any] = []
+        for server in self.servers:
+            try:
+                limit = NatsServer._probe_limit(deadline - loop.time(), 2.0)
+                status, body = await http_get_async(server.http_port, "/routez", limit)
+                routez.append(json.loads(body) if status == 200 else None)
+            except (OSError, TimeoutError, ValueError):
+                return None
+        return leader if self._mesh_ready(routez) else None
 
     def _probe_meta_sync(self, deadline: float) -> str | None:
         reports: list[tuple[str, int, Any, int]] = []
@@ -237,7 +275,18 @@ class NatsCluster:
             except (OSError, ValueError):
                 return None
             reports.append((str(server.server_name), health, jsz, len(self.servers)))
-        return self._meta_ready(reports)
+        leader = self._meta_ready(reports)
+        if leader is None:
+            return None
+        routez: list[Any] = []
+        for server in self.servers:
+            try:
+                limit = NatsServer._probe_limit(deadline - time.monotonic(), 2.0)
+                status, body = http_get_sync(server.http_port, "/routez", limit)
+                routez.append(json.loads(body) if status == 200 else None)
+            except (OSError, ValueError):
+                return None
+        return leader if self._mesh_ready(routez) else None
 
     def _check_nodes_running(self) -> None:
         for server in self.servers:
@@ -253,12 +302,12 @@ class NatsCluster:
             for server in self.servers
         )
         return TimeoutError(
-            f"cluster {self._name} has no agreed JetStream meta leader after "
-            f"{timeout:.1f}s\n{tails}"
+            f"cluster {self._name} has no agreed JetStream meta leader, or a node "
+            f"without routes to every other, after {timeout:.1f}s\n{tails}"
         )
 
     async def wait_ready(self, timeout: float | None = None) -> None:
-        """Wait until every node is healthy and the meta leader is elected.
+        """Wait until every node is healthy and routed to the others, with a meta leader.
 
         Args:
             timeout: Bound in seconds; defaults to ``start_timeout``.
@@ -284,7 +333,7 @@ class NatsCluster:
             await asyncio.sleep(POLL_INTERVAL)
 
     def wait_ready_sync(self, timeout: float | None = None) -> None:
-        """Block until every node is healthy and the meta leader is elected.
+        """Block until every node is healthy and routed to the others, with a meta leader.
 
         Args:
             timeout: Bound in seconds; defaults to ``start_timeout``.
