@@ -904,6 +904,135 @@ async def test_mirror_bucket_reads_the_origin_keys_and_writes_to_the_origin(
         )
 
 
+async def _ops(kv: KeyValue, key: str) -> list[tuple[str, int]] | None:
+    """A key's history as (operation, revision) pairs; None when it has none."""
+    try:
+        return [(e.operation.value, e.revision) for e in await kv.history(key)]
+    except KeyNotFoundError:
+        return None
+
+
+async def test_a_bucket_sourcing_a_mirror_bucket_gets_the_origin_keys(
+    js: JetStreamContext,
+) -> None:
+    """A mirror bucket holds its origin's subjects ($KV.<origin>.<key>): the source's
+    transform named the mirror's ($KV.<mirror>.>), matched nothing, and the sourced
+    bucket stayed empty with no lag and no error."""
+    origin = await js.create_key_value(KeyValueConfig(bucket=unique_name("orig")))
+    mirror = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("mir"), mirror=StreamSource(name=origin.bucket))
+    )
+    for key in ("k1", "k2"):
+        await origin.put(key, key.encode())
+    sourced = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("src"), sources=[StreamSource(name=mirror.bucket)])
+    )
+    await wait_until(lambda: _has(sourced, "k2"), STEP)
+    assert await all_keys(sourced) == ["k1", "k2"]
+    assert (await sourced.get("k1")).value == b"k1"
+
+
+async def test_a_filtered_source_becomes_the_transform_of_the_keys(
+    js: JetStreamContext,
+) -> None:
+    """A source's filter_subject was sent beside the renaming transform, which the
+    server refuses ("cannot also have a single subject filter")."""
+    origin = await js.create_key_value(KeyValueConfig(bucket=unique_name("orig")))
+    await origin.put("foo.1", b"in")
+    await origin.put("bar.1", b"out")
+    sourced = await js.create_key_value(
+        KeyValueConfig(
+            bucket=unique_name("src"),
+            sources=[StreamSource(name=origin.bucket, filter_subject=f"$KV.{origin.bucket}.foo.>")],
+        )
+    )
+    await wait_until(lambda: _has(sourced, "foo.1"), STEP)
+    await sourced.put("own", b"local")  # stored after what the source had by then
+    assert await all_keys(sourced) == ["foo.1", "own"]
+    with pytest.raises(InvalidOptionError, match="not in its keys' subjects"):
+        await js.create_key_value(
+            KeyValueConfig(
+                bucket=unique_name("src"),
+                sources=[StreamSource(name=origin.bucket, filter_subject="foo.>")],
+            )
+        )
+
+
+async def test_ttl_writes_through_a_mirror_handle_check_the_origin(
+    js: JetStreamContext,
+) -> None:
+    """create(ttl=) and purge(ttl=) checked the mirror's own config for limit markers
+    (a mirror never has them) and refused writes the origin takes."""
+    origin = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("orig"), history=5, limit_marker_ttl=1)
+    )
+    mirror = await js.create_key_value(
+        KeyValueConfig(
+            bucket=unique_name("mir"), history=5, mirror=StreamSource(name=origin.bucket)
+        )
+    )
+    revision = await mirror.create("k", b"v", ttl=60)
+    await mirror.purge("k", ttl=60)
+    assert await _ops(origin, "k") == [("PURGE", revision + 1)]  # a purge rolls up
+    # The origin without markers: still refused before sending (ADR-48).
+    plain = await js.create_key_value(KeyValueConfig(bucket=unique_name("orig"), history=5))
+    plain_mirror = await js.create_key_value(
+        KeyValueConfig(bucket=unique_name("mir"), history=5, mirror=StreamSource(name=plain.bucket))
+    )
+    with pytest.raises(MessageTTLDisabledError, match=plain.bucket):
+        await plain_mirror.create("k", b"v", ttl=60)
+
+
+async def test_create_through_a_filtered_mirror_reads_the_origin(js: JetStreamContext) -> None:
+    """After the origin refused a create of a deleted key, the handle waited for the
+    mirror to hold the delete; a filtered mirror never holds a key outside its filter,
+    and the create raised KeyExistsError for a free key after its whole timeout."""
+    origin = await js.create_key_value(KeyValueConfig(bucket=unique_name("orig"), history=5))
+    mirror = await js.create_key_value(
+        KeyValueConfig(
+            bucket=unique_name("mir"),
+            history=5,
+            mirror=StreamSource(name=origin.bucket, filter_subject=f"$KV.{origin.bucket}.foo.>"),
+        )
+    )
+    await mirror.put("bar.1", b"v1")
+    await mirror.delete("bar.1")
+    revision = await mirror.create("bar.1", b"v2", timeout=5)
+    assert (await origin.get("bar.1")).revision == revision
+    with pytest.raises(KeyExistsError):
+        await mirror.create("bar.1", b"v3")
+
+
+async def test_purge_deletes_through_a_mirror_purges_the_origin_too(
+    js: JetStreamContext,
+) -> None:
+    """purge_deletes() through a mirror's handle purged only the mirror (a purge is not
+    mirrored): the origin kept its markers, and the two histories differed for good."""
+    origin = await js.create_key_value(KeyValueConfig(bucket=unique_name("orig"), history=5))
+    mirror = await js.create_key_value(
+        KeyValueConfig(
+            bucket=unique_name("mir"), history=5, mirror=StreamSource(name=origin.bucket)
+        )
+    )
+    await mirror.put("k", b"1")
+    await mirror.put("k", b"2")
+    await mirror.delete("k")
+    wanted = await _ops(origin, "k")
+    assert wanted is not None
+    assert len(wanted) == 3
+    await wait_until(lambda: _ops_are(mirror, "k", wanted), STEP)
+    await mirror.purge_deletes(older_than=0)
+    assert await _ops(origin, "k") is None
+    assert await _ops(mirror, "k") is None
+    revision = await mirror.put("k", b"3")
+    await wait_until(lambda: _ops_are(mirror, "k", [("PUT", revision)]), STEP)
+    assert await _ops(origin, "k") == [("PUT", revision)]
+
+
+async def _ops_are(kv: KeyValue, key: str, wanted: list[tuple[str, int]]) -> bool:
+    return await _ops(kv, key) == wanted
+
+
 async def _has(kv: KeyValue, key: str) -> bool:
     return not await is_gone(kv, key)
 

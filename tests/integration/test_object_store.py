@@ -39,6 +39,7 @@ from aiojetstream import (
     StreamConfig,
     StreamNameInUseError,
     StreamSealedError,
+    StreamSource,
 )
 from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
@@ -852,3 +853,16 @@ async def test_a_put_refused_by_a_full_account_leaves_no_chunks() -> None:
             assert await (await store.get("old")).read() == b"O" * 100_000
         finally:
             await js.close()
+
+
+async def test_binding_a_mirror_of_an_object_store_is_refused(js: JetStreamContext) -> None:
+    """A mirror holds its origin's subjects ($O.<origin>.…): bound under its own name,
+    list() was empty, get() raised ObjectNotFoundError and a watch saw nothing."""
+    origin = await js.create_object_store(ObjectStoreConfig(bucket=unique_name("orig")))
+    await origin.put("one", b"1")
+    mirror = unique_name("mir")
+    await js.create_stream(
+        StreamConfig(name=f"OBJ_{mirror}", mirror=StreamSource(name=f"OBJ_{origin.bucket}"))
+    )
+    with pytest.raises(ObjectStoreError, match="is a mirror of"):
+        await js.object_store(mirror)

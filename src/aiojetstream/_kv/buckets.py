@@ -6,7 +6,7 @@ imports this module lazily, and this module imports the context for types only.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,7 @@ from .keys import (
     MAX_MIRROR_DEPTH,
     STREAM_PREFIX,
     bucket_of,
+    kv_namespaces,
     mirrored_namespace,
     stream_of,
 )
@@ -47,7 +48,20 @@ if TYPE_CHECKING:
     from .._store_context import StoreContext
 
 
-def _sources(config: KeyValueConfig) -> list[StreamSource] | None:
+def _sources(
+    config: KeyValueConfig, held: Mapping[str, str] | None = None
+) -> list[StreamSource] | None:
+    """The backing stream's sources: each bucket's keys renamed into this bucket's.
+
+    ``held``: per source name, the namespace its stream holds the keys under when
+    that is not its own (a mirror bucket holds its origin's, ``$KV.<origin>.<key>``).
+    A source's ``filter_subject`` (in that namespace) becomes the transform's
+    source: the server refuses a filter beside transforms.
+
+    Raises:
+        InvalidOptionError: a source's ``filter_subject`` is not in its bucket's namespace.
+
+    """
     if not config.sources:
         return None
     out: list[StreamSource] = []
@@ -59,14 +73,50 @@ def _sources(config: KeyValueConfig) -> list[StreamSource] | None:
         origin = bucket_of(src.name)
         update: dict[str, object] = {"name": stream_of(src.name)}
         if src.external is None or origin != config.bucket:
-            update["subject_transforms"] = [
-                SubjectTransformConfig(src=f"$KV.{origin}.>", dest=f"$KV.{config.bucket}.>")
-            ]
+            namespace = (held or {}).get(src.name, origin)
+            prefix = f"$KV.{namespace}."
+            source_subject = f"{prefix}>"
+            dest = f"$KV.{config.bucket}.>"
+            if src.filter_subject:
+                if not src.filter_subject.startswith(prefix):
+                    raise InvalidOptionError(
+                        f"the source {src.name!r} has filter_subject {src.filter_subject!r}, "
+                        f"which is not in its keys' subjects ({prefix}<key>)"
+                    )
+                source_subject = src.filter_subject
+                dest = f"$KV.{config.bucket}." + src.filter_subject[len(prefix) :]
+                update["filter_subject"] = None
+            update["subject_transforms"] = [SubjectTransformConfig(src=source_subject, dest=dest)]
         out.append(src.model_copy(update=update))
     return out
 
 
-def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
+async def _held_namespaces(
+    js: StoreContext, config: KeyValueConfig, timeout: float | None
+) -> dict[str, str]:
+    """Per source of ``config`` that is a mirror bucket here, the namespace it holds keys under.
+
+    Only sources in the same account and domain with no transforms of their own
+    are looked up (each within ``BUCKET_CHECK_TIMEOUT`` seconds); a source that
+    is missing or not visible keeps its own name.
+    """
+    held: dict[str, str] = {}
+    wait = min(js.timeout if timeout is None else timeout, BUCKET_CHECK_TIMEOUT)
+    for src in config.sources or []:
+        if src.subject_transforms or src.external is not None:
+            continue
+        try:
+            stream = await js.stream(stream_of(src.name), timeout=wait)
+        except JetStreamError:
+            continue
+        if stream.cached_info.config.mirror is None:
+            continue
+        chain = [stream, *await _origins(js, stream, wait)]
+        held[src.name] = kv_namespaces([s.cached_info.config for s in chain])[0]
+    return held
+
+
+def kv_stream_config(config: KeyValueConfig, held: Mapping[str, str] | None = None) -> StreamConfig:
     """The configuration of the stream backing a bucket (ADR-8, ADR-48; as nats.go).
 
     Raises:
@@ -122,12 +172,13 @@ def kv_stream_config(config: KeyValueConfig) -> StreamConfig:
         fields["mirror_direct"] = True
     else:
         fields["subjects"] = [f"$KV.{bucket}.>"]
-        fields["sources"] = _sources(config)
+        fields["sources"] = _sources(config, held)
     return StreamConfig(**{k: v for k, v in fields.items() if v is not None})
 
 
 async def _prepare(js: StoreContext, config: KeyValueConfig, timeout: float | None) -> StreamConfig:
-    scfg = kv_stream_config(config)
+    kv_stream_config(config)  # refused before anything is sent
+    scfg = kv_stream_config(config, await _held_namespaces(js, config, timeout))
     if config.limit_marker_ttl is not None:
         level = await js.api_level(timeout=timeout)
         if level < MARKERS_API_LEVEL:
@@ -152,20 +203,19 @@ def _for_update(existing: StreamConfig, config: KeyValueConfig, scfg: StreamConf
     return scfg
 
 
-async def _handle(js: StoreContext, stream: Stream, timeout: float | None) -> KeyValue:
-    """The handle on a bucket's stream, a mirror's followed to the stream that holds the keys.
+async def _origins(js: StoreContext, stream: Stream, wait: float) -> list[Stream]:
+    """The streams ``stream`` mirrors, in order, while each is a mirror in the same account.
 
     A mirror of a mirror (in the same account and domain) holds the subjects of
-    the first origin that is no mirror (``$KV.<origin>.<key>``), and writes go
-    there: each origin is looked up, at most ``MAX_MIRROR_DEPTH`` of them, each
-    within ``BUCKET_CHECK_TIMEOUT`` seconds. A look-up that fails (the origin is
-    missing, not visible to this user, or did not answer) stops there: the
-    mirror's name is taken as the origin's, as for a cross-domain mirror.
+    the first origin that is no mirror (``$KV.<origin>.<key>``): each origin is
+    looked up, at most ``MAX_MIRROR_DEPTH`` of them, each within ``wait``
+    seconds. A look-up that fails (the origin is missing, not visible to this
+    user, or did not answer) stops there: the mirror's name is taken as the
+    origin's, as for a cross-domain mirror.
     """
-    origins: list[StreamConfig] = []
+    origins: list[Stream] = []
     config = stream.cached_info.config
     seen = {config.name}
-    wait = min(js.timeout if timeout is None else timeout, BUCKET_CHECK_TIMEOUT)
     while len(origins) < MAX_MIRROR_DEPTH:
         mirror = config.mirror
         if mirror is None or mirror.external is not None or mirror.name in seen:
@@ -176,8 +226,21 @@ async def _handle(js: StoreContext, stream: Stream, timeout: float | None) -> Ke
             break
         config = origin.cached_info.config
         seen.add(config.name)
-        origins.append(config)
-    return KeyValue(js, stream, origins=origins)
+        origins.append(origin)
+    return origins
+
+
+async def _handle(js: StoreContext, stream: Stream, timeout: float | None) -> KeyValue:
+    """The handle on a bucket's stream, a mirror's followed to the stream that holds the keys.
+
+    Writes through a mirror's handle go to the first origin that is no mirror
+    (:func:`_origins`; each look-up within ``BUCKET_CHECK_TIMEOUT`` seconds).
+    """
+    wait = min(js.timeout if timeout is None else timeout, BUCKET_CHECK_TIMEOUT)
+    origins = await _origins(js, stream, wait)
+    configs = [origin.cached_info.config for origin in origins]
+    writes_to = origins[-1] if origins and configs[-1].mirror is None else None
+    return KeyValue(js, stream, origins=configs, writes_to=writes_to)
 
 
 async def _existing(js: StoreContext, bucket: str, timeout: float | None) -> Stream | None:

@@ -97,7 +97,12 @@ class KeyValue:
     """
 
     def __init__(
-        self, js: StoreContext, stream: Stream, *, origins: Sequence[StreamConfig] = ()
+        self,
+        js: StoreContext,
+        stream: Stream,
+        *,
+        origins: Sequence[StreamConfig] = (),
+        writes_to: Stream | None = None,
     ) -> None:
         cfg = stream.cached_info.config
         if (cfg.max_msgs_per_subject or 0) < 1:
@@ -106,6 +111,9 @@ class KeyValue:
             )
         self._js = js
         self._stream = stream
+        #: A mirror's handle: the origin stream its writes go to, when it was looked
+        #: up (same account and domain); None for a bucket that is no mirror.
+        self._writes_to = writes_to
         self._bucket = bucket_of(stream.name)
         # A mirror holds its origin's subjects (renamed by its subject transforms);
         # writes go to the origin, through the context's API prefix when it is not
@@ -118,6 +126,8 @@ class KeyValue:
         self._prefix = f"$KV.{read}."
         #: Where keys are written: ``[<api prefix>.]$KV.<origin>.``.
         self._put_prefix = f"$KV.{write}." if api is None else f"{api}.$KV.{write}."
+        #: The namespace of the keys in the stream writes go to (``$KV.<write>.<key>``).
+        self._write_namespace = write
         # Validated keys: their subject, the subject as bytes (what a direct get
         # reply names), the subject and body of a direct get of their last value,
         # and the subject a write publishes to.
@@ -135,6 +145,18 @@ class KeyValue:
 
     def __repr__(self) -> str:
         return f"<KeyValue {self._bucket}>"
+
+    def _written(self) -> Stream | None:
+        """The stream this handle's writes are stored in, if known here.
+
+        The bucket's own stream, or a mirror's origin that was looked up (in the
+        same account and domain); None for a mirror whose origin was not (a
+        cross-domain mirror, or an origin this user may not look up): its
+        server then decides what it takes.
+        """
+        if self._writes_to is not None:
+            return self._writes_to
+        return None if self._stream.cached_info.config.mirror is not None else self._stream
 
     def _subject(self, key: str) -> str:
         """The subject a write of ``key`` publishes to."""
@@ -264,11 +286,17 @@ class KeyValue:
             await self._check_bucket(timeout)
             raise
         # The key has revisions: allowed if the last one is a delete, purge or limit marker.
-        last = await self._last_or_none(subject, timeout)
-        refused_at = _wrong_last(first) if self._stream.cached_info.config.mirror else None
-        if refused_at is not None and (last is None or last.seq < refused_at):
-            # (A mirror's handle: the origin refused, the mirror may not have caught up.)
-            last = await self._last_reaching(subject, refused_at, timeout, last)
+        if self._writes_to is not None:
+            # A mirror's handle: the origin refused; its leader holds what it compared
+            # (the mirror may lag, or its filter leave the key out).
+            origin_subject = f"$KV.{self._write_namespace}.{key}"
+            last = await self._last_or_none(origin_subject, timeout, self._writes_to)
+        else:
+            last = await self._last_or_none(subject, timeout)
+            refused_at = _wrong_last(first) if self._stream.cached_info.config.mirror else None
+            if refused_at is not None and (last is None or last.seq < refused_at):
+                # (A cross-domain mirror: the origin refused, the mirror may lag.)
+                last = await self._last_reaching(subject, refused_at, timeout, last)
         if last is None or entry_operation(last.headers) is KeyValueOp.PUT:
             raise _exists(first, f"key {key!r} exists") from None
         try:
@@ -412,26 +440,30 @@ class KeyValue:
             await self._check_bucket(timeout)
             raise
 
-    def _ttl_stretch(self, ttl: H.TTLInput) -> tuple[int, int] | None:
-        """``(asked, stored)`` seconds when the server stretches ``ttl``, else None.
+    def _ttl_stretch(self, ttl: H.TTLInput) -> tuple[int, int, int] | None:
+        """``(asked, stored, history)`` when the server stretches ``ttl``, else None.
 
         With ``history`` above 1 nats-server raises a per-message TTL under the
         stream's ``subject_delete_marker_ttl`` to it (so a marker is never
         missed; seen with 2.11 to 2.15; ``history=1`` keeps the TTL). Read from
-        the bucket's config as last fetched (``stream.cached_info``).
+        the config, as last fetched, of the stream the write is stored in (a
+        mirror's origin; not known here: None).
 
         Raises:
             InvalidTTLError: ``ttl`` is not a TTL.
 
         """
         value = H.ttl_header_value(ttl)
-        cfg = self._stream.cached_info.config
+        written = self._written()
+        if written is None:
+            return None
+        cfg = written.cached_info.config
         marker = cfg.subject_delete_marker_ttl
         if value == H.NEVER or not marker or cfg.max_msgs_per_subject == 1:
             return None
         floor = int(marker.total_seconds())  # whole seconds, as the server compares
         asked = int(value)
-        return (asked, floor) if asked < floor else None
+        return (asked, floor, cfg.max_msgs_per_subject or 0) if asked < floor else None
 
     def _check_stretch(self, key: str, ttl: H.TTLInput, what: str, pedantic: bool) -> None:
         """Refuse (``pedantic``) or log (once per bucket and key pattern) a stretched TTL.
@@ -443,10 +475,10 @@ class KeyValue:
         stretch = self._ttl_stretch(ttl)
         if stretch is None:
             return
-        asked, floor = stretch
+        asked, floor, history = stretch
         text = (
             f"the TTL of {asked} s on {what} {key!r} becomes {floor} s: bucket "
-            f"{self._bucket!r} has history={self._stream.cached_info.config.max_msgs_per_subject}"
+            f"{self._bucket!r} has history={history}"
             f" and limit_marker_ttl={floor} s, and with history above 1 the server raises a "
             f"shorter TTL to limit_marker_ttl; use a TTL of at least {floor} s (or history=1)"
         )
@@ -479,26 +511,32 @@ class KeyValue:
             return
 
     async def _require_markers(self, what: str, timeout: float | None) -> None:
-        if self._stream.cached_info.config.subject_delete_marker_ttl:
+        written = self._written()
+        if written is None:
+            return  # a mirror's origin not known here: its server decides (10166)
+        if written.cached_info.config.subject_delete_marker_ttl:
             return
         try:
-            info = await self._stream.info(timeout=timeout)  # maybe enabled since bound
+            info = await written.info(timeout=timeout)  # maybe enabled since bound
         except StreamNotFoundError as exc:
-            raise bucket_gone(self._stream.name) from exc
+            raise bucket_gone(written.name) from exc
         if info.config.subject_delete_marker_ttl:
             return
         raise MessageTTLDisabledError(
             400,
             10166,
-            f"a TTL on {what} needs limit markers, and bucket {self._bucket!r} has none: "
+            f"a TTL on {what} needs limit markers, and bucket "
+            f"{bucket_of(written.name)!r} has none: "
             "set limit_marker_ttl (update_key_value can enable it); this client refuses "
             "a key TTL without markers (ADR-48: its expiry would reach no watcher)",
         )
 
     # ------------------------------------------------------------- reading
 
-    async def _last_or_none(self, subject: str, timeout: float | None) -> RawStreamMessage | None:
-        """The last message on ``subject`` as the stream's leader holds it, or None.
+    async def _last_or_none(
+        self, subject: str, timeout: float | None, stream: Stream | None = None
+    ) -> RawStreamMessage | None:
+        """The last message on ``subject`` as the leader of ``stream`` (the bucket's) holds it.
 
         A plain (not direct) get, which only the leader answers: this read
         follows the leader's refusal of a write (wrong last sequence), and a
@@ -506,15 +544,16 @@ class KeyValue:
         applied the last acknowledged write yet (a delete: create then raised
         ``KeyExistsError`` from a follower).
         """
+        stream = self._stream if stream is None else stream
         try:
-            return await self._stream._api_get({"last_by_subj": subject}, timeout)
+            return await stream._api_get({"last_by_subj": subject}, timeout)
         except MessageNotFoundError:
             return None
         except AuthorizationError:
             # A user allowed direct gets but not STREAM.MSG.GET (as nats.go's KV needs):
             # the direct get, as before, with its replica's lag.
             try:
-                return await self._stream.get_last_msg_for_subject(subject, timeout=timeout)
+                return await stream.get_last_msg_for_subject(subject, timeout=timeout)
             except MessageNotFoundError:
                 return None
 
@@ -862,6 +901,9 @@ class KeyValue:
         finally:
             await reader.aclose()
         now = datetime.now(UTC)
+        # A mirror's handle purges the origin too (a purge is not mirrored; the mirror's
+        # revisions are the origin's), when the origin is known here.
+        origin = self._writes_to
         for subject, created, revision in markers:
             # Ages, not a cutoff (now - limit): any limit a timedelta holds is valid,
             # and one longer than every marker's age simply keeps them all.
@@ -870,11 +912,16 @@ class KeyValue:
                 # any revision put since the listing but the last). Nothing is below the
                 # stream's first message, and servers before 2.15 take seq=1 as no
                 # sequence at all (the whole subject, marker included): no purge then.
-                if revision > 1:
-                    await self._stream.purge(subject=subject, sequence=revision, timeout=timeout)
+                if revision <= 1:
+                    continue
+                up_to = revision
             else:
-                # Up to the marker only: a put made since the listing stays.
-                await self._stream.purge(subject=subject, sequence=revision + 1, timeout=timeout)
+                up_to = revision + 1  # up to the marker only: a put made since stays
+            if origin is not None:
+                key = key_of(subject, self._prefix, self._bucket)
+                origin_subject = f"$KV.{self._write_namespace}.{key}"
+                await origin.purge(subject=origin_subject, sequence=up_to, timeout=timeout)
+            await self._stream.purge(subject=subject, sequence=up_to, timeout=timeout)
 
 
 #: The longest ``older_than`` (``timedelta.max``), in seconds.

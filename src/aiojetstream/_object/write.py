@@ -204,6 +204,15 @@ class ObjectWriter:
 
     def __init__(self, js: StoreContext, stream: Stream) -> None:
         name = stream.name
+        mirror = stream.cached_info.config.mirror
+        if mirror is not None:
+            # A mirror holds its origin's subjects ($O.<origin>.…) and takes no
+            # writes: bound under its own name it would list nothing and find nothing.
+            raise ObjectStoreError(
+                f"stream {name!r} is a mirror of {mirror.name!r}: an object store handle "
+                "reads and writes its own bucket's subjects, which a mirror does not hold; "
+                "bind the origin bucket"
+            )
         self._js = js
         self._stream = stream
         self._bucket = name[len(STREAM_PREFIX) :] if name.startswith(STREAM_PREFIX) else name
