@@ -456,8 +456,8 @@ def plain_msg_ids(ids: object) -> pa.Array | None:
     column: Any
     try:
         column = ids if is_arrow(ids) else pa.array(ids, pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, UnicodeError):
+        return None  # (a lone surrogate: UnicodeEncodeError)
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if pa.types.is_large_string(column.type):

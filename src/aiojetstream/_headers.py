@@ -36,6 +36,11 @@ DESCRIPTION: Final = "Description"
 
 HEADER_LINE: Final = b"NATS/1.0\r\n"
 
+#: What surrounds a header key or value and is not part of it: ASCII blanks only
+#: (``bytes.strip()``'s, as nats-py strips), never U+00A0, U+3000 or \x1c-\x1f,
+#: which ``str.strip()`` also takes and nats.go and nats-py keep.
+BLANKS: Final = " \t\n\r\x0b\x0c"
+
 # RFC 7230 token characters: what a header key may contain.
 _KEY_RE: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # What a header value may not contain: control characters other than tab (CR,
@@ -94,7 +99,8 @@ def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str
 
     Multiple values of a key are joined with ``", "``; bytes that are not UTF-8
     become U+FFFD (as nats-py and nats.js decode them; documented for
-    ``Msg.headers`` and the CLI). ``headers`` is None when
+    ``Msg.headers`` and the CLI). Keys and values lose the ASCII blanks around
+    them (:data:`BLANKS`), nothing else. ``headers`` is None when
     the block holds no key/value lines. Never raises on malformed input: lines
     without a colon are ignored.
     """
@@ -104,10 +110,10 @@ def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str
     status: str | None = None
     description: str | None = None
     if first.startswith("NATS/1.0"):
-        rest = first[8:].strip()
+        rest = first[8:].strip(BLANKS)
         if rest:
             status, _, desc = rest.partition(" ")
-            description = desc.strip() or None
+            description = desc.strip(BLANKS) or None
     headers: dict[str, str] = {}
     repeated: dict[str, list[str]] | None = None  # joined once at the end: linear time
     for line in lines[1:]:
@@ -116,10 +122,10 @@ def decode_headers(block: bytes) -> tuple[dict[str, str] | None, str | None, str
         key, sep, value = line.partition(":")
         if not sep:
             continue
-        key = key.strip()
+        key = key.strip(BLANKS)
         if not key:
             continue
-        value = value.strip()
+        value = value.strip(BLANKS)
         if key in headers:
             if repeated is None:
                 repeated = {}

@@ -66,6 +66,25 @@ async def test_dedupe_by_msg_id(js: JetStreamContext, stream: str) -> None:
     assert info.state.messages == 1
 
 
+async def test_header_values_keep_what_is_not_an_ascii_blank(
+    js: JetStreamContext, stream: str
+) -> None:
+    """Values were stripped with str.strip() on both sides: U+00A0 and U+3000 around a
+    value were lost on publish and on reading (nats-py and nats.go keep them)."""
+    sent = {"A": "v\u00a0", "B": "\u3000v", "C": " v\t"}
+    await js.publish("pub.a", b"1", headers=sent)
+    await (await js.publish_async("pub.a", b"2", headers=sent))
+    await js.publish_many("pub.a", [b"3"], headers=[sent])
+    wanted = {"A": "v\u00a0", "B": "\u3000v", "C": "v"}
+    handle = await js.stream(stream)
+    for seq in (1, 2, 3):
+        assert (await handle.get_msg(seq)).headers == wanted
+        assert (await handle.get_msg(seq, direct=True)).headers == wanted
+    consumer = await js.ordered_consumer(stream)
+    async with await consumer.fetch(3) as fetched:
+        assert [m.headers async for m in fetched] == [wanted] * 3
+
+
 async def test_msg_id_argument_wins_over_a_msg_id_header(js: JetStreamContext, stream: str) -> None:
     """``msg_id=`` and a ``Nats-Msg-Id`` header both given: the argument is the id sent
     (as nats.go's MsgId option), so a retry with the same ``msg_id`` is a duplicate."""

@@ -353,6 +353,10 @@ async def test_arrow_payloads_bad_input_sends_nothing(js: JetStreamContext) -> N
             InvalidOptionError,
             lambda: js.publish_many([subject], pa.array([b"ok", b"ok"])),
         ),
+        "a msg id with a lone surrogate": (  # (was a bare UnicodeEncodeError)
+            InvalidHeaderError,
+            lambda: js.publish_many(subject, pa.array([b"ok"]), msg_ids=["bad\ud800id"]),
+        ),
     }
     for what, (error, call) in bad_calls.items():
         with pytest.raises(error):

@@ -558,3 +558,9 @@ def test_the_column_wide_line_check_is_the_regex(lines: list[bytes]) -> None:
         assert [b"MSG %b 7 %b %b" % t for t in zip(subjects, replies, sizes, strict=True)] == lines
     else:  # only for bytes that are no printable ASCII (left to the regex)
         assert any(any(c < 0x20 or c > 0x7E for c in line) for line in lines)
+
+
+def test_a_msg_id_with_a_lone_surrogate_is_left_to_the_per_id_checks() -> None:
+    """pa.array raised UnicodeEncodeError for it, out of publish_many untyped (a list
+    of payloads raised InvalidHeaderError)."""
+    assert _columns.plain_msg_ids(["ok", "bad\ud800id"]) is None

@@ -110,8 +110,17 @@ def test_headers_encode_and_decode(headers: dict[str, str]) -> None:
     assert block.endswith(b"\r\n\r\n") or not headers
     decoded, status, _ = decode_headers(block)
     assert status is None
-    expected = {k: v.strip() for k, v in headers.items()}
+    # Only the ASCII blanks around a value go (a value holds no others but tab).
+    expected = {k: v.strip(" \t") for k, v in headers.items()}
     assert (decoded or {}) == expected
+
+
+def test_decoded_headers_keep_what_is_not_an_ascii_blank() -> None:
+    """str.strip() also took U+00A0, U+3000 and \x1c-\x1f from keys and values, which
+    nats-py (bytes.strip) and nats.go keep: a value stored by nats.go read differently."""
+    block = "NATS/1.0\r\nA: v\u00a0\r\nB: \u3000v\r\nC: v\x1f\r\nD:\t\x1cv \r\n\r\n"
+    decoded, _, _ = decode_headers(block.encode())
+    assert decoded == {"A": "v\u00a0", "B": "\u3000v", "C": "v\x1f", "D": "\x1cv"}
 
 
 @given(HEADER_KEY, HEADER_VALUE, st.sampled_from(["\r", "\n", "\x00", "\r\n"]), st.booleans())

@@ -84,7 +84,7 @@ def _msg_id(header: str, value: object, name: str) -> str:
 
 def _id_value(value: str, name: str) -> str:
     """``value`` (a valid header value) unless it is blank or has whitespace around it."""
-    stripped = value.strip()
+    stripped = value.strip(H.BLANKS)
     if not stripped:
         raise InvalidOptionError(f"{name} must not be empty or only whitespace, got {value!r}")
     if value != stripped:
@@ -102,13 +102,14 @@ def _sequence(value: object, name: str) -> str:
 def header_block(headers: dict[str, str] | None) -> bytes | None:
     """The NATS/1.0 header block of validated headers (None without headers).
 
-    Values are stripped of surrounding whitespace, as nats-py sends them.
+    Values are stripped of surrounding ASCII blanks (space and tab; nothing else
+    passes the checks), as nats-py sends them.
     """
     if not headers:
         return None
     parts = [H.HEADER_LINE]
     for key, value in headers.items():
-        parts.append(f"{key}: {value.strip()}\r\n".encode())
+        parts.append(f"{key}: {value.strip(H.BLANKS)}\r\n".encode())
     parts.append(b"\r\n")
     return b"".join(parts)
 
