@@ -236,6 +236,9 @@ class PullDriver:
         self.on_heartbeat: Callable[[int], None] | None = None
         #: Called at each status but a 503 (the server answered a pull of this consumer).
         self.on_answer: Callable[[], None] | None = None
+        #: The run's settings refitted to a consumer check's answer (its pull limits may
+        #: have changed since the run started: ``update_consumer``); None: kept as given.
+        self.refit: Callable[[Any], PullSettings] | None = None
 
     # ------------------------------------------------------------- lifecycle
 
@@ -998,6 +1001,20 @@ class PullDriver:
             self._settle()
             self._run(self.engine.on_unsubscribed())
 
+    def _refitted(self, settings: PullSettings) -> None:
+        """Pull with ``settings`` from now on: a consumer check found other pull limits."""
+        if settings == self.settings:
+            return
+        logger.info(
+            "consumer %s > %s: pulls now ask %d messages for up to %g s (its pull limits changed)",
+            self._stream,
+            self._consumer,
+            settings.max_messages,
+            settings.expires,
+        )
+        self.settings = self.engine.settings = settings
+        self._limit, self._byte_limit = buffer_limits(settings)
+
     async def _check_consumer(self, timeout: float | None) -> None:
         result = CheckResult.EXISTS
         error: JetStreamError | None = None
@@ -1007,6 +1024,8 @@ class PullDriver:
         try:
             info = await self._check(timeout)
             pending = _pending_for_a_lost_pull(info)
+            if self.refit is not None and not self.settings.single:
+                self._refitted(self.refit(info))
         except (ConsumerNotFoundError, ConsumerDeletedError, StreamNotFoundError) as exc:
             # (ConsumerDeletedError: a check that takes a consumer it can not look up
             # as lost, the ordered consumer's.)

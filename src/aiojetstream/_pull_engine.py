@@ -269,6 +269,11 @@ def _warning_key(kind: StatusKind, error: JetStreamError) -> tuple[StatusKind, i
     return (kind, code if type(code) is int else 0, "" if kind is StatusKind.OTHER else str(error))
 
 
+def _pull_limit(error: JetStreamError | None) -> bool:
+    """Whether a 409 names a pull limit (batch, expires, max bytes; not MaxWaiting)."""
+    return error is not None and "exceeded maxrequest" in str(error).lower()
+
+
 #: Statuses after which no earlier pull request is valid any more.
 _INVALIDATING: Final = frozenset({StatusKind.LEADERSHIP_CHANGE, StatusKind.SERVER_SHUTDOWN})
 
@@ -742,6 +747,11 @@ class PullEngine:
             # The server refused the request it just received (the last one we
             # sent); a refusal carries no pending headers, so release that one.
             self._release(*self._last_pull)
+            if kind is StatusKind.EXCEEDED_LIMIT and _pull_limit(error):
+                # Over a pull limit of the consumer (update_consumer may have lowered
+                # it since the run began): a check finds the limits the run's own
+                # sizes are fitted to, then pulls again (throttled while refused).
+                return report + self._request_check(now, error)
             return report + self._repull(now, productive=False)
         # Silent request ends: 404, 408, batch completed, leadership change, shutdown.
         if single:

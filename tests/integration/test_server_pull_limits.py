@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -154,3 +155,58 @@ async def test_a_callers_own_values_are_sent_as_given(js: JetStreamContext) -> N
     assert batch.value.code == 409
     with pytest.raises(APIError, match="MaxRequestExpires"):
         [m async for m in await consumer.fetch(5, expires=5)]
+
+
+@pytest.mark.parametrize("way", ["messages", "consume"])
+@pytest.mark.parametrize("limit", ["max_batch", "max_expires"])
+async def test_a_running_read_refits_to_lowered_limits(
+    js: JetStreamContext, limit: str, way: str
+) -> None:
+    """``update_consumer`` lowering ``max_batch`` (``max_expires``) under what a running
+    ``messages()`` / ``consume()`` picked: each pull after it got a 409, reported once,
+    and the read delivered nothing more, for good. The check that follows a refused
+    pull finds the new limits, and the library's own sizes are fitted to them."""
+    stream = f"REFIT{limit.upper()}{way.upper()}"
+    await _stream(js, stream, 0)
+    consumer = await js.create_consumer(stream, ConsumerConfig(durable_name="d"))
+    # What the library picks: the batch (expires given), or expires (the batch given).
+    options: dict[str, Any] = {"expires": 2} if limit == "max_batch" else {"max_messages": 4}
+    errors: list[JetStreamError] = []
+    seqs: list[int] = []
+    first, done = asyncio.Event(), asyncio.Event()
+
+    async def take(msg: Msg) -> None:
+        seqs.append(msg.metadata.sequence.stream)
+        await msg.ack()
+        if len(seqs) == 3:
+            first.set()
+        if len(seqs) == 23:
+            done.set()
+
+    async def update_and_publish() -> None:
+        await js.publish_many(f"{stream}.a", [b"1", b"2", b"3"])
+        await first.wait()
+        lower = 1 if limit == "max_batch" else timedelta(seconds=3)
+        config = consumer.cached_info.config.model_copy(update={limit: lower})
+        await js.update_consumer(stream, config)
+        await js.publish_many(f"{stream}.a", [b"%d" % i for i in range(20)])
+
+    async with asyncio.timeout(30):
+        if way == "consume":
+            ctx = await consumer.consume(take, error_handler=errors.append, **options)
+            await update_and_publish()
+            await done.wait()
+            ctx.stop()
+            await ctx.closed()
+        else:
+            async with consumer.messages(error_handler=errors.append, **options) as it:
+                publishing = asyncio.create_task(update_and_publish())
+                async for msg in it:
+                    await take(msg)
+                    if done.is_set():
+                        break
+                await publishing
+    assert seqs == list(range(1, 24))
+    assert all(isinstance(e, APIError) and e.code == 409 for e in errors), errors
+    wanted = 1 if limit == "max_batch" else timedelta(seconds=3)
+    assert getattr(consumer.cached_info.config, limit) == wanted  # the check's info kept

@@ -517,6 +517,27 @@ def test_warning_is_reported_once_and_releases_the_refused_pull() -> None:
     assert sim.engine.outstanding_messages == 0
 
 
+def test_a_pull_limit_409_checks_the_consumer_then_pulls_again() -> None:
+    """update_consumer lowering max_batch under a running messages(): its pulls were
+    refused for good (re-pulled every 2 s with the same size). A pull-limit 409 asks
+    for a check (the driver refits the run to the limits it finds), which pulls again;
+    refused again, the pulls after checks are throttled. MaxWaiting is no size: no check."""
+    sim = Sim(resolve_consume(max_messages=10))
+    sim.start()
+    err = APIError(409, 0, "Exceeded MaxRequestBatch of 1")
+    out = sim.status(K.EXCEEDED_LIMIT, S.WARNING, 0, 0, err)
+    assert reports(out) == [Report(err)]
+    assert checks(out) == [CheckConsumer()]
+    assert pulls(out) == []
+    assert len(pulls(sim.checked(CheckResult.EXISTS))) == 1  # at once, the first time
+    out = sim.status(K.EXCEEDED_LIMIT, S.WARNING, 0, 0, err)
+    assert reports(out) == []  # reported once
+    assert checks(out) == [CheckConsumer()]
+    assert pulls(sim.checked(CheckResult.EXISTS)) == []  # refused again: throttled
+    waiting = APIError(409, 0, "Exceeded MaxWaiting")
+    assert checks(sim.status(K.EXCEEDED_LIMIT, S.WARNING, 0, 0, waiting)) == []
+
+
 def _refused() -> PermissionViolationError:
     return PermissionViolationError("publish", "$JS.API.CONSUMER.MSG.NEXT.S.C")
 

@@ -189,8 +189,11 @@ class Consumer:
         timeout = check_timeout(timeout)
         return await A.backlog(self._api, self._stream, self._name, timeout)
 
-    def _check(self, timeout: float | None) -> Awaitable[ConsumerInfo]:
-        return consumer_info(self._api, self._stream, self._name, timeout)
+    async def _check(self, timeout: float | None) -> ConsumerInfo:
+        """A run's consumer check: the info, kept as the handle's (the latest known)."""
+        info = await consumer_info(self._api, self._stream, self._name, timeout)
+        self._info = info
+        return info
 
     @property
     def _ack_all(self) -> bool:
@@ -198,7 +201,10 @@ class Consumer:
         return self._info.config.ack_policy is AckPolicy.ALL
 
     def _driver(
-        self, settings: PullSettings, error_handler: ErrorHandler | None = None
+        self,
+        settings: PullSettings,
+        error_handler: ErrorHandler | None = None,
+        refit: Callable[[ConsumerInfo], PullSettings] | None = None,
     ) -> PullDriver:
         deliver_subject = self._info.config.deliver_subject
         if deliver_subject:  # (a handle from a create call) refused before anything is sent
@@ -207,7 +213,7 @@ class Consumer:
         if settings.priority is not None and settings.priority.pinned:
             pin = self._pins.setdefault(settings.priority.group, PinState())
         acks = self._info.config.ack_policy is not AckPolicy.NONE
-        return PullDriver(
+        driver = PullDriver(
             self._api,
             self._stream,
             self._name,
@@ -217,6 +223,8 @@ class Consumer:
             pin,
             acks=acks,
         )
+        driver.refit = refit
+        return driver
 
     def _priority(self) -> PriorityConsumer:
         """The priority settings of the consumer, from its cached info."""
@@ -274,12 +282,18 @@ class Consumer:
         fetch's or ``next()``'s ``expires``, is sent as given: over a limit, the
         server's 409 says so at once.
         """
-        config = self._info.config
-        batch = config.max_batch if not batch_given or settings.max_bytes else None
-        limit = config.max_expires if not expires_given else None
-        return fit_to_limits(
-            settings, batch, None, limit.total_seconds() if limit is not None else None
-        )
+        return _fitted(self._info, settings, batch_given, expires_given)
+
+    def _refit(
+        self, settings: PullSettings, batch_given: bool, expires_given: bool
+    ) -> Callable[[ConsumerInfo], PullSettings]:
+        """:meth:`_fit` of ``settings`` again to a consumer check's info (for a running run).
+
+        An ``update_consumer`` that lowers ``max_batch`` / ``max_expires`` under
+        what a running ``messages()`` / ``consume()`` picked made every pull a
+        409 for good; its check (which follows an unproductive pull) refits them.
+        """
+        return lambda info: _fitted(info, settings, batch_given, expires_given)
 
     async def _fetch(
         self,
@@ -672,16 +686,18 @@ class Consumer:
             min_ack_pending=min_ack_pending,
             priority=priority,
         )
-        settings = self._fit(
-            settings,
-            batch_given=max_messages is not None,
-            expires_given=expires != DEFAULT_EXPIRES,
-        )
+        given = (max_messages is not None, expires != DEFAULT_EXPIRES)
+        refit = self._refit(settings, *given)
+        settings = self._fit(settings, batch_given=given[0], expires_given=given[1])
         if model is not None:
             return TypedMessagesContext(
-                self._driver(settings, error_handler), model, codec, on_invalid, self._on_refused
+                self._driver(settings, error_handler, refit),
+                model,
+                codec,
+                on_invalid,
+                self._on_refused,
             )
-        return MessagesContext(self._driver(settings, error_handler))
+        return MessagesContext(self._driver(settings, error_handler, refit))
 
     @overload
     async def consume(
@@ -754,12 +770,22 @@ class Consumer:
             min_ack_pending=min_ack_pending,
             priority=priority,
         )
-        settings = self._fit(
-            settings,
-            batch_given=max_messages is not None,
-            expires_given=expires != DEFAULT_EXPIRES,
-        )
-        ctx = ConsumeContext(self._driver(settings, error_handler), handler)
+        given = (max_messages is not None, expires != DEFAULT_EXPIRES)
+        refit = self._refit(settings, *given)
+        settings = self._fit(settings, batch_given=given[0], expires_given=given[1])
+        ctx = ConsumeContext(self._driver(settings, error_handler, refit), handler)
         holder.append(ctx)
         await ctx._start()
         return ctx
+
+
+def _fitted(
+    info: ConsumerInfo, settings: PullSettings, batch_given: bool, expires_given: bool
+) -> PullSettings:
+    """``settings`` with what the library picked cut to ``info``'s pull limits (see ``_fit``)."""
+    config = info.config
+    batch = config.max_batch if not batch_given or settings.max_bytes else None
+    limit = config.max_expires if not expires_given else None
+    return fit_to_limits(
+        settings, batch, None, limit.total_seconds() if limit is not None else None
+    )
