@@ -949,6 +949,17 @@ async def test_a_filtered_source_becomes_the_transform_of_the_keys(
     await wait_until(lambda: _has(sourced, "foo.1"), STEP)
     await sourced.put("own", b"local")  # stored after what the source had by then
     assert await all_keys(sourced) == ["foo.1", "own"]
+    # A filter with wildcards: each is named in the transform's destination.
+    await origin.put("a.x", b"1")
+    await origin.put("a.y", b"2")
+    wild = await js.create_key_value(
+        KeyValueConfig(
+            bucket=unique_name("src"),
+            sources=[StreamSource(name=origin.bucket, filter_subject=f"$KV.{origin.bucket}.*.x")],
+        )
+    )
+    await wait_until(lambda: _has(wild, "a.x"), STEP)
+    assert await all_keys(wild) == ["a.x"]
     with pytest.raises(InvalidOptionError, match="not in its keys' subjects"):
         await js.create_key_value(
             KeyValueConfig(
@@ -1027,6 +1038,12 @@ async def test_purge_deletes_through_a_mirror_purges_the_origin_too(
     revision = await mirror.put("k", b"3")
     await wait_until(lambda: _ops_are(mirror, "k", [("PUT", revision)]), STEP)
     assert await _ops(origin, "k") == [("PUT", revision)]
+    # The origin deleted since the handle was bound: the mirror's markers still go.
+    await mirror.delete("k")
+    await wait_until(lambda: _ops_are(mirror, "k", [("PUT", revision), ("DEL", revision + 1)]))
+    await js.delete_key_value(origin.bucket)
+    await mirror.purge_deletes(older_than=0)
+    assert await _ops(mirror, "k") is None
 
 
 async def _ops_are(kv: KeyValue, key: str, wanted: list[tuple[str, int]]) -> bool:

@@ -40,6 +40,7 @@ from aiojetstream import (
     StreamNameInUseError,
     StreamSealedError,
     StreamSource,
+    SubjectTransformConfig,
 )
 from aiojetstream.testing import NatsServer
 from helpers import unique_name, wait_until
@@ -866,3 +867,24 @@ async def test_binding_a_mirror_of_an_object_store_is_refused(js: JetStreamConte
     )
     with pytest.raises(ObjectStoreError, match="is a mirror of"):
         await js.object_store(mirror)
+    # A mirror that renames the origin's subjects to its own holds its own bucket's
+    # subjects: bound and read as before.
+    renamed = unique_name("ren")
+    await js.create_stream(
+        StreamConfig(
+            name=f"OBJ_{renamed}",
+            mirror=StreamSource(
+                name=f"OBJ_{origin.bucket}",
+                subject_transforms=[
+                    SubjectTransformConfig(src=f"$O.{origin.bucket}.>", dest=f"$O.{renamed}.>")
+                ],
+            ),
+        )
+    )
+    store = await js.object_store(renamed)
+
+    async def mirrored() -> bool:
+        return [info.name async for info in store.list()] == ["one"]
+
+    await wait_until(mirrored)
+    assert await store.get_bytes("one") == b"1"

@@ -84,11 +84,26 @@ def _sources(
                         f"which is not in its keys' subjects ({prefix}<key>)"
                     )
                 source_subject = src.filter_subject
-                dest = f"$KV.{config.bucket}." + src.filter_subject[len(prefix) :]
+                dest = f"$KV.{config.bucket}." + _wildcards_kept(src.filter_subject[len(prefix) :])
                 update["filter_subject"] = None
             update["subject_transforms"] = [SubjectTransformConfig(src=source_subject, dest=dest)]
         out.append(src.model_copy(update=update))
     return out
+
+
+def _wildcards_kept(rest: str) -> str:
+    """A filter's tokens after its namespace as a transform's destination.
+
+    nats-server wants each ``*`` of a transform's source named in its
+    destination: the n-th becomes ``{{wildcard(n)}}`` (``>`` stays).
+    """
+    tokens = rest.split(".")
+    count = 0
+    for index, token in enumerate(tokens):
+        if token == "*":
+            count += 1
+            tokens[index] = f"{{{{wildcard({count})}}}}"
+    return ".".join(tokens)
 
 
 async def _held_namespaces(

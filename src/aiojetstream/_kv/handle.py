@@ -920,7 +920,10 @@ class KeyValue:
             if origin is not None:
                 key = key_of(subject, self._prefix, self._bucket)
                 origin_subject = f"$KV.{self._write_namespace}.{key}"
-                await origin.purge(subject=origin_subject, sequence=up_to, timeout=timeout)
+                try:
+                    await origin.purge(subject=origin_subject, sequence=up_to, timeout=timeout)
+                except StreamNotFoundError:
+                    origin = None  # deleted since the handle was bound: the mirror's own
             await self._stream.purge(subject=subject, sequence=up_to, timeout=timeout)
 
 

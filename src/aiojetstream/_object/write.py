@@ -56,6 +56,7 @@ from .._errors import (
 )
 from .._models import (
     PubAck,
+    StreamSource,
 )
 from .._models.obj import (
     ObjectInfo,
@@ -204,18 +205,19 @@ class ObjectWriter:
 
     def __init__(self, js: StoreContext, stream: Stream) -> None:
         name = stream.name
+        bucket = name[len(STREAM_PREFIX) :] if name.startswith(STREAM_PREFIX) else name
         mirror = stream.cached_info.config.mirror
-        if mirror is not None:
-            # A mirror holds its origin's subjects ($O.<origin>.…) and takes no
-            # writes: bound under its own name it would list nothing and find nothing.
+        if mirror is not None and not _holds_own_subjects(mirror, bucket):
+            # A mirror holds its origin's subjects ($O.<origin>.…): bound under its own
+            # name it would list nothing and find nothing.
             raise ObjectStoreError(
-                f"stream {name!r} is a mirror of {mirror.name!r}: an object store handle "
-                "reads and writes its own bucket's subjects, which a mirror does not hold; "
-                "bind the origin bucket"
+                f"stream {name!r} is a mirror of {mirror.name!r} and holds that bucket's "
+                f"subjects, not '$O.{bucket}.…', which an object store handle reads: bind "
+                "the origin bucket"
             )
         self._js = js
         self._stream = stream
-        self._bucket = name[len(STREAM_PREFIX) :] if name.startswith(STREAM_PREFIX) else name
+        self._bucket = bucket
         self._meta_prefix = f"$O.{self._bucket}.M."
         self._chunk_prefix = f"$O.{self._bucket}.C."
         # The domain the context addresses: every acknowledgement carrying a domain must
@@ -776,3 +778,24 @@ def _kept_note(name: str, chunk_subject: str, settle_error: Exception | None) ->
         f"object {name!r}: its info may or may not have been stored{tried}; its chunks "
         f"on {chunk_subject!r} were kept (purge them if the object does not show this put)"
     )
+
+
+def _holds_own_subjects(mirror: StreamSource, bucket: str) -> bool:
+    """Whether a mirror stream of bucket ``bucket`` holds ``$O.<bucket>.…`` subjects.
+
+    So it does when it mirrors a bucket of the same name (another domain's) or
+    its subject transforms rename the origin's ``$O.<origin>.<rest>`` to
+    ``$O.<bucket>.<rest>``.
+    """
+    transforms = mirror.subject_transforms
+    if not transforms:
+        origin = mirror.name.removeprefix(STREAM_PREFIX)
+        return origin == bucket
+    for transform in transforms:
+        src = (transform.src or "").split(".")
+        dest = transform.dest.split(".")
+        if len(src) < 3 or src[0] != "$O" or dest[:2] != ["$O", bucket]:
+            return False
+        if src[2:] != dest[2:] or "{{" in transform.dest:
+            return False
+    return True

@@ -83,8 +83,13 @@ def _msg_id(header: str, value: object, name: str) -> str:
 
 
 def _id_value(value: str, name: str) -> str:
-    """``value`` (a valid header value) unless it is blank or has whitespace around it."""
-    stripped = value.strip(H.BLANKS)
+    """``value`` (a valid header value) unless it is blank or has whitespace around it.
+
+    Any whitespace, not only the ASCII blanks this client strips: nats-py (the
+    fallback path publishes through it) strips values with ``str.strip()``, so
+    ``"a\u00a0"`` would go out as ``"a"`` there, a duplicate of ``"a"``.
+    """
+    stripped = value.strip()
     if not stripped:
         raise InvalidOptionError(f"{name} must not be empty or only whitespace, got {value!r}")
     if value != stripped:

@@ -253,6 +253,11 @@ class NatsCluster:
         leader = self._meta_ready(reports, live)
         if leader is None or nodes is not None:
             return leader
+        return leader if await self._probe_mesh_async(deadline) else None
+
+    async def _probe_mesh_async(self, deadline: float) -> bool:
+        """Whether every node has its routes to every other (:meth:`_mesh_ready`)."""
+        loop = asyncio.get_running_loop()
         routez: list[Any] = []
         for server in self.servers:
             try:
@@ -260,8 +265,8 @@ class NatsCluster:
                 status, body = await http_get_async(server.http_port, "/routez", limit)
                 routez.append(json.loads(body) if status == 200 else None)
             except (OSError, TimeoutError, ValueError):
-                return None
-        return leader if self._mesh_ready(routez) else None
+                return False
+        return self._mesh_ready(routez)
 
     def _probe_meta_sync(self, deadline: float) -> str | None:
         reports: list[tuple[str, int, Any, int]] = []
@@ -278,6 +283,9 @@ class NatsCluster:
         leader = self._meta_ready(reports)
         if leader is None:
             return None
+        return leader if self._probe_mesh_sync(deadline) else None
+
+    def _probe_mesh_sync(self, deadline: float) -> bool:
         routez: list[Any] = []
         for server in self.servers:
             try:
@@ -285,8 +293,8 @@ class NatsCluster:
                 status, body = http_get_sync(server.http_port, "/routez", limit)
                 routez.append(json.loads(body) if status == 200 else None)
             except (OSError, ValueError):
-                return None
-        return leader if self._mesh_ready(routez) else None
+                return False
+        return self._mesh_ready(routez)
 
     def _check_nodes_running(self) -> None:
         for server in self.servers:
@@ -301,9 +309,10 @@ class NatsCluster:
             f"--- {server.server_name} ({server.log_path}):\n{server.log_tail(15)}"
             for server in self.servers
         )
+        what = "no agreed JetStream meta leader, or a node" if self._jetstream else "a node"
         return TimeoutError(
-            f"cluster {self._name} has no agreed JetStream meta leader, or a node "
-            f"without routes to every other, after {timeout:.1f}s\n{tails}"
+            f"cluster {self._name} has {what} without routes to every other, after "
+            f"{timeout:.1f}s\n{tails}"
         )
 
     async def wait_ready(self, timeout: float | None = None) -> None:
@@ -322,11 +331,12 @@ class NatsCluster:
         deadline = loop.time() + timeout
         for server in self.servers:
             await server.wait_healthy(max(0.0, deadline - loop.time()))
-        if not self._jetstream:
-            return
         while True:
             self._check_nodes_running()
-            if await self._probe_meta_async(deadline) is not None:
+            if self._jetstream:
+                if await self._probe_meta_async(deadline) is not None:
+                    return
+            elif await self._probe_mesh_async(deadline):
                 return
             if loop.time() >= deadline:
                 raise self._meta_timeout_error(timeout)
@@ -347,11 +357,12 @@ class NatsCluster:
         deadline = time.monotonic() + timeout
         for server in self.servers:
             server.wait_healthy_sync(max(0.0, deadline - time.monotonic()))
-        if not self._jetstream:
-            return
         while True:
             self._check_nodes_running()
-            if self._probe_meta_sync(deadline) is not None:
+            if self._jetstream:
+                if self._probe_meta_sync(deadline) is not None:
+                    return
+            elif self._probe_mesh_sync(deadline):
                 return
             if time.monotonic() >= deadline:
                 raise self._meta_timeout_error(timeout)
