@@ -930,6 +930,15 @@ async def test_a_bucket_sourcing_a_mirror_bucket_gets_the_origin_keys(
     await wait_until(lambda: _has(sourced, "k2"), STEP)
     assert await all_keys(sourced) == ["k1", "k2"]
     assert (await sourced.get("k1")).value == b"k1"
+    # Filtered: the filter is in the subjects the mirror holds (its origin's).
+    filtered = await js.create_key_value(
+        KeyValueConfig(
+            bucket=unique_name("src"),
+            sources=[StreamSource(name=mirror.bucket, filter_subject=f"$KV.{origin.bucket}.k1")],
+        )
+    )
+    await wait_until(lambda: _has(filtered, "k1"), STEP)
+    assert await all_keys(filtered) == ["k1"]
 
 
 async def test_a_filtered_source_becomes_the_transform_of_the_keys(

@@ -192,7 +192,12 @@ def kv_stream_config(config: KeyValueConfig, held: Mapping[str, str] | None = No
 
 
 async def _prepare(js: StoreContext, config: KeyValueConfig, timeout: float | None) -> StreamConfig:
-    kv_stream_config(config)  # refused before anything is sent
+    # Refused before anything is sent: all but the sources' filters, which are in the
+    # subjects each source holds (a mirror bucket's are its origin's: looked up).
+    kv_stream_config(config.model_copy(update={"sources": None}))
+    for src in config.sources or []:
+        if not src.subject_transforms:
+            validate_bucket_name(bucket_of(src.name))
     scfg = kv_stream_config(config, await _held_namespaces(js, config, timeout))
     if config.limit_marker_ttl is not None:
         level = await js.api_level(timeout=timeout)
