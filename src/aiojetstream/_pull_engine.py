@@ -113,6 +113,7 @@ from ._pull_settings import (
     buffer_limits,
     fit_heartbeat,
     fit_to_limits,
+    paced,
     resolve_consume,
     resolve_fetch,
     shortened,
@@ -131,6 +132,7 @@ __all__ = [
     "buffer_limits",
     "fit_heartbeat",
     "fit_to_limits",
+    "paced",
     "resolve_consume",
     "resolve_fetch",
     "shortened",
@@ -944,6 +946,8 @@ class PullEngine:
         missed = NoHeartbeatError(f"no heartbeat or message for {2 * hb:g} s (heartbeat {hb:g} s)")
         if self.settings.single:
             return self._request_check(now, missed)
+        if self.settings.paced:
+            return self._request_check(now, None)  # a gap being slept out, maybe
         return (Report(missed), *self._request_check(now, missed))
 
     def on_disconnected(self, now: float) -> Commands:

@@ -70,6 +70,11 @@ class PullSettings:
     (with a 409, which ends the fetch normally once something came, or without a
     word when the messages use it up exactly: see
     :meth:`._pull_engine.PullEngine.on_fetched_bytes`)."""
+    paced: bool = False
+    """The consumer replays at the original pace (``replay_policy=original``): the
+    server sleeps out the gaps between messages without a heartbeat, so a silence of
+    2 x heartbeat is no sign of trouble: the consumer is looked up, and it is not
+    reported (a missing consumer still ends or resets the run)."""
 
 
 def buffer_limits(settings: PullSettings) -> tuple[int, int]:
@@ -265,6 +270,17 @@ def shortened(settings: PullSettings, left: float) -> PullSettings:
     if expires >= settings.expires:
         return settings
     return replace(settings, expires=expires, heartbeat=fit_heartbeat(settings.heartbeat, expires))
+
+
+def paced(settings: PullSettings, replay_policy: object) -> PullSettings:
+    """``settings`` marked :attr:`~PullSettings.paced` for a consumer replaying at pace.
+
+    That is when ``replay_policy``, the consumer's, is ``original``.
+    """
+    value = getattr(replay_policy, "value", replay_policy)
+    if value == "original" and not settings.paced:
+        return replace(settings, paced=True)
+    return settings
 
 
 def fit_to_limits(

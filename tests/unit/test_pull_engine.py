@@ -800,6 +800,24 @@ def test_missed_heartbeat_reported_between_2_and_2_5_heartbeats(
     assert 2 * hb - EPS <= t_report - silent_from <= 2.5 * hb + EPS
 
 
+def test_a_paced_run_checks_the_consumer_quietly_on_a_silence() -> None:
+    """replay_policy=original: the server sleeps out a stored gap without a heartbeat.
+    A silence of 2 x heartbeat was reported as NoHeartbeatError (and reset the ordered
+    consumer, cutting the gap short); a paced run looks the consumer up, quietly."""
+    from dataclasses import replace
+
+    sim = Sim(replace(resolve_consume(max_messages=10, expires=60, heartbeat=1.0), paced=True))
+    sim.start()
+    out = sim.advance(3.0)
+    assert reports(out) == []
+    assert len(checks(out)) == 1
+    assert len(pulls(sim.checked(CheckResult.EXISTS))) == 1
+    # A consumer gone still ends the run.
+    sim.advance(3.0)
+    (fin,) = finishes(sim.checked(CheckResult.MISSING, ConsumerDeletedError("gone")))
+    assert isinstance(fin.error, ConsumerDeletedError)
+
+
 def test_heartbeats_keep_the_pull_alive_and_no_report_without_requests() -> None:
     sim = Sim(resolve_consume(max_messages=2, threshold_messages=1, heartbeat=1, expires=30))
     sim.start()

@@ -28,6 +28,7 @@ from .._pull_engine import (
     PullSettings,
     fit_heartbeat,
     fit_to_limits,
+    paced,
     resolve_consume,
     resolve_fetch,
 )
@@ -786,6 +787,7 @@ def _fitted(
     config = info.config
     batch = config.max_batch if not batch_given or settings.max_bytes else None
     limit = config.max_expires if not expires_given else None
-    return fit_to_limits(
+    fitted = fit_to_limits(
         settings, batch, None, limit.total_seconds() if limit is not None else None
     )
+    return paced(fitted, config.replay_policy)

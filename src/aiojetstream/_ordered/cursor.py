@@ -57,6 +57,7 @@ from .._pull_engine import (
     MIN_EXPIRES,
     PullSettings,
     fit_to_limits,
+    paced,
     shortened,
 )
 
@@ -597,11 +598,14 @@ class OrderedCursor:
         if info is not None:  # (the server's limits, given to a consumer created without)
             config = info.config
             expires = config.max_expires
-            settings = fit_to_limits(
-                settings,
-                config.max_batch,
-                config.max_bytes,
-                expires.total_seconds() if expires is not None else None,
+            settings = paced(
+                fit_to_limits(
+                    settings,
+                    config.max_batch,
+                    config.max_bytes,
+                    expires.total_seconds() if expires is not None else None,
+                ),
+                config.replay_policy,
             )
 
         async def check(timeout: float | None) -> ConsumerInfo:
