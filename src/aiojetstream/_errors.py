@@ -9,7 +9,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── StreamNotFoundError            10059
     │   ├── StreamNameInUseError           10058
     │   ├── StreamSubjectOverlapError      10065
-    │   ├── StreamConfigError              10052, 10173, 10198, 10140-10156 (invalid stream config)
+    │   ├── StreamConfigError              invalid stream config (codes: docs/errors.md)
     │   ├── StreamSealedError              10109 (a write to a sealed stream or bucket)
     │   ├── StreamNotMatchError            10060 (expected_stream mismatch)
     │   ├── WrongLastSequenceError         10071, 10164 (expected_last_[subject_]sequence)
@@ -55,7 +55,7 @@ Every error the library raises derives from :class:`JetStreamError`::
     │   ├── ConsumerNotFoundError          10014
     │   ├── ConsumerExistsError            10148, 10013, 10105 (create over a different one)
     │   ├── ConsumerDoesNotExistError      10149 (update of a missing one)
-    │   ├── ConsumerCreateError            10012, 10084-10139 (a consumer config refused)
+    │   ├── ConsumerCreateError            a consumer config refused (codes: docs/errors.md)
     │   ├── ResourcesExceededError         10002, 10023, 10026-10028, 10047
     │   ├── ClusterUnavailableError        10008 (also: a no-wait fetch voided twice, 409)
     │   └── TooManyResultsError            status 413 (batch direct get: over 1,024 subjects)
@@ -1055,6 +1055,20 @@ _ERR_CODES: dict[int, type[APIError]] = {
     10154: StreamConfigError,
     10155: StreamConfigError,
     10156: StreamConfigError,
+    # Mirror, source and replica settings refused (JSMirror*, JSSource*, replicas > 1
+    # on a single server); a consumer's settings refused (JSConsumer*).
+    **dict.fromkeys(
+        (10030, 10031, 10032, 10033, 10034, 10046, 10055, 10074, 10186, 10187, 10209),
+        StreamConfigError,
+    ),
+    **dict.fromkeys(range(10213, 10218), StreamConfigError),
+    **dict.fromkeys(range(10078, 10084), ConsumerCreateError),
+    **dict.fromkeys(range(10085, 10094), ConsumerCreateError),
+    **dict.fromkeys(
+        (10095, 10098, 10103, 10106, 10127, 10137, 10181, 10182, 10183, 10184),
+        ConsumerCreateError,
+    ),
+    **dict.fromkeys(range(10218, 10223), ConsumerCreateError),
 }
 
 # 10077 covers every store failure; the description says which limit, if any.

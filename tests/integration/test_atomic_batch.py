@@ -213,7 +213,7 @@ async def test_a_cancelled_call_releases_the_batch_on_the_server(js: JetStreamCo
 
 async def test_a_server_configured_for_larger_batches_takes_max_messages() -> None:
     """jetstream.limits.batch.max_msgs raises the server's limit; max_messages the check's."""
-    config = "jetstream { limits { batch { max_msgs: 2000 } } }"
+    config = {"jetstream": {"limits": {"batch": {"max_msgs": 2000}}}}
     async with NatsServer(config=config) as server:
         js = await aiojetstream.connect(server.url)
         try:

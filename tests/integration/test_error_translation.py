@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import nats
 import pytest
 
 import aiojetstream
 from aiojetstream import (
+    AckPolicy,
     ConnectionClosedError,
     ConsumerConfig,
     ConsumerCreateError,
@@ -19,7 +21,10 @@ from aiojetstream import (
     MessageDeleteError,
     NoRespondersError,
     ResourcesExceededError,
+    RetentionPolicy,
     StreamConfig,
+    StreamConfigError,
+    StreamSource,
     TLSError,
 )
 from aiojetstream.testing import NatsServer
@@ -160,3 +165,36 @@ async def test_common_refusals_are_typed(js: JetStreamContext) -> None:
     with pytest.raises(ConsumerCreateError) as overlap:
         await wide.create_consumer(ConsumerConfig(filter_subjects=[f"{other}.a.>", f"{other}.a.b"]))
     assert overlap.value.err_code == 10138
+
+
+async def test_mirror_replica_and_consumer_setting_refusals_are_typed(
+    js: JetStreamContext,
+) -> None:
+    """Common config refusals came back a bare APIError: a mirror with subjects, replicas
+    on a single server, a heartbeat on a pull consumer, a push consumer's max_waiting, a
+    push consumer without acks on a work queue."""
+    name = unique_name("REFUSE")
+    await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+    refused_streams = {
+        10034: StreamConfig(
+            name=unique_name("MIR"), subjects=["mir.x"], mirror=StreamSource(name=name)
+        ),
+        10074: StreamConfig(name=unique_name("R3"), subjects=["r3.x"], num_replicas=3),
+    }
+    for err_code, config in refused_streams.items():
+        with pytest.raises(StreamConfigError) as stream_error:
+            await js.create_stream(config)
+        assert stream_error.value.err_code == err_code
+    queue = unique_name("WQ")
+    await js.create_stream(
+        StreamConfig(name=queue, subjects=[f"{queue}.>"], retention=RetentionPolicy.WORKQUEUE)
+    )
+    refused_consumers = {
+        10088: (name, ConsumerConfig(durable_name="hb", idle_heartbeat=timedelta(seconds=5))),
+        10080: (name, ConsumerConfig(deliver_subject="push.a", max_waiting=10)),
+        10098: (queue, ConsumerConfig(deliver_subject="push.b", ack_policy=AckPolicy.NONE)),
+    }
+    for err_code, (stream, consumer) in refused_consumers.items():
+        with pytest.raises(ConsumerCreateError) as consumer_error:
+            await js.create_consumer(stream, consumer)
+        assert consumer_error.value.err_code == err_code

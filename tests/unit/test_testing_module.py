@@ -383,3 +383,14 @@ def test_module_level_imports_stay_cheap() -> None:
                 imported.add(node.module.split(".")[0])
     assert "nats" not in imported
     assert "aiojetstream" not in imported  # only under TYPE_CHECKING or inside fixtures
+
+
+def test_a_jetstream_block_in_a_string_config_is_refused() -> None:
+    """nats-server takes the last jetstream block: the generated one (its store_dir)
+    was dropped, and the store was /tmp/nats/jetstream, shared by every run."""
+    with pytest.raises(ValueError, match="as a mapping"):
+        NatsServer(config="jetstream { limits { batch { max_msgs: 2000 } } }")
+    with pytest.raises(ValueError, match="as a mapping"):
+        NatsCluster(2, config="debug: false\n  jetstream: {max_mem: 1G}")
+    NatsServer(jetstream=False, config="jetstream: enabled").stop_sync()  # none generated
+    NatsServer(config="# jetstream { } in a comment\nping_interval: 1s").stop_sync()

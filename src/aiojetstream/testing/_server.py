@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 from ._binary import find_nats_server
 from ._config import (
@@ -55,6 +55,10 @@ def _absolute(path: str | os.PathLike[str]) -> str:
     return os.path.abspath(os.fspath(path))
 
 
+#: A top-level ``jetstream`` block (or value) in a string configuration.
+_JETSTREAM_BLOCK: Final = re.compile(r"(?m)^\s*jetstream\s*[:={]")
+
+
 class NatsServer:
     """A ``nats-server`` process on 127.0.0.1, for tests and fault injection.
 
@@ -79,7 +83,9 @@ class NatsServer:
         config: Extra configuration. A mapping is merged into the generated
             configuration (nested mappings are merged key by key, anything
             else replaces the generated value; sizes are plain ints in
-            bytes). A string is appended verbatim to the configuration file.
+            bytes). A string is appended verbatim to the configuration file;
+            with JetStream on, it may not hold a ``jetstream`` block (it would
+            replace the generated one, store directory included: ``ValueError``).
         debug: Run with ``debug`` and ``trace`` logging and keep the working
             directory (configuration file, log and temporary store) after
             :meth:`stop` for inspection, once a server was launched; see
@@ -108,6 +114,15 @@ class NatsServer:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         binary: str | os.PathLike[str] | None = None,
     ) -> None:
+        if jetstream and isinstance(config, str) and _JETSTREAM_BLOCK.search(config):
+            # nats-server takes the last block: the generated one (its store_dir, its
+            # limits) would be dropped, and the store be nats-server's default,
+            # /tmp/nats/jetstream, shared by every run (a "fresh" server saw old streams).
+            raise ValueError(
+                "a 'jetstream' block in a string config replaces the generated one (its "
+                "store_dir): give JetStream settings as a mapping, merged into it, e.g. "
+                "config={'jetstream': {'limits': {'batch': {'max_msgs': 2000}}}}"
+            )
         self._jetstream = jetstream
         self._auto_ports = port == 0 and http_port == 0
         self._port = port or free_port()
