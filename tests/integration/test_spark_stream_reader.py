@@ -396,3 +396,75 @@ def test_offsets_of_the_previous_format_still_restart(nats: Nats) -> None:
     assert ranges(r.partitions({"stream": stream, "seq": 5}, {"stream": stream, "seq": 9})) == [
         (stream, 5, 9)
     ]
+
+
+@pytest.mark.parametrize("protocol", ["4.2+", "4.0/4.1"])
+def test_a_replayed_empty_first_batch_goes_on_from_its_offset(nats: Nats, protocol: str) -> None:
+    """A query stopped during its first batch, which had nothing new (Spark runs it at
+    once): the replay after the restart starts at a new initialOffset (latest: moved),
+    and the end offset of that empty batch said nothing of its start: a false
+    DataLossError ("ends at sequence 5 but the offset is 9") at every restart."""
+    stream = unique_name("EMPTY")
+    create(nats, stream, count=5)
+    _start, end = first_batch(reader(nats.url, stream=stream), protocol)
+    assert seqs(end) == {stream: 6}  # nothing new
+    publish(nats, stream, 3)  # 6..8, while the query is down
+    again = reader(nats.url, stream=stream)
+    replay_start = again.initialOffset()
+    assert seqs(replay_start) == {stream: 9}
+    assert again.partitions(replay_start, end) == []
+    nxt = again.latestOffset(end, again.getDefaultReadLimit())
+    assert ranges(again.partitions(end, nxt)) == [(stream, 6, 9)]
+
+
+def test_a_listed_stream_deleted_stays_data_loss(nats: Nats) -> None:
+    """One of ``streams`` deleted: failOnDataLoss=false warned "going on without it",
+    and the next trigger failed with "option 'streams': stream ... does not exist"; a
+    restart failed so whatever failOnDataLoss said."""
+    base = unique_name("LDEL")
+    a, b = f"{base}-A", f"{base}-B"
+    create(nats, a, b, count=2)
+    lenient = reader(nats.url, streams=f"{a},{b}", failOnDataLoss="false")
+    start = lenient.initialOffset()
+    end = lenient.latestOffset(start, None)
+    nats.run(lambda js: js.delete_stream(b))
+    with pytest.warns(JetStreamSparkWarning, match=f"'{b}'.*going on without it"):
+        after = lenient.latestOffset(end, None)
+    assert seqs(after) == {a: 3}
+    publish(nats, a, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        nxt = lenient.latestOffset(after, None)
+        assert seqs(nxt) == {a: 5}
+        assert ranges(lenient.partitions(after, nxt)) == [(a, 3, 5)]
+        lenient.reportLatestOffset()
+    # A restart from that checkpoint (the offsets no longer name b).
+    again = reader(nats.url, streams=f"{a},{b}", failOnDataLoss="false")
+    with pytest.warns(JetStreamSparkWarning, match=f"'{b}'.*going on without it"):
+        assert seqs(again.latestOffset(nxt, None)) == {a: 5}
+    strict = reader(nats.url, streams=f"{a},{b}")
+    with pytest.raises(DataLossError, match=f"stream '{b}'.*was deleted"):
+        strict.latestOffset(nxt, None)
+    # A new query naming a stream that does not exist: the option's error, as before.
+    with pytest.raises(InvalidOptionError, match="does not exist"):
+        reader(nats.url, streams=f"{a},{b}").initialOffset()
+
+
+def test_pattern_offsets_must_name_streams_that_exist(nats: Nats) -> None:
+    """With streamPattern, a per-stream offset naming no stream (Q-01 for Q-1) was
+    ignored: the stream meant was read from the default offset (rows skipped)."""
+    base = unique_name("PNAME")
+    create(nats, f"{base}-1", count=3)
+    typo = reader(nats.url, streamPattern=f"{base}-.*", startingOffsets=f'{{"{base}-01": 2}}')
+    with pytest.raises(InvalidOptionError, match=f"'{base}-01'.*does not exist"):
+        typo.initialOffset()
+    with pytest.raises(InvalidOptionError, match="before 'startingOffsets'"):
+        parse_source_options(
+            {
+                "servers": nats.url,
+                "streamPattern": f"{base}-.*",
+                "startingOffsets": "5",
+                "endingOffsets": f'{{"{base}-1": 3}}',
+            },
+            streaming=False,
+        )

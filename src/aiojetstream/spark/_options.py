@@ -624,7 +624,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         )
         if last is not None:
             ending = last  # type: ignore[assignment]
-    for name in {*starting_by, *selected}:
+    for name in {*starting_by, *ending_by, *selected}:
         first = starting_by.get(name, starting)
         last = ending_by.get(name, ending)
         if isinstance(first, int) and isinstance(last, int) and last < first:

@@ -77,6 +77,7 @@ __all__ = [
     "plan_range",
     "read_range",
     "resolve_streams",
+    "check_offsets_found",
     "split",
     "split_ranges",
     "stream_bounds",
@@ -185,6 +186,34 @@ async def resolve_streams(js: JetStreamContext, opts: SourceOptions) -> list[str
     if opts.stream_pattern is None:
         return sorted(opts.streams)
     return sorted([name async for name in js.stream_names() if opts.matches(name)])
+
+
+def check_offsets_found(opts: SourceOptions, found: list[str]) -> None:
+    """With ``streamPattern``, per-stream offsets must name streams that exist now.
+
+    A name the pattern matches but no stream has (a typo, or a stream created
+    later) was ignored: the stream meant was read from the default offset,
+    and one created later from its start (Kafka refuses offsets for partitions
+    it is not assigned).
+
+    Raises:
+        InvalidOptionError: ``startingOffsets`` / ``endingOffsets`` name such a stream.
+
+    """
+    if opts.stream_pattern is None:
+        return
+    present = set(found)
+    for display, per in (
+        ("startingOffsets", opts.starting_by_stream),
+        ("endingOffsets", opts.ending_by_stream),
+    ):
+        missing = sorted(name for name, _ in per if name not in present)
+        if missing:
+            raise InvalidOptionError(
+                f"option {display!r} names stream {missing[0]!r}, which 'streamPattern' "
+                f"{opts.stream_pattern!r} matches but which does not exist at "
+                f"{opts.connect.describe()} (a stream created later is read from its start)"
+            )
 
 
 async def stream_bounds(

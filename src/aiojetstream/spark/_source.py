@@ -36,6 +36,7 @@ from ._read import (
     Bounds,
     DataLossError,
     check_loss,
+    check_offsets_found,
     plan_range,
     read_range,
     resolve_streams,
@@ -231,7 +232,9 @@ class BatchReader(DataSourceReader):
 
         async def plan(js: JetStreamContext) -> list[tuple[str, int, int]]:
             ranges = []
-            for name in await resolve_streams(js, opts):
+            found = await resolve_streams(js, opts)
+            check_offsets_found(opts, found)
+            for name in found:
                 if narrow.streams is not None and name not in narrow.streams:
                     continue
                 start, end, bounds = await plan_range(js, opts, streaming=False, stream=name)
@@ -331,20 +334,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.opts
         held = set(names) | set(self._cursor or ())
 
+        missing: list[str] = []
+
         async def bounds(js: JetStreamContext) -> dict[str, Bounds]:
             found = {}
+            missing.clear()
             selected = await resolve_streams(js, opts)
             for name in dict.fromkeys([*selected, *names]):
                 try:
                     found[name] = await stream_bounds(js, opts, name)
                 except InvalidOptionError:
                     if name in selected and opts.stream_pattern is None and name not in held:
-                        raise  # a stream named in the options never existed
+                        missing.append(name)
             for name in found:
                 self._gone.discard(name)
             return found
 
-        return self._run(bounds, f"reading the info of {opts.selection()}")
+        found = self._run(bounds, f"reading the info of {opts.selection()}")
+        for name in missing:
+            # A listed stream the offsets no longer hold: deleted (reported and dropped
+            # by an earlier trigger, or before a restart). A new query's first planning
+            # refuses a listed stream that does not exist (InvalidOptionError).
+            self._deleted(name)
+        return found
 
     def _initial_positions(self) -> dict[str, Position]:
         """Where a new query starts (asked once: ``latest`` moves with every call)."""
@@ -353,9 +365,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             async def initial(js: JetStreamContext) -> dict[str, Position]:
                 positions = {}
-                for name in await resolve_streams(js, opts):
+                found = await resolve_streams(js, opts)
+                check_offsets_found(opts, found)
+                for name in found:
                     start, _end, bounds = await plan_range(js, opts, streaming=True, stream=name)
-                    positions[name] = Position(start, bounds.created)
+                    # "from": a first batch with nothing new ends at this very offset, and
+                    # its replay (stopped before its commit) starts at a new initial
+                    # offset, past it when "latest": the batch's own start says so.
+                    positions[name] = Position(start, bounds.created, start)
                 return positions
 
             self._initial = self._run(initial, f"planning the start of {opts.selection()}")
