@@ -139,7 +139,8 @@ def test_the_one_stream_deleted_is_data_loss(nats: Nats) -> None:
         warnings.simplefilter("error")  # said once, not at every trigger
         assert lenient.latestOffset(after, None) == after
     create(nats, name, count=3)  # created again: read from its start
-    nxt = lenient.latestOffset(after, None)
+    with pytest.warns(JetStreamSparkWarning, match="created again.*from its first sequence"):
+        nxt = lenient.latestOffset(after, None)
     assert ranges(lenient.partitions(after, nxt)) == [(name, 1, 4)]
     # A stream of the options that never existed is still the option's error.
     with pytest.raises(InvalidOptionError, match="does not exist"):
@@ -430,24 +431,30 @@ def test_a_listed_stream_deleted_stays_data_loss(nats: Nats) -> None:
     nats.run(lambda js: js.delete_stream(b))
     with pytest.warns(JetStreamSparkWarning, match=f"'{b}'.*going on without it"):
         after = lenient.latestOffset(end, None)
-    assert seqs(after) == {a: 3}
+    assert seqs(after) == {a: 3, b: 3}  # b keeps its offset
     publish(nats, a, 2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once
         nxt = lenient.latestOffset(after, None)
-        assert seqs(nxt) == {a: 5}
+        assert seqs(nxt) == {a: 5, b: 3}
         assert ranges(lenient.partitions(after, nxt)) == [(a, 3, 5)]
         lenient.reportLatestOffset()
-    # A restart from that checkpoint (the offsets no longer name b).
+    # A restart from that checkpoint: still data loss (a warning here).
     again = reader(nats.url, streams=f"{a},{b}", failOnDataLoss="false")
     with pytest.warns(JetStreamSparkWarning, match=f"'{b}'.*going on without it"):
-        assert seqs(again.latestOffset(nxt, None)) == {a: 5}
+        assert seqs(again.latestOffset(nxt, None)) == {a: 5, b: 3}
     strict = reader(nats.url, streams=f"{a},{b}")
     with pytest.raises(DataLossError, match=f"stream '{b}'.*was deleted"):
         strict.latestOffset(nxt, None)
-    # A new query naming a stream that does not exist: the option's error, as before.
+    # A stream the query never read that does not exist: the option's error, for a
+    # new query (availableNow included) and for one added to the list at a restart.
     with pytest.raises(InvalidOptionError, match="does not exist"):
         reader(nats.url, streams=f"{a},{b}").initialOffset()
+    with pytest.raises(InvalidOptionError, match="does not exist"):
+        reader(nats.url, streams=f"{a},{b}").prepareForTriggerAvailableNow()
+    typo = f"{base}-TYPO"
+    with pytest.raises(InvalidOptionError, match=f"'{typo}' does not exist"):
+        reader(nats.url, streams=f"{a},{b},{typo}", failOnDataLoss="false").latestOffset(nxt, None)
 
 
 def test_pattern_offsets_must_name_streams_that_exist(nats: Nats) -> None:

@@ -334,29 +334,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.opts
         held = set(names) | set(self._cursor or ())
 
-        missing: list[str] = []
-
         async def bounds(js: JetStreamContext) -> dict[str, Bounds]:
             found = {}
-            missing.clear()
             selected = await resolve_streams(js, opts)
             for name in dict.fromkeys([*selected, *names]):
                 try:
                     found[name] = await stream_bounds(js, opts, name)
                 except InvalidOptionError:
                     if name in selected and opts.stream_pattern is None and name not in held:
-                        missing.append(name)
+                        # Never read by this query (a deleted one keeps its offset).
+                        raise
             for name in found:
                 self._gone.discard(name)
             return found
 
-        found = self._run(bounds, f"reading the info of {opts.selection()}")
-        for name in missing:
-            # A listed stream the offsets no longer hold: deleted (reported and dropped
-            # by an earlier trigger, or before a restart). A new query's first planning
-            # refuses a listed stream that does not exist (InvalidOptionError).
-            self._deleted(name)
-        return found
+        return self._run(bounds, f"reading the info of {opts.selection()}")
 
     def _initial_positions(self) -> dict[str, Position]:
         """Where a new query starts (asked once: ``latest`` moves with every call)."""
@@ -459,6 +451,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         positions = {
             n: Position(max(los[n], end), bounds[n].created, los[n]) for n, end in ends.items()
         }
+        if opts.stream_pattern is None:
+            # A listed stream deleted keeps its offset: reported again after a restart
+            # (data loss, as while running), and one created again under that name is
+            # told apart by its creation time. (A pattern's streams come and go.)
+            for name, position in begin.items():
+                if name not in bounds:
+                    positions[name] = Position(position.seq, position.created)
         if positions.keys() == begin.keys() and all(
             p.same_place(begin[n]) for n, p in positions.items()
         ):
