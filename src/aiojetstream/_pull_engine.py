@@ -321,6 +321,8 @@ class PullEngine:
         "_last_pull",
         "_no_responders_at",
         "_pull_at",
+        "_quiet_mark",
+        "_quiet_since",
         "_repull_delay",
         "_sent_pin",
         "_silent_ticks",
@@ -395,6 +397,9 @@ class PullEngine:
         self._last_pull = (0, 0)
         self._last_pinned_pull = (0, 0)  # the last pull sent with a pin id
         self._sent_pin: str | None = None  # and that id
+        #: A paced run's silence: since when, and (delivered, pulls) when it began.
+        self._quiet_since = 0.0
+        self._quiet_mark = (-1, -1)
 
     # ------------------------------------------------------------- derived
 
@@ -520,9 +525,12 @@ class PullEngine:
             kept.popleft()
         return sum(k[1] for k in kept), sum(k[2] for k in kept)
 
-    def _request_check(self, now: float, reason: JetStreamError | None) -> Commands:
-        """Stop pulling until a consumer check answers."""
-        self._write_off(now)
+    def _request_check(
+        self, now: float, reason: JetStreamError | None, *, keep: bool = False
+    ) -> Commands:
+        """Stop pulling until a consumer check answers (``keep``: the pulls stay counted)."""
+        if not keep:
+            self._write_off(now)
         self._check_reason = reason
         self._pull_at = None
         if self.phase is Phase.CHECKING and (self._check_wanted or self._check_after):
@@ -944,11 +952,29 @@ class PullEngine:
             return _NONE
         self._silent_ticks = 0
         missed = NoHeartbeatError(f"no heartbeat or message for {2 * hb:g} s (heartbeat {hb:g} s)")
+        if self.settings.paced:
+            return self._paced_silence(now, hb)
         if self.settings.single:
             return self._request_check(now, missed)
-        if self.settings.paced:
-            return self._request_check(now, None)  # a gap being slept out, maybe
         return (Report(missed), *self._request_check(now, missed))
+
+    def _paced_silence(self, now: float, hb: float) -> Commands:
+        """2 x heartbeat of silence on a consumer replaying at the original pace.
+
+        The server may be sleeping out a stored gap, holding the pulls: a fetch
+        waits for its deadline; a run looks the consumer up quietly and keeps
+        its pulls (writing them off pulled a whole batch more at every silence,
+        each delivered later), until the silence outlasts ``expires``, after
+        which the server would have answered them.
+        """
+        if self.settings.single:
+            return _NONE
+        mark = (self.delivered, self.pulls)
+        if mark != self._quiet_mark:  # something came (or was sent) since the last silence
+            self._quiet_since = now - 2 * hb
+            self._quiet_mark = mark
+        keep = now - self._quiet_since < self.settings.expires
+        return self._request_check(now, None, keep=keep)
 
     def on_disconnected(self, now: float) -> Commands:
         """The connection dropped: pause the heartbeat timer, write off outstanding pulls."""

@@ -78,3 +78,23 @@ async def test_replay_original_keeps_its_gaps_without_errors(js: JetStreamContex
                 break
     assert times[1] - times[0] >= GAP - 0.5
     assert errors == []
+
+    # A fetch (and the ordered consumer's, which next() uses) waits for its expires:
+    # it raised NoHeartbeatError at 2 x heartbeat, and the ordered one reset.
+    fetcher = await js.create_consumer(
+        stream,
+        ConsumerConfig(
+            durable_name="f", replay_policy=ReplayPolicy.ORIGINAL, ack_policy=AckPolicy.NONE
+        ),
+    )
+    began = loop.time()
+    async with await fetcher.fetch(2, expires=GAP + 5, heartbeat=HEARTBEAT) as fetched:
+        assert [m.data async for m in fetched] == [b"1", b"2"]
+    assert loop.time() - began >= GAP - 0.5
+    again = await js.ordered_consumer(
+        stream, OrderedConsumerConfig(replay_policy=ReplayPolicy.ORIGINAL)
+    )
+    async with await again.fetch(2, expires=GAP + 5, heartbeat=HEARTBEAT) as fetched:
+        assert [m.data async for m in fetched] == [b"1", b"2"]
+    assert again.name is not None
+    assert again.name.endswith("_1")  # its first consumer: no reset

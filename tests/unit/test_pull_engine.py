@@ -806,16 +806,32 @@ def test_a_paced_run_checks_the_consumer_quietly_on_a_silence() -> None:
     consumer, cutting the gap short); a paced run looks the consumer up, quietly."""
     from dataclasses import replace
 
-    sim = Sim(replace(resolve_consume(max_messages=10, expires=60, heartbeat=1.0), paced=True))
+    sim = Sim(replace(resolve_consume(max_messages=10, expires=20, heartbeat=1.0), paced=True))
     sim.start()
     out = sim.advance(3.0)
     assert reports(out) == []
     assert len(checks(out)) == 1
-    assert len(pulls(sim.checked(CheckResult.EXISTS))) == 1
+    # The server still holds the pull (sleeping out the gap): kept, none more sent.
+    assert pulls(sim.checked(CheckResult.EXISTS)) == []
+    assert sim.engine.outstanding_messages == 10
+    # Silent for longer than expires: the pull would have been answered; pulled again.
+    sent = []
+    for _ in range(16):  # about 35 s: one write-off (after 20 s of silence)
+        out = sim.advance(2.0)
+        assert reports(out) == []
+        if checks(out):
+            sent += pulls(sim.checked(CheckResult.EXISTS))
+    assert len(sent) == 1
     # A consumer gone still ends the run.
     sim.advance(3.0)
     (fin,) = finishes(sim.checked(CheckResult.MISSING, ConsumerDeletedError("gone")))
     assert isinstance(fin.error, ConsumerDeletedError)
+    # A paced fetch waits for its deadline, not for a heartbeat.
+    sim = Sim(replace(resolve_fetch(max_messages=5, expires=30), paced=True))
+    sim.start()
+    out = sim.advance(25.0)
+    assert checks(out) == []
+    assert finishes(out) == []
 
 
 def test_heartbeats_keep_the_pull_alive_and_no_report_without_requests() -> None:

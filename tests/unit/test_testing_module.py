@@ -394,3 +394,8 @@ def test_a_jetstream_block_in_a_string_config_is_refused() -> None:
         NatsCluster(2, config="debug: false\n  jetstream: {max_mem: 1G}")
     NatsServer(jetstream=False, config="jetstream: enabled").stop_sync()  # none generated
     NatsServer(config="# jetstream { } in a comment\nping_interval: 1s").stop_sync()
+    # An account's own jetstream setting, inside its block: not the server's.
+    accounts = 'accounts {\n  A {\n    jetstream: enabled\n    users = [{user: "a"}]\n  }\n}'
+    NatsServer(config=accounts).stop_sync()
+    with pytest.raises(ValueError, match="as a mapping"):
+        NatsServer(config=accounts + "\njetstream {max_mem: 1G}")

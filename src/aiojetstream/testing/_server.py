@@ -55,8 +55,33 @@ def _absolute(path: str | os.PathLike[str]) -> str:
     return os.path.abspath(os.fspath(path))
 
 
-#: A top-level ``jetstream`` block (or value) in a string configuration.
-_JETSTREAM_BLOCK: Final = re.compile(r"(?m)^\s*jetstream\s*[:={]")
+#: A ``jetstream`` key (a block or a value) at the start of a configuration line.
+_JETSTREAM_KEY: Final = re.compile(r"\s*jetstream\s*[:={]")
+
+
+def _has_jetstream_block(config: str) -> bool:
+    """Whether a string configuration sets ``jetstream`` at its top level.
+
+    Not inside another block (an account's ``jetstream: enabled``), nor in a
+    comment. Braces are counted line by line, outside quotes and comments.
+    """
+    depth = 0
+    for line in config.splitlines():
+        if depth == 0 and _JETSTREAM_KEY.match(line):
+            return True
+        quote = ""
+        for index, char in enumerate(line):
+            if quote:
+                quote = "" if char == quote else quote
+            elif char in "\"'":
+                quote = char
+            elif char == "#" or line.startswith("//", index):
+                break
+            elif char == "{":
+                depth += 1
+            elif char == "}":
+                depth = max(depth - 1, 0)
+    return False
 
 
 class NatsServer:
@@ -114,7 +139,7 @@ class NatsServer:
         start_timeout: float = DEFAULT_START_TIMEOUT,
         binary: str | os.PathLike[str] | None = None,
     ) -> None:
-        if jetstream and isinstance(config, str) and _JETSTREAM_BLOCK.search(config):
+        if jetstream and isinstance(config, str) and _has_jetstream_block(config):
             # nats-server takes the last block: the generated one (its store_dir, its
             # limits) would be dropped, and the store be nats-server's default,
             # /tmp/nats/jetstream, shared by every run (a "fresh" server saw old streams).
