@@ -79,8 +79,9 @@ async def _on_a_follower(
     try:
         info = await (await admin.stream(stream)).info()
         assert info.cluster is not None
-        assert info.cluster.leader
-        follower = next(s for s in cluster.servers if s.server_name != info.cluster.leader)
+        leader = info.cluster.leader
+        assert leader
+        follower = next(s for s in cluster.servers if s.server_name != leader)
         js = await aiojetstream.connect([follower.url], dont_randomize=True, timeout=10)
         try:
 
@@ -93,7 +94,7 @@ async def _on_a_follower(
                 except (JetStreamTimeoutError, NoRespondersError):
                     return False
                 assert seen.cached_info.cluster is not None
-                return seen.cached_info.cluster.leader == info.cluster.leader
+                return seen.cached_info.cluster.leader == leader
 
             await wait_until(
                 answered, 30, interval=0.2, message="the follower never reached the leader"

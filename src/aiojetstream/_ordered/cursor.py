@@ -732,7 +732,15 @@ class OrderedBatch(C.MessageBatch):
     time: an empty batch means nothing came, not "the consumer was gone".
     """
 
-    __slots__ = ("_deadline", "_owner", "_resets", "_settings", "_skipped", "_skipped_bytes")
+    __slots__ = (
+        "_deadline",
+        "_owner",
+        "_renewing",
+        "_resets",
+        "_settings",
+        "_skipped",
+        "_skipped_bytes",
+    )
 
     def __init__(
         self,
@@ -751,6 +759,9 @@ class OrderedBatch(C.MessageBatch):
         # Whether a pull that ends with the consumer gone recreates it and pulls again:
         # until a message is handed out (by __anext__), and not for next() (it does).
         self._resets = resets
+        #: Renewing its pull (a reset, or a pull for skipped messages): not done, so
+        #: that no other operation starts meanwhile (one at a time).
+        self._renewing = False
 
     def _accept(self, msg: Msg) -> bool | None:
         accepted = self._owner._accept(msg)
@@ -776,13 +787,25 @@ class OrderedBatch(C.MessageBatch):
             settings = replace(settings, max_bytes=nbytes)
         else:
             settings = replace(settings, max_messages=skipped)
-        await driver.aclose()
-        follow = self._owner._driver(settings, None)
-        await follow.start()
-        self._driver = follow
+        self._renewing = True
+        try:
+            await driver.aclose()
+            follow = self._owner._driver(settings, None)
+            await follow.start()
+            self._driver = follow
+        finally:
+            self._renewing = False
         return True
 
     async def _reset_and_pull(self) -> bool:
+        """:meth:`_renew` (see there), the batch not done meanwhile."""
+        self._renewing = True
+        try:
+            return await self._renew()
+        finally:
+            self._renewing = False
+
+    async def _renew(self) -> bool:
         """Recreate the consumer and pull again, within the fetch's time (False: no time).
 
         For a pull that ended before any message was handed out, at a gap or
@@ -831,8 +854,16 @@ class OrderedBatch(C.MessageBatch):
 
     @property
     def done(self) -> bool:
-        """True once the pull ended and every message was read."""
-        return self._driver.finished and self._driver.buffered == 0
+        """True once the pull ended and every message was read.
+
+        Not while the batch renews its pull, nor when its pull ended with the
+        consumer gone before anything was handed out: reading on recreates it
+        and pulls again (meanwhile another operation would start beside it).
+        """
+        driver = self._driver
+        if self._renewing or not driver.finished or driver.buffered:
+            return False
+        return not (self._resets and isinstance(driver.error, RESETTABLE))
 
     async def __anext__(self) -> Msg:
         while True:
@@ -1124,12 +1155,17 @@ class OrderedSource:
             try:
                 msg = await driver.next_msg()
             except RESETTABLE as exc:
+                self._in_order = 0
                 if self._draining:
                     return None
                 if isinstance(exc, NoRespondersError):
                     self._owner.note_503(exc)
                 self._owner._needs_reset = True
                 continue
+            # Another task's take() may have counted a run meanwhile, of which this
+            # message was the first: that count is one too many now (its last message
+            # would go unchecked), so the run is checked one by one again.
+            self._in_order = 0
             if msg is None:
                 if self._owner._needs_reset and not self._draining:
                     continue
