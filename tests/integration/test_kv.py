@@ -912,6 +912,16 @@ async def _ops(kv: KeyValue, key: str) -> list[tuple[str, int]] | None:
         return None
 
 
+async def _sourcing(js: JetStreamContext, name: str, filter_subject: str) -> KeyValue:
+    """A new bucket sourcing bucket ``name`` through ``filter_subject``."""
+    return await js.create_key_value(
+        KeyValueConfig(
+            bucket=unique_name("src"),
+            sources=[StreamSource(name=name, filter_subject=filter_subject)],
+        )
+    )
+
+
 async def test_a_bucket_sourcing_a_mirror_bucket_gets_the_origin_keys(
     js: JetStreamContext,
 ) -> None:
@@ -931,12 +941,7 @@ async def test_a_bucket_sourcing_a_mirror_bucket_gets_the_origin_keys(
     assert await all_keys(sourced) == ["k1", "k2"]
     assert (await sourced.get("k1")).value == b"k1"
     # Filtered: the filter is in the subjects the mirror holds (its origin's).
-    filtered = await js.create_key_value(
-        KeyValueConfig(
-            bucket=unique_name("src"),
-            sources=[StreamSource(name=mirror.bucket, filter_subject=f"$KV.{origin.bucket}.k1")],
-        )
-    )
+    filtered = await _sourcing(js, mirror.bucket, f"$KV.{origin.bucket}.k1")
     await wait_until(lambda: _has(filtered, "k1"), STEP)
     assert await all_keys(filtered) == ["k1"]
 
@@ -949,33 +954,18 @@ async def test_a_filtered_source_becomes_the_transform_of_the_keys(
     origin = await js.create_key_value(KeyValueConfig(bucket=unique_name("orig")))
     await origin.put("foo.1", b"in")
     await origin.put("bar.1", b"out")
-    sourced = await js.create_key_value(
-        KeyValueConfig(
-            bucket=unique_name("src"),
-            sources=[StreamSource(name=origin.bucket, filter_subject=f"$KV.{origin.bucket}.foo.>")],
-        )
-    )
+    sourced = await _sourcing(js, origin.bucket, f"$KV.{origin.bucket}.foo.>")
     await wait_until(lambda: _has(sourced, "foo.1"), STEP)
     await sourced.put("own", b"local")  # stored after what the source had by then
     assert await all_keys(sourced) == ["foo.1", "own"]
     # A filter with wildcards: each is named in the transform's destination.
     await origin.put("a.x", b"1")
     await origin.put("a.y", b"2")
-    wild = await js.create_key_value(
-        KeyValueConfig(
-            bucket=unique_name("src"),
-            sources=[StreamSource(name=origin.bucket, filter_subject=f"$KV.{origin.bucket}.*.x")],
-        )
-    )
+    wild = await _sourcing(js, origin.bucket, f"$KV.{origin.bucket}.*.x")
     await wait_until(lambda: _has(wild, "a.x"), STEP)
     assert await all_keys(wild) == ["a.x"]
     with pytest.raises(InvalidOptionError, match="not in its keys' subjects"):
-        await js.create_key_value(
-            KeyValueConfig(
-                bucket=unique_name("src"),
-                sources=[StreamSource(name=origin.bucket, filter_subject="foo.>")],
-            )
-        )
+        await _sourcing(js, origin.bucket, "foo.>")
 
 
 async def test_ttl_writes_through_a_mirror_handle_check_the_origin(
