@@ -70,7 +70,23 @@ async def create_stream(nc: Client, name: str, replicas: int = 1) -> dict[str, A
 
 
 async def publish_one(nc: Client, subject: str, data: bytes) -> dict[str, Any]:
-    msg = await nc.request(subject, data, timeout=REQUEST_TIMEOUT)
+    """Publish and take the acknowledgement.
+
+    A stream just created with replicas: its leader's interest in the subjects may
+    not have reached the client's node yet (a CI run got no responders): asked again
+    (bounded), as JetStream clients retry a 503.
+    """
+    replies: list[Any] = []
+
+    async def answered() -> bool:
+        try:
+            replies.append(await nc.request(subject, data, timeout=REQUEST_TIMEOUT))
+        except nats.errors.NoRespondersError:
+            return False
+        return True
+
+    await wait_until(answered, 10, interval=0.1)
+    msg = replies[-1]
     ack: dict[str, Any] = json.loads(msg.data)
     assert "error" not in ack, ack
     return ack

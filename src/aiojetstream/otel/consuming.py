@@ -608,8 +608,8 @@ def instrument_consumer(consumer: Any, tel: Telemetry, *, ordered: bool = False)
     consumer._on_refused = state.refused  # typed messages that do not validate
     make_driver = consumer._driver
 
-    def driver(settings: Any, error_handler: Any = None) -> Any:
-        made = make_driver(settings, error_handler)
+    def driver(settings: Any, error_handler: Any = None, *rest: Any) -> Any:
+        made = make_driver(settings, error_handler, *rest)  # (a consumer's refit)
         if not ordered:  # an ordered consumer acknowledges nothing
             made._acker = TracedAcker(made._acker, state)
         on_status = made._on_status
