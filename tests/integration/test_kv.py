@@ -32,6 +32,7 @@ from aiojetstream import (
     KeyValueOp,
     KeyWatcher,
     MessageTTLDisabledError,
+    Msg,
     StorageType,
     StoreCompression,
     StreamConfig,
@@ -39,6 +40,7 @@ from aiojetstream import (
     StreamSource,
     WrongLastSequenceError,
 )
+from aiojetstream._watch import Reader, ReaderEvent
 from aiojetstream.testing import NatsServer
 from helpers import assert_watch_start_fails_cleanly, unique_name, wait_until
 
@@ -1080,13 +1082,32 @@ async def _delete_consumers(kv: KeyValue) -> None:
 async def test_keys_after_a_reset_during_the_initial_values(
     js: JetStreamContext, kv: KeyValue
 ) -> None:
-    """The reader's consumer is recreated after the first key: it restarted at
-    cursor + 1 with every revision, and keys() yielded the deleted keys."""
+    """The reader's consumer is recreated after the first key read: it restarted at
+    cursor + 1 with every revision, and keys() yielded the deleted keys.
+
+    keys() yields once its read has ended: the consumer is deleted from inside
+    the read, after its first message (the handle's reader, wrapped)."""
     await _fill_then_delete(js, kv, 2000, 50)
-    it = kv.keys()
-    got = [await asyncio.wait_for(it.__anext__(), STEP)]
-    await _delete_consumers(kv)
-    got += [k async for k in it]
+    make_reader = kv._reader
+    reset: list[bool] = []
+
+    def reader(*args: Any, **kwargs: Any) -> Reader:
+        made = make_reader(*args, **kwargs)
+        read = made.next
+
+        async def next_then_reset() -> Msg | ReaderEvent:
+            item = await read()
+            if not reset:
+                reset.append(True)
+                await _delete_consumers(kv)
+            return item
+
+        made.next = next_then_reset  # type: ignore[method-assign]
+        return made
+
+    kv._reader = reader  # type: ignore[method-assign]
+    got = [k async for k in kv.keys()]  # noqa: SIM118 (an async iterator)
+    assert reset == [True]
     assert sorted(got) == sorted(f"a{i}" for i in range(2000))
 
 

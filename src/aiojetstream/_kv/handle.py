@@ -706,12 +706,13 @@ class KeyValue:
 
         Filtered on the server: a headers-only ordered consumer delivers the
         latest revision of each key; keys whose latest revision is a delete,
-        purge or limit marker are skipped. An empty bucket yields nothing.
-        Stopping early: ``await it.aclose()`` deletes the consumer at once.
+        purge or limit marker are skipped. The keys are yielded once the read
+        has ended (a key's marker may come after an older value, from a
+        replica catching up). An empty bucket yields nothing.
 
         Args:
             timeout: the longest wait without progress (starting, or for the
-                next key) before :class:`JetStreamTimeoutError`; the context's
+                next message) before :class:`JetStreamTimeoutError`; the context's
                 default when None.
 
         Raises:
@@ -722,20 +723,25 @@ class KeyValue:
         timeout = check_timeout(timeout)
         stall = self._stall(timeout)
         reader = self._reader([">"], DeliverPolicy.LAST_PER_SUBJECT, True, stall)
-        seen: set[str] = set()
+        # Whether each key's latest revision read is a value, yielded once the read
+        # ends: a consumer on a replica catching up starts from that replica's
+        # (older) last revisions, and a key's marker may come after its old value
+        # (a key deleted before the call was listed: 50 of 350 keys). In order of
+        # each key's first revision read.
+        live: dict[str, bool] = {}
         try:
             await reader.start()
             while True:
                 item = await reader.next()
                 if not isinstance(item, Msg):
                     break
-                if entry_operation(item.headers) is KeyValueOp.PUT:
-                    key = key_of(item.subject, self._prefix, self._bucket)
-                    if key not in seen:
-                        seen.add(key)
-                        yield key
+                key = key_of(item.subject, self._prefix, self._bucket)
+                live[key] = entry_operation(item.headers) is KeyValueOp.PUT
         finally:
             await reader.aclose()
+        for key, is_live in live.items():
+            if is_live:
+                yield key
 
     async def history(
         self, key: str, *, timeout: float | timedelta | str | None = None

@@ -643,10 +643,11 @@ class ObjectStore(ObjectWriter):
     ) -> AsyncGenerator[ObjectInfo, None]:
         """Async-iterate the infos of the objects (and links) in the bucket, each once.
 
-        An object yielded, then changed before the listing ends, is not
-        yielded again (its first version read stands). An empty bucket yields
-        nothing. Stopping early: ``await it.aclose()`` deletes the consumer at
-        once.
+        Each object's latest info present when the listing started (or
+        written before it ended) is yielded once the bucket's infos are read:
+        an object deleted before the call is not listed, whichever replica
+        serves the read. An empty bucket yields nothing. Stopping early:
+        ``await it.aclose()``.
 
         Args:
             include_deleted: also yield deleted objects (``deleted=True``).
@@ -656,24 +657,25 @@ class ObjectStore(ObjectWriter):
         """
         timeout = check_timeout(timeout)
         reader = self._reader(DeliverPolicy.LAST_PER_SUBJECT, self._wait(timeout))
-        # The meta subjects of the infos yielded (one per name): the listing ends at
-        # the first message with nothing pending, so an object updated after it was
-        # yielded comes again before that; it is left out.
-        seen: set[str] = set()
+        # The latest info read of each meta subject (one per name), yielded once the
+        # read ends: a consumer on a replica catching up starts from that replica's
+        # (older) infos, and an object's deletion may come after its old info (an
+        # object deleted before the call was listed: 20 of 50). In order of each
+        # name's first info read.
+        latest: dict[str, Msg] = {}
         try:
             await reader.start()  # BucketNotFoundError once the bucket is deleted
             while True:
                 item = await reader.next()
                 if not isinstance(item, Msg):
                     break
-                if item.subject in seen:
-                    continue
-                info = parse_or_skip(item, self._bucket)
-                if info is not None and (include_deleted or not info.deleted):
-                    seen.add(item.subject)
-                    yield info
+                latest[item.subject] = item
         finally:
             await reader.aclose()
+        for item in latest.values():
+            info = parse_or_skip(item, self._bucket)
+            if info is not None and (include_deleted or not info.deleted):
+                yield info
 
     def watch(
         self,
