@@ -530,6 +530,11 @@ class RewritingProxy(_Listening):
         #: Reply inbox -> the subject the client sent with it.
         self.requests: dict[bytes, bytes] = {}
 
+    def cut(self) -> None:
+        """Close every client connection (their tasks abort both sides; the client reconnects)."""
+        for task in self._tasks:
+            task.cancel()
+
     async def _to_server(
         self, reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter
     ) -> None:

@@ -1,0 +1,122 @@
+"""The ordered consumer after a disconnect that lost deliveries on their way.
+
+A server cuts a slow consumer's connection with deliveries in flight (or the
+network does): the consumer counts them delivered, they never arrive. A proxy
+makes it to order: it passes the first deliveries, drops the rest of the burst,
+then cuts the connection (the client reconnects through it at once).
+
+A fetch that ended with the disconnect left the consumer as it was: the next
+fetch (the documented catch-up loop) found nothing more and ended, 15 of 20
+messages skipped without an error. A ``messages()`` run kept pulling from the
+same consumer after the reconnect and learnt of the loss only at its next idle
+heartbeat (15 s; a one-shot read, a key-value history, an object get, gave up
+first with a false timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiojetstream
+from aiojetstream import DisconnectedError, JetStreamContext, StorageType, StreamConfig
+from aiojetstream.testing import NatsServer
+from helpers import unique_name
+from proxy import Frame, RewritingProxy
+
+#: Messages in the stream, and how many arrive before the rest of the burst is lost.
+COUNT, PASSED = 20, 5
+#: The run must recover long before its idle heartbeat (15 s) would tell it.
+RECOVERY = 8.0
+
+
+class LossyCut:
+    """Pass :data:`PASSED` deliveries, drop the rest of the burst, then cut (once)."""
+
+    def __init__(self) -> None:
+        self.proxy: RewritingProxy | None = None
+        self.passed = 0
+        self.dropping = False
+        self.cuts = 0
+
+    def __call__(self, frame: Frame) -> list[Frame] | None:
+        if not frame.reply.startswith(b"$JS.ACK.") or self.cuts:
+            return None
+        if self.passed < PASSED:
+            self.passed += 1
+            return None
+        if not self.dropping:
+            self.dropping = True
+            asyncio.get_running_loop().call_soon(self._cut)
+        return []  # lost on the way
+
+    def _cut(self) -> None:
+        assert self.proxy is not None
+        self.cuts += 1
+        self.proxy.cut()
+
+
+async def _stream(js: JetStreamContext) -> str:
+    name = unique_name("OLOST")
+    await js.create_stream(
+        StreamConfig(name=name, subjects=[f"{name}.>"], storage=StorageType.MEMORY)
+    )
+    await js.publish_many(f"{name}.x", [b"m%d" % i for i in range(1, COUNT + 1)])
+    return name
+
+
+async def test_the_catch_up_loop_reads_what_a_disconnect_lost(
+    js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    name = await _stream(js)
+    lossy = LossyCut()
+    async with RewritingProxy(nats_server.port, lossy) as proxy:
+        lossy.proxy = proxy
+        context = await aiojetstream.connect(
+            proxy.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1
+        )
+        try:
+            oc = await context.ordered_consumer(name)
+            read: list[int] = []
+            disconnects = 0
+            while True:  # the documented loop, and once more after a disconnect
+                try:
+                    msgs = await (await oc.fetch_no_wait(100)).collect()
+                except DisconnectedError:
+                    disconnects += 1
+                    assert disconnects < 5
+                    continue
+                if not msgs:
+                    break
+                read += [m.metadata.sequence.stream for m in msgs]
+        finally:
+            await context.close()
+    assert lossy.cuts == 1
+    assert read == list(range(1, COUNT + 1))
+
+
+async def test_a_run_resets_at_the_reconnect_that_lost_deliveries(
+    js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    name = await _stream(js)
+    lossy = LossyCut()
+    async with RewritingProxy(nats_server.port, lossy) as proxy:
+        lossy.proxy = proxy
+        context = await aiojetstream.connect(
+            proxy.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1
+        )
+        try:
+            oc = await context.ordered_consumer(name)
+            read: list[int] = []
+
+            async def run() -> None:
+                async with oc.messages() as it:
+                    async for msg in it:
+                        read.append(msg.metadata.sequence.stream)
+                        if len(read) == COUNT:
+                            break
+
+            await asyncio.wait_for(run(), RECOVERY)
+        finally:
+            await context.close()
+    assert lossy.cuts == 1
+    assert read == list(range(1, COUNT + 1))
