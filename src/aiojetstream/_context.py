@@ -1368,7 +1368,11 @@ async def connect(
 ) -> JetStreamContext:
     """Connect to NATS and return a :class:`JetStreamContext` that owns the connection.
 
-    ``nats_options`` go to ``nats.connect``. Unless given, ``ping_interval`` is
+    ``nats_options`` go to ``nats.connect``; its duration options
+    (``ping_interval``, ``reconnect_time_wait``, ``connect_timeout``,
+    ``drain_timeout``, ``flush_timeout``) take every duration form of the
+    library (``"500ms"``, a ``timedelta``), and they and its counts are checked
+    before anything connects (:class:`InvalidOptionError`). Unless given, ``ping_interval`` is
     5 s and ``max_outstanding_pings`` 2, so a hung server is noticed within
     15 s; a reconnect never starts with the server just lost (a hung one
     would hold it for ``connect_timeout``) and never waits to flush the

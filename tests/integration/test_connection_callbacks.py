@@ -4,6 +4,7 @@ while nats-py drains, and server URLs that can not be parsed."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import nats
@@ -400,3 +401,56 @@ async def test_used_up_reconnects_say_so_and_a_close_of_the_users_says_nothing_m
         with pytest.raises(ConnectionClosedError) as raised:
             await js.account_info()
         assert str(raised.value) == "the connection is closed"
+
+
+async def test_nats_py_durations_take_every_duration_form() -> None:
+    """``reconnect_time_wait="100ms"`` went to nats-py as it came: connected, then at
+    the first reconnect its handler raised ValueError at every attempt, which nats-py
+    retried at once (a full CPU, millions of log lines; a publish never returned).
+    ``ping_interval="5s"`` killed nats-py's ping task: a hung server never noticed."""
+    async with NatsServer(jetstream=True) as server:
+        js = await aiojetstream.connect(
+            server.url,
+            reconnect_time_wait="100ms",
+            ping_interval=timedelta(seconds=4),
+            connect_timeout="2s",
+            drain_timeout=10,
+            max_reconnect_attempts=-1,
+        )
+        try:
+            options = js.nc.options
+            assert options["reconnect_time_wait"] == 0.1
+            assert options["ping_interval"] == 4.0
+            assert options["connect_timeout"] == 2.0
+            assert options["drain_timeout"] == 10
+            name = unique_name("DUR")
+            await js.create_stream(StreamConfig(name=name, subjects=[name]))
+            await server.restart()
+            ack = await asyncio.wait_for(js.publish(name, b"x", timeout=20), 30)
+            assert ack.seq == 1
+        finally:
+            await js.close()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("reconnect_time_wait", "soon", "reconnect_time_wait"),
+        ("reconnect_time_wait", -1, "reconnect_time_wait"),
+        ("ping_interval", 0, "ping_interval"),
+        ("ping_interval", float("nan"), "ping_interval"),
+        ("connect_timeout", True, "connect_timeout"),
+        ("flush_timeout", "1x", "flush_timeout"),
+        ("max_reconnect_attempts", "5", "max_reconnect_attempts must be an int"),
+        ("max_reconnect_attempts", -2, "at least -1"),
+        ("max_outstanding_pings", 0, "at least 1"),
+        ("pending_size", 1.5, "pending_size must be an int"),
+    ],
+)
+async def test_nats_py_options_that_are_no_duration_or_count_are_refused_first(
+    option: str, value: object, says: str
+) -> None:
+    """Refused before anything is dialed: nothing listens at the URL."""
+    options: dict[str, Any] = {option: value}
+    with pytest.raises(InvalidOptionError, match=says):
+        await aiojetstream.connect("nats://127.0.0.1:1", **options)

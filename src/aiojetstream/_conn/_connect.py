@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+from .. import _bounds as B
 from .._creds import check_credentials
 from .._errors import (
     AuthorizationError,
@@ -67,6 +68,46 @@ DEFAULT_MAX_OUTSTANDING_PINGS = 2
 #: then fails (as the Go client does by default) instead of nats-py's 60 x 2 s.
 CONNECT_ATTEMPTS = 2
 CONNECT_RETRY_WAIT = 0.25
+
+#: nats-py's duration options (seconds) -> whether 0 is allowed. Read as every duration
+#: of the library (a number, a ``timedelta``, ``"2s"``): nats-py took ``"2s"`` as it
+#: came and failed later, in its own tasks (a reconnect spun at full CPU, flooding
+#: the log; the pings stopped for good).
+_DURATION_OPTIONS: Final = {
+    "ping_interval": False,
+    "reconnect_time_wait": True,
+    "connect_timeout": False,
+    "drain_timeout": False,
+    "flush_timeout": False,
+}
+#: nats-py's count options -> the least each may be (-1 reconnect attempts: for ever).
+_COUNT_OPTIONS: Final = {
+    "max_reconnect_attempts": -1,
+    "max_outstanding_pings": 1,
+    "pending_size": 0,
+    "flusher_queue_size": 1,
+}
+
+
+def check_nats_options(options: dict[str, Any]) -> None:
+    """Read nats-py's duration options as seconds and check its counts, in place.
+
+    Raises:
+        InvalidOptionError: a duration that is none (see :func:`._bounds.seconds`),
+            or a count that is not an int at least its least.
+
+    """
+    for key, zero in _DURATION_OPTIONS.items():
+        if key in options and not (key == "flush_timeout" and options[key] is None):
+            options[key] = B.seconds(options[key], key, zero=zero)
+    for key, least in _COUNT_OPTIONS.items():
+        if key not in options:
+            continue
+        value = options[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InvalidOptionError(
+                f"{key} must be an int of at least {least}, got {B.shown(value)}"
+            )
 
 
 async def _log_connection_error(exc: Exception) -> None:
@@ -190,6 +231,7 @@ async def connect_nats(servers: str | list[str], **options: Any) -> NatsClient:
       (:func:`~._nats.guard_connect_init`).
     """
     urls = _split_urls(servers)
+    check_nats_options(options)
     if "inbox_prefix" in options:
         # It starts every reply subject and the SUB of the wildcard reply inbox.
         options["inbox_prefix"] = validate_inbox_prefix(options["inbox_prefix"])
