@@ -21,6 +21,7 @@ tested without a server.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
@@ -280,6 +281,10 @@ class AtomicBatch:
         state = self._state
         if self._released or not state.size or self._subject is None:
             return  # released, committed or refused; or nothing of it reached the server
+        if not self._api.conn.on_own_loop():
+            # Discarded outside the connection's loop (another thread, an ended loop):
+            # nothing is written from there; the server drops the batch after 10 s.
+            return
         if not self._opened and self._api.level is None:
             # The stream never answered, and the server's API level is unknown:
             # a server without atomic batches would store the message alone.
@@ -320,6 +325,16 @@ class AtomicBatch:
         out = self._state.headers(base, sequence, commit=commit)
         P.check_size(self._api.conn, data, P.header_block(out))
         return subject, data, out
+
+    def _own_loop(self) -> None:
+        """Refuse a call from another loop before the batch moves on (nothing is sent).
+
+        From another thread, the refusal came after the batch had counted the
+        message: its release was written from that thread and closed the batch.
+        """
+        conn = self._api.conn
+        if not conn.on_own_loop():
+            conn.other_loop(asyncio.get_running_loop())
 
     async def _send(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         self._state.sent()
@@ -388,6 +403,7 @@ class AtomicBatch:
         """
         if self._state.closed:
             raise BatchClosedError(f"batch {self.batch_id!r} is closed")
+        self._own_loop()
         args = (
             subject,
             payload,
@@ -475,6 +491,7 @@ class AtomicBatch:
         """
         if self._state.closed:
             raise BatchClosedError(f"batch {self.batch_id!r} is closed")
+        self._own_loop()
         args = (
             subject,
             payload,

@@ -337,8 +337,20 @@ class PullDriver:
             self._settle()
             self._run(self.engine.stop(True, self._now()))
 
+    def outside(self) -> bool:
+        """Whether a close runs outside the connection's ended loop (see ``Conn.outside``)."""
+        return self._conn.outside()
+
     async def aclose(self) -> None:
-        """Stop and release everything (idempotent)."""
+        """Stop and release everything (idempotent).
+
+        From another thread's loop: :class:`InvalidOptionError`, nothing closed;
+        after the connection's loop ended: only marked closed (nothing of it runs).
+        """
+        if self._loop is not None and self._conn.outside():
+            self._closed = True
+            self._buffer.clear()
+            return
         if not self.finished:
             self.stop()
         if self._closed:
@@ -605,7 +617,11 @@ class PullDriver:
         in ``_others``; an arrival or the end wakes them all, and each takes
         what is there (a message goes to one of them) or waits again.
         """
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        elif asyncio.get_running_loop() is not loop:
+            self._conn.refuse_outside()  # (a future of another loop: a bare RuntimeError)
         waiter = loop.create_future()
         if self._waiter is None:
             self._waiter = waiter

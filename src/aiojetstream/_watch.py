@@ -255,6 +255,7 @@ class Reader:
         it = self._it
         if it is None or self._closed:
             return ReaderEvent.END
+        self._stream._api.conn.refuse_outside()  # (its tasks are the connection loop's)
         loop = asyncio.get_running_loop()
         since = loop.time()
         while True:
@@ -319,6 +320,9 @@ class Reader:
         behind, and a later ``aclose()`` returned at once.
         """
         if not self._closed:
+            if self._stream._api.conn.outside():  # (raises from another live loop)
+                self._closed = True  # the loop ended: nothing of it runs
+                return
             self._closed = True
             task, starting = self._task, self._starting
             self._task = None

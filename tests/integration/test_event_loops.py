@@ -29,6 +29,7 @@ from aiojetstream import (
     JetStreamContext,
     KeyNotFoundError,
     KeyValueConfig,
+    ObjectStoreConfig,
     StreamConfig,
     StreamNotFoundError,
 )
@@ -372,3 +373,118 @@ def test_an_ack_beside_an_idle_owner_loop_is_refused(nats_url: str) -> None:
         assert owner.run_until_complete(last()) == 1  # the refused ack was not sent
     finally:
         owner.close()
+
+
+def test_waits_and_closes_from_a_loop_running_elsewhere_are_refused(
+    nats_url: str, loop_thread: _LoopThread
+) -> None:
+    """Handles made in a loop thread (as a Spark session or a notebook's background
+    loop runs them), then waited on or closed from another thread's loop: a
+    ``publish_async_complete()`` or a ``ConsumeContext.closed()`` never returned
+    (and the first bound the window to the wrong loop: the owner's own calls raised
+    ``RuntimeError`` from then on); a wait for the next message, entry or chunk
+    raised a bare ``RuntimeError``; a close left the server's consumers and could
+    not be done again; a batch's refused ``add()`` sent a message from that thread
+    and closed the batch. Each is refused before anything is done."""
+    name = unique_name("LOOPH")
+    bucket = unique_name("LOOPH")
+    js: JetStreamContext = loop_thread.run(aiojetstream.connect(nats_url))
+    handled: list[bytes] = []
+    try:
+
+        async def first() -> tuple[Any, ...]:
+            await js.create_stream(
+                StreamConfig(name=name, subjects=[f"{name}.>"], allow_atomic=True)
+            )
+            await js.publish(f"{name}.a", b"0")
+            consumer = await js.create_consumer(name, ConsumerConfig(durable_name="C"))
+            it = consumer.messages(expires=2)
+            await it.__aenter__()
+            assert (await it.next()).data == b"0"
+            kv = await js.create_key_value(KeyValueConfig(bucket=bucket))
+            await kv.put("k", b"v")
+            watcher = kv.watch()
+            await watcher.__aenter__()
+            assert (await watcher.__anext__()) is not None
+            assert (await watcher.__anext__()) is None
+            store = await js.create_object_store(ObjectStoreConfig(bucket=bucket))
+            await store.put("o", bytes(3000), chunk_size=1000)
+            result = await store.get("o")
+            assert await result.__anext__() == bytes(1000)
+            other = await js.create_consumer(name, ConsumerConfig(durable_name="D"))
+
+            async def handle(msg: Any) -> None:
+                handled.append(msg.data)
+
+            ctx = await other.consume(handle, expires=2)
+            batch = js.atomic_batch()
+            await batch.add(f"{name}.b", b"1")
+            return it, watcher, result, ctx, batch
+
+        it, watcher, result, ctx, batch = loop_thread.run(first())
+
+        async def here() -> None:
+            await _refused(it.next, InvalidOptionError)
+            await _refused(it.aclose, InvalidOptionError)
+            await _refused(watcher.__anext__, InvalidOptionError)
+            await _refused(watcher.aclose, InvalidOptionError)
+            await _refused(result.__anext__, InvalidOptionError)
+            await _refused(result.aclose, InvalidOptionError)
+            await _refused(ctx.closed, InvalidOptionError)
+            await _refused(ctx.drain, InvalidOptionError)
+            await _refused(js.publish_async_complete, InvalidOptionError)
+            await _refused(lambda: batch.add(f"{name}.b", b"2"), InvalidOptionError)
+
+        asyncio.run(here())
+
+        async def back() -> None:
+            # In their own loop every handle goes on, and closes for good.
+            await js.publish(f"{name}.a", b"1")
+            assert (await it.next()).data == b"1"
+            await batch.add(f"{name}.b", b"2")
+            ack = await batch.commit(f"{name}.b", b"3")
+            assert ack.batch_size == 3
+            assert await result.read() == bytes(2000)
+            await kv.put("k", b"w")
+            entry = await watcher.__anext__()
+            assert entry is not None
+            assert entry.value == b"w"
+            await it.aclose()
+            await watcher.aclose()
+            await result.aclose()
+            ctx.stop()
+            assert await ctx.closed() is None
+            stream = await js.stream(name)
+            assert sorted([n async for n in stream.consumer_names()]) == ["C", "D"]
+            assert [n async for n in kv.stream.consumer_names()] == []
+
+        kv = loop_thread.run(js.key_value(bucket))
+        loop_thread.run(back())
+    finally:
+        loop_thread.run(js.close())
+
+
+def test_handles_of_an_ended_loop_close_quietly(nats_url: str) -> None:
+    """After their loop ended (a notebook cell's asyncio.run), closing them raised
+    ``RuntimeError: Event loop is closed`` (and a coroutine was never awaited)."""
+    name = unique_name("LOOPQ")
+
+    async def first() -> tuple[JetStreamContext, Any, Any]:
+        js = await aiojetstream.connect(nats_url)
+        await js.create_stream(StreamConfig(name=name, subjects=[f"{name}.>"]))
+        await js.publish(f"{name}.a", b"0")
+        consumer = await js.create_consumer(name, ConsumerConfig(durable_name="C"))
+        it = consumer.messages(expires=2)
+        await it.__aenter__()
+        ordered = (await js.ordered_consumer(name)).messages(expires=2)
+        await ordered.__aenter__()
+        return js, it, ordered
+
+    js, it, ordered = asyncio.run(first())
+
+    async def second() -> None:
+        await it.aclose()
+        await ordered.aclose()
+        await js.close()
+
+    asyncio.run(second())

@@ -285,6 +285,33 @@ class Conn:
             thread = self.thread = threading.get_ident()
         return thread == threading.get_ident() and loop.is_running()
 
+    def outside(self) -> bool:
+        """For a wait or a close of a handle: whether the caller runs outside an ended loop.
+
+        Not per message: the slow paths and closes of pulls, watches and reads.
+        True when the connection's loop has ended and the caller runs in
+        another (nothing of the handle can run: a close only marks it closed);
+        False in the connection's loop (or when none is known yet).
+
+        Raises:
+            InvalidOptionError: the caller runs in another loop while the
+                connection's is open (another thread's: a wait there hung, or
+                raised a bare ``RuntimeError``; a close left the server's consumer).
+
+        """
+        loop = self.loop
+        if loop is None or asyncio.get_running_loop() is loop:
+            return False
+        if loop.is_closed():
+            return True
+        raise self.other_loop_error(loop)
+
+    def refuse_outside(self) -> None:
+        """:meth:`outside` for a wait: an ended loop raises too (``ConnectionClosedError``)."""
+        loop = self.loop
+        if self.outside() and loop is not None:
+            raise self.other_loop_error(loop)
+
     @staticmethod
     def other_loop_error(owner: asyncio.AbstractEventLoop) -> JetStreamError:
         """The error of a call made from an event loop other than ``owner``, the connection's."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from .._cleanup import close_in_background, close_when_collected
 from .._codec import Codec, invalid_payload
+from .._conn import Conn
 from .._errors import JetStreamError
 from .._message import Msg, TypedMsg, typed
 from .._pull_driver import PullDriver, in_error_handler
@@ -140,6 +141,9 @@ class MessageSource(Protocol):
     async def aclose(self) -> None:
         """Release everything."""
 
+    def outside(self) -> bool:
+        """Whether the caller runs outside the connection's ended loop (see ``Conn.outside``)."""
+
     def report(self, error: JetStreamError) -> None:
         """Hand an error to the error handler (or log it)."""
 
@@ -248,8 +252,16 @@ class MessagesContext:
         self._driver.drain()
 
     async def aclose(self) -> None:
-        """Stop and release the subscription (idempotent); iteration ends."""
+        """Stop and release the subscription (idempotent); iteration ends.
+
+        From another thread's loop: :class:`InvalidOptionError`, nothing closed.
+        """
+        ended = self._started and self._driver.outside()  # (raises from a live other loop)
         self._closed = True  # first: a reader woken by a cancelled start must not restart it
+        if ended:
+            if self._finalizer is not None:
+                self._finalizer.detach()
+            return
         if self._finalizer is not None:
             self._finalizer.detach()
         await self._driver.aclose()
@@ -395,8 +407,21 @@ class ConsumeContext:
 
     async def drain(self) -> None:
         """Stop pulling, hand every buffered message to the handler, then wait until closed."""
+        self._own_loop()
         self._driver.drain()
         await self.closed()
+
+    def _own_loop(self) -> None:
+        """Refuse a wait (or a drain) from another loop than the consumption's.
+
+        From another thread's loop the wait never returned (the task's end
+        woke a waiter of that loop from the consumption's thread).
+        """
+        task = self._task
+        if task is not None and not task.done():
+            owner = task.get_loop()
+            if asyncio.get_running_loop() is not owner:
+                raise Conn.other_loop_error(owner)
 
     async def closed(self) -> JetStreamError | None:
         """Wait until consumption has ended; return its terminal error, if any.
@@ -408,6 +433,7 @@ class ConsumeContext:
         task = self._task
         if task is not None and task is asyncio.current_task():
             return self.error
+        self._own_loop()
         if task is not None:
             if in_error_handler(self._driver):
                 # Called from an async error handler, which the end waits for.

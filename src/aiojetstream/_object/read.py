@@ -145,6 +145,8 @@ class ObjectResult:
         return self
 
     async def __anext__(self) -> bytes:
+        if self._it is not None:  # (a chunk at a time: its tasks are the connection loop's)
+            self._store.stream._api.conn.refuse_outside()
         if self._done:
             self._ended()
         try:
@@ -399,8 +401,11 @@ class ObjectResult:
 
     async def aclose(self) -> None:
         """Stop reading and delete the consumer (idempotent)."""
+        it = self._it
+        if it is not None and self._store.stream._api.conn.outside():
+            it = None  # the loop ended: nothing of it runs (raises from another live loop)
         self._done = True
-        it, self._it = self._it, None
+        self._it = None
         if self._finalizer is not None:
             self._finalizer.detach()
         if it is not None:

@@ -1154,6 +1154,7 @@ class OrderedSource:
 
         Tasks sharing the source take turns here (one waits or resets at a time).
         """
+        self._owner._api.conn.refuse_outside()  # (a lock and tasks of another loop)
         async with self._reading:
             return await self._next_msg()
 
@@ -1192,6 +1193,10 @@ class OrderedSource:
             if accepted is False:
                 driver.stop()
 
+    def outside(self) -> bool:
+        """Whether the caller runs outside the connection's ended loop (see ``Conn.outside``)."""
+        return self._owner._api.conn.outside()
+
     def stop(self) -> None:
         """Stop now."""
         self._stopped = True
@@ -1223,6 +1228,9 @@ class OrderedSource:
         """
         closing = self._closing
         if closing is None:
+            if self.outside():  # the loop ended: nothing of it runs (raises from a live one)
+                self._closed = self._stopped = True
+                return
             self._closed = True
             self._stopped = True
             self._ending.set()

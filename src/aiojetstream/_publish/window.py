@@ -895,7 +895,17 @@ class AsyncPublisher:
 
         Without ``timeout`` the wait is still bounded: every outstanding future
         fails by its own ack deadline at the latest.
+
+        Raises:
+            InvalidOptionError: called from another thread's event loop (it
+                waited for good there, and bound the wait to that loop, so the
+                owner's own later calls raised ``RuntimeError``).
+            ConnectionClosedError: the connection's event loop has ended.
+
         """
+        conn = self._conn
+        if not conn.on_own_loop():
+            conn.other_loop(asyncio.get_running_loop())
         if not self._futures:
             return
         try:
