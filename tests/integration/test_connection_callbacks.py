@@ -4,6 +4,7 @@ while nats-py drains, and server URLs that can not be parsed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import aiojetstream
 from aiojetstream import (
     ConnectionClosedError,
+    ConsumerConfig,
     InvalidOptionError,
     JetStreamTimeoutError,
     StorageType,
@@ -454,3 +456,35 @@ async def test_nats_py_options_that_are_no_duration_or_count_are_refused_first(
     options: dict[str, Any] = {option: value}
     with pytest.raises(InvalidOptionError, match=says):
         await aiojetstream.connect("nats://127.0.0.1:1", **options)
+
+
+async def test_the_late_pong_of_a_drain_given_up_keeps_the_connection() -> None:
+    """A consume() drain waits for a PONG within the API timeout. One that came
+    later (a hung server, a GC pause) set the result of nats-py's cancelled future:
+    taken for malformed protocol, the connection was dropped and every call in
+    flight failed with ``DisconnectedError``."""
+    async with NatsServer(jetstream=True) as server:
+        disconnects: list[bool] = []
+
+        async def on_disconnect() -> None:
+            disconnects.append(True)
+
+        js = await aiojetstream.connect(server.url, timeout=1, disconnected_cb=on_disconnect)
+        try:
+            name = unique_name("PONG")
+            await js.create_stream(StreamConfig(name=name, subjects=[name]))
+            consumer = await js.create_consumer(name, ConsumerConfig(durable_name="d"))
+            ctx = await consumer.consume(lambda msg: None)
+            server.freeze()
+            try:
+                with contextlib.suppress(JetStreamTimeoutError):
+                    await ctx.drain()  # its PONG does not come in time
+            finally:
+                server.thaw()
+            # The late PONG comes first, then this flush's.
+            await js.nc.flush(timeout=5)
+            assert (await js.publish(name, b"x")).seq == 1
+            assert disconnects == []
+            assert js.nc.stats["reconnects"] == 0
+        finally:
+            await js.close()

@@ -10,6 +10,7 @@ import aiojetstream
 from aiojetstream import (
     DisconnectedError,
     JetStreamError,
+    JetStreamTimeoutError,
     NoRespondersError,
     PubAck,
     StorageType,
@@ -110,5 +111,27 @@ async def test_publish_async_across_restart() -> None:
             assert set(stored.values()) - set(acked) <= unacked
             # A 503 means no stream had the message.
             assert not no_responders & set(stored.values())
+        finally:
+            await js.close()
+
+
+async def test_complete_ends_quietly_when_the_last_acks_time_out_with_it() -> None:
+    """``publish_async_complete(timeout=T)`` beside publishes whose own ack deadline
+    is T too: when both ran out in the same pass of the loop, it raised "0
+    asynchronous publishes still pending" (3 of 3). Each future has its error."""
+    async with NatsServer(jetstream=True) as server:
+        js = await aiojetstream.connect(server.url, timeout=1)
+        try:
+            name = unique_name("CZERO")
+            await js.create_stream(StreamConfig(name=name, subjects=[name]))
+            server.freeze()
+            try:
+                for _ in range(3):
+                    future = await js.publish_async(name, b"q")  # its ack deadline: 1 s
+                    await js.publish_async_complete(timeout=1)
+                    assert future.done()
+                    assert isinstance(future.exception(), JetStreamTimeoutError)
+            finally:
+                server.thaw()
         finally:
             await js.close()

@@ -24,6 +24,7 @@ from ._nats import (
     bound_close_waits,
     enqueue,
     enqueue_many,
+    guard_late_pongs,
     guard_permission_errors,
     is_down,
     nats_errors,
@@ -166,6 +167,7 @@ class Conn:
         self.fast = choose_path(nc)
         # A permissions violation fails the call that caused it (see _violations).
         guard_permission_errors(nc, functools.partial(route_violation, nc))
+        guard_late_pongs(nc)  # a flush given up: its PONG must not drop the connection
 
     # ----------------------------------------------------------------- state
 

@@ -961,6 +961,8 @@ def guard_auth_refusals(nc: NatsClient, policy: RefusalPolicy) -> None:
 
 #: The clients whose permissions violations are routed (see guard_permission_errors).
 _VIOLATIONS_GUARDED: weakref.WeakSet[NatsClient] = weakref.WeakSet()
+#: The clients whose late PONGs are skipped (see guard_late_pongs).
+_PONGS_GUARDED: weakref.WeakSet[NatsClient] = weakref.WeakSet()
 
 
 def guard_permission_errors(nc: NatsClient, on_violation: Callable[[str, bool], object]) -> None:
@@ -988,6 +990,34 @@ def guard_permission_errors(nc: NatsClient, on_violation: Callable[[str, bool], 
         await original(err_msg)
 
     nc._process_err = process_err  # type: ignore[method-assign]
+
+
+def guard_late_pongs(nc: NatsClient) -> None:
+    """Skip the PONG of a flush that timed out or was cancelled (once per client).
+
+    nats-py cancels such a flush's future but leaves it in its list of PONGs
+    awaited: the PONG, when it came, set the result of the cancelled future,
+    and the ``InvalidStateError`` was taken for malformed protocol, so the
+    connection was dropped and every call in flight failed with it (a drain
+    whose PONG came after its timeout). As nats.go drops a timed-out flush's
+    entry, the PONG is counted and nothing else.
+    """
+    original: Callable[[], Awaitable[None]] | None = getattr(nc, "_process_pong", None)
+    pongs = getattr(nc, "_pongs", None)
+    if original is None or not isinstance(pongs, list) or nc in _PONGS_GUARDED:
+        return  # another nats-py, or guarded already
+    _PONGS_GUARDED.add(nc)
+
+    async def process_pong() -> None:
+        pongs: list[asyncio.Future[Any]] = nc._pongs
+        if pongs and pongs[0].done():
+            pongs.pop(0)  # nothing waits for it any more
+            nc._pongs_received += 1
+            nc._pings_outstanding = 0
+            return
+        await original()
+
+    nc._process_pong = process_pong  # type: ignore[method-assign]
 
 
 def keep_last_error(nc: NatsClient, error: Exception) -> None:
