@@ -65,6 +65,31 @@ class ReaderEvent(enum.Enum):
     END = enum.auto()  # the reader was closed
 
 
+async def enter_within(oc: OrderedConsumer, it: MessagesContext, bound: float) -> bool:
+    """Enter ``it`` (``oc``'s messages) within ``bound`` seconds; False when out of time.
+
+    Out of time, the server did not answer: the entry is cancelled, and its
+    clean-up sends the consumer's delete without waiting for an answer
+    (``quick_close``): a ``wait_for`` cancelled it first, and the clean-up
+    waited up to 2 s more for a delete the server would not answer either.
+    """
+    entering = asyncio.ensure_future(it.__aenter__())
+    try:
+        done, _ = await asyncio.wait({entering}, timeout=bound)
+    except BaseException:
+        entering.cancel()
+        raise
+    if done:
+        entering.result()
+        return True
+    oc.quick_close = True
+    entering.cancel()
+    await asyncio.wait({entering})
+    if not entering.cancelled():
+        entering.exception()  # retrieved: its end is this timeout
+    return False
+
+
 class Reader:
     """An ordered consumer over a bucket that knows when the initial values were read.
 
@@ -143,11 +168,18 @@ class Reader:
             return
         # Nothing stays behind a failed start: the messages context (and with
         # it any retry of the consumer's creation) is stopped and closed.
+        if isinstance(error, JetStreamTimeoutError):
+            self._give_up()
         await self.aclose()
         if isinstance(error, StreamNotFoundError):
             # A bucket's backing stream is gone: the bucket was deleted.
             raise bucket_gone(self._stream.name) from error
         raise error
+
+    def _give_up(self) -> None:
+        """The server did not answer in the caller's time: the close does not wait for it."""
+        if self._oc is not None:
+            self._oc.quick_close = True
 
     async def _start(self) -> None:
         oc = await self._stream.ordered_consumer(self._config)
@@ -157,12 +189,10 @@ class Reader:
         if bound is None:
             await it.__aenter__()
         else:
-            try:
-                await asyncio.wait_for(it.__aenter__(), bound)
-            except TimeoutError:
+            if not await enter_within(oc, it, bound):
                 raise JetStreamTimeoutError(
                     f"could not start reading stream {self._stream.name!r} within {bound:g} s"
-                ) from None
+                )
         behind = await self._behind_leader()  # (the target, asked once here)
         info = oc.cached_info
         if info is not None and info.num_pending == 0 and not behind:
@@ -275,6 +305,7 @@ class Reader:
                         # info was asked for (a slow link): it goes out first.
                         self._announce = True
                     elif self._stall is not None and loop.time() - since >= self._stall:
+                        self._give_up()
                         why = (
                             " (the stream has no leader: the values its leader holds are unknown)"
                             if self._leaderless

@@ -36,7 +36,7 @@ from .._models import (
 from .._models.obj import (
     ObjectInfo,
 )
-from .._watch import Reader, Watcher, bucket_gone
+from .._watch import Reader, Watcher, bucket_gone, enter_within
 from .names import (
     DEFAULT_CHUNK_SIZE,
     chunk_subject,
@@ -48,6 +48,7 @@ from .names import (
 
 if TYPE_CHECKING:
     from .._consumer import MessagesContext
+    from .._ordered import OrderedConsumer
     from .store import ObjectStore
 
 #: Chunk bytes one read keeps buffered (at least 2 chunks, at most 64).
@@ -118,6 +119,7 @@ class ObjectResult:
         self._size = 0
         self._chunks = 0
         self._it: MessagesContext | None = None
+        self._oc: OrderedConsumer | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._last_seq = 0  # the stream sequence of the last chunk read
         self._behind_since: float | None = None  # see _read_elsewhere
@@ -226,18 +228,15 @@ class ObjectResult:
             if after
             else OrderedConsumerConfig(filter_subjects=subjects)
         )
-        oc = await store.stream.ordered_consumer(config)
+        oc = self._oc = await store.stream.ordered_consumer(config)
         it = self._it = oc.messages(max_messages=batch)
         # Dropped unfinished (``async for ... : break`` without ``async with``): the
         # consumer, its subscription and its buffer are closed anyway.
         self._finalizer = close_when_collected(self, functools.partial(_close_reading, it))
-        try:
-            async with asyncio.timeout(self._stall):
-                await it.__aenter__()
-        except TimeoutError:
+        if not await enter_within(oc, it, self._stall):
             raise JetStreamTimeoutError(
                 f"could not start reading object {info.name!r} within {self._stall:g} s"
-            ) from None
+            )
         cached = oc.cached_info
         return not (cached is not None and cached.num_pending == 0)
 
@@ -264,6 +263,8 @@ class ObjectResult:
                     return None
                 done, _ = await asyncio.wait((waiting,), timeout=max(end - loop.time(), 0))
             if not done:
+                if self._oc is not None:
+                    self._oc.quick_close = True  # the close does not wait for the server either
                 raise JetStreamTimeoutError(
                     f"no chunk of object {self.info.name!r} for {self._stall:g} s "
                     f"({self._chunks} of {self.info.chunks} read)"

@@ -175,6 +175,11 @@ class OrderedCursor:
         self._mode: str | None = None
         self._active: _Busy | OrderedBatch | None = None
         self._needs_reset = False
+        #: Set by a reader that gave up on a server not answering in its time: the
+        #: close sends the delete without waiting for its answer (it took up to 2 s
+        #: more than the caller's timeout; the consumer goes at its inactive
+        #: threshold anyway if the server never reads it).
+        self.quick_close = False
         #: A reset whose creation failed and is being retried (None otherwise).
         self._resetting: _ResetState | None = None
         #: When the first consumer was created (the server's clock): a stream created
@@ -343,7 +348,7 @@ class OrderedCursor:
         The names the server did not find are added to ``missing``.
         """
         conn = self._api.conn
-        if conn.is_down:
+        if conn.is_down or self.quick_close:
             # Queued, not awaited: sent after the reconnect, so a close during an outage
             # neither waits for it nor leaves the consumer for inactive_threshold. (No
             # request is written between connections, and a creation waiting for the
