@@ -420,7 +420,7 @@ class AtomicBatch:
         if first:
             # Once the input is checked (this may ask the server); prepared again
             # after it, as the batch may have moved on meanwhile.
-            await F.require(self._api, F.ATOMIC_BATCH, timeout)
+            timeout = await F.require(self._api, F.ATOMIC_BATCH, timeout)
             subject, data, hdrs = self._prepare(*args, commit=False)
             first = self._state.size == 0  # a concurrent add may have gone first
         if not first:
@@ -507,7 +507,7 @@ class AtomicBatch:
         if self._state.size == 0:
             # Once the input is checked (this may ask the server); prepared again
             # after it, as the batch may have moved on meanwhile.
-            await F.require(self._api, F.ATOMIC_BATCH, timeout)
+            timeout = await F.require(self._api, F.ATOMIC_BATCH, timeout)
             subject, data, hdrs = self._prepare(*args, commit=True)
         self._state.sent()
         self._state.closed = True

@@ -954,9 +954,10 @@ class JetStreamContext:
         )
         if schedule is not None:  # checked once the input is (the check may ask the server)
             at = schedule.spec.startswith("@at ")
-            await F.require(self._api, F.SCHEDULES if at else F.SCHEDULE_PATTERNS, timeout)
+            feature = F.SCHEDULES if at else F.SCHEDULE_PATTERNS
+            timeout = await F.require(self._api, feature, timeout)  # (its time left)
         if ttl is not None:  # a server before 2.11 would store it and never expire it
-            await F.require(self._api, F.MSG_TTL, timeout)
+            timeout = await F.require(self._api, F.MSG_TTL, timeout)
         wait = self._timeout if timeout is None else timeout
         if hold is None:
             return await P.publish(self._conn, subject, data, hdrs, wait)
@@ -1020,9 +1021,10 @@ class JetStreamContext:
         )
         if schedule is not None:  # checked once the input is (the check may ask the server)
             at = schedule.spec.startswith("@at ")
-            await F.require(self._api, F.SCHEDULES if at else F.SCHEDULE_PATTERNS, timeout)
+            feature = F.SCHEDULES if at else F.SCHEDULE_PATTERNS
+            timeout = await F.require(self._api, feature, timeout, default=False)
         if ttl is not None:  # a server before 2.11 would store it and never expire it
-            await F.require(self._api, F.MSG_TTL, timeout)
+            timeout = await F.require(self._api, F.MSG_TTL, timeout, default=False)
         publisher = self._publisher
         if publisher.has_room:
             return publisher.send(subject, data, hdrs, timeout, hold)
@@ -1186,7 +1188,8 @@ class JetStreamContext:
             ]
         P.check_sizes(self._conn, data, blocks)  # all of them, before the first is sent
         if ttls is not None and any(ttl is not None for ttl in ttls):
-            await F.require(self._api, F.MSG_TTL, timeout)  # (a server before 2.11 keeps them)
+            # (A server before 2.11 keeps them.) The acks' deadline is the call's, probe included.
+            timeout = await F.require(self._api, F.MSG_TTL, timeout, default=False)
         tally = P.AckTally()
         sent = 0
         while sent < count:
@@ -1327,7 +1330,7 @@ class JetStreamContext:
         from ._stream import stored_message
 
         subject = validate_publish_subject(subject)
-        await F.require(self._api, F.SCHEDULES, timeout)
+        timeout = await F.require(self._api, F.SCHEDULES, timeout)
         name = await self.stream_name_by_subject(subject, timeout=timeout)
         try:
             reply = await self._api.call(

@@ -192,7 +192,7 @@ class Counter:
         checked = check_timeout(timeout)
         # A header over max_payload made the server close the connection.
         P.check_size(self._api.conn, b"", block)
-        await F.require(self._api, F.COUNTERS, checked)
+        checked = await F.require(self._api, F.COUNTERS, checked)  # (its time left)
         wait = self._api.timeout if checked is None else checked
         ack = await P.publish(self._api.conn, subject, b"", block, wait)
         if ack.stream != self._stream:
@@ -232,8 +232,7 @@ class Counter:
 
         """
         subject = validate_publish_subject(subject)
-        timeout = check_timeout(timeout)
-        await F.require(self._api, F.COUNTERS, timeout)
+        timeout = await F.require(self._api, F.COUNTERS, check_timeout(timeout))
         try:
             msg = await self._last(subject, timeout)
         except MessageNotFoundError as exc:

@@ -461,7 +461,9 @@ class DirectBatch:
 
     async def _start(self) -> None:
         self._started = True
-        await F.require(self._api, F.BATCH_GET, self._timeout)
+        left = await F.require(self._api, F.BATCH_GET, self._timeout)
+        if left is not None:
+            self._timeout = left  # (what asking for the API level left of it)
         if self._direct_off:
             # Through a domain or a leaf node the request would only time out (a
             # leaf sends no 503): the stream's config, asked afresh, says it now.

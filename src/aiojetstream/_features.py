@@ -17,6 +17,7 @@ as nats.go checks its own, e.g. "stream subject transforms not supported").
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -101,23 +102,33 @@ def check_level(feature: Feature, level: int) -> None:
         raise FeatureNotSupportedError(feature.name, feature.level, level, feature.version)
 
 
-async def require(api: ApiClient, feature: Feature, timeout: float | None = None) -> None:
+async def require(
+    api: ApiClient, feature: Feature, timeout: float | None = None, *, default: bool = True
+) -> float | None:
     """Check the server's API level (read once per context) for ``feature``: data-plane calls.
+
+    Returns the call's time left: ``timeout`` (the context's when None and
+    ``default``; None stays None otherwise) less what asking for the level
+    took, or ``timeout`` as given when the level was known (the probe took
+    up to 1 s more than the call's timeout).
 
     A user allowed to publish and read but not to ask for account info (a
     common least-privilege set-up: ``$JS.API.INFO`` denied) gets no reply to
     it: the server refuses the request (:class:`PermissionViolationError`,
     at once), or, where the refusal does not reach the request, it times out.
-    So the level is asked for at most ``LEVEL_PROBE`` seconds (within the
-    call's ``timeout``); refused or unanswered, the check is left to the
+    So the level is asked for at most ``LEVEL_PROBE`` seconds (and at most
+    half of the call's ``timeout``); refused or unanswered, the check is left to the
     server, for this call and every later one of the context (as the Go and
     JavaScript clients leave it), and the call goes on with the rest of its
     time. Administrative calls (stream and consumer create or update) keep
     the strict check.
     """
+    left = timeout
     if api.level is None and not api.level_unknown:
         allowed = check_timeout(timeout)
-        probe = min(api.timeout if allowed is None else allowed, LEVEL_PROBE)
+        base = api.timeout if allowed is None else allowed
+        probe = min(base / 2, LEVEL_PROBE)
+        began = time.monotonic()
         try:
             await api.api_level(probe)
         except PermissionViolationError:
@@ -135,8 +146,11 @@ async def require(api: ApiClient, feature: Feature, timeout: float | None = None
                 probe,
                 feature.name,
             )
+        if allowed is not None or default:
+            left = base - (time.monotonic() - began)
     if api.level is not None:
         check_level(feature, api.level)
+    return left
 
 
 def _level_note(level: int | None) -> str:

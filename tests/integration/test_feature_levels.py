@@ -12,6 +12,7 @@ server is asked whether anything arrived.
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -22,12 +23,16 @@ from aiojetstream import (
     ConsumerConfig,
     FeatureNotSupportedError,
     JetStreamContext,
+    JetStreamTimeoutError,
     StorageType,
     StreamConfig,
 )
 from aiojetstream.testing import NatsServer
 from helpers import unique_name
 from proxy import Frame, RewritingProxy
+
+#: A publish's timeout where the server answers nothing (the probe took 1 s more).
+PUBLISH_TIMEOUT = 4.0
 
 
 async def _ttl_stream(js: JetStreamContext) -> str:
@@ -143,3 +148,28 @@ async def test_an_increment_stored_as_a_plain_message_is_an_old_server(
             await context.close()
     assert context._api.level_unknown
     assert any("as a plain message" in note for note in info.value.__notes__)
+
+
+async def test_the_level_probe_comes_out_of_the_calls_time(
+    js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    """A server that answers neither ``$JS.API.INFO`` (denied to the user, silently)
+    nor the publish: the probe for the API level took up to 1 s on top of the
+    publish's timeout (5 s for a 4 s timeout). It comes out of it."""
+    name = await _ttl_stream(js)
+
+    def silent(frame: Frame) -> list[Frame] | None:
+        if frame.request in (b"$JS.API.INFO", f"{name}.a".encode()):
+            return []
+        return None
+
+    async with RewritingProxy(nats_server.port, silent) as proxy:
+        context = await aiojetstream.connect(proxy.url)
+        try:
+            began = time.monotonic()
+            with pytest.raises(JetStreamTimeoutError):
+                await context.publish(f"{name}.a", b"x", ttl=60, timeout=PUBLISH_TIMEOUT)
+            assert time.monotonic() - began < PUBLISH_TIMEOUT + 0.6
+        finally:
+            await context.close()
+    assert context._api.level_unknown

@@ -261,7 +261,7 @@ class Consumer:
         """
         timeout = check_timeout(timeout)
         check_group_name(group)
-        await F.require(self._api, F.PRIORITY_GROUPS, timeout)
+        timeout = await F.require(self._api, F.PRIORITY_GROUPS, timeout)
         await self._api.call(
             _api.CONSUMER_UNPIN,
             {"group": group},
