@@ -488,3 +488,34 @@ async def test_the_late_pong_of_a_drain_given_up_keeps_the_connection() -> None:
             assert js.nc.stats["reconnects"] == 0
         finally:
             await js.close()
+
+
+async def test_a_fallback_request_beside_a_full_buffer_ends_in_its_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the fallback, past nats-py's ``pending_size`` (2 MiB) queued for a hung
+    server, nats-py waits for its buffer to be written before a request is even
+    sent, without a bound: ``account_info(timeout=1)`` waited for good."""
+    monkeypatch.setenv("AIOJETSTREAM_FAST_PATH", "0")
+    async with NatsServer(jetstream=True) as server:
+        js = await aiojetstream.connect(server.url, timeout=1)
+        try:
+            assert not js._conn.fast
+            name = unique_name("FULL")
+            await js.create_stream(StreamConfig(name=name, subjects=[name]))
+            server.freeze()
+            try:
+                # 36 MB queued (the socket's buffers take some of it).
+                for _ in range(6):
+                    with contextlib.suppress(JetStreamTimeoutError):
+                        await js.publish(name, bytes(1_000_000), timeout=0.3)
+                with contextlib.suppress(JetStreamTimeoutError):
+                    await js.publish_many(name, [bytes(1_000_000)] * 30, timeout=1)
+                began = asyncio.get_running_loop().time()
+                with pytest.raises(JetStreamTimeoutError):
+                    await asyncio.wait_for(js.account_info(timeout=1), 10)
+                assert asyncio.get_running_loop().time() - began < 2.0
+            finally:
+                server.thaw()
+        finally:
+            await js.close()

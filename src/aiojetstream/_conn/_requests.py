@@ -16,7 +16,7 @@ import functools
 import logging
 import re
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .._errors import (
     ConnectionClosedError,
@@ -343,7 +343,12 @@ async def request(
             check_line(subject.encode(), b"_INBOX." + b"x" * 60)  # nats-py's inbox, at most
         headers = decode_header_block(header_block)
         await after_background_publishes()  # sent after the publishes made before it
-        msg = await _fallback_request(nc, subject, payload, timeout, headers)
+        if nc._max_pending_size > 0 and (
+            nc._pending_data_size + len(payload) > nc._max_pending_size // 2
+        ):
+            msg = await _bounded_fallback_request(nc, subject, payload, timeout, headers)
+        else:
+            msg = await _fallback_request(nc, subject, payload, timeout, headers)
         # A stored message (a direct get's) is no status, whatever its headers say.
         stored = msg.headers is not None and "Nats-Sequence" in msg.headers
         return msg.data, rebuild_header_block(msg.headers, may_be_status=not stored)
@@ -380,6 +385,39 @@ async def request(
     if hdr is not None and hdr.startswith(_NO_RESPONDERS):
         raise NoRespondersError(f"no responders on {subject!r}")
     return data, hdr
+
+
+#: What a bounded fallback request waits past its timeout for nats-py's own answer.
+_FALLBACK_GRACE: Final = 0.25
+
+
+async def _bounded_fallback_request(
+    nc: NatsClient, subject: str, payload: bytes, timeout: float, headers: dict[str, str] | None
+) -> Any:
+    """:func:`_fallback_request` within ``timeout``, with nats-py's outgoing buffer near full.
+
+    Past its ``pending_size`` nats-py waits for its buffer to be written out
+    before the request is even sent, with no bound (its ``flush_timeout`` is
+    None) and swallowing a cancellation: against a hung server a request with
+    a 1 s timeout waited for good. The request runs in a task of its own,
+    given up (cancelled, its outcome dropped) at the timeout. As on any
+    timeout, the message may still be sent (it is in the buffer).
+    """
+    call = asyncio.ensure_future(_fallback_request(nc, subject, payload, timeout, headers))
+    try:
+        done, _ = await asyncio.wait({call}, timeout=timeout + _FALLBACK_GRACE)
+    except BaseException:
+        _give_up(call)
+        raise
+    if not done:
+        _give_up(call)
+        raise JetStreamTimeoutError(f"timed out waiting for a reply on {subject!r}")
+    return call.result()
+
+
+def _give_up(call: asyncio.Future[Any]) -> None:
+    call.cancel()
+    call.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 async def _fallback_request(
