@@ -19,7 +19,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _load() below
     from ._admin import Backlog
     from ._batch import AtomicBatch, BatchAck
     from ._codec import Codec, JsonCodec, RawCodec
-    from ._consumer import ConsumeContext, Consumer, MessageBatch, MessagesContext
+    from ._consumer import (
+        ConsumeContext,
+        Consumer,
+        MessageBatch,
+        MessagesContext,
+        TypedMessagesContext,
+    )
     from ._context import JetStreamContext, connect
     from ._counter import Counter
     from ._direct import DirectBatch
@@ -174,6 +180,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _load() below
     from ._publish import PublishSummary
     from ._schedule import Schedule
     from ._stream import Stream
+    from ._typed import TypedMessageBatch
 
 __all__ = [
     "APIError",
@@ -339,6 +346,8 @@ __all__ = [
     "Tier",
     "TooManyInflightBatchesError",
     "TooManyResultsError",
+    "TypedMessageBatch",
+    "TypedMessagesContext",
     "TypedMsg",
     "UnknownPriorityGroupError",
     "WrongLastMsgIdError",
@@ -515,6 +524,8 @@ _SOURCES: dict[str, str] = {
     "Tier": "_models",
     "TooManyInflightBatchesError": "_errors",
     "TooManyResultsError": "_errors",
+    "TypedMessageBatch": "_typed",
+    "TypedMessagesContext": "_consumer",
     "TypedMsg": "_message",
     "UnknownPriorityGroupError": "_errors",
     "WrongLastMsgIdError": "_errors",

@@ -592,12 +592,12 @@ class PayloadValidationError(JetStreamError, ValueError):
         *,
         subject: str = "",
         sequence: int | None = None,
-        errors: list[Any] | None = None,
+        errors: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(message)
         self.subject = subject
         self.sequence = sequence
-        self.errors: list[Any] = errors if errors is not None else []
+        self.errors: list[dict[str, Any]] = errors if errors is not None else []
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (

@@ -89,11 +89,26 @@ class _Silent:
         return SimpleNamespace(num_pending=self.pending, delivered=delivered, name="c")
 
 
+class _OwnLoop:
+    """The connection of a reader used in its own loop (``Conn.outside`` says so)."""
+
+    def outside(self) -> bool:
+        return False
+
+    def refuse_outside(self) -> None:
+        pass
+
+
+class _Api:
+    conn = _OwnLoop()
+
+
 class _Stream:
     name = "KV_b"
 
     def __init__(self, consumer: _Silent) -> None:
         self.consumer = consumer
+        self._api = _Api()
 
     async def ordered_consumer(self, config: object) -> _Silent:
         return self.consumer

@@ -171,6 +171,8 @@ EXPECTED = [
     "Tier",
     "TooManyInflightBatchesError",
     "TooManyResultsError",
+    "TypedMessageBatch",
+    "TypedMessagesContext",
     "TypedMsg",
     "UnknownPriorityGroupError",
     "WrongLastMsgIdError",

@@ -65,6 +65,12 @@ class FakeConn:
     def remove_listener(self, listener: object) -> None:
         pass
 
+    def outside(self) -> bool:
+        return False  # (used in its own loop)
+
+    def refuse_outside(self) -> None:
+        pass
+
 
 class FakeApi:
     timeout = 5.0

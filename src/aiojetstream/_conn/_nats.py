@@ -566,6 +566,16 @@ def write_pending(nc: NatsClient) -> bool:
     return True
 
 
+def buffer_nearly_full(nc: NatsClient, size: int) -> bool:
+    """Whether ``size`` more bytes take nats-py's outgoing buffer past half its ``pending_size``.
+
+    Past all of it nats-py waits for the buffer to be written out, unbounded,
+    before it sends a publish (see ``_requests._bounded_fallback_request``).
+    """
+    limit = nc._max_pending_size
+    return bool(limit > 0 and nc._pending_data_size + size > limit // 2)
+
+
 def write_now(nc: NatsClient, cmd: bytes, payload_size: int) -> bool:
     """Write one ready-made command now, after what is queued; True if written.
 

@@ -32,6 +32,7 @@ from ._fallback import after_background_publishes, decode_header_block, rebuild_
 from ._nats import (
     NatsClient,
     NatsSubscription,
+    buffer_nearly_full,
     fail_nats_requests,
     forget_nats_request_inbox,
     nats_request_inbox,
@@ -343,9 +344,7 @@ async def request(
             check_line(subject.encode(), b"_INBOX." + b"x" * 60)  # nats-py's inbox, at most
         headers = decode_header_block(header_block)
         await after_background_publishes()  # sent after the publishes made before it
-        if nc._max_pending_size > 0 and (
-            nc._pending_data_size + len(payload) > nc._max_pending_size // 2
-        ):
+        if buffer_nearly_full(nc, len(payload)):
             msg = await _bounded_fallback_request(nc, subject, payload, timeout, headers)
         else:
             msg = await _fallback_request(nc, subject, payload, timeout, headers)
