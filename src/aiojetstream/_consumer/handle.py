@@ -45,7 +45,15 @@ from .._typed import (
 from .._validation import check_timeout
 from .calls import consumer_info, not_pull_error
 from .contexts import ConsumeContext, MessageBatch, MessagesContext, TypedMessagesContext
-from .options import ConsumeOptions, FetchOptions, NoWaitOptions, secs
+from .options import (
+    ConsumeOptions,
+    FetchOptions,
+    NoWaitOptions,
+    TypedConsumeOptions,
+    TypedFetchOptions,
+    TypedNoWaitOptions,
+    secs,
+)
 
 T = TypeVar("T")
 
@@ -321,7 +329,7 @@ class Consumer:
 
     @overload
     async def fetch(
-        self, max_messages: int, *, model: type[T], **options: Unpack[FetchOptions]
+        self, max_messages: int, *, model: type[T], **options: Unpack[TypedFetchOptions]
     ) -> TypedMessageBatch[T]: ...
 
     async def fetch(
@@ -393,7 +401,7 @@ class Consumer:
 
     @overload
     async def fetch_bytes(
-        self, max_bytes: int, *, model: type[T], **options: Unpack[FetchOptions]
+        self, max_bytes: int, *, model: type[T], **options: Unpack[TypedFetchOptions]
     ) -> TypedMessageBatch[T]: ...
 
     async def fetch_bytes(
@@ -448,7 +456,7 @@ class Consumer:
 
     @overload
     async def fetch_no_wait(
-        self, max_messages: int, *, model: type[T], **options: Unpack[NoWaitOptions]
+        self, max_messages: int, *, model: type[T], **options: Unpack[TypedNoWaitOptions]
     ) -> TypedMessageBatch[T]: ...
 
     async def fetch_no_wait(
@@ -509,7 +517,9 @@ class Consumer:
     async def next(self, *, model: None = None, **options: Unpack[FetchOptions]) -> Msg: ...
 
     @overload
-    async def next(self, *, model: type[T], **options: Unpack[FetchOptions]) -> TypedMsg[T]: ...
+    async def next(
+        self, *, model: type[T], **options: Unpack[TypedFetchOptions]
+    ) -> TypedMsg[T]: ...
 
     async def next(
         self,
@@ -629,7 +639,7 @@ class Consumer:
 
     @overload
     def messages(
-        self, *, model: type[T], **options: Unpack[ConsumeOptions]
+        self, *, model: type[T], **options: Unpack[TypedConsumeOptions]
     ) -> TypedMessagesContext[T]: ...
 
     def messages(
@@ -715,7 +725,7 @@ class Consumer:
         handler: Callable[[TypedMsg[T]], Any],
         *,
         model: type[T],
-        **options: Unpack[ConsumeOptions],
+        **options: Unpack[TypedConsumeOptions],
     ) -> ConsumeContext: ...
 
     async def consume(

@@ -2,7 +2,8 @@
 
 Each pull call (``fetch``, ``fetch_bytes``, ``fetch_no_wait``, ``next``,
 ``messages``, ``consume``) has two overloads, without and with ``model=``,
-which differ only in ``model`` and the result. Their other options are spelled
+which differ in ``model``, the result, and ``codec`` / ``on_invalid``
+(only with ``model=``: without, they raised at run time). Their other options are spelled
 once here and taken as ``**options: Unpack[...]``; the implementations keep
 their explicit keyword parameters (what ``help()``, ``inspect.signature`` and
 the documentation show), so these only serve the type checker.
@@ -64,32 +65,56 @@ class OrderedTypedOptions(TypedDict, total=False):
     on_invalid: OrderedOnInvalid
 
 
-class FetchOptions(WaitOptions, GroupOptions, TypedOptions, total=False):
-    """``Consumer.fetch`` / ``fetch_bytes`` / ``next``."""
+class FetchOptions(WaitOptions, GroupOptions, total=False):
+    """``Consumer.fetch`` / ``fetch_bytes`` / ``next`` without ``model=``."""
 
 
-class NoWaitOptions(GroupOptions, TypedOptions, total=False):
-    """``Consumer.fetch_no_wait``."""
-
-    max_bytes: int | None
+class TypedFetchOptions(FetchOptions, TypedOptions, total=False):
+    """``Consumer.fetch`` / ``fetch_bytes`` / ``next`` with ``model=``."""
 
 
-class ConsumeOptions(ContinuousOptions, GroupOptions, TypedOptions, total=False):
-    """``Consumer.messages`` / ``consume``."""
-
-
-class OrderedFetchOptions(WaitOptions, OrderedTypedOptions, total=False):
-    """``OrderedConsumer.fetch`` / ``fetch_bytes`` / ``next``."""
-
-
-class OrderedNoWaitOptions(OrderedTypedOptions, total=False):
-    """``OrderedConsumer.fetch_no_wait``."""
+class NoWaitOptions(GroupOptions, total=False):
+    """``Consumer.fetch_no_wait`` without ``model=``."""
 
     max_bytes: int | None
 
 
-class OrderedConsumeOptions(ContinuousOptions, OrderedTypedOptions, total=False):
-    """``OrderedConsumer.messages`` / ``consume``."""
+class TypedNoWaitOptions(NoWaitOptions, TypedOptions, total=False):
+    """``Consumer.fetch_no_wait`` with ``model=``."""
+
+
+class ConsumeOptions(ContinuousOptions, GroupOptions, total=False):
+    """``Consumer.messages`` / ``consume`` without ``model=``."""
+
+
+class TypedConsumeOptions(ConsumeOptions, TypedOptions, total=False):
+    """``Consumer.messages`` / ``consume`` with ``model=``."""
+
+
+class OrderedFetchOptions(WaitOptions, total=False):
+    """``OrderedConsumer.fetch`` / ``fetch_bytes`` / ``next`` without ``model=``."""
+
+
+class OrderedTypedFetchOptions(OrderedFetchOptions, OrderedTypedOptions, total=False):
+    """``OrderedConsumer.fetch`` / ``fetch_bytes`` / ``next`` with ``model=``."""
+
+
+class OrderedNoWaitOptions(TypedDict, total=False):
+    """``OrderedConsumer.fetch_no_wait`` without ``model=``."""
+
+    max_bytes: int | None
+
+
+class OrderedTypedNoWaitOptions(OrderedNoWaitOptions, OrderedTypedOptions, total=False):
+    """``OrderedConsumer.fetch_no_wait`` with ``model=``."""
+
+
+class OrderedConsumeOptions(ContinuousOptions, total=False):
+    """``OrderedConsumer.messages`` / ``consume`` without ``model=``."""
+
+
+class OrderedTypedConsumeOptions(OrderedConsumeOptions, OrderedTypedOptions, total=False):
+    """``OrderedConsumer.messages`` / ``consume`` with ``model=``."""
 
 
 def secs(value: Duration | None, name: str) -> float | None:

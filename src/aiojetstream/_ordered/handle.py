@@ -15,7 +15,14 @@ from .. import _bounds as B
 from .. import _consumer as C
 from .._api import ApiClient
 from .._codec import Codec
-from .._consumer.options import OrderedConsumeOptions, OrderedFetchOptions, OrderedNoWaitOptions
+from .._consumer.options import (
+    OrderedConsumeOptions,
+    OrderedFetchOptions,
+    OrderedNoWaitOptions,
+    OrderedTypedConsumeOptions,
+    OrderedTypedFetchOptions,
+    OrderedTypedNoWaitOptions,
+)
 from .._errors import (
     FetchTimeoutError,
     InvalidOptionError,
@@ -129,7 +136,7 @@ class OrderedConsumer(OrderedCursor):
 
     @overload
     async def fetch(
-        self, max_messages: int, *, model: type[T], **options: Unpack[OrderedFetchOptions]
+        self, max_messages: int, *, model: type[T], **options: Unpack[OrderedTypedFetchOptions]
     ) -> TypedMessageBatch[T]: ...
 
     async def fetch(
@@ -166,7 +173,7 @@ class OrderedConsumer(OrderedCursor):
 
     @overload
     async def fetch_bytes(
-        self, max_bytes: int, *, model: type[T], **options: Unpack[OrderedFetchOptions]
+        self, max_bytes: int, *, model: type[T], **options: Unpack[OrderedTypedFetchOptions]
     ) -> TypedMessageBatch[T]: ...
 
     async def fetch_bytes(
@@ -201,7 +208,7 @@ class OrderedConsumer(OrderedCursor):
 
     @overload
     async def fetch_no_wait(
-        self, max_messages: int, *, model: type[T], **options: Unpack[OrderedNoWaitOptions]
+        self, max_messages: int, *, model: type[T], **options: Unpack[OrderedTypedNoWaitOptions]
     ) -> TypedMessageBatch[T]: ...
 
     async def fetch_no_wait(
@@ -229,7 +236,7 @@ class OrderedConsumer(OrderedCursor):
 
     @overload
     async def next(
-        self, *, model: type[T], **options: Unpack[OrderedFetchOptions]
+        self, *, model: type[T], **options: Unpack[OrderedTypedFetchOptions]
     ) -> TypedMsg[T]: ...
 
     async def next(
@@ -325,7 +332,7 @@ class OrderedConsumer(OrderedCursor):
 
     @overload
     def messages(
-        self, *, model: type[T], **options: Unpack[OrderedConsumeOptions]
+        self, *, model: type[T], **options: Unpack[OrderedTypedConsumeOptions]
     ) -> C.TypedMessagesContext[T]: ...
 
     def messages(
@@ -386,7 +393,7 @@ class OrderedConsumer(OrderedCursor):
         handler: Callable[[TypedMsg[T]], Any],
         *,
         model: type[T],
-        **options: Unpack[OrderedConsumeOptions],
+        **options: Unpack[OrderedTypedConsumeOptions],
     ) -> C.ConsumeContext: ...
 
     async def consume(
