@@ -119,6 +119,26 @@ def test_write_wrong_column_types(spark: SparkSession, nats: Nats) -> None:
         df.write.format("jetstream").option("servers", nats.url).mode("append").save()
 
 
+def test_write_with_a_column_twice_is_refused_before_the_job(
+    spark: SparkSession, nats: Nats, name: str
+) -> None:
+    """A join leaving two 'msg_id' columns (or two 'value's) passed the check and
+    failed in every task with Spark's DUPLICATED_FIELD_NAME_IN_ARROW_STRUCT."""
+    left = spark.createDataFrame([(1, "x", "a")], "id int, data string, msg_id string")
+    right = spark.createDataFrame([(1, "b")], "id int, msg_id string")
+    joined = left.join(right, "id").drop("id")
+    with pytest.raises(PySparkException, match="has column 'msg_id' twice"):
+        joined.write.format("jetstream").option("servers", nats.url).option(
+            "subject", f"{name}.x"
+        ).mode("append").save()
+    kv = spark.createDataFrame([(1, "k", b"v")], "id int, key string, value binary")
+    values = spark.createDataFrame([(1, b"w")], "id int, value binary")
+    with pytest.raises(PySparkException, match="has column 'value' twice"):
+        kv.join(values, "id").drop("id").write.format("jetstream_kv").option(
+            "servers", nats.url
+        ).option("bucket", name).mode("append").save()
+
+
 def test_write_overwrite_refused(spark: SparkSession, nats: Nats, name: str) -> None:
     df = spark.createDataFrame([("x",)], "data string")
     with pytest.raises(PySparkException, match=r"mode\('append'\) only"):

@@ -41,7 +41,13 @@ from ._runtime import (
 from ._source import check_read_schema
 from ._surface import surfaced, surfaced_iter
 from ._telemetry import counted
-from ._write import BatchWriterBase, WriteResult, arrow_schema, record_batches
+from ._write import (
+    BatchWriterBase,
+    WriteResult,
+    arrow_schema,
+    record_batches,
+    refuse_repeated,
+)
 
 __all__ = ["JetStreamKVDataSource"]
 
@@ -132,6 +138,7 @@ class JetStreamKVDataSource(DataSource):
         """A batch writer: ``key``, ``value`` (null deletes the key)."""
         if overwrite:
             raise InvalidOptionError("format('jetstream_kv') supports mode('append') only")
+        refuse_repeated(schema, ("key", "value"), "jetstream_kv")
         fields = {f.name: f.dataType for f in schema.fields}
         for column in ("key", "value"):
             if column not in fields:

@@ -128,6 +128,28 @@ def arrow_schema(schema: StructType, columns: Iterable[str]) -> pa.Schema:
     return pa.schema([pa.field(c, _arrow_type(fields[c])) for c in columns if c in fields])
 
 
+def refuse_repeated(schema: StructType, columns: Iterable[str], fmt: str) -> None:
+    """Refuse a DataFrame holding one of the sink's ``columns`` twice (before the job).
+
+    A join leaves two ``headers`` or ``msg_id`` columns, say: the write failed in
+    every task with Spark's ``DUPLICATED_FIELD_NAME_IN_ARROW_STRUCT``.
+
+    Raises:
+        InvalidOptionError: naming the column.
+
+    """
+    wanted = set(columns)
+    seen: set[str] = set()
+    for column in schema.fields:
+        if column.name in wanted:
+            if column.name in seen:
+                raise InvalidOptionError(
+                    f"format({fmt!r}) writes: the DataFrame has column {column.name!r} twice "
+                    "(a join?): select or rename one of them first"
+                )
+            seen.add(column.name)
+
+
 def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
     """Check the DataFrame's columns for a ``jetstream`` write (on the driver, before the job).
 
@@ -136,6 +158,7 @@ def check_sink_schema(schema: StructType, opts: SinkOptions) -> SinkColumns:
             a column of the wrong type.
 
     """
+    refuse_repeated(schema, (*_SINK_COLUMNS, *_SOURCE_ID_COLUMNS), "jetstream")
     fields = {f.name: f.dataType for f in schema.fields}
     data = fields.get("data")
     if data is None:
