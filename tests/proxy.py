@@ -420,7 +420,11 @@ class DroppingProxy(_Listening):
     operation line and its payload); everything else goes through unchanged and
     in order. ``dropped`` holds the (loop time, subject) of each publish dropped.
     For example a pull request that a consumer leader change lost: the server
-    never answers it.
+    never answers it. :meth:`hold` reorders instead: the next publish to a
+    subject starting with ``prefix`` is held back until one starting with
+    ``until`` has gone through, then sent after it (the server's API workers
+    serving a later request first, made to order); ``held`` counts those.
+    ``passed`` lists the subjects of the publishes that went through.
     """
 
     def __init__(self, upstream_port: int) -> None:
@@ -428,11 +432,21 @@ class DroppingProxy(_Listening):
         self._prefix = b""
         self._count = 0
         self.dropped: list[tuple[float, str]] = []
+        self._hold = b""
+        self._until = b""
+        self._held: bytes | None = None
+        self.held = 0
+        self.passed: list[str] = []
 
     def drop(self, prefix: str, count: int = 1) -> None:
         """Drop the next ``count`` publishes to subjects starting with ``prefix``."""
         self._prefix = prefix.encode()
         self._count = count
+
+    def hold(self, prefix: str, until: str) -> None:
+        """Hold the next publish to ``prefix...`` back until one to ``until...`` went through."""
+        self._hold = prefix.encode()
+        self._until = until.encode()
 
     def _filter(self, buf: bytearray) -> bytearray:
         """Take the complete operations off ``buf``: what goes on to the server."""
@@ -447,6 +461,18 @@ class DroppingProxy(_Listening):
                 if self._count and words[1].startswith(self._prefix):
                     self._count -= 1
                     self.dropped.append((_now(), words[1].decode()))
+                    del buf[:size]
+                    continue
+                if self._hold and words[1].startswith(self._hold):
+                    self._hold = b""
+                    self._held = bytes(buf[:size])
+                    del buf[:size]
+                    continue
+                self.passed.append(words[1].decode())
+                if self._held is not None and words[1].startswith(self._until):
+                    out += buf[:size] + self._held
+                    self._held = None
+                    self.held += 1
                     del buf[:size]
                     continue
             out += buf[:size]

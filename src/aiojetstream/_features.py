@@ -17,8 +17,8 @@ as nats.go checks its own, e.g. "stream subject transforms not supported").
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
+from time import monotonic as _clock
 from typing import Final
 
 from ._api import ApiClient
@@ -128,7 +128,7 @@ async def require(
         allowed = check_timeout(timeout)
         base = api.timeout if allowed is None else allowed
         probe = min(base / 2, LEVEL_PROBE)
-        began = time.monotonic()
+        began = _clock()
         try:
             await api.api_level(probe)
         except PermissionViolationError:
@@ -147,7 +147,10 @@ async def require(
                 feature.name,
             )
         if allowed is not None or default:
-            left = base - (time.monotonic() - began)
+            # At least the half the probe was to leave: a loop busy elsewhere may
+            # handle its answer late (a negative time left refused the call, or
+            # sent it with an ack deadline already past).
+            left = max(base - (_clock() - began), base / 2)
     if api.level is not None:
         check_level(feature, api.level)
     return left

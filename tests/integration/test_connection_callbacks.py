@@ -444,7 +444,7 @@ async def test_nats_py_durations_take_every_duration_form() -> None:
         ("connect_timeout", True, "connect_timeout"),
         ("flush_timeout", "1x", "flush_timeout"),
         ("max_reconnect_attempts", "5", "max_reconnect_attempts must be an int"),
-        ("max_reconnect_attempts", -2, "at least -1"),
+        ("max_reconnect_attempts", float("inf"), r"must be an int \(-1: for ever\)"),
         ("max_outstanding_pings", 0, "at least 1"),
         ("pending_size", 1.5, "pending_size must be an int"),
     ],
@@ -519,3 +519,13 @@ async def test_a_fallback_request_beside_a_full_buffer_ends_in_its_time(
                 server.thaw()
         finally:
             await js.close()
+
+
+async def test_nats_py_counts_it_takes_are_taken(nats_url: str) -> None:
+    """nats-py reads any negative ``max_reconnect_attempts`` as "for ever" and a
+    ``flusher_queue_size`` of 0 as unbounded: neither is refused."""
+    js = await aiojetstream.connect(nats_url, max_reconnect_attempts=-2, flusher_queue_size=0)
+    try:
+        await js.account_info()
+    finally:
+        await js.close()

@@ -19,7 +19,8 @@ import pytest
 import aiojetstream
 from aiojetstream import JetStreamTimeoutError, KeyValueConfig, ObjectStoreConfig
 from aiojetstream.testing import NatsServer
-from helpers import wait_until
+from helpers import unique_name, wait_until
+from proxy import DroppingProxy
 
 #: The calls' timeout, the context's (a watch's start), and what an error may take
 #: beyond its timeout on a loaded machine (the clean-up waited 2 s more).
@@ -69,6 +70,43 @@ async def test_reads_of_a_hung_server_end_in_their_time() -> None:
                 names = [n async for n in kv.stream.consumer_names()]
                 names += [n async for n in store.stream.consumer_names()]
                 return not names
+
+            await wait_until(none_left, timeout=10)
+        finally:
+            await js.close()
+
+
+async def test_a_consumer_created_after_its_delete_is_deleted_again(
+    nats_server: NatsServer,
+) -> None:
+    """Out of time, a read queues its consumer's delete without waiting. The server's
+    API workers may serve that delete before the creation sent ahead of it (a proxy
+    makes it so here: the creation is held back until the delete went through and
+    the test's own publish after it): "not found", then the consumer was created,
+    and it stayed for its inactive threshold (5 min; 6 in 80 reads of a server
+    slow for 0.5 s). Once the creation is answered, the delete is queued again."""
+    bucket = unique_name("REDEL")
+    async with DroppingProxy(nats_server.port) as proxy:
+        js = await aiojetstream.connect(proxy.url, timeout=CONTEXT_TIMEOUT)
+        try:
+            kv = await js.create_key_value(KeyValueConfig(bucket=bucket))
+            await kv.put("k", b"v")
+            stream = f"KV_{bucket}"
+            proxy.hold(f"$JS.API.CONSUMER.CREATE.{stream}.", "release.")
+
+            async def keys() -> list[str]:
+                return [k async for k in kv.keys(timeout=TIMEOUT)]
+
+            await _times_out(keys)  # its creation held back: unanswered in time
+            delete = f"$JS.API.CONSUMER.DELETE.{stream}."
+            await wait_until(lambda: any(s.startswith(delete) for s in proxy.passed), timeout=10)
+            await kv.stream.info()  # the delete was served ("not found") by now
+            await js.nc.publish("release.now", b"")  # then the creation goes
+            await js.nc.flush()
+            assert proxy.held == 1
+
+            async def none_left() -> bool:
+                return not [n async for n in kv.stream.consumer_names()]
 
             await wait_until(none_left, timeout=10)
         finally:

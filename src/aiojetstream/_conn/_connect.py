@@ -80,12 +80,13 @@ _DURATION_OPTIONS: Final = {
     "drain_timeout": False,
     "flush_timeout": False,
 }
-#: nats-py's count options -> the least each may be (-1 reconnect attempts: for ever).
-_COUNT_OPTIONS: Final = {
-    "max_reconnect_attempts": -1,
+#: nats-py's count options -> the least each may be (None: any int; a negative number
+#: of reconnect attempts is for ever, a flusher queue of 0 unbounded, as nats-py has them).
+_COUNT_OPTIONS: Final[dict[str, int | None]] = {
+    "max_reconnect_attempts": None,
     "max_outstanding_pings": 1,
     "pending_size": 0,
-    "flusher_queue_size": 1,
+    "flusher_queue_size": 0,
 }
 
 
@@ -104,7 +105,10 @@ def check_nats_options(options: dict[str, Any]) -> None:
         if key not in options:
             continue
         value = options[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        if isinstance(value, bool) or not isinstance(value, int):
+            hint = " (-1: for ever)" if key == "max_reconnect_attempts" else ""
+            raise InvalidOptionError(f"{key} must be an int{hint}, got {B.shown(value)}")
+        if least is not None and value < least:
             raise InvalidOptionError(
                 f"{key} must be an int of at least {least}, got {B.shown(value)}"
             )

@@ -330,6 +330,15 @@ class OrderedCursor:
         # Its creation is still on its way: the server's API workers may serve the
         # delete first ("not found"), and then create the consumer. Once the creation
         # is answered (or timed out), such a consumer is deleted again.
+        if self.quick_close and state is not None:
+            # Not waited for (the server does not answer in the caller's time): the
+            # delete is queued now and again once the creation is answered or timed
+            # out (a consumer left for its inactive threshold: 6 in 80 reads).
+            await self._delete_all(names, deadline)
+            again = state.config.name
+            if again is not None:
+                creating.add_done_callback(lambda _: self._queue_delete(again))
+            return
         missing: set[str] = set()
         await self._delete_all(names, deadline, missing)
         if state is not None and state.config.name in missing:
@@ -367,6 +376,15 @@ class OrderedCursor:
         if deadline is not None:
             timeout = min(timeout, max(deadline - asyncio.get_running_loop().time(), 0.25))
         await asyncio.gather(*(self._delete(n, timeout, missing) for n in names))
+
+    def _queue_delete(self, name: str) -> None:
+        """Queue the delete of consumer ``name`` without waiting for its answer."""
+        conn = self._api.conn
+        subject = self._api.subject(_api.CONSUMER_DELETE, stream=self._stream, consumer=name)
+        try:
+            conn.publish_nowait(subject.encode(), b"", conn.new_inbox().encode())
+        except JetStreamError as exc:  # closed meanwhile, or the reconnect buffer is full
+            logger.debug("could not queue the delete of consumer %s: %s", name, exc)
 
     async def _delete(self, name: str, timeout: float, missing: set[str] | None = None) -> None:
         try:
