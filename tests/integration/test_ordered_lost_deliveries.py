@@ -16,9 +16,16 @@ first with a false timeout).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import aiojetstream
-from aiojetstream import DisconnectedError, JetStreamContext, StorageType, StreamConfig
+from aiojetstream import (
+    DisconnectedError,
+    JetStreamContext,
+    OrderedConsumer,
+    StorageType,
+    StreamConfig,
+)
 from aiojetstream.testing import NatsServer
 from helpers import unique_name
 from proxy import Frame, RewritingProxy
@@ -64,9 +71,12 @@ async def _stream(js: JetStreamContext) -> str:
     return name
 
 
-async def test_the_catch_up_loop_reads_what_a_disconnect_lost(
-    js: JetStreamContext, nats_server: NatsServer
+async def _through_a_lossy_cut(
+    js: JetStreamContext,
+    nats_server: NatsServer,
+    read: Callable[[OrderedConsumer], Awaitable[list[int]]],
 ) -> None:
+    """``read`` the stream's messages (their sequences) through a :class:`LossyCut`."""
     name = await _stream(js)
     lossy = LossyCut()
     async with RewritingProxy(nats_server.port, lossy) as proxy:
@@ -75,48 +85,43 @@ async def test_the_catch_up_loop_reads_what_a_disconnect_lost(
             proxy.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1
         )
         try:
-            oc = await context.ordered_consumer(name)
-            read: list[int] = []
-            disconnects = 0
-            while True:  # the documented loop, and once more after a disconnect
-                try:
-                    msgs = await (await oc.fetch_no_wait(100)).collect()
-                except DisconnectedError:
-                    disconnects += 1
-                    assert disconnects < 5
-                    continue
-                if not msgs:
-                    break
-                read += [m.metadata.sequence.stream for m in msgs]
+            got = await read(await context.ordered_consumer(name))
         finally:
             await context.close()
     assert lossy.cuts == 1
-    assert read == list(range(1, COUNT + 1))
+    assert got == list(range(1, COUNT + 1))
+
+
+async def test_the_catch_up_loop_reads_what_a_disconnect_lost(
+    js: JetStreamContext, nats_server: NatsServer
+) -> None:
+    async def catch_up(oc: OrderedConsumer) -> list[int]:
+        read: list[int] = []
+        disconnects = 0
+        while True:  # the documented loop, and once more after a disconnect
+            try:
+                msgs = await (await oc.fetch_no_wait(100)).collect()
+            except DisconnectedError:
+                disconnects += 1
+                assert disconnects < 5
+                continue
+            if not msgs:
+                return read
+            read += [m.metadata.sequence.stream for m in msgs]
+
+    await _through_a_lossy_cut(js, nats_server, catch_up)
 
 
 async def test_a_run_resets_at_the_reconnect_that_lost_deliveries(
     js: JetStreamContext, nats_server: NatsServer
 ) -> None:
-    name = await _stream(js)
-    lossy = LossyCut()
-    async with RewritingProxy(nats_server.port, lossy) as proxy:
-        lossy.proxy = proxy
-        context = await aiojetstream.connect(
-            proxy.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1
-        )
-        try:
-            oc = await context.ordered_consumer(name)
-            read: list[int] = []
+    async def run(oc: OrderedConsumer) -> list[int]:
+        read: list[int] = []
+        async with oc.messages() as it:
+            async for msg in it:
+                read.append(msg.metadata.sequence.stream)
+                if len(read) == COUNT:
+                    break
+        return read
 
-            async def run() -> None:
-                async with oc.messages() as it:
-                    async for msg in it:
-                        read.append(msg.metadata.sequence.stream)
-                        if len(read) == COUNT:
-                            break
-
-            await asyncio.wait_for(run(), RECOVERY)
-        finally:
-            await context.close()
-    assert lossy.cuts == 1
-    assert read == list(range(1, COUNT + 1))
+    await _through_a_lossy_cut(js, nats_server, lambda oc: asyncio.wait_for(run(oc), RECOVERY))
