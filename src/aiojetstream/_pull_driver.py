@@ -17,7 +17,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from itertools import islice
-from typing import Any
+from typing import Any, Final
 
 from . import _api
 from ._api import ApiClient
@@ -157,6 +157,9 @@ def _pending_for_a_lost_pull(info: object) -> int | None:
         return 0
     return found
 
+
+#: The least a single pull made while reconnecting waits for the reconnect (seconds).
+RECONNECT_WAIT_MIN: Final = 0.25
 
 class PullDriver:
     """Runs one pull engine for a consumer; the buffer is read with :meth:`next_msg`."""
@@ -303,9 +306,12 @@ class PullDriver:
         if settings.no_wait:
             bound = NO_WAIT_TIMEOUT - FETCH_GRACE
         else:
-            bound = max(settings.expires - MIN_EXPIRES, 0.0)
+            # At least a moment: with expires=1 (the least) it was 0, raised before
+            # anything ran, and a loop fetching again on that error held the event
+            # loop for good (nats-py never got to reconnect).
+            bound = max(settings.expires - MIN_EXPIRES, RECONNECT_WAIT_MIN)
         conn = self._conn
-        if bound <= 0 or not await conn.wait_connected(bound):
+        if not await conn.wait_connected(bound):
             if conn.is_closed:
                 raise conn.closed_error()
             raise JetStreamTimeoutError(
@@ -917,6 +923,12 @@ class PullDriver:
             elif isinstance(cmd, Report):
                 self.report(cmd.error)
             elif isinstance(cmd, CheckConsumer):
+                stale = self._check_task
+                if stale is not None and not stale.done() and stale is not asyncio.current_task():
+                    # Asked on a connection since lost (its answer may never come): it
+                    # held a reset (the ordered consumer's) and a close for its whole
+                    # API timeout; the new check's answer is the one the engine awaits.
+                    stale.cancel()
                 self._check_task = self._spawn(self._check_consumer(cmd.timeout))
             elif isinstance(cmd, Unsubscribe):
                 self._spawn(self._unsubscribe())

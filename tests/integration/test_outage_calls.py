@@ -346,3 +346,39 @@ async def test_a_watch_cancelled_while_its_consumer_waits_for_the_reconnect_leav
         await wait_until(no_consumer, 10, message="the watch's consumer is left on the server")
     finally:
         await js.close()
+
+
+async def test_a_shortest_fetch_during_a_reconnect_waits_before_it_gives_up() -> None:
+    """``expires=1`` (the least) left no time to wait for the reconnect: the fetch
+    raised "not reconnected within 0 s" before anything ran, and a loop fetching
+    again on that error (as the message says) held the event loop for good: nats-py
+    never got to reconnect (millions of errors in 20 s)."""
+    async with NatsServer(jetstream=True) as server, StallingProxy(server.port) as proxy:
+        js = await connect(proxy.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+        try:
+            name = unique_name("SHORT")
+            await js.create_stream(StreamConfig(name=name, subjects=[name]))
+            await js.publish(name, b"x")
+            consumer = await js.create_consumer(name, ConsumerConfig(durable_name="d"))
+            proxy.holding = True
+            proxy.cut()
+            await wait_until(lambda: not js.nc.is_connected, 10, interval=0.01)
+            began = asyncio.get_running_loop().time()
+            with pytest.raises(JetStreamTimeoutError, match="nothing was pulled"):
+                await consumer.fetch(1, expires=1)
+            assert asyncio.get_running_loop().time() - began >= 0.2
+            proxy.holding = False
+            proxy.cut()  # the held attempt: the next one is relayed
+            attempts = 0
+            while True:  # what the error says: fetch again
+                attempts += 1
+                assert attempts < 200, "fetched again too often: the loop never waited"
+                try:
+                    msgs = await (await consumer.fetch(1, expires=1)).collect()
+                except JetStreamTimeoutError:
+                    continue
+                if msgs:
+                    break
+            assert msgs[0].data == b"x"
+        finally:
+            await js.close()
