@@ -161,6 +161,7 @@ def _pending_for_a_lost_pull(info: object) -> int | None:
 #: The least a single pull made while reconnecting waits for the reconnect (seconds).
 RECONNECT_WAIT_MIN: Final = 0.25
 
+
 class PullDriver:
     """Runs one pull engine for a consumer; the buffer is read with :meth:`next_msg`."""
 
