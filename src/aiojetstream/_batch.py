@@ -21,7 +21,6 @@ tested without a server.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
@@ -326,16 +325,6 @@ class AtomicBatch:
         P.check_size(self._api.conn, data, P.header_block(out))
         return subject, data, out
 
-    def _own_loop(self) -> None:
-        """Refuse a call from another loop before the batch moves on (nothing is sent).
-
-        From another thread, the refusal came after the batch had counted the
-        message: its release was written from that thread and closed the batch.
-        """
-        conn = self._api.conn
-        if not conn.on_own_loop():
-            conn.other_loop(asyncio.get_running_loop())
-
     async def _send(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         self._state.sent()
         self._subject = subject
@@ -403,7 +392,9 @@ class AtomicBatch:
         """
         if self._state.closed:
             raise BatchClosedError(f"batch {self.batch_id!r} is closed")
-        self._own_loop()
+        # From another loop: refused before the batch counts the message (its release
+        # was written from that thread and closed the batch).
+        self._api.conn.check_loop()
         args = (
             subject,
             payload,
@@ -491,7 +482,9 @@ class AtomicBatch:
         """
         if self._state.closed:
             raise BatchClosedError(f"batch {self.batch_id!r} is closed")
-        self._own_loop()
+        # From another loop: refused before the batch counts the message (its release
+        # was written from that thread and closed the batch).
+        self._api.conn.check_loop()
         args = (
             subject,
             payload,

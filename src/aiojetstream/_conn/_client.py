@@ -287,6 +287,18 @@ class Conn:
             thread = self.thread = threading.get_ident()
         return thread == threading.get_ident() and loop.is_running()
 
+    def check_loop(self) -> None:
+        """Refuse a call from an event loop other than :attr:`loop` (adopted if none yet).
+
+        Before anything is sent or changed: :meth:`other_loop` says why. The
+        thread check of :meth:`on_own_loop` first, asyncio's running loop only
+        when it fails.
+        """
+        if not self.on_own_loop():
+            running = asyncio.get_running_loop()
+            if running is not self.loop:
+                self.other_loop(running)
+
     def outside(self) -> bool:
         """For a wait or a close of a handle: whether the caller runs outside an ended loop.
 
@@ -411,9 +423,7 @@ class Conn:
         On the fallback it is queued after the asynchronous publishes made
         before it (:func:`~._fallback.after_background_publishes`).
         """
-        running = asyncio.get_running_loop()
-        if running is not self.loop:
-            self.other_loop(running)
+        self.check_loop()
         if len(subject) + len(reply) > MAX_SUBJECT_LINE // 4:  # else short in any encoding
             check_line(subject.encode(), reply.encode())
         if not self.fast:
@@ -430,9 +440,7 @@ class Conn:
         pending_bytes_limit: int = 0,
     ) -> NatsSubscription:
         """Subscribe with a callback; limits of 0 mean unlimited (no client-side drops)."""
-        running = asyncio.get_running_loop()
-        if running is not self.loop:
-            self.other_loop(running)
+        self.check_loop()
         with translate(subject, self.nc):
             return await self.nc.subscribe(
                 subject,
@@ -458,9 +466,7 @@ class Conn:
         the router frames itself are buffered through it instead (see
         :class:`RawSink`); the handler gets the others.
         """
-        running = asyncio.get_running_loop()
-        if running is not self.loop:
-            self.other_loop(running)
+        self.check_loop()
         return await subscribe_raw(self, subject, handler, internal, sink)
 
     def publish_nowait(

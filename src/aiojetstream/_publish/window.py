@@ -232,9 +232,7 @@ class AsyncPublisher:
         """
         if self._closed:
             raise ConnectionClosedError("the JetStream context is closed")
-        running = asyncio.get_running_loop()
-        if running is not self._conn.loop:  # nothing is sent (Conn.other_loop)
-            self._conn.other_loop(running)
+        self._conn.check_loop()  # nothing is sent from another loop
         if not self._started:
             await self._ensure_sub()
             if self._closed:
@@ -903,9 +901,7 @@ class AsyncPublisher:
             ConnectionClosedError: the connection's event loop has ended.
 
         """
-        conn = self._conn
-        if not conn.on_own_loop():
-            conn.other_loop(asyncio.get_running_loop())
+        self._conn.check_loop()
         if not self._futures:
             return
         try:
